@@ -1,0 +1,310 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+const accountsUsage = `Usage:
+  weir accounts add --label L [--auth api_key|oauth] (--secret-stdin | --secret-file F) [--base-url U] [--max-concurrency N] [--priority N]
+  weir accounts list
+  weir accounts get ID|LABEL
+  weir accounts pause ID|LABEL
+  weir accounts resume ID|LABEL
+  weir accounts rm ID|LABEL
+  weir accounts set ID|LABEL [--label L] [--base-url U] [--max-concurrency N] [--priority N] [--secret-stdin | --secret-file F]
+Every command takes --json, --controlplane and --data-dir.
+`
+
+func runAccounts(ctx context.Context, args []string, e env) error {
+	if len(args) == 0 {
+		fmt.Fprint(e.stderr, accountsUsage)
+		return errUsageShown
+	}
+	sub, args := args[0], args[1:]
+	fs := flag.NewFlagSet("weir accounts "+sub, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	var af adminFlags
+	af.register(fs, e)
+	switch sub {
+	case "add":
+		return accountsAdd(ctx, fs, &af, args, e)
+	case "set":
+		return accountsSet(ctx, fs, &af, args, e)
+	case "list", "ls":
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		c, err := af.clients()
+		if err != nil {
+			return err
+		}
+		resp, err := c.accounts.ListAccounts(ctx, connect.NewRequest(&weirv1.ListAccountsRequest{}))
+		if err != nil {
+			return rpcError("list accounts", err)
+		}
+		if af.json {
+			return printJSON(e.stdout, resp.Msg)
+		}
+		printAccounts(e.stdout, resp.Msg.Accounts, time.Now())
+		return nil
+	case "get", "pause", "resume", "rm", "delete":
+		ref, err := parseWithRef(fs, args)
+		if err != nil {
+			return err
+		}
+		c, err := af.clients()
+		if err != nil {
+			return err
+		}
+		var acct *weirv1.Account
+		switch sub {
+		case "get":
+			r, err := c.accounts.GetAccount(ctx, connect.NewRequest(&weirv1.GetAccountRequest{Id: ref}))
+			if err != nil {
+				return rpcError("get account", err)
+			}
+			acct = r.Msg.Account
+		case "pause":
+			r, err := c.accounts.PauseAccount(ctx, connect.NewRequest(&weirv1.PauseAccountRequest{Id: ref}))
+			if err != nil {
+				return rpcError("pause account", err)
+			}
+			acct = r.Msg.Account
+		case "resume":
+			r, err := c.accounts.ResumeAccount(ctx, connect.NewRequest(&weirv1.ResumeAccountRequest{Id: ref}))
+			if err != nil {
+				return rpcError("resume account", err)
+			}
+			acct = r.Msg.Account
+		default:
+			if _, err := c.accounts.DeleteAccount(ctx, connect.NewRequest(&weirv1.DeleteAccountRequest{Id: ref})); err != nil {
+				return rpcError("delete account", err)
+			}
+			if af.json {
+				return printJSON(e.stdout, &weirv1.DeleteAccountResponse{})
+			}
+			fmt.Fprintf(e.stdout, "deleted %s\n", ref)
+			return nil
+		}
+		if af.json {
+			return printJSON(e.stdout, acct)
+		}
+		printAccounts(e.stdout, []*weirv1.Account{acct}, time.Now())
+		return nil
+	}
+	fmt.Fprintf(e.stderr, "weir accounts: unknown subcommand %q\n\n%s", sub, accountsUsage)
+	return errUsageShown
+}
+
+// parseWithRef parses flags around one positional ID|LABEL argument.
+func parseWithRef(fs *flag.FlagSet, args []string) (string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return "", err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(pos) != 1 {
+		return "", fmt.Errorf("%s: want exactly one ID or LABEL", fs.Name())
+	}
+	return pos[0], nil
+}
+
+type secretFlags struct {
+	stdin bool
+	file  string
+}
+
+func (s *secretFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&s.stdin, "secret-stdin", false, "read the credential from standard input")
+	fs.StringVar(&s.file, "secret-file", "", "read the credential from this file")
+}
+
+func (s *secretFlags) given() bool { return s.stdin || s.file != "" }
+
+// read returns the credential. It is never a flag value: flags end up in
+// shell history and process listings.
+func (s *secretFlags) read(stdin io.Reader) (string, error) {
+	var raw []byte
+	var err error
+	switch {
+	case s.stdin && s.file != "":
+		return "", errors.New("use one of --secret-stdin and --secret-file")
+	case s.stdin:
+		raw, err = io.ReadAll(io.LimitReader(bufio.NewReader(stdin), 64<<10))
+	case s.file != "":
+		raw, err = os.ReadFile(s.file)
+	default:
+		return "", errors.New("the credential is required: pipe it with --secret-stdin or name a file with --secret-file")
+	}
+	if err != nil {
+		return "", fmt.Errorf("read credential: %w", err)
+	}
+	secret := strings.TrimSpace(string(raw))
+	if secret == "" {
+		return "", errors.New("the credential is empty")
+	}
+	return secret, nil
+}
+
+func accountsAdd(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []string, e env) error {
+	var (
+		label, auth, baseURL string
+		maxConc, priority    int
+		sf                   secretFlags
+	)
+	fs.StringVar(&label, "label", "", "a unique name for the account (required)")
+	fs.StringVar(&auth, "auth", "", "api_key or oauth (default: guessed from the credential)")
+	fs.StringVar(&baseURL, "base-url", "", "upstream base URL override (default https://api.anthropic.com)")
+	fs.IntVar(&maxConc, "max-concurrency", 0, "concurrent requests on this account (default 4)")
+	fs.IntVar(&priority, "priority", 0, "higher is preferred")
+	sf.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("weir accounts add: unexpected argument %q (the credential is never an argument; use --secret-stdin)", fs.Arg(0))
+	}
+	if label == "" {
+		return errors.New("weir accounts add: --label is required")
+	}
+	secret, err := sf.read(e.stdin)
+	if err != nil {
+		return fmt.Errorf("weir accounts add: %w", err)
+	}
+	kind, err := authKind(auth, secret)
+	if err != nil {
+		return err
+	}
+	c, err := af.clients()
+	if err != nil {
+		return err
+	}
+	resp, err := c.accounts.CreateAccount(ctx, connect.NewRequest(&weirv1.CreateAccountRequest{
+		Provider:       weirv1.Provider_PROVIDER_ANTHROPIC,
+		AuthKind:       kind,
+		Label:          label,
+		Credential:     secret,
+		BaseUrl:        baseURL,
+		MaxConcurrency: int32(maxConc),
+		Priority:       int32(priority),
+	}))
+	if err != nil {
+		return rpcError("add account", err)
+	}
+	if af.json {
+		return printJSON(e.stdout, resp.Msg.Account)
+	}
+	printAccounts(e.stdout, []*weirv1.Account{resp.Msg.Account}, time.Now())
+	return nil
+}
+
+func accountsSet(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []string, e env) error {
+	var (
+		label, baseURL    string
+		maxConc, priority int
+		sf                secretFlags
+	)
+	fs.StringVar(&label, "label", "", "new label")
+	fs.StringVar(&baseURL, "base-url", "", "new upstream base URL")
+	fs.IntVar(&maxConc, "max-concurrency", 0, "new concurrency cap")
+	fs.IntVar(&priority, "priority", 0, "new priority")
+	sf.register(fs)
+	ref, err := parseWithRef(fs, args)
+	if err != nil {
+		return err
+	}
+	req := &weirv1.UpdateAccountRequest{Id: ref, UpdateMask: &fieldmaskpb.FieldMask{}}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "label":
+			req.Label = label
+			req.UpdateMask.Paths = append(req.UpdateMask.Paths, "label")
+		case "base-url":
+			req.BaseUrl = baseURL
+			req.UpdateMask.Paths = append(req.UpdateMask.Paths, "base_url")
+		case "max-concurrency":
+			req.MaxConcurrency = int32(maxConc)
+			req.UpdateMask.Paths = append(req.UpdateMask.Paths, "max_concurrency")
+		case "priority":
+			req.Priority = int32(priority)
+			req.UpdateMask.Paths = append(req.UpdateMask.Paths, "priority")
+		}
+	})
+	if sf.given() {
+		secret, err := sf.read(e.stdin)
+		if err != nil {
+			return fmt.Errorf("weir accounts set: %w", err)
+		}
+		req.Credential = secret
+		req.UpdateMask.Paths = append(req.UpdateMask.Paths, "credential")
+	}
+	if len(req.UpdateMask.Paths) == 0 {
+		return errors.New("weir accounts set: name something to change")
+	}
+	c, err := af.clients()
+	if err != nil {
+		return err
+	}
+	resp, err := c.accounts.UpdateAccount(ctx, connect.NewRequest(req))
+	if err != nil {
+		return rpcError("update account", err)
+	}
+	if af.json {
+		return printJSON(e.stdout, resp.Msg.Account)
+	}
+	printAccounts(e.stdout, []*weirv1.Account{resp.Msg.Account}, time.Now())
+	return nil
+}
+
+// authKind takes --auth, else recognises Anthropic's OAuth token prefix.
+func authKind(flagValue, secret string) (weirv1.AuthKind, error) {
+	switch flagValue {
+	case "api_key", "api-key", "apikey":
+		return weirv1.AuthKind_AUTH_KIND_API_KEY, nil
+	case "oauth":
+		return weirv1.AuthKind_AUTH_KIND_OAUTH, nil
+	case "":
+		if strings.HasPrefix(secret, "sk-ant-oat") {
+			return weirv1.AuthKind_AUTH_KIND_OAUTH, nil
+		}
+		return weirv1.AuthKind_AUTH_KIND_API_KEY, nil
+	}
+	return 0, fmt.Errorf("--auth %q: want api_key or oauth", flagValue)
+}
+
+func printAccounts(w io.Writer, accts []*weirv1.Account, now time.Time) {
+	tw := table(w)
+	fmt.Fprintln(tw, "LABEL\tAUTH\tCREDENTIAL\tSTATE\tIN FLIGHT\tLAST SUCCESS\tID")
+	for _, a := range accts {
+		state := shortEnum(a.State.String(), "ACCOUNT_STATE_")
+		switch {
+		case a.State == weirv1.AccountState_ACCOUNT_STATE_BROKEN:
+			state += ": " + a.BrokenReason
+		case a.Cooldown != nil:
+			state = fmt.Sprintf("%s (%s, until %s)", state,
+				shortEnum(a.Cooldown.Reason.String(), "COOLDOWN_REASON_"), until(a.Cooldown.Until, now))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", a.Label, shortEnum(a.AuthKind.String(), "AUTH_KIND_"),
+			a.CredentialHint, state, a.InFlight, a.MaxConcurrency, ago(a.LastSuccessAt, now), a.Id)
+	}
+	tw.Flush()
+}

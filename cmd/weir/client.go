@@ -1,0 +1,122 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
+	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/internal/rpcclient"
+)
+
+// devInfo is what `weir dev` writes to dev.json in its data directory, so
+// scripts and operator commands on the same machine can find it.
+type devInfo struct {
+	DataplaneURL    string `json:"dataplane_url"`
+	ControlplaneURL string `json:"controlplane_url"`
+	SimulatorURL    string `json:"simulator_url,omitempty"`
+	AdminToken      string `json:"admin_token"`
+	DataplaneToken  string `json:"dataplane_token"`
+	ClientKey       string `json:"client_key,omitempty"`
+}
+
+// defaultDataDir is $WEIR_DATA_DIR, else the user's data directory.
+func defaultDataDir(e env) string {
+	if d := e.getenv("WEIR_DATA_DIR"); d != "" {
+		return d
+	}
+	if d := e.getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "weir")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "weir")
+	}
+	if runtime.GOOS == "darwin" {
+		return filepath.Join(home, "Library", "Application Support", "weir")
+	}
+	return filepath.Join(home, ".local", "share", "weir")
+}
+
+func readDevInfo(dataDir string) (devInfo, error) {
+	var d devInfo
+	b, err := os.ReadFile(filepath.Join(dataDir, "dev.json"))
+	if err != nil {
+		return d, err
+	}
+	return d, json.Unmarshal(b, &d)
+}
+
+// adminFlags are shared by every operator command.
+type adminFlags struct {
+	controlplane string
+	token        string
+	dataDir      string
+	json         bool
+}
+
+func (a *adminFlags) register(fs *flag.FlagSet, e env) {
+	fs.StringVar(&a.controlplane, "controlplane", e.getenv("WEIR_CONTROLPLANE_URL"), "control-plane URL (env WEIR_CONTROLPLANE_URL; default: the running 'weir dev')")
+	fs.StringVar(&a.dataDir, "data-dir", defaultDataDir(e), "where 'weir dev' keeps dev.json (env WEIR_DATA_DIR)")
+	fs.BoolVar(&a.json, "json", false, "print JSON")
+	a.token = e.getenv("WEIR_ADMIN_TOKEN")
+}
+
+// clients resolve the control plane and token, falling back to a local
+// `weir dev`'s dev.json.
+type clients struct {
+	accounts weirv1connect.AccountServiceClient
+	keys     weirv1connect.KeyServiceClient
+	routes   weirv1connect.RouteServiceClient
+}
+
+func (a *adminFlags) clients() (*clients, error) {
+	url, token := a.controlplane, a.token
+	if url == "" || token == "" {
+		if d, err := readDevInfo(a.dataDir); err == nil {
+			if url == "" {
+				url = d.ControlplaneURL
+			}
+			if token == "" {
+				token = d.AdminToken
+			}
+		}
+	}
+	if url == "" {
+		return nil, errors.New("no control plane: set --controlplane or WEIR_CONTROLPLANE_URL (or start 'weir dev')")
+	}
+	if token == "" {
+		return nil, errors.New("no admin token: set WEIR_ADMIN_TOKEN")
+	}
+	hc := rpcclient.HTTPClient()
+	opt := connect.WithInterceptors(rpcclient.Token(token))
+	return &clients{
+		accounts: weirv1connect.NewAccountServiceClient(hc, url, opt),
+		keys:     weirv1connect.NewKeyServiceClient(hc, url, opt),
+		routes:   weirv1connect.NewRouteServiceClient(hc, url, opt),
+	}, nil
+}
+
+// rpcError turns a Connect error into a line for a person.
+func rpcError(op string, err error) error {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		switch ce.Code() {
+		case connect.CodeUnauthenticated:
+			return fmt.Errorf("%s: the control plane rejected the admin token (check WEIR_ADMIN_TOKEN)", op)
+		case connect.CodeUnavailable:
+			return fmt.Errorf("%s: control plane unreachable: %s", op, ce.Message())
+		}
+		return fmt.Errorf("%s: %s", op, ce.Message())
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+func fieldMask(paths ...string) *fieldmaskpb.FieldMask { return &fieldmaskpb.FieldMask{Paths: paths} }

@@ -1,0 +1,345 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/weirhq/weir/controlplane"
+	"github.com/weirhq/weir/dataplane"
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/internal/migrate"
+	"github.com/weirhq/weir/internal/pgembed"
+	"github.com/weirhq/weir/internal/rpcclient"
+	"github.com/weirhq/weir/internal/sim"
+)
+
+// demoAccounts are seeded by `weir dev --simulate`, pointed at the simulator.
+var demoAccounts = []struct {
+	label, credential string
+	kind              weirv1.AuthKind
+}{
+	{"demo-api-key", "sk-ant-api03-weir-demo-0000000000000001", weirv1.AuthKind_AUTH_KIND_API_KEY},
+	{"demo-max-1", "sk-ant-oat01-weir-demo-0000000000000002", weirv1.AuthKind_AUTH_KIND_OAUTH},
+	{"demo-max-2", "sk-ant-oat01-weir-demo-0000000000000003", weirv1.AuthKind_AUTH_KIND_OAUTH},
+}
+
+func runDev(ctx context.Context, args []string, e env) error {
+	fs := flag.NewFlagSet("weir dev", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	dataDir := fs.String("data-dir", defaultDataDir(e), "where weir keeps its Postgres cluster, secrets and dev.json (env WEIR_DATA_DIR)")
+	simulate := fs.Bool("simulate", false, "run the upstream simulator and seed demo accounts pointed at it")
+	dpAddr := fs.String("listen", envOr(e, "WEIR_DATAPLANE_LISTEN", defaultDataplaneAddr), "data-plane address (what agents connect to)")
+	cpAddr := fs.String("controlplane-listen", envOr(e, "WEIR_CONTROLPLANE_LISTEN", defaultControlplaneAddr), "control-plane address")
+	simAddr := fs.String("sim-listen", defaultSimAddr, "simulator address (with --simulate)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("weir dev: unexpected argument %q", fs.Arg(0))
+	}
+	log := newLogger(e)
+	if err := os.MkdirAll(*dataDir, 0o700); err != nil {
+		return fmt.Errorf("weir dev: data dir: %w", err)
+	}
+	prev, _ := readDevInfo(*dataDir)
+	secrets, err := devSecrets(e, *dataDir, prev)
+	if err != nil {
+		return fmt.Errorf("weir dev: %w", err)
+	}
+
+	// Listen first: a busy port should fail before Postgres starts.
+	dpLn, err := listen(*dpAddr, "data plane")
+	if err != nil {
+		return err
+	}
+	defer dpLn.Close()
+	cpLn, err := listen(*cpAddr, "control plane")
+	if err != nil {
+		return err
+	}
+	defer cpLn.Close()
+	var simLn net.Listener
+	if *simulate {
+		if simLn, err = listen(*simAddr, "simulator"); err != nil {
+			return err
+		}
+		defer simLn.Close()
+	}
+
+	dbURL := e.getenv("WEIR_DATABASE_URL")
+	var cluster *pgembed.Cluster
+	if dbURL == "" {
+		fmt.Fprintln(e.stderr, "starting embedded Postgres in", filepath.Join(*dataDir, "postgres"), "…")
+		cluster, err = pgembed.Start(ctx, pgembed.Config{DataDir: filepath.Join(*dataDir, "postgres"), Logger: log.With("component", "postgres")})
+		if err != nil {
+			return fmt.Errorf("weir dev: %w", err)
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+			defer cancel()
+			if err := cluster.Stop(sctx); err != nil {
+				log.Error("stop postgres", "err", err)
+			}
+		}()
+		dbURL = cluster.URL()
+	}
+	pool, err := openPool(ctx, dbURL)
+	if err != nil {
+		return fmt.Errorf("weir dev: %w", err)
+	}
+	defer pool.Close()
+	if err := migrate.Up(ctx, pool); err != nil {
+		return fmt.Errorf("weir dev: %w", err)
+	}
+
+	// Everything stops when the user interrupts or any part fails; the data
+	// plane drains first, since its in-flight requests release leases
+	// through the control plane.
+	ctx, cancelAll := context.WithCancelCause(ctx)
+	defer cancelAll(nil)
+	cpCtx, stopCP := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopCP()
+	var wg sync.WaitGroup
+	var errMu sync.Mutex
+	var errs []error
+	goRun := func(name string, c context.Context, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(c); err != nil {
+				errMu.Lock()
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+				errMu.Unlock()
+				cancelAll(err)
+			} else if ctx.Err() == nil {
+				cancelAll(fmt.Errorf("%s stopped", name))
+			}
+		}()
+	}
+	if cluster != nil {
+		go func() {
+			select {
+			case <-cluster.Done():
+				cancelAll(errors.New("embedded postgres exited"))
+			case <-ctx.Done():
+			}
+		}()
+	}
+
+	cpURL := "http://" + cpLn.Addr().String()
+	dpURL := "http://" + dpLn.Addr().String()
+	cpCfg := controlplane.Config{AdminToken: secrets.admin, DataplaneToken: secrets.dataplane, SecretKey: secrets.key, Logger: log}
+	goRun("control plane", cpCtx, func(c context.Context) error { return serveControlPlane(c, cpCfg, pool, cpLn, log) })
+	simURL := ""
+	if *simulate {
+		simURL = "http://" + simLn.Addr().String()
+		s := sim.New(sim.Config{Logger: log.With("component", "sim"), Script: sim.Script{AcceptUnknown: true}, DeltaDelay: 30 * time.Millisecond})
+		goRun("simulator", cpCtx, func(c context.Context) error { return serveSim(c, s, simLn, log) })
+	}
+
+	info := devInfo{DataplaneURL: dpURL, ControlplaneURL: cpURL, SimulatorURL: simURL, AdminToken: secrets.admin, DataplaneToken: secrets.dataplane}
+	if *simulate {
+		key, err := seedDemo(ctx, cpURL, secrets, simURL, prev.ClientKey)
+		if err != nil {
+			cancelAll(err)
+			stopCP()
+			wg.Wait()
+			return fmt.Errorf("weir dev: seed demo: %w", err)
+		}
+		info.ClientKey = key
+	}
+	if err := writeDevInfo(*dataDir, info); err != nil {
+		log.Warn("write dev.json", "err", err)
+	}
+
+	dpCfg := dataplane.Config{ControlPlaneURL: cpURL, Token: secrets.dataplane, Logger: log}
+	dpDone := make(chan error, 1)
+	go func() {
+		err := serveDataPlane(ctx, dpCfg, dpLn, log)
+		if err != nil {
+			cancelAll(err)
+		}
+		dpDone <- err
+	}()
+	printBanner(e.stdout, info, *dataDir)
+
+	<-ctx.Done()
+	// The data plane drains first: its in-flight requests release their
+	// leases through the control plane, which therefore stops last.
+	dpErr := <-dpDone
+	stopCP()
+	wg.Wait()
+	if dpErr != nil {
+		errs = append(errs, fmt.Errorf("data plane: %w", dpErr))
+	}
+	if len(errs) == 0 {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			return cause
+		}
+	}
+	return errors.Join(errs...)
+}
+
+type secretSet struct {
+	admin, dataplane string
+	key              []byte
+}
+
+// devSecrets takes tokens and the sealing key from the environment, else
+// from an earlier run's files, else makes new ones (kept with mode 0600).
+func devSecrets(e env, dataDir string, prev devInfo) (secretSet, error) {
+	s := secretSet{admin: e.getenv("WEIR_ADMIN_TOKEN"), dataplane: e.getenv("WEIR_DATAPLANE_TOKEN")}
+	if s.admin == "" {
+		s.admin = prev.AdminToken
+	}
+	if s.admin == "" {
+		s.admin = "weir_admin_" + randomHex(24)
+	}
+	if s.dataplane == "" {
+		s.dataplane = prev.DataplaneToken
+	}
+	if s.dataplane == "" {
+		s.dataplane = "weir_dp_" + randomHex(24)
+	}
+	if raw := e.getenv("WEIR_SECRET_KEY"); raw != "" {
+		k, err := controlplane.ParseSecretKey(raw)
+		if err != nil {
+			return s, fmt.Errorf("WEIR_SECRET_KEY: %w", err)
+		}
+		s.key = k
+		return s, nil
+	}
+	path := filepath.Join(dataDir, "secret.key")
+	if raw, err := os.ReadFile(path); err == nil {
+		k, err := controlplane.ParseSecretKey(string(raw))
+		if err != nil {
+			return s, fmt.Errorf("%s: %w", path, err)
+		}
+		s.key = k
+		return s, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return s, err
+	}
+	s.key = make([]byte, 32)
+	rand.Read(s.key) //nolint:errcheck // crypto/rand.Read never fails on Linux
+	if err := os.WriteFile(path, []byte(hex.EncodeToString(s.key)+"\n"), 0o600); err != nil {
+		return s, fmt.Errorf("write %s: %w", path, err)
+	}
+	return s, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b) //nolint:errcheck // as above
+	return hex.EncodeToString(b)
+}
+
+func writeDevInfo(dataDir string, d devInfo) error {
+	b, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dataDir, ".dev.json.tmp")
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dataDir, "dev.json"))
+}
+
+// seedDemo points the demo accounts at this run's simulator and returns a
+// working client key, reusing the previous run's when it is still valid.
+func seedDemo(ctx context.Context, cpURL string, secrets secretSet, simURL, prevKey string) (string, error) {
+	hc := rpcclient.HTTPClient()
+	admin := connect.WithInterceptors(rpcclient.Token(secrets.admin))
+	accounts := weirv1connect.NewAccountServiceClient(hc, cpURL, admin)
+	keys := weirv1connect.NewKeyServiceClient(hc, cpURL, admin)
+	leases := weirv1connect.NewLeaseServiceClient(hc, cpURL, connect.WithInterceptors(rpcclient.Token(secrets.dataplane)))
+
+	if err := waitReady(ctx, accounts); err != nil {
+		return "", err
+	}
+	for _, d := range demoAccounts {
+		got, err := accounts.GetAccount(ctx, connect.NewRequest(&weirv1.GetAccountRequest{Id: d.label}))
+		switch {
+		case connect.CodeOf(err) == connect.CodeNotFound:
+			_, err = accounts.CreateAccount(ctx, connect.NewRequest(&weirv1.CreateAccountRequest{
+				Provider: weirv1.Provider_PROVIDER_ANTHROPIC, AuthKind: d.kind, Label: d.label,
+				Credential: d.credential, BaseUrl: simURL, MaxConcurrency: 8,
+			}))
+		case err == nil && got.Msg.Account.BaseUrl != simURL:
+			req := &weirv1.UpdateAccountRequest{Id: d.label, BaseUrl: simURL}
+			req.UpdateMask = fieldMask("base_url")
+			_, err = accounts.UpdateAccount(ctx, connect.NewRequest(req))
+		}
+		if err != nil {
+			return "", fmt.Errorf("account %s: %w", d.label, err)
+		}
+	}
+	if prevKey != "" {
+		if _, err := leases.VerifyKey(ctx, connect.NewRequest(&weirv1.VerifyKeyRequest{KeyHash: controlplane.HashKey(prevKey)})); err == nil {
+			return prevKey, nil
+		}
+	}
+	resp, err := keys.CreateKey(ctx, connect.NewRequest(&weirv1.CreateKeyRequest{Name: "dev-" + randomHex(3)}))
+	if err != nil {
+		return "", fmt.Errorf("create key: %w", err)
+	}
+	return resp.Msg.Secret, nil
+}
+
+// waitReady waits until the control plane answers.
+func waitReady(ctx context.Context, c weirv1connect.AccountServiceClient) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		_, err := c.ListAccounts(ctx, connect.NewRequest(&weirv1.ListAccountsRequest{}))
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("control plane not ready: %w", err)
+		case <-tick.C:
+		}
+	}
+}
+
+func printBanner(w io.Writer, d devInfo, dataDir string) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nweir dev is running. Ctrl-C stops it.\n\n")
+	fmt.Fprintf(&b, "  data plane     %s   (point agents here)\n", d.DataplaneURL)
+	fmt.Fprintf(&b, "  control plane  %s\n", d.ControlplaneURL)
+	if d.SimulatorURL != "" {
+		fmt.Fprintf(&b, "  simulator      %s   (3 demo accounts point here)\n", d.SimulatorURL)
+	}
+	fmt.Fprintf(&b, "  data dir       %s   (dev.json has these URLs and tokens)\n\n", dataDir)
+	key := d.ClientKey
+	if key == "" {
+		key = "<a key from: weir keys create NAME>"
+	}
+	fmt.Fprintf(&b, "Claude Code:\n")
+	fmt.Fprintf(&b, "  export ANTHROPIC_BASE_URL=%s\n", d.DataplaneURL)
+	fmt.Fprintf(&b, "  export ANTHROPIC_API_KEY=%s\n", key)
+	fmt.Fprintf(&b, "  export CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n")
+	fmt.Fprintf(&b, "  claude -p \"hello\"\n\n")
+	fmt.Fprintf(&b, "Operator commands find this instance through dev.json:\n")
+	fmt.Fprintf(&b, "  weir accounts list\n  weir keys list\n  weir routes\n\n")
+	io.WriteString(w, b.String()) //nolint:errcheck // stdout
+}

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+func runRoutes(ctx context.Context, args []string, e env) error {
+	fs := flag.NewFlagSet("weir routes", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	var af adminFlags
+	af.register(fs, e)
+	limit := fs.Int("limit", 20, "how many, newest first (max 1000)")
+	account := fs.String("account", "", "only requests served by this account (id or label)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c, err := af.clients()
+	if err != nil {
+		return err
+	}
+	resp, err := c.routes.ListRouteEvents(ctx, connect.NewRequest(&weirv1.ListRouteEventsRequest{Limit: int32(*limit), AccountId: *account}))
+	if err != nil {
+		return rpcError("list routes", err)
+	}
+	if af.json {
+		return printJSON(e.stdout, resp.Msg)
+	}
+	now := time.Now()
+	tw := table(e.stdout)
+	fmt.Fprintln(tw, "WHEN\tREQUEST\tMODEL\tSTATUS\tATTEMPTS\tDURATION\tTTFB\tTOKENS IN/OUT\tACCOUNT")
+	for _, r := range resp.Msg.Events {
+		ttfb := "-"
+		if r.TimeToFirstByte != nil {
+			ttfb = roundDuration(r.TimeToFirstByte.AsDuration()).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%d/%d\t%s\n", ago(r.StartedAt, now), r.RequestId, r.Model, r.Status,
+			r.Attempts, roundDuration(r.Duration.AsDuration()), ttfb, r.InputTokens, r.OutputTokens, r.AccountId)
+	}
+	return tw.Flush()
+}

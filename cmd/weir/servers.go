@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/weirhq/weir/controlplane"
+	"github.com/weirhq/weir/dataplane"
+	"github.com/weirhq/weir/internal/migrate"
+	"github.com/weirhq/weir/internal/serve"
+	"github.com/weirhq/weir/internal/sim"
+)
+
+// Default listen addresses; loopback unless an operator says otherwise.
+const (
+	defaultDataplaneAddr    = "127.0.0.1:7480"
+	defaultControlplaneAddr = "127.0.0.1:7481"
+	defaultSimAddr          = "127.0.0.1:7482"
+)
+
+func newLogger(e env) *slog.Logger {
+	level := slog.LevelInfo
+	switch strings.ToLower(e.getenv("WEIR_LOG_LEVEL")) {
+	case "debug":
+		level = slog.LevelDebug
+	case "warn":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	}
+	return slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+}
+
+func listen(addr, what string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: listen on %s: %w (pick another address with the listen flag)", what, addr, err)
+	}
+	return ln, nil
+}
+
+func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, errors.New("database URL is not valid") // the URL may hold a password: never echo it
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	return pool, nil
+}
+
+func runMigrate(ctx context.Context, args []string, e env) error {
+	fs := flag.NewFlagSet("weir migrate", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	dbURL := fs.String("database-url", e.getenv("WEIR_DATABASE_URL"), "Postgres URL (env WEIR_DATABASE_URL)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *dbURL == "" {
+		return errors.New("weir migrate: WEIR_DATABASE_URL is required")
+	}
+	pool, err := openPool(ctx, *dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := migrate.Up(ctx, pool); err != nil {
+		return err
+	}
+	fmt.Fprintln(e.stdout, "migrations applied")
+	return nil
+}
+
+// controlPlaneConfig reads the control plane's secrets from the environment.
+func controlPlaneConfig(e env, log *slog.Logger) (controlplane.Config, error) {
+	cfg := controlplane.Config{
+		AdminToken:     e.getenv("WEIR_ADMIN_TOKEN"),
+		DataplaneToken: e.getenv("WEIR_DATAPLANE_TOKEN"),
+		Logger:         log,
+	}
+	raw := e.getenv("WEIR_SECRET_KEY")
+	if raw == "" {
+		return cfg, errors.New("WEIR_SECRET_KEY is required (32 bytes, hex or base64; e.g. openssl rand -hex 32)")
+	}
+	key, err := controlplane.ParseSecretKey(raw)
+	if err != nil {
+		return cfg, fmt.Errorf("WEIR_SECRET_KEY: %w", err)
+	}
+	cfg.SecretKey = key
+	return cfg, cfg.Validate()
+}
+
+func runControlPlane(ctx context.Context, args []string, e env) error {
+	fs := flag.NewFlagSet("weir controlplane", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	addr := fs.String("listen", envOr(e, "WEIR_CONTROLPLANE_LISTEN", defaultControlplaneAddr), "address to serve Connect RPC on (env WEIR_CONTROLPLANE_LISTEN)")
+	dbURL := fs.String("database-url", e.getenv("WEIR_DATABASE_URL"), "Postgres URL (env WEIR_DATABASE_URL)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := newLogger(e)
+	if *dbURL == "" {
+		return errors.New("weir controlplane: WEIR_DATABASE_URL is required ('weir dev' runs an embedded Postgres instead)")
+	}
+	cfg, err := controlPlaneConfig(e, log)
+	if err != nil {
+		return fmt.Errorf("weir controlplane: %w", err)
+	}
+	pool, err := openPool(ctx, *dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := migrate.Up(ctx, pool); err != nil {
+		return err
+	}
+	ln, err := listen(*addr, "control plane")
+	if err != nil {
+		return err
+	}
+	log.Info("control plane listening", "addr", ln.Addr().String())
+	return serveControlPlane(ctx, cfg, pool, ln, log)
+}
+
+// serveControlPlane runs one replica until ctx ends.
+func serveControlPlane(ctx context.Context, cfg controlplane.Config, pool *pgxpool.Pool, ln net.Listener, log *slog.Logger) error {
+	cp, err := controlplane.New(cfg, pool)
+	if err != nil {
+		return err
+	}
+	if err := cp.Start(ctx); err != nil {
+		return err
+	}
+	err = serve.Run(ctx, ln, cp.Handler(), serve.Options{Logger: log})
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	return errors.Join(err, cp.Stop(sctx))
+}
+
+func runDataPlane(ctx context.Context, args []string, e env) error {
+	fs := flag.NewFlagSet("weir dataplane", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	addr := fs.String("listen", envOr(e, "WEIR_DATAPLANE_LISTEN", defaultDataplaneAddr), "address agents connect to (env WEIR_DATAPLANE_LISTEN)")
+	cpURL := fs.String("controlplane", e.getenv("WEIR_CONTROLPLANE_URL"), "control-plane URL (env WEIR_CONTROLPLANE_URL)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := newLogger(e)
+	cfg := dataplane.Config{ControlPlaneURL: *cpURL, Token: e.getenv("WEIR_DATAPLANE_TOKEN"), Logger: log}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("weir dataplane: %w", err)
+	}
+	ln, err := listen(*addr, "data plane")
+	if err != nil {
+		return err
+	}
+	log.Info("data plane listening", "addr", ln.Addr().String())
+	return serveDataPlane(ctx, cfg, ln, log)
+}
+
+func serveDataPlane(ctx context.Context, cfg dataplane.Config, ln net.Listener, log *slog.Logger) error {
+	dp, err := dataplane.New(cfg)
+	if err != nil {
+		return err
+	}
+	err = serve.Run(ctx, ln, dp.Handler(), serve.Options{Logger: log, ShutdownTimeout: 30 * time.Second})
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	dp.Close(cctx)
+	return err
+}
+
+func runSim(ctx context.Context, args []string, e env) error {
+	fs := flag.NewFlagSet("weir sim", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	addr := fs.String("listen", defaultSimAddr, "address to serve the simulated upstream on")
+	script := fs.String("script", "", "JSON script of accounts and faults (default: accept any credential)")
+	delay := fs.Duration("delta-delay", 30*time.Millisecond, "pause between streamed text deltas")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := newLogger(e)
+	sc := sim.Script{AcceptUnknown: true}
+	if *script != "" {
+		var err error
+		if sc, err = sim.LoadScript(*script); err != nil {
+			return fmt.Errorf("weir sim: %w", err)
+		}
+	}
+	ln, err := listen(*addr, "simulator")
+	if err != nil {
+		return err
+	}
+	log.Info("simulator listening", "addr", ln.Addr().String())
+	s := sim.New(sim.Config{Logger: log, Script: sc, DeltaDelay: *delay})
+	return serveSim(ctx, s, ln, log)
+}
+
+// serveSim serves the simulator over HTTP/1.1 only: its dropped-connection
+// faults close the TCP connection, which HTTP/2 would turn into a stream reset.
+func serveSim(ctx context.Context, s *sim.Server, ln net.Listener, log *slog.Logger) error {
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	})
+	return g.Wait()
+}
+
+func envOr(e env, key, def string) string {
+	if v := e.getenv(key); v != "" {
+		return v
+	}
+	return def
+}

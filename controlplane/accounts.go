@@ -1,0 +1,357 @@
+package controlplane
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/weirhq/weir/controlplane/db"
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+)
+
+const defaultMaxConcurrency = 4
+
+type accountService struct {
+	weirv1connect.UnimplementedAccountServiceHandler
+	s *Server
+}
+
+func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[weirv1.CreateAccountRequest]) (*connect.Response[weirv1.CreateAccountResponse], error) {
+	m := req.Msg
+	if m.Provider != weirv1.Provider_PROVIDER_ANTHROPIC {
+		return nil, toConnect(invalidf("provider: must be anthropic"))
+	}
+	if m.AuthKind != weirv1.AuthKind_AUTH_KIND_API_KEY && m.AuthKind != weirv1.AuthKind_AUTH_KIND_OAUTH {
+		return nil, toConnect(invalidf("auth_kind: must be api_key or oauth"))
+	}
+	if err := validLabel(m.Label); err != nil {
+		return nil, toConnect(err)
+	}
+	if err := validCredential(m.Credential); err != nil {
+		return nil, toConnect(err)
+	}
+	if err := validBaseURL(m.BaseUrl); err != nil {
+		return nil, toConnect(err)
+	}
+	maxConc := m.MaxConcurrency
+	if maxConc == 0 {
+		maxConc = defaultMaxConcurrency
+	}
+	if maxConc < 0 || maxConc > 10000 {
+		return nil, toConnect(invalidf("max_concurrency: must be between 1 and 10000"))
+	}
+	id := uuid.New()
+	row, err := a.s.q.CreateAccount(ctx, db.CreateAccountParams{
+		ID:               id,
+		Provider:         enumName(m.Provider),
+		AuthKind:         enumName(m.AuthKind),
+		Label:            m.Label,
+		BaseUrl:          strings.TrimRight(m.BaseUrl, "/"),
+		MaxConcurrency:   maxConc,
+		Priority:         m.Priority,
+		CredentialSealed: a.s.seal.seal(id, 1, m.Credential),
+		CredentialHint:   credentialHint(m.Credential),
+		Now:              a.s.now(),
+	})
+	if err != nil {
+		return nil, a.s.fail(ctx, "create account", storeErr(err))
+	}
+	a.s.log.InfoContext(ctx, "account created", "account_id", id, "label", row.Label, "auth_kind", row.AuthKind)
+	acct, err := a.s.accountView(ctx, row)
+	if err != nil {
+		return nil, a.s.fail(ctx, "create account", err)
+	}
+	return connect.NewResponse(&weirv1.CreateAccountResponse{Account: acct}), nil
+}
+
+func (a accountService) ListAccounts(ctx context.Context, _ *connect.Request[weirv1.ListAccountsRequest]) (*connect.Response[weirv1.ListAccountsResponse], error) {
+	now := a.s.now()
+	rows, err := a.s.q.ListAccounts(ctx)
+	if err != nil {
+		return nil, a.s.fail(ctx, "list accounts", err)
+	}
+	live, cooling, err := a.s.liveState(ctx, now)
+	if err != nil {
+		return nil, a.s.fail(ctx, "list accounts", err)
+	}
+	out := make([]*weirv1.Account, 0, len(rows))
+	for _, r := range rows {
+		var cd *db.Cooldown
+		if c, ok := cooling[r.ID]; ok {
+			cd = &c
+		}
+		out = append(out, accountProto(r, cd, live[r.ID]))
+	}
+	return connect.NewResponse(&weirv1.ListAccountsResponse{Accounts: out}), nil
+}
+
+func (a accountService) GetAccount(ctx context.Context, req *connect.Request[weirv1.GetAccountRequest]) (*connect.Response[weirv1.GetAccountResponse], error) {
+	row, err := a.s.findAccount(ctx, req.Msg.Id)
+	if err != nil {
+		return nil, a.s.fail(ctx, "get account", err)
+	}
+	acct, err := a.s.accountView(ctx, row)
+	if err != nil {
+		return nil, a.s.fail(ctx, "get account", err)
+	}
+	return connect.NewResponse(&weirv1.GetAccountResponse{Account: acct}), nil
+}
+
+func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[weirv1.UpdateAccountRequest]) (*connect.Response[weirv1.UpdateAccountResponse], error) {
+	m := req.Msg
+	row, err := a.s.findAccount(ctx, m.Id)
+	if err != nil {
+		return nil, a.s.fail(ctx, "update account", err)
+	}
+	paths := m.GetUpdateMask().GetPaths()
+	if len(paths) == 0 {
+		return nil, toConnect(invalidf("update_mask: name at least one field"))
+	}
+	p := db.UpdateAccountParams{ID: row.ID, Now: a.s.now()}
+	var newCredential *string
+	for _, path := range paths {
+		switch path {
+		case "label":
+			if err := validLabel(m.Label); err != nil {
+				return nil, toConnect(err)
+			}
+			p.Label = &m.Label
+		case "base_url":
+			if err := validBaseURL(m.BaseUrl); err != nil {
+				return nil, toConnect(err)
+			}
+			u := strings.TrimRight(m.BaseUrl, "/")
+			p.BaseUrl = &u
+		case "max_concurrency":
+			if m.MaxConcurrency < 1 || m.MaxConcurrency > 10000 {
+				return nil, toConnect(invalidf("max_concurrency: must be between 1 and 10000"))
+			}
+			p.MaxConcurrency = &m.MaxConcurrency
+		case "priority":
+			p.Priority = &m.Priority
+		case "credential":
+			if err := validCredential(m.Credential); err != nil {
+				return nil, toConnect(err)
+			}
+			newCredential = &m.Credential
+		default:
+			return nil, toConnect(invalidf("update_mask: unknown field %q", path))
+		}
+	}
+	err = a.s.tx(ctx, func(q *db.Queries) error {
+		var err error
+		if row, err = q.UpdateAccount(ctx, p); err != nil {
+			return storeErr(err)
+		}
+		if newCredential == nil {
+			return nil
+		}
+		rev := row.CredentialRevision + 1
+		row, err = q.ReplaceCredential(ctx, db.ReplaceCredentialParams{
+			ID:                 row.ID,
+			CredentialSealed:   a.s.seal.seal(row.ID, rev, *newCredential),
+			CredentialRevision: rev,
+			CredentialHint:     credentialHint(*newCredential),
+			Now:                p.Now,
+		})
+		if err != nil {
+			return err
+		}
+		// The old credential's verdict does not bind the new one.
+		_, err = q.ClearCooldown(ctx, row.ID)
+		return err
+	})
+	if err != nil {
+		return nil, a.s.fail(ctx, "update account", err)
+	}
+	acct, err := a.s.accountView(ctx, row)
+	if err != nil {
+		return nil, a.s.fail(ctx, "update account", err)
+	}
+	return connect.NewResponse(&weirv1.UpdateAccountResponse{Account: acct}), nil
+}
+
+func (a accountService) PauseAccount(ctx context.Context, req *connect.Request[weirv1.PauseAccountRequest]) (*connect.Response[weirv1.PauseAccountResponse], error) {
+	row, err := a.s.findAccount(ctx, req.Msg.Id)
+	if err != nil {
+		return nil, a.s.fail(ctx, "pause account", err)
+	}
+	if row, err = a.s.q.SetPaused(ctx, db.SetPausedParams{ID: row.ID, Paused: true, Now: a.s.now()}); err != nil {
+		return nil, a.s.fail(ctx, "pause account", storeErr(err))
+	}
+	a.s.log.InfoContext(ctx, "account paused", "account_id", row.ID)
+	acct, err := a.s.accountView(ctx, row)
+	if err != nil {
+		return nil, a.s.fail(ctx, "pause account", err)
+	}
+	return connect.NewResponse(&weirv1.PauseAccountResponse{Account: acct}), nil
+}
+
+func (a accountService) ResumeAccount(ctx context.Context, req *connect.Request[weirv1.ResumeAccountRequest]) (*connect.Response[weirv1.ResumeAccountResponse], error) {
+	row, err := a.s.findAccount(ctx, req.Msg.Id)
+	if err != nil {
+		return nil, a.s.fail(ctx, "resume account", err)
+	}
+	err = a.s.tx(ctx, func(q *db.Queries) error {
+		var err error
+		if row, err = q.ResumeAccount(ctx, db.ResumeAccountParams{ID: row.ID, Now: a.s.now()}); err != nil {
+			return storeErr(err)
+		}
+		_, err = q.ClearCooldown(ctx, row.ID)
+		return err
+	})
+	if err != nil {
+		return nil, a.s.fail(ctx, "resume account", err)
+	}
+	a.s.log.InfoContext(ctx, "account resumed", "account_id", row.ID)
+	acct, err := a.s.accountView(ctx, row)
+	if err != nil {
+		return nil, a.s.fail(ctx, "resume account", err)
+	}
+	return connect.NewResponse(&weirv1.ResumeAccountResponse{Account: acct}), nil
+}
+
+func (a accountService) DeleteAccount(ctx context.Context, req *connect.Request[weirv1.DeleteAccountRequest]) (*connect.Response[weirv1.DeleteAccountResponse], error) {
+	row, err := a.s.findAccount(ctx, req.Msg.Id)
+	if err != nil {
+		return nil, a.s.fail(ctx, "delete account", err)
+	}
+	if _, err := a.s.q.DeleteAccount(ctx, row.ID); err != nil {
+		return nil, a.s.fail(ctx, "delete account", err)
+	}
+	a.s.log.InfoContext(ctx, "account deleted", "account_id", row.ID)
+	return connect.NewResponse(&weirv1.DeleteAccountResponse{}), nil
+}
+
+// findAccount resolves an id or a label.
+func (s *Server) findAccount(ctx context.Context, idOrLabel string) (db.Account, error) {
+	if idOrLabel == "" {
+		return db.Account{}, invalidf("id: required (an account id or label)")
+	}
+	if id, err := uuid.Parse(idOrLabel); err == nil {
+		row, err := s.q.GetAccount(ctx, id)
+		return row, storeErr(err)
+	}
+	row, err := s.q.GetAccountByLabel(ctx, idOrLabel)
+	return row, storeErr(err)
+}
+
+// liveState reads live lease counts and live cooldowns for every account.
+func (s *Server) liveState(ctx context.Context, now time.Time) (map[uuid.UUID]int32, map[uuid.UUID]db.Cooldown, error) {
+	counts, err := s.q.LiveLeaseCounts(ctx, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	cds, err := s.q.LiveCooldowns(ctx, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	live := make(map[uuid.UUID]int32, len(counts))
+	for _, c := range counts {
+		live[c.AccountID] = c.Live
+	}
+	cooling := make(map[uuid.UUID]db.Cooldown, len(cds))
+	for _, c := range cds {
+		cooling[c.AccountID] = c
+	}
+	return live, cooling, nil
+}
+
+func (s *Server) accountView(ctx context.Context, row db.Account) (*weirv1.Account, error) {
+	live, cooling, err := s.liveState(ctx, s.now())
+	if err != nil {
+		return nil, err
+	}
+	var cd *db.Cooldown
+	if c, ok := cooling[row.ID]; ok {
+		cd = &c
+	}
+	return accountProto(row, cd, live[row.ID]), nil
+}
+
+func accountProto(r db.Account, cd *db.Cooldown, inFlight int32) *weirv1.Account {
+	a := &weirv1.Account{
+		Id:                 r.ID.String(),
+		Provider:           enumValue[weirv1.Provider](r.Provider),
+		AuthKind:           enumValue[weirv1.AuthKind](r.AuthKind),
+		Label:              r.Label,
+		BaseUrl:            r.BaseUrl,
+		MaxConcurrency:     r.MaxConcurrency,
+		Priority:           r.Priority,
+		CredentialHint:     r.CredentialHint,
+		CredentialRevision: r.CredentialRevision,
+		InFlight:           inFlight,
+		LastUsedAt:         timestampOrNil(r.LastUsedAt),
+		LastSuccessAt:      timestampOrNil(r.LastSuccessAt),
+		CreatedAt:          timestamppb.New(r.CreatedAt),
+		UpdatedAt:          timestamppb.New(r.UpdatedAt),
+	}
+	if r.BrokenReason != nil {
+		a.BrokenReason = *r.BrokenReason
+	}
+	if cd != nil {
+		a.Cooldown = cooldownProto(*cd)
+	}
+	switch {
+	case r.BrokenAt != nil:
+		a.State = weirv1.AccountState_ACCOUNT_STATE_BROKEN
+	case r.Paused:
+		a.State = weirv1.AccountState_ACCOUNT_STATE_PAUSED
+	case cd != nil:
+		a.State = weirv1.AccountState_ACCOUNT_STATE_COOLING
+	default:
+		a.State = weirv1.AccountState_ACCOUNT_STATE_ACTIVE
+	}
+	return a
+}
+
+func cooldownProto(c db.Cooldown) *weirv1.Cooldown {
+	return &weirv1.Cooldown{
+		Reason:    enumValue[weirv1.CooldownReason](c.Reason),
+		Until:     timestamppb.New(c.Until),
+		WrittenAt: timestamppb.New(c.WrittenAt),
+		Transient: c.Transient,
+		Evidence:  evidenceSummary(c.Evidence),
+	}
+}
+
+func timestampOrNil(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
+}
+
+func validLabel(l string) error {
+	if l == "" || len(l) > 64 || strings.TrimSpace(l) != l {
+		return invalidf("label: required, at most 64 characters, no surrounding spaces")
+	}
+	if _, err := uuid.Parse(l); err == nil {
+		return invalidf("label: must not look like an account id")
+	}
+	return nil
+}
+
+func validCredential(c string) error {
+	if len(c) < 8 || len(c) > 8192 || strings.ContainsAny(c, " \t\r\n") {
+		return invalidf("credential: required, 8 to 8192 characters, no whitespace")
+	}
+	return nil
+}
+
+func validBaseURL(u string) error {
+	if u == "" {
+		return nil
+	}
+	p, err := url.Parse(u)
+	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.User != nil || p.RawQuery != "" {
+		return invalidf("base_url: must be an http(s) URL with a host and no credentials or query")
+	}
+	return nil
+}

@@ -1,0 +1,55 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+)
+
+// tokenInterceptor admits LeaseService calls with the data-plane token and
+// every other call with the admin token. Neither token opens the other's
+// services: a leaked worker token cannot read or change the pool.
+type tokenInterceptor struct {
+	admin, dataplane []byte
+}
+
+var errUnauthenticated = errors.New("missing or invalid bearer token")
+
+func (t tokenInterceptor) check(procedure, header string) error {
+	want := t.admin
+	if strings.HasPrefix(procedure, "/"+weirv1connect.LeaseServiceName+"/") {
+		want = t.dataplane
+	}
+	token, ok := strings.CutPrefix(header, "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(token), want) != 1 {
+		return connect.NewError(connect.CodeUnauthenticated, errUnauthenticated)
+	}
+	return nil
+}
+
+func (t tokenInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if err := t.check(req.Spec().Procedure, req.Header().Get("Authorization")); err != nil {
+			return nil, err
+		}
+		return next(ctx, req)
+	}
+}
+
+func (t tokenInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (t tokenInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if err := t.check(conn.Spec().Procedure, conn.RequestHeader().Get("Authorization")); err != nil {
+			return err
+		}
+		return next(ctx, conn)
+	}
+}

@@ -1,0 +1,83 @@
+package controlplane
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures a control-plane replica. Zero values take the defaults
+// noted on each field.
+type Config struct {
+	// AdminToken authenticates operator RPCs (accounts, keys, routes).
+	// Required, at least 16 characters. Env: WEIR_ADMIN_TOKEN.
+	AdminToken string
+	// DataplaneToken authenticates data-plane workers on LeaseService.
+	// Required, at least 16 characters, different from AdminToken.
+	// Env: WEIR_DATAPLANE_TOKEN.
+	DataplaneToken string
+	// SecretKey is the 32-byte AES-256-GCM key sealing credentials at rest.
+	// Required. Env: WEIR_SECRET_KEY (hex or base64).
+	SecretKey []byte
+	// LeaseTTL is how long a lease lives without renewal. Default 30s.
+	LeaseTTL time.Duration
+	// SessionTTL is how long an idle session stays bound to its account.
+	// Default 1h.
+	SessionTTL time.Duration
+	// AuthFailureThreshold is how many consecutive credential rejections
+	// mark an account broken. Default 3.
+	AuthFailureThreshold int
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Now is the clock for every time written to Postgres. Default time.Now.
+	Now func() time.Time
+	// Registry receives the control plane's metrics. Default: a new one.
+	Registry *prometheus.Registry
+	// DisableJobs skips River (tests that drive jobs by hand).
+	DisableJobs bool
+}
+
+// Validate names the first bad field.
+func (c *Config) Validate() error {
+	switch {
+	case len(c.AdminToken) < 16:
+		return errors.New("controlplane: AdminToken (WEIR_ADMIN_TOKEN) must be at least 16 characters")
+	case len(c.DataplaneToken) < 16:
+		return errors.New("controlplane: DataplaneToken (WEIR_DATAPLANE_TOKEN) must be at least 16 characters")
+	case c.AdminToken == c.DataplaneToken:
+		return errors.New("controlplane: DataplaneToken must differ from AdminToken")
+	case len(c.SecretKey) != 32:
+		return errors.New("controlplane: SecretKey (WEIR_SECRET_KEY) must be 32 bytes")
+	case c.LeaseTTL < 0 || (c.LeaseTTL > 0 && c.LeaseTTL < time.Second):
+		return fmt.Errorf("controlplane: LeaseTTL %v must be at least 1s", c.LeaseTTL)
+	case c.SessionTTL < 0:
+		return errors.New("controlplane: SessionTTL must not be negative")
+	case c.AuthFailureThreshold < 0:
+		return errors.New("controlplane: AuthFailureThreshold must not be negative")
+	}
+	return nil
+}
+
+func (c *Config) setDefaults() {
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 30 * time.Second
+	}
+	if c.SessionTTL == 0 {
+		c.SessionTTL = time.Hour
+	}
+	if c.AuthFailureThreshold == 0 {
+		c.AuthFailureThreshold = 3
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+}

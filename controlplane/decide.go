@@ -1,0 +1,163 @@
+package controlplane
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+// Cooldown lengths when the upstream gives no deadline of its own.
+const (
+	transportCooldown        = 10 * time.Second
+	defaultRateLimitCooldown = 60 * time.Second
+	authCooldownBase         = time.Minute
+	authCooldownMax          = time.Hour
+)
+
+// decision is what the control plane concludes from one attempt.
+type decision struct {
+	action   weirv1.Action
+	cooldown *cooldownWrite
+	// success and authFailure update the account's record.
+	success, authFailure bool
+}
+
+type cooldownWrite struct {
+	reason   weirv1.CooldownReason
+	until    time.Time
+	evidence []byte
+}
+
+// decide turns an attempt's evidence into a decision. authFailures is the
+// account's count of consecutive credential rejections including this one
+// (it sets how long an invalid credential is kept out). Pure.
+func decide(o *weirv1.Outcome, authFailures int32, now time.Time) decision {
+	d := decision{action: weirv1.Action_ACTION_RESPOND}
+	switch o.GetClass() {
+	case weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS:
+		d.success = true
+	case weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR:
+		d.authFailure = true
+		backoff := authCooldownBase << min(max(authFailures-1, 0), 10)
+		d.cooldown = newCooldown(weirv1.CooldownReason_COOLDOWN_REASON_INVALID_CREDENTIAL, now.Add(min(backoff, authCooldownMax)), o)
+		d.action = weirv1.Action_ACTION_FAILOVER
+	case weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED:
+		until := now.Add(defaultRateLimitCooldown)
+		if ra, ok := retryAfter(o.GetHeaders(), now); ok {
+			until = now.Add(ra)
+		} else if reset, ok := unifiedReset(o.GetHeaders(), now); ok {
+			until = reset
+		}
+		d.cooldown = newCooldown(weirv1.CooldownReason_COOLDOWN_REASON_RATE_LIMITED, until, o)
+		d.action = weirv1.Action_ACTION_FAILOVER
+	case weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR:
+		d.cooldown = newCooldown(weirv1.CooldownReason_COOLDOWN_REASON_TRANSPORT, now.Add(transportCooldown), o)
+		d.action = weirv1.Action_ACTION_FAILOVER
+	case weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED:
+		// Overload is the provider's, not the account's: no cooldown; another
+		// account may still get through.
+		d.action = weirv1.Action_ACTION_FAILOVER
+	}
+	if o.GetBytesToClient() {
+		// Once the client has bytes, nothing can be replayed.
+		d.action = weirv1.Action_ACTION_RESPOND
+	}
+	return d
+}
+
+func newCooldown(reason weirv1.CooldownReason, until time.Time, o *weirv1.Outcome) *cooldownWrite {
+	return &cooldownWrite{reason: reason, until: until, evidence: evidenceJSON(o)}
+}
+
+// retryAfter reads retry-after-ms, then retry-after (seconds or an HTTP
+// date). Non-positive or unparseable values are ignored.
+func retryAfter(h map[string]string, now time.Time) (time.Duration, bool) {
+	if v, ok := h["retry-after-ms"]; ok {
+		if ms, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && ms > 0 {
+			return time.Duration(ms * float64(time.Millisecond)), true
+		}
+	}
+	v, ok := h["retry-after"]
+	if !ok {
+		return 0, false
+	}
+	v = strings.TrimSpace(v)
+	if s, err := strconv.ParseFloat(v, 64); err == nil {
+		if s > 0 {
+			return time.Duration(s * float64(time.Second)), true
+		}
+		return 0, false
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now), true
+	}
+	return 0, false
+}
+
+// unifiedReset reads anthropic-ratelimit-unified-reset (epoch seconds) when
+// it lies in the future.
+func unifiedReset(h map[string]string, now time.Time) (time.Time, bool) {
+	v, ok := h["anthropic-ratelimit-unified-reset"]
+	if !ok {
+		return time.Time{}, false
+	}
+	sec, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	t := time.Unix(sec, 0)
+	if !t.After(now) {
+		return time.Time{}, false
+	}
+	return t, true
+}
+
+// storedEvidence is the JSON kept with every cooldown.
+type storedEvidence struct {
+	Class          string            `json:"class"`
+	Status         int32             `json:"status,omitempty"`
+	ErrorType      string            `json:"error_type,omitempty"`
+	TransportError string            `json:"transport_error,omitempty"`
+	Headers        map[string]string `json:"headers,omitempty"`
+}
+
+func evidenceJSON(o *weirv1.Outcome) []byte {
+	b, _ := json.Marshal(storedEvidence{
+		Class:          enumName(o.GetClass()),
+		Status:         o.GetStatus(),
+		ErrorType:      o.GetErrorType(),
+		TransportError: o.GetTransportError(),
+		Headers:        o.GetHeaders(),
+	})
+	return b
+}
+
+// evidenceSummary renders stored evidence as one line for operators.
+func evidenceSummary(raw []byte) string {
+	var e storedEvidence
+	if json.Unmarshal(raw, &e) != nil {
+		return ""
+	}
+	parts := []string{e.Class}
+	if e.Status != 0 {
+		parts = append(parts, fmt.Sprintf("status %d", e.Status))
+	}
+	if e.ErrorType != "" {
+		parts = append(parts, e.ErrorType)
+	}
+	if v := e.Headers["retry-after"]; v != "" {
+		parts = append(parts, "retry-after "+v)
+	}
+	if v := e.Headers["anthropic-ratelimit-unified-status"]; v != "" {
+		parts = append(parts, "unified "+v)
+	}
+	if e.TransportError != "" {
+		parts = append(parts, e.TransportError)
+	}
+	return strings.Join(parts, ", ")
+}

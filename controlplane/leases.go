@@ -1,0 +1,312 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/weirhq/weir/controlplane/db"
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+)
+
+const defaultAnthropicBaseURL = "https://api.anthropic.com"
+
+// claimAttempts bounds how often one Acquire retries when a candidate was
+// claimed away between the view and the claim.
+const claimAttempts = 4
+
+type leaseService struct {
+	weirv1connect.UnimplementedLeaseServiceHandler
+	s *Server
+}
+
+var errKeyRejected = errors.New("client key is unknown or revoked")
+
+func (l leaseService) VerifyKey(ctx context.Context, req *connect.Request[weirv1.VerifyKeyRequest]) (*connect.Response[weirv1.VerifyKeyResponse], error) {
+	row, err := l.s.q.ActiveKeyByHash(ctx, req.Msg.KeyHash)
+	if err != nil {
+		if errors.Is(storeErr(err), ErrNotFound) {
+			return nil, connect.NewError(connect.CodePermissionDenied, errKeyRejected)
+		}
+		return nil, l.s.fail(ctx, "verify key", err)
+	}
+	return connect.NewResponse(&weirv1.VerifyKeyResponse{KeyId: row.ID.String(), KeyName: row.Name}), nil
+}
+
+func (l leaseService) Acquire(ctx context.Context, req *connect.Request[weirv1.AcquireRequest]) (*connect.Response[weirv1.AcquireResponse], error) {
+	start := time.Now()
+	resp, err := l.acquire(ctx, req.Msg)
+	outcome := "lease"
+	switch {
+	case err != nil:
+		outcome = "error"
+	case resp.GetNoAccount() != nil:
+		outcome = enumName(resp.GetNoAccount().Reason)
+	}
+	l.s.metrics.acquireSeconds.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (*weirv1.AcquireResponse, error) {
+	key, err := l.s.q.ActiveKeyByHash(ctx, m.KeyHash)
+	if err != nil {
+		if errors.Is(storeErr(err), ErrNotFound) {
+			return nil, connect.NewError(connect.CodePermissionDenied, errKeyRejected)
+		}
+		return nil, l.s.fail(ctx, "acquire", err)
+	}
+	exclude := make(map[uuid.UUID]bool, len(m.ExcludeAccountIds))
+	for _, id := range m.ExcludeAccountIds {
+		u, err := uuid.Parse(id)
+		if err != nil {
+			return nil, toConnect(invalidf("exclude_account_ids: %q is not an account id", id))
+		}
+		exclude[u] = true
+	}
+	for range claimAttempts {
+		now := l.s.now()
+		cands, sessionAccount, err := l.s.routingView(ctx, m.SessionKey, now)
+		if err != nil {
+			return nil, l.s.fail(ctx, "acquire", err)
+		}
+		order, none := route(cands, routeRequest{model: m.Model, exclude: exclude, sessionAccount: sessionAccount}, now)
+		if none != nil {
+			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: none}}, nil
+		}
+		for _, c := range order {
+			lease, err := l.claim(ctx, c, key.ID, m, now)
+			if err != nil {
+				return nil, l.s.fail(ctx, "acquire", err)
+			}
+			if lease != nil {
+				return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_Lease{Lease: lease}}, nil
+			}
+		}
+	}
+	// Every candidate was claimed away under us, repeatedly: the pool is full.
+	return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: &weirv1.NoAccount{
+		Reason:  weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY,
+		Message: "every eligible account was claimed by concurrent requests",
+		RetryAt: timestamppb.New(l.s.now().Add(time.Second)),
+	}}}, nil
+}
+
+// claim leases c's account, or returns nil when it was claimed away, its
+// credential changed, or it stopped being eligible since the view was read.
+func (l leaseService) claim(ctx context.Context, c candidate, keyID uuid.UUID, m *weirv1.AcquireRequest, now time.Time) (*weirv1.Lease, error) {
+	expires := now.Add(l.s.cfg.LeaseTTL)
+	leaseID, err := l.s.q.ClaimLease(ctx, db.ClaimLeaseParams{
+		AccountID:  c.account.ID,
+		Revision:   c.account.CredentialRevision,
+		KeyID:      uuid.NullUUID{UUID: keyID, Valid: true},
+		RequestID:  m.RequestId,
+		Model:      m.Model,
+		SessionKey: m.SessionKey,
+		Now:        now,
+		ExpiresAt:  expires,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if leaseID == uuid.Nil {
+		return nil, nil
+	}
+	credential, err := l.s.seal.open(c.account.ID, c.account.CredentialRevision, c.account.CredentialSealed)
+	if err != nil {
+		// Give the lease back at once; the account is unusable until an
+		// operator re-enters its credential under the right key.
+		if _, rerr := l.s.q.ReleaseLease(ctx, leaseID); rerr != nil {
+			l.s.log.ErrorContext(ctx, "release unusable lease", "lease_id", leaseID, "err", rerr)
+		}
+		l.s.log.ErrorContext(ctx, "credential unreadable", "account_id", c.account.ID, "err", err)
+		return nil, nil
+	}
+	base := c.account.BaseUrl
+	if base == "" {
+		base = defaultAnthropicBaseURL
+	}
+	return &weirv1.Lease{
+		Id:           leaseID.String(),
+		AccountId:    c.account.ID.String(),
+		AccountLabel: c.account.Label,
+		Provider:     enumValue[weirv1.Provider](c.account.Provider),
+		AuthKind:     enumValue[weirv1.AuthKind](c.account.AuthKind),
+		BaseUrl:      base,
+		Credential:   credential,
+		ExpiresAt:    timestamppb.New(expires),
+		Ttl:          durationpb.New(l.s.cfg.LeaseTTL),
+	}, nil
+}
+
+// routingView reads every account with its live leases and cooldown, and
+// the account the session is bound to, if it is still bound.
+func (s *Server) routingView(ctx context.Context, sessionKey string, now time.Time) ([]candidate, uuid.UUID, error) {
+	rows, err := s.q.ListAccounts(ctx)
+	if err != nil {
+		return nil, uuid.Nil, err
+	}
+	live, cooling, err := s.liveState(ctx, now)
+	if err != nil {
+		return nil, uuid.Nil, err
+	}
+	cands := make([]candidate, 0, len(rows))
+	for _, r := range rows {
+		c := candidate{account: r, live: live[r.ID]}
+		if cd, ok := cooling[r.ID]; ok {
+			c.cooldown = &cd
+		}
+		cands = append(cands, c)
+	}
+	session := uuid.Nil
+	if sessionKey != "" {
+		id, err := s.q.SessionAccount(ctx, db.SessionAccountParams{SessionKey: sessionKey, Since: now.Add(-s.cfg.SessionTTL)})
+		if err != nil && !errors.Is(storeErr(err), ErrNotFound) {
+			return nil, uuid.Nil, err
+		}
+		session = id
+	}
+	return cands, session, nil
+}
+
+func (l leaseService) Renew(ctx context.Context, req *connect.Request[weirv1.RenewRequest]) (*connect.Response[weirv1.RenewResponse], error) {
+	id, err := uuid.Parse(req.Msg.LeaseId)
+	if err != nil {
+		return nil, toConnect(invalidf("lease_id: not a lease id"))
+	}
+	now := l.s.now()
+	exp, err := l.s.q.RenewLease(ctx, db.RenewLeaseParams{ID: id, Now: now, ExpiresAt: now.Add(l.s.cfg.LeaseTTL)})
+	if err != nil {
+		return nil, l.s.fail(ctx, "renew lease", storeErr(err))
+	}
+	return connect.NewResponse(&weirv1.RenewResponse{ExpiresAt: timestamppb.New(exp)}), nil
+}
+
+func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.ReleaseRequest]) (*connect.Response[weirv1.ReleaseResponse], error) {
+	id, err := uuid.Parse(req.Msg.LeaseId)
+	if err != nil {
+		return nil, toConnect(invalidf("lease_id: not a lease id"))
+	}
+	o := req.Msg.Outcome
+	if o == nil {
+		return nil, toConnect(invalidf("outcome: required"))
+	}
+	var d decision
+	err = l.s.tx(ctx, func(q *db.Queries) error {
+		row, err := q.ReleaseLease(ctx, id)
+		if err != nil {
+			return storeErr(err)
+		}
+		now := l.s.now()
+		var failures int32
+		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR {
+			r, err := q.RecordAuthFailure(ctx, db.RecordAuthFailureParams{
+				ID:        row.AccountID,
+				Threshold: int32(l.s.cfg.AuthFailureThreshold),
+				Reason:    "credential rejected by the upstream " + evidenceSummary(evidenceJSON(o)),
+				Now:       now,
+			})
+			if err != nil {
+				return err
+			}
+			failures = r.AuthFailures
+			if r.Broken {
+				l.s.log.WarnContext(ctx, "account broken", "account_id", row.AccountID, "auth_failures", failures)
+			}
+		}
+		d = decide(o, failures, now)
+		if d.success {
+			if err := q.RecordSuccess(ctx, db.RecordSuccessParams{ID: row.AccountID, Now: now}); err != nil {
+				return err
+			}
+		}
+		if cw := d.cooldown; cw != nil {
+			_, err := q.WriteCooldown(ctx, db.WriteCooldownParams{
+				AccountID: row.AccountID,
+				Reason:    enumName(cw.reason),
+				Transient: transientReason(cw.reason),
+				Until:     cw.until,
+				Now:       now,
+				Evidence:  cw.evidence,
+			})
+			if err != nil {
+				return err
+			}
+			l.s.metrics.cooldowns.WithLabelValues(enumName(cw.reason)).Inc()
+			l.s.log.InfoContext(ctx, "cooldown written", "account_id", row.AccountID,
+				"reason", enumName(cw.reason), "until", cw.until)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, l.s.fail(ctx, "release lease", err)
+	}
+	l.s.metrics.releases.WithLabelValues(enumName(o.Class)).Inc()
+	out := &weirv1.Decision{Action: d.action}
+	if cw := d.cooldown; cw != nil {
+		out.Cooldown = &weirv1.Cooldown{
+			Reason:    cw.reason,
+			Until:     timestamppb.New(cw.until),
+			Transient: transientReason(cw.reason),
+			Evidence:  evidenceSummary(cw.evidence),
+		}
+	}
+	return connect.NewResponse(&weirv1.ReleaseResponse{Decision: out}), nil
+}
+
+func (l leaseService) ReportRoute(ctx context.Context, req *connect.Request[weirv1.ReportRouteRequest]) (*connect.Response[weirv1.ReportRouteResponse], error) {
+	e := req.Msg.Event
+	if e == nil || e.RequestId == "" {
+		return nil, toConnect(invalidf("event.request_id: required"))
+	}
+	now := l.s.now()
+	p := db.InsertRouteEventParams{
+		RequestID:    e.RequestId,
+		Surface:      e.Surface,
+		Model:        e.Model,
+		Stream:       e.Stream,
+		Status:       e.Status,
+		ErrorType:    e.ErrorType,
+		Attempts:     e.Attempts,
+		DurationMs:   durationMillis(e.Duration),
+		InputTokens:  e.InputTokens,
+		OutputTokens: e.OutputTokens,
+		StartedAt:    e.StartedAt.AsTime(),
+		Now:          now,
+	}
+	if e.TimeToFirstByte != nil {
+		ms := durationMillis(e.TimeToFirstByte)
+		p.TtfbMs = &ms
+	}
+	if id, err := uuid.Parse(e.KeyId); err == nil {
+		p.KeyID = uuid.NullUUID{UUID: id, Valid: true}
+	}
+	if id, err := uuid.Parse(e.AccountId); err == nil {
+		p.AccountID = uuid.NullUUID{UUID: id, Valid: true}
+	}
+	err := l.s.tx(ctx, func(q *db.Queries) error {
+		if err := q.InsertRouteEvent(ctx, p); err != nil {
+			return err
+		}
+		if p.KeyID.Valid {
+			return q.TouchKey(ctx, db.TouchKeyParams{ID: p.KeyID.UUID, Now: now, StaleBefore: now.Add(-time.Minute)})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, l.s.fail(ctx, "report route", err)
+	}
+	return connect.NewResponse(&weirv1.ReportRouteResponse{}), nil
+}
+
+func durationMillis(d *durationpb.Duration) float64 {
+	return float64(d.AsDuration()) / float64(time.Millisecond)
+}

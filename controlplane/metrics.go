@@ -1,0 +1,34 @@
+package controlplane
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the control plane's own; labels are bounded enums.
+type metrics struct {
+	acquireSeconds *prometheus.HistogramVec
+	releases       *prometheus.CounterVec
+	cooldowns      *prometheus.CounterVec
+}
+
+func newMetrics(reg *prometheus.Registry) *metrics {
+	m := &metrics{
+		acquireSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "weir_controlplane_acquire_seconds",
+			Help:    "Time to answer Acquire, by result (lease or the no-account reason).",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}, []string{"result"}),
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weir_controlplane_releases_total",
+			Help: "Leases released, by the attempt's outcome class.",
+		}, []string{"class"}),
+		cooldowns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weir_controlplane_cooldowns_written_total",
+			Help: "Cooldowns written, by reason.",
+		}, []string{"reason"}),
+	}
+	reg.MustRegister(m.acquireSeconds, m.releases, m.cooldowns,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}

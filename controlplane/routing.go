@@ -1,0 +1,134 @@
+package controlplane
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/weirhq/weir/controlplane/db"
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+// candidate is one account as routing sees it at one instant.
+type candidate struct {
+	account  db.Account
+	live     int32        // unexpired leases
+	cooldown *db.Cooldown // live cooldown, if any
+}
+
+// routeRequest is what one Acquire asks for.
+type routeRequest struct {
+	model          string
+	exclude        map[uuid.UUID]bool
+	sessionAccount uuid.UUID // uuid.Nil when the session is unbound
+}
+
+// serves says whether an account's provider serves a model. Every model is
+// Anthropic's until other providers join the pool.
+func serves(provider string, _ string) bool {
+	return provider == enumName(weirv1.Provider_PROVIDER_ANTHROPIC)
+}
+
+// route orders the accounts that may serve req, best first, or says why
+// there are none. It is pure: the claim that follows re-checks eligibility
+// under a row lock, so a stale view costs a retry, never a broken cap.
+func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *weirv1.NoAccount) {
+	var (
+		eligible                       []candidate
+		serving, disabled, tried, full int
+		cooling                        int
+		soonest                        time.Time
+	)
+	for _, c := range cands {
+		a := c.account
+		if !serves(a.Provider, req.model) {
+			continue
+		}
+		serving++
+		switch {
+		case a.Paused || a.BrokenAt != nil:
+			disabled++
+		case req.exclude[a.ID]:
+			tried++
+		case c.cooldown != nil && c.cooldown.Until.After(now):
+			cooling++
+			if c.cooldown.Transient && (soonest.IsZero() || c.cooldown.Until.Before(soonest)) {
+				soonest = c.cooldown.Until
+			}
+		case c.live >= a.MaxConcurrency:
+			full++
+		default:
+			eligible = append(eligible, c)
+		}
+	}
+	if len(eligible) > 0 {
+		slices.SortStableFunc(eligible, func(x, y candidate) int { return compareCandidates(x, y, req) })
+		return eligible, nil
+	}
+	none := &weirv1.NoAccount{}
+	switch {
+	case serving == 0:
+		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED
+		none.Message = "no account in the pool serves this model"
+	case full > 0:
+		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY
+		none.Message = fmt.Sprintf("all %d eligible accounts are at their concurrency cap", full)
+		none.RetryAt = timestamppb.New(now.Add(time.Second))
+	case tried > 0:
+		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_TRIED
+		none.Message = fmt.Sprintf("all %d eligible accounts were tried for this request", tried)
+	case cooling > 0:
+		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_COOLING
+		none.Message = fmt.Sprintf("all %d accounts are cooling down", cooling)
+		if !soonest.IsZero() {
+			none.RetryAt = timestamppb.New(soonest)
+			none.Message += "; the first recovers at " + soonest.UTC().Format(time.RFC3339)
+		} else {
+			none.Message += " with rejected credentials"
+		}
+	default:
+		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_DISABLED
+		none.Message = fmt.Sprintf("all %d accounts are paused or broken", disabled)
+	}
+	return nil, none
+}
+
+// compareCandidates ranks: the session's own account first (its prompt
+// cache lives there), then operator priority, then the most free share of
+// the concurrency cap, then the least recently used.
+func compareCandidates(x, y candidate, req routeRequest) int {
+	if req.sessionAccount != uuid.Nil {
+		xs, ys := x.account.ID == req.sessionAccount, y.account.ID == req.sessionAccount
+		if xs != ys {
+			if xs {
+				return -1
+			}
+			return 1
+		}
+	}
+	if c := cmp.Compare(y.account.Priority, x.account.Priority); c != 0 {
+		return c
+	}
+	// x.live/x.cap < y.live/y.cap, compared without division.
+	if c := cmp.Compare(int64(x.live)*int64(y.account.MaxConcurrency), int64(y.live)*int64(x.account.MaxConcurrency)); c != 0 {
+		return c
+	}
+	return compareTimes(x.account.LastUsedAt, y.account.LastUsedAt)
+}
+
+// compareTimes orders never-used first, then oldest.
+func compareTimes(x, y *time.Time) int {
+	switch {
+	case x == nil && y == nil:
+		return 0
+	case x == nil:
+		return -1
+	case y == nil:
+		return 1
+	}
+	return x.Compare(*y)
+}

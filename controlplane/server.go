@@ -1,0 +1,141 @@
+// Package controlplane owns weir's state in Postgres and serves it over
+// Connect RPC (Connect, gRPC and gRPC-Web on one h2c port): AccountService
+// and KeyService for operators, LeaseService for data-plane workers, and
+// River jobs for the periodic work.
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/jobs"
+)
+
+// Server is one control-plane replica.
+type Server struct {
+	cfg     Config
+	pool    *pgxpool.Pool
+	q       *db.Queries
+	seal    *sealer
+	log     *slog.Logger
+	now     func() time.Time
+	metrics *metrics
+	river   *river.Client[pgx.Tx]
+}
+
+// New builds a replica over a migrated database.
+func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	seal, err := newSealer(cfg.SecretKey)
+	if err != nil {
+		return nil, fmt.Errorf("controlplane: %w", err)
+	}
+	s := &Server{
+		cfg:     cfg,
+		pool:    pool,
+		q:       db.New(pool),
+		seal:    seal,
+		log:     cfg.Logger,
+		now:     cfg.Now,
+		metrics: newMetrics(cfg.Registry),
+	}
+	if !cfg.DisableJobs {
+		workers := river.NewWorkers()
+		periodic := jobs.Register(workers, jobs.Deps{
+			Queries:    s.q,
+			Logger:     cfg.Logger,
+			Now:        cfg.Now,
+			LeaseGrace: 10 * time.Minute,
+			SessionTTL: cfg.SessionTTL,
+		})
+		s.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
+			Logger:       cfg.Logger.With("component", "river"),
+			Queues:       map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 4}},
+			Workers:      workers,
+			PeriodicJobs: periodic,
+			JobTimeout:   time.Minute,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("controlplane: river: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// Start starts the River client (job workers and the periodic schedule).
+func (s *Server) Start(ctx context.Context) error {
+	if s.river == nil {
+		return nil
+	}
+	if err := s.river.Start(ctx); err != nil {
+		return fmt.Errorf("controlplane: start river: %w", err)
+	}
+	return nil
+}
+
+// Stop stops River, letting running jobs finish until ctx ends.
+func (s *Server) Stop(ctx context.Context) error {
+	if s.river == nil {
+		return nil
+	}
+	return s.river.Stop(ctx)
+}
+
+// Handler serves every RPC plus /metrics, /healthz and /readyz.
+func (s *Server) Handler() http.Handler {
+	opts := connect.WithInterceptors(tokenInterceptor{
+		admin:     []byte(s.cfg.AdminToken),
+		dataplane: []byte(s.cfg.DataplaneToken),
+	})
+	mux := http.NewServeMux()
+	mux.Handle(weirv1connect.NewAccountServiceHandler(accountService{s: s}, opts))
+	mux.Handle(weirv1connect.NewKeyServiceHandler(keyService{s: s}, opts))
+	mux.Handle(weirv1connect.NewLeaseServiceHandler(leaseService{s: s}, opts))
+	mux.Handle(weirv1connect.NewRouteServiceHandler(routeService{s: s}, opts))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("ok\n")) //nolint:errcheck // a failed health write is the client's problem
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := s.pool.Ping(ctx); err != nil {
+			http.Error(w, "database unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n")) //nolint:errcheck // as above
+	})
+	return mux
+}
+
+// tx runs fn in a transaction.
+func (s *Server) tx(ctx context.Context, fn func(q *db.Queries) error) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(s.q.WithTx(tx)) })
+}
+
+// fail logs errors the client cannot act on and maps every error to its
+// Connect code without internal detail.
+func (s *Server) fail(ctx context.Context, op string, err error) error {
+	var inv errInvalid
+	var conflict errConflict
+	if !errors.Is(err, ErrNotFound) && !errors.As(err, &inv) && !errors.As(err, &conflict) && !errors.Is(err, context.Canceled) {
+		s.log.ErrorContext(ctx, "rpc failed", "op", op, "err", err)
+	}
+	return toConnect(err)
+}

@@ -1,0 +1,87 @@
+package dataplane
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+)
+
+// clientKey reads the client's weir key from x-api-key (what Claude Code
+// sends with ANTHROPIC_API_KEY) or a bearer (ANTHROPIC_AUTH_TOKEN).
+func clientKey(r *http.Request) string {
+	if k := strings.TrimSpace(r.Header.Get("X-Api-Key")); k != "" {
+		return k
+	}
+	if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		return strings.TrimSpace(tok)
+	}
+	return ""
+}
+
+func hashKey(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+// keyCache remembers verified keys briefly so that most requests do not
+// pay a VerifyKey round trip. It only ever admits: Acquire checks the key
+// again, so a revoked key gets no lease even while it is cached here.
+type keyCache struct {
+	client weirv1connect.LeaseServiceClient
+	ttl    time.Duration
+	now    func() time.Time
+
+	mu      sync.Mutex
+	entries map[string]keyEntry
+}
+
+type keyEntry struct {
+	id      string
+	expires time.Time
+}
+
+// errKeyRejected is a key the control plane does not know or revoked.
+var errKeyRejected = errors.New("key rejected")
+
+// verify returns the key id for a key hash.
+func (c *keyCache) verify(ctx context.Context, hash string) (string, error) {
+	now := c.now()
+	c.mu.Lock()
+	e, ok := c.entries[hash]
+	c.mu.Unlock()
+	if ok && now.Before(e.expires) {
+		return e.id, nil
+	}
+	resp, err := c.client.VerifyKey(ctx, connect.NewRequest(&weirv1.VerifyKeyRequest{KeyHash: hash}))
+	if err != nil {
+		if connect.CodeOf(err) == connect.CodePermissionDenied {
+			c.forget(hash)
+			return "", errKeyRejected
+		}
+		return "", err
+	}
+	c.mu.Lock()
+	if len(c.entries) > 10000 {
+		// Bounded: a flood of distinct valid keys cannot grow it forever.
+		clear(c.entries)
+	}
+	c.entries[hash] = keyEntry{id: resp.Msg.KeyId, expires: now.Add(c.ttl)}
+	c.mu.Unlock()
+	return resp.Msg.KeyId, nil
+}
+
+func (c *keyCache) forget(hash string) {
+	c.mu.Lock()
+	delete(c.entries, hash)
+	c.mu.Unlock()
+}

@@ -1,0 +1,95 @@
+package dataplane
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures a data-plane worker. Zero values take the defaults
+// noted on each field.
+type Config struct {
+	// ControlPlaneURL is where LeaseService is served. Required.
+	// Env: WEIR_CONTROLPLANE_URL.
+	ControlPlaneURL string
+	// Token is the data-plane token for LeaseService. Required.
+	// Env: WEIR_DATAPLANE_TOKEN.
+	Token string
+	// MaxBodyBytes caps a request body. Default 32 MiB.
+	MaxBodyBytes int64
+	// MaxAttempts caps upstream attempts (across accounts) per request.
+	// Default 5.
+	MaxAttempts int
+	// KeyCacheTTL is how long a verified client key is trusted without
+	// asking again; Acquire re-checks every key regardless. Default 5s.
+	KeyCacheTTL time.Duration
+	// Upstream is the client for provider traffic. Default: a tuned
+	// transport with no overall timeout (streams run long).
+	Upstream *http.Client
+	// ControlPlane is the client for LeaseService. Default: h2c.
+	ControlPlane *http.Client
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Registry receives the worker's metrics. Default: a new one.
+	Registry *prometheus.Registry
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Validate names the first bad field.
+func (c *Config) Validate() error {
+	if c.ControlPlaneURL == "" {
+		return errors.New("dataplane: ControlPlaneURL (WEIR_CONTROLPLANE_URL) is required")
+	}
+	if u, err := url.Parse(c.ControlPlaneURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errors.New("dataplane: ControlPlaneURL must be an http(s) URL")
+	}
+	if c.Token == "" {
+		return errors.New("dataplane: Token (WEIR_DATAPLANE_TOKEN) is required")
+	}
+	if c.MaxBodyBytes < 0 {
+		return errors.New("dataplane: MaxBodyBytes must not be negative")
+	}
+	if c.MaxAttempts < 0 {
+		return errors.New("dataplane: MaxAttempts must not be negative")
+	}
+	if c.KeyCacheTTL < 0 {
+		return errors.New("dataplane: KeyCacheTTL must not be negative")
+	}
+	return nil
+}
+
+func (c *Config) setDefaults() {
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 32 << 20
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 5
+	}
+	if c.KeyCacheTTL == 0 {
+		c.KeyCacheTTL = 5 * time.Second
+	}
+	if c.Upstream == nil {
+		c.Upstream = &http.Client{Transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			MaxIdleConnsPerHost:   256,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ExpectContinueTimeout: time.Second,
+			ForceAttemptHTTP2:     true,
+		}}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}

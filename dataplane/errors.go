@@ -1,0 +1,67 @@
+package dataplane
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// apiError is an error weir itself answers, in the Anthropic wire format:
+// {"type":"error","error":{"type":T,"message":M},"request_id":R}.
+type apiError struct {
+	status  int
+	typ     string
+	message string
+	// retryAfter, when positive, is sent as integer seconds.
+	retryAfter time.Duration
+	// final tells SDK clients not to retry (x-should-retry: false).
+	final bool
+}
+
+func (e *apiError) Error() string { return e.typ + ": " + e.message }
+
+func errInvalidRequest(msg string) *apiError {
+	return &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", message: msg, final: true}
+}
+
+func errAuthentication(msg string) *apiError {
+	return &apiError{status: http.StatusUnauthorized, typ: "authentication_error", message: msg, final: true}
+}
+
+func errTooLarge(limit int64) *apiError {
+	return &apiError{status: http.StatusRequestEntityTooLarge, typ: "request_too_large",
+		message: "request body exceeds the " + strconv.FormatInt(limit>>20, 10) + " MiB limit", final: true}
+}
+
+func errNotFound(msg string) *apiError {
+	return &apiError{status: http.StatusNotFound, typ: "not_found_error", message: msg, final: true}
+}
+
+// writeAPIError writes e; nothing may have been written to w before.
+func writeAPIError(w http.ResponseWriter, requestID string, e *apiError) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if e.retryAfter > 0 {
+		h.Set("Retry-After", retryAfterSeconds(e.retryAfter))
+	}
+	if e.final {
+		h.Set("X-Should-Retry", "false")
+	} else {
+		h.Set("X-Should-Retry", "true")
+	}
+	body, _ := json.Marshal(map[string]any{
+		"type":       "error",
+		"error":      map[string]string{"type": e.typ, "message": e.message},
+		"request_id": requestID,
+	})
+	w.WriteHeader(e.status)
+	w.Write(body) //nolint:errcheck // the client may be gone; nothing to do
+}
+
+// retryAfterSeconds renders a wait as integer seconds, rounded up, at
+// least 1: clients parse Retry-After as an integer.
+func retryAfterSeconds(d time.Duration) string {
+	s := int64((d + time.Second - 1) / time.Second)
+	return strconv.FormatInt(max(s, 1), 10)
+}

@@ -1,0 +1,147 @@
+package dataplane
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+// classify maps an upstream status (and error type, when the body or an
+// SSE error event named one) to the outcome class the control plane
+// decides on. Pure.
+func classify(status int, errorType string) weirv1.OutcomeClass {
+	switch {
+	case status >= 200 && status < 300:
+		if errorType != "" {
+			return classifyErrorType(errorType)
+		}
+		return weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS
+	case status == http.StatusUnauthorized, status == http.StatusForbidden:
+		return weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR
+	case status == http.StatusTooManyRequests:
+		return weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED
+	case status == http.StatusBadRequest, status == http.StatusNotFound,
+		status == http.StatusRequestEntityTooLarge, status == http.StatusUnprocessableEntity:
+		return weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_ERROR
+	case status == http.StatusInternalServerError, status == http.StatusBadGateway,
+		status == http.StatusServiceUnavailable, status == http.StatusGatewayTimeout, status == 529:
+		return weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED
+	}
+	return weirv1.OutcomeClass_OUTCOME_CLASS_UPSTREAM_ERROR
+}
+
+// classifyErrorType reads an error that arrived inside a 200 stream.
+func classifyErrorType(t string) weirv1.OutcomeClass {
+	switch t {
+	case "overloaded_error", "api_error", "timeout_error":
+		return weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED
+	case "rate_limit_error":
+		return weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED
+	case "authentication_error", "permission_error":
+		return weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR
+	case "invalid_request_error", "not_found_error", "request_too_large":
+		return weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_ERROR
+	}
+	return weirv1.OutcomeClass_OUTCOME_CLASS_UPSTREAM_ERROR
+}
+
+// statusForErrorType is the HTTP status weir answers with when an error
+// that arrived as an SSE event before any output is passed on as a plain
+// HTTP error (nothing was sent yet, so the client gets the usual shape).
+func statusForErrorType(t string) int {
+	switch t {
+	case "overloaded_error":
+		return 529
+	case "rate_limit_error":
+		return http.StatusTooManyRequests
+	case "authentication_error":
+		return http.StatusUnauthorized
+	case "permission_error":
+		return http.StatusForbidden
+	case "invalid_request_error":
+		return http.StatusBadRequest
+	case "not_found_error":
+		return http.StatusNotFound
+	case "request_too_large":
+		return http.StatusRequestEntityTooLarge
+	case "timeout_error":
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}
+
+// errorTypeOf reads error.type from an Anthropic error body or event.
+func errorTypeOf(body []byte) string {
+	var e struct {
+		Error struct {
+			Type string `json:"type"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &e) != nil {
+		return ""
+	}
+	return e.Error.Type
+}
+
+// decisionHeaders picks the upstream response headers that matter to the
+// control plane's decisions.
+func decisionHeaders(h http.Header) map[string]string {
+	out := make(map[string]string)
+	for k, v := range h {
+		lk := strings.ToLower(k)
+		switch {
+		case lk == "retry-after", lk == "retry-after-ms", lk == "x-should-retry", lk == "request-id",
+			strings.HasPrefix(lk, "anthropic-ratelimit-"):
+			if len(v) > 0 {
+				out[lk] = v[0]
+			}
+		}
+	}
+	return out
+}
+
+// usage reads token counts from a non-streamed message or from the
+// message_start / message_delta events of a stream.
+type usage struct {
+	input, output int64
+}
+
+func (u *usage) fromMessage(body []byte) {
+	var m struct {
+		Usage struct {
+			InputTokens  int64 `json:"input_tokens"`
+			OutputTokens int64 `json:"output_tokens"`
+		} `json:"usage"`
+	}
+	if json.Unmarshal(body, &m) == nil {
+		u.input, u.output = m.Usage.InputTokens, m.Usage.OutputTokens
+	}
+}
+
+func (u *usage) fromEvent(ev sseEvent) {
+	switch ev.name {
+	case "message_start":
+		var m struct {
+			Message struct {
+				Usage struct {
+					InputTokens  int64 `json:"input_tokens"`
+					OutputTokens int64 `json:"output_tokens"`
+				} `json:"usage"`
+			} `json:"message"`
+		}
+		if json.Unmarshal(ev.data, &m) == nil {
+			u.input, u.output = m.Message.Usage.InputTokens, m.Message.Usage.OutputTokens
+		}
+	case "message_delta":
+		var m struct {
+			Usage struct {
+				OutputTokens int64 `json:"output_tokens"`
+			} `json:"usage"`
+		}
+		if json.Unmarshal(ev.data, &m) == nil && m.Usage.OutputTokens > 0 {
+			u.output = m.Usage.OutputTokens
+		}
+	}
+}

@@ -1,0 +1,322 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+// maxErrorBody bounds how much of an upstream error body is kept.
+const maxErrorBody = 1 << 20
+
+// maxMessageBody bounds a non-streamed upstream answer.
+const maxMessageBody = 64 << 20
+
+// attemptResult is what one upstream attempt left behind.
+type attemptResult struct {
+	outcome *weirv1.Outcome
+	// failure is the upstream's failed answer, kept because nothing reached
+	// the client yet: it may still be replayed elsewhere, or sent as is.
+	failure *bufferedResponse
+}
+
+// bufferedResponse is an upstream answer held back from the client.
+type bufferedResponse struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (b *bufferedResponse) write(w http.ResponseWriter) {
+	copyResponseHeaders(w.Header(), b.header)
+	if v := b.header.Get("Retry-After"); v != "" {
+		if d, ok := parseRetryAfter(v, time.Now()); ok {
+			w.Header().Set("Retry-After", retryAfterSeconds(d))
+		} else {
+			w.Header().Del("Retry-After")
+		}
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(b.body)))
+	w.WriteHeader(b.status)
+	w.Write(b.body) //nolint:errcheck // the client may be gone
+}
+
+// parseRetryAfter reads seconds (possibly fractional) or an HTTP date.
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	if s, err := strconv.ParseFloat(v, 64); err == nil {
+		return time.Duration(s * float64(time.Second)), s > 0
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now), true
+	}
+	return 0, false
+}
+
+// attempt sends the request once on lease's account and relays a success
+// (or a non-retryable answer) to the client. A failure that another
+// attempt might fix is returned unsent.
+func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request, in *inbound, lease *weirv1.Lease) attemptResult {
+	start := s.cfg.Now()
+	o := &weirv1.Outcome{}
+	defer func() { o.Duration = durationpb.New(s.cfg.Now().Sub(start)) }()
+
+	req, err := upstreamRequest(ctx, r, in.body, lease)
+	if err != nil {
+		o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR
+		o.TransportError = "build request: invalid base URL"
+		return attemptResult{outcome: o, failure: gatewayFailure(in, "upstream request could not be built")}
+	}
+	resp, err := s.cfg.Upstream.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED
+			return attemptResult{outcome: o}
+		}
+		o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR
+		o.TransportError = transportErrorText(err)
+		return attemptResult{outcome: o, failure: gatewayFailure(in, "upstream unreachable")}
+	}
+	defer resp.Body.Close()
+	o.Status = int32(resp.StatusCode)
+	o.Headers = decisionHeaders(resp.Header)
+	o.TimeToFirstByte = durationpb.New(s.cfg.Now().Sub(start))
+
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		body, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		if err != nil && ctx.Err() != nil {
+			o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED
+			return attemptResult{outcome: o}
+		}
+		o.ErrorType = errorTypeOf(body)
+		o.Class = classify(resp.StatusCode, "")
+		fail := &bufferedResponse{status: resp.StatusCode, header: resp.Header.Clone(), body: body}
+		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_ERROR || o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_UPSTREAM_ERROR {
+			// The request itself is at fault: no other account would do better.
+			fail.write(w)
+			return attemptResult{outcome: o}
+		}
+		return attemptResult{outcome: o, failure: fail}
+	}
+	if isEventStream(resp.Header) {
+		return s.relayStream(ctx, w, resp, in, lease, o)
+	}
+	return s.relayWhole(ctx, w, resp, in, o)
+}
+
+// relayWhole reads a non-streamed answer whole, so that a connection cut
+// mid-body can still fail over, then sends it.
+func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.Response, in *inbound, o *weirv1.Outcome) attemptResult {
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxMessageBody))
+	if err != nil {
+		if ctx.Err() != nil {
+			o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED
+			return attemptResult{outcome: o}
+		}
+		o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR
+		o.TransportError = "body: " + transportErrorText(err)
+		return attemptResult{outcome: o, failure: gatewayFailure(in, "upstream connection broke")}
+	}
+	var u usage
+	u.fromMessage(body)
+	o.InputTokens, o.OutputTokens = u.input, u.output
+	o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS
+	o.BytesToClient = true
+	(&bufferedResponse{status: resp.StatusCode, header: resp.Header, body: body}).write(w)
+	return attemptResult{outcome: o}
+}
+
+// relayStream relays an SSE stream event by event. Events before the first
+// output (message_start, content_block_start, ping) are held back: if the
+// upstream fails before producing output, nothing reached the client and
+// the request can still be replayed on another account.
+func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.Response, in *inbound, lease *weirv1.Lease, o *weirv1.Outcome) attemptResult {
+	stopRenew := s.renewWhile(ctx, in, lease)
+	defer stopRenew()
+
+	rc := http.NewResponseController(w)
+	sc := newSSEScanner(resp.Body)
+	var (
+		held      []byte
+		committed bool
+		finished  bool
+		u         usage
+	)
+	commit := func() error {
+		copyResponseHeaders(w.Header(), resp.Header)
+		w.WriteHeader(resp.StatusCode)
+		committed = true
+		o.BytesToClient = true
+		if _, err := w.Write(held); err != nil {
+			return err
+		}
+		held = nil
+		return rc.Flush()
+	}
+	for {
+		ev, err := sc.next()
+		if err != nil {
+			if ctx.Err() != nil {
+				o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED
+				break
+			}
+			if errors.Is(err, io.EOF) && finished {
+				break
+			}
+			if !committed {
+				o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR
+				o.TransportError = "stream ended before output: " + transportErrorText(err)
+				return attemptResult{outcome: o, failure: gatewayFailure(in, "upstream stream broke before output")}
+			}
+			o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR
+			o.TransportError = "stream cut after output: " + transportErrorText(err)
+			// Tell the client in its own format instead of ending silently.
+			w.Write(streamErrorEvent("api_error", "upstream stream ended unexpectedly")) //nolint:errcheck // best effort
+			rc.Flush()                                                                   //nolint:errcheck // best effort
+			break
+		}
+		u.fromEvent(ev)
+		o.InputTokens, o.OutputTokens = u.input, u.output
+		switch ev.name {
+		case "error":
+			o.ErrorType = errorTypeOf(ev.data)
+			if !committed {
+				o.Class = classifyErrorType(o.ErrorType)
+				return attemptResult{outcome: o, failure: &bufferedResponse{
+					status: statusForErrorType(o.ErrorType),
+					header: http.Header{"Content-Type": {"application/json"}, "Request-Id": resp.Header.Values("Request-Id")},
+					body:   ev.data,
+				}}
+			}
+			o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR
+		case "message_stop":
+			finished = true
+		}
+		if !committed {
+			held = append(held, ev.raw...)
+			if ev.name != "content_block_delta" && ev.name != "message_stop" && len(held) < 1<<20 {
+				continue
+			}
+			if err := commit(); err != nil {
+				o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED
+				return attemptResult{outcome: o}
+			}
+			continue
+		}
+		if _, err := w.Write(ev.raw); err != nil {
+			o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED
+			return attemptResult{outcome: o}
+		}
+		if err := rc.Flush(); err != nil {
+			o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED
+			return attemptResult{outcome: o}
+		}
+	}
+	if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_UNSPECIFIED {
+		o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS
+	}
+	return attemptResult{outcome: o}
+}
+
+// renewWhile keeps the lease alive during a long stream.
+func (s *Server) renewWhile(ctx context.Context, in *inbound, lease *weirv1.Lease) (stop func()) {
+	ttl := lease.GetTtl().AsDuration()
+	if ttl <= 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(ttl / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_, err := s.leases.Renew(ctx, connect.NewRequest(&weirv1.RenewRequest{LeaseId: lease.Id}))
+				if err != nil && ctx.Err() == nil {
+					s.cfg.Logger.WarnContext(ctx, "renew lease failed", "request_id", in.requestID, "err", err)
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+func isEventStream(h http.Header) bool {
+	ct := h.Get("Content-Type")
+	return len(ct) >= 17 && ct[:17] == "text/event-stream"
+}
+
+// gatewayFailure is weir's own answer for an attempt that got no usable
+// response from the upstream.
+func gatewayFailure(in *inbound, msg string) *bufferedResponse {
+	body := []byte(`{"type":"error","error":{"type":"api_error","message":"weir: ` + msg + `"},"request_id":"` + in.requestID + `"}`)
+	return &bufferedResponse{status: http.StatusBadGateway, header: http.Header{"Content-Type": {"application/json"}}, body: body}
+}
+
+func streamErrorEvent(typ, msg string) []byte {
+	return []byte("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"" + typ + "\",\"message\":\"" + msg + "\"}}\n\n")
+}
+
+// transportErrorText names a transport failure by its kind, without the
+// addresses and URLs the underlying error carries.
+func transportErrorText(err error) string {
+	var netErr net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return "connection reset"
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return "connection closed"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return "timeout"
+	case errors.Is(err, errSSETooLarge):
+		return errSSETooLarge.Error()
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return "dns lookup failed"
+	}
+	return "transport error"
+}
+
+// trackingWriter records what reached the client.
+type trackingWriter struct {
+	http.ResponseWriter
+	now       func() time.Time
+	status    int
+	firstByte time.Time
+}
+
+func (t *trackingWriter) WriteHeader(code int) {
+	if t.status == 0 {
+		t.status = code
+	}
+	t.ResponseWriter.WriteHeader(code)
+}
+
+func (t *trackingWriter) Write(b []byte) (int, error) {
+	if t.status == 0 {
+		t.status = http.StatusOK
+	}
+	if t.firstByte.IsZero() && len(b) > 0 {
+		t.firstByte = t.now()
+	}
+	return t.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach Flush.
+func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }

@@ -1,0 +1,80 @@
+// Package dataplane is weir's stateless worker: it terminates agent
+// traffic on the Anthropic wire, leases an account from the control plane
+// for each attempt, relays the upstream's answer, and reports the outcome.
+// It keeps no durable state and never touches the database.
+package dataplane
+
+import (
+	"context"
+	"net/http"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/internal/rpcclient"
+)
+
+// Server is one data-plane worker.
+type Server struct {
+	cfg      Config
+	leases   weirv1connect.LeaseServiceClient
+	keys     *keyCache
+	reporter *reporter
+	metrics  *metrics
+}
+
+// New builds a worker.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	hc := cfg.ControlPlane
+	if hc == nil {
+		hc = rpcclient.HTTPClient()
+	}
+	leases := weirv1connect.NewLeaseServiceClient(hc, cfg.ControlPlaneURL,
+		connect.WithInterceptors(rpcclient.Token(cfg.Token)))
+	m := newMetrics(cfg.Registry)
+	return &Server{
+		cfg:      cfg,
+		leases:   leases,
+		keys:     &keyCache{client: leases, ttl: cfg.KeyCacheTTL, now: cfg.Now, entries: map[string]keyEntry{}},
+		reporter: newReporter(leases, cfg.Logger, m.routesDropped.Inc),
+		metrics:  m,
+	}, nil
+}
+
+// Handler serves the Anthropic surface plus /metrics and /healthz.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/messages", s.method(http.MethodPost, s.proxyHandler("messages")))
+	mux.HandleFunc("/v1/messages/count_tokens", s.method(http.MethodPost, s.proxyHandler("count_tokens")))
+	mux.HandleFunc("/v1/models", s.method(http.MethodGet, s.proxyHandler("models")))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("ok\n")) //nolint:errcheck // nothing to do if the probe left
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeAPIError(w, newRequestID(), errNotFound("no route for "+r.Method+" "+r.URL.Path))
+	})
+	return mux
+}
+
+func (s *Server) method(m string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != m {
+			w.Header().Set("Allow", m)
+			writeAPIError(w, newRequestID(), &apiError{status: http.StatusMethodNotAllowed,
+				typ: "invalid_request_error", message: r.Method + " is not allowed on " + r.URL.Path + "; use " + m, final: true})
+			return
+		}
+		h(w, r)
+	}
+}
+
+// Close flushes queued route events, waiting until ctx ends.
+func (s *Server) Close(ctx context.Context) {
+	s.reporter.close(ctx)
+}

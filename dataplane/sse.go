@@ -1,0 +1,90 @@
+package dataplane
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+)
+
+// sseEvent is one server-sent event as it came off the wire.
+type sseEvent struct {
+	// raw is the event's bytes including its terminating blank line,
+	// relayed to the client unchanged.
+	raw []byte
+	// name is the event: field ("message" when absent).
+	name string
+	// data is the data: fields joined by newlines.
+	data []byte
+}
+
+// maxSSEEvent bounds one event; a larger one is a broken upstream.
+const maxSSEEvent = 16 << 20
+
+var errSSETooLarge = errors.New("sse event exceeds 16 MiB")
+
+// sseScanner splits an event stream into events without reinterpreting
+// them: the bytes relayed are the bytes received.
+type sseScanner struct {
+	r *bufio.Reader
+}
+
+func newSSEScanner(r io.Reader) *sseScanner {
+	return &sseScanner{r: bufio.NewReaderSize(r, 32<<10)}
+}
+
+// next returns the next event. At a clean end of stream it returns io.EOF;
+// a stream cut inside an event returns io.ErrUnexpectedEOF.
+func (s *sseScanner) next() (sseEvent, error) {
+	var ev sseEvent
+	var data [][]byte
+	for {
+		line, err := s.r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// A long line: gather it whole.
+			long := append([]byte(nil), line...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				line, err = s.r.ReadSlice('\n')
+				long = append(long, line...)
+				if len(long) > maxSSEEvent {
+					return ev, errSSETooLarge
+				}
+			}
+			line = long
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				if len(ev.raw) == 0 && len(line) == 0 {
+					return ev, io.EOF
+				}
+				return ev, io.ErrUnexpectedEOF
+			}
+			return ev, err
+		}
+		ev.raw = append(ev.raw, line...)
+		if len(ev.raw) > maxSSEEvent {
+			return ev, errSSETooLarge
+		}
+		content := bytes.TrimRight(line, "\r\n")
+		if len(content) == 0 {
+			if len(ev.raw) == len(line) {
+				// A stray blank line between events: keep it with the next.
+				continue
+			}
+			break
+		}
+		field, value, _ := bytes.Cut(content, []byte(":"))
+		value = bytes.TrimPrefix(value, []byte(" "))
+		switch string(field) {
+		case "event":
+			ev.name = string(value)
+		case "data":
+			data = append(data, value)
+		}
+	}
+	if ev.name == "" {
+		ev.name = "message"
+	}
+	ev.data = bytes.Join(data, []byte("\n"))
+	return ev, nil
+}

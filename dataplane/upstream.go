@@ -1,0 +1,114 @@
+package dataplane
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+// oauthBeta is the anthropic-beta flag OAuth bearer tokens require.
+const oauthBeta = "oauth-2025-04-20"
+
+// hopHeaders are connection-scoped and never forwarded (RFC 9110 §7.6.1).
+var hopHeaders = map[string]bool{
+	"Connection": true, "Proxy-Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true,
+	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+}
+
+// clientOnlyHeaders are the client's own credentials and framing: replaced
+// by the account's, or recomputed.
+var clientOnlyHeaders = map[string]bool{
+	"X-Api-Key": true, "Authorization": true, "Host": true, "Content-Length": true,
+	// Go's transport negotiates compression itself and decodes it, so the
+	// worker can read what it relays.
+	"Accept-Encoding": true,
+}
+
+// upstreamRequest builds the attempt's request: the client's body and
+// headers unchanged, except its auth, replaced by the lease's.
+func upstreamRequest(ctx context.Context, in *http.Request, body []byte, lease *weirv1.Lease) (*http.Request, error) {
+	target := strings.TrimRight(lease.BaseUrl, "/") + in.URL.EscapedPath()
+	if in.URL.RawQuery != "" {
+		target += "?" + in.URL.RawQuery
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	out, err := http.NewRequestWithContext(ctx, in.Method, target, rd)
+	if err != nil {
+		return nil, err
+	}
+	connHeaders := connectionListed(in.Header)
+	for k, vs := range in.Header {
+		if hopHeaders[k] || clientOnlyHeaders[k] || connHeaders[k] {
+			continue
+		}
+		out.Header[k] = append([]string(nil), vs...)
+	}
+	switch lease.AuthKind {
+	case weirv1.AuthKind_AUTH_KIND_OAUTH:
+		out.Header.Set("Authorization", "Bearer "+lease.Credential)
+		out.Header.Set("Anthropic-Beta", withBeta(out.Header.Values("Anthropic-Beta"), oauthBeta))
+	default:
+		out.Header.Set("X-Api-Key", lease.Credential)
+	}
+	if out.Header.Get("Anthropic-Version") == "" {
+		out.Header.Set("Anthropic-Version", "2023-06-01")
+	}
+	return out, nil
+}
+
+// withBeta joins comma-separated anthropic-beta values, adding flag once.
+func withBeta(values []string, flag string) string {
+	var flags []string
+	seen := false
+	for _, v := range values {
+		for _, f := range strings.Split(v, ",") {
+			f = strings.TrimSpace(f)
+			if f == "" {
+				continue
+			}
+			seen = seen || f == flag
+			flags = append(flags, f)
+		}
+	}
+	if !seen {
+		flags = append(flags, flag)
+	}
+	return strings.Join(flags, ",")
+}
+
+func connectionListed(h http.Header) map[string]bool {
+	out := map[string]bool{}
+	for _, v := range h.Values("Connection") {
+		for _, f := range strings.Split(v, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				out[http.CanonicalHeaderKey(f)] = true
+			}
+		}
+	}
+	return out
+}
+
+// identityHeaders name the upstream account; a pooled gateway must not
+// tell one client which account served it.
+var identityHeaders = map[string]bool{
+	"Anthropic-Organization-Id": true,
+}
+
+// copyResponseHeaders copies the upstream's response headers the client
+// should see.
+func copyResponseHeaders(dst, src http.Header) {
+	connHeaders := connectionListed(src)
+	for k, vs := range src {
+		if hopHeaders[k] || connHeaders[k] || identityHeaders[k] || k == "Content-Length" || k == "Content-Encoding" {
+			continue
+		}
+		dst[k] = append([]string(nil), vs...)
+	}
+}

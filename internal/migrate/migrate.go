@@ -1,0 +1,110 @@
+// Package migrate brings a database up to weir's schema: weir's own
+// migrations from sql/migrations and River's job tables.
+package migrate
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/weirhq/weir/sql/migrations"
+)
+
+// lockID serialises concurrent migrators (several control planes starting
+// at once) on one Postgres advisory lock.
+const lockID = 0x77656972 // "weir"
+
+// Up applies every pending migration, weir's and River's. It is safe to
+// call from several processes at once.
+func Up(ctx context.Context, pool *pgxpool.Pool) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: acquire connection: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", lockID); err != nil {
+		return fmt.Errorf("migrate: lock: %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", lockID) //nolint:errcheck // the session ends with the connection anyway
+
+	if err := applyOwn(ctx, conn.Conn()); err != nil {
+		return err
+	}
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+	if err != nil {
+		return fmt.Errorf("migrate: river: %w", err)
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return fmt.Errorf("migrate: river: %w", err)
+	}
+	return nil
+}
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func load() ([]migration, error) {
+	entries, err := fs.Glob(migrations.FS, "*.sql")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]migration, 0, len(entries))
+	for _, name := range entries {
+		prefix, _, ok := strings.Cut(name, "_")
+		v, err := strconv.Atoi(prefix)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("migrate: %s: name must start with a version number", name)
+		}
+		body, err := fs.ReadFile(migrations.FS, name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, migration{version: v, name: name, sql: string(body)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	return out, nil
+}
+
+func applyOwn(ctx context.Context, conn *pgx.Conn) error {
+	all, err := load()
+	if err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS weir_migrations (
+		version integer PRIMARY KEY,
+		name text NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return fmt.Errorf("migrate: create version table: %w", err)
+	}
+	var current int
+	if err := conn.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM weir_migrations").Scan(&current); err != nil {
+		return fmt.Errorf("migrate: read version: %w", err)
+	}
+	for _, m := range all {
+		if m.version <= current {
+			continue
+		}
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, m.sql); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO weir_migrations (version, name) VALUES ($1, $2)", m.version, m.name)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("migrate: apply %s: %w", m.name, err)
+		}
+	}
+	return nil
+}

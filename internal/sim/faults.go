@@ -1,0 +1,115 @@
+package sim
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// statusClientClosed is logged for an attempt whose client went away
+// before the simulator answered (nginx's convention).
+const statusClientClosed = 499
+
+// applyFault answers the attempt the way fault f says, in the real API's
+// wire shapes.
+func (x *exchange) applyFault(f Fault) {
+	switch f.Kind {
+	case FaultRateLimit:
+		x.rateLimit(f)
+	case FaultOverloaded:
+		x.failRetryable(f, statusOverloaded, "overloaded_error", "Overloaded")
+	case FaultUnavailable:
+		x.failRetryable(f, http.StatusServiceUnavailable, "api_error", "Service Unavailable")
+	case FaultAPIError:
+		x.failRetryable(f, http.StatusInternalServerError, "api_error", "Internal server error")
+	case FaultRevoked:
+		x.fail(f.Kind, http.StatusUnauthorized, "authentication_error", revokedMessage(x.acct))
+	case FaultBadRequest:
+		x.fail(f.Kind, http.StatusBadRequest, "invalid_request_error", "Simulated invalid request.")
+	case FaultOverloadedEvent, FaultErrorAfterContent:
+		// Without a stream there is nowhere to put an event; the real API
+		// answers such a request with a 529.
+		if !x.req.Stream {
+			x.failRetryable(f, statusOverloaded, "overloaded_error", "Overloaded")
+			return
+		}
+		x.record(f.Kind, http.StatusOK)
+		x.stream(&f)
+	case FaultDropMidStream:
+		x.record(f.Kind, http.StatusOK)
+		if x.req.Stream {
+			x.stream(&f)
+			return
+		}
+		x.truncatedMessage()
+	case FaultDropConnection:
+		x.record(f.Kind, 0)
+		x.dropConnection()
+	case FaultSlowHeaders:
+		if !pause(x.r.Context(), time.Duration(f.Delay)) {
+			x.record(f.Kind, statusClientClosed)
+			return
+		}
+		x.record(f.Kind, http.StatusOK)
+		x.succeed()
+	default:
+		// Validation keeps unknown kinds out of every queue.
+		panic("sim: unvalidated fault kind " + f.Kind)
+	}
+}
+
+// statusOverloaded is Anthropic's 529.
+const statusOverloaded = 529
+
+// failRetryable answers with an error the client may retry: retry-after
+// when the fault sets one (429, 529, 503) and x-should-retry: true.
+func (x *exchange) failRetryable(f Fault, status int, errType, message string) {
+	h := x.w.Header()
+	if f.RetryAfter > 0 && status != http.StatusInternalServerError {
+		h.Set("retry-after", strconv.Itoa(f.RetryAfter))
+	}
+	h.Set("x-should-retry", "true")
+	x.fail(f.Kind, status, errType, message)
+}
+
+// rateLimit answers 429. With f.Unified it is a subscription limit with the
+// unified rejection headers; without, a burst limit, which carries no
+// unified status (API keys report their exhausted request budget instead).
+func (x *exchange) rateLimit(f Fault) {
+	now := x.s.now()
+	switch {
+	case f.Unified != nil:
+		setUnified(x.w.Header(), now, x.acct, f.Unified)
+	case x.acct.kind == KindAPIKey:
+		reset := now.Add(time.Minute)
+		if f.RetryAfter > 0 {
+			reset = now.Add(time.Duration(f.RetryAfter) * time.Second)
+		}
+		setAPIKeyLimits(x.w.Header(), apiKeyUsage{reset: reset})
+	}
+	x.failRetryable(f, http.StatusTooManyRequests, "rate_limit_error", "This request would exceed your account's rate limit. Please try again later.")
+}
+
+// truncatedMessage sends the headers and half of a non-streamed reply, then
+// aborts the connection.
+func (x *exchange) truncatedMessage() {
+	b, _ := json.Marshal(x.message())
+	x.setRateLimitHeaders()
+	x.w.Header().Set("Content-Type", "application/json")
+	x.w.WriteHeader(http.StatusOK)
+	x.w.Write(b[:len(b)/2])                 //nolint:errcheck // the connection is aborted next anyway
+	http.NewResponseController(x.w).Flush() //nolint:errcheck // as above
+	panic(http.ErrAbortHandler)
+}
+
+// dropConnection closes the connection before any header is written, so
+// the client sees EOF or a reset. Where the connection cannot be hijacked
+// (HTTP/2), aborting the handler resets the stream instead.
+func (x *exchange) dropConnection() {
+	conn, _, err := http.NewResponseController(x.w).Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	conn.Close()
+}

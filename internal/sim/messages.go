@@ -1,0 +1,280 @@
+package sim
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+)
+
+// replyText is the simulator's answer to every request. It is fixed and
+// says nothing about the account, since a gateway must not leak which
+// account served a request.
+const replyText = "Hello! This is the weir upstream simulator."
+
+// reply is the text every successful request gets, precomputed for the
+// configured number of deltas.
+type reply struct {
+	text         string
+	chunks       []string // one per content_block_delta
+	outputTokens int
+}
+
+// newReply repeats replyText until it has at least one character per
+// delta, and splits it into deltas chunks of nearly equal length.
+func newReply(deltas int) reply {
+	text := replyText
+	for utf8.RuneCountInString(text) < deltas {
+		text += " " + replyText
+	}
+	runes := []rune(text)
+	chunks := make([]string, deltas)
+	for i := range deltas {
+		chunks[i] = string(runes[i*len(runes)/deltas : (i+1)*len(runes)/deltas])
+	}
+	return reply{text: text, chunks: chunks, outputTokens: approxTokens(len(text))}
+}
+
+// approxTokens is the simulator's token count: about four bytes a token.
+func approxTokens(nbytes int) int {
+	return max(1, nbytes/4)
+}
+
+// messagesRequest is what the simulator reads from a request body.
+type messagesRequest struct {
+	Model  string
+	Stream bool
+}
+
+// parseMessagesRequest reads model and stream even from an invalid body, so
+// that rejected attempts are logged with them, and reports the first
+// problem with the message the real API would give ("" when valid).
+func parseMessagesRequest(body []byte) (messagesRequest, string) {
+	var req messagesRequest
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			return req, "The request body must be a JSON object."
+		}
+		return req, "The request body is not valid JSON: " + err.Error()
+	}
+	json.Unmarshal(fields["model"], &req.Model)   //nolint:errcheck // checked below
+	json.Unmarshal(fields["stream"], &req.Stream) //nolint:errcheck // checked below
+
+	var problems []string
+	if raw, ok := fields["model"]; !ok {
+		problems = append(problems, "model: Field required")
+	} else if !isJSON[string](raw) {
+		problems = append(problems, "model: Input should be a valid string")
+	} else if req.Model == "" {
+		problems = append(problems, "model: String should have at least 1 character")
+	}
+	if raw, ok := fields["messages"]; !ok {
+		problems = append(problems, "messages: Field required")
+	} else if msgs, ok := decodeList(raw); !ok {
+		problems = append(problems, "messages: Input should be a valid list")
+	} else if len(msgs) == 0 {
+		problems = append(problems, "messages: at least one message is required")
+	}
+	if raw, ok := fields["stream"]; ok && !isJSON[bool](raw) {
+		problems = append(problems, "stream: Input should be a valid boolean")
+	}
+	if len(problems) > 0 {
+		return req, strings.Join(problems, "; ")
+	}
+	return req, ""
+}
+
+func decodeList(raw json.RawMessage) ([]json.RawMessage, bool) {
+	var list []json.RawMessage
+	if json.Unmarshal(raw, &list) != nil || list == nil {
+		return nil, false
+	}
+	return list, true
+}
+
+// isJSON reports whether raw decodes as a (non-null) T.
+func isJSON[T any](raw json.RawMessage) bool {
+	var v *T
+	return json.Unmarshal(raw, &v) == nil && v != nil
+}
+
+// handleMessages serves POST /v1/messages: the next fault of the account,
+// or a successful reply.
+func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
+	x, ok := s.admit(w, r)
+	if !ok {
+		return
+	}
+	if x.problem != "" {
+		x.fail(outcomeInvalidRequest, http.StatusBadRequest, "invalid_request_error", x.problem)
+		return
+	}
+	if f, ok := s.takeFault(x.acct, x.req.Model); ok {
+		x.applyFault(f)
+		return
+	}
+	x.record(outcomeOK, http.StatusOK)
+	x.succeed()
+}
+
+// succeed answers with the reply, streamed or not.
+func (x *exchange) succeed() {
+	if x.req.Stream {
+		x.stream(nil)
+		return
+	}
+	x.setRateLimitHeaders()
+	writeJSON(x.w, http.StatusOK, x.message())
+}
+
+// handleCountTokens serves POST /v1/messages/count_tokens. Faults apply to
+// /v1/messages only, so that a token count never consumes one.
+func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
+	x, ok := s.admit(w, r)
+	if !ok {
+		return
+	}
+	if x.problem != "" {
+		x.fail(outcomeInvalidRequest, http.StatusBadRequest, "invalid_request_error", x.problem)
+		return
+	}
+	x.record(outcomeOK, http.StatusOK)
+	writeJSON(w, http.StatusOK, map[string]int{"input_tokens": x.inputTokens()})
+}
+
+func (x *exchange) inputTokens() int {
+	return approxTokens(len(x.body))
+}
+
+type message struct {
+	ID           string         `json:"id"`
+	Type         string         `json:"type"`
+	Role         string         `json:"role"`
+	Model        string         `json:"model"`
+	Content      []contentBlock `json:"content"`
+	StopReason   *string        `json:"stop_reason"`
+	StopSequence *string        `json:"stop_sequence"`
+	Usage        usage          `json:"usage"`
+}
+
+type contentBlock struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+type usage struct {
+	InputTokens              int `json:"input_tokens"`
+	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
+	OutputTokens             int `json:"output_tokens"`
+}
+
+// message is the complete non-streamed reply.
+func (x *exchange) message() message {
+	endTurn := "end_turn"
+	return message{
+		ID:         newID("msg_", x.s.now()),
+		Type:       "message",
+		Role:       "assistant",
+		Model:      x.req.Model,
+		Content:    []contentBlock{{Type: "text", Text: x.s.reply.text}},
+		StopReason: &endTurn,
+		Usage:      usage{InputTokens: x.inputTokens(), OutputTokens: x.s.reply.outputTokens},
+	}
+}
+
+// Stream event payloads, in the order they are sent.
+type (
+	messageStartEvent struct {
+		Type    string  `json:"type"`
+		Message message `json:"message"`
+	}
+	contentBlockStartEvent struct {
+		Type         string       `json:"type"`
+		Index        int          `json:"index"`
+		ContentBlock contentBlock `json:"content_block"`
+	}
+	pingEvent struct {
+		Type string `json:"type"`
+	}
+	contentBlockDeltaEvent struct {
+		Type  string    `json:"type"`
+		Index int       `json:"index"`
+		Delta textDelta `json:"delta"`
+	}
+	textDelta struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	contentBlockStopEvent struct {
+		Type  string `json:"type"`
+		Index int    `json:"index"`
+	}
+	messageDeltaEvent struct {
+		Type  string       `json:"type"`
+		Delta stopDelta    `json:"delta"`
+		Usage outputTokens `json:"usage"`
+	}
+	stopDelta struct {
+		StopReason   string  `json:"stop_reason"`
+		StopSequence *string `json:"stop_sequence"`
+	}
+	outputTokens struct {
+		OutputTokens int `json:"output_tokens"`
+	}
+	messageStopEvent struct {
+		Type string `json:"type"`
+	}
+)
+
+// stream sends the reply as server-sent events. A stream fault (f not nil)
+// cuts it short: overloaded_event right after message_start,
+// error_after_content and drop_mid_stream after f.afterDeltas() deltas.
+func (x *exchange) stream(f *Fault) {
+	sw := x.startStream()
+	start := x.message()
+	start.Content = []contentBlock{}
+	start.StopReason = nil
+	start.Usage.OutputTokens = 1
+	sw.event("message_start", messageStartEvent{Type: "message_start", Message: start})
+	if f != nil && f.Kind == FaultOverloadedEvent {
+		sw.event("error", overloadedEvent)
+		return
+	}
+	sw.event("content_block_start", contentBlockStartEvent{Type: "content_block_start", ContentBlock: contentBlock{Type: "text"}})
+	sw.event("ping", pingEvent{Type: "ping"})
+
+	chunks := x.s.reply.chunks
+	if f != nil {
+		chunks = chunks[:min(f.afterDeltas(), len(chunks))]
+	}
+	for i, c := range chunks {
+		if i > 0 && !pause(x.r.Context(), x.s.deltaDelay) {
+			return
+		}
+		sw.event("content_block_delta", contentBlockDeltaEvent{Type: "content_block_delta", Delta: textDelta{Type: "text_delta", Text: c}})
+		if sw.err != nil {
+			return
+		}
+	}
+
+	if f != nil {
+		switch f.Kind {
+		case FaultErrorAfterContent:
+			sw.event("error", overloadedEvent)
+			return
+		case FaultDropMidStream:
+			panic(http.ErrAbortHandler)
+		}
+	}
+	sw.event("content_block_stop", contentBlockStopEvent{Type: "content_block_stop"})
+	sw.event("message_delta", messageDeltaEvent{
+		Type:  "message_delta",
+		Delta: stopDelta{StopReason: "end_turn"},
+		Usage: outputTokens{OutputTokens: x.s.reply.outputTokens},
+	})
+	sw.event("message_stop", messageStopEvent{Type: "message_stop"})
+}

@@ -1,0 +1,277 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Script says which credentials the simulator accepts and how each account
+// behaves.
+type Script struct {
+	Accounts []AccountScript `json:"accounts"`
+	// AcceptUnknown: when true (the default used by weir dev), any
+	// well-formed credential not listed is accepted as an account named
+	// "key-<first 8 hex of sha256(credential)>"; when false, unknown
+	// credentials get 401.
+	AcceptUnknown bool `json:"accept_unknown"`
+}
+
+// Account kinds.
+const (
+	KindAPIKey = "api_key"
+	KindOAuth  = "oauth"
+)
+
+// AccountScript describes one upstream account.
+type AccountScript struct {
+	// Name is used in logs and attempts; the credential itself is never logged.
+	Name string `json:"name"`
+	// Credential is the API key (sent as x-api-key) or the OAuth access
+	// token (sent as Authorization: Bearer).
+	Credential string `json:"credential"`
+	// Kind is "api_key" or "oauth". An oauth account's requests must carry
+	// a Bearer and anthropic-beta containing oauth-2025-04-20, else 401 like
+	// the real API. Empty means "oauth" when the credential starts with
+	// "sk-ant-oat" and "api_key" otherwise.
+	Kind string `json:"kind"`
+	// Revoked makes every request fail with 401 authentication_error.
+	Revoked bool `json:"revoked"`
+	// FiveHourUtilization and SevenDayUtilization (0..1) are reported in the
+	// unified rate-limit headers of oauth accounts.
+	FiveHourUtilization float64 `json:"five_hour_utilization"`
+	SevenDayUtilization float64 `json:"seven_day_utilization"`
+	// Faults are consumed in order, one per /v1/messages attempt (each
+	// applying to Times attempts). A fault scoped to a model is skipped, not
+	// consumed, by requests for other models.
+	Faults []Fault `json:"faults"`
+}
+
+// Fault kinds.
+const (
+	FaultRateLimit         = "rate_limit"
+	FaultOverloaded        = "overloaded"
+	FaultUnavailable       = "unavailable"
+	FaultAPIError          = "api_error"
+	FaultOverloadedEvent   = "overloaded_event"
+	FaultErrorAfterContent = "error_after_content"
+	FaultDropConnection    = "drop_connection"
+	FaultDropMidStream     = "drop_mid_stream"
+	FaultSlowHeaders       = "slow_headers"
+	FaultRevoked           = "revoked"
+	FaultBadRequest        = "bad_request"
+)
+
+var faultKinds = []string{
+	FaultRateLimit, FaultOverloaded, FaultUnavailable, FaultAPIError,
+	FaultOverloadedEvent, FaultErrorAfterContent, FaultDropConnection,
+	FaultDropMidStream, FaultSlowHeaders, FaultRevoked, FaultBadRequest,
+}
+
+// Fault is one scripted misbehaviour of an account.
+type Fault struct {
+	// Kind is one of the Fault* constants.
+	Kind string `json:"kind"`
+	// Times is how many attempts the fault applies to; 0 means 1; -1 means
+	// forever.
+	Times int `json:"times"`
+	// RetryAfter is sent as retry-after (seconds) with rate_limit,
+	// overloaded and unavailable; 0 sends no header.
+	RetryAfter int `json:"retry_after,omitempty"`
+	// Unified, for rate_limit, adds the unified rejection headers of a
+	// subscription limit; without it the 429 looks like a burst limit.
+	Unified *UnifiedRejection `json:"unified,omitempty"`
+	// Delay, for slow_headers, is how long to wait before the headers.
+	Delay Duration `json:"delay,omitempty"`
+	// AfterDeltas, for error_after_content and drop_mid_stream, is how many
+	// content_block_delta events are sent first; 0 means 2.
+	AfterDeltas int `json:"after_deltas,omitempty"`
+	// Model restricts the fault to requests for this model; empty means any.
+	Model string `json:"model,omitempty"`
+}
+
+// Unified claims.
+const (
+	ClaimFiveHour                = "five_hour"
+	ClaimSevenDay                = "seven_day"
+	ClaimSevenDayOpus            = "seven_day_opus"
+	ClaimSevenDaySonnet          = "seven_day_sonnet"
+	ClaimSevenDayOverageIncluded = "seven_day_overage_included"
+	ClaimOverage                 = "overage"
+)
+
+var claims = []string{
+	ClaimFiveHour, ClaimSevenDay, ClaimSevenDayOpus, ClaimSevenDaySonnet,
+	ClaimSevenDayOverageIncluded, ClaimOverage,
+}
+
+// UnifiedRejection describes the subscription window a rate_limit fault
+// claims to have exhausted.
+type UnifiedRejection struct {
+	// Claim is the representative claim: five_hour, seven_day,
+	// seven_day_opus, seven_day_sonnet, seven_day_overage_included or overage.
+	Claim string `json:"claim"`
+	// ResetIn is when the window resets, from now; 0 means the window's
+	// regular reset.
+	ResetIn Duration `json:"reset_in"`
+}
+
+// Duration is a time.Duration written in JSON as a Go duration string
+// ("200ms", "2s", "5h").
+type Duration time.Duration
+
+// MarshalJSON writes the duration as a string such as "2s".
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON reads a Go duration string. Bare numbers are refused
+// because their unit would be a guess.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration string such as \"2s\", got %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Validate reports every problem in the script, each naming its field.
+func (sc Script) Validate() error {
+	var errs []error
+	names := map[string]int{}
+	creds := map[string]int{}
+	for i, a := range sc.Accounts {
+		field := fmt.Sprintf("accounts[%d]", i)
+		switch {
+		case a.Name == "":
+			errs = append(errs, fmt.Errorf("%s.name: required", field))
+		case strings.ContainsAny(a.Name, "/ \t\r\n"):
+			errs = append(errs, fmt.Errorf("%s.name: %q must not contain '/' or white space", field, a.Name))
+		default:
+			if j, dup := names[a.Name]; dup {
+				errs = append(errs, fmt.Errorf("%s.name: %q already used by accounts[%d]", field, a.Name, j))
+			}
+			names[a.Name] = i
+		}
+		switch {
+		case a.Credential == "":
+			errs = append(errs, fmt.Errorf("%s.credential: required", field))
+		case !wellFormedCredential(a.Credential):
+			errs = append(errs, fmt.Errorf("%s.credential: not a well-formed credential (1-%d characters of A-Z a-z 0-9 . _ ~ + / = -)", field, maxCredentialLen))
+		default:
+			if j, dup := creds[a.Credential]; dup {
+				errs = append(errs, fmt.Errorf("%s.credential: already used by accounts[%d]", field, j))
+			}
+			creds[a.Credential] = i
+		}
+		if a.Kind != "" && a.Kind != KindAPIKey && a.Kind != KindOAuth {
+			errs = append(errs, fmt.Errorf("%s.kind: %q is not %q or %q", field, a.Kind, KindAPIKey, KindOAuth))
+		}
+		if !(a.FiveHourUtilization >= 0 && a.FiveHourUtilization <= 1) {
+			errs = append(errs, fmt.Errorf("%s.five_hour_utilization: %v is outside 0..1", field, a.FiveHourUtilization))
+		}
+		if !(a.SevenDayUtilization >= 0 && a.SevenDayUtilization <= 1) {
+			errs = append(errs, fmt.Errorf("%s.seven_day_utilization: %v is outside 0..1", field, a.SevenDayUtilization))
+		}
+		errs = append(errs, validateFaults(field+".faults", a.Faults))
+	}
+	return errors.Join(errs...)
+}
+
+// validateFaults reports every problem in faults, each prefixed by field.
+func validateFaults(field string, faults []Fault) error {
+	var errs []error
+	for i, f := range faults {
+		ff := fmt.Sprintf("%s[%d]", field, i)
+		if !slices.Contains(faultKinds, f.Kind) {
+			errs = append(errs, fmt.Errorf("%s.kind: unknown fault kind %q (want one of %s)", ff, f.Kind, strings.Join(faultKinds, ", ")))
+		}
+		if f.Times < -1 {
+			errs = append(errs, fmt.Errorf("%s.times: %d is invalid (0 means 1, -1 means forever)", ff, f.Times))
+		}
+		if f.RetryAfter < 0 {
+			errs = append(errs, fmt.Errorf("%s.retry_after: %d is negative", ff, f.RetryAfter))
+		}
+		if f.Delay < 0 {
+			errs = append(errs, fmt.Errorf("%s.delay: %v is negative", ff, time.Duration(f.Delay)))
+		}
+		if f.AfterDeltas < 0 {
+			errs = append(errs, fmt.Errorf("%s.after_deltas: %d is negative", ff, f.AfterDeltas))
+		}
+		if f.Unified != nil {
+			if f.Kind != FaultRateLimit {
+				errs = append(errs, fmt.Errorf("%s.unified: only valid for kind %q", ff, FaultRateLimit))
+			}
+			if !slices.Contains(claims, f.Unified.Claim) {
+				errs = append(errs, fmt.Errorf("%s.unified.claim: unknown claim %q (want one of %s)", ff, f.Unified.Claim, strings.Join(claims, ", ")))
+			}
+			if f.Unified.ResetIn < 0 {
+				errs = append(errs, fmt.Errorf("%s.unified.reset_in: %v is negative", ff, time.Duration(f.Unified.ResetIn)))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// LoadScript reads and validates a JSON script file. Unknown fields are
+// errors, so that a misspelt key does not silently do nothing.
+func LoadScript(path string) (Script, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Script{}, fmt.Errorf("load script: %w", err)
+	}
+	var sc Script
+	if err := decodeStrict(bytes.NewReader(b), &sc); err != nil {
+		return Script{}, fmt.Errorf("load script %s: %w", path, err)
+	}
+	if err := sc.Validate(); err != nil {
+		return Script{}, fmt.Errorf("load script %s: %w", path, err)
+	}
+	return sc, nil
+}
+
+// decodeStrict decodes exactly one JSON value, refusing unknown fields and
+// trailing data.
+func decodeStrict(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("decode JSON: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("decode JSON: unexpected data after the value")
+	}
+	return nil
+}
+
+// normalized returns a copy of f that owns its pointers, with Times 0
+// written as 1 so that the queue counts down uniformly.
+func (f Fault) normalized() Fault {
+	if f.Times == 0 {
+		f.Times = 1
+	}
+	if f.Unified != nil {
+		u := *f.Unified
+		f.Unified = &u
+	}
+	return f
+}
+
+// afterDeltas is the number of deltas sent before a mid-stream fault.
+func (f Fault) afterDeltas() int {
+	if f.AfterDeltas == 0 {
+		return 2
+	}
+	return f.AfterDeltas
+}

@@ -1,0 +1,39 @@
+// Package jobs holds the control plane's River workers and their periodic
+// schedule. The jobs run inside control-plane processes; River elects one
+// leader to enqueue periodic jobs, so replicas do not multiply them.
+package jobs
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/weirhq/weir/controlplane/db"
+)
+
+// Deps is what the workers need from the control plane.
+type Deps struct {
+	Queries *db.Queries
+	Logger  *slog.Logger
+	// Now is the clock for every time written or compared.
+	Now func() time.Time
+	// LeaseGrace keeps expired lease rows this long so a late Release can
+	// still report its outcome. Expired leases never count toward caps.
+	LeaseGrace time.Duration
+	// SessionTTL is how long an idle session binding is kept.
+	SessionTTL time.Duration
+}
+
+// ReapInterval is how often expired leases and idle sessions are deleted.
+const ReapInterval = 30 * time.Second
+
+// Register adds every worker to workers and returns the periodic jobs.
+func Register(workers *river.Workers, d Deps) []*river.PeriodicJob {
+	river.AddWorker(workers, &LeaseReaper{deps: d})
+	return []*river.PeriodicJob{
+		river.NewPeriodicJob(river.PeriodicInterval(ReapInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return LeaseReaperArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true}),
+	}
+}

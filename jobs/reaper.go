@@ -1,0 +1,44 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/riverqueue/river"
+)
+
+// LeaseReaperArgs is the periodic job that deletes long-expired leases and
+// idle session bindings.
+type LeaseReaperArgs struct{}
+
+// Kind names the job in River's tables and UI.
+func (LeaseReaperArgs) Kind() string { return "lease_reaper" }
+
+// InsertOpts keeps one reaper queued at a time.
+func (LeaseReaperArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByPeriod: ReapInterval}}
+}
+
+// LeaseReaper runs LeaseReaperArgs.
+type LeaseReaper struct {
+	river.WorkerDefaults[LeaseReaperArgs]
+	deps Deps
+}
+
+// Work deletes what no longer matters. Expired leases already stopped
+// counting at their expiry; this only keeps the tables small.
+func (w *LeaseReaper) Work(ctx context.Context, _ *river.Job[LeaseReaperArgs]) error {
+	now := w.deps.Now()
+	leases, err := w.deps.Queries.DeleteLeasesExpiredBefore(ctx, now.Add(-w.deps.LeaseGrace))
+	if err != nil {
+		return fmt.Errorf("reap leases: %w", err)
+	}
+	sessions, err := w.deps.Queries.DeleteSessionsIdleSince(ctx, now.Add(-w.deps.SessionTTL))
+	if err != nil {
+		return fmt.Errorf("reap sessions: %w", err)
+	}
+	if leases > 0 || sessions > 0 {
+		w.deps.Logger.InfoContext(ctx, "reaped", "leases", leases, "sessions", sessions)
+	}
+	return nil
+}

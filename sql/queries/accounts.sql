@@ -1,0 +1,82 @@
+-- name: CreateAccount :one
+INSERT INTO accounts (
+    id, provider, auth_kind, label, base_url, max_concurrency, priority,
+    credential_sealed, credential_hint, created_at, updated_at
+) VALUES (
+    @id, @provider, @auth_kind, @label, @base_url, @max_concurrency, @priority,
+    @credential_sealed, @credential_hint, @now, @now
+)
+RETURNING *;
+
+-- name: GetAccount :one
+SELECT * FROM accounts WHERE id = @id;
+
+-- name: GetAccountByLabel :one
+SELECT * FROM accounts WHERE label = @label;
+
+-- name: ListAccounts :many
+SELECT * FROM accounts ORDER BY label;
+
+-- name: LiveLeaseCounts :many
+SELECT account_id, count(*)::integer AS live
+FROM leases
+WHERE expires_at > @now
+GROUP BY account_id;
+
+-- name: LiveCooldowns :many
+SELECT * FROM cooldowns WHERE until > @now;
+
+-- name: GetLiveCooldown :one
+SELECT * FROM cooldowns WHERE account_id = @account_id AND until > @now;
+
+-- name: UpdateAccount :one
+UPDATE accounts SET
+    label = coalesce(sqlc.narg('label'), label),
+    base_url = coalesce(sqlc.narg('base_url'), base_url),
+    max_concurrency = coalesce(sqlc.narg('max_concurrency'), max_concurrency),
+    priority = coalesce(sqlc.narg('priority'), priority),
+    updated_at = @now
+WHERE id = @id
+RETURNING *;
+
+-- A new credential gets a new revision, and wipes the verdicts the old one earned.
+-- name: ReplaceCredential :one
+UPDATE accounts SET
+    credential_sealed = @credential_sealed,
+    credential_revision = @credential_revision,
+    credential_hint = @credential_hint,
+    auth_failures = 0,
+    broken_reason = NULL,
+    broken_at = NULL,
+    updated_at = @now
+WHERE id = @id
+RETURNING *;
+
+-- name: SetPaused :one
+UPDATE accounts SET paused = @paused, updated_at = @now WHERE id = @id RETURNING *;
+
+-- name: ResumeAccount :one
+UPDATE accounts SET
+    paused = false,
+    broken_reason = NULL,
+    broken_at = NULL,
+    auth_failures = 0,
+    updated_at = @now
+WHERE id = @id
+RETURNING *;
+
+-- name: DeleteAccount :execrows
+DELETE FROM accounts WHERE id = @id;
+
+-- name: RecordSuccess :exec
+UPDATE accounts SET last_success_at = @now::timestamptz, auth_failures = 0 WHERE id = @id;
+
+-- Counts consecutive credential rejections; at the threshold the account is
+-- marked broken, with the reason an operator reads in `weir accounts list`.
+-- name: RecordAuthFailure :one
+UPDATE accounts SET
+    auth_failures = auth_failures + 1,
+    broken_at = CASE WHEN broken_at IS NULL AND auth_failures + 1 >= @threshold::integer THEN @now::timestamptz ELSE broken_at END,
+    broken_reason = CASE WHEN broken_at IS NULL AND auth_failures + 1 >= @threshold::integer THEN @reason::text ELSE broken_reason END
+WHERE id = @id
+RETURNING auth_failures, (broken_at IS NOT NULL)::boolean AS broken;

@@ -1,0 +1,32 @@
+-- Merges a cooldown into the account's row. A live deadline is never
+-- shortened (the later deadline wins), and a live non-transient cooldown
+-- (a rejected credential) is not replaced by a transient one. An expired
+-- row is simply replaced. Returns the cooldown in force afterwards.
+-- name: WriteCooldown :one
+INSERT INTO cooldowns AS c (account_id, reason, transient, until, written_at, evidence)
+VALUES (@account_id, @reason, @transient, @until, @now, @evidence)
+ON CONFLICT (account_id) DO UPDATE SET
+    reason = CASE
+        WHEN c.until <= EXCLUDED.written_at THEN EXCLUDED.reason
+        WHEN NOT c.transient AND EXCLUDED.transient THEN c.reason
+        WHEN EXCLUDED.until >= c.until OR (c.transient AND NOT EXCLUDED.transient) THEN EXCLUDED.reason
+        ELSE c.reason END,
+    evidence = CASE
+        WHEN c.until <= EXCLUDED.written_at THEN EXCLUDED.evidence
+        WHEN NOT c.transient AND EXCLUDED.transient THEN c.evidence
+        WHEN EXCLUDED.until >= c.until OR (c.transient AND NOT EXCLUDED.transient) THEN EXCLUDED.evidence
+        ELSE c.evidence END,
+    transient = CASE
+        WHEN c.until <= EXCLUDED.written_at THEN EXCLUDED.transient
+        ELSE c.transient AND EXCLUDED.transient END,
+    until = CASE
+        WHEN c.until <= EXCLUDED.written_at THEN EXCLUDED.until
+        WHEN NOT c.transient AND EXCLUDED.transient THEN c.until
+        ELSE greatest(c.until, EXCLUDED.until) END,
+    written_at = CASE
+        WHEN c.until > EXCLUDED.written_at AND NOT c.transient AND EXCLUDED.transient THEN c.written_at
+        ELSE EXCLUDED.written_at END
+RETURNING *;
+
+-- name: ClearCooldown :execrows
+DELETE FROM cooldowns WHERE account_id = @account_id;

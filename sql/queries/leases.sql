@@ -1,0 +1,25 @@
+-- name: ClaimLease :one
+SELECT weir_claim_lease(
+    sqlc.arg(account_id), sqlc.arg(revision), sqlc.narg(key_id), sqlc.arg(request_id),
+    sqlc.arg(model), sqlc.arg(session_key), sqlc.arg(now), sqlc.arg(expires_at)
+)::uuid AS lease_id;
+
+-- name: RenewLease :one
+UPDATE leases SET expires_at = @expires_at
+WHERE id = @id AND expires_at > @now
+RETURNING expires_at;
+
+-- name: ReleaseLease :one
+DELETE FROM leases WHERE id = @id RETURNING account_id, key_id, model;
+
+-- A lease stops counting at expires_at; the row stays a while so a late
+-- Release can still report its outcome.
+-- name: DeleteLeasesExpiredBefore :execrows
+DELETE FROM leases WHERE expires_at < @before;
+
+-- name: SessionAccount :one
+SELECT account_id FROM session_bindings
+WHERE session_key = @session_key AND last_seen_at > @since;
+
+-- name: DeleteSessionsIdleSince :execrows
+DELETE FROM session_bindings WHERE last_seen_at < @since;
