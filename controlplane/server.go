@@ -65,7 +65,9 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 			SessionTTL: cfg.SessionTTL,
 		})
 		s.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
-			Logger:       cfg.Logger.With("component", "river"),
+			// River's own info lines (producer stats every few seconds) drown
+			// weir's; its warnings and errors still come through.
+			Logger:       slog.New(levelFloor{cfg.Logger.Handler(), slog.LevelWarn}).With("component", "river"),
 			Queues:       map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 4}},
 			Workers:      workers,
 			PeriodicJobs: periodic,
@@ -138,4 +140,22 @@ func (s *Server) fail(ctx context.Context, op string, err error) error {
 		s.log.ErrorContext(ctx, "rpc failed", "op", op, "err", err)
 	}
 	return toConnect(err)
+}
+
+// levelFloor drops records below a level before they reach a handler.
+type levelFloor struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (l levelFloor) Enabled(ctx context.Context, lv slog.Level) bool {
+	return lv >= l.min && l.Handler.Enabled(ctx, lv)
+}
+
+func (l levelFloor) WithAttrs(a []slog.Attr) slog.Handler {
+	return levelFloor{l.Handler.WithAttrs(a), l.min}
+}
+
+func (l levelFloor) WithGroup(n string) slog.Handler {
+	return levelFloor{l.Handler.WithGroup(n), l.min}
 }

@@ -59,6 +59,8 @@ func roundDuration(d time.Duration) time.Duration {
 		return d.Round(time.Minute)
 	case d > time.Minute:
 		return d.Round(time.Second)
+	case d > time.Second:
+		return d.Round(100 * time.Millisecond)
 	}
-	return d.Round(100 * time.Millisecond)
+	return d.Round(time.Millisecond)
 }

@@ -32,6 +32,12 @@ func runRoutes(ctx context.Context, args []string, e env) error {
 	if af.json {
 		return printJSON(e.stdout, resp.Msg)
 	}
+	labels := map[string]string{}
+	if accts, err := c.accounts.ListAccounts(ctx, connect.NewRequest(&weirv1.ListAccountsRequest{})); err == nil {
+		for _, a := range accts.Msg.Accounts {
+			labels[a.Id] = a.Label
+		}
+	}
 	now := time.Now()
 	tw := table(e.stdout)
 	fmt.Fprintln(tw, "WHEN\tREQUEST\tMODEL\tSTATUS\tATTEMPTS\tDURATION\tTTFB\tTOKENS IN/OUT\tACCOUNT")
@@ -41,7 +47,18 @@ func runRoutes(ctx context.Context, args []string, e env) error {
 			ttfb = roundDuration(r.TimeToFirstByte.AsDuration()).String()
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%d/%d\t%s\n", ago(r.StartedAt, now), r.RequestId, r.Model, r.Status,
-			r.Attempts, roundDuration(r.Duration.AsDuration()), ttfb, r.InputTokens, r.OutputTokens, r.AccountId)
+			r.Attempts, roundDuration(r.Duration.AsDuration()), ttfb, r.InputTokens, r.OutputTokens, accountName(labels, r.AccountId))
 	}
 	return tw.Flush()
+}
+
+// accountName prefers an account's label; a deleted account shows its id.
+func accountName(labels map[string]string, id string) string {
+	if l, ok := labels[id]; ok {
+		return l
+	}
+	if id == "" {
+		return "-"
+	}
+	return id
 }

@@ -10,6 +10,13 @@
 // Authentication is trust: anyone who can reach 127.0.0.1:port on this
 // machine can connect as the superuser. That is the point of a private,
 // local development cluster; do not point it at data that matters.
+//
+// PostgreSQL refuses to run as root. When weir is root (containers, CI),
+// initdb and postgres run as the postgres system user, or nobody; the
+// cluster and socket directories are chowned to that user, and DataDir's
+// root-owned ancestors that user cannot traverse get the other-execute
+// bit (search only, not listing), which is logged. Ancestors owned by
+// other users are never changed; Start reports them instead.
 package pgembed
 
 import (
@@ -284,13 +291,15 @@ func (p *postmaster) stop(ctx context.Context, log *slog.Logger) error {
 	p.signal(sigFast, log)
 	grace := time.NewTimer(fastStopGrace)
 	defer grace.Stop()
+	reason := "fast shutdown took too long"
 	select {
 	case <-p.done:
 		return nil
 	case <-grace.C:
 	case <-ctx.Done():
+		reason = "stop context done"
 	}
-	log.Warn("pgembed: postgres slow to stop; requesting immediate shutdown", slog.Int("pid", p.proc.Pid))
+	log.Warn("pgembed: requesting immediate shutdown", slog.Int("pid", p.proc.Pid), slog.String("reason", reason))
 	p.signal(sigImmediate, log)
 	quit := time.NewTimer(quitGrace)
 	defer quit.Stop()

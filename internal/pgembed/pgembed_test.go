@@ -3,6 +3,7 @@ package pgembed_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -24,7 +25,9 @@ func startCluster(t *testing.T, dir string) *pgembed.Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	c, err := pgembed.Start(ctx, pgembed.Config{DataDir: dir, ExtraSettings: testSettings()})
+	// Through t.Output, so the start/stop lines show up with -v or on failure.
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
+	c, err := pgembed.Start(ctx, pgembed.Config{DataDir: dir, Logger: log, ExtraSettings: testSettings()})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -213,8 +216,17 @@ func TestLifecycle(t *testing.T) {
 	if err := connect(t, c.URL()).QueryRow(t.Context(), "SELECT v FROM kept").Scan(&v); err != nil {
 		t.Fatalf("restart after crash: %v", err)
 	}
-	if err := c.Stop(t.Context()); err != nil {
-		t.Fatalf("final Stop: %v", err)
+	// A Stop whose context is already done escalates straight to an
+	// immediate shutdown, and still waits for the exit.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := c.Stop(ctx); err != nil {
+		t.Fatalf("Stop with a done context: %v", err)
+	}
+	select {
+	case <-c.Done():
+	default:
+		t.Fatal("Stop returned before the postmaster exited")
 	}
 }
 

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuffer is a bytes.Buffer safe for a command writing while a test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// testEnv isolates a command from the developer's own WEIR_* settings.
+func testEnv(vars map[string]string, stdin string) (env, *syncBuffer, *syncBuffer) {
+	out, errOut := &syncBuffer{}, &syncBuffer{}
+	return env{
+		getenv: func(k string) string { return vars[k] },
+		stdin:  strings.NewReader(stdin),
+		stdout: out,
+		stderr: errOut,
+	}, out, errOut
+}
+
+// startDev runs `weir dev --simulate` in-process on free ports and waits
+// for its dev.json.
+func startDev(t *testing.T, dataDir string) (devInfo, context.CancelFunc, <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	e, out, errOut := testEnv(nil, "")
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"dev", "--simulate", "--data-dir", dataDir,
+			"--listen", "127.0.0.1:0", "--controlplane-listen", "127.0.0.1:0", "--sim-listen", "127.0.0.1:0"}, e)
+	}()
+	deadline := time.After(60 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			cancel()
+			t.Fatalf("weir dev exited early: %v\nstderr:\n%s", err, errOut.String())
+		case <-deadline:
+			cancel()
+			t.Fatalf("weir dev did not start within 60s\nstderr:\n%s", errOut.String())
+		case <-tick.C:
+		}
+		if !strings.Contains(out.String(), "weir dev is running") {
+			continue
+		}
+		info, err := readDevInfo(dataDir)
+		if err != nil {
+			t.Fatalf("read dev.json: %v", err)
+		}
+		return info, cancel, done
+	}
+}
+
+func postMessage(t *testing.T, url, key, body string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url+"/v1/messages", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("x-api-key", key)
+	req.Header.Set("anthropic-version", "2023-06-01")
+	req.Header.Set("content-type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, b
+}
+
+const hello = `{"model":"claude-sonnet-4-5","max_tokens":32,"messages":[{"role":"user","content":"hi"}]}`
+
+// TestDevEndToEnd is the README's first command as a user runs it: weir dev
+// with the simulator, an agent request, the operator commands, a clean stop,
+// and a restart that keeps its state.
+func TestDevEndToEnd(t *testing.T) {
+	t.Parallel()
+	dataDir := t.TempDir()
+	info, stop, done := startDev(t, dataDir)
+
+	if info.ClientKey == "" || info.AdminToken == "" || info.DataplaneToken == "" {
+		t.Fatalf("dev.json incomplete: %+v", info)
+	}
+	st, err := os.Stat(filepath.Join(dataDir, "secret.key"))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("secret.key: %v, mode %v; want 0600", err, st.Mode())
+	}
+	if st, err := os.Stat(filepath.Join(dataDir, "dev.json")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("dev.json must be 0600: %v", err)
+	}
+
+	resp, body := postMessage(t, info.DataplaneURL, info.ClientKey, hello)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"type":"message"`) {
+		t.Fatalf("agent request: %d %s", resp.StatusCode, body)
+	}
+
+	admin := func(stdin string, args ...string) (string, error) {
+		e, out, errOut := testEnv(map[string]string{"WEIR_DATA_DIR": dataDir}, stdin)
+		err := run(t.Context(), args, e)
+		if err != nil {
+			return out.String() + errOut.String(), err
+		}
+		return out.String(), nil
+	}
+
+	out, err := admin("", "accounts", "list", "--json")
+	if err != nil {
+		t.Fatalf("accounts list: %v: %s", err, out)
+	}
+	var list struct {
+		Accounts []struct {
+			Label, CredentialHint, State string
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		t.Fatalf("accounts list --json: %v: %s", err, out)
+	}
+	if len(list.Accounts) != len(demoAccounts) {
+		t.Fatalf("want %d demo accounts, got %d", len(demoAccounts), len(list.Accounts))
+	}
+	for _, d := range demoAccounts {
+		if strings.Contains(out, d.credential) {
+			t.Fatal("accounts list shows a credential")
+		}
+	}
+	for _, a := range list.Accounts {
+		if !strings.Contains(a.CredentialHint, "…") || a.State != "ACCOUNT_STATE_ACTIVE" {
+			t.Errorf("account %s: hint %q state %s", a.Label, a.CredentialHint, a.State)
+		}
+	}
+
+	// A credential is never a flag value, and comes in on stdin.
+	if out, err := admin("", "accounts", "add", "--label", "x", "sk-ant-api03-secret-on-the-command-line"); err == nil {
+		t.Fatalf("accounts add accepted a positional credential: %s", out)
+	}
+	if out, err := admin("sk-ant-api03-from-stdin-123456\n", "accounts", "add", "--label", "piped", "--secret-stdin", "--base-url", info.SimulatorURL); err != nil {
+		t.Fatalf("accounts add --secret-stdin: %v: %s", err, out)
+	} else if strings.Contains(out, "from-stdin") {
+		t.Fatal("accounts add echoed the credential")
+	}
+	if out, err := admin("", "accounts", "pause", "piped"); err != nil || !strings.Contains(out, "paused") {
+		t.Fatalf("accounts pause: %v: %s", err, out)
+	}
+	if out, err := admin("", "accounts", "rm", "piped"); err != nil {
+		t.Fatalf("accounts rm: %v: %s", err, out)
+	}
+	if out, err := admin("", "accounts", "get", "piped"); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("accounts get after rm: %v: %s", err, out)
+	}
+
+	// A second key works until revoked, and never after.
+	out, err = admin("", "keys", "create", "second", "--json")
+	if err != nil {
+		t.Fatalf("keys create: %v: %s", err, out)
+	}
+	var created struct{ Secret string }
+	if err := json.Unmarshal([]byte(out), &created); err != nil || !strings.HasPrefix(created.Secret, "weir_sk_") {
+		t.Fatalf("keys create --json: %v: %s", err, out)
+	}
+	if resp, body := postMessage(t, info.DataplaneURL, created.Secret, hello); resp.StatusCode != http.StatusOK {
+		t.Fatalf("second key: %d %s", resp.StatusCode, body)
+	}
+	if out, err := admin("", "keys", "revoke", "second"); err != nil {
+		t.Fatalf("keys revoke: %v: %s", err, out)
+	}
+	if resp, body := postMessage(t, info.DataplaneURL, created.Secret, hello); resp.StatusCode != http.StatusUnauthorized ||
+		!strings.Contains(string(body), "authentication_error") {
+		t.Fatalf("revoked key: %d %s", resp.StatusCode, body)
+	}
+	if resp, _ := postMessage(t, info.DataplaneURL, info.ClientKey, hello); resp.StatusCode != http.StatusOK {
+		t.Fatalf("first key after revoking the second: %d", resp.StatusCode)
+	}
+	if out, err := admin("", "routes", "--limit", "5"); err != nil || !strings.Contains(out, "claude-sonnet-4-5") {
+		t.Fatalf("routes: %v: %s", err, out)
+	}
+
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("weir dev did not stop cleanly: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "postgres", "pgdata", "postmaster.pid")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("postgres still running after weir dev stopped (postmaster.pid: %v)", err)
+	}
+
+	// A restart keeps accounts, tokens and the client key.
+	info2, stop2, done2 := startDev(t, dataDir)
+	if info2.ClientKey != info.ClientKey || info2.AdminToken != info.AdminToken {
+		t.Fatal("restart did not keep the client key and admin token")
+	}
+	if resp, body := postMessage(t, info2.DataplaneURL, info2.ClientKey, hello); resp.StatusCode != http.StatusOK {
+		t.Fatalf("after restart: %d %s", resp.StatusCode, body)
+	}
+	out, err = admin("", "accounts", "list", "--json")
+	if err != nil || strings.Count(out, `"label"`) != len(demoAccounts) {
+		t.Fatalf("after restart: want %d accounts: %v: %s", len(demoAccounts), err, out)
+	}
+	stop2()
+	if err := <-done2; err != nil {
+		t.Fatalf("second stop: %v", err)
+	}
+}
+
+func TestCommandErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string
+		vars map[string]string
+		want string
+	}{
+		{"unknown command", []string{"frobnicate"}, nil, "unknown command"},
+		{"controlplane without database", []string{"controlplane"}, nil, "WEIR_DATABASE_URL is required"},
+		{"controlplane without secret key", []string{"controlplane"}, map[string]string{"WEIR_DATABASE_URL": "postgres://x@127.0.0.1:1/x"}, "WEIR_SECRET_KEY is required"},
+		{"dataplane without control plane", []string{"dataplane"}, nil, "ControlPlaneURL"},
+		{"operator command without control plane", []string{"accounts", "list", "--data-dir", "/nonexistent"}, nil, "no control plane"},
+		{"keys without subcommand", []string{"keys"}, nil, "weir keys create"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e, out, errOut := testEnv(tc.vars, "")
+			err := run(t.Context(), tc.args, e)
+			if err == nil {
+				t.Fatal("want an error")
+			}
+			if got := err.Error() + out.String() + errOut.String(); !strings.Contains(got, tc.want) {
+				t.Fatalf("error %q does not say %q", got, tc.want)
+			}
+		})
+	}
+}
