@@ -69,6 +69,10 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 	start := s.cfg.Now()
 	o := &weirv1.Outcome{}
 	defer func() { o.Duration = durationpb.New(s.cfg.Now().Sub(start)) }()
+	// The lease is renewed for as long as the attempt runs: a long wait for
+	// headers holds the account as surely as a long stream does.
+	stopRenew := s.renewWhile(ctx, in, lease)
+	defer stopRenew()
 
 	req, err := upstreamRequest(ctx, r, in.body, lease)
 	if err != nil {
@@ -108,7 +112,7 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 		return attemptResult{outcome: o, failure: fail}
 	}
 	if isEventStream(resp.Header) {
-		return s.relayStream(ctx, w, resp, in, lease, o)
+		return s.relayStream(ctx, w, resp, in, o)
 	}
 	return s.relayWhole(ctx, w, resp, in, o)
 }
@@ -139,10 +143,7 @@ func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.R
 // output (message_start, content_block_start, ping) are held back: if the
 // upstream fails before producing output, nothing reached the client and
 // the request can still be replayed on another account.
-func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.Response, in *inbound, lease *weirv1.Lease, o *weirv1.Outcome) attemptResult {
-	stopRenew := s.renewWhile(ctx, in, lease)
-	defer stopRenew()
-
+func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.Response, in *inbound, o *weirv1.Outcome) attemptResult {
 	rc := http.NewResponseController(w)
 	sc := newSSEScanner(resp.Body)
 	var (

@@ -148,7 +148,7 @@ func runDev(ctx context.Context, args []string, e env) error {
 	simURL := ""
 	if *simulate {
 		simURL = "http://" + simLn.Addr().String()
-		s := sim.New(sim.Config{Logger: log.With("component", "sim"), Script: sim.Script{AcceptUnknown: true}, DeltaDelay: 30 * time.Millisecond})
+		s := sim.New(sim.Config{Logger: log.With("component", "sim"), Script: demoScript(), DeltaDelay: 30 * time.Millisecond})
 		goRun("simulator", cpCtx, func(c context.Context) error { return serveSim(c, s, simLn, log) })
 	}
 
@@ -193,6 +193,20 @@ func runDev(ctx context.Context, args []string, e env) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// demoScript names the demo accounts in the simulator after their labels,
+// so faults can be scripted per account: POST /_sim/accounts/demo-max-1/faults.
+func demoScript() sim.Script {
+	sc := sim.Script{AcceptUnknown: true}
+	for _, d := range demoAccounts {
+		kind := sim.KindAPIKey
+		if d.kind == weirv1.AuthKind_AUTH_KIND_OAUTH {
+			kind = sim.KindOAuth
+		}
+		sc.Accounts = append(sc.Accounts, sim.AccountScript{Name: d.label, Credential: d.credential, Kind: kind})
+	}
+	return sc
 }
 
 type secretSet struct {

@@ -240,7 +240,7 @@ func TestCommandErrors(t *testing.T) {
 		{"unknown command", []string{"frobnicate"}, nil, "unknown command"},
 		{"controlplane without database", []string{"controlplane"}, nil, "WEIR_DATABASE_URL is required"},
 		{"controlplane without secret key", []string{"controlplane"}, map[string]string{"WEIR_DATABASE_URL": "postgres://x@127.0.0.1:1/x"}, "WEIR_SECRET_KEY is required"},
-		{"dataplane without control plane", []string{"dataplane"}, nil, "ControlPlaneURL"},
+		{"dataplane without control plane", []string{"dataplane", "--data-dir", "/nonexistent"}, nil, "ControlPlaneURL"},
 		{"operator command without control plane", []string{"accounts", "list", "--data-dir", "/nonexistent"}, nil, "no control plane"},
 		{"keys without subcommand", []string{"keys"}, nil, "weir keys create"},
 	} {

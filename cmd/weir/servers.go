@@ -159,12 +159,25 @@ func runDataPlane(ctx context.Context, args []string, e env) error {
 	fs := flag.NewFlagSet("weir dataplane", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	addr := fs.String("listen", envOr(e, "WEIR_DATAPLANE_LISTEN", defaultDataplaneAddr), "address agents connect to (env WEIR_DATAPLANE_LISTEN)")
-	cpURL := fs.String("controlplane", e.getenv("WEIR_CONTROLPLANE_URL"), "control-plane URL (env WEIR_CONTROLPLANE_URL)")
+	cpURL := fs.String("controlplane", e.getenv("WEIR_CONTROLPLANE_URL"), "control-plane URL (env WEIR_CONTROLPLANE_URL; default: the running 'weir dev')")
+	fs.String("data-dir", defaultDataDir(e), "where a running 'weir dev' keeps dev.json (env WEIR_DATA_DIR)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	dataDir := fs.Lookup("data-dir").Value.String()
 	log := newLogger(e)
 	cfg := dataplane.Config{ControlPlaneURL: *cpURL, Token: e.getenv("WEIR_DATAPLANE_TOKEN"), Logger: log}
+	if cfg.ControlPlaneURL == "" || cfg.Token == "" {
+		// Next to a running `weir dev`, join its control plane.
+		if d, err := readDevInfo(dataDir); err == nil {
+			if cfg.ControlPlaneURL == "" {
+				cfg.ControlPlaneURL = d.ControlplaneURL
+			}
+			if cfg.Token == "" {
+				cfg.Token = d.DataplaneToken
+			}
+		}
+	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("weir dataplane: %w", err)
 	}

@@ -1,0 +1,250 @@
+package controlplane
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+)
+
+// protocols are the three wire protocols the one h2c port serves.
+var protocols = []struct {
+	name string
+	opts []connect.ClientOption
+}{
+	{"connect", nil},
+	{"grpc", []connect.ClientOption{connect.WithGRPC()}},
+	{"grpcweb", []connect.ClientOption{connect.WithGRPCWeb()}},
+}
+
+// rawHeader sets an Authorization header verbatim, for malformed tokens.
+type rawHeader string
+
+func (h rawHeader) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", string(h))
+		return next(ctx, req)
+	}
+}
+
+func (h rawHeader) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (h rawHeader) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+func TestAuthInterceptor(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	_, keyHash := e.createKey("auth-key")
+
+	// One cheap call per service; each reports only its error.
+	calls := map[string]func(ctx context.Context, c clients) error{
+		"AccountService.ListAccounts": func(ctx context.Context, c clients) error {
+			_, err := c.accounts.ListAccounts(ctx, connect.NewRequest(&weirv1.ListAccountsRequest{}))
+			return err
+		},
+		"AccountService.CreateAccount": func(ctx context.Context, c clients) error {
+			_, err := c.accounts.CreateAccount(ctx, connect.NewRequest(&weirv1.CreateAccountRequest{
+				Provider: weirv1.Provider_PROVIDER_ANTHROPIC, AuthKind: weirv1.AuthKind_AUTH_KIND_API_KEY,
+				Label: "sneaky", Credential: "sk-ant-api03-not-a-real-key-000000",
+			}))
+			return err
+		},
+		"KeyService.ListKeys": func(ctx context.Context, c clients) error {
+			_, err := c.keys.ListKeys(ctx, connect.NewRequest(&weirv1.ListKeysRequest{}))
+			return err
+		},
+		"RouteService.ListRouteEvents": func(ctx context.Context, c clients) error {
+			_, err := c.routes.ListRouteEvents(ctx, connect.NewRequest(&weirv1.ListRouteEventsRequest{}))
+			return err
+		},
+		"LeaseService.VerifyKey": func(ctx context.Context, c clients) error {
+			_, err := c.leases.VerifyKey(ctx, connect.NewRequest(&weirv1.VerifyKeyRequest{KeyHash: keyHash}))
+			return err
+		},
+		"LeaseService.Acquire": func(ctx context.Context, c clients) error {
+			_, err := c.leases.Acquire(ctx, connect.NewRequest(&weirv1.AcquireRequest{KeyHash: keyHash, RequestId: "r"}))
+			return err
+		},
+	}
+	lease := map[string]bool{"LeaseService.VerifyKey": true, "LeaseService.Acquire": true}
+
+	adminTok, dpTok := e.cfg.AdminToken, e.cfg.DataplaneToken
+	headers := []struct {
+		name   string
+		header string // "" sends no Authorization header
+		// okAdmin: the header opens the operator services; okLease: LeaseService.
+		okAdmin, okLease bool
+	}{
+		{"no token", "", false, false},
+		{"wrong token", "Bearer " + "x" + adminTok[1:], false, false},
+		{"admin token", "Bearer " + adminTok, true, false},
+		{"data-plane token", "Bearer " + dpTok, false, true},
+		{"admin token without scheme", adminTok, false, false},
+		{"lower-case scheme", "bearer " + adminTok, false, false},
+		{"basic scheme", "Basic " + adminTok, false, false},
+		{"admin token with suffix", "Bearer " + adminTok + "x", false, false},
+		{"admin token prefix", "Bearer " + adminTok[:len(adminTok)-1], false, false},
+		{"both tokens", "Bearer " + adminTok + dpTok, false, false},
+	}
+	for _, p := range protocols {
+		for _, h := range headers {
+			opts := append([]connect.ClientOption(nil), p.opts...)
+			if h.header != "" {
+				opts = append(opts, connect.WithInterceptors(rawHeader(h.header)))
+			}
+			c := e.clients("", opts...)
+			for name, call := range calls {
+				t.Run(p.name+"/"+h.name+"/"+name, func(t *testing.T) {
+					ok := h.okAdmin
+					if lease[name] {
+						ok = h.okLease
+					}
+					err := call(t.Context(), c)
+					if !ok {
+						wantCode(t, err, connect.CodeUnauthenticated)
+						return
+					}
+					if err != nil && connect.CodeOf(err) == connect.CodeUnauthenticated {
+						t.Fatalf("right token rejected: %v", err)
+					}
+				})
+			}
+		}
+	}
+	// Rejected calls had no effect: the one account is the one the admin
+	// token created (the other protocols' attempts conflicting on the
+	// label), and the only leases are the data-plane token's, one per protocol.
+	if n := e.count(`SELECT count(*) FROM accounts`); n != 1 {
+		t.Errorf("accounts after the auth matrix: %d, want 1", n)
+	}
+	if n := e.count(`SELECT count(*) FROM leases`); n != len(protocols) {
+		t.Errorf("leases after the auth matrix: %d, want %d", n, len(protocols))
+	}
+}
+
+// TestAuthErrorLeaksNothing checks the rejection names neither token.
+func TestAuthErrorLeaksNothing(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c := e.clients(e.cfg.DataplaneToken)
+	_, err := c.accounts.ListAccounts(t.Context(), connect.NewRequest(&weirv1.ListAccountsRequest{}))
+	ce := wantCode(t, err, connect.CodeUnauthenticated)
+	for _, tok := range []string{e.cfg.AdminToken, e.cfg.DataplaneToken} {
+		if strings.Contains(ce.Error(), tok) {
+			t.Error("the auth error names a token")
+		}
+	}
+}
+
+// TestEveryServiceOverEveryProtocol drives each service through Connect,
+// gRPC and gRPC-Web clients: the one h2c port must serve all three.
+func TestEveryServiceOverEveryProtocol(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	for _, p := range protocols {
+		t.Run(p.name, func(t *testing.T) {
+			admin := e.clients(e.cfg.AdminToken, p.opts...)
+			dp := e.clients(e.cfg.DataplaneToken, p.opts...)
+			ctx := t.Context()
+			cred := apiKey()
+			e.secrets.add(cred)
+
+			created, err := admin.accounts.CreateAccount(ctx, connect.NewRequest(&weirv1.CreateAccountRequest{
+				Provider: weirv1.Provider_PROVIDER_ANTHROPIC, AuthKind: weirv1.AuthKind_AUTH_KIND_API_KEY,
+				Label: "proto-" + p.name, Credential: cred, MaxConcurrency: 1,
+			}))
+			if err != nil {
+				t.Fatalf("CreateAccount: %v", err)
+			}
+			requireAbsent(t, "CreateAccount", created.Msg, cred)
+			list, err := admin.accounts.ListAccounts(ctx, connect.NewRequest(&weirv1.ListAccountsRequest{}))
+			if err != nil {
+				t.Fatalf("ListAccounts: %v", err)
+			}
+			found := false
+			for _, a := range list.Msg.Accounts {
+				found = found || a.Id == created.Msg.Account.Id
+			}
+			if !found {
+				t.Fatalf("ListAccounts over %s misses the account it created", p.name)
+			}
+			requireAbsent(t, "ListAccounts", list.Msg, cred)
+
+			key, err := admin.keys.CreateKey(ctx, connect.NewRequest(&weirv1.CreateKeyRequest{Name: "key-" + p.name}))
+			if err != nil {
+				t.Fatalf("CreateKey: %v", err)
+			}
+			e.secrets.add(key.Msg.Secret)
+			if _, err := admin.keys.ListKeys(ctx, connect.NewRequest(&weirv1.ListKeysRequest{})); err != nil {
+				t.Fatalf("ListKeys: %v", err)
+			}
+			hash := HashKey(key.Msg.Secret)
+			v, err := dp.leases.VerifyKey(ctx, connect.NewRequest(&weirv1.VerifyKeyRequest{KeyHash: hash}))
+			if err != nil || v.Msg.KeyId != key.Msg.Key.Id {
+				t.Fatalf("VerifyKey: %v %v", v, err)
+			}
+			acq, err := dp.leases.Acquire(ctx, connect.NewRequest(&weirv1.AcquireRequest{
+				KeyHash: hash, RequestId: "req-" + p.name, Model: "claude-sonnet-4-5",
+			}))
+			if err != nil {
+				t.Fatalf("Acquire: %v", err)
+			}
+			l := acq.Msg.GetLease()
+			if l == nil || l.AccountId != created.Msg.Account.Id || l.Credential != cred {
+				t.Fatalf("Acquire over %s: want a lease on the new account with its credential, got %v", p.name, acq.Msg.GetNoAccount())
+			}
+			if _, err := dp.leases.Renew(ctx, connect.NewRequest(&weirv1.RenewRequest{LeaseId: l.Id})); err != nil {
+				t.Fatalf("Renew: %v", err)
+			}
+			rel, err := dp.leases.Release(ctx, connect.NewRequest(&weirv1.ReleaseRequest{
+				LeaseId: l.Id, Outcome: &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200},
+			}))
+			if err != nil || rel.Msg.Decision.GetAction() != weirv1.Action_ACTION_RESPOND {
+				t.Fatalf("Release: %v %v", rel, err)
+			}
+			// Out of routing, so the next protocol's Acquire gets its own account.
+			if _, err := admin.accounts.PauseAccount(ctx, connect.NewRequest(&weirv1.PauseAccountRequest{Id: l.AccountId})); err != nil {
+				t.Fatalf("PauseAccount: %v", err)
+			}
+			if _, err := dp.leases.ReportRoute(ctx, connect.NewRequest(&weirv1.ReportRouteRequest{Event: &weirv1.RouteEvent{
+				RequestId: "req-" + p.name, KeyId: key.Msg.Key.Id, AccountId: l.AccountId, Status: 200, Attempts: 1,
+				Duration: durationpb.New(0), StartedAt: timestamppb.New(e.clock.Now()), Surface: "messages",
+			}})); err != nil {
+				t.Fatalf("ReportRoute: %v", err)
+			}
+			events, err := admin.routes.ListRouteEvents(ctx, connect.NewRequest(&weirv1.ListRouteEventsRequest{AccountId: l.AccountId}))
+			if err != nil {
+				t.Fatalf("ListRouteEvents: %v", err)
+			}
+			if len(events.Msg.Events) != 1 || events.Msg.Events[0].RequestId != "req-"+p.name {
+				t.Fatalf("ListRouteEvents over %s: %v", p.name, events.Msg.Events)
+			}
+		})
+	}
+}
+
+// TestUnknownProcedure checks an unrouted path is a plain 404, not a panic
+// or an auth bypass.
+func TestUnknownProcedure(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	resp, err := http.Post(e.ts.URL+"/"+weirv1connect.AccountServiceName+"/Nope", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("status %d, want 404", resp.StatusCode)
+	}
+}
