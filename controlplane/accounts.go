@@ -164,7 +164,7 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 			return err
 		}
 		// The old credential's verdict does not bind the new one.
-		_, err = q.ClearCooldown(ctx, row.ID)
+		_, err = q.ClearCredentialCooldown(ctx, row.ID)
 		return err
 	})
 	if err != nil {
@@ -338,9 +338,15 @@ func validLabel(l string) error {
 	return nil
 }
 
+// validCredential admits what can travel in an HTTP header: printable
+// ASCII, no spaces.
 func validCredential(c string) error {
-	if len(c) < 8 || len(c) > 8192 || strings.ContainsAny(c, " \t\r\n") {
-		return invalidf("credential: required, 8 to 8192 characters, no whitespace")
+	bad := len(c) < 8 || len(c) > 8192
+	for i := 0; i < len(c) && !bad; i++ {
+		bad = c[i] < 0x21 || c[i] > 0x7e
+	}
+	if bad {
+		return invalidf("credential: required, 8 to 8192 printable ASCII characters")
 	}
 	return nil
 }

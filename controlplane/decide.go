@@ -3,6 +3,7 @@ package controlplane
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -74,12 +75,16 @@ func newCooldown(reason weirv1.CooldownReason, until time.Time, o *weirv1.Outcom
 	return &cooldownWrite{reason: reason, until: until, evidence: evidenceJSON(o)}
 }
 
+// maxRetryAfter caps what an upstream can ask for: a weekly window plus a
+// day. A larger or non-finite value would overflow a time.Duration.
+const maxRetryAfter = 8 * 24 * time.Hour
+
 // retryAfter reads retry-after-ms, then retry-after (seconds or an HTTP
-// date). Non-positive or unparseable values are ignored.
+// date). Non-positive, non-finite or unparseable values are ignored.
 func retryAfter(h map[string]string, now time.Time) (time.Duration, bool) {
 	if v, ok := h["retry-after-ms"]; ok {
-		if ms, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && ms > 0 {
-			return time.Duration(ms * float64(time.Millisecond)), true
+		if ms, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && ms > 0 && !math.IsInf(ms, 0) {
+			return min(time.Duration(min(ms, float64(maxRetryAfter/time.Millisecond))*float64(time.Millisecond)), maxRetryAfter), true
 		}
 	}
 	v, ok := h["retry-after"]
@@ -88,13 +93,13 @@ func retryAfter(h map[string]string, now time.Time) (time.Duration, bool) {
 	}
 	v = strings.TrimSpace(v)
 	if s, err := strconv.ParseFloat(v, 64); err == nil {
-		if s > 0 {
-			return time.Duration(s * float64(time.Second)), true
+		if s > 0 && !math.IsInf(s, 0) {
+			return min(time.Duration(min(s, maxRetryAfter.Seconds())*float64(time.Second)), maxRetryAfter), true
 		}
 		return 0, false
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now), true
+		return min(t.Sub(now), maxRetryAfter), true
 	}
 	return 0, false
 }

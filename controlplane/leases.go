@@ -84,6 +84,12 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (*w
 		}
 		for _, c := range order {
 			lease, err := l.claim(ctx, c, key.ID, m, now)
+			if errors.Is(err, errUnseal) {
+				// Unusable until an operator re-enters the credential under
+				// this key; the rest of the pool can still serve.
+				exclude[c.account.ID] = true
+				continue
+			}
 			if err != nil {
 				return nil, l.s.fail(ctx, "acquire", err)
 			}
@@ -122,13 +128,12 @@ func (l leaseService) claim(ctx context.Context, c candidate, keyID uuid.UUID, m
 	}
 	credential, err := l.s.seal.open(c.account.ID, c.account.CredentialRevision, c.account.CredentialSealed)
 	if err != nil {
-		// Give the lease back at once; the account is unusable until an
-		// operator re-enters its credential under the right key.
+		// Give the lease back at once.
 		if _, rerr := l.s.q.ReleaseLease(ctx, leaseID); rerr != nil {
 			l.s.log.ErrorContext(ctx, "release unusable lease", "lease_id", leaseID, "err", rerr)
 		}
 		l.s.log.ErrorContext(ctx, "credential unreadable", "account_id", c.account.ID, "err", err)
-		return nil, nil
+		return nil, err
 	}
 	base := c.account.BaseUrl
 	if base == "" {
@@ -199,7 +204,10 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 	if o == nil {
 		return nil, toConnect(invalidf("outcome: required"))
 	}
-	var d decision
+	var (
+		d       decision
+		inForce *db.Cooldown // the cooldown after merging, as routing sees it
+	)
 	err = l.s.tx(ctx, func(q *db.Queries) error {
 		row, err := q.ReleaseLease(ctx, id)
 		if err != nil {
@@ -207,29 +215,40 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 		}
 		now := l.s.now()
 		var failures int32
+		stale := false
 		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR {
 			r, err := q.RecordAuthFailure(ctx, db.RecordAuthFailureParams{
-				ID:        row.AccountID,
-				Threshold: int32(l.s.cfg.AuthFailureThreshold),
-				Reason:    "credential rejected by the upstream " + evidenceSummary(evidenceJSON(o)),
-				Now:       now,
+				ID:                 row.AccountID,
+				CredentialRevision: row.CredentialRevision,
+				Threshold:          int32(l.s.cfg.AuthFailureThreshold),
+				Reason:             "credential rejected by the upstream (" + evidenceSummary(evidenceJSON(o)) + ")",
+				Now:                now,
 			})
-			if err != nil {
+			switch {
+			case errors.Is(storeErr(err), ErrNotFound):
+				// The credential was replaced while this attempt ran: the
+				// rejection was of the old one and says nothing of the new.
+				stale = true
+			case err != nil:
 				return err
-			}
-			failures = r.AuthFailures
-			if r.Broken {
-				l.s.log.WarnContext(ctx, "account broken", "account_id", row.AccountID, "auth_failures", failures)
+			default:
+				failures = r.AuthFailures
+				if r.Broken {
+					l.s.log.WarnContext(ctx, "account broken", "account_id", row.AccountID, "auth_failures", failures)
+				}
 			}
 		}
 		d = decide(o, failures, now)
+		if stale {
+			d.cooldown, d.authFailure = nil, false
+		}
 		if d.success {
 			if err := q.RecordSuccess(ctx, db.RecordSuccessParams{ID: row.AccountID, Now: now}); err != nil {
 				return err
 			}
 		}
 		if cw := d.cooldown; cw != nil {
-			_, err := q.WriteCooldown(ctx, db.WriteCooldownParams{
+			merged, err := q.WriteCooldown(ctx, db.WriteCooldownParams{
 				AccountID: row.AccountID,
 				Reason:    enumName(cw.reason),
 				Transient: transientReason(cw.reason),
@@ -240,9 +259,10 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 			if err != nil {
 				return err
 			}
+			inForce = &merged
 			l.s.metrics.cooldowns.WithLabelValues(enumName(cw.reason)).Inc()
 			l.s.log.InfoContext(ctx, "cooldown written", "account_id", row.AccountID,
-				"reason", enumName(cw.reason), "until", cw.until)
+				"reason", merged.Reason, "until", merged.Until)
 		}
 		return nil
 	})
@@ -251,13 +271,8 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 	}
 	l.s.metrics.releases.WithLabelValues(enumName(o.Class)).Inc()
 	out := &weirv1.Decision{Action: d.action}
-	if cw := d.cooldown; cw != nil {
-		out.Cooldown = &weirv1.Cooldown{
-			Reason:    cw.reason,
-			Until:     timestamppb.New(cw.until),
-			Transient: transientReason(cw.reason),
-			Evidence:  evidenceSummary(cw.evidence),
-		}
+	if inForce != nil {
+		out.Cooldown = cooldownProto(*inForce)
 	}
 	return connect.NewResponse(&weirv1.ReleaseResponse{Decision: out}), nil
 }
@@ -279,8 +294,11 @@ func (l leaseService) ReportRoute(ctx context.Context, req *connect.Request[weir
 		DurationMs:   durationMillis(e.Duration),
 		InputTokens:  e.InputTokens,
 		OutputTokens: e.OutputTokens,
-		StartedAt:    e.StartedAt.AsTime(),
+		StartedAt:    now,
 		Now:          now,
+	}
+	if e.StartedAt != nil {
+		p.StartedAt = e.StartedAt.AsTime()
 	}
 	if e.TimeToFirstByte != nil {
 		ms := durationMillis(e.TimeToFirstByte)

@@ -168,7 +168,8 @@ func newEnv(t *testing.T, pool *pgxpool.Pool, cfg Config, clock *testClock) *env
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	e.cfg, e.srv = cfg, srv
+	// The effective config, defaults filled in (LeaseTTL, SessionTTL, ...).
+	e.cfg, e.srv = srv.cfg, srv
 	e.ts = startH2C(t, srv.Handler())
 	e.admin = e.clients(cfg.AdminToken)
 	e.dp = e.clients(cfg.DataplaneToken)

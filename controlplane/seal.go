@@ -97,5 +97,6 @@ func credentialHint(secret string) string {
 			break
 		}
 	}
-	return fmt.Sprintf("%s…%s", prefix, secret[len(secret)-tail:])
+	r := []rune(secret)
+	return fmt.Sprintf("%s…%s", prefix, string(r[len(r)-tail:]))
 }

@@ -22,7 +22,8 @@ func clientKey(r *http.Request) string {
 	if k := strings.TrimSpace(r.Header.Get("X-Api-Key")); k != "" {
 		return k
 	}
-	if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+	// The auth scheme is case-insensitive (RFC 9110 §11.1).
+	if scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
 		return strings.TrimSpace(tok)
 	}
 	return ""

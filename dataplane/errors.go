@@ -30,8 +30,12 @@ func errAuthentication(msg string) *apiError {
 }
 
 func errTooLarge(limit int64) *apiError {
+	size := strconv.FormatInt(limit, 10) + " bytes"
+	if limit >= 1<<20 && limit%(1<<20) == 0 {
+		size = strconv.FormatInt(limit>>20, 10) + " MiB"
+	}
 	return &apiError{status: http.StatusRequestEntityTooLarge, typ: "request_too_large",
-		message: "request body exceeds the " + strconv.FormatInt(limit>>20, 10) + " MiB limit", final: true}
+		message: "request body exceeds the " + size + " limit", final: true}
 }
 
 func errNotFound(msg string) *apiError {

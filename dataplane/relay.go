@@ -170,7 +170,7 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 				o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED
 				break
 			}
-			if errors.Is(err, io.EOF) && finished {
+			if finished {
 				break
 			}
 			if !committed {
@@ -199,6 +199,9 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 				}}
 			}
 			o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR
+			// The upstream's own error event ends the stream for the client;
+			// weir adds nothing after it.
+			finished = true
 		case "message_stop":
 			finished = true
 		}

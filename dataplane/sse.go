@@ -38,6 +38,7 @@ func newSSEScanner(r io.Reader) *sseScanner {
 func (s *sseScanner) next() (sseEvent, error) {
 	var ev sseEvent
 	var data [][]byte
+	hasField := false // a non-blank line was read for this event
 	for {
 		line, err := s.r.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -54,7 +55,8 @@ func (s *sseScanner) next() (sseEvent, error) {
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				if len(ev.raw) == 0 && len(line) == 0 {
+				if !hasField && len(bytes.TrimRight(line, "\r\n")) == 0 {
+					// Only blank lines since the last event: a clean end.
 					return ev, io.EOF
 				}
 				return ev, io.ErrUnexpectedEOF
@@ -73,13 +75,16 @@ func (s *sseScanner) next() (sseEvent, error) {
 			}
 			break
 		}
+		hasField = true
 		field, value, _ := bytes.Cut(content, []byte(":"))
 		value = bytes.TrimPrefix(value, []byte(" "))
 		switch string(field) {
 		case "event":
 			ev.name = string(value)
 		case "data":
-			data = append(data, value)
+			// value points into the reader's buffer, which the next read
+			// overwrites.
+			data = append(data, bytes.Clone(value))
 		}
 	}
 	if ev.name == "" {

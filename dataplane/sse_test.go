@@ -235,7 +235,6 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 // how the bytes were split across reads.
 func TestSSEScannerDataSurvivesShortReads(t *testing.T) {
 	t.Parallel()
-	t.Skip("BUG: sseScanner.next keeps data: values as slices of bufio's buffer (ReadSlice); the next read that refills the buffer overwrites them, so ev.data (usage, error type) is corrupted when an event arrives in several reads. Fix in dataplane/sse.go next(): data = append(data, bytes.Clone(value))")
 	const delta = "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":42}}\n"
 	const stop = "\nevent: message_stop\ndata: {\"type\":\"message_stop\",\"pad\":\"" + "................................................................" + "\"}\n\n"
 	cases := map[string]io.Reader{
@@ -274,7 +273,6 @@ func TestSSEScannerDataSurvivesShortReads(t *testing.T) {
 // a cut-off event.
 func TestSSEScannerTrailingBlankLine(t *testing.T) {
 	t.Parallel()
-	t.Skip("BUG: a blank line after the final event makes sseScanner.next return io.ErrUnexpectedEOF instead of io.EOF (and relayStream then appends an error event to a finished stream). Fix in dataplane/sse.go next(): at EOF, return io.EOF when len(line)==0 and ev.raw holds only blank lines (no field line seen)")
 	evs, err := scanAll(t, strings.NewReader("event: message_stop\ndata: {}\n\n\n"))
 	if err != io.EOF || len(evs) != 1 {
 		t.Fatalf("got %d events, error %v; want 1 event and io.EOF", len(evs), err)
@@ -283,7 +281,8 @@ func TestSSEScannerTrailingBlankLine(t *testing.T) {
 
 // FuzzSSEScanner: whatever the input, the scanner never panics, always
 // makes progress, and the events' raw bytes, concatenated, are exactly the
-// prefix of the input it consumed (all of it at a clean io.EOF).
+// prefix of the input it consumed (at a clean io.EOF, all of it but
+// trailing blank lines).
 func FuzzSSEScanner(f *testing.F) {
 	for _, s := range []string{
 		"",
@@ -314,7 +313,8 @@ func FuzzSSEScanner(f *testing.F) {
 				}
 				switch {
 				case err == io.EOF:
-					if !bytes.Equal(consumed, in) {
+					// Whatever was not consumed can only be blank lines.
+					if rest := in[len(consumed):]; len(bytes.Trim(rest, "\r\n")) != 0 {
 						t.Fatalf("clean EOF but consumed %q of %q", consumed, in)
 					}
 				case errors.Is(err, io.ErrUnexpectedEOF):

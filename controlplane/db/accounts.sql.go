@@ -279,15 +279,16 @@ UPDATE accounts SET
     auth_failures = auth_failures + 1,
     broken_at = CASE WHEN broken_at IS NULL AND auth_failures + 1 >= $1::integer THEN $2::timestamptz ELSE broken_at END,
     broken_reason = CASE WHEN broken_at IS NULL AND auth_failures + 1 >= $1::integer THEN $3::text ELSE broken_reason END
-WHERE id = $4
+WHERE id = $4 AND credential_revision = $5
 RETURNING auth_failures, (broken_at IS NOT NULL)::boolean AS broken
 `
 
 type RecordAuthFailureParams struct {
-	Threshold int32
-	Now       time.Time
-	Reason    string
-	ID        uuid.UUID
+	Threshold          int32
+	Now                time.Time
+	Reason             string
+	ID                 uuid.UUID
+	CredentialRevision int64
 }
 
 type RecordAuthFailureRow struct {
@@ -303,6 +304,7 @@ func (q *Queries) RecordAuthFailure(ctx context.Context, arg RecordAuthFailurePa
 		arg.Now,
 		arg.Reason,
 		arg.ID,
+		arg.CredentialRevision,
 	)
 	var i RecordAuthFailureRow
 	err := row.Scan(&i.AuthFailures, &i.Broken)

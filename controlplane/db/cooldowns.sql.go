@@ -24,6 +24,20 @@ func (q *Queries) ClearCooldown(ctx context.Context, accountID uuid.UUID) (int64
 	return result.RowsAffected(), nil
 }
 
+const clearCredentialCooldown = `-- name: ClearCredentialCooldown :execrows
+DELETE FROM cooldowns WHERE account_id = $1 AND reason = 'invalid_credential'
+`
+
+// A new credential voids the verdict on the old one, not the account's
+// rate limits, which belong to the account whatever its credential.
+func (q *Queries) ClearCredentialCooldown(ctx context.Context, accountID uuid.UUID) (int64, error) {
+	result, err := q.db.Exec(ctx, clearCredentialCooldown, accountID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const writeCooldown = `-- name: WriteCooldown :one
 INSERT INTO cooldowns AS c (account_id, reason, transient, until, written_at, evidence)
 VALUES ($1, $2, $3, $4, $5, $6)

@@ -73,19 +73,25 @@ func (q *Queries) DeleteSessionsIdleSince(ctx context.Context, since time.Time) 
 }
 
 const releaseLease = `-- name: ReleaseLease :one
-DELETE FROM leases WHERE id = $1 RETURNING account_id, key_id, model
+DELETE FROM leases WHERE id = $1 RETURNING account_id, key_id, model, credential_revision
 `
 
 type ReleaseLeaseRow struct {
-	AccountID uuid.UUID
-	KeyID     uuid.NullUUID
-	Model     string
+	AccountID          uuid.UUID
+	KeyID              uuid.NullUUID
+	Model              string
+	CredentialRevision int64
 }
 
 func (q *Queries) ReleaseLease(ctx context.Context, id uuid.UUID) (ReleaseLeaseRow, error) {
 	row := q.db.QueryRow(ctx, releaseLease, id)
 	var i ReleaseLeaseRow
-	err := row.Scan(&i.AccountID, &i.KeyID, &i.Model)
+	err := row.Scan(
+		&i.AccountID,
+		&i.KeyID,
+		&i.Model,
+		&i.CredentialRevision,
+	)
 	return i, err
 }
 

@@ -51,13 +51,14 @@ type Cooldown struct {
 }
 
 type Lease struct {
-	ID         uuid.UUID
-	AccountID  uuid.UUID
-	KeyID      uuid.NullUUID
-	RequestID  string
-	Model      string
-	AcquiredAt time.Time
-	ExpiresAt  time.Time
+	ID                 uuid.UUID
+	AccountID          uuid.UUID
+	KeyID              uuid.NullUUID
+	RequestID          string
+	Model              string
+	CredentialRevision int64
+	AcquiredAt         time.Time
+	ExpiresAt          time.Time
 }
 
 type RouteEvent struct {

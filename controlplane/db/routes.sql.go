@@ -17,7 +17,12 @@ INSERT INTO route_events (
     request_id, key_id, account_id, surface, model, stream, status, error_type,
     attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at
 ) VALUES (
-    $1, $2, $3, $4, $5, $6, $7, $8,
+    -- An account or key deleted while the request ran detaches the event
+    -- instead of losing it.
+    $1,
+    (SELECT id FROM client_keys WHERE id = $2::uuid),
+    (SELECT id FROM accounts WHERE id = $3::uuid),
+    $4, $5, $6, $7, $8,
     $9, $10, $11, $12, $13, $14, $15
 )
 `

@@ -51,6 +51,9 @@ CREATE TABLE leases (
     key_id        uuid REFERENCES client_keys (id) ON DELETE SET NULL,
     request_id    text NOT NULL,
     model         text NOT NULL,
+    -- The credential revision the lease was granted under: a rejection of an
+    -- old credential must not count against its replacement.
+    credential_revision bigint NOT NULL,
     acquired_at   timestamptz NOT NULL,
     expires_at    timestamptz NOT NULL
 );
@@ -127,8 +130,8 @@ BEGIN
         RETURN NULL;
     END IF;
 
-    INSERT INTO leases (account_id, key_id, request_id, model, acquired_at, expires_at)
-    VALUES (p_account_id, p_key_id, p_request_id, p_model, p_now, p_expires_at)
+    INSERT INTO leases (account_id, key_id, request_id, model, credential_revision, acquired_at, expires_at)
+    VALUES (p_account_id, p_key_id, p_request_id, p_model, p_revision, p_now, p_expires_at)
     RETURNING id INTO v_lease;
 
     UPDATE accounts SET last_used_at = p_now WHERE id = p_account_id;

@@ -78,5 +78,5 @@ UPDATE accounts SET
     auth_failures = auth_failures + 1,
     broken_at = CASE WHEN broken_at IS NULL AND auth_failures + 1 >= @threshold::integer THEN @now::timestamptz ELSE broken_at END,
     broken_reason = CASE WHEN broken_at IS NULL AND auth_failures + 1 >= @threshold::integer THEN @reason::text ELSE broken_reason END
-WHERE id = @id
+WHERE id = @id AND credential_revision = @credential_revision
 RETURNING auth_failures, (broken_at IS NOT NULL)::boolean AS broken;

@@ -30,3 +30,8 @@ RETURNING *;
 
 -- name: ClearCooldown :execrows
 DELETE FROM cooldowns WHERE account_id = @account_id;
+
+-- A new credential voids the verdict on the old one, not the account's
+-- rate limits, which belong to the account whatever its credential.
+-- name: ClearCredentialCooldown :execrows
+DELETE FROM cooldowns WHERE account_id = @account_id AND reason = 'invalid_credential';

@@ -10,7 +10,7 @@ WHERE id = @id AND expires_at > @now
 RETURNING expires_at;
 
 -- name: ReleaseLease :one
-DELETE FROM leases WHERE id = @id RETURNING account_id, key_id, model;
+DELETE FROM leases WHERE id = @id RETURNING account_id, key_id, model, credential_revision;
 
 -- A lease stops counting at expires_at; the row stays a while so a late
 -- Release can still report its outcome.

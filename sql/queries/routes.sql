@@ -3,7 +3,12 @@ INSERT INTO route_events (
     request_id, key_id, account_id, surface, model, stream, status, error_type,
     attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at
 ) VALUES (
-    @request_id, sqlc.narg('key_id'), sqlc.narg('account_id'), @surface, @model, @stream, @status, @error_type,
+    -- An account or key deleted while the request ran detaches the event
+    -- instead of losing it.
+    @request_id,
+    (SELECT id FROM client_keys WHERE id = sqlc.narg('key_id')::uuid),
+    (SELECT id FROM accounts WHERE id = sqlc.narg('account_id')::uuid),
+    @surface, @model, @stream, @status, @error_type,
     @attempts, @duration_ms, sqlc.narg('ttfb_ms'), @input_tokens, @output_tokens, @started_at, @now
 );
 

@@ -1,0 +1,170 @@
+package controlplane
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+func TestDecide(t *testing.T) {
+	t.Parallel()
+	now := epoch
+	const (
+		respond  = weirv1.Action_ACTION_RESPOND
+		failover = weirv1.Action_ACTION_FAILOVER
+		none     = weirv1.CooldownReason_COOLDOWN_REASON_UNSPECIFIED
+		rl       = weirv1.CooldownReason_COOLDOWN_REASON_RATE_LIMITED
+		ic       = weirv1.CooldownReason_COOLDOWN_REASON_INVALID_CREDENTIAL
+		tr       = weirv1.CooldownReason_COOLDOWN_REASON_TRANSPORT
+	)
+	class := func(c weirv1.OutcomeClass) *weirv1.Outcome { return &weirv1.Outcome{Class: c} }
+	limited := func(h map[string]string) *weirv1.Outcome {
+		return &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, Headers: h}
+	}
+	unix := func(d time.Duration) string { return strconv.FormatInt(now.Add(d).Unix(), 10) }
+	for _, tc := range []struct {
+		name     string
+		o        *weirv1.Outcome
+		failures int32
+		action   weirv1.Action
+		reason   weirv1.CooldownReason
+		until    time.Duration // after now
+		success  bool
+	}{
+		{"success", class(weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS), 0, respond, none, 0, true},
+		{"unspecified", class(weirv1.OutcomeClass_OUTCOME_CLASS_UNSPECIFIED), 0, respond, none, 0, false},
+		{"client error", class(weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_ERROR), 0, respond, none, 0, false},
+		{"stream error", class(weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR), 0, respond, none, 0, false},
+		{"client canceled", class(weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED), 0, respond, none, 0, false},
+		{"upstream error", class(weirv1.OutcomeClass_OUTCOME_CLASS_UPSTREAM_ERROR), 0, respond, none, 0, false},
+		{"overloaded", class(weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED), 0, failover, none, 0, false},
+		{"transport", class(weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR), 0, failover, tr, 10 * time.Second, false},
+
+		{"auth 0 failures", class(weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR), 0, failover, ic, time.Minute, false},
+		{"auth 1st", class(weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR), 1, failover, ic, time.Minute, false},
+		{"auth 2nd", class(weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR), 2, failover, ic, 2 * time.Minute, false},
+		{"auth 3rd", class(weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR), 3, failover, ic, 4 * time.Minute, false},
+		{"auth 6th", class(weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR), 6, failover, ic, 32 * time.Minute, false},
+		{"auth capped", class(weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR), 7, failover, ic, time.Hour, false},
+		{"auth many", class(weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR), 1 << 30, failover, ic, time.Hour, false},
+
+		{"429 bare", limited(nil), 0, failover, rl, time.Minute, false},
+		{"retry-after seconds", limited(map[string]string{"retry-after": "30"}), 0, failover, rl, 30 * time.Second, false},
+		{"retry-after spaces", limited(map[string]string{"retry-after": " 7 "}), 0, failover, rl, 7 * time.Second, false},
+		{"retry-after fraction", limited(map[string]string{"retry-after": "1.5"}), 0, failover, rl, 1500 * time.Millisecond, false},
+		{"retry-after zero", limited(map[string]string{"retry-after": "0"}), 0, failover, rl, time.Minute, false},
+		{"retry-after negative", limited(map[string]string{"retry-after": "-5"}), 0, failover, rl, time.Minute, false},
+		{"retry-after garbage", limited(map[string]string{"retry-after": "soon"}), 0, failover, rl, time.Minute, false},
+		{"retry-after empty", limited(map[string]string{"retry-after": ""}), 0, failover, rl, time.Minute, false},
+		{"retry-after nan", limited(map[string]string{"retry-after": "NaN"}), 0, failover, rl, time.Minute, false},
+		{"retry-after date", limited(map[string]string{"retry-after": now.Add(90 * time.Second).Format(http.TimeFormat)}), 0, failover, rl, 90 * time.Second, false},
+		{"retry-after past date", limited(map[string]string{"retry-after": now.Add(-time.Minute).Format(http.TimeFormat)}), 0, failover, rl, time.Minute, false},
+		{"retry-after date now", limited(map[string]string{"retry-after": now.Format(http.TimeFormat)}), 0, failover, rl, time.Minute, false},
+		{"retry-after-ms", limited(map[string]string{"retry-after-ms": "1500"}), 0, failover, rl, 1500 * time.Millisecond, false},
+		{"retry-after-ms beats retry-after", limited(map[string]string{"retry-after-ms": "500", "retry-after": "30"}), 0, failover, rl, 500 * time.Millisecond, false},
+		{"retry-after-ms zero falls back", limited(map[string]string{"retry-after-ms": "0", "retry-after": "30"}), 0, failover, rl, 30 * time.Second, false},
+		{"retry-after-ms garbage falls back", limited(map[string]string{"retry-after-ms": "x", "retry-after": "30"}), 0, failover, rl, 30 * time.Second, false},
+		{"retry-after-ms negative", limited(map[string]string{"retry-after-ms": "-100"}), 0, failover, rl, time.Minute, false},
+		{"unified reset", limited(map[string]string{"anthropic-ratelimit-unified-reset": unix(3 * time.Hour)}), 0, failover, rl, 3 * time.Hour, false},
+		{"unified reset past", limited(map[string]string{"anthropic-ratelimit-unified-reset": unix(-time.Minute)}), 0, failover, rl, time.Minute, false},
+		{"unified reset now", limited(map[string]string{"anthropic-ratelimit-unified-reset": unix(0)}), 0, failover, rl, time.Minute, false},
+		{"unified reset garbage", limited(map[string]string{"anthropic-ratelimit-unified-reset": "tomorrow"}), 0, failover, rl, time.Minute, false},
+		{"unified reset as a date", limited(map[string]string{"anthropic-ratelimit-unified-reset": now.Add(time.Hour).Format(time.RFC3339)}), 0, failover, rl, time.Minute, false},
+		{"retry-after beats unified reset", limited(map[string]string{"retry-after": "20", "anthropic-ratelimit-unified-reset": unix(time.Hour)}), 0, failover, rl, 20 * time.Second, false},
+		{"bad retry-after, unified reset", limited(map[string]string{"retry-after": "-1", "anthropic-ratelimit-unified-reset": unix(time.Hour)}), 0, failover, rl, time.Hour, false},
+
+		{"bytes: rate limited", &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, BytesToClient: true}, 0, respond, rl, time.Minute, false},
+		{"bytes: overloaded", &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, BytesToClient: true}, 0, respond, none, 0, false},
+		{"bytes: transport", &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, BytesToClient: true}, 0, respond, tr, 10 * time.Second, false},
+		{"bytes: auth", &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR, BytesToClient: true}, 1, respond, ic, time.Minute, false},
+		{"bytes: success", &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, BytesToClient: true}, 0, respond, none, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := decide(tc.o, tc.failures, now)
+			if d.action != tc.action {
+				t.Errorf("action %v, want %v", d.action, tc.action)
+			}
+			if d.success != tc.success {
+				t.Errorf("success %v", d.success)
+			}
+			if d.authFailure != (tc.o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR) {
+				t.Errorf("authFailure %v", d.authFailure)
+			}
+			if tc.reason == none {
+				if d.cooldown != nil {
+					t.Errorf("cooldown %v until now+%v", d.cooldown.reason, d.cooldown.until.Sub(now))
+				}
+				return
+			}
+			if d.cooldown == nil {
+				t.Fatalf("no cooldown, want %v", tc.reason)
+			}
+			if d.cooldown.reason != tc.reason || !d.cooldown.until.Equal(now.Add(tc.until)) {
+				t.Errorf("cooldown %v until now+%v, want %v until now+%v", d.cooldown.reason, d.cooldown.until.Sub(now), tc.reason, tc.until)
+			}
+			var ev storedEvidence
+			if err := json.Unmarshal(d.cooldown.evidence, &ev); err != nil || ev.Class != enumName(tc.o.Class) {
+				t.Errorf("evidence %s (%v)", d.cooldown.evidence, err)
+			}
+		})
+	}
+}
+
+// TestDecideAbsurdRetryAfter: a Retry-After too large for a time.Duration
+// (or "inf", which ParseFloat accepts) overflows into a negative duration,
+// so the 429 writes a cooldown that ended centuries ago and the account is
+// hammered again at once.
+func TestDecideAbsurdRetryAfter(t *testing.T) {
+	t.Parallel()
+	now := epoch
+	for _, h := range []map[string]string{
+		{"retry-after": "inf"},
+		{"retry-after": "1e30"},
+		{"retry-after": "99999999999"},
+		{"retry-after-ms": "1e300"},
+	} {
+		d := decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, Headers: h}, 0, now)
+		if d.cooldown == nil || !d.cooldown.until.After(now) {
+			t.Errorf("%v: cooldown until %v is not in the future", h, d.cooldown.until)
+		}
+	}
+}
+
+func TestEvidence(t *testing.T) {
+	t.Parallel()
+	o := &weirv1.Outcome{
+		Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, ErrorType: "rate_limit_error",
+		Headers: map[string]string{
+			"retry-after": "30", "anthropic-ratelimit-unified-status": "rejected", "x-other": "1",
+		},
+		InputTokens: 5,
+	}
+	raw := evidenceJSON(o)
+	var ev storedEvidence
+	if err := json.Unmarshal(raw, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev.Class != "rate_limited" || ev.Status != 429 || ev.ErrorType != "rate_limit_error" || ev.Headers["x-other"] != "1" {
+		t.Errorf("evidence %+v", ev)
+	}
+	for _, tc := range []struct {
+		raw  []byte
+		want string
+	}{
+		{raw, "rate_limited, status 429, rate_limit_error, retry-after 30, unified rejected"},
+		{evidenceJSON(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, TransportError: "read: connection reset"}),
+			"transport_error, read: connection reset"},
+		{evidenceJSON(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR, Status: 401}), "auth_error, status 401"},
+		{[]byte(`{"class":"x"}`), "x"},
+		{[]byte(`not json`), ""},
+		{nil, ""},
+	} {
+		if got := evidenceSummary(tc.raw); got != tc.want {
+			t.Errorf("evidenceSummary(%s) = %q, want %q", tc.raw, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,194 @@
+package controlplane
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+func (e *env) report(ev *weirv1.RouteEvent) {
+	e.t.Helper()
+	if _, err := e.dp.leases.ReportRoute(e.t.Context(), connect.NewRequest(&weirv1.ReportRouteRequest{Event: ev})); err != nil {
+		e.t.Fatalf("ReportRoute: %v", err)
+	}
+}
+
+func (e *env) listEvents(req *weirv1.ListRouteEventsRequest) []*weirv1.RouteEvent {
+	e.t.Helper()
+	resp, err := e.admin.routes.ListRouteEvents(e.t.Context(), connect.NewRequest(req))
+	if err != nil {
+		e.t.Fatalf("ListRouteEvents: %v", err)
+	}
+	return resp.Msg.Events
+}
+
+func TestReportRoute(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key, _ := e.createKey("")
+	a, _ := e.createAccount(acct{label: "a"})
+	b, _ := e.createAccount(acct{label: "b"})
+	started := epoch.Add(-3 * time.Second)
+	full := &weirv1.RouteEvent{
+		RequestId: "req-full", KeyId: key.Id, AccountId: a.Id, Model: "claude-sonnet-4-5",
+		Status: 200, Attempts: 2, Duration: durationpb.New(2500 * time.Millisecond),
+		TimeToFirstByte: durationpb.New(750 * time.Millisecond), InputTokens: 1234, OutputTokens: 567,
+		Stream: true, ErrorType: "", Surface: "messages", StartedAt: timestamppb.New(started),
+	}
+	e.report(full)
+	e.report(&weirv1.RouteEvent{RequestId: "req-b", AccountId: b.Id, Status: 429, Attempts: 3,
+		ErrorType: "rate_limit_error", Surface: "responses", StartedAt: timestamppb.New(epoch)})
+	e.report(&weirv1.RouteEvent{RequestId: "req-none", Status: 503, ErrorType: "overloaded_error", StartedAt: timestamppb.New(epoch)})
+
+	all := e.listEvents(&weirv1.ListRouteEventsRequest{})
+	if len(all) != 3 || all[0].RequestId != "req-none" || all[1].RequestId != "req-b" || all[2].RequestId != "req-full" {
+		t.Fatalf("events (newest first): %v", all)
+	}
+	got := all[2]
+	if got.KeyId != key.Id || got.AccountId != a.Id || got.Model != full.Model || got.Status != 200 || got.Attempts != 2 ||
+		got.Duration.AsDuration() != 2500*time.Millisecond || got.TimeToFirstByte.AsDuration() != 750*time.Millisecond ||
+		got.InputTokens != 1234 || got.OutputTokens != 567 || !got.Stream || got.Surface != "messages" ||
+		!got.StartedAt.AsTime().Equal(started) {
+		t.Errorf("round trip: %v", got)
+	}
+	if all[1].TimeToFirstByte != nil || all[0].AccountId != "" || all[0].KeyId != "" {
+		t.Errorf("unset fields came back set: %v / %v", all[1], all[0])
+	}
+
+	// Filter by account, by id or by label.
+	for _, ref := range []string{a.Id, "a"} {
+		evs := e.listEvents(&weirv1.ListRouteEventsRequest{AccountId: ref})
+		if len(evs) != 1 || evs[0].RequestId != "req-full" {
+			t.Errorf("filter %q: %v", ref, evs)
+		}
+	}
+	_, err := e.admin.routes.ListRouteEvents(t.Context(), connect.NewRequest(&weirv1.ListRouteEventsRequest{AccountId: "nope"}))
+	wantCode(t, err, connect.CodeNotFound)
+
+	// Limits.
+	if evs := e.listEvents(&weirv1.ListRouteEventsRequest{Limit: 2}); len(evs) != 2 || evs[0].RequestId != "req-none" {
+		t.Errorf("limit 2: %v", evs)
+	}
+	_, err = e.admin.routes.ListRouteEvents(t.Context(), connect.NewRequest(&weirv1.ListRouteEventsRequest{Limit: -1}))
+	ce := wantCode(t, err, connect.CodeInvalidArgument)
+	if !strings.HasPrefix(ce.Message(), "limit:") {
+		t.Errorf("message %q", ce.Message())
+	}
+
+	// Invalid reports.
+	for _, ev := range []*weirv1.RouteEvent{nil, {Status: 200}} {
+		_, err := e.dp.leases.ReportRoute(t.Context(), connect.NewRequest(&weirv1.ReportRouteRequest{Event: ev}))
+		wantCode(t, err, connect.CodeInvalidArgument)
+	}
+}
+
+func TestListRouteEventsLimitBounds(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	if _, err := e.pool.Exec(t.Context(), `
+		INSERT INTO route_events (request_id, surface, model, stream, status, error_type, attempts,
+		                          duration_ms, input_tokens, output_tokens, started_at, recorded_at)
+		SELECT 'bulk-' || g, 'messages', 'm', false, 200, '', 1, 1, 0, 0, $1, $1
+		FROM generate_series(1, 1005) g`, epoch); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		limit int32
+		want  int
+	}{
+		{0, 50},
+		{1, 1},
+		{999, 999},
+		{1000, 1000},
+		{1001, 1000},
+		{1 << 30, 1000},
+	} {
+		evs := e.listEvents(&weirv1.ListRouteEventsRequest{Limit: tc.limit})
+		if len(evs) != tc.want {
+			t.Errorf("limit %d: %d events, want %d", tc.limit, len(evs), tc.want)
+		}
+		if len(evs) > 0 && evs[0].RequestId != "bulk-1005" {
+			t.Errorf("limit %d: first %s, want the newest", tc.limit, evs[0].RequestId)
+		}
+	}
+}
+
+// TestReportRouteTouchesKey: a busy key's last_used_at moves at most once
+// a minute.
+func TestReportRouteTouchesKey(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key, _ := e.createKey("busy")
+	lastUsed := func() *time.Time {
+		t.Helper()
+		var ts *time.Time
+		if err := e.pool.QueryRow(t.Context(), `SELECT last_used_at FROM client_keys WHERE id = $1`, key.Id).Scan(&ts); err != nil {
+			t.Fatal(err)
+		}
+		return ts
+	}
+	if lastUsed() != nil {
+		t.Fatal("fresh key already used")
+	}
+	ev := func(i int) *weirv1.RouteEvent {
+		return &weirv1.RouteEvent{RequestId: fmt.Sprint("r", i), KeyId: key.Id, Status: 200, StartedAt: timestamppb.New(e.clock.Now())}
+	}
+	e.report(ev(0))
+	if got := lastUsed(); got == nil || !got.Equal(epoch) {
+		t.Fatalf("last_used_at %v, want %v", got, epoch)
+	}
+	for i, step := range []time.Duration{10 * time.Second, 20 * time.Second, 30 * time.Second} {
+		e.clock.Advance(step)
+		e.report(ev(i + 1))
+		if got := lastUsed(); !got.Equal(epoch) {
+			t.Fatalf("touched again %v after the first, within a minute", got.Sub(epoch))
+		}
+	}
+	now := e.clock.Advance(time.Second) // 61 s after the first touch
+	e.report(ev(9))
+	if got := lastUsed(); !got.Equal(now) {
+		t.Fatalf("last_used_at %v, want %v", got, now)
+	}
+	// ListKeys shows it.
+	resp, err := e.admin.keys.ListKeys(t.Context(), connect.NewRequest(&weirv1.ListKeysRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := resp.Msg.Keys[0]; k.LastUsedAt == nil || !k.LastUsedAt.AsTime().Equal(now) {
+		t.Errorf("ListKeys last_used_at %v", k.LastUsedAt)
+	}
+	if n := e.count(`SELECT count(*) FROM route_events WHERE key_id = $1`, key.Id); n != 5 {
+		t.Errorf("%d events stored, want 5", n)
+	}
+}
+
+// TestReportRouteAfterAccountDeleted: the account that served a request
+// can be deleted before the worker reports the route (a request in flight
+// while an operator removes the account). The event must still be stored,
+// detached from the account, as the ON DELETE SET NULL foreign key intends.
+func TestReportRouteAfterAccountDeleted(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key, keyHash := e.createKey("")
+	a, _ := e.createAccount(acct{})
+	l := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, RequestId: "in-flight"})
+	if _, err := e.admin.accounts.DeleteAccount(t.Context(), connect.NewRequest(&weirv1.DeleteAccountRequest{Id: a.Id})); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.dp.leases.ReportRoute(t.Context(), connect.NewRequest(&weirv1.ReportRouteRequest{Event: &weirv1.RouteEvent{
+		RequestId: "in-flight", KeyId: key.Id, AccountId: l.AccountId, Status: 200, Attempts: 1,
+	}}))
+	if err != nil {
+		t.Fatalf("ReportRoute after the account was deleted: %v", err)
+	}
+	if n := e.count(`SELECT count(*) FROM route_events WHERE request_id = 'in-flight' AND account_id IS NULL`); n != 1 {
+		t.Errorf("event not stored detached (%d rows)", n)
+	}
+}

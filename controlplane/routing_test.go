@@ -1,0 +1,170 @@
+package controlplane
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/weirhq/weir/controlplane/db"
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+// c builds a routing candidate; options adjust it.
+func c(label string, opts ...func(*candidate)) candidate {
+	x := candidate{account: db.Account{
+		ID: uuid.NewSHA1(uuid.NameSpaceOID, []byte(label)), Label: label,
+		Provider: "anthropic", AuthKind: "api_key", MaxConcurrency: 4,
+	}}
+	for _, o := range opts {
+		o(&x)
+	}
+	return x
+}
+
+func prio(p int32) func(*candidate)      { return func(x *candidate) { x.account.Priority = p } }
+func capOf(n int32) func(*candidate)     { return func(x *candidate) { x.account.MaxConcurrency = n } }
+func live(n int32) func(*candidate)      { return func(x *candidate) { x.live = n } }
+func paused() func(*candidate)           { return func(x *candidate) { x.account.Paused = true } }
+func provider(p string) func(*candidate) { return func(x *candidate) { x.account.Provider = p } }
+func broken() func(*candidate) {
+	return func(x *candidate) { t := epoch.Add(-time.Hour); x.account.BrokenAt = &t }
+}
+func usedAt(d time.Duration) func(*candidate) {
+	return func(x *candidate) { t := epoch.Add(d); x.account.LastUsedAt = &t }
+}
+func cooling(d time.Duration, transient bool) func(*candidate) {
+	return func(x *candidate) {
+		x.cooldown = &db.Cooldown{AccountID: x.account.ID, Reason: "rate_limited", Transient: transient, Until: epoch.Add(d), WrittenAt: epoch}
+	}
+}
+
+func labelsOf(cs []candidate) string {
+	var l []string
+	for _, x := range cs {
+		l = append(l, x.account.Label)
+	}
+	return strings.Join(l, ",")
+}
+
+func TestRouteOrder(t *testing.T) {
+	t.Parallel()
+	id := func(label string) uuid.UUID { return c(label).account.ID }
+	for _, tc := range []struct {
+		name    string
+		cands   []candidate
+		session string
+		exclude []string
+		want    string
+	}{
+		{"priority, higher first", []candidate{c("a", prio(0)), c("b", prio(5)), c("c", prio(-1)), c("d", prio(2))}, "", nil, "b,d,a,c"},
+		{"free share of the cap", []candidate{c("a", live(2), capOf(4)), c("b", live(1), capOf(4)), c("c", live(1), capOf(8)), c("d", live(3), capOf(10))}, "", nil, "c,b,d,a"},
+		{"priority beats free share", []candidate{c("a"), c("b", prio(1), live(3))}, "", nil, "b,a"},
+		{"least recently used, never used first", []candidate{c("a", usedAt(-time.Second)), c("b", usedAt(-time.Hour)), c("c"), c("d", usedAt(-time.Minute))}, "", nil, "c,b,d,a"},
+		{"free share beats recency", []candidate{c("a", usedAt(-time.Hour), live(1)), c("b", usedAt(-time.Second))}, "", nil, "b,a"},
+		{"stable for ties", []candidate{c("a"), c("b"), c("c")}, "", nil, "a,b,c"},
+		{"session first, over priority, share and recency", []candidate{c("a", prio(9)), c("b", prio(-3), live(3), usedAt(0)), c("c")}, "b", nil, "b,a,c"},
+		{"session on an ineligible account", []candidate{c("a"), c("b", paused())}, "b", nil, "a"},
+		{"unknown session account", []candidate{c("a", prio(1)), c("b")}, "zzz", nil, "a,b"},
+		{"ineligible dropped", []candidate{
+			c("ok"), c("paused", paused()), c("broken", broken()), c("cooling", cooling(time.Minute, true)),
+			c("rejected", cooling(time.Hour, false)), c("full", live(4)), c("overfull", live(9)),
+			c("excluded"), c("openai", provider("openai")),
+		}, "", []string{"excluded"}, "ok"},
+		{"expired cooldown is no cooldown", []candidate{c("a", cooling(-time.Second, true)), c("b", cooling(0, true))}, "", nil, "a,b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := routeRequest{model: "claude-sonnet-4-5", exclude: map[uuid.UUID]bool{}}
+			if tc.session != "" {
+				req.sessionAccount = id(tc.session)
+			}
+			for _, x := range tc.exclude {
+				req.exclude[id(x)] = true
+			}
+			order, none := route(tc.cands, req, epoch)
+			if none != nil {
+				t.Fatalf("no account: %v %q", none.Reason, none.Message)
+			}
+			if got := labelsOf(order); got != tc.want {
+				t.Errorf("order %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestRouteNoAccount(t *testing.T) {
+	t.Parallel()
+	const (
+		noneConfigured = weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED
+		allDisabled    = weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_DISABLED
+		allCooling     = weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_COOLING
+		atCapacity     = weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY
+		allTried       = weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_TRIED
+	)
+	for _, tc := range []struct {
+		name    string
+		cands   []candidate
+		exclude []string
+		reason  weirv1.NoAccountReason
+		message string
+		retryAt time.Duration // -1: none
+	}{
+		{"empty pool", nil, nil, noneConfigured, "no account in the pool serves this model", -1},
+		{"no provider serves the model", []candidate{c("a", provider("openai"))}, nil, noneConfigured, "no account in the pool serves this model", -1},
+		{"all paused", []candidate{c("a", paused()), c("b", paused())}, nil, allDisabled, "all 2 accounts are paused or broken", -1},
+		{"paused and broken", []candidate{c("a", paused()), c("b", broken())}, nil, allDisabled, "all 2 accounts are paused or broken", -1},
+		{"broken and cooling is disabled", []candidate{c("a", broken(), cooling(time.Minute, false))}, nil, allDisabled, "all 1 accounts are paused or broken", -1},
+		{"all cooling", []candidate{c("a", cooling(5*time.Minute, true)), c("b", cooling(90*time.Second, true)), c("c", cooling(time.Hour, true))}, nil,
+			allCooling, "all 3 accounts are cooling down; the first recovers at " + epoch.Add(90*time.Second).Format(time.RFC3339), 90 * time.Second},
+		{"soonest transient, not the rejected credential", []candidate{c("a", cooling(time.Minute, false)), c("b", cooling(10*time.Minute, true))}, nil,
+			allCooling, "all 2 accounts are cooling down; the first recovers at " + epoch.Add(10*time.Minute).Format(time.RFC3339), 10 * time.Minute},
+		{"only rejected credentials", []candidate{c("a", cooling(time.Minute, false))}, nil,
+			allCooling, "all 1 accounts are cooling down with rejected credentials", -1},
+		{"cooling and disabled", []candidate{c("a", paused()), c("b", cooling(time.Minute, true))}, nil,
+			allCooling, "all 1 accounts are cooling down; the first recovers at " + epoch.Add(time.Minute).Format(time.RFC3339), time.Minute},
+		{"at capacity", []candidate{c("a", live(4)), c("b", capOf(1), live(1))}, nil, atCapacity, "all 2 eligible accounts are at their concurrency cap", time.Second},
+		{"capacity before cooling", []candidate{c("a", live(4)), c("b", cooling(time.Minute, true))}, nil, atCapacity, "all 1 eligible accounts are at their concurrency cap", time.Second},
+		{"capacity before tried", []candidate{c("a", live(4)), c("b")}, []string{"b"}, atCapacity, "all 1 eligible accounts are at their concurrency cap", time.Second},
+		{"all tried", []candidate{c("a"), c("b")}, []string{"a", "b"}, allTried, "all 2 eligible accounts were tried for this request", -1},
+		{"tried before cooling", []candidate{c("a"), c("b", cooling(time.Minute, true))}, []string{"a"}, allTried, "all 1 eligible accounts were tried for this request", -1},
+		{"tried before disabled", []candidate{c("a"), c("b", paused())}, []string{"a"}, allTried, "all 1 eligible accounts were tried for this request", -1},
+		{"excluded paused is disabled", []candidate{c("a", paused())}, []string{"a"}, allDisabled, "all 1 accounts are paused or broken", -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ex := map[uuid.UUID]bool{}
+			for _, x := range tc.exclude {
+				ex[c(x).account.ID] = true
+			}
+			order, none := route(tc.cands, routeRequest{model: "m", exclude: ex}, epoch)
+			if none == nil {
+				t.Fatalf("got %s, want no account", labelsOf(order))
+			}
+			if order != nil {
+				t.Errorf("order %s with a NoAccount", labelsOf(order))
+			}
+			if none.Reason != tc.reason || none.Message != tc.message {
+				t.Errorf("%v %q, want %v %q", none.Reason, none.Message, tc.reason, tc.message)
+			}
+			switch {
+			case tc.retryAt < 0 && none.RetryAt != nil:
+				t.Errorf("retry_at %v, want none", none.RetryAt.AsTime())
+			case tc.retryAt >= 0 && (none.RetryAt == nil || !none.RetryAt.AsTime().Equal(epoch.Add(tc.retryAt))):
+				t.Errorf("retry_at %v, want now+%v", none.RetryAt, tc.retryAt)
+			}
+		})
+	}
+}
+
+func TestRouteIsPure(t *testing.T) {
+	t.Parallel()
+	cands := []candidate{c("a"), c("b", prio(3)), c("c", live(2))}
+	before := labelsOf(cands)
+	order, _ := route(cands, routeRequest{}, epoch)
+	if labelsOf(cands) != before {
+		t.Error("route reordered its input")
+	}
+	if labelsOf(order) != "b,a,c" {
+		t.Errorf("order %s", labelsOf(order))
+	}
+}

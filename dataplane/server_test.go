@@ -1,0 +1,181 @@
+package dataplane
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// newTestServer builds a worker whose control plane is a closed port: the
+// paths tested here must answer without it, or fail cleanly.
+func newTestServer(t *testing.T) *Server {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	s, err := New(Config{ControlPlaneURL: "http://" + addr, Token: "dp-token-0123456789", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(t.Context()) })
+	return s
+}
+
+func serveOnce(t *testing.T, h http.Handler, r *http.Request) (*http.Response, []byte) {
+	t.Helper()
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	res := w.Result()
+	body, _ := io.ReadAll(res.Body)
+	return res, body
+}
+
+func TestHandlerLocalAnswers(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t)
+	h := s.Handler()
+	tests := []struct {
+		name   string
+		req    func() *http.Request
+		status int
+		typ    string
+		allow  string
+	}{
+		{"unknown path", func() *http.Request { return httptest.NewRequest("POST", "/v1/complete", strings.NewReader("{}")) }, 404, "not_found_error", ""},
+		{"root", func() *http.Request { return httptest.NewRequest("GET", "/", nil) }, 404, "not_found_error", ""},
+		{"GET messages", func() *http.Request { return httptest.NewRequest("GET", "/v1/messages", nil) }, 405, "invalid_request_error", "POST"},
+		{"PUT count_tokens", func() *http.Request { return httptest.NewRequest("PUT", "/v1/messages/count_tokens", nil) }, 405, "invalid_request_error", "POST"},
+		{"POST models", func() *http.Request { return httptest.NewRequest("POST", "/v1/models", nil) }, 405, "invalid_request_error", "GET"},
+		{"no key", func() *http.Request {
+			return httptest.NewRequest("POST", "/v1/messages", strings.NewReader(`{"model":"m"}`))
+		}, 401, "authentication_error", ""},
+		{"basic auth is not a key", func() *http.Request {
+			r := httptest.NewRequest("POST", "/v1/messages", strings.NewReader(`{"model":"m"}`))
+			r.Header.Set("Authorization", "Basic dXNlcjpwYXNz")
+			return r
+		}, 401, "authentication_error", ""},
+		{"blank key", func() *http.Request {
+			r := httptest.NewRequest("POST", "/v1/messages", strings.NewReader(`{"model":"m"}`))
+			r.Header.Set("X-Api-Key", "   ")
+			return r
+		}, 401, "authentication_error", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			res, body := serveOnce(t, h, tt.req())
+			if res.StatusCode != tt.status {
+				t.Fatalf("status = %d, want %d: %s", res.StatusCode, tt.status, body)
+			}
+			e := decodeAPIError(t, body)
+			if e.Error.Type != tt.typ {
+				t.Errorf("error type = %q, want %q", e.Error.Type, tt.typ)
+			}
+			if got := res.Header.Get("Allow"); got != tt.allow {
+				t.Errorf("Allow = %q, want %q", got, tt.allow)
+			}
+			if res.Header.Get("X-Should-Retry") != "false" {
+				t.Errorf("X-Should-Retry = %q, want false", res.Header.Get("X-Should-Retry"))
+			}
+			if res.Header.Get("Content-Type") != "application/json" {
+				t.Errorf("Content-Type = %q", res.Header.Get("Content-Type"))
+			}
+		})
+	}
+}
+
+// TestHandlerControlPlaneUnreachable: with nothing listening at the control
+// plane, an authenticated request gets a retryable 503, not a hang or a panic.
+func TestHandlerControlPlaneUnreachable(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t)
+	r := httptest.NewRequest("POST", "/v1/messages", strings.NewReader(`{"model":"m"}`))
+	r.Header.Set("Authorization", "Bearer "+testClientKey)
+	res, body := serveOnce(t, s.Handler(), r)
+	if res.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("status = %d: %s", res.StatusCode, body)
+	}
+	if e := decodeAPIError(t, body); e.Error.Type != "api_error" || e.RequestID != res.Header.Get("Weir-Request-Id") {
+		t.Errorf("body = %+v, Weir-Request-Id %q", e, res.Header.Get("Weir-Request-Id"))
+	}
+	if res.Header.Get("Retry-After") != "2" || res.Header.Get("X-Should-Retry") != "true" {
+		t.Errorf("Retry-After %q X-Should-Retry %q", res.Header.Get("Retry-After"), res.Header.Get("X-Should-Retry"))
+	}
+}
+
+func TestHealthz(t *testing.T) {
+	t.Parallel()
+	res, body := serveOnce(t, newTestServer(t).Handler(), httptest.NewRequest("GET", "/healthz", nil))
+	if res.StatusCode != 200 || string(body) != "ok\n" {
+		t.Errorf("healthz = %d %q", res.StatusCode, body)
+	}
+}
+
+func TestClientKey(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		apiKey, auth, want string
+	}{
+		{"k1", "", "k1"},
+		{"  k1 ", "", "k1"},
+		{"", "Bearer k2", "k2"},
+		{"", "Bearer  k2 ", "k2"},
+		{"k1", "Bearer k2", "k1"},
+		{"", "Basic k3", ""},
+		{"", "", ""},
+	}
+	for _, tt := range tests {
+		r := httptest.NewRequest("POST", "/v1/messages", nil)
+		if tt.apiKey != "" {
+			r.Header.Set("X-Api-Key", tt.apiKey)
+		}
+		if tt.auth != "" {
+			r.Header.Set("Authorization", tt.auth)
+		}
+		if got := clientKey(r); got != tt.want {
+			t.Errorf("clientKey(x-api-key %q, authorization %q) = %q, want %q", tt.apiKey, tt.auth, got, tt.want)
+		}
+	}
+	if hashKey("abc") != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" {
+		t.Error("hashKey is not hex SHA-256")
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	ok := Config{ControlPlaneURL: "http://127.0.0.1:7481", Token: "t"}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("valid config: %v", err)
+	}
+	tests := []struct {
+		field string
+		edit  func(*Config)
+	}{
+		{"ControlPlaneURL", func(c *Config) { c.ControlPlaneURL = "" }},
+		{"ControlPlaneURL", func(c *Config) { c.ControlPlaneURL = "127.0.0.1:7481" }},
+		{"ControlPlaneURL", func(c *Config) { c.ControlPlaneURL = "ftp://h" }},
+		{"Token", func(c *Config) { c.Token = "" }},
+		{"MaxBodyBytes", func(c *Config) { c.MaxBodyBytes = -1 }},
+		{"MaxAttempts", func(c *Config) { c.MaxAttempts = -1 }},
+		{"KeyCacheTTL", func(c *Config) { c.KeyCacheTTL = -time.Second }},
+	}
+	for _, tt := range tests {
+		c := ok
+		tt.edit(&c)
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), tt.field) {
+			t.Errorf("Validate() = %v, want an error naming %s", err, tt.field)
+		}
+		if _, err := New(c); err == nil {
+			t.Errorf("New accepted an invalid config (%s)", tt.field)
+		}
+	}
+}

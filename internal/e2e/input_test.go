@@ -1,0 +1,101 @@
+package e2e
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+// TestBadInput: weir answers malformed, oversized, unauthenticated and
+// misrouted requests itself, in the Anthropic error shape, and none of
+// them reaches the upstream.
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{accounts: []account{{label: "api-1"}}, maxBodyBytes: 1 << 10})
+	big := `{"model":"` + model + `","max_tokens":8,"messages":[{"role":"user","content":"` + strings.Repeat("a", 2<<10) + `"}]}`
+	tests := []struct {
+		name         string
+		method, path string
+		body         string
+		edit         func(*http.Request)
+		status       int
+		typ          string
+	}{
+		{name: "body not JSON", method: "POST", path: "/v1/messages", body: "model=claude", status: 400, typ: "invalid_request_error"},
+		{name: "body truncated JSON", method: "POST", path: "/v1/messages", body: `{"model":"` + model + `",`, status: 400, typ: "invalid_request_error"},
+		{name: "body a JSON array", method: "POST", path: "/v1/messages", body: `[1,2]`, status: 400, typ: "invalid_request_error"},
+		{name: "model missing", method: "POST", path: "/v1/messages", body: `{"max_tokens":8,"messages":[]}`, status: 400, typ: "invalid_request_error"},
+		{name: "model empty", method: "POST", path: "/v1/messages", body: `{"model":"","messages":[]}`, status: 400, typ: "invalid_request_error"},
+		{name: "model not a string", method: "POST", path: "/v1/messages", body: `{"model":42}`, status: 400, typ: "invalid_request_error"},
+		{name: "empty body", method: "POST", path: "/v1/messages", body: "", status: 400, typ: "invalid_request_error"},
+		{name: "count_tokens without model", method: "POST", path: "/v1/messages/count_tokens", body: `{}`, status: 400, typ: "invalid_request_error"},
+		{name: "body over the limit", method: "POST", path: "/v1/messages", body: big, status: 413, typ: "request_too_large"},
+		{name: "body over the limit, chunked", method: "POST", path: "/v1/messages", body: big, edit: func(r *http.Request) {
+			// Hide the length: the body arrives chunked.
+			r.Body, r.ContentLength = io.NopCloser(io.MultiReader(strings.NewReader(big))), -1
+		}, status: 413, typ: "request_too_large"},
+		{name: "no key", method: "POST", path: "/v1/messages", body: messagesBody(false), edit: func(r *http.Request) { r.Header.Del("X-Api-Key") }, status: 401, typ: "authentication_error"},
+		{name: "unknown key", method: "POST", path: "/v1/messages", body: messagesBody(false), edit: func(r *http.Request) { r.Header.Set("X-Api-Key", "weir_sk_"+randHex(32)) }, status: 401, typ: "authentication_error"},
+		{name: "unknown bearer", method: "POST", path: "/v1/messages", body: messagesBody(false), edit: func(r *http.Request) {
+			r.Header.Del("X-Api-Key")
+			r.Header.Set("Authorization", "Bearer weir_sk_"+randHex(32))
+		}, status: 401, typ: "authentication_error"},
+		{name: "account credential is not a client key", method: "POST", path: "/v1/messages", body: messagesBody(false), edit: func(r *http.Request) { r.Header.Set("X-Api-Key", e.creds["api-1"]) }, status: 401, typ: "authentication_error"},
+		{name: "GET messages", method: "GET", path: "/v1/messages", status: 405, typ: "invalid_request_error"},
+		{name: "DELETE models", method: "DELETE", path: "/v1/models", status: 405, typ: "invalid_request_error"},
+		{name: "unknown path", method: "POST", path: "/v1/complete", body: messagesBody(false), status: 404, typ: "not_found_error"},
+		{name: "unknown path without key", method: "GET", path: "/v2/messages", edit: func(r *http.Request) { r.Header.Del("X-Api-Key") }, status: 404, typ: "not_found_error"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := e.do(tt.method, tt.path, tt.body, tt.edit)
+			apiErr := weirError(t, r, tt.status, tt.typ)
+			if !strings.HasPrefix(apiErr.RequestID, "weir_") {
+				t.Errorf("request_id = %q, want weir's own", apiErr.RequestID)
+			}
+			if r.header.Get("X-Should-Retry") != "false" {
+				t.Errorf("X-Should-Retry = %q, want false", r.header.Get("X-Should-Retry"))
+			}
+			if tt.status == 405 && r.header.Get("Allow") == "" {
+				t.Error("405 without Allow")
+			}
+		})
+	}
+	t.Cleanup(func() {
+		// Runs after every subtest: nothing went upstream.
+		if n := len(e.sim.Attempts()); n != 0 {
+			t.Errorf("simulator saw %d attempts: %v", n, e.attempts())
+		}
+	})
+}
+
+// TestRevokedKeyRejectedDespiteCache: a key revoked while a worker still
+// trusts it from its cache gets no lease, because Acquire checks again.
+func TestRevokedKeyRejectedDespiteCache(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{accounts: []account{{label: "api-1"}}, keyCacheTTL: time.Hour})
+	if r := e.post(false); r.status != http.StatusOK {
+		t.Fatalf("before revocation: status %d: %s", r.status, r.body)
+	}
+	if _, err := e.keys.RevokeKey(t.Context(), connect.NewRequest(&weirv1.RevokeKeyRequest{Id: e.keyID})); err != nil {
+		t.Fatal(err)
+	}
+	for _, stream := range []bool{false, true} {
+		r := e.post(stream)
+		weirError(t, r, http.StatusUnauthorized, "authentication_error")
+		if r.header.Get("X-Should-Retry") != "false" {
+			t.Errorf("X-Should-Retry = %q", r.header.Get("X-Should-Retry"))
+		}
+	}
+	if got := e.attempts(); len(got) != 1 {
+		t.Errorf("simulator attempts = %v, want only the one before revocation", got)
+	}
+	e.leasesReleased()
+}

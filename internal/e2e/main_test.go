@@ -1,0 +1,588 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/weirhq/weir/controlplane"
+	"github.com/weirhq/weir/dataplane"
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/internal/rpcclient"
+	"github.com/weirhq/weir/internal/sim"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+const model = "claude-sonnet-4-5-20250929"
+
+// waitFor bounds every wait on something asynchronous.
+const waitFor = 10 * time.Second
+
+// account is one upstream account a test needs: created in the control
+// plane under label and in the simulator under the same name.
+type account struct {
+	label    string
+	oauth    bool
+	priority int32
+	maxConc  int32
+	faults   []sim.Fault
+}
+
+// options shape one test's topology; zero values are the defaults.
+type options struct {
+	accounts []account
+	// leaseTTL is the control plane's; default 30s.
+	leaseTTL time.Duration
+	// now is the control plane's clock; default time.Now.
+	now func() time.Time
+	// keyCacheTTL is the worker's; default 50ms.
+	keyCacheTTL time.Duration
+	// maxBodyBytes is the worker's; default 32 MiB.
+	maxBodyBytes int64
+	// deltaDelay is the simulator's pause between streamed deltas.
+	deltaDelay time.Duration
+	// noDataplane skips the default worker (the test starts its own).
+	noDataplane bool
+}
+
+// env is one test's weir: database, control plane, simulator, worker.
+type env struct {
+	t *testing.T
+
+	cpSrv   *httptest.Server
+	dpToken string
+
+	sim      *sim.Server
+	simSrv   *httptest.Server
+	upstream *recorder
+
+	dp     *dataplane.Server
+	dpSrv  *httptest.Server
+	client *http.Client
+
+	accounts weirv1connect.AccountServiceClient
+	keys     weirv1connect.KeyServiceClient
+	routes   weirv1connect.RouteServiceClient
+	leases   weirv1connect.LeaseServiceClient
+
+	key    string // the client's weir key
+	keyID  string
+	ids    map[string]string // label → account id
+	labels map[string]string // account id → label
+	creds  map[string]string // label → upstream credential
+	opts   options
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b) //nolint:errcheck // never fails
+	return hex.EncodeToString(b)
+}
+
+// setup builds a fresh weir for one test. Everything is torn down in
+// t.Cleanup: workers first, then the simulator, the control plane and the
+// database.
+func setup(t *testing.T, opts options) *env {
+	t.Helper()
+	e := &env{t: t, opts: opts, ids: map[string]string{}, labels: map[string]string{}, creds: map[string]string{}}
+	pool := pgtest.NewPool(t)
+
+	admin := "admin-" + randHex(16)
+	e.dpToken = "dataplane-" + randHex(16)
+	cp, err := controlplane.New(controlplane.Config{
+		AdminToken:     admin,
+		DataplaneToken: e.dpToken,
+		SecretKey:      []byte(randHex(16)),
+		LeaseTTL:       opts.leaseTTL,
+		Now:            opts.now,
+		Logger:         slog.New(slog.DiscardHandler),
+		DisableJobs:    true,
+	}, pool)
+	if err != nil {
+		t.Fatalf("controlplane.New: %v", err)
+	}
+	e.cpSrv = httptest.NewUnstartedServer(cp.Handler())
+	e.cpSrv.Config.Protocols = new(http.Protocols)
+	e.cpSrv.Config.Protocols.SetHTTP1(true)
+	e.cpSrv.Config.Protocols.SetUnencryptedHTTP2(true)
+	e.cpSrv.Start()
+	t.Cleanup(func() { closeServer(e.cpSrv) })
+
+	script := sim.Script{AcceptUnknown: true}
+	for _, a := range opts.accounts {
+		as := sim.AccountScript{Name: a.label, Kind: sim.KindAPIKey, Credential: "sk-ant-api03-e2e-" + a.label + "-" + randHex(8), Faults: a.faults}
+		if a.oauth {
+			as.Kind, as.Credential = sim.KindOAuth, "sk-ant-oat01-e2e-"+a.label+"-"+randHex(8)
+		}
+		e.creds[a.label] = as.Credential
+		script.Accounts = append(script.Accounts, as)
+	}
+	e.sim = sim.New(sim.Config{Script: script, DeltaDelay: opts.deltaDelay})
+	e.upstream = &recorder{next: e.sim}
+	// HTTP/1.1 only, like `weir sim`: dropped connections must be dropped
+	// TCP connections, not HTTP/2 stream resets.
+	e.simSrv = httptest.NewServer(e.upstream)
+	t.Cleanup(func() { closeServer(e.simSrv) })
+
+	hc := rpcclient.HTTPClient()
+	adminOpt := connect.WithInterceptors(rpcclient.Token(admin))
+	e.accounts = weirv1connect.NewAccountServiceClient(hc, e.cpSrv.URL, adminOpt)
+	e.keys = weirv1connect.NewKeyServiceClient(hc, e.cpSrv.URL, adminOpt)
+	e.routes = weirv1connect.NewRouteServiceClient(hc, e.cpSrv.URL, adminOpt)
+	e.leases = weirv1connect.NewLeaseServiceClient(hc, e.cpSrv.URL, connect.WithInterceptors(rpcclient.Token(e.dpToken)))
+
+	ctx := t.Context()
+	for _, a := range opts.accounts {
+		kind := weirv1.AuthKind_AUTH_KIND_API_KEY
+		if a.oauth {
+			kind = weirv1.AuthKind_AUTH_KIND_OAUTH
+		}
+		res, err := e.accounts.CreateAccount(ctx, connect.NewRequest(&weirv1.CreateAccountRequest{
+			Provider:       weirv1.Provider_PROVIDER_ANTHROPIC,
+			AuthKind:       kind,
+			Label:          a.label,
+			Credential:     e.creds[a.label],
+			BaseUrl:        e.simSrv.URL,
+			MaxConcurrency: a.maxConc,
+			Priority:       a.priority,
+		}))
+		if err != nil {
+			t.Fatalf("create account %s: %v", a.label, err)
+		}
+		e.ids[a.label] = res.Msg.Account.Id
+		e.labels[res.Msg.Account.Id] = a.label
+	}
+	key, err := e.keys.CreateKey(ctx, connect.NewRequest(&weirv1.CreateKeyRequest{Name: "agent-" + randHex(4)}))
+	if err != nil {
+		t.Fatalf("create key: %v", err)
+	}
+	e.key, e.keyID = key.Msg.Secret, key.Msg.Key.Id
+
+	if !opts.noDataplane {
+		e.dp, e.dpSrv = e.newDataplane(nil)
+		e.client = e.dpSrv.Client()
+	}
+	return e
+}
+
+// newDataplane starts a worker against e's control plane; cpClient, when
+// set, is its LeaseService client.
+func (e *env) newDataplane(cpClient *http.Client) (*dataplane.Server, *httptest.Server) {
+	e.t.Helper()
+	ttl := e.opts.keyCacheTTL
+	if ttl == 0 {
+		ttl = 50 * time.Millisecond
+	}
+	dp, err := dataplane.New(dataplane.Config{
+		ControlPlaneURL: e.cpSrv.URL,
+		Token:           e.dpToken,
+		KeyCacheTTL:     ttl,
+		MaxBodyBytes:    e.opts.maxBodyBytes,
+		ControlPlane:    cpClient,
+		Logger:          slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		e.t.Fatalf("dataplane.New: %v", err)
+	}
+	srv := httptest.NewServer(dp.Handler())
+	e.t.Cleanup(func() {
+		closeServer(srv)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		dp.Close(ctx)
+	})
+	return dp, srv
+}
+
+// closeServer ends every connection first: Close alone waits for handlers
+// that are parked on a stream.
+func closeServer(s *httptest.Server) {
+	s.CloseClientConnections()
+	s.Close()
+}
+
+// messagesBody is a minimal valid Messages request.
+func messagesBody(stream bool) string {
+	b := `{"model":"` + model + `","max_tokens":64,"messages":[{"role":"user","content":"Say hello."}]`
+	if stream {
+		b += `,"stream":true`
+	}
+	return b + "}"
+}
+
+// response is what an agent got back.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// do sends a request the way an agent does: the weir key as x-api-key,
+// anthropic-version, a JSON body. edit may change the request first.
+func (e *env) do(method, path, body string, edit func(*http.Request)) response {
+	e.t.Helper()
+	return e.doWith(e.client, e.dpSrv.URL, method, path, body, edit)
+}
+
+func (e *env) doWith(c *http.Client, base, method, path, body string, edit func(*http.Request)) response {
+	e.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(e.t.Context(), method, base+path, rd)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("X-Api-Key", e.key)
+	req.Header.Set("Anthropic-Version", "2023-06-01")
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if edit != nil {
+		edit(req)
+	}
+	res, err := c.Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		e.t.Fatalf("%s %s: read body: %v", method, path, err)
+	}
+	return response{status: res.StatusCode, header: res.Header, body: b}
+}
+
+// post sends a Messages request.
+func (e *env) post(stream bool) response {
+	e.t.Helper()
+	return e.do(http.MethodPost, "/v1/messages", messagesBody(stream), nil)
+}
+
+// eventually polls cond until it holds, failing the test after waitFor.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(waitFor)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			t.Fatalf("timed out after %v waiting for %s", waitFor, what)
+		case <-tick.C:
+		}
+	}
+}
+
+// routeEvent waits for the route event of a request (reports are async).
+func (e *env) routeEvent(requestID string) *weirv1.RouteEvent {
+	e.t.Helper()
+	if requestID == "" {
+		e.t.Fatal("no Weir-Request-Id on the response")
+	}
+	var found *weirv1.RouteEvent
+	eventually(e.t, "route event "+requestID, func() bool {
+		res, err := e.routes.ListRouteEvents(e.t.Context(), connect.NewRequest(&weirv1.ListRouteEventsRequest{Limit: 1000}))
+		if err != nil {
+			e.t.Fatalf("list route events: %v", err)
+		}
+		for _, ev := range res.Msg.Events {
+			if ev.RequestId == requestID {
+				found = ev
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+// account reads an account as operators see it.
+func (e *env) account(label string) *weirv1.Account {
+	e.t.Helper()
+	res, err := e.accounts.GetAccount(e.t.Context(), connect.NewRequest(&weirv1.GetAccountRequest{Id: label}))
+	if err != nil {
+		e.t.Fatalf("get account %s: %v", label, err)
+	}
+	return res.Msg.Account
+}
+
+// leasesReleased waits until no account has a lease in flight.
+func (e *env) leasesReleased() {
+	e.t.Helper()
+	for label := range e.ids {
+		eventually(e.t, "account "+label+" to have no lease in flight", func() bool {
+			return e.account(label).InFlight == 0
+		})
+	}
+}
+
+// attempts returns the simulator's attempt log as "account:outcome:status".
+func (e *env) attempts() []string {
+	var out []string
+	for _, a := range e.sim.Attempts() {
+		out = append(out, a.Account+":"+a.Outcome+":"+strconv.Itoa(a.Status))
+	}
+	return out
+}
+
+// apiError is the Anthropic error body.
+type apiError struct {
+	Type  string `json:"type"`
+	Error struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	} `json:"error"`
+	RequestID string `json:"request_id"`
+}
+
+// decodeError checks that body is exactly the Anthropic error shape
+// {"type":"error","error":{"type","message"},"request_id"} and returns it.
+func decodeError(t *testing.T, body []byte) apiError {
+	t.Helper()
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil {
+		t.Fatalf("error body is not JSON: %v: %s", err, body)
+	}
+	var inner map[string]json.RawMessage
+	if len(top) != 3 || json.Unmarshal(top["error"], &inner) != nil || len(inner) != 2 {
+		t.Fatalf("error body is not {type, error{type, message}, request_id}: %s", body)
+	}
+	var e apiError
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil {
+		t.Fatalf("error body: %v: %s", err, body)
+	}
+	if e.Type != "error" || e.Error.Type == "" || e.Error.Message == "" || e.RequestID == "" {
+		t.Fatalf("error body incomplete: %s", body)
+	}
+	return e
+}
+
+// weirError checks an error weir itself answered: status, Anthropic shape,
+// error type, and the request id that matches Weir-Request-Id.
+func weirError(t *testing.T, r response, status int, typ string) apiError {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status = %d, want %d: %s", r.status, status, r.body)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type = %q", ct)
+	}
+	e := decodeError(t, r.body)
+	if e.Error.Type != typ {
+		t.Errorf("error type = %q, want %q (%s)", e.Error.Type, typ, e.Error.Message)
+	}
+	if id := r.header.Get("Weir-Request-Id"); id != "" && e.RequestID != id {
+		t.Errorf("request_id = %q, Weir-Request-Id = %q", e.RequestID, id)
+	}
+	return e
+}
+
+// recorder sits in front of the simulator and keeps every exchange as the
+// upstream saw and sent it, so tests can compare bytes exactly.
+type recorder struct {
+	next http.Handler
+	mu   sync.Mutex
+	xs   []*exchange
+}
+
+type exchange struct {
+	method, path, rawQuery string
+	reqHeader              http.Header
+	status                 int
+	header                 http.Header
+	body                   bytes.Buffer
+}
+
+// upstreamExchange is a snapshot of one exchange.
+type upstreamExchange struct {
+	method, path, rawQuery string
+	reqHeader              http.Header
+	status                 int
+	header                 http.Header
+	body                   []byte
+}
+
+func (rc *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	x := &exchange{method: r.Method, path: r.URL.Path, rawQuery: r.URL.RawQuery, reqHeader: r.Header.Clone()}
+	rc.mu.Lock()
+	rc.xs = append(rc.xs, x)
+	rc.mu.Unlock()
+	rc.next.ServeHTTP(&recordingWriter{ResponseWriter: w, rc: rc, x: x}, r)
+}
+
+func (rc *recorder) exchanges() []upstreamExchange {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	out := make([]upstreamExchange, 0, len(rc.xs))
+	for _, x := range rc.xs {
+		out = append(out, upstreamExchange{
+			method: x.method, path: x.path, rawQuery: x.rawQuery, reqHeader: x.reqHeader,
+			status: x.status, header: x.header.Clone(), body: bytes.Clone(x.body.Bytes()),
+		})
+	}
+	return out
+}
+
+// only returns the single exchange a test expects.
+func (rc *recorder) only(t *testing.T) upstreamExchange {
+	t.Helper()
+	xs := rc.exchanges()
+	if len(xs) != 1 {
+		t.Fatalf("upstream saw %d requests, want 1", len(xs))
+	}
+	return xs[0]
+}
+
+type recordingWriter struct {
+	http.ResponseWriter
+	rc *recorder
+	x  *exchange
+}
+
+func (w *recordingWriter) WriteHeader(code int) {
+	w.rc.mu.Lock()
+	if w.x.status == 0 {
+		w.x.status, w.x.header = code, w.Header().Clone()
+	}
+	w.rc.mu.Unlock()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *recordingWriter) Write(b []byte) (int, error) {
+	w.rc.mu.Lock()
+	if w.x.status == 0 {
+		w.x.status, w.x.header = http.StatusOK, w.Header().Clone()
+	}
+	w.x.body.Write(b)
+	w.rc.mu.Unlock()
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets the simulator flush and hijack through the recorder.
+func (w *recordingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// sseEvents splits an event stream into (name, data) pairs.
+func sseEvents(t *testing.T, body []byte) [][2]string {
+	t.Helper()
+	var out [][2]string
+	for _, block := range strings.Split(strings.TrimSuffix(string(body), "\n\n"), "\n\n") {
+		var name, data string
+		for _, line := range strings.Split(block, "\n") {
+			if v, ok := strings.CutPrefix(line, "event: "); ok {
+				name = v
+			} else if v, ok := strings.CutPrefix(line, "data: "); ok {
+				data = v
+			}
+		}
+		out = append(out, [2]string{name, data})
+	}
+	return out
+}
+
+// usageOf reads the usage a simulator reply carried, streamed or not.
+func usageOf(t *testing.T, body []byte, stream bool) (input, output int64) {
+	t.Helper()
+	type counts struct {
+		InputTokens  int64 `json:"input_tokens"`
+		OutputTokens int64 `json:"output_tokens"`
+	}
+	var u struct {
+		Usage   counts `json:"usage"`
+		Message struct {
+			Usage counts `json:"usage"`
+		} `json:"message"`
+	}
+	decode := func(s string) {
+		u.Usage.InputTokens, u.Usage.OutputTokens = 0, 0
+		if err := json.Unmarshal([]byte(s), &u); err != nil {
+			t.Fatalf("usage: %v: %s", err, s)
+		}
+	}
+	if !stream {
+		decode(string(body))
+		return u.Usage.InputTokens, u.Usage.OutputTokens
+	}
+	for _, ev := range sseEvents(t, body) {
+		switch ev[0] {
+		case "message_start":
+			decode(ev[1])
+			input, output = u.Message.Usage.InputTokens, u.Message.Usage.OutputTokens
+		case "message_delta":
+			decode(ev[1])
+			output = u.Usage.OutputTokens
+		}
+	}
+	return input, output
+}
+
+// clock is a control-plane clock the test moves by hand.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// killable is a transport that can be cut at once and for good, the way a
+// worker's calls stop when its process dies.
+type killable struct {
+	base     http.RoundTripper
+	mu       sync.Mutex
+	dead     bool
+	inflight sync.WaitGroup
+}
+
+var errKilled = errors.New("worker killed")
+
+func (k *killable) RoundTrip(r *http.Request) (*http.Response, error) {
+	k.mu.Lock()
+	if k.dead {
+		k.mu.Unlock()
+		return nil, errKilled
+	}
+	k.inflight.Add(1)
+	k.mu.Unlock()
+	defer k.inflight.Done()
+	return k.base.RoundTrip(r)
+}
+
+// kill fails every later call and waits for calls already on the wire, so
+// none of them can land after kill returns.
+func (k *killable) kill() {
+	k.mu.Lock()
+	k.dead = true
+	k.mu.Unlock()
+	k.inflight.Wait()
+}

@@ -1,0 +1,243 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var now = time.Date(2030, time.March, 4, 12, 0, 0, 0, time.UTC)
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+type fixture struct {
+	pool    *pgxpool.Pool
+	q       *db.Queries
+	account uuid.UUID
+	logs    *lockedBuffer
+	reaper  *LeaseReaper
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	f := &fixture{pool: pool, q: db.New(pool), account: uuid.New(), logs: &lockedBuffer{}}
+	if _, err := f.q.CreateAccount(t.Context(), db.CreateAccountParams{
+		ID: f.account, Provider: "anthropic", AuthKind: "api_key", Label: "reaper",
+		MaxConcurrency: 100, CredentialSealed: []byte{1}, CredentialHint: "…****", Now: now.Add(-24 * time.Hour),
+	}); err != nil {
+		t.Fatalf("create account: %v", err)
+	}
+	f.reaper = &LeaseReaper{deps: Deps{
+		Queries:    f.q,
+		Logger:     slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), f.logs), nil)),
+		Now:        func() time.Time { return now },
+		LeaseGrace: 10 * time.Minute,
+		SessionTTL: time.Hour,
+	}}
+	return f
+}
+
+// claim leases the account at a time, for ttl, binding session if set.
+func (f *fixture) claim(t *testing.T, at time.Time, ttl time.Duration, session string) uuid.UUID {
+	t.Helper()
+	id, err := f.q.ClaimLease(t.Context(), db.ClaimLeaseParams{
+		AccountID: f.account, Revision: 1, RequestID: "r", Model: "m",
+		SessionKey: session, Now: at, ExpiresAt: at.Add(ttl),
+	})
+	if err != nil || id == uuid.Nil {
+		t.Fatalf("claim at %v: %v (id %v)", at, err, id)
+	}
+	return id
+}
+
+func (f *fixture) leases(t *testing.T) map[uuid.UUID]bool {
+	t.Helper()
+	rows, err := f.pool.Query(t.Context(), `SELECT id FROM leases`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[uuid.UUID]bool{}
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		out[id] = true
+	}
+	return out
+}
+
+func (f *fixture) sessions(t *testing.T) map[string]bool {
+	t.Helper()
+	rows, err := f.pool.Query(t.Context(), `SELECT session_key FROM session_bindings`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		out[k] = true
+	}
+	return out
+}
+
+func job() *river.Job[LeaseReaperArgs] {
+	return &river.Job[LeaseReaperArgs]{JobRow: &rivertype.JobRow{ID: 1, Kind: LeaseReaperArgs{}.Kind()}, Args: LeaseReaperArgs{}}
+}
+
+func TestLeaseReaper(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const ttl = 30 * time.Second
+	ancient := f.claim(t, now.Add(-3*time.Hour), ttl, "ancient")
+	pastGrace := f.claim(t, now.Add(-11*time.Minute), ttl, "")      // expired 10m30s ago
+	idle61 := f.claim(t, now.Add(-61*time.Minute), ttl, "idle-61m") // lease long expired too
+	inGrace := f.claim(t, now.Add(-5*time.Minute), ttl, "recent")   // expired 4m30s ago
+	live := f.claim(t, now.Add(-10*time.Second), ttl, "live")       // expires in 20s
+	renewed := f.claim(t, now.Add(-2*time.Hour), 3*time.Hour, "")   // long-lived lease, still live
+	f.claim(t, now.Add(-2*time.Hour), ttl, "sticky")                // bound long ago...
+	sticky := f.claim(t, now.Add(-time.Minute), ttl, "sticky")      // ...but seen a minute ago
+
+	if err := f.reaper.Work(t.Context(), job()); err != nil {
+		t.Fatalf("Work: %v", err)
+	}
+	ls := f.leases(t)
+	for name, tc := range map[string]struct {
+		id   uuid.UUID
+		kept bool
+	}{
+		"ancient":       {ancient, false},
+		"past grace":    {pastGrace, false},
+		"idle 61m":      {idle61, false},
+		"within grace":  {inGrace, true},
+		"live":          {live, true},
+		"renewed":       {renewed, true},
+		"sticky recent": {sticky, true},
+	} {
+		if ls[tc.id] != tc.kept {
+			t.Errorf("lease %s: kept %v, want %v", name, ls[tc.id], tc.kept)
+		}
+	}
+	// 8 claimed: the first sticky one (expired 1h59m30s ago) goes too.
+	if len(ls) != 4 {
+		t.Errorf("%d leases left, want 4", len(ls))
+	}
+	ss := f.sessions(t)
+	for key, kept := range map[string]bool{"ancient": false, "idle-61m": false, "recent": true, "live": true, "sticky": true} {
+		if ss[key] != kept {
+			t.Errorf("session %s: kept %v, want %v", key, ss[key], kept)
+		}
+	}
+	if len(ss) != 3 {
+		t.Errorf("%d sessions left, want 3", len(ss))
+	}
+	if logs := f.logs.String(); !strings.Contains(logs, "reaped") || !strings.Contains(logs, "leases=4") || !strings.Contains(logs, "sessions=2") {
+		t.Errorf("log %q", logs)
+	}
+
+	// A second run finds nothing and says nothing.
+	before := f.logs.String()
+	if err := f.reaper.Work(t.Context(), job()); err != nil {
+		t.Fatalf("second Work: %v", err)
+	}
+	if len(f.leases(t)) != 4 || len(f.sessions(t)) != 3 {
+		t.Error("second run deleted more")
+	}
+	if f.logs.String() != before {
+		t.Error("an idle run logged")
+	}
+}
+
+// TestLeaseReaperKeepsCountsHonest: reaping only tidies; leases that
+// expired already stopped counting, so the live count is the same before
+// and after.
+func TestLeaseReaperKeepsCountsHonest(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for i := 1; i <= 5; i++ {
+		f.claim(t, now.Add(-time.Duration(i)*20*time.Minute), 30*time.Second, "")
+	}
+	f.claim(t, now, time.Minute, "")
+	count := func() int32 {
+		rows, err := f.q.LiveLeaseCounts(t.Context(), now)
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("LiveLeaseCounts: %v %v", rows, err)
+		}
+		return rows[0].Live
+	}
+	if count() != 1 {
+		t.Fatalf("live before reaping: %d", count())
+	}
+	if err := f.reaper.Work(t.Context(), job()); err != nil {
+		t.Fatal(err)
+	}
+	if count() != 1 {
+		t.Errorf("live after reaping: %d", count())
+	}
+}
+
+func TestLeaseReaperError(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := f.reaper.Work(ctx, job()); err == nil {
+		t.Error("Work with a canceled context succeeded")
+	}
+	f.pool.Close()
+	if err := f.reaper.Work(t.Context(), job()); err == nil || !strings.Contains(err.Error(), "reap leases") {
+		t.Errorf("Work on a closed pool: %v", err)
+	}
+}
+
+func TestRegister(t *testing.T) {
+	t.Parallel()
+	workers := river.NewWorkers()
+	periodic := Register(workers, Deps{Now: time.Now, LeaseGrace: time.Minute, SessionTTL: time.Hour})
+	if len(periodic) != 1 {
+		t.Fatalf("%d periodic jobs, want 1", len(periodic))
+	}
+	if (LeaseReaperArgs{}).Kind() != "lease_reaper" {
+		t.Errorf("kind %q", LeaseReaperArgs{}.Kind())
+	}
+	opts := LeaseReaperArgs{}.InsertOpts()
+	if !opts.UniqueOpts.ByArgs || opts.UniqueOpts.ByPeriod != ReapInterval {
+		t.Errorf("insert opts %+v: the reaper must be unique per interval", opts.UniqueOpts)
+	}
+}
