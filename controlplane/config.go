@@ -30,6 +30,15 @@ type Config struct {
 	// AuthFailureThreshold is how many consecutive credential rejections
 	// mark an account broken. Default 3.
 	AuthFailureThreshold int
+	// CapacityHold is how long a request may wait through a transient
+	// capacity storm, until an operator changes the capacity_hold setting.
+	// Default 20m; negative means 0 (fail fast). Env: WEIR_CAPACITY_HOLD.
+	CapacityHold time.Duration
+	// RequestDeadline bounds a request from arrival to first byte, holds
+	// included, until the request_deadline setting says otherwise. Default
+	// 25m, so a response starts before a 30-minute client timeout.
+	// Env: WEIR_REQUEST_DEADLINE.
+	RequestDeadline time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Now is the clock for every time written to Postgres. Default time.Now.
@@ -57,6 +66,8 @@ func (c *Config) Validate() error {
 		return errors.New("controlplane: SessionTTL must not be negative")
 	case c.AuthFailureThreshold < 0:
 		return errors.New("controlplane: AuthFailureThreshold must not be negative")
+	case c.RequestDeadline < 0:
+		return errors.New("controlplane: RequestDeadline (WEIR_REQUEST_DEADLINE) must not be negative")
 	}
 	return nil
 }
@@ -70,6 +81,15 @@ func (c *Config) setDefaults() {
 	}
 	if c.AuthFailureThreshold == 0 {
 		c.AuthFailureThreshold = 3
+	}
+	switch {
+	case c.CapacityHold == 0:
+		c.CapacityHold = 20 * time.Minute
+	case c.CapacityHold < 0:
+		c.CapacityHold = 0
+	}
+	if c.RequestDeadline == 0 {
+		c.RequestDeadline = 25 * time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

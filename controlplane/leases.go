@@ -277,54 +277,6 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 	return connect.NewResponse(&weirv1.ReleaseResponse{Decision: out}), nil
 }
 
-func (l leaseService) ReportRoute(ctx context.Context, req *connect.Request[weirv1.ReportRouteRequest]) (*connect.Response[weirv1.ReportRouteResponse], error) {
-	e := req.Msg.Event
-	if e == nil || e.RequestId == "" {
-		return nil, toConnect(invalidf("event.request_id: required"))
-	}
-	now := l.s.now()
-	p := db.InsertRouteEventParams{
-		RequestID:    e.RequestId,
-		Surface:      e.Surface,
-		Model:        e.Model,
-		Stream:       e.Stream,
-		Status:       e.Status,
-		ErrorType:    e.ErrorType,
-		Attempts:     e.Attempts,
-		DurationMs:   durationMillis(e.Duration),
-		InputTokens:  e.InputTokens,
-		OutputTokens: e.OutputTokens,
-		StartedAt:    now,
-		Now:          now,
-	}
-	if e.StartedAt != nil {
-		p.StartedAt = e.StartedAt.AsTime()
-	}
-	if e.TimeToFirstByte != nil {
-		ms := durationMillis(e.TimeToFirstByte)
-		p.TtfbMs = &ms
-	}
-	if id, err := uuid.Parse(e.KeyId); err == nil {
-		p.KeyID = uuid.NullUUID{UUID: id, Valid: true}
-	}
-	if id, err := uuid.Parse(e.AccountId); err == nil {
-		p.AccountID = uuid.NullUUID{UUID: id, Valid: true}
-	}
-	err := l.s.tx(ctx, func(q *db.Queries) error {
-		if err := q.InsertRouteEvent(ctx, p); err != nil {
-			return err
-		}
-		if p.KeyID.Valid {
-			return q.TouchKey(ctx, db.TouchKeyParams{ID: p.KeyID.UUID, Now: now, StaleBefore: now.Add(-time.Minute)})
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, l.s.fail(ctx, "report route", err)
-	}
-	return connect.NewResponse(&weirv1.ReportRouteResponse{}), nil
-}
-
 func durationMillis(d *durationpb.Duration) float64 {
 	return float64(d.AsDuration()) / float64(time.Millisecond)
 }

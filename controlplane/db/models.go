@@ -61,6 +61,17 @@ type Lease struct {
 	ExpiresAt          time.Time
 }
 
+type OverloadBreaker struct {
+	Provider    string
+	Family      string
+	Overloads   int32
+	WindowStart time.Time
+	OpenUntil   *time.Time
+	OpenCount   int32
+	ProbeUntil  *time.Time
+	UpdatedAt   time.Time
+}
+
 type RouteEvent struct {
 	ID           int64
 	RequestID    string
@@ -78,6 +89,10 @@ type RouteEvent struct {
 	OutputTokens int64
 	StartedAt    time.Time
 	RecordedAt   time.Time
+	HeldMs       float64
+	HoldCount    int32
+	FailureStage string
+	AttemptsJson []byte
 }
 
 type SessionBinding struct {
@@ -85,4 +100,10 @@ type SessionBinding struct {
 	AccountID  uuid.UUID
 	BoundAt    time.Time
 	LastSeenAt time.Time
+}
+
+type Setting struct {
+	Name      string
+	Value     string
+	UpdatedAt time.Time
 }

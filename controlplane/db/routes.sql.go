@@ -12,10 +12,43 @@ import (
 	"github.com/google/uuid"
 )
 
+const getRouteEvent = `-- name: GetRouteEvent :one
+SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json FROM route_events WHERE request_id = $1 ORDER BY id DESC LIMIT 1
+`
+
+func (q *Queries) GetRouteEvent(ctx context.Context, requestID string) (RouteEvent, error) {
+	row := q.db.QueryRow(ctx, getRouteEvent, requestID)
+	var i RouteEvent
+	err := row.Scan(
+		&i.ID,
+		&i.RequestID,
+		&i.KeyID,
+		&i.AccountID,
+		&i.Surface,
+		&i.Model,
+		&i.Stream,
+		&i.Status,
+		&i.ErrorType,
+		&i.Attempts,
+		&i.DurationMs,
+		&i.TtfbMs,
+		&i.InputTokens,
+		&i.OutputTokens,
+		&i.StartedAt,
+		&i.RecordedAt,
+		&i.HeldMs,
+		&i.HoldCount,
+		&i.FailureStage,
+		&i.AttemptsJson,
+	)
+	return i, err
+}
+
 const insertRouteEvent = `-- name: InsertRouteEvent :exec
 INSERT INTO route_events (
     request_id, key_id, account_id, surface, model, stream, status, error_type,
-    attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at
+    attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at,
+    held_ms, hold_count, failure_stage, attempts_json
 ) VALUES (
     -- An account or key deleted while the request ran detaches the event
     -- instead of losing it.
@@ -23,7 +56,8 @@ INSERT INTO route_events (
     (SELECT id FROM client_keys WHERE id = $2::uuid),
     (SELECT id FROM accounts WHERE id = $3::uuid),
     $4, $5, $6, $7, $8,
-    $9, $10, $11, $12, $13, $14, $15
+    $9, $10, $11, $12, $13, $14, $15,
+    $16, $17, $18, $19
 )
 `
 
@@ -43,6 +77,10 @@ type InsertRouteEventParams struct {
 	OutputTokens int64
 	StartedAt    time.Time
 	Now          time.Time
+	HeldMs       float64
+	HoldCount    int32
+	FailureStage string
+	AttemptsJson []byte
 }
 
 func (q *Queries) InsertRouteEvent(ctx context.Context, arg InsertRouteEventParams) error {
@@ -62,12 +100,16 @@ func (q *Queries) InsertRouteEvent(ctx context.Context, arg InsertRouteEventPara
 		arg.OutputTokens,
 		arg.StartedAt,
 		arg.Now,
+		arg.HeldMs,
+		arg.HoldCount,
+		arg.FailureStage,
+		arg.AttemptsJson,
 	)
 	return err
 }
 
 const listRouteEvents = `-- name: ListRouteEvents :many
-SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at FROM route_events
+SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json FROM route_events
 WHERE $1::uuid IS NULL OR account_id = $1
 ORDER BY id DESC
 LIMIT $2
@@ -104,6 +146,10 @@ func (q *Queries) ListRouteEvents(ctx context.Context, arg ListRouteEventsParams
 			&i.OutputTokens,
 			&i.StartedAt,
 			&i.RecordedAt,
+			&i.HeldMs,
+			&i.HoldCount,
+			&i.FailureStage,
+			&i.AttemptsJson,
 		); err != nil {
 			return nil, err
 		}

@@ -38,6 +38,9 @@ const (
 	NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY NoAccountReason = 4
 	// Every account was already tried for this request.
 	NoAccountReason_NO_ACCOUNT_REASON_ALL_TRIED NoAccountReason = 5
+	// The provider is overloaded for this model family and its breaker is
+	// open; one probe at a time goes through.
+	NoAccountReason_NO_ACCOUNT_REASON_BREAKER_OPEN NoAccountReason = 6
 )
 
 // Enum value maps for NoAccountReason.
@@ -49,6 +52,7 @@ var (
 		3: "NO_ACCOUNT_REASON_ALL_COOLING",
 		4: "NO_ACCOUNT_REASON_AT_CAPACITY",
 		5: "NO_ACCOUNT_REASON_ALL_TRIED",
+		6: "NO_ACCOUNT_REASON_BREAKER_OPEN",
 	}
 	NoAccountReason_value = map[string]int32{
 		"NO_ACCOUNT_REASON_UNSPECIFIED":     0,
@@ -57,6 +61,7 @@ var (
 		"NO_ACCOUNT_REASON_ALL_COOLING":     3,
 		"NO_ACCOUNT_REASON_AT_CAPACITY":     4,
 		"NO_ACCOUNT_REASON_ALL_TRIED":       5,
+		"NO_ACCOUNT_REASON_BREAKER_OPEN":    6,
 	}
 )
 
@@ -85,6 +90,58 @@ func (x NoAccountReason) Number() protoreflect.EnumNumber {
 // Deprecated: Use NoAccountReason.Descriptor instead.
 func (NoAccountReason) EnumDescriptor() ([]byte, []int) {
 	return file_weir_v1_lease_proto_rawDescGZIP(), []int{0}
+}
+
+// FailureStage says whether a failed request had sent output.
+type FailureStage int32
+
+const (
+	FailureStage_FAILURE_STAGE_UNSPECIFIED FailureStage = 0
+	// Failed before any byte reached the client.
+	FailureStage_FAILURE_STAGE_BEFORE_OUTPUT FailureStage = 1
+	// Failed after output reached the client (the stream was cut).
+	FailureStage_FAILURE_STAGE_AFTER_OUTPUT FailureStage = 2
+)
+
+// Enum value maps for FailureStage.
+var (
+	FailureStage_name = map[int32]string{
+		0: "FAILURE_STAGE_UNSPECIFIED",
+		1: "FAILURE_STAGE_BEFORE_OUTPUT",
+		2: "FAILURE_STAGE_AFTER_OUTPUT",
+	}
+	FailureStage_value = map[string]int32{
+		"FAILURE_STAGE_UNSPECIFIED":   0,
+		"FAILURE_STAGE_BEFORE_OUTPUT": 1,
+		"FAILURE_STAGE_AFTER_OUTPUT":  2,
+	}
+)
+
+func (x FailureStage) Enum() *FailureStage {
+	p := new(FailureStage)
+	*p = x
+	return p
+}
+
+func (x FailureStage) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FailureStage) Descriptor() protoreflect.EnumDescriptor {
+	return file_weir_v1_lease_proto_enumTypes[1].Descriptor()
+}
+
+func (FailureStage) Type() protoreflect.EnumType {
+	return &file_weir_v1_lease_proto_enumTypes[1]
+}
+
+func (x FailureStage) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FailureStage.Descriptor instead.
+func (FailureStage) EnumDescriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{1}
 }
 
 type VerifyKeyRequest struct {
@@ -194,8 +251,11 @@ type AcquireRequest struct {
 	// Accounts already tried for this request.
 	ExcludeAccountIds []string `protobuf:"bytes,4,rep,name=exclude_account_ids,json=excludeAccountIds,proto3" json:"exclude_account_ids,omitempty"`
 	RequestId         string   `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Serve from this account if it is still eligible (a retry after an
+	// overload goes back to the same account).
+	PreferAccountId string `protobuf:"bytes,6,opt,name=prefer_account_id,json=preferAccountId,proto3" json:"prefer_account_id,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AcquireRequest) Reset() {
@@ -259,6 +319,13 @@ func (x *AcquireRequest) GetExcludeAccountIds() []string {
 func (x *AcquireRequest) GetRequestId() string {
 	if x != nil {
 		return x.RequestId
+	}
+	return ""
+}
+
+func (x *AcquireRequest) GetPreferAccountId() string {
+	if x != nil {
+		return x.PreferAccountId
 	}
 	return ""
 }
@@ -461,8 +528,12 @@ type NoAccount struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Reason  NoAccountReason        `protobuf:"varint,1,opt,name=reason,proto3,enum=weir.v1.NoAccountReason" json:"reason,omitempty"`
 	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	// When capacity is expected back, if known.
-	RetryAt       *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=retry_at,json=retryAt,proto3" json:"retry_at,omitempty"`
+	// When capacity is expected back, if known: the soonest transient
+	// cooldown among the accounts that could serve the request.
+	RetryAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=retry_at,json=retryAt,proto3" json:"retry_at,omitempty"`
+	// No account can recover without an operator (every candidate paused,
+	// broken or holding a rejected credential): waiting cannot help.
+	Permanent     bool `protobuf:"varint,4,opt,name=permanent,proto3" json:"permanent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -516,6 +587,13 @@ func (x *NoAccount) GetRetryAt() *timestamppb.Timestamp {
 		return x.RetryAt
 	}
 	return nil
+}
+
+func (x *NoAccount) GetPermanent() bool {
+	if x != nil {
+		return x.Permanent
+	}
+	return false
 }
 
 type RenewRequest struct {
@@ -625,6 +703,9 @@ type Outcome struct {
 	BytesToClient bool `protobuf:"varint,9,opt,name=bytes_to_client,json=bytesToClient,proto3" json:"bytes_to_client,omitempty"`
 	// For transport errors: what failed, without secrets.
 	TransportError string `protobuf:"bytes,10,opt,name=transport_error,json=transportError,proto3" json:"transport_error,omitempty"`
+	// Consecutive overload answers this request already had from this
+	// account before this attempt.
+	PriorOverloads int32 `protobuf:"varint,11,opt,name=prior_overloads,json=priorOverloads,proto3" json:"prior_overloads,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -729,6 +810,93 @@ func (x *Outcome) GetTransportError() string {
 	return ""
 }
 
+func (x *Outcome) GetPriorOverloads() int32 {
+	if x != nil {
+		return x.PriorOverloads
+	}
+	return 0
+}
+
+type WorkerSettingsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerSettingsRequest) Reset() {
+	*x = WorkerSettingsRequest{}
+	mi := &file_weir_v1_lease_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerSettingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerSettingsRequest) ProtoMessage() {}
+
+func (x *WorkerSettingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerSettingsRequest.ProtoReflect.Descriptor instead.
+func (*WorkerSettingsRequest) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{9}
+}
+
+type WorkerSettingsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Settings      *Settings              `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerSettingsResponse) Reset() {
+	*x = WorkerSettingsResponse{}
+	mi := &file_weir_v1_lease_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerSettingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerSettingsResponse) ProtoMessage() {}
+
+func (x *WorkerSettingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerSettingsResponse.ProtoReflect.Descriptor instead.
+func (*WorkerSettingsResponse) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *WorkerSettingsResponse) GetSettings() *Settings {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
 type ReleaseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
@@ -739,7 +907,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[9]
+	mi := &file_weir_v1_lease_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -751,7 +919,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[9]
+	mi := &file_weir_v1_lease_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -764,7 +932,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{9}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReleaseRequest) GetLeaseId() string {
@@ -790,7 +958,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[10]
+	mi := &file_weir_v1_lease_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -802,7 +970,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[10]
+	mi := &file_weir_v1_lease_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -815,7 +983,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{10}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReleaseResponse) GetDecision() *Decision {
@@ -842,16 +1010,22 @@ type RouteEvent struct {
 	OutputTokens    int64                `protobuf:"varint,10,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
 	Stream          bool                 `protobuf:"varint,11,opt,name=stream,proto3" json:"stream,omitempty"`
 	// The final error type the client saw, if any.
-	ErrorType     string                 `protobuf:"bytes,12,opt,name=error_type,json=errorType,proto3" json:"error_type,omitempty"`
-	Surface       string                 `protobuf:"bytes,13,opt,name=surface,proto3" json:"surface,omitempty"`
-	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ErrorType string                 `protobuf:"bytes,12,opt,name=error_type,json=errorType,proto3" json:"error_type,omitempty"`
+	Surface   string                 `protobuf:"bytes,13,opt,name=surface,proto3" json:"surface,omitempty"`
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// Time spent waiting in capacity holds, and how many holds.
+	Held      *durationpb.Duration `protobuf:"bytes,15,opt,name=held,proto3" json:"held,omitempty"`
+	HoldCount int32                `protobuf:"varint,16,opt,name=hold_count,json=holdCount,proto3" json:"hold_count,omitempty"`
+	// Where the request failed, if it did.
+	FailureStage   FailureStage     `protobuf:"varint,17,opt,name=failure_stage,json=failureStage,proto3,enum=weir.v1.FailureStage" json:"failure_stage,omitempty"`
+	AttemptRecords []*AttemptRecord `protobuf:"bytes,18,rep,name=attempt_records,json=attemptRecords,proto3" json:"attempt_records,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RouteEvent) Reset() {
 	*x = RouteEvent{}
-	mi := &file_weir_v1_lease_proto_msgTypes[11]
+	mi := &file_weir_v1_lease_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -863,7 +1037,7 @@ func (x *RouteEvent) String() string {
 func (*RouteEvent) ProtoMessage() {}
 
 func (x *RouteEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[11]
+	mi := &file_weir_v1_lease_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -876,7 +1050,7 @@ func (x *RouteEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteEvent.ProtoReflect.Descriptor instead.
 func (*RouteEvent) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{11}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RouteEvent) GetRequestId() string {
@@ -977,6 +1151,139 @@ func (x *RouteEvent) GetStartedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *RouteEvent) GetHeld() *durationpb.Duration {
+	if x != nil {
+		return x.Held
+	}
+	return nil
+}
+
+func (x *RouteEvent) GetHoldCount() int32 {
+	if x != nil {
+		return x.HoldCount
+	}
+	return 0
+}
+
+func (x *RouteEvent) GetFailureStage() FailureStage {
+	if x != nil {
+		return x.FailureStage
+	}
+	return FailureStage_FAILURE_STAGE_UNSPECIFIED
+}
+
+func (x *RouteEvent) GetAttemptRecords() []*AttemptRecord {
+	if x != nil {
+		return x.AttemptRecords
+	}
+	return nil
+}
+
+// AttemptRecord is one upstream attempt, or one hold, of a request.
+type AttemptRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When it started, relative to the request's start.
+	At *durationpb.Duration `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
+	// Empty for a hold.
+	AccountId string       `protobuf:"bytes,2,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	Class     OutcomeClass `protobuf:"varint,3,opt,name=class,proto3,enum=weir.v1.OutcomeClass" json:"class,omitempty"`
+	Status    int32        `protobuf:"varint,4,opt,name=status,proto3" json:"status,omitempty"`
+	ErrorType string       `protobuf:"bytes,5,opt,name=error_type,json=errorType,proto3" json:"error_type,omitempty"`
+	// The control plane's decision on the attempt.
+	Action   Action               `protobuf:"varint,6,opt,name=action,proto3,enum=weir.v1.Action" json:"action,omitempty"`
+	Duration *durationpb.Duration `protobuf:"bytes,7,opt,name=duration,proto3" json:"duration,omitempty"`
+	// For a hold: why the worker waited (e.g. "all accounts cooling").
+	HoldReason    string `protobuf:"bytes,8,opt,name=hold_reason,json=holdReason,proto3" json:"hold_reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttemptRecord) Reset() {
+	*x = AttemptRecord{}
+	mi := &file_weir_v1_lease_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttemptRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttemptRecord) ProtoMessage() {}
+
+func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttemptRecord.ProtoReflect.Descriptor instead.
+func (*AttemptRecord) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *AttemptRecord) GetAt() *durationpb.Duration {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *AttemptRecord) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *AttemptRecord) GetClass() OutcomeClass {
+	if x != nil {
+		return x.Class
+	}
+	return OutcomeClass_OUTCOME_CLASS_UNSPECIFIED
+}
+
+func (x *AttemptRecord) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *AttemptRecord) GetErrorType() string {
+	if x != nil {
+		return x.ErrorType
+	}
+	return ""
+}
+
+func (x *AttemptRecord) GetAction() Action {
+	if x != nil {
+		return x.Action
+	}
+	return Action_ACTION_UNSPECIFIED
+}
+
+func (x *AttemptRecord) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *AttemptRecord) GetHoldReason() string {
+	if x != nil {
+		return x.HoldReason
+	}
+	return ""
+}
+
 type ReportRouteRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Event         *RouteEvent            `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
@@ -986,7 +1293,7 @@ type ReportRouteRequest struct {
 
 func (x *ReportRouteRequest) Reset() {
 	*x = ReportRouteRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[12]
+	mi := &file_weir_v1_lease_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1305,7 @@ func (x *ReportRouteRequest) String() string {
 func (*ReportRouteRequest) ProtoMessage() {}
 
 func (x *ReportRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[12]
+	mi := &file_weir_v1_lease_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1318,7 @@ func (x *ReportRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRouteRequest.ProtoReflect.Descriptor instead.
 func (*ReportRouteRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{12}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReportRouteRequest) GetEvent() *RouteEvent {
@@ -1029,7 +1336,7 @@ type ReportRouteResponse struct {
 
 func (x *ReportRouteResponse) Reset() {
 	*x = ReportRouteResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[13]
+	mi := &file_weir_v1_lease_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1348,7 @@ func (x *ReportRouteResponse) String() string {
 func (*ReportRouteResponse) ProtoMessage() {}
 
 func (x *ReportRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[13]
+	mi := &file_weir_v1_lease_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1361,7 @@ func (x *ReportRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRouteResponse.ProtoReflect.Descriptor instead.
 func (*ReportRouteResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{13}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{16}
 }
 
 var File_weir_v1_lease_proto protoreflect.FileDescriptor
@@ -1066,7 +1373,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\bkey_hash\x18\x01 \x01(\tR\akeyHash\"E\n" +
 	"\x11VerifyKeyResponse\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x19\n" +
-	"\bkey_name\x18\x02 \x01(\tR\akeyName\"\xb1\x01\n" +
+	"\bkey_name\x18\x02 \x01(\tR\akeyName\"\xdd\x01\n" +
 	"\x0eAcquireRequest\x12\x19\n" +
 	"\bkey_hash\x18\x01 \x01(\tR\akeyHash\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1f\n" +
@@ -1074,7 +1381,8 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"sessionKey\x12.\n" +
 	"\x13exclude_account_ids\x18\x04 \x03(\tR\x11excludeAccountIds\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x05 \x01(\tR\trequestId\"x\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\x12*\n" +
+	"\x11prefer_account_id\x18\x06 \x01(\tR\x0fpreferAccountId\"x\n" +
 	"\x0fAcquireResponse\x12&\n" +
 	"\x05lease\x18\x01 \x01(\v2\x0e.weir.v1.LeaseH\x00R\x05lease\x123\n" +
 	"\n" +
@@ -1093,16 +1401,17 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"credential\x129\n" +
 	"\n" +
 	"expires_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12+\n" +
-	"\x03ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x8e\x01\n" +
+	"\x03ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\xac\x01\n" +
 	"\tNoAccount\x120\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x18.weir.v1.NoAccountReasonR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x125\n" +
-	"\bretry_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aretryAt\")\n" +
+	"\bretry_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aretryAt\x12\x1c\n" +
+	"\tpermanent\x18\x04 \x01(\bR\tpermanent\")\n" +
 	"\fRenewRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\"J\n" +
 	"\rRenewResponse\x129\n" +
 	"\n" +
-	"expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xfa\x03\n" +
+	"expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xa3\x04\n" +
 	"\aOutcome\x12+\n" +
 	"\x05class\x18\x01 \x01(\x0e2\x15.weir.v1.OutcomeClassR\x05class\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\x05R\x06status\x12\x1d\n" +
@@ -1115,15 +1424,19 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x12time_to_first_byte\x18\b \x01(\v2\x19.google.protobuf.DurationR\x0ftimeToFirstByte\x12&\n" +
 	"\x0fbytes_to_client\x18\t \x01(\bR\rbytesToClient\x12'\n" +
 	"\x0ftransport_error\x18\n" +
-	" \x01(\tR\x0etransportError\x1a:\n" +
+	" \x01(\tR\x0etransportError\x12'\n" +
+	"\x0fprior_overloads\x18\v \x01(\x05R\x0epriorOverloads\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"W\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x17\n" +
+	"\x15WorkerSettingsRequest\"G\n" +
+	"\x16WorkerSettingsResponse\x12-\n" +
+	"\bsettings\x18\x01 \x01(\v2\x11.weir.v1.SettingsR\bsettings\"W\n" +
 	"\x0eReleaseRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12*\n" +
 	"\aoutcome\x18\x02 \x01(\v2\x10.weir.v1.OutcomeR\aoutcome\"@\n" +
 	"\x0fReleaseResponse\x12-\n" +
-	"\bdecision\x18\x01 \x01(\v2\x11.weir.v1.DecisionR\bdecision\"\xfe\x03\n" +
+	"\bdecision\x18\x01 \x01(\v2\x11.weir.v1.DecisionR\bdecision\"\xc9\x05\n" +
 	"\n" +
 	"RouteEvent\x12\x1d\n" +
 	"\n" +
@@ -1144,20 +1457,43 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"error_type\x18\f \x01(\tR\terrorType\x12\x18\n" +
 	"\asurface\x18\r \x01(\tR\asurface\x129\n" +
 	"\n" +
-	"started_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"?\n" +
+	"started_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12-\n" +
+	"\x04held\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\x04held\x12\x1d\n" +
+	"\n" +
+	"hold_count\x18\x10 \x01(\x05R\tholdCount\x12:\n" +
+	"\rfailure_stage\x18\x11 \x01(\x0e2\x15.weir.v1.FailureStageR\ffailureStage\x12?\n" +
+	"\x0fattempt_records\x18\x12 \x03(\v2\x16.weir.v1.AttemptRecordR\x0eattemptRecords\"\xbe\x02\n" +
+	"\rAttemptRecord\x12)\n" +
+	"\x02at\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x02at\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x02 \x01(\tR\taccountId\x12+\n" +
+	"\x05class\x18\x03 \x01(\x0e2\x15.weir.v1.OutcomeClassR\x05class\x12\x16\n" +
+	"\x06status\x18\x04 \x01(\x05R\x06status\x12\x1d\n" +
+	"\n" +
+	"error_type\x18\x05 \x01(\tR\terrorType\x12'\n" +
+	"\x06action\x18\x06 \x01(\x0e2\x0f.weir.v1.ActionR\x06action\x125\n" +
+	"\bduration\x18\a \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x1f\n" +
+	"\vhold_reason\x18\b \x01(\tR\n" +
+	"holdReason\"?\n" +
 	"\x12ReportRouteRequest\x12)\n" +
 	"\x05event\x18\x01 \x01(\v2\x13.weir.v1.RouteEventR\x05event\"\x15\n" +
-	"\x13ReportRouteResponse*\xe6\x01\n" +
+	"\x13ReportRouteResponse*\x8a\x02\n" +
 	"\x0fNoAccountReason\x12!\n" +
 	"\x1dNO_ACCOUNT_REASON_UNSPECIFIED\x10\x00\x12%\n" +
 	"!NO_ACCOUNT_REASON_NONE_CONFIGURED\x10\x01\x12\"\n" +
 	"\x1eNO_ACCOUNT_REASON_ALL_DISABLED\x10\x02\x12!\n" +
 	"\x1dNO_ACCOUNT_REASON_ALL_COOLING\x10\x03\x12!\n" +
 	"\x1dNO_ACCOUNT_REASON_AT_CAPACITY\x10\x04\x12\x1f\n" +
-	"\x1bNO_ACCOUNT_REASON_ALL_TRIED\x10\x052\xdd\x02\n" +
+	"\x1bNO_ACCOUNT_REASON_ALL_TRIED\x10\x05\x12\"\n" +
+	"\x1eNO_ACCOUNT_REASON_BREAKER_OPEN\x10\x06*n\n" +
+	"\fFailureStage\x12\x1d\n" +
+	"\x19FAILURE_STAGE_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bFAILURE_STAGE_BEFORE_OUTPUT\x10\x01\x12\x1e\n" +
+	"\x1aFAILURE_STAGE_AFTER_OUTPUT\x10\x022\xb5\x03\n" +
 	"\fLeaseService\x12G\n" +
 	"\tVerifyKey\x12\x19.weir.v1.VerifyKeyRequest\x1a\x1a.weir.v1.VerifyKeyResponse\"\x03\x90\x02\x01\x12>\n" +
-	"\aAcquire\x12\x17.weir.v1.AcquireRequest\x1a\x18.weir.v1.AcquireResponse\"\x00\x128\n" +
+	"\aAcquire\x12\x17.weir.v1.AcquireRequest\x1a\x18.weir.v1.AcquireResponse\"\x00\x12V\n" +
+	"\x0eWorkerSettings\x12\x1e.weir.v1.WorkerSettingsRequest\x1a\x1f.weir.v1.WorkerSettingsResponse\"\x03\x90\x02\x01\x128\n" +
 	"\x05Renew\x12\x15.weir.v1.RenewRequest\x1a\x16.weir.v1.RenewResponse\"\x00\x12>\n" +
 	"\aRelease\x12\x17.weir.v1.ReleaseRequest\x1a\x18.weir.v1.ReleaseResponse\"\x00\x12J\n" +
 	"\vReportRoute\x12\x1b.weir.v1.ReportRouteRequest\x1a\x1c.weir.v1.ReportRouteResponse\"\x00B\x81\x01\n" +
@@ -1176,67 +1512,83 @@ func file_weir_v1_lease_proto_rawDescGZIP() []byte {
 	return file_weir_v1_lease_proto_rawDescData
 }
 
-var file_weir_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_weir_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_weir_v1_lease_proto_goTypes = []any{
-	(NoAccountReason)(0),          // 0: weir.v1.NoAccountReason
-	(*VerifyKeyRequest)(nil),      // 1: weir.v1.VerifyKeyRequest
-	(*VerifyKeyResponse)(nil),     // 2: weir.v1.VerifyKeyResponse
-	(*AcquireRequest)(nil),        // 3: weir.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 4: weir.v1.AcquireResponse
-	(*Lease)(nil),                 // 5: weir.v1.Lease
-	(*NoAccount)(nil),             // 6: weir.v1.NoAccount
-	(*RenewRequest)(nil),          // 7: weir.v1.RenewRequest
-	(*RenewResponse)(nil),         // 8: weir.v1.RenewResponse
-	(*Outcome)(nil),               // 9: weir.v1.Outcome
-	(*ReleaseRequest)(nil),        // 10: weir.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 11: weir.v1.ReleaseResponse
-	(*RouteEvent)(nil),            // 12: weir.v1.RouteEvent
-	(*ReportRouteRequest)(nil),    // 13: weir.v1.ReportRouteRequest
-	(*ReportRouteResponse)(nil),   // 14: weir.v1.ReportRouteResponse
-	nil,                           // 15: weir.v1.Outcome.HeadersEntry
-	(Provider)(0),                 // 16: weir.v1.Provider
-	(AuthKind)(0),                 // 17: weir.v1.AuthKind
-	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
-	(OutcomeClass)(0),             // 20: weir.v1.OutcomeClass
-	(*Decision)(nil),              // 21: weir.v1.Decision
+	(NoAccountReason)(0),           // 0: weir.v1.NoAccountReason
+	(FailureStage)(0),              // 1: weir.v1.FailureStage
+	(*VerifyKeyRequest)(nil),       // 2: weir.v1.VerifyKeyRequest
+	(*VerifyKeyResponse)(nil),      // 3: weir.v1.VerifyKeyResponse
+	(*AcquireRequest)(nil),         // 4: weir.v1.AcquireRequest
+	(*AcquireResponse)(nil),        // 5: weir.v1.AcquireResponse
+	(*Lease)(nil),                  // 6: weir.v1.Lease
+	(*NoAccount)(nil),              // 7: weir.v1.NoAccount
+	(*RenewRequest)(nil),           // 8: weir.v1.RenewRequest
+	(*RenewResponse)(nil),          // 9: weir.v1.RenewResponse
+	(*Outcome)(nil),                // 10: weir.v1.Outcome
+	(*WorkerSettingsRequest)(nil),  // 11: weir.v1.WorkerSettingsRequest
+	(*WorkerSettingsResponse)(nil), // 12: weir.v1.WorkerSettingsResponse
+	(*ReleaseRequest)(nil),         // 13: weir.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),        // 14: weir.v1.ReleaseResponse
+	(*RouteEvent)(nil),             // 15: weir.v1.RouteEvent
+	(*AttemptRecord)(nil),          // 16: weir.v1.AttemptRecord
+	(*ReportRouteRequest)(nil),     // 17: weir.v1.ReportRouteRequest
+	(*ReportRouteResponse)(nil),    // 18: weir.v1.ReportRouteResponse
+	nil,                            // 19: weir.v1.Outcome.HeadersEntry
+	(Provider)(0),                  // 20: weir.v1.Provider
+	(AuthKind)(0),                  // 21: weir.v1.AuthKind
+	(*timestamppb.Timestamp)(nil),  // 22: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 23: google.protobuf.Duration
+	(OutcomeClass)(0),              // 24: weir.v1.OutcomeClass
+	(*Settings)(nil),               // 25: weir.v1.Settings
+	(*Decision)(nil),               // 26: weir.v1.Decision
+	(Action)(0),                    // 27: weir.v1.Action
 }
 var file_weir_v1_lease_proto_depIdxs = []int32{
-	5,  // 0: weir.v1.AcquireResponse.lease:type_name -> weir.v1.Lease
-	6,  // 1: weir.v1.AcquireResponse.no_account:type_name -> weir.v1.NoAccount
-	16, // 2: weir.v1.Lease.provider:type_name -> weir.v1.Provider
-	17, // 3: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
-	18, // 4: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	19, // 5: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	6,  // 0: weir.v1.AcquireResponse.lease:type_name -> weir.v1.Lease
+	7,  // 1: weir.v1.AcquireResponse.no_account:type_name -> weir.v1.NoAccount
+	20, // 2: weir.v1.Lease.provider:type_name -> weir.v1.Provider
+	21, // 3: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
+	22, // 4: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	23, // 5: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
 	0,  // 6: weir.v1.NoAccount.reason:type_name -> weir.v1.NoAccountReason
-	18, // 7: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
-	18, // 8: weir.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
-	20, // 9: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
-	15, // 10: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
-	19, // 11: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
-	19, // 12: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
-	9,  // 13: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
-	21, // 14: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
-	19, // 15: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
-	19, // 16: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
-	18, // 17: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
-	12, // 18: weir.v1.ReportRouteRequest.event:type_name -> weir.v1.RouteEvent
-	1,  // 19: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
-	3,  // 20: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
-	7,  // 21: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
-	10, // 22: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
-	13, // 23: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
-	2,  // 24: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
-	4,  // 25: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
-	8,  // 26: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
-	11, // 27: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
-	14, // 28: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
-	24, // [24:29] is the sub-list for method output_type
-	19, // [19:24] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	22, // 7: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
+	22, // 8: weir.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
+	24, // 9: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
+	19, // 10: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
+	23, // 11: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
+	23, // 12: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
+	25, // 13: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
+	10, // 14: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
+	26, // 15: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
+	23, // 16: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
+	23, // 17: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
+	22, // 18: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
+	23, // 19: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
+	1,  // 20: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
+	16, // 21: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
+	23, // 22: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
+	24, // 23: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
+	27, // 24: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
+	23, // 25: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
+	15, // 26: weir.v1.ReportRouteRequest.event:type_name -> weir.v1.RouteEvent
+	2,  // 27: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
+	4,  // 28: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
+	11, // 29: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
+	8,  // 30: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
+	13, // 31: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
+	17, // 32: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
+	3,  // 33: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
+	5,  // 34: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
+	12, // 35: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
+	9,  // 36: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
+	14, // 37: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
+	18, // 38: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
+	33, // [33:39] is the sub-list for method output_type
+	27, // [27:33] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_lease_proto_init() }
@@ -1254,8 +1606,8 @@ func file_weir_v1_lease_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_lease_proto_rawDesc), len(file_weir_v1_lease_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   15,
+			NumEnums:      2,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,6 +21,94 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type GetRouteEventRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRouteEventRequest) Reset() {
+	*x = GetRouteEventRequest{}
+	mi := &file_weir_v1_route_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRouteEventRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRouteEventRequest) ProtoMessage() {}
+
+func (x *GetRouteEventRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_route_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRouteEventRequest.ProtoReflect.Descriptor instead.
+func (*GetRouteEventRequest) Descriptor() ([]byte, []int) {
+	return file_weir_v1_route_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *GetRouteEventRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type GetRouteEventResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Event         *RouteEvent            `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRouteEventResponse) Reset() {
+	*x = GetRouteEventResponse{}
+	mi := &file_weir_v1_route_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRouteEventResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRouteEventResponse) ProtoMessage() {}
+
+func (x *GetRouteEventResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_route_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRouteEventResponse.ProtoReflect.Descriptor instead.
+func (*GetRouteEventResponse) Descriptor() ([]byte, []int) {
+	return file_weir_v1_route_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetRouteEventResponse) GetEvent() *RouteEvent {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
 type ListRouteEventsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// At most this many, newest first; 0 means 50, capped at 1000.
@@ -33,7 +121,7 @@ type ListRouteEventsRequest struct {
 
 func (x *ListRouteEventsRequest) Reset() {
 	*x = ListRouteEventsRequest{}
-	mi := &file_weir_v1_route_proto_msgTypes[0]
+	mi := &file_weir_v1_route_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -45,7 +133,7 @@ func (x *ListRouteEventsRequest) String() string {
 func (*ListRouteEventsRequest) ProtoMessage() {}
 
 func (x *ListRouteEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_route_proto_msgTypes[0]
+	mi := &file_weir_v1_route_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -58,7 +146,7 @@ func (x *ListRouteEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRouteEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListRouteEventsRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_route_proto_rawDescGZIP(), []int{0}
+	return file_weir_v1_route_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ListRouteEventsRequest) GetLimit() int32 {
@@ -84,7 +172,7 @@ type ListRouteEventsResponse struct {
 
 func (x *ListRouteEventsResponse) Reset() {
 	*x = ListRouteEventsResponse{}
-	mi := &file_weir_v1_route_proto_msgTypes[1]
+	mi := &file_weir_v1_route_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -96,7 +184,7 @@ func (x *ListRouteEventsResponse) String() string {
 func (*ListRouteEventsResponse) ProtoMessage() {}
 
 func (x *ListRouteEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_route_proto_msgTypes[1]
+	mi := &file_weir_v1_route_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -109,7 +197,7 @@ func (x *ListRouteEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRouteEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListRouteEventsResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_route_proto_rawDescGZIP(), []int{1}
+	return file_weir_v1_route_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ListRouteEventsResponse) GetEvents() []*RouteEvent {
@@ -123,15 +211,21 @@ var File_weir_v1_route_proto protoreflect.FileDescriptor
 
 const file_weir_v1_route_proto_rawDesc = "" +
 	"\n" +
-	"\x13weir/v1/route.proto\x12\aweir.v1\x1a\x13weir/v1/lease.proto\"M\n" +
+	"\x13weir/v1/route.proto\x12\aweir.v1\x1a\x13weir/v1/lease.proto\"5\n" +
+	"\x14GetRouteEventRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\"B\n" +
+	"\x15GetRouteEventResponse\x12)\n" +
+	"\x05event\x18\x01 \x01(\v2\x13.weir.v1.RouteEventR\x05event\"M\n" +
 	"\x16ListRouteEventsRequest\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x05R\x05limit\x12\x1d\n" +
 	"\n" +
 	"account_id\x18\x02 \x01(\tR\taccountId\"F\n" +
 	"\x17ListRouteEventsResponse\x12+\n" +
-	"\x06events\x18\x01 \x03(\v2\x13.weir.v1.RouteEventR\x06events2i\n" +
+	"\x06events\x18\x01 \x03(\v2\x13.weir.v1.RouteEventR\x06events2\xbe\x01\n" +
 	"\fRouteService\x12Y\n" +
-	"\x0fListRouteEvents\x12\x1f.weir.v1.ListRouteEventsRequest\x1a .weir.v1.ListRouteEventsResponse\"\x03\x90\x02\x01B\x81\x01\n" +
+	"\x0fListRouteEvents\x12\x1f.weir.v1.ListRouteEventsRequest\x1a .weir.v1.ListRouteEventsResponse\"\x03\x90\x02\x01\x12S\n" +
+	"\rGetRouteEvent\x12\x1d.weir.v1.GetRouteEventRequest\x1a\x1e.weir.v1.GetRouteEventResponse\"\x03\x90\x02\x01B\x81\x01\n" +
 	"\vcom.weir.v1B\n" +
 	"RouteProtoP\x01Z)github.com/weirhq/weir/gen/weir/v1;weirv1\xa2\x02\x03WXX\xaa\x02\aWeir.V1\xca\x02\aWeir\\V1\xe2\x02\x13Weir\\V1\\GPBMetadata\xea\x02\bWeir::V1b\x06proto3"
 
@@ -147,21 +241,26 @@ func file_weir_v1_route_proto_rawDescGZIP() []byte {
 	return file_weir_v1_route_proto_rawDescData
 }
 
-var file_weir_v1_route_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_weir_v1_route_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_weir_v1_route_proto_goTypes = []any{
-	(*ListRouteEventsRequest)(nil),  // 0: weir.v1.ListRouteEventsRequest
-	(*ListRouteEventsResponse)(nil), // 1: weir.v1.ListRouteEventsResponse
-	(*RouteEvent)(nil),              // 2: weir.v1.RouteEvent
+	(*GetRouteEventRequest)(nil),    // 0: weir.v1.GetRouteEventRequest
+	(*GetRouteEventResponse)(nil),   // 1: weir.v1.GetRouteEventResponse
+	(*ListRouteEventsRequest)(nil),  // 2: weir.v1.ListRouteEventsRequest
+	(*ListRouteEventsResponse)(nil), // 3: weir.v1.ListRouteEventsResponse
+	(*RouteEvent)(nil),              // 4: weir.v1.RouteEvent
 }
 var file_weir_v1_route_proto_depIdxs = []int32{
-	2, // 0: weir.v1.ListRouteEventsResponse.events:type_name -> weir.v1.RouteEvent
-	0, // 1: weir.v1.RouteService.ListRouteEvents:input_type -> weir.v1.ListRouteEventsRequest
-	1, // 2: weir.v1.RouteService.ListRouteEvents:output_type -> weir.v1.ListRouteEventsResponse
-	2, // [2:3] is the sub-list for method output_type
-	1, // [1:2] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	4, // 0: weir.v1.GetRouteEventResponse.event:type_name -> weir.v1.RouteEvent
+	4, // 1: weir.v1.ListRouteEventsResponse.events:type_name -> weir.v1.RouteEvent
+	2, // 2: weir.v1.RouteService.ListRouteEvents:input_type -> weir.v1.ListRouteEventsRequest
+	0, // 3: weir.v1.RouteService.GetRouteEvent:input_type -> weir.v1.GetRouteEventRequest
+	3, // 4: weir.v1.RouteService.ListRouteEvents:output_type -> weir.v1.ListRouteEventsResponse
+	1, // 5: weir.v1.RouteService.GetRouteEvent:output_type -> weir.v1.GetRouteEventResponse
+	4, // [4:6] is the sub-list for method output_type
+	2, // [2:4] is the sub-list for method input_type
+	2, // [2:2] is the sub-list for extension type_name
+	2, // [2:2] is the sub-list for extension extendee
+	0, // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_route_proto_init() }
@@ -176,7 +275,7 @@ func file_weir_v1_route_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_route_proto_rawDesc), len(file_weir_v1_route_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

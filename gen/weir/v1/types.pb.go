@@ -252,7 +252,8 @@ const (
 	OutcomeClass_OUTCOME_CLASS_AUTH_ERROR OutcomeClass = 3
 	// 429.
 	OutcomeClass_OUTCOME_CLASS_RATE_LIMITED OutcomeClass = 4
-	// 500/502/503/529, or an overloaded_error event before any output.
+	// 500/503/529, or an overloaded_error event before any output: the
+	// provider's condition, not the account's.
 	OutcomeClass_OUTCOME_CLASS_OVERLOADED OutcomeClass = 5
 	// No response headers: refused, reset, timeout.
 	OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR OutcomeClass = 6
@@ -262,21 +263,25 @@ const (
 	OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED OutcomeClass = 8
 	// Any other upstream status.
 	OutcomeClass_OUTCOME_CLASS_UPSTREAM_ERROR OutcomeClass = 9
+	// 502/504: a gateway between weir and the provider failed or timed out.
+	// Transient, and says nothing about the account or the provider's load.
+	OutcomeClass_OUTCOME_CLASS_GATEWAY_ERROR OutcomeClass = 10
 )
 
 // Enum value maps for OutcomeClass.
 var (
 	OutcomeClass_name = map[int32]string{
-		0: "OUTCOME_CLASS_UNSPECIFIED",
-		1: "OUTCOME_CLASS_SUCCESS",
-		2: "OUTCOME_CLASS_CLIENT_ERROR",
-		3: "OUTCOME_CLASS_AUTH_ERROR",
-		4: "OUTCOME_CLASS_RATE_LIMITED",
-		5: "OUTCOME_CLASS_OVERLOADED",
-		6: "OUTCOME_CLASS_TRANSPORT_ERROR",
-		7: "OUTCOME_CLASS_STREAM_ERROR",
-		8: "OUTCOME_CLASS_CLIENT_CANCELED",
-		9: "OUTCOME_CLASS_UPSTREAM_ERROR",
+		0:  "OUTCOME_CLASS_UNSPECIFIED",
+		1:  "OUTCOME_CLASS_SUCCESS",
+		2:  "OUTCOME_CLASS_CLIENT_ERROR",
+		3:  "OUTCOME_CLASS_AUTH_ERROR",
+		4:  "OUTCOME_CLASS_RATE_LIMITED",
+		5:  "OUTCOME_CLASS_OVERLOADED",
+		6:  "OUTCOME_CLASS_TRANSPORT_ERROR",
+		7:  "OUTCOME_CLASS_STREAM_ERROR",
+		8:  "OUTCOME_CLASS_CLIENT_CANCELED",
+		9:  "OUTCOME_CLASS_UPSTREAM_ERROR",
+		10: "OUTCOME_CLASS_GATEWAY_ERROR",
 	}
 	OutcomeClass_value = map[string]int32{
 		"OUTCOME_CLASS_UNSPECIFIED":     0,
@@ -289,6 +294,7 @@ var (
 		"OUTCOME_CLASS_STREAM_ERROR":    7,
 		"OUTCOME_CLASS_CLIENT_CANCELED": 8,
 		"OUTCOME_CLASS_UPSTREAM_ERROR":  9,
+		"OUTCOME_CLASS_GATEWAY_ERROR":   10,
 	}
 )
 
@@ -375,6 +381,62 @@ func (Action) EnumDescriptor() ([]byte, []int) {
 	return file_weir_v1_types_proto_rawDescGZIP(), []int{5}
 }
 
+// Settings are the control plane's runtime settings; data planes pick them
+// up without restart.
+type Settings struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How long a request may wait in capacity holds; 0 disables holding.
+	CapacityHold *durationpb.Duration `protobuf:"bytes,1,opt,name=capacity_hold,json=capacityHold,proto3" json:"capacity_hold,omitempty"`
+	// Overall budget from a request's arrival to its first byte.
+	RequestDeadline *durationpb.Duration `protobuf:"bytes,2,opt,name=request_deadline,json=requestDeadline,proto3" json:"request_deadline,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Settings) Reset() {
+	*x = Settings{}
+	mi := &file_weir_v1_types_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Settings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Settings) ProtoMessage() {}
+
+func (x *Settings) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_types_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Settings.ProtoReflect.Descriptor instead.
+func (*Settings) Descriptor() ([]byte, []int) {
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Settings) GetCapacityHold() *durationpb.Duration {
+	if x != nil {
+		return x.CapacityHold
+	}
+	return nil
+}
+
+func (x *Settings) GetRequestDeadline() *durationpb.Duration {
+	if x != nil {
+		return x.RequestDeadline
+	}
+	return nil
+}
+
 // Cooldown is a live exclusion of an account from routing.
 type Cooldown struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -391,7 +453,7 @@ type Cooldown struct {
 
 func (x *Cooldown) Reset() {
 	*x = Cooldown{}
-	mi := &file_weir_v1_types_proto_msgTypes[0]
+	mi := &file_weir_v1_types_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -403,7 +465,7 @@ func (x *Cooldown) String() string {
 func (*Cooldown) ProtoMessage() {}
 
 func (x *Cooldown) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_types_proto_msgTypes[0]
+	mi := &file_weir_v1_types_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -416,7 +478,7 @@ func (x *Cooldown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cooldown.ProtoReflect.Descriptor instead.
 func (*Cooldown) Descriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{0}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *Cooldown) GetReason() CooldownReason {
@@ -468,7 +530,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_weir_v1_types_proto_msgTypes[1]
+	mi := &file_weir_v1_types_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -480,7 +542,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_types_proto_msgTypes[1]
+	mi := &file_weir_v1_types_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -493,7 +555,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{1}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Decision) GetAction() Action {
@@ -521,7 +583,10 @@ var File_weir_v1_types_proto protoreflect.FileDescriptor
 
 const file_weir_v1_types_proto_rawDesc = "" +
 	"\n" +
-	"\x13weir/v1/types.proto\x12\aweir.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe2\x01\n" +
+	"\x13weir/v1/types.proto\x12\aweir.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x90\x01\n" +
+	"\bSettings\x12>\n" +
+	"\rcapacity_hold\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\fcapacityHold\x12D\n" +
+	"\x10request_deadline\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0frequestDeadline\"\xe2\x01\n" +
 	"\bCooldown\x12/\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x17.weir.v1.CooldownReasonR\x06reason\x120\n" +
 	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x129\n" +
@@ -552,7 +617,7 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\x19COOLDOWN_REASON_TRANSPORT\x10\x01\x12 \n" +
 	"\x1cCOOLDOWN_REASON_RATE_LIMITED\x10\x02\x12&\n" +
 	"\"COOLDOWN_REASON_INVALID_CREDENTIAL\x10\x03\x12\x1e\n" +
-	"\x1aCOOLDOWN_REASON_OVERLOADED\x10\x04*\xcc\x02\n" +
+	"\x1aCOOLDOWN_REASON_OVERLOADED\x10\x04*\xed\x02\n" +
 	"\fOutcomeClass\x12\x1d\n" +
 	"\x19OUTCOME_CLASS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15OUTCOME_CLASS_SUCCESS\x10\x01\x12\x1e\n" +
@@ -563,7 +628,9 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\x1dOUTCOME_CLASS_TRANSPORT_ERROR\x10\x06\x12\x1e\n" +
 	"\x1aOUTCOME_CLASS_STREAM_ERROR\x10\a\x12!\n" +
 	"\x1dOUTCOME_CLASS_CLIENT_CANCELED\x10\b\x12 \n" +
-	"\x1cOUTCOME_CLASS_UPSTREAM_ERROR\x10\t*`\n" +
+	"\x1cOUTCOME_CLASS_UPSTREAM_ERROR\x10\t\x12\x1f\n" +
+	"\x1bOUTCOME_CLASS_GATEWAY_ERROR\x10\n" +
+	"*`\n" +
 	"\x06Action\x12\x16\n" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eACTION_RESPOND\x10\x01\x12\x13\n" +
@@ -585,7 +652,7 @@ func file_weir_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_weir_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_weir_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_weir_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_weir_v1_types_proto_goTypes = []any{
 	(Provider)(0),                 // 0: weir.v1.Provider
 	(AuthKind)(0),                 // 1: weir.v1.AuthKind
@@ -593,23 +660,26 @@ var file_weir_v1_types_proto_goTypes = []any{
 	(CooldownReason)(0),           // 3: weir.v1.CooldownReason
 	(OutcomeClass)(0),             // 4: weir.v1.OutcomeClass
 	(Action)(0),                   // 5: weir.v1.Action
-	(*Cooldown)(nil),              // 6: weir.v1.Cooldown
-	(*Decision)(nil),              // 7: weir.v1.Decision
-	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
+	(*Settings)(nil),              // 6: weir.v1.Settings
+	(*Cooldown)(nil),              // 7: weir.v1.Cooldown
+	(*Decision)(nil),              // 8: weir.v1.Decision
 	(*durationpb.Duration)(nil),   // 9: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
 }
 var file_weir_v1_types_proto_depIdxs = []int32{
-	3, // 0: weir.v1.Cooldown.reason:type_name -> weir.v1.CooldownReason
-	8, // 1: weir.v1.Cooldown.until:type_name -> google.protobuf.Timestamp
-	8, // 2: weir.v1.Cooldown.written_at:type_name -> google.protobuf.Timestamp
-	5, // 3: weir.v1.Decision.action:type_name -> weir.v1.Action
-	6, // 4: weir.v1.Decision.cooldown:type_name -> weir.v1.Cooldown
-	9, // 5: weir.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	9,  // 0: weir.v1.Settings.capacity_hold:type_name -> google.protobuf.Duration
+	9,  // 1: weir.v1.Settings.request_deadline:type_name -> google.protobuf.Duration
+	3,  // 2: weir.v1.Cooldown.reason:type_name -> weir.v1.CooldownReason
+	10, // 3: weir.v1.Cooldown.until:type_name -> google.protobuf.Timestamp
+	10, // 4: weir.v1.Cooldown.written_at:type_name -> google.protobuf.Timestamp
+	5,  // 5: weir.v1.Decision.action:type_name -> weir.v1.Action
+	7,  // 6: weir.v1.Decision.cooldown:type_name -> weir.v1.Cooldown
+	9,  // 7: weir.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	8,  // [8:8] is the sub-list for method output_type
+	8,  // [8:8] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_types_proto_init() }
@@ -623,7 +693,7 @@ func file_weir_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_types_proto_rawDesc), len(file_weir_v1_types_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

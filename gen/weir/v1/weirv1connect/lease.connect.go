@@ -37,6 +37,9 @@ const (
 	LeaseServiceVerifyKeyProcedure = "/weir.v1.LeaseService/VerifyKey"
 	// LeaseServiceAcquireProcedure is the fully-qualified name of the LeaseService's Acquire RPC.
 	LeaseServiceAcquireProcedure = "/weir.v1.LeaseService/Acquire"
+	// LeaseServiceWorkerSettingsProcedure is the fully-qualified name of the LeaseService's
+	// WorkerSettings RPC.
+	LeaseServiceWorkerSettingsProcedure = "/weir.v1.LeaseService/WorkerSettings"
 	// LeaseServiceRenewProcedure is the fully-qualified name of the LeaseService's Renew RPC.
 	LeaseServiceRenewProcedure = "/weir.v1.LeaseService/Renew"
 	// LeaseServiceReleaseProcedure is the fully-qualified name of the LeaseService's Release RPC.
@@ -53,6 +56,8 @@ type LeaseServiceClient interface {
 	VerifyKey(context.Context, *connect.Request[v1.VerifyKeyRequest]) (*connect.Response[v1.VerifyKeyResponse], error)
 	// Acquire picks the account that should serve a request and leases it.
 	Acquire(context.Context, *connect.Request[v1.AcquireRequest]) (*connect.Response[v1.AcquireResponse], error)
+	// WorkerSettings returns the settings data planes apply without restart.
+	WorkerSettings(context.Context, *connect.Request[v1.WorkerSettingsRequest]) (*connect.Response[v1.WorkerSettingsResponse], error)
 	// Renew extends a lease while a long stream runs.
 	Renew(context.Context, *connect.Request[v1.RenewRequest]) (*connect.Response[v1.RenewResponse], error)
 	// Release ends a lease with the attempt's outcome and returns the decision.
@@ -85,6 +90,13 @@ func NewLeaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(leaseServiceMethods.ByName("Acquire")),
 			connect.WithClientOptions(opts...),
 		),
+		workerSettings: connect.NewClient[v1.WorkerSettingsRequest, v1.WorkerSettingsResponse](
+			httpClient,
+			baseURL+LeaseServiceWorkerSettingsProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("WorkerSettings")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 		renew: connect.NewClient[v1.RenewRequest, v1.RenewResponse](
 			httpClient,
 			baseURL+LeaseServiceRenewProcedure,
@@ -108,11 +120,12 @@ func NewLeaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 
 // leaseServiceClient implements LeaseServiceClient.
 type leaseServiceClient struct {
-	verifyKey   *connect.Client[v1.VerifyKeyRequest, v1.VerifyKeyResponse]
-	acquire     *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
-	renew       *connect.Client[v1.RenewRequest, v1.RenewResponse]
-	release     *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
-	reportRoute *connect.Client[v1.ReportRouteRequest, v1.ReportRouteResponse]
+	verifyKey      *connect.Client[v1.VerifyKeyRequest, v1.VerifyKeyResponse]
+	acquire        *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
+	workerSettings *connect.Client[v1.WorkerSettingsRequest, v1.WorkerSettingsResponse]
+	renew          *connect.Client[v1.RenewRequest, v1.RenewResponse]
+	release        *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
+	reportRoute    *connect.Client[v1.ReportRouteRequest, v1.ReportRouteResponse]
 }
 
 // VerifyKey calls weir.v1.LeaseService.VerifyKey.
@@ -123,6 +136,11 @@ func (c *leaseServiceClient) VerifyKey(ctx context.Context, req *connect.Request
 // Acquire calls weir.v1.LeaseService.Acquire.
 func (c *leaseServiceClient) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRequest]) (*connect.Response[v1.AcquireResponse], error) {
 	return c.acquire.CallUnary(ctx, req)
+}
+
+// WorkerSettings calls weir.v1.LeaseService.WorkerSettings.
+func (c *leaseServiceClient) WorkerSettings(ctx context.Context, req *connect.Request[v1.WorkerSettingsRequest]) (*connect.Response[v1.WorkerSettingsResponse], error) {
+	return c.workerSettings.CallUnary(ctx, req)
 }
 
 // Renew calls weir.v1.LeaseService.Renew.
@@ -147,6 +165,8 @@ type LeaseServiceHandler interface {
 	VerifyKey(context.Context, *connect.Request[v1.VerifyKeyRequest]) (*connect.Response[v1.VerifyKeyResponse], error)
 	// Acquire picks the account that should serve a request and leases it.
 	Acquire(context.Context, *connect.Request[v1.AcquireRequest]) (*connect.Response[v1.AcquireResponse], error)
+	// WorkerSettings returns the settings data planes apply without restart.
+	WorkerSettings(context.Context, *connect.Request[v1.WorkerSettingsRequest]) (*connect.Response[v1.WorkerSettingsResponse], error)
 	// Renew extends a lease while a long stream runs.
 	Renew(context.Context, *connect.Request[v1.RenewRequest]) (*connect.Response[v1.RenewResponse], error)
 	// Release ends a lease with the attempt's outcome and returns the decision.
@@ -175,6 +195,13 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(leaseServiceMethods.ByName("Acquire")),
 		connect.WithHandlerOptions(opts...),
 	)
+	leaseServiceWorkerSettingsHandler := connect.NewUnaryHandler(
+		LeaseServiceWorkerSettingsProcedure,
+		svc.WorkerSettings,
+		connect.WithSchema(leaseServiceMethods.ByName("WorkerSettings")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	leaseServiceRenewHandler := connect.NewUnaryHandler(
 		LeaseServiceRenewProcedure,
 		svc.Renew,
@@ -199,6 +226,8 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 			leaseServiceVerifyKeyHandler.ServeHTTP(w, r)
 		case LeaseServiceAcquireProcedure:
 			leaseServiceAcquireHandler.ServeHTTP(w, r)
+		case LeaseServiceWorkerSettingsProcedure:
+			leaseServiceWorkerSettingsHandler.ServeHTTP(w, r)
 		case LeaseServiceRenewProcedure:
 			leaseServiceRenewHandler.ServeHTTP(w, r)
 		case LeaseServiceReleaseProcedure:
@@ -220,6 +249,10 @@ func (UnimplementedLeaseServiceHandler) VerifyKey(context.Context, *connect.Requ
 
 func (UnimplementedLeaseServiceHandler) Acquire(context.Context, *connect.Request[v1.AcquireRequest]) (*connect.Response[v1.AcquireResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.LeaseService.Acquire is not implemented"))
+}
+
+func (UnimplementedLeaseServiceHandler) WorkerSettings(context.Context, *connect.Request[v1.WorkerSettingsRequest]) (*connect.Response[v1.WorkerSettingsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.LeaseService.WorkerSettings is not implemented"))
 }
 
 func (UnimplementedLeaseServiceHandler) Renew(context.Context, *connect.Request[v1.RenewRequest]) (*connect.Response[v1.RenewResponse], error) {

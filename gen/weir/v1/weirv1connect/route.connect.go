@@ -36,11 +36,16 @@ const (
 	// RouteServiceListRouteEventsProcedure is the fully-qualified name of the RouteService's
 	// ListRouteEvents RPC.
 	RouteServiceListRouteEventsProcedure = "/weir.v1.RouteService/ListRouteEvents"
+	// RouteServiceGetRouteEventProcedure is the fully-qualified name of the RouteService's
+	// GetRouteEvent RPC.
+	RouteServiceGetRouteEventProcedure = "/weir.v1.RouteService/GetRouteEvent"
 )
 
 // RouteServiceClient is a client for the weir.v1.RouteService service.
 type RouteServiceClient interface {
 	ListRouteEvents(context.Context, *connect.Request[v1.ListRouteEventsRequest]) (*connect.Response[v1.ListRouteEventsResponse], error)
+	// GetRouteEvent returns one request's event with its attempts and holds.
+	GetRouteEvent(context.Context, *connect.Request[v1.GetRouteEventRequest]) (*connect.Response[v1.GetRouteEventResponse], error)
 }
 
 // NewRouteServiceClient constructs a client for the weir.v1.RouteService service. By default, it
@@ -61,12 +66,20 @@ func NewRouteServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		getRouteEvent: connect.NewClient[v1.GetRouteEventRequest, v1.GetRouteEventResponse](
+			httpClient,
+			baseURL+RouteServiceGetRouteEventProcedure,
+			connect.WithSchema(routeServiceMethods.ByName("GetRouteEvent")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // routeServiceClient implements RouteServiceClient.
 type routeServiceClient struct {
 	listRouteEvents *connect.Client[v1.ListRouteEventsRequest, v1.ListRouteEventsResponse]
+	getRouteEvent   *connect.Client[v1.GetRouteEventRequest, v1.GetRouteEventResponse]
 }
 
 // ListRouteEvents calls weir.v1.RouteService.ListRouteEvents.
@@ -74,9 +87,16 @@ func (c *routeServiceClient) ListRouteEvents(ctx context.Context, req *connect.R
 	return c.listRouteEvents.CallUnary(ctx, req)
 }
 
+// GetRouteEvent calls weir.v1.RouteService.GetRouteEvent.
+func (c *routeServiceClient) GetRouteEvent(ctx context.Context, req *connect.Request[v1.GetRouteEventRequest]) (*connect.Response[v1.GetRouteEventResponse], error) {
+	return c.getRouteEvent.CallUnary(ctx, req)
+}
+
 // RouteServiceHandler is an implementation of the weir.v1.RouteService service.
 type RouteServiceHandler interface {
 	ListRouteEvents(context.Context, *connect.Request[v1.ListRouteEventsRequest]) (*connect.Response[v1.ListRouteEventsResponse], error)
+	// GetRouteEvent returns one request's event with its attempts and holds.
+	GetRouteEvent(context.Context, *connect.Request[v1.GetRouteEventRequest]) (*connect.Response[v1.GetRouteEventResponse], error)
 }
 
 // NewRouteServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -93,10 +113,19 @@ func NewRouteServiceHandler(svc RouteServiceHandler, opts ...connect.HandlerOpti
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	routeServiceGetRouteEventHandler := connect.NewUnaryHandler(
+		RouteServiceGetRouteEventProcedure,
+		svc.GetRouteEvent,
+		connect.WithSchema(routeServiceMethods.ByName("GetRouteEvent")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/weir.v1.RouteService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case RouteServiceListRouteEventsProcedure:
 			routeServiceListRouteEventsHandler.ServeHTTP(w, r)
+		case RouteServiceGetRouteEventProcedure:
+			routeServiceGetRouteEventHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -108,4 +137,8 @@ type UnimplementedRouteServiceHandler struct{}
 
 func (UnimplementedRouteServiceHandler) ListRouteEvents(context.Context, *connect.Request[v1.ListRouteEventsRequest]) (*connect.Response[v1.ListRouteEventsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.RouteService.ListRouteEvents is not implemented"))
+}
+
+func (UnimplementedRouteServiceHandler) GetRouteEvent(context.Context, *connect.Request[v1.GetRouteEventRequest]) (*connect.Response[v1.GetRouteEventResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.RouteService.GetRouteEvent is not implemented"))
 }
