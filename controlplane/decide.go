@@ -20,12 +20,24 @@ const (
 	authCooldownMax          = time.Hour
 )
 
+// An overloaded answer is first retried on the same account, after 1 s,
+// doubling to 8 s: switching accounts does not help against the provider's
+// overload and throws away the prompt cache.
+const (
+	overloadRetries   = 4
+	overloadRetryBase = time.Second
+	overloadRetryMax  = 8 * time.Second
+)
+
 // decision is what the control plane concludes from one attempt.
 type decision struct {
 	action   weirv1.Action
 	cooldown *cooldownWrite
-	// success and authFailure update the account's record.
-	success, authFailure bool
+	// retryAfter is the wait before ACTION_RETRY_SAME.
+	retryAfter time.Duration
+	// success and authFailure update the account's record; overload feeds
+	// the family's breaker.
+	success, authFailure, overload bool
 }
 
 type cooldownWrite struct {
@@ -60,13 +72,22 @@ func decide(o *weirv1.Outcome, authFailures int32, now time.Time) decision {
 		d.cooldown = newCooldown(weirv1.CooldownReason_COOLDOWN_REASON_TRANSPORT, now.Add(transportCooldown), o)
 		d.action = weirv1.Action_ACTION_FAILOVER
 	case weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED:
-		// Overload is the provider's, not the account's: no cooldown; another
-		// account may still get through.
+		// The provider's condition, not the account's: no cooldown.
+		d.overload = true
+		if prior := o.GetPriorOverloads(); prior < overloadRetries {
+			d.action = weirv1.Action_ACTION_RETRY_SAME
+			d.retryAfter = min(overloadRetryBase<<prior, overloadRetryMax)
+		} else {
+			d.action = weirv1.Action_ACTION_FAILOVER
+		}
+	case weirv1.OutcomeClass_OUTCOME_CLASS_GATEWAY_ERROR:
+		// A gateway on the way failed; the account and the provider may be
+		// fine. Try another account at once, cool nothing.
 		d.action = weirv1.Action_ACTION_FAILOVER
 	}
 	if o.GetBytesToClient() {
 		// Once the client has bytes, nothing can be replayed.
-		d.action = weirv1.Action_ACTION_RESPOND
+		d.action, d.retryAfter = weirv1.Action_ACTION_RESPOND, 0
 	}
 	return d
 }

@@ -41,7 +41,9 @@ func TestDecide(t *testing.T) {
 		{"stream error", class(weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR), 0, respond, none, 0, false},
 		{"client canceled", class(weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED), 0, respond, none, 0, false},
 		{"upstream error", class(weirv1.OutcomeClass_OUTCOME_CLASS_UPSTREAM_ERROR), 0, respond, none, 0, false},
-		{"overloaded", class(weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED), 0, failover, none, 0, false},
+		{"overloaded", class(weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED), 0, weirv1.Action_ACTION_RETRY_SAME, none, 0, false},
+		{"overloaded, retries spent", &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, PriorOverloads: overloadRetries}, 0, failover, none, 0, false},
+		{"gateway error", class(weirv1.OutcomeClass_OUTCOME_CLASS_GATEWAY_ERROR), 0, failover, none, 0, false},
 		{"transport", class(weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR), 0, failover, tr, 10 * time.Second, false},
 
 		{"auth 0 failures", class(weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR), 0, failover, ic, time.Minute, false},
@@ -166,5 +168,23 @@ func TestEvidence(t *testing.T) {
 		if got := evidenceSummary(tc.raw); got != tc.want {
 			t.Errorf("evidenceSummary(%s) = %q, want %q", tc.raw, got, tc.want)
 		}
+	}
+}
+
+// TestDecideOverloadLadder: an overload is retried on the same account after
+// 1 s, doubling to 8 s, then another account is tried; no cooldown is ever
+// written for it.
+func TestDecideOverloadLadder(t *testing.T) {
+	t.Parallel()
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
+	for prior, wait := range want {
+		d := decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, Status: 529, PriorOverloads: int32(prior)}, 0, epoch)
+		if d.action != weirv1.Action_ACTION_RETRY_SAME || d.retryAfter != wait || d.cooldown != nil || !d.overload {
+			t.Errorf("prior %d: %+v, want retry same after %v without cooldown", prior, d, wait)
+		}
+	}
+	d := decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, PriorOverloads: int32(len(want))}, 0, epoch)
+	if d.action != weirv1.Action_ACTION_FAILOVER || d.retryAfter != 0 {
+		t.Errorf("after %d overloads: %+v, want failover", len(want), d)
 	}
 }

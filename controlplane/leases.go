@@ -72,13 +72,28 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (*w
 		}
 		exclude[u] = true
 	}
+	prefer := uuid.Nil
+	if m.PreferAccountId != "" {
+		if prefer, err = uuid.Parse(m.PreferAccountId); err != nil {
+			return nil, toConnect(invalidf("prefer_account_id: %q is not an account id", m.PreferAccountId))
+		}
+	}
+	if m.Model != "" {
+		none, err := l.s.breakerGate(ctx, enumName(weirv1.Provider_PROVIDER_ANTHROPIC), modelFamily(m.Model), l.s.now())
+		if err != nil {
+			return nil, l.s.fail(ctx, "acquire", err)
+		}
+		if none != nil {
+			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: none}}, nil
+		}
+	}
 	for range claimAttempts {
 		now := l.s.now()
 		cands, sessionAccount, err := l.s.routingView(ctx, m.SessionKey, now)
 		if err != nil {
 			return nil, l.s.fail(ctx, "acquire", err)
 		}
-		order, none := route(cands, routeRequest{model: m.Model, exclude: exclude, sessionAccount: sessionAccount}, now)
+		order, none := route(cands, routeRequest{model: m.Model, exclude: exclude, sessionAccount: sessionAccount, preferAccount: prefer}, now)
 		if none != nil {
 			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: none}}, nil
 		}
@@ -242,9 +257,27 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 		if stale {
 			d.cooldown, d.authFailure = nil, false
 		}
+		family := modelFamily(row.Model)
 		if d.success {
 			if err := q.RecordSuccess(ctx, db.RecordSuccessParams{ID: row.AccountID, Now: now}); err != nil {
 				return err
+			}
+			if row.Model != "" {
+				if err := q.ResetBreaker(ctx, db.ResetBreakerParams{Provider: row.Provider, Family: family, Now: now}); err != nil {
+					return err
+				}
+			}
+		}
+		if d.overload && row.Model != "" {
+			before, _ := q.GetBreaker(ctx, db.GetBreakerParams{Provider: row.Provider, Family: family})
+			b, err := recordOverload(ctx, q, row.Provider, family, now)
+			if err != nil {
+				return err
+			}
+			if b.OpenCount > before.OpenCount {
+				l.s.metrics.breakerOpens.Inc()
+				l.s.log.WarnContext(ctx, "overload breaker opened", "provider", row.Provider, "family", family,
+					"until", *b.OpenUntil, "open_count", b.OpenCount)
 			}
 		}
 		if cw := d.cooldown; cw != nil {
@@ -271,6 +304,9 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 	}
 	l.s.metrics.releases.WithLabelValues(enumName(o.Class)).Inc()
 	out := &weirv1.Decision{Action: d.action}
+	if d.retryAfter > 0 {
+		out.RetryAfter = durationpb.New(d.retryAfter)
+	}
 	if inForce != nil {
 		out.Cooldown = cooldownProto(*inForce)
 	}

@@ -10,6 +10,8 @@ type metrics struct {
 	acquireSeconds *prometheus.HistogramVec
 	releases       *prometheus.CounterVec
 	cooldowns      *prometheus.CounterVec
+	breakerOpens   prometheus.Counter
+	probes         prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -27,8 +29,16 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Name: "weir_controlplane_cooldowns_written_total",
 			Help: "Cooldowns written, by reason.",
 		}, []string{"reason"}),
+		breakerOpens: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "weir_controlplane_breaker_opens_total",
+			Help: "Times an overload breaker opened or reopened after a failed probe.",
+		}),
+		probes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "weir_controlplane_breaker_probes_total",
+			Help: "Requests let through an open overload breaker as its probe.",
+		}),
 	}
-	reg.MustRegister(m.acquireSeconds, m.releases, m.cooldowns,
+	reg.MustRegister(m.acquireSeconds, m.releases, m.cooldowns, m.breakerOpens, m.probes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

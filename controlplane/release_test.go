@@ -243,7 +243,7 @@ func TestReleaseOtherClasses(t *testing.T) {
 		{"transport error", &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, TransportError: "dial tcp: connection refused"},
 			weirv1.Action_ACTION_FAILOVER, weirv1.CooldownReason_COOLDOWN_REASON_TRANSPORT, 10 * time.Second},
 		{"overloaded", &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, Status: 529, ErrorType: "overloaded_error"},
-			weirv1.Action_ACTION_FAILOVER, 0, 0},
+			weirv1.Action_ACTION_RETRY_SAME, 0, 0},
 		{"client error", &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_ERROR, Status: 400, ErrorType: "invalid_request_error"},
 			weirv1.Action_ACTION_RESPOND, 0, 0},
 		{"stream error", &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR, Status: 200, BytesToClient: true},

@@ -2,16 +2,26 @@ package controlplane
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/weirhq/weir/controlplane/db"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+)
+
+// Bounds on one route event, so a confused worker cannot store unbounded
+// rows. A request makes at most a handful of attempts, plus its holds.
+const (
+	maxRequestIDLen   = 128
+	maxAttemptRecords = 100
 )
 
 type routeService struct {
@@ -43,41 +53,140 @@ func (r routeService) ListRouteEvents(ctx context.Context, req *connect.Request[
 	}
 	out := make([]*weirv1.RouteEvent, 0, len(rows))
 	for _, e := range rows {
-		ev := &weirv1.RouteEvent{
-			RequestId:    e.RequestID,
-			Model:        e.Model,
-			Status:       e.Status,
-			Attempts:     e.Attempts,
-			Duration:     millisDuration(e.DurationMs),
-			InputTokens:  e.InputTokens,
-			OutputTokens: e.OutputTokens,
-			Stream:       e.Stream,
-			ErrorType:    e.ErrorType,
-			Surface:      e.Surface,
-			StartedAt:    timestamppb.New(e.StartedAt),
-		}
-		if e.KeyID.Valid {
-			ev.KeyId = e.KeyID.UUID.String()
-		}
-		if e.AccountID.Valid {
-			ev.AccountId = e.AccountID.UUID.String()
-		}
-		if e.TtfbMs != nil {
-			ev.TimeToFirstByte = millisDuration(*e.TtfbMs)
+		ev, err := routeEventProto(e)
+		if err != nil {
+			return nil, r.s.fail(ctx, "list route events", err)
 		}
 		out = append(out, ev)
 	}
 	return connect.NewResponse(&weirv1.ListRouteEventsResponse{Events: out}), nil
 }
 
+func (r routeService) GetRouteEvent(ctx context.Context, req *connect.Request[weirv1.GetRouteEventRequest]) (*connect.Response[weirv1.GetRouteEventResponse], error) {
+	id := req.Msg.RequestId
+	if id == "" {
+		return nil, toConnect(invalidf("request_id: required"))
+	}
+	row, err := r.s.q.GetRouteEvent(ctx, id)
+	if err != nil {
+		return nil, r.s.fail(ctx, "get route event", fmt.Errorf("route event %q: %w", id, storeErr(err)))
+	}
+	ev, err := routeEventProto(row)
+	if err != nil {
+		return nil, r.s.fail(ctx, "get route event", err)
+	}
+	return connect.NewResponse(&weirv1.GetRouteEventResponse{Event: ev}), nil
+}
+
+// routeEventProto is a stored event as the API returns it.
+func routeEventProto(e db.RouteEvent) (*weirv1.RouteEvent, error) {
+	ev := &weirv1.RouteEvent{
+		RequestId:    e.RequestID,
+		Model:        e.Model,
+		Status:       e.Status,
+		Attempts:     e.Attempts,
+		Duration:     millisDuration(e.DurationMs),
+		InputTokens:  e.InputTokens,
+		OutputTokens: e.OutputTokens,
+		Stream:       e.Stream,
+		ErrorType:    e.ErrorType,
+		Surface:      e.Surface,
+		StartedAt:    timestamppb.New(e.StartedAt),
+		HoldCount:    e.HoldCount,
+		FailureStage: enumValue[weirv1.FailureStage](e.FailureStage),
+	}
+	if e.KeyID.Valid {
+		ev.KeyId = e.KeyID.UUID.String()
+	}
+	if e.AccountID.Valid {
+		ev.AccountId = e.AccountID.UUID.String()
+	}
+	if e.TtfbMs != nil {
+		ev.TimeToFirstByte = millisDuration(*e.TtfbMs)
+	}
+	if e.HeldMs > 0 {
+		ev.Held = millisDuration(e.HeldMs)
+	}
+	recs, err := decodeAttempts(e.AttemptsJson)
+	if err != nil {
+		return nil, fmt.Errorf("route event %d: %w", e.ID, err)
+	}
+	ev.AttemptRecords = recs
+	return ev, nil
+}
+
 func millisDuration(ms float64) *durationpb.Duration {
 	return durationpb.New(time.Duration(ms * float64(time.Millisecond)))
 }
 
+// encodeAttempts stores attempt records as a JSON array of their protojson
+// forms: readable in psql, and protojson keeps enum names and durations
+// stable across releases where a Go struct's JSON would not.
+func encodeAttempts(recs []*weirv1.AttemptRecord) ([]byte, error) {
+	raw := make([]json.RawMessage, 0, len(recs))
+	for _, r := range recs {
+		b, err := protojson.Marshal(r)
+		if err != nil {
+			return nil, fmt.Errorf("encode attempt record: %w", err)
+		}
+		raw = append(raw, b)
+	}
+	return json.Marshal(raw)
+}
+
+// decodeAttempts reads what encodeAttempts wrote. Fields and enum names
+// from a newer release are dropped, not fatal, so a rollback can still
+// read what the newer release stored.
+func decodeAttempts(b []byte) ([]*weirv1.AttemptRecord, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var raw []json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("decode attempt records: %w", err)
+	}
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	opts := protojson.UnmarshalOptions{DiscardUnknown: true}
+	out := make([]*weirv1.AttemptRecord, 0, len(raw))
+	for _, r := range raw {
+		rec := &weirv1.AttemptRecord{}
+		if err := opts.Unmarshal(r, rec); err != nil {
+			return nil, fmt.Errorf("decode attempt record: %w", err)
+		}
+		out = append(out, rec)
+	}
+	return out, nil
+}
+
+// failureStageName is what the failure_stage column holds: "" when the
+// request did not fail, and also for a value this release does not know
+// (a newer worker's), since losing the whole event would be worse.
+func failureStageName(v weirv1.FailureStage) string {
+	if v == weirv1.FailureStage_FAILURE_STAGE_UNSPECIFIED || v.Descriptor().Values().ByNumber(v.Number()) == nil {
+		return ""
+	}
+	return enumName(v)
+}
+
 func (l leaseService) ReportRoute(ctx context.Context, req *connect.Request[weirv1.ReportRouteRequest]) (*connect.Response[weirv1.ReportRouteResponse], error) {
 	e := req.Msg.Event
-	if e == nil || e.RequestId == "" {
+	switch {
+	case e == nil || e.RequestId == "":
 		return nil, toConnect(invalidf("event.request_id: required"))
+	case len(e.RequestId) > maxRequestIDLen:
+		return nil, toConnect(invalidf("event.request_id: at most %d characters", maxRequestIDLen))
+	case len(e.AttemptRecords) > maxAttemptRecords:
+		return nil, toConnect(invalidf("event.attempt_records: at most %d, got %d", maxAttemptRecords, len(e.AttemptRecords)))
+	case e.HoldCount < 0:
+		return nil, toConnect(invalidf("event.hold_count: must not be negative"))
+	case e.Held.AsDuration() < 0:
+		return nil, toConnect(invalidf("event.held: must not be negative"))
+	}
+	attempts, err := encodeAttempts(e.AttemptRecords)
+	if err != nil {
+		return nil, l.s.fail(ctx, "report route", err)
 	}
 	now := l.s.now()
 	p := db.InsertRouteEventParams{
@@ -93,6 +202,10 @@ func (l leaseService) ReportRoute(ctx context.Context, req *connect.Request[weir
 		OutputTokens: e.OutputTokens,
 		StartedAt:    now,
 		Now:          now,
+		HeldMs:       durationMillis(e.Held),
+		HoldCount:    e.HoldCount,
+		FailureStage: failureStageName(e.FailureStage),
+		AttemptsJson: attempts,
 	}
 	if e.StartedAt != nil {
 		p.StartedAt = e.StartedAt.AsTime()
@@ -107,7 +220,7 @@ func (l leaseService) ReportRoute(ctx context.Context, req *connect.Request[weir
 	if id, err := uuid.Parse(e.AccountId); err == nil {
 		p.AccountID = uuid.NullUUID{UUID: id, Valid: true}
 	}
-	err := l.s.tx(ctx, func(q *db.Queries) error {
+	err = l.s.tx(ctx, func(q *db.Queries) error {
 		if err := q.InsertRouteEvent(ctx, p); err != nil {
 			return err
 		}

@@ -25,6 +25,9 @@ type routeRequest struct {
 	model          string
 	exclude        map[uuid.UUID]bool
 	sessionAccount uuid.UUID // uuid.Nil when the session is unbound
+	// preferAccount goes first when eligible: a retry after an overload
+	// returns to the account that has the conversation's prompt cache.
+	preferAccount uuid.UUID
 }
 
 // serves says whether an account's provider serves a model. Every model is
@@ -34,14 +37,16 @@ func serves(provider string, _ string) bool {
 }
 
 // route orders the accounts that may serve req, best first, or says why
-// there are none. It is pure: the claim that follows re-checks eligibility
-// under a row lock, so a stale view costs a retry, never a broken cap.
+// there are none and when that may change. It is pure: the claim that
+// follows re-checks eligibility under a row lock, so a stale view costs a
+// retry, never a broken cap.
 func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *weirv1.NoAccount) {
 	var (
-		eligible                       []candidate
-		serving, disabled, tried, full int
-		cooling                        int
-		soonest                        time.Time
+		eligible                                []candidate
+		serving, disabled, tried, full, cooling int
+		recoverable                             int // could serve again without an operator
+		rejected                                int // holding a rejected credential
+		soonest                                 time.Time
 	)
 	for _, c := range cands {
 		a := c.account
@@ -49,16 +54,25 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 			continue
 		}
 		serving++
-		switch {
-		case a.Paused || a.BrokenAt != nil:
+		if a.Paused || a.BrokenAt != nil {
 			disabled++
+			continue
+		}
+		coolingNow := c.cooldown != nil && c.cooldown.Until.After(now)
+		if !coolingNow || c.cooldown.Transient {
+			recoverable++
+		} else {
+			rejected++
+		}
+		if coolingNow && c.cooldown.Transient && (soonest.IsZero() || c.cooldown.Until.Before(soonest)) {
+			// Tried accounts count too: the request will come back to them.
+			soonest = c.cooldown.Until
+		}
+		switch {
 		case req.exclude[a.ID]:
 			tried++
-		case c.cooldown != nil && c.cooldown.Until.After(now):
+		case coolingNow:
 			cooling++
-			if c.cooldown.Transient && (soonest.IsZero() || c.cooldown.Until.Before(soonest)) {
-				soonest = c.cooldown.Until
-			}
 		case c.live >= a.MaxConcurrency:
 			full++
 		default:
@@ -69,7 +83,10 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 		slices.SortStableFunc(eligible, func(x, y candidate) int { return compareCandidates(x, y, req) })
 		return eligible, nil
 	}
-	none := &weirv1.NoAccount{}
+	none := &weirv1.NoAccount{Permanent: recoverable == 0}
+	if !soonest.IsZero() {
+		none.RetryAt = timestamppb.New(soonest)
+	}
 	switch {
 	case serving == 0:
 		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED
@@ -84,15 +101,18 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 	case cooling > 0:
 		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_COOLING
 		none.Message = fmt.Sprintf("all %d accounts are cooling down", cooling)
-		if !soonest.IsZero() {
-			none.RetryAt = timestamppb.New(soonest)
-			none.Message += "; the first recovers at " + soonest.UTC().Format(time.RFC3339)
-		} else {
+		if none.Permanent {
 			none.Message += " with rejected credentials"
 		}
 	default:
 		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_DISABLED
 		none.Message = fmt.Sprintf("all %d accounts are paused or broken", disabled)
+	}
+	if none.Permanent && rejected > 0 {
+		none.Message = fmt.Sprintf("no account can serve until an operator acts: %d paused or broken, %d with a credential the upstream rejected", disabled, rejected)
+	}
+	if none.RetryAt != nil && none.Reason != weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY {
+		none.Message += "; the first recovers at " + none.RetryAt.AsTime().UTC().Format(time.RFC3339)
 	}
 	return nil, none
 }
@@ -101,8 +121,11 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 // cache lives there), then operator priority, then the most free share of
 // the concurrency cap, then the least recently used.
 func compareCandidates(x, y candidate, req routeRequest) int {
-	if req.sessionAccount != uuid.Nil {
-		xs, ys := x.account.ID == req.sessionAccount, y.account.ID == req.sessionAccount
+	for _, first := range []uuid.UUID{req.preferAccount, req.sessionAccount} {
+		if first == uuid.Nil {
+			continue
+		}
+		xs, ys := x.account.ID == first, y.account.ID == first
 		if xs != ys {
 			if xs {
 				return -1

@@ -120,14 +120,17 @@ func TestRouteNoAccount(t *testing.T) {
 		{"soonest transient, not the rejected credential", []candidate{c("a", cooling(time.Minute, false)), c("b", cooling(10*time.Minute, true))}, nil,
 			allCooling, "all 2 accounts are cooling down; the first recovers at " + epoch.Add(10*time.Minute).Format(time.RFC3339), 10 * time.Minute},
 		{"only rejected credentials", []candidate{c("a", cooling(time.Minute, false))}, nil,
-			allCooling, "all 1 accounts are cooling down with rejected credentials", -1},
+			allCooling, "no account can serve until an operator acts: 0 paused or broken, 1 with a credential the upstream rejected", -1},
 		{"cooling and disabled", []candidate{c("a", paused()), c("b", cooling(time.Minute, true))}, nil,
 			allCooling, "all 1 accounts are cooling down; the first recovers at " + epoch.Add(time.Minute).Format(time.RFC3339), time.Minute},
 		{"at capacity", []candidate{c("a", live(4)), c("b", capOf(1), live(1))}, nil, atCapacity, "all 2 eligible accounts are at their concurrency cap", time.Second},
 		{"capacity before cooling", []candidate{c("a", live(4)), c("b", cooling(time.Minute, true))}, nil, atCapacity, "all 1 eligible accounts are at their concurrency cap", time.Second},
 		{"capacity before tried", []candidate{c("a", live(4)), c("b")}, []string{"b"}, atCapacity, "all 1 eligible accounts are at their concurrency cap", time.Second},
 		{"all tried", []candidate{c("a"), c("b")}, []string{"a", "b"}, allTried, "all 2 eligible accounts were tried for this request", -1},
-		{"tried before cooling", []candidate{c("a"), c("b", cooling(time.Minute, true))}, []string{"a"}, allTried, "all 1 eligible accounts were tried for this request", -1},
+		{"tried before cooling", []candidate{c("a"), c("b", cooling(time.Minute, true))}, []string{"a"}, allTried,
+			"all 1 eligible accounts were tried for this request; the first recovers at " + epoch.Add(time.Minute).Format(time.RFC3339), time.Minute},
+		{"tried and cooling: a hold waits for the tried one", []candidate{c("a", cooling(30*time.Second, true))}, []string{"a"}, allTried,
+			"all 1 eligible accounts were tried for this request; the first recovers at " + epoch.Add(30*time.Second).Format(time.RFC3339), 30 * time.Second},
 		{"tried before disabled", []candidate{c("a"), c("b", paused())}, []string{"a"}, allTried, "all 1 eligible accounts were tried for this request", -1},
 		{"excluded paused is disabled", []candidate{c("a", paused())}, []string{"a"}, allDisabled, "all 1 accounts are paused or broken", -1},
 	} {
@@ -145,6 +148,13 @@ func TestRouteNoAccount(t *testing.T) {
 			}
 			if none.Reason != tc.reason || none.Message != tc.message {
 				t.Errorf("%v %q, want %v %q", none.Reason, none.Message, tc.reason, tc.message)
+			}
+			// Permanent: waiting cannot help, only an operator can.
+			wantPermanent := map[string]bool{"empty pool": true, "no provider serves the model": true, "all paused": true,
+				"paused and broken": true, "broken and cooling is disabled": true, "only rejected credentials": true,
+				"excluded paused is disabled": true}[tc.name]
+			if none.Permanent != wantPermanent {
+				t.Errorf("permanent = %v, want %v", none.Permanent, wantPermanent)
 			}
 			switch {
 			case tc.retryAt < 0 && none.RetryAt != nil:

@@ -110,6 +110,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(weirv1connect.NewKeyServiceHandler(keyService{s: s}, opts))
 	mux.Handle(weirv1connect.NewLeaseServiceHandler(leaseService{s: s}, opts))
 	mux.Handle(weirv1connect.NewRouteServiceHandler(routeService{s: s}, opts))
+	mux.Handle(weirv1connect.NewSettingsServiceHandler(settingsService{s: s}, opts))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n")) //nolint:errcheck // a failed health write is the client's problem

@@ -58,6 +58,7 @@ func TestEnumRoundTrip(t *testing.T) {
 		checkEnum[weirv1.OutcomeClass](t):    true,
 		checkEnum[weirv1.Action](t):          true,
 		checkEnum[weirv1.NoAccountReason](t): true,
+		checkEnum[weirv1.FailureStage](t):    true,
 	}
 	// Every enum the package defines is in the list above.
 	n := 0
@@ -89,6 +90,8 @@ func TestStoredNames(t *testing.T) {
 		enumName(weirv1.CooldownReason_COOLDOWN_REASON_OVERLOADED):         "overloaded",
 		enumName(weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY):     "at_capacity",
 		enumName(weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR):        "transport_error",
+		enumName(weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT):          "before_output",
+		enumName(weirv1.FailureStage_FAILURE_STAGE_AFTER_OUTPUT):           "after_output",
 	} {
 		if got != want {
 			t.Errorf("stored name %q, want %q", got, want)

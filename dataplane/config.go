@@ -1,8 +1,10 @@
 package dataplane
 
 import (
+	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"time"
@@ -27,6 +29,23 @@ type Config struct {
 	// KeyCacheTTL is how long a verified client key is trusted without
 	// asking again; Acquire re-checks every key regardless. Default 5s.
 	KeyCacheTTL time.Duration
+	// CapacityHold and RequestDeadline apply until the control plane's
+	// settings arrive (and whenever it cannot be reached). Defaults 20m and
+	// 25m; a negative CapacityHold means 0 (fail fast).
+	CapacityHold    time.Duration
+	RequestDeadline time.Duration
+	// SettingsPoll is how often the worker reads the control plane's
+	// settings. Default 10s.
+	SettingsPoll time.Duration
+	// StreamIdleTimeout ends an upstream stream that sends nothing for
+	// this long: before output it is retried like a dropped connection,
+	// after output the client gets an error event. Default 3m.
+	StreamIdleTimeout time.Duration
+	// Sleep waits d or until ctx ends (false). Tests compress time with it.
+	// Default: a timer.
+	Sleep func(ctx context.Context, d time.Duration) bool
+	// Rand returns a number in [0,1) for backoff jitter. Default math/rand.
+	Rand func() float64
 	// Upstream is the client for provider traffic. Default: a tuned
 	// transport with no overall timeout (streams run long).
 	Upstream *http.Client
@@ -60,6 +79,9 @@ func (c *Config) Validate() error {
 	if c.KeyCacheTTL < 0 {
 		return errors.New("dataplane: KeyCacheTTL must not be negative")
 	}
+	if c.RequestDeadline < 0 || c.SettingsPoll < 0 || c.StreamIdleTimeout < 0 {
+		return errors.New("dataplane: RequestDeadline, SettingsPoll and StreamIdleTimeout must not be negative")
+	}
 	return nil
 }
 
@@ -72,6 +94,27 @@ func (c *Config) setDefaults() {
 	}
 	if c.KeyCacheTTL == 0 {
 		c.KeyCacheTTL = 5 * time.Second
+	}
+	switch {
+	case c.CapacityHold == 0:
+		c.CapacityHold = 20 * time.Minute
+	case c.CapacityHold < 0:
+		c.CapacityHold = 0
+	}
+	if c.RequestDeadline == 0 {
+		c.RequestDeadline = 25 * time.Minute
+	}
+	if c.SettingsPoll == 0 {
+		c.SettingsPoll = 10 * time.Second
+	}
+	if c.StreamIdleTimeout == 0 {
+		c.StreamIdleTimeout = 3 * time.Minute
+	}
+	if c.Sleep == nil {
+		c.Sleep = sleepCtx
+	}
+	if c.Rand == nil {
+		c.Rand = rand.Float64
 	}
 	if c.Upstream == nil {
 		c.Upstream = &http.Client{Transport: &http.Transport{

@@ -25,9 +25,12 @@ func classify(status int, errorType string) weirv1.OutcomeClass {
 	case status == http.StatusBadRequest, status == http.StatusNotFound,
 		status == http.StatusRequestEntityTooLarge, status == http.StatusUnprocessableEntity:
 		return weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_ERROR
-	case status == http.StatusInternalServerError, status == http.StatusBadGateway,
-		status == http.StatusServiceUnavailable, status == http.StatusGatewayTimeout, status == 529:
+	case status == http.StatusInternalServerError, status == http.StatusServiceUnavailable, status == 529:
 		return weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED
+	case status == http.StatusBadGateway, status == http.StatusGatewayTimeout:
+		// A gateway between weir and the provider failed: neither the
+		// account's fault nor the provider's load.
+		return weirv1.OutcomeClass_OUTCOME_CLASS_GATEWAY_ERROR
 	}
 	return weirv1.OutcomeClass_OUTCOME_CLASS_UPSTREAM_ERROR
 }
@@ -35,8 +38,10 @@ func classify(status int, errorType string) weirv1.OutcomeClass {
 // classifyErrorType reads an error that arrived inside a 200 stream.
 func classifyErrorType(t string) weirv1.OutcomeClass {
 	switch t {
-	case "overloaded_error", "api_error", "timeout_error":
+	case "overloaded_error", "api_error":
 		return weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED
+	case "timeout_error":
+		return weirv1.OutcomeClass_OUTCOME_CLASS_GATEWAY_ERROR
 	case "rate_limit_error":
 		return weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED
 	case "authentication_error", "permission_error":

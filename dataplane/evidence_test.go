@@ -51,9 +51,9 @@ func TestClassify(t *testing.T) {
 		// The body's error type does not change a non-2xx status's class.
 		{429, "overloaded_error", classRate},
 		{500, "", classOverload},
-		{502, "", classOverload},
+		{502, "", weirv1.OutcomeClass_OUTCOME_CLASS_GATEWAY_ERROR},
 		{503, "", classOverload},
-		{504, "", classOverload},
+		{504, "", weirv1.OutcomeClass_OUTCOME_CLASS_GATEWAY_ERROR},
 		{529, "", classOverload},
 		{529, "overloaded_error", classOverload},
 		{100, "", classUpstream},
@@ -79,7 +79,7 @@ func TestClassifyErrorType(t *testing.T) {
 	tests := map[string]weirv1.OutcomeClass{
 		"overloaded_error":      classOverload,
 		"api_error":             classOverload,
-		"timeout_error":         classOverload,
+		"timeout_error":         weirv1.OutcomeClass_OUTCOME_CLASS_GATEWAY_ERROR,
 		"rate_limit_error":      classRate,
 		"authentication_error":  classAuth,
 		"permission_error":      classAuth,

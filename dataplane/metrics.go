@@ -11,6 +11,8 @@ type metrics struct {
 	attempts      *prometheus.CounterVec
 	ttfb          *prometheus.HistogramVec
 	routesDropped prometheus.Counter
+	holds         prometheus.Counter
+	holdSeconds   prometheus.Histogram
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -32,8 +34,17 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Name: "weir_dataplane_route_events_dropped_total",
 			Help: "Route events dropped because the report queue was full.",
 		}),
+		holds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "weir_dataplane_holds_total",
+			Help: "Capacity holds: waits before replaying a request (incl. same-account overload retries).",
+		}),
+		holdSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "weir_dataplane_hold_seconds",
+			Help:    "Time spent in one capacity hold.",
+			Buckets: []float64{.1, .25, .5, 1, 2, 4, 8, 15, 30, 60, 120, 300, 600, 1200},
+		}),
 	}
-	reg.MustRegister(m.requests, m.attempts, m.ttfb, m.routesDropped,
+	reg.MustRegister(m.requests, m.attempts, m.ttfb, m.routesDropped, m.holds, m.holdSeconds,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -88,66 +88,195 @@ func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *wei
 		return
 	}
 	rec.Model, rec.Stream = in.model, in.stream
+	s.route(ctx, w, r, in, rec)
+}
 
-	var (
-		excluded []string
-		last     *bufferedResponse
-	)
-	for attempt := 1; attempt <= s.cfg.MaxAttempts; attempt++ {
+// routing is one request's state across rounds and holds.
+type routing struct {
+	in  *inbound
+	rec *weirv1.RouteEvent
+	// holdEnd is when the hold budget (capped by the request's deadline)
+	// runs out; holdEnd == start means fail fast.
+	holdEnd  time.Time
+	excluded []string // accounts tried in this round
+	prefer   string   // the account an overload retry returns to
+	// overloads counts consecutive overload answers per account.
+	overloads map[string]int32
+	last      *bufferedResponse
+	round     int // attempts in this round
+}
+
+// route runs routing rounds: each leases accounts until one answers or
+// none is left; a round that ends on a transient failure is held and
+// replayed with the same body until the hold budget runs out.
+func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, in *inbound, rec *weirv1.RouteEvent) {
+	st := s.settings.get()
+	rt := &routing{in: in, rec: rec, overloads: map[string]int32{},
+		holdEnd: in.start.Add(min(st.capacityHold, st.requestDeadline))}
+	for {
+		if ctx.Err() != nil {
+			return // the client left
+		}
 		resp, err := s.leases.Acquire(ctx, connect.NewRequest(&weirv1.AcquireRequest{
 			KeyHash:           in.keyHash,
 			Model:             in.model,
 			SessionKey:        in.session,
-			ExcludeAccountIds: excluded,
+			ExcludeAccountIds: rt.excluded,
 			RequestId:         in.requestID,
+			PreferAccountId:   rt.prefer,
 		}))
 		if err != nil {
 			switch {
 			case connect.CodeOf(err) == connect.CodePermissionDenied:
 				s.keys.forget(in.keyHash)
-				writeAPIError(w, in.requestID, errAuthentication("invalid API key"))
+				s.fail(w, rt, nil, errAuthentication("invalid API key"))
+				return
 			case ctx.Err() != nil:
-				// The client left; nothing to answer.
-			default:
-				s.cfg.Logger.WarnContext(ctx, "acquire failed", "request_id", in.requestID, "err", err)
-				s.answer(w, in, last, errControlPlane())
+				return
 			}
-			return
+			s.cfg.Logger.WarnContext(ctx, "acquire failed", "request_id", in.requestID, "err", err)
+			// The control plane may be restarting: hold like any other
+			// transient condition.
+			if !s.hold(ctx, rt, time.Time{}, "control plane unreachable") {
+				s.fail(w, rt, rt.last, errControlPlane())
+				return
+			}
+			continue
 		}
 		lease := resp.Msg.GetLease()
 		if lease == nil {
-			s.answer(w, in, last, noAccountError(resp.Msg.GetNoAccount(), s.cfg.Now()))
-			return
-		}
-		rec.Attempts = int32(attempt)
-		rec.AccountId = lease.AccountId
-		res := s.attempt(ctx, w, r, in, lease)
-		if res.outcome.InputTokens > 0 || res.outcome.OutputTokens > 0 {
-			rec.InputTokens, rec.OutputTokens = res.outcome.InputTokens, res.outcome.OutputTokens
-		}
-		s.metrics.attempts.WithLabelValues("anthropic", strings.TrimPrefix(strings.ToLower(res.outcome.Class.String()), "outcome_class_")).Inc()
-		d := s.release(ctx, in, lease, res.outcome)
-		if res.failure == nil {
-			// The answer, good or bad, went to the client.
-			rec.ErrorType = res.outcome.ErrorType
-			return
-		}
-		last = res.failure
-		switch d.GetAction() {
-		case weirv1.Action_ACTION_FAILOVER:
-			excluded = append(excluded, lease.AccountId)
-		case weirv1.Action_ACTION_RETRY_SAME:
-			if !sleepCtx(ctx, d.GetRetryAfter().AsDuration()) {
+			none := resp.Msg.GetNoAccount()
+			final := noAccountError(none, s.cfg.Now())
+			if none.GetPermanent() || none.GetReason() == weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED ||
+				none.GetReason() == weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_DISABLED {
+				s.fail(w, rt, rt.last, final)
 				return
 			}
-		default:
-			rec.ErrorType = res.outcome.ErrorType
-			s.answer(w, in, last, nil)
+			var retryAt time.Time
+			if none.GetRetryAt() != nil {
+				retryAt = none.GetRetryAt().AsTime()
+			}
+			if !s.hold(ctx, rt, retryAt, none.GetMessage()) {
+				s.fail(w, rt, rt.last, final)
+				return
+			}
+			continue
+		}
+
+		rt.round++
+		rec.Attempts++
+		rec.AccountId = lease.AccountId
+		at := s.cfg.Now().Sub(in.start)
+		res := s.attempt(ctx, w, r, in, lease, rt.overloads[lease.AccountId])
+		o := res.outcome
+		if o.InputTokens > 0 || o.OutputTokens > 0 {
+			rec.InputTokens, rec.OutputTokens = o.InputTokens, o.OutputTokens
+		}
+		s.metrics.attempts.WithLabelValues("anthropic", shortClass(o.Class)).Inc()
+		d := s.release(ctx, in, lease, o)
+		rec.AttemptRecords = append(rec.AttemptRecords, &weirv1.AttemptRecord{
+			At: durationpb.New(at), AccountId: lease.AccountId, Class: o.Class, Status: o.Status,
+			ErrorType: o.ErrorType, Action: d.GetAction(), Duration: o.Duration,
+		})
+		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED {
+			rt.overloads[lease.AccountId]++
+		} else {
+			delete(rt.overloads, lease.AccountId)
+		}
+		if res.failure == nil {
+			// The answer, good or bad, went to the client.
+			rec.ErrorType = o.ErrorType
+			if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR {
+				rec.FailureStage = weirv1.FailureStage_FAILURE_STAGE_AFTER_OUTPUT
+			}
 			return
 		}
+		if o.Class != weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR {
+			// An upstream 401 names the account's credential; passed on, it
+			// would tell the agent its own weir key is wrong.
+			rt.last = res.failure
+		}
+		rt.prefer = ""
+		switch d.GetAction() {
+		case weirv1.Action_ACTION_RETRY_SAME:
+			// Overload: back to the same account after a short wait, which
+			// counts against the hold budget like any other.
+			wait := d.GetRetryAfter().AsDuration()
+			if s.holdFor(ctx, rt, wait, "overloaded; retrying the same account") {
+				rt.prefer = lease.AccountId
+				continue
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			rt.excluded = append(rt.excluded, lease.AccountId)
+		case weirv1.Action_ACTION_FAILOVER:
+			rt.excluded = append(rt.excluded, lease.AccountId)
+		default:
+			rec.ErrorType = o.ErrorType
+			s.fail(w, rt, rt.last, nil)
+			return
+		}
+		if rt.round >= s.cfg.MaxAttempts {
+			// Enough for one round: wait before trying the pool again.
+			if !s.hold(ctx, rt, time.Time{}, "every attempt of the round failed") {
+				s.fail(w, rt, rt.last, nil)
+				return
+			}
+		}
 	}
-	s.answer(w, in, last, &apiError{status: 529, typ: "overloaded_error",
-		message: "every attempt failed; weir gave up after " + strconv.Itoa(s.cfg.MaxAttempts) + " attempts", retryAfter: time.Second})
+}
+
+// hold waits before the next routing round, or says that waiting cannot
+// help (the budget is spent, or the soonest recovery comes after it).
+func (s *Server) hold(ctx context.Context, rt *routing, retryAt time.Time, reason string) bool {
+	now := s.cfg.Now()
+	until, ok := holdUntil(now, rt.holdEnd, retryAt, holdBackoff(int(rt.rec.HoldCount), s.cfg.Rand()))
+	if !ok || !s.sleep(ctx, rt, until.Sub(now), reason) {
+		return false
+	}
+	rt.excluded, rt.prefer, rt.round = nil, "", 0
+	return true
+}
+
+// holdFor waits exactly d (an overload retry), within the budget.
+func (s *Server) holdFor(ctx context.Context, rt *routing, d time.Duration, reason string) bool {
+	now := s.cfg.Now()
+	if now.Add(d).After(rt.holdEnd) {
+		return false
+	}
+	return s.sleep(ctx, rt, d, reason)
+}
+
+func (s *Server) sleep(ctx context.Context, rt *routing, d time.Duration, reason string) bool {
+	start := s.cfg.Now()
+	rt.rec.AttemptRecords = append(rt.rec.AttemptRecords, &weirv1.AttemptRecord{
+		At: durationpb.New(start.Sub(rt.in.start)), HoldReason: reason, Duration: durationpb.New(d),
+	})
+	ok := s.cfg.Sleep(ctx, d)
+	held := s.cfg.Now().Sub(start)
+	rt.rec.HoldCount++
+	rt.rec.Held = durationpb.New(rt.rec.Held.AsDuration() + held)
+	s.metrics.holds.Inc()
+	s.metrics.holdSeconds.Observe(held.Seconds())
+	return ok
+}
+
+// fail answers a request that could not be served: the last upstream
+// failure when there is one (it is the most truthful answer), else weir's
+// own error.
+func (s *Server) fail(w http.ResponseWriter, rt *routing, last *bufferedResponse, fallback *apiError) {
+	rt.rec.FailureStage = weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT
+	if last != nil {
+		rt.rec.ErrorType = errorTypeOf(last.body)
+	} else if fallback != nil {
+		rt.rec.ErrorType = fallback.typ
+	}
+	s.answer(w, rt.in, last, fallback)
+}
+
+func shortClass(c weirv1.OutcomeClass) string {
+	return strings.TrimPrefix(strings.ToLower(c.String()), "outcome_class_")
 }
 
 // answer sends the last upstream failure when there is one (it is the
@@ -245,9 +374,11 @@ func errControlPlane() *apiError {
 // noAccountError says why nothing could serve, and when that changes.
 func noAccountError(n *weirv1.NoAccount, now time.Time) *apiError {
 	e := &apiError{status: 529, typ: "overloaded_error", message: "weir: " + n.GetMessage()}
-	switch n.GetReason() {
-	case weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED, weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_DISABLED:
+	if n.GetPermanent() || n.GetReason() == weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED ||
+		n.GetReason() == weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_DISABLED {
+		// Only an operator can fix this: tell clients not to retry.
 		e.status, e.typ, e.final = http.StatusServiceUnavailable, "api_error", true
+		return e
 	}
 	if n.GetRetryAt() != nil {
 		e.retryAfter = max(n.GetRetryAt().AsTime().Sub(now), time.Second)

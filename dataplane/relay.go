@@ -65,16 +65,20 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 // attempt sends the request once on lease's account and relays a success
 // (or a non-retryable answer) to the client. A failure that another
 // attempt might fix is returned unsent.
-func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request, in *inbound, lease *weirv1.Lease) attemptResult {
+func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request, in *inbound, lease *weirv1.Lease, priorOverloads int32) attemptResult {
 	start := s.cfg.Now()
-	o := &weirv1.Outcome{}
+	o := &weirv1.Outcome{PriorOverloads: priorOverloads}
 	defer func() { o.Duration = durationpb.New(s.cfg.Now().Sub(start)) }()
 	// The lease is renewed for as long as the attempt runs: a long wait for
 	// headers holds the account as surely as a long stream does.
 	stopRenew := s.renewWhile(ctx, in, lease)
 	defer stopRenew()
 
-	req, err := upstreamRequest(ctx, r, in.body, lease)
+	// The attempt's own context: a stalled stream is cut without touching
+	// the client's request.
+	actx, cancelAttempt := context.WithCancelCause(ctx)
+	defer cancelAttempt(nil)
+	req, err := upstreamRequest(actx, r, in.body, lease)
 	if err != nil {
 		o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR
 		o.TransportError = "build request: invalid base URL"
@@ -112,7 +116,9 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 		return attemptResult{outcome: o, failure: fail}
 	}
 	if isEventStream(resp.Header) {
-		return s.relayStream(ctx, w, resp, in, o)
+		idle := time.AfterFunc(s.cfg.StreamIdleTimeout, func() { cancelAttempt(errStreamIdle) })
+		defer idle.Stop()
+		return s.relayStream(ctx, w, resp, in, o, func() { idle.Reset(s.cfg.StreamIdleTimeout) })
 	}
 	return s.relayWhole(ctx, w, resp, in, o)
 }
@@ -143,7 +149,7 @@ func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.R
 // output (message_start, content_block_start, ping) are held back: if the
 // upstream fails before producing output, nothing reached the client and
 // the request can still be replayed on another account.
-func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.Response, in *inbound, o *weirv1.Outcome) attemptResult {
+func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.Response, in *inbound, o *weirv1.Outcome, alive func()) attemptResult {
 	rc := http.NewResponseController(w)
 	sc := newSSEScanner(resp.Body)
 	var (
@@ -165,6 +171,10 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 	}
 	for {
 		ev, err := sc.next()
+		alive()
+		if err != nil && resp.Request != nil && errors.Is(context.Cause(resp.Request.Context()), errStreamIdle) {
+			err = errStreamIdle
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED
@@ -274,11 +284,16 @@ func streamErrorEvent(typ, msg string) []byte {
 	return []byte("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"" + typ + "\",\"message\":\"" + msg + "\"}}\n\n")
 }
 
+// errStreamIdle cuts an upstream stream that went silent.
+var errStreamIdle = errors.New("upstream stream idle")
+
 // transportErrorText names a transport failure by its kind, without the
 // addresses and URLs the underlying error carries.
 func transportErrorText(err error) string {
 	var netErr net.Error
 	switch {
+	case errors.Is(err, errStreamIdle):
+		return "idle timeout"
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "connection refused"
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):

@@ -21,6 +21,7 @@ type Server struct {
 	leases   weirv1connect.LeaseServiceClient
 	keys     *keyCache
 	reporter *reporter
+	settings *settingsPoller
 	metrics  *metrics
 }
 
@@ -37,13 +38,15 @@ func New(cfg Config) (*Server, error) {
 	leases := weirv1connect.NewLeaseServiceClient(hc, cfg.ControlPlaneURL,
 		connect.WithInterceptors(rpcclient.Token(cfg.Token)))
 	m := newMetrics(cfg.Registry)
-	return &Server{
+	s := &Server{
 		cfg:      cfg,
 		leases:   leases,
 		keys:     &keyCache{client: leases, ttl: cfg.KeyCacheTTL, now: cfg.Now, entries: map[string]keyEntry{}},
 		reporter: newReporter(leases, cfg.Logger, m.routesDropped.Inc),
 		metrics:  m,
-	}, nil
+	}
+	s.settings = newSettingsPoller(s)
+	return s, nil
 }
 
 // Handler serves the Anthropic surface plus /metrics and /healthz.
@@ -76,5 +79,6 @@ func (s *Server) method(m string, h http.HandlerFunc) http.HandlerFunc {
 
 // Close flushes queued route events, waiting until ctx ends.
 func (s *Server) Close(ctx context.Context) {
+	s.settings.close()
 	s.reporter.close(ctx)
 }

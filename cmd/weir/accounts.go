@@ -111,21 +111,30 @@ func runAccounts(ctx context.Context, args []string, e env) error {
 
 // parseWithRef parses flags around one positional ID|LABEL argument.
 func parseWithRef(fs *flag.FlagSet, args []string) (string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return "", err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+	pos, err := parsePositional(fs, args)
+	if err != nil {
+		return "", err
 	}
 	if len(pos) != 1 {
 		return "", fmt.Errorf("%s: want exactly one ID or LABEL", fs.Name())
 	}
 	return pos[0], nil
+}
+
+// parsePositional parses flags placed before, between or after the
+// positional arguments, which it returns in order.
+func parsePositional(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
 }
 
 type secretFlags struct {

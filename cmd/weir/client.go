@@ -75,6 +75,7 @@ type clients struct {
 	accounts weirv1connect.AccountServiceClient
 	keys     weirv1connect.KeyServiceClient
 	routes   weirv1connect.RouteServiceClient
+	settings weirv1connect.SettingsServiceClient
 }
 
 func (a *adminFlags) clients() (*clients, error) {
@@ -101,6 +102,7 @@ func (a *adminFlags) clients() (*clients, error) {
 		accounts: weirv1connect.NewAccountServiceClient(hc, url, opt),
 		keys:     weirv1connect.NewKeyServiceClient(hc, url, opt),
 		routes:   weirv1connect.NewRouteServiceClient(hc, url, opt),
+		settings: weirv1connect.NewSettingsServiceClient(hc, url, opt),
 	}, nil
 }
 

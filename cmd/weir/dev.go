@@ -144,6 +144,9 @@ func runDev(ctx context.Context, args []string, e env) error {
 	cpURL := "http://" + cpLn.Addr().String()
 	dpURL := "http://" + dpLn.Addr().String()
 	cpCfg := controlplane.Config{AdminToken: secrets.admin, DataplaneToken: secrets.dataplane, SecretKey: secrets.key, Logger: log}
+	if err := capacityConfig(e, &cpCfg); err != nil {
+		return fmt.Errorf("weir dev: %w", err)
+	}
 	goRun("control plane", cpCtx, func(c context.Context) error { return serveControlPlane(c, cpCfg, pool, cpLn, log) })
 	simURL := ""
 	if *simulate {

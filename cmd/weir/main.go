@@ -57,6 +57,8 @@ Usage:
   weir accounts add|list|get|pause|resume|rm   manage upstream accounts
   weir keys create|list|revoke                 manage client API keys
   weir routes [--limit N]                      recent requests and where they went
+  weir explain REQUEST_ID                      one request's attempts and holds
+  weir settings get|set [KEY=VALUE ...]        capacity_hold, request_deadline
 
 Operator commands reach the control plane at --controlplane / WEIR_CONTROLPLANE_URL
 with WEIR_ADMIN_TOKEN; next to a running 'weir dev' they need neither.
@@ -86,6 +88,10 @@ func run(ctx context.Context, args []string, e env) error {
 		return runKeys(ctx, rest, e)
 	case "routes":
 		return runRoutes(ctx, rest, e)
+	case "explain":
+		return runExplain(ctx, rest, e)
+	case "settings":
+		return runSettings(ctx, rest, e)
 	case "help", "-h", "--help":
 		fmt.Fprint(e.stdout, usage)
 		return nil

@@ -40,14 +40,14 @@ func runRoutes(ctx context.Context, args []string, e env) error {
 	}
 	now := time.Now()
 	tw := table(e.stdout)
-	fmt.Fprintln(tw, "WHEN\tREQUEST\tMODEL\tSTATUS\tATTEMPTS\tDURATION\tTTFB\tTOKENS IN/OUT\tACCOUNT")
+	fmt.Fprintln(tw, "WHEN\tREQUEST\tMODEL\tSTATUS\tATTEMPTS\tDURATION\tTTFB\tHELD\tTOKENS IN/OUT\tACCOUNT")
 	for _, r := range resp.Msg.Events {
 		ttfb := "-"
 		if r.TimeToFirstByte != nil {
 			ttfb = roundDuration(r.TimeToFirstByte.AsDuration()).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%d/%d\t%s\n", ago(r.StartedAt, now), r.RequestId, r.Model, r.Status,
-			r.Attempts, roundDuration(r.Duration.AsDuration()), ttfb, r.InputTokens, r.OutputTokens, accountName(labels, r.AccountId))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%d/%d\t%s\n", ago(r.StartedAt, now), r.RequestId, r.Model, r.Status,
+			r.Attempts, roundDuration(r.Duration.AsDuration()), ttfb, heldText(r), r.InputTokens, r.OutputTokens, accountName(labels, r.AccountId))
 	}
 	return tw.Flush()
 }

@@ -89,12 +89,16 @@ func runMigrate(ctx context.Context, args []string, e env) error {
 	return nil
 }
 
-// controlPlaneConfig reads the control plane's secrets from the environment.
+// controlPlaneConfig reads the control plane's secrets and defaults from
+// the environment.
 func controlPlaneConfig(e env, log *slog.Logger) (controlplane.Config, error) {
 	cfg := controlplane.Config{
 		AdminToken:     e.getenv("WEIR_ADMIN_TOKEN"),
 		DataplaneToken: e.getenv("WEIR_DATAPLANE_TOKEN"),
 		Logger:         log,
+	}
+	if err := capacityConfig(e, &cfg); err != nil {
+		return cfg, err
 	}
 	raw := e.getenv("WEIR_SECRET_KEY")
 	if raw == "" {
@@ -106,6 +110,31 @@ func controlPlaneConfig(e env, log *slog.Logger) (controlplane.Config, error) {
 	}
 	cfg.SecretKey = key
 	return cfg, cfg.Validate()
+}
+
+// capacityConfig reads WEIR_CAPACITY_HOLD and WEIR_REQUEST_DEADLINE, the
+// defaults until an operator runs 'weir settings set'.
+func capacityConfig(e env, cfg *controlplane.Config) error {
+	if v := e.getenv("WEIR_CAPACITY_HOLD"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return fmt.Errorf("WEIR_CAPACITY_HOLD: want a duration of 0 or more like 20m (0 fails fast), got %q", v)
+		}
+		// Config reads 0 as "the default"; an explicit 0 means no holding,
+		// which Config spells as a negative value.
+		if d == 0 {
+			d = -1
+		}
+		cfg.CapacityHold = d
+	}
+	if v := e.getenv("WEIR_REQUEST_DEADLINE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("WEIR_REQUEST_DEADLINE: want a positive duration like 25m, got %q", v)
+		}
+		cfg.RequestDeadline = d
+	}
+	return nil
 }
 
 func runControlPlane(ctx context.Context, args []string, e env) error {

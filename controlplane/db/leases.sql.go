@@ -73,7 +73,9 @@ func (q *Queries) DeleteSessionsIdleSince(ctx context.Context, since time.Time) 
 }
 
 const releaseLease = `-- name: ReleaseLease :one
-DELETE FROM leases WHERE id = $1 RETURNING account_id, key_id, model, credential_revision
+DELETE FROM leases WHERE leases.id = $1
+RETURNING account_id, key_id, model, credential_revision,
+    (SELECT provider FROM accounts WHERE accounts.id = leases.account_id)::text AS provider
 `
 
 type ReleaseLeaseRow struct {
@@ -81,6 +83,7 @@ type ReleaseLeaseRow struct {
 	KeyID              uuid.NullUUID
 	Model              string
 	CredentialRevision int64
+	Provider           string
 }
 
 func (q *Queries) ReleaseLease(ctx context.Context, id uuid.UUID) (ReleaseLeaseRow, error) {
@@ -91,6 +94,7 @@ func (q *Queries) ReleaseLease(ctx context.Context, id uuid.UUID) (ReleaseLeaseR
 		&i.KeyID,
 		&i.Model,
 		&i.CredentialRevision,
+		&i.Provider,
 	)
 	return i, err
 }

@@ -60,6 +60,26 @@ type options struct {
 	deltaDelay time.Duration
 	// noDataplane skips the default worker (the test starts its own).
 	noDataplane bool
+	// hold is the capacity hold budget for the control plane and workers;
+	// 0 means fail fast (the tests written before holds expect it).
+	hold time.Duration
+	// virtual, when set, is one clock for the control plane, the workers
+	// and the simulator, and a worker's wait advances it at once: a
+	// 20-minute storm runs in milliseconds.
+	virtual *clock
+	// maxAttempts is the worker's attempts per routing round.
+	maxAttempts int
+	// sleep, with virtual, replaces the workers' wait (a scheduler that
+	// lets concurrent waits overlap in virtual time).
+	sleep func(ctx context.Context, d time.Duration) bool
+}
+
+// holdBudget maps options.hold to the configs' convention (negative = none).
+func (o options) holdBudget() time.Duration {
+	if o.hold == 0 {
+		return -1
+	}
+	return o.hold
 }
 
 // env is one test's weir: database, control plane, simulator, worker.
@@ -101,6 +121,9 @@ func randHex(n int) string {
 // database.
 func setup(t *testing.T, opts options) *env {
 	t.Helper()
+	if opts.virtual != nil {
+		opts.now = opts.virtual.Now
+	}
 	e := &env{t: t, opts: opts, ids: map[string]string{}, labels: map[string]string{}, creds: map[string]string{}}
 	pool := pgtest.NewPool(t)
 
@@ -114,6 +137,7 @@ func setup(t *testing.T, opts options) *env {
 		Now:            opts.now,
 		Logger:         slog.New(slog.DiscardHandler),
 		DisableJobs:    true,
+		CapacityHold:   opts.holdBudget(),
 	}, pool)
 	if err != nil {
 		t.Fatalf("controlplane.New: %v", err)
@@ -134,7 +158,11 @@ func setup(t *testing.T, opts options) *env {
 		e.creds[a.label] = as.Credential
 		script.Accounts = append(script.Accounts, as)
 	}
-	e.sim = sim.New(sim.Config{Script: script, DeltaDelay: opts.deltaDelay})
+	simCfg := sim.Config{Script: script, DeltaDelay: opts.deltaDelay}
+	if opts.virtual != nil {
+		simCfg.Now = opts.virtual.Now
+	}
+	e.sim = sim.New(simCfg)
 	e.upstream = &recorder{next: e.sim}
 	// HTTP/1.1 only, like `weir sim`: dropped connections must be dropped
 	// TCP connections, not HTTP/2 stream resets.
@@ -190,14 +218,30 @@ func (e *env) newDataplane(cpClient *http.Client) (*dataplane.Server, *httptest.
 	if ttl == 0 {
 		ttl = 50 * time.Millisecond
 	}
-	dp, err := dataplane.New(dataplane.Config{
+	cfg := dataplane.Config{
 		ControlPlaneURL: e.cpSrv.URL,
 		Token:           e.dpToken,
 		KeyCacheTTL:     ttl,
 		MaxBodyBytes:    e.opts.maxBodyBytes,
+		MaxAttempts:     e.opts.maxAttempts,
 		ControlPlane:    cpClient,
 		Logger:          slog.New(slog.DiscardHandler),
-	})
+		CapacityHold:    e.opts.holdBudget(),
+	}
+	if v := e.opts.virtual; v != nil {
+		cfg.Now = v.Now
+		// Concurrent waits overlap: each moves the clock to its own end,
+		// not by its length on top of everyone else's.
+		cfg.Sleep = func(ctx context.Context, d time.Duration) bool {
+			v.AdvanceTo(v.Now().Add(d))
+			return ctx.Err() == nil
+		}
+		cfg.Rand = func() float64 { return 0.5 } // no jitter: exact backoff
+		if e.opts.sleep != nil {
+			cfg.Sleep = e.opts.sleep
+		}
+	}
+	dp, err := dataplane.New(cfg)
 	if err != nil {
 		e.t.Fatalf("dataplane.New: %v", err)
 	}
@@ -547,6 +591,15 @@ func (c *clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.t
+}
+
+// AdvanceTo moves the clock to t unless it is already past it.
+func (c *clock) AdvanceTo(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.After(c.t) {
+		c.t = t
+	}
 }
 
 func (c *clock) Advance(d time.Duration) {

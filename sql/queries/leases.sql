@@ -10,7 +10,9 @@ WHERE id = @id AND expires_at > @now
 RETURNING expires_at;
 
 -- name: ReleaseLease :one
-DELETE FROM leases WHERE id = @id RETURNING account_id, key_id, model, credential_revision;
+DELETE FROM leases WHERE leases.id = @id
+RETURNING account_id, key_id, model, credential_revision,
+    (SELECT provider FROM accounts WHERE accounts.id = leases.account_id)::text AS provider;
 
 -- A lease stops counting at expires_at; the row stays a while so a late
 -- Release can still report its outcome.

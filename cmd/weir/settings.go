@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+const settingsUsage = `Usage:
+  weir settings get                                            show the settings in effect
+  weir settings set capacity_hold=5m [request_deadline=25m]    change them (Go durations)
+
+  capacity_hold     how long a request may wait for capacity (0s to 6h; 0 fails fast)
+  request_deadline  a request's budget from arrival to first byte, holds included (1m to 6h)
+
+Data planes pick changes up without restart. Every command takes --json,
+--controlplane and --data-dir.
+`
+
+// settingKeys are the names `weir settings set` accepts, as the API's
+// update_mask spells them.
+var settingKeys = []string{"capacity_hold", "request_deadline"}
+
+func runSettings(ctx context.Context, args []string, e env) error {
+	if len(args) == 0 {
+		fmt.Fprint(e.stderr, settingsUsage)
+		return errUsageShown
+	}
+	sub, args := args[0], args[1:]
+	fs := flag.NewFlagSet("weir settings "+sub, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	var af adminFlags
+	af.register(fs, e)
+	switch sub {
+	case "get":
+		pos, err := parsePositional(fs, args)
+		if err != nil {
+			return err
+		}
+		if len(pos) > 0 {
+			return fmt.Errorf("weir settings get: unexpected argument %q", pos[0])
+		}
+		c, err := af.clients()
+		if err != nil {
+			return err
+		}
+		resp, err := c.settings.GetSettings(ctx, connect.NewRequest(&weirv1.GetSettingsRequest{}))
+		if err != nil {
+			return rpcError("get settings", err)
+		}
+		if af.json {
+			return printJSON(e.stdout, resp.Msg)
+		}
+		return printSettings(e.stdout, resp.Msg.Settings)
+	case "set":
+		pos, err := parsePositional(fs, args)
+		if err != nil {
+			return err
+		}
+		req, err := settingsUpdate(pos)
+		if err != nil {
+			return fmt.Errorf("weir settings set: %w", err)
+		}
+		c, err := af.clients()
+		if err != nil {
+			return err
+		}
+		resp, err := c.settings.UpdateSettings(ctx, connect.NewRequest(req))
+		if err != nil {
+			return rpcError("update settings", err)
+		}
+		if af.json {
+			return printJSON(e.stdout, resp.Msg)
+		}
+		return printSettings(e.stdout, resp.Msg.Settings)
+	}
+	fmt.Fprintf(e.stderr, "weir settings: unknown subcommand %q\n\n%s", sub, settingsUsage)
+	return errUsageShown
+}
+
+// settingsUpdate turns key=value arguments into an update naming exactly
+// those fields. Ranges are the control plane's to check, so the rules live
+// in one place.
+func settingsUpdate(pairs []string) (*weirv1.UpdateSettingsRequest, error) {
+	if len(pairs) == 0 {
+		return nil, fmt.Errorf("name at least one KEY=VALUE (keys: %s)", strings.Join(settingKeys, ", "))
+	}
+	req := &weirv1.UpdateSettingsRequest{Settings: &weirv1.Settings{}, UpdateMask: fieldMask()}
+	seen := map[string]bool{}
+	for _, p := range pairs {
+		key, value, ok := strings.Cut(p, "=")
+		if !ok {
+			return nil, fmt.Errorf("want KEY=VALUE, got %q (keys: %s)", p, strings.Join(settingKeys, ", "))
+		}
+		var dst **durationpb.Duration
+		switch key {
+		case "capacity_hold":
+			dst = &req.Settings.CapacityHold
+		case "request_deadline":
+			dst = &req.Settings.RequestDeadline
+		default:
+			return nil, fmt.Errorf("unknown setting %q (valid keys: %s)", key, strings.Join(settingKeys, ", "))
+		}
+		if seen[key] {
+			return nil, fmt.Errorf("%s: given more than once", key)
+		}
+		seen[key] = true
+		d, err := time.ParseDuration(value)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q is not a duration (like 0, 90s, 20m or 1h30m)", key, value)
+		}
+		*dst = durationpb.New(d)
+		req.UpdateMask.Paths = append(req.UpdateMask.Paths, key)
+	}
+	return req, nil
+}
+
+func printSettings(w io.Writer, st *weirv1.Settings) error {
+	hold := st.GetCapacityHold().AsDuration()
+	note := ""
+	if hold == 0 {
+		note = "  (no holding: requests fail fast when no account can serve)"
+	}
+	tw := table(w)
+	fmt.Fprintf(tw, "capacity_hold\t%s%s\n", shortDuration(hold), note)
+	fmt.Fprintf(tw, "request_deadline\t%s\n", shortDuration(st.GetRequestDeadline().AsDuration()))
+	return tw.Flush()
+}
+
+// shortDuration renders 20m0s as 20m and 1h0m0s as 1h.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}

@@ -1,0 +1,201 @@
+package controlplane
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/internal/rpcclient"
+)
+
+// settingsClient is a SettingsService client holding token.
+func (e *env) settingsClient(token string) weirv1connect.SettingsServiceClient {
+	e.t.Helper()
+	hc := rpcclient.HTTPClient()
+	e.t.Cleanup(hc.CloseIdleConnections)
+	return weirv1connect.NewSettingsServiceClient(hc, e.ts.URL, connect.WithInterceptors(rpcclient.Token(token)))
+}
+
+func (e *env) getSettings() *weirv1.Settings {
+	e.t.Helper()
+	resp, err := e.settingsClient(e.cfg.AdminToken).GetSettings(e.t.Context(), connect.NewRequest(&weirv1.GetSettingsRequest{}))
+	if err != nil {
+		e.t.Fatalf("GetSettings: %v", err)
+	}
+	return resp.Msg.Settings
+}
+
+func (e *env) updateSettings(st *weirv1.Settings, paths ...string) (*weirv1.Settings, error) {
+	e.t.Helper()
+	resp, err := e.settingsClient(e.cfg.AdminToken).UpdateSettings(e.t.Context(), connect.NewRequest(&weirv1.UpdateSettingsRequest{
+		Settings: st, UpdateMask: &fieldmaskpb.FieldMask{Paths: paths},
+	}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg.Settings, nil
+}
+
+func wantSettings(t *testing.T, what string, got *weirv1.Settings, hold, deadline time.Duration) {
+	t.Helper()
+	if got.GetCapacityHold() == nil || got.GetRequestDeadline() == nil ||
+		got.CapacityHold.AsDuration() != hold || got.RequestDeadline.AsDuration() != deadline {
+		t.Fatalf("%s: settings %v, want capacity_hold %v request_deadline %v", what, got, hold, deadline)
+	}
+}
+
+func TestSettingsDefaults(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	wantSettings(t, "defaults", e.getSettings(), 20*time.Minute, 25*time.Minute)
+
+	// A replica configured otherwise reports its own Config until an
+	// operator sets a value; a negative CapacityHold means fail fast.
+	clock := newClock()
+	cfg := testConfig(clock)
+	cfg.CapacityHold, cfg.RequestDeadline = -1, 40*time.Minute
+	custom := newEnv(t, pgtest.NewPool(t), cfg, clock)
+	wantSettings(t, "configured", custom.getSettings(), 0, 40*time.Minute)
+}
+
+func TestUpdateSettings(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	got, err := e.updateSettings(&weirv1.Settings{CapacityHold: durationpb.New(5 * time.Minute)}, "capacity_hold")
+	if err != nil {
+		t.Fatalf("UpdateSettings: %v", err)
+	}
+	wantSettings(t, "update response", got, 5*time.Minute, 25*time.Minute)
+	wantSettings(t, "after capacity_hold", e.getSettings(), 5*time.Minute, 25*time.Minute)
+
+	// Fields outside the mask are ignored, even when set.
+	now := e.clock.Advance(time.Minute)
+	got, err = e.updateSettings(&weirv1.Settings{
+		CapacityHold: durationpb.New(time.Hour), RequestDeadline: durationpb.New(90 * time.Minute),
+	}, "request_deadline")
+	if err != nil {
+		t.Fatalf("UpdateSettings: %v", err)
+	}
+	wantSettings(t, "after request_deadline", got, 5*time.Minute, 90*time.Minute)
+
+	// 0 turns holding off; a hold longer than the deadline is allowed (the
+	// deadline bounds it).
+	if _, err := e.updateSettings(&weirv1.Settings{CapacityHold: durationpb.New(0), RequestDeadline: durationpb.New(time.Minute)},
+		"capacity_hold", "request_deadline"); err != nil {
+		t.Fatalf("UpdateSettings both: %v", err)
+	}
+	wantSettings(t, "zero hold", e.getSettings(), 0, time.Minute)
+	if _, err := e.updateSettings(&weirv1.Settings{CapacityHold: durationpb.New(6 * time.Hour)}, "capacity_hold"); err != nil {
+		t.Fatalf("hold above the deadline: %v", err)
+	}
+	wantSettings(t, "hold above deadline", e.getSettings(), 6*time.Hour, time.Minute)
+
+	// Stored as Go durations, stamped by the injected clock.
+	var value string
+	var updated time.Time
+	if err := e.pool.QueryRow(t.Context(), `SELECT value, updated_at FROM settings WHERE name = 'request_deadline'`).Scan(&value, &updated); err != nil {
+		t.Fatal(err)
+	}
+	if value != "1m0s" || !updated.Equal(now) {
+		t.Errorf("stored request_deadline %q at %v, want 1m0s at %v", value, updated, now)
+	}
+
+	// Another replica of the same deployment sees the same values.
+	wantSettings(t, "replica", e.replica().getSettings(), 6*time.Hour, time.Minute)
+}
+
+func TestUpdateSettingsInvalid(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	d := durationpb.New
+	for _, tc := range []struct {
+		name  string
+		st    *weirv1.Settings
+		paths []string
+		want  string
+	}{
+		{"empty mask", &weirv1.Settings{CapacityHold: d(time.Minute)}, nil, "update_mask"},
+		{"unknown field", &weirv1.Settings{}, []string{"bogus"}, `update_mask: unknown field "bogus"`},
+		{"field named but not set", &weirv1.Settings{}, []string{"capacity_hold"}, "settings.capacity_hold: required"},
+		{"no settings", nil, []string{"request_deadline"}, "settings.request_deadline: required"},
+		{"negative hold", &weirv1.Settings{CapacityHold: d(-time.Second)}, []string{"capacity_hold"}, "settings.capacity_hold:"},
+		{"hold too long", &weirv1.Settings{CapacityHold: d(6*time.Hour + time.Second)}, []string{"capacity_hold"}, "settings.capacity_hold:"},
+		{"deadline too short", &weirv1.Settings{RequestDeadline: d(59 * time.Second)}, []string{"request_deadline"}, "settings.request_deadline:"},
+		{"deadline too long", &weirv1.Settings{RequestDeadline: d(7 * time.Hour)}, []string{"request_deadline"}, "settings.request_deadline:"},
+		{"invalid duration", &weirv1.Settings{CapacityHold: &durationpb.Duration{Seconds: 1, Nanos: -1}}, []string{"capacity_hold"}, "settings.capacity_hold:"},
+		// One bad field spoils the whole request.
+		{"one good, one bad", &weirv1.Settings{CapacityHold: d(time.Minute), RequestDeadline: d(time.Second)},
+			[]string{"capacity_hold", "request_deadline"}, "settings.request_deadline:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := e.updateSettings(tc.st, tc.paths...)
+			ce := wantCode(t, err, connect.CodeInvalidArgument)
+			if !strings.Contains(ce.Message(), tc.want) {
+				t.Errorf("message %q does not say %q", ce.Message(), tc.want)
+			}
+		})
+	}
+	if n := e.count(`SELECT count(*) FROM settings`); n != 0 {
+		t.Errorf("%d settings stored by rejected updates", n)
+	}
+	wantSettings(t, "after rejected updates", e.getSettings(), 20*time.Minute, 25*time.Minute)
+}
+
+func TestSettingsAuth(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	// Operators' service: the data-plane token does not open it.
+	_, err := e.settingsClient(e.cfg.DataplaneToken).GetSettings(t.Context(), connect.NewRequest(&weirv1.GetSettingsRequest{}))
+	wantCode(t, err, connect.CodeUnauthenticated)
+	_, err = e.settingsClient(e.cfg.DataplaneToken).UpdateSettings(t.Context(), connect.NewRequest(&weirv1.UpdateSettingsRequest{
+		Settings: &weirv1.Settings{CapacityHold: durationpb.New(0)}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"capacity_hold"}},
+	}))
+	wantCode(t, err, connect.CodeUnauthenticated)
+	// Workers' call: the admin token does not open it.
+	_, err = e.admin.leases.WorkerSettings(t.Context(), connect.NewRequest(&weirv1.WorkerSettingsRequest{}))
+	wantCode(t, err, connect.CodeUnauthenticated)
+}
+
+func TestWorkerSettings(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	worker := func() *weirv1.Settings {
+		t.Helper()
+		resp, err := e.dp.leases.WorkerSettings(t.Context(), connect.NewRequest(&weirv1.WorkerSettingsRequest{}))
+		if err != nil {
+			t.Fatalf("WorkerSettings: %v", err)
+		}
+		return resp.Msg.Settings
+	}
+	wantSettings(t, "worker defaults", worker(), 20*time.Minute, 25*time.Minute)
+	if _, err := e.updateSettings(&weirv1.Settings{CapacityHold: durationpb.New(90 * time.Second), RequestDeadline: durationpb.New(10 * time.Minute)},
+		"capacity_hold", "request_deadline"); err != nil {
+		t.Fatalf("UpdateSettings: %v", err)
+	}
+	wantSettings(t, "worker after update", worker(), 90*time.Second, 10*time.Minute)
+}
+
+// TestSettingsUnreadableValue: a value no release could have written is an
+// error, not a silent default.
+func TestSettingsUnreadableValue(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	if _, err := e.pool.Exec(t.Context(), `INSERT INTO settings (name, value, updated_at) VALUES
+		('capacity_hold', 'soon', $1), ('from_a_newer_release', 'x', $1)`, epoch); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.dp.leases.WorkerSettings(t.Context(), connect.NewRequest(&weirv1.WorkerSettingsRequest{}))
+	wantCode(t, err, connect.CodeInternal)
+	// Unknown names are skipped; a good value works again.
+	if _, err := e.pool.Exec(t.Context(), `UPDATE settings SET value = '3m0s' WHERE name = 'capacity_hold'`); err != nil {
+		t.Fatal(err)
+	}
+	wantSettings(t, "repaired", e.getSettings(), 3*time.Minute, 25*time.Minute)
+}

@@ -1,0 +1,78 @@
+package dataplane
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+// workerSettings are the control plane's runtime settings as this worker
+// last saw them.
+type workerSettings struct {
+	capacityHold    time.Duration
+	requestDeadline time.Duration
+}
+
+// settingsPoller keeps workerSettings fresh, so an operator's change
+// reaches every worker within one poll, without restart.
+type settingsPoller struct {
+	s       *Server
+	current atomic.Pointer[workerSettings]
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+func newSettingsPoller(s *Server) *settingsPoller {
+	p := &settingsPoller{s: s, done: make(chan struct{})}
+	p.current.Store(&workerSettings{capacityHold: s.cfg.CapacityHold, requestDeadline: s.cfg.RequestDeadline})
+	ctx, cancel := context.WithCancel(context.Background())
+	p.stop = cancel
+	go p.run(ctx)
+	return p
+}
+
+func (p *settingsPoller) get() workerSettings { return *p.current.Load() }
+
+func (p *settingsPoller) run(ctx context.Context) {
+	defer close(p.done)
+	t := time.NewTicker(p.s.cfg.SettingsPoll)
+	defer t.Stop()
+	for {
+		p.fetch(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (p *settingsPoller) fetch(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := p.s.leases.WorkerSettings(ctx, connect.NewRequest(&weirv1.WorkerSettingsRequest{}))
+	if err != nil {
+		if ctx.Err() == nil {
+			p.s.cfg.Logger.Debug("read settings failed", "err", err)
+		}
+		return
+	}
+	st := resp.Msg.GetSettings()
+	next := workerSettings{capacityHold: st.GetCapacityHold().AsDuration(), requestDeadline: st.GetRequestDeadline().AsDuration()}
+	if next.requestDeadline <= 0 {
+		next.requestDeadline = p.s.cfg.RequestDeadline
+	}
+	if next.capacityHold < 0 {
+		next.capacityHold = 0
+	}
+	p.current.Store(&next)
+}
+
+func (p *settingsPoller) close() {
+	p.stop()
+	<-p.done
+}
