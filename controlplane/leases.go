@@ -262,10 +262,10 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 			if err := q.RecordSuccess(ctx, db.RecordSuccessParams{ID: row.AccountID, Now: now}); err != nil {
 				return err
 			}
-			if row.Model != "" {
-				if err := q.ResetBreaker(ctx, db.ResetBreakerParams{Provider: row.Provider, Family: family, Now: now}); err != nil {
-					return err
-				}
+		}
+		if row.Model != "" && !d.overload {
+			if err := settleBreaker(ctx, q, row.Provider, family, o.Class, now); err != nil {
+				return err
 			}
 		}
 		if d.overload && row.Model != "" {

@@ -104,6 +104,8 @@ type routing struct {
 	overloads map[string]int32
 	last      *bufferedResponse
 	round     int // attempts in this round
+	// rounds counts the holds between rounds; it sets the backoff.
+	rounds int
 }
 
 // route runs routing rounds: each leases accounts until one answers or
@@ -137,7 +139,7 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 			s.cfg.Logger.WarnContext(ctx, "acquire failed", "request_id", in.requestID, "err", err)
 			// The control plane may be restarting: hold like any other
 			// transient condition.
-			if !s.hold(ctx, rt, time.Time{}, "control plane unreachable") {
+			if !s.hold(ctx, rt, time.Time{}, true, "control plane unreachable") {
 				s.fail(w, rt, rt.last, errControlPlane())
 				return
 			}
@@ -156,7 +158,13 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 			if none.GetRetryAt() != nil {
 				retryAt = none.GetRetryAt().AsTime()
 			}
-			if !s.hold(ctx, rt, retryAt, none.GetMessage()) {
+			backoff := true
+			if none.GetReason() == weirv1.NoAccountReason_NO_ACCOUNT_REASON_BREAKER_OPEN {
+				// The shared breaker already paces every worker: wait for
+				// its next probe, and no longer.
+				backoff = false
+			}
+			if !s.hold(ctx, rt, retryAt, backoff, none.GetMessage()) {
 				s.fail(w, rt, rt.last, final)
 				return
 			}
@@ -219,7 +227,7 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 		}
 		if rt.round >= s.cfg.MaxAttempts {
 			// Enough for one round: wait before trying the pool again.
-			if !s.hold(ctx, rt, time.Time{}, "every attempt of the round failed") {
+			if !s.hold(ctx, rt, time.Time{}, true, "every attempt of the round failed") {
 				s.fail(w, rt, rt.last, nil)
 				return
 			}
@@ -229,13 +237,18 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 
 // hold waits before the next routing round, or says that waiting cannot
 // help (the budget is spent, or the soonest recovery comes after it).
-func (s *Server) hold(ctx context.Context, rt *routing, retryAt time.Time, reason string) bool {
+func (s *Server) hold(ctx context.Context, rt *routing, retryAt time.Time, backoff bool, reason string) bool {
 	now := s.cfg.Now()
-	until, ok := holdUntil(now, rt.holdEnd, retryAt, holdBackoff(int(rt.rec.HoldCount), s.cfg.Rand()))
+	var wait time.Duration
+	if backoff {
+		wait = holdBackoff(rt.rounds, s.cfg.Rand())
+	}
+	until, ok := holdUntil(now, rt.holdEnd, retryAt, wait)
 	if !ok || !s.sleep(ctx, rt, until.Sub(now), reason) {
 		return false
 	}
 	rt.excluded, rt.prefer, rt.round = nil, "", 0
+	rt.rounds++
 	return true
 }
 

@@ -38,6 +38,24 @@ func (q *Queries) ClaimProbe(ctx context.Context, arg ClaimProbeParams) (*time.T
 	return probe_until, err
 }
 
+const freeProbe = `-- name: FreeProbe :exec
+UPDATE overload_breakers SET probe_until = NULL, updated_at = $1
+WHERE provider = $2 AND family = $3 AND probe_until IS NOT NULL
+`
+
+type FreeProbeParams struct {
+	Now      time.Time
+	Provider string
+	Family   string
+}
+
+// A probe that ended without a verdict on the provider's load (a dropped
+// connection, a client that left) gives its slot back.
+func (q *Queries) FreeProbe(ctx context.Context, arg FreeProbeParams) error {
+	_, err := q.db.Exec(ctx, freeProbe, arg.Now, arg.Provider, arg.Family)
+	return err
+}
+
 const getBreaker = `-- name: GetBreaker :one
 SELECT provider, family, overloads, window_start, open_until, open_count, probe_until, updated_at FROM overload_breakers WHERE provider = $1 AND family = $2
 `

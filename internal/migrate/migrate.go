@@ -4,6 +4,8 @@ package migrate
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -54,6 +56,13 @@ type migration struct {
 	sql     string
 }
 
+// checksum identifies a migration's text: one edited after it was applied
+// would leave databases that ran the old text silently different.
+func (m migration) checksum() string {
+	sum := sha256.Sum256([]byte(m.sql))
+	return hex.EncodeToString(sum[:])
+}
+
 func load() ([]migration, error) {
 	entries, err := fs.Glob(migrations.FS, "*.sql")
 	if err != nil {
@@ -84,22 +93,38 @@ func applyOwn(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS weir_migrations (
 		version integer PRIMARY KEY,
 		name text NOT NULL,
+		checksum text NOT NULL,
 		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 		return fmt.Errorf("migrate: create version table: %w", err)
 	}
-	var current int
-	if err := conn.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM weir_migrations").Scan(&current); err != nil {
-		return fmt.Errorf("migrate: read version: %w", err)
+	applied := map[int]string{}
+	rows, err := conn.Query(ctx, "SELECT version, checksum FROM weir_migrations")
+	if err != nil {
+		return fmt.Errorf("migrate: read versions: %w", err)
+	}
+	for rows.Next() {
+		var v int
+		var sum string
+		if err := rows.Scan(&v, &sum); err != nil {
+			return fmt.Errorf("migrate: read versions: %w", err)
+		}
+		applied[v] = sum
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("migrate: read versions: %w", err)
 	}
 	for _, m := range all {
-		if m.version <= current {
+		if sum, ok := applied[m.version]; ok {
+			if sum != m.checksum() {
+				return fmt.Errorf("migrate: %s changed after this database applied it; restore it and add a new migration instead", m.name)
+			}
 			continue
 		}
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, m.sql); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, "INSERT INTO weir_migrations (version, name) VALUES ($1, $2)", m.version, m.name)
+			_, err := tx.Exec(ctx, "INSERT INTO weir_migrations (version, name, checksum) VALUES ($1, $2, $3)", m.version, m.name, m.checksum())
 			return err
 		})
 		if err != nil {

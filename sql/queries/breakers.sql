@@ -29,3 +29,9 @@ WHERE provider = @provider AND family = @family
   AND open_until IS NOT NULL AND open_until <= @now
   AND (probe_until IS NULL OR probe_until <= @now)
 RETURNING probe_until;
+
+-- A probe that ended without a verdict on the provider's load (a dropped
+-- connection, a client that left) gives its slot back.
+-- name: FreeProbe :exec
+UPDATE overload_breakers SET probe_until = NULL, updated_at = @now
+WHERE provider = @provider AND family = @family AND probe_until IS NOT NULL;

@@ -1,0 +1,150 @@
+package dataplane
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// holdBase is the un-jittered backoff of round n: 0.5 s doubling, capped
+// at 20 s.
+var holdBase = []time.Duration{
+	500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second,
+	20 * time.Second, 20 * time.Second, 20 * time.Second, 20 * time.Second, 20 * time.Second, 20 * time.Second,
+	20 * time.Second,
+}
+
+func TestHoldBackoff(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		r    float64
+		want func(base time.Duration) time.Duration
+	}{
+		// r = 0 is the bottom of the jitter: three quarters of the base.
+		{0, func(b time.Duration) time.Duration { return b * 3 / 4 }},
+		// r = 0.5 is the middle: exactly the base.
+		{0.5, func(b time.Duration) time.Duration { return b }},
+		// r just under 1 is just under the top: five quarters of the base.
+		{0.999, func(b time.Duration) time.Duration { return time.Duration(float64(b) * 1.2495) }},
+	} {
+		prev := time.Duration(-1)
+		for n, base := range holdBase {
+			got := holdBackoff(n, tc.r)
+			if want := tc.want(base); got != want {
+				t.Errorf("holdBackoff(%d, %v) = %v, want %v", n, tc.r, got, want)
+			}
+			if got < base*3/4 || got >= base*5/4 {
+				t.Errorf("holdBackoff(%d, %v) = %v, outside [%v, %v) (±25%% of %v)", n, tc.r, got, base*3/4, base*5/4, base)
+			}
+			if got <= 0 {
+				t.Errorf("holdBackoff(%d, %v) = %v, want positive", n, tc.r, got)
+			}
+			if got < prev {
+				t.Errorf("holdBackoff(%d, %v) = %v < holdBackoff(%d) = %v: not monotone in n", n, tc.r, got, n-1, prev)
+			}
+			prev = got
+		}
+	}
+	// The cap holds for any round, however late: no shift overflows.
+	for _, n := range []int{13, 31, 63, 64, 1000, 1 << 30} {
+		if got := holdBackoff(n, 0.5); got != holdBackoffMax {
+			t.Errorf("holdBackoff(%d, 0.5) = %v, want the %v cap", n, got, holdBackoffMax)
+		}
+	}
+	// The longest waits land between 15 and 25 s, whatever the jitter.
+	for i := range 1000 {
+		r := float64(i) / 1000
+		if got := holdBackoff(20, r); got < 15*time.Second || got >= 25*time.Second {
+			t.Fatalf("holdBackoff(20, %v) = %v, want within [15s, 25s)", r, got)
+		}
+	}
+}
+
+func TestHoldUntil(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 3, 4, 5, 6, 7, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return now.Add(d) }
+	const s = time.Second
+	for _, tc := range []struct {
+		name     string
+		deadline time.Time
+		retryAt  time.Time
+		backoff  time.Duration
+		want     time.Time // zero when waiting cannot help
+		ok       bool
+	}{
+		{"budget spent exactly", at(0), time.Time{}, s, time.Time{}, false},
+		{"budget spent long ago", at(-time.Minute), time.Time{}, s, time.Time{}, false},
+		{"budget spent, retry known", at(0), at(2 * s), s, time.Time{}, false},
+		{"retry_at beyond the deadline", at(60 * s), at(61 * s), s, time.Time{}, false},
+		{"retry_at far beyond, short backoff", at(60 * s), at(time.Hour), time.Millisecond, time.Time{}, false},
+		{"retry_at between backoff and deadline", at(60 * s), at(30 * s), s, at(30 * s), true},
+		{"retry_at exactly at the deadline", at(60 * s), at(60 * s), s, at(60 * s), true},
+		{"retry_at before backoff ends", at(60 * s), at(500 * time.Millisecond), 2 * s, at(2 * s), true},
+		{"retry_at exactly at backoff end", at(60 * s), at(2 * s), 2 * s, at(2 * s), true},
+		{"backoff beyond the deadline", at(3 * s), time.Time{}, 20 * s, at(3 * s), true},
+		{"backoff beyond, retry_at before deadline", at(3 * s), at(2 * s), 20 * s, at(3 * s), true},
+		{"zero retry_at", at(60 * s), time.Time{}, 4 * s, at(4 * s), true},
+		{"retry_at in the past", at(60 * s), at(-10 * s), 4 * s, at(4 * s), true},
+		{"retry_at is now", at(60 * s), at(0), 4 * s, at(4 * s), true},
+		{"zero backoff, nothing known", at(60 * s), time.Time{}, 0, at(0), true},
+		{"deadline a nanosecond away", at(1), time.Time{}, s, at(1), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := holdUntil(now, tc.deadline, tc.retryAt, tc.backoff)
+			if ok != tc.ok || !got.Equal(tc.want) {
+				t.Errorf("holdUntil(now, now%+v, %v, %v) = (now%+v, %v), want (now%+v, %v)",
+					tc.deadline.Sub(now), tc.retryAt, tc.backoff, got.Sub(now), ok, tc.want.Sub(now), tc.ok)
+			}
+			if !ok && !got.IsZero() {
+				t.Errorf("not ok, but returned %v", got)
+			}
+		})
+	}
+}
+
+// TestHoldUntilProperties checks holdUntil's contract over random inputs:
+// when it says wait, the wait ends within the budget, never before the
+// backoff (or the deadline, if sooner), never before a known recovery and
+// never in the past; it refuses exactly when the budget is spent or the
+// recovery lies beyond it.
+func TestHoldUntilProperties(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	now := time.Date(2030, 3, 4, 5, 6, 7, 0, time.UTC)
+	span := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
+	for i := range 200_000 {
+		deadline := now.Add(span(-10*time.Second, time.Minute))
+		var retryAt time.Time
+		if rng.IntN(4) > 0 {
+			retryAt = now.Add(span(-30*time.Second, 90*time.Second))
+		}
+		backoff := holdBackoff(rng.IntN(15), rng.Float64())
+		if rng.IntN(10) == 0 {
+			backoff = span(0, time.Minute)
+		}
+		until, ok := holdUntil(now, deadline, retryAt, backoff)
+		wantOK := now.Before(deadline) && (retryAt.IsZero() || !retryAt.After(deadline))
+		if ok != wantOK {
+			t.Fatalf("case %d: holdUntil(now, now%+v, retry %v, %v) ok = %v, want %v",
+				i, deadline.Sub(now), retryAt, backoff, ok, wantOK)
+		}
+		if !ok {
+			continue
+		}
+		floor := now.Add(backoff)
+		if deadline.Before(floor) {
+			floor = deadline
+		}
+		switch {
+		case until.After(deadline):
+			t.Fatalf("case %d: waits until now%+v, after the deadline now%+v", i, until.Sub(now), deadline.Sub(now))
+		case until.Before(floor):
+			t.Fatalf("case %d: waits until now%+v, before min(now+%v, deadline now%+v)", i, until.Sub(now), backoff, deadline.Sub(now))
+		case !retryAt.IsZero() && until.Before(retryAt):
+			t.Fatalf("case %d: waits until now%+v, before retry_at now%+v", i, until.Sub(now), retryAt.Sub(now))
+		case until.Before(now):
+			t.Fatalf("case %d: waits until the past", i)
+		}
+	}
+}
