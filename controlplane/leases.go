@@ -168,31 +168,30 @@ func (l leaseService) claim(ctx context.Context, c candidate, keyID uuid.UUID, m
 }
 
 // routingView reads every account with its live leases and cooldown, and
-// the account the session is bound to, if it is still bound.
+// the account the session is bound to, if it is still bound: one query.
 func (s *Server) routingView(ctx context.Context, sessionKey string, now time.Time) ([]candidate, uuid.UUID, error) {
-	rows, err := s.q.ListAccounts(ctx)
-	if err != nil {
-		return nil, uuid.Nil, err
-	}
-	live, cooling, err := s.liveState(ctx, now)
+	rows, err := s.q.RoutingView(ctx, db.RoutingViewParams{Now: now, SessionKey: sessionKey, BoundSince: now.Add(-s.cfg.SessionTTL)})
 	if err != nil {
 		return nil, uuid.Nil, err
 	}
 	cands := make([]candidate, 0, len(rows))
+	session := uuid.Nil
 	for _, r := range rows {
-		c := candidate{account: r, live: live[r.ID]}
-		if cd, ok := cooling[r.ID]; ok {
-			c.cooldown = &cd
+		c := candidate{account: r.Account, live: r.Live}
+		if r.CooldownUntil != nil {
+			c.cooldown = &db.Cooldown{
+				AccountID: r.Account.ID,
+				Reason:    *r.CooldownReason,
+				Transient: r.CooldownTransient.Bool,
+				Until:     *r.CooldownUntil,
+				WrittenAt: *r.CooldownWrittenAt,
+				Evidence:  r.CooldownEvidence,
+			}
+		}
+		if r.SessionBound && sessionKey != "" {
+			session = r.Account.ID
 		}
 		cands = append(cands, c)
-	}
-	session := uuid.Nil
-	if sessionKey != "" {
-		id, err := s.q.SessionAccount(ctx, db.SessionAccountParams{SessionKey: sessionKey, Since: now.Add(-s.cfg.SessionTTL)})
-		if err != nil && !errors.Is(storeErr(err), ErrNotFound) {
-			return nil, uuid.Nil, err
-		}
-		session = id
 	}
 	return cands, session, nil
 }

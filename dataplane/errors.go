@@ -60,7 +60,8 @@ func writeAPIError(w http.ResponseWriter, requestID string, e *apiError) {
 		"request_id": requestID,
 	})
 	w.WriteHeader(e.status)
-	w.Write(body) //nolint:errcheck // the client may be gone; nothing to do
+	w.Write(body)                         //nolint:errcheck // the client may be gone; nothing to do
+	http.NewResponseController(w).Flush() //nolint:errcheck // as above
 }
 
 // retryAfterSeconds renders a wait as integer seconds, rounded up, at

@@ -49,6 +49,9 @@ func (b *bufferedResponse) write(w http.ResponseWriter) {
 	w.Header().Set("Content-Length", strconv.Itoa(len(b.body)))
 	w.WriteHeader(b.status)
 	w.Write(b.body) //nolint:errcheck // the client may be gone
+	// The client has its whole answer now, not after the lease's Release
+	// and the route report that follow.
+	http.NewResponseController(w).Flush() //nolint:errcheck // as above
 }
 
 // parseRetryAfter reads seconds (possibly fractional) or an HTTP date.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const createAccount = `-- name: CreateAccount :one
@@ -419,6 +420,87 @@ func (q *Queries) ResumeAccount(ctx context.Context, arg ResumeAccountParams) (A
 		&i.UpdatedAt,
 	)
 	return i, err
+}
+
+const routingView = `-- name: RoutingView :many
+SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.priority, a.paused, a.broken_reason, a.broken_at, a.auth_failures, a.credential_sealed, a.credential_revision, a.credential_hint, a.last_used_at, a.last_success_at, a.created_at, a.updated_at,
+    (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > $1)::integer AS live,
+    c.reason AS cooldown_reason,
+    c.transient AS cooldown_transient,
+    c.until AS cooldown_until,
+    c.written_at AS cooldown_written_at,
+    c.evidence AS cooldown_evidence,
+    coalesce(a.id = (SELECT s.account_id FROM session_bindings s
+                     WHERE s.session_key = $2 AND s.last_seen_at > $3), false)::boolean AS session_bound
+FROM accounts a
+LEFT JOIN cooldowns c ON c.account_id = a.id AND c.until > $1
+ORDER BY a.label
+`
+
+type RoutingViewParams struct {
+	Now        time.Time
+	SessionKey string
+	BoundSince time.Time
+}
+
+type RoutingViewRow struct {
+	Account           Account
+	Live              int32
+	CooldownReason    *string
+	CooldownTransient pgtype.Bool
+	CooldownUntil     *time.Time
+	CooldownWrittenAt *time.Time
+	CooldownEvidence  []byte
+	SessionBound      bool
+}
+
+// Everything routing needs in one round trip: every account with its live
+// lease count, its live cooldown if any, and whether the session is bound
+// to it.
+func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]RoutingViewRow, error) {
+	rows, err := q.db.Query(ctx, routingView, arg.Now, arg.SessionKey, arg.BoundSince)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RoutingViewRow{}
+	for rows.Next() {
+		var i RoutingViewRow
+		if err := rows.Scan(
+			&i.Account.ID,
+			&i.Account.Provider,
+			&i.Account.AuthKind,
+			&i.Account.Label,
+			&i.Account.BaseUrl,
+			&i.Account.MaxConcurrency,
+			&i.Account.Priority,
+			&i.Account.Paused,
+			&i.Account.BrokenReason,
+			&i.Account.BrokenAt,
+			&i.Account.AuthFailures,
+			&i.Account.CredentialSealed,
+			&i.Account.CredentialRevision,
+			&i.Account.CredentialHint,
+			&i.Account.LastUsedAt,
+			&i.Account.LastSuccessAt,
+			&i.Account.CreatedAt,
+			&i.Account.UpdatedAt,
+			&i.Live,
+			&i.CooldownReason,
+			&i.CooldownTransient,
+			&i.CooldownUntil,
+			&i.CooldownWrittenAt,
+			&i.CooldownEvidence,
+			&i.SessionBound,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const setPaused = `-- name: SetPaused :one

@@ -80,3 +80,20 @@ UPDATE accounts SET
     broken_reason = CASE WHEN broken_at IS NULL AND auth_failures + 1 >= @threshold::integer THEN @reason::text ELSE broken_reason END
 WHERE id = @id AND credential_revision = @credential_revision
 RETURNING auth_failures, (broken_at IS NOT NULL)::boolean AS broken;
+
+-- Everything routing needs in one round trip: every account with its live
+-- lease count, its live cooldown if any, and whether the session is bound
+-- to it.
+-- name: RoutingView :many
+SELECT sqlc.embed(a),
+    (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > @now)::integer AS live,
+    c.reason AS cooldown_reason,
+    c.transient AS cooldown_transient,
+    c.until AS cooldown_until,
+    c.written_at AS cooldown_written_at,
+    c.evidence AS cooldown_evidence,
+    coalesce(a.id = (SELECT s.account_id FROM session_bindings s
+                     WHERE s.session_key = @session_key AND s.last_seen_at > @bound_since), false)::boolean AS session_bound
+FROM accounts a
+LEFT JOIN cooldowns c ON c.account_id = a.id AND c.until > @now
+ORDER BY a.label;
