@@ -87,14 +87,15 @@ func recordOverload(ctx context.Context, q *db.Queries, provider, family string,
 
 // breakerGate says whether an Acquire for this family may proceed. When
 // the breaker is open it answers the NoAccount to return, unless this
-// request takes the one probe slot.
-func (s *Server) breakerGate(ctx context.Context, provider, family string, now time.Time) (*weirv1.NoAccount, error) {
+// request takes the one probe slot (probe is then true, and the caller
+// must give the slot back if it grants no lease).
+func (s *Server) breakerGate(ctx context.Context, provider, family string, now time.Time) (none *weirv1.NoAccount, probe bool, err error) {
 	b, err := s.q.GetBreaker(ctx, db.GetBreakerParams{Provider: provider, Family: family})
 	if errors.Is(storeErr(err), ErrNotFound) || (err == nil && b.OpenUntil == nil) {
-		return nil, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	closed := func(at time.Time) *weirv1.NoAccount {
 		return &weirv1.NoAccount{
@@ -104,18 +105,18 @@ func (s *Server) breakerGate(ctx context.Context, provider, family string, now t
 		}
 	}
 	if now.Before(*b.OpenUntil) {
-		return closed(*b.OpenUntil), nil
+		return closed(*b.OpenUntil), false, nil
 	}
 	until := now.Add(probeTTL)
 	_, err = s.q.ClaimProbe(ctx, db.ClaimProbeParams{Provider: provider, Family: family, ProbeUntil: &until, Now: now})
 	switch {
 	case err == nil:
 		s.metrics.probes.Inc()
-		return nil, nil // this request is the probe
+		return nil, true, nil // this request is the probe
 	case errors.Is(storeErr(err), ErrNotFound):
-		return closed(now.Add(breakerPoll)), nil
+		return closed(now.Add(breakerPoll)), false, nil
 	}
-	return nil, err
+	return nil, false, err
 }
 
 // settleBreaker applies an answer that was not an overload. Any real answer

@@ -56,7 +56,7 @@ func (l leaseService) Acquire(ctx context.Context, req *connect.Request[weirv1.A
 	return connect.NewResponse(resp), nil
 }
 
-func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (*weirv1.AcquireResponse, error) {
+func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (resp *weirv1.AcquireResponse, err error) {
 	key, err := l.s.q.ActiveKeyByHash(ctx, m.KeyHash)
 	if err != nil {
 		if errors.Is(storeErr(err), ErrNotFound) {
@@ -79,12 +79,24 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (*w
 		}
 	}
 	if m.Model != "" {
-		none, err := l.s.breakerGate(ctx, enumName(weirv1.Provider_PROVIDER_ANTHROPIC), modelFamily(m.Model), l.s.now())
+		provider, family := enumName(weirv1.Provider_PROVIDER_ANTHROPIC), modelFamily(m.Model)
+		none, probe, err := l.s.breakerGate(ctx, provider, family, l.s.now())
 		if err != nil {
 			return nil, l.s.fail(ctx, "acquire", err)
 		}
 		if none != nil {
 			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: none}}, nil
+		}
+		if probe {
+			defer func() {
+				if resp.GetLease() != nil {
+					return
+				}
+				// No account to probe with: the slot goes back at once.
+				if ferr := l.s.q.FreeProbe(context.WithoutCancel(ctx), db.FreeProbeParams{Provider: provider, Family: family, Now: l.s.now()}); ferr != nil {
+					l.s.log.ErrorContext(ctx, "free probe slot", "family", family, "err", ferr)
+				}
+			}()
 		}
 	}
 	for range claimAttempts {

@@ -239,7 +239,9 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 // help (the budget is spent, or the soonest recovery comes after it).
 func (s *Server) hold(ctx context.Context, rt *routing, retryAt time.Time, backoff bool, reason string) bool {
 	now := s.cfg.Now()
-	var wait time.Duration
+	// Even a wait on a known time lasts a little: a clock running ahead of
+	// the control plane's would otherwise see that time passed and spin.
+	wait := holdBackoffBase
 	if backoff {
 		wait = holdBackoff(rt.rounds, s.cfg.Rand())
 	}

@@ -121,7 +121,7 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 	if isEventStream(resp.Header) {
 		idle := time.AfterFunc(s.cfg.StreamIdleTimeout, func() { cancelAttempt(errStreamIdle) })
 		defer idle.Stop()
-		return s.relayStream(ctx, w, resp, in, o, func() { idle.Reset(s.cfg.StreamIdleTimeout) })
+		return s.relayStream(ctx, w, resp, in, o, idleWatch{idle, s.cfg.StreamIdleTimeout})
 	}
 	return s.relayWhole(ctx, w, resp, in, o)
 }
@@ -152,7 +152,7 @@ func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.R
 // output (message_start, content_block_start, ping) are held back: if the
 // upstream fails before producing output, nothing reached the client and
 // the request can still be replayed on another account.
-func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.Response, in *inbound, o *weirv1.Outcome, alive func()) attemptResult {
+func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.Response, in *inbound, o *weirv1.Outcome, idle idleWatch) attemptResult {
 	rc := http.NewResponseController(w)
 	sc := newSSEScanner(resp.Body)
 	var (
@@ -173,8 +173,11 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 		return rc.Flush()
 	}
 	for {
+		// The watch times the upstream only: writing to a slow client does
+		// not count as the upstream going quiet.
+		idle.resume()
 		ev, err := sc.next()
-		alive()
+		idle.pause()
 		if err != nil && resp.Request != nil && errors.Is(context.Cause(resp.Request.Context()), errStreamIdle) {
 			err = errStreamIdle
 		}
@@ -342,3 +345,21 @@ func (t *trackingWriter) Write(b []byte) (int, error) {
 
 // Unwrap lets http.ResponseController reach Flush.
 func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
+
+// idleWatch cuts an upstream stream that stays silent for its timeout.
+type idleWatch struct {
+	t       *time.Timer
+	timeout time.Duration
+}
+
+func (w idleWatch) resume() {
+	if w.t != nil {
+		w.t.Reset(w.timeout)
+	}
+}
+
+func (w idleWatch) pause() {
+	if w.t != nil {
+		w.t.Stop()
+	}
+}

@@ -39,7 +39,7 @@ func relay(t *testing.T, upstream io.Reader) (*httptest.ResponseRecorder, attemp
 		Body: io.NopCloser(upstream),
 	}
 	in := &inbound{requestID: "weir_r", stream: true}
-	res := s.relayStream(t.Context(), tw, resp, in, &weirv1.Outcome{}, func() {})
+	res := s.relayStream(t.Context(), tw, resp, in, &weirv1.Outcome{}, idleWatch{})
 	return rec, res
 }
 

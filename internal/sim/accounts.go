@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
+	"time"
 )
 
 // errNoAccount is returned when a control call names an account that the
@@ -18,53 +18,95 @@ var errNoAccount = errors.New("no such account")
 // fault queue of their own.
 const maxDiscovered = 1000
 
-// account is the live state of one scripted (or discovered) account. All
-// fields but faults are fixed once the account is registered; faults is
-// guarded by Server.mu.
+// account is the live state of one scripted (or discovered) account.
+// name, kind, revoked, fiveHour and sevenDay are fixed once the account is
+// registered; every other field is guarded by Server.mu.
 type account struct {
 	name       string
-	credential string // never logged
+	credential string // the current access token or key; never logged
 	kind       string
 	revoked    bool
 	fiveHour   float64
 	sevenDay   float64
 	faults     []Fault
+
+	windows *liveWindows // nil: the static utilizations above
+	// expires is when credentials of the account stop working: one with
+	// access_expires_in, those issued by a refresh, and those a refresh
+	// replaced (after their grace).
+	expires         map[string]time.Time
+	refreshToken    string // the current one; "" when not refreshable
+	accessLifetime  time.Duration
+	accessExpiresIn Duration // as scripted
+	refreshCalls    int
+	usageReadLimit  int // -1: no limit
+	usageReads      []time.Time
+	grants          []*grantState
+	grantResults    map[string]string // claim results by request_id
 }
 
 // registry is the current script in lookup form. Guarded by Server.mu.
 type registry struct {
 	acceptUnknown bool
-	order         []*account // script order, then discovered accounts
-	byCred        map[string]*account
+	order         []*account          // script order, then discovered accounts
+	byCred        map[string]*account // current and superseded credentials
 	byName        map[string]*account
+	byRefresh     map[string]*account // valid refresh tokens
+	usedRefresh   map[string]*account // refresh tokens a refresh used up
 	discovered    int
 }
 
-func newRegistry(sc Script) *registry {
+// newRegistry builds the registry of sc with the wall clock; the server
+// uses newRegistryAt with its own clock.
+func newRegistry(sc Script) *registry { return newRegistryAt(sc, time.Now()) }
+
+// newRegistryAt builds the registry of sc, resolving its relative times
+// (reset_in, expires_in, access_expires_in) against now.
+func newRegistryAt(sc Script, now time.Time) *registry {
 	reg := &registry{
 		acceptUnknown: sc.AcceptUnknown,
 		byCred:        map[string]*account{},
 		byName:        map[string]*account{},
+		byRefresh:     map[string]*account{},
+		usedRefresh:   map[string]*account{},
 	}
 	for _, as := range sc.Accounts {
 		a := &account{
-			name:       as.Name,
-			credential: as.Credential,
-			kind:       as.Kind,
-			revoked:    as.Revoked,
-			fiveHour:   as.FiveHourUtilization,
-			sevenDay:   as.SevenDayUtilization,
+			name:            as.Name,
+			credential:      as.Credential,
+			kind:            as.kind(),
+			revoked:         as.Revoked,
+			fiveHour:        as.FiveHourUtilization,
+			sevenDay:        as.SevenDayUtilization,
+			windows:         newLiveWindows(as.Windows, now),
+			expires:         map[string]time.Time{},
+			refreshToken:    as.RefreshToken,
+			accessLifetime:  defaultAccessLifetime,
+			accessExpiresIn: as.AccessExpiresIn,
+			usageReadLimit:  as.UsageReadsPer10m,
+			grantResults:    map[string]string{},
 		}
-		if a.kind == "" {
-			a.kind = KindAPIKey
-			if strings.HasPrefix(as.Credential, "sk-ant-oat") {
-				a.kind = KindOAuth
+		if as.AccessExpiresIn > 0 {
+			a.accessLifetime = time.Duration(as.AccessExpiresIn)
+			a.expires[a.credential] = now.Add(a.accessLifetime)
+		}
+		if a.usageReadLimit == 0 {
+			a.usageReadLimit = defaultUsageReadsPer10m
+		}
+		for _, g := range as.Grants {
+			gs := &grantState{id: g.ID, program: g.Program, expiresAt: g.ExpiresAt}
+			if g.ExpiresIn > 0 {
+				gs.expiresAt = now.Add(time.Duration(g.ExpiresIn))
 			}
+			a.grants = append(a.grants, gs)
 		}
 		for _, f := range as.Faults {
 			a.faults = append(a.faults, f.normalized())
 		}
 		reg.add(a)
+		if a.refreshToken != "" {
+			reg.byRefresh[a.refreshToken] = a
+		}
 	}
 	return reg
 }
@@ -79,7 +121,10 @@ func (reg *registry) add(a *account) {
 // AcceptUnknown, registering it so that faults can be queued for it.
 func (reg *registry) discover(cred, kind string) *account {
 	sum := sha256.Sum256([]byte(cred))
-	a := &account{name: "key-" + hex.EncodeToString(sum[:4]), credential: cred, kind: kind}
+	a := &account{
+		name: "key-" + hex.EncodeToString(sum[:4]), credential: cred, kind: kind,
+		expires: map[string]time.Time{}, usageReadLimit: defaultUsageReadsPer10m, grantResults: map[string]string{},
+	}
 	_, taken := reg.byName[a.name]
 	if !taken && reg.discovered < maxDiscovered {
 		reg.discovered++
@@ -95,7 +140,7 @@ func (s *Server) SetScript(sc Script) error {
 	if err := sc.Validate(); err != nil {
 		return fmt.Errorf("set script: %w", err)
 	}
-	reg := newRegistry(sc)
+	reg := newRegistryAt(sc, s.now())
 	s.mu.Lock()
 	s.reg = reg
 	s.mu.Unlock()
@@ -146,6 +191,7 @@ func (s *Server) takeFault(a *account, model string) (Fault, bool) {
 // script returns the current script with the remaining fault queues and
 // masked credentials.
 func (s *Server) script() Script {
+	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sc := Script{AcceptUnknown: s.reg.acceptUnknown, Accounts: []AccountScript{}}
@@ -162,6 +208,20 @@ func (s *Server) script() Script {
 		for _, f := range a.faults {
 			as.Faults = append(as.Faults, f.normalized())
 		}
+		if a.windows != nil {
+			a.windows.roll(now)
+			as.Windows = a.windows.script()
+		}
+		if a.refreshToken != "" {
+			as.RefreshToken = maskCredential(a.refreshToken)
+		}
+		as.AccessExpiresIn = a.accessExpiresIn
+		if a.usageReadLimit != defaultUsageReadsPer10m {
+			as.UsageReadsPer10m = a.usageReadLimit
+		}
+		for _, g := range a.grants {
+			as.Grants = append(as.Grants, Grant{ID: g.id, Program: g.program, ExpiresAt: g.expiresAt.UTC()})
+		}
 		sc.Accounts = append(sc.Accounts, as)
 	}
 	return sc
@@ -176,11 +236,15 @@ func maskCredential(c string) string {
 	return "…" + c[len(c)-4:]
 }
 
-// Reset clears every account's fault queue and the attempt log.
+// Reset clears every account's fault queue and the attempt log, with the
+// logs kept beside it: refresh counts and the usage endpoint's read
+// history. Windows, tokens and grants are account state and stay.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	for _, a := range s.reg.order {
 		a.faults = nil
+		a.refreshCalls = 0
+		a.usageReads = nil
 	}
 	s.mu.Unlock()
 	s.attempts.clear()

@@ -21,8 +21,11 @@ type Attempt struct {
 	// BodySHA256 is the hex SHA-256 of the request body as received.
 	BodySHA256 string `json:"body_sha256"`
 	// Outcome is "ok", the fault kind applied, or why the request was
-	// refused before any fault: "auth_error", "revoked", "invalid_request",
-	// "request_too_large", "not_found".
+	// refused before any fault: "auth_error", "revoked", "token_expired",
+	// "invalid_request", "request_too_large", "not_found", "usage_limit" (a
+	// full usage window). Requests to the usage endpoint can also be
+	// "rate_limited", to the token endpoint "invalid_grant", and grant
+	// claims are logged with their result ("reset", "not_limited", …).
 	Outcome string `json:"outcome"`
 	// Status is the HTTP status sent: 0 when the connection was dropped
 	// before any header, 499 when the client went away during slow_headers.

@@ -19,6 +19,10 @@ const (
 	outcomeInvalidRequest = "invalid_request"
 	outcomeTooLarge       = "request_too_large"
 	outcomeNotFound       = "not_found"
+	outcomeTokenExpired   = "token_expired"
+	outcomeUsageLimit     = "usage_limit"
+	outcomeRateLimited    = "rate_limited"
+	outcomeInvalidGrant   = "invalid_grant"
 )
 
 // authResult is who a request authenticated as, or why it did not.
@@ -52,10 +56,16 @@ func (s *Server) authenticate(h http.Header) authResult {
 		return authResult{fail: invalid, outcome: outcomeAuthError}
 	}
 
+	now := s.now()
 	s.mu.Lock()
 	a := s.reg.byCred[cred]
 	if a == nil && s.reg.acceptUnknown {
 		a = s.reg.discover(cred, kind)
+	}
+	expired := false
+	if a != nil {
+		exp, ok := a.expires[cred]
+		expired = ok && !now.Before(exp)
 	}
 	s.mu.Unlock()
 
@@ -64,9 +74,14 @@ func (s *Server) authenticate(h http.Header) authResult {
 		return authResult{fail: invalid, outcome: outcomeAuthError}
 	case a.revoked:
 		return authResult{acct: a, fail: revokedMessage(a), outcome: FaultRevoked}
+	case expired:
+		return authResult{acct: a, fail: expiredMessage, outcome: outcomeTokenExpired}
 	}
 	return authResult{acct: a}
 }
+
+// expiredMessage is what the real API says about an expired OAuth token.
+const expiredMessage = "OAuth token has expired"
 
 // revokedMessage is what the real API says about a revoked credential.
 func revokedMessage(a *account) string {

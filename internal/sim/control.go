@@ -16,6 +16,9 @@ func (s *Server) registerControl(mux *http.ServeMux) {
 	mux.HandleFunc("POST /_sim/accounts/{name}/faults", s.postFaults)
 	mux.HandleFunc("GET /_sim/attempts", s.getAttempts)
 	mux.HandleFunc("POST /_sim/reset", s.postReset)
+	mux.HandleFunc("GET /_sim/accounts/{name}/windows", s.getWindows)
+	mux.HandleFunc("GET /_sim/clock", s.getClock)
+	mux.HandleFunc("POST /_sim/clock", s.postClock)
 	mux.HandleFunc("/_sim/", func(w http.ResponseWriter, r *http.Request) {
 		controlError(w, http.StatusNotFound, "no such control endpoint: "+r.Method+" "+r.URL.Path)
 	})
@@ -83,4 +86,14 @@ func (s *Server) getAttempts(w http.ResponseWriter, r *http.Request) {
 func (s *Server) postReset(w http.ResponseWriter, r *http.Request) {
 	s.Reset()
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// getWindows answers an account's live windows (WindowsState).
+func (s *Server) getWindows(w http.ResponseWriter, r *http.Request) {
+	st, err := s.Windows(r.PathValue("name"))
+	if err != nil {
+		controlError(w, http.StatusNotFound, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
 }

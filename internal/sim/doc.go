@@ -10,4 +10,83 @@
 // A Server is an http.Handler serving both the API (/v1/...) and a JSON
 // control API under /_sim/ for changing the script and reading the log of
 // attempts while it runs.
+//
+// # Subscription accounts
+//
+// OAuth accounts can opt into more of the real service's behaviour through
+// script fields that are absent by default (an account without them
+// behaves exactly as before):
+//
+//   - windows: live usage windows, a five-hour and a seven-day one, weekly
+//     windows per model family ("opus", "sonnet") and an overage state.
+//     Each has a token limit, what is used when the script loads and its
+//     reset (resets_at, or reset_in from the sim clock). A successful
+//     /v1/messages request adds its input and output tokens to five_hour,
+//     seven_day and the window of its model's family; at its reset a
+//     window empties and the next reset is one period later. A request
+//     that draws on a full window gets a 429 rate_limit_error with
+//     anthropic-ratelimit-unified-status: rejected, the rejecting windows
+//     at 1.0, the representative claim (the rejecting window that resets
+//     last) and its reset, retry-after until then and x-should-retry: true;
+//     it uses up no fault. A full family window rejects only its family.
+//     Successes report the live windows in the unified headers, this
+//     request included, saturated at 0.99 as production does; a family
+//     window's headers use the infix "7d_oi" unless it sets another.
+//   - GET /api/oauth/usage (bearer plus the oauth beta): the windows in
+//     percent (0..100), null where the account has none, extra_usage, and
+//     with ?include_grants=true the reset grants. It allows 4 reads in any
+//     rolling 10 minutes per account (usage_reads_per_10m; -1: no limit),
+//     then 429 with retry-after until a read frees up. Accounts without
+//     windows report their static five_hour/seven_day utilizations.
+//   - refresh_token: POST /v1/oauth/token with
+//     {"grant_type":"refresh_token","refresh_token":…,"client_id":…}
+//     rotates both tokens. The refresh token is spent at once (a second
+//     use, even a concurrent one, gets 400 invalid_grant); the replaced
+//     access token works for 60 seconds more, then gets 401 "OAuth token
+//     has expired"; issued access tokens live access_expires_in, or 8
+//     hours. access_expires_in also makes the scripted credential expire.
+//     Server.TokenRefreshes counts the calls per account.
+//   - grants: banked resets, claimed with POST
+//     /api/organizations/{org}/reset_rate_limits and
+//     {"program","grant_id","request_id"}. The result is reset (the weekly
+//     and family windows were full and are now empty), not_limited (nothing
+//     spent), already_used, unavailable (expired) or ineligible (unknown
+//     grant); a request_id seen before gets its first result again.
+//
+// Every read of the usage endpoint, token request and grant claim is
+// logged in the attempt log under its path.
+//
+// # Time
+//
+// Windows, token expiry, grant expiry and the usage read limit all run on
+// Config.Now. With Config.ManualClock the simulator keeps its own virtual
+// time, starting at Config.Now(), that moves only with Server.Advance or
+// POST /_sim/clock {"advance":"2h"} (409 without a manual clock), so that a
+// test can cross a weekly reset without waiting. GET
+// /_sim/accounts/{name}/windows and Server.Windows show an account's live
+// windows.
+//
+// # Example script
+//
+//	{
+//	  "accept_unknown": false,
+//	  "accounts": [
+//	    {"name": "team", "credential": "sk-ant-api03-team0000000000000000", "kind": "api_key"},
+//	    {"name": "max", "credential": "sk-ant-oat01-max00000000000000000", "kind": "oauth",
+//	     "refresh_token": "sk-ant-ort01-max00000000000000000",
+//	     "access_expires_in": "8h",
+//	     "usage_reads_per_10m": 4,
+//	     "windows": {
+//	       "five_hour": {"limit": 200000, "used": 50000, "reset_in": "3h"},
+//	       "seven_day": {"limit": 2000000, "used": 1880000, "resets_at": "2026-03-07T10:00:00Z"},
+//	       "families": {
+//	         "opus": {"limit": 500000, "used": 500000, "reset_in": "51811s",
+//	                  "claim": "seven_day_overage_included", "header": "7d_oi"}
+//	       },
+//	       "overage": {"status": "rejected", "disabled_reason": "org_level_disabled"}
+//	     },
+//	     "grants": [{"id": "g1", "program": "max-resets", "expires_in": "168h"}],
+//	     "faults": [{"kind": "overloaded", "times": 2}]}
+//	  ]
+//	}
 package sim

@@ -80,7 +80,7 @@ func (x *exchange) rateLimit(f Fault) {
 	now := x.s.now()
 	switch {
 	case f.Unified != nil:
-		setUnified(x.w.Header(), now, x.acct, f.Unified)
+		setUnified(x.w.Header(), now, x.s.unifiedView(x.acct, x.req.Model, now, false), f.Unified)
 	case x.acct.kind == KindAPIKey:
 		reset := now.Add(time.Minute)
 		if f.RetryAfter > 0 {
@@ -88,7 +88,37 @@ func (x *exchange) rateLimit(f Fault) {
 		}
 		setAPIKeyLimits(x.w.Header(), apiKeyUsage{reset: reset})
 	}
-	x.failRetryable(f, http.StatusTooManyRequests, "rate_limit_error", "This request would exceed your account's rate limit. Please try again later.")
+	x.failRetryable(f, http.StatusTooManyRequests, "rate_limit_error", rateLimitMessage)
+}
+
+// rateLimitMessage is the message of every 429 rate_limit_error.
+const rateLimitMessage = "This request would exceed your account's rate limit. Please try again later."
+
+// usageLimited answers 429 when a live usage window the request draws on
+// is full: the unified rejection headers, retry-after until the
+// representative claim resets, x-should-retry: true. It reports whether it
+// answered.
+func (x *exchange) usageLimited() bool {
+	if x.acct == nil {
+		return false
+	}
+	now := x.s.now()
+	v := x.s.unifiedView(x.acct, x.req.Model, now, true)
+	if !v.rejected {
+		return false
+	}
+	h := x.w.Header()
+	rep := setUnifiedRejected(h, v)
+	h.Set("retry-after", strconv.FormatInt(secondsUntil(now, rep.reset), 10))
+	h.Set("x-should-retry", "true")
+	x.fail(outcomeUsageLimit, http.StatusTooManyRequests, "rate_limit_error", rateLimitMessage)
+	return true
+}
+
+// secondsUntil is t-now in whole seconds, rounded up, at least 1.
+func secondsUntil(now, t time.Time) int64 {
+	d := t.Sub(now)
+	return max(1, int64((d+time.Second-1)/time.Second))
 }
 
 // truncatedMessage sends the headers and half of a non-streamed reply, then

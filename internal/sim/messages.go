@@ -112,6 +112,11 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		x.fail(outcomeInvalidRequest, http.StatusBadRequest, "invalid_request_error", x.problem)
 		return
 	}
+	// A full usage window turns the request away before it reaches the
+	// fault queue, so that no fault is used up by it.
+	if x.usageLimited() {
+		return
+	}
 	if f, ok := s.takeFault(x.acct, x.req.Model); ok {
 		x.applyFault(f)
 		return
@@ -120,8 +125,11 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	x.succeed()
 }
 
-// succeed answers with the reply, streamed or not.
+// succeed answers with the reply, streamed or not. Its tokens are added to
+// the account's usage windows first, so that the unified headers include
+// this request, as they do in production.
 func (x *exchange) succeed() {
+	x.s.charge(x.acct, x.req.Model, x.inputTokens()+x.s.reply.outputTokens)
 	if x.req.Stream {
 		x.stream(nil)
 		return

@@ -23,7 +23,7 @@ const (
 func (x *exchange) setRateLimitHeaders() {
 	now := x.s.now()
 	if x.acct.kind == KindOAuth {
-		setUnified(x.w.Header(), now, x.acct, nil)
+		setUnified(x.w.Header(), now, x.s.unifiedView(x.acct, x.req.Model, now, false), nil)
 		return
 	}
 	setAPIKeyLimits(x.w.Header(), apiKeyUsage{
@@ -64,30 +64,29 @@ var claimKeys = map[string]string{
 }
 
 // setUnified writes the unified headers of an OAuth account: allowed (or
-// allowed_warning) from the account's utilizations, or, with rej, rejected
-// with the claimed window at utilization 1.0.
-func setUnified(h http.Header, now time.Time, a *account, rej *UnifiedRejection) {
-	windows := []window{
-		{key: "5h", claim: ClaimFiveHour, utilization: a.fiveHour, status: allowedStatus(a.fiveHour), reset: fiveHourReset(now)},
-		{key: "7d", claim: ClaimSevenDay, utilization: a.sevenDay, status: allowedStatus(a.sevenDay), reset: sevenDayReset(now)},
-	}
+// allowed_warning) from the windows of v, or, with rej, rejected with the
+// claimed window at utilization 1.0.
+func setUnified(h http.Header, now time.Time, v unifiedView, rej *UnifiedRejection) {
+	windows := v.windows
 
 	// Without a rejection the representative claim is the fullest window.
-	rep := windows[0]
-	if windows[1].utilization > rep.utilization {
-		rep = windows[1]
+	var rep *window
+	for i := range windows {
+		if rep == nil || windows[i].utilization > rep.utilization {
+			rep = &windows[i]
+		}
 	}
-	status := allowedStatus(rep.utilization)
+	status := "allowed"
+	if rep != nil {
+		status = allowedStatus(rep.utilization)
+	}
 
 	if rej != nil {
 		reset := now.Add(time.Duration(rej.ResetIn))
 		if rej.ResetIn == 0 {
-			reset = sevenDayReset(now)
-			if rej.Claim == ClaimFiveHour {
-				reset = fiveHourReset(now)
-			}
+			reset = regularReset(now, rej.Claim, windows)
 		}
-		rep = window{claim: rej.Claim, reset: reset}
+		rep = &window{claim: rej.Claim, reset: reset}
 		status = "rejected"
 		if key, ok := claimKeys[rej.Claim]; ok {
 			rejected := window{key: key, claim: rej.Claim, utilization: 1, status: "rejected", reset: reset}
@@ -102,16 +101,59 @@ func setUnified(h http.Header, now time.Time, a *account, rej *UnifiedRejection)
 			}
 		}
 	}
+	writeUnified(h, status, rep, windows, v.overage)
+}
 
+// regularReset is the reset a rejection fault without reset_in claims: the
+// claimed window's own reset when the account has it, else the simulator's
+// regular reset of five_hour or of a weekly window.
+func regularReset(now time.Time, claim string, windows []window) time.Time {
+	for _, w := range windows {
+		if w.claim == claim {
+			return w.reset
+		}
+	}
+	if claim == ClaimFiveHour {
+		return fiveHourReset(now)
+	}
+	return sevenDayReset(now)
+}
+
+// setUnifiedRejected writes the unified headers of a request that a full
+// live window rejects. The representative claim is the rejecting window
+// that resets last, since the request cannot pass before; it is returned.
+func setUnifiedRejected(h http.Header, v unifiedView) window {
+	var rep *window
+	for i, w := range v.windows {
+		if w.status == "rejected" && (rep == nil || w.reset.After(rep.reset)) {
+			rep = &v.windows[i]
+		}
+	}
+	writeUnified(h, "rejected", rep, v.windows, v.overage)
+	return *rep
+}
+
+// writeUnified writes the unified header family: the overall status, the
+// representative claim and its reset (when there is one), each window's
+// status, utilization and reset, and the overage state when scripted.
+func writeUnified(h http.Header, status string, rep *window, windows []window, overage *Overage) {
 	h.Set(unifiedPrefix+"status", status)
-	h.Set(unifiedPrefix+"representative-claim", rep.claim)
-	h.Set(unifiedPrefix+"reset", epoch(rep.reset))
+	if rep != nil {
+		h.Set(unifiedPrefix+"representative-claim", rep.claim)
+		h.Set(unifiedPrefix+"reset", epoch(rep.reset))
+	}
 	for _, w := range windows {
 		h.Set(unifiedPrefix+w.key+"-status", w.status)
 		h.Set(unifiedPrefix+w.key+"-utilization", formatUtilization(w.utilization))
 		h.Set(unifiedPrefix+w.key+"-reset", epoch(w.reset))
 	}
 	h.Set(unifiedPrefix+"fallback-percentage", "0.5")
+	if overage != nil {
+		h.Set(unifiedPrefix+"overage-status", overage.Status)
+		if overage.DisabledReason != "" {
+			h.Set(unifiedPrefix+"overage-disabled-reason", overage.DisabledReason)
+		}
+	}
 }
 
 // apiKeyUsage is what the per-key limit headers report.

@@ -51,6 +51,43 @@ type AccountScript struct {
 	// applying to Times attempts). A fault scoped to a model is skipped, not
 	// consumed, by requests for other models.
 	Faults []Fault `json:"faults"`
+
+	// The fields below are opt-in and valid for oauth accounts only; left
+	// out, the account behaves as it always has.
+
+	// Windows, when set, gives the account live usage windows: successful
+	// messages fill them, a full window answers 429 with the unified
+	// rejection headers, the unified headers of successes report them
+	// (instead of FiveHourUtilization and SevenDayUtilization), and so
+	// does GET /api/oauth/usage.
+	Windows *Windows `json:"windows,omitempty"`
+	// RefreshToken makes the account refreshable through POST
+	// /v1/oauth/token; every refresh rotates both tokens.
+	RefreshToken string `json:"refresh_token,omitempty"`
+	// AccessExpiresIn, when set, makes Credential expire that long after
+	// the script is loaded (sim clock); it also is the lifetime of access
+	// tokens issued by a refresh, which otherwise live 8 hours.
+	AccessExpiresIn Duration `json:"access_expires_in,omitempty"`
+	// UsageReadsPer10m is how many reads of GET /api/oauth/usage the
+	// account allows in any rolling 10 minutes: 0 means 4, -1 means no
+	// limit.
+	UsageReadsPer10m int `json:"usage_reads_per_10m,omitempty"`
+	// Grants are the account's banked rate-limit resets, claimed through
+	// POST /api/organizations/{org}/reset_rate_limits.
+	Grants []Grant `json:"grants,omitempty"`
+}
+
+// kind is the account's kind, inferred from the credential when the
+// script leaves it empty.
+func (as AccountScript) kind() string {
+	switch {
+	case as.Kind != "":
+		return as.Kind
+	case strings.HasPrefix(as.Credential, "sk-ant-oat"):
+		return KindOAuth
+	default:
+		return KindAPIKey
+	}
 }
 
 // Fault kinds.
@@ -151,6 +188,7 @@ func (sc Script) Validate() error {
 	var errs []error
 	names := map[string]int{}
 	creds := map[string]int{}
+	refresh := map[string]int{}
 	for i, a := range sc.Accounts {
 		field := fmt.Sprintf("accounts[%d]", i)
 		switch {
@@ -185,6 +223,18 @@ func (sc Script) Validate() error {
 			errs = append(errs, fmt.Errorf("%s.seven_day_utilization: %v is outside 0..1", field, a.SevenDayUtilization))
 		}
 		errs = append(errs, validateFaults(field+".faults", a.Faults))
+		errs = append(errs, validateOAuthExtras(field, a))
+		if a.RefreshToken != "" {
+			if j, dup := refresh[a.RefreshToken]; dup {
+				errs = append(errs, fmt.Errorf("%s.refresh_token: already used by accounts[%d]", field, j))
+			}
+			refresh[a.RefreshToken] = i
+		}
+	}
+	for i, a := range sc.Accounts {
+		if j, clash := creds[a.RefreshToken]; clash && a.RefreshToken != "" {
+			errs = append(errs, fmt.Errorf("accounts[%d].refresh_token: is the credential of accounts[%d]", i, j))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -20,9 +20,13 @@ type Config struct {
 	// Logger receives one record per attempt and per control change.
 	// Default: discard.
 	Logger *slog.Logger
-	// Now is the clock for rate-limit reset times, ids and attempt times.
-	// Default: time.Now.
+	// Now is the clock for rate-limit reset times, usage windows, token
+	// and grant expiry, ids and attempt times. Default: time.Now.
 	Now func() time.Time
+	// ManualClock, when true, gives the simulator its own virtual time: it
+	// starts at Now() and moves only through Server.Advance or POST
+	// /_sim/clock. Latencies (DeltaDelay, slow_headers) stay real time.
+	ManualClock bool
 	// DeltaDelay is the pause between streamed content_block_delta events.
 	// Default: 0.
 	DeltaDelay time.Duration
@@ -52,6 +56,7 @@ func (c Config) Validate() error {
 type Server struct {
 	log        *slog.Logger
 	now        func() time.Time
+	clock      *manualClock // nil unless Config.ManualClock
 	deltaDelay time.Duration
 	reply      reply
 	mux        *http.ServeMux
@@ -75,7 +80,6 @@ func New(cfg Config) *Server {
 		log:        cfg.Logger,
 		now:        cfg.Now,
 		deltaDelay: cfg.DeltaDelay,
-		reg:        newRegistry(cfg.Script),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -83,6 +87,11 @@ func New(cfg Config) *Server {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	if cfg.ManualClock {
+		s.clock = &manualClock{t: s.now()}
+		s.now = s.clock.now
+	}
+	s.reg = newRegistryAt(cfg.Script, s.now())
 	deltas := cfg.Deltas
 	if deltas == 0 {
 		deltas = 8
@@ -93,6 +102,9 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("POST /v1/messages", s.handleMessages)
 	s.mux.HandleFunc("POST /v1/messages/count_tokens", s.handleCountTokens)
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
+	s.mux.HandleFunc("GET /api/oauth/usage", s.handleUsage)
+	s.mux.HandleFunc("POST /v1/oauth/token", s.handleToken)
+	s.mux.HandleFunc("POST /api/organizations/{org}/reset_rate_limits", s.handleResetRateLimits)
 	s.mux.HandleFunc("/", s.handleNotFound)
 	s.registerControl(s.mux)
 	return s
