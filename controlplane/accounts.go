@@ -76,17 +76,13 @@ func (a accountService) ListAccounts(ctx context.Context, _ *connect.Request[wei
 	if err != nil {
 		return nil, a.s.fail(ctx, "list accounts", err)
 	}
-	live, cooling, err := a.s.liveState(ctx, now)
+	st, err := a.s.liveState(ctx, now)
 	if err != nil {
 		return nil, a.s.fail(ctx, "list accounts", err)
 	}
 	out := make([]*weirv1.Account, 0, len(rows))
 	for _, r := range rows {
-		var cd *db.Cooldown
-		if c, ok := cooling[r.ID]; ok {
-			cd = &c
-		}
-		out = append(out, accountProto(r, cd, live[r.ID]))
+		out = append(out, st.account(r))
 	}
 	return connect.NewResponse(&weirv1.ListAccountsResponse{Accounts: out}), nil
 }
@@ -203,7 +199,10 @@ func (a accountService) ResumeAccount(ctx context.Context, req *connect.Request[
 		if row, err = q.ResumeAccount(ctx, db.ResumeAccountParams{ID: row.ID, Now: a.s.now()}); err != nil {
 			return storeErr(err)
 		}
-		_, err = q.ClearCooldown(ctx, row.ID)
+		if _, err = q.ClearCooldown(ctx, row.ID); err != nil {
+			return err
+		}
+		_, err = q.ClearFamilyGates(ctx, row.ID)
 		return err
 	})
 	if err != nil {
@@ -242,37 +241,72 @@ func (s *Server) findAccount(ctx context.Context, idOrLabel string) (db.Account,
 	return row, storeErr(err)
 }
 
-// liveState reads live lease counts and live cooldowns for every account.
-func (s *Server) liveState(ctx context.Context, now time.Time) (map[uuid.UUID]int32, map[uuid.UUID]db.Cooldown, error) {
+// liveAccounts is the live state of every account: lease counts,
+// cooldowns, family gates and usage windows.
+type liveAccounts struct {
+	live    map[uuid.UUID]int32
+	cooling map[uuid.UUID]db.Cooldown
+	gates   map[uuid.UUID][]db.FamilyGate
+	usage   map[uuid.UUID]accountUsage
+}
+
+// liveState reads live lease counts, cooldowns, family gates and usage
+// windows for every account.
+func (s *Server) liveState(ctx context.Context, now time.Time) (liveAccounts, error) {
 	counts, err := s.q.LiveLeaseCounts(ctx, now)
 	if err != nil {
-		return nil, nil, err
+		return liveAccounts{}, err
 	}
 	cds, err := s.q.LiveCooldowns(ctx, now)
 	if err != nil {
-		return nil, nil, err
+		return liveAccounts{}, err
 	}
-	live := make(map[uuid.UUID]int32, len(counts))
+	gates, err := s.q.LiveFamilyGates(ctx, now)
+	if err != nil {
+		return liveAccounts{}, err
+	}
+	usage, err := s.usageView(ctx)
+	if err != nil {
+		return liveAccounts{}, err
+	}
+	st := liveAccounts{
+		live:    make(map[uuid.UUID]int32, len(counts)),
+		cooling: make(map[uuid.UUID]db.Cooldown, len(cds)),
+		gates:   make(map[uuid.UUID][]db.FamilyGate),
+		usage:   usage,
+	}
 	for _, c := range counts {
-		live[c.AccountID] = c.Live
+		st.live[c.AccountID] = c.Live
 	}
-	cooling := make(map[uuid.UUID]db.Cooldown, len(cds))
 	for _, c := range cds {
-		cooling[c.AccountID] = c
+		st.cooling[c.AccountID] = c
 	}
-	return live, cooling, nil
+	for _, g := range gates {
+		st.gates[g.AccountID] = append(st.gates[g.AccountID], g)
+	}
+	return st, nil
+}
+
+// account is r as operators see it, with its live state.
+func (st liveAccounts) account(r db.Account) *weirv1.Account {
+	var cd *db.Cooldown
+	if c, ok := st.cooling[r.ID]; ok {
+		cd = &c
+	}
+	a := accountProto(r, cd, st.live[r.ID])
+	for _, g := range st.gates[r.ID] {
+		a.FamilyGates = append(a.FamilyGates, familyGateProto(g))
+	}
+	st.usage[r.ID].fill(a)
+	return a
 }
 
 func (s *Server) accountView(ctx context.Context, row db.Account) (*weirv1.Account, error) {
-	live, cooling, err := s.liveState(ctx, s.now())
+	st, err := s.liveState(ctx, s.now())
 	if err != nil {
 		return nil, err
 	}
-	var cd *db.Cooldown
-	if c, ok := cooling[row.ID]; ok {
-		cd = &c
-	}
-	return accountProto(row, cd, live[row.ID]), nil
+	return st.account(row), nil
 }
 
 func accountProto(r db.Account, cd *db.Cooldown, inFlight int32) *weirv1.Account {
@@ -318,6 +352,15 @@ func cooldownProto(c db.Cooldown) *weirv1.Cooldown {
 		WrittenAt: timestamppb.New(c.WrittenAt),
 		Transient: c.Transient,
 		Evidence:  evidenceSummary(c.Evidence),
+	}
+}
+
+func familyGateProto(g db.FamilyGate) *weirv1.FamilyGate {
+	return &weirv1.FamilyGate{
+		Family:    g.Family,
+		Until:     timestamppb.New(g.Until),
+		WrittenAt: timestamppb.New(g.WrittenAt),
+		Evidence:  evidenceSummary(g.Evidence),
 	}
 }
 

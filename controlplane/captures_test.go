@@ -92,7 +92,8 @@ func TestDecideCaptures(t *testing.T) {
 	type want struct {
 		action     weirv1.Action
 		reason     weirv1.CooldownReason // UNSPECIFIED: no cooldown
-		until      time.Time
+		until      time.Time             // the cooldown's, or the gate's
+		gate       bool                  // a family gate for opus instead of a cooldown
 		retryAfter time.Duration
 		success    bool
 		overload   bool
@@ -113,9 +114,12 @@ func TestDecideCaptures(t *testing.T) {
 		limited   = weirv1.CooldownReason_COOLDOWN_REASON_RATE_LIMITED
 	)
 	wants := map[string]want{
-		// retry-after and the unified reset agree: the weekly window's end.
-		"429-weekly-rejected": {action: failover, reason: limited, until: time.Unix(1785736800, 0),
-			summary: "rate_limited, status 429, rate_limit_error, retry-after 51811, unified rejected"},
+		// Only the scoped 7d_oi window is spent; 5h and 7d still have room
+		// (7d at 0.94 is a warning, not a rejection). The account keeps
+		// serving other families: an opus gate until the window's reset,
+		// no account-wide cooldown.
+		"429-weekly-rejected": {action: failover, gate: true, until: time.Unix(1785736800, 0),
+			summary: "rate_limited, status 429, rate_limit_error, retry-after 51811, unified rejected, 7d_oi rejected"},
 		"429-burst": {action: failover, reason: limited, until: date("Sun, 02 Aug 2026 15:40:02 GMT"),
 			summary: "rate_limited, status 429, rate_limit_error, retry-after 2"},
 		"529-overloaded":              {action: retrySame, retryAfter: time.Second, overload: true},
@@ -140,10 +144,25 @@ func TestDecideCaptures(t *testing.T) {
 			}
 			now := date(c.date)
 			o := &weirv1.Outcome{Class: c.class, Status: c.status, ErrorType: c.errType, Headers: maps.Clone(c.headers)}
-			d := decide(o, 1, now)
+			d := decide(o, captureFacts(c.headers), now)
 			if d.action != w.action || d.retryAfter != w.retryAfter || d.success != w.success || d.overload != w.overload {
 				t.Errorf("decision %v retry_after %v success %v overload %v, want %v %v %v %v",
 					d.action, d.retryAfter, d.success, d.overload, w.action, w.retryAfter, w.success, w.overload)
+			}
+			if w.gate {
+				if d.cooldown != nil {
+					t.Errorf("cooldown %v until %v, want a family gate only", d.cooldown.reason, d.cooldown.until)
+				}
+				if d.gate == nil || d.gate.family != "opus" || !d.gate.until.Equal(w.until) {
+					t.Fatalf("gate %+v, want opus until %v", d.gate, w.until)
+				}
+				if got := evidenceSummary(d.gate.evidence); got != w.summary {
+					t.Errorf("evidence %q, want %q", got, w.summary)
+				}
+				return
+			}
+			if d.gate != nil {
+				t.Errorf("gate %+v, want none", d.gate)
 			}
 			if w.reason == weirv1.CooldownReason_COOLDOWN_REASON_UNSPECIFIED {
 				if d.cooldown != nil {
@@ -165,9 +184,18 @@ func TestDecideCaptures(t *testing.T) {
 	}
 }
 
+// captureFacts is the account a capture came from: the unified headers
+// come only from subscription (OAuth) accounts; the weekly capture was a
+// request for an opus model.
+func captureFacts(h map[string]string) attemptFacts {
+	_, oauth := h["anthropic-ratelimit-unified-status"]
+	return attemptFacts{authFailures: 1, oauth: oauth, family: "opus"}
+}
+
 // TestDecideWeeklyCaptureWithoutRetryAfter: if something on the way drops
-// retry-after, the unified reset alone still cools the account until the
-// weekly window ends, not for the one-minute default.
+// retry-after and the scoped window's own reset, the representative
+// claim's unified reset still gates the family until the weekly window
+// ends, not for the one-hour default.
 func TestDecideWeeklyCaptureWithoutRetryAfter(t *testing.T) {
 	t.Parallel()
 	c := captureOutcomes[0]
@@ -176,15 +204,16 @@ func TestDecideWeeklyCaptureWithoutRetryAfter(t *testing.T) {
 	}
 	h := maps.Clone(c.headers)
 	delete(h, "retry-after")
+	delete(h, "anthropic-ratelimit-unified-7d_oi-reset")
 	now, err := http.ParseTime(c.date)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := decide(&weirv1.Outcome{Class: c.class, Status: c.status, Headers: h}, 0, now)
-	if d.cooldown == nil || !d.cooldown.until.Equal(time.Unix(1785736800, 0)) {
-		t.Fatalf("cooldown %+v, want until the unified reset 1785736800", d.cooldown)
+	d := decide(&weirv1.Outcome{Class: c.class, Status: c.status, Headers: h}, captureFacts(h), now)
+	if d.cooldown != nil || d.gate == nil || !d.gate.until.Equal(time.Unix(1785736800, 0)) {
+		t.Fatalf("cooldown %+v gate %+v, want an opus gate until the unified reset 1785736800", d.cooldown, d.gate)
 	}
-	if d.cooldown.until.Sub(now) != 51811*time.Second {
-		t.Errorf("cooldown of %v, want 51811s", d.cooldown.until.Sub(now))
+	if d.gate.until.Sub(now) != 51811*time.Second {
+		t.Errorf("gate of %v, want 51811s", d.gate.until.Sub(now))
 	}
 }

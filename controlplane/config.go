@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,6 +44,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock for every time written to Postgres. Default time.Now.
 	Now func() time.Time
+	// UsageClient reads the upstream usage endpoint of OAuth accounts.
+	// Default: a client with a 10s overall timeout.
+	UsageClient *http.Client
 	// Registry receives the control plane's metrics. Default: a new one.
 	Registry *prometheus.Registry
 	// DisableJobs skips River (tests that drive jobs by hand).
@@ -99,5 +103,8 @@ func (c *Config) setDefaults() {
 	}
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
+	}
+	if c.UsageClient == nil {
+		c.UsageClient = &http.Client{Timeout: 10 * time.Second}
 	}
 }

@@ -33,11 +33,16 @@ const (
 type decision struct {
 	action   weirv1.Action
 	cooldown *cooldownWrite
+	// gate excludes the account for one model family only.
+	gate *gateWrite
 	// retryAfter is the wait before ACTION_RETRY_SAME.
 	retryAfter time.Duration
 	// success and authFailure update the account's record; overload feeds
-	// the family's breaker.
-	success, authFailure, overload bool
+	// the family's breaker; quotaBackoff counts an account-wide quota
+	// rejection that had no usable reset.
+	success, authFailure, overload, quotaBackoff bool
+	// rung is the 429 ladder's rung that decided a rate limit.
+	rung rung
 }
 
 type cooldownWrite struct {
@@ -46,28 +51,48 @@ type cooldownWrite struct {
 	evidence []byte
 }
 
-// decide turns an attempt's evidence into a decision. authFailures is the
-// account's count of consecutive credential rejections including this one
-// (it sets how long an invalid credential is kept out). Pure.
-func decide(o *weirv1.Outcome, authFailures int32, now time.Time) decision {
+type gateWrite struct {
+	family   string
+	until    time.Time
+	evidence []byte
+}
+
+// attemptFacts is what decide knows of an attempt beyond its outcome: the
+// account's state and the request's model family.
+type attemptFacts struct {
+	// authFailures is the account's count of consecutive credential
+	// rejections including this one (it sets how long an invalid
+	// credential is kept out).
+	authFailures int32
+	oauth        bool
+	// family is modelFamily of the lease's model.
+	family string
+	// quotaBackoffs is the account's count of consecutive account-wide
+	// quota rejections without a usable reset, before this attempt.
+	quotaBackoffs int32
+}
+
+// decide turns an attempt's evidence into a decision. Pure.
+func decide(o *weirv1.Outcome, f attemptFacts, now time.Time) decision {
 	d := decision{action: weirv1.Action_ACTION_RESPOND}
 	switch o.GetClass() {
 	case weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS:
 		d.success = true
 	case weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR:
 		d.authFailure = true
-		backoff := authCooldownBase << min(max(authFailures-1, 0), 10)
+		backoff := authCooldownBase << min(max(f.authFailures-1, 0), 10)
 		d.cooldown = newCooldown(weirv1.CooldownReason_COOLDOWN_REASON_INVALID_CREDENTIAL, now.Add(min(backoff, authCooldownMax)), o)
 		d.action = weirv1.Action_ACTION_FAILOVER
 	case weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED:
-		until := now.Add(defaultRateLimitCooldown)
-		if ra, ok := retryAfter(o.GetHeaders(), now); ok {
-			until = now.Add(ra)
-		} else if reset, ok := unifiedReset(o.GetHeaders(), now); ok {
-			until = reset
+		l := ladder(ladderInput{headers: o.GetHeaders(), oauth: f.oauth, family: f.family,
+			priorBursts: o.GetPriorBursts(), quotaBackoffs: f.quotaBackoffs, now: now})
+		d.action, d.retryAfter, d.quotaBackoff, d.rung = l.action, l.retryAfter, l.quotaBackoff, l.rung
+		switch {
+		case l.gate:
+			d.gate = &gateWrite{family: f.family, until: l.until, evidence: ladderEvidenceJSON(o, l, f.family)}
+		case l.reason != weirv1.CooldownReason_COOLDOWN_REASON_UNSPECIFIED:
+			d.cooldown = &cooldownWrite{reason: l.reason, until: l.until, evidence: ladderEvidenceJSON(o, l, "")}
 		}
-		d.cooldown = newCooldown(weirv1.CooldownReason_COOLDOWN_REASON_RATE_LIMITED, until, o)
-		d.action = weirv1.Action_ACTION_FAILOVER
 	case weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR:
 		d.cooldown = newCooldown(weirv1.CooldownReason_COOLDOWN_REASON_TRANSPORT, now.Add(transportCooldown), o)
 		d.action = weirv1.Action_ACTION_FAILOVER
@@ -101,11 +126,14 @@ func newCooldown(reason weirv1.CooldownReason, until time.Time, o *weirv1.Outcom
 const maxRetryAfter = 8 * 24 * time.Hour
 
 // retryAfter reads retry-after-ms, then retry-after (seconds or an HTTP
-// date). Non-positive, non-finite or unparseable values are ignored.
+// date). Non-positive, non-finite, unparseable or sub-nanosecond values
+// are ignored.
 func retryAfter(h map[string]string, now time.Time) (time.Duration, bool) {
 	if v, ok := h["retry-after-ms"]; ok {
 		if ms, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && ms > 0 && !math.IsInf(ms, 0) {
-			return min(time.Duration(min(ms, float64(maxRetryAfter/time.Millisecond))*float64(time.Millisecond)), maxRetryAfter), true
+			if d := min(time.Duration(min(ms, float64(maxRetryAfter/time.Millisecond))*float64(time.Millisecond)), maxRetryAfter); d > 0 {
+				return d, true
+			}
 		}
 	}
 	v, ok := h["retry-after"]
@@ -115,7 +143,8 @@ func retryAfter(h map[string]string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if s, err := strconv.ParseFloat(v, 64); err == nil {
 		if s > 0 && !math.IsInf(s, 0) {
-			return min(time.Duration(min(s, maxRetryAfter.Seconds())*float64(time.Second)), maxRetryAfter), true
+			d := min(time.Duration(min(s, maxRetryAfter.Seconds())*float64(time.Second)), maxRetryAfter)
+			return d, d > 0
 		}
 		return 0, false
 	}
@@ -125,41 +154,43 @@ func retryAfter(h map[string]string, now time.Time) (time.Duration, bool) {
 	return 0, false
 }
 
-// unifiedReset reads anthropic-ratelimit-unified-reset (epoch seconds) when
-// it lies in the future.
-func unifiedReset(h map[string]string, now time.Time) (time.Time, bool) {
-	v, ok := h["anthropic-ratelimit-unified-reset"]
-	if !ok {
-		return time.Time{}, false
-	}
-	sec, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-	if err != nil {
-		return time.Time{}, false
-	}
-	t := time.Unix(sec, 0)
-	if !t.After(now) {
-		return time.Time{}, false
-	}
-	return t, true
-}
-
-// storedEvidence is the JSON kept with every cooldown.
+// storedEvidence is the JSON kept with every cooldown and family gate.
 type storedEvidence struct {
 	Class          string            `json:"class"`
 	Status         int32             `json:"status,omitempty"`
 	ErrorType      string            `json:"error_type,omitempty"`
 	TransportError string            `json:"transport_error,omitempty"`
 	Headers        map[string]string `json:"headers,omitempty"`
+	// Rung is the 429 ladder's rung that decided; Claims the rejecting
+	// unified claims it read (which windows, their resets); Family the
+	// gated model family; BackoffStep the consecutive account-wide
+	// rejections without a usable reset, this one included.
+	Rung        rung            `json:"rung,omitempty"`
+	Claims      []claimEvidence `json:"claims,omitempty"`
+	Family      string          `json:"family,omitempty"`
+	BackoffStep int32           `json:"backoff_step,omitempty"`
 }
 
-func evidenceJSON(o *weirv1.Outcome) []byte {
-	b, _ := json.Marshal(storedEvidence{
+func newEvidence(o *weirv1.Outcome) storedEvidence {
+	return storedEvidence{
 		Class:          enumName(o.GetClass()),
 		Status:         o.GetStatus(),
 		ErrorType:      o.GetErrorType(),
 		TransportError: o.GetTransportError(),
 		Headers:        o.GetHeaders(),
-	})
+	}
+}
+
+func evidenceJSON(o *weirv1.Outcome) []byte {
+	b, _ := json.Marshal(newEvidence(o))
+	return b
+}
+
+// ladderEvidenceJSON is the evidence of a 429 with the ladder's reading.
+func ladderEvidenceJSON(o *weirv1.Outcome, l ladderDecision, family string) []byte {
+	e := newEvidence(o)
+	e.Rung, e.Claims, e.Family, e.BackoffStep = l.rung, l.claims, family, l.backoffStep
+	b, _ := json.Marshal(e)
 	return b
 }
 
@@ -181,6 +212,19 @@ func evidenceSummary(raw []byte) string {
 	}
 	if v := e.Headers["anthropic-ratelimit-unified-status"]; v != "" {
 		parts = append(parts, "unified "+v)
+	}
+	if e.Rung == rungOutOfCredits {
+		parts = append(parts, "out of credits")
+	}
+	if len(e.Claims) > 0 {
+		var names []string
+		for _, c := range e.Claims {
+			names = append(names, c.Claim)
+		}
+		parts = append(parts, strings.Join(names, "+")+" rejected")
+	}
+	if e.BackoffStep > 0 {
+		parts = append(parts, fmt.Sprintf("no valid reset, backoff step %d", e.BackoffStep))
 	}
 	if e.TransportError != "" {
 		parts = append(parts, e.TransportError)

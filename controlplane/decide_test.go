@@ -10,6 +10,9 @@ import (
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
 
+// TestDecide: every class on an API-key account with no model family, so
+// each 429 here falls to the ladder's residual rung (retry-after, else the
+// unified reset, else 60 s); the other rungs are in ladder_test.go.
 func TestDecide(t *testing.T) {
 	t.Parallel()
 	now := epoch
@@ -76,6 +79,8 @@ func TestDecide(t *testing.T) {
 		{"unified reset now", limited(map[string]string{"anthropic-ratelimit-unified-reset": unix(0)}), 0, failover, rl, time.Minute, false},
 		{"unified reset garbage", limited(map[string]string{"anthropic-ratelimit-unified-reset": "tomorrow"}), 0, failover, rl, time.Minute, false},
 		{"unified reset as a date", limited(map[string]string{"anthropic-ratelimit-unified-reset": now.Add(time.Hour).Format(time.RFC3339)}), 0, failover, rl, time.Minute, false},
+		{"unified reset absurdly far", limited(map[string]string{"anthropic-ratelimit-unified-reset": unix(9 * 24 * time.Hour)}), 0, failover, rl, time.Minute, false},
+		{"unified reset at the 8-day bound", limited(map[string]string{"anthropic-ratelimit-unified-reset": unix(8 * 24 * time.Hour)}), 0, failover, rl, 8 * 24 * time.Hour, false},
 		{"retry-after beats unified reset", limited(map[string]string{"retry-after": "20", "anthropic-ratelimit-unified-reset": unix(time.Hour)}), 0, failover, rl, 20 * time.Second, false},
 		{"bad retry-after, unified reset", limited(map[string]string{"retry-after": "-1", "anthropic-ratelimit-unified-reset": unix(time.Hour)}), 0, failover, rl, time.Hour, false},
 
@@ -86,7 +91,7 @@ func TestDecide(t *testing.T) {
 		{"bytes: success", &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, BytesToClient: true}, 0, respond, none, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := decide(tc.o, tc.failures, now)
+			d := decide(tc.o, attemptFacts{authFailures: tc.failures}, now)
 			if d.action != tc.action {
 				t.Errorf("action %v, want %v", d.action, tc.action)
 			}
@@ -129,7 +134,7 @@ func TestDecideAbsurdRetryAfter(t *testing.T) {
 		{"retry-after": "99999999999"},
 		{"retry-after-ms": "1e300"},
 	} {
-		d := decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, Headers: h}, 0, now)
+		d := decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, Headers: h}, attemptFacts{}, now)
 		if d.cooldown == nil || !d.cooldown.until.After(now) {
 			t.Errorf("%v: cooldown until %v is not in the future", h, d.cooldown.until)
 		}
@@ -178,12 +183,12 @@ func TestDecideOverloadLadder(t *testing.T) {
 	t.Parallel()
 	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
 	for prior, wait := range want {
-		d := decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, Status: 529, PriorOverloads: int32(prior)}, 0, epoch)
+		d := decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, Status: 529, PriorOverloads: int32(prior)}, attemptFacts{}, epoch)
 		if d.action != weirv1.Action_ACTION_RETRY_SAME || d.retryAfter != wait || d.cooldown != nil || !d.overload {
 			t.Errorf("prior %d: %+v, want retry same after %v without cooldown", prior, d, wait)
 		}
 	}
-	d := decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, PriorOverloads: int32(len(want))}, 0, epoch)
+	d := decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, PriorOverloads: int32(len(want))}, attemptFacts{}, epoch)
 	if d.action != weirv1.Action_ACTION_FAILOVER || d.retryAfter != 0 {
 		t.Errorf("after %d overloads: %+v, want failover", len(want), d)
 	}

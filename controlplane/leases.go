@@ -101,7 +101,7 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (re
 	}
 	for range claimAttempts {
 		now := l.s.now()
-		cands, sessionAccount, err := l.s.routingView(ctx, m.SessionKey, now)
+		cands, sessionAccount, err := l.s.routingView(ctx, m.SessionKey, modelFamily(m.Model), now)
 		if err != nil {
 			return nil, l.s.fail(ctx, "acquire", err)
 		}
@@ -179,10 +179,11 @@ func (l leaseService) claim(ctx context.Context, c candidate, keyID uuid.UUID, m
 	}, nil
 }
 
-// routingView reads every account with its live leases and cooldown, and
-// the account the session is bound to, if it is still bound: one query.
-func (s *Server) routingView(ctx context.Context, sessionKey string, now time.Time) ([]candidate, uuid.UUID, error) {
-	rows, err := s.q.RoutingView(ctx, db.RoutingViewParams{Now: now, SessionKey: sessionKey, BoundSince: now.Add(-s.cfg.SessionTTL)})
+// routingView reads every account with its live leases, cooldown and gate
+// for the model family, and the account the session is bound to, if it is
+// still bound: one query.
+func (s *Server) routingView(ctx context.Context, sessionKey, family string, now time.Time) ([]candidate, uuid.UUID, error) {
+	rows, err := s.q.RoutingView(ctx, db.RoutingViewParams{Now: now, SessionKey: sessionKey, BoundSince: now.Add(-s.cfg.SessionTTL), Family: family})
 	if err != nil {
 		return nil, uuid.Nil, err
 	}
@@ -199,6 +200,10 @@ func (s *Server) routingView(ctx context.Context, sessionKey string, now time.Ti
 				WrittenAt: *r.CooldownWrittenAt,
 				Evidence:  r.CooldownEvidence,
 			}
+		}
+		if r.GateUntil != nil {
+			c.gate = &db.FamilyGate{AccountID: r.Account.ID, Family: family, Until: *r.GateUntil,
+				WrittenAt: *r.GateWrittenAt, Evidence: r.GateEvidence}
 		}
 		if r.SessionBound && sessionKey != "" {
 			session = r.Account.ID
@@ -264,11 +269,12 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 				}
 			}
 		}
-		d = decide(o, failures, now)
+		family := modelFamily(row.Model)
+		d = decide(o, attemptFacts{authFailures: failures, oauth: row.AuthKind == enumName(weirv1.AuthKind_AUTH_KIND_OAUTH),
+			family: family, quotaBackoffs: row.QuotaBackoffs}, now)
 		if stale {
 			d.cooldown, d.authFailure = nil, false
 		}
-		family := modelFamily(row.Model)
 		if d.success {
 			if err := q.RecordSuccess(ctx, db.RecordSuccessParams{ID: row.AccountID, Now: now}); err != nil {
 				return err
@@ -308,7 +314,10 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 			l.s.log.InfoContext(ctx, "cooldown written", "account_id", row.AccountID,
 				"reason", merged.Reason, "until", merged.Until)
 		}
-		return nil
+		if err := l.s.applyLadderState(ctx, q, row, d, now); err != nil {
+			return err
+		}
+		return l.s.mergeUsageHeaders(ctx, q, row.AccountID, row.CredentialRevision, o.Headers, now)
 	})
 	if err != nil {
 		return nil, l.s.fail(ctx, "release lease", err)

@@ -10,6 +10,7 @@ type metrics struct {
 	acquireSeconds *prometheus.HistogramVec
 	releases       *prometheus.CounterVec
 	cooldowns      *prometheus.CounterVec
+	rateLimits     *prometheus.CounterVec
 	breakerOpens   prometheus.Counter
 	probes         prometheus.Counter
 }
@@ -29,6 +30,10 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Name: "weir_controlplane_cooldowns_written_total",
 			Help: "Cooldowns written, by reason.",
 		}, []string{"reason"}),
+		rateLimits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weir_controlplane_rate_limit_decisions_total",
+			Help: "429s decided, by the rung of the decision ladder that decided them.",
+		}, []string{"rung"}),
 		breakerOpens: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "weir_controlplane_breaker_opens_total",
 			Help: "Times an overload breaker opened or reopened after a failed probe.",
@@ -38,7 +43,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Help: "Requests let through an open overload breaker as its probe.",
 		}),
 	}
-	reg.MustRegister(m.acquireSeconds, m.releases, m.cooldowns, m.breakerOpens, m.probes,
+	reg.MustRegister(m.acquireSeconds, m.releases, m.cooldowns, m.rateLimits, m.breakerOpens, m.probes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

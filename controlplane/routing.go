@@ -18,6 +18,11 @@ type candidate struct {
 	account  db.Account
 	live     int32        // unexpired leases
 	cooldown *db.Cooldown // live cooldown, if any
+	// gate is the live gate for the request's model family, if any: the
+	// account is cooling for that family only. Unlike a cooldown, the
+	// claim does not re-check it under the row lock: a gate written between
+	// the view and the claim costs at most one more 429 of that family.
+	gate *db.FamilyGate
 }
 
 // routeRequest is what one Acquire asks for.
@@ -44,6 +49,7 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 	var (
 		eligible                                []candidate
 		serving, disabled, tried, full, cooling int
+		gated                                   int // cooling for the request's family only
 		recoverable                             int // could serve again without an operator
 		rejected                                int // holding a rejected credential
 		soonest                                 time.Time
@@ -58,21 +64,24 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 			disabled++
 			continue
 		}
-		coolingNow := c.cooldown != nil && c.cooldown.Until.After(now)
-		if !coolingNow || c.cooldown.Transient {
+		back, coolingNow, transient := c.blockedUntil(now)
+		if !coolingNow || transient {
 			recoverable++
 		} else {
 			rejected++
 		}
-		if coolingNow && c.cooldown.Transient && (soonest.IsZero() || c.cooldown.Until.Before(soonest)) {
+		if coolingNow && transient && (soonest.IsZero() || back.Before(soonest)) {
 			// Tried accounts count too: the request will come back to them.
-			soonest = c.cooldown.Until
+			soonest = back
 		}
 		switch {
 		case req.exclude[a.ID]:
 			tried++
 		case coolingNow:
 			cooling++
+			if c.cooldown == nil || !c.cooldown.Until.After(now) {
+				gated++
+			}
 		case c.live >= a.MaxConcurrency:
 			full++
 		default:
@@ -101,6 +110,9 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 	case cooling > 0:
 		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_COOLING
 		none.Message = fmt.Sprintf("all %d accounts are cooling down", cooling)
+		if gated > 0 {
+			none.Message += fmt.Sprintf(" (%d gated for %s models only)", gated, modelFamily(req.model))
+		}
 		if none.Permanent {
 			none.Message += " with rejected credentials"
 		}
@@ -115,6 +127,24 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 		none.Message += "; the first recovers at " + none.RetryAt.AsTime().UTC().Format(time.RFC3339)
 	}
 	return nil, none
+}
+
+// blockedUntil says whether the account is cooling for this request (a
+// live cooldown, or a live gate for the request's family), whether that
+// passes on its own, and when it is expected to: the later of the two
+// deadlines, since both must pass.
+func (c candidate) blockedUntil(now time.Time) (until time.Time, blocked, transient bool) {
+	transient = true
+	if c.cooldown != nil && c.cooldown.Until.After(now) {
+		until, blocked, transient = c.cooldown.Until, true, c.cooldown.Transient
+	}
+	if c.gate != nil && c.gate.Until.After(now) {
+		blocked = true
+		if c.gate.Until.After(until) {
+			until = c.gate.Until
+		}
+	}
+	return until, blocked, transient
 }
 
 // compareCandidates ranks: the session's own account first (its prompt

@@ -178,3 +178,55 @@ func TestRouteIsPure(t *testing.T) {
 		t.Errorf("order %s", labelsOf(order))
 	}
 }
+
+func gated(d time.Duration) func(*candidate) {
+	return func(x *candidate) {
+		x.gate = &db.FamilyGate{AccountID: x.account.ID, Family: "opus", Until: epoch.Add(d), WrittenAt: epoch}
+	}
+}
+
+// TestRouteFamilyGate: a gate (live for the request's family: the view
+// only carries that family's) counts as cooling: it excludes the account,
+// names the soonest recovery, and never makes waiting hopeless.
+func TestRouteFamilyGate(t *testing.T) {
+	t.Parallel()
+	req := routeRequest{model: "claude-opus-4-1", exclude: map[uuid.UUID]bool{}}
+	order, none := route([]candidate{c("a", gated(time.Hour), prio(9)), c("b"), c("c", gated(-time.Second))}, req, epoch)
+	if none != nil || labelsOf(order) != "b,c" {
+		t.Fatalf("order %s (%v), want the gated account left out and the expired gate inert", labelsOf(order), none)
+	}
+	for _, tc := range []struct {
+		name      string
+		cands     []candidate
+		retryAt   time.Duration
+		permanent bool
+		message   string
+	}{
+		{"gated only", []candidate{c("a", gated(14*time.Hour)), c("b", gated(2*time.Hour))}, 2 * time.Hour, false,
+			"all 2 accounts are cooling down (2 gated for opus models only); the first recovers at " + epoch.Add(2*time.Hour).Format(time.RFC3339)},
+		{"gated and cooling: the account is back when both have passed", []candidate{c("a", gated(3*time.Hour), cooling(time.Hour, true))}, 3 * time.Hour, false,
+			"all 1 accounts are cooling down; the first recovers at " + epoch.Add(3*time.Hour).Format(time.RFC3339)},
+		{"cooling outlasts the gate", []candidate{c("a", gated(time.Hour), cooling(5*time.Hour, true))}, 5 * time.Hour, false,
+			"all 1 accounts are cooling down; the first recovers at " + epoch.Add(5*time.Hour).Format(time.RFC3339)},
+		{"a gate beside a rejected credential", []candidate{c("a", gated(time.Hour)), c("b", cooling(time.Minute, false))}, time.Hour, false,
+			"all 2 accounts are cooling down (1 gated for opus models only); the first recovers at " + epoch.Add(time.Hour).Format(time.RFC3339)},
+		{"a gated account with a rejected credential cannot recover", []candidate{c("a", gated(time.Hour), cooling(time.Minute, false))}, -1, true,
+			"no account can serve until an operator acts: 0 paused or broken, 1 with a credential the upstream rejected"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			order, none := route(tc.cands, req, epoch)
+			if none == nil {
+				t.Fatalf("got %s, want no account", labelsOf(order))
+			}
+			if none.Reason != weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_COOLING || none.Permanent != tc.permanent || none.Message != tc.message {
+				t.Errorf("%v permanent %v %q, want all cooling, permanent %v, %q", none.Reason, none.Permanent, none.Message, tc.permanent, tc.message)
+			}
+			switch {
+			case tc.retryAt < 0 && none.RetryAt != nil:
+				t.Errorf("retry_at %v, want none", none.RetryAt.AsTime())
+			case tc.retryAt >= 0 && (none.RetryAt == nil || !none.RetryAt.AsTime().Equal(epoch.Add(tc.retryAt))):
+				t.Errorf("retry_at %v, want now+%v", none.RetryAt, tc.retryAt)
+			}
+		})
+	}
+}

@@ -34,6 +34,8 @@ type Server struct {
 	now     func() time.Time
 	metrics *metrics
 	river   *river.Client[pgx.Tx]
+	// jitter spreads usage reads, uniform in [-1, 1).
+	jitter func() float64
 }
 
 // New builds a replica over a migrated database.
@@ -54,6 +56,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 		log:     cfg.Logger,
 		now:     cfg.Now,
 		metrics: newMetrics(cfg.Registry),
+		jitter:  defaultJitter,
 	}
 	if !cfg.DisableJobs {
 		workers := river.NewWorkers()
@@ -63,6 +66,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 			Now:        cfg.Now,
 			LeaseGrace: 10 * time.Minute,
 			SessionTTL: cfg.SessionTTL,
+			Usage:      s,
 		})
 		s.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
 			// River's own info lines (producer stats every few seconds) drown

@@ -50,7 +50,16 @@ func enumPrefix(d protoreflect.EnumDescriptor) string {
 	return strings.ToUpper(b.String()) + "_"
 }
 
-// transientReason says whether a cooldown reason can pass on its own.
+// transientReason says whether a cooldown reason can pass on its own. Only
+// a rejected credential needs an operator. The quota reasons are transient
+// because they end by time (a window's reset, the out-of-credits floor):
+// routing never calls them permanent, so a hold fails at once on them only
+// when their deadline falls after its budget, never because they "cannot
+// recover".
 func transientReason(r weirv1.CooldownReason) bool {
-	return r != weirv1.CooldownReason_COOLDOWN_REASON_INVALID_CREDENTIAL
+	switch r {
+	case weirv1.CooldownReason_COOLDOWN_REASON_INVALID_CREDENTIAL:
+		return false
+	}
+	return true
 }

@@ -88,6 +88,8 @@ func TestStoredNames(t *testing.T) {
 		enumName(weirv1.CooldownReason_COOLDOWN_REASON_RATE_LIMITED):       "rate_limited",
 		enumName(weirv1.CooldownReason_COOLDOWN_REASON_INVALID_CREDENTIAL): "invalid_credential",
 		enumName(weirv1.CooldownReason_COOLDOWN_REASON_OVERLOADED):         "overloaded",
+		enumName(weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED):    "quota_exhausted",
+		enumName(weirv1.CooldownReason_COOLDOWN_REASON_OUT_OF_CREDITS):     "out_of_credits",
 		enumName(weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY):     "at_capacity",
 		enumName(weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR):        "transport_error",
 		enumName(weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT):          "before_output",
@@ -97,10 +99,13 @@ func TestStoredNames(t *testing.T) {
 			t.Errorf("stored name %q, want %q", got, want)
 		}
 	}
+	// Quota reasons end by time: never "permanent" for a hold.
 	for r, want := range map[weirv1.CooldownReason]bool{
 		weirv1.CooldownReason_COOLDOWN_REASON_TRANSPORT:          true,
 		weirv1.CooldownReason_COOLDOWN_REASON_RATE_LIMITED:       true,
 		weirv1.CooldownReason_COOLDOWN_REASON_OVERLOADED:         true,
+		weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED:    true,
+		weirv1.CooldownReason_COOLDOWN_REASON_OUT_OF_CREDITS:     true,
 		weirv1.CooldownReason_COOLDOWN_REASON_INVALID_CREDENTIAL: false,
 	} {
 		if transientReason(r) != want {

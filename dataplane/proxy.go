@@ -106,6 +106,9 @@ type routing struct {
 	round     int // attempts in this round
 	// rounds counts the holds between rounds; it sets the backoff.
 	rounds int
+	// bursts counts consecutive same-account retries of rate-limit bursts
+	// per account.
+	bursts map[string]int32
 }
 
 // route runs routing rounds: each leases accounts until one answers or
@@ -113,7 +116,7 @@ type routing struct {
 // replayed with the same body until the hold budget runs out.
 func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, in *inbound, rec *weirv1.RouteEvent) {
 	st := s.settings.get()
-	rt := &routing{in: in, rec: rec, overloads: map[string]int32{},
+	rt := &routing{in: in, rec: rec, overloads: map[string]int32{}, bursts: map[string]int32{},
 		holdEnd: in.start.Add(min(st.capacityHold, st.requestDeadline))}
 	for {
 		if ctx.Err() != nil {
@@ -177,6 +180,7 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 		at := s.cfg.Now().Sub(in.start)
 		res := s.attempt(ctx, w, r, in, lease, rt.overloads[lease.AccountId])
 		o := res.outcome
+		o.PriorBursts = rt.bursts[lease.AccountId]
 		if o.InputTokens > 0 || o.OutputTokens > 0 {
 			rec.InputTokens, rec.OutputTokens = o.InputTokens, o.OutputTokens
 		}
@@ -190,6 +194,11 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 			rt.overloads[lease.AccountId]++
 		} else {
 			delete(rt.overloads, lease.AccountId)
+		}
+		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED && d.GetAction() == weirv1.Action_ACTION_RETRY_SAME {
+			rt.bursts[lease.AccountId]++
+		} else {
+			delete(rt.bursts, lease.AccountId)
 		}
 		if res.failure == nil {
 			// The answer, good or bad, went to the client.
@@ -207,10 +216,15 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 		rt.prefer = ""
 		switch d.GetAction() {
 		case weirv1.Action_ACTION_RETRY_SAME:
-			// Overload: back to the same account after a short wait, which
-			// counts against the hold budget like any other.
+			// Overload or a rate-limit burst: back to the same account after
+			// a short wait, which counts against the hold budget like any
+			// other.
 			wait := d.GetRetryAfter().AsDuration()
-			if s.holdFor(ctx, rt, wait, "overloaded; retrying the same account") {
+			why := "overloaded; retrying the same account"
+			if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED {
+				why = "rate-limit burst; retrying the same account"
+			}
+			if s.holdFor(ctx, rt, wait, why) {
 				rt.prefer = lease.AccountId
 				continue
 			}

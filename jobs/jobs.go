@@ -23,6 +23,9 @@ type Deps struct {
 	LeaseGrace time.Duration
 	// SessionTTL is how long an idle session binding is kept.
 	SessionTTL time.Duration
+	// Usage reads the usage endpoints that are due; nil leaves usage
+	// polling out.
+	Usage UsageReader
 }
 
 // ReapInterval is how often expired leases and idle sessions are deleted.
@@ -31,9 +34,20 @@ const ReapInterval = 30 * time.Second
 // Register adds every worker to workers and returns the periodic jobs.
 func Register(workers *river.Workers, d Deps) []*river.PeriodicJob {
 	river.AddWorker(workers, &LeaseReaper{deps: d})
-	return []*river.PeriodicJob{
+	river.AddWorker(workers, &UsageSnapshotter{deps: d})
+	periodic := []*river.PeriodicJob{
 		river.NewPeriodicJob(river.PeriodicInterval(ReapInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return LeaseReaperArgs{}, nil },
 			&river.PeriodicJobOpts{RunOnStart: true}),
+		river.NewPeriodicJob(river.PeriodicInterval(UsageSnapshotInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return UsageSnapshotArgs{}, nil }, nil),
 	}
+	if d.Usage != nil {
+		river.AddWorker(workers, &UsagePoller{deps: d})
+		// On start too: a restart picks up the persisted schedule at once.
+		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(UsagePollInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return UsagePollArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true}))
+	}
+	return periodic
 }

@@ -25,6 +25,7 @@ const accountsUsage = `Usage:
   weir accounts resume ID|LABEL
   weir accounts rm ID|LABEL
   weir accounts set ID|LABEL [--label L] [--base-url U] [--max-concurrency N] [--priority N] [--secret-stdin | --secret-file F]
+  weir accounts usage ID|LABEL      read an OAuth account's usage now, if its read budget allows
 Every command takes --json, --controlplane and --data-dir.
 `
 
@@ -43,6 +44,8 @@ func runAccounts(ctx context.Context, args []string, e env) error {
 		return accountsAdd(ctx, fs, &af, args, e)
 	case "set":
 		return accountsSet(ctx, fs, &af, args, e)
+	case "usage":
+		return accountsRefreshUsage(ctx, fs, &af, args, e)
 	case "list", "ls":
 		if err := fs.Parse(args); err != nil {
 			return err
@@ -302,18 +305,106 @@ func authKind(flagValue, secret string) (weirv1.AuthKind, error) {
 
 func printAccounts(w io.Writer, accts []*weirv1.Account, now time.Time) {
 	tw := table(w)
-	fmt.Fprintln(tw, "LABEL\tAUTH\tCREDENTIAL\tSTATE\tIN FLIGHT\tLAST SUCCESS\tID")
+	fmt.Fprintln(tw, "LABEL\tAUTH\tCREDENTIAL\tSTATE\t5H\t7D\tIN FLIGHT\tLAST SUCCESS\tID")
 	for _, a := range accts {
 		state := shortEnum(a.State.String(), "ACCOUNT_STATE_")
+		var notes []string
+		if a.Cooldown != nil {
+			notes = append(notes, fmt.Sprintf("%s, until %s",
+				shortEnum(a.Cooldown.Reason.String(), "COOLDOWN_REASON_"), until(a.Cooldown.Until, now)))
+		}
+		for _, g := range a.FamilyGates {
+			// The account serves every other model family meanwhile.
+			notes = append(notes, fmt.Sprintf("%s gated until %s", g.Family, until(g.Until, now)))
+		}
 		switch {
 		case a.State == weirv1.AccountState_ACCOUNT_STATE_BROKEN:
 			state += ": " + a.BrokenReason
-		case a.Cooldown != nil:
-			state = fmt.Sprintf("%s (%s, until %s)", state,
-				shortEnum(a.Cooldown.Reason.String(), "COOLDOWN_REASON_"), until(a.Cooldown.Until, now))
+		case len(notes) > 0:
+			state = fmt.Sprintf("%s (%s)", state, strings.Join(notes, "; "))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", a.Label, shortEnum(a.AuthKind.String(), "AUTH_KIND_"),
-			a.CredentialHint, state, a.InFlight, a.MaxConcurrency, ago(a.LastSuccessAt, now), a.Id)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", a.Label, shortEnum(a.AuthKind.String(), "AUTH_KIND_"),
+			a.CredentialHint, state, usageCell(a, "five_hour", now), usageCell(a, "seven_day", now),
+			a.InFlight, a.MaxConcurrency, ago(a.LastSuccessAt, now), a.Id)
+	}
+	tw.Flush()
+}
+
+// usageCell renders one usage window as "45% ↺3h": the share used and the
+// time until it resets. "-" when there is no evidence, or the reading is of
+// a window that has reset since.
+func usageCell(a *weirv1.Account, window string, now time.Time) string {
+	for _, w := range a.Usage {
+		if w.Window != window || w.Utilization == nil {
+			continue
+		}
+		if w.ResetsAt == nil {
+			return fmt.Sprintf("%.0f%%", *w.Utilization*100)
+		}
+		left := w.ResetsAt.AsTime().Sub(now)
+		if left <= 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.0f%% ↺%s", *w.Utilization*100, resetIn(left))
+	}
+	return "-"
+}
+
+// resetIn renders a time to reset in its largest unit: "4d", "3h", "12m",
+// "<1m".
+func resetIn(d time.Duration) string {
+	switch {
+	case d >= 48*time.Hour:
+		return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
+	case d >= time.Hour:
+		return fmt.Sprintf("%dh", int(d/time.Hour))
+	case d >= time.Minute:
+		return fmt.Sprintf("%dm", int(d/time.Minute))
+	}
+	return "<1m"
+}
+
+func accountsRefreshUsage(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []string, e env) error {
+	ref, err := parseWithRef(fs, args)
+	if err != nil {
+		return err
+	}
+	c, err := af.clients()
+	if err != nil {
+		return err
+	}
+	resp, err := c.accounts.RefreshUsage(ctx, connect.NewRequest(&weirv1.RefreshUsageRequest{Id: ref}))
+	if err != nil {
+		return rpcError("refresh usage", err)
+	}
+	if af.json {
+		return printJSON(e.stdout, resp.Msg)
+	}
+	printUsage(e.stdout, resp.Msg, time.Now())
+	return nil
+}
+
+// printUsage says whether the read happened and shows every window.
+func printUsage(w io.Writer, r *weirv1.RefreshUsageResponse, now time.Time) {
+	next := r.NextReadAllowedAt.AsTime().Local().Format(time.DateTime)
+	switch {
+	case !r.Read:
+		fmt.Fprintf(w, "not read: the next read is allowed at %s (%s)\n", next, until(r.NextReadAllowedAt, now))
+	case r.Error != "":
+		fmt.Fprintf(w, "read failed: %s; the next read is allowed at %s (%s)\n", r.Error, next, until(r.NextReadAllowedAt, now))
+	default:
+		fmt.Fprintf(w, "read now; the next read is allowed at %s\n", next)
+	}
+	a := r.Account
+	fmt.Fprintf(w, "%s, usage read %s\n", a.GetLabel(), ago(a.GetUsageReadAt(), now))
+	tw := table(w)
+	fmt.Fprintln(tw, "WINDOW\tUSED\tRESETS\tSOURCE\tOBSERVED")
+	for _, u := range a.GetUsage() {
+		used := "-"
+		if u.Utilization != nil {
+			used = fmt.Sprintf("%.1f%%", *u.Utilization*100)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", u.Window, used, until(u.ResetsAt, now), u.Source, ago(u.ObservedAt, now))
 	}
 	tw.Flush()
 }

@@ -158,6 +158,24 @@ func TestDevEndToEnd(t *testing.T) {
 		}
 	}
 
+	if out, err := admin("", "accounts", "list"); err != nil || !strings.Contains(out, "5H") || !strings.Contains(out, "7D") {
+		t.Fatalf("accounts list: want 5H and 7D columns: %v: %s", err, out)
+	}
+	// An operator's usage read goes through the same budget as the poller:
+	// whichever read first, the second within 150 s is refused.
+	first, err := admin("", "accounts", "usage", "demo-max-1")
+	if err != nil || !strings.Contains(first, "read now") && !strings.Contains(first, "not read") {
+		t.Fatalf("accounts usage: %v: %s", err, first)
+	}
+	if out, err := admin("", "accounts", "usage", "demo-max-1"); err != nil || !strings.Contains(out, "not read: the next read is allowed at") {
+		t.Fatalf("accounts usage again: want a refusal: %v: %s", err, out)
+	} else if strings.Contains(first, "read now") && !strings.Contains(out, "five_hour") {
+		t.Fatalf("accounts usage again: the first read's view is missing: %s", out)
+	}
+	if out, err := admin("", "accounts", "usage", "demo-api-key"); err == nil || !strings.Contains(err.Error(), "only OAuth") {
+		t.Fatalf("accounts usage of an API key: %v: %s", err, out)
+	}
+
 	// A credential is never a flag value, and comes in on stdin.
 	if out, err := admin("", "accounts", "add", "--label", "x", "sk-ant-api03-secret-on-the-command-line"); err == nil {
 		t.Fatalf("accounts add accepted a positional credential: %s", out)

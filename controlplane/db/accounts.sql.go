@@ -21,7 +21,7 @@ INSERT INTO accounts (
     $1, $2, $3, $4, $5, $6, $7,
     $8, $9, $10, $10
 )
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs
 `
 
 type CreateAccountParams struct {
@@ -70,6 +70,7 @@ func (q *Queries) CreateAccount(ctx context.Context, arg CreateAccountParams) (A
 		&i.LastSuccessAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.QuotaBackoffs,
 	)
 	return i, err
 }
@@ -87,7 +88,7 @@ func (q *Queries) DeleteAccount(ctx context.Context, id uuid.UUID) (int64, error
 }
 
 const getAccount = `-- name: GetAccount :one
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at FROM accounts WHERE id = $1
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs FROM accounts WHERE id = $1
 `
 
 func (q *Queries) GetAccount(ctx context.Context, id uuid.UUID) (Account, error) {
@@ -112,12 +113,13 @@ func (q *Queries) GetAccount(ctx context.Context, id uuid.UUID) (Account, error)
 		&i.LastSuccessAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.QuotaBackoffs,
 	)
 	return i, err
 }
 
 const getAccountByLabel = `-- name: GetAccountByLabel :one
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at FROM accounts WHERE label = $1
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs FROM accounts WHERE label = $1
 `
 
 func (q *Queries) GetAccountByLabel(ctx context.Context, label string) (Account, error) {
@@ -142,6 +144,7 @@ func (q *Queries) GetAccountByLabel(ctx context.Context, label string) (Account,
 		&i.LastSuccessAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.QuotaBackoffs,
 	)
 	return i, err
 }
@@ -170,7 +173,7 @@ func (q *Queries) GetLiveCooldown(ctx context.Context, arg GetLiveCooldownParams
 }
 
 const listAccounts = `-- name: ListAccounts :many
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at FROM accounts ORDER BY label
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs FROM accounts ORDER BY label
 `
 
 func (q *Queries) ListAccounts(ctx context.Context) ([]Account, error) {
@@ -201,6 +204,7 @@ func (q *Queries) ListAccounts(ctx context.Context) ([]Account, error) {
 			&i.LastSuccessAt,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.QuotaBackoffs,
 		); err != nil {
 			return nil, err
 		}
@@ -312,8 +316,18 @@ func (q *Queries) RecordAuthFailure(ctx context.Context, arg RecordAuthFailurePa
 	return i, err
 }
 
+const recordQuotaBackoff = `-- name: RecordQuotaBackoff :exec
+UPDATE accounts SET quota_backoffs = quota_backoffs + 1 WHERE id = $1
+`
+
+// Counts an account-wide quota rejection that carried no usable reset.
+func (q *Queries) RecordQuotaBackoff(ctx context.Context, id uuid.UUID) error {
+	_, err := q.db.Exec(ctx, recordQuotaBackoff, id)
+	return err
+}
+
 const recordSuccess = `-- name: RecordSuccess :exec
-UPDATE accounts SET last_success_at = $1::timestamptz, auth_failures = 0 WHERE id = $2
+UPDATE accounts SET last_success_at = $1::timestamptz, auth_failures = 0, quota_backoffs = 0 WHERE id = $2
 `
 
 type RecordSuccessParams struct {
@@ -336,7 +350,7 @@ UPDATE accounts SET
     broken_at = NULL,
     updated_at = $4
 WHERE id = $5
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs
 `
 
 type ReplaceCredentialParams struct {
@@ -376,6 +390,7 @@ func (q *Queries) ReplaceCredential(ctx context.Context, arg ReplaceCredentialPa
 		&i.LastSuccessAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.QuotaBackoffs,
 	)
 	return i, err
 }
@@ -386,9 +401,10 @@ UPDATE accounts SET
     broken_reason = NULL,
     broken_at = NULL,
     auth_failures = 0,
+    quota_backoffs = 0,
     updated_at = $1
 WHERE id = $2
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs
 `
 
 type ResumeAccountParams struct {
@@ -418,22 +434,27 @@ func (q *Queries) ResumeAccount(ctx context.Context, arg ResumeAccountParams) (A
 		&i.LastSuccessAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.QuotaBackoffs,
 	)
 	return i, err
 }
 
 const routingView = `-- name: RoutingView :many
-SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.priority, a.paused, a.broken_reason, a.broken_at, a.auth_failures, a.credential_sealed, a.credential_revision, a.credential_hint, a.last_used_at, a.last_success_at, a.created_at, a.updated_at,
+SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.priority, a.paused, a.broken_reason, a.broken_at, a.auth_failures, a.credential_sealed, a.credential_revision, a.credential_hint, a.last_used_at, a.last_success_at, a.created_at, a.updated_at, a.quota_backoffs,
     (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > $1)::integer AS live,
     c.reason AS cooldown_reason,
     c.transient AS cooldown_transient,
     c.until AS cooldown_until,
     c.written_at AS cooldown_written_at,
     c.evidence AS cooldown_evidence,
+    g.until AS gate_until,
+    g.written_at AS gate_written_at,
+    g.evidence AS gate_evidence,
     coalesce(a.id = (SELECT s.account_id FROM session_bindings s
                      WHERE s.session_key = $2 AND s.last_seen_at > $3), false)::boolean AS session_bound
 FROM accounts a
 LEFT JOIN cooldowns c ON c.account_id = a.id AND c.until > $1
+LEFT JOIN family_gates g ON g.account_id = a.id AND g.family = $4 AND g.until > $1
 ORDER BY a.label
 `
 
@@ -441,6 +462,7 @@ type RoutingViewParams struct {
 	Now        time.Time
 	SessionKey string
 	BoundSince time.Time
+	Family     string
 }
 
 type RoutingViewRow struct {
@@ -451,14 +473,22 @@ type RoutingViewRow struct {
 	CooldownUntil     *time.Time
 	CooldownWrittenAt *time.Time
 	CooldownEvidence  []byte
+	GateUntil         *time.Time
+	GateWrittenAt     *time.Time
+	GateEvidence      []byte
 	SessionBound      bool
 }
 
 // Everything routing needs in one round trip: every account with its live
-// lease count, its live cooldown if any, and whether the session is bound
-// to it.
+// lease count, its live cooldown if any, its live gate for the request's
+// model family if any, and whether the session is bound to it.
 func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]RoutingViewRow, error) {
-	rows, err := q.db.Query(ctx, routingView, arg.Now, arg.SessionKey, arg.BoundSince)
+	rows, err := q.db.Query(ctx, routingView,
+		arg.Now,
+		arg.SessionKey,
+		arg.BoundSince,
+		arg.Family,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -485,12 +515,16 @@ func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]Rou
 			&i.Account.LastSuccessAt,
 			&i.Account.CreatedAt,
 			&i.Account.UpdatedAt,
+			&i.Account.QuotaBackoffs,
 			&i.Live,
 			&i.CooldownReason,
 			&i.CooldownTransient,
 			&i.CooldownUntil,
 			&i.CooldownWrittenAt,
 			&i.CooldownEvidence,
+			&i.GateUntil,
+			&i.GateWrittenAt,
+			&i.GateEvidence,
 			&i.SessionBound,
 		); err != nil {
 			return nil, err
@@ -504,7 +538,7 @@ func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]Rou
 }
 
 const setPaused = `-- name: SetPaused :one
-UPDATE accounts SET paused = $1, updated_at = $2 WHERE id = $3 RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at
+UPDATE accounts SET paused = $1, updated_at = $2 WHERE id = $3 RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs
 `
 
 type SetPausedParams struct {
@@ -535,6 +569,7 @@ func (q *Queries) SetPaused(ctx context.Context, arg SetPausedParams) (Account, 
 		&i.LastSuccessAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.QuotaBackoffs,
 	)
 	return i, err
 }
@@ -547,7 +582,7 @@ UPDATE accounts SET
     priority = coalesce($4, priority),
     updated_at = $5
 WHERE id = $6
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs
 `
 
 type UpdateAccountParams struct {
@@ -588,6 +623,7 @@ func (q *Queries) UpdateAccount(ctx context.Context, arg UpdateAccountParams) (A
 		&i.LastSuccessAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.QuotaBackoffs,
 	)
 	return i, err
 }

@@ -74,8 +74,10 @@ func (q *Queries) DeleteSessionsIdleSince(ctx context.Context, since time.Time) 
 
 const releaseLease = `-- name: ReleaseLease :one
 DELETE FROM leases WHERE leases.id = $1
-RETURNING account_id, key_id, model, credential_revision,
-    (SELECT provider FROM accounts WHERE accounts.id = leases.account_id)::text AS provider
+RETURNING account_id, key_id, model, credential_revision, acquired_at,
+    (SELECT provider FROM accounts WHERE accounts.id = leases.account_id)::text AS provider,
+    (SELECT auth_kind FROM accounts WHERE accounts.id = leases.account_id)::text AS auth_kind,
+    (SELECT quota_backoffs FROM accounts WHERE accounts.id = leases.account_id)::integer AS quota_backoffs
 `
 
 type ReleaseLeaseRow struct {
@@ -83,7 +85,10 @@ type ReleaseLeaseRow struct {
 	KeyID              uuid.NullUUID
 	Model              string
 	CredentialRevision int64
+	AcquiredAt         time.Time
 	Provider           string
+	AuthKind           string
+	QuotaBackoffs      int32
 }
 
 func (q *Queries) ReleaseLease(ctx context.Context, id uuid.UUID) (ReleaseLeaseRow, error) {
@@ -94,7 +99,10 @@ func (q *Queries) ReleaseLease(ctx context.Context, id uuid.UUID) (ReleaseLeaseR
 		&i.KeyID,
 		&i.Model,
 		&i.CredentialRevision,
+		&i.AcquiredAt,
 		&i.Provider,
+		&i.AuthKind,
+		&i.QuotaBackoffs,
 	)
 	return i, err
 }

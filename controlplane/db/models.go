@@ -29,6 +29,7 @@ type Account struct {
 	LastSuccessAt      *time.Time
 	CreatedAt          time.Time
 	UpdatedAt          time.Time
+	QuotaBackoffs      int32
 }
 
 type ClientKey struct {
@@ -45,6 +46,14 @@ type Cooldown struct {
 	AccountID uuid.UUID
 	Reason    string
 	Transient bool
+	Until     time.Time
+	WrittenAt time.Time
+	Evidence  []byte
+}
+
+type FamilyGate struct {
+	AccountID uuid.UUID
+	Family    string
 	Until     time.Time
 	WrittenAt time.Time
 	Evidence  []byte
@@ -106,4 +115,35 @@ type Setting struct {
 	Name      string
 	Value     string
 	UpdatedAt time.Time
+}
+
+type UsagePoll struct {
+	AccountID          uuid.UUID
+	CredentialRevision int64
+	LastReadAt         *time.Time
+	LastOkAt           *time.Time
+	NextReadAt         *time.Time
+	Failures           int32
+	BlockedUntil       *time.Time
+	Epoch              int64
+	LastError          *string
+}
+
+type UsageSnapshot struct {
+	AccountID   uuid.UUID
+	WindowName  string
+	Utilization *float64
+	ResetsAt    *time.Time
+	TakenAt     time.Time
+}
+
+type UsageWindow struct {
+	AccountID          uuid.UUID
+	WindowName         string
+	Utilization        *float64
+	ResetsAt           *time.Time
+	Source             string
+	ObservedAt         time.Time
+	CredentialRevision int64
+	PollEpoch          int64
 }

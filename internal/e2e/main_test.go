@@ -43,6 +43,8 @@ type account struct {
 	priority int32
 	maxConc  int32
 	faults   []sim.Fault
+	// windows gives an oauth account live usage windows in the simulator.
+	windows *sim.Windows
 }
 
 // options shape one test's topology; zero values are the defaults.
@@ -154,6 +156,7 @@ func setup(t *testing.T, opts options) *env {
 		as := sim.AccountScript{Name: a.label, Kind: sim.KindAPIKey, Credential: "sk-ant-api03-e2e-" + a.label + "-" + randHex(8), Faults: a.faults}
 		if a.oauth {
 			as.Kind, as.Credential = sim.KindOAuth, "sk-ant-oat01-e2e-"+a.label+"-"+randHex(8)
+			as.Windows = a.windows
 		}
 		e.creds[a.label] = as.Credential
 		script.Accounts = append(script.Accounts, as)

@@ -61,6 +61,7 @@ UPDATE accounts SET
     broken_reason = NULL,
     broken_at = NULL,
     auth_failures = 0,
+    quota_backoffs = 0,
     updated_at = @now
 WHERE id = @id
 RETURNING *;
@@ -69,7 +70,11 @@ RETURNING *;
 DELETE FROM accounts WHERE id = @id;
 
 -- name: RecordSuccess :exec
-UPDATE accounts SET last_success_at = @now::timestamptz, auth_failures = 0 WHERE id = @id;
+UPDATE accounts SET last_success_at = @now::timestamptz, auth_failures = 0, quota_backoffs = 0 WHERE id = @id;
+
+-- Counts an account-wide quota rejection that carried no usable reset.
+-- name: RecordQuotaBackoff :exec
+UPDATE accounts SET quota_backoffs = quota_backoffs + 1 WHERE id = @id;
 
 -- Counts consecutive credential rejections; at the threshold the account is
 -- marked broken, with the reason an operator reads in `weir accounts list`.
@@ -82,8 +87,8 @@ WHERE id = @id AND credential_revision = @credential_revision
 RETURNING auth_failures, (broken_at IS NOT NULL)::boolean AS broken;
 
 -- Everything routing needs in one round trip: every account with its live
--- lease count, its live cooldown if any, and whether the session is bound
--- to it.
+-- lease count, its live cooldown if any, its live gate for the request's
+-- model family if any, and whether the session is bound to it.
 -- name: RoutingView :many
 SELECT sqlc.embed(a),
     (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > @now)::integer AS live,
@@ -92,8 +97,12 @@ SELECT sqlc.embed(a),
     c.until AS cooldown_until,
     c.written_at AS cooldown_written_at,
     c.evidence AS cooldown_evidence,
+    g.until AS gate_until,
+    g.written_at AS gate_written_at,
+    g.evidence AS gate_evidence,
     coalesce(a.id = (SELECT s.account_id FROM session_bindings s
                      WHERE s.session_key = @session_key AND s.last_seen_at > @bound_since), false)::boolean AS session_bound
 FROM accounts a
 LEFT JOIN cooldowns c ON c.account_id = a.id AND c.until > @now
+LEFT JOIN family_gates g ON g.account_id = a.id AND g.family = @family AND g.until > @now
 ORDER BY a.label;

@@ -11,8 +11,10 @@ RETURNING expires_at;
 
 -- name: ReleaseLease :one
 DELETE FROM leases WHERE leases.id = @id
-RETURNING account_id, key_id, model, credential_revision,
-    (SELECT provider FROM accounts WHERE accounts.id = leases.account_id)::text AS provider;
+RETURNING account_id, key_id, model, credential_revision, acquired_at,
+    (SELECT provider FROM accounts WHERE accounts.id = leases.account_id)::text AS provider,
+    (SELECT auth_kind FROM accounts WHERE accounts.id = leases.account_id)::text AS auth_kind,
+    (SELECT quota_backoffs FROM accounts WHERE accounts.id = leases.account_id)::integer AS quota_backoffs;
 
 -- A lease stops counting at expires_at; the row stays a while so a late
 -- Release can still report its outcome.

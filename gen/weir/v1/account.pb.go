@@ -48,6 +48,13 @@ type Account struct {
 	LastSuccessAt *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=last_success_at,json=lastSuccessAt,proto3" json:"last_success_at,omitempty"`
 	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// Live model-family gates: the account serves every other family.
+	FamilyGates []*FamilyGate `protobuf:"bytes,18,rep,name=family_gates,json=familyGates,proto3" json:"family_gates,omitempty"`
+	// The usage windows of an OAuth account, as last polled or merged from
+	// response headers. A window without evidence is absent.
+	Usage []*UsageWindow `protobuf:"bytes,19,rep,name=usage,proto3" json:"usage,omitempty"`
+	// When the usage endpoint last answered for this account.
+	UsageReadAt   *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=usage_read_at,json=usageReadAt,proto3" json:"usage_read_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -201,6 +208,108 @@ func (x *Account) GetUpdatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Account) GetFamilyGates() []*FamilyGate {
+	if x != nil {
+		return x.FamilyGates
+	}
+	return nil
+}
+
+func (x *Account) GetUsage() []*UsageWindow {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *Account) GetUsageReadAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UsageReadAt
+	}
+	return nil
+}
+
+// UsageWindow is one of an account's usage windows.
+type UsageWindow struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// five_hour, seven_day, seven_day_opus, seven_day_sonnet or
+	// seven_day_oauth_apps.
+	Window string `protobuf:"bytes,1,opt,name=window,proto3" json:"window,omitempty"`
+	// The fraction used, 0..1. Absent means no evidence, never 0.
+	Utilization *float64               `protobuf:"fixed64,2,opt,name=utilization,proto3,oneof" json:"utilization,omitempty"`
+	ResetsAt    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=resets_at,json=resetsAt,proto3" json:"resets_at,omitempty"`
+	// "poll" (the usage endpoint) or "header" (a response's rate-limit headers).
+	Source        string                 `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	ObservedAt    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageWindow) Reset() {
+	*x = UsageWindow{}
+	mi := &file_weir_v1_account_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageWindow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageWindow) ProtoMessage() {}
+
+func (x *UsageWindow) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_account_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageWindow.ProtoReflect.Descriptor instead.
+func (*UsageWindow) Descriptor() ([]byte, []int) {
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *UsageWindow) GetWindow() string {
+	if x != nil {
+		return x.Window
+	}
+	return ""
+}
+
+func (x *UsageWindow) GetUtilization() float64 {
+	if x != nil && x.Utilization != nil {
+		return *x.Utilization
+	}
+	return 0
+}
+
+func (x *UsageWindow) GetResetsAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResetsAt
+	}
+	return nil
+}
+
+func (x *UsageWindow) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *UsageWindow) GetObservedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ObservedAt
+	}
+	return nil
+}
+
 type CreateAccountRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Provider Provider               `protobuf:"varint,1,opt,name=provider,proto3,enum=weir.v1.Provider" json:"provider,omitempty"`
@@ -218,7 +327,7 @@ type CreateAccountRequest struct {
 
 func (x *CreateAccountRequest) Reset() {
 	*x = CreateAccountRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[1]
+	mi := &file_weir_v1_account_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -230,7 +339,7 @@ func (x *CreateAccountRequest) String() string {
 func (*CreateAccountRequest) ProtoMessage() {}
 
 func (x *CreateAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[1]
+	mi := &file_weir_v1_account_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -243,7 +352,7 @@ func (x *CreateAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAccountRequest.ProtoReflect.Descriptor instead.
 func (*CreateAccountRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{1}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CreateAccountRequest) GetProvider() Provider {
@@ -304,7 +413,7 @@ type CreateAccountResponse struct {
 
 func (x *CreateAccountResponse) Reset() {
 	*x = CreateAccountResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[2]
+	mi := &file_weir_v1_account_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -316,7 +425,7 @@ func (x *CreateAccountResponse) String() string {
 func (*CreateAccountResponse) ProtoMessage() {}
 
 func (x *CreateAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[2]
+	mi := &file_weir_v1_account_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -329,7 +438,7 @@ func (x *CreateAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAccountResponse.ProtoReflect.Descriptor instead.
 func (*CreateAccountResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{2}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CreateAccountResponse) GetAccount() *Account {
@@ -347,7 +456,7 @@ type ListAccountsRequest struct {
 
 func (x *ListAccountsRequest) Reset() {
 	*x = ListAccountsRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[3]
+	mi := &file_weir_v1_account_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -359,7 +468,7 @@ func (x *ListAccountsRequest) String() string {
 func (*ListAccountsRequest) ProtoMessage() {}
 
 func (x *ListAccountsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[3]
+	mi := &file_weir_v1_account_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -372,7 +481,7 @@ func (x *ListAccountsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAccountsRequest.ProtoReflect.Descriptor instead.
 func (*ListAccountsRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{3}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{4}
 }
 
 type ListAccountsResponse struct {
@@ -384,7 +493,7 @@ type ListAccountsResponse struct {
 
 func (x *ListAccountsResponse) Reset() {
 	*x = ListAccountsResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[4]
+	mi := &file_weir_v1_account_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -396,7 +505,7 @@ func (x *ListAccountsResponse) String() string {
 func (*ListAccountsResponse) ProtoMessage() {}
 
 func (x *ListAccountsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[4]
+	mi := &file_weir_v1_account_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -409,7 +518,7 @@ func (x *ListAccountsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAccountsResponse.ProtoReflect.Descriptor instead.
 func (*ListAccountsResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{4}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListAccountsResponse) GetAccounts() []*Account {
@@ -429,7 +538,7 @@ type GetAccountRequest struct {
 
 func (x *GetAccountRequest) Reset() {
 	*x = GetAccountRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[5]
+	mi := &file_weir_v1_account_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -441,7 +550,7 @@ func (x *GetAccountRequest) String() string {
 func (*GetAccountRequest) ProtoMessage() {}
 
 func (x *GetAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[5]
+	mi := &file_weir_v1_account_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -454,7 +563,7 @@ func (x *GetAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAccountRequest.ProtoReflect.Descriptor instead.
 func (*GetAccountRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{5}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetAccountRequest) GetId() string {
@@ -473,7 +582,7 @@ type GetAccountResponse struct {
 
 func (x *GetAccountResponse) Reset() {
 	*x = GetAccountResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[6]
+	mi := &file_weir_v1_account_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -485,7 +594,7 @@ func (x *GetAccountResponse) String() string {
 func (*GetAccountResponse) ProtoMessage() {}
 
 func (x *GetAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[6]
+	mi := &file_weir_v1_account_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -498,7 +607,7 @@ func (x *GetAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAccountResponse.ProtoReflect.Descriptor instead.
 func (*GetAccountResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{6}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetAccountResponse) GetAccount() *Account {
@@ -526,7 +635,7 @@ type UpdateAccountRequest struct {
 
 func (x *UpdateAccountRequest) Reset() {
 	*x = UpdateAccountRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[7]
+	mi := &file_weir_v1_account_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -538,7 +647,7 @@ func (x *UpdateAccountRequest) String() string {
 func (*UpdateAccountRequest) ProtoMessage() {}
 
 func (x *UpdateAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[7]
+	mi := &file_weir_v1_account_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -551,7 +660,7 @@ func (x *UpdateAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAccountRequest.ProtoReflect.Descriptor instead.
 func (*UpdateAccountRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{7}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UpdateAccountRequest) GetId() string {
@@ -612,7 +721,7 @@ type UpdateAccountResponse struct {
 
 func (x *UpdateAccountResponse) Reset() {
 	*x = UpdateAccountResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[8]
+	mi := &file_weir_v1_account_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -624,7 +733,7 @@ func (x *UpdateAccountResponse) String() string {
 func (*UpdateAccountResponse) ProtoMessage() {}
 
 func (x *UpdateAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[8]
+	mi := &file_weir_v1_account_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -637,7 +746,7 @@ func (x *UpdateAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAccountResponse.ProtoReflect.Descriptor instead.
 func (*UpdateAccountResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{8}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UpdateAccountResponse) GetAccount() *Account {
@@ -656,7 +765,7 @@ type PauseAccountRequest struct {
 
 func (x *PauseAccountRequest) Reset() {
 	*x = PauseAccountRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[9]
+	mi := &file_weir_v1_account_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -668,7 +777,7 @@ func (x *PauseAccountRequest) String() string {
 func (*PauseAccountRequest) ProtoMessage() {}
 
 func (x *PauseAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[9]
+	mi := &file_weir_v1_account_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -681,7 +790,7 @@ func (x *PauseAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseAccountRequest.ProtoReflect.Descriptor instead.
 func (*PauseAccountRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{9}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PauseAccountRequest) GetId() string {
@@ -700,7 +809,7 @@ type PauseAccountResponse struct {
 
 func (x *PauseAccountResponse) Reset() {
 	*x = PauseAccountResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[10]
+	mi := &file_weir_v1_account_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -712,7 +821,7 @@ func (x *PauseAccountResponse) String() string {
 func (*PauseAccountResponse) ProtoMessage() {}
 
 func (x *PauseAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[10]
+	mi := &file_weir_v1_account_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -725,7 +834,7 @@ func (x *PauseAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseAccountResponse.ProtoReflect.Descriptor instead.
 func (*PauseAccountResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{10}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PauseAccountResponse) GetAccount() *Account {
@@ -744,7 +853,7 @@ type ResumeAccountRequest struct {
 
 func (x *ResumeAccountRequest) Reset() {
 	*x = ResumeAccountRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[11]
+	mi := &file_weir_v1_account_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -756,7 +865,7 @@ func (x *ResumeAccountRequest) String() string {
 func (*ResumeAccountRequest) ProtoMessage() {}
 
 func (x *ResumeAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[11]
+	mi := &file_weir_v1_account_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -769,7 +878,7 @@ func (x *ResumeAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeAccountRequest.ProtoReflect.Descriptor instead.
 func (*ResumeAccountRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{11}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResumeAccountRequest) GetId() string {
@@ -788,7 +897,7 @@ type ResumeAccountResponse struct {
 
 func (x *ResumeAccountResponse) Reset() {
 	*x = ResumeAccountResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[12]
+	mi := &file_weir_v1_account_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -800,7 +909,7 @@ func (x *ResumeAccountResponse) String() string {
 func (*ResumeAccountResponse) ProtoMessage() {}
 
 func (x *ResumeAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[12]
+	mi := &file_weir_v1_account_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -813,7 +922,7 @@ func (x *ResumeAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeAccountResponse.ProtoReflect.Descriptor instead.
 func (*ResumeAccountResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{12}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ResumeAccountResponse) GetAccount() *Account {
@@ -832,7 +941,7 @@ type DeleteAccountRequest struct {
 
 func (x *DeleteAccountRequest) Reset() {
 	*x = DeleteAccountRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[13]
+	mi := &file_weir_v1_account_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -844,7 +953,7 @@ func (x *DeleteAccountRequest) String() string {
 func (*DeleteAccountRequest) ProtoMessage() {}
 
 func (x *DeleteAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[13]
+	mi := &file_weir_v1_account_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -857,7 +966,7 @@ func (x *DeleteAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteAccountRequest.ProtoReflect.Descriptor instead.
 func (*DeleteAccountRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{13}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeleteAccountRequest) GetId() string {
@@ -875,7 +984,7 @@ type DeleteAccountResponse struct {
 
 func (x *DeleteAccountResponse) Reset() {
 	*x = DeleteAccountResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[14]
+	mi := &file_weir_v1_account_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +996,7 @@ func (x *DeleteAccountResponse) String() string {
 func (*DeleteAccountResponse) ProtoMessage() {}
 
 func (x *DeleteAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[14]
+	mi := &file_weir_v1_account_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,14 +1009,132 @@ func (x *DeleteAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteAccountResponse.ProtoReflect.Descriptor instead.
 func (*DeleteAccountResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{14}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{15}
+}
+
+type RefreshUsageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The account id or its label.
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefreshUsageRequest) Reset() {
+	*x = RefreshUsageRequest{}
+	mi := &file_weir_v1_account_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefreshUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefreshUsageRequest) ProtoMessage() {}
+
+func (x *RefreshUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_account_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefreshUsageRequest.ProtoReflect.Descriptor instead.
+func (*RefreshUsageRequest) Descriptor() ([]byte, []int) {
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RefreshUsageRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type RefreshUsageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether weir read the usage endpoint now. False: the budget refused,
+	// and next_read_allowed_at says when it will allow a read.
+	Read bool `protobuf:"varint,1,opt,name=read,proto3" json:"read,omitempty"`
+	// Why the read failed, when it was made and failed (no secret in it).
+	Error string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// When the budget allows the next read of this account.
+	NextReadAllowedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=next_read_allowed_at,json=nextReadAllowedAt,proto3" json:"next_read_allowed_at,omitempty"`
+	// The account with its usage view after the read.
+	Account       *Account `protobuf:"bytes,4,opt,name=account,proto3" json:"account,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefreshUsageResponse) Reset() {
+	*x = RefreshUsageResponse{}
+	mi := &file_weir_v1_account_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefreshUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefreshUsageResponse) ProtoMessage() {}
+
+func (x *RefreshUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_account_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefreshUsageResponse.ProtoReflect.Descriptor instead.
+func (*RefreshUsageResponse) Descriptor() ([]byte, []int) {
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RefreshUsageResponse) GetRead() bool {
+	if x != nil {
+		return x.Read
+	}
+	return false
+}
+
+func (x *RefreshUsageResponse) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *RefreshUsageResponse) GetNextReadAllowedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextReadAllowedAt
+	}
+	return nil
+}
+
+func (x *RefreshUsageResponse) GetAccount() *Account {
+	if x != nil {
+		return x.Account
+	}
+	return nil
 }
 
 var File_weir_v1_account_proto protoreflect.FileDescriptor
 
 const file_weir_v1_account_proto_rawDesc = "" +
 	"\n" +
-	"\x15weir/v1/account.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"\xde\x05\n" +
+	"\x15weir/v1/account.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"\x82\a\n" +
 	"\aAccount\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
 	"\bprovider\x18\x02 \x01(\x0e2\x11.weir.v1.ProviderR\bprovider\x12.\n" +
@@ -929,7 +1156,18 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\x8b\x02\n" +
+	"updated_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x126\n" +
+	"\ffamily_gates\x18\x12 \x03(\v2\x13.weir.v1.FamilyGateR\vfamilyGates\x12*\n" +
+	"\x05usage\x18\x13 \x03(\v2\x14.weir.v1.UsageWindowR\x05usage\x12>\n" +
+	"\rusage_read_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\vusageReadAt\"\xea\x01\n" +
+	"\vUsageWindow\x12\x16\n" +
+	"\x06window\x18\x01 \x01(\tR\x06window\x12%\n" +
+	"\vutilization\x18\x02 \x01(\x01H\x00R\vutilization\x88\x01\x01\x127\n" +
+	"\tresets_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bresetsAt\x12\x16\n" +
+	"\x06source\x18\x04 \x01(\tR\x06source\x12;\n" +
+	"\vobserved_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"observedAtB\x0e\n" +
+	"\f_utilization\"\x8b\x02\n" +
 	"\x14CreateAccountRequest\x12-\n" +
 	"\bprovider\x18\x01 \x01(\x0e2\x11.weir.v1.ProviderR\bprovider\x12.\n" +
 	"\tauth_kind\x18\x02 \x01(\x0e2\x11.weir.v1.AuthKindR\bauthKind\x12\x14\n" +
@@ -972,7 +1210,14 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"\aaccount\x18\x01 \x01(\v2\x10.weir.v1.AccountR\aaccount\"&\n" +
 	"\x14DeleteAccountRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x17\n" +
-	"\x15DeleteAccountResponse2\xc5\x04\n" +
+	"\x15DeleteAccountResponse\"%\n" +
+	"\x13RefreshUsageRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xb9\x01\n" +
+	"\x14RefreshUsageResponse\x12\x12\n" +
+	"\x04read\x18\x01 \x01(\bR\x04read\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12K\n" +
+	"\x14next_read_allowed_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x11nextReadAllowedAt\x12*\n" +
+	"\aaccount\x18\x04 \x01(\v2\x10.weir.v1.AccountR\aaccount2\x94\x05\n" +
 	"\x0eAccountService\x12P\n" +
 	"\rCreateAccount\x12\x1d.weir.v1.CreateAccountRequest\x1a\x1e.weir.v1.CreateAccountResponse\"\x00\x12P\n" +
 	"\fListAccounts\x12\x1c.weir.v1.ListAccountsRequest\x1a\x1d.weir.v1.ListAccountsResponse\"\x03\x90\x02\x01\x12J\n" +
@@ -981,7 +1226,8 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"\rUpdateAccount\x12\x1d.weir.v1.UpdateAccountRequest\x1a\x1e.weir.v1.UpdateAccountResponse\"\x00\x12M\n" +
 	"\fPauseAccount\x12\x1c.weir.v1.PauseAccountRequest\x1a\x1d.weir.v1.PauseAccountResponse\"\x00\x12P\n" +
 	"\rResumeAccount\x12\x1d.weir.v1.ResumeAccountRequest\x1a\x1e.weir.v1.ResumeAccountResponse\"\x00\x12P\n" +
-	"\rDeleteAccount\x12\x1d.weir.v1.DeleteAccountRequest\x1a\x1e.weir.v1.DeleteAccountResponse\"\x00B\x83\x01\n" +
+	"\rDeleteAccount\x12\x1d.weir.v1.DeleteAccountRequest\x1a\x1e.weir.v1.DeleteAccountResponse\"\x00\x12M\n" +
+	"\fRefreshUsage\x12\x1c.weir.v1.RefreshUsageRequest\x1a\x1d.weir.v1.RefreshUsageResponse\"\x00B\x83\x01\n" +
 	"\vcom.weir.v1B\fAccountProtoP\x01Z)github.com/weirhq/weir/gen/weir/v1;weirv1\xa2\x02\x03WXX\xaa\x02\aWeir.V1\xca\x02\aWeir\\V1\xe2\x02\x13Weir\\V1\\GPBMetadata\xea\x02\bWeir::V1b\x06proto3"
 
 var (
@@ -996,67 +1242,80 @@ func file_weir_v1_account_proto_rawDescGZIP() []byte {
 	return file_weir_v1_account_proto_rawDescData
 }
 
-var file_weir_v1_account_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_weir_v1_account_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_weir_v1_account_proto_goTypes = []any{
 	(*Account)(nil),               // 0: weir.v1.Account
-	(*CreateAccountRequest)(nil),  // 1: weir.v1.CreateAccountRequest
-	(*CreateAccountResponse)(nil), // 2: weir.v1.CreateAccountResponse
-	(*ListAccountsRequest)(nil),   // 3: weir.v1.ListAccountsRequest
-	(*ListAccountsResponse)(nil),  // 4: weir.v1.ListAccountsResponse
-	(*GetAccountRequest)(nil),     // 5: weir.v1.GetAccountRequest
-	(*GetAccountResponse)(nil),    // 6: weir.v1.GetAccountResponse
-	(*UpdateAccountRequest)(nil),  // 7: weir.v1.UpdateAccountRequest
-	(*UpdateAccountResponse)(nil), // 8: weir.v1.UpdateAccountResponse
-	(*PauseAccountRequest)(nil),   // 9: weir.v1.PauseAccountRequest
-	(*PauseAccountResponse)(nil),  // 10: weir.v1.PauseAccountResponse
-	(*ResumeAccountRequest)(nil),  // 11: weir.v1.ResumeAccountRequest
-	(*ResumeAccountResponse)(nil), // 12: weir.v1.ResumeAccountResponse
-	(*DeleteAccountRequest)(nil),  // 13: weir.v1.DeleteAccountRequest
-	(*DeleteAccountResponse)(nil), // 14: weir.v1.DeleteAccountResponse
-	(Provider)(0),                 // 15: weir.v1.Provider
-	(AuthKind)(0),                 // 16: weir.v1.AuthKind
-	(AccountState)(0),             // 17: weir.v1.AccountState
-	(*Cooldown)(nil),              // 18: weir.v1.Cooldown
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil), // 20: google.protobuf.FieldMask
+	(*UsageWindow)(nil),           // 1: weir.v1.UsageWindow
+	(*CreateAccountRequest)(nil),  // 2: weir.v1.CreateAccountRequest
+	(*CreateAccountResponse)(nil), // 3: weir.v1.CreateAccountResponse
+	(*ListAccountsRequest)(nil),   // 4: weir.v1.ListAccountsRequest
+	(*ListAccountsResponse)(nil),  // 5: weir.v1.ListAccountsResponse
+	(*GetAccountRequest)(nil),     // 6: weir.v1.GetAccountRequest
+	(*GetAccountResponse)(nil),    // 7: weir.v1.GetAccountResponse
+	(*UpdateAccountRequest)(nil),  // 8: weir.v1.UpdateAccountRequest
+	(*UpdateAccountResponse)(nil), // 9: weir.v1.UpdateAccountResponse
+	(*PauseAccountRequest)(nil),   // 10: weir.v1.PauseAccountRequest
+	(*PauseAccountResponse)(nil),  // 11: weir.v1.PauseAccountResponse
+	(*ResumeAccountRequest)(nil),  // 12: weir.v1.ResumeAccountRequest
+	(*ResumeAccountResponse)(nil), // 13: weir.v1.ResumeAccountResponse
+	(*DeleteAccountRequest)(nil),  // 14: weir.v1.DeleteAccountRequest
+	(*DeleteAccountResponse)(nil), // 15: weir.v1.DeleteAccountResponse
+	(*RefreshUsageRequest)(nil),   // 16: weir.v1.RefreshUsageRequest
+	(*RefreshUsageResponse)(nil),  // 17: weir.v1.RefreshUsageResponse
+	(Provider)(0),                 // 18: weir.v1.Provider
+	(AuthKind)(0),                 // 19: weir.v1.AuthKind
+	(AccountState)(0),             // 20: weir.v1.AccountState
+	(*Cooldown)(nil),              // 21: weir.v1.Cooldown
+	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(*FamilyGate)(nil),            // 23: weir.v1.FamilyGate
+	(*fieldmaskpb.FieldMask)(nil), // 24: google.protobuf.FieldMask
 }
 var file_weir_v1_account_proto_depIdxs = []int32{
-	15, // 0: weir.v1.Account.provider:type_name -> weir.v1.Provider
-	16, // 1: weir.v1.Account.auth_kind:type_name -> weir.v1.AuthKind
-	17, // 2: weir.v1.Account.state:type_name -> weir.v1.AccountState
-	18, // 3: weir.v1.Account.cooldown:type_name -> weir.v1.Cooldown
-	19, // 4: weir.v1.Account.last_used_at:type_name -> google.protobuf.Timestamp
-	19, // 5: weir.v1.Account.last_success_at:type_name -> google.protobuf.Timestamp
-	19, // 6: weir.v1.Account.created_at:type_name -> google.protobuf.Timestamp
-	19, // 7: weir.v1.Account.updated_at:type_name -> google.protobuf.Timestamp
-	15, // 8: weir.v1.CreateAccountRequest.provider:type_name -> weir.v1.Provider
-	16, // 9: weir.v1.CreateAccountRequest.auth_kind:type_name -> weir.v1.AuthKind
-	0,  // 10: weir.v1.CreateAccountResponse.account:type_name -> weir.v1.Account
-	0,  // 11: weir.v1.ListAccountsResponse.accounts:type_name -> weir.v1.Account
-	0,  // 12: weir.v1.GetAccountResponse.account:type_name -> weir.v1.Account
-	20, // 13: weir.v1.UpdateAccountRequest.update_mask:type_name -> google.protobuf.FieldMask
-	0,  // 14: weir.v1.UpdateAccountResponse.account:type_name -> weir.v1.Account
-	0,  // 15: weir.v1.PauseAccountResponse.account:type_name -> weir.v1.Account
-	0,  // 16: weir.v1.ResumeAccountResponse.account:type_name -> weir.v1.Account
-	1,  // 17: weir.v1.AccountService.CreateAccount:input_type -> weir.v1.CreateAccountRequest
-	3,  // 18: weir.v1.AccountService.ListAccounts:input_type -> weir.v1.ListAccountsRequest
-	5,  // 19: weir.v1.AccountService.GetAccount:input_type -> weir.v1.GetAccountRequest
-	7,  // 20: weir.v1.AccountService.UpdateAccount:input_type -> weir.v1.UpdateAccountRequest
-	9,  // 21: weir.v1.AccountService.PauseAccount:input_type -> weir.v1.PauseAccountRequest
-	11, // 22: weir.v1.AccountService.ResumeAccount:input_type -> weir.v1.ResumeAccountRequest
-	13, // 23: weir.v1.AccountService.DeleteAccount:input_type -> weir.v1.DeleteAccountRequest
-	2,  // 24: weir.v1.AccountService.CreateAccount:output_type -> weir.v1.CreateAccountResponse
-	4,  // 25: weir.v1.AccountService.ListAccounts:output_type -> weir.v1.ListAccountsResponse
-	6,  // 26: weir.v1.AccountService.GetAccount:output_type -> weir.v1.GetAccountResponse
-	8,  // 27: weir.v1.AccountService.UpdateAccount:output_type -> weir.v1.UpdateAccountResponse
-	10, // 28: weir.v1.AccountService.PauseAccount:output_type -> weir.v1.PauseAccountResponse
-	12, // 29: weir.v1.AccountService.ResumeAccount:output_type -> weir.v1.ResumeAccountResponse
-	14, // 30: weir.v1.AccountService.DeleteAccount:output_type -> weir.v1.DeleteAccountResponse
-	24, // [24:31] is the sub-list for method output_type
-	17, // [17:24] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	18, // 0: weir.v1.Account.provider:type_name -> weir.v1.Provider
+	19, // 1: weir.v1.Account.auth_kind:type_name -> weir.v1.AuthKind
+	20, // 2: weir.v1.Account.state:type_name -> weir.v1.AccountState
+	21, // 3: weir.v1.Account.cooldown:type_name -> weir.v1.Cooldown
+	22, // 4: weir.v1.Account.last_used_at:type_name -> google.protobuf.Timestamp
+	22, // 5: weir.v1.Account.last_success_at:type_name -> google.protobuf.Timestamp
+	22, // 6: weir.v1.Account.created_at:type_name -> google.protobuf.Timestamp
+	22, // 7: weir.v1.Account.updated_at:type_name -> google.protobuf.Timestamp
+	23, // 8: weir.v1.Account.family_gates:type_name -> weir.v1.FamilyGate
+	1,  // 9: weir.v1.Account.usage:type_name -> weir.v1.UsageWindow
+	22, // 10: weir.v1.Account.usage_read_at:type_name -> google.protobuf.Timestamp
+	22, // 11: weir.v1.UsageWindow.resets_at:type_name -> google.protobuf.Timestamp
+	22, // 12: weir.v1.UsageWindow.observed_at:type_name -> google.protobuf.Timestamp
+	18, // 13: weir.v1.CreateAccountRequest.provider:type_name -> weir.v1.Provider
+	19, // 14: weir.v1.CreateAccountRequest.auth_kind:type_name -> weir.v1.AuthKind
+	0,  // 15: weir.v1.CreateAccountResponse.account:type_name -> weir.v1.Account
+	0,  // 16: weir.v1.ListAccountsResponse.accounts:type_name -> weir.v1.Account
+	0,  // 17: weir.v1.GetAccountResponse.account:type_name -> weir.v1.Account
+	24, // 18: weir.v1.UpdateAccountRequest.update_mask:type_name -> google.protobuf.FieldMask
+	0,  // 19: weir.v1.UpdateAccountResponse.account:type_name -> weir.v1.Account
+	0,  // 20: weir.v1.PauseAccountResponse.account:type_name -> weir.v1.Account
+	0,  // 21: weir.v1.ResumeAccountResponse.account:type_name -> weir.v1.Account
+	22, // 22: weir.v1.RefreshUsageResponse.next_read_allowed_at:type_name -> google.protobuf.Timestamp
+	0,  // 23: weir.v1.RefreshUsageResponse.account:type_name -> weir.v1.Account
+	2,  // 24: weir.v1.AccountService.CreateAccount:input_type -> weir.v1.CreateAccountRequest
+	4,  // 25: weir.v1.AccountService.ListAccounts:input_type -> weir.v1.ListAccountsRequest
+	6,  // 26: weir.v1.AccountService.GetAccount:input_type -> weir.v1.GetAccountRequest
+	8,  // 27: weir.v1.AccountService.UpdateAccount:input_type -> weir.v1.UpdateAccountRequest
+	10, // 28: weir.v1.AccountService.PauseAccount:input_type -> weir.v1.PauseAccountRequest
+	12, // 29: weir.v1.AccountService.ResumeAccount:input_type -> weir.v1.ResumeAccountRequest
+	14, // 30: weir.v1.AccountService.DeleteAccount:input_type -> weir.v1.DeleteAccountRequest
+	16, // 31: weir.v1.AccountService.RefreshUsage:input_type -> weir.v1.RefreshUsageRequest
+	3,  // 32: weir.v1.AccountService.CreateAccount:output_type -> weir.v1.CreateAccountResponse
+	5,  // 33: weir.v1.AccountService.ListAccounts:output_type -> weir.v1.ListAccountsResponse
+	7,  // 34: weir.v1.AccountService.GetAccount:output_type -> weir.v1.GetAccountResponse
+	9,  // 35: weir.v1.AccountService.UpdateAccount:output_type -> weir.v1.UpdateAccountResponse
+	11, // 36: weir.v1.AccountService.PauseAccount:output_type -> weir.v1.PauseAccountResponse
+	13, // 37: weir.v1.AccountService.ResumeAccount:output_type -> weir.v1.ResumeAccountResponse
+	15, // 38: weir.v1.AccountService.DeleteAccount:output_type -> weir.v1.DeleteAccountResponse
+	17, // 39: weir.v1.AccountService.RefreshUsage:output_type -> weir.v1.RefreshUsageResponse
+	32, // [32:40] is the sub-list for method output_type
+	24, // [24:32] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_account_proto_init() }
@@ -1065,13 +1324,14 @@ func file_weir_v1_account_proto_init() {
 		return
 	}
 	file_weir_v1_types_proto_init()
+	file_weir_v1_account_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_account_proto_rawDesc), len(file_weir_v1_account_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -706,8 +706,11 @@ type Outcome struct {
 	// Consecutive overload answers this request already had from this
 	// account before this attempt.
 	PriorOverloads int32 `protobuf:"varint,11,opt,name=prior_overloads,json=priorOverloads,proto3" json:"prior_overloads,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Consecutive same-account retries of rate-limit bursts this request
+	// already had on this account before this attempt.
+	PriorBursts   int32 `protobuf:"varint,12,opt,name=prior_bursts,json=priorBursts,proto3" json:"prior_bursts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Outcome) Reset() {
@@ -813,6 +816,13 @@ func (x *Outcome) GetTransportError() string {
 func (x *Outcome) GetPriorOverloads() int32 {
 	if x != nil {
 		return x.PriorOverloads
+	}
+	return 0
+}
+
+func (x *Outcome) GetPriorBursts() int32 {
+	if x != nil {
+		return x.PriorBursts
 	}
 	return 0
 }
@@ -1411,7 +1421,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\"J\n" +
 	"\rRenewResponse\x129\n" +
 	"\n" +
-	"expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xa3\x04\n" +
+	"expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xc6\x04\n" +
 	"\aOutcome\x12+\n" +
 	"\x05class\x18\x01 \x01(\x0e2\x15.weir.v1.OutcomeClassR\x05class\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\x05R\x06status\x12\x1d\n" +
@@ -1425,7 +1435,8 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x0fbytes_to_client\x18\t \x01(\bR\rbytesToClient\x12'\n" +
 	"\x0ftransport_error\x18\n" +
 	" \x01(\tR\x0etransportError\x12'\n" +
-	"\x0fprior_overloads\x18\v \x01(\x05R\x0epriorOverloads\x1a:\n" +
+	"\x0fprior_overloads\x18\v \x01(\x05R\x0epriorOverloads\x12!\n" +
+	"\fprior_bursts\x18\f \x01(\x05R\vpriorBursts\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x17\n" +

@@ -192,6 +192,15 @@ const (
 	CooldownReason_COOLDOWN_REASON_INVALID_CREDENTIAL CooldownReason = 3
 	// The upstream was overloaded (5xx/529) on this account.
 	CooldownReason_COOLDOWN_REASON_OVERLOADED CooldownReason = 4
+	// A 429 said the account's own five-hour or weekly window is spent
+	// (unified 5h/7d claim rejected): cooled until the window resets, or for
+	// an adaptive backoff when the reset is unusable. Transient.
+	CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED CooldownReason = 5
+	// A 429 was rejected with overage-disabled-reason out_of_credits: a long
+	// floor (6 h). Transient: it ends at its deadline, on an operator's
+	// resume, or with a success on a request admitted after it was written;
+	// a usage reading never lifts it.
+	CooldownReason_COOLDOWN_REASON_OUT_OF_CREDITS CooldownReason = 6
 )
 
 // Enum value maps for CooldownReason.
@@ -202,6 +211,8 @@ var (
 		2: "COOLDOWN_REASON_RATE_LIMITED",
 		3: "COOLDOWN_REASON_INVALID_CREDENTIAL",
 		4: "COOLDOWN_REASON_OVERLOADED",
+		5: "COOLDOWN_REASON_QUOTA_EXHAUSTED",
+		6: "COOLDOWN_REASON_OUT_OF_CREDITS",
 	}
 	CooldownReason_value = map[string]int32{
 		"COOLDOWN_REASON_UNSPECIFIED":        0,
@@ -209,6 +220,8 @@ var (
 		"COOLDOWN_REASON_RATE_LIMITED":       2,
 		"COOLDOWN_REASON_INVALID_CREDENTIAL": 3,
 		"COOLDOWN_REASON_OVERLOADED":         4,
+		"COOLDOWN_REASON_QUOTA_EXHAUSTED":    5,
+		"COOLDOWN_REASON_OUT_OF_CREDITS":     6,
 	}
 )
 
@@ -516,6 +529,79 @@ func (x *Cooldown) GetEvidence() string {
 	return ""
 }
 
+// FamilyGate keeps an account out of routing for one model family only: a
+// scoped weekly window (such as seven_day_opus) is spent while the
+// account-wide windows still have room.
+type FamilyGate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model family ("opus", "sonnet"), as routing groups models.
+	Family    string                 `protobuf:"bytes,1,opt,name=family,proto3" json:"family,omitempty"`
+	Until     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=until,proto3" json:"until,omitempty"`
+	WrittenAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=written_at,json=writtenAt,proto3" json:"written_at,omitempty"`
+	// A one-line account of the evidence that justified the gate.
+	Evidence      string `protobuf:"bytes,4,opt,name=evidence,proto3" json:"evidence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FamilyGate) Reset() {
+	*x = FamilyGate{}
+	mi := &file_weir_v1_types_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FamilyGate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FamilyGate) ProtoMessage() {}
+
+func (x *FamilyGate) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_types_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FamilyGate.ProtoReflect.Descriptor instead.
+func (*FamilyGate) Descriptor() ([]byte, []int) {
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *FamilyGate) GetFamily() string {
+	if x != nil {
+		return x.Family
+	}
+	return ""
+}
+
+func (x *FamilyGate) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *FamilyGate) GetWrittenAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.WrittenAt
+	}
+	return nil
+}
+
+func (x *FamilyGate) GetEvidence() string {
+	if x != nil {
+		return x.Evidence
+	}
+	return ""
+}
+
 // Decision is the control plane's answer to an attempt's outcome.
 type Decision struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -530,7 +616,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_weir_v1_types_proto_msgTypes[2]
+	mi := &file_weir_v1_types_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -542,7 +628,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_types_proto_msgTypes[2]
+	mi := &file_weir_v1_types_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -555,7 +641,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{2}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Decision) GetAction() Action {
@@ -593,7 +679,14 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"written_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\x12\x1c\n" +
 	"\ttransient\x18\x04 \x01(\bR\ttransient\x12\x1a\n" +
-	"\bevidence\x18\x05 \x01(\tR\bevidence\"\x9e\x01\n" +
+	"\bevidence\x18\x05 \x01(\tR\bevidence\"\xad\x01\n" +
+	"\n" +
+	"FamilyGate\x12\x16\n" +
+	"\x06family\x18\x01 \x01(\tR\x06family\x120\n" +
+	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x129\n" +
+	"\n" +
+	"written_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\x12\x1a\n" +
+	"\bevidence\x18\x04 \x01(\tR\bevidence\"\x9e\x01\n" +
 	"\bDecision\x12'\n" +
 	"\x06action\x18\x01 \x01(\x0e2\x0f.weir.v1.ActionR\x06action\x12-\n" +
 	"\bcooldown\x18\x02 \x01(\v2\x11.weir.v1.CooldownR\bcooldown\x12:\n" +
@@ -611,13 +704,15 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\x14ACCOUNT_STATE_ACTIVE\x10\x01\x12\x18\n" +
 	"\x14ACCOUNT_STATE_PAUSED\x10\x02\x12\x19\n" +
 	"\x15ACCOUNT_STATE_COOLING\x10\x03\x12\x18\n" +
-	"\x14ACCOUNT_STATE_BROKEN\x10\x04*\xba\x01\n" +
+	"\x14ACCOUNT_STATE_BROKEN\x10\x04*\x83\x02\n" +
 	"\x0eCooldownReason\x12\x1f\n" +
 	"\x1bCOOLDOWN_REASON_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19COOLDOWN_REASON_TRANSPORT\x10\x01\x12 \n" +
 	"\x1cCOOLDOWN_REASON_RATE_LIMITED\x10\x02\x12&\n" +
 	"\"COOLDOWN_REASON_INVALID_CREDENTIAL\x10\x03\x12\x1e\n" +
-	"\x1aCOOLDOWN_REASON_OVERLOADED\x10\x04*\xed\x02\n" +
+	"\x1aCOOLDOWN_REASON_OVERLOADED\x10\x04\x12#\n" +
+	"\x1fCOOLDOWN_REASON_QUOTA_EXHAUSTED\x10\x05\x12\"\n" +
+	"\x1eCOOLDOWN_REASON_OUT_OF_CREDITS\x10\x06*\xed\x02\n" +
 	"\fOutcomeClass\x12\x1d\n" +
 	"\x19OUTCOME_CLASS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15OUTCOME_CLASS_SUCCESS\x10\x01\x12\x1e\n" +
@@ -652,7 +747,7 @@ func file_weir_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_weir_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_weir_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_weir_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_weir_v1_types_proto_goTypes = []any{
 	(Provider)(0),                 // 0: weir.v1.Provider
 	(AuthKind)(0),                 // 1: weir.v1.AuthKind
@@ -662,24 +757,27 @@ var file_weir_v1_types_proto_goTypes = []any{
 	(Action)(0),                   // 5: weir.v1.Action
 	(*Settings)(nil),              // 6: weir.v1.Settings
 	(*Cooldown)(nil),              // 7: weir.v1.Cooldown
-	(*Decision)(nil),              // 8: weir.v1.Decision
-	(*durationpb.Duration)(nil),   // 9: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*FamilyGate)(nil),            // 8: weir.v1.FamilyGate
+	(*Decision)(nil),              // 9: weir.v1.Decision
+	(*durationpb.Duration)(nil),   // 10: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
 }
 var file_weir_v1_types_proto_depIdxs = []int32{
-	9,  // 0: weir.v1.Settings.capacity_hold:type_name -> google.protobuf.Duration
-	9,  // 1: weir.v1.Settings.request_deadline:type_name -> google.protobuf.Duration
+	10, // 0: weir.v1.Settings.capacity_hold:type_name -> google.protobuf.Duration
+	10, // 1: weir.v1.Settings.request_deadline:type_name -> google.protobuf.Duration
 	3,  // 2: weir.v1.Cooldown.reason:type_name -> weir.v1.CooldownReason
-	10, // 3: weir.v1.Cooldown.until:type_name -> google.protobuf.Timestamp
-	10, // 4: weir.v1.Cooldown.written_at:type_name -> google.protobuf.Timestamp
-	5,  // 5: weir.v1.Decision.action:type_name -> weir.v1.Action
-	7,  // 6: weir.v1.Decision.cooldown:type_name -> weir.v1.Cooldown
-	9,  // 7: weir.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	8,  // [8:8] is the sub-list for method output_type
-	8,  // [8:8] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	11, // 3: weir.v1.Cooldown.until:type_name -> google.protobuf.Timestamp
+	11, // 4: weir.v1.Cooldown.written_at:type_name -> google.protobuf.Timestamp
+	11, // 5: weir.v1.FamilyGate.until:type_name -> google.protobuf.Timestamp
+	11, // 6: weir.v1.FamilyGate.written_at:type_name -> google.protobuf.Timestamp
+	5,  // 7: weir.v1.Decision.action:type_name -> weir.v1.Action
+	7,  // 8: weir.v1.Decision.cooldown:type_name -> weir.v1.Cooldown
+	10, // 9: weir.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_types_proto_init() }
@@ -693,7 +791,7 @@ func file_weir_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_types_proto_rawDesc), len(file_weir_v1_types_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

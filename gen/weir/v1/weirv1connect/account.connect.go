@@ -54,6 +54,9 @@ const (
 	// AccountServiceDeleteAccountProcedure is the fully-qualified name of the AccountService's
 	// DeleteAccount RPC.
 	AccountServiceDeleteAccountProcedure = "/weir.v1.AccountService/DeleteAccount"
+	// AccountServiceRefreshUsageProcedure is the fully-qualified name of the AccountService's
+	// RefreshUsage RPC.
+	AccountServiceRefreshUsageProcedure = "/weir.v1.AccountService/RefreshUsage"
 )
 
 // AccountServiceClient is a client for the weir.v1.AccountService service.
@@ -65,9 +68,13 @@ type AccountServiceClient interface {
 	// PauseAccount takes an account out of routing until ResumeAccount.
 	PauseAccount(context.Context, *connect.Request[v1.PauseAccountRequest]) (*connect.Response[v1.PauseAccountResponse], error)
 	// ResumeAccount returns a paused or broken account to routing and clears
-	// its cooldown.
+	// its cooldown and family gates.
 	ResumeAccount(context.Context, *connect.Request[v1.ResumeAccountRequest]) (*connect.Response[v1.ResumeAccountResponse], error)
 	DeleteAccount(context.Context, *connect.Request[v1.DeleteAccountRequest]) (*connect.Response[v1.DeleteAccountResponse], error)
+	// RefreshUsage reads an OAuth account's usage endpoint now if the read
+	// budget allows it (one read per account in 150 s, whoever reads, and
+	// none while the endpoint asked weir to wait), and says when it next may.
+	RefreshUsage(context.Context, *connect.Request[v1.RefreshUsageRequest]) (*connect.Response[v1.RefreshUsageResponse], error)
 }
 
 // NewAccountServiceClient constructs a client for the weir.v1.AccountService service. By default,
@@ -125,6 +132,12 @@ func NewAccountServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(accountServiceMethods.ByName("DeleteAccount")),
 			connect.WithClientOptions(opts...),
 		),
+		refreshUsage: connect.NewClient[v1.RefreshUsageRequest, v1.RefreshUsageResponse](
+			httpClient,
+			baseURL+AccountServiceRefreshUsageProcedure,
+			connect.WithSchema(accountServiceMethods.ByName("RefreshUsage")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -137,6 +150,7 @@ type accountServiceClient struct {
 	pauseAccount  *connect.Client[v1.PauseAccountRequest, v1.PauseAccountResponse]
 	resumeAccount *connect.Client[v1.ResumeAccountRequest, v1.ResumeAccountResponse]
 	deleteAccount *connect.Client[v1.DeleteAccountRequest, v1.DeleteAccountResponse]
+	refreshUsage  *connect.Client[v1.RefreshUsageRequest, v1.RefreshUsageResponse]
 }
 
 // CreateAccount calls weir.v1.AccountService.CreateAccount.
@@ -174,6 +188,11 @@ func (c *accountServiceClient) DeleteAccount(ctx context.Context, req *connect.R
 	return c.deleteAccount.CallUnary(ctx, req)
 }
 
+// RefreshUsage calls weir.v1.AccountService.RefreshUsage.
+func (c *accountServiceClient) RefreshUsage(ctx context.Context, req *connect.Request[v1.RefreshUsageRequest]) (*connect.Response[v1.RefreshUsageResponse], error) {
+	return c.refreshUsage.CallUnary(ctx, req)
+}
+
 // AccountServiceHandler is an implementation of the weir.v1.AccountService service.
 type AccountServiceHandler interface {
 	CreateAccount(context.Context, *connect.Request[v1.CreateAccountRequest]) (*connect.Response[v1.CreateAccountResponse], error)
@@ -183,9 +202,13 @@ type AccountServiceHandler interface {
 	// PauseAccount takes an account out of routing until ResumeAccount.
 	PauseAccount(context.Context, *connect.Request[v1.PauseAccountRequest]) (*connect.Response[v1.PauseAccountResponse], error)
 	// ResumeAccount returns a paused or broken account to routing and clears
-	// its cooldown.
+	// its cooldown and family gates.
 	ResumeAccount(context.Context, *connect.Request[v1.ResumeAccountRequest]) (*connect.Response[v1.ResumeAccountResponse], error)
 	DeleteAccount(context.Context, *connect.Request[v1.DeleteAccountRequest]) (*connect.Response[v1.DeleteAccountResponse], error)
+	// RefreshUsage reads an OAuth account's usage endpoint now if the read
+	// budget allows it (one read per account in 150 s, whoever reads, and
+	// none while the endpoint asked weir to wait), and says when it next may.
+	RefreshUsage(context.Context, *connect.Request[v1.RefreshUsageRequest]) (*connect.Response[v1.RefreshUsageResponse], error)
 }
 
 // NewAccountServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -239,6 +262,12 @@ func NewAccountServiceHandler(svc AccountServiceHandler, opts ...connect.Handler
 		connect.WithSchema(accountServiceMethods.ByName("DeleteAccount")),
 		connect.WithHandlerOptions(opts...),
 	)
+	accountServiceRefreshUsageHandler := connect.NewUnaryHandler(
+		AccountServiceRefreshUsageProcedure,
+		svc.RefreshUsage,
+		connect.WithSchema(accountServiceMethods.ByName("RefreshUsage")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/weir.v1.AccountService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AccountServiceCreateAccountProcedure:
@@ -255,6 +284,8 @@ func NewAccountServiceHandler(svc AccountServiceHandler, opts ...connect.Handler
 			accountServiceResumeAccountHandler.ServeHTTP(w, r)
 		case AccountServiceDeleteAccountProcedure:
 			accountServiceDeleteAccountHandler.ServeHTTP(w, r)
+		case AccountServiceRefreshUsageProcedure:
+			accountServiceRefreshUsageHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -290,4 +321,8 @@ func (UnimplementedAccountServiceHandler) ResumeAccount(context.Context, *connec
 
 func (UnimplementedAccountServiceHandler) DeleteAccount(context.Context, *connect.Request[v1.DeleteAccountRequest]) (*connect.Response[v1.DeleteAccountResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.AccountService.DeleteAccount is not implemented"))
+}
+
+func (UnimplementedAccountServiceHandler) RefreshUsage(context.Context, *connect.Request[v1.RefreshUsageRequest]) (*connect.Response[v1.RefreshUsageResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.AccountService.RefreshUsage is not implemented"))
 }

@@ -1,0 +1,525 @@
+package controlplane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/weirhq/weir/controlplane/db"
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+// The usage view: what each OAuth account's windows have left, from two
+// sources. The usage endpoint is polled within a read budget that
+// ClaimUsageRead (sql/queries/usage.sql) enforces for every replica,
+// poller and operator at once; the unified rate-limit headers of every
+// released response are merged in between polls.
+
+// Usage window names, as the usage endpoint spells them, in the one order
+// they are written (a fixed order keeps concurrent writers from
+// deadlocking on each other's rows).
+const (
+	windowFiveHour          = "five_hour"
+	windowSevenDay          = "seven_day"
+	windowSevenDayOAuthApps = "seven_day_oauth_apps"
+	windowSevenDayOpus      = "seven_day_opus"
+	windowSevenDaySonnet    = "seven_day_sonnet"
+)
+
+var usageWindows = []string{windowFiveHour, windowSevenDay, windowSevenDayOAuthApps, windowSevenDayOpus, windowSevenDaySonnet}
+
+// Reading sources.
+const (
+	sourcePoll   = "poll"
+	sourceHeader = "header"
+)
+
+const (
+	// usagePath is the usage endpoint, under the account's base URL.
+	usagePath = "/api/oauth/usage"
+	// oauthBeta is the anthropic-beta value the OAuth endpoints require.
+	oauthBeta = "oauth-2025-04-20"
+	// maxUsageBody bounds what a usage answer may weigh.
+	maxUsageBody = 1 << 20
+
+	// Poll cadence: busy accounts (used in the last usageBusyFor) about
+	// every usageBusyEvery, idle ones about every usageIdleEvery, each
+	// spread by ±usageJitter. The 150 s read budget applies on top.
+	usageBusyFor   = 10 * time.Minute
+	usageBusyEvery = 90 * time.Second
+	usageIdleEvery = 10 * time.Minute
+	usageJitter    = 0.15
+	// usageBootSpread spreads the first reads of unscheduled accounts.
+	usageBootSpread = 90 * time.Second
+	// usageReadsPerRun and usageReadParallelism bound one poller run so it
+	// ends well within River's job timeout.
+	usageReadsPerRun     = 16
+	usageReadParallelism = 4
+
+	// Backoff after failed reads without a retry-after: 1 min doubling to
+	// 30 min. A retry-after is honoured up to the same ceiling.
+	usageBackoffBase = time.Minute
+	usageBackoffMax  = 30 * time.Minute
+)
+
+// errNoUsageEndpoint: only OAuth accounts have a usage endpoint.
+var errNoUsageEndpoint = invalidf("id: only OAuth accounts have a usage endpoint")
+
+// usageReading is one window as read or merged.
+type usageReading struct {
+	window string
+	// utilization is a fraction 0..1; nil means no evidence, never 0.
+	utilization *float64
+	resetsAt    *time.Time
+}
+
+// usageResult is what one attempt to read an account's usage came to.
+type usageResult struct {
+	// read: the budget allowed a read and it was sent upstream.
+	read bool
+	// landed: the readings were stored (false when the epoch or the
+	// credential moved on while the read ran).
+	landed bool
+	// failure is why the read failed (no secret in it), when it did.
+	failure error
+	// nextAllowed is when the budget allows the next read.
+	nextAllowed time.Time
+}
+
+// readUsage is the one way to read an account's usage endpoint. It claims
+// the read from the budget first (no two reads of one account within 150 s,
+// none while the endpoint asked us to wait), then reads and stores the
+// readings under the epoch it claimed. The error is for what the caller
+// must hear (not found, not OAuth, the database); an upstream failure is
+// recorded, backed off and returned in the result.
+func (s *Server) readUsage(ctx context.Context, id uuid.UUID) (usageResult, error) {
+	acct, err := s.q.GetAccount(ctx, id)
+	if err != nil {
+		return usageResult{}, storeErr(err)
+	}
+	if acct.AuthKind != "oauth" {
+		return usageResult{}, errNoUsageEndpoint
+	}
+	now := s.now()
+	claim, err := s.q.ClaimUsageRead(ctx, db.ClaimUsageReadParams{AccountID: id, CredentialRevision: acct.CredentialRevision, Now: now})
+	if errors.Is(err, pgx.ErrNoRows) {
+		at, err := s.q.UsageReadAllowedAt(ctx, db.UsageReadAllowedAtParams{AccountID: id, Now: now})
+		if err != nil {
+			return usageResult{}, storeErr(err)
+		}
+		return usageResult{nextAllowed: at}, nil
+	}
+	if err != nil {
+		return usageResult{}, err
+	}
+
+	res := usageResult{read: true}
+	readings, wait, ferr := s.fetchUsage(ctx, acct)
+	now = s.now()
+	if ferr != nil {
+		if errors.Is(ferr, context.Canceled) {
+			// Our shutdown, not the endpoint's answer: the claim stands (the
+			// request may have reached it) but nothing backs off.
+			return usageResult{}, ferr
+		}
+		blocked := now.Add(usageBackoff(claim.Failures+1, wait))
+		if err := s.q.RecordUsageFailure(ctx, db.RecordUsageFailureParams{
+			AccountID: id, LastError: ferr.Error(), BlockedUntil: blocked,
+		}); err != nil {
+			return usageResult{}, err
+		}
+		s.log.WarnContext(ctx, "usage read failed", "account_id", id, "failures", claim.Failures+1, "blocked_until", blocked, "err", ferr)
+		res.failure = ferr
+		res.nextAllowed, err = s.q.UsageReadAllowedAt(ctx, db.UsageReadAllowedAtParams{AccountID: id, Now: now})
+		return res, storeErr(err)
+	}
+	next := usageCadence(acct.LastUsedAt, now, s.jitter())
+	err = s.tx(ctx, func(q *db.Queries) error {
+		present := make(map[string]usageReading, len(readings))
+		for _, r := range readings {
+			present[r.window] = r
+		}
+		for _, w := range usageWindows {
+			r, ok := present[w]
+			if !ok {
+				if err := q.DeleteUsageWindow(ctx, db.DeleteUsageWindowParams{AccountID: id, WindowName: w}); err != nil {
+					return err
+				}
+				continue
+			}
+			if _, err := q.UpsertUsageWindow(ctx, db.UpsertUsageWindowParams{
+				AccountID: id, WindowName: w, Utilization: r.utilization, ResetsAt: r.resetsAt,
+				Source: sourcePoll, Now: now, CredentialRevision: acct.CredentialRevision,
+				Epoch: pgtype.Int8{Int64: claim.Epoch, Valid: true},
+			}); err != nil {
+				return err
+			}
+		}
+		// Last, and under the row lock: if the epoch or the credential
+		// moved on since the claim, nothing of this read lands.
+		n, err := q.RecordUsageSuccess(ctx, db.RecordUsageSuccessParams{
+			AccountID: id, Epoch: claim.Epoch, CredentialRevision: acct.CredentialRevision, Now: now, NextReadAt: next,
+		})
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return errStaleUsage
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errStaleUsage):
+		s.log.InfoContext(ctx, "usage reading dropped: epoch moved on", "account_id", id, "epoch", claim.Epoch)
+	case err != nil:
+		return usageResult{}, fmt.Errorf("store usage: %w", err)
+	default:
+		res.landed = true
+	}
+	at, err := s.q.UsageReadAllowedAt(ctx, db.UsageReadAllowedAtParams{AccountID: id, Now: now})
+	if err != nil {
+		return usageResult{}, storeErr(err)
+	}
+	res.nextAllowed = at
+	return res, nil
+}
+
+var errStaleUsage = errors.New("usage reading is stale")
+
+// ReadDue reads every OAuth account whose next read is due, a few at a
+// time, within the read budget, and says how many it read. Accounts never
+// scheduled (at boot, new accounts, new credentials) are first given a
+// read spread over the next 90 s. It is the poller's half of
+// jobs.UsageReader.
+func (s *Server) ReadDue(ctx context.Context) (int, error) {
+	now := s.now()
+	if _, err := s.q.StaggerUnscheduledUsagePolls(ctx, db.StaggerUnscheduledUsagePollsParams{
+		Now: now, SpreadSeconds: usageBootSpread.Seconds(),
+	}); err != nil {
+		return 0, fmt.Errorf("schedule usage reads: %w", err)
+	}
+	due, err := s.q.DueUsagePolls(ctx, db.DueUsagePollsParams{Now: now, MaxReads: usageReadsPerRun})
+	if err != nil {
+		return 0, fmt.Errorf("due usage reads: %w", err)
+	}
+	var (
+		mu   sync.Mutex
+		read int
+		errs []error
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, usageReadParallelism)
+	)
+	for _, id := range due {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			res, err := s.readUsage(ctx, id)
+			if err == nil && !res.read {
+				// Someone else read it (another replica, an operator).
+				err = s.q.DeferUsagePoll(ctx, id)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("read usage of %s: %w", id, err))
+			}
+			if res.read {
+				read++
+			}
+		})
+	}
+	wg.Wait()
+	return read, errors.Join(errs...)
+}
+
+// rearmUsage starts a new poll epoch for an account and schedules its next
+// read at (within the budget): for a quota cooldown that wants to know when
+// its window recovers. Reads claimed before never land.
+func rearmUsage(ctx context.Context, q *db.Queries, id uuid.UUID, at time.Time) (int64, error) {
+	epoch, err := q.RearmUsagePoll(ctx, db.RearmUsagePollParams{AccountID: id, NextReadAt: at})
+	return epoch, storeErr(err)
+}
+
+// mergeUsageHeaders folds the unified rate-limit headers of a released
+// response into the usage view, under the lease's credential revision and
+// the current epoch. Release calls it inside its transaction.
+func (s *Server) mergeUsageHeaders(ctx context.Context, q *db.Queries, accountID uuid.UUID, revision int64, headers map[string]string, now time.Time) error {
+	for _, r := range headerReadings(headers, now) {
+		if _, err := q.UpsertUsageWindow(ctx, db.UpsertUsageWindowParams{
+			AccountID: accountID, WindowName: r.window, Utilization: r.utilization, ResetsAt: r.resetsAt,
+			Source: sourceHeader, Now: now, CredentialRevision: revision,
+		}); err != nil {
+			return fmt.Errorf("merge usage headers: %w", err)
+		}
+	}
+	return nil
+}
+
+// fetchUsage GETs the account's usage endpoint. Only readUsage may call
+// it, after claiming the read (a test holds every other caller out). It
+// returns the readings, or an error without the credential in it and how
+// long the endpoint asked us to wait (0: it did not say).
+func (s *Server) fetchUsage(ctx context.Context, acct db.Account) ([]usageReading, time.Duration, error) {
+	token, err := s.seal.open(acct.ID, acct.CredentialRevision, acct.CredentialSealed)
+	if err != nil {
+		return nil, 0, errors.New("credential unreadable under this secret key")
+	}
+	base := acct.BaseUrl
+	if base == "" {
+		base = defaultAnthropicBaseURL
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+usagePath, nil)
+	if err != nil {
+		return nil, 0, fmt.Errorf("usage request: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("anthropic-beta", oauthBeta)
+	req.Header.Set("Accept", "application/json")
+	resp, err := s.cfg.UsageClient.Do(req)
+	if err != nil {
+		// url.Error names the URL, which carries no secret; the rest is the
+		// transport's own words. The token is scrubbed all the same.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, 0, fmt.Errorf("usage endpoint unreachable: %w", scrubbed{err, token})
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxUsageBody))
+	if resp.StatusCode != http.StatusOK {
+		return nil, usageRetryAfter(resp.Header.Get("retry-after")), fmt.Errorf("usage endpoint answered %d", resp.StatusCode)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("usage endpoint: read answer: %w", scrubbed{err, token})
+	}
+	readings, err := parseUsage(body)
+	if err != nil {
+		return nil, 0, err
+	}
+	return readings, 0, nil
+}
+
+// scrubbed is an error whose text never holds the secret.
+type scrubbed struct {
+	err    error
+	secret string
+}
+
+func (e scrubbed) Error() string {
+	msg := e.err.Error()
+	if e.secret != "" {
+		msg = strings.ReplaceAll(msg, e.secret, "[credential]")
+	}
+	return msg
+}
+
+func (e scrubbed) Unwrap() error { return e.err }
+
+// usageWindowJSON is one window of the usage endpoint's answer.
+type usageWindowJSON struct {
+	// Utilization is a percent, 0..100.
+	Utilization *float64 `json:"utilization"`
+	ResetsAt    *string  `json:"resets_at"`
+}
+
+// parseUsage reads the usage endpoint's answer: the windows it reports, as
+// fractions, in usageWindows order. A null window, or one with neither a
+// utilization nor a reset, is absent.
+func parseUsage(body []byte) ([]usageReading, error) {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return nil, errors.New("usage endpoint: answer is not a JSON object")
+	}
+	var out []usageReading
+	for _, name := range usageWindows {
+		raw, ok := doc[name]
+		if !ok {
+			continue
+		}
+		var w *usageWindowJSON
+		if err := json.Unmarshal(raw, &w); err != nil {
+			return nil, fmt.Errorf("usage endpoint: %s: not a window", name)
+		}
+		if w == nil {
+			continue
+		}
+		r := usageReading{window: name, utilization: percentFraction(w.Utilization)}
+		if w.ResetsAt != nil {
+			if t, err := time.Parse(time.RFC3339Nano, *w.ResetsAt); err == nil {
+				t = t.UTC()
+				r.resetsAt = &t
+			}
+		}
+		if r.utilization == nil && r.resetsAt == nil {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// percentFraction turns the endpoint's percent into a fraction: above 100
+// is spent (1); negative or not a number is no evidence (nil).
+func percentFraction(p *float64) *float64 {
+	if p == nil || math.IsNaN(*p) || *p < 0 {
+		return nil
+	}
+	f := min(*p/100, 1)
+	return &f
+}
+
+// headerWindows maps the unified headers' window infixes to window names.
+var headerWindows = []struct{ infix, window string }{
+	{"5h", windowFiveHour},
+	{"7d", windowSevenDay},
+}
+
+// headerReadings reads the unified rate-limit headers (lower-cased) of a
+// response that arrived at now. A window counts only when its status is
+// allowed or allowed_warning (a rejection's 1.0 says why this request
+// failed, not how full the window is), its utilization is within 0..1, and
+// its reset is after now.
+func headerReadings(h map[string]string, now time.Time) []usageReading {
+	var out []usageReading
+	for _, hw := range headerWindows {
+		prefix := "anthropic-ratelimit-unified-" + hw.infix + "-"
+		switch strings.TrimSpace(h[prefix+"status"]) {
+		case "allowed", "allowed_warning":
+		default:
+			continue
+		}
+		u, err := strconv.ParseFloat(strings.TrimSpace(h[prefix+"utilization"]), 64)
+		if err != nil || math.IsNaN(u) || u < 0 || u > 1 {
+			continue
+		}
+		secs, err := strconv.ParseInt(strings.TrimSpace(h[prefix+"reset"]), 10, 64)
+		if err != nil {
+			continue
+		}
+		reset := time.Unix(secs, 0).UTC()
+		if !reset.After(now) {
+			continue
+		}
+		out = append(out, usageReading{window: hw.window, utilization: &u, resetsAt: &reset})
+	}
+	return out
+}
+
+// usageCadence is when the poller reads an account next: about 90 s from
+// now while it is busy (used within the last 10 minutes), about 10 minutes
+// when idle, spread by ±15% with jitter in [-1, 1]. The 150 s read budget
+// still applies on top, so a busy account is in effect read every 150 s.
+func usageCadence(lastUsed *time.Time, now time.Time, jitter float64) time.Time {
+	every := usageIdleEvery
+	if lastUsed != nil && now.Sub(*lastUsed) < usageBusyFor {
+		every = usageBusyEvery
+	}
+	jitter = max(-1, min(1, jitter))
+	return now.Add(time.Duration(float64(every) * (1 + usageJitter*jitter)).Round(time.Millisecond))
+}
+
+// usageBackoff is how long to leave an account's usage endpoint alone after
+// its failures-th failure in a row: the endpoint's retry-after when it sent
+// one, else 1 min doubling; both at most 30 min.
+func usageBackoff(failures int32, retryAfter time.Duration) time.Duration {
+	if retryAfter > 0 {
+		return min(retryAfter, usageBackoffMax)
+	}
+	d := usageBackoffBase
+	for i := int32(1); i < failures && d < usageBackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, usageBackoffMax)
+}
+
+// usageRetryAfter reads a retry-after in seconds; 0 when absent or not seconds.
+func usageRetryAfter(v string) time.Duration {
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return time.Duration(min(n, int64(usageBackoffMax/time.Second))) * time.Second
+}
+
+// defaultJitter is uniform in [-1, 1).
+func defaultJitter() float64 { return rand.Float64()*2 - 1 }
+
+// accountUsage is one account's usage view as operators see it.
+type accountUsage struct {
+	windows []*weirv1.UsageWindow
+	readAt  *time.Time
+}
+
+// fill sets a's usage fields.
+func (u accountUsage) fill(a *weirv1.Account) {
+	a.Usage, a.UsageReadAt = u.windows, timestampOrNil(u.readAt)
+}
+
+// usageView reads every account's usage windows in one query.
+func (s *Server) usageView(ctx context.Context) (map[uuid.UUID]accountUsage, error) {
+	rows, err := s.q.UsageView(ctx, uuid.NullUUID{})
+	if err != nil {
+		return nil, fmt.Errorf("usage view: %w", err)
+	}
+	out := make(map[uuid.UUID]accountUsage)
+	for _, r := range rows {
+		u := out[r.AccountID]
+		u.readAt = r.LastOkAt
+		if r.WindowName != nil {
+			w := &weirv1.UsageWindow{
+				Window:      *r.WindowName,
+				Utilization: r.Utilization,
+				ResetsAt:    timestampOrNil(r.ResetsAt),
+				ObservedAt:  timestampOrNil(r.ObservedAt),
+			}
+			if r.Source != nil {
+				w.Source = *r.Source
+			}
+			u.windows = append(u.windows, w)
+		}
+		out[r.AccountID] = u
+	}
+	return out, nil
+}
+
+// RefreshUsage reads an account's usage endpoint now, through the same
+// budget as the poller.
+func (a accountService) RefreshUsage(ctx context.Context, req *connect.Request[weirv1.RefreshUsageRequest]) (*connect.Response[weirv1.RefreshUsageResponse], error) {
+	row, err := a.s.findAccount(ctx, req.Msg.Id)
+	if err != nil {
+		return nil, a.s.fail(ctx, "refresh usage", err)
+	}
+	res, err := a.s.readUsage(ctx, row.ID)
+	if err != nil {
+		return nil, a.s.fail(ctx, "refresh usage", err)
+	}
+	if row, err = a.s.q.GetAccount(ctx, row.ID); err != nil {
+		return nil, a.s.fail(ctx, "refresh usage", storeErr(err))
+	}
+	acct, err := a.s.accountView(ctx, row)
+	if err != nil {
+		return nil, a.s.fail(ctx, "refresh usage", err)
+	}
+	out := &weirv1.RefreshUsageResponse{Read: res.read, NextReadAllowedAt: timestamppb.New(res.nextAllowed), Account: acct}
+	if res.failure != nil {
+		out.Error = res.failure.Error()
+	}
+	return connect.NewResponse(out), nil
+}

@@ -1,0 +1,143 @@
+-- The usage view of OAuth accounts. The read budget (150 s between two
+-- reads of one account, whoever reads) is written here and nowhere else.
+
+-- Claims the right to read an account's usage endpoint now: at most once in
+-- 150 s per account, never while the endpoint asked us to wait, and only
+-- under the credential the caller is about to use. No row: refused.
+-- name: ClaimUsageRead :one
+UPDATE usage_polls SET last_read_at = sqlc.arg(now)::timestamptz
+WHERE account_id = @account_id
+  AND credential_revision = @credential_revision
+  AND (last_read_at IS NULL OR last_read_at <= sqlc.arg(now)::timestamptz - interval '150 seconds')
+  AND (blocked_until IS NULL OR blocked_until <= sqlc.arg(now)::timestamptz)
+RETURNING epoch, failures;
+
+-- When the budget allows the next read of an account.
+-- name: UsageReadAllowedAt :one
+SELECT greatest(sqlc.arg(now)::timestamptz, last_read_at + interval '150 seconds', blocked_until)::timestamptz AS allowed_at
+FROM usage_polls WHERE account_id = @account_id;
+
+-- Ends a read that the endpoint answered, under the epoch it was claimed
+-- in. It runs last in the transaction that stored the readings and takes
+-- the row lock: no row means the epoch moved on, and the readings are
+-- rolled back.
+-- name: RecordUsageSuccess :execrows
+UPDATE usage_polls SET
+    last_ok_at = sqlc.arg(now)::timestamptz,
+    failures = 0,
+    blocked_until = NULL,
+    last_error = NULL,
+    next_read_at = greatest(@next_read_at::timestamptz, last_read_at + interval '150 seconds')
+WHERE account_id = @account_id AND epoch = @epoch AND credential_revision = @credential_revision;
+
+-- A failed read backs off whatever the epoch: the endpoint limits the
+-- account, not the credential.
+-- name: RecordUsageFailure :exec
+UPDATE usage_polls SET
+    failures = failures + 1,
+    last_error = @last_error::text,
+    blocked_until = greatest(blocked_until, @blocked_until::timestamptz),
+    next_read_at = greatest(@blocked_until::timestamptz, last_read_at + interval '150 seconds')
+WHERE account_id = @account_id;
+
+-- Stores one window's reading. It lands only under the account's current
+-- credential revision (and, for a poll, the epoch its read was claimed in),
+-- and only where it is news: a newer revision or epoch replaces what is
+-- stored; under the same one, a different reset (a new window) replaces,
+-- and the same window (resets within 2 s) keeps the higher utilization.
+-- Only OAuth accounts have usage windows.
+-- name: UpsertUsageWindow :execrows
+INSERT INTO usage_windows AS w (
+    account_id, window_name, utilization, resets_at, source, observed_at, credential_revision, poll_epoch
+)
+SELECT p.account_id, @window_name::text, sqlc.narg('utilization')::double precision, sqlc.narg('resets_at')::timestamptz,
+       @source::text, sqlc.arg(now)::timestamptz, p.credential_revision, p.epoch
+FROM usage_polls p
+JOIN accounts a ON a.id = p.account_id
+WHERE p.account_id = @account_id
+  AND a.auth_kind = 'oauth'
+  AND p.credential_revision = @credential_revision
+  AND (sqlc.narg('epoch')::bigint IS NULL OR p.epoch = sqlc.narg('epoch')::bigint)
+ON CONFLICT (account_id, window_name) DO UPDATE SET
+    utilization = EXCLUDED.utilization,
+    resets_at = EXCLUDED.resets_at,
+    source = EXCLUDED.source,
+    observed_at = EXCLUDED.observed_at,
+    credential_revision = EXCLUDED.credential_revision,
+    poll_epoch = EXCLUDED.poll_epoch
+WHERE (EXCLUDED.credential_revision, EXCLUDED.poll_epoch) > (w.credential_revision, w.poll_epoch)
+   OR ((EXCLUDED.credential_revision, EXCLUDED.poll_epoch) = (w.credential_revision, w.poll_epoch)
+       AND (w.resets_at IS NULL OR EXCLUDED.resets_at IS NULL
+            OR abs(extract(epoch FROM EXCLUDED.resets_at - w.resets_at)) > 2
+            OR w.utilization IS NULL
+            OR EXCLUDED.utilization > w.utilization));
+
+-- A poll that reports a window as absent removes what was stored for it.
+-- name: DeleteUsageWindow :exec
+DELETE FROM usage_windows WHERE account_id = @account_id AND window_name = @window_name;
+
+-- Gives every OAuth account without a next read one, spread evenly over
+-- the next spread_seconds (at boot, and for new accounts or credentials),
+-- never inside the read budget.
+-- name: StaggerUnscheduledUsagePolls :execrows
+UPDATE usage_polls p SET next_read_at = greatest(
+    sqlc.arg(now)::timestamptz + make_interval(secs => sqlc.arg(spread_seconds)::float8 * s.i / s.n),
+    p.last_read_at + interval '150 seconds',
+    p.blocked_until)
+FROM (
+    SELECT q.account_id,
+           (row_number() OVER (ORDER BY q.account_id) - 1)::float8 AS i,
+           (count(*) OVER ())::float8 AS n
+    FROM usage_polls q
+    JOIN accounts a ON a.id = q.account_id
+    WHERE q.next_read_at IS NULL AND a.auth_kind = 'oauth'
+) s
+WHERE p.account_id = s.account_id AND p.next_read_at IS NULL;
+
+-- The OAuth accounts due a read, oldest first.
+-- name: DueUsagePolls :many
+SELECT p.account_id
+FROM usage_polls p
+JOIN accounts a ON a.id = p.account_id
+WHERE a.auth_kind = 'oauth'
+  AND a.broken_at IS NULL
+  AND p.next_read_at <= sqlc.arg(now)::timestamptz
+ORDER BY p.next_read_at
+LIMIT @max_reads::integer;
+
+-- Moves a refused read to when the budget allows it.
+-- name: DeferUsagePoll :exec
+UPDATE usage_polls
+SET next_read_at = greatest(next_read_at, last_read_at + interval '150 seconds', blocked_until)
+WHERE account_id = @account_id;
+
+-- Starts a new epoch (a quota cooldown wants a fresh reading): reads
+-- claimed before never land, and the next read is scheduled for
+-- next_read_at, within the budget.
+-- name: RearmUsagePoll :one
+UPDATE usage_polls SET
+    epoch = epoch + 1,
+    next_read_at = greatest(@next_read_at::timestamptz, last_read_at + interval '150 seconds', blocked_until)
+WHERE account_id = @account_id
+RETURNING epoch;
+
+-- The usage view of every account (account_id NULL) or of one: a row per
+-- stored window, or one row with no window for an account without any.
+-- name: UsageView :many
+SELECT p.account_id, p.last_ok_at,
+       w.window_name, w.utilization, w.resets_at, w.source, w.observed_at
+FROM usage_polls p
+LEFT JOIN usage_windows w ON w.account_id = p.account_id
+WHERE sqlc.narg('account_id')::uuid IS NULL OR p.account_id = sqlc.narg('account_id')::uuid
+ORDER BY p.account_id, w.window_name;
+
+-- name: GetUsagePoll :one
+SELECT * FROM usage_polls WHERE account_id = @account_id;
+
+-- name: SnapshotUsage :execrows
+INSERT INTO usage_snapshots (account_id, window_name, utilization, resets_at, taken_at)
+SELECT account_id, window_name, utilization, resets_at, sqlc.arg(now)::timestamptz FROM usage_windows
+ON CONFLICT DO NOTHING;
+
+-- name: DeleteUsageSnapshotsBefore :execrows
+DELETE FROM usage_snapshots WHERE taken_at < @before::timestamptz;
