@@ -33,7 +33,8 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 	if err := validLabel(m.Label); err != nil {
 		return nil, toConnect(err)
 	}
-	if err := validCredential(m.Credential); err != nil {
+	cred, err := parseCredential(m.AuthKind, m.Credential)
+	if err != nil {
 		return nil, toConnect(err)
 	}
 	if err := validBaseURL(m.BaseUrl); err != nil {
@@ -47,17 +48,26 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 		return nil, toConnect(invalidf("max_concurrency: must be between 1 and 10000"))
 	}
 	id := uuid.New()
-	row, err := a.s.q.CreateAccount(ctx, db.CreateAccountParams{
-		ID:               id,
-		Provider:         enumName(m.Provider),
-		AuthKind:         enumName(m.AuthKind),
-		Label:            m.Label,
-		BaseUrl:          strings.TrimRight(m.BaseUrl, "/"),
-		MaxConcurrency:   maxConc,
-		Priority:         m.Priority,
-		CredentialSealed: a.s.seal.seal(id, 1, m.Credential),
-		CredentialHint:   credentialHint(m.Credential),
-		Now:              a.s.now(),
+	var row db.Account
+	err = a.s.tx(ctx, func(q *db.Queries) error {
+		var err error
+		row, err = q.CreateAccount(ctx, db.CreateAccountParams{
+			ID:               id,
+			Provider:         enumName(m.Provider),
+			AuthKind:         enumName(m.AuthKind),
+			Label:            m.Label,
+			BaseUrl:          strings.TrimRight(m.BaseUrl, "/"),
+			MaxConcurrency:   maxConc,
+			Priority:         m.Priority,
+			CredentialSealed: a.s.seal.seal(id, 1, cred.access),
+			CredentialHint:   credentialHint(cred.access),
+			Now:              a.s.now(),
+		})
+		if err != nil || (cred.refresh == "" && cred.expiresAt == nil) {
+			return err
+		}
+		row, err = a.s.setOAuthTokens(ctx, q, id, row.CredentialRevision, cred)
+		return err
 	})
 	if err != nil {
 		return nil, a.s.fail(ctx, "create account", storeErr(err))
@@ -110,7 +120,7 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 		return nil, toConnect(invalidf("update_mask: name at least one field"))
 	}
 	p := db.UpdateAccountParams{ID: row.ID, Now: a.s.now()}
-	var newCredential *string
+	var newCredential *credentialInput
 	for _, path := range paths {
 		switch path {
 		case "label":
@@ -132,10 +142,11 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 		case "priority":
 			p.Priority = &m.Priority
 		case "credential":
-			if err := validCredential(m.Credential); err != nil {
+			cred, err := parseCredential(enumValue[weirv1.AuthKind](row.AuthKind), m.Credential)
+			if err != nil {
 				return nil, toConnect(err)
 			}
-			newCredential = &m.Credential
+			newCredential = &cred
 		default:
 			return nil, toConnect(invalidf("update_mask: unknown field %q", path))
 		}
@@ -151,12 +162,16 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 		rev := row.CredentialRevision + 1
 		row, err = q.ReplaceCredential(ctx, db.ReplaceCredentialParams{
 			ID:                 row.ID,
-			CredentialSealed:   a.s.seal.seal(row.ID, rev, *newCredential),
+			CredentialSealed:   a.s.seal.seal(row.ID, rev, newCredential.access),
 			CredentialRevision: rev,
-			CredentialHint:     credentialHint(*newCredential),
+			CredentialHint:     credentialHint(newCredential.access),
 			Now:                p.Now,
 		})
 		if err != nil {
+			return err
+		}
+		// Always: the old credential's refresh token and state go with it.
+		if row, err = a.s.setOAuthTokens(ctx, q, row.ID, rev, *newCredential); err != nil {
 			return err
 		}
 		// The old credential's verdict does not bind the new one.

@@ -47,6 +47,17 @@ type Config struct {
 	// UsageClient reads the upstream usage endpoint of OAuth accounts.
 	// Default: a client with a 10s overall timeout.
 	UsageClient *http.Client
+	// OAuthTokenURL is the token endpoint refreshing OAuth credentials.
+	// An account with a base URL override refreshes at
+	// {base_url}/v1/oauth/token instead. Default
+	// https://platform.claude.com/v1/oauth/token. Env: WEIR_OAUTH_TOKEN_URL.
+	OAuthTokenURL string
+	// OAuthClientID is the client_id sent with a refresh. Default: Claude
+	// Code's public client id. Env: WEIR_OAUTH_CLIENT_ID.
+	OAuthClientID string
+	// OAuthClient calls the token endpoint. Default: a client with a 15s
+	// overall timeout (well inside the 60s refresh claim).
+	OAuthClient *http.Client
 	// Registry receives the control plane's metrics. Default: a new one.
 	Registry *prometheus.Registry
 	// DisableJobs skips River (tests that drive jobs by hand).
@@ -70,6 +81,8 @@ func (c *Config) Validate() error {
 		return errors.New("controlplane: SessionTTL must not be negative")
 	case c.AuthFailureThreshold < 0:
 		return errors.New("controlplane: AuthFailureThreshold must not be negative")
+	case c.OAuthTokenURL != "" && validBaseURL(c.OAuthTokenURL) != nil:
+		return errors.New("controlplane: OAuthTokenURL (WEIR_OAUTH_TOKEN_URL) must be an http(s) URL")
 	case c.RequestDeadline < 0:
 		return errors.New("controlplane: RequestDeadline (WEIR_REQUEST_DEADLINE) must not be negative")
 	}
@@ -103,6 +116,15 @@ func (c *Config) setDefaults() {
 	}
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
+	}
+	if c.OAuthTokenURL == "" {
+		c.OAuthTokenURL = defaultOAuthTokenURL
+	}
+	if c.OAuthClientID == "" {
+		c.OAuthClientID = defaultOAuthClientID
+	}
+	if c.OAuthClient == nil {
+		c.OAuthClient = &http.Client{Timeout: 15 * time.Second}
 	}
 	if c.UsageClient == nil {
 		c.UsageClient = &http.Client{Timeout: 10 * time.Second}

@@ -70,6 +70,9 @@ type attemptFacts struct {
 	// quotaBackoffs is the account's count of consecutive account-wide
 	// quota rejections without a usable reset, before this attempt.
 	quotaBackoffs int32
+	// recoveryProbe and spent: see ladderInput.
+	recoveryProbe bool
+	spent         []claimEvidence
 }
 
 // decide turns an attempt's evidence into a decision. Pure.
@@ -85,7 +88,8 @@ func decide(o *weirv1.Outcome, f attemptFacts, now time.Time) decision {
 		d.action = weirv1.Action_ACTION_FAILOVER
 	case weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED:
 		l := ladder(ladderInput{headers: o.GetHeaders(), oauth: f.oauth, family: f.family,
-			priorBursts: o.GetPriorBursts(), quotaBackoffs: f.quotaBackoffs, now: now})
+			priorBursts: o.GetPriorBursts(), quotaBackoffs: f.quotaBackoffs,
+			recoveryProbe: f.recoveryProbe, spent: f.spent, now: now})
 		d.action, d.retryAfter, d.quotaBackoff, d.rung = l.action, l.retryAfter, l.quotaBackoff, l.rung
 		switch {
 		case l.gate:

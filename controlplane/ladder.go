@@ -35,6 +35,9 @@ const (
 	burstRetries       = 2
 	burstRetryMin      = 2 * time.Second
 	burstRetryAfterMax = 10 * time.Second
+	// recoveryReprobe re-cools a recovering account whose probe failed
+	// transiently: briefly, under the quota reason, then one more probe.
+	recoveryReprobe = 60 * time.Second
 	// maxClaimReset is the furthest a believable reset lies ahead: a weekly
 	// window plus a day. Further is a bug or a unit mix-up, not a reset.
 	maxClaimReset = 8 * 24 * time.Hour
@@ -45,8 +48,10 @@ const (
 type rung string
 
 const (
+	rungRecovery     rung = "recovery_reprobe"
 	rungOutOfCredits rung = "out_of_credits"
 	rungAccountQuota rung = "account_quota"
+	rungCachedQuota  rung = "cached_quota"
 	rungFamilyGate   rung = "family_gate"
 	rungBurst        rung = "burst"
 	rungResidual     rung = "residual"
@@ -63,7 +68,13 @@ type ladderInput struct {
 	// this account; quotaBackoffs the account's consecutive account-wide
 	// rejections without a usable reset before this one.
 	priorBursts, quotaBackoffs int32
-	now                        time.Time
+	// recoveryProbe: the lease was the recovery probe of an account whose
+	// quota cooldown a reading lifted.
+	recoveryProbe bool
+	// spent are the account-wide windows the usage view shows spent
+	// (utilization at spentAt or above, reset ahead), as claims.
+	spent []claimEvidence
+	now   time.Time
 }
 
 // ladderDecision is the ladder's verdict on one 429.
@@ -103,9 +114,17 @@ type claimEvidence struct {
 func ladder(in ladderInput) ladderDecision {
 	u := readUnified(in.headers, in.now)
 
-	// Rung 1, the recovery re-probe (a probe of a recovering account that
-	// fails transiently), belongs here, before everything else. A probe's
-	// success already lifts an out-of-credits cooldown (ladderstate.go).
+	// Rung 1: the recovery re-probe. A probe of a recovering account that
+	// fails transiently (no claim rejects, the view shows nothing spent)
+	// re-cools it briefly under the quota reason, then probes again: not
+	// a residual's full cooldown, nor a burst retry that would keep the
+	// probe slot. Real evidence (a rejection, a spent window) falls to
+	// the rungs below. A probe's success ends the probe and lifts an
+	// out-of-credits cooldown (ladderstate.go).
+	if in.recoveryProbe && !u.anyRejected && len(in.spent) == 0 {
+		return ladderDecision{rung: rungRecovery, action: weirv1.Action_ACTION_FAILOVER,
+			reason: weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED, until: in.now.Add(recoveryReprobe)}
+	}
 
 	// Rung 2: out of credits. No burst retry, and a long floor: the
 	// account cannot pay for what its plan windows reject.
@@ -133,13 +152,18 @@ func ladder(in ladderInput) ladderDecision {
 		return d
 	}
 
-	// Rung 4, cached account-wide exhaustion (the usage poller's reading
-	// shows the 5h or weekly window spent), belongs here: it outranks a
-	// scoped claim and must stop a spent account from being read as a
-	// burst below. Its counterpart, a reading that shows a window
-	// recovered, may lift only quota_exhausted cooldowns: per-IP burst
-	// cooldowns (rate_limited) are never released on account-quota
-	// evidence, and out_of_credits never by a reading.
+	// Rung 4: cached account-wide exhaustion. The answer rejects no
+	// account-wide claim, but the usage view shows the 5h or weekly window
+	// spent: cool until the latest reset among them. It outranks a scoped
+	// claim and stops a spent account from being read as a burst below.
+	// Its counterpart, a reading that shows a window recovered, may lift
+	// only quota_exhausted cooldowns: per-IP burst cooldowns
+	// (rate_limited) are never released on account-quota evidence, and
+	// out_of_credits never by a reading (usage.go, recoverQuota).
+	if reset, ok := latestReset(in.spent); ok {
+		return ladderDecision{rung: rungCachedQuota, action: weirv1.Action_ACTION_FAILOVER,
+			reason: weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED, until: reset, claims: in.spent}
+	}
 
 	// Rung 5: a scoped weekly window (7d_oi, seven_day_opus) is spent while
 	// the account-wide windows have room: gate this model family only.

@@ -27,6 +27,15 @@ func (s *Server) applyLadderState(ctx context.Context, q *db.Queries, row db.Rel
 		if n > 0 {
 			s.log.InfoContext(ctx, "out-of-credits cooldown cleared by a success", "account_id", row.AccountID)
 		}
+		if row.RecoveryProbe {
+			n, err := q.ClearRecoveryProbe(ctx, row.AccountID)
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				s.log.InfoContext(ctx, "recovery probe succeeded", "account_id", row.AccountID)
+			}
+		}
 	}
 	if d.quotaBackoff {
 		if err := q.RecordQuotaBackoff(ctx, row.AccountID); err != nil {

@@ -205,6 +205,12 @@ func (s *Server) routingView(ctx context.Context, sessionKey, family string, now
 			c.gate = &db.FamilyGate{AccountID: r.Account.ID, Family: family, Until: *r.GateUntil,
 				WrittenAt: *r.GateWrittenAt, Evidence: r.GateEvidence}
 		}
+		if r.FiveHourUtilization != nil && r.FiveHourResetsAt != nil {
+			c.fiveHour = &windowReading{utilization: *r.FiveHourUtilization, resetsAt: *r.FiveHourResetsAt}
+		}
+		if r.SevenDayUtilization != nil && r.SevenDayResetsAt != nil {
+			c.sevenDay = &windowReading{utilization: *r.SevenDayUtilization, resetsAt: *r.SevenDayResetsAt}
+		}
 		if r.SessionBound && sessionKey != "" {
 			session = r.Account.ID
 		}
@@ -270,8 +276,14 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 			}
 		}
 		family := modelFamily(row.Model)
+		var spent []claimEvidence
+		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED {
+			if spent, err = spentWindows(ctx, q, row.AccountID, now); err != nil {
+				return err
+			}
+		}
 		d = decide(o, attemptFacts{authFailures: failures, oauth: row.AuthKind == enumName(weirv1.AuthKind_AUTH_KIND_OAUTH),
-			family: family, quotaBackoffs: row.QuotaBackoffs}, now)
+			family: family, quotaBackoffs: row.QuotaBackoffs, recoveryProbe: row.RecoveryProbe, spent: spent}, now)
 		if stale {
 			d.cooldown, d.authFailure = nil, false
 		}
@@ -313,6 +325,14 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 			l.s.metrics.cooldowns.WithLabelValues(enumName(cw.reason)).Inc()
 			l.s.log.InfoContext(ctx, "cooldown written", "account_id", row.AccountID,
 				"reason", merged.Reason, "until", merged.Until)
+			if merged.Reason == enumName(weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED) &&
+				row.AuthKind == enumName(weirv1.AuthKind_AUTH_KIND_OAUTH) {
+				// The poller reads right after the reset, under a new epoch:
+				// a read claimed before the cooldown never lands.
+				if _, err := rearmUsage(ctx, q, row.AccountID, merged.Until); err != nil {
+					return err
+				}
+			}
 		}
 		if err := l.s.applyLadderState(ctx, q, row, d, now); err != nil {
 			return err

@@ -23,6 +23,60 @@ type candidate struct {
 	// claim does not re-check it under the row lock: a gate written between
 	// the view and the claim costs at most one more 429 of that family.
 	gate *db.FamilyGate
+	// fiveHour and sevenDay are the account's current account-wide
+	// readings from the usage view; nil is no evidence (no reading, no
+	// utilization, or a reset already passed), never 0.
+	fiveHour, sevenDay *windowReading
+}
+
+// windowReading is one account-wide usage window as routing reads it.
+type windowReading struct {
+	utilization float64
+	resetsAt    time.Time
+}
+
+// Usage thresholds. The unified headers saturate at 0.99, so a window at
+// spentAt or above is spent; at nearLimitAt or above the account is near
+// its limit and demoted.
+const (
+	spentAt     = 0.99
+	nearLimitAt = 0.9
+)
+
+// live says whether the reading is still evidence at now.
+func (w *windowReading) live(now time.Time) bool { return w != nil && w.resetsAt.After(now) }
+
+// spentUntil is the latest reset among the account's spent account-wide
+// windows (both must pass before it can serve), or zero when none is spent.
+func (c candidate) spentUntil(now time.Time) time.Time {
+	var until time.Time
+	for _, w := range []*windowReading{c.fiveHour, c.sevenDay} {
+		if w.live(now) && w.utilization >= spentAt && w.resetsAt.After(until) {
+			until = w.resetsAt
+		}
+	}
+	return until
+}
+
+// nearUntil is when the account stops being near its limit: the latest
+// reset among its windows at nearLimitAt or above; zero when it is not near.
+func (c candidate) nearUntil(now time.Time) time.Time {
+	var until time.Time
+	for _, w := range []*windowReading{c.fiveHour, c.sevenDay} {
+		if w.live(now) && w.utilization >= nearLimitAt && w.resetsAt.After(until) {
+			until = w.resetsAt
+		}
+	}
+	return until
+}
+
+// capacity is the account's concurrency cap as the claim enforces it: one
+// lease while a recovery probe is out.
+func (c candidate) capacity() int32 {
+	if c.account.RecoveryProbe {
+		return 1
+	}
+	return c.account.MaxConcurrency
 }
 
 // routeRequest is what one Acquire asks for.
@@ -79,17 +133,17 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 			tried++
 		case coolingNow:
 			cooling++
-			if c.cooldown == nil || !c.cooldown.Until.After(now) {
+			if (c.cooldown == nil || !c.cooldown.Until.After(now)) && c.spentUntil(now).IsZero() {
 				gated++
 			}
-		case c.live >= a.MaxConcurrency:
+		case c.live >= c.capacity():
 			full++
 		default:
 			eligible = append(eligible, c)
 		}
 	}
 	if len(eligible) > 0 {
-		slices.SortStableFunc(eligible, func(x, y candidate) int { return compareCandidates(x, y, req) })
+		slices.SortStableFunc(eligible, func(x, y candidate) int { return compareCandidates(x, y, req, now) })
 		return eligible, nil
 	}
 	none := &weirv1.NoAccount{Permanent: recoverable == 0}
@@ -130,13 +184,22 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 }
 
 // blockedUntil says whether the account is cooling for this request (a
-// live cooldown, or a live gate for the request's family), whether that
-// passes on its own, and when it is expected to: the later of the two
-// deadlines, since both must pass.
+// live cooldown, a live gate for the request's family, or a usage view
+// that shows its 5-hour or weekly window spent), whether that passes on
+// its own, and when it is expected to: the latest of the deadlines, since
+// all must pass.
 func (c candidate) blockedUntil(now time.Time) (until time.Time, blocked, transient bool) {
 	transient = true
 	if c.cooldown != nil && c.cooldown.Until.After(now) {
 		until, blocked, transient = c.cooldown.Until, true, c.cooldown.Transient
+	}
+	if spent := c.spentUntil(now); !spent.IsZero() {
+		// Routing stops sending into a wall of 429s: a spent window is a
+		// cooldown until its reset, recovering on its own.
+		blocked = true
+		if spent.After(until) {
+			until = spent
+		}
 	}
 	if c.gate != nil && c.gate.Until.After(now) {
 		blocked = true
@@ -147,10 +210,18 @@ func (c candidate) blockedUntil(now time.Time) (until time.Time, blocked, transi
 	return until, blocked, transient
 }
 
-// compareCandidates ranks: the session's own account first (its prompt
-// cache lives there), then operator priority, then the most free share of
-// the concurrency cap, then the least recently used.
-func compareCandidates(x, y candidate, req routeRequest) int {
+// compareCandidates ranks: the request's preferred account, then the
+// session's own (its prompt cache lives there); then operator priority, an
+// override applied before HARVEST (an operator who ranks accounts means it,
+// whatever their windows); then one stable partition over the soft
+// demotions at once (near limit: a 5-hour or weekly window at 0.9 or
+// above goes after every other account); then HARVEST: accounts with a
+// weekly reading, the weekly window that resets soonest first (its
+// headroom is lost at the reset otherwise), ties by more weekly headroom,
+// never a 5-hour term; then accounts without evidence; near-limit accounts
+// by when they stop being near. Then the most free share of the
+// concurrency cap, then the least recently used.
+func compareCandidates(x, y candidate, req routeRequest, now time.Time) int {
 	for _, first := range []uuid.UUID{req.preferAccount, req.sessionAccount} {
 		if first == uuid.Nil {
 			continue
@@ -166,11 +237,50 @@ func compareCandidates(x, y candidate, req routeRequest) int {
 	if c := cmp.Compare(y.account.Priority, x.account.Priority); c != 0 {
 		return c
 	}
+	if c := compareHarvest(x, y, now); c != 0 {
+		return c
+	}
 	// x.live/x.cap < y.live/y.cap, compared without division.
 	if c := cmp.Compare(int64(x.live)*int64(y.account.MaxConcurrency), int64(y.live)*int64(x.account.MaxConcurrency)); c != 0 {
 		return c
 	}
 	return compareTimes(x.account.LastUsedAt, y.account.LastUsedAt)
+}
+
+// Harvest tiers, best first.
+const (
+	tierWeekly  = iota // a weekly reading, not near the limit
+	tierUnknown        // no weekly evidence, not near the limit
+	tierNear           // near the limit (the one soft demotion today)
+)
+
+func harvestTier(c candidate, now time.Time) int {
+	switch {
+	case !c.nearUntil(now).IsZero():
+		return tierNear
+	case c.sevenDay.live(now):
+		return tierWeekly
+	}
+	return tierUnknown
+}
+
+// compareHarvest orders two accounts by the usage view (see
+// compareCandidates).
+func compareHarvest(x, y candidate, now time.Time) int {
+	tx, ty := harvestTier(x, now), harvestTier(y, now)
+	if c := cmp.Compare(tx, ty); c != 0 {
+		return c
+	}
+	switch tx {
+	case tierWeekly:
+		if c := x.sevenDay.resetsAt.Compare(y.sevenDay.resetsAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.sevenDay.utilization, y.sevenDay.utilization)
+	case tierNear:
+		return x.nearUntil(now).Compare(y.nearUntil(now))
+	}
+	return 0
 }
 
 // compareTimes orders never-used first, then oldest.

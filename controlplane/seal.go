@@ -61,22 +61,49 @@ func sealAD(account uuid.UUID, revision int64) []byte {
 	return binary.BigEndian.AppendUint64(ad, uint64(revision))
 }
 
+// refreshADPrefix sets refresh tokens' associated data apart from access
+// tokens': an access ciphertext never opens as a refresh token, nor the
+// other way round, even on the same account and revision.
+const refreshADPrefix = "weir-refresh-token\x00"
+
+func refreshAD(account uuid.UUID, revision int64) []byte {
+	return append([]byte(refreshADPrefix), sealAD(account, revision)...)
+}
+
 func (s *sealer) seal(account uuid.UUID, revision int64, plaintext string) []byte {
+	return s.sealWith(sealAD(account, revision), plaintext)
+}
+
+// sealRefresh seals an OAuth refresh token.
+func (s *sealer) sealRefresh(account uuid.UUID, revision int64, plaintext string) []byte {
+	return s.sealWith(refreshAD(account, revision), plaintext)
+}
+
+func (s *sealer) sealWith(ad []byte, plaintext string) []byte {
 	nonce := make([]byte, s.aead.NonceSize())
 	rand.Read(nonce) //nolint:errcheck // crypto/rand.Read never fails on Linux
 	out := append([]byte{sealVersion}, nonce...)
-	return s.aead.Seal(out, nonce, []byte(plaintext), sealAD(account, revision))
+	return s.aead.Seal(out, nonce, []byte(plaintext), ad)
 }
 
 // errUnseal never carries detail: the ciphertext may be an attacker's probe.
 var errUnseal = errors.New("credential cannot be decrypted (wrong WEIR_SECRET_KEY?)")
 
 func (s *sealer) open(account uuid.UUID, revision int64, sealed []byte) (string, error) {
+	return s.openWith(sealAD(account, revision), sealed)
+}
+
+// openRefresh opens a refresh token sealed by sealRefresh.
+func (s *sealer) openRefresh(account uuid.UUID, revision int64, sealed []byte) (string, error) {
+	return s.openWith(refreshAD(account, revision), sealed)
+}
+
+func (s *sealer) openWith(ad, sealed []byte) (string, error) {
 	n := s.aead.NonceSize()
 	if len(sealed) < 1+n || sealed[0] != sealVersion {
 		return "", errUnseal
 	}
-	plain, err := s.aead.Open(nil, sealed[1:1+n], sealed[1+n:], sealAD(account, revision))
+	plain, err := s.aead.Open(nil, sealed[1:1+n], sealed[1+n:], ad)
 	if err != nil {
 		return "", errUnseal
 	}

@@ -67,6 +67,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 			LeaseGrace: 10 * time.Minute,
 			SessionTTL: cfg.SessionTTL,
 			Usage:      s,
+			Tokens:     s,
 		})
 		s.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
 			// River's own info lines (producer stats every few seconds) drown

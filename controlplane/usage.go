@@ -182,7 +182,7 @@ func (s *Server) readUsage(ctx context.Context, id uuid.UUID) (usageResult, erro
 		if n == 0 {
 			return errStaleUsage
 		}
-		return nil
+		return s.recoverQuota(ctx, q, id, readings, now)
 	})
 	switch {
 	case errors.Is(err, errStaleUsage):

@@ -26,6 +26,9 @@ type Deps struct {
 	// Usage reads the usage endpoints that are due; nil leaves usage
 	// polling out.
 	Usage UsageReader
+	// Tokens refreshes expiring OAuth credentials; nil leaves token
+	// refresh out.
+	Tokens TokenRefresher
 }
 
 // ReapInterval is how often expired leases and idle sessions are deleted.
@@ -47,6 +50,13 @@ func Register(workers *river.Workers, d Deps) []*river.PeriodicJob {
 		// On start too: a restart picks up the persisted schedule at once.
 		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(UsagePollInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return UsagePollArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true}))
+	}
+	if d.Tokens != nil {
+		river.AddWorker(workers, &TokenRefreshWorker{deps: d})
+		// On start too: a token may have expired while no replica ran.
+		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(TokenRefreshInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return TokenRefreshArgs{}, nil },
 			&river.PeriodicJobOpts{RunOnStart: true}))
 	}
 	return periodic

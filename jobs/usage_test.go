@@ -114,3 +114,36 @@ func TestUsageSnapshotter(t *testing.T) {
 		t.Error("Work with a canceled context succeeded")
 	}
 }
+
+// tokenRefresherFunc adapts a function to TokenRefresher.
+type tokenRefresherFunc func(context.Context) (int, error)
+
+func (f tokenRefresherFunc) RefreshDue(ctx context.Context) (int, error) { return f(ctx) }
+
+func TestTokenRefreshWorker(t *testing.T) {
+	t.Parallel()
+	calls := 0
+	var fail error
+	w := &TokenRefreshWorker{deps: Deps{
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Tokens: tokenRefresherFunc(func(context.Context) (int, error) {
+			calls++
+			return 1, fail
+		}),
+	}}
+	j := &river.Job[TokenRefreshArgs]{JobRow: &rivertype.JobRow{ID: 1, Kind: TokenRefreshArgs{}.Kind()}}
+	if err := w.Work(t.Context(), j); err != nil || calls != 1 {
+		t.Fatalf("Work: %v after %d calls", err, calls)
+	}
+	fail = errors.New("database gone")
+	if err := w.Work(t.Context(), j); err == nil || !strings.Contains(err.Error(), "refresh tokens: database gone") {
+		t.Fatalf("Work with a failing refresher: %v", err)
+	}
+	opts := TokenRefreshArgs{}.InsertOpts()
+	if (TokenRefreshArgs{}).Kind() != "token_refresh" || !opts.UniqueOpts.ByArgs || opts.UniqueOpts.ByPeriod != TokenRefreshInterval {
+		t.Errorf("kind %q, insert opts %+v: the refresher must be unique per interval", TokenRefreshArgs{}.Kind(), opts.UniqueOpts)
+	}
+	if TokenRefreshInterval != time.Minute {
+		t.Errorf("interval %v, want 60s", TokenRefreshInterval)
+	}
+}

@@ -19,6 +19,8 @@ import (
 
 const accountsUsage = `Usage:
   weir accounts add --label L [--auth api_key|oauth] (--secret-stdin | --secret-file F) [--base-url U] [--max-concurrency N] [--priority N]
+      an OAuth secret is an access token, or JSON with a refresh token that weir keeps fresh:
+      --secret-file ~/.claude/.credentials.json, or {"access_token","refresh_token","expires_at"}
   weir accounts list
   weir accounts get ID|LABEL
   weir accounts pause ID|LABEL
@@ -287,7 +289,9 @@ func accountsSet(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []s
 	return nil
 }
 
-// authKind takes --auth, else recognises Anthropic's OAuth token prefix.
+// authKind takes --auth, else recognises Anthropic's OAuth token prefix or
+// a JSON credential (access and refresh token, e.g. Claude Code's
+// ~/.claude/.credentials.json), which only OAuth accounts have.
 func authKind(flagValue, secret string) (weirv1.AuthKind, error) {
 	switch flagValue {
 	case "api_key", "api-key", "apikey":
@@ -295,7 +299,7 @@ func authKind(flagValue, secret string) (weirv1.AuthKind, error) {
 	case "oauth":
 		return weirv1.AuthKind_AUTH_KIND_OAUTH, nil
 	case "":
-		if strings.HasPrefix(secret, "sk-ant-oat") {
+		if strings.HasPrefix(secret, "sk-ant-oat") || strings.HasPrefix(secret, "{") {
 			return weirv1.AuthKind_AUTH_KIND_OAUTH, nil
 		}
 		return weirv1.AuthKind_AUTH_KIND_API_KEY, nil

@@ -95,6 +95,8 @@ func controlPlaneConfig(e env, log *slog.Logger) (controlplane.Config, error) {
 	cfg := controlplane.Config{
 		AdminToken:     e.getenv("WEIR_ADMIN_TOKEN"),
 		DataplaneToken: e.getenv("WEIR_DATAPLANE_TOKEN"),
+		OAuthTokenURL:  e.getenv("WEIR_OAUTH_TOKEN_URL"),
+		OAuthClientID:  e.getenv("WEIR_OAUTH_CLIENT_ID"),
 		Logger:         log,
 	}
 	if err := capacityConfig(e, &cfg); err != nil {

@@ -21,7 +21,7 @@ INSERT INTO accounts (
     $1, $2, $3, $4, $5, $6, $7,
     $8, $9, $10, $10
 )
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at
 `
 
 type CreateAccountParams struct {
@@ -71,6 +71,13 @@ func (q *Queries) CreateAccount(ctx context.Context, arg CreateAccountParams) (A
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.QuotaBackoffs,
+		&i.RecoveryProbe,
+		&i.RefreshSealed,
+		&i.AccessExpiresAt,
+		&i.RefreshingUntil,
+		&i.RefreshFailures,
+		&i.RefreshBlockedUntil,
+		&i.RefreshRejectedAt,
 	)
 	return i, err
 }
@@ -88,7 +95,7 @@ func (q *Queries) DeleteAccount(ctx context.Context, id uuid.UUID) (int64, error
 }
 
 const getAccount = `-- name: GetAccount :one
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs FROM accounts WHERE id = $1
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at FROM accounts WHERE id = $1
 `
 
 func (q *Queries) GetAccount(ctx context.Context, id uuid.UUID) (Account, error) {
@@ -114,12 +121,19 @@ func (q *Queries) GetAccount(ctx context.Context, id uuid.UUID) (Account, error)
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.QuotaBackoffs,
+		&i.RecoveryProbe,
+		&i.RefreshSealed,
+		&i.AccessExpiresAt,
+		&i.RefreshingUntil,
+		&i.RefreshFailures,
+		&i.RefreshBlockedUntil,
+		&i.RefreshRejectedAt,
 	)
 	return i, err
 }
 
 const getAccountByLabel = `-- name: GetAccountByLabel :one
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs FROM accounts WHERE label = $1
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at FROM accounts WHERE label = $1
 `
 
 func (q *Queries) GetAccountByLabel(ctx context.Context, label string) (Account, error) {
@@ -145,6 +159,13 @@ func (q *Queries) GetAccountByLabel(ctx context.Context, label string) (Account,
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.QuotaBackoffs,
+		&i.RecoveryProbe,
+		&i.RefreshSealed,
+		&i.AccessExpiresAt,
+		&i.RefreshingUntil,
+		&i.RefreshFailures,
+		&i.RefreshBlockedUntil,
+		&i.RefreshRejectedAt,
 	)
 	return i, err
 }
@@ -173,7 +194,7 @@ func (q *Queries) GetLiveCooldown(ctx context.Context, arg GetLiveCooldownParams
 }
 
 const listAccounts = `-- name: ListAccounts :many
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs FROM accounts ORDER BY label
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at FROM accounts ORDER BY label
 `
 
 func (q *Queries) ListAccounts(ctx context.Context) ([]Account, error) {
@@ -205,6 +226,13 @@ func (q *Queries) ListAccounts(ctx context.Context) ([]Account, error) {
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.QuotaBackoffs,
+			&i.RecoveryProbe,
+			&i.RefreshSealed,
+			&i.AccessExpiresAt,
+			&i.RefreshingUntil,
+			&i.RefreshFailures,
+			&i.RefreshBlockedUntil,
+			&i.RefreshRejectedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -350,7 +378,7 @@ UPDATE accounts SET
     broken_at = NULL,
     updated_at = $4
 WHERE id = $5
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at
 `
 
 type ReplaceCredentialParams struct {
@@ -391,6 +419,13 @@ func (q *Queries) ReplaceCredential(ctx context.Context, arg ReplaceCredentialPa
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.QuotaBackoffs,
+		&i.RecoveryProbe,
+		&i.RefreshSealed,
+		&i.AccessExpiresAt,
+		&i.RefreshingUntil,
+		&i.RefreshFailures,
+		&i.RefreshBlockedUntil,
+		&i.RefreshRejectedAt,
 	)
 	return i, err
 }
@@ -404,7 +439,7 @@ UPDATE accounts SET
     quota_backoffs = 0,
     updated_at = $1
 WHERE id = $2
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at
 `
 
 type ResumeAccountParams struct {
@@ -435,12 +470,19 @@ func (q *Queries) ResumeAccount(ctx context.Context, arg ResumeAccountParams) (A
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.QuotaBackoffs,
+		&i.RecoveryProbe,
+		&i.RefreshSealed,
+		&i.AccessExpiresAt,
+		&i.RefreshingUntil,
+		&i.RefreshFailures,
+		&i.RefreshBlockedUntil,
+		&i.RefreshRejectedAt,
 	)
 	return i, err
 }
 
 const routingView = `-- name: RoutingView :many
-SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.priority, a.paused, a.broken_reason, a.broken_at, a.auth_failures, a.credential_sealed, a.credential_revision, a.credential_hint, a.last_used_at, a.last_success_at, a.created_at, a.updated_at, a.quota_backoffs,
+SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.priority, a.paused, a.broken_reason, a.broken_at, a.auth_failures, a.credential_sealed, a.credential_revision, a.credential_hint, a.last_used_at, a.last_success_at, a.created_at, a.updated_at, a.quota_backoffs, a.recovery_probe, a.refresh_sealed, a.access_expires_at, a.refreshing_until, a.refresh_failures, a.refresh_blocked_until, a.refresh_rejected_at,
     (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > $1)::integer AS live,
     c.reason AS cooldown_reason,
     c.transient AS cooldown_transient,
@@ -451,10 +493,18 @@ SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.
     g.written_at AS gate_written_at,
     g.evidence AS gate_evidence,
     coalesce(a.id = (SELECT s.account_id FROM session_bindings s
-                     WHERE s.session_key = $2 AND s.last_seen_at > $3), false)::boolean AS session_bound
+                     WHERE s.session_key = $2 AND s.last_seen_at > $3), false)::boolean AS session_bound,
+    u5.utilization AS five_hour_utilization,
+    u5.resets_at AS five_hour_resets_at,
+    u7.utilization AS seven_day_utilization,
+    u7.resets_at AS seven_day_resets_at
 FROM accounts a
 LEFT JOIN cooldowns c ON c.account_id = a.id AND c.until > $1
 LEFT JOIN family_gates g ON g.account_id = a.id AND g.family = $4 AND g.until > $1
+LEFT JOIN usage_windows u5 ON u5.account_id = a.id AND u5.window_name = 'five_hour'
+    AND u5.utilization IS NOT NULL AND u5.resets_at > $1
+LEFT JOIN usage_windows u7 ON u7.account_id = a.id AND u7.window_name = 'seven_day'
+    AND u7.utilization IS NOT NULL AND u7.resets_at > $1
 ORDER BY a.label
 `
 
@@ -466,22 +516,28 @@ type RoutingViewParams struct {
 }
 
 type RoutingViewRow struct {
-	Account           Account
-	Live              int32
-	CooldownReason    *string
-	CooldownTransient pgtype.Bool
-	CooldownUntil     *time.Time
-	CooldownWrittenAt *time.Time
-	CooldownEvidence  []byte
-	GateUntil         *time.Time
-	GateWrittenAt     *time.Time
-	GateEvidence      []byte
-	SessionBound      bool
+	Account             Account
+	Live                int32
+	CooldownReason      *string
+	CooldownTransient   pgtype.Bool
+	CooldownUntil       *time.Time
+	CooldownWrittenAt   *time.Time
+	CooldownEvidence    []byte
+	GateUntil           *time.Time
+	GateWrittenAt       *time.Time
+	GateEvidence        []byte
+	SessionBound        bool
+	FiveHourUtilization *float64
+	FiveHourResetsAt    *time.Time
+	SevenDayUtilization *float64
+	SevenDayResetsAt    *time.Time
 }
 
 // Everything routing needs in one round trip: every account with its live
 // lease count, its live cooldown if any, its live gate for the request's
-// model family if any, and whether the session is bound to it.
+// model family if any, whether the session is bound to it, and its current
+// five_hour and seven_day readings (none when there is no evidence: no
+// utilization, or a reset already passed).
 func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]RoutingViewRow, error) {
 	rows, err := q.db.Query(ctx, routingView,
 		arg.Now,
@@ -516,6 +572,13 @@ func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]Rou
 			&i.Account.CreatedAt,
 			&i.Account.UpdatedAt,
 			&i.Account.QuotaBackoffs,
+			&i.Account.RecoveryProbe,
+			&i.Account.RefreshSealed,
+			&i.Account.AccessExpiresAt,
+			&i.Account.RefreshingUntil,
+			&i.Account.RefreshFailures,
+			&i.Account.RefreshBlockedUntil,
+			&i.Account.RefreshRejectedAt,
 			&i.Live,
 			&i.CooldownReason,
 			&i.CooldownTransient,
@@ -526,6 +589,10 @@ func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]Rou
 			&i.GateWrittenAt,
 			&i.GateEvidence,
 			&i.SessionBound,
+			&i.FiveHourUtilization,
+			&i.FiveHourResetsAt,
+			&i.SevenDayUtilization,
+			&i.SevenDayResetsAt,
 		); err != nil {
 			return nil, err
 		}
@@ -538,7 +605,7 @@ func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]Rou
 }
 
 const setPaused = `-- name: SetPaused :one
-UPDATE accounts SET paused = $1, updated_at = $2 WHERE id = $3 RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs
+UPDATE accounts SET paused = $1, updated_at = $2 WHERE id = $3 RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at
 `
 
 type SetPausedParams struct {
@@ -570,6 +637,13 @@ func (q *Queries) SetPaused(ctx context.Context, arg SetPausedParams) (Account, 
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.QuotaBackoffs,
+		&i.RecoveryProbe,
+		&i.RefreshSealed,
+		&i.AccessExpiresAt,
+		&i.RefreshingUntil,
+		&i.RefreshFailures,
+		&i.RefreshBlockedUntil,
+		&i.RefreshRejectedAt,
 	)
 	return i, err
 }
@@ -582,7 +656,7 @@ UPDATE accounts SET
     priority = coalesce($4, priority),
     updated_at = $5
 WHERE id = $6
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at
 `
 
 type UpdateAccountParams struct {
@@ -624,6 +698,13 @@ func (q *Queries) UpdateAccount(ctx context.Context, arg UpdateAccountParams) (A
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.QuotaBackoffs,
+		&i.RecoveryProbe,
+		&i.RefreshSealed,
+		&i.AccessExpiresAt,
+		&i.RefreshingUntil,
+		&i.RefreshFailures,
+		&i.RefreshBlockedUntil,
+		&i.RefreshRejectedAt,
 	)
 	return i, err
 }

@@ -77,7 +77,8 @@ DELETE FROM leases WHERE leases.id = $1
 RETURNING account_id, key_id, model, credential_revision, acquired_at,
     (SELECT provider FROM accounts WHERE accounts.id = leases.account_id)::text AS provider,
     (SELECT auth_kind FROM accounts WHERE accounts.id = leases.account_id)::text AS auth_kind,
-    (SELECT quota_backoffs FROM accounts WHERE accounts.id = leases.account_id)::integer AS quota_backoffs
+    (SELECT quota_backoffs FROM accounts WHERE accounts.id = leases.account_id)::integer AS quota_backoffs,
+    (SELECT recovery_probe FROM accounts WHERE accounts.id = leases.account_id)::boolean AS recovery_probe
 `
 
 type ReleaseLeaseRow struct {
@@ -89,6 +90,7 @@ type ReleaseLeaseRow struct {
 	Provider           string
 	AuthKind           string
 	QuotaBackoffs      int32
+	RecoveryProbe      bool
 }
 
 func (q *Queries) ReleaseLease(ctx context.Context, id uuid.UUID) (ReleaseLeaseRow, error) {
@@ -103,6 +105,7 @@ func (q *Queries) ReleaseLease(ctx context.Context, id uuid.UUID) (ReleaseLeaseR
 		&i.Provider,
 		&i.AuthKind,
 		&i.QuotaBackoffs,
+		&i.RecoveryProbe,
 	)
 	return i, err
 }

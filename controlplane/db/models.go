@@ -11,25 +11,32 @@ import (
 )
 
 type Account struct {
-	ID                 uuid.UUID
-	Provider           string
-	AuthKind           string
-	Label              string
-	BaseUrl            string
-	MaxConcurrency     int32
-	Priority           int32
-	Paused             bool
-	BrokenReason       *string
-	BrokenAt           *time.Time
-	AuthFailures       int32
-	CredentialSealed   []byte
-	CredentialRevision int64
-	CredentialHint     string
-	LastUsedAt         *time.Time
-	LastSuccessAt      *time.Time
-	CreatedAt          time.Time
-	UpdatedAt          time.Time
-	QuotaBackoffs      int32
+	ID                  uuid.UUID
+	Provider            string
+	AuthKind            string
+	Label               string
+	BaseUrl             string
+	MaxConcurrency      int32
+	Priority            int32
+	Paused              bool
+	BrokenReason        *string
+	BrokenAt            *time.Time
+	AuthFailures        int32
+	CredentialSealed    []byte
+	CredentialRevision  int64
+	CredentialHint      string
+	LastUsedAt          *time.Time
+	LastSuccessAt       *time.Time
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
+	QuotaBackoffs       int32
+	RecoveryProbe       bool
+	RefreshSealed       []byte
+	AccessExpiresAt     *time.Time
+	RefreshingUntil     *time.Time
+	RefreshFailures     int32
+	RefreshBlockedUntil *time.Time
+	RefreshRejectedAt   *time.Time
 }
 
 type ClientKey struct {

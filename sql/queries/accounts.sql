@@ -88,7 +88,9 @@ RETURNING auth_failures, (broken_at IS NOT NULL)::boolean AS broken;
 
 -- Everything routing needs in one round trip: every account with its live
 -- lease count, its live cooldown if any, its live gate for the request's
--- model family if any, and whether the session is bound to it.
+-- model family if any, whether the session is bound to it, and its current
+-- five_hour and seven_day readings (none when there is no evidence: no
+-- utilization, or a reset already passed).
 -- name: RoutingView :many
 SELECT sqlc.embed(a),
     (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > @now)::integer AS live,
@@ -101,8 +103,16 @@ SELECT sqlc.embed(a),
     g.written_at AS gate_written_at,
     g.evidence AS gate_evidence,
     coalesce(a.id = (SELECT s.account_id FROM session_bindings s
-                     WHERE s.session_key = @session_key AND s.last_seen_at > @bound_since), false)::boolean AS session_bound
+                     WHERE s.session_key = @session_key AND s.last_seen_at > @bound_since), false)::boolean AS session_bound,
+    u5.utilization AS five_hour_utilization,
+    u5.resets_at AS five_hour_resets_at,
+    u7.utilization AS seven_day_utilization,
+    u7.resets_at AS seven_day_resets_at
 FROM accounts a
 LEFT JOIN cooldowns c ON c.account_id = a.id AND c.until > @now
 LEFT JOIN family_gates g ON g.account_id = a.id AND g.family = @family AND g.until > @now
+LEFT JOIN usage_windows u5 ON u5.account_id = a.id AND u5.window_name = 'five_hour'
+    AND u5.utilization IS NOT NULL AND u5.resets_at > @now
+LEFT JOIN usage_windows u7 ON u7.account_id = a.id AND u7.window_name = 'seven_day'
+    AND u7.utilization IS NOT NULL AND u7.resets_at > @now
 ORDER BY a.label;

@@ -14,7 +14,8 @@ DELETE FROM leases WHERE leases.id = @id
 RETURNING account_id, key_id, model, credential_revision, acquired_at,
     (SELECT provider FROM accounts WHERE accounts.id = leases.account_id)::text AS provider,
     (SELECT auth_kind FROM accounts WHERE accounts.id = leases.account_id)::text AS auth_kind,
-    (SELECT quota_backoffs FROM accounts WHERE accounts.id = leases.account_id)::integer AS quota_backoffs;
+    (SELECT quota_backoffs FROM accounts WHERE accounts.id = leases.account_id)::integer AS quota_backoffs,
+    (SELECT recovery_probe FROM accounts WHERE accounts.id = leases.account_id)::boolean AS recovery_probe;
 
 -- A lease stops counting at expires_at; the row stays a while so a late
 -- Release can still report its outcome.

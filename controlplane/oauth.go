@@ -1,0 +1,444 @@
+package controlplane
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/weirhq/weir/controlplane/db"
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+// OAuth credentials and their refresh.
+//
+// An OAuth account's credential is an access token, and may come with a
+// refresh token and the access token's expiry. credential_sealed holds the
+// access token (leases read it as before); refresh_sealed holds the refresh
+// token, sealed under its own associated data (seal.go). Refresh tokens
+// rotate on use, so two refreshes of one account racing lose the account:
+// a refresh is claimed first with a compare-and-set on the credential
+// revision (ClaimTokenRefresh: one replica wins, for refreshClaim), and the
+// refreshed tokens land in one compare-and-set on the same revision
+// (StoreRefreshedTokens: revision + 1, which starts a new usage poll epoch
+// through the 0004 trigger).
+
+const (
+	defaultOAuthTokenURL = "https://platform.claude.com/v1/oauth/token"
+	// defaultOAuthClientID is Claude Code's public OAuth client id.
+	defaultOAuthClientID = "9d1c250a-e61b-44d9-88ed-5944d1962f5e"
+	// oauthTokenPath is the token endpoint under an account's base URL
+	// override (the simulator, a proxy).
+	oauthTokenPath = "/v1/oauth/token"
+	// refreshAhead: an access token expiring within it is refreshed.
+	refreshAhead = 10 * time.Minute
+	// refreshClaim is how long a replica holds an account's refresh. It
+	// outlasts the token client's timeout, so a claim never lapses while
+	// its call may still rotate the tokens.
+	refreshClaim = 60 * time.Second
+	// refreshesPerRun and refreshParallelism bound one run of RefreshDue.
+	refreshesPerRun    = 50
+	refreshParallelism = 4
+	// defaultAccessLifetime stands in for a token answer without
+	// expires_in: short enough that the token is refreshed again in time.
+	defaultAccessLifetime = time.Hour
+	maxCredentialJSON     = 64 << 10
+	maxTokenBody          = 64 << 10
+)
+
+// credentialInput is a credential as an operator enters it: for an OAuth
+// account, the access token and, when it can be refreshed, the refresh
+// token and the access token's expiry.
+type credentialInput struct {
+	access    string
+	refresh   string     // "" when the credential cannot be refreshed
+	expiresAt *time.Time // nil when unknown
+}
+
+// parseCredential reads a credential for an account of kind. An API key is
+// the key itself. An OAuth credential is a bare access token, or a JSON
+// document: {"access_token","refresh_token","expires_at"} (expires_at an
+// RFC 3339 time or Unix seconds), or Claude Code's credentials file
+// {"claudeAiOauth":{"accessToken","refreshToken","expiresAt" (Unix ms)}}.
+// Errors name the field and never quote the input.
+func parseCredential(kind weirv1.AuthKind, raw string) (credentialInput, error) {
+	trimmed := strings.TrimSpace(raw)
+	if !strings.HasPrefix(trimmed, "{") {
+		if err := validCredential(raw); err != nil {
+			return credentialInput{}, err
+		}
+		return credentialInput{access: raw}, nil
+	}
+	if kind != weirv1.AuthKind_AUTH_KIND_OAUTH {
+		return credentialInput{}, invalidf("credential: a JSON credential (access and refresh token) is for oauth accounts only")
+	}
+	if len(trimmed) > maxCredentialJSON {
+		return credentialInput{}, invalidf("credential: a JSON credential is at most %d bytes", maxCredentialJSON)
+	}
+	type claudeCode struct {
+		AccessToken  *string         `json:"accessToken"`
+		RefreshToken *string         `json:"refreshToken"`
+		ExpiresAt    json.RawMessage `json:"expiresAt"`
+	}
+	var doc struct {
+		AccessToken   *string         `json:"access_token"`
+		RefreshToken  *string         `json:"refresh_token"`
+		ExpiresAt     json.RawMessage `json:"expires_at"`
+		ClaudeAiOauth *claudeCode     `json:"claudeAiOauth"`
+	}
+	if err := json.Unmarshal([]byte(trimmed), &doc); err != nil {
+		var syn *json.SyntaxError
+		var typ *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &syn):
+			return credentialInput{}, invalidf("credential: not valid JSON (at byte %d)", syn.Offset)
+		case errors.As(err, &typ) && typ.Field != "":
+			return credentialInput{}, invalidf("credential: %s: must be a %s", typ.Field, jsonKind(typ.Type.String()))
+		default:
+			return credentialInput{}, invalidf("credential: must be a JSON object")
+		}
+	}
+	accessName, refreshName, expiresName := "access_token", "refresh_token", "expires_at"
+	access, refresh, expires, millis := doc.AccessToken, doc.RefreshToken, doc.ExpiresAt, false
+	if c := doc.ClaudeAiOauth; c != nil {
+		accessName, refreshName, expiresName = "claudeAiOauth.accessToken", "claudeAiOauth.refreshToken", "claudeAiOauth.expiresAt"
+		access, refresh, expires, millis = c.AccessToken, c.RefreshToken, c.ExpiresAt, true
+	} else if access == nil && refresh == nil {
+		return credentialInput{}, invalidf("credential: JSON must hold access_token, refresh_token and expires_at, or Claude Code's claudeAiOauth")
+	}
+	var in credentialInput
+	if access == nil || *access == "" {
+		return credentialInput{}, invalidf("credential: %s: required", accessName)
+	}
+	if !tokenShaped(*access) {
+		return credentialInput{}, invalidf("credential: %s: 8 to 8192 printable ASCII characters", accessName)
+	}
+	in.access = *access
+	if refresh != nil && *refresh != "" {
+		if !tokenShaped(*refresh) {
+			return credentialInput{}, invalidf("credential: %s: 8 to 8192 printable ASCII characters", refreshName)
+		}
+		in.refresh = *refresh
+	}
+	if len(expires) > 0 && string(expires) != "null" {
+		t, ok := parseExpiry(expires, millis)
+		if !ok {
+			unit := "an RFC 3339 time or Unix seconds"
+			if millis {
+				unit = "Unix milliseconds"
+			}
+			return credentialInput{}, invalidf("credential: %s: must be %s", expiresName, unit)
+		}
+		in.expiresAt = &t
+	}
+	if in.refresh != "" && in.expiresAt == nil {
+		return credentialInput{}, invalidf("credential: %s: required with %s (when the access token expires)", expiresName, refreshName)
+	}
+	return in, nil
+}
+
+func jsonKind(goType string) string {
+	switch goType {
+	case "string", "*string":
+		return "string"
+	case "controlplane.claudeCode", "*controlplane.claudeCode":
+		return "JSON object"
+	}
+	return goType
+}
+
+// tokenShaped is validCredential as a predicate.
+func tokenShaped(s string) bool { return validCredential(s) == nil }
+
+// parseExpiry reads an expiry: a JSON number (Unix milliseconds when
+// millis, else seconds, or milliseconds when it is too large for seconds)
+// or an RFC 3339 string.
+func parseExpiry(raw json.RawMessage, millis bool) (time.Time, bool) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		t, err := time.Parse(time.RFC3339, s)
+		return t.UTC(), err == nil
+	}
+	n, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil || n <= 0 {
+		return time.Time{}, false
+	}
+	if millis || n > 1e11 {
+		return time.UnixMilli(int64(n)).UTC(), true
+	}
+	return time.Unix(int64(n), 0).UTC(), true
+}
+
+// setOAuthTokens writes the refresh half of in, for the credential just
+// written at revision rev, in the caller's transaction.
+func (s *Server) setOAuthTokens(ctx context.Context, q *db.Queries, id uuid.UUID, rev int64, in credentialInput) (db.Account, error) {
+	var sealed []byte
+	if in.refresh != "" {
+		sealed = s.seal.sealRefresh(id, rev, in.refresh)
+	}
+	return q.SetOAuthTokens(ctx, db.SetOAuthTokensParams{
+		RefreshSealed: sealed, AccessExpiresAt: in.expiresAt, ID: id, CredentialRevision: rev,
+	})
+}
+
+// RefreshDue refreshes the OAuth credentials expiring within refreshAhead
+// (or expired) that can be refreshed, a few at a time, and says how many it
+// refreshed. It is jobs.TokenRefresher. Every replica may run it at once:
+// each account's refresh is claimed, so one call reaches the token
+// endpoint.
+func (s *Server) RefreshDue(ctx context.Context) (int, error) {
+	now := s.now()
+	due, err := s.q.DueTokenRefreshes(ctx, db.DueTokenRefreshesParams{
+		Before: now.Add(refreshAhead), Now: now, MaxAccounts: refreshesPerRun,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("due token refreshes: %w", err)
+	}
+	var (
+		mu        sync.Mutex
+		refreshed int
+		errs      []error
+		wg        sync.WaitGroup
+		sem       = make(chan struct{}, refreshParallelism)
+	)
+	for _, d := range due {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ok, err := s.refreshToken(ctx, d.ID, d.CredentialRevision)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("refresh token of %s: %w", d.ID, err))
+			}
+			if ok {
+				refreshed++
+			}
+		})
+	}
+	wg.Wait()
+	return refreshed, errors.Join(errs...)
+}
+
+// errRefreshRejected is the token endpoint refusing the refresh token: it
+// will not work again.
+type errRefreshRejected struct{ code string }
+
+func (e errRefreshRejected) Error() string {
+	return "refresh token rejected by the provider: " + e.code
+}
+
+// refreshToken refreshes one account's credential at revision rev, if it
+// wins the claim. The error is for the database and our own shutdown; the
+// token endpoint's failures are recorded on the account (backoff, or
+// broken when it rejects the refresh token).
+func (s *Server) refreshToken(ctx context.Context, id uuid.UUID, rev int64) (bool, error) {
+	now := s.now()
+	acct, err := s.q.ClaimTokenRefresh(ctx, db.ClaimTokenRefreshParams{
+		Until: now.Add(refreshClaim), ID: id, CredentialRevision: rev, Now: now,
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Another replica holds it, or the credential changed.
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("claim: %w", err)
+	}
+	var tok tokenAnswer
+	refresh, err := s.seal.openRefresh(acct.ID, acct.CredentialRevision, acct.RefreshSealed)
+	if err == nil {
+		// Within the claim, whatever the client's own timeout: a call still
+		// running when the claim lapses could race another replica's.
+		cctx, cancel := context.WithTimeout(ctx, refreshClaim/2)
+		tok, err = s.callTokenEndpoint(cctx, acct, refresh)
+		cancel()
+	}
+	now = s.now()
+	var rejected errRefreshRejected
+	switch {
+	case err == nil:
+	case errors.Is(err, context.Canceled):
+		// Our shutdown: the claim goes back; the next run tries again.
+		if rerr := s.q.ReleaseTokenRefresh(context.WithoutCancel(ctx), db.ReleaseTokenRefreshParams{ID: id, CredentialRevision: rev}); rerr != nil {
+			s.log.ErrorContext(ctx, "release token refresh claim", "account_id", id, "err", rerr)
+		}
+		return false, err
+	case errors.As(err, &rejected):
+		n, serr := s.q.RecordRefreshRejected(ctx, db.RecordRefreshRejectedParams{
+			Now: now, Reason: rejected.Error(), ID: id, CredentialRevision: rev,
+		})
+		if serr != nil {
+			return false, fmt.Errorf("record rejected refresh: %w", serr)
+		}
+		if n > 0 {
+			s.log.WarnContext(ctx, "account broken", "account_id", id, "reason", rejected.Error())
+		}
+		return false, nil
+	default:
+		failures, serr := s.q.RecordRefreshFailure(ctx, db.RecordRefreshFailureParams{
+			BlockedUntil: now.Add(refreshBackoff(acct.RefreshFailures + 1)), ID: id, CredentialRevision: rev,
+		})
+		if serr != nil && !errors.Is(serr, pgx.ErrNoRows) {
+			return false, fmt.Errorf("record refresh failure: %w", serr)
+		}
+		s.log.WarnContext(ctx, "token refresh failed", "account_id", id, "failures", failures, "err", scrubbed{scrubbed{err, refresh}, tok.AccessToken})
+		return false, nil
+	}
+
+	newRefresh := tok.RefreshToken
+	if newRefresh == "" {
+		newRefresh = refresh // the endpoint did not rotate it
+	}
+	lifetime := time.Duration(tok.ExpiresIn) * time.Second
+	if lifetime <= 0 {
+		lifetime = defaultAccessLifetime
+	}
+	expires := now.Add(lifetime)
+	next := rev + 1
+	var row db.Account
+	err = s.tx(ctx, func(q *db.Queries) error {
+		var err error
+		row, err = q.StoreRefreshedTokens(ctx, db.StoreRefreshedTokensParams{
+			CredentialSealed:   s.seal.seal(id, next, tok.AccessToken),
+			RefreshSealed:      s.seal.sealRefresh(id, next, newRefresh),
+			CredentialHint:     credentialHint(tok.AccessToken),
+			AccessExpiresAt:    &expires,
+			Now:                now,
+			ID:                 id,
+			CredentialRevision: rev,
+		})
+		if err != nil {
+			return err
+		}
+		// The expired token's rejections say nothing of the new one.
+		_, err = q.ClearCredentialCooldown(ctx, id)
+		return err
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		// An operator replaced the credential while the call ran: theirs wins.
+		s.log.WarnContext(ctx, "refreshed token dropped: the credential was replaced meanwhile", "account_id", id, "revision", rev)
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("store refreshed token: %w", err)
+	}
+	s.log.InfoContext(ctx, "oauth token refreshed", "account_id", id, "revision", row.CredentialRevision, "expires_at", expires)
+	if acct.BrokenAt != nil {
+		s.log.InfoContext(ctx, "account mended by a token refresh", "account_id", id, "was", stringOr(acct.BrokenReason))
+	}
+	return true, nil
+}
+
+// refreshBackoff is the wait after the nth consecutive transient failure:
+// 30 s (the next run retries), doubling to 10 minutes.
+func refreshBackoff(failures int32) time.Duration {
+	d := 30 * time.Second
+	for i := int32(1); i < failures && d < 10*time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, 10*time.Minute)
+}
+
+// tokenAnswer is the token endpoint's answer to a refresh.
+type tokenAnswer struct {
+	AccessToken  string `json:"access_token"`
+	RefreshToken string `json:"refresh_token"`
+	ExpiresIn    int64  `json:"expires_in"`
+}
+
+// tokenURL is where acct's credential is refreshed.
+func (s *Server) tokenURL(acct db.Account) string {
+	if acct.BaseUrl != "" {
+		return acct.BaseUrl + oauthTokenPath
+	}
+	return s.cfg.OAuthTokenURL
+}
+
+// callTokenEndpoint spends refresh for new tokens. Its errors never hold a
+// token: errRefreshRejected when the endpoint refused the refresh token,
+// anything else is transient.
+func (s *Server) callTokenEndpoint(ctx context.Context, acct db.Account, refresh string) (tokenAnswer, error) {
+	body, _ := json.Marshal(map[string]string{
+		"grant_type":    "refresh_token",
+		"refresh_token": refresh,
+		"client_id":     s.cfg.OAuthClientID,
+	})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.tokenURL(acct), bytes.NewReader(body))
+	if err != nil {
+		return tokenAnswer{}, fmt.Errorf("token request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	resp, err := s.cfg.OAuthClient.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return tokenAnswer{}, fmt.Errorf("token endpoint unreachable: %w", scrubbed{err, refresh})
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxTokenBody))
+	if resp.StatusCode != http.StatusOK {
+		var oe struct {
+			Error string `json:"error"`
+		}
+		_ = json.Unmarshal(raw, &oe)
+		code := oauthErrorCode(oe.Error)
+		switch {
+		case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+			if code == "" {
+				code = strconv.Itoa(resp.StatusCode)
+			}
+			return tokenAnswer{}, errRefreshRejected{code}
+		case resp.StatusCode == http.StatusBadRequest && (code == "invalid_grant" || code == "invalid_client" || code == "unauthorized_client"):
+			return tokenAnswer{}, errRefreshRejected{code}
+		case code != "":
+			return tokenAnswer{}, fmt.Errorf("token endpoint answered %d (%s)", resp.StatusCode, code)
+		}
+		return tokenAnswer{}, fmt.Errorf("token endpoint answered %d", resp.StatusCode)
+	}
+	if err != nil {
+		return tokenAnswer{}, fmt.Errorf("token endpoint: read answer: %w", scrubbed{err, refresh})
+	}
+	var tok tokenAnswer
+	if err := json.Unmarshal(raw, &tok); err != nil {
+		return tokenAnswer{}, errors.New("token endpoint: the answer is not a token JSON object")
+	}
+	if !tokenShaped(tok.AccessToken) || (tok.RefreshToken != "" && !tokenShaped(tok.RefreshToken)) {
+		return tokenAnswer{}, errors.New("token endpoint: the answer has no usable access_token")
+	}
+	return tok, nil
+}
+
+// oauthErrorCode keeps an OAuth error code when it looks like one (letters
+// and underscores), so that nothing else from the answer reaches a log.
+func oauthErrorCode(s string) string {
+	if s == "" || len(s) > 64 {
+		return ""
+	}
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && r != '_' {
+			return ""
+		}
+	}
+	return s
+}
+
+func stringOr(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

@@ -1,0 +1,61 @@
+-- Recovery probes. When a usage reading shows that a quota-derived
+-- cooldown's window recovered, the cooldown is cleared and the account is
+-- marked recovery_probe: until a success clears the mark, it is leased to
+-- at most one request at a time, whatever its concurrency cap, so a
+-- window that has not really recovered costs one 429, not a burst of them.
+ALTER TABLE accounts ADD COLUMN recovery_probe boolean NOT NULL DEFAULT false;
+
+-- weir_claim_lease as in 0001_init.sql, with the cap of a recovering
+-- account held to one lease.
+CREATE OR REPLACE FUNCTION weir_claim_lease(
+    p_account_id   uuid,
+    p_revision     bigint,
+    p_key_id       uuid,
+    p_request_id   text,
+    p_model        text,
+    p_session_key  text,
+    p_now          timestamptz,
+    p_expires_at   timestamptz
+) RETURNS uuid
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_cap    integer;
+    v_live   integer;
+    v_lease  uuid;
+BEGIN
+    SELECT CASE WHEN a.recovery_probe THEN 1 ELSE a.max_concurrency END INTO v_cap
+      FROM accounts a
+     WHERE a.id = p_account_id
+       AND a.credential_revision = p_revision
+       AND NOT a.paused
+       AND a.broken_at IS NULL
+       AND NOT EXISTS (SELECT 1 FROM cooldowns c WHERE c.account_id = a.id AND c.until > p_now)
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+
+    SELECT count(*) INTO v_live FROM leases l WHERE l.account_id = p_account_id AND l.expires_at > p_now;
+    IF v_live >= v_cap THEN
+        RETURN NULL;
+    END IF;
+
+    INSERT INTO leases (account_id, key_id, request_id, model, credential_revision, acquired_at, expires_at)
+    VALUES (p_account_id, p_key_id, p_request_id, p_model, p_revision, p_now, p_expires_at)
+    RETURNING id INTO v_lease;
+
+    UPDATE accounts SET last_used_at = p_now WHERE id = p_account_id;
+
+    IF p_session_key <> '' THEN
+        INSERT INTO session_bindings (session_key, account_id, bound_at, last_seen_at)
+        VALUES (p_session_key, p_account_id, p_now, p_now)
+        ON CONFLICT (session_key) DO UPDATE
+           SET account_id = EXCLUDED.account_id,
+               bound_at = CASE WHEN session_bindings.account_id = EXCLUDED.account_id
+                               THEN session_bindings.bound_at ELSE EXCLUDED.bound_at END,
+               last_seen_at = EXCLUDED.last_seen_at;
+    END IF;
+
+    RETURN v_lease;
+END;
+$$;
