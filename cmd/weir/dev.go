@@ -29,13 +29,22 @@ import (
 )
 
 // demoAccounts are seeded by `weir dev --simulate`, pointed at the simulator.
+// The two subscriptions have usage windows in the simulator: demo-max-1's
+// week resets sooner, so weir drains it first (HARVEST).
 var demoAccounts = []struct {
 	label, credential string
 	kind              weirv1.AuthKind
+	windows           *sim.Windows
 }{
-	{"demo-api-key", "sk-ant-api03-weir-demo-0000000000000001", weirv1.AuthKind_AUTH_KIND_API_KEY},
-	{"demo-max-1", "sk-ant-oat01-weir-demo-0000000000000002", weirv1.AuthKind_AUTH_KIND_OAUTH},
-	{"demo-max-2", "sk-ant-oat01-weir-demo-0000000000000003", weirv1.AuthKind_AUTH_KIND_OAUTH},
+	{"demo-api-key", "sk-ant-api03-weir-demo-0000000000000001", weirv1.AuthKind_AUTH_KIND_API_KEY, nil},
+	{"demo-max-1", "sk-ant-oat01-weir-demo-0000000000000002", weirv1.AuthKind_AUTH_KIND_OAUTH, &sim.Windows{
+		FiveHour: &sim.Window{Limit: 2_000_000, Used: 300_000, ResetIn: sim.Duration(3 * time.Hour)},
+		SevenDay: &sim.Window{Limit: 20_000_000, Used: 12_000_000, ResetIn: sim.Duration(30 * time.Hour)},
+	}},
+	{"demo-max-2", "sk-ant-oat01-weir-demo-0000000000000003", weirv1.AuthKind_AUTH_KIND_OAUTH, &sim.Windows{
+		FiveHour: &sim.Window{Limit: 2_000_000, Used: 100_000, ResetIn: sim.Duration(4 * time.Hour)},
+		SevenDay: &sim.Window{Limit: 20_000_000, Used: 2_000_000, ResetIn: sim.Duration(100 * time.Hour)},
+	}},
 }
 
 func runDev(ctx context.Context, args []string, e env) error {
@@ -207,7 +216,7 @@ func demoScript() sim.Script {
 		if d.kind == weirv1.AuthKind_AUTH_KIND_OAUTH {
 			kind = sim.KindOAuth
 		}
-		sc.Accounts = append(sc.Accounts, sim.AccountScript{Name: d.label, Credential: d.credential, Kind: kind})
+		sc.Accounts = append(sc.Accounts, sim.AccountScript{Name: d.label, Credential: d.credential, Kind: kind, Windows: d.windows})
 	}
 	return sc
 }

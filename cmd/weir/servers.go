@@ -238,6 +238,7 @@ func runSim(ctx context.Context, args []string, e env) error {
 	addr := fs.String("listen", defaultSimAddr, "address to serve the simulated upstream on")
 	script := fs.String("script", "", "JSON script of accounts and faults (default: accept any credential)")
 	delay := fs.Duration("delta-delay", 30*time.Millisecond, "pause between streamed text deltas")
+	manual := fs.Bool("manual-clock", false, "keep virtual time that only moves on POST /_sim/clock {\"advance\":\"2h\"} (for scenario runs)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -254,7 +255,7 @@ func runSim(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	log.Info("simulator listening", "addr", ln.Addr().String())
-	s := sim.New(sim.Config{Logger: log, Script: sc, DeltaDelay: *delay})
+	s := sim.New(sim.Config{Logger: log, Script: sc, DeltaDelay: *delay, ManualClock: *manual})
 	return serveSim(ctx, s, ln, log)
 }
 
