@@ -121,8 +121,13 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 	}
 	p := db.UpdateAccountParams{ID: row.ID, Now: a.s.now()}
 	var newCredential *credentialInput
+	banked := db.SetBankedResetsParams{ID: row.ID}
 	for _, path := range paths {
 		switch path {
+		case "banked_resets_enabled", "org_id":
+			if err := bankedUpdate(&banked, path, m); err != nil {
+				return nil, toConnect(err)
+			}
 		case "label":
 			if err := validLabel(m.Label); err != nil {
 				return nil, toConnect(err)
@@ -155,6 +160,11 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 		var err error
 		if row, err = q.UpdateAccount(ctx, p); err != nil {
 			return storeErr(err)
+		}
+		if banked.Enabled.Valid || banked.OrgID != nil {
+			if row, err = q.SetBankedResets(ctx, banked); err != nil {
+				return storeErr(err)
+			}
 		}
 		if newCredential == nil {
 			return nil
@@ -263,6 +273,8 @@ type liveAccounts struct {
 	cooling map[uuid.UUID]db.Cooldown
 	gates   map[uuid.UUID][]db.FamilyGate
 	usage   map[uuid.UUID]accountUsage
+	// forecasts per account, by window.
+	forecasts map[uuid.UUID][]*weirv1.Forecast
 }
 
 // liveState reads live lease counts, cooldowns, family gates and usage
@@ -284,11 +296,17 @@ func (s *Server) liveState(ctx context.Context, now time.Time) (liveAccounts, er
 	if err != nil {
 		return liveAccounts{}, err
 	}
+	forecasts, err := s.forecasts(ctx, now)
+	if err != nil {
+		return liveAccounts{}, err
+	}
 	st := liveAccounts{
 		live:    make(map[uuid.UUID]int32, len(counts)),
 		cooling: make(map[uuid.UUID]db.Cooldown, len(cds)),
 		gates:   make(map[uuid.UUID][]db.FamilyGate),
 		usage:   usage,
+
+		forecasts: forecasts,
 	}
 	for _, c := range counts {
 		st.live[c.AccountID] = c.Live
@@ -313,6 +331,7 @@ func (st liveAccounts) account(r db.Account) *weirv1.Account {
 		a.FamilyGates = append(a.FamilyGates, familyGateProto(g))
 	}
 	st.usage[r.ID].fill(a)
+	a.Forecasts = st.forecasts[r.ID]
 	return a
 }
 
@@ -340,6 +359,10 @@ func accountProto(r db.Account, cd *db.Cooldown, inFlight int32) *weirv1.Account
 		LastSuccessAt:      timestampOrNil(r.LastSuccessAt),
 		CreatedAt:          timestamppb.New(r.CreatedAt),
 		UpdatedAt:          timestamppb.New(r.UpdatedAt),
+	}
+	a.BankedResetsEnabled = r.BankedResetsEnabled
+	if r.OrgID != nil {
+		a.OrgId = *r.OrgID
 	}
 	if r.BrokenReason != nil {
 		a.BrokenReason = *r.BrokenReason

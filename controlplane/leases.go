@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -78,6 +79,50 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (re
 			return nil, toConnect(invalidf("prefer_account_id: %q is not an account id", m.PreferAccountId))
 		}
 	}
+	targets, aliased, err := l.s.modelTargets(ctx, m.Model)
+	if err != nil {
+		return nil, l.s.fail(ctx, "acquire", err)
+	}
+	if !aliased {
+		return l.acquireModel(ctx, key.ID, m, exclude, prefer)
+	}
+	// An alias: the first target with an eligible account serves, and the
+	// lease names it for the data plane to send upstream.
+	var nones []*weirv1.NoAccount
+	for _, target := range targets {
+		tm := proto.Clone(m).(*weirv1.AcquireRequest)
+		tm.Model = target
+		resp, err := l.acquireModel(ctx, key.ID, tm, exclude, prefer)
+		if err != nil {
+			return nil, err
+		}
+		if lease := resp.GetLease(); lease != nil {
+			lease.Model = target
+			return resp, nil
+		}
+		nones = append(nones, resp.GetNoAccount())
+	}
+	return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: aliasNoAccount(nones)}}, nil
+}
+
+// aliasNoAccount is the answer when no target of an alias has an eligible
+// account: the target that recovers soonest on its own, else the first.
+func aliasNoAccount(nones []*weirv1.NoAccount) *weirv1.NoAccount {
+	best := nones[0]
+	for _, n := range nones[1:] {
+		switch {
+		case n.Permanent:
+		case best.Permanent, best.RetryAt == nil && n.RetryAt != nil:
+			best = n
+		case n.RetryAt != nil && n.RetryAt.AsTime().Before(best.RetryAt.AsTime()):
+			best = n
+		}
+	}
+	return best
+}
+
+// acquireModel leases an account for m.Model, a concrete model.
+func (l leaseService) acquireModel(ctx context.Context, keyID uuid.UUID, m *weirv1.AcquireRequest, exclude map[uuid.UUID]bool, prefer uuid.UUID) (resp *weirv1.AcquireResponse, err error) {
 	if m.Model != "" {
 		provider, family := enumName(weirv1.Provider_PROVIDER_ANTHROPIC), modelFamily(m.Model)
 		none, probe, err := l.s.breakerGate(ctx, provider, family, l.s.now())
@@ -110,7 +155,7 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (re
 			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: none}}, nil
 		}
 		for _, c := range order {
-			lease, err := l.claim(ctx, c, key.ID, m, now)
+			lease, err := l.claim(ctx, c, keyID, m, now)
 			if errors.Is(err, errUnseal) {
 				// Unusable until an operator re-enters the credential under
 				// this key; the rest of the pool can still serve.

@@ -58,7 +58,14 @@ func (s *Server) recoverQuota(ctx context.Context, q *db.Queries, id uuid.UUID, 
 	if err != nil {
 		return err
 	}
-	if !recovered(cd, readings, observedAt) {
+	// A banked reset that landed after the cooldown empties the very
+	// weekly window it rejected: the reading shows it below spentAt under
+	// the same reset.
+	banked, err := q.ResetLandedBetween(ctx, db.ResetLandedBetweenParams{AccountID: id, Since: cd.WrittenAt, Until: observedAt})
+	if err != nil {
+		return err
+	}
+	if !recovered(cd, readings, observedAt, banked) {
 		return nil
 	}
 	if cd.Reason != enumName(weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED) {
@@ -81,10 +88,11 @@ func (s *Server) recoverQuota(ctx context.Context, q *db.Queries, id uuid.UUID, 
 // recovered says whether readings taken at observedAt show the windows
 // behind cooldown cd recovered: every account-wide claim of its evidence
 // names a window that now reads below spentAt in a later window than the
-// one rejected (its reset moved past the claim's). A cooldown without
+// one rejected (its reset moved past the claim's, or, for the weekly
+// window, a banked reset landed since the cooldown). A cooldown without
 // account-wide claims (a backoff, a re-probe) recovers when every
 // account-wide window read is below spentAt, and at least one was read.
-func recovered(cd db.Cooldown, readings []usageReading, observedAt time.Time) bool {
+func recovered(cd db.Cooldown, readings []usageReading, observedAt time.Time, bankedReset bool) bool {
 	byClaim := map[string]usageReading{}
 	for _, r := range readings {
 		if c, ok := windowClaims[r.window]; ok {
@@ -106,7 +114,7 @@ func recovered(cd db.Cooldown, readings []usageReading, observedAt time.Time) bo
 		if !found || !ok(r) {
 			return false
 		}
-		if c.Reset > 0 && !r.resetsAt.After(time.Unix(c.Reset, 0)) {
+		if c.Reset > 0 && !r.resetsAt.After(time.Unix(c.Reset, 0)) && (c.Claim != "7d" || !bankedReset) {
 			return false
 		}
 	}

@@ -304,7 +304,7 @@ func TestRecoveredReading(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cd := db.Cooldown{Reason: "quota_exhausted", Evidence: tc.evidence}
-			if got := recovered(cd, tc.readings, epoch); got != tc.want {
+			if got := recovered(cd, tc.readings, epoch, false); got != tc.want {
 				t.Errorf("recovered = %v, want %v", got, tc.want)
 			}
 		})

@@ -70,6 +70,43 @@ func (c candidate) nearUntil(now time.Time) time.Time {
 	return until
 }
 
+// The pool-liveness reserve: an account whose weekly headroom is below
+// reserveHeadroom is demoted (with the near-limit accounts, in the same
+// one partition) while its weekly reset is more than reserveRelease away,
+// so that the pool keeps headroom back while others can absorb the load.
+// Near the reset, use-it-or-lose-it wins and the reserve is released. Like
+// every soft demotion it only orders: an account in reserve still serves
+// when nothing else can. Above the near-limit margin (0.1) so that it
+// means something of its own.
+const (
+	reserveHeadroom = 0.2
+	reserveRelease  = 12 * time.Hour
+)
+
+// reserveUntil is when the account's reserve is released (its weekly reset
+// less reserveRelease); zero when it is not held in reserve.
+func (c candidate) reserveUntil(now time.Time) time.Time {
+	w := c.sevenDay
+	if !w.live(now) || w.utilization <= 1-reserveHeadroom {
+		return time.Time{}
+	}
+	release := w.resetsAt.Add(-reserveRelease)
+	if !release.After(now) {
+		return time.Time{}
+	}
+	return release
+}
+
+// demotedUntil is when the account stops being softly demoted (near its
+// limit or held in reserve): the later of the two; zero when it is not.
+func (c candidate) demotedUntil(now time.Time) time.Time {
+	near, reserve := c.nearUntil(now), c.reserveUntil(now)
+	if reserve.After(near) {
+		return reserve
+	}
+	return near
+}
+
 // capacity is the account's concurrency cap as the claim enforces it: one
 // lease while a recovery probe is out.
 func (c candidate) capacity() int32 {
@@ -215,11 +252,13 @@ func (c candidate) blockedUntil(now time.Time) (until time.Time, blocked, transi
 // override applied before HARVEST (an operator who ranks accounts means it,
 // whatever their windows); then one stable partition over the soft
 // demotions at once (near limit: a 5-hour or weekly window at 0.9 or
-// above goes after every other account); then HARVEST: accounts with a
+// above; the pool-liveness reserve: weekly headroom under reserveHeadroom
+// with the weekly reset more than reserveRelease away; both go after every
+// other account); then HARVEST: accounts with a
 // weekly reading, the weekly window that resets soonest first (its
 // headroom is lost at the reset otherwise), ties by more weekly headroom,
-// never a 5-hour term; then accounts without evidence; near-limit accounts
-// by when they stop being near. Then the most free share of the
+// never a 5-hour term; then accounts without evidence; demoted accounts
+// by when they stop being demoted. Then the most free share of the
 // concurrency cap, then the least recently used.
 func compareCandidates(x, y candidate, req routeRequest, now time.Time) int {
 	for _, first := range []uuid.UUID{req.preferAccount, req.sessionAccount} {
@@ -251,13 +290,13 @@ func compareCandidates(x, y candidate, req routeRequest, now time.Time) int {
 const (
 	tierWeekly  = iota // a weekly reading, not near the limit
 	tierUnknown        // no weekly evidence, not near the limit
-	tierNear           // near the limit (the one soft demotion today)
+	tierDemoted        // near the limit or held in reserve (the soft demotions)
 )
 
 func harvestTier(c candidate, now time.Time) int {
 	switch {
-	case !c.nearUntil(now).IsZero():
-		return tierNear
+	case !c.demotedUntil(now).IsZero():
+		return tierDemoted
 	case c.sevenDay.live(now):
 		return tierWeekly
 	}
@@ -277,8 +316,8 @@ func compareHarvest(x, y candidate, now time.Time) int {
 			return c
 		}
 		return cmp.Compare(x.sevenDay.utilization, y.sevenDay.utilization)
-	case tierNear:
-		return x.nearUntil(now).Compare(y.nearUntil(now))
+	case tierDemoted:
+		return x.demotedUntil(now).Compare(y.demotedUntil(now))
 	}
 	return 0
 }

@@ -33,6 +33,7 @@ type Server struct {
 	log     *slog.Logger
 	now     func() time.Time
 	metrics *metrics
+	integ   *integrityMetrics
 	river   *river.Client[pgx.Tx]
 	// jitter spreads usage reads, uniform in [-1, 1).
 	jitter func() float64
@@ -56,6 +57,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 		log:     cfg.Logger,
 		now:     cfg.Now,
 		metrics: newMetrics(cfg.Registry),
+		integ:   newIntegrityMetrics(cfg.Registry),
 		jitter:  defaultJitter,
 	}
 	if !cfg.DisableJobs {
@@ -68,6 +70,9 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 			SessionTTL: cfg.SessionTTL,
 			Usage:      s,
 			Tokens:     s,
+			Banked:     s,
+			Creds:      s,
+			Findings:   s.integ.count,
 		})
 		s.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
 			// River's own info lines (producer stats every few seconds) drown
@@ -116,6 +121,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(weirv1connect.NewLeaseServiceHandler(leaseService{s: s}, opts))
 	mux.Handle(weirv1connect.NewRouteServiceHandler(routeService{s: s}, opts))
 	mux.Handle(weirv1connect.NewSettingsServiceHandler(settingsService{s: s}, opts))
+	mux.Handle(weirv1connect.NewAliasServiceHandler(aliasService{s: s}, opts))
+	mux.Handle(weirv1connect.NewOpsServiceHandler(opsService{s: s}, opts))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n")) //nolint:errcheck // a failed health write is the client's problem

@@ -130,7 +130,7 @@ func (s *Server) readUsage(ctx context.Context, id uuid.UUID) (usageResult, erro
 	}
 
 	res := usageResult{read: true}
-	readings, wait, ferr := s.fetchUsage(ctx, acct)
+	readings, grants, wait, ferr := s.fetchUsage(ctx, acct)
 	now = s.now()
 	if ferr != nil {
 		if errors.Is(ferr, context.Canceled) {
@@ -181,6 +181,11 @@ func (s *Server) readUsage(ctx context.Context, id uuid.UUID) (usageResult, erro
 		}
 		if n == 0 {
 			return errStaleUsage
+		}
+		if grants != nil {
+			if err := storeResetGrants(ctx, q, id, *grants, now); err != nil {
+				return err
+			}
 		}
 		return s.recoverQuota(ctx, q, id, readings, now)
 	})
@@ -273,20 +278,26 @@ func (s *Server) mergeUsageHeaders(ctx context.Context, q *db.Queries, accountID
 
 // fetchUsage GETs the account's usage endpoint. Only readUsage may call
 // it, after claiming the read (a test holds every other caller out). It
-// returns the readings, or an error without the credential in it and how
-// long the endpoint asked us to wait (0: it did not say).
-func (s *Server) fetchUsage(ctx context.Context, acct db.Account) ([]usageReading, time.Duration, error) {
+// returns the readings (and, for an account with banked resets enabled,
+// the reset grants: nil when not asked for or not answered), or an error
+// without the credential in it and how long the endpoint asked us to wait
+// (0: it did not say).
+func (s *Server) fetchUsage(ctx context.Context, acct db.Account) ([]usageReading, *[]resetGrant, time.Duration, error) {
 	token, err := s.seal.open(acct.ID, acct.CredentialRevision, acct.CredentialSealed)
 	if err != nil {
-		return nil, 0, errors.New("credential unreadable under this secret key")
+		return nil, nil, 0, errors.New("credential unreadable under this secret key")
 	}
 	base := acct.BaseUrl
 	if base == "" {
 		base = defaultAnthropicBaseURL
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+usagePath, nil)
+	target := base + usagePath
+	if acct.BankedResetsEnabled {
+		target += "?include_grants=true"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
-		return nil, 0, fmt.Errorf("usage request: %w", err)
+		return nil, nil, 0, fmt.Errorf("usage request: %w", err)
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("anthropic-beta", oauthBeta)
@@ -299,21 +310,25 @@ func (s *Server) fetchUsage(ctx context.Context, acct db.Account) ([]usageReadin
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, 0, fmt.Errorf("usage endpoint unreachable: %w", scrubbed{err, token})
+		return nil, nil, 0, fmt.Errorf("usage endpoint unreachable: %w", scrubbed{err, token})
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxUsageBody))
 	if resp.StatusCode != http.StatusOK {
-		return nil, usageRetryAfter(resp.Header.Get("retry-after")), fmt.Errorf("usage endpoint answered %d", resp.StatusCode)
+		return nil, nil, usageRetryAfter(resp.Header.Get("retry-after")), fmt.Errorf("usage endpoint answered %d", resp.StatusCode)
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("usage endpoint: read answer: %w", scrubbed{err, token})
+		return nil, nil, 0, fmt.Errorf("usage endpoint: read answer: %w", scrubbed{err, token})
 	}
 	readings, err := parseUsage(body)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
-	return readings, 0, nil
+	var grants *[]resetGrant
+	if acct.BankedResetsEnabled {
+		grants = parseResetGrants(body)
+	}
+	return readings, grants, 0, nil
 }
 
 // scrubbed is an error whose text never holds the secret.

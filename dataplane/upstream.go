@@ -29,11 +29,19 @@ var clientOnlyHeaders = map[string]bool{
 }
 
 // upstreamRequest builds the attempt's request: the client's body and
-// headers unchanged, except its auth, replaced by the lease's.
+// headers unchanged, except its auth, replaced by the lease's, and the
+// body's model when the lease resolved an alias.
 func upstreamRequest(ctx context.Context, in *http.Request, body []byte, lease *weirv1.Lease) (*http.Request, error) {
 	target := strings.TrimRight(lease.BaseUrl, "/") + in.URL.EscapedPath()
 	if in.URL.RawQuery != "" {
 		target += "?" + in.URL.RawQuery
+	}
+	if lease.Model != "" && body != nil {
+		// The client named an alias: the upstream gets the concrete model.
+		var err error
+		if body, err = withModel(body, lease.Model); err != nil {
+			return nil, err
+		}
 	}
 	var rd io.Reader
 	if body != nil {

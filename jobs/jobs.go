@@ -29,6 +29,14 @@ type Deps struct {
 	// Tokens refreshes expiring OAuth credentials; nil leaves token
 	// refresh out.
 	Tokens TokenRefresher
+	// Banked applies banked resets; nil leaves the applier out.
+	Banked BankedResetter
+	// Creds checks that sealed credentials open with the current
+	// key, for the integrity check; nil leaves that check out.
+	Creds CredentialChecker
+	// Findings counts the integrity check's findings (a metrics hook:
+	// kind, repaired|reported, how many); nil counts nothing.
+	Findings func(kind, action string, n int)
 }
 
 // ReapInterval is how often expired leases and idle sessions are deleted.
@@ -38,12 +46,15 @@ const ReapInterval = 30 * time.Second
 func Register(workers *river.Workers, d Deps) []*river.PeriodicJob {
 	river.AddWorker(workers, &LeaseReaper{deps: d})
 	river.AddWorker(workers, &UsageSnapshotter{deps: d})
+	river.AddWorker(workers, &IntegrityChecker{deps: d})
 	periodic := []*river.PeriodicJob{
 		river.NewPeriodicJob(river.PeriodicInterval(ReapInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return LeaseReaperArgs{}, nil },
 			&river.PeriodicJobOpts{RunOnStart: true}),
 		river.NewPeriodicJob(river.PeriodicInterval(UsageSnapshotInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return UsageSnapshotArgs{}, nil }, nil),
+		river.NewPeriodicJob(river.PeriodicInterval(IntegrityInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return IntegrityArgs{}, nil }, nil),
 	}
 	if d.Usage != nil {
 		river.AddWorker(workers, &UsagePoller{deps: d})
@@ -51,6 +62,11 @@ func Register(workers *river.Workers, d Deps) []*river.PeriodicJob {
 		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(UsagePollInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return UsagePollArgs{}, nil },
 			&river.PeriodicJobOpts{RunOnStart: true}))
+	}
+	if d.Banked != nil {
+		river.AddWorker(workers, &BankedResetWorker{deps: d})
+		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(BankedResetInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return BankedResetArgs{}, nil }, nil))
 	}
 	if d.Tokens != nil {
 		river.AddWorker(workers, &TokenRefreshWorker{deps: d})

@@ -230,12 +230,12 @@ func TestRegister(t *testing.T) {
 	t.Parallel()
 	workers := river.NewWorkers()
 	periodic := Register(workers, Deps{Now: time.Now, LeaseGrace: time.Minute, SessionTTL: time.Hour})
-	if len(periodic) != 2 {
-		t.Fatalf("%d periodic jobs, want 2 (reaper, usage snapshots)", len(periodic))
+	if len(periodic) != 3 {
+		t.Fatalf("%d periodic jobs, want 3 (reaper, usage snapshots, integrity check)", len(periodic))
 	}
 	withUsage := Register(river.NewWorkers(), Deps{Now: time.Now, Usage: usageReaderFunc(func(context.Context) (int, error) { return 0, nil })})
-	if len(withUsage) != 3 {
-		t.Fatalf("%d periodic jobs with a usage reader, want 3", len(withUsage))
+	if len(withUsage) != 4 {
+		t.Fatalf("%d periodic jobs with a usage reader, want 4", len(withUsage))
 	}
 	if (LeaseReaperArgs{}).Kind() != "lease_reaper" {
 		t.Errorf("kind %q", LeaseReaperArgs{}.Kind())

@@ -27,6 +27,9 @@ const accountsUsage = `Usage:
   weir accounts resume ID|LABEL
   weir accounts rm ID|LABEL
   weir accounts set ID|LABEL [--label L] [--base-url U] [--max-concurrency N] [--priority N] [--secret-stdin | --secret-file F]
+      [--banked-resets=on|off] [--org ORG]
+  weir accounts grants ID|LABEL     list an OAuth account's banked-reset grants and claims
+  weir accounts claim-grant ID|LABEL GRANT   claim a grant now (at most one claim an hour)
   weir accounts usage ID|LABEL      read an OAuth account's usage now, if its read budget allows
 Every command takes --json, --controlplane and --data-dir.
 `
@@ -48,6 +51,10 @@ func runAccounts(ctx context.Context, args []string, e env) error {
 		return accountsSet(ctx, fs, &af, args, e)
 	case "usage":
 		return accountsRefreshUsage(ctx, fs, &af, args, e)
+	case "grants":
+		return accountsGrants(ctx, fs, &af, args, e)
+	case "claim-grant":
+		return accountsClaimGrant(ctx, fs, &af, args, e)
 	case "list", "ls":
 		if err := fs.Parse(args); err != nil {
 			return err
@@ -108,6 +115,9 @@ func runAccounts(ctx context.Context, args []string, e env) error {
 			return printJSON(e.stdout, acct)
 		}
 		printAccounts(e.stdout, []*weirv1.Account{acct}, time.Now())
+		if sub == "get" {
+			printForecasts(e.stdout, acct, time.Now())
+		}
 		return nil
 	}
 	fmt.Fprintf(e.stderr, "weir accounts: unknown subcommand %q\n\n%s", sub, accountsUsage)
@@ -242,12 +252,15 @@ func accountsSet(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []s
 	fs.IntVar(&maxConc, "max-concurrency", 0, "new concurrency cap")
 	fs.IntVar(&priority, "priority", 0, "new priority")
 	sf.register(fs)
+	var bf bankedFlags
+	bf.register(fs)
 	ref, err := parseWithRef(fs, args)
 	if err != nil {
 		return err
 	}
 	req := &weirv1.UpdateAccountRequest{Id: ref, UpdateMask: &fieldmaskpb.FieldMask{}}
 	fs.Visit(func(f *flag.Flag) {
+		bf.apply(f.Name, req)
 		switch f.Name {
 		case "label":
 			req.Label = label

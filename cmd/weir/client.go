@@ -76,6 +76,8 @@ type clients struct {
 	keys     weirv1connect.KeyServiceClient
 	routes   weirv1connect.RouteServiceClient
 	settings weirv1connect.SettingsServiceClient
+	ops      weirv1connect.OpsServiceClient
+	aliases  weirv1connect.AliasServiceClient
 }
 
 func (a *adminFlags) clients() (*clients, error) {
@@ -103,6 +105,8 @@ func (a *adminFlags) clients() (*clients, error) {
 		keys:     weirv1connect.NewKeyServiceClient(hc, url, opt),
 		routes:   weirv1connect.NewRouteServiceClient(hc, url, opt),
 		settings: weirv1connect.NewSettingsServiceClient(hc, url, opt),
+		ops:      weirv1connect.NewOpsServiceClient(hc, url, opt),
+		aliases:  weirv1connect.NewAliasServiceClient(hc, url, opt),
 	}, nil
 }
 

@@ -59,6 +59,8 @@ Usage:
   weir routes [--limit N]                      recent requests and where they went
   weir explain REQUEST_ID                      one request's attempts and holds
   weir settings get|set [KEY=VALUE ...]        capacity_hold, request_deadline
+  weir aliases list|set|rm                     model aliases (an alias → concrete models)
+  weir integrity                               the integrity check's last report
 
 Operator commands reach the control plane at --controlplane / WEIR_CONTROLPLANE_URL
 with WEIR_ADMIN_TOKEN; next to a running 'weir dev' they need neither.
@@ -92,6 +94,10 @@ func run(ctx context.Context, args []string, e env) error {
 		return runExplain(ctx, rest, e)
 	case "settings":
 		return runSettings(ctx, rest, e)
+	case "aliases":
+		return runAliases(ctx, rest, e)
+	case "integrity":
+		return runIntegrity(ctx, rest, e)
 	case "help", "-h", "--help":
 		fmt.Fprint(e.stdout, usage)
 		return nil

@@ -37,6 +37,9 @@ type Account struct {
 	RefreshFailures     int32
 	RefreshBlockedUntil *time.Time
 	RefreshRejectedAt   *time.Time
+	BankedResetsEnabled bool
+	OrgID               *string
+	RecoveryProbeSeenAt *time.Time
 }
 
 type ClientKey struct {
@@ -66,6 +69,12 @@ type FamilyGate struct {
 	Evidence  []byte
 }
 
+type IntegrityReport struct {
+	ID       int64
+	RanAt    time.Time
+	Findings []byte
+}
+
 type Lease struct {
 	ID                 uuid.UUID
 	AccountID          uuid.UUID
@@ -77,6 +86,13 @@ type Lease struct {
 	ExpiresAt          time.Time
 }
 
+type ModelAlias struct {
+	Alias     string
+	Targets   []string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
 type OverloadBreaker struct {
 	Provider    string
 	Family      string
@@ -86,6 +102,27 @@ type OverloadBreaker struct {
 	OpenCount   int32
 	ProbeUntil  *time.Time
 	UpdatedAt   time.Time
+}
+
+type ResetClaim struct {
+	ID         uuid.UUID
+	AccountID  uuid.UUID
+	GrantID    string
+	Program    string
+	RequestID  uuid.UUID
+	Status     string
+	Result     *string
+	CreatedAt  time.Time
+	FinishedAt *time.Time
+}
+
+type ResetGrant struct {
+	AccountID uuid.UUID
+	GrantID   string
+	Program   string
+	ExpiresAt *time.Time
+	Status    string
+	SeenAt    time.Time
 }
 
 type RouteEvent struct {

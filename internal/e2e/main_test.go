@@ -103,6 +103,7 @@ type env struct {
 	keys     weirv1connect.KeyServiceClient
 	routes   weirv1connect.RouteServiceClient
 	leases   weirv1connect.LeaseServiceClient
+	aliases  weirv1connect.AliasServiceClient
 
 	key    string // the client's weir key
 	keyID  string
@@ -177,6 +178,7 @@ func setup(t *testing.T, opts options) *env {
 	e.accounts = weirv1connect.NewAccountServiceClient(hc, e.cpSrv.URL, adminOpt)
 	e.keys = weirv1connect.NewKeyServiceClient(hc, e.cpSrv.URL, adminOpt)
 	e.routes = weirv1connect.NewRouteServiceClient(hc, e.cpSrv.URL, adminOpt)
+	e.aliases = weirv1connect.NewAliasServiceClient(hc, e.cpSrv.URL, adminOpt)
 	e.leases = weirv1connect.NewLeaseServiceClient(hc, e.cpSrv.URL, connect.WithInterceptors(rpcclient.Token(e.dpToken)))
 
 	ctx := t.Context()

@@ -54,7 +54,14 @@ type Account struct {
 	// response headers. A window without evidence is absent.
 	Usage []*UsageWindow `protobuf:"bytes,19,rep,name=usage,proto3" json:"usage,omitempty"`
 	// When the usage endpoint last answered for this account.
-	UsageReadAt   *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=usage_read_at,json=usageReadAt,proto3" json:"usage_read_at,omitempty"`
+	UsageReadAt *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=usage_read_at,json=usageReadAt,proto3" json:"usage_read_at,omitempty"`
+	// Banked resets: whether the applier may claim reset grants, and the
+	// provider organization the claim URL names.
+	BankedResetsEnabled bool   `protobuf:"varint,30,opt,name=banked_resets_enabled,json=bankedResetsEnabled,proto3" json:"banked_resets_enabled,omitempty"`
+	OrgId               string `protobuf:"bytes,31,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
+	// Per usage window with enough recent history: the burn rate and when
+	// the window would be exhausted at it.
+	Forecasts     []*Forecast `protobuf:"bytes,21,rep,name=forecasts,proto3" json:"forecasts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -229,6 +236,95 @@ func (x *Account) GetUsageReadAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Account) GetBankedResetsEnabled() bool {
+	if x != nil {
+		return x.BankedResetsEnabled
+	}
+	return false
+}
+
+func (x *Account) GetOrgId() string {
+	if x != nil {
+		return x.OrgId
+	}
+	return ""
+}
+
+func (x *Account) GetForecasts() []*Forecast {
+	if x != nil {
+		return x.Forecasts
+	}
+	return nil
+}
+
+// Forecast is one usage window's burn rate and predicted exhaustion, from
+// the usage snapshots of the window's current period: a least-squares fit
+// over the last hours (one for five_hour, six for the weekly windows).
+type Forecast struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The usage window, as in UsageWindow.window.
+	Window string `protobuf:"bytes,1,opt,name=window,proto3" json:"window,omitempty"`
+	// Utilization used per hour, as a fraction (0.05 is 5 points an hour);
+	// 0 or less when the window is not burning.
+	BurnPerHour float64 `protobuf:"fixed64,2,opt,name=burn_per_hour,json=burnPerHour,proto3" json:"burn_per_hour,omitempty"`
+	// When the window reaches 100% at that rate. Absent when it is not
+	// burning or would not be exhausted before it resets.
+	ExhaustsAt    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=exhausts_at,json=exhaustsAt,proto3,oneof" json:"exhausts_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Forecast) Reset() {
+	*x = Forecast{}
+	mi := &file_weir_v1_account_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Forecast) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Forecast) ProtoMessage() {}
+
+func (x *Forecast) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_account_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Forecast.ProtoReflect.Descriptor instead.
+func (*Forecast) Descriptor() ([]byte, []int) {
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Forecast) GetWindow() string {
+	if x != nil {
+		return x.Window
+	}
+	return ""
+}
+
+func (x *Forecast) GetBurnPerHour() float64 {
+	if x != nil {
+		return x.BurnPerHour
+	}
+	return 0
+}
+
+func (x *Forecast) GetExhaustsAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExhaustsAt
+	}
+	return nil
+}
+
 // UsageWindow is one of an account's usage windows.
 type UsageWindow struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -247,7 +343,7 @@ type UsageWindow struct {
 
 func (x *UsageWindow) Reset() {
 	*x = UsageWindow{}
-	mi := &file_weir_v1_account_proto_msgTypes[1]
+	mi := &file_weir_v1_account_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -259,7 +355,7 @@ func (x *UsageWindow) String() string {
 func (*UsageWindow) ProtoMessage() {}
 
 func (x *UsageWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[1]
+	mi := &file_weir_v1_account_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -272,7 +368,7 @@ func (x *UsageWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageWindow.ProtoReflect.Descriptor instead.
 func (*UsageWindow) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{1}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *UsageWindow) GetWindow() string {
@@ -327,7 +423,7 @@ type CreateAccountRequest struct {
 
 func (x *CreateAccountRequest) Reset() {
 	*x = CreateAccountRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[2]
+	mi := &file_weir_v1_account_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -339,7 +435,7 @@ func (x *CreateAccountRequest) String() string {
 func (*CreateAccountRequest) ProtoMessage() {}
 
 func (x *CreateAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[2]
+	mi := &file_weir_v1_account_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -352,7 +448,7 @@ func (x *CreateAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAccountRequest.ProtoReflect.Descriptor instead.
 func (*CreateAccountRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{2}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CreateAccountRequest) GetProvider() Provider {
@@ -413,7 +509,7 @@ type CreateAccountResponse struct {
 
 func (x *CreateAccountResponse) Reset() {
 	*x = CreateAccountResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[3]
+	mi := &file_weir_v1_account_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -425,7 +521,7 @@ func (x *CreateAccountResponse) String() string {
 func (*CreateAccountResponse) ProtoMessage() {}
 
 func (x *CreateAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[3]
+	mi := &file_weir_v1_account_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -438,7 +534,7 @@ func (x *CreateAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAccountResponse.ProtoReflect.Descriptor instead.
 func (*CreateAccountResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{3}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateAccountResponse) GetAccount() *Account {
@@ -456,7 +552,7 @@ type ListAccountsRequest struct {
 
 func (x *ListAccountsRequest) Reset() {
 	*x = ListAccountsRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[4]
+	mi := &file_weir_v1_account_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -468,7 +564,7 @@ func (x *ListAccountsRequest) String() string {
 func (*ListAccountsRequest) ProtoMessage() {}
 
 func (x *ListAccountsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[4]
+	mi := &file_weir_v1_account_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -481,7 +577,7 @@ func (x *ListAccountsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAccountsRequest.ProtoReflect.Descriptor instead.
 func (*ListAccountsRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{4}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{5}
 }
 
 type ListAccountsResponse struct {
@@ -493,7 +589,7 @@ type ListAccountsResponse struct {
 
 func (x *ListAccountsResponse) Reset() {
 	*x = ListAccountsResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[5]
+	mi := &file_weir_v1_account_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -505,7 +601,7 @@ func (x *ListAccountsResponse) String() string {
 func (*ListAccountsResponse) ProtoMessage() {}
 
 func (x *ListAccountsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[5]
+	mi := &file_weir_v1_account_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -518,7 +614,7 @@ func (x *ListAccountsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAccountsResponse.ProtoReflect.Descriptor instead.
 func (*ListAccountsResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{5}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListAccountsResponse) GetAccounts() []*Account {
@@ -538,7 +634,7 @@ type GetAccountRequest struct {
 
 func (x *GetAccountRequest) Reset() {
 	*x = GetAccountRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[6]
+	mi := &file_weir_v1_account_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -550,7 +646,7 @@ func (x *GetAccountRequest) String() string {
 func (*GetAccountRequest) ProtoMessage() {}
 
 func (x *GetAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[6]
+	mi := &file_weir_v1_account_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -563,7 +659,7 @@ func (x *GetAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAccountRequest.ProtoReflect.Descriptor instead.
 func (*GetAccountRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{6}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetAccountRequest) GetId() string {
@@ -582,7 +678,7 @@ type GetAccountResponse struct {
 
 func (x *GetAccountResponse) Reset() {
 	*x = GetAccountResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[7]
+	mi := &file_weir_v1_account_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +690,7 @@ func (x *GetAccountResponse) String() string {
 func (*GetAccountResponse) ProtoMessage() {}
 
 func (x *GetAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[7]
+	mi := &file_weir_v1_account_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +703,7 @@ func (x *GetAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAccountResponse.ProtoReflect.Descriptor instead.
 func (*GetAccountResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{7}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetAccountResponse) GetAccount() *Account {
@@ -620,7 +716,8 @@ func (x *GetAccountResponse) GetAccount() *Account {
 type UpdateAccountRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// Fields to change: label, base_url, max_concurrency, priority, credential.
+	// Fields to change: label, base_url, max_concurrency, priority,
+	// credential, banked_resets_enabled, org_id.
 	UpdateMask     *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	Label          string                 `protobuf:"bytes,3,opt,name=label,proto3" json:"label,omitempty"`
 	BaseUrl        string                 `protobuf:"bytes,4,opt,name=base_url,json=baseUrl,proto3" json:"base_url,omitempty"`
@@ -628,14 +725,16 @@ type UpdateAccountRequest struct {
 	Priority       int32                  `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
 	// A new credential; bumps the revision and clears an invalid-credential
 	// cooldown and the broken state.
-	Credential    string `protobuf:"bytes,7,opt,name=credential,proto3" json:"credential,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Credential          string `protobuf:"bytes,7,opt,name=credential,proto3" json:"credential,omitempty"`
+	BankedResetsEnabled bool   `protobuf:"varint,30,opt,name=banked_resets_enabled,json=bankedResetsEnabled,proto3" json:"banked_resets_enabled,omitempty"`
+	OrgId               string `protobuf:"bytes,31,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *UpdateAccountRequest) Reset() {
 	*x = UpdateAccountRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[8]
+	mi := &file_weir_v1_account_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +746,7 @@ func (x *UpdateAccountRequest) String() string {
 func (*UpdateAccountRequest) ProtoMessage() {}
 
 func (x *UpdateAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[8]
+	mi := &file_weir_v1_account_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +759,7 @@ func (x *UpdateAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAccountRequest.ProtoReflect.Descriptor instead.
 func (*UpdateAccountRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{8}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UpdateAccountRequest) GetId() string {
@@ -712,6 +811,20 @@ func (x *UpdateAccountRequest) GetCredential() string {
 	return ""
 }
 
+func (x *UpdateAccountRequest) GetBankedResetsEnabled() bool {
+	if x != nil {
+		return x.BankedResetsEnabled
+	}
+	return false
+}
+
+func (x *UpdateAccountRequest) GetOrgId() string {
+	if x != nil {
+		return x.OrgId
+	}
+	return ""
+}
+
 type UpdateAccountResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Account       *Account               `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"`
@@ -721,7 +834,7 @@ type UpdateAccountResponse struct {
 
 func (x *UpdateAccountResponse) Reset() {
 	*x = UpdateAccountResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[9]
+	mi := &file_weir_v1_account_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -733,7 +846,7 @@ func (x *UpdateAccountResponse) String() string {
 func (*UpdateAccountResponse) ProtoMessage() {}
 
 func (x *UpdateAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[9]
+	mi := &file_weir_v1_account_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -746,7 +859,7 @@ func (x *UpdateAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAccountResponse.ProtoReflect.Descriptor instead.
 func (*UpdateAccountResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{9}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UpdateAccountResponse) GetAccount() *Account {
@@ -765,7 +878,7 @@ type PauseAccountRequest struct {
 
 func (x *PauseAccountRequest) Reset() {
 	*x = PauseAccountRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[10]
+	mi := &file_weir_v1_account_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -777,7 +890,7 @@ func (x *PauseAccountRequest) String() string {
 func (*PauseAccountRequest) ProtoMessage() {}
 
 func (x *PauseAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[10]
+	mi := &file_weir_v1_account_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -790,7 +903,7 @@ func (x *PauseAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseAccountRequest.ProtoReflect.Descriptor instead.
 func (*PauseAccountRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{10}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PauseAccountRequest) GetId() string {
@@ -809,7 +922,7 @@ type PauseAccountResponse struct {
 
 func (x *PauseAccountResponse) Reset() {
 	*x = PauseAccountResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[11]
+	mi := &file_weir_v1_account_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -821,7 +934,7 @@ func (x *PauseAccountResponse) String() string {
 func (*PauseAccountResponse) ProtoMessage() {}
 
 func (x *PauseAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[11]
+	mi := &file_weir_v1_account_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -834,7 +947,7 @@ func (x *PauseAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseAccountResponse.ProtoReflect.Descriptor instead.
 func (*PauseAccountResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{11}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PauseAccountResponse) GetAccount() *Account {
@@ -853,7 +966,7 @@ type ResumeAccountRequest struct {
 
 func (x *ResumeAccountRequest) Reset() {
 	*x = ResumeAccountRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[12]
+	mi := &file_weir_v1_account_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +978,7 @@ func (x *ResumeAccountRequest) String() string {
 func (*ResumeAccountRequest) ProtoMessage() {}
 
 func (x *ResumeAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[12]
+	mi := &file_weir_v1_account_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +991,7 @@ func (x *ResumeAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeAccountRequest.ProtoReflect.Descriptor instead.
 func (*ResumeAccountRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{12}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ResumeAccountRequest) GetId() string {
@@ -897,7 +1010,7 @@ type ResumeAccountResponse struct {
 
 func (x *ResumeAccountResponse) Reset() {
 	*x = ResumeAccountResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[13]
+	mi := &file_weir_v1_account_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +1022,7 @@ func (x *ResumeAccountResponse) String() string {
 func (*ResumeAccountResponse) ProtoMessage() {}
 
 func (x *ResumeAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[13]
+	mi := &file_weir_v1_account_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,7 +1035,7 @@ func (x *ResumeAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeAccountResponse.ProtoReflect.Descriptor instead.
 func (*ResumeAccountResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{13}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ResumeAccountResponse) GetAccount() *Account {
@@ -941,7 +1054,7 @@ type DeleteAccountRequest struct {
 
 func (x *DeleteAccountRequest) Reset() {
 	*x = DeleteAccountRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[14]
+	mi := &file_weir_v1_account_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1066,7 @@ func (x *DeleteAccountRequest) String() string {
 func (*DeleteAccountRequest) ProtoMessage() {}
 
 func (x *DeleteAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[14]
+	mi := &file_weir_v1_account_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1079,7 @@ func (x *DeleteAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteAccountRequest.ProtoReflect.Descriptor instead.
 func (*DeleteAccountRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{14}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeleteAccountRequest) GetId() string {
@@ -984,7 +1097,7 @@ type DeleteAccountResponse struct {
 
 func (x *DeleteAccountResponse) Reset() {
 	*x = DeleteAccountResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[15]
+	mi := &file_weir_v1_account_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1109,7 @@ func (x *DeleteAccountResponse) String() string {
 func (*DeleteAccountResponse) ProtoMessage() {}
 
 func (x *DeleteAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[15]
+	mi := &file_weir_v1_account_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1122,7 @@ func (x *DeleteAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteAccountResponse.ProtoReflect.Descriptor instead.
 func (*DeleteAccountResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{15}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{16}
 }
 
 type RefreshUsageRequest struct {
@@ -1022,7 +1135,7 @@ type RefreshUsageRequest struct {
 
 func (x *RefreshUsageRequest) Reset() {
 	*x = RefreshUsageRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[16]
+	mi := &file_weir_v1_account_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +1147,7 @@ func (x *RefreshUsageRequest) String() string {
 func (*RefreshUsageRequest) ProtoMessage() {}
 
 func (x *RefreshUsageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[16]
+	mi := &file_weir_v1_account_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1160,7 @@ func (x *RefreshUsageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefreshUsageRequest.ProtoReflect.Descriptor instead.
 func (*RefreshUsageRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{16}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RefreshUsageRequest) GetId() string {
@@ -1074,7 +1187,7 @@ type RefreshUsageResponse struct {
 
 func (x *RefreshUsageResponse) Reset() {
 	*x = RefreshUsageResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[17]
+	mi := &file_weir_v1_account_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1086,7 +1199,7 @@ func (x *RefreshUsageResponse) String() string {
 func (*RefreshUsageResponse) ProtoMessage() {}
 
 func (x *RefreshUsageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[17]
+	mi := &file_weir_v1_account_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1099,7 +1212,7 @@ func (x *RefreshUsageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefreshUsageResponse.ProtoReflect.Descriptor instead.
 func (*RefreshUsageResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{17}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RefreshUsageResponse) GetRead() bool {
@@ -1130,11 +1243,410 @@ func (x *RefreshUsageResponse) GetAccount() *Account {
 	return nil
 }
 
+// ResetGrant is a banked reset an account may claim.
+type ResetGrant struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	GrantId string                 `protobuf:"bytes,1,opt,name=grant_id,json=grantId,proto3" json:"grant_id,omitempty"`
+	Program string                 `protobuf:"bytes,2,opt,name=program,proto3" json:"program,omitempty"`
+	// As the provider reports it: available, used, expired.
+	Status string `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	// Absent: never expires.
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// When a usage read last saw it.
+	SeenAt        *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=seen_at,json=seenAt,proto3" json:"seen_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetGrant) Reset() {
+	*x = ResetGrant{}
+	mi := &file_weir_v1_account_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetGrant) ProtoMessage() {}
+
+func (x *ResetGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_account_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetGrant.ProtoReflect.Descriptor instead.
+func (*ResetGrant) Descriptor() ([]byte, []int) {
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ResetGrant) GetGrantId() string {
+	if x != nil {
+		return x.GrantId
+	}
+	return ""
+}
+
+func (x *ResetGrant) GetProgram() string {
+	if x != nil {
+		return x.Program
+	}
+	return ""
+}
+
+func (x *ResetGrant) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *ResetGrant) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *ResetGrant) GetSeenAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SeenAt
+	}
+	return nil
+}
+
+// ResetClaim is one claim of a grant, from the ledger.
+type ResetClaim struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Id      string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	GrantId string                 `protobuf:"bytes,2,opt,name=grant_id,json=grantId,proto3" json:"grant_id,omitempty"`
+	Program string                 `protobuf:"bytes,3,opt,name=program,proto3" json:"program,omitempty"`
+	// Sent as the claim's request_id; a replay sends the same.
+	RequestId string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// pending, done or failed.
+	Status string `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
+	// The provider's result (reset, not_limited, already_used, cooldown,
+	// ineligible, unavailable) or why the claim failed.
+	Result        string                 `protobuf:"bytes,6,opt,name=result,proto3" json:"result,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetClaim) Reset() {
+	*x = ResetClaim{}
+	mi := &file_weir_v1_account_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetClaim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetClaim) ProtoMessage() {}
+
+func (x *ResetClaim) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_account_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetClaim.ProtoReflect.Descriptor instead.
+func (*ResetClaim) Descriptor() ([]byte, []int) {
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ResetClaim) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ResetClaim) GetGrantId() string {
+	if x != nil {
+		return x.GrantId
+	}
+	return ""
+}
+
+func (x *ResetClaim) GetProgram() string {
+	if x != nil {
+		return x.Program
+	}
+	return ""
+}
+
+func (x *ResetClaim) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *ResetClaim) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *ResetClaim) GetResult() string {
+	if x != nil {
+		return x.Result
+	}
+	return ""
+}
+
+func (x *ResetClaim) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *ResetClaim) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
+type ListResetGrantsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The account id or its label.
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListResetGrantsRequest) Reset() {
+	*x = ListResetGrantsRequest{}
+	mi := &file_weir_v1_account_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListResetGrantsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListResetGrantsRequest) ProtoMessage() {}
+
+func (x *ListResetGrantsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_account_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListResetGrantsRequest.ProtoReflect.Descriptor instead.
+func (*ListResetGrantsRequest) Descriptor() ([]byte, []int) {
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListResetGrantsRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type ListResetGrantsResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Grants []*ResetGrant          `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
+	// The most recent claims first.
+	Claims        []*ResetClaim `protobuf:"bytes,2,rep,name=claims,proto3" json:"claims,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListResetGrantsResponse) Reset() {
+	*x = ListResetGrantsResponse{}
+	mi := &file_weir_v1_account_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListResetGrantsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListResetGrantsResponse) ProtoMessage() {}
+
+func (x *ListResetGrantsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_account_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListResetGrantsResponse.ProtoReflect.Descriptor instead.
+func (*ListResetGrantsResponse) Descriptor() ([]byte, []int) {
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ListResetGrantsResponse) GetGrants() []*ResetGrant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+func (x *ListResetGrantsResponse) GetClaims() []*ResetClaim {
+	if x != nil {
+		return x.Claims
+	}
+	return nil
+}
+
+type ClaimResetGrantRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The account id or its label.
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	GrantId       string `protobuf:"bytes,2,opt,name=grant_id,json=grantId,proto3" json:"grant_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClaimResetGrantRequest) Reset() {
+	*x = ClaimResetGrantRequest{}
+	mi := &file_weir_v1_account_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClaimResetGrantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClaimResetGrantRequest) ProtoMessage() {}
+
+func (x *ClaimResetGrantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_account_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClaimResetGrantRequest.ProtoReflect.Descriptor instead.
+func (*ClaimResetGrantRequest) Descriptor() ([]byte, []int) {
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ClaimResetGrantRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ClaimResetGrantRequest) GetGrantId() string {
+	if x != nil {
+		return x.GrantId
+	}
+	return ""
+}
+
+type ClaimResetGrantResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether a claim was sent (a pending one replayed counts).
+	Sent bool `protobuf:"varint,1,opt,name=sent,proto3" json:"sent,omitempty"`
+	// Why a claim was or was not sent.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The claim, when one was sent.
+	Claim         *ResetClaim `protobuf:"bytes,3,opt,name=claim,proto3" json:"claim,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClaimResetGrantResponse) Reset() {
+	*x = ClaimResetGrantResponse{}
+	mi := &file_weir_v1_account_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClaimResetGrantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClaimResetGrantResponse) ProtoMessage() {}
+
+func (x *ClaimResetGrantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_account_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClaimResetGrantResponse.ProtoReflect.Descriptor instead.
+func (*ClaimResetGrantResponse) Descriptor() ([]byte, []int) {
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ClaimResetGrantResponse) GetSent() bool {
+	if x != nil {
+		return x.Sent
+	}
+	return false
+}
+
+func (x *ClaimResetGrantResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ClaimResetGrantResponse) GetClaim() *ResetClaim {
+	if x != nil {
+		return x.Claim
+	}
+	return nil
+}
+
 var File_weir_v1_account_proto protoreflect.FileDescriptor
 
 const file_weir_v1_account_proto_rawDesc = "" +
 	"\n" +
-	"\x15weir/v1/account.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"\x82\a\n" +
+	"\x15weir/v1/account.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"\xfe\a\n" +
 	"\aAccount\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
 	"\bprovider\x18\x02 \x01(\x0e2\x11.weir.v1.ProviderR\bprovider\x12.\n" +
@@ -1159,7 +1671,16 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"updated_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x126\n" +
 	"\ffamily_gates\x18\x12 \x03(\v2\x13.weir.v1.FamilyGateR\vfamilyGates\x12*\n" +
 	"\x05usage\x18\x13 \x03(\v2\x14.weir.v1.UsageWindowR\x05usage\x12>\n" +
-	"\rusage_read_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\vusageReadAt\"\xea\x01\n" +
+	"\rusage_read_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\vusageReadAt\x122\n" +
+	"\x15banked_resets_enabled\x18\x1e \x01(\bR\x13bankedResetsEnabled\x12\x15\n" +
+	"\x06org_id\x18\x1f \x01(\tR\x05orgId\x12/\n" +
+	"\tforecasts\x18\x15 \x03(\v2\x11.weir.v1.ForecastR\tforecasts\"\x98\x01\n" +
+	"\bForecast\x12\x16\n" +
+	"\x06window\x18\x01 \x01(\tR\x06window\x12\"\n" +
+	"\rburn_per_hour\x18\x02 \x01(\x01R\vburnPerHour\x12@\n" +
+	"\vexhausts_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampH\x00R\n" +
+	"exhaustsAt\x88\x01\x01B\x0e\n" +
+	"\f_exhausts_at\"\xea\x01\n" +
 	"\vUsageWindow\x12\x16\n" +
 	"\x06window\x18\x01 \x01(\tR\x06window\x12%\n" +
 	"\vutilization\x18\x02 \x01(\x01H\x00R\vutilization\x88\x01\x01\x127\n" +
@@ -1186,7 +1707,7 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"\x11GetAccountRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"@\n" +
 	"\x12GetAccountResponse\x12*\n" +
-	"\aaccount\x18\x01 \x01(\v2\x10.weir.v1.AccountR\aaccount\"\xf9\x01\n" +
+	"\aaccount\x18\x01 \x01(\v2\x10.weir.v1.AccountR\aaccount\"\xc4\x02\n" +
 	"\x14UpdateAccountRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12;\n" +
 	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
@@ -1197,7 +1718,9 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"\bpriority\x18\x06 \x01(\x05R\bpriority\x12\x1e\n" +
 	"\n" +
 	"credential\x18\a \x01(\tR\n" +
-	"credential\"C\n" +
+	"credential\x122\n" +
+	"\x15banked_resets_enabled\x18\x1e \x01(\bR\x13bankedResetsEnabled\x12\x15\n" +
+	"\x06org_id\x18\x1f \x01(\tR\x05orgId\"C\n" +
 	"\x15UpdateAccountResponse\x12*\n" +
 	"\aaccount\x18\x01 \x01(\v2\x10.weir.v1.AccountR\aaccount\"%\n" +
 	"\x13PauseAccountRequest\x12\x0e\n" +
@@ -1217,7 +1740,40 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"\x04read\x18\x01 \x01(\bR\x04read\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12K\n" +
 	"\x14next_read_allowed_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x11nextReadAllowedAt\x12*\n" +
-	"\aaccount\x18\x04 \x01(\v2\x10.weir.v1.AccountR\aaccount2\x94\x05\n" +
+	"\aaccount\x18\x04 \x01(\v2\x10.weir.v1.AccountR\aaccount\"\xc9\x01\n" +
+	"\n" +
+	"ResetGrant\x12\x19\n" +
+	"\bgrant_id\x18\x01 \x01(\tR\agrantId\x12\x18\n" +
+	"\aprogram\x18\x02 \x01(\tR\aprogram\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\tR\x06status\x129\n" +
+	"\n" +
+	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x123\n" +
+	"\aseen_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x06seenAt\"\x98\x02\n" +
+	"\n" +
+	"ResetClaim\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
+	"\bgrant_id\x18\x02 \x01(\tR\agrantId\x12\x18\n" +
+	"\aprogram\x18\x03 \x01(\tR\aprogram\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\x12\x16\n" +
+	"\x06status\x18\x05 \x01(\tR\x06status\x12\x16\n" +
+	"\x06result\x18\x06 \x01(\tR\x06result\x129\n" +
+	"\n" +
+	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
+	"\vfinished_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\"(\n" +
+	"\x16ListResetGrantsRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"s\n" +
+	"\x17ListResetGrantsResponse\x12+\n" +
+	"\x06grants\x18\x01 \x03(\v2\x13.weir.v1.ResetGrantR\x06grants\x12+\n" +
+	"\x06claims\x18\x02 \x03(\v2\x13.weir.v1.ResetClaimR\x06claims\"C\n" +
+	"\x16ClaimResetGrantRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
+	"\bgrant_id\x18\x02 \x01(\tR\agrantId\"p\n" +
+	"\x17ClaimResetGrantResponse\x12\x12\n" +
+	"\x04sent\x18\x01 \x01(\bR\x04sent\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12)\n" +
+	"\x05claim\x18\x03 \x01(\v2\x13.weir.v1.ResetClaimR\x05claim2\xc7\x06\n" +
 	"\x0eAccountService\x12P\n" +
 	"\rCreateAccount\x12\x1d.weir.v1.CreateAccountRequest\x1a\x1e.weir.v1.CreateAccountResponse\"\x00\x12P\n" +
 	"\fListAccounts\x12\x1c.weir.v1.ListAccountsRequest\x1a\x1d.weir.v1.ListAccountsResponse\"\x03\x90\x02\x01\x12J\n" +
@@ -1227,7 +1783,9 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"\fPauseAccount\x12\x1c.weir.v1.PauseAccountRequest\x1a\x1d.weir.v1.PauseAccountResponse\"\x00\x12P\n" +
 	"\rResumeAccount\x12\x1d.weir.v1.ResumeAccountRequest\x1a\x1e.weir.v1.ResumeAccountResponse\"\x00\x12P\n" +
 	"\rDeleteAccount\x12\x1d.weir.v1.DeleteAccountRequest\x1a\x1e.weir.v1.DeleteAccountResponse\"\x00\x12M\n" +
-	"\fRefreshUsage\x12\x1c.weir.v1.RefreshUsageRequest\x1a\x1d.weir.v1.RefreshUsageResponse\"\x00B\x83\x01\n" +
+	"\fRefreshUsage\x12\x1c.weir.v1.RefreshUsageRequest\x1a\x1d.weir.v1.RefreshUsageResponse\"\x00\x12Y\n" +
+	"\x0fListResetGrants\x12\x1f.weir.v1.ListResetGrantsRequest\x1a .weir.v1.ListResetGrantsResponse\"\x03\x90\x02\x01\x12V\n" +
+	"\x0fClaimResetGrant\x12\x1f.weir.v1.ClaimResetGrantRequest\x1a .weir.v1.ClaimResetGrantResponse\"\x00B\x83\x01\n" +
 	"\vcom.weir.v1B\fAccountProtoP\x01Z)github.com/weirhq/weir/gen/weir/v1;weirv1\xa2\x02\x03WXX\xaa\x02\aWeir.V1\xca\x02\aWeir\\V1\xe2\x02\x13Weir\\V1\\GPBMetadata\xea\x02\bWeir::V1b\x06proto3"
 
 var (
@@ -1242,80 +1800,100 @@ func file_weir_v1_account_proto_rawDescGZIP() []byte {
 	return file_weir_v1_account_proto_rawDescData
 }
 
-var file_weir_v1_account_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_weir_v1_account_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_weir_v1_account_proto_goTypes = []any{
-	(*Account)(nil),               // 0: weir.v1.Account
-	(*UsageWindow)(nil),           // 1: weir.v1.UsageWindow
-	(*CreateAccountRequest)(nil),  // 2: weir.v1.CreateAccountRequest
-	(*CreateAccountResponse)(nil), // 3: weir.v1.CreateAccountResponse
-	(*ListAccountsRequest)(nil),   // 4: weir.v1.ListAccountsRequest
-	(*ListAccountsResponse)(nil),  // 5: weir.v1.ListAccountsResponse
-	(*GetAccountRequest)(nil),     // 6: weir.v1.GetAccountRequest
-	(*GetAccountResponse)(nil),    // 7: weir.v1.GetAccountResponse
-	(*UpdateAccountRequest)(nil),  // 8: weir.v1.UpdateAccountRequest
-	(*UpdateAccountResponse)(nil), // 9: weir.v1.UpdateAccountResponse
-	(*PauseAccountRequest)(nil),   // 10: weir.v1.PauseAccountRequest
-	(*PauseAccountResponse)(nil),  // 11: weir.v1.PauseAccountResponse
-	(*ResumeAccountRequest)(nil),  // 12: weir.v1.ResumeAccountRequest
-	(*ResumeAccountResponse)(nil), // 13: weir.v1.ResumeAccountResponse
-	(*DeleteAccountRequest)(nil),  // 14: weir.v1.DeleteAccountRequest
-	(*DeleteAccountResponse)(nil), // 15: weir.v1.DeleteAccountResponse
-	(*RefreshUsageRequest)(nil),   // 16: weir.v1.RefreshUsageRequest
-	(*RefreshUsageResponse)(nil),  // 17: weir.v1.RefreshUsageResponse
-	(Provider)(0),                 // 18: weir.v1.Provider
-	(AuthKind)(0),                 // 19: weir.v1.AuthKind
-	(AccountState)(0),             // 20: weir.v1.AccountState
-	(*Cooldown)(nil),              // 21: weir.v1.Cooldown
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
-	(*FamilyGate)(nil),            // 23: weir.v1.FamilyGate
-	(*fieldmaskpb.FieldMask)(nil), // 24: google.protobuf.FieldMask
+	(*Account)(nil),                 // 0: weir.v1.Account
+	(*Forecast)(nil),                // 1: weir.v1.Forecast
+	(*UsageWindow)(nil),             // 2: weir.v1.UsageWindow
+	(*CreateAccountRequest)(nil),    // 3: weir.v1.CreateAccountRequest
+	(*CreateAccountResponse)(nil),   // 4: weir.v1.CreateAccountResponse
+	(*ListAccountsRequest)(nil),     // 5: weir.v1.ListAccountsRequest
+	(*ListAccountsResponse)(nil),    // 6: weir.v1.ListAccountsResponse
+	(*GetAccountRequest)(nil),       // 7: weir.v1.GetAccountRequest
+	(*GetAccountResponse)(nil),      // 8: weir.v1.GetAccountResponse
+	(*UpdateAccountRequest)(nil),    // 9: weir.v1.UpdateAccountRequest
+	(*UpdateAccountResponse)(nil),   // 10: weir.v1.UpdateAccountResponse
+	(*PauseAccountRequest)(nil),     // 11: weir.v1.PauseAccountRequest
+	(*PauseAccountResponse)(nil),    // 12: weir.v1.PauseAccountResponse
+	(*ResumeAccountRequest)(nil),    // 13: weir.v1.ResumeAccountRequest
+	(*ResumeAccountResponse)(nil),   // 14: weir.v1.ResumeAccountResponse
+	(*DeleteAccountRequest)(nil),    // 15: weir.v1.DeleteAccountRequest
+	(*DeleteAccountResponse)(nil),   // 16: weir.v1.DeleteAccountResponse
+	(*RefreshUsageRequest)(nil),     // 17: weir.v1.RefreshUsageRequest
+	(*RefreshUsageResponse)(nil),    // 18: weir.v1.RefreshUsageResponse
+	(*ResetGrant)(nil),              // 19: weir.v1.ResetGrant
+	(*ResetClaim)(nil),              // 20: weir.v1.ResetClaim
+	(*ListResetGrantsRequest)(nil),  // 21: weir.v1.ListResetGrantsRequest
+	(*ListResetGrantsResponse)(nil), // 22: weir.v1.ListResetGrantsResponse
+	(*ClaimResetGrantRequest)(nil),  // 23: weir.v1.ClaimResetGrantRequest
+	(*ClaimResetGrantResponse)(nil), // 24: weir.v1.ClaimResetGrantResponse
+	(Provider)(0),                   // 25: weir.v1.Provider
+	(AuthKind)(0),                   // 26: weir.v1.AuthKind
+	(AccountState)(0),               // 27: weir.v1.AccountState
+	(*Cooldown)(nil),                // 28: weir.v1.Cooldown
+	(*timestamppb.Timestamp)(nil),   // 29: google.protobuf.Timestamp
+	(*FamilyGate)(nil),              // 30: weir.v1.FamilyGate
+	(*fieldmaskpb.FieldMask)(nil),   // 31: google.protobuf.FieldMask
 }
 var file_weir_v1_account_proto_depIdxs = []int32{
-	18, // 0: weir.v1.Account.provider:type_name -> weir.v1.Provider
-	19, // 1: weir.v1.Account.auth_kind:type_name -> weir.v1.AuthKind
-	20, // 2: weir.v1.Account.state:type_name -> weir.v1.AccountState
-	21, // 3: weir.v1.Account.cooldown:type_name -> weir.v1.Cooldown
-	22, // 4: weir.v1.Account.last_used_at:type_name -> google.protobuf.Timestamp
-	22, // 5: weir.v1.Account.last_success_at:type_name -> google.protobuf.Timestamp
-	22, // 6: weir.v1.Account.created_at:type_name -> google.protobuf.Timestamp
-	22, // 7: weir.v1.Account.updated_at:type_name -> google.protobuf.Timestamp
-	23, // 8: weir.v1.Account.family_gates:type_name -> weir.v1.FamilyGate
-	1,  // 9: weir.v1.Account.usage:type_name -> weir.v1.UsageWindow
-	22, // 10: weir.v1.Account.usage_read_at:type_name -> google.protobuf.Timestamp
-	22, // 11: weir.v1.UsageWindow.resets_at:type_name -> google.protobuf.Timestamp
-	22, // 12: weir.v1.UsageWindow.observed_at:type_name -> google.protobuf.Timestamp
-	18, // 13: weir.v1.CreateAccountRequest.provider:type_name -> weir.v1.Provider
-	19, // 14: weir.v1.CreateAccountRequest.auth_kind:type_name -> weir.v1.AuthKind
-	0,  // 15: weir.v1.CreateAccountResponse.account:type_name -> weir.v1.Account
-	0,  // 16: weir.v1.ListAccountsResponse.accounts:type_name -> weir.v1.Account
-	0,  // 17: weir.v1.GetAccountResponse.account:type_name -> weir.v1.Account
-	24, // 18: weir.v1.UpdateAccountRequest.update_mask:type_name -> google.protobuf.FieldMask
-	0,  // 19: weir.v1.UpdateAccountResponse.account:type_name -> weir.v1.Account
-	0,  // 20: weir.v1.PauseAccountResponse.account:type_name -> weir.v1.Account
-	0,  // 21: weir.v1.ResumeAccountResponse.account:type_name -> weir.v1.Account
-	22, // 22: weir.v1.RefreshUsageResponse.next_read_allowed_at:type_name -> google.protobuf.Timestamp
-	0,  // 23: weir.v1.RefreshUsageResponse.account:type_name -> weir.v1.Account
-	2,  // 24: weir.v1.AccountService.CreateAccount:input_type -> weir.v1.CreateAccountRequest
-	4,  // 25: weir.v1.AccountService.ListAccounts:input_type -> weir.v1.ListAccountsRequest
-	6,  // 26: weir.v1.AccountService.GetAccount:input_type -> weir.v1.GetAccountRequest
-	8,  // 27: weir.v1.AccountService.UpdateAccount:input_type -> weir.v1.UpdateAccountRequest
-	10, // 28: weir.v1.AccountService.PauseAccount:input_type -> weir.v1.PauseAccountRequest
-	12, // 29: weir.v1.AccountService.ResumeAccount:input_type -> weir.v1.ResumeAccountRequest
-	14, // 30: weir.v1.AccountService.DeleteAccount:input_type -> weir.v1.DeleteAccountRequest
-	16, // 31: weir.v1.AccountService.RefreshUsage:input_type -> weir.v1.RefreshUsageRequest
-	3,  // 32: weir.v1.AccountService.CreateAccount:output_type -> weir.v1.CreateAccountResponse
-	5,  // 33: weir.v1.AccountService.ListAccounts:output_type -> weir.v1.ListAccountsResponse
-	7,  // 34: weir.v1.AccountService.GetAccount:output_type -> weir.v1.GetAccountResponse
-	9,  // 35: weir.v1.AccountService.UpdateAccount:output_type -> weir.v1.UpdateAccountResponse
-	11, // 36: weir.v1.AccountService.PauseAccount:output_type -> weir.v1.PauseAccountResponse
-	13, // 37: weir.v1.AccountService.ResumeAccount:output_type -> weir.v1.ResumeAccountResponse
-	15, // 38: weir.v1.AccountService.DeleteAccount:output_type -> weir.v1.DeleteAccountResponse
-	17, // 39: weir.v1.AccountService.RefreshUsage:output_type -> weir.v1.RefreshUsageResponse
-	32, // [32:40] is the sub-list for method output_type
-	24, // [24:32] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	25, // 0: weir.v1.Account.provider:type_name -> weir.v1.Provider
+	26, // 1: weir.v1.Account.auth_kind:type_name -> weir.v1.AuthKind
+	27, // 2: weir.v1.Account.state:type_name -> weir.v1.AccountState
+	28, // 3: weir.v1.Account.cooldown:type_name -> weir.v1.Cooldown
+	29, // 4: weir.v1.Account.last_used_at:type_name -> google.protobuf.Timestamp
+	29, // 5: weir.v1.Account.last_success_at:type_name -> google.protobuf.Timestamp
+	29, // 6: weir.v1.Account.created_at:type_name -> google.protobuf.Timestamp
+	29, // 7: weir.v1.Account.updated_at:type_name -> google.protobuf.Timestamp
+	30, // 8: weir.v1.Account.family_gates:type_name -> weir.v1.FamilyGate
+	2,  // 9: weir.v1.Account.usage:type_name -> weir.v1.UsageWindow
+	29, // 10: weir.v1.Account.usage_read_at:type_name -> google.protobuf.Timestamp
+	1,  // 11: weir.v1.Account.forecasts:type_name -> weir.v1.Forecast
+	29, // 12: weir.v1.Forecast.exhausts_at:type_name -> google.protobuf.Timestamp
+	29, // 13: weir.v1.UsageWindow.resets_at:type_name -> google.protobuf.Timestamp
+	29, // 14: weir.v1.UsageWindow.observed_at:type_name -> google.protobuf.Timestamp
+	25, // 15: weir.v1.CreateAccountRequest.provider:type_name -> weir.v1.Provider
+	26, // 16: weir.v1.CreateAccountRequest.auth_kind:type_name -> weir.v1.AuthKind
+	0,  // 17: weir.v1.CreateAccountResponse.account:type_name -> weir.v1.Account
+	0,  // 18: weir.v1.ListAccountsResponse.accounts:type_name -> weir.v1.Account
+	0,  // 19: weir.v1.GetAccountResponse.account:type_name -> weir.v1.Account
+	31, // 20: weir.v1.UpdateAccountRequest.update_mask:type_name -> google.protobuf.FieldMask
+	0,  // 21: weir.v1.UpdateAccountResponse.account:type_name -> weir.v1.Account
+	0,  // 22: weir.v1.PauseAccountResponse.account:type_name -> weir.v1.Account
+	0,  // 23: weir.v1.ResumeAccountResponse.account:type_name -> weir.v1.Account
+	29, // 24: weir.v1.RefreshUsageResponse.next_read_allowed_at:type_name -> google.protobuf.Timestamp
+	0,  // 25: weir.v1.RefreshUsageResponse.account:type_name -> weir.v1.Account
+	29, // 26: weir.v1.ResetGrant.expires_at:type_name -> google.protobuf.Timestamp
+	29, // 27: weir.v1.ResetGrant.seen_at:type_name -> google.protobuf.Timestamp
+	29, // 28: weir.v1.ResetClaim.created_at:type_name -> google.protobuf.Timestamp
+	29, // 29: weir.v1.ResetClaim.finished_at:type_name -> google.protobuf.Timestamp
+	19, // 30: weir.v1.ListResetGrantsResponse.grants:type_name -> weir.v1.ResetGrant
+	20, // 31: weir.v1.ListResetGrantsResponse.claims:type_name -> weir.v1.ResetClaim
+	20, // 32: weir.v1.ClaimResetGrantResponse.claim:type_name -> weir.v1.ResetClaim
+	3,  // 33: weir.v1.AccountService.CreateAccount:input_type -> weir.v1.CreateAccountRequest
+	5,  // 34: weir.v1.AccountService.ListAccounts:input_type -> weir.v1.ListAccountsRequest
+	7,  // 35: weir.v1.AccountService.GetAccount:input_type -> weir.v1.GetAccountRequest
+	9,  // 36: weir.v1.AccountService.UpdateAccount:input_type -> weir.v1.UpdateAccountRequest
+	11, // 37: weir.v1.AccountService.PauseAccount:input_type -> weir.v1.PauseAccountRequest
+	13, // 38: weir.v1.AccountService.ResumeAccount:input_type -> weir.v1.ResumeAccountRequest
+	15, // 39: weir.v1.AccountService.DeleteAccount:input_type -> weir.v1.DeleteAccountRequest
+	17, // 40: weir.v1.AccountService.RefreshUsage:input_type -> weir.v1.RefreshUsageRequest
+	21, // 41: weir.v1.AccountService.ListResetGrants:input_type -> weir.v1.ListResetGrantsRequest
+	23, // 42: weir.v1.AccountService.ClaimResetGrant:input_type -> weir.v1.ClaimResetGrantRequest
+	4,  // 43: weir.v1.AccountService.CreateAccount:output_type -> weir.v1.CreateAccountResponse
+	6,  // 44: weir.v1.AccountService.ListAccounts:output_type -> weir.v1.ListAccountsResponse
+	8,  // 45: weir.v1.AccountService.GetAccount:output_type -> weir.v1.GetAccountResponse
+	10, // 46: weir.v1.AccountService.UpdateAccount:output_type -> weir.v1.UpdateAccountResponse
+	12, // 47: weir.v1.AccountService.PauseAccount:output_type -> weir.v1.PauseAccountResponse
+	14, // 48: weir.v1.AccountService.ResumeAccount:output_type -> weir.v1.ResumeAccountResponse
+	16, // 49: weir.v1.AccountService.DeleteAccount:output_type -> weir.v1.DeleteAccountResponse
+	18, // 50: weir.v1.AccountService.RefreshUsage:output_type -> weir.v1.RefreshUsageResponse
+	22, // 51: weir.v1.AccountService.ListResetGrants:output_type -> weir.v1.ListResetGrantsResponse
+	24, // 52: weir.v1.AccountService.ClaimResetGrant:output_type -> weir.v1.ClaimResetGrantResponse
+	43, // [43:53] is the sub-list for method output_type
+	33, // [33:43] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_account_proto_init() }
@@ -1325,13 +1903,14 @@ func file_weir_v1_account_proto_init() {
 	}
 	file_weir_v1_types_proto_init()
 	file_weir_v1_account_proto_msgTypes[1].OneofWrappers = []any{}
+	file_weir_v1_account_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_account_proto_rawDesc), len(file_weir_v1_account_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

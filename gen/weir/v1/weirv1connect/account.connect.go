@@ -57,6 +57,12 @@ const (
 	// AccountServiceRefreshUsageProcedure is the fully-qualified name of the AccountService's
 	// RefreshUsage RPC.
 	AccountServiceRefreshUsageProcedure = "/weir.v1.AccountService/RefreshUsage"
+	// AccountServiceListResetGrantsProcedure is the fully-qualified name of the AccountService's
+	// ListResetGrants RPC.
+	AccountServiceListResetGrantsProcedure = "/weir.v1.AccountService/ListResetGrants"
+	// AccountServiceClaimResetGrantProcedure is the fully-qualified name of the AccountService's
+	// ClaimResetGrant RPC.
+	AccountServiceClaimResetGrantProcedure = "/weir.v1.AccountService/ClaimResetGrant"
 )
 
 // AccountServiceClient is a client for the weir.v1.AccountService service.
@@ -75,6 +81,13 @@ type AccountServiceClient interface {
 	// budget allows it (one read per account in 150 s, whoever reads, and
 	// none while the endpoint asked weir to wait), and says when it next may.
 	RefreshUsage(context.Context, *connect.Request[v1.RefreshUsageRequest]) (*connect.Response[v1.RefreshUsageResponse], error)
+	// ListResetGrants lists an account's banked-reset grants as the last
+	// usage read saw them, and its claims.
+	ListResetGrants(context.Context, *connect.Request[v1.ListResetGrantsRequest]) (*connect.Response[v1.ListResetGrantsResponse], error)
+	// ClaimResetGrant claims a grant by hand, through the same ledger and
+	// once-an-hour rule as the applier; it does not need the account to be at
+	// its weekly limit.
+	ClaimResetGrant(context.Context, *connect.Request[v1.ClaimResetGrantRequest]) (*connect.Response[v1.ClaimResetGrantResponse], error)
 }
 
 // NewAccountServiceClient constructs a client for the weir.v1.AccountService service. By default,
@@ -138,19 +151,34 @@ func NewAccountServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(accountServiceMethods.ByName("RefreshUsage")),
 			connect.WithClientOptions(opts...),
 		),
+		listResetGrants: connect.NewClient[v1.ListResetGrantsRequest, v1.ListResetGrantsResponse](
+			httpClient,
+			baseURL+AccountServiceListResetGrantsProcedure,
+			connect.WithSchema(accountServiceMethods.ByName("ListResetGrants")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		claimResetGrant: connect.NewClient[v1.ClaimResetGrantRequest, v1.ClaimResetGrantResponse](
+			httpClient,
+			baseURL+AccountServiceClaimResetGrantProcedure,
+			connect.WithSchema(accountServiceMethods.ByName("ClaimResetGrant")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // accountServiceClient implements AccountServiceClient.
 type accountServiceClient struct {
-	createAccount *connect.Client[v1.CreateAccountRequest, v1.CreateAccountResponse]
-	listAccounts  *connect.Client[v1.ListAccountsRequest, v1.ListAccountsResponse]
-	getAccount    *connect.Client[v1.GetAccountRequest, v1.GetAccountResponse]
-	updateAccount *connect.Client[v1.UpdateAccountRequest, v1.UpdateAccountResponse]
-	pauseAccount  *connect.Client[v1.PauseAccountRequest, v1.PauseAccountResponse]
-	resumeAccount *connect.Client[v1.ResumeAccountRequest, v1.ResumeAccountResponse]
-	deleteAccount *connect.Client[v1.DeleteAccountRequest, v1.DeleteAccountResponse]
-	refreshUsage  *connect.Client[v1.RefreshUsageRequest, v1.RefreshUsageResponse]
+	createAccount   *connect.Client[v1.CreateAccountRequest, v1.CreateAccountResponse]
+	listAccounts    *connect.Client[v1.ListAccountsRequest, v1.ListAccountsResponse]
+	getAccount      *connect.Client[v1.GetAccountRequest, v1.GetAccountResponse]
+	updateAccount   *connect.Client[v1.UpdateAccountRequest, v1.UpdateAccountResponse]
+	pauseAccount    *connect.Client[v1.PauseAccountRequest, v1.PauseAccountResponse]
+	resumeAccount   *connect.Client[v1.ResumeAccountRequest, v1.ResumeAccountResponse]
+	deleteAccount   *connect.Client[v1.DeleteAccountRequest, v1.DeleteAccountResponse]
+	refreshUsage    *connect.Client[v1.RefreshUsageRequest, v1.RefreshUsageResponse]
+	listResetGrants *connect.Client[v1.ListResetGrantsRequest, v1.ListResetGrantsResponse]
+	claimResetGrant *connect.Client[v1.ClaimResetGrantRequest, v1.ClaimResetGrantResponse]
 }
 
 // CreateAccount calls weir.v1.AccountService.CreateAccount.
@@ -193,6 +221,16 @@ func (c *accountServiceClient) RefreshUsage(ctx context.Context, req *connect.Re
 	return c.refreshUsage.CallUnary(ctx, req)
 }
 
+// ListResetGrants calls weir.v1.AccountService.ListResetGrants.
+func (c *accountServiceClient) ListResetGrants(ctx context.Context, req *connect.Request[v1.ListResetGrantsRequest]) (*connect.Response[v1.ListResetGrantsResponse], error) {
+	return c.listResetGrants.CallUnary(ctx, req)
+}
+
+// ClaimResetGrant calls weir.v1.AccountService.ClaimResetGrant.
+func (c *accountServiceClient) ClaimResetGrant(ctx context.Context, req *connect.Request[v1.ClaimResetGrantRequest]) (*connect.Response[v1.ClaimResetGrantResponse], error) {
+	return c.claimResetGrant.CallUnary(ctx, req)
+}
+
 // AccountServiceHandler is an implementation of the weir.v1.AccountService service.
 type AccountServiceHandler interface {
 	CreateAccount(context.Context, *connect.Request[v1.CreateAccountRequest]) (*connect.Response[v1.CreateAccountResponse], error)
@@ -209,6 +247,13 @@ type AccountServiceHandler interface {
 	// budget allows it (one read per account in 150 s, whoever reads, and
 	// none while the endpoint asked weir to wait), and says when it next may.
 	RefreshUsage(context.Context, *connect.Request[v1.RefreshUsageRequest]) (*connect.Response[v1.RefreshUsageResponse], error)
+	// ListResetGrants lists an account's banked-reset grants as the last
+	// usage read saw them, and its claims.
+	ListResetGrants(context.Context, *connect.Request[v1.ListResetGrantsRequest]) (*connect.Response[v1.ListResetGrantsResponse], error)
+	// ClaimResetGrant claims a grant by hand, through the same ledger and
+	// once-an-hour rule as the applier; it does not need the account to be at
+	// its weekly limit.
+	ClaimResetGrant(context.Context, *connect.Request[v1.ClaimResetGrantRequest]) (*connect.Response[v1.ClaimResetGrantResponse], error)
 }
 
 // NewAccountServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -268,6 +313,19 @@ func NewAccountServiceHandler(svc AccountServiceHandler, opts ...connect.Handler
 		connect.WithSchema(accountServiceMethods.ByName("RefreshUsage")),
 		connect.WithHandlerOptions(opts...),
 	)
+	accountServiceListResetGrantsHandler := connect.NewUnaryHandler(
+		AccountServiceListResetGrantsProcedure,
+		svc.ListResetGrants,
+		connect.WithSchema(accountServiceMethods.ByName("ListResetGrants")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	accountServiceClaimResetGrantHandler := connect.NewUnaryHandler(
+		AccountServiceClaimResetGrantProcedure,
+		svc.ClaimResetGrant,
+		connect.WithSchema(accountServiceMethods.ByName("ClaimResetGrant")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/weir.v1.AccountService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AccountServiceCreateAccountProcedure:
@@ -286,6 +344,10 @@ func NewAccountServiceHandler(svc AccountServiceHandler, opts ...connect.Handler
 			accountServiceDeleteAccountHandler.ServeHTTP(w, r)
 		case AccountServiceRefreshUsageProcedure:
 			accountServiceRefreshUsageHandler.ServeHTTP(w, r)
+		case AccountServiceListResetGrantsProcedure:
+			accountServiceListResetGrantsHandler.ServeHTTP(w, r)
+		case AccountServiceClaimResetGrantProcedure:
+			accountServiceClaimResetGrantHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -325,4 +387,12 @@ func (UnimplementedAccountServiceHandler) DeleteAccount(context.Context, *connec
 
 func (UnimplementedAccountServiceHandler) RefreshUsage(context.Context, *connect.Request[v1.RefreshUsageRequest]) (*connect.Response[v1.RefreshUsageResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.AccountService.RefreshUsage is not implemented"))
+}
+
+func (UnimplementedAccountServiceHandler) ListResetGrants(context.Context, *connect.Request[v1.ListResetGrantsRequest]) (*connect.Response[v1.ListResetGrantsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.AccountService.ListResetGrants is not implemented"))
+}
+
+func (UnimplementedAccountServiceHandler) ClaimResetGrant(context.Context, *connect.Request[v1.ClaimResetGrantRequest]) (*connect.Response[v1.ClaimResetGrantResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.AccountService.ClaimResetGrant is not implemented"))
 }

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestAliasesCommands runs `weir aliases` against a real `weir dev
+// --simulate`: set, list, replace, remove.
+func TestAliasesCommands(t *testing.T) {
+	t.Parallel()
+	dataDir := t.TempDir()
+	_, stop, done := startDev(t, dataDir)
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("weir dev did not stop cleanly: %v", err)
+		}
+	}()
+	admin := func(args ...string) (string, error) {
+		e, out, errOut := testEnv(map[string]string{"WEIR_DATA_DIR": dataDir}, "")
+		err := run(t.Context(), args, e)
+		return out.String() + errOut.String(), err
+	}
+	if out, err := admin("aliases", "set", "best", "claude-opus-4-1, claude-sonnet-4-5"); err != nil || !strings.Contains(out, "claude-opus-4-1, claude-sonnet-4-5") {
+		t.Fatalf("aliases set: %v: %s", err, out)
+	}
+	if out, err := admin("aliases", "set", "fast", "claude-haiku-4-5"); err != nil {
+		t.Fatalf("aliases set: %v: %s", err, out)
+	}
+	out, err := admin("aliases", "list")
+	if err != nil || !strings.Contains(out, "best") || !strings.Contains(out, "fast") || strings.Index(out, "best") > strings.Index(out, "fast") {
+		t.Fatalf("aliases list: %v: %s", err, out)
+	}
+	if out, err := admin("aliases", "rm", "best"); err != nil || !strings.Contains(out, "deleted best") {
+		t.Fatalf("aliases rm: %v: %s", err, out)
+	}
+	if out, err := admin("aliases", "list", "--json"); err != nil || strings.Contains(out, `"best"`) || !strings.Contains(out, `"fast"`) {
+		t.Fatalf("aliases list --json after rm: %v: %s", err, out)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"aliases", "set", "x"}, "want 2 argument(s)"},
+		{[]string{"aliases", "set", "x", "a,,b"}, "targets"},
+		{[]string{"aliases", "rm", "nope"}, "not found"},
+		{[]string{"aliases", "bogus"}, "unknown subcommand"},
+	} {
+		if out, err := admin(tc.args...); err == nil || !strings.Contains(strings.ToLower(out+err.Error()), tc.want) {
+			t.Errorf("%v: %v: %s, want %q", tc.args, err, out, tc.want)
+		}
+	}
+}

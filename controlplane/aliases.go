@@ -1,0 +1,111 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/weirhq/weir/controlplane/db"
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+)
+
+// Model aliases: a name clients may ask for that Acquire resolves to the
+// first of its concrete model ids with an eligible account, returning that
+// id in the lease for the data plane to send upstream. Resolution is one
+// level: targets are concrete ids. A model that is no alias never changes.
+
+// maxAliasTargets bounds an alias's list.
+const maxAliasTargets = 16
+
+type aliasService struct {
+	weirv1connect.UnimplementedAliasServiceHandler
+	s *Server
+}
+
+func (a aliasService) ListAliases(ctx context.Context, _ *connect.Request[weirv1.ListAliasesRequest]) (*connect.Response[weirv1.ListAliasesResponse], error) {
+	rows, err := a.s.q.ListModelAliases(ctx)
+	if err != nil {
+		return nil, a.s.fail(ctx, "list aliases", err)
+	}
+	out := make([]*weirv1.Alias, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, aliasProto(r))
+	}
+	return connect.NewResponse(&weirv1.ListAliasesResponse{Aliases: out}), nil
+}
+
+func (a aliasService) SetAlias(ctx context.Context, req *connect.Request[weirv1.SetAliasRequest]) (*connect.Response[weirv1.SetAliasResponse], error) {
+	m := req.Msg
+	if err := validModelID("alias", m.Alias); err != nil {
+		return nil, toConnect(err)
+	}
+	if len(m.Targets) == 0 || len(m.Targets) > maxAliasTargets {
+		return nil, toConnect(invalidf("targets: 1 to %d concrete model ids", maxAliasTargets))
+	}
+	for i, t := range m.Targets {
+		if err := validModelID("targets", t); err != nil {
+			return nil, toConnect(err)
+		}
+		if t == m.Alias {
+			return nil, toConnect(invalidf("targets: an alias cannot name itself"))
+		}
+		if slices.Contains(m.Targets[:i], t) {
+			return nil, toConnect(invalidf("targets: %q appears twice", t))
+		}
+	}
+	row, err := a.s.q.SetModelAlias(ctx, db.SetModelAliasParams{Alias: m.Alias, Targets: m.Targets, Now: a.s.now()})
+	if err != nil {
+		return nil, a.s.fail(ctx, "set alias", err)
+	}
+	a.s.log.InfoContext(ctx, "model alias set", "alias", row.Alias, "targets", row.Targets)
+	return connect.NewResponse(&weirv1.SetAliasResponse{Alias: aliasProto(row)}), nil
+}
+
+func (a aliasService) DeleteAlias(ctx context.Context, req *connect.Request[weirv1.DeleteAliasRequest]) (*connect.Response[weirv1.DeleteAliasResponse], error) {
+	n, err := a.s.q.DeleteModelAlias(ctx, req.Msg.Alias)
+	if err != nil {
+		return nil, a.s.fail(ctx, "delete alias", err)
+	}
+	if n == 0 {
+		return nil, toConnect(ErrNotFound)
+	}
+	a.s.log.InfoContext(ctx, "model alias deleted", "alias", req.Msg.Alias)
+	return connect.NewResponse(&weirv1.DeleteAliasResponse{}), nil
+}
+
+func aliasProto(r db.ModelAlias) *weirv1.Alias {
+	return &weirv1.Alias{Alias: r.Alias, Targets: r.Targets, CreatedAt: timestamppb.New(r.CreatedAt), UpdatedAt: timestamppb.New(r.UpdatedAt)}
+}
+
+// validModelID admits what a model id looks like: 1 to 200 printable ASCII
+// characters, no spaces or quotes.
+func validModelID(field, id string) error {
+	bad := id == "" || len(id) > 200
+	for i := 0; i < len(id) && !bad; i++ {
+		bad = id[i] <= 0x20 || id[i] > 0x7e || id[i] == '"' || id[i] == '\\'
+	}
+	if bad {
+		return invalidf("%s: 1 to 200 printable ASCII characters, no spaces or quotes", field)
+	}
+	return nil
+}
+
+// modelTargets is what a requested model routes as: an alias's targets in
+// order (aliased true), or the model itself.
+func (s *Server) modelTargets(ctx context.Context, model string) (targets []string, aliased bool, err error) {
+	if model == "" {
+		return []string{model}, false, nil
+	}
+	row, err := s.q.GetModelAlias(ctx, model)
+	if errors.Is(storeErr(err), ErrNotFound) {
+		return []string{model}, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return row.Targets, true, nil
+}

@@ -1,0 +1,85 @@
+package controlplane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/jobs"
+)
+
+// CheckCredentials says which accounts' sealed credentials (access token
+// or refresh token) do not open with this replica's secret key: a key
+// rotated without re-entering credentials, or a corrupted row. It returns
+// labels only; nothing it opened leaves this function.
+func (s *Server) CheckCredentials(ctx context.Context) ([]string, error) {
+	rows, err := s.q.SealedCredentials(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sealed credentials: %w", err)
+	}
+	unreadable := []string{}
+	for _, r := range rows {
+		_, err := s.seal.open(r.ID, r.CredentialRevision, r.CredentialSealed)
+		if err == nil && r.RefreshSealed != nil {
+			_, err = s.seal.openRefresh(r.ID, r.CredentialRevision, r.RefreshSealed)
+		}
+		if err != nil {
+			unreadable = append(unreadable, r.Label)
+		}
+	}
+	return unreadable, nil
+}
+
+// integrityMetrics counts the integrity check's findings.
+type integrityMetrics struct {
+	findings *prometheus.CounterVec
+}
+
+func newIntegrityMetrics(reg *prometheus.Registry) *integrityMetrics {
+	m := &integrityMetrics{findings: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "weir_controlplane_integrity_findings_total",
+		Help: "Anomalies the integrity check found, by kind and whether it repaired or only reported them.",
+	}, []string{"kind", "action"})}
+	reg.MustRegister(m.findings)
+	return m
+}
+
+// count is the jobs.Deps.IntegrityFindings hook.
+func (m *integrityMetrics) count(kind, action string, n int) {
+	m.findings.WithLabelValues(kind, action).Add(float64(n))
+}
+
+// opsService serves OpsService.
+type opsService struct{ s *Server }
+
+// LastIntegrityReport answers the integrity check's last stored report, or
+// no report when it has not run yet.
+func (o opsService) LastIntegrityReport(ctx context.Context, _ *connect.Request[weirv1.LastIntegrityReportRequest]) (*connect.Response[weirv1.LastIntegrityReportResponse], error) {
+	row, err := o.s.q.LastIntegrityReport(ctx)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return connect.NewResponse(&weirv1.LastIntegrityReportResponse{}), nil
+	}
+	if err != nil {
+		return nil, o.s.fail(ctx, "last integrity report", err)
+	}
+	var findings []jobs.Finding
+	if err := json.Unmarshal(row.Findings, &findings); err != nil {
+		return nil, o.s.fail(ctx, "last integrity report", fmt.Errorf("decode report %d: %w", row.ID, err))
+	}
+	rep := &weirv1.IntegrityReport{RanAt: timestamppb.New(row.RanAt)}
+	for _, f := range findings {
+		pf := &weirv1.IntegrityFinding{Kind: f.Kind, Action: f.Action, Count: f.Count}
+		for _, a := range f.Accounts {
+			pf.Accounts = append(pf.Accounts, &weirv1.IntegrityAccount{Label: a.Label, Reason: a.Reason})
+		}
+		rep.Findings = append(rep.Findings, pf)
+	}
+	return connect.NewResponse(&weirv1.LastIntegrityReportResponse{Report: rep}), nil
+}
