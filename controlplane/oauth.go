@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -205,30 +204,13 @@ func (s *Server) RefreshDue(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("due token refreshes: %w", err)
 	}
-	var (
-		mu        sync.Mutex
-		refreshed int
-		errs      []error
-		wg        sync.WaitGroup
-		sem       = make(chan struct{}, refreshParallelism)
-	)
-	for _, d := range due {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			ok, err := s.refreshToken(ctx, d.ID, d.CredentialRevision)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("refresh token of %s: %w", d.ID, err))
-			}
-			if ok {
-				refreshed++
-			}
-		})
-	}
-	wg.Wait()
-	return refreshed, errors.Join(errs...)
+	return forEachBounded(due, refreshParallelism, func(d db.DueTokenRefreshesRow) (bool, error) {
+		ok, err := s.refreshToken(ctx, d.ID, d.CredentialRevision)
+		if err != nil {
+			return ok, fmt.Errorf("refresh token of %s: %w", d.ID, err)
+		}
+		return ok, nil
+	})
 }
 
 // errRefreshRejected is the token endpoint refusing the refresh token: it

@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -223,34 +222,17 @@ func (s *Server) ReadDue(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("due usage reads: %w", err)
 	}
-	var (
-		mu   sync.Mutex
-		read int
-		errs []error
-		wg   sync.WaitGroup
-		sem  = make(chan struct{}, usageReadParallelism)
-	)
-	for _, id := range due {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			res, err := s.readUsage(ctx, id)
-			if err == nil && !res.read {
-				// Someone else read it (another replica, an operator).
-				err = s.q.DeferUsagePoll(ctx, id)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("read usage of %s: %w", id, err))
-			}
-			if res.read {
-				read++
-			}
-		})
-	}
-	wg.Wait()
-	return read, errors.Join(errs...)
+	return forEachBounded(due, usageReadParallelism, func(id uuid.UUID) (bool, error) {
+		res, err := s.readUsage(ctx, id)
+		if err == nil && !res.read {
+			// Someone else read it (another replica, an operator).
+			err = s.q.DeferUsagePoll(ctx, id)
+		}
+		if err != nil {
+			return res.read, fmt.Errorf("read usage of %s: %w", id, err)
+		}
+		return res.read, nil
+	})
 }
 
 // rearmUsage starts a new poll epoch for an account and schedules its next
