@@ -1,4 +1,6 @@
-// Package sim is an upstream simulator for the Anthropic Messages API.
+// Package sim is an upstream simulator for the Anthropic Messages API, and
+// for the OpenAI Responses (also as the Codex backend) and Chat Completions
+// APIs.
 //
 // It speaks the real wire format (headers, error bodies, SSE events; see
 // WIRE.md) and maps each request's credential to a named account whose
@@ -55,6 +57,66 @@
 //
 // Every read of the usage endpoint, token request and grant claim is
 // logged in the attempt log under its path.
+//
+// # OpenAI and Codex accounts
+//
+// Two more account kinds serve OpenAI's surfaces (see WIRE.md); they are
+// never inferred from the credential, so the script names them:
+//
+//   - "chatgpt", a ChatGPT/Codex login: POST /backend-api/codex/responses
+//     with Authorization: Bearer <token> and a chatgpt-account-id header
+//     (without it, 401).
+//   - "openai_key", an API key: POST /v1/responses and POST
+//     /v1/chat/completions with Authorization: Bearer sk-….
+//
+// A credential used on another kind's path, including the Anthropic paths
+// and kinds, gets 401; errors have OpenAI's shape
+// {"error":{"message","type","param","code"}}. Responses requests need
+// model and input, chat requests model and messages; stream is optional.
+// A Responses stream is event: NAME / data: {"type":NAME,…,
+// "sequence_number":n} blocks: response.created,
+// response.output_item.added, response.output_text.delta per delta,
+// response.output_item.done, response.completed (with usage), and no
+// [DONE]; a chat stream is data: chat.completion.chunk lines ending with
+// data: [DONE]. Every answer on the two Responses paths to an
+// authenticated request carries x-codex-{primary,secondary}-used-percent,
+// -window-minutes (300, 10080), -reset-after-seconds and -reset-at, the
+// percentages being the account's five_hour_utilization and
+// seven_day_utilization times 100.
+//
+// Faults are queued and consumed as on /v1/messages. Three kinds are
+// meant for these paths:
+//
+//   - usage_limit_reached: 429 {"error":{"type":"usage_limit_reached",
+//     "message":"The usage limit has been reached","plan_type":"plus",
+//     "resets_at":EPOCH,"resets_in_seconds":N}}, N being retry_after or
+//     3600.
+//   - at_capacity_event: a stream of response.created then response.failed
+//     whose response.error is {"code":"server_is_overloaded","message":
+//     "Selected model is at capacity. Please try a different model."};
+//     without a stream (and on chat completions), 503 with that error.
+//   - insufficient_quota: 429 {"error":{"message":"You exceeded your
+//     current quota…","type":"insufficient_quota","param":null,
+//     "code":"insufficient_quota"}}.
+//
+// The generic kinds work there too: rate_limit (429 rate_limit_exceeded),
+// overloaded and unavailable (503 server_error), api_error (500), revoked
+// (401 invalid_api_key), bad_request (400), overloaded_event (as
+// at_capacity_event), error_after_content (response.failed after some
+// deltas), drop_mid_stream, drop_connection and slow_headers. On
+// /v1/messages the three new kinds become a 429 rate_limit_error
+// (usage_limit_reached, insufficient_quota) and the overloaded event
+// (at_capacity_event). Attempts on these paths are logged like the others.
+//
+//	{
+//	  "accounts": [
+//	    {"name": "codex", "credential": "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln", "kind": "chatgpt",
+//	     "five_hour_utilization": 0.4, "seven_day_utilization": 0.9,
+//	     "faults": [{"kind": "at_capacity_event"}, {"kind": "usage_limit_reached", "retry_after": 1800}]},
+//	    {"name": "platform", "credential": "sk-proj-platform000000000000000", "kind": "openai_key",
+//	     "faults": [{"kind": "insufficient_quota"}]}
+//	  ]
+//	}
 //
 // # Time
 //

@@ -36,6 +36,19 @@ func (x *exchange) applyFault(f Fault) {
 		}
 		x.record(f.Kind, http.StatusOK)
 		x.stream(&f)
+	case FaultUsageLimitReached, FaultInsufficientQuota:
+		// The OpenAI quota faults look like a plain 429 on the Messages API.
+		x.rateLimit(f)
+	case FaultAtCapacityEvent:
+		// On the Messages API, at capacity is the overloaded event.
+		if !x.req.Stream {
+			x.failRetryable(f, statusOverloaded, "overloaded_error", "Overloaded")
+			return
+		}
+		x.record(f.Kind, http.StatusOK)
+		ev := f
+		ev.Kind = FaultOverloadedEvent
+		x.stream(&ev)
 	case FaultDropMidStream:
 		x.record(f.Kind, http.StatusOK)
 		if x.req.Stream {

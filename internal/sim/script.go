@@ -36,7 +36,12 @@ type AccountScript struct {
 	// Credential is the API key (sent as x-api-key) or the OAuth access
 	// token (sent as Authorization: Bearer).
 	Credential string `json:"credential"`
-	// Kind is "api_key" or "oauth". An oauth account's requests must carry
+	// Kind is "api_key", "oauth", "chatgpt" or "openai_key". A chatgpt
+	// account (a ChatGPT/Codex login) is served on
+	// /backend-api/codex/responses and needs a Bearer plus the
+	// chatgpt-account-id header; an openai_key account (Bearer sk-…) on
+	// /v1/responses and /v1/chat/completions. Neither is accepted on the
+	// Anthropic paths, nor Anthropic kinds on theirs. An oauth account's requests must carry
 	// a Bearer and anthropic-beta containing oauth-2025-04-20, else 401 like
 	// the real API. Empty means "oauth" when the credential starts with
 	// "sk-ant-oat" and "api_key" otherwise.
@@ -44,10 +49,12 @@ type AccountScript struct {
 	// Revoked makes every request fail with 401 authentication_error.
 	Revoked bool `json:"revoked"`
 	// FiveHourUtilization and SevenDayUtilization (0..1) are reported in the
-	// unified rate-limit headers of oauth accounts.
+	// unified rate-limit headers of oauth accounts, and in percent in the
+	// x-codex-{primary,secondary}-* headers of the Responses paths.
 	FiveHourUtilization float64 `json:"five_hour_utilization"`
 	SevenDayUtilization float64 `json:"seven_day_utilization"`
-	// Faults are consumed in order, one per /v1/messages attempt (each
+	// Faults are consumed in order, one per /v1/messages (or Responses or
+	// Chat Completions) attempt (each
 	// applying to Times attempts). A fault scoped to a model is skipped, not
 	// consumed, by requests for other models.
 	Faults []Fault `json:"faults"`
@@ -119,7 +126,8 @@ type Fault struct {
 	// forever.
 	Times int `json:"times"`
 	// RetryAfter is sent as retry-after (seconds) with rate_limit,
-	// overloaded and unavailable; 0 sends no header.
+	// overloaded and unavailable; 0 sends no header. For
+	// usage_limit_reached it is resets_in_seconds (0 means 3600).
 	RetryAfter int `json:"retry_after,omitempty"`
 	// Unified, for rate_limit, adds the unified rejection headers of a
 	// subscription limit; without it the 429 looks like a burst limit.
@@ -213,8 +221,8 @@ func (sc Script) Validate() error {
 			}
 			creds[a.Credential] = i
 		}
-		if a.Kind != "" && a.Kind != KindAPIKey && a.Kind != KindOAuth {
-			errs = append(errs, fmt.Errorf("%s.kind: %q is not %q or %q", field, a.Kind, KindAPIKey, KindOAuth))
+		if a.Kind != "" && !slices.Contains(accountKinds, a.Kind) {
+			errs = append(errs, fmt.Errorf("%s.kind: %q is not %q, %q, %q or %q", field, a.Kind, KindAPIKey, KindOAuth, KindChatGPT, KindOpenAIKey))
 		}
 		if !(a.FiveHourUtilization >= 0 && a.FiveHourUtilization <= 1) {
 			errs = append(errs, fmt.Errorf("%s.five_hour_utilization: %v is outside 0..1", field, a.FiveHourUtilization))

@@ -105,6 +105,9 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("GET /api/oauth/usage", s.handleUsage)
 	s.mux.HandleFunc("POST /v1/oauth/token", s.handleToken)
 	s.mux.HandleFunc("POST /api/organizations/{org}/reset_rate_limits", s.handleResetRateLimits)
+	s.mux.HandleFunc("POST /backend-api/codex/responses", s.handleCodexResponses)
+	s.mux.HandleFunc("POST /v1/responses", s.handleResponses)
+	s.mux.HandleFunc("POST /v1/chat/completions", s.handleChatCompletions)
 	s.mux.HandleFunc("/", s.handleNotFound)
 	s.registerControl(s.mux)
 	return s
@@ -127,6 +130,7 @@ type exchange struct {
 	req     messagesRequest
 	problem string   // why the body is not a valid messages request
 	acct    *account // nil until authenticated
+	itemID  string   // the Responses output item's id, once made
 }
 
 // admit reads the body and checks the credential and anthropic-version. When

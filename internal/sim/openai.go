@@ -1,0 +1,557 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// OpenAI-side account kinds.
+const (
+	// KindChatGPT is a ChatGPT/Codex login: a Bearer access token plus the
+	// chatgpt-account-id header, served on /backend-api/codex/responses.
+	KindChatGPT = "chatgpt"
+	// KindOpenAIKey is an OpenAI API key (Bearer sk-…), served on
+	// /v1/responses and /v1/chat/completions.
+	KindOpenAIKey = "openai_key"
+)
+
+// Fault kinds of the OpenAI surfaces.
+const (
+	// FaultUsageLimitReached is the Codex quota: 429 usage_limit_reached
+	// with resets_in_seconds = RetryAfter (default 3600).
+	FaultUsageLimitReached = "usage_limit_reached"
+	// FaultAtCapacityEvent is a 200 stream that fails right after
+	// response.created with server_is_overloaded (503 without a stream).
+	FaultAtCapacityEvent = "at_capacity_event"
+	// FaultInsufficientQuota is OpenAI's 429 insufficient_quota.
+	FaultInsufficientQuota = "insufficient_quota"
+)
+
+func init() {
+	faultKinds = append(faultKinds, FaultUsageLimitReached, FaultAtCapacityEvent, FaultInsufficientQuota)
+}
+
+// Codex rate-limit windows, in minutes.
+const (
+	codexPrimaryWindowMinutes   = 300
+	codexSecondaryWindowMinutes = 10080
+)
+
+// Messages of the OpenAI-shaped errors.
+const (
+	atCapacityMessage        = "Selected model is at capacity. Please try a different model."
+	usageLimitReachedMessage = "The usage limit has been reached"
+	insufficientQuotaMessage = "You exceeded your current quota, please check your plan and billing details. For more information on this error, read the docs: https://platform.openai.com/docs/guides/error-codes/api-errors."
+	openAIOverloadedMessage  = "The server is overloaded, please try again later."
+	openAIRateLimitMessage   = "Rate limit reached for requests. Please try again later."
+	defaultUsageResetSeconds = 3600
+)
+
+// openAIError is the body of an OpenAI error response.
+type openAIError struct {
+	Error openAIErrorDetail `json:"error"`
+}
+
+type openAIErrorDetail struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+// openAISurface tells the OpenAI handlers apart.
+type openAISurface int
+
+const (
+	surfaceCodex     openAISurface = iota // /backend-api/codex/responses
+	surfaceResponses                      // /v1/responses
+	surfaceChat                           // /v1/chat/completions
+)
+
+func (sf openAISurface) kind() string {
+	if sf == surfaceCodex {
+		return KindChatGPT
+	}
+	return KindOpenAIKey
+}
+
+func strPtr(s string) *string { return &s }
+
+// failOpenAI logs the attempt and answers with an OpenAI-shaped error body.
+// code "" is sent as null.
+func (x *exchange) failOpenAI(outcome string, status int, errType, code, message string) {
+	var c *string
+	if code != "" {
+		c = strPtr(code)
+	}
+	x.record(outcome, status)
+	writeJSON(x.w, status, openAIError{Error: openAIErrorDetail{Message: message, Type: errType, Code: c}})
+}
+
+// parseOpenAIRequest reads model and stream, and requires the surface's
+// input field (input for Responses, a non-empty messages list for Chat
+// Completions). It reports the first problem ("" when valid).
+func parseOpenAIRequest(body []byte, sf openAISurface) (messagesRequest, string) {
+	var req messagesRequest
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
+		return req, "We could not parse the JSON body of your request."
+	}
+	json.Unmarshal(fields["model"], &req.Model)   //nolint:errcheck // checked below
+	json.Unmarshal(fields["stream"], &req.Stream) //nolint:errcheck // checked below
+	var problems []string
+	if raw, ok := fields["model"]; !ok || !isJSON[string](raw) || req.Model == "" {
+		problems = append(problems, "Missing required parameter: 'model'.")
+	}
+	if sf == surfaceChat {
+		if raw, ok := fields["messages"]; !ok {
+			problems = append(problems, "Missing required parameter: 'messages'.")
+		} else if msgs, ok := decodeList(raw); !ok || len(msgs) == 0 {
+			problems = append(problems, "Invalid 'messages': expected a non-empty array.")
+		}
+	} else {
+		raw, ok := fields["input"]
+		if !ok {
+			problems = append(problems, "Missing required parameter: 'input'.")
+		} else if _, isList := decodeList(raw); !isList && !isJSON[string](raw) {
+			problems = append(problems, "Invalid 'input': expected a string or an array.")
+		}
+	}
+	if raw, ok := fields["stream"]; ok && !isJSON[bool](raw) {
+		problems = append(problems, "Invalid type for 'stream': expected a boolean.")
+	}
+	return req, strings.Join(problems, " ")
+}
+
+// authenticateOpenAI maps the Bearer token to an account of the surface's
+// kind. A known credential of another kind is refused like an unknown one.
+func (s *Server) authenticateOpenAI(h http.Header, sf openAISurface) (acct *account, outcome, code, message string) {
+	tok, ok := bearerToken(h.Get("Authorization"))
+	if !ok || tok == "" {
+		return nil, outcomeAuthError, "", "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
+	}
+	invalid := "Incorrect API key provided."
+	if sf == surfaceCodex {
+		invalid = "Your authentication token is invalid."
+	}
+	if !wellFormedCredential(tok) {
+		return nil, outcomeAuthError, "invalid_api_key", invalid
+	}
+	kind := sf.kind()
+	s.mu.Lock()
+	a := s.reg.byCred[tok]
+	if a == nil && s.reg.acceptUnknown {
+		a = s.reg.discover(tok, kind)
+	}
+	s.mu.Unlock()
+	switch {
+	case a == nil || a.kind != kind:
+		return nil, outcomeAuthError, "invalid_api_key", invalid
+	case a.revoked:
+		return a, FaultRevoked, "invalid_api_key", revokedOpenAIMessage(a)
+	case kind == KindChatGPT && strings.TrimSpace(h.Get("chatgpt-account-id")) == "":
+		return a, outcomeAuthError, "", "Missing chatgpt-account-id header."
+	}
+	return a, "", "", ""
+}
+
+// revokedOpenAIMessage is the 401 message of a revoked OpenAI-side account.
+func revokedOpenAIMessage(a *account) string {
+	if a.kind == KindChatGPT {
+		return "Your authentication token has been invalidated. Please try signing in again."
+	}
+	return "Incorrect API key provided."
+}
+
+// admitOpenAI reads the body and authenticates the request for surface sf.
+// When it returns false it has already answered and logged the attempt.
+func (s *Server) admitOpenAI(w http.ResponseWriter, r *http.Request, sf openAISurface) (*exchange, bool) {
+	x := &exchange{s: s, w: w, r: r}
+	if !x.readBody() {
+		return nil, false
+	}
+	x.req, x.problem = parseOpenAIRequest(x.body, sf)
+	acct, outcome, code, message := s.authenticateOpenAI(r.Header, sf)
+	x.acct = acct
+	if acct != nil && sf != surfaceChat {
+		x.setCodexHeaders()
+	}
+	if outcome != "" {
+		x.failOpenAI(outcome, http.StatusUnauthorized, "invalid_request_error", code, message)
+		return nil, false
+	}
+	if x.problem != "" {
+		x.failOpenAI(outcomeInvalidRequest, http.StatusBadRequest, "invalid_request_error", "", x.problem)
+		return nil, false
+	}
+	return x, true
+}
+
+// setCodexHeaders sets the Codex rate-limit headers from the account's
+// static utilizations, in percent.
+func (x *exchange) setCodexHeaders() {
+	now := x.s.now()
+	h := x.w.Header()
+	set := func(name string, util float64, minutes int, reset time.Time) {
+		p := "x-codex-" + name + "-"
+		h.Set(p+"used-percent", strconv.FormatFloat(util*100, 'f', -1, 64))
+		h.Set(p+"window-minutes", strconv.Itoa(minutes))
+		h.Set(p+"reset-after-seconds", strconv.FormatInt(secondsUntil(now, reset), 10))
+		h.Set(p+"reset-at", strconv.FormatInt(reset.Unix(), 10))
+	}
+	set("primary", x.acct.fiveHour, codexPrimaryWindowMinutes, fiveHourReset(now))
+	set("secondary", x.acct.sevenDay, codexSecondaryWindowMinutes, sevenDayReset(now))
+}
+
+// handleCodexResponses serves POST /backend-api/codex/responses.
+func (s *Server) handleCodexResponses(w http.ResponseWriter, r *http.Request) {
+	s.serveOpenAI(w, r, surfaceCodex)
+}
+
+// handleResponses serves POST /v1/responses.
+func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
+	s.serveOpenAI(w, r, surfaceResponses)
+}
+
+// handleChatCompletions serves POST /v1/chat/completions.
+func (s *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
+	s.serveOpenAI(w, r, surfaceChat)
+}
+
+func (s *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, sf openAISurface) {
+	x, ok := s.admitOpenAI(w, r, sf)
+	if !ok {
+		return
+	}
+	if f, ok := s.takeFault(x.acct, x.req.Model); ok {
+		x.applyOpenAIFault(f, sf)
+		return
+	}
+	x.record(outcomeOK, http.StatusOK)
+	x.succeedOpenAI(sf, nil)
+}
+
+// applyOpenAIFault answers the attempt the way fault f says, in OpenAI's
+// wire shapes.
+func (x *exchange) applyOpenAIFault(f Fault, sf openAISurface) {
+	h := x.w.Header()
+	switch f.Kind {
+	case FaultUsageLimitReached:
+		secs := f.RetryAfter
+		if secs == 0 {
+			secs = defaultUsageResetSeconds
+		}
+		x.record(f.Kind, http.StatusTooManyRequests)
+		writeJSON(x.w, http.StatusTooManyRequests, usageLimitBody{Error: usageLimitDetail{
+			Type:            FaultUsageLimitReached,
+			Message:         usageLimitReachedMessage,
+			PlanType:        "plus",
+			ResetsAt:        x.s.now().Unix() + int64(secs),
+			ResetsInSeconds: secs,
+		}})
+	case FaultInsufficientQuota:
+		x.failOpenAI(f.Kind, http.StatusTooManyRequests, "insufficient_quota", "insufficient_quota", insufficientQuotaMessage)
+	case FaultRateLimit:
+		if f.RetryAfter > 0 {
+			h.Set("retry-after", strconv.Itoa(f.RetryAfter))
+		}
+		x.failOpenAI(f.Kind, http.StatusTooManyRequests, "requests", "rate_limit_exceeded", openAIRateLimitMessage)
+	case FaultOverloaded, FaultUnavailable:
+		if f.RetryAfter > 0 {
+			h.Set("retry-after", strconv.Itoa(f.RetryAfter))
+		}
+		x.failOpenAI(f.Kind, http.StatusServiceUnavailable, "server_error", "", openAIOverloadedMessage)
+	case FaultAPIError:
+		x.failOpenAI(f.Kind, http.StatusInternalServerError, "server_error", "", "The server had an error while processing your request. Sorry about that!")
+	case FaultRevoked:
+		x.failOpenAI(f.Kind, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", revokedOpenAIMessage(x.acct))
+	case FaultBadRequest:
+		x.failOpenAI(f.Kind, http.StatusBadRequest, "invalid_request_error", "", "Simulated invalid request.")
+	case FaultAtCapacityEvent, FaultOverloadedEvent, FaultErrorAfterContent:
+		if !x.req.Stream || sf == surfaceChat {
+			x.failOpenAI(f.Kind, http.StatusServiceUnavailable, "server_error", "server_is_overloaded", atCapacityMessage)
+			return
+		}
+		x.record(f.Kind, http.StatusOK)
+		x.succeedOpenAI(sf, &f)
+	case FaultDropMidStream:
+		x.record(f.Kind, http.StatusOK)
+		if x.req.Stream {
+			x.succeedOpenAI(sf, &f)
+			return
+		}
+		x.w.Header().Set("Content-Type", "application/json")
+		x.w.WriteHeader(http.StatusOK)
+		x.w.Write([]byte(`{"id":"`))            //nolint:errcheck // the connection is aborted next anyway
+		http.NewResponseController(x.w).Flush() //nolint:errcheck // as above
+		panic(http.ErrAbortHandler)
+	case FaultDropConnection:
+		x.record(f.Kind, 0)
+		x.dropConnection()
+	case FaultSlowHeaders:
+		if !pause(x.r.Context(), time.Duration(f.Delay)) {
+			x.record(f.Kind, statusClientClosed)
+			return
+		}
+		x.record(f.Kind, http.StatusOK)
+		x.succeedOpenAI(sf, nil)
+	default:
+		panic("sim: unvalidated fault kind " + f.Kind)
+	}
+}
+
+type usageLimitBody struct {
+	Error usageLimitDetail `json:"error"`
+}
+
+type usageLimitDetail struct {
+	Type            string `json:"type"`
+	Message         string `json:"message"`
+	PlanType        string `json:"plan_type"`
+	ResetsAt        int64  `json:"resets_at"`
+	ResetsInSeconds int    `json:"resets_in_seconds"`
+}
+
+// succeedOpenAI answers with the reply in the surface's shape. A stream
+// fault (f not nil) cuts a stream short.
+func (x *exchange) succeedOpenAI(sf openAISurface, f *Fault) {
+	if sf == surfaceChat {
+		if x.req.Stream {
+			x.chatStream(f)
+			return
+		}
+		writeJSON(x.w, http.StatusOK, x.chatCompletion())
+		return
+	}
+	if x.req.Stream {
+		x.responsesStream(f)
+		return
+	}
+	writeJSON(x.w, http.StatusOK, x.response("completed", true))
+}
+
+// Responses API shapes.
+type (
+	responseObject struct {
+		ID        string           `json:"id"`
+		Object    string           `json:"object"`
+		CreatedAt int64            `json:"created_at"`
+		Status    string           `json:"status"`
+		Model     string           `json:"model"`
+		Output    []responseItem   `json:"output"`
+		Usage     *responseUsage   `json:"usage"`
+		Error     *responseErrBody `json:"error"`
+	}
+	responseItem struct {
+		ID      string            `json:"id"`
+		Type    string            `json:"type"`
+		Status  string            `json:"status"`
+		Role    string            `json:"role"`
+		Content []responseContent `json:"content"`
+	}
+	responseContent struct {
+		Type        string `json:"type"`
+		Text        string `json:"text"`
+		Annotations []any  `json:"annotations"`
+	}
+	responseUsage struct {
+		InputTokens  int `json:"input_tokens"`
+		OutputTokens int `json:"output_tokens"`
+		TotalTokens  int `json:"total_tokens"`
+	}
+	responseErrBody struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}
+)
+
+// response is the Responses API object; done adds the output and usage.
+func (x *exchange) response(status string, done bool) responseObject {
+	now := x.s.now()
+	ro := responseObject{
+		ID: newID("resp_", now), Object: "response", CreatedAt: now.Unix(),
+		Status: status, Model: x.req.Model, Output: []responseItem{},
+	}
+	if done {
+		ro.Output = []responseItem{x.responseItem("completed", x.s.reply.text)}
+		ro.Usage = &responseUsage{
+			InputTokens:  x.inputTokens(),
+			OutputTokens: x.s.reply.outputTokens,
+			TotalTokens:  x.inputTokens() + x.s.reply.outputTokens,
+		}
+	}
+	return ro
+}
+
+func (x *exchange) responseItem(status, text string) responseItem {
+	if x.itemID == "" {
+		x.itemID = newID("msg_", x.s.now())
+	}
+	it := responseItem{ID: x.itemID, Type: "message", Status: status, Role: "assistant", Content: []responseContent{}}
+	if status == "completed" {
+		it.Content = []responseContent{{Type: "output_text", Text: text, Annotations: []any{}}}
+	}
+	return it
+}
+
+// startOpenAIStream sends the headers of a 200 event stream; the Codex
+// headers, if any, are already set.
+func (x *exchange) startOpenAIStream() *sseWriter {
+	h := x.w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	x.w.WriteHeader(http.StatusOK)
+	sw := &sseWriter{w: x.w, rc: http.NewResponseController(x.w)}
+	sw.flush()
+	return sw
+}
+
+// data writes one data-only event ("data: PAYLOAD\n\n").
+func (sw *sseWriter) data(payload string) {
+	if sw.err != nil {
+		return
+	}
+	if _, sw.err = fmt.Fprintf(sw.w, "data: %s\n\n", payload); sw.err == nil {
+		sw.flush()
+	}
+}
+
+// responsesStream streams the reply as Responses API events, each with its
+// sequence_number. at_capacity_event and overloaded_event fail right after
+// response.created; error_after_content and drop_mid_stream after
+// f.afterDeltas() deltas.
+func (x *exchange) responsesStream(f *Fault) {
+	sw := x.startOpenAIStream()
+	seq := 0
+	emit := func(name string, fields map[string]any) {
+		fields["type"] = name
+		fields["sequence_number"] = seq
+		seq++
+		sw.event(name, fields)
+	}
+	resp := x.response("in_progress", false)
+	emit("response.created", map[string]any{"response": resp})
+	failed := func() {
+		resp.Status = "failed"
+		resp.Error = &responseErrBody{Code: "server_is_overloaded", Message: atCapacityMessage}
+		emit("response.failed", map[string]any{"response": resp})
+	}
+	if f != nil && (f.Kind == FaultAtCapacityEvent || f.Kind == FaultOverloadedEvent) {
+		failed()
+		return
+	}
+	item := x.responseItem("in_progress", "")
+	emit("response.output_item.added", map[string]any{"output_index": 0, "item": item})
+	chunks := x.s.reply.chunks
+	if f != nil {
+		chunks = chunks[:min(f.afterDeltas(), len(chunks))]
+	}
+	for i, c := range chunks {
+		if i > 0 && !pause(x.r.Context(), x.s.deltaDelay) {
+			return
+		}
+		emit("response.output_text.delta", map[string]any{"item_id": item.ID, "output_index": 0, "content_index": 0, "delta": c})
+		if sw.err != nil {
+			return
+		}
+	}
+	if f != nil {
+		switch f.Kind {
+		case FaultErrorAfterContent:
+			failed()
+			return
+		case FaultDropMidStream:
+			panic(http.ErrAbortHandler)
+		}
+	}
+	emit("response.output_item.done", map[string]any{"output_index": 0, "item": x.responseItem("completed", x.s.reply.text)})
+	done := x.response("completed", true)
+	done.ID, done.CreatedAt = resp.ID, resp.CreatedAt
+	emit("response.completed", map[string]any{"response": done})
+}
+
+// Chat Completions shapes.
+type (
+	chatCompletionObject struct {
+		ID      string       `json:"id"`
+		Object  string       `json:"object"`
+		Created int64        `json:"created"`
+		Model   string       `json:"model"`
+		Choices []chatChoice `json:"choices"`
+		Usage   *chatUsage   `json:"usage,omitempty"`
+	}
+	chatChoice struct {
+		Index        int          `json:"index"`
+		Message      *chatMessage `json:"message,omitempty"`
+		Delta        *chatMessage `json:"delta,omitempty"`
+		FinishReason *string      `json:"finish_reason"`
+	}
+	chatMessage struct {
+		Role    string  `json:"role,omitempty"`
+		Content *string `json:"content,omitempty"`
+	}
+	chatUsage struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+		TotalTokens      int `json:"total_tokens"`
+	}
+)
+
+func (x *exchange) chatUsage() *chatUsage {
+	return &chatUsage{
+		PromptTokens:     x.inputTokens(),
+		CompletionTokens: x.s.reply.outputTokens,
+		TotalTokens:      x.inputTokens() + x.s.reply.outputTokens,
+	}
+}
+
+// chatCompletion is the complete non-streamed chat completion.
+func (x *exchange) chatCompletion() chatCompletionObject {
+	now := x.s.now()
+	return chatCompletionObject{
+		ID: newID("chatcmpl-", now), Object: "chat.completion", Created: now.Unix(), Model: x.req.Model,
+		Choices: []chatChoice{{Message: &chatMessage{Role: "assistant", Content: strPtr(x.s.reply.text)}, FinishReason: strPtr("stop")}},
+		Usage:   x.chatUsage(),
+	}
+}
+
+// chatStream streams the reply as chat.completion.chunk data lines ending
+// with [DONE]; drop_mid_stream aborts after f.afterDeltas() deltas.
+func (x *exchange) chatStream(f *Fault) {
+	sw := x.startOpenAIStream()
+	now := x.s.now()
+	id := newID("chatcmpl-", now)
+	chunk := func(delta chatMessage, finish *string, u *chatUsage) {
+		b, _ := json.Marshal(chatCompletionObject{
+			ID: id, Object: "chat.completion.chunk", Created: now.Unix(), Model: x.req.Model,
+			Choices: []chatChoice{{Delta: &delta, FinishReason: finish}}, Usage: u,
+		})
+		sw.data(string(b))
+	}
+	chunk(chatMessage{Role: "assistant", Content: strPtr("")}, nil, nil)
+	chunks := x.s.reply.chunks
+	if f != nil {
+		chunks = chunks[:min(f.afterDeltas(), len(chunks))]
+	}
+	for i, c := range chunks {
+		if i > 0 && !pause(x.r.Context(), x.s.deltaDelay) {
+			return
+		}
+		chunk(chatMessage{Content: strPtr(c)}, nil, nil)
+		if sw.err != nil {
+			return
+		}
+	}
+	if f != nil && f.Kind == FaultDropMidStream {
+		panic(http.ErrAbortHandler)
+	}
+	chunk(chatMessage{}, strPtr("stop"), x.chatUsage())
+	sw.data("[DONE]")
+}
+
+// accountKinds are the valid values of AccountScript.Kind.
+var accountKinds = []string{KindAPIKey, KindOAuth, KindChatGPT, KindOpenAIKey}
