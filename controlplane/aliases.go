@@ -2,7 +2,6 @@ package controlplane
 
 import (
 	"context"
-	"errors"
 	"slices"
 
 	"connectrpc.com/connect"
@@ -92,20 +91,4 @@ func validModelID(field, id string) error {
 		return invalidf("%s: 1 to 200 printable ASCII characters, no spaces or quotes", field)
 	}
 	return nil
-}
-
-// modelTargets is what a requested model routes as: an alias's targets in
-// order (aliased true), or the model itself.
-func (s *Server) modelTargets(ctx context.Context, model string) (targets []string, aliased bool, err error) {
-	if model == "" {
-		return []string{model}, false, nil
-	}
-	row, err := s.q.GetModelAlias(ctx, model)
-	if errors.Is(storeErr(err), ErrNotFound) {
-		return []string{model}, false, nil
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	return row.Targets, true, nil
 }

@@ -58,7 +58,7 @@ func (l leaseService) Acquire(ctx context.Context, req *connect.Request[weirv1.A
 }
 
 func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (resp *weirv1.AcquireResponse, err error) {
-	key, err := l.s.q.ActiveKeyByHash(ctx, m.KeyHash)
+	key, err := l.s.q.ActiveKeyAndAlias(ctx, db.ActiveKeyAndAliasParams{KeyHash: m.KeyHash, Model: m.Model})
 	if err != nil {
 		if errors.Is(storeErr(err), ErrNotFound) {
 			return nil, connect.NewError(connect.CodePermissionDenied, errKeyRejected)
@@ -79,20 +79,16 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (re
 			return nil, toConnect(invalidf("prefer_account_id: %q is not an account id", m.PreferAccountId))
 		}
 	}
-	targets, aliased, err := l.s.modelTargets(ctx, m.Model)
-	if err != nil {
-		return nil, l.s.fail(ctx, "acquire", err)
-	}
-	if !aliased {
-		return l.acquireModel(ctx, key.ID, m, exclude, prefer)
+	if m.Model == "" || key.AliasTargets == nil {
+		return l.acquireModel(ctx, key.KeyID, m, exclude, prefer)
 	}
 	// An alias: the first target with an eligible account serves, and the
 	// lease names it for the data plane to send upstream.
 	var nones []*weirv1.NoAccount
-	for _, target := range targets {
+	for _, target := range key.AliasTargets {
 		tm := proto.Clone(m).(*weirv1.AcquireRequest)
 		tm.Model = target
-		resp, err := l.acquireModel(ctx, key.ID, tm, exclude, prefer)
+		resp, err := l.acquireModel(ctx, key.KeyID, tm, exclude, prefer)
 		if err != nil {
 			return nil, err
 		}

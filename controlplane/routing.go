@@ -48,22 +48,20 @@ func (w *windowReading) live(now time.Time) bool { return w != nil && w.resetsAt
 
 // spentUntil is the latest reset among the account's spent account-wide
 // windows (both must pass before it can serve), or zero when none is spent.
-func (c candidate) spentUntil(now time.Time) time.Time {
-	var until time.Time
-	for _, w := range []*windowReading{c.fiveHour, c.sevenDay} {
-		if w.live(now) && w.utilization >= spentAt && w.resetsAt.After(until) {
-			until = w.resetsAt
-		}
-	}
-	return until
-}
+func (c candidate) spentUntil(now time.Time) time.Time { return c.latestResetAtOrAbove(spentAt, now) }
 
 // nearUntil is when the account stops being near its limit: the latest
 // reset among its windows at nearLimitAt or above; zero when it is not near.
 func (c candidate) nearUntil(now time.Time) time.Time {
+	return c.latestResetAtOrAbove(nearLimitAt, now)
+}
+
+// latestResetAtOrAbove is the latest reset among the live 5-hour and weekly
+// readings at or above utilization u; zero when none is.
+func (c candidate) latestResetAtOrAbove(u float64, now time.Time) time.Time {
 	var until time.Time
 	for _, w := range []*windowReading{c.fiveHour, c.sevenDay} {
-		if w.live(now) && w.utilization >= nearLimitAt && w.resetsAt.After(until) {
+		if w.live(now) && w.utilization >= u && w.resetsAt.After(until) {
 			until = w.resetsAt
 		}
 	}

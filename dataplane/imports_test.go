@@ -5,10 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -19,11 +16,9 @@ const module = "github.com/weirhq/weir"
 // import (test files excluded), as `go list -deps` sees them.
 func goListDeps(t *testing.T, patterns ...string) map[string][]string {
 	t.Helper()
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		if goBin, err = exec.LookPath("go"); err != nil {
-			t.Fatalf("no go binary: %v", err)
-		}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("no go binary on PATH: %v", err)
 	}
 	cmd := exec.Command(goBin, append([]string{"list", "-deps", "-json=ImportPath,Imports"}, patterns...)...)
 	var stderr bytes.Buffer

@@ -73,11 +73,7 @@ func runAccounts(ctx context.Context, args []string, e env) error {
 		printAccounts(e.stdout, resp.Msg.Accounts, time.Now())
 		return nil
 	case "get", "pause", "resume", "rm", "delete":
-		ref, err := parseWithRef(fs, args)
-		if err != nil {
-			return err
-		}
-		c, err := af.clients()
+		ref, c, err := af.refClients(fs, args)
 		if err != nil {
 			return err
 		}
@@ -382,11 +378,7 @@ func resetIn(d time.Duration) string {
 }
 
 func accountsRefreshUsage(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []string, e env) error {
-	ref, err := parseWithRef(fs, args)
-	if err != nil {
-		return err
-	}
-	c, err := af.clients()
+	ref, c, err := af.refClients(fs, args)
 	if err != nil {
 		return err
 	}

@@ -126,3 +126,14 @@ func rpcError(op string, err error) error {
 }
 
 func fieldMask(paths ...string) *fieldmaskpb.FieldMask { return &fieldmaskpb.FieldMask{Paths: paths} }
+
+// refClients parses one ID|NAME argument (flags around it) and connects:
+// the preamble of every operator command that acts on one thing.
+func (a *adminFlags) refClients(fs *flag.FlagSet, args []string) (string, *clients, error) {
+	ref, err := parseWithRef(fs, args)
+	if err != nil {
+		return "", nil, err
+	}
+	c, err := a.clients()
+	return ref, c, err
+}

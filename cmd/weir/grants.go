@@ -60,11 +60,7 @@ func (o *onOff) Set(v string) error {
 }
 
 func accountsGrants(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []string, e env) error {
-	ref, err := parseWithRef(fs, args)
-	if err != nil {
-		return err
-	}
-	c, err := af.clients()
+	ref, c, err := af.refClients(fs, args)
 	if err != nil {
 		return err
 	}

@@ -31,11 +31,7 @@ func runKeys(ctx context.Context, args []string, e env) error {
 	af.register(fs, e)
 	switch sub {
 	case "create":
-		name, err := parseWithRef(fs, args)
-		if err != nil {
-			return err
-		}
-		c, err := af.clients()
+		name, c, err := af.refClients(fs, args)
 		if err != nil {
 			return err
 		}
@@ -67,11 +63,7 @@ func runKeys(ctx context.Context, args []string, e env) error {
 		printKeys(e.stdout, resp.Msg.Keys, time.Now())
 		return nil
 	case "revoke":
-		ref, err := parseWithRef(fs, args)
-		if err != nil {
-			return err
-		}
-		c, err := af.clients()
+		ref, c, err := af.refClients(fs, args)
 		if err != nil {
 			return err
 		}

@@ -22,22 +22,6 @@ func (q *Queries) DeleteModelAlias(ctx context.Context, alias string) (int64, er
 	return result.RowsAffected(), nil
 }
 
-const getModelAlias = `-- name: GetModelAlias :one
-SELECT alias, targets, created_at, updated_at FROM model_aliases WHERE alias = $1
-`
-
-func (q *Queries) GetModelAlias(ctx context.Context, alias string) (ModelAlias, error) {
-	row := q.db.QueryRow(ctx, getModelAlias, alias)
-	var i ModelAlias
-	err := row.Scan(
-		&i.Alias,
-		&i.Targets,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-	)
-	return i, err
-}
-
 const listModelAliases = `-- name: ListModelAliases :many
 SELECT alias, targets, created_at, updated_at FROM model_aliases ORDER BY alias
 `

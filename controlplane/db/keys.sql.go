@@ -12,6 +12,32 @@ import (
 	"github.com/google/uuid"
 )
 
+const activeKeyAndAlias = `-- name: ActiveKeyAndAlias :one
+SELECT k.id AS key_id,
+    (SELECT a.targets FROM model_aliases a WHERE a.alias = $1::text) AS alias_targets
+FROM client_keys k
+WHERE k.key_hash = $2 AND k.revoked_at IS NULL
+`
+
+type ActiveKeyAndAliasParams struct {
+	Model   string
+	KeyHash string
+}
+
+type ActiveKeyAndAliasRow struct {
+	KeyID        uuid.UUID
+	AliasTargets []string
+}
+
+// Acquire's first question in one round trip: is the key live, and is the
+// model an alias (NULL targets: a concrete model).
+func (q *Queries) ActiveKeyAndAlias(ctx context.Context, arg ActiveKeyAndAliasParams) (ActiveKeyAndAliasRow, error) {
+	row := q.db.QueryRow(ctx, activeKeyAndAlias, arg.Model, arg.KeyHash)
+	var i ActiveKeyAndAliasRow
+	err := row.Scan(&i.KeyID, &i.AliasTargets)
+	return i, err
+}
+
 const activeKeyByHash = `-- name: ActiveKeyByHash :one
 SELECT id, name FROM client_keys WHERE key_hash = $1 AND revoked_at IS NULL
 `

@@ -1,9 +1,6 @@
 -- name: ListModelAliases :many
 SELECT * FROM model_aliases ORDER BY alias;
 
--- name: GetModelAlias :one
-SELECT * FROM model_aliases WHERE alias = @alias;
-
 -- name: SetModelAlias :one
 INSERT INTO model_aliases (alias, targets, created_at, updated_at)
 VALUES (@alias, @targets::text[], @now::timestamptz, @now::timestamptz)

@@ -24,3 +24,11 @@ SELECT id, name FROM client_keys WHERE key_hash = @key_hash AND revoked_at IS NU
 -- name: TouchKey :exec
 UPDATE client_keys SET last_used_at = @now::timestamptz
 WHERE id = @id AND (last_used_at IS NULL OR last_used_at < @stale_before::timestamptz);
+
+-- Acquire's first question in one round trip: is the key live, and is the
+-- model an alias (NULL targets: a concrete model).
+-- name: ActiveKeyAndAlias :one
+SELECT k.id AS key_id,
+    (SELECT a.targets FROM model_aliases a WHERE a.alias = @model::text) AS alias_targets
+FROM client_keys k
+WHERE k.key_hash = @key_hash AND k.revoked_at IS NULL;
