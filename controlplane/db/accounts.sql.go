@@ -21,7 +21,7 @@ INSERT INTO accounts (
     $1, $2, $3, $4, $5, $6, $7,
     $8, $9, $10, $10
 )
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id
 `
 
 type CreateAccountParams struct {
@@ -81,6 +81,7 @@ func (q *Queries) CreateAccount(ctx context.Context, arg CreateAccountParams) (A
 		&i.BankedResetsEnabled,
 		&i.OrgID,
 		&i.RecoveryProbeSeenAt,
+		&i.UpstreamAccountID,
 	)
 	return i, err
 }
@@ -98,7 +99,7 @@ func (q *Queries) DeleteAccount(ctx context.Context, id uuid.UUID) (int64, error
 }
 
 const getAccount = `-- name: GetAccount :one
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at FROM accounts WHERE id = $1
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id FROM accounts WHERE id = $1
 `
 
 func (q *Queries) GetAccount(ctx context.Context, id uuid.UUID) (Account, error) {
@@ -134,12 +135,13 @@ func (q *Queries) GetAccount(ctx context.Context, id uuid.UUID) (Account, error)
 		&i.BankedResetsEnabled,
 		&i.OrgID,
 		&i.RecoveryProbeSeenAt,
+		&i.UpstreamAccountID,
 	)
 	return i, err
 }
 
 const getAccountByLabel = `-- name: GetAccountByLabel :one
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at FROM accounts WHERE label = $1
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id FROM accounts WHERE label = $1
 `
 
 func (q *Queries) GetAccountByLabel(ctx context.Context, label string) (Account, error) {
@@ -175,12 +177,13 @@ func (q *Queries) GetAccountByLabel(ctx context.Context, label string) (Account,
 		&i.BankedResetsEnabled,
 		&i.OrgID,
 		&i.RecoveryProbeSeenAt,
+		&i.UpstreamAccountID,
 	)
 	return i, err
 }
 
 const getLiveCooldown = `-- name: GetLiveCooldown :one
-SELECT account_id, reason, transient, until, written_at, evidence FROM cooldowns WHERE account_id = $1 AND until > $2
+SELECT account_id, reason, transient, until, written_at, evidence, quota_kind, quota_resets_at, quota_window_minutes, quota_message FROM cooldowns WHERE account_id = $1 AND until > $2
 `
 
 type GetLiveCooldownParams struct {
@@ -198,12 +201,16 @@ func (q *Queries) GetLiveCooldown(ctx context.Context, arg GetLiveCooldownParams
 		&i.Until,
 		&i.WrittenAt,
 		&i.Evidence,
+		&i.QuotaKind,
+		&i.QuotaResetsAt,
+		&i.QuotaWindowMinutes,
+		&i.QuotaMessage,
 	)
 	return i, err
 }
 
 const listAccounts = `-- name: ListAccounts :many
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at FROM accounts ORDER BY label
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id FROM accounts ORDER BY label
 `
 
 func (q *Queries) ListAccounts(ctx context.Context) ([]Account, error) {
@@ -245,6 +252,7 @@ func (q *Queries) ListAccounts(ctx context.Context) ([]Account, error) {
 			&i.BankedResetsEnabled,
 			&i.OrgID,
 			&i.RecoveryProbeSeenAt,
+			&i.UpstreamAccountID,
 		); err != nil {
 			return nil, err
 		}
@@ -257,7 +265,7 @@ func (q *Queries) ListAccounts(ctx context.Context) ([]Account, error) {
 }
 
 const liveCooldowns = `-- name: LiveCooldowns :many
-SELECT account_id, reason, transient, until, written_at, evidence FROM cooldowns WHERE until > $1
+SELECT account_id, reason, transient, until, written_at, evidence, quota_kind, quota_resets_at, quota_window_minutes, quota_message FROM cooldowns WHERE until > $1
 `
 
 func (q *Queries) LiveCooldowns(ctx context.Context, now time.Time) ([]Cooldown, error) {
@@ -276,6 +284,10 @@ func (q *Queries) LiveCooldowns(ctx context.Context, now time.Time) ([]Cooldown,
 			&i.Until,
 			&i.WrittenAt,
 			&i.Evidence,
+			&i.QuotaKind,
+			&i.QuotaResetsAt,
+			&i.QuotaWindowMinutes,
+			&i.QuotaMessage,
 		); err != nil {
 			return nil, err
 		}
@@ -390,7 +402,7 @@ UPDATE accounts SET
     broken_at = NULL,
     updated_at = $4
 WHERE id = $5
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id
 `
 
 type ReplaceCredentialParams struct {
@@ -441,6 +453,7 @@ func (q *Queries) ReplaceCredential(ctx context.Context, arg ReplaceCredentialPa
 		&i.BankedResetsEnabled,
 		&i.OrgID,
 		&i.RecoveryProbeSeenAt,
+		&i.UpstreamAccountID,
 	)
 	return i, err
 }
@@ -454,7 +467,7 @@ UPDATE accounts SET
     quota_backoffs = 0,
     updated_at = $1
 WHERE id = $2
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id
 `
 
 type ResumeAccountParams struct {
@@ -495,18 +508,23 @@ func (q *Queries) ResumeAccount(ctx context.Context, arg ResumeAccountParams) (A
 		&i.BankedResetsEnabled,
 		&i.OrgID,
 		&i.RecoveryProbeSeenAt,
+		&i.UpstreamAccountID,
 	)
 	return i, err
 }
 
 const routingView = `-- name: RoutingView :many
-SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.priority, a.paused, a.broken_reason, a.broken_at, a.auth_failures, a.credential_sealed, a.credential_revision, a.credential_hint, a.last_used_at, a.last_success_at, a.created_at, a.updated_at, a.quota_backoffs, a.recovery_probe, a.refresh_sealed, a.access_expires_at, a.refreshing_until, a.refresh_failures, a.refresh_blocked_until, a.refresh_rejected_at, a.banked_resets_enabled, a.org_id, a.recovery_probe_seen_at,
+SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.priority, a.paused, a.broken_reason, a.broken_at, a.auth_failures, a.credential_sealed, a.credential_revision, a.credential_hint, a.last_used_at, a.last_success_at, a.created_at, a.updated_at, a.quota_backoffs, a.recovery_probe, a.refresh_sealed, a.access_expires_at, a.refreshing_until, a.refresh_failures, a.refresh_blocked_until, a.refresh_rejected_at, a.banked_resets_enabled, a.org_id, a.recovery_probe_seen_at, a.upstream_account_id,
     (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > $1)::integer AS live,
     c.reason AS cooldown_reason,
     c.transient AS cooldown_transient,
     c.until AS cooldown_until,
     c.written_at AS cooldown_written_at,
     c.evidence AS cooldown_evidence,
+    c.quota_kind AS cooldown_quota_kind,
+    c.quota_resets_at AS cooldown_quota_resets_at,
+    c.quota_window_minutes AS cooldown_quota_window_minutes,
+    c.quota_message AS cooldown_quota_message,
     g.until AS gate_until,
     g.written_at AS gate_written_at,
     g.evidence AS gate_evidence,
@@ -534,21 +552,25 @@ type RoutingViewParams struct {
 }
 
 type RoutingViewRow struct {
-	Account             Account
-	Live                int32
-	CooldownReason      *string
-	CooldownTransient   pgtype.Bool
-	CooldownUntil       *time.Time
-	CooldownWrittenAt   *time.Time
-	CooldownEvidence    []byte
-	GateUntil           *time.Time
-	GateWrittenAt       *time.Time
-	GateEvidence        []byte
-	SessionBound        bool
-	FiveHourUtilization *float64
-	FiveHourResetsAt    *time.Time
-	SevenDayUtilization *float64
-	SevenDayResetsAt    *time.Time
+	Account                    Account
+	Live                       int32
+	CooldownReason             *string
+	CooldownTransient          pgtype.Bool
+	CooldownUntil              *time.Time
+	CooldownWrittenAt          *time.Time
+	CooldownEvidence           []byte
+	CooldownQuotaKind          *string
+	CooldownQuotaResetsAt      *time.Time
+	CooldownQuotaWindowMinutes *int32
+	CooldownQuotaMessage       *string
+	GateUntil                  *time.Time
+	GateWrittenAt              *time.Time
+	GateEvidence               []byte
+	SessionBound               bool
+	FiveHourUtilization        *float64
+	FiveHourResetsAt           *time.Time
+	SevenDayUtilization        *float64
+	SevenDayResetsAt           *time.Time
 }
 
 // Everything routing needs in one round trip: every account with its live
@@ -600,12 +622,17 @@ func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]Rou
 			&i.Account.BankedResetsEnabled,
 			&i.Account.OrgID,
 			&i.Account.RecoveryProbeSeenAt,
+			&i.Account.UpstreamAccountID,
 			&i.Live,
 			&i.CooldownReason,
 			&i.CooldownTransient,
 			&i.CooldownUntil,
 			&i.CooldownWrittenAt,
 			&i.CooldownEvidence,
+			&i.CooldownQuotaKind,
+			&i.CooldownQuotaResetsAt,
+			&i.CooldownQuotaWindowMinutes,
+			&i.CooldownQuotaMessage,
 			&i.GateUntil,
 			&i.GateWrittenAt,
 			&i.GateEvidence,
@@ -626,7 +653,7 @@ func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]Rou
 }
 
 const setPaused = `-- name: SetPaused :one
-UPDATE accounts SET paused = $1, updated_at = $2 WHERE id = $3 RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at
+UPDATE accounts SET paused = $1, updated_at = $2 WHERE id = $3 RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id
 `
 
 type SetPausedParams struct {
@@ -668,6 +695,7 @@ func (q *Queries) SetPaused(ctx context.Context, arg SetPausedParams) (Account, 
 		&i.BankedResetsEnabled,
 		&i.OrgID,
 		&i.RecoveryProbeSeenAt,
+		&i.UpstreamAccountID,
 	)
 	return i, err
 }
@@ -680,7 +708,7 @@ UPDATE accounts SET
     priority = coalesce($4, priority),
     updated_at = $5
 WHERE id = $6
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id
 `
 
 type UpdateAccountParams struct {
@@ -732,6 +760,7 @@ func (q *Queries) UpdateAccount(ctx context.Context, arg UpdateAccountParams) (A
 		&i.BankedResetsEnabled,
 		&i.OrgID,
 		&i.RecoveryProbeSeenAt,
+		&i.UpstreamAccountID,
 	)
 	return i, err
 }

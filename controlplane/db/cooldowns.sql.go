@@ -60,8 +60,10 @@ func (q *Queries) ClearOutOfCreditsCooldown(ctx context.Context, arg ClearOutOfC
 }
 
 const writeCooldown = `-- name: WriteCooldown :one
-INSERT INTO cooldowns AS c (account_id, reason, transient, until, written_at, evidence)
-VALUES ($1, $2, $3, $4, $5, $6)
+INSERT INTO cooldowns AS c (account_id, reason, transient, until, written_at, evidence,
+    quota_kind, quota_resets_at, quota_window_minutes, quota_message)
+VALUES ($1, $2, $3, $4, $5, $6,
+    $7, $8, $9, $10)
 ON CONFLICT (account_id) DO UPDATE SET
     reason = CASE
         WHEN c.until <= EXCLUDED.written_at THEN EXCLUDED.reason
@@ -73,6 +75,28 @@ ON CONFLICT (account_id) DO UPDATE SET
         WHEN NOT c.transient AND EXCLUDED.transient THEN c.evidence
         WHEN EXCLUDED.until >= c.until OR (c.transient AND NOT EXCLUDED.transient) THEN EXCLUDED.evidence
         ELSE c.evidence END,
+    -- The quota evidence goes with the deadline it justified: the same
+    -- choice as reason and evidence.
+    quota_kind = CASE
+        WHEN c.until <= EXCLUDED.written_at THEN EXCLUDED.quota_kind
+        WHEN NOT c.transient AND EXCLUDED.transient THEN c.quota_kind
+        WHEN EXCLUDED.until >= c.until OR (c.transient AND NOT EXCLUDED.transient) THEN EXCLUDED.quota_kind
+        ELSE c.quota_kind END,
+    quota_resets_at = CASE
+        WHEN c.until <= EXCLUDED.written_at THEN EXCLUDED.quota_resets_at
+        WHEN NOT c.transient AND EXCLUDED.transient THEN c.quota_resets_at
+        WHEN EXCLUDED.until >= c.until OR (c.transient AND NOT EXCLUDED.transient) THEN EXCLUDED.quota_resets_at
+        ELSE c.quota_resets_at END,
+    quota_window_minutes = CASE
+        WHEN c.until <= EXCLUDED.written_at THEN EXCLUDED.quota_window_minutes
+        WHEN NOT c.transient AND EXCLUDED.transient THEN c.quota_window_minutes
+        WHEN EXCLUDED.until >= c.until OR (c.transient AND NOT EXCLUDED.transient) THEN EXCLUDED.quota_window_minutes
+        ELSE c.quota_window_minutes END,
+    quota_message = CASE
+        WHEN c.until <= EXCLUDED.written_at THEN EXCLUDED.quota_message
+        WHEN NOT c.transient AND EXCLUDED.transient THEN c.quota_message
+        WHEN EXCLUDED.until >= c.until OR (c.transient AND NOT EXCLUDED.transient) THEN EXCLUDED.quota_message
+        ELSE c.quota_message END,
     transient = CASE
         WHEN c.until <= EXCLUDED.written_at THEN EXCLUDED.transient
         ELSE c.transient AND EXCLUDED.transient END,
@@ -83,16 +107,20 @@ ON CONFLICT (account_id) DO UPDATE SET
     written_at = CASE
         WHEN c.until > EXCLUDED.written_at AND NOT c.transient AND EXCLUDED.transient THEN c.written_at
         ELSE EXCLUDED.written_at END
-RETURNING account_id, reason, transient, until, written_at, evidence
+RETURNING account_id, reason, transient, until, written_at, evidence, quota_kind, quota_resets_at, quota_window_minutes, quota_message
 `
 
 type WriteCooldownParams struct {
-	AccountID uuid.UUID
-	Reason    string
-	Transient bool
-	Until     time.Time
-	Now       time.Time
-	Evidence  []byte
+	AccountID          uuid.UUID
+	Reason             string
+	Transient          bool
+	Until              time.Time
+	Now                time.Time
+	Evidence           []byte
+	QuotaKind          *string
+	QuotaResetsAt      *time.Time
+	QuotaWindowMinutes int32
+	QuotaMessage       string
 }
 
 // Merges a cooldown into the account's row. A live deadline is never
@@ -107,6 +135,10 @@ func (q *Queries) WriteCooldown(ctx context.Context, arg WriteCooldownParams) (C
 		arg.Until,
 		arg.Now,
 		arg.Evidence,
+		arg.QuotaKind,
+		arg.QuotaResetsAt,
+		arg.QuotaWindowMinutes,
+		arg.QuotaMessage,
 	)
 	var i Cooldown
 	err := row.Scan(
@@ -116,6 +148,10 @@ func (q *Queries) WriteCooldown(ctx context.Context, arg WriteCooldownParams) (C
 		&i.Until,
 		&i.WrittenAt,
 		&i.Evidence,
+		&i.QuotaKind,
+		&i.QuotaResetsAt,
+		&i.QuotaWindowMinutes,
+		&i.QuotaMessage,
 	)
 	return i, err
 }

@@ -40,6 +40,7 @@ type Account struct {
 	BankedResetsEnabled bool
 	OrgID               *string
 	RecoveryProbeSeenAt *time.Time
+	UpstreamAccountID   string
 }
 
 type ClientKey struct {
@@ -53,12 +54,16 @@ type ClientKey struct {
 }
 
 type Cooldown struct {
-	AccountID uuid.UUID
-	Reason    string
-	Transient bool
-	Until     time.Time
-	WrittenAt time.Time
-	Evidence  []byte
+	AccountID          uuid.UUID
+	Reason             string
+	Transient          bool
+	Until              time.Time
+	WrittenAt          time.Time
+	Evidence           []byte
+	QuotaKind          *string
+	QuotaResetsAt      *time.Time
+	QuotaWindowMinutes int32
+	QuotaMessage       string
 }
 
 type FamilyGate struct {
@@ -159,6 +164,15 @@ type Setting struct {
 	Name      string
 	Value     string
 	UpdatedAt time.Time
+}
+
+type SettingChange struct {
+	ID        int64
+	Name      string
+	OldValue  string
+	NewValue  string
+	Actor     string
+	ChangedAt time.Time
 }
 
 type UsagePoll struct {

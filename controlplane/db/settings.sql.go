@@ -10,6 +10,37 @@ import (
 	"time"
 )
 
+const listSettingChanges = `-- name: ListSettingChanges :many
+SELECT id, name, old_value, new_value, actor, changed_at FROM setting_changes ORDER BY changed_at DESC, id DESC LIMIT $1
+`
+
+func (q *Queries) ListSettingChanges(ctx context.Context, maxRows int32) ([]SettingChange, error) {
+	rows, err := q.db.Query(ctx, listSettingChanges, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SettingChange{}
+	for rows.Next() {
+		var i SettingChange
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.OldValue,
+			&i.NewValue,
+			&i.Actor,
+			&i.ChangedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listSettings = `-- name: ListSettings :many
 SELECT name, value, updated_at FROM settings
 `
@@ -47,5 +78,29 @@ type PutSettingParams struct {
 
 func (q *Queries) PutSetting(ctx context.Context, arg PutSettingParams) error {
 	_, err := q.db.Exec(ctx, putSetting, arg.Name, arg.Value, arg.Now)
+	return err
+}
+
+const recordSettingChange = `-- name: RecordSettingChange :exec
+INSERT INTO setting_changes (name, old_value, new_value, actor, changed_at)
+VALUES ($1, $2, $3, $4, $5)
+`
+
+type RecordSettingChangeParams struct {
+	Name     string
+	OldValue string
+	NewValue string
+	Actor    string
+	Now      time.Time
+}
+
+func (q *Queries) RecordSettingChange(ctx context.Context, arg RecordSettingChangeParams) error {
+	_, err := q.db.Exec(ctx, recordSettingChange,
+		arg.Name,
+		arg.OldValue,
+		arg.NewValue,
+		arg.Actor,
+		arg.Now,
+	)
 	return err
 }

@@ -3,8 +3,10 @@
 -- (a rejected credential) is not replaced by a transient one. An expired
 -- row is simply replaced. Returns the cooldown in force afterwards.
 -- name: WriteCooldown :one
-INSERT INTO cooldowns AS c (account_id, reason, transient, until, written_at, evidence)
-VALUES (@account_id, @reason, @transient, @until, @now, @evidence)
+INSERT INTO cooldowns AS c (account_id, reason, transient, until, written_at, evidence,
+    quota_kind, quota_resets_at, quota_window_minutes, quota_message)
+VALUES (@account_id, @reason, @transient, @until, @now, @evidence,
+    sqlc.narg(quota_kind), sqlc.narg(quota_resets_at), @quota_window_minutes, @quota_message)
 ON CONFLICT (account_id) DO UPDATE SET
     reason = CASE
         WHEN c.until <= EXCLUDED.written_at THEN EXCLUDED.reason
@@ -16,6 +18,28 @@ ON CONFLICT (account_id) DO UPDATE SET
         WHEN NOT c.transient AND EXCLUDED.transient THEN c.evidence
         WHEN EXCLUDED.until >= c.until OR (c.transient AND NOT EXCLUDED.transient) THEN EXCLUDED.evidence
         ELSE c.evidence END,
+    -- The quota evidence goes with the deadline it justified: the same
+    -- choice as reason and evidence.
+    quota_kind = CASE
+        WHEN c.until <= EXCLUDED.written_at THEN EXCLUDED.quota_kind
+        WHEN NOT c.transient AND EXCLUDED.transient THEN c.quota_kind
+        WHEN EXCLUDED.until >= c.until OR (c.transient AND NOT EXCLUDED.transient) THEN EXCLUDED.quota_kind
+        ELSE c.quota_kind END,
+    quota_resets_at = CASE
+        WHEN c.until <= EXCLUDED.written_at THEN EXCLUDED.quota_resets_at
+        WHEN NOT c.transient AND EXCLUDED.transient THEN c.quota_resets_at
+        WHEN EXCLUDED.until >= c.until OR (c.transient AND NOT EXCLUDED.transient) THEN EXCLUDED.quota_resets_at
+        ELSE c.quota_resets_at END,
+    quota_window_minutes = CASE
+        WHEN c.until <= EXCLUDED.written_at THEN EXCLUDED.quota_window_minutes
+        WHEN NOT c.transient AND EXCLUDED.transient THEN c.quota_window_minutes
+        WHEN EXCLUDED.until >= c.until OR (c.transient AND NOT EXCLUDED.transient) THEN EXCLUDED.quota_window_minutes
+        ELSE c.quota_window_minutes END,
+    quota_message = CASE
+        WHEN c.until <= EXCLUDED.written_at THEN EXCLUDED.quota_message
+        WHEN NOT c.transient AND EXCLUDED.transient THEN c.quota_message
+        WHEN EXCLUDED.until >= c.until OR (c.transient AND NOT EXCLUDED.transient) THEN EXCLUDED.quota_message
+        ELSE c.quota_message END,
     transient = CASE
         WHEN c.until <= EXCLUDED.written_at THEN EXCLUDED.transient
         ELSE c.transient AND EXCLUDED.transient END,

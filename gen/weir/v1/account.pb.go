@@ -59,6 +59,9 @@ type Account struct {
 	// provider organization the claim URL names.
 	BankedResetsEnabled bool   `protobuf:"varint,30,opt,name=banked_resets_enabled,json=bankedResetsEnabled,proto3" json:"banked_resets_enabled,omitempty"`
 	OrgId               string `protobuf:"bytes,31,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
+	// Codex: the ChatGPT account id (sent as chatgpt-account-id). Not a
+	// secret; from the credential's auth.json or set by the operator.
+	UpstreamAccountId string `protobuf:"bytes,32,opt,name=upstream_account_id,json=upstreamAccountId,proto3" json:"upstream_account_id,omitempty"`
 	// Per usage window with enough recent history: the burn rate and when
 	// the window would be exhausted at it.
 	Forecasts     []*Forecast `protobuf:"bytes,21,rep,name=forecasts,proto3" json:"forecasts,omitempty"`
@@ -250,6 +253,13 @@ func (x *Account) GetOrgId() string {
 	return ""
 }
 
+func (x *Account) GetUpstreamAccountId() string {
+	if x != nil {
+		return x.UpstreamAccountId
+	}
+	return ""
+}
+
 func (x *Account) GetForecasts() []*Forecast {
 	if x != nil {
 		return x.Forecasts
@@ -417,8 +427,11 @@ type CreateAccountRequest struct {
 	// 0 means the default (4).
 	MaxConcurrency int32 `protobuf:"varint,6,opt,name=max_concurrency,json=maxConcurrency,proto3" json:"max_concurrency,omitempty"`
 	Priority       int32 `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Codex: the ChatGPT account id; taken from the credential when it is
+	// Codex's auth.json.
+	UpstreamAccountId string `protobuf:"bytes,8,opt,name=upstream_account_id,json=upstreamAccountId,proto3" json:"upstream_account_id,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *CreateAccountRequest) Reset() {
@@ -498,6 +511,13 @@ func (x *CreateAccountRequest) GetPriority() int32 {
 		return x.Priority
 	}
 	return 0
+}
+
+func (x *CreateAccountRequest) GetUpstreamAccountId() string {
+	if x != nil {
+		return x.UpstreamAccountId
+	}
+	return ""
 }
 
 type CreateAccountResponse struct {
@@ -717,7 +737,7 @@ type UpdateAccountRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Fields to change: label, base_url, max_concurrency, priority,
-	// credential, banked_resets_enabled, org_id.
+	// credential, banked_resets_enabled, org_id, upstream_account_id.
 	UpdateMask     *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	Label          string                 `protobuf:"bytes,3,opt,name=label,proto3" json:"label,omitempty"`
 	BaseUrl        string                 `protobuf:"bytes,4,opt,name=base_url,json=baseUrl,proto3" json:"base_url,omitempty"`
@@ -728,6 +748,7 @@ type UpdateAccountRequest struct {
 	Credential          string `protobuf:"bytes,7,opt,name=credential,proto3" json:"credential,omitempty"`
 	BankedResetsEnabled bool   `protobuf:"varint,30,opt,name=banked_resets_enabled,json=bankedResetsEnabled,proto3" json:"banked_resets_enabled,omitempty"`
 	OrgId               string `protobuf:"bytes,31,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
+	UpstreamAccountId   string `protobuf:"bytes,32,opt,name=upstream_account_id,json=upstreamAccountId,proto3" json:"upstream_account_id,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -821,6 +842,13 @@ func (x *UpdateAccountRequest) GetBankedResetsEnabled() bool {
 func (x *UpdateAccountRequest) GetOrgId() string {
 	if x != nil {
 		return x.OrgId
+	}
+	return ""
+}
+
+func (x *UpdateAccountRequest) GetUpstreamAccountId() string {
+	if x != nil {
+		return x.UpstreamAccountId
 	}
 	return ""
 }
@@ -1646,7 +1674,7 @@ var File_weir_v1_account_proto protoreflect.FileDescriptor
 
 const file_weir_v1_account_proto_rawDesc = "" +
 	"\n" +
-	"\x15weir/v1/account.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"\xfe\a\n" +
+	"\x15weir/v1/account.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"\xae\b\n" +
 	"\aAccount\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
 	"\bprovider\x18\x02 \x01(\x0e2\x11.weir.v1.ProviderR\bprovider\x12.\n" +
@@ -1673,7 +1701,8 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"\x05usage\x18\x13 \x03(\v2\x14.weir.v1.UsageWindowR\x05usage\x12>\n" +
 	"\rusage_read_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\vusageReadAt\x122\n" +
 	"\x15banked_resets_enabled\x18\x1e \x01(\bR\x13bankedResetsEnabled\x12\x15\n" +
-	"\x06org_id\x18\x1f \x01(\tR\x05orgId\x12/\n" +
+	"\x06org_id\x18\x1f \x01(\tR\x05orgId\x12.\n" +
+	"\x13upstream_account_id\x18  \x01(\tR\x11upstreamAccountId\x12/\n" +
 	"\tforecasts\x18\x15 \x03(\v2\x11.weir.v1.ForecastR\tforecasts\"\x98\x01\n" +
 	"\bForecast\x12\x16\n" +
 	"\x06window\x18\x01 \x01(\tR\x06window\x12\"\n" +
@@ -1688,7 +1717,7 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"\x06source\x18\x04 \x01(\tR\x06source\x12;\n" +
 	"\vobserved_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"observedAtB\x0e\n" +
-	"\f_utilization\"\x8b\x02\n" +
+	"\f_utilization\"\xbb\x02\n" +
 	"\x14CreateAccountRequest\x12-\n" +
 	"\bprovider\x18\x01 \x01(\x0e2\x11.weir.v1.ProviderR\bprovider\x12.\n" +
 	"\tauth_kind\x18\x02 \x01(\x0e2\x11.weir.v1.AuthKindR\bauthKind\x12\x14\n" +
@@ -1698,7 +1727,8 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"credential\x12\x19\n" +
 	"\bbase_url\x18\x05 \x01(\tR\abaseUrl\x12'\n" +
 	"\x0fmax_concurrency\x18\x06 \x01(\x05R\x0emaxConcurrency\x12\x1a\n" +
-	"\bpriority\x18\a \x01(\x05R\bpriority\"C\n" +
+	"\bpriority\x18\a \x01(\x05R\bpriority\x12.\n" +
+	"\x13upstream_account_id\x18\b \x01(\tR\x11upstreamAccountId\"C\n" +
 	"\x15CreateAccountResponse\x12*\n" +
 	"\aaccount\x18\x01 \x01(\v2\x10.weir.v1.AccountR\aaccount\"\x15\n" +
 	"\x13ListAccountsRequest\"D\n" +
@@ -1707,7 +1737,7 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"\x11GetAccountRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"@\n" +
 	"\x12GetAccountResponse\x12*\n" +
-	"\aaccount\x18\x01 \x01(\v2\x10.weir.v1.AccountR\aaccount\"\xc4\x02\n" +
+	"\aaccount\x18\x01 \x01(\v2\x10.weir.v1.AccountR\aaccount\"\xf4\x02\n" +
 	"\x14UpdateAccountRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12;\n" +
 	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
@@ -1720,7 +1750,8 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"credential\x18\a \x01(\tR\n" +
 	"credential\x122\n" +
 	"\x15banked_resets_enabled\x18\x1e \x01(\bR\x13bankedResetsEnabled\x12\x15\n" +
-	"\x06org_id\x18\x1f \x01(\tR\x05orgId\"C\n" +
+	"\x06org_id\x18\x1f \x01(\tR\x05orgId\x12.\n" +
+	"\x13upstream_account_id\x18  \x01(\tR\x11upstreamAccountId\"C\n" +
 	"\x15UpdateAccountResponse\x12*\n" +
 	"\aaccount\x18\x01 \x01(\v2\x10.weir.v1.AccountR\aaccount\"%\n" +
 	"\x13PauseAccountRequest\x12\x0e\n" +

@@ -254,8 +254,10 @@ type AcquireRequest struct {
 	// Serve from this account if it is still eligible (a retry after an
 	// overload goes back to the same account).
 	PreferAccountId string `protobuf:"bytes,6,opt,name=prefer_account_id,json=preferAccountId,proto3" json:"prefer_account_id,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The protocol the request arrived on; it decides the providers.
+	Surface       Surface `protobuf:"varint,7,opt,name=surface,proto3,enum=weir.v1.Surface" json:"surface,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireRequest) Reset() {
@@ -328,6 +330,13 @@ func (x *AcquireRequest) GetPreferAccountId() string {
 		return x.PreferAccountId
 	}
 	return ""
+}
+
+func (x *AcquireRequest) GetSurface() Surface {
+	if x != nil {
+		return x.Surface
+	}
+	return Surface_SURFACE_UNSPECIFIED
 }
 
 type AcquireResponse struct {
@@ -430,9 +439,11 @@ type Lease struct {
 	// The concrete model to send upstream when the request named a model
 	// alias: the data plane rewrites the body's model to it. Empty when the
 	// request named a concrete model (which never changes).
-	Model         string `protobuf:"bytes,10,opt,name=model,proto3" json:"model,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Model string `protobuf:"bytes,10,opt,name=model,proto3" json:"model,omitempty"`
+	// Codex: the ChatGPT account id, sent upstream as chatgpt-account-id.
+	UpstreamAccountId string `protobuf:"bytes,11,opt,name=upstream_account_id,json=upstreamAccountId,proto3" json:"upstream_account_id,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Lease) Reset() {
@@ -535,6 +546,13 @@ func (x *Lease) GetModel() string {
 	return ""
 }
 
+func (x *Lease) GetUpstreamAccountId() string {
+	if x != nil {
+		return x.UpstreamAccountId
+	}
+	return ""
+}
+
 type NoAccount struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Reason  NoAccountReason        `protobuf:"varint,1,opt,name=reason,proto3,enum=weir.v1.NoAccountReason" json:"reason,omitempty"`
@@ -544,7 +562,12 @@ type NoAccount struct {
 	RetryAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=retry_at,json=retryAt,proto3" json:"retry_at,omitempty"`
 	// No account can recover without an operator (every candidate paused,
 	// broken or holding a rejected credential): waiting cannot help.
-	Permanent     bool `protobuf:"varint,4,opt,name=permanent,proto3" json:"permanent,omitempty"`
+	Permanent bool `protobuf:"varint,4,opt,name=permanent,proto3" json:"permanent,omitempty"`
+	// Set when every eligible account for the model is blocked by quota
+	// evidence that covers its deadline: the quota of the one that reopens
+	// first. The data plane answers a final usage limit from it in the
+	// usage_limit quota-response mode.
+	QuotaBlock    *QuotaBlock `protobuf:"bytes,5,opt,name=quota_block,json=quotaBlock,proto3" json:"quota_block,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -607,6 +630,95 @@ func (x *NoAccount) GetPermanent() bool {
 	return false
 }
 
+func (x *NoAccount) GetQuotaBlock() *QuotaBlock {
+	if x != nil {
+		return x.QuotaBlock
+	}
+	return nil
+}
+
+// QuotaBlock describes a pool out of quota for one request.
+type QuotaBlock struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When the first account reopens.
+	ResetsAt *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=resets_at,json=resetsAt,proto3" json:"resets_at,omitempty"`
+	// That account's exhausted window in minutes; 0 when unknown.
+	WindowMinutes int32 `protobuf:"varint,2,opt,name=window_minutes,json=windowMinutes,proto3" json:"window_minutes,omitempty"`
+	// That account's provider.
+	Provider Provider `protobuf:"varint,3,opt,name=provider,proto3,enum=weir.v1.Provider" json:"provider,omitempty"`
+	// The upstream error that justified its block, one line.
+	LastUpstreamError string `protobuf:"bytes,4,opt,name=last_upstream_error,json=lastUpstreamError,proto3" json:"last_upstream_error,omitempty"`
+	// How many accounts are blocked.
+	Accounts      int32 `protobuf:"varint,5,opt,name=accounts,proto3" json:"accounts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuotaBlock) Reset() {
+	*x = QuotaBlock{}
+	mi := &file_weir_v1_lease_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuotaBlock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuotaBlock) ProtoMessage() {}
+
+func (x *QuotaBlock) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuotaBlock.ProtoReflect.Descriptor instead.
+func (*QuotaBlock) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *QuotaBlock) GetResetsAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResetsAt
+	}
+	return nil
+}
+
+func (x *QuotaBlock) GetWindowMinutes() int32 {
+	if x != nil {
+		return x.WindowMinutes
+	}
+	return 0
+}
+
+func (x *QuotaBlock) GetProvider() Provider {
+	if x != nil {
+		return x.Provider
+	}
+	return Provider_PROVIDER_UNSPECIFIED
+}
+
+func (x *QuotaBlock) GetLastUpstreamError() string {
+	if x != nil {
+		return x.LastUpstreamError
+	}
+	return ""
+}
+
+func (x *QuotaBlock) GetAccounts() int32 {
+	if x != nil {
+		return x.Accounts
+	}
+	return 0
+}
+
 type RenewRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
@@ -616,7 +728,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[6]
+	mi := &file_weir_v1_lease_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -628,7 +740,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[6]
+	mi := &file_weir_v1_lease_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -641,7 +753,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{6}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RenewRequest) GetLeaseId() string {
@@ -660,7 +772,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[7]
+	mi := &file_weir_v1_lease_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -672,7 +784,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[7]
+	mi := &file_weir_v1_lease_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -685,7 +797,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{7}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RenewResponse) GetExpiresAt() *timestamppb.Timestamp {
@@ -719,14 +831,20 @@ type Outcome struct {
 	PriorOverloads int32 `protobuf:"varint,11,opt,name=prior_overloads,json=priorOverloads,proto3" json:"prior_overloads,omitempty"`
 	// Consecutive same-account retries of rate-limit bursts this request
 	// already had on this account before this attempt.
-	PriorBursts   int32 `protobuf:"varint,12,opt,name=prior_bursts,json=priorBursts,proto3" json:"prior_bursts,omitempty"`
+	PriorBursts int32 `protobuf:"varint,12,opt,name=prior_bursts,json=priorBursts,proto3" json:"prior_bursts,omitempty"`
+	// Quota evidence parsed from the answer (Codex usage_limit_reached,
+	// OpenAI insufficient_quota, Google QUOTA_EXHAUSTED); Anthropic's unified
+	// headers are read by the control plane from headers.
+	Quota *QuotaEvidence `protobuf:"bytes,13,opt,name=quota,proto3" json:"quota,omitempty"`
+	// The upstream's error message, one line, without secrets.
+	ErrorMessage  string `protobuf:"bytes,14,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Outcome) Reset() {
 	*x = Outcome{}
-	mi := &file_weir_v1_lease_proto_msgTypes[8]
+	mi := &file_weir_v1_lease_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +856,7 @@ func (x *Outcome) String() string {
 func (*Outcome) ProtoMessage() {}
 
 func (x *Outcome) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[8]
+	mi := &file_weir_v1_lease_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +869,7 @@ func (x *Outcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Outcome.ProtoReflect.Descriptor instead.
 func (*Outcome) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{8}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Outcome) GetClass() OutcomeClass {
@@ -838,6 +956,20 @@ func (x *Outcome) GetPriorBursts() int32 {
 	return 0
 }
 
+func (x *Outcome) GetQuota() *QuotaEvidence {
+	if x != nil {
+		return x.Quota
+	}
+	return nil
+}
+
+func (x *Outcome) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
 type WorkerSettingsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -846,7 +978,7 @@ type WorkerSettingsRequest struct {
 
 func (x *WorkerSettingsRequest) Reset() {
 	*x = WorkerSettingsRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[9]
+	mi := &file_weir_v1_lease_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -858,7 +990,7 @@ func (x *WorkerSettingsRequest) String() string {
 func (*WorkerSettingsRequest) ProtoMessage() {}
 
 func (x *WorkerSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[9]
+	mi := &file_weir_v1_lease_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +1003,7 @@ func (x *WorkerSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSettingsRequest.ProtoReflect.Descriptor instead.
 func (*WorkerSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{9}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{10}
 }
 
 type WorkerSettingsResponse struct {
@@ -883,7 +1015,7 @@ type WorkerSettingsResponse struct {
 
 func (x *WorkerSettingsResponse) Reset() {
 	*x = WorkerSettingsResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[10]
+	mi := &file_weir_v1_lease_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -895,7 +1027,7 @@ func (x *WorkerSettingsResponse) String() string {
 func (*WorkerSettingsResponse) ProtoMessage() {}
 
 func (x *WorkerSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[10]
+	mi := &file_weir_v1_lease_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -908,7 +1040,7 @@ func (x *WorkerSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSettingsResponse.ProtoReflect.Descriptor instead.
 func (*WorkerSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{10}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WorkerSettingsResponse) GetSettings() *Settings {
@@ -928,7 +1060,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[11]
+	mi := &file_weir_v1_lease_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +1072,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[11]
+	mi := &file_weir_v1_lease_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +1085,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{11}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReleaseRequest) GetLeaseId() string {
@@ -979,7 +1111,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[12]
+	mi := &file_weir_v1_lease_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1123,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[12]
+	mi := &file_weir_v1_lease_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1136,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{12}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReleaseResponse) GetDecision() *Decision {
@@ -1046,7 +1178,7 @@ type RouteEvent struct {
 
 func (x *RouteEvent) Reset() {
 	*x = RouteEvent{}
-	mi := &file_weir_v1_lease_proto_msgTypes[13]
+	mi := &file_weir_v1_lease_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1190,7 @@ func (x *RouteEvent) String() string {
 func (*RouteEvent) ProtoMessage() {}
 
 func (x *RouteEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[13]
+	mi := &file_weir_v1_lease_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1203,7 @@ func (x *RouteEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteEvent.ProtoReflect.Descriptor instead.
 func (*RouteEvent) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{13}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RouteEvent) GetRequestId() string {
@@ -1221,7 +1353,7 @@ type AttemptRecord struct {
 
 func (x *AttemptRecord) Reset() {
 	*x = AttemptRecord{}
-	mi := &file_weir_v1_lease_proto_msgTypes[14]
+	mi := &file_weir_v1_lease_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1233,7 +1365,7 @@ func (x *AttemptRecord) String() string {
 func (*AttemptRecord) ProtoMessage() {}
 
 func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[14]
+	mi := &file_weir_v1_lease_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1246,7 +1378,7 @@ func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptRecord.ProtoReflect.Descriptor instead.
 func (*AttemptRecord) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{14}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AttemptRecord) GetAt() *durationpb.Duration {
@@ -1314,7 +1446,7 @@ type ReportRouteRequest struct {
 
 func (x *ReportRouteRequest) Reset() {
 	*x = ReportRouteRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[15]
+	mi := &file_weir_v1_lease_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1458,7 @@ func (x *ReportRouteRequest) String() string {
 func (*ReportRouteRequest) ProtoMessage() {}
 
 func (x *ReportRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[15]
+	mi := &file_weir_v1_lease_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1471,7 @@ func (x *ReportRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRouteRequest.ProtoReflect.Descriptor instead.
 func (*ReportRouteRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{15}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReportRouteRequest) GetEvent() *RouteEvent {
@@ -1357,7 +1489,7 @@ type ReportRouteResponse struct {
 
 func (x *ReportRouteResponse) Reset() {
 	*x = ReportRouteResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[16]
+	mi := &file_weir_v1_lease_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1501,7 @@ func (x *ReportRouteResponse) String() string {
 func (*ReportRouteResponse) ProtoMessage() {}
 
 func (x *ReportRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[16]
+	mi := &file_weir_v1_lease_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +1514,7 @@ func (x *ReportRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRouteResponse.ProtoReflect.Descriptor instead.
 func (*ReportRouteResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{16}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{17}
 }
 
 var File_weir_v1_lease_proto protoreflect.FileDescriptor
@@ -1394,7 +1526,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\bkey_hash\x18\x01 \x01(\tR\akeyHash\"E\n" +
 	"\x11VerifyKeyResponse\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x19\n" +
-	"\bkey_name\x18\x02 \x01(\tR\akeyName\"\xdd\x01\n" +
+	"\bkey_name\x18\x02 \x01(\tR\akeyName\"\x89\x02\n" +
 	"\x0eAcquireRequest\x12\x19\n" +
 	"\bkey_hash\x18\x01 \x01(\tR\akeyHash\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1f\n" +
@@ -1403,12 +1535,13 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x13exclude_account_ids\x18\x04 \x03(\tR\x11excludeAccountIds\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x12*\n" +
-	"\x11prefer_account_id\x18\x06 \x01(\tR\x0fpreferAccountId\"x\n" +
+	"\x11prefer_account_id\x18\x06 \x01(\tR\x0fpreferAccountId\x12*\n" +
+	"\asurface\x18\a \x01(\x0e2\x10.weir.v1.SurfaceR\asurface\"x\n" +
 	"\x0fAcquireResponse\x12&\n" +
 	"\x05lease\x18\x01 \x01(\v2\x0e.weir.v1.LeaseH\x00R\x05lease\x123\n" +
 	"\n" +
 	"no_account\x18\x02 \x01(\v2\x12.weir.v1.NoAccountH\x00R\tnoAccountB\b\n" +
-	"\x06result\"\xf3\x02\n" +
+	"\x06result\"\xa3\x03\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -1424,17 +1557,27 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"expires_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12+\n" +
 	"\x03ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x14\n" +
 	"\x05model\x18\n" +
-	" \x01(\tR\x05model\"\xac\x01\n" +
+	" \x01(\tR\x05model\x12.\n" +
+	"\x13upstream_account_id\x18\v \x01(\tR\x11upstreamAccountId\"\xe2\x01\n" +
 	"\tNoAccount\x120\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x18.weir.v1.NoAccountReasonR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x125\n" +
 	"\bretry_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aretryAt\x12\x1c\n" +
-	"\tpermanent\x18\x04 \x01(\bR\tpermanent\")\n" +
+	"\tpermanent\x18\x04 \x01(\bR\tpermanent\x124\n" +
+	"\vquota_block\x18\x05 \x01(\v2\x13.weir.v1.QuotaBlockR\n" +
+	"quotaBlock\"\xe7\x01\n" +
+	"\n" +
+	"QuotaBlock\x127\n" +
+	"\tresets_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\bresetsAt\x12%\n" +
+	"\x0ewindow_minutes\x18\x02 \x01(\x05R\rwindowMinutes\x12-\n" +
+	"\bprovider\x18\x03 \x01(\x0e2\x11.weir.v1.ProviderR\bprovider\x12.\n" +
+	"\x13last_upstream_error\x18\x04 \x01(\tR\x11lastUpstreamError\x12\x1a\n" +
+	"\baccounts\x18\x05 \x01(\x05R\baccounts\")\n" +
 	"\fRenewRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\"J\n" +
 	"\rRenewResponse\x129\n" +
 	"\n" +
-	"expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xc6\x04\n" +
+	"expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x99\x05\n" +
 	"\aOutcome\x12+\n" +
 	"\x05class\x18\x01 \x01(\x0e2\x15.weir.v1.OutcomeClassR\x05class\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\x05R\x06status\x12\x1d\n" +
@@ -1449,7 +1592,9 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x0ftransport_error\x18\n" +
 	" \x01(\tR\x0etransportError\x12'\n" +
 	"\x0fprior_overloads\x18\v \x01(\x05R\x0epriorOverloads\x12!\n" +
-	"\fprior_bursts\x18\f \x01(\x05R\vpriorBursts\x1a:\n" +
+	"\fprior_bursts\x18\f \x01(\x05R\vpriorBursts\x12,\n" +
+	"\x05quota\x18\r \x01(\v2\x16.weir.v1.QuotaEvidenceR\x05quota\x12#\n" +
+	"\rerror_message\x18\x0e \x01(\tR\ferrorMessage\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x17\n" +
@@ -1537,7 +1682,7 @@ func file_weir_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_weir_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_weir_v1_lease_proto_goTypes = []any{
 	(NoAccountReason)(0),           // 0: weir.v1.NoAccountReason
 	(FailureStage)(0),              // 1: weir.v1.FailureStage
@@ -1547,72 +1692,80 @@ var file_weir_v1_lease_proto_goTypes = []any{
 	(*AcquireResponse)(nil),        // 5: weir.v1.AcquireResponse
 	(*Lease)(nil),                  // 6: weir.v1.Lease
 	(*NoAccount)(nil),              // 7: weir.v1.NoAccount
-	(*RenewRequest)(nil),           // 8: weir.v1.RenewRequest
-	(*RenewResponse)(nil),          // 9: weir.v1.RenewResponse
-	(*Outcome)(nil),                // 10: weir.v1.Outcome
-	(*WorkerSettingsRequest)(nil),  // 11: weir.v1.WorkerSettingsRequest
-	(*WorkerSettingsResponse)(nil), // 12: weir.v1.WorkerSettingsResponse
-	(*ReleaseRequest)(nil),         // 13: weir.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),        // 14: weir.v1.ReleaseResponse
-	(*RouteEvent)(nil),             // 15: weir.v1.RouteEvent
-	(*AttemptRecord)(nil),          // 16: weir.v1.AttemptRecord
-	(*ReportRouteRequest)(nil),     // 17: weir.v1.ReportRouteRequest
-	(*ReportRouteResponse)(nil),    // 18: weir.v1.ReportRouteResponse
-	nil,                            // 19: weir.v1.Outcome.HeadersEntry
-	(Provider)(0),                  // 20: weir.v1.Provider
-	(AuthKind)(0),                  // 21: weir.v1.AuthKind
-	(*timestamppb.Timestamp)(nil),  // 22: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 23: google.protobuf.Duration
-	(OutcomeClass)(0),              // 24: weir.v1.OutcomeClass
-	(*Settings)(nil),               // 25: weir.v1.Settings
-	(*Decision)(nil),               // 26: weir.v1.Decision
-	(Action)(0),                    // 27: weir.v1.Action
+	(*QuotaBlock)(nil),             // 8: weir.v1.QuotaBlock
+	(*RenewRequest)(nil),           // 9: weir.v1.RenewRequest
+	(*RenewResponse)(nil),          // 10: weir.v1.RenewResponse
+	(*Outcome)(nil),                // 11: weir.v1.Outcome
+	(*WorkerSettingsRequest)(nil),  // 12: weir.v1.WorkerSettingsRequest
+	(*WorkerSettingsResponse)(nil), // 13: weir.v1.WorkerSettingsResponse
+	(*ReleaseRequest)(nil),         // 14: weir.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),        // 15: weir.v1.ReleaseResponse
+	(*RouteEvent)(nil),             // 16: weir.v1.RouteEvent
+	(*AttemptRecord)(nil),          // 17: weir.v1.AttemptRecord
+	(*ReportRouteRequest)(nil),     // 18: weir.v1.ReportRouteRequest
+	(*ReportRouteResponse)(nil),    // 19: weir.v1.ReportRouteResponse
+	nil,                            // 20: weir.v1.Outcome.HeadersEntry
+	(Surface)(0),                   // 21: weir.v1.Surface
+	(Provider)(0),                  // 22: weir.v1.Provider
+	(AuthKind)(0),                  // 23: weir.v1.AuthKind
+	(*timestamppb.Timestamp)(nil),  // 24: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 25: google.protobuf.Duration
+	(OutcomeClass)(0),              // 26: weir.v1.OutcomeClass
+	(*QuotaEvidence)(nil),          // 27: weir.v1.QuotaEvidence
+	(*Settings)(nil),               // 28: weir.v1.Settings
+	(*Decision)(nil),               // 29: weir.v1.Decision
+	(Action)(0),                    // 30: weir.v1.Action
 }
 var file_weir_v1_lease_proto_depIdxs = []int32{
-	6,  // 0: weir.v1.AcquireResponse.lease:type_name -> weir.v1.Lease
-	7,  // 1: weir.v1.AcquireResponse.no_account:type_name -> weir.v1.NoAccount
-	20, // 2: weir.v1.Lease.provider:type_name -> weir.v1.Provider
-	21, // 3: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
-	22, // 4: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	23, // 5: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	0,  // 6: weir.v1.NoAccount.reason:type_name -> weir.v1.NoAccountReason
-	22, // 7: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
-	22, // 8: weir.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 9: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
-	19, // 10: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
-	23, // 11: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
-	23, // 12: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
-	25, // 13: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
-	10, // 14: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
-	26, // 15: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
-	23, // 16: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
-	23, // 17: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
-	22, // 18: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
-	23, // 19: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
-	1,  // 20: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
-	16, // 21: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
-	23, // 22: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
-	24, // 23: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
-	27, // 24: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
-	23, // 25: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
-	15, // 26: weir.v1.ReportRouteRequest.event:type_name -> weir.v1.RouteEvent
-	2,  // 27: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
-	4,  // 28: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
-	11, // 29: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
-	8,  // 30: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
-	13, // 31: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
-	17, // 32: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
-	3,  // 33: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
-	5,  // 34: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
-	12, // 35: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
-	9,  // 36: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
-	14, // 37: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
-	18, // 38: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
-	33, // [33:39] is the sub-list for method output_type
-	27, // [27:33] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	21, // 0: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
+	6,  // 1: weir.v1.AcquireResponse.lease:type_name -> weir.v1.Lease
+	7,  // 2: weir.v1.AcquireResponse.no_account:type_name -> weir.v1.NoAccount
+	22, // 3: weir.v1.Lease.provider:type_name -> weir.v1.Provider
+	23, // 4: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
+	24, // 5: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	25, // 6: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	0,  // 7: weir.v1.NoAccount.reason:type_name -> weir.v1.NoAccountReason
+	24, // 8: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
+	8,  // 9: weir.v1.NoAccount.quota_block:type_name -> weir.v1.QuotaBlock
+	24, // 10: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
+	22, // 11: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
+	24, // 12: weir.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 13: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
+	20, // 14: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
+	25, // 15: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
+	25, // 16: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
+	27, // 17: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
+	28, // 18: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
+	11, // 19: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
+	29, // 20: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
+	25, // 21: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
+	25, // 22: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
+	24, // 23: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
+	25, // 24: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
+	1,  // 25: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
+	17, // 26: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
+	25, // 27: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
+	26, // 28: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
+	30, // 29: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
+	25, // 30: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
+	16, // 31: weir.v1.ReportRouteRequest.event:type_name -> weir.v1.RouteEvent
+	2,  // 32: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
+	4,  // 33: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
+	12, // 34: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
+	9,  // 35: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
+	14, // 36: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
+	18, // 37: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
+	3,  // 38: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
+	5,  // 39: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
+	13, // 40: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
+	10, // 41: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
+	15, // 42: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
+	19, // 43: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
+	38, // [38:44] is the sub-list for method output_type
+	32, // [32:38] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_lease_proto_init() }
@@ -1631,7 +1784,7 @@ func file_weir_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_lease_proto_rawDesc), len(file_weir_v1_lease_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -10,6 +10,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -105,7 +106,7 @@ func (x *GetSettingsResponse) GetSettings() *Settings {
 type UpdateSettingsRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Settings *Settings              `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
-	// Fields to change: capacity_hold, request_deadline.
+	// Fields to change: capacity_hold, request_deadline, quota_response_mode.
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -199,11 +200,179 @@ func (x *UpdateSettingsResponse) GetSettings() *Settings {
 	return nil
 }
 
+type ListSettingChangesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many (default 50, at most 500).
+	Limit         int32 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSettingChangesRequest) Reset() {
+	*x = ListSettingChangesRequest{}
+	mi := &file_weir_v1_settings_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSettingChangesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSettingChangesRequest) ProtoMessage() {}
+
+func (x *ListSettingChangesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_settings_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSettingChangesRequest.ProtoReflect.Descriptor instead.
+func (*ListSettingChangesRequest) Descriptor() ([]byte, []int) {
+	return file_weir_v1_settings_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListSettingChangesRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListSettingChangesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Changes       []*SettingChange       `protobuf:"bytes,1,rep,name=changes,proto3" json:"changes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSettingChangesResponse) Reset() {
+	*x = ListSettingChangesResponse{}
+	mi := &file_weir_v1_settings_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSettingChangesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSettingChangesResponse) ProtoMessage() {}
+
+func (x *ListSettingChangesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_settings_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSettingChangesResponse.ProtoReflect.Descriptor instead.
+func (*ListSettingChangesResponse) Descriptor() ([]byte, []int) {
+	return file_weir_v1_settings_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ListSettingChangesResponse) GetChanges() []*SettingChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+// SettingChange is one audited change of one setting.
+type SettingChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The value before ("" when it was the default) and after, as text.
+	OldValue  string                 `protobuf:"bytes,2,opt,name=old_value,json=oldValue,proto3" json:"old_value,omitempty"`
+	NewValue  string                 `protobuf:"bytes,3,opt,name=new_value,json=newValue,proto3" json:"new_value,omitempty"`
+	ChangedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=changed_at,json=changedAt,proto3" json:"changed_at,omitempty"`
+	// Who changed it: the admin credential's name ("admin").
+	Actor         string `protobuf:"bytes,5,opt,name=actor,proto3" json:"actor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettingChange) Reset() {
+	*x = SettingChange{}
+	mi := &file_weir_v1_settings_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettingChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettingChange) ProtoMessage() {}
+
+func (x *SettingChange) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_settings_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettingChange.ProtoReflect.Descriptor instead.
+func (*SettingChange) Descriptor() ([]byte, []int) {
+	return file_weir_v1_settings_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SettingChange) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SettingChange) GetOldValue() string {
+	if x != nil {
+		return x.OldValue
+	}
+	return ""
+}
+
+func (x *SettingChange) GetNewValue() string {
+	if x != nil {
+		return x.NewValue
+	}
+	return ""
+}
+
+func (x *SettingChange) GetChangedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ChangedAt
+	}
+	return nil
+}
+
+func (x *SettingChange) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
 var File_weir_v1_settings_proto protoreflect.FileDescriptor
 
 const file_weir_v1_settings_proto_rawDesc = "" +
 	"\n" +
-	"\x16weir/v1/settings.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x13weir/v1/types.proto\"\x14\n" +
+	"\x16weir/v1/settings.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"\x14\n" +
 	"\x12GetSettingsRequest\"D\n" +
 	"\x13GetSettingsResponse\x12-\n" +
 	"\bsettings\x18\x01 \x01(\v2\x11.weir.v1.SettingsR\bsettings\"\x83\x01\n" +
@@ -212,10 +381,22 @@ const file_weir_v1_settings_proto_rawDesc = "" +
 	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
 	"updateMask\"G\n" +
 	"\x16UpdateSettingsResponse\x12-\n" +
-	"\bsettings\x18\x01 \x01(\v2\x11.weir.v1.SettingsR\bsettings2\xb5\x01\n" +
+	"\bsettings\x18\x01 \x01(\v2\x11.weir.v1.SettingsR\bsettings\"1\n" +
+	"\x19ListSettingChangesRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x05R\x05limit\"N\n" +
+	"\x1aListSettingChangesResponse\x120\n" +
+	"\achanges\x18\x01 \x03(\v2\x16.weir.v1.SettingChangeR\achanges\"\xae\x01\n" +
+	"\rSettingChange\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\told_value\x18\x02 \x01(\tR\boldValue\x12\x1b\n" +
+	"\tnew_value\x18\x03 \x01(\tR\bnewValue\x129\n" +
+	"\n" +
+	"changed_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tchangedAt\x12\x14\n" +
+	"\x05actor\x18\x05 \x01(\tR\x05actor2\x99\x02\n" +
 	"\x0fSettingsService\x12M\n" +
 	"\vGetSettings\x12\x1b.weir.v1.GetSettingsRequest\x1a\x1c.weir.v1.GetSettingsResponse\"\x03\x90\x02\x01\x12S\n" +
-	"\x0eUpdateSettings\x12\x1e.weir.v1.UpdateSettingsRequest\x1a\x1f.weir.v1.UpdateSettingsResponse\"\x00B\x84\x01\n" +
+	"\x0eUpdateSettings\x12\x1e.weir.v1.UpdateSettingsRequest\x1a\x1f.weir.v1.UpdateSettingsResponse\"\x00\x12b\n" +
+	"\x12ListSettingChanges\x12\".weir.v1.ListSettingChangesRequest\x1a#.weir.v1.ListSettingChangesResponse\"\x03\x90\x02\x01B\x84\x01\n" +
 	"\vcom.weir.v1B\rSettingsProtoP\x01Z)github.com/weirhq/weir/gen/weir/v1;weirv1\xa2\x02\x03WXX\xaa\x02\aWeir.V1\xca\x02\aWeir\\V1\xe2\x02\x13Weir\\V1\\GPBMetadata\xea\x02\bWeir::V1b\x06proto3"
 
 var (
@@ -230,29 +411,37 @@ func file_weir_v1_settings_proto_rawDescGZIP() []byte {
 	return file_weir_v1_settings_proto_rawDescData
 }
 
-var file_weir_v1_settings_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_weir_v1_settings_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_weir_v1_settings_proto_goTypes = []any{
-	(*GetSettingsRequest)(nil),     // 0: weir.v1.GetSettingsRequest
-	(*GetSettingsResponse)(nil),    // 1: weir.v1.GetSettingsResponse
-	(*UpdateSettingsRequest)(nil),  // 2: weir.v1.UpdateSettingsRequest
-	(*UpdateSettingsResponse)(nil), // 3: weir.v1.UpdateSettingsResponse
-	(*Settings)(nil),               // 4: weir.v1.Settings
-	(*fieldmaskpb.FieldMask)(nil),  // 5: google.protobuf.FieldMask
+	(*GetSettingsRequest)(nil),         // 0: weir.v1.GetSettingsRequest
+	(*GetSettingsResponse)(nil),        // 1: weir.v1.GetSettingsResponse
+	(*UpdateSettingsRequest)(nil),      // 2: weir.v1.UpdateSettingsRequest
+	(*UpdateSettingsResponse)(nil),     // 3: weir.v1.UpdateSettingsResponse
+	(*ListSettingChangesRequest)(nil),  // 4: weir.v1.ListSettingChangesRequest
+	(*ListSettingChangesResponse)(nil), // 5: weir.v1.ListSettingChangesResponse
+	(*SettingChange)(nil),              // 6: weir.v1.SettingChange
+	(*Settings)(nil),                   // 7: weir.v1.Settings
+	(*fieldmaskpb.FieldMask)(nil),      // 8: google.protobuf.FieldMask
+	(*timestamppb.Timestamp)(nil),      // 9: google.protobuf.Timestamp
 }
 var file_weir_v1_settings_proto_depIdxs = []int32{
-	4, // 0: weir.v1.GetSettingsResponse.settings:type_name -> weir.v1.Settings
-	4, // 1: weir.v1.UpdateSettingsRequest.settings:type_name -> weir.v1.Settings
-	5, // 2: weir.v1.UpdateSettingsRequest.update_mask:type_name -> google.protobuf.FieldMask
-	4, // 3: weir.v1.UpdateSettingsResponse.settings:type_name -> weir.v1.Settings
-	0, // 4: weir.v1.SettingsService.GetSettings:input_type -> weir.v1.GetSettingsRequest
-	2, // 5: weir.v1.SettingsService.UpdateSettings:input_type -> weir.v1.UpdateSettingsRequest
-	1, // 6: weir.v1.SettingsService.GetSettings:output_type -> weir.v1.GetSettingsResponse
-	3, // 7: weir.v1.SettingsService.UpdateSettings:output_type -> weir.v1.UpdateSettingsResponse
-	6, // [6:8] is the sub-list for method output_type
-	4, // [4:6] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	7, // 0: weir.v1.GetSettingsResponse.settings:type_name -> weir.v1.Settings
+	7, // 1: weir.v1.UpdateSettingsRequest.settings:type_name -> weir.v1.Settings
+	8, // 2: weir.v1.UpdateSettingsRequest.update_mask:type_name -> google.protobuf.FieldMask
+	7, // 3: weir.v1.UpdateSettingsResponse.settings:type_name -> weir.v1.Settings
+	6, // 4: weir.v1.ListSettingChangesResponse.changes:type_name -> weir.v1.SettingChange
+	9, // 5: weir.v1.SettingChange.changed_at:type_name -> google.protobuf.Timestamp
+	0, // 6: weir.v1.SettingsService.GetSettings:input_type -> weir.v1.GetSettingsRequest
+	2, // 7: weir.v1.SettingsService.UpdateSettings:input_type -> weir.v1.UpdateSettingsRequest
+	4, // 8: weir.v1.SettingsService.ListSettingChanges:input_type -> weir.v1.ListSettingChangesRequest
+	1, // 9: weir.v1.SettingsService.GetSettings:output_type -> weir.v1.GetSettingsResponse
+	3, // 10: weir.v1.SettingsService.UpdateSettings:output_type -> weir.v1.UpdateSettingsResponse
+	5, // 11: weir.v1.SettingsService.ListSettingChanges:output_type -> weir.v1.ListSettingChangesResponse
+	9, // [9:12] is the sub-list for method output_type
+	6, // [6:9] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_settings_proto_init() }
@@ -267,7 +456,7 @@ func file_weir_v1_settings_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_settings_proto_rawDesc), len(file_weir_v1_settings_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

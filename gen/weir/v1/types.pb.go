@@ -29,6 +29,13 @@ type Provider int32
 const (
 	Provider_PROVIDER_UNSPECIFIED Provider = 0
 	Provider_PROVIDER_ANTHROPIC   Provider = 1
+	// OpenAI API keys, and any OpenAI-compatible endpoint an operator names
+	// by its base URL (OpenRouter, Vertex): /v1/responses and
+	// /v1/chat/completions.
+	Provider_PROVIDER_OPENAI Provider = 2
+	// ChatGPT logins serving Codex: the Codex backend's Responses endpoint,
+	// an OAuth access token plus the chatgpt-account-id header.
+	Provider_PROVIDER_CODEX Provider = 3
 )
 
 // Enum value maps for Provider.
@@ -36,10 +43,14 @@ var (
 	Provider_name = map[int32]string{
 		0: "PROVIDER_UNSPECIFIED",
 		1: "PROVIDER_ANTHROPIC",
+		2: "PROVIDER_OPENAI",
+		3: "PROVIDER_CODEX",
 	}
 	Provider_value = map[string]int32{
 		"PROVIDER_UNSPECIFIED": 0,
 		"PROVIDER_ANTHROPIC":   1,
+		"PROVIDER_OPENAI":      2,
+		"PROVIDER_CODEX":       3,
 	}
 )
 
@@ -68,6 +79,185 @@ func (x Provider) Number() protoreflect.EnumNumber {
 // Deprecated: Use Provider.Descriptor instead.
 func (Provider) EnumDescriptor() ([]byte, []int) {
 	return file_weir_v1_types_proto_rawDescGZIP(), []int{0}
+}
+
+// Surface is the client protocol a request arrived on; it decides which
+// providers can serve it.
+type Surface int32
+
+const (
+	// Treated as SURFACE_MESSAGES (workers older than the field).
+	Surface_SURFACE_UNSPECIFIED Surface = 0
+	// Anthropic /v1/messages (and count_tokens, models): Anthropic accounts.
+	Surface_SURFACE_MESSAGES Surface = 1
+	// OpenAI /v1/responses: Codex and OpenAI accounts.
+	Surface_SURFACE_RESPONSES Surface = 2
+	// OpenAI /v1/chat/completions: OpenAI accounts.
+	Surface_SURFACE_CHAT_COMPLETIONS Surface = 3
+)
+
+// Enum value maps for Surface.
+var (
+	Surface_name = map[int32]string{
+		0: "SURFACE_UNSPECIFIED",
+		1: "SURFACE_MESSAGES",
+		2: "SURFACE_RESPONSES",
+		3: "SURFACE_CHAT_COMPLETIONS",
+	}
+	Surface_value = map[string]int32{
+		"SURFACE_UNSPECIFIED":      0,
+		"SURFACE_MESSAGES":         1,
+		"SURFACE_RESPONSES":        2,
+		"SURFACE_CHAT_COMPLETIONS": 3,
+	}
+)
+
+func (x Surface) Enum() *Surface {
+	p := new(Surface)
+	*p = x
+	return p
+}
+
+func (x Surface) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Surface) Descriptor() protoreflect.EnumDescriptor {
+	return file_weir_v1_types_proto_enumTypes[1].Descriptor()
+}
+
+func (Surface) Type() protoreflect.EnumType {
+	return &file_weir_v1_types_proto_enumTypes[1]
+}
+
+func (x Surface) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Surface.Descriptor instead.
+func (Surface) EnumDescriptor() ([]byte, []int) {
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{1}
+}
+
+// QuotaResponseMode is how weir answers when a request fails because the
+// pool is out of quota.
+type QuotaResponseMode int32
+
+const (
+	QuotaResponseMode_QUOTA_RESPONSE_MODE_UNSPECIFIED QuotaResponseMode = 0
+	// The usual retryable error (429/529 with Retry-After).
+	QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE QuotaResponseMode = 1
+	// A final usage limit (429, X-Should-Retry: false, the reset time in the
+	// body and headers) when every eligible account is blocked by quota
+	// evidence and the earliest reset is more than 5 minutes away, so that
+	// clients pause instead of retrying for hours.
+	QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT QuotaResponseMode = 2
+)
+
+// Enum value maps for QuotaResponseMode.
+var (
+	QuotaResponseMode_name = map[int32]string{
+		0: "QUOTA_RESPONSE_MODE_UNSPECIFIED",
+		1: "QUOTA_RESPONSE_MODE_RETRYABLE",
+		2: "QUOTA_RESPONSE_MODE_USAGE_LIMIT",
+	}
+	QuotaResponseMode_value = map[string]int32{
+		"QUOTA_RESPONSE_MODE_UNSPECIFIED": 0,
+		"QUOTA_RESPONSE_MODE_RETRYABLE":   1,
+		"QUOTA_RESPONSE_MODE_USAGE_LIMIT": 2,
+	}
+)
+
+func (x QuotaResponseMode) Enum() *QuotaResponseMode {
+	p := new(QuotaResponseMode)
+	*p = x
+	return p
+}
+
+func (x QuotaResponseMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (QuotaResponseMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_weir_v1_types_proto_enumTypes[2].Descriptor()
+}
+
+func (QuotaResponseMode) Type() protoreflect.EnumType {
+	return &file_weir_v1_types_proto_enumTypes[2]
+}
+
+func (x QuotaResponseMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use QuotaResponseMode.Descriptor instead.
+func (QuotaResponseMode) EnumDescriptor() ([]byte, []int) {
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{2}
+}
+
+// QuotaKind names the upstream evidence that an account's quota is spent.
+type QuotaKind int32
+
+const (
+	QuotaKind_QUOTA_KIND_UNSPECIFIED QuotaKind = 0
+	// Anthropic unified 5h/7d claim rejected (the 429 ladder, rung 3), or a
+	// usage reading showing a spent window.
+	QuotaKind_QUOTA_KIND_ANTHROPIC_WINDOW QuotaKind = 1
+	// Codex usage_limit_reached (HTTP 429 or in-stream), with its reset.
+	QuotaKind_QUOTA_KIND_CODEX_USAGE_LIMIT QuotaKind = 2
+	// OpenAI insufficient_quota: billing, no reset time.
+	QuotaKind_QUOTA_KIND_OPENAI_INSUFFICIENT_QUOTA QuotaKind = 3
+	// Google RESOURCE_EXHAUSTED with ErrorInfo reason QUOTA_EXHAUSTED.
+	QuotaKind_QUOTA_KIND_GOOGLE_QUOTA_EXHAUSTED QuotaKind = 4
+	// A model family's weekly window (a scoped claim such as 7d_oi).
+	QuotaKind_QUOTA_KIND_FAMILY_WINDOW QuotaKind = 5
+)
+
+// Enum value maps for QuotaKind.
+var (
+	QuotaKind_name = map[int32]string{
+		0: "QUOTA_KIND_UNSPECIFIED",
+		1: "QUOTA_KIND_ANTHROPIC_WINDOW",
+		2: "QUOTA_KIND_CODEX_USAGE_LIMIT",
+		3: "QUOTA_KIND_OPENAI_INSUFFICIENT_QUOTA",
+		4: "QUOTA_KIND_GOOGLE_QUOTA_EXHAUSTED",
+		5: "QUOTA_KIND_FAMILY_WINDOW",
+	}
+	QuotaKind_value = map[string]int32{
+		"QUOTA_KIND_UNSPECIFIED":               0,
+		"QUOTA_KIND_ANTHROPIC_WINDOW":          1,
+		"QUOTA_KIND_CODEX_USAGE_LIMIT":         2,
+		"QUOTA_KIND_OPENAI_INSUFFICIENT_QUOTA": 3,
+		"QUOTA_KIND_GOOGLE_QUOTA_EXHAUSTED":    4,
+		"QUOTA_KIND_FAMILY_WINDOW":             5,
+	}
+)
+
+func (x QuotaKind) Enum() *QuotaKind {
+	p := new(QuotaKind)
+	*p = x
+	return p
+}
+
+func (x QuotaKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (QuotaKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_weir_v1_types_proto_enumTypes[3].Descriptor()
+}
+
+func (QuotaKind) Type() protoreflect.EnumType {
+	return &file_weir_v1_types_proto_enumTypes[3]
+}
+
+func (x QuotaKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use QuotaKind.Descriptor instead.
+func (QuotaKind) EnumDescriptor() ([]byte, []int) {
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{3}
 }
 
 // AuthKind is how weir authenticates to the upstream with an account.
@@ -106,11 +296,11 @@ func (x AuthKind) String() string {
 }
 
 func (AuthKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[1].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[4].Descriptor()
 }
 
 func (AuthKind) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[1]
+	return &file_weir_v1_types_proto_enumTypes[4]
 }
 
 func (x AuthKind) Number() protoreflect.EnumNumber {
@@ -119,7 +309,7 @@ func (x AuthKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AuthKind.Descriptor instead.
 func (AuthKind) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{1}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{4}
 }
 
 // AccountState is what routing sees of an account right now.
@@ -163,11 +353,11 @@ func (x AccountState) String() string {
 }
 
 func (AccountState) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[2].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[5].Descriptor()
 }
 
 func (AccountState) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[2]
+	return &file_weir_v1_types_proto_enumTypes[5]
 }
 
 func (x AccountState) Number() protoreflect.EnumNumber {
@@ -176,7 +366,7 @@ func (x AccountState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AccountState.Descriptor instead.
 func (AccountState) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{2}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{5}
 }
 
 // CooldownReason says why an account is out of routing until a deadline.
@@ -236,11 +426,11 @@ func (x CooldownReason) String() string {
 }
 
 func (CooldownReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[3].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[6].Descriptor()
 }
 
 func (CooldownReason) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[3]
+	return &file_weir_v1_types_proto_enumTypes[6]
 }
 
 func (x CooldownReason) Number() protoreflect.EnumNumber {
@@ -249,7 +439,7 @@ func (x CooldownReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CooldownReason.Descriptor instead.
 func (CooldownReason) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{3}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 // OutcomeClass is the data plane's classification of one upstream attempt.
@@ -322,11 +512,11 @@ func (x OutcomeClass) String() string {
 }
 
 func (OutcomeClass) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[4].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[7].Descriptor()
 }
 
 func (OutcomeClass) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[4]
+	return &file_weir_v1_types_proto_enumTypes[7]
 }
 
 func (x OutcomeClass) Number() protoreflect.EnumNumber {
@@ -335,7 +525,7 @@ func (x OutcomeClass) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OutcomeClass.Descriptor instead.
 func (OutcomeClass) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{4}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 // Action is what the data plane does after an attempt.
@@ -378,11 +568,11 @@ func (x Action) String() string {
 }
 
 func (Action) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[5].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[8].Descriptor()
 }
 
 func (Action) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[5]
+	return &file_weir_v1_types_proto_enumTypes[8]
 }
 
 func (x Action) Number() protoreflect.EnumNumber {
@@ -391,7 +581,89 @@ func (x Action) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Action.Descriptor instead.
 func (Action) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{5}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{8}
+}
+
+// QuotaEvidence is what an upstream said about a spent quota.
+type QuotaEvidence struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  QuotaKind              `protobuf:"varint,1,opt,name=kind,proto3,enum=weir.v1.QuotaKind" json:"kind,omitempty"`
+	// When the quota reopens, if the upstream said (resets_at).
+	ResetsAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=resets_at,json=resetsAt,proto3" json:"resets_at,omitempty"`
+	// How long until it reopens, if the upstream said it that way
+	// (resets_in_seconds, RetryInfo.retryDelay, Retry-After).
+	ResetAfter *durationpb.Duration `protobuf:"bytes,3,opt,name=reset_after,json=resetAfter,proto3" json:"reset_after,omitempty"`
+	// The window it covers, in minutes (300, 10080); 0 when unknown.
+	WindowMinutes int32 `protobuf:"varint,4,opt,name=window_minutes,json=windowMinutes,proto3" json:"window_minutes,omitempty"`
+	// The upstream's error, one line, without secrets.
+	Message       string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuotaEvidence) Reset() {
+	*x = QuotaEvidence{}
+	mi := &file_weir_v1_types_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuotaEvidence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuotaEvidence) ProtoMessage() {}
+
+func (x *QuotaEvidence) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_types_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuotaEvidence.ProtoReflect.Descriptor instead.
+func (*QuotaEvidence) Descriptor() ([]byte, []int) {
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *QuotaEvidence) GetKind() QuotaKind {
+	if x != nil {
+		return x.Kind
+	}
+	return QuotaKind_QUOTA_KIND_UNSPECIFIED
+}
+
+func (x *QuotaEvidence) GetResetsAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResetsAt
+	}
+	return nil
+}
+
+func (x *QuotaEvidence) GetResetAfter() *durationpb.Duration {
+	if x != nil {
+		return x.ResetAfter
+	}
+	return nil
+}
+
+func (x *QuotaEvidence) GetWindowMinutes() int32 {
+	if x != nil {
+		return x.WindowMinutes
+	}
+	return 0
+}
+
+func (x *QuotaEvidence) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
 }
 
 // Settings are the control plane's runtime settings; data planes pick them
@@ -402,13 +674,15 @@ type Settings struct {
 	CapacityHold *durationpb.Duration `protobuf:"bytes,1,opt,name=capacity_hold,json=capacityHold,proto3" json:"capacity_hold,omitempty"`
 	// Overall budget from a request's arrival to its first byte.
 	RequestDeadline *durationpb.Duration `protobuf:"bytes,2,opt,name=request_deadline,json=requestDeadline,proto3" json:"request_deadline,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// How a request that fails on spent quota is answered.
+	QuotaResponseMode QuotaResponseMode `protobuf:"varint,3,opt,name=quota_response_mode,json=quotaResponseMode,proto3,enum=weir.v1.QuotaResponseMode" json:"quota_response_mode,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Settings) Reset() {
 	*x = Settings{}
-	mi := &file_weir_v1_types_proto_msgTypes[0]
+	mi := &file_weir_v1_types_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -420,7 +694,7 @@ func (x *Settings) String() string {
 func (*Settings) ProtoMessage() {}
 
 func (x *Settings) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_types_proto_msgTypes[0]
+	mi := &file_weir_v1_types_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -433,7 +707,7 @@ func (x *Settings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Settings.ProtoReflect.Descriptor instead.
 func (*Settings) Descriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{0}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *Settings) GetCapacityHold() *durationpb.Duration {
@@ -450,6 +724,13 @@ func (x *Settings) GetRequestDeadline() *durationpb.Duration {
 	return nil
 }
 
+func (x *Settings) GetQuotaResponseMode() QuotaResponseMode {
+	if x != nil {
+		return x.QuotaResponseMode
+	}
+	return QuotaResponseMode_QUOTA_RESPONSE_MODE_UNSPECIFIED
+}
+
 // Cooldown is a live exclusion of an account from routing.
 type Cooldown struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -459,14 +740,17 @@ type Cooldown struct {
 	// Whether the reason can pass on its own (transport, rate limit, overload).
 	Transient bool `protobuf:"varint,4,opt,name=transient,proto3" json:"transient,omitempty"`
 	// A one-line account of the evidence that justified the cooldown.
-	Evidence      string `protobuf:"bytes,5,opt,name=evidence,proto3" json:"evidence,omitempty"`
+	Evidence string `protobuf:"bytes,5,opt,name=evidence,proto3" json:"evidence,omitempty"`
+	// The quota evidence behind the cooldown's deadline, when quota is why
+	// the account is out (cleared with the cooldown).
+	Quota         *QuotaEvidence `protobuf:"bytes,6,opt,name=quota,proto3" json:"quota,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Cooldown) Reset() {
 	*x = Cooldown{}
-	mi := &file_weir_v1_types_proto_msgTypes[1]
+	mi := &file_weir_v1_types_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +762,7 @@ func (x *Cooldown) String() string {
 func (*Cooldown) ProtoMessage() {}
 
 func (x *Cooldown) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_types_proto_msgTypes[1]
+	mi := &file_weir_v1_types_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +775,7 @@ func (x *Cooldown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cooldown.ProtoReflect.Descriptor instead.
 func (*Cooldown) Descriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{1}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Cooldown) GetReason() CooldownReason {
@@ -529,6 +813,13 @@ func (x *Cooldown) GetEvidence() string {
 	return ""
 }
 
+func (x *Cooldown) GetQuota() *QuotaEvidence {
+	if x != nil {
+		return x.Quota
+	}
+	return nil
+}
+
 // FamilyGate keeps an account out of routing for one model family only: a
 // scoped weekly window (such as seven_day_opus) is spent while the
 // account-wide windows still have room.
@@ -546,7 +837,7 @@ type FamilyGate struct {
 
 func (x *FamilyGate) Reset() {
 	*x = FamilyGate{}
-	mi := &file_weir_v1_types_proto_msgTypes[2]
+	mi := &file_weir_v1_types_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +849,7 @@ func (x *FamilyGate) String() string {
 func (*FamilyGate) ProtoMessage() {}
 
 func (x *FamilyGate) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_types_proto_msgTypes[2]
+	mi := &file_weir_v1_types_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +862,7 @@ func (x *FamilyGate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FamilyGate.ProtoReflect.Descriptor instead.
 func (*FamilyGate) Descriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{2}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *FamilyGate) GetFamily() string {
@@ -616,7 +907,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_weir_v1_types_proto_msgTypes[3]
+	mi := &file_weir_v1_types_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -628,7 +919,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_types_proto_msgTypes[3]
+	mi := &file_weir_v1_types_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -641,7 +932,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{3}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Decision) GetAction() Action {
@@ -669,17 +960,26 @@ var File_weir_v1_types_proto protoreflect.FileDescriptor
 
 const file_weir_v1_types_proto_rawDesc = "" +
 	"\n" +
-	"\x13weir/v1/types.proto\x12\aweir.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x90\x01\n" +
+	"\x13weir/v1/types.proto\x12\aweir.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xed\x01\n" +
+	"\rQuotaEvidence\x12&\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x12.weir.v1.QuotaKindR\x04kind\x127\n" +
+	"\tresets_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bresetsAt\x12:\n" +
+	"\vreset_after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"resetAfter\x12%\n" +
+	"\x0ewindow_minutes\x18\x04 \x01(\x05R\rwindowMinutes\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"\xdc\x01\n" +
 	"\bSettings\x12>\n" +
 	"\rcapacity_hold\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\fcapacityHold\x12D\n" +
-	"\x10request_deadline\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0frequestDeadline\"\xe2\x01\n" +
+	"\x10request_deadline\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0frequestDeadline\x12J\n" +
+	"\x13quota_response_mode\x18\x03 \x01(\x0e2\x1a.weir.v1.QuotaResponseModeR\x11quotaResponseMode\"\x90\x02\n" +
 	"\bCooldown\x12/\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x17.weir.v1.CooldownReasonR\x06reason\x120\n" +
 	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x129\n" +
 	"\n" +
 	"written_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\x12\x1c\n" +
 	"\ttransient\x18\x04 \x01(\bR\ttransient\x12\x1a\n" +
-	"\bevidence\x18\x05 \x01(\tR\bevidence\"\xad\x01\n" +
+	"\bevidence\x18\x05 \x01(\tR\bevidence\x12,\n" +
+	"\x05quota\x18\x06 \x01(\v2\x16.weir.v1.QuotaEvidenceR\x05quota\"\xad\x01\n" +
 	"\n" +
 	"FamilyGate\x12\x16\n" +
 	"\x06family\x18\x01 \x01(\tR\x06family\x120\n" +
@@ -691,10 +991,28 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\x06action\x18\x01 \x01(\x0e2\x0f.weir.v1.ActionR\x06action\x12-\n" +
 	"\bcooldown\x18\x02 \x01(\v2\x11.weir.v1.CooldownR\bcooldown\x12:\n" +
 	"\vretry_after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter*<\n" +
+	"retryAfter*e\n" +
 	"\bProvider\x12\x18\n" +
 	"\x14PROVIDER_UNSPECIFIED\x10\x00\x12\x16\n" +
-	"\x12PROVIDER_ANTHROPIC\x10\x01*Q\n" +
+	"\x12PROVIDER_ANTHROPIC\x10\x01\x12\x13\n" +
+	"\x0fPROVIDER_OPENAI\x10\x02\x12\x12\n" +
+	"\x0ePROVIDER_CODEX\x10\x03*m\n" +
+	"\aSurface\x12\x17\n" +
+	"\x13SURFACE_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10SURFACE_MESSAGES\x10\x01\x12\x15\n" +
+	"\x11SURFACE_RESPONSES\x10\x02\x12\x1c\n" +
+	"\x18SURFACE_CHAT_COMPLETIONS\x10\x03*\x80\x01\n" +
+	"\x11QuotaResponseMode\x12#\n" +
+	"\x1fQUOTA_RESPONSE_MODE_UNSPECIFIED\x10\x00\x12!\n" +
+	"\x1dQUOTA_RESPONSE_MODE_RETRYABLE\x10\x01\x12#\n" +
+	"\x1fQUOTA_RESPONSE_MODE_USAGE_LIMIT\x10\x02*\xd9\x01\n" +
+	"\tQuotaKind\x12\x1a\n" +
+	"\x16QUOTA_KIND_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bQUOTA_KIND_ANTHROPIC_WINDOW\x10\x01\x12 \n" +
+	"\x1cQUOTA_KIND_CODEX_USAGE_LIMIT\x10\x02\x12(\n" +
+	"$QUOTA_KIND_OPENAI_INSUFFICIENT_QUOTA\x10\x03\x12%\n" +
+	"!QUOTA_KIND_GOOGLE_QUOTA_EXHAUSTED\x10\x04\x12\x1c\n" +
+	"\x18QUOTA_KIND_FAMILY_WINDOW\x10\x05*Q\n" +
 	"\bAuthKind\x12\x19\n" +
 	"\x15AUTH_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11AUTH_KIND_API_KEY\x10\x01\x12\x13\n" +
@@ -746,38 +1064,47 @@ func file_weir_v1_types_proto_rawDescGZIP() []byte {
 	return file_weir_v1_types_proto_rawDescData
 }
 
-var file_weir_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_weir_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_weir_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
+var file_weir_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_weir_v1_types_proto_goTypes = []any{
 	(Provider)(0),                 // 0: weir.v1.Provider
-	(AuthKind)(0),                 // 1: weir.v1.AuthKind
-	(AccountState)(0),             // 2: weir.v1.AccountState
-	(CooldownReason)(0),           // 3: weir.v1.CooldownReason
-	(OutcomeClass)(0),             // 4: weir.v1.OutcomeClass
-	(Action)(0),                   // 5: weir.v1.Action
-	(*Settings)(nil),              // 6: weir.v1.Settings
-	(*Cooldown)(nil),              // 7: weir.v1.Cooldown
-	(*FamilyGate)(nil),            // 8: weir.v1.FamilyGate
-	(*Decision)(nil),              // 9: weir.v1.Decision
-	(*durationpb.Duration)(nil),   // 10: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(Surface)(0),                  // 1: weir.v1.Surface
+	(QuotaResponseMode)(0),        // 2: weir.v1.QuotaResponseMode
+	(QuotaKind)(0),                // 3: weir.v1.QuotaKind
+	(AuthKind)(0),                 // 4: weir.v1.AuthKind
+	(AccountState)(0),             // 5: weir.v1.AccountState
+	(CooldownReason)(0),           // 6: weir.v1.CooldownReason
+	(OutcomeClass)(0),             // 7: weir.v1.OutcomeClass
+	(Action)(0),                   // 8: weir.v1.Action
+	(*QuotaEvidence)(nil),         // 9: weir.v1.QuotaEvidence
+	(*Settings)(nil),              // 10: weir.v1.Settings
+	(*Cooldown)(nil),              // 11: weir.v1.Cooldown
+	(*FamilyGate)(nil),            // 12: weir.v1.FamilyGate
+	(*Decision)(nil),              // 13: weir.v1.Decision
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
 }
 var file_weir_v1_types_proto_depIdxs = []int32{
-	10, // 0: weir.v1.Settings.capacity_hold:type_name -> google.protobuf.Duration
-	10, // 1: weir.v1.Settings.request_deadline:type_name -> google.protobuf.Duration
-	3,  // 2: weir.v1.Cooldown.reason:type_name -> weir.v1.CooldownReason
-	11, // 3: weir.v1.Cooldown.until:type_name -> google.protobuf.Timestamp
-	11, // 4: weir.v1.Cooldown.written_at:type_name -> google.protobuf.Timestamp
-	11, // 5: weir.v1.FamilyGate.until:type_name -> google.protobuf.Timestamp
-	11, // 6: weir.v1.FamilyGate.written_at:type_name -> google.protobuf.Timestamp
-	5,  // 7: weir.v1.Decision.action:type_name -> weir.v1.Action
-	7,  // 8: weir.v1.Decision.cooldown:type_name -> weir.v1.Cooldown
-	10, // 9: weir.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	3,  // 0: weir.v1.QuotaEvidence.kind:type_name -> weir.v1.QuotaKind
+	14, // 1: weir.v1.QuotaEvidence.resets_at:type_name -> google.protobuf.Timestamp
+	15, // 2: weir.v1.QuotaEvidence.reset_after:type_name -> google.protobuf.Duration
+	15, // 3: weir.v1.Settings.capacity_hold:type_name -> google.protobuf.Duration
+	15, // 4: weir.v1.Settings.request_deadline:type_name -> google.protobuf.Duration
+	2,  // 5: weir.v1.Settings.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	6,  // 6: weir.v1.Cooldown.reason:type_name -> weir.v1.CooldownReason
+	14, // 7: weir.v1.Cooldown.until:type_name -> google.protobuf.Timestamp
+	14, // 8: weir.v1.Cooldown.written_at:type_name -> google.protobuf.Timestamp
+	9,  // 9: weir.v1.Cooldown.quota:type_name -> weir.v1.QuotaEvidence
+	14, // 10: weir.v1.FamilyGate.until:type_name -> google.protobuf.Timestamp
+	14, // 11: weir.v1.FamilyGate.written_at:type_name -> google.protobuf.Timestamp
+	8,  // 12: weir.v1.Decision.action:type_name -> weir.v1.Action
+	11, // 13: weir.v1.Decision.cooldown:type_name -> weir.v1.Cooldown
+	15, // 14: weir.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_types_proto_init() }
@@ -790,8 +1117,8 @@ func file_weir_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_types_proto_rawDesc), len(file_weir_v1_types_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   4,
+			NumEnums:      9,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -39,12 +39,17 @@ const (
 	// SettingsServiceUpdateSettingsProcedure is the fully-qualified name of the SettingsService's
 	// UpdateSettings RPC.
 	SettingsServiceUpdateSettingsProcedure = "/weir.v1.SettingsService/UpdateSettings"
+	// SettingsServiceListSettingChangesProcedure is the fully-qualified name of the SettingsService's
+	// ListSettingChanges RPC.
+	SettingsServiceListSettingChangesProcedure = "/weir.v1.SettingsService/ListSettingChanges"
 )
 
 // SettingsServiceClient is a client for the weir.v1.SettingsService service.
 type SettingsServiceClient interface {
 	GetSettings(context.Context, *connect.Request[v1.GetSettingsRequest]) (*connect.Response[v1.GetSettingsResponse], error)
 	UpdateSettings(context.Context, *connect.Request[v1.UpdateSettingsRequest]) (*connect.Response[v1.UpdateSettingsResponse], error)
+	// ListSettingChanges is the audit of changes, newest first.
+	ListSettingChanges(context.Context, *connect.Request[v1.ListSettingChangesRequest]) (*connect.Response[v1.ListSettingChangesResponse], error)
 }
 
 // NewSettingsServiceClient constructs a client for the weir.v1.SettingsService service. By default,
@@ -71,13 +76,21 @@ func NewSettingsServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(settingsServiceMethods.ByName("UpdateSettings")),
 			connect.WithClientOptions(opts...),
 		),
+		listSettingChanges: connect.NewClient[v1.ListSettingChangesRequest, v1.ListSettingChangesResponse](
+			httpClient,
+			baseURL+SettingsServiceListSettingChangesProcedure,
+			connect.WithSchema(settingsServiceMethods.ByName("ListSettingChanges")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // settingsServiceClient implements SettingsServiceClient.
 type settingsServiceClient struct {
-	getSettings    *connect.Client[v1.GetSettingsRequest, v1.GetSettingsResponse]
-	updateSettings *connect.Client[v1.UpdateSettingsRequest, v1.UpdateSettingsResponse]
+	getSettings        *connect.Client[v1.GetSettingsRequest, v1.GetSettingsResponse]
+	updateSettings     *connect.Client[v1.UpdateSettingsRequest, v1.UpdateSettingsResponse]
+	listSettingChanges *connect.Client[v1.ListSettingChangesRequest, v1.ListSettingChangesResponse]
 }
 
 // GetSettings calls weir.v1.SettingsService.GetSettings.
@@ -90,10 +103,17 @@ func (c *settingsServiceClient) UpdateSettings(ctx context.Context, req *connect
 	return c.updateSettings.CallUnary(ctx, req)
 }
 
+// ListSettingChanges calls weir.v1.SettingsService.ListSettingChanges.
+func (c *settingsServiceClient) ListSettingChanges(ctx context.Context, req *connect.Request[v1.ListSettingChangesRequest]) (*connect.Response[v1.ListSettingChangesResponse], error) {
+	return c.listSettingChanges.CallUnary(ctx, req)
+}
+
 // SettingsServiceHandler is an implementation of the weir.v1.SettingsService service.
 type SettingsServiceHandler interface {
 	GetSettings(context.Context, *connect.Request[v1.GetSettingsRequest]) (*connect.Response[v1.GetSettingsResponse], error)
 	UpdateSettings(context.Context, *connect.Request[v1.UpdateSettingsRequest]) (*connect.Response[v1.UpdateSettingsResponse], error)
+	// ListSettingChanges is the audit of changes, newest first.
+	ListSettingChanges(context.Context, *connect.Request[v1.ListSettingChangesRequest]) (*connect.Response[v1.ListSettingChangesResponse], error)
 }
 
 // NewSettingsServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -116,12 +136,21 @@ func NewSettingsServiceHandler(svc SettingsServiceHandler, opts ...connect.Handl
 		connect.WithSchema(settingsServiceMethods.ByName("UpdateSettings")),
 		connect.WithHandlerOptions(opts...),
 	)
+	settingsServiceListSettingChangesHandler := connect.NewUnaryHandler(
+		SettingsServiceListSettingChangesProcedure,
+		svc.ListSettingChanges,
+		connect.WithSchema(settingsServiceMethods.ByName("ListSettingChanges")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/weir.v1.SettingsService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SettingsServiceGetSettingsProcedure:
 			settingsServiceGetSettingsHandler.ServeHTTP(w, r)
 		case SettingsServiceUpdateSettingsProcedure:
 			settingsServiceUpdateSettingsHandler.ServeHTTP(w, r)
+		case SettingsServiceListSettingChangesProcedure:
+			settingsServiceListSettingChangesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -137,4 +166,8 @@ func (UnimplementedSettingsServiceHandler) GetSettings(context.Context, *connect
 
 func (UnimplementedSettingsServiceHandler) UpdateSettings(context.Context, *connect.Request[v1.UpdateSettingsRequest]) (*connect.Response[v1.UpdateSettingsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.SettingsService.UpdateSettings is not implemented"))
+}
+
+func (UnimplementedSettingsServiceHandler) ListSettingChanges(context.Context, *connect.Request[v1.ListSettingChangesRequest]) (*connect.Response[v1.ListSettingChangesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.SettingsService.ListSettingChanges is not implemented"))
 }
