@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"cmp"
 	"context"
 	"net/url"
 	"strings"
@@ -24,16 +25,17 @@ type accountService struct {
 
 func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[weirv1.CreateAccountRequest]) (*connect.Response[weirv1.CreateAccountResponse], error) {
 	m := req.Msg
-	if m.Provider != weirv1.Provider_PROVIDER_ANTHROPIC {
-		return nil, toConnect(invalidf("provider: must be anthropic"))
-	}
-	if m.AuthKind != weirv1.AuthKind_AUTH_KIND_API_KEY && m.AuthKind != weirv1.AuthKind_AUTH_KIND_OAUTH {
-		return nil, toConnect(invalidf("auth_kind: must be api_key or oauth"))
+	if err := validProviderAuth(m.Provider, m.AuthKind); err != nil {
+		return nil, toConnect(err)
 	}
 	if err := validLabel(m.Label); err != nil {
 		return nil, toConnect(err)
 	}
-	cred, err := parseCredential(m.AuthKind, m.Credential)
+	cred, err := parseCredential(m.Provider, m.AuthKind, m.Credential)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	upstreamID, err := upstreamAccountID(m.Provider, m.UpstreamAccountId, cred.accountID)
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -52,16 +54,17 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 	err = a.s.tx(ctx, func(q *db.Queries) error {
 		var err error
 		row, err = q.CreateAccount(ctx, db.CreateAccountParams{
-			ID:               id,
-			Provider:         enumName(m.Provider),
-			AuthKind:         enumName(m.AuthKind),
-			Label:            m.Label,
-			BaseUrl:          strings.TrimRight(m.BaseUrl, "/"),
-			MaxConcurrency:   maxConc,
-			Priority:         m.Priority,
-			CredentialSealed: a.s.seal.seal(id, 1, cred.access),
-			CredentialHint:   credentialHint(cred.access),
-			Now:              a.s.now(),
+			ID:                id,
+			Provider:          enumName(m.Provider),
+			AuthKind:          enumName(m.AuthKind),
+			Label:             m.Label,
+			BaseUrl:           strings.TrimRight(m.BaseUrl, "/"),
+			MaxConcurrency:    maxConc,
+			Priority:          m.Priority,
+			CredentialSealed:  a.s.seal.seal(id, 1, cred.access),
+			CredentialHint:    credentialHint(cred.access),
+			UpstreamAccountID: upstreamID,
+			Now:               a.s.now(),
 		})
 		if err != nil || (cred.refresh == "" && cred.expiresAt == nil) {
 			return err
@@ -72,7 +75,7 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return nil, a.s.fail(ctx, "create account", storeErr(err))
 	}
-	a.s.log.InfoContext(ctx, "account created", "account_id", id, "label", row.Label, "auth_kind", row.AuthKind)
+	a.s.log.InfoContext(ctx, "account created", "account_id", id, "label", row.Label, "provider", row.Provider, "auth_kind", row.AuthKind)
 	acct, err := a.s.accountView(ctx, row)
 	if err != nil {
 		return nil, a.s.fail(ctx, "create account", err)
@@ -120,6 +123,7 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 		return nil, toConnect(invalidf("update_mask: name at least one field"))
 	}
 	p := db.UpdateAccountParams{ID: row.ID, Now: a.s.now()}
+	provider := enumValue[weirv1.Provider](row.Provider)
 	var newCredential *credentialInput
 	banked := db.SetBankedResetsParams{ID: row.ID}
 	for _, path := range paths {
@@ -146,8 +150,15 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 			p.MaxConcurrency = &m.MaxConcurrency
 		case "priority":
 			p.Priority = &m.Priority
+		case "upstream_account_id":
+			if m.UpstreamAccountId != "" || provider == weirv1.Provider_PROVIDER_CODEX {
+				if _, err := upstreamAccountID(provider, m.UpstreamAccountId, ""); err != nil {
+					return nil, toConnect(err)
+				}
+			}
+			p.UpstreamAccountID = &m.UpstreamAccountId
 		case "credential":
-			cred, err := parseCredential(enumValue[weirv1.AuthKind](row.AuthKind), m.Credential)
+			cred, err := parseCredential(provider, enumValue[weirv1.AuthKind](row.AuthKind), m.Credential)
 			if err != nil {
 				return nil, toConnect(err)
 			}
@@ -155,6 +166,11 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 		default:
 			return nil, toConnect(invalidf("update_mask: unknown field %q", path))
 		}
+	}
+	// A new Codex credential names its ChatGPT account, unless the request
+	// names one itself.
+	if newCredential != nil && newCredential.accountID != "" && p.UpstreamAccountID == nil {
+		p.UpstreamAccountID = &newCredential.accountID
 	}
 	err = a.s.tx(ctx, func(q *db.Queries) error {
 		var err error
@@ -361,6 +377,7 @@ func accountProto(r db.Account, cd *db.Cooldown, inFlight int32) *weirv1.Account
 		UpdatedAt:          timestamppb.New(r.UpdatedAt),
 	}
 	a.BankedResetsEnabled = r.BankedResetsEnabled
+	a.UpstreamAccountId = r.UpstreamAccountID
 	if r.OrgID != nil {
 		a.OrgId = *r.OrgID
 	}
@@ -390,6 +407,21 @@ func cooldownProto(c db.Cooldown) *weirv1.Cooldown {
 		WrittenAt: timestamppb.New(c.WrittenAt),
 		Transient: c.Transient,
 		Evidence:  evidenceSummary(c.Evidence),
+		Quota:     quotaProto(c),
+	}
+}
+
+// quotaProto is the quota evidence stored with a cooldown; nil when the
+// cooldown is not a quota's.
+func quotaProto(c db.Cooldown) *weirv1.QuotaEvidence {
+	if c.QuotaKind == nil {
+		return nil
+	}
+	return &weirv1.QuotaEvidence{
+		Kind:          enumValue[weirv1.QuotaKind](*c.QuotaKind),
+		ResetsAt:      timestampOrNil(c.QuotaResetsAt),
+		WindowMinutes: c.QuotaWindowMinutes,
+		Message:       c.QuotaMessage,
 	}
 }
 
@@ -430,6 +462,23 @@ func validCredential(c string) error {
 		return invalidf("credential: required, 8 to 8192 printable ASCII characters")
 	}
 	return nil
+}
+
+// upstreamAccountID is the upstream account id an account is created
+// with: the request's, else the one its credential names. A Codex account
+// cannot do without one.
+func upstreamAccountID(p weirv1.Provider, requested, fromCredential string) (string, error) {
+	id := cmp.Or(requested, fromCredential)
+	if id == "" {
+		if p == weirv1.Provider_PROVIDER_CODEX {
+			return "", errNoCodexAccountID
+		}
+		return "", nil
+	}
+	if err := validUpstreamAccountID(id); err != nil {
+		return "", err
+	}
+	return id, nil
 }
 
 func validBaseURL(u string) error {

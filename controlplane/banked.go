@@ -417,7 +417,7 @@ func (s *Server) postResetClaim(ctx context.Context, acct db.Account, row db.Res
 	}
 	base := acct.BaseUrl
 	if base == "" {
-		base = defaultAnthropicBaseURL
+		base = anthropicBaseURL
 	}
 	body, _ := json.Marshal(map[string]string{"program": row.Program, "grant_id": row.GrantID, "request_id": row.RequestID.String()})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+fmt.Sprintf(resetClaimPath, url.PathEscape(*acct.OrgID)), bytes.NewReader(body))

@@ -55,7 +55,15 @@ type Config struct {
 	// OAuthClientID is the client_id sent with a refresh. Default: Claude
 	// Code's public client id. Env: WEIR_OAUTH_CLIENT_ID.
 	OAuthClientID string
-	// OAuthClient calls the token endpoint. Default: a client with a 15s
+	// CodexTokenURL is the token endpoint refreshing Codex (ChatGPT login)
+	// credentials. A Codex account with a base URL override refreshes at
+	// the override's scheme and host + /oauth/token instead. Default
+	// https://auth.openai.com/oauth/token. Env: WEIR_CODEX_TOKEN_URL.
+	CodexTokenURL string
+	// CodexClientID is the client_id sent with a Codex refresh. Default:
+	// Codex CLI's public client id. Env: WEIR_CODEX_CLIENT_ID.
+	CodexClientID string
+	// OAuthClient calls the token endpoints. Default: a client with a 15s
 	// overall timeout (well inside the 60s refresh claim).
 	OAuthClient *http.Client
 	// Registry receives the control plane's metrics. Default: a new one.
@@ -83,6 +91,8 @@ func (c *Config) Validate() error {
 		return errors.New("controlplane: AuthFailureThreshold must not be negative")
 	case c.OAuthTokenURL != "" && validBaseURL(c.OAuthTokenURL) != nil:
 		return errors.New("controlplane: OAuthTokenURL (WEIR_OAUTH_TOKEN_URL) must be an http(s) URL")
+	case c.CodexTokenURL != "" && validBaseURL(c.CodexTokenURL) != nil:
+		return errors.New("controlplane: CodexTokenURL (WEIR_CODEX_TOKEN_URL) must be an http(s) URL")
 	case c.RequestDeadline < 0:
 		return errors.New("controlplane: RequestDeadline (WEIR_REQUEST_DEADLINE) must not be negative")
 	}
@@ -122,6 +132,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.OAuthClientID == "" {
 		c.OAuthClientID = defaultOAuthClientID
+	}
+	if c.CodexTokenURL == "" {
+		c.CodexTokenURL = defaultCodexTokenURL
+	}
+	if c.CodexClientID == "" {
+		c.CodexClientID = defaultCodexClientID
 	}
 	if c.OAuthClient == nil {
 		c.OAuthClient = &http.Client{Timeout: 15 * time.Second}

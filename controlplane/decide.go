@@ -8,7 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
+	"github.com/weirhq/weir/controlplane/db"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
 
@@ -49,6 +51,21 @@ type cooldownWrite struct {
 	reason   weirv1.CooldownReason
 	until    time.Time
 	evidence []byte
+	// quota is the quota evidence behind until, when quota is the reason.
+	quota *quotaRecord
+}
+
+// quotaRecord is the quota evidence stored with the cooldown it justified.
+type quotaRecord struct {
+	kind weirv1.QuotaKind
+	// resetsAt is the reset the evidence names; zero when it named none
+	// (insufficient_quota, a rejection without a usable reset): such
+	// evidence never covers a deadline.
+	resetsAt time.Time
+	// windowMinutes is the exhausted window (300, 10080); 0 when unknown.
+	windowMinutes int32
+	// message is the upstream's error, one line.
+	message string
 }
 
 type gateWrite struct {
@@ -87,6 +104,13 @@ func decide(o *weirv1.Outcome, f attemptFacts, now time.Time) decision {
 		d.cooldown = newCooldown(weirv1.CooldownReason_COOLDOWN_REASON_INVALID_CREDENTIAL, now.Add(min(backoff, authCooldownMax)), o)
 		d.action = weirv1.Action_ACTION_FAILOVER
 	case weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED:
+		if q := o.GetQuota(); q != nil && q.GetKind() != weirv1.QuotaKind_QUOTA_KIND_UNSPECIFIED {
+			// The upstream said outright that the account's quota is spent
+			// (Codex usage_limit_reached, OpenAI insufficient_quota, Google
+			// QUOTA_EXHAUSTED): no ladder to climb.
+			d = providerQuota(o, q, f, now)
+			break
+		}
 		l := ladder(ladderInput{headers: o.GetHeaders(), oauth: f.oauth, family: f.family,
 			priorBursts: o.GetPriorBursts(), quotaBackoffs: f.quotaBackoffs,
 			recoveryProbe: f.recoveryProbe, spent: f.spent, now: now})
@@ -95,7 +119,8 @@ func decide(o *weirv1.Outcome, f attemptFacts, now time.Time) decision {
 		case l.gate:
 			d.gate = &gateWrite{family: f.family, until: l.until, evidence: ladderEvidenceJSON(o, l, f.family)}
 		case l.reason != weirv1.CooldownReason_COOLDOWN_REASON_UNSPECIFIED:
-			d.cooldown = &cooldownWrite{reason: l.reason, until: l.until, evidence: ladderEvidenceJSON(o, l, "")}
+			d.cooldown = &cooldownWrite{reason: l.reason, until: l.until, evidence: ladderEvidenceJSON(o, l, ""),
+				quota: ladderQuota(l, o)}
 		}
 	case weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR:
 		d.cooldown = newCooldown(weirv1.CooldownReason_COOLDOWN_REASON_TRANSPORT, now.Add(transportCooldown), o)
@@ -119,6 +144,113 @@ func decide(o *weirv1.Outcome, f attemptFacts, now time.Time) decision {
 		d.action, d.retryAfter = weirv1.Action_ACTION_RESPOND, 0
 	}
 	return d
+}
+
+// providerQuota decides a 429 that carried explicit quota evidence: cool
+// the account until the reset the upstream named (resets_at, else
+// resets_in_seconds or retryDelay), or back off like an Anthropic
+// rejection without a usable reset. insufficient_quota names no reset: it
+// is a billing matter, kept out for the out-of-credits floor. Pure.
+func providerQuota(o *weirv1.Outcome, q *weirv1.QuotaEvidence, f attemptFacts, now time.Time) decision {
+	d := decision{action: weirv1.Action_ACTION_FAILOVER, rung: rungProviderQuota}
+	rec := &quotaRecord{kind: q.GetKind(), windowMinutes: q.GetWindowMinutes(), message: oneLine(q.GetMessage())}
+	if rec.message == "" {
+		rec.message = oneLine(o.GetErrorMessage())
+	}
+	e := newEvidence(o)
+	e.Rung = rungProviderQuota
+	if q.GetKind() == weirv1.QuotaKind_QUOTA_KIND_OPENAI_INSUFFICIENT_QUOTA {
+		b, _ := json.Marshal(e)
+		d.cooldown = &cooldownWrite{reason: weirv1.CooldownReason_COOLDOWN_REASON_OUT_OF_CREDITS,
+			until: now.Add(outOfCreditsFloor), evidence: b, quota: rec}
+		return d
+	}
+	if reset, ok := quotaReset(q, now); ok {
+		rec.resetsAt = reset
+		b, _ := json.Marshal(e)
+		d.cooldown = &cooldownWrite{reason: weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED,
+			until: reset, evidence: b, quota: rec}
+		return d
+	}
+	d.quotaBackoff = true
+	e.BackoffStep = f.quotaBackoffs + 1
+	b, _ := json.Marshal(e)
+	d.cooldown = &cooldownWrite{reason: weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED,
+		until: now.Add(min(quotaBackoffBase<<min(max(f.quotaBackoffs, 0), 10), quotaBackoffMax)), evidence: b, quota: rec}
+	return d
+}
+
+// quotaReset is when quota evidence says the quota reopens: resets_at when
+// it lies ahead and is believable, else now plus reset_after.
+func quotaReset(q *weirv1.QuotaEvidence, now time.Time) (time.Time, bool) {
+	if q.GetResetsAt() != nil {
+		t := q.GetResetsAt().AsTime()
+		if t.After(now) && t.Sub(now) <= maxClaimReset {
+			return t.Truncate(time.Second), true
+		}
+	}
+	if q.GetResetAfter() != nil {
+		if d := q.GetResetAfter().AsDuration(); d > 0 && d <= maxClaimReset {
+			return now.Add(d), true
+		}
+	}
+	return time.Time{}, false
+}
+
+// ladderQuota is the quota evidence of a ladder decision that cooled an
+// account on its spent windows (rungs 3 and 4): the window whose reset is
+// the deadline kept. A backoff without a usable reset names no reset.
+func ladderQuota(l ladderDecision, o *weirv1.Outcome) *quotaRecord {
+	if l.rung != rungAccountQuota && l.rung != rungCachedQuota {
+		return nil
+	}
+	rec := &quotaRecord{kind: weirv1.QuotaKind_QUOTA_KIND_ANTHROPIC_WINDOW, message: oneLine(o.GetErrorMessage())}
+	if l.quotaBackoff {
+		return rec
+	}
+	rec.resetsAt = l.until
+	for _, c := range l.claims {
+		if c.Reset == l.until.Unix() && int32(c.Minutes) > rec.windowMinutes {
+			rec.windowMinutes = int32(c.Minutes)
+		}
+	}
+	return rec
+}
+
+// withQuota adds a cooldown's quota evidence to its write.
+func withQuota(p db.WriteCooldownParams, q *quotaRecord) db.WriteCooldownParams {
+	if q == nil {
+		return p
+	}
+	kind := enumName(q.kind)
+	p.QuotaKind, p.QuotaWindowMinutes, p.QuotaMessage = &kind, q.windowMinutes, q.message
+	if !q.resetsAt.IsZero() {
+		t := q.resetsAt
+		p.QuotaResetsAt = &t
+	}
+	return p
+}
+
+// orZero is *p, or the zero value for nil.
+func orZero[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// oneLine collapses s to one line of at most 300 bytes.
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= 300 {
+		return s
+	}
+	cut := 300
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
 }
 
 func newCooldown(reason weirv1.CooldownReason, until time.Time, o *weirv1.Outcome) *cooldownWrite {

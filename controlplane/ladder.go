@@ -55,6 +55,9 @@ const (
 	rungFamilyGate   rung = "family_gate"
 	rungBurst        rung = "burst"
 	rungResidual     rung = "residual"
+	// rungProviderQuota is not a rung of the Anthropic ladder: an OpenAI-side
+	// answer that named its quota outright (decide.go, providerQuota).
+	rungProviderQuota rung = "provider_quota"
 )
 
 // ladderInput is what the ladder reads: the 429's headers and what the

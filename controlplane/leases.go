@@ -16,8 +16,6 @@ import (
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 )
 
-const defaultAnthropicBaseURL = "https://api.anthropic.com"
-
 // claimAttempts bounds how often one Acquire retries when a candidate was
 // claimed away between the view and the claim.
 const claimAttempts = 4
@@ -43,6 +41,15 @@ func (l leaseService) VerifyKey(ctx context.Context, req *connect.Request[weirv1
 func (l leaseService) Acquire(ctx context.Context, req *connect.Request[weirv1.AcquireRequest]) (*connect.Response[weirv1.AcquireResponse], error) {
 	start := time.Now()
 	resp, err := l.acquire(ctx, req.Msg)
+	if none := resp.GetNoAccount(); err == nil && none.GetQuotaBlock() != nil {
+		// The pool is out of quota: the worker answers by the mode in force
+		// now, not by its last settings poll.
+		st, serr := l.s.effectiveSettings(ctx)
+		if serr != nil {
+			return nil, l.s.fail(ctx, "acquire", serr)
+		}
+		none.QuotaResponseMode = st.QuotaResponseMode
+	}
 	outcome := "lease"
 	switch {
 	case err != nil:
@@ -119,25 +126,45 @@ func aliasNoAccount(nones []*weirv1.NoAccount) *weirv1.NoAccount {
 
 // acquireModel leases an account for m.Model, a concrete model.
 func (l leaseService) acquireModel(ctx context.Context, keyID uuid.UUID, m *weirv1.AcquireRequest, exclude map[uuid.UUID]bool, prefer uuid.UUID) (resp *weirv1.AcquireResponse, err error) {
+	var breakerOpen map[string]bool
 	if m.Model != "" {
-		provider, family := enumName(weirv1.Provider_PROVIDER_ANTHROPIC), modelFamily(m.Model)
-		none, probe, err := l.s.breakerGate(ctx, provider, family, l.s.now())
-		if err != nil {
-			return nil, l.s.fail(ctx, "acquire", err)
-		}
-		if none != nil {
-			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: none}}, nil
-		}
-		if probe {
-			defer func() {
-				if resp.GetLease() != nil {
-					return
+		// Each provider of the surface has its own breaker per family: an
+		// overloaded Codex backend does not stop OpenAI keys, and the
+		// reverse.
+		family := modelFamily(m.Model)
+		var firstNone *weirv1.NoAccount
+		providers := providersFor(m.Surface)
+		for _, p := range providers {
+			provider := enumName(p)
+			none, probe, err := l.s.breakerGate(ctx, provider, family, l.s.now())
+			if err != nil {
+				return nil, l.s.fail(ctx, "acquire", err)
+			}
+			if none != nil {
+				if breakerOpen == nil {
+					breakerOpen = map[string]bool{}
 				}
-				// No account to probe with: the slot goes back at once.
-				if ferr := l.s.q.FreeProbe(context.WithoutCancel(ctx), db.FreeProbeParams{Provider: provider, Family: family, Now: l.s.now()}); ferr != nil {
-					l.s.log.ErrorContext(ctx, "free probe slot", "family", family, "err", ferr)
+				breakerOpen[provider] = true
+				if firstNone == nil || none.RetryAt.AsTime().Before(firstNone.RetryAt.AsTime()) {
+					firstNone = none
 				}
-			}()
+				continue
+			}
+			if probe {
+				defer func() {
+					if resp.GetLease() != nil && resp.GetLease().Provider == p {
+						return
+					}
+					// No account of this provider to probe with: the slot
+					// goes back at once.
+					if ferr := l.s.q.FreeProbe(context.WithoutCancel(ctx), db.FreeProbeParams{Provider: provider, Family: family, Now: l.s.now()}); ferr != nil {
+						l.s.log.ErrorContext(ctx, "free probe slot", "family", family, "err", ferr)
+					}
+				}()
+			}
+		}
+		if firstNone != nil && len(breakerOpen) == len(providers) {
+			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: firstNone}}, nil
 		}
 	}
 	for range claimAttempts {
@@ -146,7 +173,8 @@ func (l leaseService) acquireModel(ctx context.Context, keyID uuid.UUID, m *weir
 		if err != nil {
 			return nil, l.s.fail(ctx, "acquire", err)
 		}
-		order, none := route(cands, routeRequest{model: m.Model, exclude: exclude, sessionAccount: sessionAccount, preferAccount: prefer}, now)
+		order, none := route(cands, routeRequest{model: m.Model, surface: m.Surface, breakerOpen: breakerOpen,
+			exclude: exclude, sessionAccount: sessionAccount, preferAccount: prefer}, now)
 		if none != nil {
 			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: none}}, nil
 		}
@@ -205,7 +233,7 @@ func (l leaseService) claim(ctx context.Context, c candidate, keyID uuid.UUID, m
 	}
 	base := c.account.BaseUrl
 	if base == "" {
-		base = defaultAnthropicBaseURL
+		base = defaultBaseURL(c.account.Provider)
 	}
 	return &weirv1.Lease{
 		Id:           leaseID.String(),
@@ -217,6 +245,8 @@ func (l leaseService) claim(ctx context.Context, c candidate, keyID uuid.UUID, m
 		Credential:   credential,
 		ExpiresAt:    timestamppb.New(expires),
 		Ttl:          durationpb.New(l.s.cfg.LeaseTTL),
+		// Codex sends the ChatGPT account id with every request.
+		UpstreamAccountId: c.account.UpstreamAccountID,
 	}, nil
 }
 
@@ -240,6 +270,11 @@ func (s *Server) routingView(ctx context.Context, sessionKey, family string, now
 				Until:     *r.CooldownUntil,
 				WrittenAt: *r.CooldownWrittenAt,
 				Evidence:  r.CooldownEvidence,
+				// The quota evidence behind the deadline, if any.
+				QuotaKind:          r.CooldownQuotaKind,
+				QuotaResetsAt:      r.CooldownQuotaResetsAt,
+				QuotaWindowMinutes: orZero(r.CooldownQuotaWindowMinutes),
+				QuotaMessage:       orZero(r.CooldownQuotaMessage),
 			}
 		}
 		if r.GateUntil != nil {
@@ -351,14 +386,14 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 			}
 		}
 		if cw := d.cooldown; cw != nil {
-			merged, err := q.WriteCooldown(ctx, db.WriteCooldownParams{
+			merged, err := q.WriteCooldown(ctx, withQuota(db.WriteCooldownParams{
 				AccountID: row.AccountID,
 				Reason:    enumName(cw.reason),
 				Transient: transientReason(cw.reason),
 				Until:     cw.until,
 				Now:       now,
 				Evidence:  cw.evidence,
-			})
+			}, cw.quota))
 			if err != nil {
 				return err
 			}

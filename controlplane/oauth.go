@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,6 +41,16 @@ const (
 	// oauthTokenPath is the token endpoint under an account's base URL
 	// override (the simulator, a proxy).
 	oauthTokenPath = "/v1/oauth/token"
+	// defaultCodexTokenURL refreshes ChatGPT logins (Codex accounts).
+	defaultCodexTokenURL = "https://auth.openai.com/oauth/token"
+	// defaultCodexClientID is Codex CLI's public OAuth client id.
+	defaultCodexClientID = "app_EMoamEEZ73f0CkXaXp7hrann"
+	// codexTokenPath is the Codex token endpoint under the scheme and host
+	// of a Codex account's base URL override (the simulator serves it
+	// there, beside /backend-api).
+	codexTokenPath = "/oauth/token"
+	// codexTokenScope is the scope Codex CLI asks for on a refresh.
+	codexTokenScope = "openid profile email"
 	// refreshAhead: an access token expiring within it is refreshed.
 	refreshAhead = 10 * time.Minute
 	// refreshClaim is how long a replica holds an account's refresh. It
@@ -63,27 +74,63 @@ type credentialInput struct {
 	access    string
 	refresh   string     // "" when the credential cannot be refreshed
 	expiresAt *time.Time // nil when unknown
+	// accountID is the ChatGPT account id a Codex credential names; "" when
+	// it names none (or is not a Codex credential).
+	accountID string
 }
 
-// parseCredential reads a credential for an account of kind. An API key is
-// the key itself. An OAuth credential is a bare access token, or a JSON
-// document: {"access_token","refresh_token","expires_at"} (expires_at an
-// RFC 3339 time or Unix seconds), or Claude Code's credentials file
-// {"claudeAiOauth":{"accessToken","refreshToken","expiresAt" (Unix ms)}}.
-// Errors name the field and never quote the input.
-func parseCredential(kind weirv1.AuthKind, raw string) (credentialInput, error) {
+// parseCredential reads a credential for an account of provider and kind.
+// An API key is the key itself. An OAuth credential is a bare access token,
+// or a JSON document: {"access_token","refresh_token","expires_at"}
+// (expires_at an RFC 3339 time or Unix seconds), Claude Code's credentials
+// file {"claudeAiOauth":{"accessToken","refreshToken","expiresAt" (Unix
+// ms)}}, or, for a Codex account, Codex's auth.json
+// {"tokens":{"id_token","access_token","refresh_token","account_id"}}.
+// A Codex access token is a JWT: its exp claim is the expiry when nothing
+// else says, and the ChatGPT account id comes from tokens.account_id, else
+// from the id or access token's claims. Errors name the field and never
+// quote the input.
+func parseCredential(provider weirv1.Provider, kind weirv1.AuthKind, raw string) (credentialInput, error) {
+	in, idToken, err := parseCredentialText(provider, kind, raw)
+	if err != nil || provider != weirv1.Provider_PROVIDER_CODEX {
+		return in, err
+	}
+	access, _ := parseJWTClaims(in.access)
+	if in.expiresAt == nil {
+		in.expiresAt = access.expiresAt
+	}
+	if in.accountID == "" {
+		id, _ := parseJWTClaims(idToken)
+		in.accountID = cmp.Or(id.accountID, access.accountID)
+	}
+	return in, nil
+}
+
+// parseCredentialText is parseCredential before a Codex credential's JWT
+// claims are read; it returns the id token of Codex's auth.json too.
+func parseCredentialText(provider weirv1.Provider, kind weirv1.AuthKind, raw string) (credentialInput, string, error) {
 	trimmed := strings.TrimSpace(raw)
 	if !strings.HasPrefix(trimmed, "{") {
 		if err := validCredential(raw); err != nil {
-			return credentialInput{}, err
+			return credentialInput{}, "", err
 		}
-		return credentialInput{access: raw}, nil
+		return credentialInput{access: raw}, "", nil
 	}
+	return parseCredentialJSON(provider, kind, trimmed)
+}
+
+func parseCredentialJSON(provider weirv1.Provider, kind weirv1.AuthKind, trimmed string) (credentialInput, string, error) {
 	if kind != weirv1.AuthKind_AUTH_KIND_OAUTH {
-		return credentialInput{}, invalidf("credential: a JSON credential (access and refresh token) is for oauth accounts only")
+		return credentialInput{}, "", invalidf("credential: a JSON credential (access and refresh token) is for oauth accounts only")
 	}
 	if len(trimmed) > maxCredentialJSON {
-		return credentialInput{}, invalidf("credential: a JSON credential is at most %d bytes", maxCredentialJSON)
+		return credentialInput{}, "", invalidf("credential: a JSON credential is at most %d bytes", maxCredentialJSON)
+	}
+	type codexTokens struct {
+		IDToken      *string `json:"id_token"`
+		AccessToken  *string `json:"access_token"`
+		RefreshToken *string `json:"refresh_token"`
+		AccountID    *string `json:"account_id"`
 	}
 	type claudeCode struct {
 		AccessToken  *string         `json:"accessToken"`
@@ -95,38 +142,59 @@ func parseCredential(kind weirv1.AuthKind, raw string) (credentialInput, error) 
 		RefreshToken  *string         `json:"refresh_token"`
 		ExpiresAt     json.RawMessage `json:"expires_at"`
 		ClaudeAiOauth *claudeCode     `json:"claudeAiOauth"`
+		Tokens        *codexTokens    `json:"tokens"`
 	}
 	if err := json.Unmarshal([]byte(trimmed), &doc); err != nil {
 		var syn *json.SyntaxError
 		var typ *json.UnmarshalTypeError
 		switch {
 		case errors.As(err, &syn):
-			return credentialInput{}, invalidf("credential: not valid JSON (at byte %d)", syn.Offset)
+			return credentialInput{}, "", invalidf("credential: not valid JSON (at byte %d)", syn.Offset)
 		case errors.As(err, &typ) && typ.Field != "":
-			return credentialInput{}, invalidf("credential: %s: must be a %s", typ.Field, jsonKind(typ.Type.String()))
+			return credentialInput{}, "", invalidf("credential: %s: must be a %s", typ.Field, jsonKind(typ.Type.String()))
 		default:
-			return credentialInput{}, invalidf("credential: must be a JSON object")
+			return credentialInput{}, "", invalidf("credential: must be a JSON object")
 		}
 	}
+	codex := provider == weirv1.Provider_PROVIDER_CODEX
 	accessName, refreshName, expiresName := "access_token", "refresh_token", "expires_at"
 	access, refresh, expires, millis := doc.AccessToken, doc.RefreshToken, doc.ExpiresAt, false
-	if c := doc.ClaudeAiOauth; c != nil {
+	var in credentialInput
+	var idToken string
+	switch {
+	case doc.Tokens != nil:
+		if !codex {
+			return credentialInput{}, "", invalidf("credential: Codex's auth.json is for codex accounts only")
+		}
+		c := doc.Tokens
+		accessName, refreshName = "tokens.access_token", "tokens.refresh_token"
+		access, refresh, expires = c.AccessToken, c.RefreshToken, nil
+		if c.IDToken != nil {
+			idToken = *c.IDToken
+		}
+		if c.AccountID != nil && *c.AccountID != "" {
+			if validUpstreamAccountID(*c.AccountID) != nil {
+				return credentialInput{}, "", invalidf("credential: tokens.account_id: 1 to 256 printable ASCII characters")
+			}
+			in.accountID = *c.AccountID
+		}
+	case doc.ClaudeAiOauth != nil:
+		c := doc.ClaudeAiOauth
 		accessName, refreshName, expiresName = "claudeAiOauth.accessToken", "claudeAiOauth.refreshToken", "claudeAiOauth.expiresAt"
 		access, refresh, expires, millis = c.AccessToken, c.RefreshToken, c.ExpiresAt, true
-	} else if access == nil && refresh == nil {
-		return credentialInput{}, invalidf("credential: JSON must hold access_token, refresh_token and expires_at, or Claude Code's claudeAiOauth")
+	case access == nil && refresh == nil:
+		return credentialInput{}, "", invalidf("credential: JSON must hold access_token, refresh_token and expires_at, or Claude Code's claudeAiOauth, or Codex's auth.json")
 	}
-	var in credentialInput
 	if access == nil || *access == "" {
-		return credentialInput{}, invalidf("credential: %s: required", accessName)
+		return credentialInput{}, "", invalidf("credential: %s: required", accessName)
 	}
 	if !tokenShaped(*access) {
-		return credentialInput{}, invalidf("credential: %s: 8 to 8192 printable ASCII characters", accessName)
+		return credentialInput{}, "", invalidf("credential: %s: 8 to 8192 printable ASCII characters", accessName)
 	}
 	in.access = *access
 	if refresh != nil && *refresh != "" {
 		if !tokenShaped(*refresh) {
-			return credentialInput{}, invalidf("credential: %s: 8 to 8192 printable ASCII characters", refreshName)
+			return credentialInput{}, "", invalidf("credential: %s: 8 to 8192 printable ASCII characters", refreshName)
 		}
 		in.refresh = *refresh
 	}
@@ -137,21 +205,22 @@ func parseCredential(kind weirv1.AuthKind, raw string) (credentialInput, error) 
 			if millis {
 				unit = "Unix milliseconds"
 			}
-			return credentialInput{}, invalidf("credential: %s: must be %s", expiresName, unit)
+			return credentialInput{}, "", invalidf("credential: %s: must be %s", expiresName, unit)
 		}
 		in.expiresAt = &t
 	}
-	if in.refresh != "" && in.expiresAt == nil {
-		return credentialInput{}, invalidf("credential: %s: required with %s (when the access token expires)", expiresName, refreshName)
+	// A Codex access token says when it expires itself (parseCredential).
+	if in.refresh != "" && in.expiresAt == nil && !codex {
+		return credentialInput{}, "", invalidf("credential: %s: required with %s (when the access token expires)", expiresName, refreshName)
 	}
-	return in, nil
+	return in, idToken, nil
 }
 
 func jsonKind(goType string) string {
 	switch goType {
 	case "string", "*string":
 		return "string"
-	case "controlplane.claudeCode", "*controlplane.claudeCode":
+	case "controlplane.claudeCode", "*controlplane.claudeCode", "controlplane.codexTokens", "*controlplane.codexTokens":
 		return "JSON object"
 	}
 	return goType
@@ -287,6 +356,13 @@ func (s *Server) refreshToken(ctx context.Context, id uuid.UUID, rev int64) (boo
 		lifetime = defaultAccessLifetime
 	}
 	expires := now.Add(lifetime)
+	if acct.Provider == providerCodex {
+		// A Codex access token is a JWT that says when it expires; the
+		// answer usually has no expires_in.
+		if c, _ := parseJWTClaims(tok.AccessToken); c.expiresAt != nil {
+			expires = *c.expiresAt
+		}
+	}
 	next := rev + 1
 	var row db.Account
 	err = s.tx(ctx, func(q *db.Queries) error {
@@ -332,30 +408,53 @@ func refreshBackoff(failures int32) time.Duration {
 	return min(d, 10*time.Minute)
 }
 
-// tokenAnswer is the token endpoint's answer to a refresh.
+// tokenAnswer is the token endpoint's answer to a refresh. Codex's has an
+// id_token and no expires_in.
 type tokenAnswer struct {
 	AccessToken  string `json:"access_token"`
 	RefreshToken string `json:"refresh_token"`
 	ExpiresIn    int64  `json:"expires_in"`
+	IDToken      string `json:"id_token"`
 }
 
 // tokenURL is where acct's credential is refreshed.
 func (s *Server) tokenURL(acct db.Account) string {
+	if acct.Provider == providerCodex {
+		if u, err := url.Parse(acct.BaseUrl); acct.BaseUrl != "" && err == nil {
+			return u.Scheme + "://" + u.Host + codexTokenPath
+		}
+		return s.cfg.CodexTokenURL
+	}
 	if acct.BaseUrl != "" {
 		return acct.BaseUrl + oauthTokenPath
 	}
 	return s.cfg.OAuthTokenURL
 }
 
-// callTokenEndpoint spends refresh for new tokens. Its errors never hold a
-// token: errRefreshRejected when the endpoint refused the refresh token,
-// anything else is transient.
-func (s *Server) callTokenEndpoint(ctx context.Context, acct db.Account, refresh string) (tokenAnswer, error) {
+// tokenRequest is the body of a refresh of acct's credential.
+func (s *Server) tokenRequest(acct db.Account, refresh string) []byte {
+	if acct.Provider == providerCodex {
+		body, _ := json.Marshal(map[string]string{
+			"client_id":     s.cfg.CodexClientID,
+			"grant_type":    "refresh_token",
+			"refresh_token": refresh,
+			"scope":         codexTokenScope,
+		})
+		return body
+	}
 	body, _ := json.Marshal(map[string]string{
 		"grant_type":    "refresh_token",
 		"refresh_token": refresh,
 		"client_id":     s.cfg.OAuthClientID,
 	})
+	return body
+}
+
+// callTokenEndpoint spends refresh for new tokens. Its errors never hold a
+// token: errRefreshRejected when the endpoint refused the refresh token,
+// anything else is transient.
+func (s *Server) callTokenEndpoint(ctx context.Context, acct db.Account, refresh string) (tokenAnswer, error) {
+	body := s.tokenRequest(acct, refresh)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.tokenURL(acct), bytes.NewReader(body))
 	if err != nil {
 		return tokenAnswer{}, fmt.Errorf("token request: %w", err)

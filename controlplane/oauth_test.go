@@ -56,12 +56,12 @@ func TestParseCredential(t *testing.T) {
 	}{
 		{name: "bare access token", kind: oauth, in: access, want: credentialInput{access: access}},
 		{name: "api key", kind: apiKind, in: "sk-ant-api03-abcdefgh", want: credentialInput{access: "sk-ant-api03-abcdefgh"}},
-		{name: "flat JSON", kind: oauth, in: oauthJSON(access, refresh, at), want: credentialInput{access, refresh, &at}},
+		{name: "flat JSON", kind: oauth, in: oauthJSON(access, refresh, at), want: credentialInput{access: access, refresh: refresh, expiresAt: &at}},
 		{name: "flat JSON, Unix seconds", kind: oauth,
 			in:   fmt.Sprintf(`{"access_token":%q,"refresh_token":%q,"expires_at":%d}`, access, refresh, at.Unix()),
-			want: credentialInput{access, refresh, &at}},
+			want: credentialInput{access: access, refresh: refresh, expiresAt: &at}},
 		{name: "flat JSON, access only", kind: oauth, in: fmt.Sprintf(`{"access_token":%q}`, access), want: credentialInput{access: access}},
-		{name: "Claude Code credentials file", kind: oauth, in: claudeCodeJSON(access, refresh, at), want: credentialInput{access, refresh, &at}},
+		{name: "Claude Code credentials file", kind: oauth, in: claudeCodeJSON(access, refresh, at), want: credentialInput{access: access, refresh: refresh, expiresAt: &at}},
 		{name: "JSON for an api key", kind: apiKind, in: oauthJSON(access, refresh, at), wantErr: "for oauth accounts only"},
 		{name: "bad JSON", kind: oauth, in: `{"access_token": "` + access, wantErr: "credential: not valid JSON"},
 		{name: "not an object", kind: oauth, in: `{"access_token": 12}`, wantErr: "credential: access_token: must be a string"},
@@ -77,7 +77,7 @@ func TestParseCredential(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := parseCredential(tc.kind, tc.in)
+			got, err := parseCredential(weirv1.Provider_PROVIDER_ANTHROPIC, tc.kind, tc.in)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one saying %q", err, tc.wantErr)

@@ -116,7 +116,11 @@ func (c candidate) capacity() int32 {
 
 // routeRequest is what one Acquire asks for.
 type routeRequest struct {
-	model          string
+	model   string
+	surface weirv1.Surface
+	// breakerOpen are the providers whose overload breaker keeps this
+	// request away (another provider of the surface may still serve).
+	breakerOpen    map[string]bool
 	exclude        map[uuid.UUID]bool
 	sessionAccount uuid.UUID // uuid.Nil when the session is unbound
 	// preferAccount goes first when eligible: a retry after an overload
@@ -124,10 +128,30 @@ type routeRequest struct {
 	preferAccount uuid.UUID
 }
 
-// serves says whether an account's provider serves a model. Every model is
-// Anthropic's until other providers join the pool.
-func serves(provider string, _ string) bool {
-	return provider == enumName(weirv1.Provider_PROVIDER_ANTHROPIC)
+// surfaceProviders are the providers that serve each client protocol.
+var surfaceProviders = map[weirv1.Surface][]weirv1.Provider{
+	weirv1.Surface_SURFACE_MESSAGES:         {weirv1.Provider_PROVIDER_ANTHROPIC},
+	weirv1.Surface_SURFACE_RESPONSES:        {weirv1.Provider_PROVIDER_CODEX, weirv1.Provider_PROVIDER_OPENAI},
+	weirv1.Surface_SURFACE_CHAT_COMPLETIONS: {weirv1.Provider_PROVIDER_OPENAI},
+}
+
+// providersFor is the providers serving a surface; an unspecified surface
+// is Anthropic's messages (workers older than the field).
+func providersFor(sf weirv1.Surface) []weirv1.Provider {
+	if sf == weirv1.Surface_SURFACE_UNSPECIFIED {
+		sf = weirv1.Surface_SURFACE_MESSAGES
+	}
+	return surfaceProviders[sf]
+}
+
+// serves says whether an account's provider serves a request on surface.
+func serves(provider string, sf weirv1.Surface) bool {
+	for _, p := range providersFor(sf) {
+		if provider == enumName(p) {
+			return true
+		}
+	}
+	return false
 }
 
 // route orders the accounts that may serve req, best first, or says why
@@ -145,7 +169,7 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 	)
 	for _, c := range cands {
 		a := c.account
-		if !serves(a.Provider, req.model) {
+		if !serves(a.Provider, req.surface) || req.breakerOpen[a.Provider] {
 			continue
 		}
 		serving++
@@ -181,7 +205,7 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 		slices.SortStableFunc(eligible, func(x, y candidate) int { return compareCandidates(x, y, req, now) })
 		return eligible, nil
 	}
-	none := &weirv1.NoAccount{Permanent: recoverable == 0}
+	none := &weirv1.NoAccount{Permanent: recoverable == 0, QuotaBlock: quotaBlock(cands, req, now)}
 	if !soonest.IsZero() {
 		none.RetryAt = timestamppb.New(soonest)
 	}
@@ -243,6 +267,95 @@ func (c candidate) blockedUntil(now time.Time) (until time.Time, blocked, transi
 		}
 	}
 	return until, blocked, transient
+}
+
+// quotaEvidence is the quota evidence that covers an account's blocking
+// deadline: its reset is the deadline, so the account reopens exactly
+// when the quota does.
+type quotaEvidence struct {
+	resetsAt      time.Time
+	windowMinutes int32
+	message       string
+}
+
+// quotaUntil says whether the account is blocked by quota evidence that
+// covers its blocking deadline (the latest of its cooldown, spent windows
+// and family gate, as blockedUntil reads them), and which. A cooldown
+// that outlasts its quota (a backoff, a burst's Retry-After) is not
+// covered: waiting for the quota would not be enough.
+func (c candidate) quotaUntil(now time.Time) (quotaEvidence, bool) {
+	until, blocked, transient := c.blockedUntil(now)
+	if !blocked || !transient {
+		return quotaEvidence{}, false
+	}
+	var best quotaEvidence
+	consider := func(e quotaEvidence) {
+		if e.resetsAt.After(best.resetsAt) || (e.resetsAt.Equal(best.resetsAt) && e.windowMinutes > best.windowMinutes) {
+			best = e
+		}
+	}
+	if cd := c.cooldown; cd != nil && cd.Until.After(now) && cd.QuotaKind != nil && cd.QuotaResetsAt != nil {
+		consider(quotaEvidence{resetsAt: *cd.QuotaResetsAt, windowMinutes: cd.QuotaWindowMinutes, message: cd.QuotaMessage})
+	}
+	for _, w := range []struct {
+		r       *windowReading
+		minutes int32
+	}{{c.fiveHour, 300}, {c.sevenDay, 10080}} {
+		if w.r.live(now) && w.r.utilization >= spentAt {
+			consider(quotaEvidence{resetsAt: w.r.resetsAt, windowMinutes: w.minutes,
+				message: fmt.Sprintf("usage view: %d-minute window at %.0f%%", w.minutes, w.r.utilization*100)})
+		}
+	}
+	if g := c.gate; g != nil && g.Until.After(now) {
+		consider(quotaEvidence{resetsAt: g.Until, windowMinutes: 10080, message: "model family weekly window spent (" + g.Family + ")"})
+	}
+	// Deadlines are stored to the microsecond, resets to the second.
+	if best.resetsAt.IsZero() || best.resetsAt.Before(until.Add(-time.Second)) {
+		return quotaEvidence{}, false
+	}
+	best.resetsAt = until
+	return best, true
+}
+
+// quotaBlock says whether every eligible account for the request (the
+// whole pool under the same filters as selection: provider, breaker; not
+// the accounts paused, broken or holding a rejected credential, which are
+// not eligible at all) is blocked by quota evidence that covers its
+// deadline, and if so describes the one that reopens first. Any account
+// that could serve, is busy, or is out for another reason means no.
+func quotaBlock(cands []candidate, req routeRequest, now time.Time) *weirv1.QuotaBlock {
+	var (
+		first   quotaEvidence
+		firstOf candidate
+		n       int32
+	)
+	for _, c := range cands {
+		a := c.account
+		if !serves(a.Provider, req.surface) || req.breakerOpen[a.Provider] || a.Paused || a.BrokenAt != nil {
+			continue
+		}
+		if _, blocked, transient := c.blockedUntil(now); blocked && !transient {
+			continue // a rejected credential: only an operator brings it back
+		}
+		e, ok := c.quotaUntil(now)
+		if !ok {
+			return nil
+		}
+		n++
+		if n == 1 || e.resetsAt.Before(first.resetsAt) {
+			first, firstOf = e, c
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return &weirv1.QuotaBlock{
+		ResetsAt:          timestamppb.New(first.resetsAt),
+		WindowMinutes:     first.windowMinutes,
+		Provider:          enumValue[weirv1.Provider](firstOf.account.Provider),
+		LastUpstreamError: first.message,
+		Accounts:          n,
+	}
 }
 
 // compareCandidates ranks: the request's preferred account, then the

@@ -7,18 +7,25 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/weirhq/weir/controlplane/db"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 )
 
-// Names of the rows in the settings table; each value is a Go duration
-// string ("20m0s").
+// Names of the rows in the settings table. Durations are stored as Go
+// duration strings ("20m0s"), the quota response mode by its short name
+// ("retryable", "usage_limit").
 const (
-	settingCapacityHold    = "capacity_hold"
-	settingRequestDeadline = "request_deadline"
+	settingCapacityHold      = "capacity_hold"
+	settingRequestDeadline   = "request_deadline"
+	settingQuotaResponseMode = "quota_response_mode"
 )
+
+// settingsActor names who changes settings in the audit: the admin token
+// is the one credential allowed to.
+const settingsActor = "admin"
 
 // Bounds an operator may set. A deadline under a minute would fail ordinary
 // long generations; beyond six hours a request is abandoned, not held.
@@ -48,33 +55,59 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 	m := req.Msg
 	paths := m.GetUpdateMask().GetPaths()
 	if len(paths) == 0 {
-		return nil, toConnect(invalidf("update_mask: name at least one field (capacity_hold, request_deadline)"))
+		return nil, toConnect(invalidf("update_mask: name at least one field (capacity_hold, request_deadline, quota_response_mode)"))
 	}
 	now := h.s.now()
 	// Every field is checked before anything is written: a request with one
 	// bad value changes nothing.
 	puts := make([]db.PutSettingParams, 0, len(paths))
 	for _, path := range paths {
-		var d time.Duration
-		var err error
+		var value string
 		switch path {
 		case settingCapacityHold:
-			d, err = durationSetting("settings.capacity_hold", m.GetSettings().GetCapacityHold(), 0, maxCapacityHold)
+			d, err := durationSetting("settings.capacity_hold", m.GetSettings().GetCapacityHold(), 0, maxCapacityHold)
+			if err != nil {
+				return nil, toConnect(err)
+			}
+			value = d.String()
 		case settingRequestDeadline:
-			d, err = durationSetting("settings.request_deadline", m.GetSettings().GetRequestDeadline(), minRequestDeadline, maxRequestDeadline)
+			d, err := durationSetting("settings.request_deadline", m.GetSettings().GetRequestDeadline(), minRequestDeadline, maxRequestDeadline)
+			if err != nil {
+				return nil, toConnect(err)
+			}
+			value = d.String()
+		case settingQuotaResponseMode:
+			mode, err := quotaModeSetting(m.GetSettings().GetQuotaResponseMode())
+			if err != nil {
+				return nil, toConnect(err)
+			}
+			value = mode
 		default:
-			err = invalidf("update_mask: unknown field %q (want capacity_hold or request_deadline)", path)
+			return nil, toConnect(invalidf("update_mask: unknown field %q (want capacity_hold, request_deadline or quota_response_mode)", path))
 		}
-		if err != nil {
-			return nil, toConnect(err)
-		}
-		puts = append(puts, db.PutSettingParams{Name: path, Value: d.String(), Now: now})
+		puts = append(puts, db.PutSettingParams{Name: path, Value: value, Now: now})
 	}
 	var st *weirv1.Settings
 	err := h.s.tx(ctx, func(q *db.Queries) error {
+		before, err := q.ListSettings(ctx)
+		if err != nil {
+			return fmt.Errorf("list settings: %w", err)
+		}
+		old := make(map[string]string, len(before))
+		for _, r := range before {
+			old[r.Name] = r.Value
+		}
 		for _, p := range puts {
 			if err := q.PutSetting(ctx, p); err != nil {
 				return fmt.Errorf("put setting %s: %w", p.Name, err)
+			}
+			if old[p.Name] == p.Value {
+				continue // not a change
+			}
+			if err := q.RecordSettingChange(ctx, db.RecordSettingChangeParams{
+				Name: p.Name, OldValue: old[p.Name], NewValue: p.Value, Actor: settingsActor, Now: now,
+			}); err != nil {
+				return fmt.Errorf("audit setting %s: %w", p.Name, err)
 			}
 		}
 		rows, err := q.ListSettings(ctx)
@@ -88,7 +121,8 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 		return nil, h.s.fail(ctx, "update settings", err)
 	}
 	h.s.log.InfoContext(ctx, "settings updated", "fields", paths,
-		"capacity_hold", st.CapacityHold.AsDuration(), "request_deadline", st.RequestDeadline.AsDuration())
+		"capacity_hold", st.CapacityHold.AsDuration(), "request_deadline", st.RequestDeadline.AsDuration(),
+		"quota_response_mode", enumName(st.QuotaResponseMode))
 	return connect.NewResponse(&weirv1.UpdateSettingsResponse{Settings: st}), nil
 }
 
@@ -116,6 +150,7 @@ func (s *Server) effectiveSettings(ctx context.Context) (*weirv1.Settings, error
 // fall back to a default the operator did not choose.
 func (s *Server) settingsFrom(rows []db.Setting) (*weirv1.Settings, error) {
 	hold, deadline := s.cfg.CapacityHold, s.cfg.RequestDeadline
+	mode := weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE
 	for _, r := range rows {
 		var dst *time.Duration
 		switch r.Name {
@@ -123,6 +158,13 @@ func (s *Server) settingsFrom(rows []db.Setting) (*weirv1.Settings, error) {
 			dst = &hold
 		case settingRequestDeadline:
 			dst = &deadline
+		case settingQuotaResponseMode:
+			m, ok := quotaModes[r.Value]
+			if !ok {
+				return nil, fmt.Errorf("setting %s: unknown value %q", r.Name, r.Value)
+			}
+			mode = m
+			continue
 		default:
 			continue
 		}
@@ -132,7 +174,47 @@ func (s *Server) settingsFrom(rows []db.Setting) (*weirv1.Settings, error) {
 		}
 		*dst = d
 	}
-	return &weirv1.Settings{CapacityHold: durationpb.New(hold), RequestDeadline: durationpb.New(deadline)}, nil
+	return &weirv1.Settings{CapacityHold: durationpb.New(hold), RequestDeadline: durationpb.New(deadline),
+		QuotaResponseMode: mode}, nil
+}
+
+// quotaModes are the quota response modes by their stored names.
+var quotaModes = map[string]weirv1.QuotaResponseMode{
+	"retryable":   weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE,
+	"usage_limit": weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT,
+}
+
+// quotaModeSetting checks the quota response mode named by the update
+// mask and returns its stored name.
+func quotaModeSetting(m weirv1.QuotaResponseMode) (string, error) {
+	switch m {
+	case weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE, weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT:
+		return enumName(m), nil
+	case weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_UNSPECIFIED:
+		return "", invalidf("settings.quota_response_mode: required (it is in update_mask); want retryable or usage_limit")
+	}
+	return "", invalidf("settings.quota_response_mode: unknown value %d; want retryable or usage_limit", int32(m))
+}
+
+// ListSettingChanges is the audit of setting changes, newest first.
+func (h settingsService) ListSettingChanges(ctx context.Context, req *connect.Request[weirv1.ListSettingChangesRequest]) (*connect.Response[weirv1.ListSettingChangesResponse], error) {
+	limit := req.Msg.GetLimit()
+	switch {
+	case limit < 0 || limit > 500:
+		return nil, toConnect(invalidf("limit: %d is out of range; must be between 0 and 500", limit))
+	case limit == 0:
+		limit = 50
+	}
+	rows, err := h.s.q.ListSettingChanges(ctx, limit)
+	if err != nil {
+		return nil, h.s.fail(ctx, "list setting changes", err)
+	}
+	out := &weirv1.ListSettingChangesResponse{}
+	for _, r := range rows {
+		out.Changes = append(out.Changes, &weirv1.SettingChange{Name: r.Name, OldValue: r.OldValue,
+			NewValue: r.NewValue, Actor: r.Actor, ChangedAt: timestamppb.New(r.ChangedAt)})
+	}
+	return connect.NewResponse(out), nil
 }
 
 // durationSetting checks a duration field named by the update mask.

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -52,6 +53,9 @@ const (
 const (
 	// usagePath is the usage endpoint, under the account's base URL.
 	usagePath = "/api/oauth/usage"
+	// codexUsagePath is a Codex account's usage endpoint, under its base
+	// URL (https://chatgpt.com/backend-api by default).
+	codexUsagePath = "/wham/usage"
 	// oauthBeta is the anthropic-beta value the OAuth endpoints require.
 	oauthBeta = "oauth-2025-04-20"
 	// maxUsageBody bounds what a usage answer may weigh.
@@ -112,7 +116,7 @@ func (s *Server) readUsage(ctx context.Context, id uuid.UUID) (usageResult, erro
 	if err != nil {
 		return usageResult{}, storeErr(err)
 	}
-	if acct.AuthKind != "oauth" {
+	if acct.AuthKind != "oauth" || (acct.Provider != providerAnthropic && acct.Provider != providerCodex) {
 		return usageResult{}, errNoUsageEndpoint
 	}
 	now := s.now()
@@ -269,12 +273,13 @@ func (s *Server) fetchUsage(ctx context.Context, acct db.Account) ([]usageReadin
 	if err != nil {
 		return nil, nil, 0, errors.New("credential unreadable under this secret key")
 	}
-	base := acct.BaseUrl
-	if base == "" {
-		base = defaultAnthropicBaseURL
-	}
+	codex := acct.Provider == providerCodex
+	base := accountBaseURL(acct.Provider, acct.BaseUrl)
 	target := base + usagePath
-	if acct.BankedResetsEnabled {
+	switch {
+	case codex:
+		target = base + codexUsagePath
+	case acct.BankedResetsEnabled:
 		target += "?include_grants=true"
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
@@ -282,7 +287,11 @@ func (s *Server) fetchUsage(ctx context.Context, acct db.Account) ([]usageReadin
 		return nil, nil, 0, fmt.Errorf("usage request: %w", err)
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("anthropic-beta", oauthBeta)
+	if codex {
+		req.Header.Set("chatgpt-account-id", acct.UpstreamAccountID)
+	} else {
+		req.Header.Set("anthropic-beta", oauthBeta)
+	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := s.cfg.UsageClient.Do(req)
 	if err != nil {
@@ -301,6 +310,10 @@ func (s *Server) fetchUsage(ctx context.Context, acct db.Account) ([]usageReadin
 	}
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("usage endpoint: read answer: %w", scrubbed{err, token})
+	}
+	if codex {
+		readings, err := parseCodexUsage(body, s.now())
+		return readings, nil, 0, err
 	}
 	readings, err := parseUsage(body)
 	if err != nil {
@@ -382,19 +395,91 @@ func percentFraction(p *float64) *float64 {
 	return &f
 }
 
+// codexWindowJSON is one window of the Codex usage endpoint's answer.
+type codexWindowJSON struct {
+	// UsedPercent is a percent, 0..100.
+	UsedPercent        *float64 `json:"used_percent"`
+	LimitWindowSeconds *int64   `json:"limit_window_seconds"`
+	ResetAfterSeconds  *int64   `json:"reset_after_seconds"`
+	// ResetAt is in Unix seconds.
+	ResetAt *int64 `json:"reset_at"`
+}
+
+// parseCodexUsage reads the Codex usage endpoint's answer, read at now:
+// rate_limit.primary_window and secondary_window, either of which may be
+// null, named by their length (codexWindow).
+func parseCodexUsage(body []byte, now time.Time) ([]usageReading, error) {
+	var doc struct {
+		RateLimit *struct {
+			Primary   *codexWindowJSON `json:"primary_window"`
+			Secondary *codexWindowJSON `json:"secondary_window"`
+		} `json:"rate_limit"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return nil, errors.New("usage endpoint: answer is not a Codex usage object")
+	}
+	if doc.RateLimit == nil {
+		return nil, nil
+	}
+	var out []usageReading
+	for i, w := range []*codexWindowJSON{doc.RateLimit.Primary, doc.RateLimit.Secondary} {
+		if w == nil {
+			continue
+		}
+		var minutes int64
+		if w.LimitWindowSeconds != nil {
+			minutes = *w.LimitWindowSeconds / 60
+		}
+		r := usageReading{window: codexWindow(i == 0, minutes), utilization: percentFraction(w.UsedPercent)}
+		switch {
+		case w.ResetAt != nil && *w.ResetAt > 0:
+			t := time.Unix(*w.ResetAt, 0).UTC()
+			r.resetsAt = &t
+		case w.ResetAfterSeconds != nil && *w.ResetAfterSeconds >= 0:
+			t := now.Add(time.Duration(*w.ResetAfterSeconds) * time.Second).UTC()
+			r.resetsAt = &t
+		}
+		if (r.utilization == nil && r.resetsAt == nil) || slices.ContainsFunc(out, func(o usageReading) bool { return o.window == r.window }) {
+			continue
+		}
+		out = append(out, r)
+	}
+	// Stored in usageWindows order, as every writer does.
+	slices.SortFunc(out, func(a, b usageReading) int {
+		return slices.Index(usageWindows, a.window) - slices.Index(usageWindows, b.window)
+	})
+	return out, nil
+}
+
+// codexWindow names a Codex rate-limit window by its length: 300 minutes
+// is the five_hour window and 10080 the seven_day one; a length weir does
+// not know goes by position (primary five_hour, secondary seven_day).
+func codexWindow(primary bool, minutes int64) string {
+	switch {
+	case minutes == 300:
+		return windowFiveHour
+	case minutes == 10080:
+		return windowSevenDay
+	case primary:
+		return windowFiveHour
+	}
+	return windowSevenDay
+}
+
 // headerWindows maps the unified headers' window infixes to window names.
 var headerWindows = []struct{ infix, window string }{
 	{"5h", windowFiveHour},
 	{"7d", windowSevenDay},
 }
 
-// headerReadings reads the unified rate-limit headers (lower-cased) of a
-// response that arrived at now. A window counts only when its status is
-// allowed or allowed_warning (a rejection's 1.0 says why this request
-// failed, not how full the window is), its utilization is within 0..1, and
-// its reset is after now.
+// headerReadings reads the rate-limit headers (lower-cased) of a response
+// that arrived at now: Anthropic's unified headers, and Codex's
+// x-codex-{primary,secondary}-* (codexHeaderReadings). A unified window
+// counts only when its status is allowed or allowed_warning (a rejection's
+// 1.0 says why this request failed, not how full the window is), its
+// utilization is within 0..1, and its reset is after now.
 func headerReadings(h map[string]string, now time.Time) []usageReading {
-	var out []usageReading
+	out := codexHeaderReadings(h, now)
 	for _, hw := range headerWindows {
 		prefix := "anthropic-ratelimit-unified-" + hw.infix + "-"
 		switch strings.TrimSpace(h[prefix+"status"]) {
@@ -415,6 +500,38 @@ func headerReadings(h map[string]string, now time.Time) []usageReading {
 			continue
 		}
 		out = append(out, usageReading{window: hw.window, utilization: &u, resetsAt: &reset})
+	}
+	return out
+}
+
+// codexHeaderReadings reads x-codex-{primary,secondary}-used-percent (a
+// percent 0..100), -window-minutes and -reset-at (Unix seconds). A window
+// counts only when its percent is within 0..100 and its reset is after
+// now; it is named by its length (codexWindow). Codex sends no status: a
+// spent window's 100 is a reading like any other.
+func codexHeaderReadings(h map[string]string, now time.Time) []usageReading {
+	var out []usageReading
+	for _, name := range []string{"primary", "secondary"} {
+		prefix := "x-codex-" + name + "-"
+		p, err := strconv.ParseFloat(strings.TrimSpace(h[prefix+"used-percent"]), 64)
+		if err != nil || math.IsNaN(p) || p < 0 || p > 100 {
+			continue
+		}
+		secs, err := strconv.ParseInt(strings.TrimSpace(h[prefix+"reset-at"]), 10, 64)
+		if err != nil {
+			continue
+		}
+		reset := time.Unix(secs, 0).UTC()
+		if !reset.After(now) {
+			continue
+		}
+		minutes, _ := strconv.ParseInt(strings.TrimSpace(h[prefix+"window-minutes"]), 10, 64)
+		w := codexWindow(name == "primary", minutes)
+		if slices.ContainsFunc(out, func(r usageReading) bool { return r.window == w }) {
+			continue
+		}
+		u := p / 100
+		out = append(out, usageReading{window: w, utilization: &u, resetsAt: &reset})
 	}
 	return out
 }

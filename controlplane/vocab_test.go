@@ -51,14 +51,17 @@ func checkEnum[E protoEnum](t *testing.T) protoreflect.FullName {
 func TestEnumRoundTrip(t *testing.T) {
 	t.Parallel()
 	covered := map[protoreflect.FullName]bool{
-		checkEnum[weirv1.Provider](t):        true,
-		checkEnum[weirv1.AuthKind](t):        true,
-		checkEnum[weirv1.AccountState](t):    true,
-		checkEnum[weirv1.CooldownReason](t):  true,
-		checkEnum[weirv1.OutcomeClass](t):    true,
-		checkEnum[weirv1.Action](t):          true,
-		checkEnum[weirv1.NoAccountReason](t): true,
-		checkEnum[weirv1.FailureStage](t):    true,
+		checkEnum[weirv1.Provider](t):          true,
+		checkEnum[weirv1.AuthKind](t):          true,
+		checkEnum[weirv1.AccountState](t):      true,
+		checkEnum[weirv1.CooldownReason](t):    true,
+		checkEnum[weirv1.OutcomeClass](t):      true,
+		checkEnum[weirv1.Action](t):            true,
+		checkEnum[weirv1.NoAccountReason](t):   true,
+		checkEnum[weirv1.FailureStage](t):      true,
+		checkEnum[weirv1.Surface](t):           true,
+		checkEnum[weirv1.QuotaResponseMode](t): true,
+		checkEnum[weirv1.QuotaKind](t):         true,
 	}
 	// Every enum the package defines is in the list above.
 	n := 0
@@ -94,6 +97,11 @@ func TestStoredNames(t *testing.T) {
 		enumName(weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR):        "transport_error",
 		enumName(weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT):          "before_output",
 		enumName(weirv1.FailureStage_FAILURE_STAGE_AFTER_OUTPUT):           "after_output",
+		enumName(weirv1.Provider_PROVIDER_OPENAI):                          "openai",
+		enumName(weirv1.Provider_PROVIDER_CODEX):                           "codex",
+		enumName(weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT): "usage_limit",
+		enumName(weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE):   "retryable",
+		enumName(weirv1.QuotaKind_QUOTA_KIND_CODEX_USAGE_LIMIT):            "codex_usage_limit",
 	} {
 		if got != want {
 			t.Errorf("stored name %q, want %q", got, want)

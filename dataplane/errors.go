@@ -17,6 +17,9 @@ type apiError struct {
 	retryAfter time.Duration
 	// final tells SDK clients not to retry (x-should-retry: false).
 	final bool
+	// code is the OpenAI error code, when the OpenAI format needs one that
+	// the type does not imply.
+	code string
 }
 
 func (e *apiError) Error() string { return e.typ + ": " + e.message }

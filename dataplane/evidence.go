@@ -98,7 +98,7 @@ func decisionHeaders(h http.Header) map[string]string {
 		lk := strings.ToLower(k)
 		switch {
 		case lk == "retry-after", lk == "retry-after-ms", lk == "x-should-retry", lk == "request-id",
-			strings.HasPrefix(lk, "anthropic-ratelimit-"):
+			strings.HasPrefix(lk, "anthropic-ratelimit-"), strings.HasPrefix(lk, "x-codex-"):
 			if len(v) > 0 {
 				out[lk] = v[0]
 			}
@@ -149,4 +149,26 @@ func (u *usage) fromEvent(ev sseEvent) {
 			u.output = m.Usage.OutputTokens
 		}
 	}
+}
+
+// anthropicSignal reads one event of an Anthropic messages stream. Output
+// starts with the first content_block_delta (message_start,
+// content_block_start and ping change nothing the client shows);
+// message_stop ends it; an error event fails it.
+func anthropicSignal(ev sseEvent) streamSignal {
+	var sig streamSignal
+	var u usage
+	u.fromEvent(ev)
+	sig.inputTokens, sig.outputTokens = u.input, u.output
+	switch ev.name {
+	case "content_block_delta":
+		sig.output = true
+	case "message_stop":
+		sig.done = true
+	case "error":
+		t := errorTypeOf(ev.data)
+		sig.failure = &eventFailure{class: classifyErrorType(t), errorType: t,
+			message: errorMessageOf(ev.data), status: statusForErrorType(t)}
+	}
+	return sig
 }

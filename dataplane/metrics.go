@@ -13,6 +13,7 @@ type metrics struct {
 	routesDropped prometheus.Counter
 	holds         prometheus.Counter
 	holdSeconds   prometheus.Histogram
+	usageLimits   *prometheus.CounterVec
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -43,8 +44,12 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Help:    "Time spent in one capacity hold.",
 			Buckets: []float64{.1, .25, .5, 1, 2, 4, 8, 15, 30, 60, 120, 300, 600, 1200},
 		}),
+		usageLimits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weir_dataplane_usage_limits_total",
+			Help: "Requests answered with a final usage limit (quota_response_mode usage_limit), by surface.",
+		}, []string{"surface"}),
 	}
-	reg.MustRegister(m.requests, m.attempts, m.ttfb, m.routesDropped, m.holds, m.holdSeconds,
+	reg.MustRegister(m.requests, m.attempts, m.ttfb, m.routesDropped, m.holds, m.holdSeconds, m.usageLimits,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

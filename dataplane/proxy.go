@@ -23,7 +23,7 @@ import (
 // worker needs the bytes to replay them, and handing the inbound body to
 // the upstream request risks golang/go#40747.
 type inbound struct {
-	surface   string
+	sf        surface
 	requestID string
 	keyHash   string
 	keyID     string
@@ -40,11 +40,13 @@ func newRequestID() string {
 	return "weir_" + hex.EncodeToString(b)
 }
 
-func (s *Server) proxyHandler(surface string) http.HandlerFunc {
+func (s *Server) proxyHandler(sf surface) http.HandlerFunc {
+	surface := sf.name
 	return func(w http.ResponseWriter, r *http.Request) {
-		in := &inbound{surface: surface, requestID: newRequestID(), start: s.cfg.Now()}
+		in := &inbound{sf: sf, requestID: newRequestID(), start: s.cfg.Now()}
 		tw := &trackingWriter{ResponseWriter: w, now: s.cfg.Now}
 		tw.Header().Set("Weir-Request-Id", in.requestID)
+		s.cors(tw.Header(), r)
 		rec := &weirv1.RouteEvent{RequestId: in.requestID, Surface: surface, StartedAt: timestamppb.New(in.start)}
 		s.serve(tw, r, in, rec)
 		rec.Status = int32(tw.status)
@@ -67,24 +69,24 @@ func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *wei
 	ctx := r.Context()
 	secret := clientKey(r)
 	if secret == "" {
-		writeAPIError(w, in.requestID, errAuthentication("missing API key: send your weir key as x-api-key or Authorization: Bearer"))
+		writeError(w, in.sf.wire, in.requestID, errAuthentication("missing API key: send your weir key as x-api-key or Authorization: Bearer"))
 		return
 	}
 	in.keyHash = hashKey(secret)
 	keyID, err := s.keys.verify(ctx, in.keyHash)
 	if err != nil {
 		if errors.Is(err, errKeyRejected) {
-			writeAPIError(w, in.requestID, errAuthentication("invalid API key"))
+			writeError(w, in.sf.wire, in.requestID, errAuthentication("invalid API key"))
 		} else {
 			s.cfg.Logger.WarnContext(ctx, "verify key failed", "request_id", in.requestID, "err", err)
-			writeAPIError(w, in.requestID, errControlPlane())
+			writeError(w, in.sf.wire, in.requestID, errControlPlane())
 		}
 		return
 	}
 	in.keyID = keyID
 	rec.KeyId = keyID
 	if apiErr := s.readBody(w, r, in); apiErr != nil {
-		writeAPIError(w, in.requestID, apiErr)
+		writeError(w, in.sf.wire, in.requestID, apiErr)
 		return
 	}
 	rec.Model, rec.Stream = in.model, in.stream
@@ -129,6 +131,7 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 			ExcludeAccountIds: rt.excluded,
 			RequestId:         in.requestID,
 			PreferAccountId:   rt.prefer,
+			Surface:           in.sf.api,
 		}))
 		if err != nil {
 			switch {
@@ -168,6 +171,12 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 				backoff = false
 			}
 			if !s.hold(ctx, rt, retryAt, backoff, none.GetMessage()) {
+				if ul, ok := s.usageLimitFor(in, none); ok {
+					// Waiting is pointless and the client should know it:
+					// a final usage limit with the reset, not a retry loop.
+					s.failUsageLimit(w, rt, ul)
+					return
+				}
 				s.fail(w, rt, rt.last, final)
 				return
 			}
@@ -184,7 +193,7 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 		if o.InputTokens > 0 || o.OutputTokens > 0 {
 			rec.InputTokens, rec.OutputTokens = o.InputTokens, o.OutputTokens
 		}
-		s.metrics.attempts.WithLabelValues("anthropic", shortClass(o.Class)).Inc()
+		s.metrics.attempts.WithLabelValues(providerName(lease.Provider), shortClass(o.Class)).Inc()
 		d := s.release(ctx, in, lease, o)
 		rec.AttemptRecords = append(rec.AttemptRecords, &weirv1.AttemptRecord{
 			At: durationpb.New(at), AccountId: lease.AccountId, Class: o.Class, Status: o.Status,
@@ -297,7 +306,7 @@ func (s *Server) sleep(ctx context.Context, rt *routing, d time.Duration, reason
 func (s *Server) fail(w http.ResponseWriter, rt *routing, last *bufferedResponse, fallback *apiError) {
 	rt.rec.FailureStage = weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT
 	if last != nil {
-		rt.rec.ErrorType = errorTypeOf(last.body)
+		rt.rec.ErrorType = errorTypeFor(last.body)
 	} else if fallback != nil {
 		rt.rec.ErrorType = fallback.typ
 	}
@@ -316,7 +325,7 @@ func (s *Server) answer(w http.ResponseWriter, in *inbound, last *bufferedRespon
 		return
 	}
 	if fallback != nil {
-		writeAPIError(w, in.requestID, fallback)
+		writeError(w, in.sf.wire, in.requestID, fallback)
 	}
 }
 
@@ -342,22 +351,46 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, in *inbound) *
 		Metadata struct {
 			UserID string `json:"user_id"`
 		} `json:"metadata"`
+		PromptCacheKey string `json:"prompt_cache_key"`
 	}
 	if err := json.Unmarshal(body, &head); err != nil {
 		return errInvalidRequest("request body is not valid JSON: " + jsonErrorText(err))
 	}
 	if head.Model == nil || *head.Model == "" {
+		if in.sf.wire == wireOpenAI {
+			return errInvalidRequest("Missing required parameter: 'model'.")
+		}
 		return errInvalidRequest("model: field required")
 	}
 	in.body, in.model, in.stream = body, *head.Model, head.Stream
-	in.session = r.Header.Get("X-Claude-Code-Session-Id")
-	if in.session == "" {
-		in.session = head.Metadata.UserID
-	}
-	if len(in.session) > 256 {
-		in.session = hashKey(in.session)
-	}
+	in.session = sessionKey(r, in.sf, head.Metadata.UserID, head.PromptCacheKey)
 	return nil
+}
+
+// sessionKey is the conversation's affinity key: Claude Code's session id
+// header, else metadata.user_id; Codex's session id header, else its
+// prompt cache key. Long keys are hashed.
+func sessionKey(r *http.Request, sf surface, userID, promptCacheKey string) string {
+	var k string
+	if sf.wire == wireOpenAI {
+		for _, h := range []string{"Session_id", "Session-Id", "Conversation_id"} {
+			if k = r.Header.Get(h); k != "" {
+				break
+			}
+		}
+		if k == "" {
+			k = promptCacheKey
+		}
+	} else {
+		k = r.Header.Get("X-Claude-Code-Session-Id")
+		if k == "" {
+			k = userID
+		}
+	}
+	if len(k) > 256 {
+		k = hashKey(k)
+	}
+	return k
 }
 
 func jsonErrorText(err error) string {

@@ -81,7 +81,7 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 	// the client's request.
 	actx, cancelAttempt := context.WithCancelCause(ctx)
 	defer cancelAttempt(nil)
-	req, err := upstreamRequest(actx, r, in.body, lease)
+	req, err := upstreamRequest(actx, r, in.sf, in.body, lease)
 	if err != nil {
 		o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR
 		o.TransportError = "build request: invalid base URL"
@@ -108,8 +108,13 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 			o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED
 			return attemptResult{outcome: o}
 		}
-		o.ErrorType = errorTypeOf(body)
-		o.Class = classify(resp.StatusCode, "")
+		if in.sf.wire == wireOpenAI {
+			f := openAIErrorEvidence(resp.StatusCode, resp.Header, body, s.cfg.Now())
+			o.Class, o.ErrorType, o.ErrorMessage, o.Quota = f.class, f.errorType, f.message, f.quota
+		} else {
+			o.ErrorType, o.ErrorMessage = errorTypeOf(body), errorMessageOf(body)
+			o.Class = classify(resp.StatusCode, "")
+		}
 		fail := &bufferedResponse{status: resp.StatusCode, header: resp.Header.Clone(), body: body}
 		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_ERROR || o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_UPSTREAM_ERROR {
 			// The request itself is at fault: no other account would do better.
@@ -139,9 +144,13 @@ func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.R
 		o.TransportError = "body: " + transportErrorText(err)
 		return attemptResult{outcome: o, failure: gatewayFailure(in, "upstream connection broke")}
 	}
-	var u usage
-	u.fromMessage(body)
-	o.InputTokens, o.OutputTokens = u.input, u.output
+	if in.sf.wire == wireOpenAI {
+		o.InputTokens, o.OutputTokens = openAIUsage(body)
+	} else {
+		var u usage
+		u.fromMessage(body)
+		o.InputTokens, o.OutputTokens = u.input, u.output
+	}
 	o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS
 	o.BytesToClient = true
 	(&bufferedResponse{status: resp.StatusCode, header: resp.Header, body: body}).write(w)
@@ -149,17 +158,21 @@ func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.R
 }
 
 // relayStream relays an SSE stream event by event. Events before the first
-// output (message_start, content_block_start, ping) are held back: if the
-// upstream fails before producing output, nothing reached the client and
-// the request can still be replayed on another account.
+// output (message_start, response.created, a role-only chunk: the
+// surface's signal says which) are held back: if the upstream fails
+// before producing output, nothing reached the client and the request can
+// still be replayed on another account.
 func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.Response, in *inbound, o *weirv1.Outcome, idle idleWatch) attemptResult {
 	rc := http.NewResponseController(w)
 	sc := newSSEScanner(resp.Body)
+	signal := in.sf.signal
+	if signal == nil {
+		signal = anthropicSignal
+	}
 	var (
 		held      []byte
 		committed bool
 		finished  bool
-		u         usage
 	)
 	commit := func() error {
 		copyResponseHeaders(w.Header(), resp.Header)
@@ -197,33 +210,34 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 			o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR
 			o.TransportError = "stream cut after output: " + transportErrorText(err)
 			// Tell the client in its own format instead of ending silently.
-			w.Write(streamErrorEvent("api_error", "upstream stream ended unexpectedly")) //nolint:errcheck // best effort
-			rc.Flush()                                                                   //nolint:errcheck // best effort
+			w.Write(streamCutEvent(in.sf, "upstream stream ended unexpectedly")) //nolint:errcheck // best effort
+			rc.Flush()                                                           //nolint:errcheck // best effort
 			break
 		}
-		u.fromEvent(ev)
-		o.InputTokens, o.OutputTokens = u.input, u.output
-		switch ev.name {
-		case "error":
-			o.ErrorType = errorTypeOf(ev.data)
+		sig := signal(ev)
+		if sig.inputTokens > 0 {
+			o.InputTokens = sig.inputTokens
+		}
+		if sig.outputTokens > 0 {
+			o.OutputTokens = sig.outputTokens
+		}
+		if f := sig.failure; f != nil {
+			o.ErrorType, o.ErrorMessage, o.Quota = f.errorType, f.message, f.quota
 			if !committed {
-				o.Class = classifyErrorType(o.ErrorType)
-				return attemptResult{outcome: o, failure: &bufferedResponse{
-					status: statusForErrorType(o.ErrorType),
-					header: http.Header{"Content-Type": {"application/json"}, "Request-Id": resp.Header.Values("Request-Id")},
-					body:   ev.data,
-				}}
+				o.Class = f.class
+				return attemptResult{outcome: o, failure: s.eventFailureResponse(in, resp, ev, f)}
 			}
 			o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR
 			// The upstream's own error event ends the stream for the client;
 			// weir adds nothing after it.
 			finished = true
-		case "message_stop":
+		}
+		if sig.done {
 			finished = true
 		}
 		if !committed {
 			held = append(held, ev.raw...)
-			if ev.name != "content_block_delta" && ev.name != "message_stop" && len(held) < 1<<20 {
+			if !sig.output && !sig.done && sig.failure == nil && len(held) < 1<<20 {
 				continue
 			}
 			if err := commit(); err != nil {
@@ -245,6 +259,23 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 		o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS
 	}
 	return attemptResult{outcome: o}
+}
+
+// eventFailureResponse is the plain error answer for an error event that
+// arrived before any output: nothing was sent, so the client gets the usual
+// shape of an error in its own format.
+func (s *Server) eventFailureResponse(in *inbound, resp *http.Response, ev sseEvent, f *eventFailure) *bufferedResponse {
+	h := http.Header{"Content-Type": {"application/json"}}
+	for _, k := range []string{"Request-Id", "X-Request-Id"} {
+		if v := resp.Header.Values(k); len(v) > 0 {
+			h[k] = v
+		}
+	}
+	body := anthropicErrorBody(ev)
+	if in.sf.wire == wireOpenAI {
+		body = openAIErrorBody(f)
+	}
+	return &bufferedResponse{status: f.status, header: h, body: body}
 }
 
 // renewWhile keeps the lease alive during a long stream.
@@ -282,8 +313,8 @@ func isEventStream(h http.Header) bool {
 // gatewayFailure is weir's own answer for an attempt that got no usable
 // response from the upstream.
 func gatewayFailure(in *inbound, msg string) *bufferedResponse {
-	body := []byte(`{"type":"error","error":{"type":"api_error","message":"weir: ` + msg + `"},"request_id":"` + in.requestID + `"}`)
-	return &bufferedResponse{status: http.StatusBadGateway, header: http.Header{"Content-Type": {"application/json"}}, body: body}
+	return &bufferedResponse{status: http.StatusBadGateway, header: http.Header{"Content-Type": {"application/json"}},
+		body: gatewayBody(in.sf.wire, in.requestID, msg)}
 }
 
 func streamErrorEvent(typ, msg string) []byte {

@@ -49,12 +49,14 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Handler serves the Anthropic surface plus /metrics and /healthz.
+// Handler serves the Anthropic and OpenAI surfaces plus /metrics and /healthz.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/messages", s.method(http.MethodPost, s.proxyHandler("messages")))
-	mux.HandleFunc("/v1/messages/count_tokens", s.method(http.MethodPost, s.proxyHandler("count_tokens")))
-	mux.HandleFunc("/v1/models", s.method(http.MethodGet, s.proxyHandler("models")))
+	mux.HandleFunc("/v1/messages", s.method(http.MethodPost, s.proxyHandler(surfaceMessages)))
+	mux.HandleFunc("/v1/messages/count_tokens", s.method(http.MethodPost, s.proxyHandler(surfaceCount)))
+	mux.HandleFunc("/v1/models", s.method(http.MethodGet, s.proxyHandler(surfaceModels)))
+	mux.HandleFunc("/v1/responses", s.method(http.MethodPost, s.proxyHandler(surfaceResp)))
+	mux.HandleFunc("/v1/chat/completions", s.method(http.MethodPost, s.proxyHandler(surfaceChat)))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n")) //nolint:errcheck // nothing to do if the probe left
@@ -67,6 +69,17 @@ func (s *Server) Handler() http.Handler {
 
 func (s *Server) method(m string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodOptions && r.Header.Get("Origin") != "" {
+			// A browser's CORS preflight.
+			s.cors(w.Header(), r)
+			w.Header().Set("Access-Control-Allow-Methods", m)
+			if req := r.Header.Get("Access-Control-Request-Headers"); req != "" {
+				w.Header().Set("Access-Control-Allow-Headers", req)
+			}
+			w.Header().Set("Access-Control-Max-Age", "600")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
 		if r.Method != m {
 			w.Header().Set("Allow", m)
 			writeAPIError(w, newRequestID(), &apiError{status: http.StatusMethodNotAllowed,

@@ -15,6 +15,7 @@ import (
 type workerSettings struct {
 	capacityHold    time.Duration
 	requestDeadline time.Duration
+	quotaMode       weirv1.QuotaResponseMode
 }
 
 // settingsPoller keeps workerSettings fresh, so an operator's change
@@ -62,7 +63,8 @@ func (p *settingsPoller) fetch(ctx context.Context) {
 		return
 	}
 	st := resp.Msg.GetSettings()
-	next := workerSettings{capacityHold: st.GetCapacityHold().AsDuration(), requestDeadline: st.GetRequestDeadline().AsDuration()}
+	next := workerSettings{capacityHold: st.GetCapacityHold().AsDuration(), requestDeadline: st.GetRequestDeadline().AsDuration(),
+		quotaMode: st.GetQuotaResponseMode()}
 	if next.requestDeadline <= 0 {
 		next.requestDeadline = p.s.cfg.RequestDeadline
 	}

@@ -23,6 +23,10 @@ var hopHeaders = map[string]bool{
 // by the account's, or recomputed.
 var clientOnlyHeaders = map[string]bool{
 	"X-Api-Key": true, "Authorization": true, "Host": true, "Content-Length": true,
+	// The account's identity, never the client's: the lease supplies it.
+	"Chatgpt-Account-Id": true, "Openai-Organization": true, "Openai-Project": true,
+	// Cookies are the client's session with someone else.
+	"Cookie": true,
 	// Go's transport negotiates compression itself and decodes it, so the
 	// worker can read what it relays.
 	"Accept-Encoding": true,
@@ -31,8 +35,8 @@ var clientOnlyHeaders = map[string]bool{
 // upstreamRequest builds the attempt's request: the client's body and
 // headers unchanged, except its auth, replaced by the lease's, and the
 // body's model when the lease resolved an alias.
-func upstreamRequest(ctx context.Context, in *http.Request, body []byte, lease *weirv1.Lease) (*http.Request, error) {
-	target := strings.TrimRight(lease.BaseUrl, "/") + in.URL.EscapedPath()
+func upstreamRequest(ctx context.Context, in *http.Request, sf surface, body []byte, lease *weirv1.Lease) (*http.Request, error) {
+	target := strings.TrimRight(lease.BaseUrl, "/") + sf.upstreamPath(in.URL.EscapedPath(), lease.Provider)
 	if in.URL.RawQuery != "" {
 		target += "?" + in.URL.RawQuery
 	}
@@ -57,6 +61,15 @@ func upstreamRequest(ctx context.Context, in *http.Request, body []byte, lease *
 			continue
 		}
 		out.Header[k] = append([]string(nil), vs...)
+	}
+	switch lease.Provider {
+	case weirv1.Provider_PROVIDER_OPENAI:
+		out.Header.Set("Authorization", "Bearer "+lease.Credential)
+		return out, nil
+	case weirv1.Provider_PROVIDER_CODEX:
+		out.Header.Set("Authorization", "Bearer "+lease.Credential)
+		out.Header.Set("Chatgpt-Account-Id", lease.UpstreamAccountId)
+		return out, nil
 	}
 	switch lease.AuthKind {
 	case weirv1.AuthKind_AUTH_KIND_OAUTH:
@@ -107,6 +120,10 @@ func connectionListed(h http.Header) map[string]bool {
 // tell one client which account served it.
 var identityHeaders = map[string]bool{
 	"Anthropic-Organization-Id": true,
+	"Openai-Organization":       true,
+	"Openai-Project":            true,
+	// An upstream cookie is the account's session, not the client's.
+	"Set-Cookie": true,
 }
 
 // copyResponseHeaders copies the upstream's response headers the client

@@ -18,16 +18,18 @@ import (
 )
 
 const accountsUsage = `Usage:
-  weir accounts add --label L [--auth api_key|oauth] (--secret-stdin | --secret-file F) [--base-url U] [--max-concurrency N] [--priority N]
+  weir accounts add --label L [--provider anthropic|openai|codex] [--auth api_key|oauth] (--secret-stdin | --secret-file F)
+      [--base-url U] [--max-concurrency N] [--priority N] [--upstream-account-id ID]
       an OAuth secret is an access token, or JSON with a refresh token that weir keeps fresh:
-      --secret-file ~/.claude/.credentials.json, or {"access_token","refresh_token","expires_at"}
+      --secret-file ~/.claude/.credentials.json, or {"access_token","refresh_token","expires_at"};
+      a codex account (a ChatGPT login) takes --secret-file ~/.codex/auth.json, which names its account
   weir accounts list
   weir accounts get ID|LABEL
   weir accounts pause ID|LABEL
   weir accounts resume ID|LABEL
   weir accounts rm ID|LABEL
   weir accounts set ID|LABEL [--label L] [--base-url U] [--max-concurrency N] [--priority N] [--secret-stdin | --secret-file F]
-      [--banked-resets=on|off] [--org ORG]
+      [--banked-resets=on|off] [--org ORG] [--upstream-account-id ID]
   weir accounts grants ID|LABEL     list an OAuth account's banked-reset grants and claims
   weir accounts claim-grant ID|LABEL GRANT   claim a grant now (at most one claim an hour)
   weir accounts usage ID|LABEL      read an OAuth account's usage now, if its read budget allows
@@ -187,13 +189,16 @@ func (s *secretFlags) read(stdin io.Reader) (string, error) {
 
 func accountsAdd(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []string, e env) error {
 	var (
-		label, auth, baseURL string
-		maxConc, priority    int
-		sf                   secretFlags
+		label, auth, baseURL     string
+		providerName, upstreamID string
+		maxConc, priority        int
+		sf                       secretFlags
 	)
 	fs.StringVar(&label, "label", "", "a unique name for the account (required)")
-	fs.StringVar(&auth, "auth", "", "api_key or oauth (default: guessed from the credential)")
-	fs.StringVar(&baseURL, "base-url", "", "upstream base URL override (default https://api.anthropic.com)")
+	fs.StringVar(&providerName, "provider", "anthropic", "anthropic, openai (API keys, OpenAI-compatible endpoints) or codex (ChatGPT logins)")
+	fs.StringVar(&auth, "auth", "", "api_key or oauth (default: openai api_key, codex oauth, anthropic guessed from the credential)")
+	fs.StringVar(&baseURL, "base-url", "", "upstream base URL override (default: anthropic https://api.anthropic.com, openai https://api.openai.com/v1, codex https://chatgpt.com/backend-api)")
+	fs.StringVar(&upstreamID, "upstream-account-id", "", "codex: the ChatGPT account id (default: from the auth.json)")
 	fs.IntVar(&maxConc, "max-concurrency", 0, "concurrent requests on this account (default 4)")
 	fs.IntVar(&priority, "priority", 0, "higher is preferred")
 	sf.register(fs)
@@ -206,11 +211,15 @@ func accountsAdd(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []s
 	if label == "" {
 		return errors.New("weir accounts add: --label is required")
 	}
+	provider, err := parseProvider(providerName)
+	if err != nil {
+		return err
+	}
 	secret, err := sf.read(e.stdin)
 	if err != nil {
 		return fmt.Errorf("weir accounts add: %w", err)
 	}
-	kind, err := authKind(auth, secret)
+	kind, err := authKind(auth, provider, secret)
 	if err != nil {
 		return err
 	}
@@ -219,13 +228,14 @@ func accountsAdd(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []s
 		return err
 	}
 	resp, err := c.accounts.CreateAccount(ctx, connect.NewRequest(&weirv1.CreateAccountRequest{
-		Provider:       weirv1.Provider_PROVIDER_ANTHROPIC,
-		AuthKind:       kind,
-		Label:          label,
-		Credential:     secret,
-		BaseUrl:        baseURL,
-		MaxConcurrency: int32(maxConc),
-		Priority:       int32(priority),
+		Provider:          provider,
+		AuthKind:          kind,
+		Label:             label,
+		Credential:        secret,
+		BaseUrl:           baseURL,
+		MaxConcurrency:    int32(maxConc),
+		Priority:          int32(priority),
+		UpstreamAccountId: upstreamID,
 	}))
 	if err != nil {
 		return rpcError("add account", err)
@@ -239,11 +249,12 @@ func accountsAdd(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []s
 
 func accountsSet(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []string, e env) error {
 	var (
-		label, baseURL    string
-		maxConc, priority int
-		sf                secretFlags
+		label, baseURL, upstreamID string
+		maxConc, priority          int
+		sf                         secretFlags
 	)
 	fs.StringVar(&label, "label", "", "new label")
+	fs.StringVar(&upstreamID, "upstream-account-id", "", "codex: the ChatGPT account id")
 	fs.StringVar(&baseURL, "base-url", "", "new upstream base URL")
 	fs.IntVar(&maxConc, "max-concurrency", 0, "new concurrency cap")
 	fs.IntVar(&priority, "priority", 0, "new priority")
@@ -270,6 +281,9 @@ func accountsSet(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []s
 		case "priority":
 			req.Priority = int32(priority)
 			req.UpdateMask.Paths = append(req.UpdateMask.Paths, "priority")
+		case "upstream-account-id":
+			req.UpstreamAccountId = upstreamID
+			req.UpdateMask.Paths = append(req.UpdateMask.Paths, "upstream_account_id")
 		}
 	})
 	if sf.given() {
@@ -298,16 +312,36 @@ func accountsSet(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []s
 	return nil
 }
 
-// authKind takes --auth, else recognises Anthropic's OAuth token prefix or
-// a JSON credential (access and refresh token, e.g. Claude Code's
+// parseProvider reads --provider.
+func parseProvider(name string) (weirv1.Provider, error) {
+	switch strings.ToLower(name) {
+	case "anthropic", "":
+		return weirv1.Provider_PROVIDER_ANTHROPIC, nil
+	case "openai":
+		return weirv1.Provider_PROVIDER_OPENAI, nil
+	case "codex", "chatgpt":
+		return weirv1.Provider_PROVIDER_CODEX, nil
+	}
+	return 0, fmt.Errorf("--provider %q: want anthropic, openai or codex", name)
+}
+
+// authKind takes --auth, else the provider's only kind (openai: api_key,
+// codex: oauth), else recognises Anthropic's OAuth token prefix or a JSON
+// credential (access and refresh token, e.g. Claude Code's
 // ~/.claude/.credentials.json), which only OAuth accounts have.
-func authKind(flagValue, secret string) (weirv1.AuthKind, error) {
+func authKind(flagValue string, provider weirv1.Provider, secret string) (weirv1.AuthKind, error) {
 	switch flagValue {
 	case "api_key", "api-key", "apikey":
 		return weirv1.AuthKind_AUTH_KIND_API_KEY, nil
 	case "oauth":
 		return weirv1.AuthKind_AUTH_KIND_OAUTH, nil
 	case "":
+		switch provider {
+		case weirv1.Provider_PROVIDER_OPENAI:
+			return weirv1.AuthKind_AUTH_KIND_API_KEY, nil
+		case weirv1.Provider_PROVIDER_CODEX:
+			return weirv1.AuthKind_AUTH_KIND_OAUTH, nil
+		}
 		if strings.HasPrefix(secret, "sk-ant-oat") || strings.HasPrefix(secret, "{") {
 			return weirv1.AuthKind_AUTH_KIND_OAUTH, nil
 		}
@@ -318,7 +352,7 @@ func authKind(flagValue, secret string) (weirv1.AuthKind, error) {
 
 func printAccounts(w io.Writer, accts []*weirv1.Account, now time.Time) {
 	tw := table(w)
-	fmt.Fprintln(tw, "LABEL\tAUTH\tCREDENTIAL\tSTATE\t5H\t7D\tIN FLIGHT\tLAST SUCCESS\tID")
+	fmt.Fprintln(tw, "LABEL\tPROVIDER\tAUTH\tCREDENTIAL\tSTATE\t5H\t7D\tIN FLIGHT\tLAST SUCCESS\tID")
 	for _, a := range accts {
 		state := shortEnum(a.State.String(), "ACCOUNT_STATE_")
 		var notes []string
@@ -336,7 +370,7 @@ func printAccounts(w io.Writer, accts []*weirv1.Account, now time.Time) {
 		case len(notes) > 0:
 			state = fmt.Sprintf("%s (%s)", state, strings.Join(notes, "; "))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", a.Label, shortEnum(a.AuthKind.String(), "AUTH_KIND_"),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", a.Label, shortEnum(a.Provider.String(), "PROVIDER_"), shortEnum(a.AuthKind.String(), "AUTH_KIND_"),
 			a.CredentialHint, state, usageCell(a, "five_hour", now), usageCell(a, "seven_day", now),
 			a.InFlight, a.MaxConcurrency, ago(a.LastSuccessAt, now), a.Id)
 	}

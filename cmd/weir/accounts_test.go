@@ -40,7 +40,7 @@ func TestPrintAccountsUsageColumns(t *testing.T) {
 	if len(lines) != 5 {
 		t.Fatalf("%d lines:\n%s", len(lines), b.String())
 	}
-	if f := strings.Fields(lines[0]); f[4] != "5H" || f[5] != "7D" {
+	if f := strings.Fields(lines[0]); f[5] != "5H" || f[6] != "7D" {
 		t.Fatalf("header %q: want 5H and 7D after STATE", lines[0])
 	}
 	for i, want := range [][2]string{

@@ -97,6 +97,8 @@ func controlPlaneConfig(e env, log *slog.Logger) (controlplane.Config, error) {
 		DataplaneToken: e.getenv("WEIR_DATAPLANE_TOKEN"),
 		OAuthTokenURL:  e.getenv("WEIR_OAUTH_TOKEN_URL"),
 		OAuthClientID:  e.getenv("WEIR_OAUTH_CLIENT_ID"),
+		CodexTokenURL:  e.getenv("WEIR_CODEX_TOKEN_URL"),
+		CodexClientID:  e.getenv("WEIR_CODEX_CLIENT_ID"),
 		Logger:         log,
 	}
 	if err := capacityConfig(e, &cfg); err != nil {

@@ -16,25 +16,26 @@ import (
 const createAccount = `-- name: CreateAccount :one
 INSERT INTO accounts (
     id, provider, auth_kind, label, base_url, max_concurrency, priority,
-    credential_sealed, credential_hint, created_at, updated_at
+    credential_sealed, credential_hint, upstream_account_id, created_at, updated_at
 ) VALUES (
     $1, $2, $3, $4, $5, $6, $7,
-    $8, $9, $10, $10
+    $8, $9, $10, $11, $11
 )
 RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id
 `
 
 type CreateAccountParams struct {
-	ID               uuid.UUID
-	Provider         string
-	AuthKind         string
-	Label            string
-	BaseUrl          string
-	MaxConcurrency   int32
-	Priority         int32
-	CredentialSealed []byte
-	CredentialHint   string
-	Now              time.Time
+	ID                uuid.UUID
+	Provider          string
+	AuthKind          string
+	Label             string
+	BaseUrl           string
+	MaxConcurrency    int32
+	Priority          int32
+	CredentialSealed  []byte
+	CredentialHint    string
+	UpstreamAccountID string
+	Now               time.Time
 }
 
 func (q *Queries) CreateAccount(ctx context.Context, arg CreateAccountParams) (Account, error) {
@@ -48,6 +49,7 @@ func (q *Queries) CreateAccount(ctx context.Context, arg CreateAccountParams) (A
 		arg.Priority,
 		arg.CredentialSealed,
 		arg.CredentialHint,
+		arg.UpstreamAccountID,
 		arg.Now,
 	)
 	var i Account
@@ -706,18 +708,20 @@ UPDATE accounts SET
     base_url = coalesce($2, base_url),
     max_concurrency = coalesce($3, max_concurrency),
     priority = coalesce($4, priority),
-    updated_at = $5
-WHERE id = $6
+    upstream_account_id = coalesce($5, upstream_account_id),
+    updated_at = $6
+WHERE id = $7
 RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id
 `
 
 type UpdateAccountParams struct {
-	Label          *string
-	BaseUrl        *string
-	MaxConcurrency *int32
-	Priority       *int32
-	Now            time.Time
-	ID             uuid.UUID
+	Label             *string
+	BaseUrl           *string
+	MaxConcurrency    *int32
+	Priority          *int32
+	UpstreamAccountID *string
+	Now               time.Time
+	ID                uuid.UUID
 }
 
 func (q *Queries) UpdateAccount(ctx context.Context, arg UpdateAccountParams) (Account, error) {
@@ -726,6 +730,7 @@ func (q *Queries) UpdateAccount(ctx context.Context, arg UpdateAccountParams) (A
 		arg.BaseUrl,
 		arg.MaxConcurrency,
 		arg.Priority,
+		arg.UpstreamAccountID,
 		arg.Now,
 		arg.ID,
 	)

@@ -90,6 +90,7 @@ SELECT p.account_id
 FROM usage_polls p
 JOIN accounts a ON a.id = p.account_id
 WHERE a.auth_kind = 'oauth'
+  AND a.provider IN ('anthropic', 'codex')
   AND a.broken_at IS NULL
   AND p.next_read_at <= $1::timestamptz
 ORDER BY p.next_read_at
@@ -101,7 +102,8 @@ type DueUsagePollsParams struct {
 	MaxReads int32
 }
 
-// The OAuth accounts due a read, oldest first.
+// The OAuth accounts due a read, oldest first: Anthropic logins and
+// Codex (ChatGPT) logins; OpenAI API keys have no usage endpoint.
 func (q *Queries) DueUsagePolls(ctx context.Context, arg DueUsagePollsParams) ([]uuid.UUID, error) {
 	rows, err := q.db.Query(ctx, dueUsagePolls, arg.Now, arg.MaxReads)
 	if err != nil {
@@ -249,7 +251,7 @@ FROM (
            (count(*) OVER ())::float8 AS n
     FROM usage_polls q
     JOIN accounts a ON a.id = q.account_id
-    WHERE q.next_read_at IS NULL AND a.auth_kind = 'oauth'
+    WHERE q.next_read_at IS NULL AND a.auth_kind = 'oauth' AND a.provider IN ('anthropic', 'codex')
 ) s
 WHERE p.account_id = s.account_id AND p.next_read_at IS NULL
 `
@@ -259,7 +261,7 @@ type StaggerUnscheduledUsagePollsParams struct {
 	SpreadSeconds float64
 }
 
-// Gives every OAuth account without a next read one, spread evenly over
+// Gives every OAuth account (Anthropic or Codex) without a next read one, spread evenly over
 // the next spread_seconds (at boot, and for new accounts or credentials),
 // never inside the read budget.
 func (q *Queries) StaggerUnscheduledUsagePolls(ctx context.Context, arg StaggerUnscheduledUsagePollsParams) (int64, error) {

@@ -30,6 +30,12 @@ func heldFor(t *testing.T, e *env, r response) *weirv1.RouteEvent {
 // body on the same model.
 func sameBodyAndModel(t *testing.T, e *env) []sim.Attempt {
 	t.Helper()
+	return sameBodyAnd(t, e, model)
+}
+
+// sameBodyAnd is sameBodyAndModel for requests that named want.
+func sameBodyAnd(t *testing.T, e *env, want string) []sim.Attempt {
+	t.Helper()
 	atts := e.sim.Attempts()
 	if len(atts) == 0 {
 		t.Fatal("no upstream attempts")
@@ -39,8 +45,8 @@ func sameBodyAndModel(t *testing.T, e *env) []sim.Attempt {
 			t.Fatalf("attempt %+v differs from the first %+v: a hold must replay the same body on the same model", a, atts[0])
 		}
 	}
-	if atts[0].Model != model {
-		t.Fatalf("model %q, want %q (no substitution)", atts[0].Model, model)
+	if atts[0].Model != want {
+		t.Fatalf("model %q, want %q (no substitution)", atts[0].Model, want)
 	}
 	return atts
 }

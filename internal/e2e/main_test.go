@@ -45,6 +45,9 @@ type account struct {
 	faults   []sim.Fault
 	// windows gives an oauth account live usage windows in the simulator.
 	windows *sim.Windows
+	// provider is "codex" (a ChatGPT login on the Codex backend) or
+	// "openai" (an OpenAI key); empty is Anthropic.
+	provider string
 }
 
 // options shape one test's topology; zero values are the defaults.
@@ -104,6 +107,7 @@ type env struct {
 	routes   weirv1connect.RouteServiceClient
 	leases   weirv1connect.LeaseServiceClient
 	aliases  weirv1connect.AliasServiceClient
+	settings weirv1connect.SettingsServiceClient
 
 	key    string // the client's weir key
 	keyID  string
@@ -155,7 +159,13 @@ func setup(t *testing.T, opts options) *env {
 	script := sim.Script{AcceptUnknown: true}
 	for _, a := range opts.accounts {
 		as := sim.AccountScript{Name: a.label, Kind: sim.KindAPIKey, Credential: "sk-ant-api03-e2e-" + a.label + "-" + randHex(8), Faults: a.faults}
-		if a.oauth {
+		switch {
+		case a.provider == "codex":
+			as.Kind, as.Credential = sim.KindChatGPT, "chatgpt-access-e2e-"+a.label+"-"+randHex(8)
+			as.Windows = a.windows
+		case a.provider == "openai":
+			as.Kind, as.Credential = sim.KindOpenAIKey, "sk-proj-e2e-"+a.label+"-"+randHex(8)
+		case a.oauth:
 			as.Kind, as.Credential = sim.KindOAuth, "sk-ant-oat01-e2e-"+a.label+"-"+randHex(8)
 			as.Windows = a.windows
 		}
@@ -179,23 +189,34 @@ func setup(t *testing.T, opts options) *env {
 	e.keys = weirv1connect.NewKeyServiceClient(hc, e.cpSrv.URL, adminOpt)
 	e.routes = weirv1connect.NewRouteServiceClient(hc, e.cpSrv.URL, adminOpt)
 	e.aliases = weirv1connect.NewAliasServiceClient(hc, e.cpSrv.URL, adminOpt)
+	e.settings = weirv1connect.NewSettingsServiceClient(hc, e.cpSrv.URL, adminOpt)
 	e.leases = weirv1connect.NewLeaseServiceClient(hc, e.cpSrv.URL, connect.WithInterceptors(rpcclient.Token(e.dpToken)))
 
 	ctx := t.Context()
 	for _, a := range opts.accounts {
-		kind := weirv1.AuthKind_AUTH_KIND_API_KEY
-		if a.oauth {
-			kind = weirv1.AuthKind_AUTH_KIND_OAUTH
-		}
-		res, err := e.accounts.CreateAccount(ctx, connect.NewRequest(&weirv1.CreateAccountRequest{
+		req := &weirv1.CreateAccountRequest{
 			Provider:       weirv1.Provider_PROVIDER_ANTHROPIC,
-			AuthKind:       kind,
+			AuthKind:       weirv1.AuthKind_AUTH_KIND_API_KEY,
 			Label:          a.label,
 			Credential:     e.creds[a.label],
 			BaseUrl:        e.simSrv.URL,
 			MaxConcurrency: a.maxConc,
 			Priority:       a.priority,
-		}))
+		}
+		switch {
+		case a.provider == "codex":
+			req.Provider, req.AuthKind, req.BaseUrl = weirv1.Provider_PROVIDER_CODEX, weirv1.AuthKind_AUTH_KIND_OAUTH, e.simSrv.URL+"/backend-api"
+			id, ok := e.sim.ChatGPTAccountID(a.label)
+			if !ok {
+				t.Fatalf("simulator has no ChatGPT account id for %s", a.label)
+			}
+			req.UpstreamAccountId = id
+		case a.provider == "openai":
+			req.Provider, req.BaseUrl = weirv1.Provider_PROVIDER_OPENAI, e.simSrv.URL+"/v1"
+		case a.oauth:
+			req.AuthKind = weirv1.AuthKind_AUTH_KIND_OAUTH
+		}
+		res, err := e.accounts.CreateAccount(ctx, connect.NewRequest(req))
 		if err != nil {
 			t.Fatalf("create account %s: %v", a.label, err)
 		}

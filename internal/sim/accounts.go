@@ -43,6 +43,9 @@ type account struct {
 	usageReads      []time.Time
 	grants          []*grantState
 	grantResults    map[string]string // claim results by request_id
+	// chatgptID is a chatgpt account's account id; "" for other kinds and
+	// for discovered chatgpt accounts, which accept any.
+	chatgptID string
 }
 
 // registry is the current script in lookup form. Guarded by Server.mu.
@@ -85,6 +88,10 @@ func newRegistryAt(sc Script, now time.Time) *registry {
 			accessExpiresIn: as.AccessExpiresIn,
 			usageReadLimit:  as.UsageReadsPer10m,
 			grantResults:    map[string]string{},
+		}
+		if a.kind == KindChatGPT {
+			a.chatgptID = as.chatGPTAccountID()
+			a.accessLifetime = defaultChatGPTAccessLifetime
 		}
 		if as.AccessExpiresIn > 0 {
 			a.accessLifetime = time.Duration(as.AccessExpiresIn)
@@ -216,6 +223,9 @@ func (s *Server) script() Script {
 			as.RefreshToken = maskCredential(a.refreshToken)
 		}
 		as.AccessExpiresIn = a.accessExpiresIn
+		if a.kind == KindChatGPT && a.chatgptID != "" {
+			as.ChatGPTAccountID = a.chatgptID
+		}
 		if a.usageReadLimit != defaultUsageReadsPer10m {
 			as.UsageReadsPer10m = a.usageReadLimit
 		}

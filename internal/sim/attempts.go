@@ -23,8 +23,8 @@ type Attempt struct {
 	// Outcome is "ok", the fault kind applied, or why the request was
 	// refused before any fault: "auth_error", "revoked", "token_expired",
 	// "invalid_request", "request_too_large", "not_found", "usage_limit" (a
-	// full usage window). Requests to the usage endpoint can also be
-	// "rate_limited", to the token endpoint "invalid_grant", and grant
+	// full usage window). Requests to the usage endpoints can also be
+	// "rate_limited", to the token endpoints "invalid_grant", and grant
 	// claims are logged with their result ("reset", "not_limited", …).
 	Outcome string `json:"outcome"`
 	// Status is the HTTP status sent: 0 when the connection was dropped

@@ -65,7 +65,12 @@
 //
 //   - "chatgpt", a ChatGPT/Codex login: POST /backend-api/codex/responses
 //     with Authorization: Bearer <token> and a chatgpt-account-id header
-//     (without it, 401).
+//     equal to the account's id (missing or different, 401). The id is
+//     chatgpt_account_id when scripted, else the
+//     "https://api.openai.com/auth".chatgpt_account_id claim of a
+//     JWT-shaped credential, else a UUID-shaped id derived from the name
+//     (Server.ChatGPTAccountID). An account discovered under
+//     accept_unknown takes any non-empty id.
 //   - "openai_key", an API key: POST /v1/responses and POST
 //     /v1/chat/completions with Authorization: Bearer sk-….
 //
@@ -84,6 +89,37 @@
 // percentages being the account's five_hour_utilization and
 // seven_day_utilization times 100.
 //
+// chatgpt accounts may opt into the subscription fields windows (five_hour
+// and seven_day only), refresh_token, access_expires_in and
+// usage_reads_per_10m:
+//
+//   - windows: successful requests fill them as on /v1/messages, the
+//     x-codex-* headers report them (as they stand before the request,
+//     used-percent with one decimal; an absent window sends no headers),
+//     and while the five-hour or weekly window is full the Codex backend
+//     answers the usage_limit_reached 429 below with resets_at and
+//     resets_in_seconds of the full window that resets last, outcome
+//     usage_limit, using up no fault. Static utilizations never reject.
+//   - GET /backend-api/wham/usage (Bearer plus chatgpt-account-id, chatgpt
+//     accounts only, else 401):
+//     {"plan_type":"plus","rate_limit":{"allowed":true,"limit_reached":false,
+//     "primary_window":{"used_percent":12,"limit_window_seconds":18000,
+//     "reset_after_seconds":3600,"reset_at":EPOCH},"secondary_window":{…
+//     604800…}},"credits":null}. used_percent is a whole percent (rounded
+//     down; only a full window says 100, and then limit_reached is true and
+//     allowed false); a scripted account without a window has it null. Reads
+//     are limited per account as on /api/oauth/usage (429
+//     rate_limit_exceeded with retry-after).
+//   - POST /oauth/token (auth.openai.com), JSON or form
+//     {"client_id","grant_type":"refresh_token","refresh_token","scope"}:
+//     rotates the tokens as POST /v1/oauth/token does and answers
+//     {"id_token","access_token","refresh_token","expires_in","token_type"}.
+//     Both tokens are JWT-shaped (unsigned) with the account id claim; the
+//     access token's exp is an hour ahead (access_expires_in), after which
+//     it gets 401 token_expired. A spent or unknown refresh token gets 401
+//     {"error":"invalid_grant","error_description":…}. Refresh tokens of
+//     one endpoint are unknown at the other. Server.TokenRefreshes counts.
+//
 // Faults are queued and consumed as on /v1/messages. Three kinds are
 // meant for these paths:
 //
@@ -99,6 +135,33 @@
 //     current quota…","type":"insufficient_quota","param":null,
 //     "code":"insufficient_quota"}}.
 //
+// More kinds for these paths:
+//
+//   - usage_limit_event: a stream of response.created then response.failed
+//     whose response.error is {"code":"usage_limit_reached","message":"The
+//     usage limit has been reached","resets_at":EPOCH,
+//     "resets_in_seconds":N}; on chat the only line is data:
+//     {"error":{"message":…,"type":"usage_limit_reached","param":null,
+//     "code":"usage_limit_reached","resets_at":EPOCH,"resets_in_seconds":N}}.
+//     Without a stream, usage_limit_reached.
+//   - at_capacity_after_output: response.created, output_item.added,
+//     after_deltas (2) output_text.delta events, then response.failed with
+//     server_is_overloaded; on chat the role chunk, the content chunks, then
+//     data: {"error":{"message":"Selected model is at capacity…",
+//     "type":"server_error","param":null,"code":"server_is_overloaded"}} and
+//     no [DONE]. Without a stream, the 503.
+//   - at_capacity_error_event: response.created then an error event
+//     {"type":"error","code":"server_is_overloaded","message":…,
+//     "param":null,"sequence_number":1}; on chat that error line alone.
+//     Without a stream, the 503.
+//   - google_quota_exhausted and google_rate_limit: Google's 429
+//     {"error":{"code":429,"message":"Resource has been exhausted (e.g.
+//     check quota).","status":"RESOURCE_EXHAUSTED","details":[{"@type":
+//     "type.googleapis.com/google.rpc.ErrorInfo","reason":"QUOTA_EXHAUSTED"
+//     (or "RATE_LIMIT_EXCEEDED"),"domain":"googleapis.com"},{"@type":
+//     "type.googleapis.com/google.rpc.RetryInfo","retryDelay":"22s"}]}},
+//     the RetryInfo only with retry_after; "array": true wraps it in [ ].
+//
 // The generic kinds work there too: rate_limit (429 rate_limit_exceeded),
 // overloaded and unavailable (503 server_error), api_error (500), revoked
 // (401 invalid_api_key), bad_request (400), overloaded_event (as
@@ -106,15 +169,21 @@
 // deltas), drop_mid_stream, drop_connection and slow_headers. On
 // /v1/messages the three new kinds become a 429 rate_limit_error
 // (usage_limit_reached, insufficient_quota) and the overloaded event
-// (at_capacity_event). Attempts on these paths are logged like the others.
+// (at_capacity_event), and so do usage_limit_event and the Google kinds
+// (a 429), at_capacity_error_event (the overloaded event) and
+// at_capacity_after_output (error_after_content). Attempts on these paths,
+// the usage endpoint and the token endpoint are logged like the others.
 //
 //	{
 //	  "accounts": [
 //	    {"name": "codex", "credential": "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln", "kind": "chatgpt",
+//	     "refresh_token": "rt_codex0000000000000000000000",
 //	     "five_hour_utilization": 0.4, "seven_day_utilization": 0.9,
 //	     "faults": [{"kind": "at_capacity_event"}, {"kind": "usage_limit_reached", "retry_after": 1800}]},
 //	    {"name": "platform", "credential": "sk-proj-platform000000000000000", "kind": "openai_key",
-//	     "faults": [{"kind": "insufficient_quota"}]}
+//	     "faults": [{"kind": "insufficient_quota"}]},
+//	    {"name": "gemini", "credential": "AIzaSyGemini000000000000000000", "kind": "openai_key",
+//	     "faults": [{"kind": "google_rate_limit", "retry_after": 22, "array": true}]}
 //	  ]
 //	}
 //

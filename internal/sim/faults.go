@@ -36,10 +36,22 @@ func (x *exchange) applyFault(f Fault) {
 		}
 		x.record(f.Kind, http.StatusOK)
 		x.stream(&f)
-	case FaultUsageLimitReached, FaultInsufficientQuota:
-		// The OpenAI quota faults look like a plain 429 on the Messages API.
+	case FaultUsageLimitReached, FaultInsufficientQuota, FaultUsageLimitEvent,
+		FaultGoogleQuotaExhausted, FaultGoogleRateLimit:
+		// The OpenAI and Google quota faults look like a plain 429 on the
+		// Messages API.
 		x.rateLimit(f)
-	case FaultAtCapacityEvent:
+	case FaultAtCapacityAfterOutput:
+		// The overloaded event after some content.
+		if !x.req.Stream {
+			x.failRetryable(f, statusOverloaded, "overloaded_error", "Overloaded")
+			return
+		}
+		x.record(f.Kind, http.StatusOK)
+		ev := f
+		ev.Kind = FaultErrorAfterContent
+		x.stream(&ev)
+	case FaultAtCapacityEvent, FaultAtCapacityErrorEvent:
 		// On the Messages API, at capacity is the overloaded event.
 		if !x.req.Stream {
 			x.failRetryable(f, statusOverloaded, "overloaded_error", "Overloaded")

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -187,15 +189,18 @@ func staticPercent(u float64) float64 {
 	return p
 }
 
-// tokenRequest is the body of POST /v1/oauth/token.
+// tokenRequest is the body of POST /v1/oauth/token and POST /oauth/token.
 type tokenRequest struct {
 	GrantType    string `json:"grant_type"`
 	RefreshToken string `json:"refresh_token"`
 	ClientID     string `json:"client_id"`
+	Scope        string `json:"scope"`
 }
 
-// tokenResponse is a successful refresh.
+// tokenResponse is a successful refresh. IDToken is sent to chatgpt
+// accounts only.
 type tokenResponse struct {
+	IDToken      string `json:"id_token,omitempty"`
 	AccessToken  string `json:"access_token"`
 	RefreshToken string `json:"refresh_token"`
 	ExpiresIn    int64  `json:"expires_in"`
@@ -212,16 +217,32 @@ type oauthError struct {
 // the account's tokens. The old refresh token is spent at once; the old
 // access token works for refreshGrace more.
 func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
+	s.serveToken(w, r, KindOAuth)
+}
+
+// serveToken serves a token endpoint for accounts of kind (oauth on
+// /v1/oauth/token, chatgpt on /oauth/token). A refresh token of another
+// kind is unknown there. A spent or unknown refresh token gets 400
+// invalid_grant from the Anthropic endpoint and 401 from OpenAI's.
+func (s *Server) serveToken(w http.ResponseWriter, r *http.Request, kind string) {
 	x := &exchange{s: s, w: w, r: r}
 	if !x.readBody() {
 		return
 	}
-	bad := func(outcome, code, desc string) {
-		x.record(outcome, http.StatusBadRequest)
-		writeJSON(w, http.StatusBadRequest, oauthError{Error: code, Description: desc})
+	fail := func(status int, outcome, code, desc string) {
+		x.record(outcome, status)
+		writeJSON(w, status, oauthError{Error: code, Description: desc})
 	}
+	bad := func(outcome, code, desc string) { fail(http.StatusBadRequest, outcome, code, desc) }
 	var req tokenRequest
-	if err := json.Unmarshal(x.body, &req); err != nil {
+	if kind == KindChatGPT && strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
+		form, err := url.ParseQuery(string(x.body))
+		if err != nil {
+			bad(outcomeInvalidRequest, "invalid_request", "The request body is not a valid form: "+err.Error())
+			return
+		}
+		req = tokenRequest{GrantType: form.Get("grant_type"), RefreshToken: form.Get("refresh_token"), ClientID: form.Get("client_id"), Scope: form.Get("scope")}
+	} else if err := json.Unmarshal(x.body, &req); err != nil {
 		bad(outcomeInvalidRequest, "invalid_request", "The request body must be a JSON object: "+err.Error())
 		return
 	}
@@ -241,21 +262,30 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 	var resp tokenResponse
 	s.mu.Lock()
 	a := s.reg.byRefresh[req.RefreshToken]
+	spent := false
+	if a == nil {
+		a = s.reg.usedRefresh[req.RefreshToken]
+		spent = a != nil
+	}
+	if a != nil && a.kind != kind {
+		a = nil
+	}
 	x.acct = a
-	if x.acct == nil {
-		x.acct = s.reg.usedRefresh[req.RefreshToken]
+	if a != nil {
+		a.refreshCalls++
 	}
-	if x.acct != nil {
-		x.acct.refreshCalls++
-	}
-	ok := a != nil && !a.revoked
+	ok := a != nil && !spent && !a.revoked
 	if ok {
-		resp = s.reg.rotate(a, now)
+		resp = s.reg.rotate(a, now, req.ClientID)
 	}
 	s.mu.Unlock()
 
 	if !ok {
-		bad(outcomeInvalidGrant, "invalid_grant", "Refresh token not found or invalid")
+		status := http.StatusBadRequest
+		if kind == KindChatGPT {
+			status = http.StatusUnauthorized
+		}
+		fail(status, outcomeInvalidGrant, "invalid_grant", "Refresh token not found or invalid")
 		return
 	}
 	x.record(outcomeOK, http.StatusOK)
@@ -263,11 +293,19 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("sim token refreshed", "account", a.name)
 }
 
-// rotate gives a a new access and refresh token. Called with Server.mu
-// held.
-func (reg *registry) rotate(a *account, now time.Time) tokenResponse {
-	access := "sk-ant-oat01-" + rand.Text() + rand.Text()
-	refresh := "sk-ant-ort01-" + rand.Text() + rand.Text()
+// rotate gives a a new access and refresh token: for a chatgpt account
+// JWT-shaped access and id tokens carrying its account id. Called with
+// Server.mu held.
+func (reg *registry) rotate(a *account, now time.Time, clientID string) tokenResponse {
+	var resp tokenResponse
+	if a.kind == KindChatGPT {
+		resp.AccessToken, resp.IDToken = chatGPTTokens(a, now, clientID)
+		resp.RefreshToken = "rt_" + rand.Text() + rand.Text()
+	} else {
+		resp.AccessToken = "sk-ant-oat01-" + rand.Text() + rand.Text()
+		resp.RefreshToken = "sk-ant-ort01-" + rand.Text() + rand.Text()
+	}
+	access, refresh := resp.AccessToken, resp.RefreshToken
 
 	old := a.credential
 	if exp, ok := a.expires[old]; !ok || now.Add(refreshGrace).Before(exp) {
@@ -282,16 +320,14 @@ func (reg *registry) rotate(a *account, now time.Time) tokenResponse {
 	a.refreshToken = refresh
 	reg.byRefresh[refresh] = a
 
-	return tokenResponse{
-		AccessToken:  access,
-		RefreshToken: refresh,
-		ExpiresIn:    int64(a.accessLifetime / time.Second),
-		TokenType:    "Bearer",
-	}
+	resp.ExpiresIn = int64(a.accessLifetime / time.Second)
+	resp.TokenType = "Bearer"
+	return resp
 }
 
-// TokenRefreshes is how many requests to POST /v1/oauth/token named a
-// refresh token of the account (its current one or one already used),
+// TokenRefreshes is how many requests to the token endpoint of the
+// account's kind (POST /v1/oauth/token for oauth, POST /oauth/token for
+// chatgpt) named a refresh token of the account (its current one or one already used),
 // successful or not, since the script was loaded or the last Reset.
 func (s *Server) TokenRefreshes(name string) int {
 	s.mu.Lock()

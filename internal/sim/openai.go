@@ -29,10 +29,30 @@ const (
 	FaultAtCapacityEvent = "at_capacity_event"
 	// FaultInsufficientQuota is OpenAI's 429 insufficient_quota.
 	FaultInsufficientQuota = "insufficient_quota"
+	// FaultUsageLimitEvent is the Codex quota inside a 200 stream:
+	// response.failed with code usage_limit_reached right after
+	// response.created (on chat, a data: {"error":…} line). Without a
+	// stream it is usage_limit_reached.
+	FaultUsageLimitEvent = "usage_limit_event"
+	// FaultAtCapacityAfterOutput fails a stream with server_is_overloaded
+	// after AfterDeltas (default 2) text deltas (503 without a stream).
+	FaultAtCapacityAfterOutput = "at_capacity_after_output"
+	// FaultAtCapacityErrorEvent is the at-capacity error as a Responses
+	// "error" event (type error, code server_is_overloaded) right after
+	// response.created (503 without a stream).
+	FaultAtCapacityErrorEvent = "at_capacity_error_event"
+	// FaultGoogleQuotaExhausted is Google's 429 RESOURCE_EXHAUSTED with
+	// reason QUOTA_EXHAUSTED (a quota), in the OpenAI-compatible API.
+	FaultGoogleQuotaExhausted = "google_quota_exhausted"
+	// FaultGoogleRateLimit is Google's 429 RESOURCE_EXHAUSTED with reason
+	// RATE_LIMIT_EXCEEDED (a burst).
+	FaultGoogleRateLimit = "google_rate_limit"
 )
 
 func init() {
-	faultKinds = append(faultKinds, FaultUsageLimitReached, FaultAtCapacityEvent, FaultInsufficientQuota)
+	faultKinds = append(faultKinds, FaultUsageLimitReached, FaultAtCapacityEvent, FaultInsufficientQuota,
+		FaultUsageLimitEvent, FaultAtCapacityAfterOutput, FaultAtCapacityErrorEvent,
+		FaultGoogleQuotaExhausted, FaultGoogleRateLimit)
 }
 
 // Codex rate-limit windows, in minutes.
@@ -142,19 +162,30 @@ func (s *Server) authenticateOpenAI(h http.Header, sf openAISurface) (acct *acco
 		return nil, outcomeAuthError, "invalid_api_key", invalid
 	}
 	kind := sf.kind()
+	now := s.now()
 	s.mu.Lock()
 	a := s.reg.byCred[tok]
 	if a == nil && s.reg.acceptUnknown {
 		a = s.reg.discover(tok, kind)
 	}
+	expired := false
+	if a != nil {
+		exp, ok := a.expires[tok]
+		expired = ok && !now.Before(exp)
+	}
 	s.mu.Unlock()
+	acctID := strings.TrimSpace(h.Get("chatgpt-account-id"))
 	switch {
 	case a == nil || a.kind != kind:
 		return nil, outcomeAuthError, "invalid_api_key", invalid
 	case a.revoked:
 		return a, FaultRevoked, "invalid_api_key", revokedOpenAIMessage(a)
-	case kind == KindChatGPT && strings.TrimSpace(h.Get("chatgpt-account-id")) == "":
+	case expired:
+		return a, outcomeTokenExpired, "token_expired", "Provided authentication token is expired. Please try signing in again."
+	case kind == KindChatGPT && acctID == "":
 		return a, outcomeAuthError, "", "Missing chatgpt-account-id header."
+	case kind == KindChatGPT && a.chatgptID != "" && acctID != a.chatgptID:
+		return a, outcomeAuthError, "", "chatgpt-account-id does not match"
 	}
 	return a, "", "", ""
 }
@@ -192,19 +223,27 @@ func (s *Server) admitOpenAI(w http.ResponseWriter, r *http.Request, sf openAISu
 }
 
 // setCodexHeaders sets the Codex rate-limit headers from the account's
-// static utilizations, in percent.
+// windows (live, as they stand before this request, or the static
+// utilizations), in percent. A scripted account without one of the two
+// windows sends no headers for it.
 func (x *exchange) setCodexHeaders() {
 	now := x.s.now()
 	h := x.w.Header()
-	set := func(name string, util float64, minutes int, reset time.Time) {
+	set := func(name string, cw *codexWindow, minutes int) {
+		if cw == nil {
+			return
+		}
 		p := "x-codex-" + name + "-"
-		h.Set(p+"used-percent", strconv.FormatFloat(util*100, 'f', -1, 64))
+		h.Set(p+"used-percent", strconv.FormatFloat(cw.percent, 'f', -1, 64))
 		h.Set(p+"window-minutes", strconv.Itoa(minutes))
-		h.Set(p+"reset-after-seconds", strconv.FormatInt(secondsUntil(now, reset), 10))
-		h.Set(p+"reset-at", strconv.FormatInt(reset.Unix(), 10))
+		h.Set(p+"reset-after-seconds", strconv.FormatInt(secondsUntil(now, cw.reset), 10))
+		h.Set(p+"reset-at", strconv.FormatInt(cw.reset.Unix(), 10))
 	}
-	set("primary", x.acct.fiveHour, codexPrimaryWindowMinutes, fiveHourReset(now))
-	set("secondary", x.acct.sevenDay, codexSecondaryWindowMinutes, sevenDayReset(now))
+	x.s.mu.Lock()
+	primary, secondary := x.acct.codexWindows(now)
+	x.s.mu.Unlock()
+	set("primary", primary, codexPrimaryWindowMinutes)
+	set("secondary", secondary, codexSecondaryWindowMinutes)
 }
 
 // handleCodexResponses serves POST /backend-api/codex/responses.
@@ -227,6 +266,11 @@ func (s *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, sf openAISu
 	if !ok {
 		return
 	}
+	// A full live window turns the request away before the fault queue,
+	// as on /v1/messages.
+	if x.codexUsageLimited() {
+		return
+	}
 	if f, ok := s.takeFault(x.acct, x.req.Model); ok {
 		x.applyOpenAIFault(f, sf)
 		return
@@ -241,18 +285,25 @@ func (x *exchange) applyOpenAIFault(f Fault, sf openAISurface) {
 	h := x.w.Header()
 	switch f.Kind {
 	case FaultUsageLimitReached:
-		secs := f.RetryAfter
-		if secs == 0 {
-			secs = defaultUsageResetSeconds
+		secs := f.usageResetSeconds()
+		x.writeUsageLimit(f.Kind, x.s.now().Unix()+int64(secs), secs)
+	case FaultUsageLimitEvent:
+		if !x.req.Stream {
+			secs := f.usageResetSeconds()
+			x.writeUsageLimit(f.Kind, x.s.now().Unix()+int64(secs), secs)
+			return
 		}
-		x.record(f.Kind, http.StatusTooManyRequests)
-		writeJSON(x.w, http.StatusTooManyRequests, usageLimitBody{Error: usageLimitDetail{
-			Type:            FaultUsageLimitReached,
-			Message:         usageLimitReachedMessage,
-			PlanType:        "plus",
-			ResetsAt:        x.s.now().Unix() + int64(secs),
-			ResetsInSeconds: secs,
-		}})
+		x.record(f.Kind, http.StatusOK)
+		x.succeedOpenAI(sf, &f)
+	case FaultAtCapacityAfterOutput, FaultAtCapacityErrorEvent:
+		if !x.req.Stream {
+			x.failOpenAI(f.Kind, http.StatusServiceUnavailable, "server_error", "server_is_overloaded", atCapacityMessage)
+			return
+		}
+		x.record(f.Kind, http.StatusOK)
+		x.succeedOpenAI(sf, &f)
+	case FaultGoogleQuotaExhausted, FaultGoogleRateLimit:
+		x.googleExhausted(f)
 	case FaultInsufficientQuota:
 		x.failOpenAI(f.Kind, http.StatusTooManyRequests, "insufficient_quota", "insufficient_quota", insufficientQuotaMessage)
 	case FaultRateLimit:
@@ -316,9 +367,21 @@ type usageLimitDetail struct {
 	ResetsInSeconds int    `json:"resets_in_seconds"`
 }
 
+// usageResetSeconds is resets_in_seconds of the usage limit faults.
+func (f Fault) usageResetSeconds() int {
+	if f.RetryAfter == 0 {
+		return defaultUsageResetSeconds
+	}
+	return f.RetryAfter
+}
+
 // succeedOpenAI answers with the reply in the surface's shape. A stream
-// fault (f not nil) cuts a stream short.
+// fault (f not nil) cuts a stream short; without one the reply's tokens
+// are added to the account's live windows.
 func (x *exchange) succeedOpenAI(sf openAISurface, f *Fault) {
+	if f == nil {
+		x.s.charge(x.acct, x.req.Model, x.inputTokens()+x.s.reply.outputTokens)
+	}
 	if sf == surfaceChat {
 		if x.req.Stream {
 			x.chatStream(f)
@@ -363,9 +426,14 @@ type (
 		OutputTokens int `json:"output_tokens"`
 		TotalTokens  int `json:"total_tokens"`
 	}
+	// responseErrBody is response.error. The usage limit event adds
+	// resets_at (epoch s) and resets_in_seconds beside code and message,
+	// as in the 429 usage_limit_reached body.
 	responseErrBody struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
+		Code            string `json:"code"`
+		Message         string `json:"message"`
+		ResetsAt        *int64 `json:"resets_at,omitempty"`
+		ResetsInSeconds *int   `json:"resets_in_seconds,omitempty"`
 	}
 )
 
@@ -421,9 +489,11 @@ func (sw *sseWriter) data(payload string) {
 }
 
 // responsesStream streams the reply as Responses API events, each with its
-// sequence_number. at_capacity_event and overloaded_event fail right after
-// response.created; error_after_content and drop_mid_stream after
-// f.afterDeltas() deltas.
+// sequence_number. at_capacity_event, overloaded_event and
+// usage_limit_event fail (response.failed) and at_capacity_error_event
+// sends an error event right after response.created; error_after_content,
+// at_capacity_after_output and drop_mid_stream come after f.afterDeltas()
+// deltas.
 func (x *exchange) responsesStream(f *Fault) {
 	sw := x.startOpenAIStream()
 	seq := 0
@@ -435,14 +505,26 @@ func (x *exchange) responsesStream(f *Fault) {
 	}
 	resp := x.response("in_progress", false)
 	emit("response.created", map[string]any{"response": resp})
-	failed := func() {
+	failWith := func(e responseErrBody) {
 		resp.Status = "failed"
-		resp.Error = &responseErrBody{Code: "server_is_overloaded", Message: atCapacityMessage}
+		resp.Error = &e
 		emit("response.failed", map[string]any{"response": resp})
 	}
-	if f != nil && (f.Kind == FaultAtCapacityEvent || f.Kind == FaultOverloadedEvent) {
-		failed()
-		return
+	failed := func() { failWith(responseErrBody{Code: "server_is_overloaded", Message: atCapacityMessage}) }
+	if f != nil {
+		switch f.Kind {
+		case FaultAtCapacityEvent, FaultOverloadedEvent:
+			failed()
+			return
+		case FaultUsageLimitEvent:
+			secs := f.usageResetSeconds()
+			at := x.s.now().Unix() + int64(secs)
+			failWith(responseErrBody{Code: FaultUsageLimitReached, Message: usageLimitReachedMessage, ResetsAt: &at, ResetsInSeconds: &secs})
+			return
+		case FaultAtCapacityErrorEvent:
+			emit("error", map[string]any{"code": "server_is_overloaded", "message": atCapacityMessage, "param": nil})
+			return
+		}
 	}
 	item := x.responseItem("in_progress", "")
 	emit("response.output_item.added", map[string]any{"output_index": 0, "item": item})
@@ -461,7 +543,7 @@ func (x *exchange) responsesStream(f *Fault) {
 	}
 	if f != nil {
 		switch f.Kind {
-		case FaultErrorAfterContent:
+		case FaultErrorAfterContent, FaultAtCapacityAfterOutput:
 			failed()
 			return
 		case FaultDropMidStream:
@@ -519,10 +601,46 @@ func (x *exchange) chatCompletion() chatCompletionObject {
 	}
 }
 
+// chatStreamError is the data of a chat stream's error line. Only the
+// usage limit event sets resets_at and resets_in_seconds.
+type chatStreamError struct {
+	Error struct {
+		Message         string  `json:"message"`
+		Type            string  `json:"type"`
+		Param           *string `json:"param"`
+		Code            string  `json:"code"`
+		ResetsAt        *int64  `json:"resets_at,omitempty"`
+		ResetsInSeconds *int    `json:"resets_in_seconds,omitempty"`
+	} `json:"error"`
+}
+
 // chatStream streams the reply as chat.completion.chunk data lines ending
 // with [DONE]; drop_mid_stream aborts after f.afterDeltas() deltas.
+// usage_limit_event and at_capacity_error_event send only an error line
+// (data: {"error":…}); at_capacity_after_output sends it after
+// f.afterDeltas() deltas. A stream with an error line has no [DONE].
 func (x *exchange) chatStream(f *Fault) {
 	sw := x.startOpenAIStream()
+	errLine := func(errType, code, message string, resetsIn int) {
+		var e chatStreamError
+		e.Error.Message, e.Error.Type, e.Error.Code = message, errType, code
+		if resetsIn > 0 {
+			at := x.s.now().Unix() + int64(resetsIn)
+			e.Error.ResetsAt, e.Error.ResetsInSeconds = &at, &resetsIn
+		}
+		b, _ := json.Marshal(e)
+		sw.data(string(b))
+	}
+	if f != nil {
+		switch f.Kind {
+		case FaultUsageLimitEvent:
+			errLine(FaultUsageLimitReached, FaultUsageLimitReached, usageLimitReachedMessage, f.usageResetSeconds())
+			return
+		case FaultAtCapacityErrorEvent:
+			errLine("server_error", "server_is_overloaded", atCapacityMessage, 0)
+			return
+		}
+	}
 	now := x.s.now()
 	id := newID("chatcmpl-", now)
 	chunk := func(delta chatMessage, finish *string, u *chatUsage) {
@@ -546,8 +664,14 @@ func (x *exchange) chatStream(f *Fault) {
 			return
 		}
 	}
-	if f != nil && f.Kind == FaultDropMidStream {
-		panic(http.ErrAbortHandler)
+	if f != nil {
+		switch f.Kind {
+		case FaultDropMidStream:
+			panic(http.ErrAbortHandler)
+		case FaultAtCapacityAfterOutput:
+			errLine("server_error", "server_is_overloaded", atCapacityMessage, 0)
+			return
+		}
 	}
 	chunk(chatMessage{}, strPtr("stop"), x.chatUsage())
 	sw.data("[DONE]")

@@ -38,10 +38,16 @@ func openAISetup(t *testing.T) *bundle {
 	return setup(t, Config{Script: openAIScript(), Deltas: 3})
 }
 
+// chatgptHeaders authenticates as the account named "codex" (its derived
+// account id).
 func chatgptHeaders(tok string) http.Header {
+	return chatgptHeadersFor(tok, derivedChatGPTAccountID("codex"))
+}
+
+func chatgptHeadersFor(tok, accountID string) http.Header {
 	h := http.Header{}
 	h.Set("Authorization", "Bearer "+tok)
-	h.Set("chatgpt-account-id", "acct-123")
+	h.Set("chatgpt-account-id", accountID)
 	h.Set("content-type", "application/json")
 	return h
 }
@@ -664,4 +670,12 @@ func TestDocOpenAIExample(t *testing.T) {
 	}
 	resp, data = b.call(t, "POST", chatURL, openAIKeyHeaders(sc.Accounts[1].Credential), chatBody(false))
 	wantOpenAIError(t, resp, data, 429, "insufficient_quota", "insufficient_quota", insufficientQuotaMessage)
+	resp, data = b.call(t, "POST", chatURL, openAIKeyHeaders(sc.Accounts[2].Credential), chatBody(false))
+	if resp.StatusCode != 429 || !strings.HasPrefix(string(data), `[{"error":{"code":429,`) || !strings.Contains(string(data), `"retryDelay":"22s"`) {
+		t.Errorf("google_rate_limit: %d %s", resp.StatusCode, data)
+	}
+	resp, data = b.openAIRefresh(t, sc.Accounts[0].RefreshToken)
+	if resp.StatusCode != 200 || jwtAccountID(decode[tokenResponse](t, data).AccessToken) != derivedChatGPTAccountID("codex") {
+		t.Errorf("refresh: %d %s", resp.StatusCode, data)
+	}
 }

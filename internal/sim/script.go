@@ -82,6 +82,15 @@ type AccountScript struct {
 	// Grants are the account's banked rate-limit resets, claimed through
 	// POST /api/organizations/{org}/reset_rate_limits.
 	Grants []Grant `json:"grants,omitempty"`
+
+	// ChatGPTAccountID, for chatgpt accounts only, is the account id the
+	// Codex backend and usage endpoint require in the chatgpt-account-id
+	// header, and the chatgpt_account_id claim of tokens issued by POST
+	// /oauth/token. Default: the claim of a JWT-shaped Credential, else a
+	// UUID-shaped id derived from Name (see Server.ChatGPTAccountID).
+	// chatgpt accounts may also set windows (five_hour and seven_day only),
+	// refresh_token, access_expires_in and usage_reads_per_10m.
+	ChatGPTAccountID string `json:"chatgpt_account_id,omitempty"`
 }
 
 // kind is the account's kind, inferred from the credential when the
@@ -127,15 +136,21 @@ type Fault struct {
 	Times int `json:"times"`
 	// RetryAfter is sent as retry-after (seconds) with rate_limit,
 	// overloaded and unavailable; 0 sends no header. For
-	// usage_limit_reached it is resets_in_seconds (0 means 3600).
+	// usage_limit_reached and usage_limit_event it is resets_in_seconds (0
+	// means 3600); for google_quota_exhausted and google_rate_limit the
+	// RetryInfo retryDelay ("22s"; 0 sends no RetryInfo).
 	RetryAfter int `json:"retry_after,omitempty"`
+	// Array, for google_quota_exhausted and google_rate_limit, wraps the
+	// error body in a JSON array ([{"error":{…}}]) as some of Google's
+	// OpenAI-compatible endpoints do.
+	Array bool `json:"array,omitempty"`
 	// Unified, for rate_limit, adds the unified rejection headers of a
 	// subscription limit; without it the 429 looks like a burst limit.
 	Unified *UnifiedRejection `json:"unified,omitempty"`
 	// Delay, for slow_headers, is how long to wait before the headers.
 	Delay Duration `json:"delay,omitempty"`
-	// AfterDeltas, for error_after_content and drop_mid_stream, is how many
-	// content_block_delta events are sent first; 0 means 2.
+	// AfterDeltas, for error_after_content, at_capacity_after_output and
+	// drop_mid_stream, is how many content deltas are sent first; 0 means 2.
 	AfterDeltas int `json:"after_deltas,omitempty"`
 	// Model restricts the fault to requests for this model; empty means any.
 	Model string `json:"model,omitempty"`
@@ -266,6 +281,9 @@ func validateFaults(field string, faults []Fault) error {
 		}
 		if f.AfterDeltas < 0 {
 			errs = append(errs, fmt.Errorf("%s.after_deltas: %d is negative", ff, f.AfterDeltas))
+		}
+		if f.Array && f.Kind != FaultGoogleQuotaExhausted && f.Kind != FaultGoogleRateLimit {
+			errs = append(errs, fmt.Errorf("%s.array: only valid for kinds %q and %q", ff, FaultGoogleQuotaExhausted, FaultGoogleRateLimit))
 		}
 		if f.Unified != nil {
 			if f.Kind != FaultRateLimit {

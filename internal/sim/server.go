@@ -108,6 +108,8 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("POST /backend-api/codex/responses", s.handleCodexResponses)
 	s.mux.HandleFunc("POST /v1/responses", s.handleResponses)
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handleChatCompletions)
+	s.mux.HandleFunc("GET /backend-api/wham/usage", s.handleWhamUsage)
+	s.mux.HandleFunc("POST /oauth/token", s.handleOpenAIToken)
 	s.mux.HandleFunc("/", s.handleNotFound)
 	s.registerControl(s.mux)
 	return s

@@ -107,16 +107,33 @@ type Grant struct {
 func validateOAuthExtras(field string, a AccountScript) error {
 	var errs []error
 	oauth := a.kind() == KindOAuth
+	chatgpt := a.kind() == KindChatGPT
 	need := func(name string, set bool) {
 		if set && !oauth {
 			errs = append(errs, fmt.Errorf("%s.%s: only valid for %s accounts", field, name, KindOAuth))
 		}
 	}
-	need("windows", a.Windows != nil)
-	need("refresh_token", a.RefreshToken != "")
-	need("access_expires_in", a.AccessExpiresIn != 0)
-	need("usage_reads_per_10m", a.UsageReadsPer10m != 0)
+	needEither := func(name string, set bool) {
+		if set && !oauth && !chatgpt {
+			errs = append(errs, fmt.Errorf("%s.%s: only valid for %s and %s accounts", field, name, KindOAuth, KindChatGPT))
+		}
+	}
+	needEither("windows", a.Windows != nil)
+	needEither("refresh_token", a.RefreshToken != "")
+	needEither("access_expires_in", a.AccessExpiresIn != 0)
+	needEither("usage_reads_per_10m", a.UsageReadsPer10m != 0)
 	need("grants", len(a.Grants) > 0)
+	if chatgpt && a.Windows != nil {
+		need("windows.families", len(a.Windows.Families) > 0)
+		need("windows.overage", a.Windows.Overage != nil)
+	}
+	if a.ChatGPTAccountID != "" {
+		if !chatgpt {
+			errs = append(errs, fmt.Errorf("%s.chatgpt_account_id: only valid for %s accounts", field, KindChatGPT))
+		} else if !wellFormedCredential(a.ChatGPTAccountID) || len(a.ChatGPTAccountID) > 200 {
+			errs = append(errs, fmt.Errorf("%s.chatgpt_account_id: %q is not a well-formed id", field, a.ChatGPTAccountID))
+		}
+	}
 
 	if a.RefreshToken != "" && !wellFormedCredential(a.RefreshToken) {
 		errs = append(errs, fmt.Errorf("%s.refresh_token: not a well-formed token", field))

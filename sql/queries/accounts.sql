@@ -1,10 +1,10 @@
 -- name: CreateAccount :one
 INSERT INTO accounts (
     id, provider, auth_kind, label, base_url, max_concurrency, priority,
-    credential_sealed, credential_hint, created_at, updated_at
+    credential_sealed, credential_hint, upstream_account_id, created_at, updated_at
 ) VALUES (
     @id, @provider, @auth_kind, @label, @base_url, @max_concurrency, @priority,
-    @credential_sealed, @credential_hint, @now, @now
+    @credential_sealed, @credential_hint, @upstream_account_id, @now, @now
 )
 RETURNING *;
 
@@ -35,6 +35,7 @@ UPDATE accounts SET
     base_url = coalesce(sqlc.narg('base_url'), base_url),
     max_concurrency = coalesce(sqlc.narg('max_concurrency'), max_concurrency),
     priority = coalesce(sqlc.narg('priority'), priority),
+    upstream_account_id = coalesce(sqlc.narg('upstream_account_id'), upstream_account_id),
     updated_at = @now
 WHERE id = @id
 RETURNING *;

@@ -76,7 +76,7 @@ WHERE (EXCLUDED.credential_revision, EXCLUDED.poll_epoch) > (w.credential_revisi
 -- name: DeleteUsageWindow :exec
 DELETE FROM usage_windows WHERE account_id = @account_id AND window_name = @window_name;
 
--- Gives every OAuth account without a next read one, spread evenly over
+-- Gives every OAuth account (Anthropic or Codex) without a next read one, spread evenly over
 -- the next spread_seconds (at boot, and for new accounts or credentials),
 -- never inside the read budget.
 -- name: StaggerUnscheduledUsagePolls :execrows
@@ -90,16 +90,18 @@ FROM (
            (count(*) OVER ())::float8 AS n
     FROM usage_polls q
     JOIN accounts a ON a.id = q.account_id
-    WHERE q.next_read_at IS NULL AND a.auth_kind = 'oauth'
+    WHERE q.next_read_at IS NULL AND a.auth_kind = 'oauth' AND a.provider IN ('anthropic', 'codex')
 ) s
 WHERE p.account_id = s.account_id AND p.next_read_at IS NULL;
 
--- The OAuth accounts due a read, oldest first.
+-- The OAuth accounts due a read, oldest first: Anthropic logins and
+-- Codex (ChatGPT) logins; OpenAI API keys have no usage endpoint.
 -- name: DueUsagePolls :many
 SELECT p.account_id
 FROM usage_polls p
 JOIN accounts a ON a.id = p.account_id
 WHERE a.auth_kind = 'oauth'
+  AND a.provider IN ('anthropic', 'codex')
   AND a.broken_at IS NULL
   AND p.next_read_at <= sqlc.arg(now)::timestamptz
 ORDER BY p.next_read_at

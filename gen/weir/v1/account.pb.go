@@ -31,6 +31,11 @@ type Account struct {
 	AuthKind AuthKind               `protobuf:"varint,3,opt,name=auth_kind,json=authKind,proto3,enum=weir.v1.AuthKind" json:"auth_kind,omitempty"`
 	Label    string                 `protobuf:"bytes,4,opt,name=label,proto3" json:"label,omitempty"`
 	// Overrides the provider's API base URL (for the simulator or a proxy).
+	// Empty means the provider's default: anthropic https://api.anthropic.com;
+	// openai https://api.openai.com/v1 (the SDK convention: the base holds
+	// the version, and weir appends /responses or /chat/completions); codex
+	// https://chatgpt.com/backend-api (weir appends /codex/responses, and
+	// reads usage at /wham/usage).
 	BaseUrl        string `protobuf:"bytes,5,opt,name=base_url,json=baseUrl,proto3" json:"base_url,omitempty"`
 	MaxConcurrency int32  `protobuf:"varint,6,opt,name=max_concurrency,json=maxConcurrency,proto3" json:"max_concurrency,omitempty"`
 	// Higher is preferred when nothing else separates two accounts.
@@ -423,7 +428,8 @@ type CreateAccountRequest struct {
 	Label    string                 `protobuf:"bytes,3,opt,name=label,proto3" json:"label,omitempty"`
 	// The API key or OAuth access token. Never returned.
 	Credential string `protobuf:"bytes,4,opt,name=credential,proto3" json:"credential,omitempty"`
-	BaseUrl    string `protobuf:"bytes,5,opt,name=base_url,json=baseUrl,proto3" json:"base_url,omitempty"`
+	// Empty means the provider's default (see Account.base_url).
+	BaseUrl string `protobuf:"bytes,5,opt,name=base_url,json=baseUrl,proto3" json:"base_url,omitempty"`
 	// 0 means the default (4).
 	MaxConcurrency int32 `protobuf:"varint,6,opt,name=max_concurrency,json=maxConcurrency,proto3" json:"max_concurrency,omitempty"`
 	Priority       int32 `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`

@@ -567,9 +567,13 @@ type NoAccount struct {
 	// evidence that covers its deadline: the quota of the one that reopens
 	// first. The data plane answers a final usage limit from it in the
 	// usage_limit quota-response mode.
-	QuotaBlock    *QuotaBlock `protobuf:"bytes,5,opt,name=quota_block,json=quotaBlock,proto3" json:"quota_block,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	QuotaBlock *QuotaBlock `protobuf:"bytes,5,opt,name=quota_block,json=quotaBlock,proto3" json:"quota_block,omitempty"`
+	// The quota response mode in force when this answer was made: a change
+	// applies to the next request on every worker, without waiting for the
+	// workers' settings poll.
+	QuotaResponseMode QuotaResponseMode `protobuf:"varint,6,opt,name=quota_response_mode,json=quotaResponseMode,proto3,enum=weir.v1.QuotaResponseMode" json:"quota_response_mode,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *NoAccount) Reset() {
@@ -635,6 +639,13 @@ func (x *NoAccount) GetQuotaBlock() *QuotaBlock {
 		return x.QuotaBlock
 	}
 	return nil
+}
+
+func (x *NoAccount) GetQuotaResponseMode() QuotaResponseMode {
+	if x != nil {
+		return x.QuotaResponseMode
+	}
+	return QuotaResponseMode_QUOTA_RESPONSE_MODE_UNSPECIFIED
 }
 
 // QuotaBlock describes a pool out of quota for one request.
@@ -1558,14 +1569,15 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x03ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x14\n" +
 	"\x05model\x18\n" +
 	" \x01(\tR\x05model\x12.\n" +
-	"\x13upstream_account_id\x18\v \x01(\tR\x11upstreamAccountId\"\xe2\x01\n" +
+	"\x13upstream_account_id\x18\v \x01(\tR\x11upstreamAccountId\"\xae\x02\n" +
 	"\tNoAccount\x120\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x18.weir.v1.NoAccountReasonR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x125\n" +
 	"\bretry_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aretryAt\x12\x1c\n" +
 	"\tpermanent\x18\x04 \x01(\bR\tpermanent\x124\n" +
 	"\vquota_block\x18\x05 \x01(\v2\x13.weir.v1.QuotaBlockR\n" +
-	"quotaBlock\"\xe7\x01\n" +
+	"quotaBlock\x12J\n" +
+	"\x13quota_response_mode\x18\x06 \x01(\x0e2\x1a.weir.v1.QuotaResponseModeR\x11quotaResponseMode\"\xe7\x01\n" +
 	"\n" +
 	"QuotaBlock\x127\n" +
 	"\tresets_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\bresetsAt\x12%\n" +
@@ -1710,11 +1722,12 @@ var file_weir_v1_lease_proto_goTypes = []any{
 	(AuthKind)(0),                  // 23: weir.v1.AuthKind
 	(*timestamppb.Timestamp)(nil),  // 24: google.protobuf.Timestamp
 	(*durationpb.Duration)(nil),    // 25: google.protobuf.Duration
-	(OutcomeClass)(0),              // 26: weir.v1.OutcomeClass
-	(*QuotaEvidence)(nil),          // 27: weir.v1.QuotaEvidence
-	(*Settings)(nil),               // 28: weir.v1.Settings
-	(*Decision)(nil),               // 29: weir.v1.Decision
-	(Action)(0),                    // 30: weir.v1.Action
+	(QuotaResponseMode)(0),         // 26: weir.v1.QuotaResponseMode
+	(OutcomeClass)(0),              // 27: weir.v1.OutcomeClass
+	(*QuotaEvidence)(nil),          // 28: weir.v1.QuotaEvidence
+	(*Settings)(nil),               // 29: weir.v1.Settings
+	(*Decision)(nil),               // 30: weir.v1.Decision
+	(Action)(0),                    // 31: weir.v1.Action
 }
 var file_weir_v1_lease_proto_depIdxs = []int32{
 	21, // 0: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
@@ -1727,45 +1740,46 @@ var file_weir_v1_lease_proto_depIdxs = []int32{
 	0,  // 7: weir.v1.NoAccount.reason:type_name -> weir.v1.NoAccountReason
 	24, // 8: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
 	8,  // 9: weir.v1.NoAccount.quota_block:type_name -> weir.v1.QuotaBlock
-	24, // 10: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
-	22, // 11: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
-	24, // 12: weir.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
-	26, // 13: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
-	20, // 14: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
-	25, // 15: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
-	25, // 16: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
-	27, // 17: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
-	28, // 18: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
-	11, // 19: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
-	29, // 20: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
-	25, // 21: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
-	25, // 22: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
-	24, // 23: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
-	25, // 24: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
-	1,  // 25: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
-	17, // 26: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
-	25, // 27: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
-	26, // 28: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
-	30, // 29: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
-	25, // 30: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
-	16, // 31: weir.v1.ReportRouteRequest.event:type_name -> weir.v1.RouteEvent
-	2,  // 32: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
-	4,  // 33: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
-	12, // 34: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
-	9,  // 35: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
-	14, // 36: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
-	18, // 37: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
-	3,  // 38: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
-	5,  // 39: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
-	13, // 40: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
-	10, // 41: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
-	15, // 42: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
-	19, // 43: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
-	38, // [38:44] is the sub-list for method output_type
-	32, // [32:38] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	26, // 10: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	24, // 11: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
+	22, // 12: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
+	24, // 13: weir.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
+	27, // 14: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
+	20, // 15: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
+	25, // 16: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
+	25, // 17: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
+	28, // 18: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
+	29, // 19: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
+	11, // 20: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
+	30, // 21: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
+	25, // 22: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
+	25, // 23: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
+	24, // 24: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
+	25, // 25: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
+	1,  // 26: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
+	17, // 27: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
+	25, // 28: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
+	27, // 29: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
+	31, // 30: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
+	25, // 31: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
+	16, // 32: weir.v1.ReportRouteRequest.event:type_name -> weir.v1.RouteEvent
+	2,  // 33: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
+	4,  // 34: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
+	12, // 35: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
+	9,  // 36: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
+	14, // 37: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
+	18, // 38: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
+	3,  // 39: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
+	5,  // 40: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
+	13, // 41: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
+	10, // 42: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
+	15, // 43: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
+	19, // 44: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
+	39, // [39:45] is the sub-list for method output_type
+	33, // [33:39] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_lease_proto_init() }

@@ -1,0 +1,157 @@
+package dataplane
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+// usageLimitMinWait: a pool that reopens within this is answered
+// retryably, since a client's ordinary retries will find it open. Exactly
+// 5:00 stays retryable; 5:01 is a usage limit.
+const usageLimitMinWait = 5 * time.Minute
+
+// usageLimit is the final answer for a pool out of quota.
+type usageLimit struct {
+	model     string
+	provider  weirv1.Provider
+	resetsAt  time.Time
+	window    int32 // minutes; 0 when unknown
+	lastError string
+	// wait is how long until resetsAt, in whole seconds rounded up.
+	wait time.Duration
+}
+
+// usageLimitFor says whether a request that could not be served gets a
+// final usage limit: in the usage_limit mode (as the control plane said
+// when it answered, else this worker's last settings), when every eligible
+// account is blocked by quota evidence and the first reset is more than
+// usageLimitMinWait away.
+func (s *Server) usageLimitFor(in *inbound, none *weirv1.NoAccount) (usageLimit, bool) {
+	mode := none.GetQuotaResponseMode()
+	if mode == weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_UNSPECIFIED {
+		mode = s.settings.get().quotaMode
+	}
+	return decideUsageLimit(mode, none.GetQuotaBlock(), in.model, s.cfg.Now())
+}
+
+// decideUsageLimit is usageLimitFor's rule. Pure.
+func decideUsageLimit(mode weirv1.QuotaResponseMode, qb *weirv1.QuotaBlock, model string, now time.Time) (usageLimit, bool) {
+	if mode != weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT || qb == nil || qb.GetResetsAt() == nil {
+		return usageLimit{}, false
+	}
+	resets := qb.GetResetsAt().AsTime()
+	wait := resets.Sub(now)
+	if wait <= usageLimitMinWait {
+		return usageLimit{}, false
+	}
+	return usageLimit{model: model, provider: qb.GetProvider(), resetsAt: resets, window: qb.GetWindowMinutes(),
+		lastError: qb.GetLastUpstreamError(), wait: wait.Round(time.Second)}, true
+}
+
+// failUsageLimit answers the final usage limit.
+func (s *Server) failUsageLimit(w http.ResponseWriter, rt *routing, ul usageLimit) {
+	rt.rec.FailureStage = weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT
+	rt.rec.ErrorType = "usage_limit_reached"
+	s.metrics.usageLimits.WithLabelValues(rt.in.sf.name).Inc()
+	writeUsageLimit(w, rt.in.sf, rt.in.requestID, ul)
+}
+
+// writeUsageLimit writes a final usage limit in the client's format:
+// status 429, X-Should-Retry: false, no Retry-After, the Codex rate-limit
+// headers of the exhausted window, and the reset in the body. Nothing may
+// have been written to w before.
+func writeUsageLimit(w http.ResponseWriter, sf surface, requestID string, ul usageLimit) {
+	h := w.Header()
+	h.Del("Retry-After")
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Should-Retry", "false")
+	if ul.window > 0 {
+		// The window that reopens first, at 100%: the primary trio for a
+		// window shorter than a day, the secondary for the weekly one.
+		prefix := "X-Codex-Secondary-"
+		if ul.window < 24*60 {
+			prefix = "X-Codex-Primary-"
+		}
+		h.Set(prefix+"Used-Percent", "100")
+		h.Set(prefix+"Window-Minutes", strconv.Itoa(int(ul.window)))
+		h.Set(prefix+"Reset-At", strconv.FormatInt(ul.resetsAt.Unix(), 10))
+	}
+	secs := int64(ul.wait / time.Second)
+	resetTime := (time.Duration(secs) * time.Second).String()
+	provider := providerName(ul.provider)
+	last := ul.lastError
+	if last == "" {
+		last = "none recorded"
+	}
+	var body []byte
+	if sf.wire == wireOpenAI {
+		body, _ = json.Marshal(map[string]any{"error": map[string]any{
+			"message": fmt.Sprintf("All credentials for model %s (%s) are out of usage quota; the first resets in %s, at %s. Last upstream error: %s",
+				ul.model, provider, resetTime, ul.resetsAt.UTC().Format(time.RFC3339), last),
+			"type":                 "usage_limit_reached",
+			"code":                 "model_cooldown",
+			"param":                nil,
+			"resets_at":            ul.resetsAt.Unix(),
+			"retryable":            false,
+			"limit_window_minutes": ul.window,
+			"model":                ul.model,
+			"provider":             provider,
+			"reset_seconds":        secs,
+			"reset_time":           resetTime,
+			"last_upstream_error":  ul.lastError,
+		}})
+	} else {
+		body, _ = json.Marshal(map[string]any{
+			"type": "error",
+			"error": map[string]any{
+				"type": "rate_limit_error",
+				"message": fmt.Sprintf("All credentials for model %s (%s) are out of usage quota. Last upstream error: %s (reset after %s)",
+					ul.model, provider, last, resetTime),
+				"resets_at": ul.resetsAt.Unix(),
+				"retryable": false,
+			},
+			"request_id": requestID,
+		})
+	}
+	w.WriteHeader(http.StatusTooManyRequests)
+	w.Write(body)                         //nolint:errcheck // the client may be gone
+	http.NewResponseController(w).Flush() //nolint:errcheck // as above
+}
+
+// providerName is a provider's short name ("anthropic", "codex").
+func providerName(p weirv1.Provider) string {
+	if p == weirv1.Provider_PROVIDER_UNSPECIFIED {
+		return "unknown"
+	}
+	return strings.ToLower(strings.TrimPrefix(p.String(), "PROVIDER_"))
+}
+
+// CORS: browsers may read weir's answers from any origin (clients
+// authenticate with a bearer key, never a cookie). In the usage_limit mode
+// the headers that carry the verdict are exposed as well.
+var (
+	exposeHeaders           = "Weir-Request-Id, Request-Id, X-Request-Id, Retry-After"
+	exposeUsageLimitHeaders = exposeHeaders + ", X-Should-Retry, " +
+		"X-Codex-Primary-Used-Percent, X-Codex-Primary-Window-Minutes, X-Codex-Primary-Reset-At, " +
+		"X-Codex-Secondary-Used-Percent, X-Codex-Secondary-Window-Minutes, X-Codex-Secondary-Reset-At"
+)
+
+// cors sets the CORS response headers of a request that came with an
+// Origin.
+func (s *Server) cors(h http.Header, r *http.Request) {
+	if r.Header.Get("Origin") == "" {
+		return
+	}
+	h.Set("Access-Control-Allow-Origin", "*")
+	if s.settings.get().quotaMode == weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT {
+		h.Set("Access-Control-Expose-Headers", exposeUsageLimitHeaders)
+	} else {
+		h.Set("Access-Control-Expose-Headers", exposeHeaders)
+	}
+}
