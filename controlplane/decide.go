@@ -134,6 +134,12 @@ func decide(o *weirv1.Outcome, f attemptFacts, now time.Time) decision {
 		} else {
 			d.action = weirv1.Action_ACTION_FAILOVER
 		}
+	case weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR:
+		if q := o.GetQuota(); q != nil && q.GetKind() != weirv1.QuotaKind_QUOTA_KIND_UNSPECIFIED {
+			// The quota ran out mid-answer: the account is as spent as if it
+			// had said so up front.
+			d = providerQuota(o, q, f, now)
+		}
 	case weirv1.OutcomeClass_OUTCOME_CLASS_GATEWAY_ERROR:
 		// A gateway on the way failed; the account and the provider may be
 		// fine. Try another account at once, cool nothing.

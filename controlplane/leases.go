@@ -432,3 +432,41 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 func durationMillis(d *durationpb.Duration) float64 {
 	return float64(d.AsDuration()) / float64(time.Millisecond)
 }
+
+// PoolQuota answers whether every eligible account for a request is
+// blocked by quota evidence, leasing nothing. For an alias, every target
+// must be blocked; the block that reopens first is named.
+func (l leaseService) PoolQuota(ctx context.Context, req *connect.Request[weirv1.PoolQuotaRequest]) (*connect.Response[weirv1.PoolQuotaResponse], error) {
+	m := req.Msg
+	key, err := l.s.q.ActiveKeyAndAlias(ctx, db.ActiveKeyAndAliasParams{KeyHash: m.KeyHash, Model: m.Model})
+	if err != nil {
+		if errors.Is(storeErr(err), ErrNotFound) {
+			return nil, connect.NewError(connect.CodePermissionDenied, errKeyRejected)
+		}
+		return nil, l.s.fail(ctx, "pool quota", err)
+	}
+	models := key.AliasTargets
+	if m.Model == "" || models == nil {
+		models = []string{m.Model}
+	}
+	now := l.s.now()
+	var first *weirv1.QuotaBlock
+	for _, model := range models {
+		cands, _, err := l.s.routingView(ctx, "", modelFamily(model), now)
+		if err != nil {
+			return nil, l.s.fail(ctx, "pool quota", err)
+		}
+		qb := quotaBlock(cands, routeRequest{model: model, surface: m.Surface}, now)
+		if qb == nil {
+			return connect.NewResponse(&weirv1.PoolQuotaResponse{}), nil
+		}
+		if first == nil || qb.ResetsAt.AsTime().Before(first.ResetsAt.AsTime()) {
+			first = qb
+		}
+	}
+	st, err := l.s.effectiveSettings(ctx)
+	if err != nil {
+		return nil, l.s.fail(ctx, "pool quota", err)
+	}
+	return connect.NewResponse(&weirv1.PoolQuotaResponse{QuotaBlock: first, QuotaResponseMode: st.QuotaResponseMode}), nil
+}

@@ -209,6 +209,9 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 		} else {
 			delete(rt.bursts, lease.AccountId)
 		}
+		if res.terminal != nil {
+			s.finishTerminal(ctx, w, in, res.terminal)
+		}
 		if res.failure == nil {
 			// The answer, good or bad, went to the client.
 			rec.ErrorType = o.ErrorType

@@ -28,6 +28,10 @@ type attemptResult struct {
 	// failure is the upstream's failed answer, kept because nothing reached
 	// the client yet: it may still be replayed elsewhere, or sent as is.
 	failure *bufferedResponse
+	// terminal is a stream's final error event, held back because it said
+	// the quota is spent: once the outcome is released, the worker words it
+	// (finishTerminal), then the stream ends.
+	terminal []byte
 }
 
 // bufferedResponse is an upstream answer held back from the client.
@@ -228,6 +232,11 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 				return attemptResult{outcome: o, failure: s.eventFailureResponse(in, resp, ev, f)}
 			}
 			o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR
+			if f.quota != nil {
+				// Output went out, then the quota ran out: the terminal event
+				// may become a usage limit once the pool is known to be spent.
+				return attemptResult{outcome: o, terminal: ev.raw}
+			}
 			// The upstream's own error event ends the stream for the client;
 			// weir adds nothing after it.
 			finished = true

@@ -1,12 +1,15 @@
 package dataplane
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"connectrpc.com/connect"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
@@ -82,6 +85,56 @@ func writeUsageLimit(w http.ResponseWriter, sf surface, requestID string, ul usa
 		h.Set(prefix+"Window-Minutes", strconv.Itoa(int(ul.window)))
 		h.Set(prefix+"Reset-At", strconv.FormatInt(ul.resetsAt.Unix(), 10))
 	}
+	body := usageLimitBody(sf, requestID, ul)
+	w.WriteHeader(http.StatusTooManyRequests)
+	w.Write(body)                         //nolint:errcheck // the client may be gone
+	http.NewResponseController(w).Flush() //nolint:errcheck // as above
+}
+
+// finishTerminal ends a stream that the quota cut after output. In the
+// usage_limit mode (as the control plane says now), when the whole pool is now blocked by quota with the
+// first reset more than usageLimitMinWait away, the terminal event carries
+// the usage limit's metadata (the same as the HTTP answer's), so that the
+// client pauses the thread until the reset; otherwise the upstream's own
+// event goes out as it came.
+func (s *Server) finishTerminal(ctx context.Context, w http.ResponseWriter, in *inbound, raw []byte) {
+	out := raw
+	// The control plane answers with the mode in force now: a change
+	// applies here as on the next request, without waiting for a poll.
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	resp, err := s.leases.PoolQuota(qctx, connect.NewRequest(&weirv1.PoolQuotaRequest{
+		KeyHash: in.keyHash, Model: in.model, Surface: in.sf.api}))
+	cancel()
+	if err != nil {
+		s.cfg.Logger.WarnContext(ctx, "pool quota failed", "request_id", in.requestID, "err", err)
+	} else if ul, ok := decideUsageLimit(resp.Msg.GetQuotaResponseMode(), resp.Msg.GetQuotaBlock(), in.model, s.cfg.Now()); ok {
+		out = usageLimitEvent(in.sf, in.requestID, ul)
+		s.metrics.usageLimits.WithLabelValues(in.sf.name).Inc()
+	}
+	w.Write(out)                          //nolint:errcheck // the client may be gone
+	http.NewResponseController(w).Flush() //nolint:errcheck // as above
+}
+
+// usageLimitEvent is a usage limit as a stream's terminal event.
+func usageLimitEvent(sf surface, requestID string, ul usageLimit) []byte {
+	body := usageLimitBody(sf, requestID, ul)
+	switch sf.api {
+	case weirv1.Surface_SURFACE_RESPONSES:
+		var e struct {
+			Error map[string]any `json:"error"`
+		}
+		json.Unmarshal(body, &e) //nolint:errcheck // our own JSON
+		b, _ := json.Marshal(map[string]any{"type": "response.failed",
+			"response": map[string]any{"status": "failed", "error": e.Error}})
+		return []byte("event: response.failed\ndata: " + string(b) + "\n\n")
+	case weirv1.Surface_SURFACE_CHAT_COMPLETIONS:
+		return []byte("data: " + string(body) + "\n\n")
+	}
+	return []byte("event: error\ndata: " + string(body) + "\n\n")
+}
+
+// usageLimitBody is a usage limit's error body in the surface's format.
+func usageLimitBody(sf surface, requestID string, ul usageLimit) []byte {
 	secs := int64(ul.wait / time.Second)
 	resetTime := (time.Duration(secs) * time.Second).String()
 	provider := providerName(ul.provider)
@@ -119,9 +172,7 @@ func writeUsageLimit(w http.ResponseWriter, sf surface, requestID string, ul usa
 			"request_id": requestID,
 		})
 	}
-	w.WriteHeader(http.StatusTooManyRequests)
-	w.Write(body)                         //nolint:errcheck // the client may be gone
-	http.NewResponseController(w).Flush() //nolint:errcheck // as above
+	return body
 }
 
 // providerName is a provider's short name ("anthropic", "codex").

@@ -30,21 +30,47 @@ import (
 
 // demoAccounts are seeded by `weir dev --simulate`, pointed at the simulator.
 // The two subscriptions have usage windows in the simulator: demo-max-1's
-// week resets sooner, so weir drains it first (HARVEST).
+// week resets sooner, so weir drains it first (HARVEST). The two ChatGPT
+// logins serve Codex on /v1/responses (demo-codex-1's week resets sooner);
+// the OpenAI key serves /v1/chat/completions and /v1/responses too.
 var demoAccounts = []struct {
 	label, credential string
+	provider          weirv1.Provider
 	kind              weirv1.AuthKind
 	windows           *sim.Windows
+	// chatgptID is a ChatGPT login's account id.
+	chatgptID string
 }{
-	{"demo-api-key", "sk-ant-api03-weir-demo-0000000000000001", weirv1.AuthKind_AUTH_KIND_API_KEY, nil},
-	{"demo-max-1", "sk-ant-oat01-weir-demo-0000000000000002", weirv1.AuthKind_AUTH_KIND_OAUTH, &sim.Windows{
+	{"demo-api-key", "sk-ant-api03-weir-demo-0000000000000001", weirv1.Provider_PROVIDER_ANTHROPIC, weirv1.AuthKind_AUTH_KIND_API_KEY, nil, ""},
+	{"demo-max-1", "sk-ant-oat01-weir-demo-0000000000000002", weirv1.Provider_PROVIDER_ANTHROPIC, weirv1.AuthKind_AUTH_KIND_OAUTH, &sim.Windows{
 		FiveHour: &sim.Window{Limit: 2_000_000, Used: 300_000, ResetIn: sim.Duration(3 * time.Hour)},
 		SevenDay: &sim.Window{Limit: 20_000_000, Used: 12_000_000, ResetIn: sim.Duration(30 * time.Hour)},
-	}},
-	{"demo-max-2", "sk-ant-oat01-weir-demo-0000000000000003", weirv1.AuthKind_AUTH_KIND_OAUTH, &sim.Windows{
+	}, ""},
+	{"demo-max-2", "sk-ant-oat01-weir-demo-0000000000000003", weirv1.Provider_PROVIDER_ANTHROPIC, weirv1.AuthKind_AUTH_KIND_OAUTH, &sim.Windows{
 		FiveHour: &sim.Window{Limit: 2_000_000, Used: 100_000, ResetIn: sim.Duration(4 * time.Hour)},
 		SevenDay: &sim.Window{Limit: 20_000_000, Used: 2_000_000, ResetIn: sim.Duration(100 * time.Hour)},
-	}},
+	}, ""},
+	{"demo-codex-1", "weir-demo-chatgpt-access-0000000000000004", weirv1.Provider_PROVIDER_CODEX, weirv1.AuthKind_AUTH_KIND_OAUTH, &sim.Windows{
+		FiveHour: &sim.Window{Limit: 2_000_000, Used: 200_000, ResetIn: sim.Duration(2 * time.Hour)},
+		SevenDay: &sim.Window{Limit: 20_000_000, Used: 9_000_000, ResetIn: sim.Duration(40 * time.Hour)},
+	}, "00000000-0000-4000-8000-000000000004"},
+	{"demo-codex-2", "weir-demo-chatgpt-access-0000000000000005", weirv1.Provider_PROVIDER_CODEX, weirv1.AuthKind_AUTH_KIND_OAUTH, &sim.Windows{
+		FiveHour: &sim.Window{Limit: 2_000_000, Used: 50_000, ResetIn: sim.Duration(4 * time.Hour)},
+		SevenDay: &sim.Window{Limit: 20_000_000, Used: 1_000_000, ResetIn: sim.Duration(120 * time.Hour)},
+	}, "00000000-0000-4000-8000-000000000005"},
+	{"demo-openai", "sk-proj-weir-demo-0000000000000006", weirv1.Provider_PROVIDER_OPENAI, weirv1.AuthKind_AUTH_KIND_API_KEY, nil, ""},
+}
+
+// demoBaseURL is where a demo account points in the simulator: the
+// provider's layout under the simulator's root.
+func demoBaseURL(simURL string, p weirv1.Provider) string {
+	switch p {
+	case weirv1.Provider_PROVIDER_CODEX:
+		return simURL + "/backend-api"
+	case weirv1.Provider_PROVIDER_OPENAI:
+		return simURL + "/v1"
+	}
+	return simURL
 }
 
 func runDev(ctx context.Context, args []string, e env) error {
@@ -213,10 +239,16 @@ func demoScript() sim.Script {
 	sc := sim.Script{AcceptUnknown: true}
 	for _, d := range demoAccounts {
 		kind := sim.KindAPIKey
-		if d.kind == weirv1.AuthKind_AUTH_KIND_OAUTH {
+		switch {
+		case d.provider == weirv1.Provider_PROVIDER_CODEX:
+			kind = sim.KindChatGPT
+		case d.provider == weirv1.Provider_PROVIDER_OPENAI:
+			kind = sim.KindOpenAIKey
+		case d.kind == weirv1.AuthKind_AUTH_KIND_OAUTH:
 			kind = sim.KindOAuth
 		}
-		sc.Accounts = append(sc.Accounts, sim.AccountScript{Name: d.label, Credential: d.credential, Kind: kind, Windows: d.windows})
+		sc.Accounts = append(sc.Accounts, sim.AccountScript{Name: d.label, Credential: d.credential, Kind: kind,
+			Windows: d.windows, ChatGPTAccountID: d.chatgptID})
 	}
 	return sc
 }
@@ -300,15 +332,16 @@ func seedDemo(ctx context.Context, cpURL string, secrets secretSet, simURL, prev
 		return "", err
 	}
 	for _, d := range demoAccounts {
+		base := demoBaseURL(simURL, d.provider)
 		got, err := accounts.GetAccount(ctx, connect.NewRequest(&weirv1.GetAccountRequest{Id: d.label}))
 		switch {
 		case connect.CodeOf(err) == connect.CodeNotFound:
 			_, err = accounts.CreateAccount(ctx, connect.NewRequest(&weirv1.CreateAccountRequest{
-				Provider: weirv1.Provider_PROVIDER_ANTHROPIC, AuthKind: d.kind, Label: d.label,
-				Credential: d.credential, BaseUrl: simURL, MaxConcurrency: 8,
+				Provider: d.provider, AuthKind: d.kind, Label: d.label,
+				Credential: d.credential, BaseUrl: base, MaxConcurrency: 8, UpstreamAccountId: d.chatgptID,
 			}))
-		case err == nil && got.Msg.Account.BaseUrl != simURL:
-			req := &weirv1.UpdateAccountRequest{Id: d.label, BaseUrl: simURL}
+		case err == nil && got.Msg.Account.BaseUrl != base:
+			req := &weirv1.UpdateAccountRequest{Id: d.label, BaseUrl: base}
 			req.UpdateMask = fieldMask("base_url")
 			_, err = accounts.UpdateAccount(ctx, connect.NewRequest(req))
 		}
@@ -353,7 +386,7 @@ func printBanner(w io.Writer, d devInfo, dataDir string) {
 	fmt.Fprintf(&b, "  data plane     %s   (point agents here)\n", d.DataplaneURL)
 	fmt.Fprintf(&b, "  control plane  %s\n", d.ControlplaneURL)
 	if d.SimulatorURL != "" {
-		fmt.Fprintf(&b, "  simulator      %s   (3 demo accounts point here)\n", d.SimulatorURL)
+		fmt.Fprintf(&b, "  simulator      %s   (%d demo accounts point here)\n", d.SimulatorURL, len(demoAccounts))
 	}
 	fmt.Fprintf(&b, "  data dir       %s   (dev.json has these URLs and tokens)\n\n", dataDir)
 	key := d.ClientKey
@@ -365,6 +398,11 @@ func printBanner(w io.Writer, d devInfo, dataDir string) {
 	fmt.Fprintf(&b, "  export ANTHROPIC_API_KEY=%s\n", key)
 	fmt.Fprintf(&b, "  export CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n")
 	fmt.Fprintf(&b, "  claude -p \"hello\"\n\n")
+	fmt.Fprintf(&b, "Codex (in $CODEX_HOME/config.toml):\n")
+	fmt.Fprintf(&b, "  model_provider = \"weir\"\n")
+	fmt.Fprintf(&b, "  [model_providers.weir]\n")
+	fmt.Fprintf(&b, "  name = \"weir\"\n  base_url = \"%s/v1\"\n  env_key = \"WEIR_KEY\"\n  wire_api = \"responses\"\n", d.DataplaneURL)
+	fmt.Fprintf(&b, "then: WEIR_KEY=%s codex exec \"hello\"\n\n", key)
 	fmt.Fprintf(&b, "Operator commands find this instance through dev.json:\n")
 	fmt.Fprintf(&b, "  weir accounts list\n  weir keys list\n  weir routes\n\n")
 	io.WriteString(w, b.String()) //nolint:errcheck // stdout

@@ -16,10 +16,15 @@ import (
 
 const settingsUsage = `Usage:
   weir settings get                                            show the settings in effect
-  weir settings set capacity_hold=5m [request_deadline=25m]    change them (Go durations)
+  weir settings set capacity_hold=5m [request_deadline=25m]    change them
+  weir settings history [--limit N]                            who changed what, when (newest first)
 
-  capacity_hold     how long a request may wait for capacity (0s to 6h; 0 fails fast)
-  request_deadline  a request's budget from arrival to first byte, holds included (1m to 6h)
+  capacity_hold        how long a request may wait for capacity (0s to 6h; 0 fails fast)
+  request_deadline     a request's budget from arrival to first byte, holds included (1m to 6h)
+  quota_response_mode  retryable (default): a pool out of quota answers the usual retryable error;
+                       usage_limit: when every eligible account is blocked by quota and the first
+                       reset is more than 5 minutes away, a final usage limit with the reset time
+                       (429, X-Should-Retry: false), so that clients pause instead of retrying
 
 Data planes pick changes up without restart. Every command takes --json,
 --controlplane and --data-dir.
@@ -27,7 +32,7 @@ Data planes pick changes up without restart. Every command takes --json,
 
 // settingKeys are the names `weir settings set` accepts, as the API's
 // update_mask spells them.
-var settingKeys = []string{"capacity_hold", "request_deadline"}
+var settingKeys = []string{"capacity_hold", "request_deadline", "quota_response_mode"}
 
 func runSettings(ctx context.Context, args []string, e env) error {
 	if len(args) == 0 {
@@ -81,6 +86,36 @@ func runSettings(ctx context.Context, args []string, e env) error {
 			return printJSON(e.stdout, resp.Msg)
 		}
 		return printSettings(e.stdout, resp.Msg.Settings)
+	case "history":
+		limit := fs.Int("limit", 50, "how many changes to show (at most 500)")
+		pos, err := parsePositional(fs, args)
+		if err != nil {
+			return err
+		}
+		if len(pos) > 0 {
+			return fmt.Errorf("weir settings history: unexpected argument %q", pos[0])
+		}
+		c, err := af.clients()
+		if err != nil {
+			return err
+		}
+		resp, err := c.settings.ListSettingChanges(ctx, connect.NewRequest(&weirv1.ListSettingChangesRequest{Limit: int32(*limit)}))
+		if err != nil {
+			return rpcError("list setting changes", err)
+		}
+		if af.json {
+			return printJSON(e.stdout, resp.Msg)
+		}
+		tw := table(e.stdout)
+		fmt.Fprintln(tw, "WHEN\tSETTING\tFROM\tTO\tBY")
+		for _, ch := range resp.Msg.Changes {
+			from := ch.OldValue
+			if from == "" {
+				from = "(default)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", ch.ChangedAt.AsTime().Local().Format(time.DateTime), ch.Name, from, ch.NewValue, ch.Actor)
+		}
+		return tw.Flush()
 	}
 	fmt.Fprintf(e.stderr, "weir settings: unknown subcommand %q\n\n%s", sub, settingsUsage)
 	return errUsageShown
@@ -100,24 +135,32 @@ func settingsUpdate(pairs []string) (*weirv1.UpdateSettingsRequest, error) {
 		if !ok {
 			return nil, fmt.Errorf("want KEY=VALUE, got %q (keys: %s)", p, strings.Join(settingKeys, ", "))
 		}
+		if seen[key] {
+			return nil, fmt.Errorf("%s: given more than once", key)
+		}
+		seen[key] = true
 		var dst **durationpb.Duration
 		switch key {
 		case "capacity_hold":
 			dst = &req.Settings.CapacityHold
 		case "request_deadline":
 			dst = &req.Settings.RequestDeadline
+		case "quota_response_mode":
+			m, ok := quotaModes[value]
+			if !ok {
+				return nil, fmt.Errorf("quota_response_mode: %q is not a mode (retryable or usage_limit)", value)
+			}
+			req.Settings.QuotaResponseMode = m
 		default:
 			return nil, fmt.Errorf("unknown setting %q (valid keys: %s)", key, strings.Join(settingKeys, ", "))
 		}
-		if seen[key] {
-			return nil, fmt.Errorf("%s: given more than once", key)
+		if dst != nil {
+			d, err := time.ParseDuration(value)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %q is not a duration (like 0, 90s, 20m or 1h30m)", key, value)
+			}
+			*dst = durationpb.New(d)
 		}
-		seen[key] = true
-		d, err := time.ParseDuration(value)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %q is not a duration (like 0, 90s, 20m or 1h30m)", key, value)
-		}
-		*dst = durationpb.New(d)
 		req.UpdateMask.Paths = append(req.UpdateMask.Paths, key)
 	}
 	return req, nil
@@ -132,7 +175,18 @@ func printSettings(w io.Writer, st *weirv1.Settings) error {
 	tw := table(w)
 	fmt.Fprintf(tw, "capacity_hold\t%s%s\n", shortDuration(hold), note)
 	fmt.Fprintf(tw, "request_deadline\t%s\n", shortDuration(st.GetRequestDeadline().AsDuration()))
+	mode := "retryable"
+	if st.GetQuotaResponseMode() == weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT {
+		mode = "usage_limit  (a pool out of quota answers a final usage limit with its reset)"
+	}
+	fmt.Fprintf(tw, "quota_response_mode\t%s\n", mode)
 	return tw.Flush()
+}
+
+// quotaModes are the quota response modes by the names operators type.
+var quotaModes = map[string]weirv1.QuotaResponseMode{
+	"retryable":   weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE,
+	"usage_limit": weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT,
 }
 
 // shortDuration renders 20m0s as 20m and 1h0m0s as 1h.

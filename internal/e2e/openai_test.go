@@ -420,3 +420,127 @@ func TestUsageLimitModeSwitchEveryWorker(t *testing.T) {
 		}
 	}
 }
+
+// TestCORSExposeHeaders: browsers may read weir's answers; the headers of
+// a usage-limit verdict are exposed in the usage_limit mode only, and a
+// preflight is answered without a key.
+func TestCORSExposeHeaders(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{accounts: []account{{label: "codex", provider: "codex"}}})
+	withOrigin := func(r *http.Request) {
+		bearer(e.key)(r)
+		r.Header.Set("Origin", "https://ide.example")
+	}
+	r := e.do(http.MethodPost, "/v1/responses", responsesBody(false), withOrigin)
+	expose := r.header.Get("Access-Control-Expose-Headers")
+	if r.status != 200 || r.header.Get("Access-Control-Allow-Origin") != "*" || !strings.Contains(expose, "Weir-Request-Id") ||
+		strings.Contains(expose, "X-Should-Retry") || strings.Contains(expose, "X-Codex-") {
+		t.Errorf("retryable mode: %d allow-origin %q expose %q", r.status, r.header.Get("Access-Control-Allow-Origin"), expose)
+	}
+	if r := e.do(http.MethodPost, "/v1/responses", responsesBody(false), bearer(e.key)); r.header.Get("Access-Control-Allow-Origin") != "" {
+		t.Error("CORS headers without an Origin")
+	}
+
+	e.setQuotaMode(weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT)
+	_, worker := e.newDataplane(nil) // reads the settings when it starts
+	var got string
+	eventually(t, "the new worker exposes the usage-limit headers", func() bool {
+		r := e.doWith(e.client, worker.URL, http.MethodPost, "/v1/responses", responsesBody(false), withOrigin)
+		got = r.header.Get("Access-Control-Expose-Headers")
+		return strings.Contains(got, "X-Should-Retry")
+	})
+	for _, h := range []string{"X-Codex-Primary-Used-Percent", "X-Codex-Primary-Window-Minutes", "X-Codex-Primary-Reset-At",
+		"X-Codex-Secondary-Used-Percent", "X-Codex-Secondary-Window-Minutes", "X-Codex-Secondary-Reset-At"} {
+		if !strings.Contains(got, h) {
+			t.Errorf("expose %q lacks %s", got, h)
+		}
+	}
+
+	pre := e.doWith(e.client, worker.URL, http.MethodOptions, "/v1/chat/completions", "", func(r *http.Request) {
+		r.Header.Del("X-Api-Key")
+		r.Header.Set("Origin", "https://ide.example")
+		r.Header.Set("Access-Control-Request-Method", "POST")
+		r.Header.Set("Access-Control-Request-Headers", "authorization, content-type")
+	})
+	if pre.status != http.StatusNoContent || pre.header.Get("Access-Control-Allow-Methods") != "POST" ||
+		pre.header.Get("Access-Control-Allow-Headers") != "authorization, content-type" {
+		t.Errorf("preflight: %d %v", pre.status, pre.header)
+	}
+}
+
+// TestUsageLimitAfterOutput: the quota runs out in the middle of an
+// answer, when nothing can be replayed. In the retryable mode the
+// upstream's terminal event goes out as it came; in the usage_limit mode,
+// with the whole pool now out of quota, the terminal event carries the
+// usage limit's metadata instead, on Responses and on Chat Completions.
+func TestUsageLimitAfterOutput(t *testing.T) {
+	t.Parallel()
+	v := virtualClock()
+	e := setup(t, options{virtual: v, hold: 20 * time.Minute, accounts: []account{
+		{label: "codex", provider: "codex", faults: []sim.Fault{{Kind: sim.FaultUsageLimitAfterOutput, RetryAfter: 7200}}},
+		{label: "oai", provider: "openai"},
+	}})
+	// Only the Codex account serves Responses while the OpenAI key is paused.
+	if _, err := e.accounts.PauseAccount(t.Context(), connect.NewRequest(&weirv1.PauseAccountRequest{Id: "oai"})); err != nil {
+		t.Fatal(err)
+	}
+	r := e.responses(true)
+	evs := sseEvents(t, r.body)
+	last := evs[len(evs)-1]
+	if last[0] != "response.failed" || !strings.Contains(last[1], `"code":"usage_limit_reached"`) || strings.Contains(last[1], "model_cooldown") {
+		t.Fatalf("retryable mode: last event %v", last)
+	}
+
+	e.setQuotaMode(weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT)
+	if _, err := e.accounts.ResumeAccount(t.Context(), connect.NewRequest(&weirv1.ResumeAccountRequest{Id: "codex"})); err != nil {
+		t.Fatal(err) // clears the cooldown the first request wrote
+	}
+	if err := e.sim.AddFaults("codex", sim.Fault{Kind: sim.FaultUsageLimitAfterOutput, RetryAfter: 7200}); err != nil {
+		t.Fatal(err)
+	}
+	r = e.responses(true)
+	evs = sseEvents(t, r.body)
+	if evs[len(evs)-2][0] != "response.output_text.delta" {
+		t.Errorf("the output before the failure is missing: %v", evs)
+	}
+	last = evs[len(evs)-1]
+	var failed struct {
+		Response struct {
+			Status string `json:"status"`
+			Error  struct {
+				Code      string `json:"code"`
+				Type      string `json:"type"`
+				ResetsAt  int64  `json:"resets_at"`
+				Retryable *bool  `json:"retryable"`
+				ResetTime string `json:"reset_time"`
+			} `json:"error"`
+		} `json:"response"`
+	}
+	if last[0] != "response.failed" || json.Unmarshal([]byte(last[1]), &failed) != nil {
+		t.Fatalf("usage_limit mode: last event %v", last)
+	}
+	got := failed.Response
+	if got.Status != "failed" || got.Error.Code != "model_cooldown" || got.Error.Type != "usage_limit_reached" ||
+		got.Error.ResetsAt != v.Now().Add(2*time.Hour).Unix() || got.Error.Retryable == nil || *got.Error.Retryable ||
+		got.Error.ResetTime != "2h0m0s" {
+		t.Errorf("terminal event %s", last[1])
+	}
+	if ev := heldFor(t, e, r); ev.FailureStage != weirv1.FailureStage_FAILURE_STAGE_AFTER_OUTPUT {
+		t.Errorf("route event stage %v", ev.FailureStage)
+	}
+
+	// Chat Completions: the OpenAI key runs out mid-answer, the Codex
+	// account is still cooling (it does not serve chat anyway).
+	if _, err := e.accounts.ResumeAccount(t.Context(), connect.NewRequest(&weirv1.ResumeAccountRequest{Id: "oai"})); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.sim.AddFaults("oai", sim.Fault{Kind: sim.FaultUsageLimitAfterOutput, RetryAfter: 3600}); err != nil {
+		t.Fatal(err)
+	}
+	r = e.chat(true)
+	evs = sseEvents(t, r.body)
+	last = evs[len(evs)-1]
+	if !strings.Contains(last[1], `"code":"model_cooldown"`) || !strings.Contains(last[1], `"reset_time":"1h0m0s"`) {
+		t.Errorf("chat terminal event %v", last)
+	}
+}

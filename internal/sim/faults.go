@@ -36,7 +36,7 @@ func (x *exchange) applyFault(f Fault) {
 		}
 		x.record(f.Kind, http.StatusOK)
 		x.stream(&f)
-	case FaultUsageLimitReached, FaultInsufficientQuota, FaultUsageLimitEvent,
+	case FaultUsageLimitReached, FaultInsufficientQuota, FaultUsageLimitEvent, FaultUsageLimitAfterOutput,
 		FaultGoogleQuotaExhausted, FaultGoogleRateLimit:
 		// The OpenAI and Google quota faults look like a plain 429 on the
 		// Messages API.

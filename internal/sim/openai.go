@@ -34,6 +34,9 @@ const (
 	// response.created (on chat, a data: {"error":…} line). Without a
 	// stream it is usage_limit_reached.
 	FaultUsageLimitEvent = "usage_limit_event"
+	// FaultUsageLimitAfterOutput is usage_limit_event after AfterDeltas
+	// (default 2) text deltas: the quota ran out mid-answer.
+	FaultUsageLimitAfterOutput = "usage_limit_after_output"
 	// FaultAtCapacityAfterOutput fails a stream with server_is_overloaded
 	// after AfterDeltas (default 2) text deltas (503 without a stream).
 	FaultAtCapacityAfterOutput = "at_capacity_after_output"
@@ -52,7 +55,7 @@ const (
 func init() {
 	faultKinds = append(faultKinds, FaultUsageLimitReached, FaultAtCapacityEvent, FaultInsufficientQuota,
 		FaultUsageLimitEvent, FaultAtCapacityAfterOutput, FaultAtCapacityErrorEvent,
-		FaultGoogleQuotaExhausted, FaultGoogleRateLimit)
+		FaultGoogleQuotaExhausted, FaultGoogleRateLimit, FaultUsageLimitAfterOutput)
 }
 
 // Codex rate-limit windows, in minutes.
@@ -287,7 +290,7 @@ func (x *exchange) applyOpenAIFault(f Fault, sf openAISurface) {
 	case FaultUsageLimitReached:
 		secs := f.usageResetSeconds()
 		x.writeUsageLimit(f.Kind, x.s.now().Unix()+int64(secs), secs)
-	case FaultUsageLimitEvent:
+	case FaultUsageLimitEvent, FaultUsageLimitAfterOutput:
 		if !x.req.Stream {
 			secs := f.usageResetSeconds()
 			x.writeUsageLimit(f.Kind, x.s.now().Unix()+int64(secs), secs)
@@ -546,6 +549,11 @@ func (x *exchange) responsesStream(f *Fault) {
 		case FaultErrorAfterContent, FaultAtCapacityAfterOutput:
 			failed()
 			return
+		case FaultUsageLimitAfterOutput:
+			secs := f.usageResetSeconds()
+			at := x.s.now().Unix() + int64(secs)
+			failWith(responseErrBody{Code: FaultUsageLimitReached, Message: usageLimitReachedMessage, ResetsAt: &at, ResetsInSeconds: &secs})
+			return
 		case FaultDropMidStream:
 			panic(http.ErrAbortHandler)
 		}
@@ -670,6 +678,9 @@ func (x *exchange) chatStream(f *Fault) {
 			panic(http.ErrAbortHandler)
 		case FaultAtCapacityAfterOutput:
 			errLine("server_error", "server_is_overloaded", atCapacityMessage, 0)
+			return
+		case FaultUsageLimitAfterOutput:
+			errLine(FaultUsageLimitReached, FaultUsageLimitReached, usageLimitReachedMessage, f.usageResetSeconds())
 			return
 		}
 	}

@@ -149,7 +149,7 @@ type Fault struct {
 	Unified *UnifiedRejection `json:"unified,omitempty"`
 	// Delay, for slow_headers, is how long to wait before the headers.
 	Delay Duration `json:"delay,omitempty"`
-	// AfterDeltas, for error_after_content, at_capacity_after_output and
+	// AfterDeltas, for error_after_content, at_capacity_after_output, usage_limit_after_output and
 	// drop_mid_stream, is how many content deltas are sent first; 0 means 2.
 	AfterDeltas int `json:"after_deltas,omitempty"`
 	// Model restricts the fault to requests for this model; empty means any.

@@ -144,6 +144,119 @@ func (FailureStage) EnumDescriptor() ([]byte, []int) {
 	return file_weir_v1_lease_proto_rawDescGZIP(), []int{1}
 }
 
+type PoolQuotaRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	KeyHash       string                 `protobuf:"bytes,1,opt,name=key_hash,json=keyHash,proto3" json:"key_hash,omitempty"`
+	Model         string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	Surface       Surface                `protobuf:"varint,3,opt,name=surface,proto3,enum=weir.v1.Surface" json:"surface,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolQuotaRequest) Reset() {
+	*x = PoolQuotaRequest{}
+	mi := &file_weir_v1_lease_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolQuotaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolQuotaRequest) ProtoMessage() {}
+
+func (x *PoolQuotaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolQuotaRequest.ProtoReflect.Descriptor instead.
+func (*PoolQuotaRequest) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *PoolQuotaRequest) GetKeyHash() string {
+	if x != nil {
+		return x.KeyHash
+	}
+	return ""
+}
+
+func (x *PoolQuotaRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *PoolQuotaRequest) GetSurface() Surface {
+	if x != nil {
+		return x.Surface
+	}
+	return Surface_SURFACE_UNSPECIFIED
+}
+
+type PoolQuotaResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set when every eligible account is blocked by quota evidence.
+	QuotaBlock        *QuotaBlock       `protobuf:"bytes,1,opt,name=quota_block,json=quotaBlock,proto3" json:"quota_block,omitempty"`
+	QuotaResponseMode QuotaResponseMode `protobuf:"varint,2,opt,name=quota_response_mode,json=quotaResponseMode,proto3,enum=weir.v1.QuotaResponseMode" json:"quota_response_mode,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *PoolQuotaResponse) Reset() {
+	*x = PoolQuotaResponse{}
+	mi := &file_weir_v1_lease_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolQuotaResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolQuotaResponse) ProtoMessage() {}
+
+func (x *PoolQuotaResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolQuotaResponse.ProtoReflect.Descriptor instead.
+func (*PoolQuotaResponse) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PoolQuotaResponse) GetQuotaBlock() *QuotaBlock {
+	if x != nil {
+		return x.QuotaBlock
+	}
+	return nil
+}
+
+func (x *PoolQuotaResponse) GetQuotaResponseMode() QuotaResponseMode {
+	if x != nil {
+		return x.QuotaResponseMode
+	}
+	return QuotaResponseMode_QUOTA_RESPONSE_MODE_UNSPECIFIED
+}
+
 type VerifyKeyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Hex SHA-256 of the client's key; the key itself never leaves the worker.
@@ -154,7 +267,7 @@ type VerifyKeyRequest struct {
 
 func (x *VerifyKeyRequest) Reset() {
 	*x = VerifyKeyRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[0]
+	mi := &file_weir_v1_lease_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -166,7 +279,7 @@ func (x *VerifyKeyRequest) String() string {
 func (*VerifyKeyRequest) ProtoMessage() {}
 
 func (x *VerifyKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[0]
+	mi := &file_weir_v1_lease_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -179,7 +292,7 @@ func (x *VerifyKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyKeyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyKeyRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{0}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *VerifyKeyRequest) GetKeyHash() string {
@@ -199,7 +312,7 @@ type VerifyKeyResponse struct {
 
 func (x *VerifyKeyResponse) Reset() {
 	*x = VerifyKeyResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[1]
+	mi := &file_weir_v1_lease_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -211,7 +324,7 @@ func (x *VerifyKeyResponse) String() string {
 func (*VerifyKeyResponse) ProtoMessage() {}
 
 func (x *VerifyKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[1]
+	mi := &file_weir_v1_lease_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -224,7 +337,7 @@ func (x *VerifyKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyKeyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyKeyResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{1}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *VerifyKeyResponse) GetKeyId() string {
@@ -262,7 +375,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[2]
+	mi := &file_weir_v1_lease_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -274,7 +387,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[2]
+	mi := &file_weir_v1_lease_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -287,7 +400,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{2}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AcquireRequest) GetKeyHash() string {
@@ -352,7 +465,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[3]
+	mi := &file_weir_v1_lease_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -364,7 +477,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[3]
+	mi := &file_weir_v1_lease_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -377,7 +490,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{3}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AcquireResponse) GetResult() isAcquireResponse_Result {
@@ -448,7 +561,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_weir_v1_lease_proto_msgTypes[4]
+	mi := &file_weir_v1_lease_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -460,7 +573,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[4]
+	mi := &file_weir_v1_lease_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -473,7 +586,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{4}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Lease) GetId() string {
@@ -578,7 +691,7 @@ type NoAccount struct {
 
 func (x *NoAccount) Reset() {
 	*x = NoAccount{}
-	mi := &file_weir_v1_lease_proto_msgTypes[5]
+	mi := &file_weir_v1_lease_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +703,7 @@ func (x *NoAccount) String() string {
 func (*NoAccount) ProtoMessage() {}
 
 func (x *NoAccount) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[5]
+	mi := &file_weir_v1_lease_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +716,7 @@ func (x *NoAccount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NoAccount.ProtoReflect.Descriptor instead.
 func (*NoAccount) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{5}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *NoAccount) GetReason() NoAccountReason {
@@ -667,7 +780,7 @@ type QuotaBlock struct {
 
 func (x *QuotaBlock) Reset() {
 	*x = QuotaBlock{}
-	mi := &file_weir_v1_lease_proto_msgTypes[6]
+	mi := &file_weir_v1_lease_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -679,7 +792,7 @@ func (x *QuotaBlock) String() string {
 func (*QuotaBlock) ProtoMessage() {}
 
 func (x *QuotaBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[6]
+	mi := &file_weir_v1_lease_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -692,7 +805,7 @@ func (x *QuotaBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuotaBlock.ProtoReflect.Descriptor instead.
 func (*QuotaBlock) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{6}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *QuotaBlock) GetResetsAt() *timestamppb.Timestamp {
@@ -739,7 +852,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[7]
+	mi := &file_weir_v1_lease_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -751,7 +864,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[7]
+	mi := &file_weir_v1_lease_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -764,7 +877,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{7}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RenewRequest) GetLeaseId() string {
@@ -783,7 +896,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[8]
+	mi := &file_weir_v1_lease_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -795,7 +908,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[8]
+	mi := &file_weir_v1_lease_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -808,7 +921,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{8}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RenewResponse) GetExpiresAt() *timestamppb.Timestamp {
@@ -855,7 +968,7 @@ type Outcome struct {
 
 func (x *Outcome) Reset() {
 	*x = Outcome{}
-	mi := &file_weir_v1_lease_proto_msgTypes[9]
+	mi := &file_weir_v1_lease_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -867,7 +980,7 @@ func (x *Outcome) String() string {
 func (*Outcome) ProtoMessage() {}
 
 func (x *Outcome) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[9]
+	mi := &file_weir_v1_lease_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -880,7 +993,7 @@ func (x *Outcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Outcome.ProtoReflect.Descriptor instead.
 func (*Outcome) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{9}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Outcome) GetClass() OutcomeClass {
@@ -989,7 +1102,7 @@ type WorkerSettingsRequest struct {
 
 func (x *WorkerSettingsRequest) Reset() {
 	*x = WorkerSettingsRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[10]
+	mi := &file_weir_v1_lease_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1114,7 @@ func (x *WorkerSettingsRequest) String() string {
 func (*WorkerSettingsRequest) ProtoMessage() {}
 
 func (x *WorkerSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[10]
+	mi := &file_weir_v1_lease_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1127,7 @@ func (x *WorkerSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSettingsRequest.ProtoReflect.Descriptor instead.
 func (*WorkerSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{10}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{12}
 }
 
 type WorkerSettingsResponse struct {
@@ -1026,7 +1139,7 @@ type WorkerSettingsResponse struct {
 
 func (x *WorkerSettingsResponse) Reset() {
 	*x = WorkerSettingsResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[11]
+	mi := &file_weir_v1_lease_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1151,7 @@ func (x *WorkerSettingsResponse) String() string {
 func (*WorkerSettingsResponse) ProtoMessage() {}
 
 func (x *WorkerSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[11]
+	mi := &file_weir_v1_lease_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1164,7 @@ func (x *WorkerSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSettingsResponse.ProtoReflect.Descriptor instead.
 func (*WorkerSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{11}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WorkerSettingsResponse) GetSettings() *Settings {
@@ -1071,7 +1184,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[12]
+	mi := &file_weir_v1_lease_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1196,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[12]
+	mi := &file_weir_v1_lease_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1209,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{12}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReleaseRequest) GetLeaseId() string {
@@ -1122,7 +1235,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[13]
+	mi := &file_weir_v1_lease_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1247,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[13]
+	mi := &file_weir_v1_lease_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1260,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{13}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReleaseResponse) GetDecision() *Decision {
@@ -1189,7 +1302,7 @@ type RouteEvent struct {
 
 func (x *RouteEvent) Reset() {
 	*x = RouteEvent{}
-	mi := &file_weir_v1_lease_proto_msgTypes[14]
+	mi := &file_weir_v1_lease_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1314,7 @@ func (x *RouteEvent) String() string {
 func (*RouteEvent) ProtoMessage() {}
 
 func (x *RouteEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[14]
+	mi := &file_weir_v1_lease_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1327,7 @@ func (x *RouteEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteEvent.ProtoReflect.Descriptor instead.
 func (*RouteEvent) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{14}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RouteEvent) GetRequestId() string {
@@ -1364,7 +1477,7 @@ type AttemptRecord struct {
 
 func (x *AttemptRecord) Reset() {
 	*x = AttemptRecord{}
-	mi := &file_weir_v1_lease_proto_msgTypes[15]
+	mi := &file_weir_v1_lease_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1376,7 +1489,7 @@ func (x *AttemptRecord) String() string {
 func (*AttemptRecord) ProtoMessage() {}
 
 func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[15]
+	mi := &file_weir_v1_lease_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1389,7 +1502,7 @@ func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptRecord.ProtoReflect.Descriptor instead.
 func (*AttemptRecord) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{15}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AttemptRecord) GetAt() *durationpb.Duration {
@@ -1457,7 +1570,7 @@ type ReportRouteRequest struct {
 
 func (x *ReportRouteRequest) Reset() {
 	*x = ReportRouteRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[16]
+	mi := &file_weir_v1_lease_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1469,7 +1582,7 @@ func (x *ReportRouteRequest) String() string {
 func (*ReportRouteRequest) ProtoMessage() {}
 
 func (x *ReportRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[16]
+	mi := &file_weir_v1_lease_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1482,7 +1595,7 @@ func (x *ReportRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRouteRequest.ProtoReflect.Descriptor instead.
 func (*ReportRouteRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{16}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReportRouteRequest) GetEvent() *RouteEvent {
@@ -1500,7 +1613,7 @@ type ReportRouteResponse struct {
 
 func (x *ReportRouteResponse) Reset() {
 	*x = ReportRouteResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[17]
+	mi := &file_weir_v1_lease_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1512,7 +1625,7 @@ func (x *ReportRouteResponse) String() string {
 func (*ReportRouteResponse) ProtoMessage() {}
 
 func (x *ReportRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[17]
+	mi := &file_weir_v1_lease_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1525,14 +1638,22 @@ func (x *ReportRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRouteResponse.ProtoReflect.Descriptor instead.
 func (*ReportRouteResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{17}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{19}
 }
 
 var File_weir_v1_lease_proto protoreflect.FileDescriptor
 
 const file_weir_v1_lease_proto_rawDesc = "" +
 	"\n" +
-	"\x13weir/v1/lease.proto\x12\aweir.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"-\n" +
+	"\x13weir/v1/lease.proto\x12\aweir.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"o\n" +
+	"\x10PoolQuotaRequest\x12\x19\n" +
+	"\bkey_hash\x18\x01 \x01(\tR\akeyHash\x12\x14\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x12*\n" +
+	"\asurface\x18\x03 \x01(\x0e2\x10.weir.v1.SurfaceR\asurface\"\x95\x01\n" +
+	"\x11PoolQuotaResponse\x124\n" +
+	"\vquota_block\x18\x01 \x01(\v2\x13.weir.v1.QuotaBlockR\n" +
+	"quotaBlock\x12J\n" +
+	"\x13quota_response_mode\x18\x02 \x01(\x0e2\x1a.weir.v1.QuotaResponseModeR\x11quotaResponseMode\"-\n" +
 	"\x10VerifyKeyRequest\x12\x19\n" +
 	"\bkey_hash\x18\x01 \x01(\tR\akeyHash\"E\n" +
 	"\x11VerifyKeyResponse\x12\x15\n" +
@@ -1670,14 +1791,15 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\fFailureStage\x12\x1d\n" +
 	"\x19FAILURE_STAGE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bFAILURE_STAGE_BEFORE_OUTPUT\x10\x01\x12\x1e\n" +
-	"\x1aFAILURE_STAGE_AFTER_OUTPUT\x10\x022\xb5\x03\n" +
+	"\x1aFAILURE_STAGE_AFTER_OUTPUT\x10\x022\xfe\x03\n" +
 	"\fLeaseService\x12G\n" +
 	"\tVerifyKey\x12\x19.weir.v1.VerifyKeyRequest\x1a\x1a.weir.v1.VerifyKeyResponse\"\x03\x90\x02\x01\x12>\n" +
 	"\aAcquire\x12\x17.weir.v1.AcquireRequest\x1a\x18.weir.v1.AcquireResponse\"\x00\x12V\n" +
 	"\x0eWorkerSettings\x12\x1e.weir.v1.WorkerSettingsRequest\x1a\x1f.weir.v1.WorkerSettingsResponse\"\x03\x90\x02\x01\x128\n" +
 	"\x05Renew\x12\x15.weir.v1.RenewRequest\x1a\x16.weir.v1.RenewResponse\"\x00\x12>\n" +
 	"\aRelease\x12\x17.weir.v1.ReleaseRequest\x1a\x18.weir.v1.ReleaseResponse\"\x00\x12J\n" +
-	"\vReportRoute\x12\x1b.weir.v1.ReportRouteRequest\x1a\x1c.weir.v1.ReportRouteResponse\"\x00B\x81\x01\n" +
+	"\vReportRoute\x12\x1b.weir.v1.ReportRouteRequest\x1a\x1c.weir.v1.ReportRouteResponse\"\x00\x12G\n" +
+	"\tPoolQuota\x12\x19.weir.v1.PoolQuotaRequest\x1a\x1a.weir.v1.PoolQuotaResponse\"\x03\x90\x02\x01B\x81\x01\n" +
 	"\vcom.weir.v1B\n" +
 	"LeaseProtoP\x01Z)github.com/weirhq/weir/gen/weir/v1;weirv1\xa2\x02\x03WXX\xaa\x02\aWeir.V1\xca\x02\aWeir\\V1\xe2\x02\x13Weir\\V1\\GPBMetadata\xea\x02\bWeir::V1b\x06proto3"
 
@@ -1694,92 +1816,99 @@ func file_weir_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_weir_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_weir_v1_lease_proto_goTypes = []any{
 	(NoAccountReason)(0),           // 0: weir.v1.NoAccountReason
 	(FailureStage)(0),              // 1: weir.v1.FailureStage
-	(*VerifyKeyRequest)(nil),       // 2: weir.v1.VerifyKeyRequest
-	(*VerifyKeyResponse)(nil),      // 3: weir.v1.VerifyKeyResponse
-	(*AcquireRequest)(nil),         // 4: weir.v1.AcquireRequest
-	(*AcquireResponse)(nil),        // 5: weir.v1.AcquireResponse
-	(*Lease)(nil),                  // 6: weir.v1.Lease
-	(*NoAccount)(nil),              // 7: weir.v1.NoAccount
-	(*QuotaBlock)(nil),             // 8: weir.v1.QuotaBlock
-	(*RenewRequest)(nil),           // 9: weir.v1.RenewRequest
-	(*RenewResponse)(nil),          // 10: weir.v1.RenewResponse
-	(*Outcome)(nil),                // 11: weir.v1.Outcome
-	(*WorkerSettingsRequest)(nil),  // 12: weir.v1.WorkerSettingsRequest
-	(*WorkerSettingsResponse)(nil), // 13: weir.v1.WorkerSettingsResponse
-	(*ReleaseRequest)(nil),         // 14: weir.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),        // 15: weir.v1.ReleaseResponse
-	(*RouteEvent)(nil),             // 16: weir.v1.RouteEvent
-	(*AttemptRecord)(nil),          // 17: weir.v1.AttemptRecord
-	(*ReportRouteRequest)(nil),     // 18: weir.v1.ReportRouteRequest
-	(*ReportRouteResponse)(nil),    // 19: weir.v1.ReportRouteResponse
-	nil,                            // 20: weir.v1.Outcome.HeadersEntry
-	(Surface)(0),                   // 21: weir.v1.Surface
-	(Provider)(0),                  // 22: weir.v1.Provider
-	(AuthKind)(0),                  // 23: weir.v1.AuthKind
-	(*timestamppb.Timestamp)(nil),  // 24: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 25: google.protobuf.Duration
-	(QuotaResponseMode)(0),         // 26: weir.v1.QuotaResponseMode
-	(OutcomeClass)(0),              // 27: weir.v1.OutcomeClass
-	(*QuotaEvidence)(nil),          // 28: weir.v1.QuotaEvidence
-	(*Settings)(nil),               // 29: weir.v1.Settings
-	(*Decision)(nil),               // 30: weir.v1.Decision
-	(Action)(0),                    // 31: weir.v1.Action
+	(*PoolQuotaRequest)(nil),       // 2: weir.v1.PoolQuotaRequest
+	(*PoolQuotaResponse)(nil),      // 3: weir.v1.PoolQuotaResponse
+	(*VerifyKeyRequest)(nil),       // 4: weir.v1.VerifyKeyRequest
+	(*VerifyKeyResponse)(nil),      // 5: weir.v1.VerifyKeyResponse
+	(*AcquireRequest)(nil),         // 6: weir.v1.AcquireRequest
+	(*AcquireResponse)(nil),        // 7: weir.v1.AcquireResponse
+	(*Lease)(nil),                  // 8: weir.v1.Lease
+	(*NoAccount)(nil),              // 9: weir.v1.NoAccount
+	(*QuotaBlock)(nil),             // 10: weir.v1.QuotaBlock
+	(*RenewRequest)(nil),           // 11: weir.v1.RenewRequest
+	(*RenewResponse)(nil),          // 12: weir.v1.RenewResponse
+	(*Outcome)(nil),                // 13: weir.v1.Outcome
+	(*WorkerSettingsRequest)(nil),  // 14: weir.v1.WorkerSettingsRequest
+	(*WorkerSettingsResponse)(nil), // 15: weir.v1.WorkerSettingsResponse
+	(*ReleaseRequest)(nil),         // 16: weir.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),        // 17: weir.v1.ReleaseResponse
+	(*RouteEvent)(nil),             // 18: weir.v1.RouteEvent
+	(*AttemptRecord)(nil),          // 19: weir.v1.AttemptRecord
+	(*ReportRouteRequest)(nil),     // 20: weir.v1.ReportRouteRequest
+	(*ReportRouteResponse)(nil),    // 21: weir.v1.ReportRouteResponse
+	nil,                            // 22: weir.v1.Outcome.HeadersEntry
+	(Surface)(0),                   // 23: weir.v1.Surface
+	(QuotaResponseMode)(0),         // 24: weir.v1.QuotaResponseMode
+	(Provider)(0),                  // 25: weir.v1.Provider
+	(AuthKind)(0),                  // 26: weir.v1.AuthKind
+	(*timestamppb.Timestamp)(nil),  // 27: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 28: google.protobuf.Duration
+	(OutcomeClass)(0),              // 29: weir.v1.OutcomeClass
+	(*QuotaEvidence)(nil),          // 30: weir.v1.QuotaEvidence
+	(*Settings)(nil),               // 31: weir.v1.Settings
+	(*Decision)(nil),               // 32: weir.v1.Decision
+	(Action)(0),                    // 33: weir.v1.Action
 }
 var file_weir_v1_lease_proto_depIdxs = []int32{
-	21, // 0: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
-	6,  // 1: weir.v1.AcquireResponse.lease:type_name -> weir.v1.Lease
-	7,  // 2: weir.v1.AcquireResponse.no_account:type_name -> weir.v1.NoAccount
-	22, // 3: weir.v1.Lease.provider:type_name -> weir.v1.Provider
-	23, // 4: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
-	24, // 5: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	25, // 6: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	0,  // 7: weir.v1.NoAccount.reason:type_name -> weir.v1.NoAccountReason
-	24, // 8: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
-	8,  // 9: weir.v1.NoAccount.quota_block:type_name -> weir.v1.QuotaBlock
-	26, // 10: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	24, // 11: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
-	22, // 12: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
-	24, // 13: weir.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
-	27, // 14: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
-	20, // 15: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
-	25, // 16: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
-	25, // 17: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
-	28, // 18: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
-	29, // 19: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
-	11, // 20: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
-	30, // 21: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
-	25, // 22: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
-	25, // 23: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
-	24, // 24: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
-	25, // 25: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
-	1,  // 26: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
-	17, // 27: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
-	25, // 28: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
-	27, // 29: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
-	31, // 30: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
-	25, // 31: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
-	16, // 32: weir.v1.ReportRouteRequest.event:type_name -> weir.v1.RouteEvent
-	2,  // 33: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
-	4,  // 34: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
-	12, // 35: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
-	9,  // 36: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
-	14, // 37: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
-	18, // 38: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
-	3,  // 39: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
-	5,  // 40: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
-	13, // 41: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
-	10, // 42: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
-	15, // 43: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
-	19, // 44: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
-	39, // [39:45] is the sub-list for method output_type
-	33, // [33:39] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	23, // 0: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
+	10, // 1: weir.v1.PoolQuotaResponse.quota_block:type_name -> weir.v1.QuotaBlock
+	24, // 2: weir.v1.PoolQuotaResponse.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	23, // 3: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
+	8,  // 4: weir.v1.AcquireResponse.lease:type_name -> weir.v1.Lease
+	9,  // 5: weir.v1.AcquireResponse.no_account:type_name -> weir.v1.NoAccount
+	25, // 6: weir.v1.Lease.provider:type_name -> weir.v1.Provider
+	26, // 7: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
+	27, // 8: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	28, // 9: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	0,  // 10: weir.v1.NoAccount.reason:type_name -> weir.v1.NoAccountReason
+	27, // 11: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
+	10, // 12: weir.v1.NoAccount.quota_block:type_name -> weir.v1.QuotaBlock
+	24, // 13: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	27, // 14: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
+	25, // 15: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
+	27, // 16: weir.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
+	29, // 17: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
+	22, // 18: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
+	28, // 19: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
+	28, // 20: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
+	30, // 21: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
+	31, // 22: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
+	13, // 23: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
+	32, // 24: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
+	28, // 25: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
+	28, // 26: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
+	27, // 27: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
+	28, // 28: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
+	1,  // 29: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
+	19, // 30: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
+	28, // 31: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
+	29, // 32: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
+	33, // 33: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
+	28, // 34: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
+	18, // 35: weir.v1.ReportRouteRequest.event:type_name -> weir.v1.RouteEvent
+	4,  // 36: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
+	6,  // 37: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
+	14, // 38: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
+	11, // 39: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
+	16, // 40: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
+	20, // 41: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
+	2,  // 42: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
+	5,  // 43: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
+	7,  // 44: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
+	15, // 45: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
+	12, // 46: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
+	17, // 47: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
+	21, // 48: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
+	3,  // 49: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
+	43, // [43:50] is the sub-list for method output_type
+	36, // [36:43] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_lease_proto_init() }
@@ -1788,7 +1917,7 @@ func file_weir_v1_lease_proto_init() {
 		return
 	}
 	file_weir_v1_types_proto_init()
-	file_weir_v1_lease_proto_msgTypes[3].OneofWrappers = []any{
+	file_weir_v1_lease_proto_msgTypes[5].OneofWrappers = []any{
 		(*AcquireResponse_Lease)(nil),
 		(*AcquireResponse_NoAccount)(nil),
 	}
@@ -1798,7 +1927,7 @@ func file_weir_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_lease_proto_rawDesc), len(file_weir_v1_lease_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

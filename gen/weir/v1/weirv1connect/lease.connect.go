@@ -47,6 +47,8 @@ const (
 	// LeaseServiceReportRouteProcedure is the fully-qualified name of the LeaseService's ReportRoute
 	// RPC.
 	LeaseServiceReportRouteProcedure = "/weir.v1.LeaseService/ReportRoute"
+	// LeaseServicePoolQuotaProcedure is the fully-qualified name of the LeaseService's PoolQuota RPC.
+	LeaseServicePoolQuotaProcedure = "/weir.v1.LeaseService/PoolQuota"
 )
 
 // LeaseServiceClient is a client for the weir.v1.LeaseService service.
@@ -64,6 +66,11 @@ type LeaseServiceClient interface {
 	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
 	// ReportRoute stores the route event of one finished client request.
 	ReportRoute(context.Context, *connect.Request[v1.ReportRouteRequest]) (*connect.Response[v1.ReportRouteResponse], error)
+	// PoolQuota says, without leasing anything, whether every eligible
+	// account for a request is blocked by quota evidence: a worker asks when
+	// a stream already under way ends on a quota error, to word its
+	// terminal event.
+	PoolQuota(context.Context, *connect.Request[v1.PoolQuotaRequest]) (*connect.Response[v1.PoolQuotaResponse], error)
 }
 
 // NewLeaseServiceClient constructs a client for the weir.v1.LeaseService service. By default, it
@@ -115,6 +122,13 @@ func NewLeaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(leaseServiceMethods.ByName("ReportRoute")),
 			connect.WithClientOptions(opts...),
 		),
+		poolQuota: connect.NewClient[v1.PoolQuotaRequest, v1.PoolQuotaResponse](
+			httpClient,
+			baseURL+LeaseServicePoolQuotaProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("PoolQuota")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -126,6 +140,7 @@ type leaseServiceClient struct {
 	renew          *connect.Client[v1.RenewRequest, v1.RenewResponse]
 	release        *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
 	reportRoute    *connect.Client[v1.ReportRouteRequest, v1.ReportRouteResponse]
+	poolQuota      *connect.Client[v1.PoolQuotaRequest, v1.PoolQuotaResponse]
 }
 
 // VerifyKey calls weir.v1.LeaseService.VerifyKey.
@@ -158,6 +173,11 @@ func (c *leaseServiceClient) ReportRoute(ctx context.Context, req *connect.Reque
 	return c.reportRoute.CallUnary(ctx, req)
 }
 
+// PoolQuota calls weir.v1.LeaseService.PoolQuota.
+func (c *leaseServiceClient) PoolQuota(ctx context.Context, req *connect.Request[v1.PoolQuotaRequest]) (*connect.Response[v1.PoolQuotaResponse], error) {
+	return c.poolQuota.CallUnary(ctx, req)
+}
+
 // LeaseServiceHandler is an implementation of the weir.v1.LeaseService service.
 type LeaseServiceHandler interface {
 	// VerifyKey checks a client key. Workers cache positive answers briefly;
@@ -173,6 +193,11 @@ type LeaseServiceHandler interface {
 	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
 	// ReportRoute stores the route event of one finished client request.
 	ReportRoute(context.Context, *connect.Request[v1.ReportRouteRequest]) (*connect.Response[v1.ReportRouteResponse], error)
+	// PoolQuota says, without leasing anything, whether every eligible
+	// account for a request is blocked by quota evidence: a worker asks when
+	// a stream already under way ends on a quota error, to word its
+	// terminal event.
+	PoolQuota(context.Context, *connect.Request[v1.PoolQuotaRequest]) (*connect.Response[v1.PoolQuotaResponse], error)
 }
 
 // NewLeaseServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -220,6 +245,13 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(leaseServiceMethods.ByName("ReportRoute")),
 		connect.WithHandlerOptions(opts...),
 	)
+	leaseServicePoolQuotaHandler := connect.NewUnaryHandler(
+		LeaseServicePoolQuotaProcedure,
+		svc.PoolQuota,
+		connect.WithSchema(leaseServiceMethods.ByName("PoolQuota")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/weir.v1.LeaseService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LeaseServiceVerifyKeyProcedure:
@@ -234,6 +266,8 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 			leaseServiceReleaseHandler.ServeHTTP(w, r)
 		case LeaseServiceReportRouteProcedure:
 			leaseServiceReportRouteHandler.ServeHTTP(w, r)
+		case LeaseServicePoolQuotaProcedure:
+			leaseServicePoolQuotaHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -265,4 +299,8 @@ func (UnimplementedLeaseServiceHandler) Release(context.Context, *connect.Reques
 
 func (UnimplementedLeaseServiceHandler) ReportRoute(context.Context, *connect.Request[v1.ReportRouteRequest]) (*connect.Response[v1.ReportRouteResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.LeaseService.ReportRoute is not implemented"))
+}
+
+func (UnimplementedLeaseServiceHandler) PoolQuota(context.Context, *connect.Request[v1.PoolQuotaRequest]) (*connect.Response[v1.PoolQuotaResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.LeaseService.PoolQuota is not implemented"))
 }

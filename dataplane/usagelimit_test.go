@@ -1,0 +1,190 @@
+package dataplane
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+func TestDecideUsageLimit(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	block := func(in time.Duration) *weirv1.QuotaBlock {
+		return &weirv1.QuotaBlock{ResetsAt: timestamppb.New(now.Add(in)), WindowMinutes: 300,
+			Provider: weirv1.Provider_PROVIDER_CODEX, LastUpstreamError: "The usage limit has been reached"}
+	}
+	usageLimitMode := weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT
+	for _, tt := range []struct {
+		name  string
+		mode  weirv1.QuotaResponseMode
+		block *weirv1.QuotaBlock
+		want  bool
+	}{
+		{"retryable mode", weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE, block(2 * time.Hour), false},
+		{"unspecified mode", weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_UNSPECIFIED, block(2 * time.Hour), false},
+		{"no block (mixed pool)", usageLimitMode, nil, false},
+		{"block without a reset", usageLimitMode, &weirv1.QuotaBlock{WindowMinutes: 300}, false},
+		{"4:59", usageLimitMode, block(5*time.Minute - time.Second), false},
+		{"exactly 5:00", usageLimitMode, block(5 * time.Minute), false},
+		{"5:00 and a nanosecond", usageLimitMode, block(5*time.Minute + time.Nanosecond), true},
+		{"5:01", usageLimitMode, block(5*time.Minute + time.Second), true},
+		{"2h", usageLimitMode, block(2 * time.Hour), true},
+		{"a reset already past", usageLimitMode, block(-time.Minute), false},
+	} {
+		ul, got := decideUsageLimit(tt.mode, tt.block, "gpt-5-codex", now)
+		if got != tt.want {
+			t.Errorf("%s: usage limit = %v, want %v", tt.name, got, tt.want)
+			continue
+		}
+		if got && (ul.model != "gpt-5-codex" || ul.window != 300 || !ul.resetsAt.Equal(tt.block.ResetsAt.AsTime()) ||
+			ul.provider != weirv1.Provider_PROVIDER_CODEX || ul.lastError == "") {
+			t.Errorf("%s: %+v", tt.name, ul)
+		}
+	}
+}
+
+func TestWriteUsageLimit(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	ul := usageLimit{model: "gpt-5-codex", provider: weirv1.Provider_PROVIDER_CODEX, resetsAt: now.Add(2 * time.Hour),
+		window: 300, lastError: "The usage limit has been reached", wait: 2 * time.Hour}
+
+	for _, sf := range []surface{surfaceResp, surfaceChat} {
+		w := httptest.NewRecorder()
+		w.Header().Set("Retry-After", "7200") // an upstream's, to be removed
+		writeUsageLimit(w, sf, "weir_1", ul)
+		if w.Code != http.StatusTooManyRequests || w.Header().Get("X-Should-Retry") != "false" || w.Header().Get("Retry-After") != "" {
+			t.Errorf("%s: %d %v", sf.name, w.Code, w.Header())
+		}
+		h := w.Header()
+		if h.Get("X-Codex-Primary-Used-Percent") != "100" || h.Get("X-Codex-Primary-Window-Minutes") != "300" ||
+			h.Get("X-Codex-Primary-Reset-At") != "1893506400" || h.Get("X-Codex-Secondary-Used-Percent") != "" {
+			t.Errorf("%s: codex headers %v", sf.name, h)
+		}
+		var body struct {
+			Error map[string]any `json:"error"`
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]any{
+			"type": "usage_limit_reached", "code": "model_cooldown", "resets_at": 1893506400.0, "retryable": false,
+			"limit_window_minutes": 300.0, "model": "gpt-5-codex", "provider": "codex", "reset_seconds": 7200.0,
+			"reset_time": "2h0m0s", "last_upstream_error": "The usage limit has been reached", "param": nil,
+		}
+		for k, v := range want {
+			if body.Error[k] != v {
+				t.Errorf("%s: error.%s = %v, want %v", sf.name, k, body.Error[k], v)
+			}
+		}
+		msg, _ := body.Error["message"].(string)
+		for _, part := range []string{"gpt-5-codex", "codex", "The usage limit has been reached", "2h0m0s"} {
+			if !strings.Contains(msg, part) {
+				t.Errorf("%s: message %q does not name %q", sf.name, msg, part)
+			}
+		}
+	}
+
+	// The weekly window: the secondary trio.
+	weekly := ul
+	weekly.window, weekly.resetsAt, weekly.wait = 10080, now.Add(50*time.Hour), 50*time.Hour
+	w := httptest.NewRecorder()
+	writeUsageLimit(w, surfaceMessages, "weir_2", weekly)
+	h := w.Header()
+	if h.Get("X-Codex-Secondary-Used-Percent") != "100" || h.Get("X-Codex-Secondary-Window-Minutes") != "10080" ||
+		h.Get("X-Codex-Secondary-Reset-At") != "1893679200" || h.Get("X-Codex-Primary-Used-Percent") != "" {
+		t.Errorf("weekly: codex headers %v", h)
+	}
+	var ant struct {
+		Type  string `json:"type"`
+		Error struct {
+			Type      string `json:"type"`
+			Message   string `json:"message"`
+			ResetsAt  int64  `json:"resets_at"`
+			Retryable *bool  `json:"retryable"`
+		} `json:"error"`
+		RequestID string `json:"request_id"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &ant); err != nil {
+		t.Fatal(err)
+	}
+	if ant.Type != "error" || ant.Error.Type != "rate_limit_error" || !strings.HasSuffix(ant.Error.Message, "(reset after 50h0m0s)") ||
+		ant.Error.ResetsAt != 1893679200 || ant.Error.Retryable == nil || *ant.Error.Retryable || ant.RequestID != "weir_2" {
+		t.Errorf("anthropic usage limit %s", w.Body.Bytes())
+	}
+
+	// An unknown window: no rate-limit headers at all.
+	unknown := ul
+	unknown.window = 0
+	w = httptest.NewRecorder()
+	writeUsageLimit(w, surfaceResp, "weir_3", unknown)
+	for k := range w.Header() {
+		if strings.HasPrefix(k, "X-Codex-") {
+			t.Errorf("unknown window: %s set", k)
+		}
+	}
+}
+
+func TestWriteErrorOpenAIFormat(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		e              *apiError
+		status         int
+		typ, code      string
+		shouldRetry    string
+		retryAfterSecs string
+	}{
+		{errInvalidRequest("Missing required parameter: 'model'."), 400, "invalid_request_error", "", "false", ""},
+		{errAuthentication("invalid API key"), 401, "invalid_request_error", "invalid_api_key", "false", ""},
+		{&apiError{status: 529, typ: "overloaded_error", message: "weir: busy", retryAfter: 3 * time.Second}, 503, "server_error", "server_is_overloaded", "true", "3"},
+		{errControlPlane(), 503, "server_error", "", "true", "2"},
+	} {
+		w := httptest.NewRecorder()
+		writeError(w, wireOpenAI, "weir_x", tt.e)
+		var body struct {
+			Error struct {
+				Message string  `json:"message"`
+				Type    string  `json:"type"`
+				Code    *string `json:"code"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+			t.Fatal(err)
+		}
+		code := ""
+		if body.Error.Code != nil {
+			code = *body.Error.Code
+		}
+		if w.Code != tt.status || body.Error.Type != tt.typ || code != tt.code || body.Error.Message != tt.e.message ||
+			w.Header().Get("X-Should-Retry") != tt.shouldRetry || w.Header().Get("Retry-After") != tt.retryAfterSecs {
+			t.Errorf("%s: %d %v %s", tt.e.typ, w.Code, w.Header(), w.Body.Bytes())
+		}
+	}
+}
+
+func TestStreamCutEvent(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		sf   surface
+		name string
+		has  string
+	}{
+		{surfaceMessages, "error", `"type":"api_error"`},
+		{surfaceResp, "response.failed", `"code":"server_error"`},
+		{surfaceChat, "message", `"error":{`},
+	} {
+		evs, _ := scanAll(t, bytes.NewReader(streamCutEvent(tt.sf, "upstream stream ended unexpectedly")))
+		if len(evs) != 1 || evs[0].name != tt.name || !strings.Contains(string(evs[0].data), tt.has) ||
+			!json.Valid(evs[0].data) {
+			t.Errorf("%s: %q", tt.sf.name, streamCutEvent(tt.sf, "x"))
+		}
+	}
+}
