@@ -104,7 +104,7 @@ func decide(o *weirv1.Outcome, f attemptFacts, now time.Time) decision {
 		d.cooldown = newCooldown(weirv1.CooldownReason_COOLDOWN_REASON_INVALID_CREDENTIAL, now.Add(min(backoff, authCooldownMax)), o)
 		d.action = weirv1.Action_ACTION_FAILOVER
 	case weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED:
-		if q := o.GetQuota(); q != nil && q.GetKind() != weirv1.QuotaKind_QUOTA_KIND_UNSPECIFIED {
+		if q := o.GetQuota(); knownQuota(q) {
 			// The upstream said outright that the account's quota is spent
 			// (Codex usage_limit_reached, OpenAI insufficient_quota, Google
 			// QUOTA_EXHAUSTED): no ladder to climb.
@@ -135,7 +135,7 @@ func decide(o *weirv1.Outcome, f attemptFacts, now time.Time) decision {
 			d.action = weirv1.Action_ACTION_FAILOVER
 		}
 	case weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR:
-		if q := o.GetQuota(); q != nil && q.GetKind() != weirv1.QuotaKind_QUOTA_KIND_UNSPECIFIED {
+		if q := o.GetQuota(); knownQuota(q) {
 			// The quota ran out mid-answer: the account is as spent as if it
 			// had said so up front.
 			d = providerQuota(o, q, f, now)
@@ -184,6 +184,16 @@ func providerQuota(o *weirv1.Outcome, q *weirv1.QuotaEvidence, f attemptFacts, n
 	d.cooldown = &cooldownWrite{reason: weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED,
 		until: now.Add(min(quotaBackoffBase<<min(max(f.quotaBackoffs, 0), 10), quotaBackoffMax)), evidence: b, quota: rec}
 	return d
+}
+
+// knownQuota says whether q is quota evidence of a kind this build knows:
+// a newer worker's kind is read as no quota evidence at all (the ladder
+// decides), never stored under a name the vocabulary lacks.
+func knownQuota(q *weirv1.QuotaEvidence) bool {
+	if q == nil || q.GetKind() == weirv1.QuotaKind_QUOTA_KIND_UNSPECIFIED {
+		return false
+	}
+	return q.GetKind().Descriptor().Values().ByNumber(q.GetKind().Number()) != nil
 }
 
 // quotaReset is when quota evidence says the quota reopens: resets_at when

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -306,7 +307,7 @@ func (c candidate) quotaUntil(now time.Time) (quotaEvidence, bool) {
 				message: fmt.Sprintf("usage view: %d-minute window at %.0f%%", w.minutes, w.r.utilization*100)})
 		}
 	}
-	if g := c.gate; g != nil && g.Until.After(now) {
+	if g := c.gate; g != nil && g.Until.After(now) && gateOnReset(g) {
 		consider(quotaEvidence{resetsAt: g.Until, windowMinutes: 10080, message: "model family weekly window spent (" + g.Family + ")"})
 	}
 	// Deadlines are stored to the microsecond, resets to the second.
@@ -315,6 +316,22 @@ func (c candidate) quotaUntil(now time.Time) (quotaEvidence, bool) {
 	}
 	best.resetsAt = until
 	return best, true
+}
+
+// gateOnReset says whether a family gate ends on the reset of the scoped
+// claim that set it; a gate that ends on a Retry-After or the default has
+// no quota reset behind it.
+func gateOnReset(g *db.FamilyGate) bool {
+	var e storedEvidence
+	if json.Unmarshal(g.Evidence, &e) != nil {
+		return false
+	}
+	for _, c := range e.Claims {
+		if c.Reset == g.Until.Unix() {
+			return true
+		}
+	}
+	return false
 }
 
 // quotaBlock says whether every eligible account for the request (the

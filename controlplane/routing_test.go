@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -181,7 +182,18 @@ func TestRouteIsPure(t *testing.T) {
 
 func gated(d time.Duration) func(*candidate) {
 	return func(x *candidate) {
-		x.gate = &db.FamilyGate{AccountID: x.account.ID, Family: "opus", Until: epoch.Add(d), WrittenAt: epoch}
+		until := epoch.Add(d)
+		x.gate = &db.FamilyGate{AccountID: x.account.ID, Family: "opus", Until: until, WrittenAt: epoch,
+			Evidence: []byte(fmt.Sprintf(`{"class":"rate_limited","rung":"family_gate","claims":[{"claim":"7d_oi","reset":%d}]}`, until.Unix()))}
+	}
+}
+
+// gatedNoReset is a family gate that ends on a Retry-After, not on the
+// scoped claim's reset.
+func gatedNoReset(d time.Duration) func(*candidate) {
+	return func(x *candidate) {
+		x.gate = &db.FamilyGate{AccountID: x.account.ID, Family: "opus", Until: epoch.Add(d), WrittenAt: epoch,
+			Evidence: []byte(`{"class":"rate_limited","rung":"family_gate","claims":[{"claim":"7d_oi"}]}`)}
 	}
 }
 

@@ -61,7 +61,12 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 	// Every field is checked before anything is written: a request with one
 	// bad value changes nothing.
 	puts := make([]db.PutSettingParams, 0, len(paths))
+	named := map[string]bool{}
 	for _, path := range paths {
+		if named[path] {
+			return nil, toConnect(invalidf("update_mask: %q is named more than once", path))
+		}
+		named[path] = true
 		var value string
 		switch path {
 		case settingCapacityHold:
