@@ -55,7 +55,14 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/v1/messages", s.method(http.MethodPost, s.proxyHandler(surfaceMessages)))
 	mux.HandleFunc("/v1/messages/count_tokens", s.method(http.MethodPost, s.proxyHandler(surfaceCount)))
 	mux.HandleFunc("/v1/models", s.method(http.MethodGet, s.proxyHandler(surfaceModels)))
-	mux.HandleFunc("/v1/responses", s.method(http.MethodPost, s.proxyHandler(surfaceResp)))
+	responses := s.method(http.MethodPost, s.proxyHandler(surfaceResp))
+	mux.HandleFunc("/v1/responses", func(w http.ResponseWriter, r *http.Request) {
+		if isWebSocket(r) {
+			s.serveResponsesWebSocket(w, r)
+			return
+		}
+		responses(w, r)
+	})
 	mux.HandleFunc("/v1/chat/completions", s.method(http.MethodPost, s.proxyHandler(surfaceChat)))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

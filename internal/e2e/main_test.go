@@ -480,6 +480,7 @@ type recorder struct {
 type exchange struct {
 	method, path, rawQuery string
 	reqHeader              http.Header
+	reqBody                []byte
 	status                 int
 	header                 http.Header
 	body                   bytes.Buffer
@@ -489,6 +490,7 @@ type exchange struct {
 type upstreamExchange struct {
 	method, path, rawQuery string
 	reqHeader              http.Header
+	reqBody                []byte
 	status                 int
 	header                 http.Header
 	body                   []byte
@@ -496,6 +498,10 @@ type upstreamExchange struct {
 
 func (rc *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := &exchange{method: r.Method, path: r.URL.Path, rawQuery: r.URL.RawQuery, reqHeader: r.Header.Clone()}
+	if r.Body != nil {
+		x.reqBody, _ = io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(x.reqBody))
+	}
 	rc.mu.Lock()
 	rc.xs = append(rc.xs, x)
 	rc.mu.Unlock()
@@ -508,7 +514,7 @@ func (rc *recorder) exchanges() []upstreamExchange {
 	out := make([]upstreamExchange, 0, len(rc.xs))
 	for _, x := range rc.xs {
 		out = append(out, upstreamExchange{
-			method: x.method, path: x.path, rawQuery: x.rawQuery, reqHeader: x.reqHeader,
+			method: x.method, path: x.path, rawQuery: x.rawQuery, reqHeader: x.reqHeader, reqBody: x.reqBody,
 			status: x.status, header: x.header.Clone(), body: bytes.Clone(x.body.Bytes()),
 		})
 	}
