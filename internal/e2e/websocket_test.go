@@ -112,7 +112,6 @@ func TestResponsesWebSocket(t *testing.T) {
 		t.Errorf("upstream headers %v: the transport's headers must stay behind, the session's go on", h)
 	}
 
-
 	// An unknown event is refused on the connection, which stays usable.
 	if err := c.Write(t.Context(), websocket.MessageText, []byte(`{"type":"session.update"}`)); err != nil {
 		t.Fatal(err)
