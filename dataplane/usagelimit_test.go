@@ -188,3 +188,31 @@ func TestStreamCutEvent(t *testing.T) {
 		}
 	}
 }
+
+func TestSessionKey(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("k", 300)
+	for _, tt := range []struct {
+		name           string
+		sf             surface
+		header         http.Header
+		userID, prompt string
+		want           string
+	}{
+		{"claude code header", surfaceMessages, http.Header{"X-Claude-Code-Session-Id": {"cc-1"}}, "user-1", "", "cc-1"},
+		{"metadata.user_id", surfaceMessages, nil, "user-1", "pk", "user-1"},
+		{"codex session-id", surfaceResp, http.Header{"Session-Id": {"thread-1"}}, "", "pk", "thread-1"},
+		{"codex session_id", surfaceResp, http.Header{"Session_id": {"thread-2"}}, "", "pk", "thread-2"},
+		{"prompt cache key", surfaceChat, nil, "user-1", "pk", "pk"},
+		{"a Claude header means nothing on OpenAI surfaces", surfaceResp, http.Header{"X-Claude-Code-Session-Id": {"cc"}}, "", "", ""},
+		{"long keys are hashed", surfaceResp, http.Header{"Session-Id": {long}}, "", "", hashKey(long)},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		for k, v := range tt.header {
+			r.Header[k] = v
+		}
+		if got := sessionKey(r, tt.sf, tt.userID, tt.prompt); got != tt.want {
+			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}

@@ -544,3 +544,36 @@ func TestUsageLimitAfterOutput(t *testing.T) {
 		t.Errorf("chat terminal event %v", last)
 	}
 }
+
+// TestResponsesOnOpenAIKey: an OpenAI API key serves /v1/responses under
+// its versioned base URL; a Codex session id keeps a conversation on one
+// account of a pool.
+func TestResponsesOnOpenAIKey(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{accounts: []account{{label: "k1", provider: "openai"}, {label: "k2", provider: "openai"}}})
+	withSession := func(id string) func(*http.Request) {
+		return func(r *http.Request) {
+			bearer(e.key)(r)
+			r.Header.Set("Session-Id", id)
+		}
+	}
+	first := map[string]string{}
+	for i := range 6 {
+		sess := "thread-" + strconv.Itoa(i%2)
+		r := e.do(http.MethodPost, "/v1/responses", responsesBody(i%3 == 0), withSession(sess))
+		if r.status != http.StatusOK {
+			t.Fatalf("request %d: %d %s", i, r.status, r.body)
+		}
+		acct := e.labels[e.routeEvent(r.header.Get("Weir-Request-Id")).AccountId]
+		if first[sess] == "" {
+			first[sess] = acct
+		} else if first[sess] != acct {
+			t.Errorf("%s moved from %s to %s", sess, first[sess], acct)
+		}
+	}
+	for _, x := range e.upstream.exchanges() {
+		if x.path != "/v1/responses" {
+			t.Errorf("upstream path %s, want /v1/responses", x.path)
+		}
+	}
+}

@@ -41,13 +41,13 @@ type Config struct {
 func (c Config) Validate() error {
 	var errs []error
 	if c.DeltaDelay < 0 {
-		errs = append(errs, fmt.Errorf("DeltaDelay: %v is negative", c.DeltaDelay))
+		errs = append(errs, fmt.Errorf("config: DeltaDelay %v is negative", c.DeltaDelay))
 	}
 	if c.Deltas < 0 {
-		errs = append(errs, fmt.Errorf("Deltas: %d is negative", c.Deltas))
+		errs = append(errs, fmt.Errorf("config: Deltas %d is negative", c.Deltas))
 	}
 	if err := c.Script.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("Script: %w", err))
+		errs = append(errs, fmt.Errorf("config: Script: %w", err))
 	}
 	return errors.Join(errs...)
 }
