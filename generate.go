@@ -2,9 +2,11 @@
 // accounts for coding agents. The code lives in cmd/weir, controlplane,
 // dataplane, jobs and internal; this file only holds the generators.
 //
-// `go generate .` regenerates gen/ (buf) and controlplane/db (sqlc).
+// `go generate .` regenerates gen/ (buf), controlplane/db (sqlc) and the
+// README's configuration reference (from the Config structs' comments).
 package weir
 
 //go:generate go tool -modfile=internal/tools/go.mod buf lint
 //go:generate go tool -modfile=internal/tools/go.mod buf generate
 //go:generate go tool -modfile=internal/tools/go.mod sqlc generate -f sql/sqlc.yaml
+//go:generate go test ./cmd/weir -run TestConfigurationReference -count=1 -update

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"cmp"
 	"context"
+	"errors"
 	"net/url"
 	"strings"
 	"time"
@@ -49,9 +50,23 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 	if maxConc < 0 || maxConc > 10000 {
 		return nil, toConnect(invalidf("max_concurrency: must be between 1 and 10000"))
 	}
+	provider := enumName(m.Provider)
+	identity := a.s.identityFor(ctx, m.Provider, m.AuthKind, m.BaseUrl, upstreamID, cred)
+	// A Claude login first added while its profile did not answer is named
+	// by its token's hash.
+	names := []string{identity}
+	if m.Provider == weirv1.Provider_PROVIDER_ANTHROPIC && m.AuthKind == weirv1.AuthKind_AUTH_KIND_OAUTH {
+		names = append(names, tokenIdentity(cred))
+	}
+	if err := a.s.nameUnnamed(ctx, provider); err != nil {
+		return nil, a.s.fail(ctx, "create account", err)
+	}
 	id := uuid.New()
 	var row db.Account
 	err = a.s.tx(ctx, func(q *db.Queries) error {
+		if err := findDuplicate(ctx, q, provider, db.Account{}, names...); err != nil {
+			return err
+		}
 		var err error
 		row, err = q.CreateAccount(ctx, db.CreateAccountParams{
 			ID:                id,
@@ -66,12 +81,30 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 			UpstreamAccountID: upstreamID,
 			Now:               a.s.now(),
 		})
-		if err != nil || (cred.refresh == "" && cred.expiresAt == nil) {
+		if err != nil {
 			return err
+		}
+		if identity != "" {
+			if row, err = q.SetAccountIdentity(ctx, db.SetAccountIdentityParams{ID: id, Identity: identity}); err != nil {
+				return err
+			}
+		}
+		if cred.refresh == "" && cred.expiresAt == nil {
+			return nil
 		}
 		row, err = a.s.setOAuthTokens(ctx, q, id, row.CredentialRevision, cred)
 		return err
 	})
+	if isIdentityConflict(err) {
+		// A concurrent create of the same upstream account won.
+		if dup := findDuplicate(ctx, a.s.q, provider, db.Account{}, identity); dup != nil {
+			err = dup
+		}
+	}
+	var dup errDuplicate
+	if errors.As(err, &dup) {
+		return nil, dup.connectErr()
+	}
 	if err != nil {
 		return nil, a.s.fail(ctx, "create account", storeErr(err))
 	}
@@ -172,8 +205,27 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 	if newCredential != nil && newCredential.accountID != "" && p.UpstreamAccountID == nil {
 		p.UpstreamAccountID = &newCredential.accountID
 	}
+	// A new API key, or another ChatGPT account id, names another upstream
+	// account. A Claude login keeps its identity: its new tokens are
+	// usually the same login's.
+	var newIdentity *string
+	switch {
+	case provider == weirv1.Provider_PROVIDER_CODEX && p.UpstreamAccountID != nil:
+		newIdentity = p.UpstreamAccountID
+	case newCredential != nil && row.AuthKind == enumName(weirv1.AuthKind_AUTH_KIND_API_KEY):
+		h := hashIdentity(newCredential.access)
+		newIdentity = &h
+	}
 	err = a.s.tx(ctx, func(q *db.Queries) error {
 		var err error
+		if newIdentity != nil && *newIdentity != row.Identity {
+			if err := findDuplicate(ctx, q, row.Provider, row, *newIdentity); err != nil {
+				return err
+			}
+			if _, err := q.SetAccountIdentity(ctx, db.SetAccountIdentityParams{ID: row.ID, Identity: *newIdentity}); err != nil {
+				return storeErr(err)
+			}
+		}
 		if row, err = q.UpdateAccount(ctx, p); err != nil {
 			return storeErr(err)
 		}
@@ -204,6 +256,9 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 		_, err = q.ClearCredentialCooldown(ctx, row.ID)
 		return err
 	})
+	if dup := (errDuplicate{}); errors.As(err, &dup) {
+		return nil, dup.connectErr()
+	}
 	if err != nil {
 		return nil, a.s.fail(ctx, "update account", err)
 	}
@@ -378,6 +433,9 @@ func accountProto(r db.Account, cd *db.Cooldown, inFlight int32) *weirv1.Account
 	}
 	a.BankedResetsEnabled = r.BankedResetsEnabled
 	a.UpstreamAccountId = r.UpstreamAccountID
+	a.Identity = r.Identity
+	a.AccessExpiresAt = timestampOrNil(r.AccessExpiresAt)
+	a.Refreshable = r.RefreshSealed != nil
 	if r.OrgID != nil {
 		a.OrgId = *r.OrgID
 	}

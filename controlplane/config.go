@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config configures a control-plane replica. Zero values take the defaults
@@ -20,8 +21,10 @@ type Config struct {
 	// Required, at least 16 characters, different from AdminToken.
 	// Env: WEIR_DATAPLANE_TOKEN.
 	DataplaneToken string
-	// SecretKey is the 32-byte AES-256-GCM key sealing credentials at rest.
-	// Required. Env: WEIR_SECRET_KEY (hex or base64).
+	// SecretKey is the 32-byte AES-256-GCM key sealing credentials at rest,
+	// hex or base64 in the environment (openssl rand -hex 32); weir dev
+	// generates one into its data dir with mode 0600. Required.
+	// Env: WEIR_SECRET_KEY.
 	SecretKey []byte
 	// LeaseTTL is how long a lease lives without renewal. Default 30s.
 	LeaseTTL time.Duration
@@ -66,10 +69,25 @@ type Config struct {
 	// OAuthClient calls the token endpoints. Default: a client with a 15s
 	// overall timeout (well inside the 60s refresh claim).
 	OAuthClient *http.Client
+	// ProfileClient reads a Claude login's profile (its account uuid, the
+	// account's identity) when the account is created. Default: a client
+	// with a 5s overall timeout.
+	ProfileClient *http.Client
 	// Registry receives the control plane's metrics. Default: a new one.
 	Registry *prometheus.Registry
 	// DisableJobs skips River (tests that drive jobs by hand).
 	DisableJobs bool
+	// MetricsAccountLabelsMax is the largest pool (in accounts) whose
+	// accounts each get a utilization series labelled by account label
+	// (weir_controlplane_account_usage_utilization_ratio); a larger pool
+	// gets the pool-wide min/max/avg only. Default 50; 0 in the
+	// environment (negative here) turns the series off.
+	// Env: WEIR_METRICS_ACCOUNT_LABELS_MAX.
+	MetricsAccountLabelsMax int
+	// TracerProvider receives a server span per RPC, joined to the
+	// caller's trace (see internal/telemetry). Default: none, no tracing.
+	// The binary sets it from the OTEL_* variables.
+	TracerProvider trace.TracerProvider
 }
 
 // Validate names the first bad field.
@@ -127,6 +145,9 @@ func (c *Config) setDefaults() {
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
 	}
+	if c.MetricsAccountLabelsMax == 0 {
+		c.MetricsAccountLabelsMax = 50
+	}
 	if c.OAuthTokenURL == "" {
 		c.OAuthTokenURL = defaultOAuthTokenURL
 	}
@@ -144,5 +165,8 @@ func (c *Config) setDefaults() {
 	}
 	if c.UsageClient == nil {
 		c.UsageClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	if c.ProfileClient == nil {
+		c.ProfileClient = &http.Client{Timeout: profileTimeout}
 	}
 }

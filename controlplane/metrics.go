@@ -3,6 +3,8 @@ package controlplane
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
 
 // metrics are the control plane's own; labels are bounded enums.
@@ -13,6 +15,7 @@ type metrics struct {
 	rateLimits     *prometheus.CounterVec
 	breakerOpens   prometheus.Counter
 	probes         prometheus.Counter
+	jobs           *jobMetrics
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -43,6 +46,14 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Help: "Requests let through an open overload breaker as its probe.",
 		}),
 	}
+	// Cooldown reasons are a closed enum: every series exists from the
+	// start, so rate() and alerts see the first one.
+	for v := range weirv1.CooldownReason_name {
+		if r := weirv1.CooldownReason(v); r != weirv1.CooldownReason_COOLDOWN_REASON_UNSPECIFIED {
+			m.cooldowns.WithLabelValues(enumName(r))
+		}
+	}
+	m.jobs = newJobMetrics(reg)
 	reg.MustRegister(m.acquireSeconds, m.releases, m.cooldowns, m.rateLimits, m.breakerOpens, m.probes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -18,9 +18,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/weirhq/weir/controlplane/db"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/internal/telemetry"
 	"github.com/weirhq/weir/jobs"
 )
 
@@ -60,6 +62,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 		integ:   newIntegrityMetrics(cfg.Registry),
 		jitter:  defaultJitter,
 	}
+	cfg.Registry.MustRegister(newPoolCollector(s))
 	if !cfg.DisableJobs {
 		workers := river.NewWorkers()
 		periodic := jobs.Register(workers, jobs.Deps{
@@ -82,6 +85,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 			Workers:      workers,
 			PeriodicJobs: periodic,
 			JobTimeout:   time.Minute,
+			Middleware:   []rivertype.Middleware{s.metrics.jobs},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("controlplane: river: %w", err)
@@ -123,6 +127,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(weirv1connect.NewSettingsServiceHandler(settingsService{s: s}, opts))
 	mux.Handle(weirv1connect.NewAliasServiceHandler(aliasService{s: s}, opts))
 	mux.Handle(weirv1connect.NewOpsServiceHandler(opsService{s: s}, opts))
+	mux.Handle(weirv1connect.NewDashboardServiceHandler(dashboardService{s: s}, opts))
+	mux.Handle("/dashboard/", s.dashboardHandler())
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n")) //nolint:errcheck // a failed health write is the client's problem
@@ -136,7 +142,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		w.Write([]byte("ok\n")) //nolint:errcheck // as above
 	})
-	return mux
+	return telemetry.RPCHandler(mux, s.cfg.TracerProvider)
 }
 
 // tx runs fn in a transaction.

@@ -62,6 +62,7 @@ func TestEnumRoundTrip(t *testing.T) {
 		checkEnum[weirv1.Surface](t):           true,
 		checkEnum[weirv1.QuotaResponseMode](t): true,
 		checkEnum[weirv1.QuotaKind](t):         true,
+		checkEnum[weirv1.RouteOutcome](t):      true,
 	}
 	// Every enum the package defines is in the list above.
 	n := 0

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config configures a data-plane worker. Zero values take the defaults
@@ -57,6 +58,10 @@ type Config struct {
 	Registry *prometheus.Registry
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// TracerProvider receives a span per request, per upstream attempt and
+	// per control-plane RPC (see internal/telemetry). Default: none, no
+	// tracing. The binary sets it from the OTEL_* variables.
+	TracerProvider trace.TracerProvider
 }
 
 // Validate names the first bad field.

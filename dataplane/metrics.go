@@ -1,8 +1,13 @@
 package dataplane
 
 import (
+	"net/http"
+	"strings"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
 
 // metrics are the worker's own; every label is a bounded enum.
@@ -16,16 +21,39 @@ type metrics struct {
 	usageLimits   *prometheus.CounterVec
 }
 
+// Request outcomes: how a client request ended, one fixed set.
+const (
+	outcomeSuccess         = "success"         // answered 2xx, stream finished
+	outcomeStreamError     = "stream_error"    // the stream broke after output started
+	outcomeClientError     = "client_error"    // the request itself was at fault (4xx)
+	outcomeUnauthenticated = "unauthenticated" // missing or invalid weir key
+	outcomeRateLimited     = "rate_limited"    // the last attempt was a 429
+	outcomeOverloaded      = "overloaded"      // the last attempt was a 529/503 or overload event
+	outcomeUsageLimit      = "usage_limit"     // a final usage limit (quota spent pool-wide)
+	outcomeUpstreamError   = "upstream_error"  // the upstream answered another error
+	outcomeTransportError  = "transport_error" // the upstream could not be reached or broke
+	outcomeAuthError       = "auth_error"      // an account's credential was rejected
+	outcomeNoAccount       = "no_account"      // no account could serve, no attempt made
+	outcomeUnavailable     = "unavailable"     // the control plane could not be reached
+	outcomeCanceled        = "canceled"        // the client left first
+)
+
+var requestOutcomes = []string{outcomeSuccess, outcomeStreamError, outcomeClientError, outcomeUnauthenticated,
+	outcomeRateLimited, outcomeOverloaded, outcomeUsageLimit, outcomeUpstreamError, outcomeTransportError,
+	outcomeAuthError, outcomeNoAccount, outcomeUnavailable, outcomeCanceled}
+
+var surfaceNames = []string{surfaceMessages.name, surfaceCount.name, surfaceModels.name, surfaceResp.name, surfaceChat.name}
+
 func newMetrics(reg *prometheus.Registry) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weir_dataplane_requests_total",
-			Help: "Client requests finished, by surface and status class.",
-		}, []string{"surface", "status_class"}),
+			Help: "Client requests finished, by surface and outcome (success, client_error, rate_limited, overloaded, usage_limit, …).",
+		}, []string{"surface", "outcome"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weir_dataplane_upstream_attempts_total",
-			Help: "Upstream attempts, by provider and outcome class.",
-		}, []string{"provider", "class"}),
+			Help: "Upstream attempts, by provider, HTTP status class and reason (the attempt's outcome class).",
+		}, []string{"provider", "status_class", "reason"}),
 		ttfb: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "weir_dataplane_time_to_first_byte_seconds",
 			Help:    "Time from a request's arrival to its first byte to the client.",
@@ -49,6 +77,14 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Help: "Requests answered with a final usage limit (quota_response_mode usage_limit), by surface.",
 		}, []string{"surface"}),
 	}
+	// Every series exists from the start, at 0: rate() and alerts see the
+	// first event, and dashboards show the whole label set.
+	for _, sf := range surfaceNames {
+		for _, o := range requestOutcomes {
+			m.requests.WithLabelValues(sf, o)
+		}
+		m.usageLimits.WithLabelValues(sf)
+	}
 	reg.MustRegister(m.requests, m.attempts, m.ttfb, m.routesDropped, m.holds, m.holdSeconds, m.usageLimits,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -62,6 +98,65 @@ func statusClass(status int) string {
 		return "4xx"
 	case status >= 200 && status < 300:
 		return "2xx"
+	case status == 0:
+		return "none" // no answer: transport error or canceled
+	}
+	return "other"
+}
+
+// requestOutcome names how a request ended: an explicit verdict when the
+// worker answered on its own (set), else what the status and the last
+// attempt's class say. Pure.
+func requestOutcome(set string, status int, last weirv1.OutcomeClass) string {
+	if set != "" {
+		return set
+	}
+	switch last {
+	case weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED:
+		return outcomeCanceled
+	case weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR:
+		return outcomeStreamError
+	}
+	if status == 0 {
+		return outcomeCanceled
+	}
+	if status < 400 {
+		return outcomeSuccess
+	}
+	switch last {
+	case weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED:
+		return outcomeRateLimited
+	case weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED:
+		return outcomeOverloaded
+	case weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR:
+		return outcomeTransportError
+	case weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR:
+		return outcomeAuthError
+	case weirv1.OutcomeClass_OUTCOME_CLASS_UPSTREAM_ERROR:
+		return outcomeUpstreamError
+	case weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_ERROR:
+		return outcomeClientError
+	}
+	switch {
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		return outcomeUnauthenticated
+	case status < 500:
+		return outcomeClientError
+	}
+	return outcomeNoAccount
+}
+
+// modelFamily maps a model name onto a small fixed set, for span
+// attributes: a model string is the client's and unbounded.
+func modelFamily(model string) string {
+	m := strings.ToLower(model)
+	for _, f := range []string{"opus", "sonnet", "haiku", "codex", "gpt"} {
+		if strings.Contains(m, f) {
+			return f
+		}
+	}
+	if len(m) >= 2 && m[0] == 'o' && m[1] >= '1' && m[1] <= '9' {
+		return "o-series"
 	}
 	return "other"
 }

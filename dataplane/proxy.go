@@ -32,6 +32,11 @@ type inbound struct {
 	stream    bool
 	session   string
 	start     time.Time
+	// outcome is set when the worker answers on its own (a usage limit, an
+	// unreachable control plane, no account); else requestOutcome derives
+	// it from the status and lastClass, the last attempt's class.
+	outcome   string
+	lastClass weirv1.OutcomeClass
 }
 
 func newRequestID() string {
@@ -48,7 +53,10 @@ func (s *Server) proxyHandler(sf surface) http.HandlerFunc {
 		tw.Header().Set("Weir-Request-Id", in.requestID)
 		s.cors(tw.Header(), r)
 		rec := &weirv1.RouteEvent{RequestId: in.requestID, Surface: surface, StartedAt: timestamppb.New(in.start)}
-		s.serve(tw, r, in, rec)
+		ctx, span := s.startRequestSpan(r, in)
+		s.serve(tw, r.WithContext(ctx), in, rec)
+		outcome := requestOutcome(in.outcome, tw.status, in.lastClass)
+		endRequestSpan(span, in, rec, tw.status, outcome)
 		rec.Status = int32(tw.status)
 		rec.Duration = durationpb.New(s.cfg.Now().Sub(in.start))
 		if !tw.firstByte.IsZero() {
@@ -56,7 +64,7 @@ func (s *Server) proxyHandler(sf surface) http.HandlerFunc {
 			rec.TimeToFirstByte = durationpb.New(ttfb)
 			s.metrics.ttfb.WithLabelValues(surface).Observe(ttfb.Seconds())
 		}
-		s.metrics.requests.WithLabelValues(surface, statusClass(tw.status)).Inc()
+		s.metrics.requests.WithLabelValues(surface, outcome).Inc()
 		if in.keyID != "" {
 			// Unauthenticated noise is not a route; it would only flood the table.
 			s.reporter.report(rec)
@@ -79,6 +87,7 @@ func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *wei
 			writeError(w, in.sf.wire, in.requestID, errAuthentication("invalid API key"))
 		} else {
 			s.cfg.Logger.WarnContext(ctx, "verify key failed", "request_id", in.requestID, "err", err)
+			in.outcome = outcomeUnavailable
 			writeError(w, in.sf.wire, in.requestID, errControlPlane())
 		}
 		return
@@ -146,6 +155,9 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 			// The control plane may be restarting: hold like any other
 			// transient condition.
 			if !s.hold(ctx, rt, time.Time{}, true, "control plane unreachable") {
+				if rt.last == nil {
+					in.outcome = outcomeUnavailable
+				}
 				s.fail(w, rt, rt.last, errControlPlane())
 				return
 			}
@@ -157,7 +169,7 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 			final := noAccountError(none, s.cfg.Now())
 			if none.GetPermanent() || none.GetReason() == weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED ||
 				none.GetReason() == weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_DISABLED {
-				s.fail(w, rt, rt.last, final)
+				s.failNoAccount(w, rt, final)
 				return
 			}
 			var retryAt time.Time
@@ -177,7 +189,7 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 					s.failUsageLimit(w, rt, ul)
 					return
 				}
-				s.fail(w, rt, rt.last, final)
+				s.failNoAccount(w, rt, final)
 				return
 			}
 			continue
@@ -187,14 +199,17 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 		rec.Attempts++
 		rec.AccountId = lease.AccountId
 		at := s.cfg.Now().Sub(in.start)
-		res := s.attempt(ctx, w, r, in, lease, rt.overloads[lease.AccountId])
+		actx, span := s.startAttemptSpan(ctx, lease, int(rec.Attempts))
+		res := s.attempt(actx, w, r, in, lease, rt.overloads[lease.AccountId])
 		o := res.outcome
+		in.lastClass = o.Class
 		o.PriorBursts = rt.bursts[lease.AccountId]
 		if o.InputTokens > 0 || o.OutputTokens > 0 {
 			rec.InputTokens, rec.OutputTokens = o.InputTokens, o.OutputTokens
 		}
-		s.metrics.attempts.WithLabelValues(providerName(lease.Provider), shortClass(o.Class)).Inc()
-		d := s.release(ctx, in, lease, o)
+		s.metrics.attempts.WithLabelValues(providerName(lease.Provider), statusClass(int(o.Status)), shortClass(o.Class)).Inc()
+		d := s.release(actx, in, lease, o)
+		endAttemptSpan(span, o, d)
 		rec.AttemptRecords = append(rec.AttemptRecords, &weirv1.AttemptRecord{
 			At: durationpb.New(at), AccountId: lease.AccountId, Class: o.Class, Status: o.Status,
 			ErrorType: o.ErrorType, Action: d.GetAction(), Duration: o.Duration,
@@ -298,9 +313,19 @@ func (s *Server) sleep(ctx context.Context, rt *routing, d time.Duration, reason
 	held := s.cfg.Now().Sub(start)
 	rt.rec.HoldCount++
 	rt.rec.Held = durationpb.New(rt.rec.Held.AsDuration() + held)
+	holdEvent(ctx, held)
 	s.metrics.holds.Inc()
 	s.metrics.holdSeconds.Observe(held.Seconds())
 	return ok
+}
+
+// failNoAccount answers a request that no account could serve: with
+// the last upstream failure when there is one, else final.
+func (s *Server) failNoAccount(w http.ResponseWriter, rt *routing, final *apiError) {
+	if rt.last == nil {
+		rt.in.outcome = outcomeNoAccount
+	}
+	s.fail(w, rt, rt.last, final)
 }
 
 // fail answers a request that could not be served: the last upstream

@@ -10,9 +10,11 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/rpcclient"
+	"github.com/weirhq/weir/internal/telemetry"
 )
 
 // Server is one data-plane worker.
@@ -23,6 +25,7 @@ type Server struct {
 	reporter *reporter
 	settings *settingsPoller
 	metrics  *metrics
+	tracer   trace.Tracer
 }
 
 // New builds a worker.
@@ -35,6 +38,12 @@ func New(cfg Config) (*Server, error) {
 	if hc == nil {
 		hc = rpcclient.HTTPClient()
 	}
+	if cfg.TracerProvider != nil {
+		// RPCs made for a traced request join its trace, on both sides.
+		traced := *hc
+		traced.Transport = telemetry.RPCTransport(hc.Transport, cfg.TracerProvider)
+		hc = &traced
+	}
 	leases := weirv1connect.NewLeaseServiceClient(hc, cfg.ControlPlaneURL,
 		connect.WithInterceptors(rpcclient.Token(cfg.Token)))
 	m := newMetrics(cfg.Registry)
@@ -44,6 +53,7 @@ func New(cfg Config) (*Server, error) {
 		keys:     &keyCache{client: leases, ttl: cfg.KeyCacheTTL, now: cfg.Now, entries: map[string]keyEntry{}},
 		reporter: newReporter(leases, cfg.Logger, m.routesDropped.Inc),
 		metrics:  m,
+		tracer:   telemetry.TracerProvider(cfg.TracerProvider).Tracer(tracerName),
 	}
 	s.settings = newSettingsPoller(s)
 	return s, nil

@@ -61,6 +61,7 @@ func decideUsageLimit(mode weirv1.QuotaResponseMode, qb *weirv1.QuotaBlock, mode
 func (s *Server) failUsageLimit(w http.ResponseWriter, rt *routing, ul usageLimit) {
 	rt.rec.FailureStage = weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT
 	rt.rec.ErrorType = "usage_limit_reached"
+	rt.in.outcome = outcomeUsageLimit
 	s.metrics.usageLimits.WithLabelValues(rt.in.sf.name).Inc()
 	writeUsageLimit(w, rt.in.sf, rt.in.requestID, ul)
 }

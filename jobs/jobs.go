@@ -77,3 +77,12 @@ func Register(workers *river.Workers, d Deps) []*river.PeriodicJob {
 	}
 	return periodic
 }
+
+// Kinds names every job kind Register may add: the bounded label set of
+// the control plane's job metrics.
+func Kinds() []string {
+	return []string{
+		LeaseReaperArgs{}.Kind(), UsageSnapshotArgs{}.Kind(), IntegrityArgs{}.Kind(),
+		UsagePollArgs{}.Kind(), BankedResetArgs{}.Kind(), TokenRefreshArgs{}.Kind(),
+	}
+}

@@ -23,6 +23,9 @@ const accountsUsage = `Usage:
       an OAuth secret is an access token, or JSON with a refresh token that weir keeps fresh:
       --secret-file ~/.claude/.credentials.json, or {"access_token","refresh_token","expires_at"};
       a codex account (a ChatGPT login) takes --secret-file ~/.codex/auth.json, which names its account
+  weir accounts import [--label-prefix P] [--dry-run] FILE...   (- reads standard input)
+      recognises ~/.claude/.credentials.json, a 'claude setup-token' token, ~/.codex/auth.json,
+      and Anthropic or OpenAI API keys; a credential already in the pool is reported, not added
   weir accounts list
   weir accounts get ID|LABEL
   weir accounts pause ID|LABEL
@@ -49,6 +52,8 @@ func runAccounts(ctx context.Context, args []string, e env) error {
 	switch sub {
 	case "add":
 		return accountsAdd(ctx, fs, &af, args, e)
+	case "import":
+		return accountsImport(ctx, fs, &af, args, e)
 	case "set":
 		return accountsSet(ctx, fs, &af, args, e)
 	case "usage":
@@ -114,6 +119,7 @@ func runAccounts(ctx context.Context, args []string, e env) error {
 		}
 		printAccounts(e.stdout, []*weirv1.Account{acct}, time.Now())
 		if sub == "get" {
+			printIdentity(e.stdout, acct)
 			printForecasts(e.stdout, acct, time.Now())
 		}
 		return nil
@@ -450,4 +456,15 @@ func printUsage(w io.Writer, r *weirv1.RefreshUsageResponse, now time.Time) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", u.Window, used, until(u.ResetsAt, now), u.Source, ago(u.ObservedAt, now))
 	}
 	tw.Flush()
+}
+
+// printIdentity says which upstream account an account is (`weir accounts
+// get`): its identity is not a secret, and a hash identity is only a
+// prefix of one.
+func printIdentity(w io.Writer, a *weirv1.Account) {
+	id := a.Identity
+	if id == "" {
+		id = "- (not known yet: added before identities)"
+	}
+	fmt.Fprintf(w, "identity: %s\n", id)
 }

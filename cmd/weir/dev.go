@@ -26,6 +26,7 @@ import (
 	"github.com/weirhq/weir/internal/pgembed"
 	"github.com/weirhq/weir/internal/rpcclient"
 	"github.com/weirhq/weir/internal/sim"
+	"github.com/weirhq/weir/internal/telemetry"
 )
 
 // demoAccounts are seeded by `weir dev --simulate`, pointed at the simulator.
@@ -182,6 +183,20 @@ func runDev(ctx context.Context, args []string, e env) error {
 	if err := capacityConfig(e, &cpCfg); err != nil {
 		return fmt.Errorf("weir dev: %w", err)
 	}
+	if err := metricsConfig(e, &cpCfg); err != nil {
+		return fmt.Errorf("weir dev: %w", err)
+	}
+	cpTP, stopCPTracing, err := tracing(ctx, e, telemetry.ServiceControlplane, log)
+	if err != nil {
+		return fmt.Errorf("weir dev: %w", err)
+	}
+	defer stopCPTracing()
+	cpCfg.TracerProvider = cpTP
+	dpTP, stopDPTracing, err := tracing(ctx, e, telemetry.ServiceDataplane, log)
+	if err != nil {
+		return fmt.Errorf("weir dev: %w", err)
+	}
+	defer stopDPTracing()
 	goRun("control plane", cpCtx, func(c context.Context) error { return serveControlPlane(c, cpCfg, pool, cpLn, log) })
 	simURL := ""
 	if *simulate {
@@ -205,7 +220,7 @@ func runDev(ctx context.Context, args []string, e env) error {
 		log.Warn("write dev.json", "err", err)
 	}
 
-	dpCfg := dataplane.Config{ControlPlaneURL: cpURL, Token: secrets.dataplane, Logger: log}
+	dpCfg := dataplane.Config{ControlPlaneURL: cpURL, Token: secrets.dataplane, Logger: log, TracerProvider: dpTP}
 	dpDone := make(chan error, 1)
 	go func() {
 		err := serveDataPlane(ctx, dpCfg, dpLn, log)
@@ -385,6 +400,7 @@ func printBanner(w io.Writer, d devInfo, dataDir string) {
 	fmt.Fprintf(&b, "\nweir dev is running. Ctrl-C stops it.\n\n")
 	fmt.Fprintf(&b, "  data plane     %s   (point agents here)\n", d.DataplaneURL)
 	fmt.Fprintf(&b, "  control plane  %s\n", d.ControlplaneURL)
+	fmt.Fprintf(&b, "  dashboard      %s/dashboard/   (sign in with admin_token from dev.json)\n", d.ControlplaneURL)
 	if d.SimulatorURL != "" {
 		fmt.Fprintf(&b, "  simulator      %s   (%d demo accounts point here)\n", d.SimulatorURL, len(demoAccounts))
 	}

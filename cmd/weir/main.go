@@ -53,8 +53,11 @@ Usage:
   weir dataplane                           run a data-plane worker (the agents' endpoint)
   weir migrate                             apply database migrations and exit
   weir sim [--listen ADDR] [--script F]    run the upstream simulator
+  weir health URL                          exit 0 when URL answers 2xx (container health checks)
 
-  weir accounts add|list|get|pause|resume|rm   manage upstream accounts
+  weir status                                  the pool at a glance, and what is wrong
+  weir accounts add|import|list|get|pause|resume|rm   manage upstream accounts
+  weir login claude|codex                      sign in to an account and add it to the pool
   weir keys create|list|revoke                 manage client API keys
   weir routes [--limit N]                      recent requests and where they went
   weir explain REQUEST_ID                      one request's attempts and holds
@@ -98,6 +101,12 @@ func run(ctx context.Context, args []string, e env) error {
 		return runAliases(ctx, rest, e)
 	case "integrity":
 		return runIntegrity(ctx, rest, e)
+	case "login":
+		return runLogin(ctx, rest, e)
+	case "status":
+		return runStatus(ctx, rest, e)
+	case "health":
+		return runHealth(ctx, rest, e)
 	case "help", "-h", "--help":
 		fmt.Fprint(e.stdout, usage)
 		return nil

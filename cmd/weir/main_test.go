@@ -13,7 +13,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/weirhq/weir/internal/pgtest"
 )
+
+// TestMain stops the shared test cluster that tests using pgtest start.
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // syncBuffer is a bytes.Buffer safe for a command writing while a test reads.
 type syncBuffer struct {

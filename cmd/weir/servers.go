@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/weirhq/weir/controlplane"
@@ -19,6 +21,7 @@ import (
 	"github.com/weirhq/weir/internal/migrate"
 	"github.com/weirhq/weir/internal/serve"
 	"github.com/weirhq/weir/internal/sim"
+	"github.com/weirhq/weir/internal/telemetry"
 )
 
 // Default listen addresses; loopback unless an operator says otherwise.
@@ -104,6 +107,9 @@ func controlPlaneConfig(e env, log *slog.Logger) (controlplane.Config, error) {
 	if err := capacityConfig(e, &cfg); err != nil {
 		return cfg, err
 	}
+	if err := metricsConfig(e, &cfg); err != nil {
+		return cfg, err
+	}
 	raw := e.getenv("WEIR_SECRET_KEY")
 	if raw == "" {
 		return cfg, errors.New("WEIR_SECRET_KEY is required (32 bytes, hex or base64; e.g. openssl rand -hex 32)")
@@ -141,6 +147,45 @@ func capacityConfig(e env, cfg *controlplane.Config) error {
 	return nil
 }
 
+// metricsConfig reads WEIR_METRICS_ACCOUNT_LABELS_MAX: up to how many
+// accounts the pool may have for each to get its own utilization series
+// (labelled by account label). Default 50; 0 turns them off.
+func metricsConfig(e env, cfg *controlplane.Config) error {
+	v := e.getenv("WEIR_METRICS_ACCOUNT_LABELS_MAX")
+	if v == "" {
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return fmt.Errorf("WEIR_METRICS_ACCOUNT_LABELS_MAX: want a number of accounts, 0 or more (0 turns per-account series off), got %q", v)
+	}
+	if n == 0 {
+		n = -1 // Config reads 0 as "the default"
+	}
+	cfg.MetricsAccountLabelsMax = n
+	return nil
+}
+
+// tracing sets up OpenTelemetry tracing from the OTEL_* variables (off
+// unless an exporter is configured) for the process named service. stop
+// flushes the spans still buffered.
+func tracing(ctx context.Context, e env, service string, log *slog.Logger) (tp trace.TracerProvider, stop func(), err error) {
+	tp, shutdown, err := telemetry.Setup(ctx, service, e.getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	if tp != nil {
+		log.Info("tracing enabled", "service", service)
+	}
+	return tp, func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdown(sctx); err != nil {
+			log.Warn("flush traces", "err", err)
+		}
+	}, nil
+}
+
 func runControlPlane(ctx context.Context, args []string, e env) error {
 	fs := flag.NewFlagSet("weir controlplane", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
@@ -157,6 +202,12 @@ func runControlPlane(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return fmt.Errorf("weir controlplane: %w", err)
 	}
+	tp, stopTracing, err := tracing(ctx, e, telemetry.ServiceControlplane, log)
+	if err != nil {
+		return fmt.Errorf("weir controlplane: %w", err)
+	}
+	defer stopTracing()
+	cfg.TracerProvider = tp
 	pool, err := openPool(ctx, *dbURL)
 	if err != nil {
 		return err
@@ -214,6 +265,12 @@ func runDataPlane(ctx context.Context, args []string, e env) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("weir dataplane: %w", err)
 	}
+	tp, stopTracing, err := tracing(ctx, e, telemetry.ServiceDataplane, log)
+	if err != nil {
+		return fmt.Errorf("weir dataplane: %w", err)
+	}
+	defer stopTracing()
+	cfg.TracerProvider = tp
 	ln, err := listen(*addr, "data plane")
 	if err != nil {
 		return err

@@ -21,7 +21,7 @@ INSERT INTO accounts (
     $1, $2, $3, $4, $5, $6, $7,
     $8, $9, $10, $11, $11
 )
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity
 `
 
 type CreateAccountParams struct {
@@ -84,6 +84,7 @@ func (q *Queries) CreateAccount(ctx context.Context, arg CreateAccountParams) (A
 		&i.OrgID,
 		&i.RecoveryProbeSeenAt,
 		&i.UpstreamAccountID,
+		&i.Identity,
 	)
 	return i, err
 }
@@ -101,7 +102,7 @@ func (q *Queries) DeleteAccount(ctx context.Context, id uuid.UUID) (int64, error
 }
 
 const getAccount = `-- name: GetAccount :one
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id FROM accounts WHERE id = $1
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity FROM accounts WHERE id = $1
 `
 
 func (q *Queries) GetAccount(ctx context.Context, id uuid.UUID) (Account, error) {
@@ -138,12 +139,13 @@ func (q *Queries) GetAccount(ctx context.Context, id uuid.UUID) (Account, error)
 		&i.OrgID,
 		&i.RecoveryProbeSeenAt,
 		&i.UpstreamAccountID,
+		&i.Identity,
 	)
 	return i, err
 }
 
 const getAccountByLabel = `-- name: GetAccountByLabel :one
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id FROM accounts WHERE label = $1
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity FROM accounts WHERE label = $1
 `
 
 func (q *Queries) GetAccountByLabel(ctx context.Context, label string) (Account, error) {
@@ -180,6 +182,7 @@ func (q *Queries) GetAccountByLabel(ctx context.Context, label string) (Account,
 		&i.OrgID,
 		&i.RecoveryProbeSeenAt,
 		&i.UpstreamAccountID,
+		&i.Identity,
 	)
 	return i, err
 }
@@ -212,7 +215,7 @@ func (q *Queries) GetLiveCooldown(ctx context.Context, arg GetLiveCooldownParams
 }
 
 const listAccounts = `-- name: ListAccounts :many
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id FROM accounts ORDER BY label
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity FROM accounts ORDER BY label
 `
 
 func (q *Queries) ListAccounts(ctx context.Context) ([]Account, error) {
@@ -255,6 +258,7 @@ func (q *Queries) ListAccounts(ctx context.Context) ([]Account, error) {
 			&i.OrgID,
 			&i.RecoveryProbeSeenAt,
 			&i.UpstreamAccountID,
+			&i.Identity,
 		); err != nil {
 			return nil, err
 		}
@@ -404,7 +408,7 @@ UPDATE accounts SET
     broken_at = NULL,
     updated_at = $4
 WHERE id = $5
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity
 `
 
 type ReplaceCredentialParams struct {
@@ -456,6 +460,7 @@ func (q *Queries) ReplaceCredential(ctx context.Context, arg ReplaceCredentialPa
 		&i.OrgID,
 		&i.RecoveryProbeSeenAt,
 		&i.UpstreamAccountID,
+		&i.Identity,
 	)
 	return i, err
 }
@@ -469,7 +474,7 @@ UPDATE accounts SET
     quota_backoffs = 0,
     updated_at = $1
 WHERE id = $2
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity
 `
 
 type ResumeAccountParams struct {
@@ -511,12 +516,13 @@ func (q *Queries) ResumeAccount(ctx context.Context, arg ResumeAccountParams) (A
 		&i.OrgID,
 		&i.RecoveryProbeSeenAt,
 		&i.UpstreamAccountID,
+		&i.Identity,
 	)
 	return i, err
 }
 
 const routingView = `-- name: RoutingView :many
-SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.priority, a.paused, a.broken_reason, a.broken_at, a.auth_failures, a.credential_sealed, a.credential_revision, a.credential_hint, a.last_used_at, a.last_success_at, a.created_at, a.updated_at, a.quota_backoffs, a.recovery_probe, a.refresh_sealed, a.access_expires_at, a.refreshing_until, a.refresh_failures, a.refresh_blocked_until, a.refresh_rejected_at, a.banked_resets_enabled, a.org_id, a.recovery_probe_seen_at, a.upstream_account_id,
+SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.priority, a.paused, a.broken_reason, a.broken_at, a.auth_failures, a.credential_sealed, a.credential_revision, a.credential_hint, a.last_used_at, a.last_success_at, a.created_at, a.updated_at, a.quota_backoffs, a.recovery_probe, a.refresh_sealed, a.access_expires_at, a.refreshing_until, a.refresh_failures, a.refresh_blocked_until, a.refresh_rejected_at, a.banked_resets_enabled, a.org_id, a.recovery_probe_seen_at, a.upstream_account_id, a.identity,
     (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > $1)::integer AS live,
     c.reason AS cooldown_reason,
     c.transient AS cooldown_transient,
@@ -625,6 +631,7 @@ func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]Rou
 			&i.Account.OrgID,
 			&i.Account.RecoveryProbeSeenAt,
 			&i.Account.UpstreamAccountID,
+			&i.Account.Identity,
 			&i.Live,
 			&i.CooldownReason,
 			&i.CooldownTransient,
@@ -655,7 +662,7 @@ func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]Rou
 }
 
 const setPaused = `-- name: SetPaused :one
-UPDATE accounts SET paused = $1, updated_at = $2 WHERE id = $3 RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id
+UPDATE accounts SET paused = $1, updated_at = $2 WHERE id = $3 RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity
 `
 
 type SetPausedParams struct {
@@ -698,6 +705,7 @@ func (q *Queries) SetPaused(ctx context.Context, arg SetPausedParams) (Account, 
 		&i.OrgID,
 		&i.RecoveryProbeSeenAt,
 		&i.UpstreamAccountID,
+		&i.Identity,
 	)
 	return i, err
 }
@@ -711,7 +719,7 @@ UPDATE accounts SET
     upstream_account_id = coalesce($5, upstream_account_id),
     updated_at = $6
 WHERE id = $7
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity
 `
 
 type UpdateAccountParams struct {
@@ -766,6 +774,7 @@ func (q *Queries) UpdateAccount(ctx context.Context, arg UpdateAccountParams) (A
 		&i.OrgID,
 		&i.RecoveryProbeSeenAt,
 		&i.UpstreamAccountID,
+		&i.Identity,
 	)
 	return i, err
 }

@@ -41,6 +41,7 @@ type Account struct {
 	OrgID               *string
 	RecoveryProbeSeenAt *time.Time
 	UpstreamAccountID   string
+	Identity            string
 }
 
 type ClientKey struct {

@@ -57,6 +57,7 @@ type registry struct {
 	byRefresh     map[string]*account // valid refresh tokens
 	usedRefresh   map[string]*account // refresh tokens a refresh used up
 	discovered    int
+	codes         map[string]*authCode // unspent authorization codes (login.go)
 }
 
 // newRegistry builds the registry of sc with the wall clock; the server

@@ -337,7 +337,7 @@ func TestOpenAITokenErrors(t *testing.T) {
 		code, account    string
 	}{
 		{"not json", openAITokenPath, `nope`, 400, "invalid_request", ""},
-		{"grant type", openAITokenPath, `{"grant_type":"authorization_code","refresh_token":"x","client_id":"c"}`, 400, "unsupported_grant_type", ""},
+		{"grant type", openAITokenPath, `{"grant_type":"client_credentials","refresh_token":"x","client_id":"c"}`, 400, "unsupported_grant_type", ""},
 		{"no client", openAITokenPath, `{"grant_type":"refresh_token","refresh_token":"` + refreshCodex + `"}`, 400, "invalid_request", ""},
 		{"unknown", openAITokenPath, `{"grant_type":"refresh_token","refresh_token":"rt_nope","client_id":"c"}`, 401, "invalid_grant", ""},
 		{"anthropic token at openai", openAITokenPath, `{"grant_type":"refresh_token","refresh_token":"` + refreshR + `","client_id":"c"}`, 401, "invalid_grant", ""},

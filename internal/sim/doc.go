@@ -54,6 +54,21 @@
 //     and family windows were full and are now empty), not_limited (nothing
 //     spent), already_used, unavailable (expired) or ineligible (unknown
 //     grant); a request_id seen before gets its first result again.
+//   - GET /api/oauth/profile (bearer plus the oauth beta):
+//     {"account":{"uuid","email","display_name"},"organization":{"uuid","name"}},
+//     the uuids derived from the account's name (stable across runs and
+//     logins). Profile reads are not logged as attempts.
+//   - logins (login.go): GET /oauth/authorize approves at once, with a
+//     302 to redirect_uri?code=…&state=…, or that as JSON
+//     {"code","state","redirect_uri"} when asked with Accept:
+//     application/json. Claude Code's client_id makes an oauth login,
+//     Codex CLI's a chatgpt one; account=NAME logs in as a scripted
+//     account, else each login is a new account. grant_type
+//     authorization_code on the login's token endpoint (Claude JSON,
+//     Codex form) checks the client_id, redirect_uri, state (when sent) and
+//     the PKCE verifier against the S256 challenge, spends the code, and
+//     issues tokens as a refresh does (Claude's answer adds account and
+//     organization); anything wrong is 400 invalid_grant.
 //
 // Every read of the usage endpoint, token request and grant claim is
 // logged in the attempt log under its path.

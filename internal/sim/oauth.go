@@ -195,6 +195,11 @@ type tokenRequest struct {
 	RefreshToken string `json:"refresh_token"`
 	ClientID     string `json:"client_id"`
 	Scope        string `json:"scope"`
+	// An authorization_code grant's (login.go).
+	Code         string `json:"code"`
+	RedirectURI  string `json:"redirect_uri"`
+	CodeVerifier string `json:"code_verifier"`
+	State        string `json:"state"`
 }
 
 // tokenResponse is a successful refresh. IDToken is sent to chatgpt
@@ -241,9 +246,14 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request, kind string)
 			bad(outcomeInvalidRequest, "invalid_request", "The request body is not a valid form: "+err.Error())
 			return
 		}
-		req = tokenRequest{GrantType: form.Get("grant_type"), RefreshToken: form.Get("refresh_token"), ClientID: form.Get("client_id"), Scope: form.Get("scope")}
+		req = tokenRequest{GrantType: form.Get("grant_type"), RefreshToken: form.Get("refresh_token"), ClientID: form.Get("client_id"), Scope: form.Get("scope"),
+			Code: form.Get("code"), RedirectURI: form.Get("redirect_uri"), CodeVerifier: form.Get("code_verifier"), State: form.Get("state")}
 	} else if err := json.Unmarshal(x.body, &req); err != nil {
 		bad(outcomeInvalidRequest, "invalid_request", "The request body must be a JSON object: "+err.Error())
+		return
+	}
+	if req.GrantType == "authorization_code" {
+		s.exchangeCode(x, req, kind)
 		return
 	}
 	switch {

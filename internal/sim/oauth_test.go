@@ -311,7 +311,7 @@ func TestTokenRefreshErrors(t *testing.T) {
 		body, code string
 	}{
 		{`not json`, "invalid_request"},
-		{`{"grant_type":"authorization_code","refresh_token":"x","client_id":"c"}`, "unsupported_grant_type"},
+		{`{"grant_type":"client_credentials","refresh_token":"x","client_id":"c"}`, "unsupported_grant_type"},
 		{`{"grant_type":"refresh_token","client_id":"c"}`, "invalid_request"},
 		{`{"grant_type":"refresh_token","refresh_token":"` + refreshR + `"}`, "invalid_request"},
 		{`{"grant_type":"refresh_token","refresh_token":"sk-ant-ort01-nope","client_id":"c"}`, "invalid_grant"},

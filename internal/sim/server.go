@@ -104,6 +104,8 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
 	s.mux.HandleFunc("GET /api/oauth/usage", s.handleUsage)
 	s.mux.HandleFunc("POST /v1/oauth/token", s.handleToken)
+	s.mux.HandleFunc("GET /api/oauth/profile", s.handleProfile)
+	s.mux.HandleFunc("GET /oauth/authorize", s.handleAuthorize)
 	s.mux.HandleFunc("POST /api/organizations/{org}/reset_rate_limits", s.handleResetRateLimits)
 	s.mux.HandleFunc("POST /backend-api/codex/responses", s.handleCodexResponses)
 	s.mux.HandleFunc("POST /v1/responses", s.handleResponses)

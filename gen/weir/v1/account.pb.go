@@ -67,6 +67,17 @@ type Account struct {
 	// Codex: the ChatGPT account id (sent as chatgpt-account-id). Not a
 	// secret; from the credential's auth.json or set by the operator.
 	UpstreamAccountId string `protobuf:"bytes,32,opt,name=upstream_account_id,json=upstreamAccountId,proto3" json:"upstream_account_id,omitempty"`
+	// The upstream identity: a stable, non-secret name of the upstream
+	// account (Codex: the ChatGPT account id; Claude OAuth: the profile's
+	// account uuid, else "sha256:" and 16 hex digits of the token's hash;
+	// API keys: "sha256:" and 16 hex digits of the key's hash). Unique per
+	// provider: a second account with it is refused. Empty for accounts
+	// created before identities until one is compared with a new account.
+	Identity string `protobuf:"bytes,33,opt,name=identity,proto3" json:"identity,omitempty"`
+	// When the OAuth access token expires, when known.
+	AccessExpiresAt *timestamppb.Timestamp `protobuf:"bytes,34,opt,name=access_expires_at,json=accessExpiresAt,proto3" json:"access_expires_at,omitempty"`
+	// Whether weir holds a refresh token and keeps the access token fresh.
+	Refreshable bool `protobuf:"varint,35,opt,name=refreshable,proto3" json:"refreshable,omitempty"`
 	// Per usage window with enough recent history: the burn rate and when
 	// the window would be exhausted at it.
 	Forecasts     []*Forecast `protobuf:"bytes,21,rep,name=forecasts,proto3" json:"forecasts,omitempty"`
@@ -263,6 +274,27 @@ func (x *Account) GetUpstreamAccountId() string {
 		return x.UpstreamAccountId
 	}
 	return ""
+}
+
+func (x *Account) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *Account) GetAccessExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AccessExpiresAt
+	}
+	return nil
+}
+
+func (x *Account) GetRefreshable() bool {
+	if x != nil {
+		return x.Refreshable
+	}
+	return false
 }
 
 func (x *Account) GetForecasts() []*Forecast {
@@ -570,6 +602,69 @@ func (x *CreateAccountResponse) GetAccount() *Account {
 	return nil
 }
 
+// DuplicateAccount is the detail of CreateAccount's AlreadyExists when the
+// credential's upstream identity is already in the pool.
+type DuplicateAccount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The account that already has the identity.
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Label         string `protobuf:"bytes,2,opt,name=label,proto3" json:"label,omitempty"`
+	Identity      string `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DuplicateAccount) Reset() {
+	*x = DuplicateAccount{}
+	mi := &file_weir_v1_account_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DuplicateAccount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DuplicateAccount) ProtoMessage() {}
+
+func (x *DuplicateAccount) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_account_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DuplicateAccount.ProtoReflect.Descriptor instead.
+func (*DuplicateAccount) Descriptor() ([]byte, []int) {
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *DuplicateAccount) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DuplicateAccount) GetLabel() string {
+	if x != nil {
+		return x.Label
+	}
+	return ""
+}
+
+func (x *DuplicateAccount) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
 type ListAccountsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -578,7 +673,7 @@ type ListAccountsRequest struct {
 
 func (x *ListAccountsRequest) Reset() {
 	*x = ListAccountsRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[5]
+	mi := &file_weir_v1_account_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +685,7 @@ func (x *ListAccountsRequest) String() string {
 func (*ListAccountsRequest) ProtoMessage() {}
 
 func (x *ListAccountsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[5]
+	mi := &file_weir_v1_account_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +698,7 @@ func (x *ListAccountsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAccountsRequest.ProtoReflect.Descriptor instead.
 func (*ListAccountsRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{5}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{6}
 }
 
 type ListAccountsResponse struct {
@@ -615,7 +710,7 @@ type ListAccountsResponse struct {
 
 func (x *ListAccountsResponse) Reset() {
 	*x = ListAccountsResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[6]
+	mi := &file_weir_v1_account_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -627,7 +722,7 @@ func (x *ListAccountsResponse) String() string {
 func (*ListAccountsResponse) ProtoMessage() {}
 
 func (x *ListAccountsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[6]
+	mi := &file_weir_v1_account_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -640,7 +735,7 @@ func (x *ListAccountsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAccountsResponse.ProtoReflect.Descriptor instead.
 func (*ListAccountsResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{6}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListAccountsResponse) GetAccounts() []*Account {
@@ -660,7 +755,7 @@ type GetAccountRequest struct {
 
 func (x *GetAccountRequest) Reset() {
 	*x = GetAccountRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[7]
+	mi := &file_weir_v1_account_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -672,7 +767,7 @@ func (x *GetAccountRequest) String() string {
 func (*GetAccountRequest) ProtoMessage() {}
 
 func (x *GetAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[7]
+	mi := &file_weir_v1_account_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -685,7 +780,7 @@ func (x *GetAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAccountRequest.ProtoReflect.Descriptor instead.
 func (*GetAccountRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{7}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetAccountRequest) GetId() string {
@@ -704,7 +799,7 @@ type GetAccountResponse struct {
 
 func (x *GetAccountResponse) Reset() {
 	*x = GetAccountResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[8]
+	mi := &file_weir_v1_account_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +811,7 @@ func (x *GetAccountResponse) String() string {
 func (*GetAccountResponse) ProtoMessage() {}
 
 func (x *GetAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[8]
+	mi := &file_weir_v1_account_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +824,7 @@ func (x *GetAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAccountResponse.ProtoReflect.Descriptor instead.
 func (*GetAccountResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{8}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetAccountResponse) GetAccount() *Account {
@@ -761,7 +856,7 @@ type UpdateAccountRequest struct {
 
 func (x *UpdateAccountRequest) Reset() {
 	*x = UpdateAccountRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[9]
+	mi := &file_weir_v1_account_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +868,7 @@ func (x *UpdateAccountRequest) String() string {
 func (*UpdateAccountRequest) ProtoMessage() {}
 
 func (x *UpdateAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[9]
+	mi := &file_weir_v1_account_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +881,7 @@ func (x *UpdateAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAccountRequest.ProtoReflect.Descriptor instead.
 func (*UpdateAccountRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{9}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UpdateAccountRequest) GetId() string {
@@ -868,7 +963,7 @@ type UpdateAccountResponse struct {
 
 func (x *UpdateAccountResponse) Reset() {
 	*x = UpdateAccountResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[10]
+	mi := &file_weir_v1_account_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +975,7 @@ func (x *UpdateAccountResponse) String() string {
 func (*UpdateAccountResponse) ProtoMessage() {}
 
 func (x *UpdateAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[10]
+	mi := &file_weir_v1_account_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +988,7 @@ func (x *UpdateAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAccountResponse.ProtoReflect.Descriptor instead.
 func (*UpdateAccountResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{10}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UpdateAccountResponse) GetAccount() *Account {
@@ -912,7 +1007,7 @@ type PauseAccountRequest struct {
 
 func (x *PauseAccountRequest) Reset() {
 	*x = PauseAccountRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[11]
+	mi := &file_weir_v1_account_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1019,7 @@ func (x *PauseAccountRequest) String() string {
 func (*PauseAccountRequest) ProtoMessage() {}
 
 func (x *PauseAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[11]
+	mi := &file_weir_v1_account_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1032,7 @@ func (x *PauseAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseAccountRequest.ProtoReflect.Descriptor instead.
 func (*PauseAccountRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{11}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PauseAccountRequest) GetId() string {
@@ -956,7 +1051,7 @@ type PauseAccountResponse struct {
 
 func (x *PauseAccountResponse) Reset() {
 	*x = PauseAccountResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[12]
+	mi := &file_weir_v1_account_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -968,7 +1063,7 @@ func (x *PauseAccountResponse) String() string {
 func (*PauseAccountResponse) ProtoMessage() {}
 
 func (x *PauseAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[12]
+	mi := &file_weir_v1_account_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -981,7 +1076,7 @@ func (x *PauseAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseAccountResponse.ProtoReflect.Descriptor instead.
 func (*PauseAccountResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{12}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PauseAccountResponse) GetAccount() *Account {
@@ -1000,7 +1095,7 @@ type ResumeAccountRequest struct {
 
 func (x *ResumeAccountRequest) Reset() {
 	*x = ResumeAccountRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[13]
+	mi := &file_weir_v1_account_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1107,7 @@ func (x *ResumeAccountRequest) String() string {
 func (*ResumeAccountRequest) ProtoMessage() {}
 
 func (x *ResumeAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[13]
+	mi := &file_weir_v1_account_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1120,7 @@ func (x *ResumeAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeAccountRequest.ProtoReflect.Descriptor instead.
 func (*ResumeAccountRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{13}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ResumeAccountRequest) GetId() string {
@@ -1044,7 +1139,7 @@ type ResumeAccountResponse struct {
 
 func (x *ResumeAccountResponse) Reset() {
 	*x = ResumeAccountResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[14]
+	mi := &file_weir_v1_account_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1056,7 +1151,7 @@ func (x *ResumeAccountResponse) String() string {
 func (*ResumeAccountResponse) ProtoMessage() {}
 
 func (x *ResumeAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[14]
+	mi := &file_weir_v1_account_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1069,7 +1164,7 @@ func (x *ResumeAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeAccountResponse.ProtoReflect.Descriptor instead.
 func (*ResumeAccountResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{14}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ResumeAccountResponse) GetAccount() *Account {
@@ -1088,7 +1183,7 @@ type DeleteAccountRequest struct {
 
 func (x *DeleteAccountRequest) Reset() {
 	*x = DeleteAccountRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[15]
+	mi := &file_weir_v1_account_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1195,7 @@ func (x *DeleteAccountRequest) String() string {
 func (*DeleteAccountRequest) ProtoMessage() {}
 
 func (x *DeleteAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[15]
+	mi := &file_weir_v1_account_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1208,7 @@ func (x *DeleteAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteAccountRequest.ProtoReflect.Descriptor instead.
 func (*DeleteAccountRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{15}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteAccountRequest) GetId() string {
@@ -1131,7 +1226,7 @@ type DeleteAccountResponse struct {
 
 func (x *DeleteAccountResponse) Reset() {
 	*x = DeleteAccountResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[16]
+	mi := &file_weir_v1_account_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1238,7 @@ func (x *DeleteAccountResponse) String() string {
 func (*DeleteAccountResponse) ProtoMessage() {}
 
 func (x *DeleteAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[16]
+	mi := &file_weir_v1_account_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1251,7 @@ func (x *DeleteAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteAccountResponse.ProtoReflect.Descriptor instead.
 func (*DeleteAccountResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{16}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{17}
 }
 
 type RefreshUsageRequest struct {
@@ -1169,7 +1264,7 @@ type RefreshUsageRequest struct {
 
 func (x *RefreshUsageRequest) Reset() {
 	*x = RefreshUsageRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[17]
+	mi := &file_weir_v1_account_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1276,7 @@ func (x *RefreshUsageRequest) String() string {
 func (*RefreshUsageRequest) ProtoMessage() {}
 
 func (x *RefreshUsageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[17]
+	mi := &file_weir_v1_account_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1289,7 @@ func (x *RefreshUsageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefreshUsageRequest.ProtoReflect.Descriptor instead.
 func (*RefreshUsageRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{17}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RefreshUsageRequest) GetId() string {
@@ -1221,7 +1316,7 @@ type RefreshUsageResponse struct {
 
 func (x *RefreshUsageResponse) Reset() {
 	*x = RefreshUsageResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[18]
+	mi := &file_weir_v1_account_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1233,7 +1328,7 @@ func (x *RefreshUsageResponse) String() string {
 func (*RefreshUsageResponse) ProtoMessage() {}
 
 func (x *RefreshUsageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[18]
+	mi := &file_weir_v1_account_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1246,7 +1341,7 @@ func (x *RefreshUsageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefreshUsageResponse.ProtoReflect.Descriptor instead.
 func (*RefreshUsageResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{18}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RefreshUsageResponse) GetRead() bool {
@@ -1294,7 +1389,7 @@ type ResetGrant struct {
 
 func (x *ResetGrant) Reset() {
 	*x = ResetGrant{}
-	mi := &file_weir_v1_account_proto_msgTypes[19]
+	mi := &file_weir_v1_account_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1306,7 +1401,7 @@ func (x *ResetGrant) String() string {
 func (*ResetGrant) ProtoMessage() {}
 
 func (x *ResetGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[19]
+	mi := &file_weir_v1_account_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1319,7 +1414,7 @@ func (x *ResetGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetGrant.ProtoReflect.Descriptor instead.
 func (*ResetGrant) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{19}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ResetGrant) GetGrantId() string {
@@ -1378,7 +1473,7 @@ type ResetClaim struct {
 
 func (x *ResetClaim) Reset() {
 	*x = ResetClaim{}
-	mi := &file_weir_v1_account_proto_msgTypes[20]
+	mi := &file_weir_v1_account_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1485,7 @@ func (x *ResetClaim) String() string {
 func (*ResetClaim) ProtoMessage() {}
 
 func (x *ResetClaim) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[20]
+	mi := &file_weir_v1_account_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1498,7 @@ func (x *ResetClaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetClaim.ProtoReflect.Descriptor instead.
 func (*ResetClaim) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{20}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ResetClaim) GetId() string {
@@ -1472,7 +1567,7 @@ type ListResetGrantsRequest struct {
 
 func (x *ListResetGrantsRequest) Reset() {
 	*x = ListResetGrantsRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[21]
+	mi := &file_weir_v1_account_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +1579,7 @@ func (x *ListResetGrantsRequest) String() string {
 func (*ListResetGrantsRequest) ProtoMessage() {}
 
 func (x *ListResetGrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[21]
+	mi := &file_weir_v1_account_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +1592,7 @@ func (x *ListResetGrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResetGrantsRequest.ProtoReflect.Descriptor instead.
 func (*ListResetGrantsRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{21}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListResetGrantsRequest) GetId() string {
@@ -1518,7 +1613,7 @@ type ListResetGrantsResponse struct {
 
 func (x *ListResetGrantsResponse) Reset() {
 	*x = ListResetGrantsResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[22]
+	mi := &file_weir_v1_account_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1530,7 +1625,7 @@ func (x *ListResetGrantsResponse) String() string {
 func (*ListResetGrantsResponse) ProtoMessage() {}
 
 func (x *ListResetGrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[22]
+	mi := &file_weir_v1_account_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1543,7 +1638,7 @@ func (x *ListResetGrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResetGrantsResponse.ProtoReflect.Descriptor instead.
 func (*ListResetGrantsResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{22}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListResetGrantsResponse) GetGrants() []*ResetGrant {
@@ -1571,7 +1666,7 @@ type ClaimResetGrantRequest struct {
 
 func (x *ClaimResetGrantRequest) Reset() {
 	*x = ClaimResetGrantRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[23]
+	mi := &file_weir_v1_account_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1583,7 +1678,7 @@ func (x *ClaimResetGrantRequest) String() string {
 func (*ClaimResetGrantRequest) ProtoMessage() {}
 
 func (x *ClaimResetGrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[23]
+	mi := &file_weir_v1_account_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1596,7 +1691,7 @@ func (x *ClaimResetGrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResetGrantRequest.ProtoReflect.Descriptor instead.
 func (*ClaimResetGrantRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{23}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ClaimResetGrantRequest) GetId() string {
@@ -1627,7 +1722,7 @@ type ClaimResetGrantResponse struct {
 
 func (x *ClaimResetGrantResponse) Reset() {
 	*x = ClaimResetGrantResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[24]
+	mi := &file_weir_v1_account_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1639,7 +1734,7 @@ func (x *ClaimResetGrantResponse) String() string {
 func (*ClaimResetGrantResponse) ProtoMessage() {}
 
 func (x *ClaimResetGrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[24]
+	mi := &file_weir_v1_account_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1652,7 +1747,7 @@ func (x *ClaimResetGrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResetGrantResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResetGrantResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{24}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ClaimResetGrantResponse) GetSent() bool {
@@ -1680,7 +1775,7 @@ var File_weir_v1_account_proto protoreflect.FileDescriptor
 
 const file_weir_v1_account_proto_rawDesc = "" +
 	"\n" +
-	"\x15weir/v1/account.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"\xae\b\n" +
+	"\x15weir/v1/account.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"\xb4\t\n" +
 	"\aAccount\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
 	"\bprovider\x18\x02 \x01(\x0e2\x11.weir.v1.ProviderR\bprovider\x12.\n" +
@@ -1708,7 +1803,10 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"\rusage_read_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\vusageReadAt\x122\n" +
 	"\x15banked_resets_enabled\x18\x1e \x01(\bR\x13bankedResetsEnabled\x12\x15\n" +
 	"\x06org_id\x18\x1f \x01(\tR\x05orgId\x12.\n" +
-	"\x13upstream_account_id\x18  \x01(\tR\x11upstreamAccountId\x12/\n" +
+	"\x13upstream_account_id\x18  \x01(\tR\x11upstreamAccountId\x12\x1a\n" +
+	"\bidentity\x18! \x01(\tR\bidentity\x12F\n" +
+	"\x11access_expires_at\x18\" \x01(\v2\x1a.google.protobuf.TimestampR\x0faccessExpiresAt\x12 \n" +
+	"\vrefreshable\x18# \x01(\bR\vrefreshable\x12/\n" +
 	"\tforecasts\x18\x15 \x03(\v2\x11.weir.v1.ForecastR\tforecasts\"\x98\x01\n" +
 	"\bForecast\x12\x16\n" +
 	"\x06window\x18\x01 \x01(\tR\x06window\x12\"\n" +
@@ -1736,7 +1834,11 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"\bpriority\x18\a \x01(\x05R\bpriority\x12.\n" +
 	"\x13upstream_account_id\x18\b \x01(\tR\x11upstreamAccountId\"C\n" +
 	"\x15CreateAccountResponse\x12*\n" +
-	"\aaccount\x18\x01 \x01(\v2\x10.weir.v1.AccountR\aaccount\"\x15\n" +
+	"\aaccount\x18\x01 \x01(\v2\x10.weir.v1.AccountR\aaccount\"T\n" +
+	"\x10DuplicateAccount\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05label\x18\x02 \x01(\tR\x05label\x12\x1a\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\"\x15\n" +
 	"\x13ListAccountsRequest\"D\n" +
 	"\x14ListAccountsResponse\x12,\n" +
 	"\baccounts\x18\x01 \x03(\v2\x10.weir.v1.AccountR\baccounts\"#\n" +
@@ -1837,100 +1939,102 @@ func file_weir_v1_account_proto_rawDescGZIP() []byte {
 	return file_weir_v1_account_proto_rawDescData
 }
 
-var file_weir_v1_account_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_weir_v1_account_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_weir_v1_account_proto_goTypes = []any{
 	(*Account)(nil),                 // 0: weir.v1.Account
 	(*Forecast)(nil),                // 1: weir.v1.Forecast
 	(*UsageWindow)(nil),             // 2: weir.v1.UsageWindow
 	(*CreateAccountRequest)(nil),    // 3: weir.v1.CreateAccountRequest
 	(*CreateAccountResponse)(nil),   // 4: weir.v1.CreateAccountResponse
-	(*ListAccountsRequest)(nil),     // 5: weir.v1.ListAccountsRequest
-	(*ListAccountsResponse)(nil),    // 6: weir.v1.ListAccountsResponse
-	(*GetAccountRequest)(nil),       // 7: weir.v1.GetAccountRequest
-	(*GetAccountResponse)(nil),      // 8: weir.v1.GetAccountResponse
-	(*UpdateAccountRequest)(nil),    // 9: weir.v1.UpdateAccountRequest
-	(*UpdateAccountResponse)(nil),   // 10: weir.v1.UpdateAccountResponse
-	(*PauseAccountRequest)(nil),     // 11: weir.v1.PauseAccountRequest
-	(*PauseAccountResponse)(nil),    // 12: weir.v1.PauseAccountResponse
-	(*ResumeAccountRequest)(nil),    // 13: weir.v1.ResumeAccountRequest
-	(*ResumeAccountResponse)(nil),   // 14: weir.v1.ResumeAccountResponse
-	(*DeleteAccountRequest)(nil),    // 15: weir.v1.DeleteAccountRequest
-	(*DeleteAccountResponse)(nil),   // 16: weir.v1.DeleteAccountResponse
-	(*RefreshUsageRequest)(nil),     // 17: weir.v1.RefreshUsageRequest
-	(*RefreshUsageResponse)(nil),    // 18: weir.v1.RefreshUsageResponse
-	(*ResetGrant)(nil),              // 19: weir.v1.ResetGrant
-	(*ResetClaim)(nil),              // 20: weir.v1.ResetClaim
-	(*ListResetGrantsRequest)(nil),  // 21: weir.v1.ListResetGrantsRequest
-	(*ListResetGrantsResponse)(nil), // 22: weir.v1.ListResetGrantsResponse
-	(*ClaimResetGrantRequest)(nil),  // 23: weir.v1.ClaimResetGrantRequest
-	(*ClaimResetGrantResponse)(nil), // 24: weir.v1.ClaimResetGrantResponse
-	(Provider)(0),                   // 25: weir.v1.Provider
-	(AuthKind)(0),                   // 26: weir.v1.AuthKind
-	(AccountState)(0),               // 27: weir.v1.AccountState
-	(*Cooldown)(nil),                // 28: weir.v1.Cooldown
-	(*timestamppb.Timestamp)(nil),   // 29: google.protobuf.Timestamp
-	(*FamilyGate)(nil),              // 30: weir.v1.FamilyGate
-	(*fieldmaskpb.FieldMask)(nil),   // 31: google.protobuf.FieldMask
+	(*DuplicateAccount)(nil),        // 5: weir.v1.DuplicateAccount
+	(*ListAccountsRequest)(nil),     // 6: weir.v1.ListAccountsRequest
+	(*ListAccountsResponse)(nil),    // 7: weir.v1.ListAccountsResponse
+	(*GetAccountRequest)(nil),       // 8: weir.v1.GetAccountRequest
+	(*GetAccountResponse)(nil),      // 9: weir.v1.GetAccountResponse
+	(*UpdateAccountRequest)(nil),    // 10: weir.v1.UpdateAccountRequest
+	(*UpdateAccountResponse)(nil),   // 11: weir.v1.UpdateAccountResponse
+	(*PauseAccountRequest)(nil),     // 12: weir.v1.PauseAccountRequest
+	(*PauseAccountResponse)(nil),    // 13: weir.v1.PauseAccountResponse
+	(*ResumeAccountRequest)(nil),    // 14: weir.v1.ResumeAccountRequest
+	(*ResumeAccountResponse)(nil),   // 15: weir.v1.ResumeAccountResponse
+	(*DeleteAccountRequest)(nil),    // 16: weir.v1.DeleteAccountRequest
+	(*DeleteAccountResponse)(nil),   // 17: weir.v1.DeleteAccountResponse
+	(*RefreshUsageRequest)(nil),     // 18: weir.v1.RefreshUsageRequest
+	(*RefreshUsageResponse)(nil),    // 19: weir.v1.RefreshUsageResponse
+	(*ResetGrant)(nil),              // 20: weir.v1.ResetGrant
+	(*ResetClaim)(nil),              // 21: weir.v1.ResetClaim
+	(*ListResetGrantsRequest)(nil),  // 22: weir.v1.ListResetGrantsRequest
+	(*ListResetGrantsResponse)(nil), // 23: weir.v1.ListResetGrantsResponse
+	(*ClaimResetGrantRequest)(nil),  // 24: weir.v1.ClaimResetGrantRequest
+	(*ClaimResetGrantResponse)(nil), // 25: weir.v1.ClaimResetGrantResponse
+	(Provider)(0),                   // 26: weir.v1.Provider
+	(AuthKind)(0),                   // 27: weir.v1.AuthKind
+	(AccountState)(0),               // 28: weir.v1.AccountState
+	(*Cooldown)(nil),                // 29: weir.v1.Cooldown
+	(*timestamppb.Timestamp)(nil),   // 30: google.protobuf.Timestamp
+	(*FamilyGate)(nil),              // 31: weir.v1.FamilyGate
+	(*fieldmaskpb.FieldMask)(nil),   // 32: google.protobuf.FieldMask
 }
 var file_weir_v1_account_proto_depIdxs = []int32{
-	25, // 0: weir.v1.Account.provider:type_name -> weir.v1.Provider
-	26, // 1: weir.v1.Account.auth_kind:type_name -> weir.v1.AuthKind
-	27, // 2: weir.v1.Account.state:type_name -> weir.v1.AccountState
-	28, // 3: weir.v1.Account.cooldown:type_name -> weir.v1.Cooldown
-	29, // 4: weir.v1.Account.last_used_at:type_name -> google.protobuf.Timestamp
-	29, // 5: weir.v1.Account.last_success_at:type_name -> google.protobuf.Timestamp
-	29, // 6: weir.v1.Account.created_at:type_name -> google.protobuf.Timestamp
-	29, // 7: weir.v1.Account.updated_at:type_name -> google.protobuf.Timestamp
-	30, // 8: weir.v1.Account.family_gates:type_name -> weir.v1.FamilyGate
+	26, // 0: weir.v1.Account.provider:type_name -> weir.v1.Provider
+	27, // 1: weir.v1.Account.auth_kind:type_name -> weir.v1.AuthKind
+	28, // 2: weir.v1.Account.state:type_name -> weir.v1.AccountState
+	29, // 3: weir.v1.Account.cooldown:type_name -> weir.v1.Cooldown
+	30, // 4: weir.v1.Account.last_used_at:type_name -> google.protobuf.Timestamp
+	30, // 5: weir.v1.Account.last_success_at:type_name -> google.protobuf.Timestamp
+	30, // 6: weir.v1.Account.created_at:type_name -> google.protobuf.Timestamp
+	30, // 7: weir.v1.Account.updated_at:type_name -> google.protobuf.Timestamp
+	31, // 8: weir.v1.Account.family_gates:type_name -> weir.v1.FamilyGate
 	2,  // 9: weir.v1.Account.usage:type_name -> weir.v1.UsageWindow
-	29, // 10: weir.v1.Account.usage_read_at:type_name -> google.protobuf.Timestamp
-	1,  // 11: weir.v1.Account.forecasts:type_name -> weir.v1.Forecast
-	29, // 12: weir.v1.Forecast.exhausts_at:type_name -> google.protobuf.Timestamp
-	29, // 13: weir.v1.UsageWindow.resets_at:type_name -> google.protobuf.Timestamp
-	29, // 14: weir.v1.UsageWindow.observed_at:type_name -> google.protobuf.Timestamp
-	25, // 15: weir.v1.CreateAccountRequest.provider:type_name -> weir.v1.Provider
-	26, // 16: weir.v1.CreateAccountRequest.auth_kind:type_name -> weir.v1.AuthKind
-	0,  // 17: weir.v1.CreateAccountResponse.account:type_name -> weir.v1.Account
-	0,  // 18: weir.v1.ListAccountsResponse.accounts:type_name -> weir.v1.Account
-	0,  // 19: weir.v1.GetAccountResponse.account:type_name -> weir.v1.Account
-	31, // 20: weir.v1.UpdateAccountRequest.update_mask:type_name -> google.protobuf.FieldMask
-	0,  // 21: weir.v1.UpdateAccountResponse.account:type_name -> weir.v1.Account
-	0,  // 22: weir.v1.PauseAccountResponse.account:type_name -> weir.v1.Account
-	0,  // 23: weir.v1.ResumeAccountResponse.account:type_name -> weir.v1.Account
-	29, // 24: weir.v1.RefreshUsageResponse.next_read_allowed_at:type_name -> google.protobuf.Timestamp
-	0,  // 25: weir.v1.RefreshUsageResponse.account:type_name -> weir.v1.Account
-	29, // 26: weir.v1.ResetGrant.expires_at:type_name -> google.protobuf.Timestamp
-	29, // 27: weir.v1.ResetGrant.seen_at:type_name -> google.protobuf.Timestamp
-	29, // 28: weir.v1.ResetClaim.created_at:type_name -> google.protobuf.Timestamp
-	29, // 29: weir.v1.ResetClaim.finished_at:type_name -> google.protobuf.Timestamp
-	19, // 30: weir.v1.ListResetGrantsResponse.grants:type_name -> weir.v1.ResetGrant
-	20, // 31: weir.v1.ListResetGrantsResponse.claims:type_name -> weir.v1.ResetClaim
-	20, // 32: weir.v1.ClaimResetGrantResponse.claim:type_name -> weir.v1.ResetClaim
-	3,  // 33: weir.v1.AccountService.CreateAccount:input_type -> weir.v1.CreateAccountRequest
-	5,  // 34: weir.v1.AccountService.ListAccounts:input_type -> weir.v1.ListAccountsRequest
-	7,  // 35: weir.v1.AccountService.GetAccount:input_type -> weir.v1.GetAccountRequest
-	9,  // 36: weir.v1.AccountService.UpdateAccount:input_type -> weir.v1.UpdateAccountRequest
-	11, // 37: weir.v1.AccountService.PauseAccount:input_type -> weir.v1.PauseAccountRequest
-	13, // 38: weir.v1.AccountService.ResumeAccount:input_type -> weir.v1.ResumeAccountRequest
-	15, // 39: weir.v1.AccountService.DeleteAccount:input_type -> weir.v1.DeleteAccountRequest
-	17, // 40: weir.v1.AccountService.RefreshUsage:input_type -> weir.v1.RefreshUsageRequest
-	21, // 41: weir.v1.AccountService.ListResetGrants:input_type -> weir.v1.ListResetGrantsRequest
-	23, // 42: weir.v1.AccountService.ClaimResetGrant:input_type -> weir.v1.ClaimResetGrantRequest
-	4,  // 43: weir.v1.AccountService.CreateAccount:output_type -> weir.v1.CreateAccountResponse
-	6,  // 44: weir.v1.AccountService.ListAccounts:output_type -> weir.v1.ListAccountsResponse
-	8,  // 45: weir.v1.AccountService.GetAccount:output_type -> weir.v1.GetAccountResponse
-	10, // 46: weir.v1.AccountService.UpdateAccount:output_type -> weir.v1.UpdateAccountResponse
-	12, // 47: weir.v1.AccountService.PauseAccount:output_type -> weir.v1.PauseAccountResponse
-	14, // 48: weir.v1.AccountService.ResumeAccount:output_type -> weir.v1.ResumeAccountResponse
-	16, // 49: weir.v1.AccountService.DeleteAccount:output_type -> weir.v1.DeleteAccountResponse
-	18, // 50: weir.v1.AccountService.RefreshUsage:output_type -> weir.v1.RefreshUsageResponse
-	22, // 51: weir.v1.AccountService.ListResetGrants:output_type -> weir.v1.ListResetGrantsResponse
-	24, // 52: weir.v1.AccountService.ClaimResetGrant:output_type -> weir.v1.ClaimResetGrantResponse
-	43, // [43:53] is the sub-list for method output_type
-	33, // [33:43] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	30, // 10: weir.v1.Account.usage_read_at:type_name -> google.protobuf.Timestamp
+	30, // 11: weir.v1.Account.access_expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 12: weir.v1.Account.forecasts:type_name -> weir.v1.Forecast
+	30, // 13: weir.v1.Forecast.exhausts_at:type_name -> google.protobuf.Timestamp
+	30, // 14: weir.v1.UsageWindow.resets_at:type_name -> google.protobuf.Timestamp
+	30, // 15: weir.v1.UsageWindow.observed_at:type_name -> google.protobuf.Timestamp
+	26, // 16: weir.v1.CreateAccountRequest.provider:type_name -> weir.v1.Provider
+	27, // 17: weir.v1.CreateAccountRequest.auth_kind:type_name -> weir.v1.AuthKind
+	0,  // 18: weir.v1.CreateAccountResponse.account:type_name -> weir.v1.Account
+	0,  // 19: weir.v1.ListAccountsResponse.accounts:type_name -> weir.v1.Account
+	0,  // 20: weir.v1.GetAccountResponse.account:type_name -> weir.v1.Account
+	32, // 21: weir.v1.UpdateAccountRequest.update_mask:type_name -> google.protobuf.FieldMask
+	0,  // 22: weir.v1.UpdateAccountResponse.account:type_name -> weir.v1.Account
+	0,  // 23: weir.v1.PauseAccountResponse.account:type_name -> weir.v1.Account
+	0,  // 24: weir.v1.ResumeAccountResponse.account:type_name -> weir.v1.Account
+	30, // 25: weir.v1.RefreshUsageResponse.next_read_allowed_at:type_name -> google.protobuf.Timestamp
+	0,  // 26: weir.v1.RefreshUsageResponse.account:type_name -> weir.v1.Account
+	30, // 27: weir.v1.ResetGrant.expires_at:type_name -> google.protobuf.Timestamp
+	30, // 28: weir.v1.ResetGrant.seen_at:type_name -> google.protobuf.Timestamp
+	30, // 29: weir.v1.ResetClaim.created_at:type_name -> google.protobuf.Timestamp
+	30, // 30: weir.v1.ResetClaim.finished_at:type_name -> google.protobuf.Timestamp
+	20, // 31: weir.v1.ListResetGrantsResponse.grants:type_name -> weir.v1.ResetGrant
+	21, // 32: weir.v1.ListResetGrantsResponse.claims:type_name -> weir.v1.ResetClaim
+	21, // 33: weir.v1.ClaimResetGrantResponse.claim:type_name -> weir.v1.ResetClaim
+	3,  // 34: weir.v1.AccountService.CreateAccount:input_type -> weir.v1.CreateAccountRequest
+	6,  // 35: weir.v1.AccountService.ListAccounts:input_type -> weir.v1.ListAccountsRequest
+	8,  // 36: weir.v1.AccountService.GetAccount:input_type -> weir.v1.GetAccountRequest
+	10, // 37: weir.v1.AccountService.UpdateAccount:input_type -> weir.v1.UpdateAccountRequest
+	12, // 38: weir.v1.AccountService.PauseAccount:input_type -> weir.v1.PauseAccountRequest
+	14, // 39: weir.v1.AccountService.ResumeAccount:input_type -> weir.v1.ResumeAccountRequest
+	16, // 40: weir.v1.AccountService.DeleteAccount:input_type -> weir.v1.DeleteAccountRequest
+	18, // 41: weir.v1.AccountService.RefreshUsage:input_type -> weir.v1.RefreshUsageRequest
+	22, // 42: weir.v1.AccountService.ListResetGrants:input_type -> weir.v1.ListResetGrantsRequest
+	24, // 43: weir.v1.AccountService.ClaimResetGrant:input_type -> weir.v1.ClaimResetGrantRequest
+	4,  // 44: weir.v1.AccountService.CreateAccount:output_type -> weir.v1.CreateAccountResponse
+	7,  // 45: weir.v1.AccountService.ListAccounts:output_type -> weir.v1.ListAccountsResponse
+	9,  // 46: weir.v1.AccountService.GetAccount:output_type -> weir.v1.GetAccountResponse
+	11, // 47: weir.v1.AccountService.UpdateAccount:output_type -> weir.v1.UpdateAccountResponse
+	13, // 48: weir.v1.AccountService.PauseAccount:output_type -> weir.v1.PauseAccountResponse
+	15, // 49: weir.v1.AccountService.ResumeAccount:output_type -> weir.v1.ResumeAccountResponse
+	17, // 50: weir.v1.AccountService.DeleteAccount:output_type -> weir.v1.DeleteAccountResponse
+	19, // 51: weir.v1.AccountService.RefreshUsage:output_type -> weir.v1.RefreshUsageResponse
+	23, // 52: weir.v1.AccountService.ListResetGrants:output_type -> weir.v1.ListResetGrantsResponse
+	25, // 53: weir.v1.AccountService.ClaimResetGrant:output_type -> weir.v1.ClaimResetGrantResponse
+	44, // [44:54] is the sub-list for method output_type
+	34, // [34:44] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_account_proto_init() }
@@ -1947,7 +2051,7 @@ func file_weir_v1_account_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_account_proto_rawDesc), len(file_weir_v1_account_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,304 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+// expiringWithin: an access token without a refresh token that expires
+// within it is worth an operator's attention now.
+const expiringWithin = 24 * time.Hour
+
+// poolStatus is what `weir status` shows, and prints with --json.
+type poolStatus struct {
+	At                time.Time        `json:"at"`
+	Accounts          int              `json:"accounts"`
+	QuotaResponseMode string           `json:"quota_response_mode"`
+	Providers         []providerStatus `json:"providers"`
+	// Problems are what an operator should look at, worst first.
+	Problems []statusProblem `json:"problems"`
+	// IntegrityRanAt is when the integrity check last reported; absent
+	// before its first run.
+	IntegrityRanAt *time.Time `json:"integrity_ran_at,omitempty"`
+}
+
+type providerStatus struct {
+	Provider string `json:"provider"`
+	Total    int    `json:"total"`
+	Active   int    `json:"active"`
+	Cooling  int    `json:"cooling"`
+	Paused   int    `json:"paused"`
+	Broken   int    `json:"broken"`
+	InFlight int32  `json:"in_flight"`
+	// Capacity is the concurrency of the accounts that can take requests
+	// now (active ones).
+	Capacity int32         `json:"capacity"`
+	FiveHour *windowStatus `json:"five_hour,omitempty"`
+	Weekly   *windowStatus `json:"weekly,omitempty"`
+}
+
+// windowStatus sums up one usage window over a provider's accounts with a
+// current reading.
+type windowStatus struct {
+	Accounts     int       `json:"accounts"`
+	MinUsed      float64   `json:"min_used"`
+	MedianUsed   float64   `json:"median_used"`
+	MaxUsed      float64   `json:"max_used"`
+	SoonestReset time.Time `json:"soonest_reset"`
+}
+
+type statusProblem struct {
+	// broken, cooling, gated, expiring, paused or integrity.
+	Kind    string     `json:"kind"`
+	Account string     `json:"account,omitempty"`
+	Detail  string     `json:"detail"`
+	Until   *time.Time `json:"until,omitempty"`
+}
+
+func runStatus(ctx context.Context, args []string, e env) error {
+	fs := flag.NewFlagSet("weir status", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	var af adminFlags
+	af.register(fs, e)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("weir status: unexpected argument %q", fs.Arg(0))
+	}
+	c, err := af.clients()
+	if err != nil {
+		return err
+	}
+	accts, err := c.accounts.ListAccounts(ctx, connect.NewRequest(&weirv1.ListAccountsRequest{}))
+	if err != nil {
+		return rpcError("list accounts", err)
+	}
+	settings, err := c.settings.GetSettings(ctx, connect.NewRequest(&weirv1.GetSettingsRequest{}))
+	if err != nil {
+		return rpcError("get settings", err)
+	}
+	integrity, err := c.ops.LastIntegrityReport(ctx, connect.NewRequest(&weirv1.LastIntegrityReportRequest{}))
+	if err != nil {
+		return rpcError("last integrity report", err)
+	}
+	st := buildStatus(accts.Msg.Accounts, settings.Msg.Settings, integrity.Msg.Report, time.Now())
+	if af.json {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	color := isTTY(e.stdout) && e.getenv("NO_COLOR") == ""
+	return printStatus(e.stdout, st, color)
+}
+
+// buildStatus sums up the pool at now.
+func buildStatus(accts []*weirv1.Account, settings *weirv1.Settings, rep *weirv1.IntegrityReport, now time.Time) poolStatus {
+	st := poolStatus{At: now.UTC(), Accounts: len(accts), Problems: []statusProblem{}, Providers: []providerStatus{},
+		QuotaResponseMode: shortEnum(settings.GetQuotaResponseMode().String(), "QUOTA_RESPONSE_MODE_")}
+	byProvider := map[string]*providerStatus{}
+	windows := map[string]map[string][]*weirv1.UsageWindow{}
+	var order []string
+	for _, a := range accts {
+		name := shortEnum(a.Provider.String(), "PROVIDER_")
+		p := byProvider[name]
+		if p == nil {
+			p = &providerStatus{Provider: name}
+			byProvider[name] = p
+			windows[name] = map[string][]*weirv1.UsageWindow{}
+			order = append(order, name)
+		}
+		p.Total++
+		p.InFlight += a.InFlight
+		switch a.State {
+		case weirv1.AccountState_ACCOUNT_STATE_ACTIVE:
+			p.Active++
+			p.Capacity += a.MaxConcurrency
+		case weirv1.AccountState_ACCOUNT_STATE_COOLING:
+			p.Cooling++
+		case weirv1.AccountState_ACCOUNT_STATE_PAUSED:
+			p.Paused++
+		case weirv1.AccountState_ACCOUNT_STATE_BROKEN:
+			p.Broken++
+		}
+		for _, w := range a.Usage {
+			// A reading of a window that has reset since says nothing of now.
+			if w.Utilization != nil && (w.ResetsAt == nil || w.ResetsAt.AsTime().After(now)) {
+				windows[name][w.Window] = append(windows[name][w.Window], w)
+			}
+		}
+		st.Problems = append(st.Problems, accountProblems(a, now)...)
+	}
+	slices.Sort(order)
+	for _, name := range order {
+		p := byProvider[name]
+		p.FiveHour = sumWindow(windows[name]["five_hour"])
+		p.Weekly = sumWindow(windows[name]["seven_day"])
+		st.Providers = append(st.Providers, *p)
+	}
+	if rep != nil {
+		t := rep.RanAt.AsTime().UTC()
+		st.IntegrityRanAt = &t
+		for _, f := range rep.Findings {
+			if f.Action != "reported" || f.Count == 0 {
+				continue
+			}
+			var names []string
+			for _, a := range f.Accounts {
+				names = append(names, a.Label)
+			}
+			detail := fmt.Sprintf("%s: %d", f.Kind, f.Count)
+			if len(names) > 0 {
+				detail += " (" + strings.Join(names, ", ") + ")"
+			}
+			st.Problems = append(st.Problems, statusProblem{Kind: "integrity", Detail: detail})
+		}
+	}
+	rank := map[string]int{"broken": 0, "integrity": 1, "expiring": 2, "cooling": 3, "gated": 4, "paused": 5}
+	slices.SortStableFunc(st.Problems, func(a, b statusProblem) int { return rank[a.Kind] - rank[b.Kind] })
+	return st
+}
+
+// accountProblems is what is wrong with one account.
+func accountProblems(a *weirv1.Account, now time.Time) []statusProblem {
+	var out []statusProblem
+	at := func(t interface{ AsTime() time.Time }) *time.Time { v := t.AsTime().UTC(); return &v }
+	switch a.State {
+	case weirv1.AccountState_ACCOUNT_STATE_BROKEN:
+		out = append(out, statusProblem{Kind: "broken", Account: a.Label, Detail: a.BrokenReason})
+	case weirv1.AccountState_ACCOUNT_STATE_PAUSED:
+		out = append(out, statusProblem{Kind: "paused", Account: a.Label, Detail: "paused by an operator (weir accounts resume " + a.Label + ")"})
+	}
+	if cd := a.Cooldown; cd != nil {
+		detail := shortEnum(cd.Reason.String(), "COOLDOWN_REASON_")
+		switch {
+		case strings.HasPrefix(cd.Evidence, detail):
+			detail = cd.Evidence
+		case cd.Evidence != "":
+			detail += ": " + cd.Evidence
+		}
+		out = append(out, statusProblem{Kind: "cooling", Account: a.Label, Detail: detail, Until: at(cd.Until)})
+	}
+	for _, g := range a.FamilyGates {
+		out = append(out, statusProblem{Kind: "gated", Account: a.Label, Detail: g.Family + " gated", Until: at(g.Until)})
+	}
+	if a.AuthKind == weirv1.AuthKind_AUTH_KIND_OAUTH && !a.Refreshable && a.AccessExpiresAt != nil &&
+		a.AccessExpiresAt.AsTime().Before(now.Add(expiringWithin)) {
+		detail := "token expires with no refresh token: replace it (weir accounts set " + a.Label + " --secret-file …, or weir login)"
+		if !a.AccessExpiresAt.AsTime().After(now) {
+			detail = "token expired with no refresh token: replace it (weir accounts set " + a.Label + " --secret-file …, or weir login)"
+		}
+		out = append(out, statusProblem{Kind: "expiring", Account: a.Label, Detail: detail, Until: at(a.AccessExpiresAt)})
+	}
+	return out
+}
+
+func sumWindow(ws []*weirv1.UsageWindow) *windowStatus {
+	if len(ws) == 0 {
+		return nil
+	}
+	used := make([]float64, 0, len(ws))
+	s := &windowStatus{Accounts: len(ws)}
+	for _, w := range ws {
+		used = append(used, *w.Utilization)
+		if w.ResetsAt != nil && (s.SoonestReset.IsZero() || w.ResetsAt.AsTime().Before(s.SoonestReset)) {
+			s.SoonestReset = w.ResetsAt.AsTime().UTC()
+		}
+	}
+	slices.Sort(used)
+	s.MinUsed, s.MaxUsed = used[0], used[len(used)-1]
+	if n := len(used); n%2 == 1 {
+		s.MedianUsed = used[n/2]
+	} else {
+		s.MedianUsed = (used[n/2-1] + used[n/2]) / 2
+	}
+	return s
+}
+
+// ANSI colors, used only on a terminal without NO_COLOR.
+const (
+	ansiReset  = "\x1b[0m"
+	ansiBold   = "\x1b[1m"
+	ansiRed    = "\x1b[31m"
+	ansiYellow = "\x1b[33m"
+	ansiGreen  = "\x1b[32m"
+)
+
+func printStatus(w io.Writer, st poolStatus, color bool) error {
+	paint := func(code, s string) string {
+		if !color {
+			return s
+		}
+		return code + s + ansiReset
+	}
+	fmt.Fprintf(w, "%s: %d accounts; quota response mode %s\n\n", paint(ansiBold, "weir pool"), st.Accounts, st.QuotaResponseMode)
+	tw := table(w)
+	fmt.Fprintln(tw, "PROVIDER\tTOTAL\tACTIVE\tCOOLING\tPAUSED\tBROKEN\tIN FLIGHT\t5H USED min/med\t5H RESET\tWEEK USED min/med\tWEEK RESET")
+	for _, p := range st.Providers {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\n", p.Provider, p.Total, p.Active, p.Cooling, p.Paused, p.Broken,
+			p.InFlight, p.Capacity, windowUsed(p.FiveHour), windowReset(p.FiveHour, st.At), windowUsed(p.Weekly), windowReset(p.Weekly, st.At))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	if len(st.Problems) == 0 {
+		_, err := fmt.Fprintln(w, paint(ansiGreen, "Nothing is wrong."))
+		return err
+	}
+	fmt.Fprintln(w, paint(ansiBold, "What is wrong:"))
+	for _, p := range st.Problems {
+		c := ansiYellow
+		if p.Kind == "broken" || p.Kind == "integrity" {
+			c = ansiRed
+		}
+		line := p.Detail
+		if p.Account != "" {
+			line = p.Account + ": " + line
+		}
+		if p.Until != nil {
+			if p.Kind == "expiring" {
+				line += fmt.Sprintf(" (expires %s)", relTime(*p.Until, st.At))
+			} else {
+				line += fmt.Sprintf(" (until %s)", relTime(*p.Until, st.At))
+			}
+		}
+		fmt.Fprintf(w, "  %s %s\n", paint(c, fmt.Sprintf("%-9s", p.Kind)), line)
+	}
+	if st.IntegrityRanAt == nil {
+		fmt.Fprintln(w, "  (the integrity check has not reported yet)")
+	}
+	return nil
+}
+
+func windowUsed(s *windowStatus) string {
+	if s == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%/%.0f%%", s.MinUsed*100, s.MedianUsed*100)
+}
+
+func windowReset(s *windowStatus, now time.Time) string {
+	if s == nil || s.SoonestReset.IsZero() {
+		return "-"
+	}
+	return "in " + resetIn(s.SoonestReset.Sub(now))
+}
+
+// relTime is t relative to now: "in 3m0s", or "3m0s ago".
+func relTime(t, now time.Time) string {
+	if d := t.Sub(now); d > 0 {
+		return "in " + roundDuration(d).String()
+	}
+	return roundDuration(now.Sub(t)).String() + " ago"
+}

@@ -1,0 +1,208 @@
+package controlplane
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"riverqueue.com/riverui"
+
+	"github.com/weirhq/weir/controlplane/dashboard"
+	"github.com/weirhq/weir/controlplane/db"
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+)
+
+// The operator dashboard: the UI lives in package dashboard, which sees the
+// control plane only through its Connect services, called in process (a
+// service handler has the method set of its client). DashboardService
+// holds the few RPCs the dashboard needs beyond the CLI's.
+
+// Bounds of the history ranges, and how many buckets a chart is thinned to.
+const (
+	minHistoryRange = time.Hour
+	maxHistoryRange = 14 * 24 * time.Hour
+	historyBuckets  = 120
+)
+
+// dashboardHandler serves the dashboard under /dashboard/, River's UI under
+// /dashboard/jobs/ when this replica runs jobs.
+func (s *Server) dashboardHandler() http.Handler {
+	cfg := dashboard.Config{
+		AdminToken: s.cfg.AdminToken,
+		Accounts:   accountService{s: s},
+		Keys:       keyService{s: s},
+		Routes:     routeService{s: s},
+		Settings:   settingsService{s: s},
+		Aliases:    aliasService{s: s},
+		Dashboard:  dashboardService{s: s},
+		Now:        s.now,
+		Logger:     s.log,
+	}
+	if s.river != nil {
+		jobs, err := riverui.NewHandler(&riverui.HandlerOpts{
+			Endpoints: riverui.NewEndpoints(s.river, nil),
+			Logger:    s.log.With("component", "riverui"),
+			Prefix:    dashboard.JobsPrefix,
+		})
+		if err != nil {
+			// The dashboard still serves; the jobs page says why not.
+			s.log.Error("river ui unavailable", "err", err)
+		} else {
+			cfg.Jobs = jobs
+		}
+	}
+	return dashboard.New(cfg)
+}
+
+type dashboardService struct {
+	weirv1connect.UnimplementedDashboardServiceHandler
+	s *Server
+}
+
+func (d dashboardService) ClearCooldown(ctx context.Context, req *connect.Request[weirv1.ClearCooldownRequest]) (*connect.Response[weirv1.ClearCooldownResponse], error) {
+	row, err := d.s.findAccount(ctx, req.Msg.Id)
+	if err != nil {
+		return nil, d.s.fail(ctx, "clear cooldown", err)
+	}
+	n, err := d.s.q.ClearAccountCooldowns(ctx, row.ID)
+	if err != nil {
+		return nil, d.s.fail(ctx, "clear cooldown", err)
+	}
+	d.s.log.InfoContext(ctx, "account cooldown cleared", "account_id", row.ID, "cooldowns", n.Cooldowns, "family_gates", n.Gates)
+	acct, err := d.s.accountView(ctx, row)
+	if err != nil {
+		return nil, d.s.fail(ctx, "clear cooldown", err)
+	}
+	return connect.NewResponse(&weirv1.ClearCooldownResponse{Account: acct, ClearedCooldown: n.Cooldowns > 0, ClearedGates: n.Gates}), nil
+}
+
+func (d dashboardService) SearchRouteEvents(ctx context.Context, req *connect.Request[weirv1.SearchRouteEventsRequest]) (*connect.Response[weirv1.SearchRouteEventsResponse], error) {
+	m := req.Msg
+	limit := m.Limit
+	switch {
+	case limit < 0:
+		return nil, toConnect(invalidf("limit: must not be negative"))
+	case limit == 0:
+		limit = 50
+	case limit > 1000:
+		limit = 1000
+	}
+	p := db.SearchRouteEventsParams{MaxRows: limit}
+	if m.AccountId != "" {
+		acct, err := d.s.findAccount(ctx, m.AccountId)
+		if err != nil {
+			return nil, d.s.fail(ctx, "search route events", err)
+		}
+		p.AccountID = uuid.NullUUID{UUID: acct.ID, Valid: true}
+	}
+	if m.KeyId != "" {
+		var key db.ClientKey
+		var err error
+		if id, perr := uuid.Parse(m.KeyId); perr == nil {
+			key, err = d.s.q.GetKey(ctx, id)
+		} else {
+			key, err = d.s.q.GetKeyByName(ctx, m.KeyId)
+		}
+		if err != nil {
+			return nil, d.s.fail(ctx, "search route events", storeErr(err))
+		}
+		p.KeyID = uuid.NullUUID{UUID: key.ID, Valid: true}
+	}
+	if m.Model != "" {
+		p.Model = &m.Model
+	}
+	if m.Status != 0 {
+		if m.Status < 100 || m.Status > 599 {
+			return nil, toConnect(invalidf("status: %d is not an HTTP status", m.Status))
+		}
+		p.Status = &m.Status
+	}
+	switch m.Outcome {
+	case weirv1.RouteOutcome_ROUTE_OUTCOME_UNSPECIFIED:
+	case weirv1.RouteOutcome_ROUTE_OUTCOME_SUCCESS, weirv1.RouteOutcome_ROUTE_OUTCOME_ERROR, weirv1.RouteOutcome_ROUTE_OUTCOME_HELD:
+		o := enumName(m.Outcome)
+		p.Outcome = &o
+	default:
+		return nil, toConnect(invalidf("outcome: unknown value %d", int32(m.Outcome)))
+	}
+	rows, err := d.s.q.SearchRouteEvents(ctx, p)
+	if err != nil {
+		return nil, d.s.fail(ctx, "search route events", err)
+	}
+	out := make([]*weirv1.RouteEvent, 0, len(rows))
+	for _, e := range rows {
+		ev, err := routeEventProto(e)
+		if err != nil {
+			return nil, d.s.fail(ctx, "search route events", err)
+		}
+		out = append(out, ev)
+	}
+	return connect.NewResponse(&weirv1.SearchRouteEventsResponse{Events: out}), nil
+}
+
+func (d dashboardService) UsageHistory(ctx context.Context, req *connect.Request[weirv1.UsageHistoryRequest]) (*connect.Response[weirv1.UsageHistoryResponse], error) {
+	rng, bucket, err := historyRange(req.Msg.Range)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	p := db.UsageHistoryParams{BucketSeconds: bucket.Seconds(), Since: d.s.now().Add(-rng)}
+	if req.Msg.AccountId != "" {
+		acct, err := d.s.findAccount(ctx, req.Msg.AccountId)
+		if err != nil {
+			return nil, d.s.fail(ctx, "usage history", err)
+		}
+		p.AccountID = uuid.NullUUID{UUID: acct.ID, Valid: true}
+	}
+	rows, err := d.s.q.UsageHistory(ctx, p)
+	if err != nil {
+		return nil, d.s.fail(ctx, "usage history", err)
+	}
+	out := &weirv1.UsageHistoryResponse{Bucket: durationpb.New(bucket)}
+	var cur *weirv1.UsageSeries
+	for _, r := range rows {
+		if cur == nil || cur.AccountId != r.AccountID.String() || cur.Window != r.WindowName {
+			cur = &weirv1.UsageSeries{AccountId: r.AccountID.String(), Window: r.WindowName}
+			out.Series = append(out.Series, cur)
+		}
+		cur.Points = append(cur.Points, &weirv1.UsagePoint{At: timestamppb.New(r.Bucket), Utilization: r.Utilization,
+			ResetsAt: timestamppb.New(r.ResetsAt)})
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (d dashboardService) RouteStats(ctx context.Context, req *connect.Request[weirv1.RouteStatsRequest]) (*connect.Response[weirv1.RouteStatsResponse], error) {
+	rng, bucket, err := historyRange(req.Msg.Range)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	rows, err := d.s.q.RouteEventBuckets(ctx, db.RouteEventBucketsParams{BucketSeconds: bucket.Seconds(), Since: d.s.now().Add(-rng)})
+	if err != nil {
+		return nil, d.s.fail(ctx, "route stats", err)
+	}
+	out := &weirv1.RouteStatsResponse{Bucket: durationpb.New(bucket)}
+	for _, r := range rows {
+		out.Buckets = append(out.Buckets, &weirv1.RouteBucket{Start: timestamppb.New(r.Bucket), Requests: r.Requests,
+			HeldRequests: r.HeldRequests, Holds: r.Holds, Errors: r.Errors})
+	}
+	return connect.NewResponse(out), nil
+}
+
+// historyRange checks a history range and picks its bucket: the range in
+// historyBuckets parts, rounded up to whole minutes (snapshots are two
+// minutes apart, so a finer bucket would only show gaps).
+func historyRange(d *durationpb.Duration) (rng, bucket time.Duration, err error) {
+	if d == nil {
+		return 0, 0, invalidf("range: required")
+	}
+	rng = d.AsDuration()
+	if rng < minHistoryRange || rng > maxHistoryRange {
+		return 0, 0, invalidf("range: %v is out of range; must be between %v and %v", rng, minHistoryRange, maxHistoryRange)
+	}
+	bucket = (rng/historyBuckets + time.Minute - 1).Truncate(time.Minute)
+	return rng, max(bucket, 2*time.Minute), nil
+}

@@ -1,0 +1,130 @@
+package dashboard
+
+import (
+	"fmt"
+	"html/template"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+// ranges are the history page's choices.
+var ranges = []struct {
+	Name string
+	D    time.Duration
+}{{"6h", 6 * time.Hour}, {"24h", 24 * time.Hour}, {"7d", 7 * 24 * time.Hour}}
+
+type accountChart struct {
+	Label    string
+	Chart    template.HTML
+	Legend   []usageSeries
+	Forecast []usageView
+}
+
+type historyData struct {
+	Range    string
+	Ranges   []string
+	Pool     template.HTML
+	Bucket   string
+	Totals   poolBucket
+	Accounts []accountChart
+	// NoHistory are the accounts without usage windows (API keys) or
+	// without snapshots in the range.
+	NoHistory []string
+}
+
+func (h *Handler) historyPage(w http.ResponseWriter, r *http.Request, s session) {
+	name := r.URL.Query().Get("range")
+	rng := ranges[1]
+	for _, c := range ranges {
+		if c.Name == name {
+			rng = c
+		}
+	}
+	ctx := r.Context()
+	now := h.cfg.Now()
+	accts, err := h.cfg.Accounts.ListAccounts(ctx, connect.NewRequest(&weirv1.ListAccountsRequest{}))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	usage, err := h.cfg.Dashboard.UsageHistory(ctx, connect.NewRequest(&weirv1.UsageHistoryRequest{Range: durationpb.New(rng.D)}))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	stats, err := h.cfg.Dashboard.RouteStats(ctx, connect.NewRequest(&weirv1.RouteStatsRequest{Range: durationpb.New(rng.D)}))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	d := historyData{Range: rng.Name, Bucket: shortDuration(stats.Msg.Bucket.AsDuration())}
+	for _, c := range ranges {
+		d.Ranges = append(d.Ranges, c.Name)
+	}
+
+	past := timeAxis{from: now.Add(-rng.D), to: now}
+	var buckets []poolBucket
+	for _, k := range stats.Msg.Buckets {
+		pb := poolBucket{Start: k.Start.AsTime(), Requests: k.Requests, Holds: k.Holds, Errors: k.Errors}
+		buckets = append(buckets, pb)
+		d.Totals.Requests += pb.Requests
+		d.Totals.Holds += pb.Holds
+		d.Totals.Errors += pb.Errors
+	}
+	d.Pool = poolChart(past, stats.Msg.Bucket.AsDuration(), now, buckets)
+
+	byAccount := map[string][]*weirv1.UsageSeries{}
+	for _, s := range usage.Msg.Series {
+		byAccount[s.AccountId] = append(byAccount[s.AccountId], s)
+	}
+	// The usage charts look a quarter of the range ahead, where forecasts
+	// reach their exhaustion.
+	ahead := timeAxis{from: past.from, to: now.Add(rng.D / forecastHorizonDivisor)}
+	for _, a := range accts.Msg.Accounts {
+		views := accountViews([]*weirv1.Account{a})[0]
+		if len(byAccount[a.Id]) == 0 && len(views.Usage) == 0 {
+			d.NoHistory = append(d.NoHistory, a.Label)
+			continue
+		}
+		current := map[string]usageView{}
+		for _, u := range views.Usage {
+			current[u.Window] = u
+		}
+		var series []usageSeries
+		class := map[string]int{}
+		classOf := func(w string) int {
+			if c, ok := class[w]; ok {
+				return c
+			}
+			class[w] = len(class) % seriesClasses
+			return class[w]
+		}
+		seen := map[string]bool{}
+		for _, s := range byAccount[a.Id] {
+			win := windowText(s.Window)
+			us := usageSeries{Window: win, Class: classOf(win)}
+			for _, p := range s.Points {
+				us.Points = append(us.Points, usagePoint{At: p.At.AsTime(), Utilization: p.Utilization})
+			}
+			if u, ok := current[win]; ok {
+				us.Now, us.Full = u.Utilization, u.Full
+			}
+			seen[win] = true
+			series = append(series, us)
+		}
+		for _, u := range views.Usage { // windows with a reading but no snapshots yet
+			if !seen[u.Window] {
+				series = append(series, usageSeries{Window: u.Window, Class: classOf(u.Window), Now: u.Utilization, Full: u.Full,
+					Points: []usagePoint{{At: now, Utilization: u.Utilization}}})
+			}
+		}
+		d.Accounts = append(d.Accounts, accountChart{Label: a.Label, Chart: usageChart(fmt.Sprint(len(d.Accounts)), a.Label+" utilization", ahead, now, series),
+			Legend: series, Forecast: views.Usage})
+	}
+	h.render(w, r, http.StatusOK, "history", view{Title: "History", Nav: "history", CSRF: s.csrf, Data: d})
+}

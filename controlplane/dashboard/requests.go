@@ -1,0 +1,220 @@
+package dashboard
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+// requestFilter is the requests page's query string.
+type requestFilter struct {
+	Key, Account, Model, Outcome, Status string
+}
+
+func parseFilter(q url.Values) requestFilter {
+	return requestFilter{Key: q.Get("key"), Account: q.Get("account"), Model: strings.TrimSpace(q.Get("model")),
+		Outcome: q.Get("outcome"), Status: strings.TrimSpace(q.Get("status"))}
+}
+
+// Query is the filter as a query string, for the fragment's URL.
+func (f requestFilter) Query() string {
+	v := url.Values{}
+	for k, s := range map[string]string{"key": f.Key, "account": f.Account, "model": f.Model, "outcome": f.Outcome, "status": f.Status} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	return v.Encode()
+}
+
+var outcomes = map[string]weirv1.RouteOutcome{
+	"success": weirv1.RouteOutcome_ROUTE_OUTCOME_SUCCESS,
+	"error":   weirv1.RouteOutcome_ROUTE_OUTCOME_ERROR,
+	"held":    weirv1.RouteOutcome_ROUTE_OUTCOME_HELD,
+}
+
+// eventView is one route event in the list.
+type eventView struct {
+	RequestID, Key, Account, Model, Surface, Error string
+	Status, Attempts, Holds                        int32
+	Started                                        time.Time
+	Duration, TTFB, Held                           string
+	InputTokens, OutputTokens                      int64
+	Stream, OK                                     bool
+}
+
+type option struct{ Value, Label string }
+
+type requestsData struct {
+	Filter   requestFilter
+	Events   []eventView
+	Keys     []option
+	Accounts []option
+	Error    string
+}
+
+// names maps account and key ids to labels and names.
+type names struct{ accounts, keys map[string]string }
+
+func (h *Handler) names(r *http.Request) (names, []option, []option, error) {
+	n := names{accounts: map[string]string{}, keys: map[string]string{}}
+	accts, err := h.cfg.Accounts.ListAccounts(r.Context(), connect.NewRequest(&weirv1.ListAccountsRequest{}))
+	if err != nil {
+		return n, nil, nil, err
+	}
+	keys, err := h.cfg.Keys.ListKeys(r.Context(), connect.NewRequest(&weirv1.ListKeysRequest{IncludeRevoked: true}))
+	if err != nil {
+		return n, nil, nil, err
+	}
+	var ao, ko []option
+	for _, a := range accts.Msg.Accounts {
+		n.accounts[a.Id] = a.Label
+		ao = append(ao, option{a.Id, a.Label})
+	}
+	for _, k := range keys.Msg.Keys {
+		n.keys[k.Id] = k.Name
+		ko = append(ko, option{k.Id, k.Name})
+	}
+	return n, ao, ko, nil
+}
+
+func (n names) account(id string) string {
+	if id == "" {
+		return "-"
+	}
+	if l, ok := n.accounts[id]; ok {
+		return l
+	}
+	return id
+}
+
+func (n names) key(id string) string {
+	if id == "" {
+		return "-"
+	}
+	if l, ok := n.keys[id]; ok {
+		return l
+	}
+	return id
+}
+
+func (h *Handler) requestsData(r *http.Request) (requestsData, int, error) {
+	f := parseFilter(r.URL.Query())
+	n, ao, ko, err := h.names(r)
+	if err != nil {
+		return requestsData{}, 0, err
+	}
+	d := requestsData{Filter: f, Accounts: ao, Keys: ko}
+	req := &weirv1.SearchRouteEventsRequest{Limit: 100, AccountId: f.Account, KeyId: f.Key, Model: f.Model}
+	if f.Outcome != "" {
+		o, ok := outcomes[f.Outcome]
+		if !ok {
+			d.Error = "outcome: want success, error or held"
+			return d, http.StatusBadRequest, nil
+		}
+		req.Outcome = o
+	}
+	if f.Status != "" {
+		st, err := strconv.Atoi(f.Status)
+		if err != nil {
+			d.Error = "status: want an HTTP status such as 429"
+			return d, http.StatusBadRequest, nil
+		}
+		req.Status = int32(st)
+	}
+	res, err := h.cfg.Dashboard.SearchRouteEvents(r.Context(), connect.NewRequest(req))
+	if err != nil {
+		if c := connect.CodeOf(err); c == connect.CodeInvalidArgument || c == connect.CodeNotFound {
+			d.Error = rpcMessage(err)
+			return d, http.StatusBadRequest, nil
+		}
+		return d, 0, err
+	}
+	for _, e := range res.Msg.Events {
+		d.Events = append(d.Events, eventView{
+			RequestID: e.RequestId, Key: n.key(e.KeyId), Account: n.account(e.AccountId), Model: e.Model,
+			Surface: e.Surface, Error: e.ErrorType, Status: e.Status, Attempts: e.Attempts, Holds: e.HoldCount,
+			Started: e.StartedAt.AsTime(), Duration: durText(e.Duration), TTFB: durText(e.TimeToFirstByte), Held: durText(e.Held),
+			InputTokens: e.InputTokens, OutputTokens: e.OutputTokens, Stream: e.Stream, OK: e.Status >= 200 && e.Status < 300,
+		})
+	}
+	return d, http.StatusOK, nil
+}
+
+func (h *Handler) requestsPage(w http.ResponseWriter, r *http.Request, s session) {
+	d, status, err := h.requestsData(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.render(w, r, status, "requests", view{Title: "Requests", Nav: "requests", CSRF: s.csrf, Data: d})
+}
+
+func (h *Handler) requestsFragment(w http.ResponseWriter, r *http.Request, s session) {
+	d, status, err := h.requestsData(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.execute(w, r, status, "requests", "requests-table", view{CSRF: s.csrf, Data: d})
+}
+
+// stepView is one attempt or hold of a request's timeline.
+type stepView struct {
+	At, Account, Outcome, Status, Error, Decision, Duration, Reason string
+	Hold                                                            bool
+}
+
+type explainData struct {
+	Event eventView
+	Stage string
+	Steps []stepView
+}
+
+// explainPage is `weir explain` in the browser: the request's outcome and
+// its timeline of attempts and holds.
+func (h *Handler) explainPage(w http.ResponseWriter, r *http.Request, s session) {
+	res, err := h.cfg.Routes.GetRouteEvent(r.Context(), connect.NewRequest(&weirv1.GetRouteEventRequest{RequestId: r.PathValue("id")}))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	n, _, _, err := h.names(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	e := res.Msg.Event
+	d := explainData{
+		Event: eventView{
+			RequestID: e.RequestId, Key: n.key(e.KeyId), Account: n.account(e.AccountId), Model: e.Model,
+			Surface: e.Surface, Error: e.ErrorType, Status: e.Status, Attempts: e.Attempts, Holds: e.HoldCount,
+			Started: e.StartedAt.AsTime(), Duration: durText(e.Duration), TTFB: durText(e.TimeToFirstByte), Held: durText(e.Held),
+			InputTokens: e.InputTokens, OutputTokens: e.OutputTokens, Stream: e.Stream, OK: e.Status >= 200 && e.Status < 300,
+		},
+		Stage: enumText(e.FailureStage.String(), "FAILURE_STAGE_"),
+	}
+	for _, a := range e.AttemptRecords {
+		st := stepView{At: "+" + durText(a.At), Duration: durText(a.Duration)}
+		if a.AccountId == "" {
+			st.Hold, st.Account, st.Reason = true, "hold", a.HoldReason
+		} else {
+			st.Account = n.account(a.AccountId)
+			st.Outcome = enumText(a.Class.String(), "OUTCOME_CLASS_")
+			st.Decision = enumText(a.Action.String(), "ACTION_")
+			st.Error = a.ErrorType
+			if a.Status != 0 {
+				st.Status = fmt.Sprint(a.Status)
+			}
+		}
+		d.Steps = append(d.Steps, st)
+	}
+	h.render(w, r, http.StatusOK, "explain", view{Title: "Request " + e.RequestId, Nav: "requests", CSRF: s.csrf, Data: d})
+}

@@ -1,0 +1,495 @@
+package controlplane
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/weirhq/weir/controlplane/db"
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/internal/rpcclient"
+)
+
+// browser is a dashboard client: a session cookie, no redirects followed.
+type browser struct {
+	t      *testing.T
+	base   string
+	hc     *http.Client
+	cookie *http.Cookie
+}
+
+func (e *env) browser() *browser {
+	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	e.t.Cleanup(hc.CloseIdleConnections)
+	return &browser{t: e.t, base: e.ts.URL, hc: hc}
+}
+
+type page struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (b *browser) do(method, path string, form url.Values, edit func(*http.Request)) page {
+	b.t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequestWithContext(b.t.Context(), method, b.base+path, body)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	if b.cookie != nil {
+		req.AddCookie(b.cookie)
+	}
+	if edit != nil {
+		edit(req)
+	}
+	res, err := b.hc.Do(req)
+	if err != nil {
+		b.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return page{status: res.StatusCode, header: res.Header, body: string(raw)}
+}
+
+func (b *browser) get(path string) page { b.t.Helper(); return b.do(http.MethodGet, path, nil, nil) }
+
+// post sends a form; with csrf, the session's token from the page at from.
+func (b *browser) post(path string, form url.Values) page {
+	b.t.Helper()
+	return b.do(http.MethodPost, path, form, nil)
+}
+
+// login signs in with token and keeps the cookie.
+func (b *browser) login(token string) page {
+	b.t.Helper()
+	p := b.post("/dashboard/login", url.Values{"token": {token}, "next": {"/dashboard/"}})
+	for _, c := range (&http.Response{Header: p.header}).Cookies() {
+		if c.Name == "weir_dashboard" {
+			b.cookie = c
+		}
+	}
+	return p
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// csrf reads the CSRF token from a page's forms.
+func (b *browser) csrf() string {
+	b.t.Helper()
+	p := b.get("/dashboard/settings")
+	m := csrfField.FindStringSubmatch(p.body)
+	if m == nil {
+		b.t.Fatalf("no CSRF field on the settings page (status %d)", p.status)
+	}
+	return m[1]
+}
+
+func wantStatus(t *testing.T, what string, p page, status int) {
+	t.Helper()
+	if p.status != status {
+		t.Fatalf("%s: status %d, want %d\n%s", what, p.status, status, p.body)
+	}
+}
+
+func TestDashboardAuth(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.createAccount(acct{label: "auth-acct"})
+	b := e.browser()
+
+	p := b.get("/dashboard/")
+	wantStatus(t, "no session", p, http.StatusSeeOther)
+	if loc := p.header.Get("Location"); loc != "/dashboard/login?next=%2Fdashboard%2F" {
+		t.Errorf("no session: Location = %q, want the login page", loc)
+	}
+	for _, path := range []string{"/dashboard/requests", "/dashboard/history", "/dashboard/settings", "/dashboard/jobs/"} {
+		if p := b.get(path); p.status != http.StatusSeeOther || !strings.HasPrefix(p.header.Get("Location"), "/dashboard/login") {
+			t.Errorf("%s without a session: %d %q, want a redirect to the login", path, p.status, p.header.Get("Location"))
+		}
+	}
+	wantStatus(t, "fragment without a session", b.get("/dashboard/fragment/accounts"), http.StatusUnauthorized)
+
+	wrong := "not-the-admin-token-" + randHex(8)
+	p = b.login(wrong)
+	wantStatus(t, "wrong token", p, http.StatusUnauthorized)
+	if !strings.Contains(p.body, "That is not the admin token.") || !strings.Contains(p.body, `role="alert"`) {
+		t.Errorf("wrong token: no inline error on the login page:\n%s", p.body)
+	}
+	if strings.Contains(p.body, wrong) {
+		t.Error("wrong token: the page echoes the token typed")
+	}
+	if b.cookie != nil {
+		t.Fatal("wrong token: a session cookie was set")
+	}
+
+	p = b.login(e.cfg.AdminToken)
+	wantStatus(t, "login", p, http.StatusSeeOther)
+	c := b.cookie
+	if c == nil {
+		t.Fatal("login: no session cookie")
+	}
+	if !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/dashboard/" || c.Secure || c.MaxAge != 12*3600 {
+		t.Errorf("cookie = %+v, want HttpOnly, SameSite=Strict, Path=/dashboard/, not Secure over plain HTTP, 12 h", c)
+	}
+	if strings.Contains(c.Value, e.cfg.AdminToken) {
+		t.Error("the cookie holds the admin token")
+	}
+	p = b.get("/dashboard/")
+	wantStatus(t, "with a session", p, http.StatusOK)
+	if !strings.Contains(p.body, "auth-acct") {
+		t.Error("accounts page does not list the account")
+	}
+
+	// A tampered session is no session.
+	good := *b.cookie
+	b.cookie.Value = strings.Replace(good.Value, ".", "0.", 1)
+	wantStatus(t, "tampered cookie", b.get("/dashboard/"), http.StatusSeeOther)
+	b.cookie = &good
+
+	// Bearer works without a cookie, and without CSRF (no ambient credential).
+	bearer := func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+e.cfg.AdminToken) }
+	anon := e.browser()
+	wantStatus(t, "bearer", anon.do(http.MethodGet, "/dashboard/", nil, bearer), http.StatusOK)
+	wantStatus(t, "wrong bearer", anon.do(http.MethodGet, "/dashboard/", nil, func(r *http.Request) {
+		r.Header.Set("Authorization", "Bearer "+e.cfg.DataplaneToken)
+	}), http.StatusSeeOther)
+
+	// Twelve hours on, the session has expired.
+	e.clock.Advance(12*time.Hour + time.Second)
+	wantStatus(t, "expired session", b.get("/dashboard/"), http.StatusSeeOther)
+}
+
+func TestDashboardActions(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	a, _ := e.createAccount(acct{label: "act-acct"})
+	b := e.browser()
+	b.login(e.cfg.AdminToken)
+	csrf := b.csrf()
+
+	// The no-JavaScript confirmation page.
+	p := b.get("/dashboard/accounts/" + a.Id + "/pause")
+	wantStatus(t, "confirm page", p, http.StatusOK)
+	if !strings.Contains(p.body, "Pause act-acct?") || !strings.Contains(p.body, `action="/dashboard/accounts/`+a.Id+`/pause"`) {
+		t.Errorf("confirm page lacks its question or form:\n%s", p.body)
+	}
+
+	// No CSRF token, or another session's: 403 and nothing changes.
+	wantStatus(t, "pause without CSRF", b.post("/dashboard/accounts/"+a.Id+"/pause", url.Values{}), http.StatusForbidden)
+	wantStatus(t, "pause with a bad CSRF", b.post("/dashboard/accounts/"+a.Id+"/pause", url.Values{"csrf": {"x" + csrf}}), http.StatusForbidden)
+	if e.accountRow(a.Id).Paused {
+		t.Fatal("a POST without a valid CSRF token paused the account")
+	}
+
+	p = b.post("/dashboard/accounts/"+a.Id+"/pause", url.Values{"csrf": {csrf}})
+	wantStatus(t, "pause", p, http.StatusSeeOther)
+	if !e.accountRow(a.Id).Paused {
+		t.Fatal("pause: the account is not paused in the database")
+	}
+	if p = b.get(p.header.Get("Location")); !strings.Contains(p.body, "Paused act-acct.") {
+		t.Errorf("no flash after the pause:\n%s", p.body)
+	}
+
+	// A cooldown and a family gate, then clear: both go, the pause stays.
+	id := uuid.MustParse(a.Id)
+	now := e.clock.Now()
+	if _, err := e.q.WriteCooldown(t.Context(), db.WriteCooldownParams{AccountID: id, Reason: "rate_limited", Transient: true,
+		Until: now.Add(10 * time.Minute), Now: now, Evidence: []byte(`{"class":"rate_limited","status":429}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.q.WriteFamilyGate(t.Context(), db.WriteFamilyGateParams{AccountID: id, Family: "opus",
+		Until: now.Add(time.Hour), Now: now, Evidence: []byte(`{"class":"rate_limited"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	p = b.get("/dashboard/")
+	for _, want := range []string{"rate limited", "gate <strong>opus</strong>", `data-deadline="` + now.Add(10*time.Minute).UTC().Format(time.RFC3339) + `"`, "Clear cooldown"} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("accounts page lacks %q", want)
+		}
+	}
+	wantStatus(t, "clear without CSRF", b.post("/dashboard/accounts/"+a.Id+"/clear-cooldown", nil), http.StatusForbidden)
+	wantStatus(t, "clear", b.post("/dashboard/accounts/"+a.Id+"/clear-cooldown", url.Values{"csrf": {csrf}}), http.StatusSeeOther)
+	if e.cooldownRow(a.Id) != nil {
+		t.Error("clear cooldown: the cooldown is still there")
+	}
+	if n := e.count(`SELECT count(*) FROM family_gates WHERE account_id = $1`, id); n != 0 {
+		t.Errorf("clear cooldown: %d family gates left", n)
+	}
+	if !e.accountRow(a.Id).Paused {
+		t.Error("clear cooldown unpaused the account")
+	}
+
+	wantStatus(t, "resume", b.post("/dashboard/accounts/"+a.Id+"/resume", url.Values{"csrf": {csrf}}), http.StatusSeeOther)
+	if e.accountRow(a.Id).Paused {
+		t.Error("resume: the account is still paused")
+	}
+	wantStatus(t, "unknown action", b.post("/dashboard/accounts/"+a.Id+"/delete", url.Values{"csrf": {csrf}}), http.StatusNotFound)
+	wantStatus(t, "unknown account", b.post("/dashboard/accounts/nope/pause", url.Values{"csrf": {csrf}}), http.StatusNotFound)
+}
+
+func TestDashboardClearCooldownRPC(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	a, _ := e.createAccount(acct{label: "rpc-acct"})
+	e.pause(a.Id)
+	now := e.clock.Now()
+	if _, err := e.q.WriteCooldown(t.Context(), db.WriteCooldownParams{AccountID: uuid.MustParse(a.Id), Reason: "overloaded",
+		Transient: true, Until: now.Add(time.Minute), Now: now, Evidence: []byte(`{"class":"overloaded"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	dash := weirv1connect.NewDashboardServiceClient(rpcclient.HTTPClient(), e.ts.URL, connect.WithInterceptors(rpcclient.Token(e.cfg.AdminToken)))
+	res, err := dash.ClearCooldown(t.Context(), connect.NewRequest(&weirv1.ClearCooldownRequest{Id: "rpc-acct"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Msg.ClearedCooldown || res.Msg.Account.Cooldown != nil || res.Msg.Account.State != weirv1.AccountState_ACCOUNT_STATE_PAUSED {
+		t.Errorf("ClearCooldown = %v, want the cooldown cleared and the account still paused", res.Msg)
+	}
+	res, err = dash.ClearCooldown(t.Context(), connect.NewRequest(&weirv1.ClearCooldownRequest{Id: "rpc-acct"}))
+	if err != nil || res.Msg.ClearedCooldown {
+		t.Errorf("second ClearCooldown = %v, %v; want nothing to clear", res, err)
+	}
+	// The data-plane token does not open DashboardService.
+	dp := weirv1connect.NewDashboardServiceClient(rpcclient.HTTPClient(), e.ts.URL, connect.WithInterceptors(rpcclient.Token(e.cfg.DataplaneToken)))
+	_, err = dp.ClearCooldown(t.Context(), connect.NewRequest(&weirv1.ClearCooldownRequest{Id: "rpc-acct"}))
+	wantCode(t, err, connect.CodeUnauthenticated)
+}
+
+func TestDashboardSettings(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	b := e.browser()
+	b.login(e.cfg.AdminToken)
+	csrf := b.csrf()
+
+	wantStatus(t, "setting without CSRF", b.post("/dashboard/settings", url.Values{"name": {"request_deadline"}, "value": {"30m"}}), http.StatusForbidden)
+
+	// The RPC's own validation message, next to the field, with the value
+	// the operator typed kept in it.
+	p := b.post("/dashboard/settings", url.Values{"csrf": {csrf}, "name": {"request_deadline"}, "value": {"10s"}})
+	wantStatus(t, "bad deadline", p, http.StatusUnprocessableEntity)
+	field := regexp.MustCompile(`(?s)id="setting-request_deadline".*?</form>`).FindString(p.body)
+	if !strings.Contains(field, `value="10s"`) || !strings.Contains(field, `id="request_deadline-error"`) ||
+		!strings.Contains(field, "settings.request_deadline: 10s is out of range; must be between 1m0s and 6h0m0s") {
+		t.Errorf("the validation error is not inline next to request_deadline:\n%s", field)
+	}
+	p = b.post("/dashboard/settings", url.Values{"csrf": {csrf}, "name": {"capacity_hold"}, "value": {"soon"}})
+	wantStatus(t, "unparsable hold", p, http.StatusUnprocessableEntity)
+	if !strings.Contains(p.body, `id="capacity_hold-error"`) || !strings.Contains(p.body, "is not a duration") {
+		t.Errorf("no inline error for an unparsable duration")
+	}
+
+	p = b.post("/dashboard/settings", url.Values{"csrf": {csrf}, "name": {"request_deadline"}, "value": {"30m"}})
+	wantStatus(t, "good deadline", p, http.StatusSeeOther)
+	p = b.post("/dashboard/settings", url.Values{"csrf": {csrf}, "name": {"quota_response_mode"}, "value": {"usage_limit"}})
+	wantStatus(t, "quota mode", p, http.StatusSeeOther)
+	st, err := settingsService{s: e.srv}.GetSettings(t.Context(), connect.NewRequest(&weirv1.GetSettingsRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Msg.Settings.RequestDeadline.AsDuration() != 30*time.Minute || st.Msg.Settings.QuotaResponseMode != weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT {
+		t.Errorf("settings = %v after saving", st.Msg.Settings)
+	}
+	p = b.get("/dashboard/settings?saved=request_deadline")
+	if !regexp.MustCompile(`(?s)<td data-label="Setting">request_deadline</td>.*?<td data-label="To">30m0s</td>`).MatchString(p.body) {
+		t.Errorf("the audit does not show the change")
+	}
+
+	// Aliases: an inline error, then set and remove.
+	p = b.post("/dashboard/aliases", url.Values{"csrf": {csrf}, "alias": {"fast"}, "targets": {"fast"}})
+	wantStatus(t, "bad alias", p, http.StatusUnprocessableEntity)
+	if !strings.Contains(p.body, `id="alias-error"`) || !strings.Contains(p.body, "targets: an alias cannot name itself") {
+		t.Errorf("no inline alias error")
+	}
+	wantStatus(t, "set alias", b.post("/dashboard/aliases", url.Values{"csrf": {csrf}, "alias": {"fast"}, "targets": {"claude-haiku-4-5, gpt-5-mini"}}), http.StatusSeeOther)
+	if p = b.get("/dashboard/settings"); !strings.Contains(p.body, "<code>claude-haiku-4-5</code> → <code>gpt-5-mini</code>") {
+		t.Errorf("the alias is not listed with its targets in order")
+	}
+	wantStatus(t, "remove alias", b.post("/dashboard/aliases/delete", url.Values{"csrf": {csrf}, "alias": {"fast"}}), http.StatusSeeOther)
+	if n := e.count(`SELECT count(*) FROM model_aliases`); n != 0 {
+		t.Errorf("%d aliases left after removing", n)
+	}
+}
+
+// TestDashboardPagesKeepSecrets renders every page over real state and
+// requires that no credential or token appears in any of them.
+func TestDashboardPagesKeepSecrets(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	a, _ := e.createAccount(acct{label: "secret-api"})
+	o, _ := e.createAccount(acct{label: "secret-oauth", credential: oauthToken(), kind: weirv1.AuthKind_AUTH_KIND_OAUTH})
+	key, _ := e.createKey("agent")
+	reqID := "req-" + randHex(6)
+	now := e.clock.Now()
+	if _, err := e.dp.leases.ReportRoute(t.Context(), connect.NewRequest(&weirv1.ReportRouteRequest{Event: &weirv1.RouteEvent{
+		RequestId: reqID, KeyId: key.Id, AccountId: a.Id, Model: "claude-sonnet-4-5", Status: 200, Attempts: 2,
+		Duration: durationpb.New(1500 * time.Millisecond), StartedAt: timestamppb.New(now), HoldCount: 1, Held: durationpb.New(time.Second),
+		AttemptRecords: []*weirv1.AttemptRecord{
+			{At: durationpb.New(0), AccountId: o.Id, Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, Action: weirv1.Action_ACTION_FAILOVER},
+			{At: durationpb.New(10 * time.Millisecond), HoldReason: "all accounts cooling", Duration: durationpb.New(time.Second)},
+			{At: durationpb.New(time.Second), AccountId: a.Id, Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200, Action: weirv1.Action_ACTION_RESPOND},
+		},
+	}})); err != nil {
+		t.Fatal(err)
+	}
+	// Usage history: a sawtooth over the last hours, for the charts.
+	for i := range 90 {
+		at := now.Add(-3*time.Hour + time.Duration(i)*2*time.Minute)
+		reset := now.Add(2 * time.Hour)
+		util := float64(i%45) / 50
+		if i >= 45 {
+			reset = now.Add(4 * time.Hour)
+		}
+		if _, err := e.pool.Exec(t.Context(), `INSERT INTO usage_snapshots (account_id, window_name, utilization, resets_at, taken_at) VALUES ($1, 'five_hour', $2, $3, $4)`,
+			uuid.MustParse(o.Id), util, reset, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	b := e.browser()
+	b.login(e.cfg.AdminToken)
+	pages := []string{
+		"/dashboard/", "/dashboard/fragment/accounts", "/dashboard/accounts/" + a.Id + "/pause",
+		"/dashboard/accounts/" + o.Id + "/clear-cooldown", "/dashboard/history", "/dashboard/history?range=6h",
+		"/dashboard/history?range=7d", "/dashboard/requests", "/dashboard/requests?outcome=success&account=" + a.Id,
+		"/dashboard/fragment/requests?key=" + key.Id, "/dashboard/requests/" + reqID, "/dashboard/settings", "/dashboard/jobs/",
+		"/dashboard/login",
+	}
+	secrets := append(e.secrets.all(), e.cfg.AdminToken, e.cfg.DataplaneToken)
+	for _, path := range pages {
+		p := b.get(path)
+		if path == "/dashboard/login" {
+			wantStatus(t, path, p, http.StatusSeeOther) // signed in already
+		} else {
+			wantStatus(t, path, p, http.StatusOK)
+		}
+		for _, s := range secrets {
+			if strings.Contains(p.body, s) {
+				t.Errorf("%s: a secret (%d characters) appears in the page", path, len(s))
+			}
+		}
+	}
+
+	p := b.get("/dashboard/requests/" + reqID)
+	for _, want := range []string{"secret-oauth", "rate limited", "failover", "all accounts cooling", "respond", "1.0s in 1 hold(s)"} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("explain page lacks %q", want)
+		}
+	}
+	p = b.get("/dashboard/requests?outcome=error")
+	if strings.Contains(p.body, reqID) {
+		t.Error("the error filter lists a successful request")
+	}
+	p = b.get("/dashboard/requests?outcome=held")
+	if !strings.Contains(p.body, reqID) {
+		t.Error("the held filter misses a held request")
+	}
+	p = b.get("/dashboard/requests?status=abc")
+	wantStatus(t, "bad status filter", p, http.StatusBadRequest)
+	p = b.get("/dashboard/history?range=6h")
+	if !strings.Contains(p.body, `<polyline class="line s0"`) || !strings.Contains(p.body, "secret-oauth") || !strings.Contains(p.body, "1 requests") {
+		t.Errorf("history lacks the usage line or the pool totals")
+	}
+	if !strings.Contains(p.body, "Without usage windows: secret-api") {
+		t.Errorf("history does not name the account without windows")
+	}
+	p = b.get("/dashboard/jobs/")
+	if !strings.Contains(p.body, "runs no background jobs") {
+		t.Errorf("jobs page on a replica without jobs does not say so")
+	}
+}
+
+func TestDashboardHistoryRPCs(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	o, _ := e.createAccount(acct{label: "hist", credential: oauthToken(), kind: weirv1.AuthKind_AUTH_KIND_OAUTH})
+	now := e.clock.Now()
+	for i, u := range []float64{0.1, 0.2, 0.3} {
+		if _, err := e.pool.Exec(t.Context(), `INSERT INTO usage_snapshots (account_id, window_name, utilization, resets_at, taken_at) VALUES ($1, 'seven_day', $2, $3, $4)`,
+			uuid.MustParse(o.Id), u, now.Add(48*time.Hour), now.Add(-time.Duration(3-i)*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, st := range []int32{200, 529, 200} {
+		if _, err := e.dp.leases.ReportRoute(t.Context(), connect.NewRequest(&weirv1.ReportRouteRequest{Event: &weirv1.RouteEvent{
+			RequestId: "h" + string(rune('a'+i)), Status: st, HoldCount: int32(i), StartedAt: timestamppb.New(now)}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dash := dashboardService{s: e.srv}
+	u, err := dash.UsageHistory(t.Context(), connect.NewRequest(&weirv1.UsageHistoryRequest{Range: durationpb.New(6 * time.Hour)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(u.Msg.Series) != 1 || len(u.Msg.Series[0].Points) != 3 || u.Msg.Series[0].Points[2].Utilization != 0.3 {
+		t.Errorf("UsageHistory = %v, want one series of three points", u.Msg)
+	}
+	r, err := dash.RouteStats(t.Context(), connect.NewRequest(&weirv1.RouteStatsRequest{Range: durationpb.New(6 * time.Hour)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var req, errs, holds int64
+	for _, k := range r.Msg.Buckets {
+		req, errs, holds = req+k.Requests, errs+k.Errors, holds+k.Holds
+	}
+	if req != 3 || errs != 1 || holds != 3 {
+		t.Errorf("RouteStats totals = %d requests, %d errors, %d holds; want 3, 1, 3", req, errs, holds)
+	}
+	_, err = dash.RouteStats(t.Context(), connect.NewRequest(&weirv1.RouteStatsRequest{Range: durationpb.New(time.Minute)}))
+	wantCode(t, toConnect(err), connect.CodeInvalidArgument)
+	s, err := dash.SearchRouteEvents(t.Context(), connect.NewRequest(&weirv1.SearchRouteEventsRequest{Status: 529}))
+	if err != nil || len(s.Msg.Events) != 1 || s.Msg.Events[0].RequestId != "hb" {
+		t.Errorf("SearchRouteEvents(status 529) = %v, %v", s, err)
+	}
+}
+
+// TestDashboardJobsUI mounts River's UI on a replica that runs jobs.
+func TestDashboardJobsUI(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	clock := newClock()
+	cfg := testConfig(clock)
+	cfg.DisableJobs = false
+	e := newEnv(t, pool, cfg, clock)
+	b := e.browser()
+	wantStatus(t, "jobs api without a session", b.get("/dashboard/jobs/api/states"), http.StatusUnauthorized)
+	b.login(e.cfg.AdminToken)
+	p := b.get("/dashboard/jobs/")
+	wantStatus(t, "river ui", p, http.StatusOK)
+	if !strings.Contains(p.body, "/dashboard/jobs") {
+		t.Errorf("River's UI does not know its prefix:\n%.500s", p.body)
+	}
+	p = b.get("/dashboard/jobs/api/states")
+	wantStatus(t, "river api", p, http.StatusOK)
+	var states map[string]any
+	if err := json.Unmarshal([]byte(p.body), &states); err != nil || states["available"] == nil {
+		t.Errorf("jobs api: %v: %.300s", err, p.body)
+	}
+	// River's UI posts with its own script; a cross-site post is refused.
+	cross := b.do(http.MethodPost, "/dashboard/jobs/api/jobs/cancel", nil, func(r *http.Request) {
+		r.Header.Set("Sec-Fetch-Site", "cross-site")
+	})
+	wantStatus(t, "cross-site jobs post", cross, http.StatusForbidden)
+}

@@ -1,0 +1,269 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/chromedp/chromedp"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/sim"
+)
+
+// browserStep bounds every browser action: a page that never shows what
+// the test waits for fails the test instead of hanging it.
+const browserStep = 20 * time.Second
+
+// chromiumPath finds a Chromium: $WEIR_CHROMIUM, /usr/bin/chromium, then
+// chromium on PATH. Empty when there is none.
+func chromiumPath() string {
+	if p := os.Getenv("WEIR_CHROMIUM"); p != "" {
+		return p
+	}
+	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
+		return "/usr/bin/chromium"
+	}
+	p, _ := exec.LookPath("chromium")
+	return p
+}
+
+// artifactsDir is where screenshots go: $WEIR_ARTIFACTS_DIR (CI keeps it),
+// else the test's temporary directory.
+func artifactsDir(t *testing.T) string {
+	dir := os.Getenv("WEIR_ARTIFACTS_DIR")
+	if dir == "" {
+		return t.TempDir()
+	}
+	dir = filepath.Join(dir, "dashboard")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("artifacts dir: %v", err)
+	}
+	return dir
+}
+
+// headless starts a headless Chromium for one test.
+func headless(t *testing.T) context.Context {
+	t.Helper()
+	bin := chromiumPath()
+	if bin == "" {
+		t.Skip("no Chromium: set WEIR_CHROMIUM or install chromium")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.WindowSize(1366, 768))
+	if os.Geteuid() == 0 {
+		opts = append(opts, chromedp.NoSandbox) // Chromium refuses to sandbox as root
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	// The first action starts the browser; it must not run under a step
+	// timeout (that would stop the browser with it).
+	start := make(chan error, 1)
+	go func() { start <- chromedp.Do(ctx) }()
+	select {
+	case err := <-start:
+		if err != nil {
+			t.Fatalf("start chromium %s: %v", bin, err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("chromium %s did not start within a minute", bin)
+	}
+	return ctx
+}
+
+// viewports are the sizes every page is shot at: a laptop and a phone.
+var viewports = [][2]int64{{1366, 768}, {390, 844}}
+
+// TestDashboardInBrowser drives the dashboard in a real headless Chromium
+// over a real weir: accounts cooled, served and measured by requests sent
+// through a data plane to the simulator.
+func TestDashboardInBrowser(t *testing.T) {
+	t.Parallel()
+	bctx := headless(t)
+	shots := artifactsDir(t)
+
+	e := setup(t, options{accounts: []account{
+		{label: "api-1", priority: 10, faults: []sim.Fault{{Kind: sim.FaultRateLimit, RetryAfter: 600}}},
+		{label: "max-1", oauth: true, priority: 5, windows: &sim.Windows{
+			FiveHour: &sim.Window{Limit: 1000, Used: 420, ResetIn: sim.Duration(3 * time.Hour)},
+			SevenDay: &sim.Window{Limit: 100_000, Used: 61_000, ResetIn: sim.Duration(80 * time.Hour)},
+		}},
+		{label: "codex-1", provider: "codex"},
+	}})
+	// The first request meets the 429 on api-1 (cooled 10 minutes, failed
+	// over) and is served by max-1; the others go to max-1 at once.
+	first := e.post(false)
+	if first.status != 200 {
+		t.Fatalf("first request: %d %s", first.status, first.body)
+	}
+	failover := first.header.Get("Weir-Request-Id")
+	for range 2 {
+		if r := e.post(true); r.status != 200 {
+			t.Fatalf("request: %d %s", r.status, r.body)
+		}
+	}
+	if ev := e.routeEvent(failover); ev.Attempts != 2 {
+		t.Fatalf("the first request made %d attempts, want 2 (429 then failover)", ev.Attempts)
+	}
+	eventually(t, "max-1's usage windows from the response headers", func() bool { return len(e.account("max-1").Usage) > 0 })
+	if e.account("api-1").Cooldown == nil {
+		t.Fatal("api-1 is not cooling after its 429")
+	}
+	e.leasesReleased()
+
+	base := e.cpSrv.URL
+	secrets := []string{e.admin, e.dpToken, e.key}
+	for _, c := range e.creds {
+		secrets = append(secrets, c)
+	}
+	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(bctx, browserStep)
+		defer cancel()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			html, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.documentElement.outerHTML`))
+			t.Fatalf("%s: %v\npage:\n%.3000s", what, err, html)
+		}
+	}
+	text := func(what, sel string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(bctx, browserStep)
+		defer cancel()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("%s: text of %s: %v", what, sel, err)
+		}
+		return s
+	}
+	// shoot saves the page at both sizes and checks it holds no secret.
+	shoot := func(name string) {
+		t.Helper()
+		for _, vp := range viewports {
+			ctx, cancel := context.WithTimeout(bctx, browserStep)
+			if err := chromedp.Do(ctx, chromedp.EmulateViewport(vp[0], vp[1])); err != nil {
+				cancel()
+				t.Fatalf("viewport %v: %v", vp, err)
+			}
+			png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+			cancel()
+			if err != nil {
+				t.Fatalf("screenshot %s: %v", name, err)
+			}
+			file := filepath.Join(shots, fmt.Sprintf("%s-%dx%d.png", name, vp[0], vp[1]))
+			if err := os.WriteFile(file, png, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		step("back to the laptop size", chromedp.EmulateViewport(viewports[0][0], viewports[0][1]))
+		html, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.documentElement.outerHTML`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range secrets {
+			if strings.Contains(html, s) {
+				t.Errorf("page %s: a secret (%d characters) is in the DOM", name, len(s))
+			}
+		}
+	}
+
+	// Login: the dashboard sends us there; a wrong token is refused inline.
+	step("open the dashboard", chromedp.Navigate(base+"/dashboard/"), chromedp.WaitVisible(chromedp.CSS("#token")))
+	step("wrong token", chromedp.SetValue(chromedp.CSS("#token"), "wrong-token-"+randHex(4)),
+		chromedp.Click(chromedp.CSS(`.login button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#token-error")))
+	if got := text("login", "#token-error"); !strings.Contains(got, "not the admin token") {
+		t.Errorf("login error = %q", got)
+	}
+	shoot("login-error")
+	step("sign in", chromedp.SetValue(chromedp.CSS("#token"), e.admin),
+		chromedp.Click(chromedp.CSS(`.login button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("table.accounts")))
+
+	// Accounts, with the real state the requests left.
+	api := `tr[data-account="api-1"]`
+	max := `tr[data-account="max-1"]`
+	if got := text("accounts", api); !strings.Contains(got, "cooling") || !strings.Contains(got, "rate limited") || !strings.Contains(got, "retry-after 600") {
+		t.Errorf("api-1 row = %q, want cooling, rate limited, with its evidence", got)
+	}
+	got := text("accounts", max)
+	for _, want := range []string{"active", "5h", "weekly", "61%", "resets", "0 / 4"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("max-1 row lacks %q: %q", want, got)
+		}
+	}
+	if got := text("accounts", `tr[data-account="codex-1"]`); !strings.Contains(got, "codex") || !strings.Contains(got, "account ") {
+		t.Errorf("codex-1 row = %q, want its ChatGPT account id as identity", got)
+	}
+	// The countdown ticks in the browser.
+	countdown := api + " .cooldown .countdown"
+	before := text("countdown", countdown)
+	step("countdown ticks", chromedp.Poll[chromedp.Void](fmt.Sprintf(`document.querySelector(%q).textContent !== %q`, countdown, before),
+		chromedp.WithPollingTimeout(5*time.Second)))
+	shoot("accounts")
+
+	// Pause max-1 through the confirmation dialog.
+	step("pause max-1", chromedp.Click(chromedp.CSS(max+` a[href$="/pause"]`)), chromedp.WaitVisible(chromedp.CSS("#confirm")))
+	if got := text("dialog", "#confirm .confirm-title"); got != "Pause max-1?" {
+		t.Errorf("dialog asks %q", got)
+	}
+	shoot("accounts-confirm")
+	step("confirm", chromedp.Click(chromedp.CSS("#confirm .confirm-go")), chromedp.WaitVisible(chromedp.CSS(".flash")))
+	if got := text("after pause", max+" .badge"); got != "paused" {
+		t.Errorf("max-1 state after the pause = %q", got)
+	}
+	if st := e.account("max-1").State; st != weirv1.AccountState_ACCOUNT_STATE_PAUSED {
+		t.Fatalf("max-1 is %v in the control plane after the pause", st)
+	}
+	// The page refreshes itself: a resume made elsewhere shows up without
+	// a reload.
+	if _, err := e.accounts.ResumeAccount(t.Context(), connect.NewRequest(&weirv1.ResumeAccountRequest{Id: "max-1"})); err != nil {
+		t.Fatal(err)
+	}
+	step("live refresh", chromedp.Poll[chromedp.Void](fmt.Sprintf(`document.querySelector(%q).textContent.trim() === "active"`, max+" .badge"),
+		chromedp.WithPollingTimeout(15*time.Second)))
+
+	// Requests, and the explain view of the one that failed over.
+	step("requests", chromedp.Navigate(base+"/dashboard/requests"),
+		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`a[href="/dashboard/requests/%s"]`, failover))))
+	shoot("requests")
+	step("explain", chromedp.Click(chromedp.CSS(fmt.Sprintf(`a[href="/dashboard/requests/%s"]`, failover))),
+		chromedp.WaitVisible(chromedp.CSS("table.timeline")))
+	tl := text("explain", "table.timeline")
+	for _, want := range []string{"api-1", "rate limited", "429", "failover", "max-1", "success", "respond"} {
+		if !strings.Contains(tl, want) {
+			t.Errorf("timeline lacks %q: %q", want, tl)
+		}
+	}
+	shoot("explain")
+
+	// History.
+	step("history", chromedp.Navigate(base+"/dashboard/history?range=6h"), chromedp.WaitVisible(chromedp.CSS("figure.pool svg.chart")))
+	if got := text("history", "main"); !strings.Contains(got, "3 requests") || !strings.Contains(got, "max-1") {
+		t.Errorf("history = %q, want the three requests and max-1's chart", got)
+	}
+	shoot("history")
+
+	// Settings: a bad value is refused inline, with the RPC's reason.
+	step("settings", chromedp.Navigate(base+"/dashboard/settings"), chromedp.WaitVisible(chromedp.CSS("#request_deadline")),
+		chromedp.SetValue(chromedp.CSS("#request_deadline"), "10s"),
+		chromedp.Click(chromedp.CSS("#setting-request_deadline button")), chromedp.WaitVisible(chromedp.CSS("#request_deadline-error")))
+	if got := text("settings", "#request_deadline-error"); !strings.Contains(got, "request_deadline: 10s is out of range") {
+		t.Errorf("inline error = %q", got)
+	}
+	shoot("settings-error")
+	step("fix the deadline", chromedp.SetValue(chromedp.CSS("#request_deadline"), "45m"),
+		chromedp.Click(chromedp.CSS("#setting-request_deadline button")), chromedp.WaitVisible(chromedp.CSS(".flash")))
+	st, err := e.settings.GetSettings(t.Context(), connect.NewRequest(&weirv1.GetSettingsRequest{}))
+	if err != nil || st.Msg.Settings.RequestDeadline.AsDuration() != 45*time.Minute {
+		t.Errorf("request_deadline after saving 45m: %v, %v", st, err)
+	}
+	shoot("settings")
+
+	step("jobs", chromedp.Navigate(base+"/dashboard/jobs/"), chromedp.WaitVisible(chromedp.CSS("main h1")))
+	shoot("jobs")
+	t.Logf("screenshots in %s", shots)
+}
