@@ -419,7 +419,7 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 		return nil, l.s.fail(ctx, "release lease", err)
 	}
 	l.s.metrics.releases.WithLabelValues(enumName(o.Class)).Inc()
-	out := &weirv1.Decision{Action: d.action}
+	out := &weirv1.Decision{Action: d.action, Rung: string(d.rung)}
 	if d.retryAfter > 0 {
 		out.RetryAfter = durationpb.New(d.retryAfter)
 	}

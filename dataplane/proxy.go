@@ -212,7 +212,7 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 		endAttemptSpan(span, o, d)
 		rec.AttemptRecords = append(rec.AttemptRecords, &weirv1.AttemptRecord{
 			At: durationpb.New(at), AccountId: lease.AccountId, Class: o.Class, Status: o.Status,
-			ErrorType: o.ErrorType, Action: d.GetAction(), Duration: o.Duration,
+			ErrorType: o.ErrorType, Action: d.GetAction(), Duration: o.Duration, Rung: d.GetRung(),
 		})
 		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED {
 			rt.overloads[lease.AccountId]++

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -116,8 +117,12 @@ func printExplain(w io.Writer, ev *weirv1.RouteEvent, accounts, keys map[string]
 		if r.Action != weirv1.Action_ACTION_UNSPECIFIED {
 			action = shortEnum(r.Action.String(), "ACTION_")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t-\n", at, accountName(accounts, r.AccountId), outcome, status,
-			orDash(r.ErrorType), action, optDuration(r.Duration))
+		reason := "-"
+		if r.Rung != "" {
+			reason = "429 ladder: " + strings.ReplaceAll(r.Rung, "_", " ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", at, accountName(accounts, r.AccountId), outcome, status,
+			orDash(r.ErrorType), action, optDuration(r.Duration), reason)
 	}
 	return tw.Flush()
 }

@@ -210,6 +210,9 @@ func (h *Handler) explainPage(w http.ResponseWriter, r *http.Request, s session)
 			st.Outcome = enumText(a.Class.String(), "OUTCOME_CLASS_")
 			st.Decision = enumText(a.Action.String(), "ACTION_")
 			st.Error = a.ErrorType
+			if a.Rung != "" {
+				st.Reason = "429 ladder: " + strings.ReplaceAll(a.Rung, "_", " ")
+			}
 			if a.Status != 0 {
 				st.Status = fmt.Sprint(a.Status)
 			}

@@ -268,6 +268,11 @@ func TestUsageLimitModeCodex(t *testing.T) {
 	if n := len(e.attempts()); n != 2 {
 		t.Errorf("%d upstream attempts, want one per account", n)
 	}
+	for _, a := range e.routeEvent(r.header.Get("Weir-Request-Id")).AttemptRecords {
+		if a.AccountId != "" && a.Rung != "provider_quota" {
+			t.Errorf("attempt on %s decided by rung %q, want provider_quota (the explain view shows it)", e.labels[a.AccountId], a.Rung)
+		}
+	}
 
 	e.setQuotaMode(weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT)
 	for _, stream := range []bool{false, true} {

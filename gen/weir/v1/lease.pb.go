@@ -1470,7 +1470,9 @@ type AttemptRecord struct {
 	Action   Action               `protobuf:"varint,6,opt,name=action,proto3,enum=weir.v1.Action" json:"action,omitempty"`
 	Duration *durationpb.Duration `protobuf:"bytes,7,opt,name=duration,proto3" json:"duration,omitempty"`
 	// For a hold: why the worker waited (e.g. "all accounts cooling").
-	HoldReason    string `protobuf:"bytes,8,opt,name=hold_reason,json=holdReason,proto3" json:"hold_reason,omitempty"`
+	HoldReason string `protobuf:"bytes,8,opt,name=hold_reason,json=holdReason,proto3" json:"hold_reason,omitempty"`
+	// The 429 ladder's rung that decided the attempt, if one did.
+	Rung          string `protobuf:"bytes,9,opt,name=rung,proto3" json:"rung,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1557,6 +1559,13 @@ func (x *AttemptRecord) GetDuration() *durationpb.Duration {
 func (x *AttemptRecord) GetHoldReason() string {
 	if x != nil {
 		return x.HoldReason
+	}
+	return ""
+}
+
+func (x *AttemptRecord) GetRung() string {
+	if x != nil {
+		return x.Rung
 	}
 	return ""
 }
@@ -1764,7 +1773,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\n" +
 	"hold_count\x18\x10 \x01(\x05R\tholdCount\x12:\n" +
 	"\rfailure_stage\x18\x11 \x01(\x0e2\x15.weir.v1.FailureStageR\ffailureStage\x12?\n" +
-	"\x0fattempt_records\x18\x12 \x03(\v2\x16.weir.v1.AttemptRecordR\x0eattemptRecords\"\xbe\x02\n" +
+	"\x0fattempt_records\x18\x12 \x03(\v2\x16.weir.v1.AttemptRecordR\x0eattemptRecords\"\xd2\x02\n" +
 	"\rAttemptRecord\x12)\n" +
 	"\x02at\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x02at\x12\x1d\n" +
 	"\n" +
@@ -1776,7 +1785,8 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x06action\x18\x06 \x01(\x0e2\x0f.weir.v1.ActionR\x06action\x125\n" +
 	"\bduration\x18\a \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x1f\n" +
 	"\vhold_reason\x18\b \x01(\tR\n" +
-	"holdReason\"?\n" +
+	"holdReason\x12\x12\n" +
+	"\x04rung\x18\t \x01(\tR\x04rung\"?\n" +
 	"\x12ReportRouteRequest\x12)\n" +
 	"\x05event\x18\x01 \x01(\v2\x13.weir.v1.RouteEventR\x05event\"\x15\n" +
 	"\x13ReportRouteResponse*\x8a\x02\n" +

@@ -900,7 +900,10 @@ type Decision struct {
 	// Set when the outcome put the account into a cooldown.
 	Cooldown *Cooldown `protobuf:"bytes,2,opt,name=cooldown,proto3" json:"cooldown,omitempty"`
 	// For ACTION_RETRY_SAME: how long to wait first.
-	RetryAfter    *durationpb.Duration `protobuf:"bytes,3,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	RetryAfter *durationpb.Duration `protobuf:"bytes,3,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// The 429 ladder's rung that decided a rate limit ("account_quota",
+	// "burst", "residual", "provider_quota", …); empty otherwise.
+	Rung          string `protobuf:"bytes,4,opt,name=rung,proto3" json:"rung,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -956,6 +959,13 @@ func (x *Decision) GetRetryAfter() *durationpb.Duration {
 	return nil
 }
 
+func (x *Decision) GetRung() string {
+	if x != nil {
+		return x.Rung
+	}
+	return ""
+}
+
 var File_weir_v1_types_proto protoreflect.FileDescriptor
 
 const file_weir_v1_types_proto_rawDesc = "" +
@@ -986,12 +996,13 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x129\n" +
 	"\n" +
 	"written_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\x12\x1a\n" +
-	"\bevidence\x18\x04 \x01(\tR\bevidence\"\x9e\x01\n" +
+	"\bevidence\x18\x04 \x01(\tR\bevidence\"\xb2\x01\n" +
 	"\bDecision\x12'\n" +
 	"\x06action\x18\x01 \x01(\x0e2\x0f.weir.v1.ActionR\x06action\x12-\n" +
 	"\bcooldown\x18\x02 \x01(\v2\x11.weir.v1.CooldownR\bcooldown\x12:\n" +
 	"\vretry_after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter*e\n" +
+	"retryAfter\x12\x12\n" +
+	"\x04rung\x18\x04 \x01(\tR\x04rung*e\n" +
 	"\bProvider\x12\x18\n" +
 	"\x14PROVIDER_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12PROVIDER_ANTHROPIC\x10\x01\x12\x13\n" +
