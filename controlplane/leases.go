@@ -65,13 +65,6 @@ func (l leaseService) Acquire(ctx context.Context, req *connect.Request[weirv1.A
 }
 
 func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (resp *weirv1.AcquireResponse, err error) {
-	key, err := l.s.q.ActiveKeyAndAlias(ctx, db.ActiveKeyAndAliasParams{KeyHash: m.KeyHash, Model: m.Model})
-	if err != nil {
-		if errors.Is(storeErr(err), ErrNotFound) {
-			return nil, connect.NewError(connect.CodePermissionDenied, errKeyRejected)
-		}
-		return nil, l.s.fail(ctx, "acquire", err)
-	}
 	exclude := make(map[uuid.UUID]bool, len(m.ExcludeAccountIds))
 	for _, id := range m.ExcludeAccountIds {
 		u, err := uuid.Parse(id)
@@ -86,16 +79,38 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (re
 			return nil, toConnect(invalidf("prefer_account_id: %q is not an account id", m.PreferAccountId))
 		}
 	}
-	if m.Model == "" || key.AliasTargets == nil {
-		return l.acquireModel(ctx, key.KeyID, m, exclude, prefer)
+	// One round trip answers the key check, the alias question and the
+	// routing view for a concrete model; the lease's claim is the second.
+	v, err := l.s.routingView(ctx, m.KeyHash, m.Model, m.SessionKey, modelFamily(m.Model), l.s.now())
+	if err != nil {
+		return nil, l.s.fail(ctx, "acquire", err)
+	}
+	keyID, aliasTargets := v.keyID, v.aliasTargets
+	if len(v.cands) == 0 {
+		// No account at all: the view had no row to carry the key's answer.
+		key, err := l.s.q.ActiveKeyAndAlias(ctx, db.ActiveKeyAndAliasParams{KeyHash: m.KeyHash, Model: m.Model})
+		switch {
+		case errors.Is(storeErr(err), ErrNotFound):
+			keyID = uuid.Nil
+		case err != nil:
+			return nil, l.s.fail(ctx, "acquire", err)
+		default:
+			keyID, aliasTargets = key.KeyID, key.AliasTargets
+		}
+	}
+	if keyID == uuid.Nil {
+		return nil, connect.NewError(connect.CodePermissionDenied, errKeyRejected)
+	}
+	if m.Model == "" || aliasTargets == nil {
+		return l.acquireModel(ctx, keyID, m, exclude, prefer, &v)
 	}
 	// An alias: the first target with an eligible account serves, and the
 	// lease names it for the data plane to send upstream.
 	var nones []*weirv1.NoAccount
-	for _, target := range key.AliasTargets {
+	for _, target := range aliasTargets {
 		tm := proto.Clone(m).(*weirv1.AcquireRequest)
 		tm.Model = target
-		resp, err := l.acquireModel(ctx, key.KeyID, tm, exclude, prefer)
+		resp, err := l.acquireModel(ctx, keyID, tm, exclude, prefer, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -124,18 +139,29 @@ func aliasNoAccount(nones []*weirv1.NoAccount) *weirv1.NoAccount {
 	return best
 }
 
-// acquireModel leases an account for m.Model, a concrete model.
-func (l leaseService) acquireModel(ctx context.Context, keyID uuid.UUID, m *weirv1.AcquireRequest, exclude map[uuid.UUID]bool, prefer uuid.UUID) (resp *weirv1.AcquireResponse, err error) {
+// acquireModel leases an account for m.Model, a concrete model. first,
+// when set, is the routing view already read for it.
+func (l leaseService) acquireModel(ctx context.Context, keyID uuid.UUID, m *weirv1.AcquireRequest, exclude map[uuid.UUID]bool, prefer uuid.UUID, first *view) (resp *weirv1.AcquireResponse, err error) {
+	family := modelFamily(m.Model)
+	if first == nil {
+		v, err := l.s.routingView(ctx, m.KeyHash, "", m.SessionKey, family, l.s.now())
+		if err != nil {
+			return nil, l.s.fail(ctx, "acquire", err)
+		}
+		first = &v
+	}
 	var breakerOpen map[string]bool
 	if m.Model != "" {
 		// Each provider of the surface has its own breaker per family: an
 		// overloaded Codex backend does not stop OpenAI keys, and the
-		// reverse.
-		family := modelFamily(m.Model)
+		// reverse. The view says which are open; only those are asked.
 		var firstNone *weirv1.NoAccount
 		providers := providersFor(m.Surface)
 		for _, p := range providers {
 			provider := enumName(p)
+			if !first.breakerOpen[provider] {
+				continue
+			}
 			none, probe, err := l.s.breakerGate(ctx, provider, family, l.s.now())
 			if err != nil {
 				return nil, l.s.fail(ctx, "acquire", err)
@@ -167,14 +193,19 @@ func (l leaseService) acquireModel(ctx context.Context, keyID uuid.UUID, m *weir
 			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: firstNone}}, nil
 		}
 	}
-	for range claimAttempts {
+	v := first
+	for attempt := range claimAttempts {
 		now := l.s.now()
-		cands, sessionAccount, err := l.s.routingView(ctx, m.SessionKey, modelFamily(m.Model), now)
-		if err != nil {
-			return nil, l.s.fail(ctx, "acquire", err)
+		if attempt > 0 {
+			// The last view lost every claim: read it again.
+			fresh, err := l.s.routingView(ctx, m.KeyHash, "", m.SessionKey, family, now)
+			if err != nil {
+				return nil, l.s.fail(ctx, "acquire", err)
+			}
+			v = &fresh
 		}
-		order, none := route(cands, routeRequest{model: m.Model, surface: m.Surface, breakerOpen: breakerOpen,
-			exclude: exclude, sessionAccount: sessionAccount, preferAccount: prefer}, now)
+		order, none := route(v.cands, routeRequest{model: m.Model, surface: m.Surface, breakerOpen: breakerOpen,
+			exclude: exclude, sessionAccount: v.session, preferAccount: prefer}, now)
 		if none != nil {
 			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: none}}, nil
 		}
@@ -250,17 +281,40 @@ func (l leaseService) claim(ctx context.Context, c candidate, keyID uuid.UUID, m
 	}, nil
 }
 
+// view is one read of the routing view.
+type view struct {
+	cands []candidate
+	// session is the account the session is bound to; uuid.Nil when none.
+	session uuid.UUID
+	// keyID is the client key's id when it is live (uuid.Nil: unknown or
+	// revoked); aliasTargets the model's targets when it is an alias. Both
+	// are read only when the view has a row to carry them.
+	keyID        uuid.UUID
+	aliasTargets []string
+	// breakerOpen names the providers whose breaker for the family is open
+	// or probing: Acquire asks only those.
+	breakerOpen map[string]bool
+}
+
 // routingView reads every account with its live leases, cooldown and gate
-// for the model family, and the account the session is bound to, if it is
-// still bound: one query.
-func (s *Server) routingView(ctx context.Context, sessionKey, family string, now time.Time) ([]candidate, uuid.UUID, error) {
-	rows, err := s.q.RoutingView(ctx, db.RoutingViewParams{Now: now, SessionKey: sessionKey, BoundSince: now.Add(-s.cfg.SessionTTL), Family: family})
+// for the model family, the account the session is bound to, if it is
+// still bound, the family's breakers, and the key and alias answers: one
+// query.
+func (s *Server) routingView(ctx context.Context, keyHash, model, sessionKey, family string, now time.Time) (view, error) {
+	rows, err := s.q.RoutingView(ctx, db.RoutingViewParams{KeyHash: keyHash, Model: model, Now: now, SessionKey: sessionKey,
+		BoundSince: now.Add(-s.cfg.SessionTTL), Family: family})
 	if err != nil {
-		return nil, uuid.Nil, err
+		return view{}, err
 	}
-	cands := make([]candidate, 0, len(rows))
-	session := uuid.Nil
+	v := view{cands: make([]candidate, 0, len(rows))}
 	for _, r := range rows {
+		v.keyID, v.aliasTargets = r.KeyID, r.AliasTargets
+		if r.BreakerOpenUntil != nil {
+			if v.breakerOpen == nil {
+				v.breakerOpen = map[string]bool{}
+			}
+			v.breakerOpen[r.Account.Provider] = true
+		}
 		c := candidate{account: r.Account, live: r.Live}
 		if r.CooldownUntil != nil {
 			c.cooldown = &db.Cooldown{
@@ -288,11 +342,11 @@ func (s *Server) routingView(ctx context.Context, sessionKey, family string, now
 			c.sevenDay = &windowReading{utilization: *r.SevenDayUtilization, resetsAt: *r.SevenDayResetsAt}
 		}
 		if r.SessionBound && sessionKey != "" {
-			session = r.Account.ID
+			v.session = r.Account.ID
 		}
-		cands = append(cands, c)
+		v.cands = append(v.cands, c)
 	}
-	return cands, session, nil
+	return v, nil
 }
 
 func (l leaseService) Renew(ctx context.Context, req *connect.Request[weirv1.RenewRequest]) (*connect.Response[weirv1.RenewResponse], error) {
@@ -452,11 +506,11 @@ func (l leaseService) PoolQuota(ctx context.Context, req *connect.Request[weirv1
 	now := l.s.now()
 	var first *weirv1.QuotaBlock
 	for _, model := range models {
-		cands, _, err := l.s.routingView(ctx, "", modelFamily(model), now)
+		v, err := l.s.routingView(ctx, "", "", "", modelFamily(model), now)
 		if err != nil {
 			return nil, l.s.fail(ctx, "pool quota", err)
 		}
-		qb := quotaBlock(cands, routeRequest{model: model, surface: m.Surface}, now)
+		qb := quotaBlock(v.cands, routeRequest{model: model, surface: m.Surface}, now)
 		if qb == nil {
 			return connect.NewResponse(&weirv1.PoolQuotaResponse{}), nil
 		}

@@ -523,7 +523,10 @@ func (q *Queries) ResumeAccount(ctx context.Context, arg ResumeAccountParams) (A
 
 const routingView = `-- name: RoutingView :many
 SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.priority, a.paused, a.broken_reason, a.broken_at, a.auth_failures, a.credential_sealed, a.credential_revision, a.credential_hint, a.last_used_at, a.last_success_at, a.created_at, a.updated_at, a.quota_backoffs, a.recovery_probe, a.refresh_sealed, a.access_expires_at, a.refreshing_until, a.refresh_failures, a.refresh_blocked_until, a.refresh_rejected_at, a.banked_resets_enabled, a.org_id, a.recovery_probe_seen_at, a.upstream_account_id, a.identity,
-    (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > $1)::integer AS live,
+    (SELECT k.id FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::uuid AS key_id,
+    (SELECT ma.targets FROM model_aliases ma WHERE ma.alias = $2::text) AS alias_targets,
+    ob.open_until AS breaker_open_until,
+    (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > $3)::integer AS live,
     c.reason AS cooldown_reason,
     c.transient AS cooldown_transient,
     c.until AS cooldown_until,
@@ -537,22 +540,25 @@ SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.
     g.written_at AS gate_written_at,
     g.evidence AS gate_evidence,
     coalesce(a.id = (SELECT s.account_id FROM session_bindings s
-                     WHERE s.session_key = $2 AND s.last_seen_at > $3), false)::boolean AS session_bound,
+                     WHERE s.session_key = $4 AND s.last_seen_at > $5), false)::boolean AS session_bound,
     u5.utilization AS five_hour_utilization,
     u5.resets_at AS five_hour_resets_at,
     u7.utilization AS seven_day_utilization,
     u7.resets_at AS seven_day_resets_at
 FROM accounts a
-LEFT JOIN cooldowns c ON c.account_id = a.id AND c.until > $1
-LEFT JOIN family_gates g ON g.account_id = a.id AND g.family = $4 AND g.until > $1
+LEFT JOIN cooldowns c ON c.account_id = a.id AND c.until > $3
+LEFT JOIN family_gates g ON g.account_id = a.id AND g.family = $6 AND g.until > $3
 LEFT JOIN usage_windows u5 ON u5.account_id = a.id AND u5.window_name = 'five_hour'
-    AND u5.utilization IS NOT NULL AND u5.resets_at > $1
+    AND u5.utilization IS NOT NULL AND u5.resets_at > $3
 LEFT JOIN usage_windows u7 ON u7.account_id = a.id AND u7.window_name = 'seven_day'
-    AND u7.utilization IS NOT NULL AND u7.resets_at > $1
+    AND u7.utilization IS NOT NULL AND u7.resets_at > $3
+LEFT JOIN overload_breakers ob ON ob.provider = a.provider AND ob.family = $6
 ORDER BY a.label
 `
 
 type RoutingViewParams struct {
+	KeyHash    string
+	Model      string
 	Now        time.Time
 	SessionKey string
 	BoundSince time.Time
@@ -561,6 +567,9 @@ type RoutingViewParams struct {
 
 type RoutingViewRow struct {
 	Account                    Account
+	KeyID                      uuid.UUID
+	AliasTargets               []string
+	BreakerOpenUntil           *time.Time
 	Live                       int32
 	CooldownReason             *string
 	CooldownTransient          pgtype.Bool
@@ -581,13 +590,17 @@ type RoutingViewRow struct {
 	SevenDayResetsAt           *time.Time
 }
 
-// Everything routing needs in one round trip: every account with its live
+// Everything Acquire needs in one round trip: every account with its live
 // lease count, its live cooldown if any, its live gate for the request's
-// model family if any, whether the session is bound to it, and its current
+// model family if any, whether the session is bound to it, its current
 // five_hour and seven_day readings (none when there is no evidence: no
-// utilization, or a reset already passed).
+// utilization, or a reset already passed) and its provider's overload
+// breaker for the family; and, the same on every row, the client key's id
+// when the key is live and the model's alias targets when it is an alias.
 func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]RoutingViewRow, error) {
 	rows, err := q.db.Query(ctx, routingView,
+		arg.KeyHash,
+		arg.Model,
 		arg.Now,
 		arg.SessionKey,
 		arg.BoundSince,
@@ -632,6 +645,9 @@ func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]Rou
 			&i.Account.RecoveryProbeSeenAt,
 			&i.Account.UpstreamAccountID,
 			&i.Account.Identity,
+			&i.KeyID,
+			&i.AliasTargets,
+			&i.BreakerOpenUntil,
 			&i.Live,
 			&i.CooldownReason,
 			&i.CooldownTransient,

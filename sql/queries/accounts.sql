@@ -87,13 +87,18 @@ UPDATE accounts SET
 WHERE id = @id AND credential_revision = @credential_revision
 RETURNING auth_failures, (broken_at IS NOT NULL)::boolean AS broken;
 
--- Everything routing needs in one round trip: every account with its live
+-- Everything Acquire needs in one round trip: every account with its live
 -- lease count, its live cooldown if any, its live gate for the request's
--- model family if any, whether the session is bound to it, and its current
+-- model family if any, whether the session is bound to it, its current
 -- five_hour and seven_day readings (none when there is no evidence: no
--- utilization, or a reset already passed).
+-- utilization, or a reset already passed) and its provider's overload
+-- breaker for the family; and, the same on every row, the client key's id
+-- when the key is live and the model's alias targets when it is an alias.
 -- name: RoutingView :many
 SELECT sqlc.embed(a),
+    (SELECT k.id FROM client_keys k WHERE k.key_hash = @key_hash::text AND k.revoked_at IS NULL)::uuid AS key_id,
+    (SELECT ma.targets FROM model_aliases ma WHERE ma.alias = @model::text) AS alias_targets,
+    ob.open_until AS breaker_open_until,
     (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > @now)::integer AS live,
     c.reason AS cooldown_reason,
     c.transient AS cooldown_transient,
@@ -120,4 +125,5 @@ LEFT JOIN usage_windows u5 ON u5.account_id = a.id AND u5.window_name = 'five_ho
     AND u5.utilization IS NOT NULL AND u5.resets_at > @now
 LEFT JOIN usage_windows u7 ON u7.account_id = a.id AND u7.window_name = 'seven_day'
     AND u7.utilization IS NOT NULL AND u7.resets_at > @now
+LEFT JOIN overload_breakers ob ON ob.provider = a.provider AND ob.family = @family
 ORDER BY a.label;

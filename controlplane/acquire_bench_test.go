@@ -1,0 +1,133 @@
+package controlplane
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/internal/rpcclient"
+)
+
+// BenchmarkAcquireRelease is one request's round trip through the control
+// plane as a worker makes it: Acquire, then Release with a success, over
+// Connect (HTTP/2 cleartext) and a real Postgres, on a pool of accounts.
+// It reports the two halves separately (acquire-µs, release-µs).
+func BenchmarkAcquireRelease(b *testing.B) {
+	for _, accounts := range []int{4, 64} {
+		b.Run(map[int]string{4: "accounts=4", 64: "accounts=64"}[accounts], func(b *testing.B) {
+			pool := pgtest.NewPool(b)
+			cfg := Config{AdminToken: "admin-" + randHex(16), DataplaneToken: "dataplane-" + randHex(16),
+				SecretKey: randBytes(32), DisableJobs: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			srv, err := New(cfg, pool)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ts := httptest.NewUnstartedServer(srv.Handler())
+			ts.Config.Protocols = new(http.Protocols)
+			ts.Config.Protocols.SetHTTP1(true)
+			ts.Config.Protocols.SetUnencryptedHTTP2(true)
+			ts.Start()
+			b.Cleanup(ts.Close)
+			hc := rpcclient.HTTPClient()
+			admin := connect.WithInterceptors(rpcclient.Token(cfg.AdminToken))
+			accts := weirv1connect.NewAccountServiceClient(hc, ts.URL, admin)
+			keys := weirv1connect.NewKeyServiceClient(hc, ts.URL, admin)
+			leases := weirv1connect.NewLeaseServiceClient(hc, ts.URL, connect.WithInterceptors(rpcclient.Token(cfg.DataplaneToken)))
+			ctx := b.Context()
+			for i := range accounts {
+				if _, err := accts.CreateAccount(ctx, connect.NewRequest(&weirv1.CreateAccountRequest{
+					Provider: weirv1.Provider_PROVIDER_ANTHROPIC, AuthKind: weirv1.AuthKind_AUTH_KIND_API_KEY,
+					Label: "bench-" + randHex(3) + "-" + string(rune('a'+i%26)), Credential: apiKey(), MaxConcurrency: 1000,
+				})); err != nil {
+					b.Fatal(err)
+				}
+			}
+			key, err := keys.CreateKey(ctx, connect.NewRequest(&weirv1.CreateKeyRequest{Name: "bench"}))
+			if err != nil {
+				b.Fatal(err)
+			}
+			hash := HashKey(key.Msg.Secret)
+			var acq, rel time.Duration
+			b.ResetTimer()
+			for b.Loop() {
+				t0 := time.Now()
+				resp, err := leases.Acquire(ctx, connect.NewRequest(&weirv1.AcquireRequest{
+					KeyHash: hash, Model: "claude-sonnet-4-5", SessionKey: "bench-session", RequestId: "bench",
+					Surface: weirv1.Surface_SURFACE_MESSAGES,
+				}))
+				if err != nil || resp.Msg.GetLease() == nil {
+					b.Fatalf("acquire: %v %v", err, resp.Msg.GetNoAccount())
+				}
+				t1 := time.Now()
+				if _, err := leases.Release(ctx, connect.NewRequest(&weirv1.ReleaseRequest{LeaseId: resp.Msg.GetLease().Id,
+					Outcome: &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200}})); err != nil {
+					b.Fatal(err)
+				}
+				acq += t1.Sub(t0)
+				rel += time.Since(t1)
+			}
+			b.ReportMetric(float64(acq.Microseconds())/float64(b.N), "acquire-µs")
+			b.ReportMetric(float64(rel.Microseconds())/float64(b.N), "release-µs")
+		})
+	}
+}
+
+// BenchmarkAcquireQueries times Acquire's two Postgres round trips alone
+// (the routing view, the claim and its release), without Connect.
+func BenchmarkAcquireQueries(b *testing.B) {
+	pool := pgtest.NewPool(b)
+	cfg := Config{AdminToken: "admin-" + randHex(16), DataplaneToken: "dataplane-" + randHex(16),
+		SecretKey: randBytes(32), DisableJobs: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	srv, err := New(cfg, pool)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := b.Context()
+	a := accountService{s: srv}
+	for i := range 4 {
+		if _, err := a.CreateAccount(ctx, connect.NewRequest(&weirv1.CreateAccountRequest{
+			Provider: weirv1.Provider_PROVIDER_ANTHROPIC, AuthKind: weirv1.AuthKind_AUTH_KIND_API_KEY,
+			Label: "q-" + string(rune('a'+i)), Credential: apiKey(), MaxConcurrency: 1000,
+		})); err != nil {
+			b.Fatal(err)
+		}
+	}
+	key, err := keyService{s: srv}.CreateKey(ctx, connect.NewRequest(&weirv1.CreateKeyRequest{Name: "q"}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	hash := HashKey(key.Msg.Secret)
+	l := leaseService{s: srv}
+	var view, claim, release time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		v, err := srv.routingView(ctx, hash, "claude-sonnet-4-5", "s", "sonnet", time.Now())
+		if err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		lease, err := l.claim(ctx, v.cands[0], v.keyID, &weirv1.AcquireRequest{Model: "claude-sonnet-4-5", RequestId: "q"}, time.Now())
+		if err != nil || lease == nil {
+			b.Fatalf("claim: %v", err)
+		}
+		t2 := time.Now()
+		if _, err := l.Release(ctx, connect.NewRequest(&weirv1.ReleaseRequest{LeaseId: lease.Id,
+			Outcome: &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200}})); err != nil {
+			b.Fatal(err)
+		}
+		view += t1.Sub(t0)
+		claim += t2.Sub(t1)
+		release += time.Since(t2)
+	}
+	b.ReportMetric(float64(view.Microseconds())/float64(b.N), "view-µs")
+	b.ReportMetric(float64(claim.Microseconds())/float64(b.N), "claim-µs")
+	b.ReportMetric(float64(release.Microseconds())/float64(b.N), "release-µs")
+}
