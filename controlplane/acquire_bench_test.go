@@ -21,8 +21,12 @@ import (
 // Connect (HTTP/2 cleartext) and a real Postgres, on a pool of accounts.
 // It reports the two halves separately (acquire-µs, release-µs).
 func BenchmarkAcquireRelease(b *testing.B) {
-	for _, accounts := range []int{4, 64} {
-		b.Run(map[int]string{4: "accounts=4", 64: "accounts=64"}[accounts], func(b *testing.B) {
+	for _, tc := range []struct {
+		name     string
+		accounts int
+	}{{"accounts=4", 4}, {"accounts=64", 64}} {
+		accounts := tc.accounts
+		b.Run(tc.name, func(b *testing.B) {
 			pool := pgtest.NewPool(b)
 			cfg := Config{AdminToken: "admin-" + randHex(16), DataplaneToken: "dataplane-" + randHex(16),
 				SecretKey: randBytes(32), DisableJobs: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
