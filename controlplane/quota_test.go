@@ -449,7 +449,7 @@ func TestQuotaUntil(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, ok := tc.x.quotaUntil(epoch)
-			if ok != tc.ok || !e.resetsAt.Equal(tc.resets) || e.windowMinutes != tc.window || e.message != tc.message {
+			if ok != tc.ok || !e.resetsAt.Equal(tc.resets) || e.windowMinutes != tc.window || e.text() != tc.message {
 				t.Errorf("quotaUntil %+v %v, want {%v %d %q} %v", e, ok, tc.resets, tc.window, tc.message, tc.ok)
 			}
 		})

@@ -145,14 +145,23 @@ func providersFor(sf weirv1.Surface) []weirv1.Provider {
 	return surfaceProviders[sf]
 }
 
-// serves says whether an account's provider serves a request on surface.
-func serves(provider string, sf weirv1.Surface) bool {
-	for _, p := range providersFor(sf) {
-		if provider == enumName(p) {
-			return true
+// surfaceProviderNames is surfaceProviders by the providers' stored names,
+// built once: serves runs for every account of every Acquire.
+var surfaceProviderNames = func() map[weirv1.Surface]map[string]bool {
+	out := map[weirv1.Surface]map[string]bool{}
+	for sf, ps := range surfaceProviders {
+		out[sf] = map[string]bool{}
+		for _, p := range ps {
+			out[sf][enumName(p)] = true
 		}
 	}
-	return false
+	out[weirv1.Surface_SURFACE_UNSPECIFIED] = out[weirv1.Surface_SURFACE_MESSAGES]
+	return out
+}()
+
+// serves says whether an account's provider serves a request on surface.
+func serves(provider string, sf weirv1.Surface) bool {
+	return surfaceProviderNames[sf][provider]
 }
 
 // route orders the accounts that may serve req, best first, or says why
@@ -160,8 +169,8 @@ func serves(provider string, sf weirv1.Surface) bool {
 // follows re-checks eligibility under a row lock, so a stale view costs a
 // retry, never a broken cap.
 func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *weirv1.NoAccount) {
+	eligible := make([]candidate, 0, len(cands))
 	var (
-		eligible                                []candidate
 		serving, disabled, tried, full, cooling int
 		gated                                   int // cooling for the request's family only
 		recoverable                             int // could serve again without an operator
@@ -203,8 +212,7 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 		}
 	}
 	if len(eligible) > 0 {
-		slices.SortStableFunc(eligible, func(x, y candidate) int { return compareCandidates(x, y, req, now) })
-		return eligible, nil
+		return rank(eligible, req, now), nil
 	}
 	none := &weirv1.NoAccount{Permanent: recoverable == 0, QuotaBlock: quotaBlock(cands, req, now)}
 	if !soonest.IsZero() {
@@ -277,6 +285,17 @@ type quotaEvidence struct {
 	resetsAt      time.Time
 	windowMinutes int32
 	message       string
+	// spent, for a spent window of the usage view, is its utilization: the
+	// message is written only for the account a block names.
+	spent float64
+}
+
+// text is the evidence as one line.
+func (e quotaEvidence) text() string {
+	if e.message == "" && e.spent > 0 {
+		return fmt.Sprintf("usage view: %d-minute window at %.0f%%", e.windowMinutes, e.spent*100)
+	}
+	return e.message
 }
 
 // quotaUntil says whether the account is blocked by quota evidence that
@@ -303,8 +322,7 @@ func (c candidate) quotaUntil(now time.Time) (quotaEvidence, bool) {
 		minutes int32
 	}{{c.fiveHour, 300}, {c.sevenDay, 10080}} {
 		if w.r.live(now) && w.r.utilization >= spentAt {
-			consider(quotaEvidence{resetsAt: w.r.resetsAt, windowMinutes: w.minutes,
-				message: fmt.Sprintf("usage view: %d-minute window at %.0f%%", w.minutes, w.r.utilization*100)})
+			consider(quotaEvidence{resetsAt: w.r.resetsAt, windowMinutes: w.minutes, spent: w.r.utilization})
 		}
 	}
 	if g := c.gate; g != nil && g.Until.After(now) && gateOnReset(g) {
@@ -370,12 +388,57 @@ func quotaBlock(cands []candidate, req routeRequest, now time.Time) *weirv1.Quot
 		ResetsAt:          timestamppb.New(first.resetsAt),
 		WindowMinutes:     first.windowMinutes,
 		Provider:          enumValue[weirv1.Provider](firstOf.account.Provider),
-		LastUpstreamError: first.message,
+		LastUpstreamError: first.text(),
 		Accounts:          n,
 	}
 }
 
-// compareCandidates ranks: the request's preferred account, then the
+// rankKey is one candidate's place in the ranking, computed once: the
+// comparison then reads small values instead of recomputing the usage
+// view's deadlines, and the sort moves indices instead of whole accounts.
+type rankKey struct {
+	idx      int
+	first    int // 0: the preferred account, 1: the session's, 2: any other
+	priority int32
+	tier     int
+	// weeklyReset and weeklyUtil order tierWeekly; demoted orders
+	// tierDemoted.
+	weeklyReset time.Time
+	weeklyUtil  float64
+	demoted     time.Time
+	live, cap   int32
+	lastUsed    *time.Time
+}
+
+// rank orders the eligible candidates by compareRankKeys, stably.
+func rank(cands []candidate, req routeRequest, now time.Time) []candidate {
+	keys := make([]rankKey, len(cands))
+	for i, c := range cands {
+		k := rankKey{idx: i, first: 2, priority: c.account.Priority, tier: harvestTier(c, now),
+			live: c.live, cap: c.account.MaxConcurrency, lastUsed: c.account.LastUsedAt}
+		switch {
+		case req.preferAccount != uuid.Nil && c.account.ID == req.preferAccount:
+			k.first = 0
+		case req.sessionAccount != uuid.Nil && c.account.ID == req.sessionAccount:
+			k.first = 1
+		}
+		switch k.tier {
+		case tierWeekly:
+			k.weeklyReset, k.weeklyUtil = c.sevenDay.resetsAt, c.sevenDay.utilization
+		case tierDemoted:
+			k.demoted = c.demotedUntil(now)
+		}
+		keys[i] = k
+	}
+	slices.SortStableFunc(keys, compareRankKeys)
+	out := make([]candidate, len(cands))
+	for i, k := range keys {
+		out[i] = cands[k.idx]
+	}
+	return out
+}
+
+// compareRankKeys ranks: the request's preferred account, then the
 // session's own (its prompt cache lives there); then operator priority, an
 // override applied before HARVEST (an operator who ranks accounts means it,
 // whatever their windows); then one stable partition over the soft
@@ -388,30 +451,33 @@ func quotaBlock(cands []candidate, req routeRequest, now time.Time) *weirv1.Quot
 // never a 5-hour term; then accounts without evidence; demoted accounts
 // by when they stop being demoted. Then the most free share of the
 // concurrency cap, then the least recently used.
-func compareCandidates(x, y candidate, req routeRequest, now time.Time) int {
-	for _, first := range []uuid.UUID{req.preferAccount, req.sessionAccount} {
-		if first == uuid.Nil {
-			continue
+func compareRankKeys(x, y rankKey) int {
+	if c := cmp.Compare(x.first, y.first); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(y.priority, x.priority); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(x.tier, y.tier); c != 0 {
+		return c
+	}
+	switch x.tier {
+	case tierWeekly:
+		if c := x.weeklyReset.Compare(y.weeklyReset); c != 0 {
+			return c
 		}
-		xs, ys := x.account.ID == first, y.account.ID == first
-		if xs != ys {
-			if xs {
-				return -1
-			}
-			return 1
+		if c := cmp.Compare(x.weeklyUtil, y.weeklyUtil); c != 0 {
+			return c
+		}
+	case tierDemoted:
+		if c := x.demoted.Compare(y.demoted); c != 0 {
+			return c
 		}
 	}
-	if c := cmp.Compare(y.account.Priority, x.account.Priority); c != 0 {
+	if c := cmp.Compare(int64(x.live)*int64(y.cap), int64(y.live)*int64(x.cap)); c != 0 {
 		return c
 	}
-	if c := compareHarvest(x, y, now); c != 0 {
-		return c
-	}
-	// x.live/x.cap < y.live/y.cap, compared without division.
-	if c := cmp.Compare(int64(x.live)*int64(y.account.MaxConcurrency), int64(y.live)*int64(x.account.MaxConcurrency)); c != 0 {
-		return c
-	}
-	return compareTimes(x.account.LastUsedAt, y.account.LastUsedAt)
+	return compareTimes(x.lastUsed, y.lastUsed)
 }
 
 // Harvest tiers, best first.
@@ -429,25 +495,6 @@ func harvestTier(c candidate, now time.Time) int {
 		return tierWeekly
 	}
 	return tierUnknown
-}
-
-// compareHarvest orders two accounts by the usage view (see
-// compareCandidates).
-func compareHarvest(x, y candidate, now time.Time) int {
-	tx, ty := harvestTier(x, now), harvestTier(y, now)
-	if c := cmp.Compare(tx, ty); c != 0 {
-		return c
-	}
-	switch tx {
-	case tierWeekly:
-		if c := x.sevenDay.resetsAt.Compare(y.sevenDay.resetsAt); c != 0 {
-			return c
-		}
-		return cmp.Compare(x.sevenDay.utilization, y.sevenDay.utilization)
-	case tierDemoted:
-		return x.demotedUntil(now).Compare(y.demotedUntil(now))
-	}
-	return 0
 }
 
 // compareTimes orders never-used first, then oldest.

@@ -1,0 +1,251 @@
+package controlplane
+
+import (
+	"fmt"
+	"maps"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/weirhq/weir/controlplane/db"
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+// Benchmarks of the control plane's pure decisions: selection over pools
+// of 10, 100 and 1,000 accounts, the pool-wide quota block, and the 429
+// ladder and decide() on representative answers. No database. Results and
+// method: docs/benchmarks.md.
+
+var benchPoolSizes = []int{10, 100, 1000}
+
+// benchPool is a mixed pool of n Anthropic accounts as the routing view
+// shows it: of every ten, one cooling, one gated for opus, one at its cap,
+// one near its limit, one with a spent 5-hour window, one in the weekly
+// reserve, one without usage evidence, and three healthy with assorted
+// weekly readings; priorities, live leases and last use vary. It also
+// returns a session-bound account among the eligible ones.
+func benchPool(n int) ([]candidate, uuid.UUID) {
+	cands := make([]candidate, 0, n)
+	for i := range n {
+		opts := []func(*candidate){
+			usedAt(-time.Duration(i%37) * time.Minute),
+			live(int32(i % 3)),
+		}
+		if i%17 == 0 {
+			opts = append(opts, prio(int32(i%3)))
+		}
+		switch i % 10 {
+		case 0:
+			opts = append(opts, cooling(time.Duration(1+i%5)*time.Minute, true))
+		case 1:
+			opts = append(opts, gated(time.Duration(10+i%50)*time.Hour))
+		case 2:
+			opts = append(opts, live(4))
+		case 3:
+			opts = append(opts, weekly(0.93, time.Duration(20+i%100)*time.Hour))
+		case 4:
+			opts = append(opts, fiveHour(0.995, time.Duration(1+i%4)*time.Hour), weekly(0.5, 90*time.Hour))
+		case 5:
+			opts = append(opts, weekly(0.85, time.Duration(30+i%100)*time.Hour))
+		case 6:
+			// no usage evidence
+		default:
+			opts = append(opts, fiveHour(float64(i%60)/100, time.Duration(1+i%4)*time.Hour),
+				weekly(float64(i%70)/100, time.Duration(1+i%160)*time.Hour))
+		}
+		cands = append(cands, c(fmt.Sprintf("acct-%04d", i), opts...))
+	}
+	return cands, cands[len(cands)/20*10+7].account.ID // an i%10 == 7 account: healthy
+}
+
+// benchBlockedPool is a pool of n accounts every one of which is out on
+// quota evidence covering its deadline (a quota cooldown, a spent window,
+// a family gate on its claim's reset): the no-account path, where route
+// calls quotaBlock over the whole pool.
+func benchBlockedPool(n int) []candidate {
+	cands := make([]candidate, 0, n)
+	for i := range n {
+		var opt func(*candidate)
+		reset := time.Duration(1+i%90) * time.Hour
+		switch i % 3 {
+		case 0:
+			opt = func(x *candidate) {
+				kind, resets := "anthropic_unified", epoch.Add(reset)
+				x.cooldown = &db.Cooldown{AccountID: x.account.ID, Reason: "quota_exhausted", Transient: true,
+					Until: resets, WrittenAt: epoch, QuotaKind: &kind, QuotaResetsAt: &resets, QuotaWindowMinutes: 300,
+					QuotaMessage: "This request would exceed your account's rate limit. Please try again later."}
+			}
+		case 1:
+			opt = weekly(1.0, reset)
+		default:
+			opt = gated(reset)
+		}
+		cands = append(cands, c(fmt.Sprintf("acct-%04d", i), opt))
+	}
+	return cands
+}
+
+func benchRouteRequest(session uuid.UUID) routeRequest {
+	return routeRequest{model: "claude-opus-4-1", surface: weirv1.Surface_SURFACE_MESSAGES,
+		breakerOpen: map[string]bool{}, exclude: map[uuid.UUID]bool{}, sessionAccount: session}
+}
+
+func BenchmarkRoute(b *testing.B) {
+	for _, n := range benchPoolSizes {
+		cands, session := benchPool(n)
+		req := benchRouteRequest(session)
+		b.Run(fmt.Sprintf("mixed/%d", n), func(b *testing.B) {
+			order, none := route(cands, req, epoch)
+			if none != nil || order[0].account.ID != session {
+				b.Fatalf("route: %v, first %v", none, order[0].account.Label)
+			}
+			for b.Loop() {
+				route(cands, req, epoch)
+			}
+		})
+	}
+	for _, n := range benchPoolSizes {
+		cands := benchBlockedPool(n)
+		req := benchRouteRequest(uuid.Nil)
+		b.Run(fmt.Sprintf("all_quota_blocked/%d", n), func(b *testing.B) {
+			if _, none := route(cands, req, epoch); none == nil || none.QuotaBlock == nil || none.QuotaBlock.Accounts != int32(n) {
+				b.Fatalf("route: %v", none)
+			}
+			for b.Loop() {
+				route(cands, req, epoch)
+			}
+		})
+	}
+}
+
+// BenchmarkQuotaBlock: on a mixed pool it stops at the first account that
+// is not quota-blocked; on a blocked pool it reads every account's
+// evidence (PoolQuota, and route's no-account path).
+func BenchmarkQuotaBlock(b *testing.B) {
+	for _, n := range benchPoolSizes {
+		cands, _ := benchPool(n)
+		req := benchRouteRequest(uuid.Nil)
+		b.Run(fmt.Sprintf("mixed/%d", n), func(b *testing.B) {
+			if q := quotaBlock(cands, req, epoch); q != nil {
+				b.Fatalf("quotaBlock = %v on a pool that can serve", q)
+			}
+			for b.Loop() {
+				quotaBlock(cands, req, epoch)
+			}
+		})
+	}
+	for _, n := range benchPoolSizes {
+		cands := benchBlockedPool(n)
+		req := benchRouteRequest(uuid.Nil)
+		b.Run(fmt.Sprintf("all_quota_blocked/%d", n), func(b *testing.B) {
+			if q := quotaBlock(cands, req, epoch); q == nil || q.Accounts != int32(n) {
+				b.Fatalf("quotaBlock = %v", q)
+			}
+			for b.Loop() {
+				quotaBlock(cands, req, epoch)
+			}
+		})
+	}
+}
+
+// benchLadderCase is one representative 429 with what the ladder must
+// conclude.
+type benchLadderCase struct {
+	name    string
+	headers map[string]string
+	oauth   bool
+	family  string
+	now     time.Time
+	rung    rung
+}
+
+func benchLadderCases(b *testing.B) []benchLadderCase {
+	weekly := captureOutcomes[0]
+	weeklyNow, err := http.ParseTime(weekly.date)
+	if err != nil {
+		b.Fatal(err)
+	}
+	burst := map[string]string{"retry-after": "2", "x-should-retry": "true", "request-id": "req_011CUqTb4s2GkV1nZpR8oYwA"}
+	fiveHourRejected := hdr("status", "rejected", "representative-claim", "five_hour", "reset", at(2*time.Hour),
+		"5h-status", "rejected", "5h-utilization", "1.0", "5h-reset", at(2*time.Hour),
+		"7d-status", "allowed", "7d-utilization", "0.4", "7d-reset", at(96*time.Hour),
+		"fallback-percentage", "0.5", "overage-status", "rejected", "overage-disabled-reason", "org_level_disabled",
+		"retry-after", "7200", "x-should-retry", "true")
+	fiveHourRejected["request-id"] = "req_011CUqT6mF3x9wZ7yKp2VdQe"
+	return []benchLadderCase{
+		{"unified_5h_rejected", fiveHourRejected, true, "opus", epoch, rungAccountQuota},
+		{"weekly_capture_family_gate", maps.Clone(weekly.headers), true, "opus", weeklyNow, rungFamilyGate},
+		{"burst", burst, true, "sonnet", epoch, rungBurst},
+		{"residual_api_key", burst, false, "sonnet", epoch, rungResidual},
+	}
+}
+
+func BenchmarkLadder(b *testing.B) {
+	for _, tc := range benchLadderCases(b) {
+		b.Run(tc.name, func(b *testing.B) {
+			in := ladderInput{headers: tc.headers, oauth: tc.oauth, family: tc.family, now: tc.now}
+			if got := ladder(in).rung; got != tc.rung {
+				b.Fatalf("rung %s, want %s", got, tc.rung)
+			}
+			for b.Loop() {
+				ladder(in)
+			}
+		})
+	}
+}
+
+func durationMs(ms int) *durationpb.Duration {
+	return durationpb.New(time.Duration(ms) * time.Millisecond)
+}
+
+func BenchmarkDecide(b *testing.B) {
+	type decideCase struct {
+		name string
+		o    *weirv1.Outcome
+		f    attemptFacts
+		now  time.Time
+		rung rung
+	}
+	var cases []decideCase
+	for _, tc := range benchLadderCases(b) {
+		cases = append(cases, decideCase{tc.name, &weirv1.Outcome{
+			Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, ErrorType: "rate_limit_error",
+			ErrorMessage: "This request would exceed your account's rate limit. Please try again later.",
+			Headers:      tc.headers, Duration: durationMs(412), TimeToFirstByte: durationMs(398),
+		}, attemptFacts{oauth: tc.oauth, family: tc.family}, tc.now, tc.rung})
+	}
+	codexReset := epoch.Add(36800 * time.Second)
+	cases = append(cases, decideCase{"codex_usage_limit_reached", &weirv1.Outcome{
+		Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, ErrorType: "usage_limit_reached",
+		ErrorMessage: "The usage limit has been reached",
+		Headers: map[string]string{
+			"x-codex-primary-used-percent":          "100",
+			"x-codex-primary-window-minutes":        "300",
+			"x-codex-primary-reset-at":              strconv.FormatInt(codexReset.Unix(), 10),
+			"x-codex-primary-reset-after-seconds":   "36800",
+			"x-codex-secondary-used-percent":        "64",
+			"x-codex-secondary-window-minutes":      "10080",
+			"x-codex-secondary-reset-at":            strconv.FormatInt(epoch.Add(400000*time.Second).Unix(), 10),
+			"x-codex-secondary-reset-after-seconds": "400000",
+			"x-codex-plan-type":                     "plus",
+		},
+		Quota: &weirv1.QuotaEvidence{Kind: weirv1.QuotaKind_QUOTA_KIND_CODEX_USAGE_LIMIT, ResetsAt: timestamppb.New(codexReset),
+			WindowMinutes: 300, Message: "The usage limit has been reached"},
+		Duration: durationMs(180), TimeToFirstByte: durationMs(175),
+	}, attemptFacts{oauth: true}, epoch, rungProviderQuota})
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			if got := decide(tc.o, tc.f, tc.now).rung; got != tc.rung {
+				b.Fatalf("rung %s, want %s", got, tc.rung)
+			}
+			for b.Loop() {
+				decide(tc.o, tc.f, tc.now)
+			}
+		})
+	}
+}
