@@ -93,18 +93,30 @@ func errorTypeOf(body []byte) string {
 // decisionHeaders picks the upstream response headers that matter to the
 // control plane's decisions.
 func decisionHeaders(h http.Header) map[string]string {
-	out := make(map[string]string)
+	out := make(map[string]string, 8)
 	for k, v := range h {
-		lk := strings.ToLower(k)
-		switch {
-		case lk == "retry-after", lk == "retry-after-ms", lk == "x-should-retry", lk == "request-id",
-			strings.HasPrefix(lk, "anthropic-ratelimit-"), strings.HasPrefix(lk, "x-codex-"):
-			if len(v) > 0 {
-				out[lk] = v[0]
-			}
+		if len(v) == 0 || !decisionHeader(k) {
+			continue
 		}
+		out[strings.ToLower(k)] = v[0]
 	}
 	return out
+}
+
+// decisionHeader says whether a response header matters to decisions.
+// Keys arrive canonicalized by net/http; EqualFold keeps a hand-built
+// header map working too, without lowering every key (this runs on every
+// answer).
+func decisionHeader(k string) bool {
+	if strings.EqualFold(k, "Retry-After") || strings.EqualFold(k, "Retry-After-Ms") ||
+		strings.EqualFold(k, "X-Should-Retry") || strings.EqualFold(k, "Request-Id") {
+		return true
+	}
+	return hasPrefixFold(k, "Anthropic-Ratelimit-") || hasPrefixFold(k, "X-Codex-")
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 // usage reads token counts from a non-streamed message or from the
