@@ -371,6 +371,9 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 	if o == nil {
 		return nil, toConnect(invalidf("outcome: required"))
 	}
+	if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS && len(headerReadings(o.Headers, l.s.now())) == 0 {
+		return l.releaseSuccess(ctx, id)
+	}
 	var (
 		d       decision
 		inForce *db.Cooldown // the cooldown after merging, as routing sees it
@@ -481,6 +484,32 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 		out.Cooldown = cooldownProto(*inForce)
 	}
 	return connect.NewResponse(&weirv1.ReleaseResponse{Decision: out}), nil
+}
+
+// releaseSuccess is Release for the common case, a success whose headers
+// carry no usage reading: two statements instead of a transaction of
+// six. Nothing needs them atomic: a lease gone without its success record
+// (a crash between the two) only misses a last-success time.
+func (l leaseService) releaseSuccess(ctx context.Context, id uuid.UUID) (*connect.Response[weirv1.ReleaseResponse], error) {
+	row, err := l.s.q.ReleaseLease(ctx, id)
+	if err != nil {
+		return nil, l.s.fail(ctx, "release lease", storeErr(err))
+	}
+	res, err := l.s.q.RecordReleaseSuccess(ctx, db.RecordReleaseSuccessParams{
+		Now: l.s.now(), AccountID: row.AccountID, AdmittedAt: row.AcquiredAt,
+		HasFamily: row.Model != "", Provider: row.Provider, Family: modelFamily(row.Model),
+	})
+	if err != nil {
+		return nil, l.s.fail(ctx, "release lease", err)
+	}
+	if res.ProbeEnded {
+		l.s.log.InfoContext(ctx, "recovery probe succeeded", "account_id", row.AccountID)
+	}
+	if res.CreditsCleared > 0 {
+		l.s.log.InfoContext(ctx, "out-of-credits cooldown cleared by a success", "account_id", row.AccountID)
+	}
+	l.s.metrics.releases.WithLabelValues(enumName(weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS)).Inc()
+	return connect.NewResponse(&weirv1.ReleaseResponse{Decision: &weirv1.Decision{Action: weirv1.Action_ACTION_RESPOND}}), nil
 }
 
 func durationMillis(d *durationpb.Duration) float64 {

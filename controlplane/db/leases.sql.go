@@ -72,6 +72,64 @@ func (q *Queries) DeleteSessionsIdleSince(ctx context.Context, since time.Time) 
 	return result.RowsAffected(), nil
 }
 
+const recordReleaseSuccess = `-- name: RecordReleaseSuccess :one
+WITH acct AS (
+    UPDATE accounts a SET last_success_at = $1::timestamptz, auth_failures = 0, quota_backoffs = 0,
+        recovery_probe = false
+    FROM (SELECT id, recovery_probe AS was_probe FROM accounts WHERE id = $2::uuid FOR UPDATE) old
+    WHERE a.id = old.id
+    RETURNING old.was_probe
+), credits AS (
+    DELETE FROM cooldowns
+    WHERE account_id = $2::uuid AND reason = 'out_of_credits' AND written_at < $3::timestamptz
+    RETURNING 1
+), breaker AS (
+    UPDATE overload_breakers
+    SET overloads = 0, open_until = NULL, open_count = 0, probe_until = NULL, updated_at = $1::timestamptz
+    WHERE $4::boolean AND provider = $5::text AND family = $6::text
+      AND (overloads > 0 OR open_until IS NOT NULL OR probe_until IS NOT NULL)
+    RETURNING 1
+)
+SELECT coalesce((SELECT was_probe FROM acct), false)::boolean AS probe_ended,
+    (SELECT count(*) FROM credits)::integer AS credits_cleared,
+    (SELECT count(*) FROM breaker)::integer AS breakers_closed
+`
+
+type RecordReleaseSuccessParams struct {
+	Now        time.Time
+	AccountID  uuid.UUID
+	AdmittedAt time.Time
+	HasFamily  bool
+	Provider   string
+	Family     string
+}
+
+type RecordReleaseSuccessRow struct {
+	ProbeEnded     bool
+	CreditsCleared int32
+	BreakersClosed int32
+}
+
+// A success's account-side writes in one statement, for Release's fast
+// path (the lease is already gone): the success record (which ends a
+// recovery probe: the account is back to its cap), an out-of-credits
+// cooldown written before the request was admitted, and the family's
+// overload breaker, which any real answer closes. Returns what changed,
+// for the logs.
+func (q *Queries) RecordReleaseSuccess(ctx context.Context, arg RecordReleaseSuccessParams) (RecordReleaseSuccessRow, error) {
+	row := q.db.QueryRow(ctx, recordReleaseSuccess,
+		arg.Now,
+		arg.AccountID,
+		arg.AdmittedAt,
+		arg.HasFamily,
+		arg.Provider,
+		arg.Family,
+	)
+	var i RecordReleaseSuccessRow
+	err := row.Scan(&i.ProbeEnded, &i.CreditsCleared, &i.BreakersClosed)
+	return i, err
+}
+
 const releaseLease = `-- name: ReleaseLease :one
 DELETE FROM leases WHERE leases.id = $1
 RETURNING account_id, key_id, model, credential_revision, acquired_at,

@@ -28,3 +28,31 @@ WHERE session_key = @session_key AND last_seen_at > @since;
 
 -- name: DeleteSessionsIdleSince :execrows
 DELETE FROM session_bindings WHERE last_seen_at < @since;
+
+-- A success's account-side writes in one statement, for Release's fast
+-- path (the lease is already gone): the success record (which ends a
+-- recovery probe: the account is back to its cap), an out-of-credits
+-- cooldown written before the request was admitted, and the family's
+-- overload breaker, which any real answer closes. Returns what changed,
+-- for the logs.
+-- name: RecordReleaseSuccess :one
+WITH acct AS (
+    UPDATE accounts a SET last_success_at = @now::timestamptz, auth_failures = 0, quota_backoffs = 0,
+        recovery_probe = false
+    FROM (SELECT id, recovery_probe AS was_probe FROM accounts WHERE id = @account_id::uuid FOR UPDATE) old
+    WHERE a.id = old.id
+    RETURNING old.was_probe
+), credits AS (
+    DELETE FROM cooldowns
+    WHERE account_id = @account_id::uuid AND reason = 'out_of_credits' AND written_at < @admitted_at::timestamptz
+    RETURNING 1
+), breaker AS (
+    UPDATE overload_breakers
+    SET overloads = 0, open_until = NULL, open_count = 0, probe_until = NULL, updated_at = @now::timestamptz
+    WHERE @has_family::boolean AND provider = @provider::text AND family = @family::text
+      AND (overloads > 0 OR open_until IS NOT NULL OR probe_until IS NOT NULL)
+    RETURNING 1
+)
+SELECT coalesce((SELECT was_probe FROM acct), false)::boolean AS probe_ended,
+    (SELECT count(*) FROM credits)::integer AS credits_cleared,
+    (SELECT count(*) FROM breaker)::integer AS breakers_closed;
