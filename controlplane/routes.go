@@ -171,25 +171,91 @@ func failureStageName(v weirv1.FailureStage) string {
 }
 
 func (l leaseService) ReportRoute(ctx context.Context, req *connect.Request[weirv1.ReportRouteRequest]) (*connect.Response[weirv1.ReportRouteResponse], error) {
-	e := req.Msg.Event
+	if err := l.storeRoutes(ctx, "event", []*weirv1.RouteEvent{req.Msg.Event}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&weirv1.ReportRouteResponse{}), nil
+}
+
+// maxRouteBatch bounds one ReportRoutes call.
+const maxRouteBatch = 500
+
+func (l leaseService) ReportRoutes(ctx context.Context, req *connect.Request[weirv1.ReportRoutesRequest]) (*connect.Response[weirv1.ReportRoutesResponse], error) {
+	if n := len(req.Msg.Events); n > maxRouteBatch {
+		return nil, toConnect(invalidf("events: at most %d per call, got %d", maxRouteBatch, n))
+	}
+	if err := l.storeRoutes(ctx, "events", req.Msg.Events); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&weirv1.ReportRoutesResponse{}), nil
+}
+
+// storeRoutes checks every event first (one bad event refuses the call,
+// naming it) and stores them in one transaction: one pipelined batch of
+// inserts, then one touch per key.
+func (l leaseService) storeRoutes(ctx context.Context, field string, events []*weirv1.RouteEvent) error {
+	now := l.s.now()
+	params := make([]db.InsertRouteEventsParams, 0, len(events))
+	keys := map[uuid.UUID]bool{}
+	for i, e := range events {
+		name := field
+		if field == "events" {
+			name = fmt.Sprintf("events[%d]", i)
+		}
+		p, err := routeEventParams(name, e, now)
+		if err != nil {
+			return toConnect(err)
+		}
+		if p.KeyID.Valid {
+			keys[p.KeyID.UUID] = true
+		}
+		params = append(params, p)
+	}
+	if len(params) == 0 {
+		return nil
+	}
+	err := l.s.tx(ctx, func(q *db.Queries) error {
+		var berr error
+		q.InsertRouteEvents(ctx, params).Exec(func(_ int, err error) {
+			if err != nil && berr == nil {
+				berr = err
+			}
+		})
+		if berr != nil {
+			return berr
+		}
+		for id := range keys {
+			if err := q.TouchKey(ctx, db.TouchKeyParams{ID: id, Now: now, StaleBefore: now.Add(-time.Minute)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return l.s.fail(ctx, "report route", err)
+	}
+	return nil
+}
+
+// routeEventParams checks one route event and turns it into its row.
+func routeEventParams(field string, e *weirv1.RouteEvent, now time.Time) (db.InsertRouteEventsParams, error) {
 	switch {
 	case e == nil || e.RequestId == "":
-		return nil, toConnect(invalidf("event.request_id: required"))
+		return db.InsertRouteEventsParams{}, invalidf("%s.request_id: required", field)
 	case len(e.RequestId) > maxRequestIDLen:
-		return nil, toConnect(invalidf("event.request_id: at most %d characters", maxRequestIDLen))
+		return db.InsertRouteEventsParams{}, invalidf("%s.request_id: at most %d characters", field, maxRequestIDLen)
 	case len(e.AttemptRecords) > maxAttemptRecords:
-		return nil, toConnect(invalidf("event.attempt_records: at most %d, got %d", maxAttemptRecords, len(e.AttemptRecords)))
+		return db.InsertRouteEventsParams{}, invalidf("%s.attempt_records: at most %d, got %d", field, maxAttemptRecords, len(e.AttemptRecords))
 	case e.HoldCount < 0:
-		return nil, toConnect(invalidf("event.hold_count: must not be negative"))
+		return db.InsertRouteEventsParams{}, invalidf("%s.hold_count: must not be negative", field)
 	case e.Held.AsDuration() < 0:
-		return nil, toConnect(invalidf("event.held: must not be negative"))
+		return db.InsertRouteEventsParams{}, invalidf("%s.held: must not be negative", field)
 	}
 	attempts, err := encodeAttempts(e.AttemptRecords)
 	if err != nil {
-		return nil, l.s.fail(ctx, "report route", err)
+		return db.InsertRouteEventsParams{}, invalidf("%s.attempt_records: %v", field, err)
 	}
-	now := l.s.now()
-	p := db.InsertRouteEventParams{
+	p := db.InsertRouteEventsParams{
 		RequestID:    e.RequestId,
 		Surface:      e.Surface,
 		Model:        e.Model,
@@ -220,17 +286,5 @@ func (l leaseService) ReportRoute(ctx context.Context, req *connect.Request[weir
 	if id, err := uuid.Parse(e.AccountId); err == nil {
 		p.AccountID = uuid.NullUUID{UUID: id, Valid: true}
 	}
-	err = l.s.tx(ctx, func(q *db.Queries) error {
-		if err := q.InsertRouteEvent(ctx, p); err != nil {
-			return err
-		}
-		if p.KeyID.Valid {
-			return q.TouchKey(ctx, db.TouchKeyParams{ID: p.KeyID.UUID, Now: now, StaleBefore: now.Add(-time.Minute)})
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, l.s.fail(ctx, "report route", err)
-	}
-	return connect.NewResponse(&weirv1.ReportRouteResponse{}), nil
+	return p, nil
 }

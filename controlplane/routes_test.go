@@ -192,3 +192,40 @@ func TestReportRouteAfterAccountDeleted(t *testing.T) {
 		t.Errorf("event not stored detached (%d rows)", n)
 	}
 }
+
+// TestReportRoutesBatch: a worker's batch lands in one call; one bad event
+// refuses the call, naming it, and stores nothing; a batch over the limit
+// is refused.
+func TestReportRoutesBatch(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	batch := func(ids ...string) *connect.Request[weirv1.ReportRoutesRequest] {
+		req := &weirv1.ReportRoutesRequest{}
+		for _, id := range ids {
+			req.Events = append(req.Events, &weirv1.RouteEvent{RequestId: id, Model: "m", Status: 200, Surface: "messages"})
+		}
+		return connect.NewRequest(req)
+	}
+	if _, err := e.dp.leases.ReportRoutes(t.Context(), batch("weir_b1", "weir_b2", "weir_b3")); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"weir_b1", "weir_b2", "weir_b3"} {
+		if _, err := e.admin.routes.GetRouteEvent(t.Context(), connect.NewRequest(&weirv1.GetRouteEventRequest{RequestId: id})); err != nil {
+			t.Errorf("%s not stored: %v", id, err)
+		}
+	}
+	_, err := e.dp.leases.ReportRoutes(t.Context(), batch("weir_c1", "", "weir_c3"))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "events[1].request_id") {
+		t.Fatalf("a batch with a bad event: %v, want invalid_argument naming events[1]", err)
+	}
+	if _, err := e.admin.routes.GetRouteEvent(t.Context(), connect.NewRequest(&weirv1.GetRouteEventRequest{RequestId: "weir_c1"})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("a refused batch stored weir_c1: %v", err)
+	}
+	ids := make([]string, maxRouteBatch+1)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("weir_d%d", i)
+	}
+	if _, err := e.dp.leases.ReportRoutes(t.Context(), batch(ids...)); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("a batch of %d: %v, want invalid_argument", len(ids), err)
+	}
+}

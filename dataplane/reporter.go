@@ -35,14 +35,36 @@ func (r *reporter) report(ev *weirv1.RouteEvent) {
 	}
 }
 
+// maxReportBatch is how many events one ReportRoutes call carries at most
+// (the control plane takes up to 500).
+const maxReportBatch = 256
+
+// run sends events in batches: whatever is queued when a call can go, up
+// to maxReportBatch, in one call and one transaction. Under load a batch
+// fills while the previous call runs; when idle, an event goes alone and
+// at once.
 func (r *reporter) run() {
 	defer close(r.done)
+	batch := make([]*weirv1.RouteEvent, 0, maxReportBatch)
 	for ev := range r.queue {
+		batch = append(batch[:0], ev)
+	drain:
+		for len(batch) < maxReportBatch {
+			select {
+			case ev, ok := <-r.queue:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, ev)
+			default:
+				break drain
+			}
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := r.client.ReportRoute(ctx, connect.NewRequest(&weirv1.ReportRouteRequest{Event: ev}))
+		_, err := r.client.ReportRoutes(ctx, connect.NewRequest(&weirv1.ReportRoutesRequest{Events: batch}))
 		cancel()
 		if err != nil {
-			r.log.Warn("report route failed", "request_id", ev.RequestId, "err", err)
+			r.log.Warn("report routes failed", "events", len(batch), "first_request_id", batch[0].RequestId, "err", err)
 		}
 	}
 }

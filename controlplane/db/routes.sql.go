@@ -7,7 +7,6 @@ package db
 
 import (
 	"context"
-	"time"
 
 	"github.com/google/uuid"
 )
@@ -42,70 +41,6 @@ func (q *Queries) GetRouteEvent(ctx context.Context, requestID string) (RouteEve
 		&i.AttemptsJson,
 	)
 	return i, err
-}
-
-const insertRouteEvent = `-- name: InsertRouteEvent :exec
-INSERT INTO route_events (
-    request_id, key_id, account_id, surface, model, stream, status, error_type,
-    attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at,
-    held_ms, hold_count, failure_stage, attempts_json
-) VALUES (
-    -- An account or key deleted while the request ran detaches the event
-    -- instead of losing it.
-    $1,
-    (SELECT id FROM client_keys WHERE id = $2::uuid),
-    (SELECT id FROM accounts WHERE id = $3::uuid),
-    $4, $5, $6, $7, $8,
-    $9, $10, $11, $12, $13, $14, $15,
-    $16, $17, $18, $19
-)
-`
-
-type InsertRouteEventParams struct {
-	RequestID    string
-	KeyID        uuid.NullUUID
-	AccountID    uuid.NullUUID
-	Surface      string
-	Model        string
-	Stream       bool
-	Status       int32
-	ErrorType    string
-	Attempts     int32
-	DurationMs   float64
-	TtfbMs       *float64
-	InputTokens  int64
-	OutputTokens int64
-	StartedAt    time.Time
-	Now          time.Time
-	HeldMs       float64
-	HoldCount    int32
-	FailureStage string
-	AttemptsJson []byte
-}
-
-func (q *Queries) InsertRouteEvent(ctx context.Context, arg InsertRouteEventParams) error {
-	_, err := q.db.Exec(ctx, insertRouteEvent,
-		arg.RequestID,
-		arg.KeyID,
-		arg.AccountID,
-		arg.Surface,
-		arg.Model,
-		arg.Stream,
-		arg.Status,
-		arg.ErrorType,
-		arg.Attempts,
-		arg.DurationMs,
-		arg.TtfbMs,
-		arg.InputTokens,
-		arg.OutputTokens,
-		arg.StartedAt,
-		arg.Now,
-		arg.HeldMs,
-		arg.HoldCount,
-		arg.FailureStage,
-		arg.AttemptsJson,
-	)
-	return err
 }
 
 const listRouteEvents = `-- name: ListRouteEvents :many

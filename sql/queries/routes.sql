@@ -1,4 +1,5 @@
--- name: InsertRouteEvent :exec
+-- Sent as a pipelined batch: one round trip for a worker's batch of events.
+-- name: InsertRouteEvents :batchexec
 INSERT INTO route_events (
     request_id, key_id, account_id, surface, model, stream, status, error_type,
     attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at,

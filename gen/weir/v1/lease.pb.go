@@ -1650,6 +1650,86 @@ func (*ReportRouteResponse) Descriptor() ([]byte, []int) {
 	return file_weir_v1_lease_proto_rawDescGZIP(), []int{19}
 }
 
+type ReportRoutesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Events        []*RouteEvent          `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportRoutesRequest) Reset() {
+	*x = ReportRoutesRequest{}
+	mi := &file_weir_v1_lease_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportRoutesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportRoutesRequest) ProtoMessage() {}
+
+func (x *ReportRoutesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportRoutesRequest.ProtoReflect.Descriptor instead.
+func (*ReportRoutesRequest) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ReportRoutesRequest) GetEvents() []*RouteEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+type ReportRoutesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportRoutesResponse) Reset() {
+	*x = ReportRoutesResponse{}
+	mi := &file_weir_v1_lease_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportRoutesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportRoutesResponse) ProtoMessage() {}
+
+func (x *ReportRoutesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportRoutesResponse.ProtoReflect.Descriptor instead.
+func (*ReportRoutesResponse) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{21}
+}
+
 var File_weir_v1_lease_proto protoreflect.FileDescriptor
 
 const file_weir_v1_lease_proto_rawDesc = "" +
@@ -1789,7 +1869,10 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x04rung\x18\t \x01(\tR\x04rung\"?\n" +
 	"\x12ReportRouteRequest\x12)\n" +
 	"\x05event\x18\x01 \x01(\v2\x13.weir.v1.RouteEventR\x05event\"\x15\n" +
-	"\x13ReportRouteResponse*\x8a\x02\n" +
+	"\x13ReportRouteResponse\"B\n" +
+	"\x13ReportRoutesRequest\x12+\n" +
+	"\x06events\x18\x01 \x03(\v2\x13.weir.v1.RouteEventR\x06events\"\x16\n" +
+	"\x14ReportRoutesResponse*\x8a\x02\n" +
 	"\x0fNoAccountReason\x12!\n" +
 	"\x1dNO_ACCOUNT_REASON_UNSPECIFIED\x10\x00\x12%\n" +
 	"!NO_ACCOUNT_REASON_NONE_CONFIGURED\x10\x01\x12\"\n" +
@@ -1801,14 +1884,15 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\fFailureStage\x12\x1d\n" +
 	"\x19FAILURE_STAGE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bFAILURE_STAGE_BEFORE_OUTPUT\x10\x01\x12\x1e\n" +
-	"\x1aFAILURE_STAGE_AFTER_OUTPUT\x10\x022\xfe\x03\n" +
+	"\x1aFAILURE_STAGE_AFTER_OUTPUT\x10\x022\xcd\x04\n" +
 	"\fLeaseService\x12G\n" +
 	"\tVerifyKey\x12\x19.weir.v1.VerifyKeyRequest\x1a\x1a.weir.v1.VerifyKeyResponse\"\x03\x90\x02\x01\x12>\n" +
 	"\aAcquire\x12\x17.weir.v1.AcquireRequest\x1a\x18.weir.v1.AcquireResponse\"\x00\x12V\n" +
 	"\x0eWorkerSettings\x12\x1e.weir.v1.WorkerSettingsRequest\x1a\x1f.weir.v1.WorkerSettingsResponse\"\x03\x90\x02\x01\x128\n" +
 	"\x05Renew\x12\x15.weir.v1.RenewRequest\x1a\x16.weir.v1.RenewResponse\"\x00\x12>\n" +
 	"\aRelease\x12\x17.weir.v1.ReleaseRequest\x1a\x18.weir.v1.ReleaseResponse\"\x00\x12J\n" +
-	"\vReportRoute\x12\x1b.weir.v1.ReportRouteRequest\x1a\x1c.weir.v1.ReportRouteResponse\"\x00\x12G\n" +
+	"\vReportRoute\x12\x1b.weir.v1.ReportRouteRequest\x1a\x1c.weir.v1.ReportRouteResponse\"\x00\x12M\n" +
+	"\fReportRoutes\x12\x1c.weir.v1.ReportRoutesRequest\x1a\x1d.weir.v1.ReportRoutesResponse\"\x00\x12G\n" +
 	"\tPoolQuota\x12\x19.weir.v1.PoolQuotaRequest\x1a\x1a.weir.v1.PoolQuotaResponse\"\x03\x90\x02\x01B\x81\x01\n" +
 	"\vcom.weir.v1B\n" +
 	"LeaseProtoP\x01Z)github.com/weirhq/weir/gen/weir/v1;weirv1\xa2\x02\x03WXX\xaa\x02\aWeir.V1\xca\x02\aWeir\\V1\xe2\x02\x13Weir\\V1\\GPBMetadata\xea\x02\bWeir::V1b\x06proto3"
@@ -1826,7 +1910,7 @@ func file_weir_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_weir_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_weir_v1_lease_proto_goTypes = []any{
 	(NoAccountReason)(0),           // 0: weir.v1.NoAccountReason
 	(FailureStage)(0),              // 1: weir.v1.FailureStage
@@ -1850,75 +1934,80 @@ var file_weir_v1_lease_proto_goTypes = []any{
 	(*AttemptRecord)(nil),          // 19: weir.v1.AttemptRecord
 	(*ReportRouteRequest)(nil),     // 20: weir.v1.ReportRouteRequest
 	(*ReportRouteResponse)(nil),    // 21: weir.v1.ReportRouteResponse
-	nil,                            // 22: weir.v1.Outcome.HeadersEntry
-	(Surface)(0),                   // 23: weir.v1.Surface
-	(QuotaResponseMode)(0),         // 24: weir.v1.QuotaResponseMode
-	(Provider)(0),                  // 25: weir.v1.Provider
-	(AuthKind)(0),                  // 26: weir.v1.AuthKind
-	(*timestamppb.Timestamp)(nil),  // 27: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 28: google.protobuf.Duration
-	(OutcomeClass)(0),              // 29: weir.v1.OutcomeClass
-	(*QuotaEvidence)(nil),          // 30: weir.v1.QuotaEvidence
-	(*Settings)(nil),               // 31: weir.v1.Settings
-	(*Decision)(nil),               // 32: weir.v1.Decision
-	(Action)(0),                    // 33: weir.v1.Action
+	(*ReportRoutesRequest)(nil),    // 22: weir.v1.ReportRoutesRequest
+	(*ReportRoutesResponse)(nil),   // 23: weir.v1.ReportRoutesResponse
+	nil,                            // 24: weir.v1.Outcome.HeadersEntry
+	(Surface)(0),                   // 25: weir.v1.Surface
+	(QuotaResponseMode)(0),         // 26: weir.v1.QuotaResponseMode
+	(Provider)(0),                  // 27: weir.v1.Provider
+	(AuthKind)(0),                  // 28: weir.v1.AuthKind
+	(*timestamppb.Timestamp)(nil),  // 29: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 30: google.protobuf.Duration
+	(OutcomeClass)(0),              // 31: weir.v1.OutcomeClass
+	(*QuotaEvidence)(nil),          // 32: weir.v1.QuotaEvidence
+	(*Settings)(nil),               // 33: weir.v1.Settings
+	(*Decision)(nil),               // 34: weir.v1.Decision
+	(Action)(0),                    // 35: weir.v1.Action
 }
 var file_weir_v1_lease_proto_depIdxs = []int32{
-	23, // 0: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
+	25, // 0: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
 	10, // 1: weir.v1.PoolQuotaResponse.quota_block:type_name -> weir.v1.QuotaBlock
-	24, // 2: weir.v1.PoolQuotaResponse.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	23, // 3: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
+	26, // 2: weir.v1.PoolQuotaResponse.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	25, // 3: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
 	8,  // 4: weir.v1.AcquireResponse.lease:type_name -> weir.v1.Lease
 	9,  // 5: weir.v1.AcquireResponse.no_account:type_name -> weir.v1.NoAccount
-	25, // 6: weir.v1.Lease.provider:type_name -> weir.v1.Provider
-	26, // 7: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
-	27, // 8: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	28, // 9: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	27, // 6: weir.v1.Lease.provider:type_name -> weir.v1.Provider
+	28, // 7: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
+	29, // 8: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	30, // 9: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
 	0,  // 10: weir.v1.NoAccount.reason:type_name -> weir.v1.NoAccountReason
-	27, // 11: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
+	29, // 11: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
 	10, // 12: weir.v1.NoAccount.quota_block:type_name -> weir.v1.QuotaBlock
-	24, // 13: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	27, // 14: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
-	25, // 15: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
-	27, // 16: weir.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
-	29, // 17: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
-	22, // 18: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
-	28, // 19: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
-	28, // 20: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
-	30, // 21: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
-	31, // 22: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
+	26, // 13: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	29, // 14: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
+	27, // 15: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
+	29, // 16: weir.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
+	31, // 17: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
+	24, // 18: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
+	30, // 19: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
+	30, // 20: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
+	32, // 21: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
+	33, // 22: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
 	13, // 23: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
-	32, // 24: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
-	28, // 25: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
-	28, // 26: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
-	27, // 27: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
-	28, // 28: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
+	34, // 24: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
+	30, // 25: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
+	30, // 26: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
+	29, // 27: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
+	30, // 28: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
 	1,  // 29: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
 	19, // 30: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
-	28, // 31: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
-	29, // 32: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
-	33, // 33: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
-	28, // 34: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
+	30, // 31: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
+	31, // 32: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
+	35, // 33: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
+	30, // 34: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
 	18, // 35: weir.v1.ReportRouteRequest.event:type_name -> weir.v1.RouteEvent
-	4,  // 36: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
-	6,  // 37: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
-	14, // 38: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
-	11, // 39: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
-	16, // 40: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
-	20, // 41: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
-	2,  // 42: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
-	5,  // 43: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
-	7,  // 44: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
-	15, // 45: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
-	12, // 46: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
-	17, // 47: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
-	21, // 48: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
-	3,  // 49: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
-	43, // [43:50] is the sub-list for method output_type
-	36, // [36:43] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	18, // 36: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
+	4,  // 37: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
+	6,  // 38: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
+	14, // 39: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
+	11, // 40: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
+	16, // 41: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
+	20, // 42: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
+	22, // 43: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
+	2,  // 44: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
+	5,  // 45: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
+	7,  // 46: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
+	15, // 47: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
+	12, // 48: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
+	17, // 49: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
+	21, // 50: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
+	23, // 51: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
+	3,  // 52: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
+	45, // [45:53] is the sub-list for method output_type
+	37, // [37:45] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_lease_proto_init() }
@@ -1937,7 +2026,7 @@ func file_weir_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_lease_proto_rawDesc), len(file_weir_v1_lease_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

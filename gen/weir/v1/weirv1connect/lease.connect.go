@@ -47,6 +47,9 @@ const (
 	// LeaseServiceReportRouteProcedure is the fully-qualified name of the LeaseService's ReportRoute
 	// RPC.
 	LeaseServiceReportRouteProcedure = "/weir.v1.LeaseService/ReportRoute"
+	// LeaseServiceReportRoutesProcedure is the fully-qualified name of the LeaseService's ReportRoutes
+	// RPC.
+	LeaseServiceReportRoutesProcedure = "/weir.v1.LeaseService/ReportRoutes"
 	// LeaseServicePoolQuotaProcedure is the fully-qualified name of the LeaseService's PoolQuota RPC.
 	LeaseServicePoolQuotaProcedure = "/weir.v1.LeaseService/PoolQuota"
 )
@@ -66,6 +69,9 @@ type LeaseServiceClient interface {
 	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
 	// ReportRoute stores the route event of one finished client request.
 	ReportRoute(context.Context, *connect.Request[v1.ReportRouteRequest]) (*connect.Response[v1.ReportRouteResponse], error)
+	// ReportRoutes stores a worker's batch of route events (at most 500) in
+	// one transaction: what workers send.
+	ReportRoutes(context.Context, *connect.Request[v1.ReportRoutesRequest]) (*connect.Response[v1.ReportRoutesResponse], error)
 	// PoolQuota says, without leasing anything, whether every eligible
 	// account for a request is blocked by quota evidence: a worker asks when
 	// a stream already under way ends on a quota error, to word its
@@ -122,6 +128,12 @@ func NewLeaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(leaseServiceMethods.ByName("ReportRoute")),
 			connect.WithClientOptions(opts...),
 		),
+		reportRoutes: connect.NewClient[v1.ReportRoutesRequest, v1.ReportRoutesResponse](
+			httpClient,
+			baseURL+LeaseServiceReportRoutesProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("ReportRoutes")),
+			connect.WithClientOptions(opts...),
+		),
 		poolQuota: connect.NewClient[v1.PoolQuotaRequest, v1.PoolQuotaResponse](
 			httpClient,
 			baseURL+LeaseServicePoolQuotaProcedure,
@@ -140,6 +152,7 @@ type leaseServiceClient struct {
 	renew          *connect.Client[v1.RenewRequest, v1.RenewResponse]
 	release        *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
 	reportRoute    *connect.Client[v1.ReportRouteRequest, v1.ReportRouteResponse]
+	reportRoutes   *connect.Client[v1.ReportRoutesRequest, v1.ReportRoutesResponse]
 	poolQuota      *connect.Client[v1.PoolQuotaRequest, v1.PoolQuotaResponse]
 }
 
@@ -173,6 +186,11 @@ func (c *leaseServiceClient) ReportRoute(ctx context.Context, req *connect.Reque
 	return c.reportRoute.CallUnary(ctx, req)
 }
 
+// ReportRoutes calls weir.v1.LeaseService.ReportRoutes.
+func (c *leaseServiceClient) ReportRoutes(ctx context.Context, req *connect.Request[v1.ReportRoutesRequest]) (*connect.Response[v1.ReportRoutesResponse], error) {
+	return c.reportRoutes.CallUnary(ctx, req)
+}
+
 // PoolQuota calls weir.v1.LeaseService.PoolQuota.
 func (c *leaseServiceClient) PoolQuota(ctx context.Context, req *connect.Request[v1.PoolQuotaRequest]) (*connect.Response[v1.PoolQuotaResponse], error) {
 	return c.poolQuota.CallUnary(ctx, req)
@@ -193,6 +211,9 @@ type LeaseServiceHandler interface {
 	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
 	// ReportRoute stores the route event of one finished client request.
 	ReportRoute(context.Context, *connect.Request[v1.ReportRouteRequest]) (*connect.Response[v1.ReportRouteResponse], error)
+	// ReportRoutes stores a worker's batch of route events (at most 500) in
+	// one transaction: what workers send.
+	ReportRoutes(context.Context, *connect.Request[v1.ReportRoutesRequest]) (*connect.Response[v1.ReportRoutesResponse], error)
 	// PoolQuota says, without leasing anything, whether every eligible
 	// account for a request is blocked by quota evidence: a worker asks when
 	// a stream already under way ends on a quota error, to word its
@@ -245,6 +266,12 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(leaseServiceMethods.ByName("ReportRoute")),
 		connect.WithHandlerOptions(opts...),
 	)
+	leaseServiceReportRoutesHandler := connect.NewUnaryHandler(
+		LeaseServiceReportRoutesProcedure,
+		svc.ReportRoutes,
+		connect.WithSchema(leaseServiceMethods.ByName("ReportRoutes")),
+		connect.WithHandlerOptions(opts...),
+	)
 	leaseServicePoolQuotaHandler := connect.NewUnaryHandler(
 		LeaseServicePoolQuotaProcedure,
 		svc.PoolQuota,
@@ -266,6 +293,8 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 			leaseServiceReleaseHandler.ServeHTTP(w, r)
 		case LeaseServiceReportRouteProcedure:
 			leaseServiceReportRouteHandler.ServeHTTP(w, r)
+		case LeaseServiceReportRoutesProcedure:
+			leaseServiceReportRoutesHandler.ServeHTTP(w, r)
 		case LeaseServicePoolQuotaProcedure:
 			leaseServicePoolQuotaHandler.ServeHTTP(w, r)
 		default:
@@ -299,6 +328,10 @@ func (UnimplementedLeaseServiceHandler) Release(context.Context, *connect.Reques
 
 func (UnimplementedLeaseServiceHandler) ReportRoute(context.Context, *connect.Request[v1.ReportRouteRequest]) (*connect.Response[v1.ReportRouteResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.LeaseService.ReportRoute is not implemented"))
+}
+
+func (UnimplementedLeaseServiceHandler) ReportRoutes(context.Context, *connect.Request[v1.ReportRoutesRequest]) (*connect.Response[v1.ReportRoutesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.LeaseService.ReportRoutes is not implemented"))
 }
 
 func (UnimplementedLeaseServiceHandler) PoolQuota(context.Context, *connect.Request[v1.PoolQuotaRequest]) (*connect.Response[v1.PoolQuotaResponse], error) {
