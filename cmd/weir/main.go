@@ -54,6 +54,7 @@ Usage:
   weir migrate                             apply database migrations and exit
   weir sim [--listen ADDR] [--script F]    run the upstream simulator
   weir health URL                          exit 0 when URL answers 2xx (container health checks)
+  weir bench [--rates R,R] [--duration D]  load harness: weir against a bare proxy (docs/performance.md)
 
   weir status                                  the pool at a glance, and what is wrong
   weir accounts add|import|list|get|pause|resume|rm   manage upstream accounts
@@ -107,6 +108,8 @@ func run(ctx context.Context, args []string, e env) error {
 		return runStatus(ctx, rest, e)
 	case "health":
 		return runHealth(ctx, rest, e)
+	case "bench":
+		return runBench(ctx, rest, e)
 	case "help", "-h", "--help":
 		fmt.Fprint(e.stdout, usage)
 		return nil

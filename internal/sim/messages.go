@@ -104,6 +104,9 @@ func isJSON[T any](raw json.RawMessage) bool {
 // handleMessages serves POST /v1/messages: the next fault of the account,
 // or a successful reply.
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
+	if !pause(r.Context(), s.latency) {
+		return
+	}
 	x, ok := s.admit(w, r)
 	if !ok {
 		return
@@ -255,16 +258,26 @@ func (x *exchange) stream(f *Fault) {
 	sw.event("content_block_start", contentBlockStartEvent{Type: "content_block_start", ContentBlock: contentBlock{Type: "text"}})
 	sw.event("ping", pingEvent{Type: "ping"})
 
-	chunks := x.s.reply.chunks
+	chunks, delay := x.s.reply.chunks, x.s.deltaDelay
+	pace, paced := parseStreamHeader(x.r.Header.Get(StreamHeader))
+	if paced {
+		chunks, delay = newReply(pace.Deltas).chunks, pace.Delay
+	}
 	if f != nil {
 		chunks = chunks[:min(f.afterDeltas(), len(chunks))]
 	}
 	for i, c := range chunks {
-		if i > 0 && !pause(x.r.Context(), x.s.deltaDelay) {
+		if i > 0 && !pause(x.r.Context(), delay) {
 			return
 		}
 		sw.event("content_block_delta", contentBlockDeltaEvent{Type: "content_block_delta", Delta: textDelta{Type: "text_delta", Text: c}})
 		if sw.err != nil {
+			return
+		}
+		if paced && pace.Hold {
+			// An idle stream: output has started, then nothing until
+			// the client goes away.
+			<-x.r.Context().Done()
 			return
 		}
 	}

@@ -31,7 +31,12 @@ type Config struct {
 	// Default: 0.
 	DeltaDelay time.Duration
 	// Deltas is the number of text deltas per streamed reply. Default: 8.
+	// A request's Sim-Stream header overrides it and DeltaDelay for that
+	// request (see StreamHeader).
 	Deltas int
+	// Latency is a fixed real-time wait before every /v1/messages answer
+	// (load tests: an upstream that takes time to think). Default: 0.
+	Latency time.Duration
 	// Script is the initial script. Default: no accounts, unknown
 	// credentials refused.
 	Script Script
@@ -46,6 +51,9 @@ func (c Config) Validate() error {
 	if c.Deltas < 0 {
 		errs = append(errs, fmt.Errorf("config: Deltas %d is negative", c.Deltas))
 	}
+	if c.Latency < 0 {
+		errs = append(errs, fmt.Errorf("config: Latency %v is negative", c.Latency))
+	}
 	if err := c.Script.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("config: Script: %w", err))
 	}
@@ -58,6 +66,7 @@ type Server struct {
 	now        func() time.Time
 	clock      *manualClock // nil unless Config.ManualClock
 	deltaDelay time.Duration
+	latency    time.Duration
 	reply      reply
 	mux        *http.ServeMux
 	attempts   attemptLog
@@ -80,6 +89,7 @@ func New(cfg Config) *Server {
 		log:        cfg.Logger,
 		now:        cfg.Now,
 		deltaDelay: cfg.DeltaDelay,
+		latency:    cfg.Latency,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

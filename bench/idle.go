@@ -1,0 +1,162 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weirhq/weir/internal/sim"
+)
+
+// IdleResult is the memory of n open, silent streams through one target.
+type IdleResult struct {
+	Target string `json:"target"`
+	N      int    `json:"n"`
+	// Opened is how many streams got their first delta and stayed open.
+	Opened int `json:"opened"`
+	// RSSGrowth is VmRSS with the streams open minus VmRSS before (after a
+	// GC and returning free memory to the OS); PeakGrowth is VmHWM, reset
+	// before opening, minus the same baseline.
+	RSSGrowth  int64 `json:"rss_growth_bytes"`
+	PeakGrowth int64 `json:"peak_growth_bytes"`
+}
+
+// openConcurrency bounds streams being opened at once, so the listen
+// backlogs are not overrun.
+const openConcurrency = 256
+
+// idleStreams opens n streams through t that the simulator holds open
+// after their first delta, measures the process's memory, then closes
+// them and waits for the servers to let go.
+func idleStreams(ctx context.Context, t target, n int) (IdleResult, error) {
+	res := IdleResult{Target: t.name, N: n}
+	settle(ctx, 0)
+	runtime.GC()
+	debug.FreeOSMemory()
+	goroutines := runtime.NumGoroutine()
+	before, err := readMem()
+	if err != nil {
+		return res, err
+	}
+	if err := resetPeak(); err != nil {
+		return res, fmt.Errorf("reset VmHWM: %w", err)
+	}
+
+	c := loadClient()
+	defer c.CloseIdleConnections()
+	sctx, cancel := context.WithCancel(ctx)
+	var (
+		wg, ready sync.WaitGroup
+		opened    atomic.Int64
+		sem       = make(chan struct{}, openConcurrency)
+	)
+	ready.Add(n)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			once := sync.OnceFunc(func() { <-sem; ready.Done() })
+			defer once()
+			body, ok := openHeld(sctx, c, t)
+			if !ok {
+				return
+			}
+			defer body.Close()
+			opened.Add(1)
+			once()
+			io.Copy(io.Discard, body) //nolint:errcheck // ends when the stream is cancelled
+		}()
+	}
+	ready.Wait()
+	after, err := readMem()
+	cancel()
+	wg.Wait()
+	c.CloseIdleConnections()
+	settle(ctx, goroutines)
+	if err != nil {
+		return res, err
+	}
+	res.Opened = int(opened.Load())
+	res.RSSGrowth = after.rss - before.rss
+	res.PeakGrowth = after.hwm - before.rss
+	return res, nil
+}
+
+// openTimeout bounds how long a stream may take to start.
+const openTimeout = 30 * time.Second
+
+// openHeld starts one held stream and returns its body once the first
+// delta arrived.
+func openHeld(ctx context.Context, c *http.Client, t target) (io.ReadCloser, bool) {
+	ctx, cancel := context.WithCancel(ctx)
+	late := time.AfterFunc(openTimeout, cancel)
+	started := false
+	defer func() {
+		if !started || !late.Stop() {
+			cancel()
+		}
+	}()
+	req, err := newRequest(ctx, t, streamBody)
+	if err != nil {
+		return nil, false
+	}
+	req.Header.Set(sim.StreamHeader, sim.StreamPace{Hold: true}.String())
+	res, err := c.Do(req)
+	if err != nil {
+		return nil, false
+	}
+	if res.StatusCode != http.StatusOK {
+		res.Body.Close()
+		return nil, false
+	}
+	br := bufio.NewReader(res.Body)
+	for {
+		line, err := br.ReadSlice('\n')
+		if bytes.HasPrefix(line, deltaLine) {
+			started = true
+			return readCloser{br, res.Body}, true
+		}
+		if err != nil && err != bufio.ErrBufferFull {
+			res.Body.Close()
+			return nil, false
+		}
+	}
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// settle waits, up to 10 s, until at most want goroutines are left above
+// those of a quiet process (servers ending closed streams, releases
+// reaching the control plane); want 0 just lets a moment pass for the
+// previous phase's stragglers. It polls: there is no event for "everyone
+// else's goroutines ended".
+func settle(ctx context.Context, want int) {
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for time.Now().Before(deadline) {
+		if want > 0 && runtime.NumGoroutine() <= want+32 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if want == 0 {
+			return
+		}
+	}
+}

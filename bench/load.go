@@ -1,0 +1,229 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weirhq/weir/internal/sim"
+)
+
+const benchModel = "claude-sonnet-4-5-20250929"
+
+// requestBody is a small Messages request.
+func requestBody(stream bool) []byte {
+	b := `{"model":"` + benchModel + `","max_tokens":64,"messages":[{"role":"user","content":"Say hello."}]`
+	if stream {
+		b += `,"stream":true`
+	}
+	return []byte(b + "}")
+}
+
+var (
+	plainBody  = requestBody(false)
+	streamBody = requestBody(true)
+)
+
+// maxInFlight bounds one step's open requests: beyond it the target has
+// fallen hopelessly behind, and a request is counted as an error instead
+// of opening yet more connections.
+const maxInFlight = 8000
+
+// requestTimeout bounds one request; a timeout is an error.
+const requestTimeout = 30 * time.Second
+
+// loadClient is how the generator reaches one target: HTTP/1.1 like an
+// agent, with enough idle connections that steady load reuses them.
+func loadClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		MaxIdleConns:        0,
+		MaxIdleConnsPerHost: maxInFlight,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}}
+}
+
+// streamPace is request i's stream shape: 20–64 deltas 10–20 ms apart,
+// the same for every target (seeded by the run's seed and i).
+func streamPace(seed uint64, i int) sim.StreamPace {
+	r := rand.New(rand.NewPCG(seed, uint64(i)))
+	return sim.StreamPace{Deltas: 20 + r.IntN(45), Delay: time.Duration(10+r.IntN(11)) * time.Millisecond}
+}
+
+// stepSamples is what one step measured; only requests due after the
+// warm-up count.
+type stepSamples struct {
+	latency []time.Duration // whole response, from the due time
+	ttfb    []time.Duration // streams: first content_block_delta, from the due time
+	gaps    []time.Duration // streams: each gap between deltas minus the pace's delay
+	sent    int
+	errors  int64
+	// firstError says why the first failed request failed.
+	firstError string
+	// measured is how many requests were due after the warm-up.
+	measured int
+}
+
+// drive runs one open-loop step against t and waits for its requests.
+func drive(ctx context.Context, clk clock, c *http.Client, t target, rate int, warmup, d time.Duration, stream bool, seed uint64) *stepSamples {
+	p := newPlan(clk.Now().Add(10*time.Millisecond), rate, warmup+d)
+	warm := int(warmup / p.interval)
+	out := &stepSamples{measured: p.n - warm}
+	var (
+		mu       sync.Mutex
+		wg       sync.WaitGroup
+		inFlight atomic.Int64
+		errs     atomic.Int64
+	)
+	out.sent = p.run(ctx, clk, func(i int, due time.Time) {
+		if inFlight.Load() >= maxInFlight {
+			if i >= warm {
+				errs.Add(1)
+				mu.Lock()
+				out.firstError = cmp.Or(out.firstError, "dropped: too many requests in flight")
+				mu.Unlock()
+			}
+			return
+		}
+		inFlight.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer inFlight.Add(-1)
+			var r result
+			if stream {
+				r = streamOnce(ctx, c, t, due, streamPace(seed, i))
+			} else {
+				r = plainOnce(ctx, c, t, due)
+			}
+			if i < warm {
+				return
+			}
+			if !r.ok {
+				errs.Add(1)
+				mu.Lock()
+				if out.firstError == "" {
+					out.firstError = r.err
+				}
+				mu.Unlock()
+				return
+			}
+			mu.Lock()
+			out.latency = append(out.latency, r.latency)
+			if stream {
+				out.ttfb = append(out.ttfb, r.ttfb)
+				out.gaps = append(out.gaps, r.gaps...)
+			}
+			mu.Unlock()
+		}()
+	})
+	wg.Wait()
+	out.errors = errs.Load()
+	return out
+}
+
+type result struct {
+	ok            bool
+	err           string // why not ok
+	latency, ttfb time.Duration
+	gaps          []time.Duration
+}
+
+func newRequest(ctx context.Context, t target, body []byte) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url+"/v1/messages", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("X-Api-Key", t.key)
+	req.Header.Set("Anthropic-Version", "2023-06-01")
+	req.Header.Set("Content-Type", "application/json")
+	return req, nil
+}
+
+func plainOnce(ctx context.Context, c *http.Client, t target, due time.Time) result {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	req, err := newRequest(ctx, t, plainBody)
+	if err != nil {
+		return result{err: err.Error()}
+	}
+	res, err := c.Do(req)
+	if err != nil {
+		return result{err: err.Error()}
+	}
+	_, err = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	switch {
+	case err != nil:
+		return result{err: "read body: " + err.Error()}
+	case res.StatusCode != http.StatusOK:
+		return result{err: res.Status}
+	}
+	return result{ok: true, latency: time.Since(due)}
+}
+
+var (
+	deltaLine = []byte("event: content_block_delta")
+	stopLine  = []byte("event: message_stop")
+)
+
+// streamOnce reads a stream event by event: its time to first token (the
+// first content_block_delta) and how much later than the simulator's pace
+// each following delta arrived.
+func streamOnce(ctx context.Context, c *http.Client, t target, due time.Time, pace sim.StreamPace) result {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	req, err := newRequest(ctx, t, streamBody)
+	if err != nil {
+		return result{err: err.Error()}
+	}
+	req.Header.Set(sim.StreamHeader, pace.String())
+	res, err := c.Do(req)
+	if err != nil {
+		return result{err: err.Error()}
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		io.Copy(io.Discard, res.Body) //nolint:errcheck // an error either way
+		return result{err: res.Status}
+	}
+	r := result{gaps: make([]time.Duration, 0, pace.Deltas)}
+	br := bufio.NewReaderSize(res.Body, 4096)
+	var last time.Time
+	for {
+		line, err := br.ReadSlice('\n')
+		if bytes.HasPrefix(line, deltaLine) {
+			now := time.Now()
+			if last.IsZero() {
+				r.ttfb = now.Sub(due)
+			} else {
+				r.gaps = append(r.gaps, now.Sub(last)-pace.Delay)
+			}
+			last = now
+		} else if bytes.HasPrefix(line, stopLine) {
+			r.ok = true
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		if err != nil {
+			if err != io.EOF {
+				r.err = "read stream: " + err.Error()
+			}
+			break
+		}
+	}
+	r.latency = time.Since(due)
+	if !r.ok || last.IsZero() {
+		r.ok = false
+		r.err = cmp.Or(r.err, "stream ended without content or message_stop")
+	}
+	return r
+}

@@ -1,0 +1,328 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Comparison puts the three targets side by side at one rate.
+type Comparison struct {
+	SimLatency time.Duration `json:"sim_latency_ns"`
+	Rate       int           `json:"rate"`
+	Stream     bool          `json:"stream"`
+	// Direct, Bare and Weir are the steps; the Added fields are
+	// differences of their latency percentiles.
+	Direct, Bare, Weir Step  `json:"-"`
+	WeirOverDirect     Added `json:"weir_over_direct"`
+	WeirOverBare       Added `json:"weir_over_bare"`
+	BareOverDirect     Added `json:"bare_over_direct"`
+	// Streams: the same for time to first token, and each target's gap
+	// excess (how much later than the pace each delta arrived).
+	TTFBWeirOverDirect Added `json:"ttfb_weir_over_direct,omitzero"`
+	TTFBWeirOverBare   Added `json:"ttfb_weir_over_bare,omitzero"`
+	TTFBBareOverDirect Added `json:"ttfb_bare_over_direct,omitzero"`
+	// CPU attributed by difference with the direct step at the same rate:
+	// the generator and the simulator cost the same in all three.
+	BareCPUPerRequest   time.Duration `json:"bare_cpu_per_request_ns"`
+	WeirCPUPerRequest   time.Duration `json:"weir_cpu_per_request_ns"`
+	WeirPGCPUPerRequest time.Duration `json:"weir_pg_cpu_per_request_ns"`
+	DirectCPUPerRequest time.Duration `json:"direct_cpu_per_request_ns"`
+	OK                  [3]bool       `json:"ok"` // direct, bare, weir kept up
+}
+
+// Sustained is, at one simulator latency, the highest rate (of those run)
+// each criterion held up to.
+type Sustained struct {
+	SimLatency time.Duration `json:"sim_latency_ns"`
+	// WeirOverBareUnder maps 1, 5, 10 (ms) to the highest rate whose weir
+	// p99 was within that of the bare proxy's.
+	WeirOverBareUnder map[int]int `json:"weir_over_bare_p99_under_ms"`
+	// Weir and Bare: the highest rate with p99 added over direct ≤ 10 ms.
+	Weir  int     `json:"weir_10ms"`
+	Bare  int     `json:"bare_10ms"`
+	Ratio float64 `json:"ratio"`
+	// Capped says the bare proxy held at the highest rate run: the ratio
+	// is then a lower bound on the bare proxy's side only.
+	Capped bool `json:"capped"`
+}
+
+// IdlePerStream is memory per open idle stream, attributed by
+// difference with the same count opened directly.
+type IdlePerStream struct {
+	N                 int    `json:"n"`
+	WeirPerStream     int64  `json:"weir_bytes_per_stream"`
+	BarePerStream     int64  `json:"bare_bytes_per_stream"`
+	WeirPeakPerStream int64  `json:"weir_peak_bytes_per_stream"`
+	BarePeakPerStream int64  `json:"bare_peak_bytes_per_stream"`
+	DirectPerStream   int64  `json:"direct_bytes_per_stream"`
+	Opened            [3]int `json:"opened"`
+}
+
+// Report is what a run concludes, derived from its Results.
+type Report struct {
+	Results     *Results        `json:"results"`
+	Comparisons []Comparison    `json:"comparisons"`
+	Sustained   []Sustained     `json:"sustained"`
+	Idle        []IdlePerStream `json:"idle_per_stream"`
+}
+
+var thresholds = []int{1, 5, 10}
+
+// NewReport derives the comparisons from r.
+func NewReport(r *Results) *Report {
+	rep := &Report{Results: r}
+	find := func(lat time.Duration, rate int, stream bool, name string) (Step, bool) {
+		for _, s := range r.Steps {
+			if s.SimLatency == lat && s.Rate == rate && s.Stream == stream && s.Target == name {
+				return s, true
+			}
+		}
+		return Step{}, false
+	}
+	for _, lat := range r.Config.SimLatencies {
+		var rows []Comparison
+		for _, stream := range []bool{false, true} {
+			rates := r.Config.Rates
+			if stream {
+				rates = []int{r.Config.StreamRate}
+			}
+			for _, rate := range rates {
+				d, ok1 := find(lat, rate, stream, "direct")
+				b, ok2 := find(lat, rate, stream, "bare")
+				w, ok3 := find(lat, rate, stream, "weir")
+				if !ok1 || !ok2 || !ok3 {
+					continue
+				}
+				c := compare(d, b, w)
+				c.SimLatency = lat
+				rep.Comparisons = append(rep.Comparisons, c)
+				if !stream {
+					rows = append(rows, c)
+				}
+			}
+		}
+		if len(rows) > 0 {
+			rep.Sustained = append(rep.Sustained, sustain(lat, rows))
+		}
+	}
+	rep.Idle = idlePerStream(r.Idle)
+	return rep
+}
+
+func compare(d, b, w Step) Comparison {
+	c := Comparison{Rate: d.Rate, Stream: d.Stream, Direct: d, Bare: b, Weir: w,
+		WeirOverDirect: added(w.Latency, d.Latency), WeirOverBare: added(w.Latency, b.Latency), BareOverDirect: added(b.Latency, d.Latency),
+		DirectCPUPerRequest: d.CPUPerRequest,
+		BareCPUPerRequest:   b.CPUPerRequest - d.CPUPerRequest,
+		WeirCPUPerRequest:   w.CPUPerRequest - d.CPUPerRequest,
+		WeirPGCPUPerRequest: w.PGCPUPerRequest - d.PGCPUPerRequest,
+		OK:                  [3]bool{d.ok(), b.ok(), w.ok()},
+	}
+	if d.Stream {
+		c.TTFBWeirOverDirect, c.TTFBWeirOverBare, c.TTFBBareOverDirect = added(w.TTFB, d.TTFB), added(w.TTFB, b.TTFB), added(b.TTFB, d.TTFB)
+	}
+	return c
+}
+
+func sustain(lat time.Duration, rows []Comparison) Sustained {
+	rates := make([]int, len(rows))
+	for i, c := range rows {
+		rates[i] = c.Rate
+	}
+	s := Sustained{SimLatency: lat, WeirOverBareUnder: map[int]int{}}
+	for _, ms := range thresholds {
+		limit := time.Duration(ms) * time.Millisecond
+		s.WeirOverBareUnder[ms] = sustained(rates, func(i int) bool {
+			return rows[i].OK[1] && rows[i].OK[2] && rows[i].WeirOverBare.P99 < limit
+		})
+	}
+	tenMs := 10 * time.Millisecond
+	s.Weir = sustained(rates, func(i int) bool { return rows[i].OK[2] && rows[i].WeirOverDirect.P99 <= tenMs })
+	s.Bare = sustained(rates, func(i int) bool { return rows[i].OK[1] && rows[i].BareOverDirect.P99 <= tenMs })
+	if s.Bare > 0 {
+		s.Ratio = float64(s.Weir) / float64(s.Bare)
+	}
+	s.Capped = s.Bare == rates[len(rates)-1]
+	return s
+}
+
+func idlePerStream(rs []IdleResult) []IdlePerStream {
+	byN := map[int]map[string]IdleResult{}
+	var ns []int
+	for _, r := range rs {
+		if byN[r.N] == nil {
+			byN[r.N] = map[string]IdleResult{}
+			ns = append(ns, r.N)
+		}
+		byN[r.N][r.Target] = r
+	}
+	var out []IdlePerStream
+	for _, n := range ns {
+		d, b, w := byN[n]["direct"], byN[n]["bare"], byN[n]["weir"]
+		per := func(x IdleResult) int64 {
+			if x.Opened == 0 {
+				return 0
+			}
+			return x.RSSGrowth / int64(x.Opened)
+		}
+		peak := func(x IdleResult) int64 {
+			if x.Opened == 0 {
+				return 0
+			}
+			return x.PeakGrowth / int64(x.Opened)
+		}
+		out = append(out, IdlePerStream{N: n,
+			DirectPerStream: per(d), WeirPerStream: per(w) - per(d), BarePerStream: per(b) - per(d),
+			WeirPeakPerStream: peak(w) - peak(d), BarePeakPerStream: peak(b) - peak(d),
+			Opened: [3]int{d.Opened, b.Opened, w.Opened}})
+	}
+	return out
+}
+
+// WriteFiles writes results.md, results.json and latency.svg into dir.
+func (rep *Report) WriteFiles(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{
+		"results.json": append(js, '\n'),
+		"results.md":   []byte(rep.Markdown()),
+		"latency.svg":  []byte(rep.SVG()),
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
+func us(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond)) }
+func kib(b int64) string        { return fmt.Sprintf("%.1f", float64(b)/1024) }
+
+func triple(s Summary) string { return ms(s.P50) + " / " + ms(s.P99) + " / " + ms(s.Max) }
+func addedTriple(a Added) string {
+	return ms(a.P50) + " / " + ms(a.P99) + " / " + ms(a.Max)
+}
+
+// behind marks a step that did not keep up.
+func behind(ok bool) string {
+	if ok {
+		return ""
+	}
+	return " †"
+}
+
+func errCell(c Comparison) string {
+	return fmt.Sprintf("%d / %d / %d", c.Direct.Errors, c.Bare.Errors, c.Weir.Errors)
+}
+
+// Markdown is the report as tables.
+func (rep *Report) Markdown() string {
+	r := rep.Results
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	p("# weir bench — %s\n\n", r.Started.Format(time.RFC3339))
+	p("%s, GOMAXPROCS %d; each step %v measured after %v warm-up, open loop; stream step at %d req/s; seed %d; run took %v.\n",
+		r.GoVersion, r.GOMAXPROCS, r.Config.Duration, r.Config.Warmup, r.Config.StreamRate, r.Config.Seed, r.Elapsed.Round(time.Second))
+	p("Targets: **direct** (the simulator), **bare** (`httputil.ReverseProxy`), **weir** (data plane → control plane → Postgres → simulator). ")
+	p("Latencies in ms as p50 / p99 / max from each request's scheduled start; *added* is a difference of percentiles. Errors: direct / bare / weir.\n\n")
+
+	rep.headline(p)
+	for _, s := range rep.Sustained {
+		p("## Sim latency %v: non-streaming /v1/messages\n\n", s.SimLatency)
+		p("| rate/s | direct | bare | weir | bare − direct | weir − direct | weir − bare | errors |\n|---:|---|---|---|---|---|---|---|\n")
+		for _, c := range rep.Comparisons {
+			if c.SimLatency != s.SimLatency || c.Stream {
+				continue
+			}
+			p("| %d | %s | %s | %s | %s | %s | %s | %s |\n", c.Rate, triple(c.Direct.Latency), triple(c.Bare.Latency), triple(c.Weir.Latency),
+				addedTriple(c.BareOverDirect), addedTriple(c.WeirOverDirect), addedTriple(c.WeirOverBare), errCell(c))
+		}
+		p("\nHighest rate with weir's p99 within 1 / 5 / 10 ms of the bare proxy's: **%d / %d / %d** req/s. ",
+			s.WeirOverBareUnder[1], s.WeirOverBareUnder[5], s.WeirOverBareUnder[10])
+		capped := ""
+		if s.Capped {
+			capped = " (the bare proxy held at the highest rate run: a lower bound)"
+		}
+		p("Sustained with p99 added over direct ≤ 10 ms: weir **%d**, bare **%d** req/s, ratio **%.0f%%**%s.\n\n", s.Weir, s.Bare, 100*s.Ratio, capped)
+
+		p("CPU µs per request (this process; by difference with direct at the same rate), and the LeaseService calls as the data plane timed them (ms, p50 / p99):\n\n")
+		p("| rate/s | direct (generator + sim) | bare − direct | weir − direct | weir's Postgres | Acquire | Release |\n|---:|---:|---:|---:|---:|---|---|\n")
+		for _, c := range rep.Comparisons {
+			if c.SimLatency != s.SimLatency || c.Stream {
+				continue
+			}
+			p("| %d | %s | %s%s | %s%s | %s%s | %s / %s | %s / %s |\n", c.Rate, us(c.DirectCPUPerRequest), us(c.BareCPUPerRequest), behind(c.OK[1]),
+				us(c.WeirCPUPerRequest), behind(c.OK[2]), us(c.WeirPGCPUPerRequest), behind(c.OK[2]),
+				ms(c.Weir.Acquire.P50), ms(c.Weir.Acquire.P99), ms(c.Weir.Release.P50), ms(c.Weir.Release.P99))
+		}
+		p("\n† fell behind (more than 0.1%% of requests failed or were dropped): CPU is divided by requests sent, not served, and latencies are those of the requests that were served.\n\n")
+		for _, c := range rep.Comparisons {
+			if c.SimLatency != s.SimLatency || !c.Stream {
+				continue
+			}
+			p("Streams at %d req/s (20–64 deltas, 10–20 ms apart). TTFB is the first content_block_delta; gap is each later delta's delay beyond the simulator's pace (ms, p50 / p99 / max):\n\n", c.Rate)
+			p("| | direct | bare | weir | bare − direct | weir − direct | weir − bare |\n|---|---|---|---|---|---|---|\n")
+			p("| TTFB | %s | %s | %s | %s | %s | %s |\n", triple(c.Direct.TTFB), triple(c.Bare.TTFB), triple(c.Weir.TTFB),
+				addedTriple(c.TTFBBareOverDirect), addedTriple(c.TTFBWeirOverDirect), addedTriple(c.TTFBWeirOverBare))
+			p("| gap | %s | %s | %s | %s | %s | %s |\n", triple(c.Direct.Gap), triple(c.Bare.Gap), triple(c.Weir.Gap),
+				addedTriple(added(c.Bare.Gap, c.Direct.Gap)), addedTriple(added(c.Weir.Gap, c.Direct.Gap)), addedTriple(added(c.Weir.Gap, c.Bare.Gap)))
+			p("| whole stream | %s | %s | %s | %s | %s | %s |\n", triple(c.Direct.Latency), triple(c.Bare.Latency), triple(c.Weir.Latency),
+				addedTriple(c.BareOverDirect), addedTriple(c.WeirOverDirect), addedTriple(c.WeirOverBare))
+			p("\nErrors (direct / bare / weir): %s; CPU µs per stream: bare − direct %s, weir − direct %s (+ Postgres %s).\n\n", errCell(c),
+				us(c.BareCPUPerRequest), us(c.WeirCPUPerRequest), us(c.WeirPGCPUPerRequest))
+		}
+	}
+	if len(rep.Idle) > 0 {
+		p("## Open idle streams\n\n")
+		p("Streams held open and silent after their first delta; KiB of this process's RSS per stream, by difference with the same count opened directly (peak: VmHWM).")
+		for _, c := range r.StreamsCapped {
+			p(" %d streams were asked for and %d opened: a proxied stream holds four descriptors in this one process and RLIMIT_NOFILE is %d.", c[0], c[1], r.FileLimit)
+		}
+		p("\n\n")
+		p("| streams | opened (d / b / w) | direct (client + sim) | bare − direct | weir − direct | bare − direct, peak | weir − direct, peak |\n|---:|---|---:|---:|---:|---:|---:|\n")
+		for _, i := range rep.Idle {
+			p("| %d | %d / %d / %d | %s | %s | %s | %s | %s |\n", i.N, i.Opened[0], i.Opened[1], i.Opened[2], kib(i.DirectPerStream),
+				kib(i.BarePerStream), kib(i.WeirPerStream), kib(i.BarePeakPerStream), kib(i.WeirPeakPerStream))
+		}
+		p("\n")
+	}
+	if r.Profile != "" {
+		p("CPU profile: %s.\n", r.Profile)
+	}
+	return b.String()
+}
+
+// headline is issue 7's targets against this run.
+func (rep *Report) headline(p func(string, ...any)) {
+	p("## Headline (issue 7's targets)\n\n| measure | target | measured |\n|---|---|---|\n")
+	for _, s := range rep.Sustained {
+		for _, c := range rep.Comparisons {
+			if c.SimLatency == s.SimLatency && !c.Stream && c.Rate == 500 {
+				p("| added over bare proxy at 500 req/s, sim %v: p50 / p99 | ≤ 0.3 / ≤ 1 ms | %s / %s ms (weir errors %d) |\n",
+					s.SimLatency, ms(c.WeirOverBare.P50), ms(c.WeirOverBare.P99), c.Weir.Errors)
+			}
+		}
+		p("| sustained rate with p99 added ≤ 10 ms, sim %v: weir / bare | ≥ 70%% | %d / %d req/s = %.0f%% |\n", s.SimLatency, s.Weir, s.Bare, 100*s.Ratio)
+	}
+	for _, c := range rep.Comparisons {
+		if c.Stream {
+			p("| stream TTFB added over bare p99, sim %v, %d streams/s | ≤ 1 ms | %s ms |\n", c.SimLatency, c.Rate, ms(c.TTFBWeirOverBare.P99))
+			p("| inter-event gap p99 change over bare, sim %v | within noise | %s ms |\n", c.SimLatency, ms(c.Weir.Gap.P99-c.Bare.Gap.P99))
+		}
+	}
+	for _, i := range rep.Idle {
+		p("| RSS per open idle stream over direct, %d streams | ≤ 64 KiB | %s KiB (bare proxy: %s) |\n", i.N, kib(i.WeirPerStream), kib(i.BarePerStream))
+	}
+	p("\n")
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestBenchSmoke runs the whole harness briefly: a real weir on an
+// embedded Postgres, the bare proxy and the simulator, one rate, a few
+// idle streams. It checks that the report is written and its numbers are
+// there, not what they are.
+func TestBenchSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Postgres and runs load for several seconds")
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "run")
+	e, stdout, stderr := testEnv(map[string]string{"WEIR_LOG_LEVEL": "warn"}, "")
+	err := run(t.Context(), []string{"bench", "--duration", "1s", "--rates", "50", "--streams", "50", "--sim-latency", "0",
+		"--stream-rate", "50", "--out", out, "--cpuprofile", filepath.Join(out, "weir.pprof"), "--profile-rate", "50"}, e)
+	if err != nil {
+		t.Fatalf("weir bench: %v\nstderr:\n%s", err, stderr)
+	}
+	for _, name := range []string{"results.md", "results.json", "latency.svg", "weir.pprof"} {
+		if fi, err := os.Stat(filepath.Join(out, name)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: %v (empty or missing)", name, err)
+		}
+	}
+	latest, err := os.ReadFile(filepath.Join(dir, "latest.md"))
+	if err != nil || !strings.Contains(string(latest), "| 50 |") {
+		t.Errorf("latest.md next to the run: %v\n%s", err, latest)
+	}
+	if !strings.Contains(stdout.String(), "results in "+out) {
+		t.Errorf("stdout does not say where the results are:\n%s", stdout)
+	}
+
+	var rep struct {
+		Results struct {
+			Steps []struct {
+				Target        string `json:"target"`
+				Stream        bool   `json:"stream"`
+				Measured      int    `json:"measured"`
+				Errors        int64  `json:"errors"`
+				CPUPerRequest int64  `json:"cpu_per_request_ns"`
+				Latency       struct {
+					N   int   `json:"n"`
+					P50 int64 `json:"p50_ns"`
+					P99 int64 `json:"p99_ns"`
+				} `json:"latency"`
+				TTFB struct {
+					P50 int64 `json:"p50_ns"`
+				} `json:"ttfb"`
+				Acquire struct {
+					N   int   `json:"n"`
+					P50 int64 `json:"p50_ns"`
+				} `json:"acquire"`
+				Release struct {
+					N int `json:"n"`
+				} `json:"release"`
+			} `json:"steps"`
+			Idle []struct {
+				Target    string `json:"target"`
+				Opened    int    `json:"opened"`
+				RSSGrowth int64  `json:"rss_growth_bytes"`
+			} `json:"idle_streams"`
+		} `json:"results"`
+		Sustained []struct {
+			Bare int `json:"bare_10ms"`
+		} `json:"sustained"`
+	}
+	b, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("results.json: %v", err)
+	}
+	steps := rep.Results.Steps
+	if len(steps) != 6 {
+		t.Fatalf("%d steps, want 3 targets × (plain, stream)", len(steps))
+	}
+	for _, s := range steps {
+		if s.Measured != 50 || s.Latency.N == 0 || s.Latency.P50 <= 0 || s.Latency.P99 < s.Latency.P50 || s.CPUPerRequest <= 0 {
+			t.Errorf("%s (stream %v): measured %d, latency %+v, cpu %d", s.Target, s.Stream, s.Measured, s.Latency, s.CPUPerRequest)
+		}
+		if s.Stream && s.TTFB.P50 <= 0 {
+			t.Errorf("%s stream: no time to first token", s.Target)
+		}
+		if s.Target == "weir" && (s.Acquire.N == 0 || s.Acquire.P50 <= 0 || s.Release.N == 0) {
+			t.Errorf("weir: Acquire %+v, Release %+v", s.Acquire, s.Release)
+		}
+	}
+	if len(rep.Results.Idle) != 3 {
+		t.Fatalf("%d idle-stream results, want 3", len(rep.Results.Idle))
+	}
+	for _, i := range rep.Results.Idle {
+		if i.Opened != 50 || i.RSSGrowth <= 0 {
+			t.Errorf("idle streams via %s: opened %d, RSS growth %d", i.Target, i.Opened, i.RSSGrowth)
+		}
+	}
+	if len(rep.Sustained) != 1 {
+		t.Errorf("sustained: %+v", rep.Sustained)
+	}
+}
