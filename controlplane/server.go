@@ -115,10 +115,15 @@ func (s *Server) Stop(ctx context.Context) error {
 
 // Handler serves every RPC plus /metrics, /healthz and /readyz.
 func (s *Server) Handler() http.Handler {
-	opts := connect.WithInterceptors(tokenInterceptor{
-		admin:     []byte(s.cfg.AdminToken),
-		dataplane: []byte(s.cfg.DataplaneToken),
-	})
+	opts := connect.WithHandlerOptions(
+		connect.WithInterceptors(tokenInterceptor{
+			admin:     []byte(s.cfg.AdminToken),
+			dataplane: []byte(s.cfg.DataplaneToken),
+		}),
+		// Leases and decisions are a few hundred bytes: gzip would cost
+		// both sides CPU on every call and save nothing worth having.
+		connect.WithCompressMinBytes(16<<10),
+	)
 	mux := http.NewServeMux()
 	mux.Handle(weirv1connect.NewAccountServiceHandler(accountService{s: s}, opts))
 	mux.Handle(weirv1connect.NewKeyServiceHandler(keyService{s: s}, opts))
