@@ -134,13 +134,9 @@ func (d dashboardService) SearchRouteEvents(ctx context.Context, req *connect.Re
 	if err != nil {
 		return nil, d.s.fail(ctx, "search route events", err)
 	}
-	out := make([]*weirv1.RouteEvent, 0, len(rows))
-	for _, e := range rows {
-		ev, err := routeEventProto(e)
-		if err != nil {
-			return nil, d.s.fail(ctx, "search route events", err)
-		}
-		out = append(out, ev)
+	out, err := routeEventProtos(rows)
+	if err != nil {
+		return nil, d.s.fail(ctx, "search route events", err)
 	}
 	return connect.NewResponse(&weirv1.SearchRouteEventsResponse{Events: out}), nil
 }

@@ -1,14 +1,12 @@
 package controlplane
 
 import (
-	"encoding/base64"
-	"encoding/json"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/jwtclaims"
 )
 
 // Providers as the accounts table spells them (enumName of weirv1.Provider),
@@ -104,21 +102,13 @@ type jwtClaims struct {
 // parseJWTClaims decodes a JWT's payload; ok is false when tok is not a
 // JWT with a JSON payload.
 func parseJWTClaims(tok string) (jwtClaims, bool) {
-	parts := strings.Split(tok, ".")
-	if len(parts) != 3 {
-		return jwtClaims{}, false
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
-	if err != nil {
-		return jwtClaims{}, false
-	}
 	var doc struct {
 		Exp  *float64 `json:"exp"`
 		Auth *struct {
 			ChatGPTAccountID string `json:"chatgpt_account_id"`
 		} `json:"https://api.openai.com/auth"`
 	}
-	if json.Unmarshal(payload, &doc) != nil {
+	if !jwtclaims.Decode(tok, &doc) {
 		return jwtClaims{}, false
 	}
 	var c jwtClaims

@@ -51,13 +51,9 @@ func (r routeService) ListRouteEvents(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return nil, r.s.fail(ctx, "list route events", err)
 	}
-	out := make([]*weirv1.RouteEvent, 0, len(rows))
-	for _, e := range rows {
-		ev, err := routeEventProto(e)
-		if err != nil {
-			return nil, r.s.fail(ctx, "list route events", err)
-		}
-		out = append(out, ev)
+	out, err := routeEventProtos(rows)
+	if err != nil {
+		return nil, r.s.fail(ctx, "list route events", err)
 	}
 	return connect.NewResponse(&weirv1.ListRouteEventsResponse{Events: out}), nil
 }
@@ -79,6 +75,19 @@ func (r routeService) GetRouteEvent(ctx context.Context, req *connect.Request[we
 }
 
 // routeEventProto is a stored event as the API returns it.
+// routeEventProtos is routeEventProto over rows.
+func routeEventProtos(rows []db.RouteEvent) ([]*weirv1.RouteEvent, error) {
+	out := make([]*weirv1.RouteEvent, 0, len(rows))
+	for _, e := range rows {
+		ev, err := routeEventProto(e)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ev)
+	}
+	return out, nil
+}
+
 func routeEventProto(e db.RouteEvent) (*weirv1.RouteEvent, error) {
 	ev := &weirv1.RouteEvent{
 		RequestId:    e.RequestID,

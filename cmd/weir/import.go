@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -18,6 +17,7 @@ import (
 	"connectrpc.com/connect"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/jwtclaims"
 )
 
 // Credential kinds `weir accounts import` recognises.
@@ -250,21 +250,13 @@ func shortHash(secret string) string {
 
 // jwtEmail is the email claim of an (unverified) id token; "" when none.
 func jwtEmail(tok string) string {
-	parts := strings.Split(tok, ".")
-	if len(parts) != 3 {
-		return ""
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
-	if err != nil {
-		return ""
-	}
 	var claims struct {
 		Email   string `json:"email"`
 		Profile struct {
 			Email string `json:"email"`
 		} `json:"https://api.openai.com/profile"`
 	}
-	if json.Unmarshal(payload, &claims) != nil {
+	if !jwtclaims.Decode(tok, &claims) {
 		return ""
 	}
 	email := cmp.Or(claims.Email, claims.Profile.Email)

@@ -9,8 +9,9 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/weirhq/weir/internal/jwtclaims"
 )
 
 // openAIAuthClaim is the JWT claim holding a ChatGPT login's account
@@ -53,18 +54,10 @@ type openAIAuth struct {
 // jwtAccountID reads the chatgpt_account_id claim of a JWT-shaped token
 // without checking anything else; "" when there is none.
 func jwtAccountID(tok string) string {
-	parts := strings.Split(tok, ".")
-	if len(parts) != 3 {
-		return ""
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
-	if err != nil {
-		return ""
-	}
 	var claims struct {
 		Auth openAIAuth `json:"https://api.openai.com/auth"`
 	}
-	if json.Unmarshal(payload, &claims) != nil {
+	if !jwtclaims.Decode(tok, &claims) {
 		return ""
 	}
 	return claims.Auth.ChatGPTAccountID
