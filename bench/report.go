@@ -140,9 +140,9 @@ func sustain(lat time.Duration, rows []Comparison) Sustained {
 			return rows[i].OK[1] && rows[i].OK[2] && rows[i].WeirOverBare.P99 < limit
 		})
 	}
-	tenMs := 10 * time.Millisecond
-	s.Weir = sustained(rates, func(i int) bool { return rows[i].OK[2] && rows[i].WeirOverDirect.P99 <= tenMs })
-	s.Bare = sustained(rates, func(i int) bool { return rows[i].OK[1] && rows[i].BareOverDirect.P99 <= tenMs })
+	budget := 10 * time.Millisecond
+	s.Weir = sustained(rates, func(i int) bool { return rows[i].OK[2] && rows[i].WeirOverDirect.P99 <= budget })
+	s.Bare = sustained(rates, func(i int) bool { return rows[i].OK[1] && rows[i].BareOverDirect.P99 <= budget })
 	if s.Bare > 0 {
 		s.Ratio = float64(s.Weir) / float64(s.Bare)
 	}

@@ -146,12 +146,12 @@ func TestComposeTopology(t *testing.T) {
 	// An operator adds an account pointed at the simulator, and a key.
 	admin := map[string]string{"WEIR_CONTROLPLANE_URL": "http://127.0.0.1:" + ports["controlplane"],
 		"WEIR_ADMIN_TOKEN": secrets["WEIR_ADMIN_TOKEN"]}
-	e, out, errOut := testEnv(admin, "sk-ant-api03-compose-"+randomHex(8))
+	e, _, errOut := testEnv(admin, "sk-ant-api03-compose-"+randomHex(8))
 	if err := run(ctx, []string{"accounts", "add", "--label", "compose", "--secret-stdin",
 		"--base-url", "http://127.0.0.1:" + ports["sim"]}, e); err != nil {
 		t.Fatalf("accounts add: %v\n%s", err, errOut.String())
 	}
-	e, out, errOut = testEnv(admin, "")
+	e, out, errOut := testEnv(admin, "")
 	if err := run(ctx, []string{"keys", "create", "compose-agent", "--json"}, e); err != nil {
 		t.Fatalf("keys create: %v\n%s", err, errOut.String())
 	}

@@ -84,7 +84,7 @@ func TestTraceSpansDataplaneToControlplane(t *testing.T) {
 		"weir.held_seconds":         attribute.Float64Value(0),
 	} {
 		if got, ok := attr(req, key); !ok || got != want {
-			t.Errorf("request span %s = %v, want %v", key, got.Emit(), want.Emit())
+			t.Errorf("request span %s = %v, want %v", key, got.String(), want.String())
 		}
 	}
 	if service(req) != "weir-dataplane" {
@@ -116,7 +116,7 @@ func TestTraceSpansDataplaneToControlplane(t *testing.T) {
 		"http.response.status_code": attribute.IntValue(200),
 	} {
 		if got, ok := attr(*attempt, key); !ok || got != want {
-			t.Errorf("attempt span %s = %v, want %v", key, got.Emit(), want.Emit())
+			t.Errorf("attempt span %s = %v, want %v", key, got.String(), want.String())
 		}
 	}
 	for _, rpc := range []string{"/weir.v1.LeaseService/Acquire", "/weir.v1.LeaseService/Release"} {
@@ -196,21 +196,21 @@ func TestTraceCarriesNoSecrets(t *testing.T) {
 		var text []string
 		text = append(text, s.Name, s.Status.Description)
 		for _, kv := range s.Attributes {
-			text = append(text, string(kv.Key), kv.Value.Emit())
+			text = append(text, string(kv.Key), kv.Value.String())
 		}
 		for _, ev := range s.Events {
 			text = append(text, ev.Name)
 			for _, kv := range ev.Attributes {
-				text = append(text, string(kv.Key), kv.Value.Emit())
+				text = append(text, string(kv.Key), kv.Value.String())
 			}
 		}
 		for _, l := range s.Links {
 			for _, kv := range l.Attributes {
-				text = append(text, string(kv.Key), kv.Value.Emit())
+				text = append(text, string(kv.Key), kv.Value.String())
 			}
 		}
 		for _, kv := range s.Resource.Attributes() {
-			text = append(text, kv.Value.Emit())
+			text = append(text, kv.Value.String())
 		}
 		all := strings.Join(text, "\n")
 		for _, secret := range secrets {
