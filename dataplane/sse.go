@@ -29,8 +29,13 @@ type sseScanner struct {
 	r *bufio.Reader
 }
 
+// sseBuffer is the scanner's read buffer. Events are small (a delta is a
+// few hundred bytes) and a longer line is gathered past it, so a small
+// buffer keeps thousands of open streams cheap.
+const sseBuffer = 4 << 10
+
 func newSSEScanner(r io.Reader) *sseScanner {
-	return &sseScanner{r: bufio.NewReaderSize(r, 32<<10)}
+	return &sseScanner{r: bufio.NewReaderSize(r, sseBuffer)}
 }
 
 // next returns the next event. At a clean end of stream it returns io.EOF;
