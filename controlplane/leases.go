@@ -362,6 +362,34 @@ func (l leaseService) Renew(ctx context.Context, req *connect.Request[weirv1.Ren
 	return connect.NewResponse(&weirv1.RenewResponse{ExpiresAt: timestamppb.New(exp)}), nil
 }
 
+// maxRenewBatch bounds one RenewBatch call.
+const maxRenewBatch = 10000
+
+func (l leaseService) RenewBatch(ctx context.Context, req *connect.Request[weirv1.RenewBatchRequest]) (*connect.Response[weirv1.RenewBatchResponse], error) {
+	if n := len(req.Msg.LeaseIds); n > maxRenewBatch {
+		return nil, toConnect(invalidf("lease_ids: at most %d per call, got %d", maxRenewBatch, n))
+	}
+	ids := make([]uuid.UUID, 0, len(req.Msg.LeaseIds))
+	for i, raw := range req.Msg.LeaseIds {
+		id, err := uuid.Parse(raw)
+		if err != nil {
+			return nil, toConnect(invalidf("lease_ids[%d]: not a lease id", i))
+		}
+		ids = append(ids, id)
+	}
+	now := l.s.now()
+	exp := now.Add(l.s.cfg.LeaseTTL)
+	renewed, err := l.s.q.RenewLeases(ctx, db.RenewLeasesParams{Ids: ids, Now: now, ExpiresAt: exp})
+	if err != nil {
+		return nil, l.s.fail(ctx, "renew leases", err)
+	}
+	out := &weirv1.RenewBatchResponse{RenewedLeaseIds: make([]string, 0, len(renewed)), ExpiresAt: timestamppb.New(exp)}
+	for _, id := range renewed {
+		out.RenewedLeaseIds = append(out.RenewedLeaseIds, id.String())
+	}
+	return connect.NewResponse(out), nil
+}
+
 func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.ReleaseRequest]) (*connect.Response[weirv1.ReleaseResponse], error) {
 	id, err := uuid.Parse(req.Msg.LeaseId)
 	if err != nil {

@@ -1,6 +1,8 @@
 package controlplane
 
 import (
+	"slices"
+
 	"strings"
 	"sync"
 	"testing"
@@ -513,4 +515,38 @@ func TestLateRelease(t *testing.T) {
 	if got := e.getAccount(a.Id); got.State != weirv1.AccountState_ACCOUNT_STATE_COOLING {
 		t.Errorf("state %v", got.State)
 	}
+}
+
+// TestRenewBatch: one call renews every live lease it names and lists
+// them; released, expired and unknown leases are left out, not errors.
+func TestRenewBatch(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	_, keyHash := e.createKey("")
+	acc, _ := e.createAccount(acct{maxConc: 3})
+	a := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash})
+	b := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash})
+	gone := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash})
+	e.release(gone.Id, &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS})
+
+	now := e.clock.Advance(20 * time.Second)
+	resp, err := e.dp.leases.RenewBatch(t.Context(), connect.NewRequest(&weirv1.RenewBatchRequest{
+		LeaseIds: []string{a.Id, b.Id, gone.Id, uuid.NewString()}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := resp.Msg.RenewedLeaseIds
+	slices.Sort(got)
+	want := []string{a.Id, b.Id}
+	slices.Sort(want)
+	if !slices.Equal(got, want) || !resp.Msg.ExpiresAt.AsTime().Equal(now.Add(e.cfg.LeaseTTL)) {
+		t.Errorf("renewed %v until %v, want %v until %v", got, resp.Msg.ExpiresAt.AsTime(), want, now.Add(e.cfg.LeaseTTL))
+	}
+	// Past the original expiry both renewed leases still hold their slots.
+	e.clock.Advance(20 * time.Second)
+	if n := e.getAccount(acc.Id).InFlight; n != 2 {
+		t.Errorf("in flight %d, want the 2 renewed leases", n)
+	}
+	_, err = e.dp.leases.RenewBatch(t.Context(), connect.NewRequest(&weirv1.RenewBatchRequest{LeaseIds: []string{a.Id, "nope"}}))
+	wantCode(t, err, connect.CodeInvalidArgument)
 }

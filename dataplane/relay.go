@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
@@ -78,8 +77,7 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 	defer func() { o.Duration = durationpb.New(s.cfg.Now().Sub(start)) }()
 	// The lease is renewed for as long as the attempt runs: a long wait for
 	// headers holds the account as surely as a long stream does.
-	stopRenew := s.renewWhile(ctx, in, lease)
-	defer stopRenew()
+	defer s.keeper.hold(lease)()
 
 	// The attempt's own context: a stalled stream is cut without touching
 	// the client's request.
@@ -285,33 +283,6 @@ func (s *Server) eventFailureResponse(in *inbound, resp *http.Response, ev sseEv
 		body = openAIErrorBody(f)
 	}
 	return &bufferedResponse{status: f.status, header: h, body: body}
-}
-
-// renewWhile keeps the lease alive during a long stream.
-func (s *Server) renewWhile(ctx context.Context, in *inbound, lease *weirv1.Lease) (stop func()) {
-	ttl := lease.GetTtl().AsDuration()
-	if ttl <= 0 {
-		return func() {}
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(ttl / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				_, err := s.leases.Renew(ctx, connect.NewRequest(&weirv1.RenewRequest{LeaseId: lease.Id}))
-				if err != nil && ctx.Err() == nil {
-					s.cfg.Logger.WarnContext(ctx, "renew lease failed", "request_id", in.requestID, "err", err)
-				}
-			}
-		}
-	}()
-	return func() { cancel(); <-done }
 }
 
 func isEventStream(h http.Header) bool {

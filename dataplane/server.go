@@ -23,6 +23,7 @@ type Server struct {
 	leases   weirv1connect.LeaseServiceClient
 	keys     *keyCache
 	reporter *reporter
+	keeper   *keeper
 	settings *settingsPoller
 	metrics  *metrics
 	tracer   trace.Tracer
@@ -52,6 +53,7 @@ func New(cfg Config) (*Server, error) {
 		leases:   leases,
 		keys:     &keyCache{client: leases, ttl: cfg.KeyCacheTTL, now: cfg.Now, entries: map[string]keyEntry{}},
 		reporter: newReporter(leases, cfg.Logger, m.routesDropped.Inc),
+		keeper:   newKeeper(leases, cfg.Logger),
 		metrics:  m,
 		tracer:   telemetry.TracerProvider(cfg.TracerProvider).Tracer(tracerName),
 	}
@@ -110,5 +112,6 @@ func (s *Server) method(m string, h http.HandlerFunc) http.HandlerFunc {
 // Close flushes queued route events, waiting until ctx ends.
 func (s *Server) Close(ctx context.Context) {
 	s.settings.close()
+	s.keeper.close()
 	s.reporter.close(ctx)
 }

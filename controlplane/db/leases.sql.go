@@ -187,6 +187,38 @@ func (q *Queries) RenewLease(ctx context.Context, arg RenewLeaseParams) (time.Ti
 	return expires_at, err
 }
 
+const renewLeases = `-- name: RenewLeases :many
+UPDATE leases SET expires_at = $1
+WHERE id = ANY($2::uuid[]) AND expires_at > $3
+RETURNING id
+`
+
+type RenewLeasesParams struct {
+	ExpiresAt time.Time
+	Ids       []uuid.UUID
+	Now       time.Time
+}
+
+func (q *Queries) RenewLeases(ctx context.Context, arg RenewLeasesParams) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, renewLeases, arg.ExpiresAt, arg.Ids, arg.Now)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const sessionAccount = `-- name: SessionAccount :one
 SELECT account_id FROM session_bindings
 WHERE session_key = $1 AND last_seen_at > $2

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"time"
+
 	"bytes"
 	"encoding/json"
 	"net/http"
@@ -310,4 +312,33 @@ func TestLeaseReleasedAfterEachRequest(t *testing.T) {
 	if n := len(e.sim.Attempts()); n != 8 {
 		t.Errorf("simulator saw %d attempts, want 8: %v", n, e.attempts())
 	}
+}
+
+// TestLongStreamKeepsItsLease: a stream that outlives the lease TTL keeps
+// its account's slot, renewed by the worker's one keeper (one RenewBatch
+// per period for every lease it holds), and frees it when it ends.
+func TestLongStreamKeepsItsLease(t *testing.T) {
+	t.Parallel()
+	const ttl = 1500 * time.Millisecond
+	e := setup(t, options{leaseTTL: ttl, deltaDelay: 700 * time.Millisecond, accounts: []account{{label: "only", maxConc: 1}}})
+	done := make(chan response, 1)
+	start := time.Now()
+	go func() { done <- e.post(true) }()
+	eventually(t, "the stream to hold the account", func() bool { return e.account("only").InFlight == 1 })
+	// Past twice the TTL the stream is still running, and still holds the
+	// account: only a renewal can have kept its lease alive.
+	for time.Since(start) < 2*ttl {
+		select {
+		case r := <-done:
+			t.Fatalf("the stream ended after %v, before twice the TTL: %d", time.Since(start), r.status)
+		default:
+		}
+		if n := e.account("only").InFlight; n != 1 {
+			t.Fatalf("in flight %d at %v into a live stream, want 1 (the lease lapsed)", n, time.Since(start))
+		}
+	}
+	if r := <-done; r.status != http.StatusOK {
+		t.Fatalf("stream: %d", r.status)
+	}
+	e.leasesReleased()
 }

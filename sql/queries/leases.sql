@@ -9,6 +9,11 @@ UPDATE leases SET expires_at = @expires_at
 WHERE id = @id AND expires_at > @now
 RETURNING expires_at;
 
+-- name: RenewLeases :many
+UPDATE leases SET expires_at = @expires_at
+WHERE id = ANY(@ids::uuid[]) AND expires_at > @now
+RETURNING id;
+
 -- name: ReleaseLease :one
 DELETE FROM leases WHERE leases.id = @id
 RETURNING account_id, key_id, model, credential_revision, acquired_at,

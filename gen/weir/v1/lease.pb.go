@@ -931,6 +931,104 @@ func (x *RenewResponse) GetExpiresAt() *timestamppb.Timestamp {
 	return nil
 }
 
+type RenewBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LeaseIds      []string               `protobuf:"bytes,1,rep,name=lease_ids,json=leaseIds,proto3" json:"lease_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewBatchRequest) Reset() {
+	*x = RenewBatchRequest{}
+	mi := &file_weir_v1_lease_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewBatchRequest) ProtoMessage() {}
+
+func (x *RenewBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewBatchRequest.ProtoReflect.Descriptor instead.
+func (*RenewBatchRequest) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RenewBatchRequest) GetLeaseIds() []string {
+	if x != nil {
+		return x.LeaseIds
+	}
+	return nil
+}
+
+type RenewBatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The leases renewed, until expires_at; a lease not listed had already
+	// expired or been released.
+	RenewedLeaseIds []string               `protobuf:"bytes,1,rep,name=renewed_lease_ids,json=renewedLeaseIds,proto3" json:"renewed_lease_ids,omitempty"`
+	ExpiresAt       *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *RenewBatchResponse) Reset() {
+	*x = RenewBatchResponse{}
+	mi := &file_weir_v1_lease_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewBatchResponse) ProtoMessage() {}
+
+func (x *RenewBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewBatchResponse.ProtoReflect.Descriptor instead.
+func (*RenewBatchResponse) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RenewBatchResponse) GetRenewedLeaseIds() []string {
+	if x != nil {
+		return x.RenewedLeaseIds
+	}
+	return nil
+}
+
+func (x *RenewBatchResponse) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
 // Outcome is the evidence of one upstream attempt.
 type Outcome struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -968,7 +1066,7 @@ type Outcome struct {
 
 func (x *Outcome) Reset() {
 	*x = Outcome{}
-	mi := &file_weir_v1_lease_proto_msgTypes[11]
+	mi := &file_weir_v1_lease_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -980,7 +1078,7 @@ func (x *Outcome) String() string {
 func (*Outcome) ProtoMessage() {}
 
 func (x *Outcome) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[11]
+	mi := &file_weir_v1_lease_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -993,7 +1091,7 @@ func (x *Outcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Outcome.ProtoReflect.Descriptor instead.
 func (*Outcome) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{11}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Outcome) GetClass() OutcomeClass {
@@ -1102,7 +1200,7 @@ type WorkerSettingsRequest struct {
 
 func (x *WorkerSettingsRequest) Reset() {
 	*x = WorkerSettingsRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[12]
+	mi := &file_weir_v1_lease_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1114,7 +1212,7 @@ func (x *WorkerSettingsRequest) String() string {
 func (*WorkerSettingsRequest) ProtoMessage() {}
 
 func (x *WorkerSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[12]
+	mi := &file_weir_v1_lease_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1127,7 +1225,7 @@ func (x *WorkerSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSettingsRequest.ProtoReflect.Descriptor instead.
 func (*WorkerSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{12}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{14}
 }
 
 type WorkerSettingsResponse struct {
@@ -1139,7 +1237,7 @@ type WorkerSettingsResponse struct {
 
 func (x *WorkerSettingsResponse) Reset() {
 	*x = WorkerSettingsResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[13]
+	mi := &file_weir_v1_lease_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1249,7 @@ func (x *WorkerSettingsResponse) String() string {
 func (*WorkerSettingsResponse) ProtoMessage() {}
 
 func (x *WorkerSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[13]
+	mi := &file_weir_v1_lease_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1262,7 @@ func (x *WorkerSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSettingsResponse.ProtoReflect.Descriptor instead.
 func (*WorkerSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{13}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WorkerSettingsResponse) GetSettings() *Settings {
@@ -1184,7 +1282,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[14]
+	mi := &file_weir_v1_lease_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1196,7 +1294,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[14]
+	mi := &file_weir_v1_lease_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1209,7 +1307,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{14}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReleaseRequest) GetLeaseId() string {
@@ -1235,7 +1333,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[15]
+	mi := &file_weir_v1_lease_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1345,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[15]
+	mi := &file_weir_v1_lease_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1358,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{15}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReleaseResponse) GetDecision() *Decision {
@@ -1302,7 +1400,7 @@ type RouteEvent struct {
 
 func (x *RouteEvent) Reset() {
 	*x = RouteEvent{}
-	mi := &file_weir_v1_lease_proto_msgTypes[16]
+	mi := &file_weir_v1_lease_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1412,7 @@ func (x *RouteEvent) String() string {
 func (*RouteEvent) ProtoMessage() {}
 
 func (x *RouteEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[16]
+	mi := &file_weir_v1_lease_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1425,7 @@ func (x *RouteEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteEvent.ProtoReflect.Descriptor instead.
 func (*RouteEvent) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{16}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RouteEvent) GetRequestId() string {
@@ -1479,7 +1577,7 @@ type AttemptRecord struct {
 
 func (x *AttemptRecord) Reset() {
 	*x = AttemptRecord{}
-	mi := &file_weir_v1_lease_proto_msgTypes[17]
+	mi := &file_weir_v1_lease_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1589,7 @@ func (x *AttemptRecord) String() string {
 func (*AttemptRecord) ProtoMessage() {}
 
 func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[17]
+	mi := &file_weir_v1_lease_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1602,7 @@ func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptRecord.ProtoReflect.Descriptor instead.
 func (*AttemptRecord) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{17}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AttemptRecord) GetAt() *durationpb.Duration {
@@ -1579,7 +1677,7 @@ type ReportRouteRequest struct {
 
 func (x *ReportRouteRequest) Reset() {
 	*x = ReportRouteRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[18]
+	mi := &file_weir_v1_lease_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1591,7 +1689,7 @@ func (x *ReportRouteRequest) String() string {
 func (*ReportRouteRequest) ProtoMessage() {}
 
 func (x *ReportRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[18]
+	mi := &file_weir_v1_lease_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +1702,7 @@ func (x *ReportRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRouteRequest.ProtoReflect.Descriptor instead.
 func (*ReportRouteRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{18}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReportRouteRequest) GetEvent() *RouteEvent {
@@ -1622,7 +1720,7 @@ type ReportRouteResponse struct {
 
 func (x *ReportRouteResponse) Reset() {
 	*x = ReportRouteResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[19]
+	mi := &file_weir_v1_lease_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1634,7 +1732,7 @@ func (x *ReportRouteResponse) String() string {
 func (*ReportRouteResponse) ProtoMessage() {}
 
 func (x *ReportRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[19]
+	mi := &file_weir_v1_lease_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1647,7 +1745,7 @@ func (x *ReportRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRouteResponse.ProtoReflect.Descriptor instead.
 func (*ReportRouteResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{19}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{21}
 }
 
 type ReportRoutesRequest struct {
@@ -1659,7 +1757,7 @@ type ReportRoutesRequest struct {
 
 func (x *ReportRoutesRequest) Reset() {
 	*x = ReportRoutesRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[20]
+	mi := &file_weir_v1_lease_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1671,7 +1769,7 @@ func (x *ReportRoutesRequest) String() string {
 func (*ReportRoutesRequest) ProtoMessage() {}
 
 func (x *ReportRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[20]
+	mi := &file_weir_v1_lease_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1684,7 +1782,7 @@ func (x *ReportRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRoutesRequest.ProtoReflect.Descriptor instead.
 func (*ReportRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{20}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReportRoutesRequest) GetEvents() []*RouteEvent {
@@ -1702,7 +1800,7 @@ type ReportRoutesResponse struct {
 
 func (x *ReportRoutesResponse) Reset() {
 	*x = ReportRoutesResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[21]
+	mi := &file_weir_v1_lease_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1714,7 +1812,7 @@ func (x *ReportRoutesResponse) String() string {
 func (*ReportRoutesResponse) ProtoMessage() {}
 
 func (x *ReportRoutesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[21]
+	mi := &file_weir_v1_lease_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1727,7 +1825,7 @@ func (x *ReportRoutesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRoutesResponse.ProtoReflect.Descriptor instead.
 func (*ReportRoutesResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{21}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{23}
 }
 
 var File_weir_v1_lease_proto protoreflect.FileDescriptor
@@ -1799,7 +1897,13 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\"J\n" +
 	"\rRenewResponse\x129\n" +
 	"\n" +
-	"expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x99\x05\n" +
+	"expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"0\n" +
+	"\x11RenewBatchRequest\x12\x1b\n" +
+	"\tlease_ids\x18\x01 \x03(\tR\bleaseIds\"{\n" +
+	"\x12RenewBatchResponse\x12*\n" +
+	"\x11renewed_lease_ids\x18\x01 \x03(\tR\x0frenewedLeaseIds\x129\n" +
+	"\n" +
+	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x99\x05\n" +
 	"\aOutcome\x12+\n" +
 	"\x05class\x18\x01 \x01(\x0e2\x15.weir.v1.OutcomeClassR\x05class\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\x05R\x06status\x12\x1d\n" +
@@ -1884,12 +1988,14 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\fFailureStage\x12\x1d\n" +
 	"\x19FAILURE_STAGE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bFAILURE_STAGE_BEFORE_OUTPUT\x10\x01\x12\x1e\n" +
-	"\x1aFAILURE_STAGE_AFTER_OUTPUT\x10\x022\xcd\x04\n" +
+	"\x1aFAILURE_STAGE_AFTER_OUTPUT\x10\x022\x96\x05\n" +
 	"\fLeaseService\x12G\n" +
 	"\tVerifyKey\x12\x19.weir.v1.VerifyKeyRequest\x1a\x1a.weir.v1.VerifyKeyResponse\"\x03\x90\x02\x01\x12>\n" +
 	"\aAcquire\x12\x17.weir.v1.AcquireRequest\x1a\x18.weir.v1.AcquireResponse\"\x00\x12V\n" +
 	"\x0eWorkerSettings\x12\x1e.weir.v1.WorkerSettingsRequest\x1a\x1f.weir.v1.WorkerSettingsResponse\"\x03\x90\x02\x01\x128\n" +
-	"\x05Renew\x12\x15.weir.v1.RenewRequest\x1a\x16.weir.v1.RenewResponse\"\x00\x12>\n" +
+	"\x05Renew\x12\x15.weir.v1.RenewRequest\x1a\x16.weir.v1.RenewResponse\"\x00\x12G\n" +
+	"\n" +
+	"RenewBatch\x12\x1a.weir.v1.RenewBatchRequest\x1a\x1b.weir.v1.RenewBatchResponse\"\x00\x12>\n" +
 	"\aRelease\x12\x17.weir.v1.ReleaseRequest\x1a\x18.weir.v1.ReleaseResponse\"\x00\x12J\n" +
 	"\vReportRoute\x12\x1b.weir.v1.ReportRouteRequest\x1a\x1c.weir.v1.ReportRouteResponse\"\x00\x12M\n" +
 	"\fReportRoutes\x12\x1c.weir.v1.ReportRoutesRequest\x1a\x1d.weir.v1.ReportRoutesResponse\"\x00\x12G\n" +
@@ -1910,7 +2016,7 @@ func file_weir_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_weir_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_weir_v1_lease_proto_goTypes = []any{
 	(NoAccountReason)(0),           // 0: weir.v1.NoAccountReason
 	(FailureStage)(0),              // 1: weir.v1.FailureStage
@@ -1925,89 +2031,94 @@ var file_weir_v1_lease_proto_goTypes = []any{
 	(*QuotaBlock)(nil),             // 10: weir.v1.QuotaBlock
 	(*RenewRequest)(nil),           // 11: weir.v1.RenewRequest
 	(*RenewResponse)(nil),          // 12: weir.v1.RenewResponse
-	(*Outcome)(nil),                // 13: weir.v1.Outcome
-	(*WorkerSettingsRequest)(nil),  // 14: weir.v1.WorkerSettingsRequest
-	(*WorkerSettingsResponse)(nil), // 15: weir.v1.WorkerSettingsResponse
-	(*ReleaseRequest)(nil),         // 16: weir.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),        // 17: weir.v1.ReleaseResponse
-	(*RouteEvent)(nil),             // 18: weir.v1.RouteEvent
-	(*AttemptRecord)(nil),          // 19: weir.v1.AttemptRecord
-	(*ReportRouteRequest)(nil),     // 20: weir.v1.ReportRouteRequest
-	(*ReportRouteResponse)(nil),    // 21: weir.v1.ReportRouteResponse
-	(*ReportRoutesRequest)(nil),    // 22: weir.v1.ReportRoutesRequest
-	(*ReportRoutesResponse)(nil),   // 23: weir.v1.ReportRoutesResponse
-	nil,                            // 24: weir.v1.Outcome.HeadersEntry
-	(Surface)(0),                   // 25: weir.v1.Surface
-	(QuotaResponseMode)(0),         // 26: weir.v1.QuotaResponseMode
-	(Provider)(0),                  // 27: weir.v1.Provider
-	(AuthKind)(0),                  // 28: weir.v1.AuthKind
-	(*timestamppb.Timestamp)(nil),  // 29: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 30: google.protobuf.Duration
-	(OutcomeClass)(0),              // 31: weir.v1.OutcomeClass
-	(*QuotaEvidence)(nil),          // 32: weir.v1.QuotaEvidence
-	(*Settings)(nil),               // 33: weir.v1.Settings
-	(*Decision)(nil),               // 34: weir.v1.Decision
-	(Action)(0),                    // 35: weir.v1.Action
+	(*RenewBatchRequest)(nil),      // 13: weir.v1.RenewBatchRequest
+	(*RenewBatchResponse)(nil),     // 14: weir.v1.RenewBatchResponse
+	(*Outcome)(nil),                // 15: weir.v1.Outcome
+	(*WorkerSettingsRequest)(nil),  // 16: weir.v1.WorkerSettingsRequest
+	(*WorkerSettingsResponse)(nil), // 17: weir.v1.WorkerSettingsResponse
+	(*ReleaseRequest)(nil),         // 18: weir.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),        // 19: weir.v1.ReleaseResponse
+	(*RouteEvent)(nil),             // 20: weir.v1.RouteEvent
+	(*AttemptRecord)(nil),          // 21: weir.v1.AttemptRecord
+	(*ReportRouteRequest)(nil),     // 22: weir.v1.ReportRouteRequest
+	(*ReportRouteResponse)(nil),    // 23: weir.v1.ReportRouteResponse
+	(*ReportRoutesRequest)(nil),    // 24: weir.v1.ReportRoutesRequest
+	(*ReportRoutesResponse)(nil),   // 25: weir.v1.ReportRoutesResponse
+	nil,                            // 26: weir.v1.Outcome.HeadersEntry
+	(Surface)(0),                   // 27: weir.v1.Surface
+	(QuotaResponseMode)(0),         // 28: weir.v1.QuotaResponseMode
+	(Provider)(0),                  // 29: weir.v1.Provider
+	(AuthKind)(0),                  // 30: weir.v1.AuthKind
+	(*timestamppb.Timestamp)(nil),  // 31: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 32: google.protobuf.Duration
+	(OutcomeClass)(0),              // 33: weir.v1.OutcomeClass
+	(*QuotaEvidence)(nil),          // 34: weir.v1.QuotaEvidence
+	(*Settings)(nil),               // 35: weir.v1.Settings
+	(*Decision)(nil),               // 36: weir.v1.Decision
+	(Action)(0),                    // 37: weir.v1.Action
 }
 var file_weir_v1_lease_proto_depIdxs = []int32{
-	25, // 0: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
+	27, // 0: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
 	10, // 1: weir.v1.PoolQuotaResponse.quota_block:type_name -> weir.v1.QuotaBlock
-	26, // 2: weir.v1.PoolQuotaResponse.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	25, // 3: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
+	28, // 2: weir.v1.PoolQuotaResponse.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	27, // 3: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
 	8,  // 4: weir.v1.AcquireResponse.lease:type_name -> weir.v1.Lease
 	9,  // 5: weir.v1.AcquireResponse.no_account:type_name -> weir.v1.NoAccount
-	27, // 6: weir.v1.Lease.provider:type_name -> weir.v1.Provider
-	28, // 7: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
-	29, // 8: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	30, // 9: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	29, // 6: weir.v1.Lease.provider:type_name -> weir.v1.Provider
+	30, // 7: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
+	31, // 8: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	32, // 9: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
 	0,  // 10: weir.v1.NoAccount.reason:type_name -> weir.v1.NoAccountReason
-	29, // 11: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
+	31, // 11: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
 	10, // 12: weir.v1.NoAccount.quota_block:type_name -> weir.v1.QuotaBlock
-	26, // 13: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	29, // 14: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
-	27, // 15: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
-	29, // 16: weir.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
-	31, // 17: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
-	24, // 18: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
-	30, // 19: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
-	30, // 20: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
-	32, // 21: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
-	33, // 22: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
-	13, // 23: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
-	34, // 24: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
-	30, // 25: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
-	30, // 26: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
-	29, // 27: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
-	30, // 28: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
-	1,  // 29: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
-	19, // 30: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
-	30, // 31: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
-	31, // 32: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
-	35, // 33: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
-	30, // 34: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
-	18, // 35: weir.v1.ReportRouteRequest.event:type_name -> weir.v1.RouteEvent
-	18, // 36: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
-	4,  // 37: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
-	6,  // 38: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
-	14, // 39: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
-	11, // 40: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
-	16, // 41: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
-	20, // 42: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
-	22, // 43: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
-	2,  // 44: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
-	5,  // 45: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
-	7,  // 46: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
-	15, // 47: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
-	12, // 48: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
-	17, // 49: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
-	21, // 50: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
-	23, // 51: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
-	3,  // 52: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
-	45, // [45:53] is the sub-list for method output_type
-	37, // [37:45] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	28, // 13: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	31, // 14: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
+	29, // 15: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
+	31, // 16: weir.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
+	31, // 17: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
+	33, // 18: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
+	26, // 19: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
+	32, // 20: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
+	32, // 21: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
+	34, // 22: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
+	35, // 23: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
+	15, // 24: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
+	36, // 25: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
+	32, // 26: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
+	32, // 27: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
+	31, // 28: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
+	32, // 29: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
+	1,  // 30: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
+	21, // 31: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
+	32, // 32: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
+	33, // 33: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
+	37, // 34: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
+	32, // 35: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
+	20, // 36: weir.v1.ReportRouteRequest.event:type_name -> weir.v1.RouteEvent
+	20, // 37: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
+	4,  // 38: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
+	6,  // 39: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
+	16, // 40: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
+	11, // 41: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
+	13, // 42: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
+	18, // 43: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
+	22, // 44: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
+	24, // 45: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
+	2,  // 46: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
+	5,  // 47: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
+	7,  // 48: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
+	17, // 49: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
+	12, // 50: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
+	14, // 51: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
+	19, // 52: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
+	23, // 53: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
+	25, // 54: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
+	3,  // 55: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
+	47, // [47:56] is the sub-list for method output_type
+	38, // [38:47] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_lease_proto_init() }
@@ -2026,7 +2137,7 @@ func file_weir_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_lease_proto_rawDesc), len(file_weir_v1_lease_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

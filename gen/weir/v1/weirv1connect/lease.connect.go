@@ -42,6 +42,8 @@ const (
 	LeaseServiceWorkerSettingsProcedure = "/weir.v1.LeaseService/WorkerSettings"
 	// LeaseServiceRenewProcedure is the fully-qualified name of the LeaseService's Renew RPC.
 	LeaseServiceRenewProcedure = "/weir.v1.LeaseService/Renew"
+	// LeaseServiceRenewBatchProcedure is the fully-qualified name of the LeaseService's RenewBatch RPC.
+	LeaseServiceRenewBatchProcedure = "/weir.v1.LeaseService/RenewBatch"
 	// LeaseServiceReleaseProcedure is the fully-qualified name of the LeaseService's Release RPC.
 	LeaseServiceReleaseProcedure = "/weir.v1.LeaseService/Release"
 	// LeaseServiceReportRouteProcedure is the fully-qualified name of the LeaseService's ReportRoute
@@ -65,6 +67,9 @@ type LeaseServiceClient interface {
 	WorkerSettings(context.Context, *connect.Request[v1.WorkerSettingsRequest]) (*connect.Response[v1.WorkerSettingsResponse], error)
 	// Renew extends a lease while a long stream runs.
 	Renew(context.Context, *connect.Request[v1.RenewRequest]) (*connect.Response[v1.RenewResponse], error)
+	// RenewBatch extends every lease a worker holds in one call (at most
+	// 10,000): what workers send, one call per renewal period.
+	RenewBatch(context.Context, *connect.Request[v1.RenewBatchRequest]) (*connect.Response[v1.RenewBatchResponse], error)
 	// Release ends a lease with the attempt's outcome and returns the decision.
 	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
 	// ReportRoute stores the route event of one finished client request.
@@ -116,6 +121,12 @@ func NewLeaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(leaseServiceMethods.ByName("Renew")),
 			connect.WithClientOptions(opts...),
 		),
+		renewBatch: connect.NewClient[v1.RenewBatchRequest, v1.RenewBatchResponse](
+			httpClient,
+			baseURL+LeaseServiceRenewBatchProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("RenewBatch")),
+			connect.WithClientOptions(opts...),
+		),
 		release: connect.NewClient[v1.ReleaseRequest, v1.ReleaseResponse](
 			httpClient,
 			baseURL+LeaseServiceReleaseProcedure,
@@ -150,6 +161,7 @@ type leaseServiceClient struct {
 	acquire        *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
 	workerSettings *connect.Client[v1.WorkerSettingsRequest, v1.WorkerSettingsResponse]
 	renew          *connect.Client[v1.RenewRequest, v1.RenewResponse]
+	renewBatch     *connect.Client[v1.RenewBatchRequest, v1.RenewBatchResponse]
 	release        *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
 	reportRoute    *connect.Client[v1.ReportRouteRequest, v1.ReportRouteResponse]
 	reportRoutes   *connect.Client[v1.ReportRoutesRequest, v1.ReportRoutesResponse]
@@ -174,6 +186,11 @@ func (c *leaseServiceClient) WorkerSettings(ctx context.Context, req *connect.Re
 // Renew calls weir.v1.LeaseService.Renew.
 func (c *leaseServiceClient) Renew(ctx context.Context, req *connect.Request[v1.RenewRequest]) (*connect.Response[v1.RenewResponse], error) {
 	return c.renew.CallUnary(ctx, req)
+}
+
+// RenewBatch calls weir.v1.LeaseService.RenewBatch.
+func (c *leaseServiceClient) RenewBatch(ctx context.Context, req *connect.Request[v1.RenewBatchRequest]) (*connect.Response[v1.RenewBatchResponse], error) {
+	return c.renewBatch.CallUnary(ctx, req)
 }
 
 // Release calls weir.v1.LeaseService.Release.
@@ -207,6 +224,9 @@ type LeaseServiceHandler interface {
 	WorkerSettings(context.Context, *connect.Request[v1.WorkerSettingsRequest]) (*connect.Response[v1.WorkerSettingsResponse], error)
 	// Renew extends a lease while a long stream runs.
 	Renew(context.Context, *connect.Request[v1.RenewRequest]) (*connect.Response[v1.RenewResponse], error)
+	// RenewBatch extends every lease a worker holds in one call (at most
+	// 10,000): what workers send, one call per renewal period.
+	RenewBatch(context.Context, *connect.Request[v1.RenewBatchRequest]) (*connect.Response[v1.RenewBatchResponse], error)
 	// Release ends a lease with the attempt's outcome and returns the decision.
 	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
 	// ReportRoute stores the route event of one finished client request.
@@ -254,6 +274,12 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(leaseServiceMethods.ByName("Renew")),
 		connect.WithHandlerOptions(opts...),
 	)
+	leaseServiceRenewBatchHandler := connect.NewUnaryHandler(
+		LeaseServiceRenewBatchProcedure,
+		svc.RenewBatch,
+		connect.WithSchema(leaseServiceMethods.ByName("RenewBatch")),
+		connect.WithHandlerOptions(opts...),
+	)
 	leaseServiceReleaseHandler := connect.NewUnaryHandler(
 		LeaseServiceReleaseProcedure,
 		svc.Release,
@@ -289,6 +315,8 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 			leaseServiceWorkerSettingsHandler.ServeHTTP(w, r)
 		case LeaseServiceRenewProcedure:
 			leaseServiceRenewHandler.ServeHTTP(w, r)
+		case LeaseServiceRenewBatchProcedure:
+			leaseServiceRenewBatchHandler.ServeHTTP(w, r)
 		case LeaseServiceReleaseProcedure:
 			leaseServiceReleaseHandler.ServeHTTP(w, r)
 		case LeaseServiceReportRouteProcedure:
@@ -320,6 +348,10 @@ func (UnimplementedLeaseServiceHandler) WorkerSettings(context.Context, *connect
 
 func (UnimplementedLeaseServiceHandler) Renew(context.Context, *connect.Request[v1.RenewRequest]) (*connect.Response[v1.RenewResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.LeaseService.Renew is not implemented"))
+}
+
+func (UnimplementedLeaseServiceHandler) RenewBatch(context.Context, *connect.Request[v1.RenewBatchRequest]) (*connect.Response[v1.RenewBatchResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.LeaseService.RenewBatch is not implemented"))
 }
 
 func (UnimplementedLeaseServiceHandler) Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error) {
