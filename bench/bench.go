@@ -68,6 +68,8 @@ type Results struct {
 	FileLimit uint64 `json:"file_limit"`
 	// Profile describes the profiled step, if any.
 	Profile string `json:"profile,omitempty"`
+	// Storm is the capacity-storm step, if it ran.
+	Storm *StormResult `json:"storm,omitempty"`
 }
 
 // fdsPerStream and fdReserve size the open-file limit the idle-stream
@@ -172,6 +174,14 @@ func runLatency(ctx context.Context, cfg Config, res *Results, lat time.Duration
 			res.Idle = append(res.Idle, r)
 			log.Info("bench: idle streams", "target", t.name, "n", n, "opened", r.Opened, "rss_growth", r.RSSGrowth, "peak_growth", r.PeakGrowth)
 		}
+	}
+	if cfg.Storm > 0 {
+		r, err := storm(ctx, st, ts[2], cfg.Storm, cfg.StormWindow)
+		if err != nil {
+			return fmt.Errorf("storm: %w", err)
+		}
+		res.Storm = &r
+		log.Info("bench: storm", "n", r.N, "held", r.Held, "core_percent", r.CorePercent(), "upstream_attempts", r.UpstreamAttempts)
 	}
 	if cfg.CPUProfile != "" {
 		if err := profileStep(ctx, st, clients["weir"], ts[2], cfg); err != nil {

@@ -36,6 +36,12 @@ type Config struct {
 	CPUProfile string
 	// ProfileRate is that step's rate. Default 250.
 	ProfileRate int
+	// Storm is how many requests the capacity-storm step holds (every
+	// account answering 529), with the first sim latency only. Default
+	// 2000; negative skips it.
+	Storm int
+	// StormWindow is how long the storm's cost is measured. Default 10s.
+	StormWindow time.Duration
 	// Logger reports progress. Default: discard.
 	Logger *slog.Logger
 }
@@ -93,6 +99,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.ProfileRate == 0 {
 		c.ProfileRate = 250
+	}
+	if c.Storm == 0 {
+		c.Storm = 2000
+	}
+	if c.StormWindow == 0 {
+		c.StormWindow = 10 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -297,6 +297,12 @@ func (rep *Report) Markdown() string {
 		}
 		p("\n")
 	}
+	if st := r.Storm; st != nil {
+		p("## Capacity storm\n\n")
+		p("%d requests sent to weir at once while every account answers 529; after %v to settle into their holds, measured for %v: "+
+			"%d still held at the end, %d upstream attempts in the window (the breaker's probes), CPU %s ms in this process and %s ms in Postgres: **%.1f%% of one core**.\n\n",
+			st.N, min(stormRamp, st.Window), st.Window, st.Held, st.UpstreamAttempts, ms(st.CPU), ms(st.Postgres), st.CorePercent())
+	}
 	if r.Profile != "" {
 		p("CPU profile: %s.\n", r.Profile)
 	}
@@ -323,6 +329,9 @@ func (rep *Report) headline(p func(string, ...any)) {
 	}
 	for _, i := range rep.Idle {
 		p("| RSS per open idle stream over direct, %d streams | ≤ 64 KiB | %s KiB (bare proxy: %s) |\n", i.N, kib(i.WeirPerStream), kib(i.BarePerStream))
+	}
+	if st := rep.Results.Storm; st != nil {
+		p("| %d held requests in a storm: CPU | < 5%% of a core | %.1f%% (%d still held) |\n", st.N, st.CorePercent(), st.Held)
 	}
 	p("\n")
 }

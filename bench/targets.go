@@ -112,7 +112,9 @@ type stack struct {
 	pgDir   string
 	rpc     *rpcTimer
 	key     string
-	log     *slog.Logger
+	// creds are the accounts' credentials, as the simulator knows them.
+	creds []string
+	log   *slog.Logger
 }
 
 // accountCount × accountCap leases may be in flight: more than the idle
@@ -171,7 +173,7 @@ func startStack(ctx context.Context, cfg Config, simLatency time.Duration) (_ *s
 	if s.cp, err = serveLoopback(cp.Handler(), true); err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}
-	if s.key, err = seed(ctx, s.cp.url, admin, s.sim.url); err != nil {
+	if s.key, s.creds, err = seed(ctx, s.cp.url, admin, s.sim.url); err != nil {
 		return nil, err
 	}
 	rpcc := rpcclient.HTTPClient()
@@ -191,26 +193,29 @@ func startStack(ctx context.Context, cfg Config, simLatency time.Duration) (_ *s
 
 // seed creates the API-key accounts, pointed at the simulator, and a
 // client key.
-func seed(ctx context.Context, cpURL, admin, simURL string) (string, error) {
+func seed(ctx context.Context, cpURL, admin, simURL string) (string, []string, error) {
 	hc := rpcclient.HTTPClient()
 	opt := connect.WithInterceptors(rpcclient.Token(admin))
 	accounts := weirv1connect.NewAccountServiceClient(hc, cpURL, opt)
 	keys := weirv1connect.NewKeyServiceClient(hc, cpURL, opt)
+	var creds []string
 	for i := range accountCount {
+		cred := "sk-ant-api03-bench-" + randomHex(12)
 		_, err := accounts.CreateAccount(ctx, connect.NewRequest(&weirv1.CreateAccountRequest{
 			Provider: weirv1.Provider_PROVIDER_ANTHROPIC, AuthKind: weirv1.AuthKind_AUTH_KIND_API_KEY,
-			Label: fmt.Sprintf("bench-%d", i), Credential: "sk-ant-api03-bench-" + randomHex(12),
+			Label: fmt.Sprintf("bench-%d", i), Credential: cred,
 			BaseUrl: simURL, MaxConcurrency: accountCap,
 		}))
 		if err != nil {
-			return "", fmt.Errorf("create account: %w", err)
+			return "", nil, fmt.Errorf("create account: %w", err)
 		}
+		creds = append(creds, cred)
 	}
 	k, err := keys.CreateKey(ctx, connect.NewRequest(&weirv1.CreateKeyRequest{Name: "bench"}))
 	if err != nil {
-		return "", fmt.Errorf("create key: %w", err)
+		return "", nil, fmt.Errorf("create key: %w", err)
 	}
-	return k.Msg.Secret, nil
+	return k.Msg.Secret, creds, nil
 }
 
 func (s *stack) targets() []target {

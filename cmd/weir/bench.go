@@ -30,6 +30,8 @@ func runBench(ctx context.Context, args []string, e env) error {
 	profileRate := fs.Int("profile-rate", 250, "rate of the profiled step")
 	seed := fs.Uint64("seed", 1, "seed for the streams' shapes")
 	from := fs.String("from", "", "run nothing: rewrite the report of the results folder DIR from its results.json")
+	stormN := fs.Int("storm", 2000, "requests held in the capacity-storm step (0: skip it)")
+	stormWindow := fs.Duration("storm-window", 10*time.Second, "how long the storm's CPU is measured")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,6 +74,10 @@ func runBench(ctx context.Context, args []string, e env) error {
 			return fmt.Errorf("weir bench: --sim-latency: %w", err)
 		}
 		cfg.SimLatencies = append(cfg.SimLatencies, d)
+	}
+	cfg.Storm, cfg.StormWindow = *stormN, *stormWindow
+	if cfg.Storm == 0 {
+		cfg.Storm = -1
 	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("weir bench: %w", err)

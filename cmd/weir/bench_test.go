@@ -20,7 +20,8 @@ func TestBenchSmoke(t *testing.T) {
 	out := filepath.Join(dir, "run")
 	e, stdout, stderr := testEnv(map[string]string{"WEIR_LOG_LEVEL": "warn"}, "")
 	err := run(t.Context(), []string{"bench", "--duration", "1s", "--rates", "50", "--streams", "50", "--sim-latency", "0",
-		"--stream-rate", "50", "--out", out, "--cpuprofile", filepath.Join(out, "weir.pprof"), "--profile-rate", "50"}, e)
+		"--stream-rate", "50", "--out", out, "--cpuprofile", filepath.Join(out, "weir.pprof"), "--profile-rate", "50",
+		"--storm", "50", "--storm-window", "1s"}, e)
 	if err != nil {
 		t.Fatalf("weir bench: %v\nstderr:\n%s", err, stderr)
 	}
@@ -32,6 +33,9 @@ func TestBenchSmoke(t *testing.T) {
 	latest, err := os.ReadFile(filepath.Join(dir, "latest.md"))
 	if err != nil || !strings.Contains(string(latest), "| 50 |") {
 		t.Errorf("latest.md next to the run: %v\n%s", err, latest)
+	}
+	if !strings.Contains(string(latest), "## Capacity storm") || !strings.Contains(string(latest), "50 requests sent to weir at once") {
+		t.Errorf("latest.md has no capacity storm section:\n%s", latest)
 	}
 	if !strings.Contains(stdout.String(), "results in "+out) {
 		t.Errorf("stdout does not say where the results are:\n%s", stdout)
