@@ -144,7 +144,7 @@ func aliasNoAccount(nones []*weirv1.NoAccount) *weirv1.NoAccount {
 func (l leaseService) acquireModel(ctx context.Context, keyID uuid.UUID, m *weirv1.AcquireRequest, exclude map[uuid.UUID]bool, prefer uuid.UUID, first *view) (resp *weirv1.AcquireResponse, err error) {
 	family := modelFamily(m.Model)
 	if first == nil {
-		v, err := l.s.routingView(ctx, m.KeyHash, "", m.SessionKey, family, l.s.now())
+		v, err := l.s.routingView(ctx, "", "", m.SessionKey, family, l.s.now())
 		if err != nil {
 			return nil, l.s.fail(ctx, "acquire", err)
 		}
@@ -198,7 +198,7 @@ func (l leaseService) acquireModel(ctx context.Context, keyID uuid.UUID, m *weir
 		now := l.s.now()
 		if attempt > 0 {
 			// The last view lost every claim: read it again.
-			fresh, err := l.s.routingView(ctx, m.KeyHash, "", m.SessionKey, family, now)
+			fresh, err := l.s.routingView(ctx, "", "", m.SessionKey, family, now)
 			if err != nil {
 				return nil, l.s.fail(ctx, "acquire", err)
 			}
@@ -449,11 +449,10 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 			d.cooldown, d.authFailure = nil, false
 		}
 		if d.success {
-			if err := q.RecordSuccess(ctx, db.RecordSuccessParams{ID: row.AccountID, Now: now}); err != nil {
+			if err := l.s.recordSuccess(ctx, q, row); err != nil {
 				return err
 			}
-		}
-		if row.Model != "" && !d.overload {
+		} else if row.Model != "" && !d.overload {
 			if err := settleBreaker(ctx, q, row.Provider, family, o.Class, now); err != nil {
 				return err
 			}
@@ -514,6 +513,27 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 	return connect.NewResponse(&weirv1.ReleaseResponse{Decision: out}), nil
 }
 
+// recordSuccess writes a success's account-side state in one statement:
+// the success record, the end of a recovery probe, an out-of-credits
+// cooldown written before the request was admitted (one in flight when the
+// credits ran out says nothing about them now), and the family's breaker.
+func (s *Server) recordSuccess(ctx context.Context, q *db.Queries, row db.ReleaseLeaseRow) error {
+	res, err := q.RecordReleaseSuccess(ctx, db.RecordReleaseSuccessParams{
+		Now: s.now(), AccountID: row.AccountID, AdmittedAt: row.AcquiredAt,
+		HasFamily: row.Model != "", Provider: row.Provider, Family: modelFamily(row.Model),
+	})
+	if err != nil {
+		return err
+	}
+	if res.ProbeEnded {
+		s.log.InfoContext(ctx, "recovery probe succeeded", "account_id", row.AccountID)
+	}
+	if res.CreditsCleared > 0 {
+		s.log.InfoContext(ctx, "out-of-credits cooldown cleared by a success", "account_id", row.AccountID)
+	}
+	return nil
+}
+
 // releaseSuccess is Release for the common case, a success whose headers
 // carry no usage reading: two statements instead of a transaction of
 // six. Nothing needs them atomic: a lease gone without its success record
@@ -523,18 +543,8 @@ func (l leaseService) releaseSuccess(ctx context.Context, id uuid.UUID) (*connec
 	if err != nil {
 		return nil, l.s.fail(ctx, "release lease", storeErr(err))
 	}
-	res, err := l.s.q.RecordReleaseSuccess(ctx, db.RecordReleaseSuccessParams{
-		Now: l.s.now(), AccountID: row.AccountID, AdmittedAt: row.AcquiredAt,
-		HasFamily: row.Model != "", Provider: row.Provider, Family: modelFamily(row.Model),
-	})
-	if err != nil {
+	if err := l.s.recordSuccess(ctx, l.s.q, row); err != nil {
 		return nil, l.s.fail(ctx, "release lease", err)
-	}
-	if res.ProbeEnded {
-		l.s.log.InfoContext(ctx, "recovery probe succeeded", "account_id", row.AccountID)
-	}
-	if res.CreditsCleared > 0 {
-		l.s.log.InfoContext(ctx, "out-of-credits cooldown cleared by a success", "account_id", row.AccountID)
 	}
 	l.s.metrics.releases.WithLabelValues(enumName(weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS)).Inc()
 	return connect.NewResponse(&weirv1.ReleaseResponse{Decision: &weirv1.Decision{Action: weirv1.Action_ACTION_RESPOND}}), nil

@@ -12,6 +12,7 @@ import (
 	"github.com/weirhq/weir/controlplane/db"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/internal/quotamode"
 )
 
 // Names of the rows in the settings table. Durations are stored as Go
@@ -164,7 +165,7 @@ func (s *Server) settingsFrom(rows []db.Setting) (*weirv1.Settings, error) {
 		case settingRequestDeadline:
 			dst = &deadline
 		case settingQuotaResponseMode:
-			m, ok := quotaModes[r.Value]
+			m, ok := quotamode.Parse(r.Value)
 			if !ok {
 				return nil, fmt.Errorf("setting %s: unknown value %q", r.Name, r.Value)
 			}
@@ -181,12 +182,6 @@ func (s *Server) settingsFrom(rows []db.Setting) (*weirv1.Settings, error) {
 	}
 	return &weirv1.Settings{CapacityHold: durationpb.New(hold), RequestDeadline: durationpb.New(deadline),
 		QuotaResponseMode: mode}, nil
-}
-
-// quotaModes are the quota response modes by their stored names.
-var quotaModes = map[string]weirv1.QuotaResponseMode{
-	"retryable":   weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE,
-	"usage_limit": weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT,
 }
 
 // quotaModeSetting checks the quota response mode named by the update

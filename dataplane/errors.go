@@ -45,26 +45,20 @@ func errNotFound(msg string) *apiError {
 	return &apiError{status: http.StatusNotFound, typ: "not_found_error", message: msg, final: true}
 }
 
-// writeAPIError writes e; nothing may have been written to w before.
+// writeAPIError writes e in the Anthropic format; nothing may have been
+// written to w before.
 func writeAPIError(w http.ResponseWriter, requestID string, e *apiError) {
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	if e.retryAfter > 0 {
-		h.Set("Retry-After", retryAfterSeconds(e.retryAfter))
-	}
-	if e.final {
-		h.Set("X-Should-Retry", "false")
-	} else {
-		h.Set("X-Should-Retry", "true")
-	}
-	body, _ := json.Marshal(map[string]any{
+	writeError(w, wireAnthropic, requestID, e)
+}
+
+// anthropicErrorJSON is the Anthropic error body.
+func anthropicErrorJSON(typ, message, requestID string) []byte {
+	b, _ := json.Marshal(map[string]any{
 		"type":       "error",
-		"error":      map[string]string{"type": e.typ, "message": e.message},
+		"error":      map[string]string{"type": typ, "message": message},
 		"request_id": requestID,
 	})
-	w.WriteHeader(e.status)
-	w.Write(body)                         //nolint:errcheck // the client may be gone; nothing to do
-	http.NewResponseController(w).Flush() //nolint:errcheck // as above
+	return b
 }
 
 // retryAfterSeconds renders a wait as integer seconds, rounded up, at

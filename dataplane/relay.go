@@ -278,7 +278,7 @@ func (s *Server) eventFailureResponse(in *inbound, resp *http.Response, ev sseEv
 			h[k] = v
 		}
 	}
-	body := anthropicErrorBody(ev)
+	body := ev.data // an Anthropic error event's data is the error body
 	if in.sf.wire == wireOpenAI {
 		body = openAIErrorBody(f)
 	}

@@ -45,9 +45,10 @@ const maxReportBatch = 256
 // at once.
 func (r *reporter) run() {
 	defer close(r.done)
-	batch := make([]*weirv1.RouteEvent, 0, maxReportBatch)
 	for ev := range r.queue {
-		batch = append(batch[:0], ev)
+		// A fresh slice per call: nothing the last call was given is
+		// written to while its request may still be in flight.
+		batch := append(make([]*weirv1.RouteEvent, 0, 16), ev)
 	drain:
 		for len(batch) < maxReportBatch {
 			select {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -326,7 +325,7 @@ func (w *wsResponseWriter) finish() error {
 		}
 		return nil
 	}
-	body, _ := io.ReadAll(&w.buf)
+	body := w.buf.Bytes()
 	if w.status >= 200 && w.status < 300 {
 		return w.c.Write(w.ctx, websocket.MessageText, body)
 	}

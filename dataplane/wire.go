@@ -61,9 +61,14 @@ func (sf surface) upstreamPath(clientPath string, p weirv1.Provider) string {
 // writeError writes e in the client's wire format; nothing may have been
 // written to w before.
 func writeError(w http.ResponseWriter, wr wire, requestID string, e *apiError) {
-	if wr == wireAnthropic {
-		writeAPIError(w, requestID, e)
-		return
+	status, body := e.status, anthropicErrorJSON(e.typ, e.message, requestID)
+	if wr == wireOpenAI {
+		if status == 529 {
+			// 529 is Anthropic's; OpenAI clients know overload as 503.
+			status = http.StatusServiceUnavailable
+		}
+		typ, code := openAIErrorKind(e)
+		body = openAIErrorJSON(e.message, typ, code)
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -71,18 +76,16 @@ func writeError(w http.ResponseWriter, wr wire, requestID string, e *apiError) {
 		h.Set("Retry-After", retryAfterSeconds(e.retryAfter))
 	}
 	h.Set("X-Should-Retry", strconv.FormatBool(!e.final))
-	status := e.status
-	if status == 529 {
-		// 529 is Anthropic's; OpenAI clients know overload as 503.
-		status = http.StatusServiceUnavailable
-	}
-	typ, code := openAIErrorKind(e)
-	body, _ := json.Marshal(map[string]any{"error": map[string]any{
-		"message": e.message, "type": typ, "param": nil, "code": code,
-	}})
 	w.WriteHeader(status)
 	w.Write(body)                         //nolint:errcheck // the client may be gone
 	http.NewResponseController(w).Flush() //nolint:errcheck // as above
+}
+
+// openAIErrorJSON is the OpenAI error body; code is nil when there is none.
+func openAIErrorJSON(message, typ string, code any) []byte {
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{
+		"message": message, "type": typ, "param": nil, "code": code}})
+	return b
 }
 
 // openAIErrorKind names weir's own errors the way OpenAI does: a type and
@@ -146,10 +149,6 @@ func nilIfEmpty(s string) any {
 	return s
 }
 
-// anthropicErrorBody is the Anthropic error body of an error event that
-// arrived before any output: the event's own data.
-func anthropicErrorBody(ev sseEvent) []byte { return ev.data }
-
 // streamCutEvent is weir's terminal event for a stream the upstream cut
 // after output reached the client: the client hears of the failure in its
 // own format instead of a silent end.
@@ -162,9 +161,7 @@ func streamCutEvent(sf surface, msg string) []byte {
 			"status": "failed", "error": map[string]any{"code": "server_error", "message": msg}}})
 		return []byte("event: response.failed\ndata: " + string(b) + "\n\n")
 	case weirv1.Surface_SURFACE_CHAT_COMPLETIONS:
-		b, _ := json.Marshal(map[string]any{"error": map[string]any{
-			"message": msg, "type": "server_error", "param": nil, "code": "server_error"}})
-		return []byte("data: " + string(b) + "\n\n")
+		return []byte("data: " + string(openAIErrorJSON(msg, "server_error", "server_error")) + "\n\n")
 	}
 	return streamErrorEvent("api_error", msg)
 }
@@ -173,13 +170,9 @@ func streamCutEvent(sf surface, msg string) []byte {
 // response, in the client's format.
 func gatewayBody(wr wire, requestID, msg string) []byte {
 	if wr == wireOpenAI {
-		b, _ := json.Marshal(map[string]any{"error": map[string]any{
-			"message": "weir: " + msg, "type": "server_error", "param": nil, "code": "upstream_error"}})
-		return b
+		return openAIErrorJSON("weir: "+msg, "server_error", "upstream_error")
 	}
-	b, _ := json.Marshal(map[string]any{"type": "error",
-		"error": map[string]string{"type": "api_error", "message": "weir: " + msg}, "request_id": requestID})
-	return b
+	return anthropicErrorJSON("api_error", "weir: "+msg, requestID)
 }
 
 // errorTypeFor reads the error type of a held failure body in either

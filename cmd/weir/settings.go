@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/quotamode"
 )
 
 const settingsUsage = `Usage:
@@ -146,7 +147,7 @@ func settingsUpdate(pairs []string) (*weirv1.UpdateSettingsRequest, error) {
 		case "request_deadline":
 			dst = &req.Settings.RequestDeadline
 		case "quota_response_mode":
-			m, ok := quotaModes[value]
+			m, ok := quotamode.Parse(value)
 			if !ok {
 				return nil, fmt.Errorf("quota_response_mode: %q is not a mode (retryable or usage_limit)", value)
 			}
@@ -181,12 +182,6 @@ func printSettings(w io.Writer, st *weirv1.Settings) error {
 	}
 	fmt.Fprintf(tw, "quota_response_mode\t%s\n", mode)
 	return tw.Flush()
-}
-
-// quotaModes are the quota response modes by the names operators type.
-var quotaModes = map[string]weirv1.QuotaResponseMode{
-	"retryable":   weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE,
-	"usage_limit": weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT,
 }
 
 // shortDuration renders 20m0s as 20m and 1h0m0s as 1h.

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/quotamode"
 )
 
 type settingsData struct {
@@ -65,11 +66,6 @@ func (h *Handler) settingsPage(w http.ResponseWriter, r *http.Request, s session
 	h.render(w, r, http.StatusOK, "settings", view{Title: "Settings", Nav: "settings", CSRF: s.csrf, Data: d})
 }
 
-var quotaModes = map[string]weirv1.QuotaResponseMode{
-	"retryable":   weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE,
-	"usage_limit": weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT,
-}
-
 // updateSetting changes one setting through SettingsService, which does
 // all the validation; its message is shown next to the field.
 func (h *Handler) updateSetting(w http.ResponseWriter, r *http.Request, s session) {
@@ -87,7 +83,7 @@ func (h *Handler) updateSetting(w http.ResponseWriter, r *http.Request, s sessio
 			st.RequestDeadline = durationpb.New(d)
 		}
 	case "quota_response_mode":
-		m, ok := quotaModes[value]
+		m, ok := quotamode.Parse(value)
 		if !ok {
 			inputErr = "settings.quota_response_mode: want retryable or usage_limit"
 		}

@@ -384,20 +384,6 @@ func (q *Queries) RecordQuotaBackoff(ctx context.Context, id uuid.UUID) error {
 	return err
 }
 
-const recordSuccess = `-- name: RecordSuccess :exec
-UPDATE accounts SET last_success_at = $1::timestamptz, auth_failures = 0, quota_backoffs = 0 WHERE id = $2
-`
-
-type RecordSuccessParams struct {
-	Now time.Time
-	ID  uuid.UUID
-}
-
-func (q *Queries) RecordSuccess(ctx context.Context, arg RecordSuccessParams) error {
-	_, err := q.db.Exec(ctx, recordSuccess, arg.Now, arg.ID)
-	return err
-}
-
 const replaceCredential = `-- name: ReplaceCredential :one
 UPDATE accounts SET
     credential_sealed = $1,

@@ -38,27 +38,6 @@ func (q *Queries) ClearCredentialCooldown(ctx context.Context, accountID uuid.UU
 	return result.RowsAffected(), nil
 }
 
-const clearOutOfCreditsCooldown = `-- name: ClearOutOfCreditsCooldown :execrows
-DELETE FROM cooldowns
-WHERE account_id = $1 AND reason = 'out_of_credits' AND written_at < $2
-`
-
-type ClearOutOfCreditsCooldownParams struct {
-	AccountID  uuid.UUID
-	AdmittedAt time.Time
-}
-
-// A success clears an out-of-credits cooldown, but only the success of a
-// request admitted after the cooldown was written: one already in flight
-// when the credits ran out says nothing about them now.
-func (q *Queries) ClearOutOfCreditsCooldown(ctx context.Context, arg ClearOutOfCreditsCooldownParams) (int64, error) {
-	result, err := q.db.Exec(ctx, clearOutOfCreditsCooldown, arg.AccountID, arg.AdmittedAt)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
 const writeCooldown = `-- name: WriteCooldown :one
 INSERT INTO cooldowns AS c (account_id, reason, transient, until, written_at, evidence,
     quota_kind, quota_resets_at, quota_window_minutes, quota_message)

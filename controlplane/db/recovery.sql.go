@@ -89,16 +89,3 @@ func (q *Queries) ClearRecoveredQuotaCooldown(ctx context.Context, arg ClearReco
 	}
 	return result.RowsAffected(), nil
 }
-
-const clearRecoveryProbe = `-- name: ClearRecoveryProbe :execrows
-UPDATE accounts SET recovery_probe = false WHERE id = $1 AND recovery_probe
-`
-
-// A success ends the recovery probe: the account is back to its cap.
-func (q *Queries) ClearRecoveryProbe(ctx context.Context, id uuid.UUID) (int64, error) {
-	result, err := q.db.Exec(ctx, clearRecoveryProbe, id)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}

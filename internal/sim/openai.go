@@ -514,15 +514,18 @@ func (x *exchange) responsesStream(f *Fault) {
 		emit("response.failed", map[string]any{"response": resp})
 	}
 	failed := func() { failWith(responseErrBody{Code: "server_is_overloaded", Message: atCapacityMessage}) }
+	usageLimited := func() {
+		secs := f.usageResetSeconds()
+		at := x.s.now().Unix() + int64(secs)
+		failWith(responseErrBody{Code: FaultUsageLimitReached, Message: usageLimitReachedMessage, ResetsAt: &at, ResetsInSeconds: &secs})
+	}
 	if f != nil {
 		switch f.Kind {
 		case FaultAtCapacityEvent, FaultOverloadedEvent:
 			failed()
 			return
 		case FaultUsageLimitEvent:
-			secs := f.usageResetSeconds()
-			at := x.s.now().Unix() + int64(secs)
-			failWith(responseErrBody{Code: FaultUsageLimitReached, Message: usageLimitReachedMessage, ResetsAt: &at, ResetsInSeconds: &secs})
+			usageLimited()
 			return
 		case FaultAtCapacityErrorEvent:
 			emit("error", map[string]any{"code": "server_is_overloaded", "message": atCapacityMessage, "param": nil})
@@ -550,9 +553,7 @@ func (x *exchange) responsesStream(f *Fault) {
 			failed()
 			return
 		case FaultUsageLimitAfterOutput:
-			secs := f.usageResetSeconds()
-			at := x.s.now().Unix() + int64(secs)
-			failWith(responseErrBody{Code: FaultUsageLimitReached, Message: usageLimitReachedMessage, ResetsAt: &at, ResetsInSeconds: &secs})
+			usageLimited()
 			return
 		case FaultDropMidStream:
 			panic(http.ErrAbortHandler)

@@ -70,9 +70,6 @@ RETURNING *;
 -- name: DeleteAccount :execrows
 DELETE FROM accounts WHERE id = @id;
 
--- name: RecordSuccess :exec
-UPDATE accounts SET last_success_at = @now::timestamptz, auth_failures = 0, quota_backoffs = 0 WHERE id = @id;
-
 -- Counts an account-wide quota rejection that carried no usable reset.
 -- name: RecordQuotaBackoff :exec
 UPDATE accounts SET quota_backoffs = quota_backoffs + 1 WHERE id = @id;

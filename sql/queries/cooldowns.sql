@@ -60,13 +60,6 @@ DELETE FROM cooldowns WHERE account_id = @account_id;
 -- name: ClearCredentialCooldown :execrows
 DELETE FROM cooldowns WHERE account_id = @account_id AND reason = 'invalid_credential';
 
--- A success clears an out-of-credits cooldown, but only the success of a
--- request admitted after the cooldown was written: one already in flight
--- when the credits ran out says nothing about them now.
--- name: ClearOutOfCreditsCooldown :execrows
-DELETE FROM cooldowns
-WHERE account_id = @account_id AND reason = 'out_of_credits' AND written_at < @admitted_at;
-
 -- Clearing on quota evidence (a usage reading that shows a window
 -- recovered) may only ever lift quota reasons (quota_exhausted), never
 -- rate_limited: per-IP burst cooldowns are never released on account-quota

@@ -28,7 +28,3 @@ WITH cleared AS (
 )
 UPDATE accounts SET recovery_probe = true
 WHERE id IN (SELECT account_id FROM cleared);
-
--- A success ends the recovery probe: the account is back to its cap.
--- name: ClearRecoveryProbe :execrows
-UPDATE accounts SET recovery_probe = false WHERE id = @id AND recovery_probe;
