@@ -39,6 +39,9 @@ type Step struct {
 	// timed them (weir only).
 	Acquire Summary `json:"acquire,omitzero"`
 	Release Summary `json:"release,omitzero"`
+	// ReleaseBatch is the batched settlement of successes (lease fast
+	// path); its N against Sent is the batching.
+	ReleaseBatch Summary `json:"release_batch,omitzero"`
 }
 
 // ok says the step kept up: at most 0.1% of its requests failed.
@@ -58,6 +61,7 @@ type Results struct {
 		StreamRate   int             `json:"stream_rate"`
 		Streams      []int           `json:"streams"`
 		Seed         uint64          `json:"seed"`
+		NoLeaseReuse bool            `json:"no_lease_reuse,omitempty"`
 	} `json:"config"`
 	Steps []Step       `json:"steps"`
 	Idle  []IdleResult `json:"idle_streams"`
@@ -93,6 +97,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	res := &Results{Started: time.Now().UTC(), GoVersion: runtime.Version(), GOMAXPROCS: runtime.GOMAXPROCS(0)}
 	res.Config.Rates, res.Config.Duration, res.Config.Warmup = cfg.Rates, cfg.Duration, cfg.Warmup
 	res.Config.SimLatencies, res.Config.StreamRate, res.Config.Streams, res.Config.Seed = cfg.SimLatencies, cfg.StreamRate, cfg.Streams, cfg.Seed
+	res.Config.NoLeaseReuse = cfg.NoLeaseReuse
 	fds := uint64(16384)
 	if len(cfg.Streams) > 0 {
 		fds = max(fds, uint64(slices.Max(cfg.Streams))*fdsPerStream+fdReserve)
@@ -208,6 +213,7 @@ func runStep(ctx context.Context, st *stack, c *http.Client, t target, cfg Confi
 	}
 	if t.name == "weir" {
 		out.Acquire, out.Release = summarize(rpc["Acquire"]), summarize(rpc["Release"])
+		out.ReleaseBatch = summarize(rpc["ReleaseBatch"])
 	}
 	return out
 }

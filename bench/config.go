@@ -42,6 +42,9 @@ type Config struct {
 	Storm int
 	// StormWindow is how long the storm's cost is measured. Default 10s.
 	StormWindow time.Duration
+	// NoLeaseReuse turns the worker's lease reuse off (every request asks
+	// the control plane): the reference for what the fast path saves.
+	NoLeaseReuse bool
 	// Logger reports progress. Default: discard.
 	Logger *slog.Logger
 }

@@ -232,8 +232,12 @@ func (rep *Report) Markdown() string {
 	var b strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	p("# weir bench — %s\n\n", r.Started.Format(time.RFC3339))
-	p("%s, GOMAXPROCS %d; each step %v measured after %v warm-up, open loop; stream step at %d req/s; seed %d; run took %v.\n",
-		r.GoVersion, r.GOMAXPROCS, r.Config.Duration, r.Config.Warmup, r.Config.StreamRate, r.Config.Seed, r.Elapsed.Round(time.Second))
+	reuse := "on"
+	if r.Config.NoLeaseReuse {
+		reuse = "off (--no-lease-reuse)"
+	}
+	p("%s, GOMAXPROCS %d; each step %v measured after %v warm-up, open loop; stream step at %d req/s; seed %d; lease reuse %s; run took %v.\n",
+		r.GoVersion, r.GOMAXPROCS, r.Config.Duration, r.Config.Warmup, r.Config.StreamRate, r.Config.Seed, reuse, r.Elapsed.Round(time.Second))
 	p("Targets: **direct** (the simulator), **bare** (`httputil.ReverseProxy`), **weir** (data plane → control plane → Postgres → simulator). ")
 	p("Latencies in ms as p50 / p99 / max from each request's scheduled start; *added* is a difference of percentiles. Errors: direct / bare / weir.\n\n")
 
@@ -256,15 +260,15 @@ func (rep *Report) Markdown() string {
 		}
 		p("Sustained with p99 added over direct ≤ 10 ms: weir **%d**, bare **%d** req/s, ratio **%.0f%%**%s.\n\n", s.Weir, s.Bare, 100*s.Ratio, capped)
 
-		p("CPU µs per request (this process; by difference with direct at the same rate), and the LeaseService calls as the data plane timed them (ms, p50 / p99):\n\n")
-		p("| rate/s | direct (generator + sim) | bare − direct | weir − direct | weir's Postgres | Acquire | Release |\n|---:|---:|---:|---:|---:|---|---|\n")
+		p("CPU µs per request (this process; by difference with direct at the same rate), and the LeaseService calls as the data plane timed them: calls per request sent, then ms p50 / p99 (a reused lease makes no Acquire; successes settle in ReleaseBatch, off the request path):\n\n")
+		p("| rate/s | direct (generator + sim) | bare − direct | weir − direct | weir's Postgres | Acquire | Release | ReleaseBatch |\n|---:|---:|---:|---:|---:|---|---|---|\n")
 		for _, c := range rep.Comparisons {
 			if c.SimLatency != s.SimLatency || c.Stream {
 				continue
 			}
-			p("| %d | %s | %s%s | %s%s | %s%s | %s / %s | %s / %s |\n", c.Rate, us(c.DirectCPUPerRequest), us(c.BareCPUPerRequest), behind(c.OK[1]),
+			p("| %d | %s | %s%s | %s%s | %s%s | %s | %s | %s |\n", c.Rate, us(c.DirectCPUPerRequest), us(c.BareCPUPerRequest), behind(c.OK[1]),
 				us(c.WeirCPUPerRequest), behind(c.OK[2]), us(c.WeirPGCPUPerRequest), behind(c.OK[2]),
-				ms(c.Weir.Acquire.P50), ms(c.Weir.Acquire.P99), ms(c.Weir.Release.P50), ms(c.Weir.Release.P99))
+				rpcCell(c.Weir.Acquire, c.Weir.Sent), rpcCell(c.Weir.Release, c.Weir.Sent), rpcCell(c.Weir.ReleaseBatch, c.Weir.Sent))
 		}
 		p("\n† fell behind (more than 0.1%% of requests failed or were dropped): CPU is divided by requests sent, not served, and latencies are those of the requests that were served.\n\n")
 		for _, c := range rep.Comparisons {
@@ -334,4 +338,13 @@ func (rep *Report) headline(p func(string, ...any)) {
 		p("| %d held requests in a storm: CPU | < 5%% of a core | %.1f%% (%d still held) |\n", st.N, st.CorePercent(), st.Held)
 	}
 	p("\n")
+}
+
+// rpcCell is one LeaseService method's column: calls per request sent,
+// then p50 / p99 in ms; "–" when it was not called.
+func rpcCell(s Summary, sent int) string {
+	if s.N == 0 || sent <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f × %s / %s", float64(s.N)/float64(sent), ms(s.P50), ms(s.P99))
 }

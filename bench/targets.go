@@ -106,6 +106,7 @@ type stack struct {
 	simSrv  *sim.Server
 	bare    *listener
 	cp, dp  *listener
+	cpSrv   *controlplane.Server
 	dpSrv   *dataplane.Server
 	cluster *pgembed.Cluster
 	pool    *pgxpool.Pool
@@ -170,6 +171,11 @@ func startStack(ctx context.Context, cfg Config, simLatency time.Duration) (_ *s
 	if err != nil {
 		return nil, err
 	}
+	// The pool watch, which lease reuse needs (River's jobs stay off).
+	if err := cp.Start(ctx); err != nil {
+		return nil, err
+	}
+	s.cpSrv = cp
 	if s.cp, err = serveLoopback(cp.Handler(), true); err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}
@@ -180,7 +186,7 @@ func startStack(ctx context.Context, cfg Config, simLatency time.Duration) (_ *s
 	rpcc.Transport = s.rpc.wrap(rpcc.Transport)
 	s.dpSrv, err = dataplane.New(dataplane.Config{
 		ControlPlaneURL: s.cp.url, Token: dpToken, ControlPlane: rpcc,
-		Logger: slog.New(slog.DiscardHandler),
+		Logger: slog.New(slog.DiscardHandler), LeaseIdle: leaseIdle(cfg),
 	})
 	if err != nil {
 		return nil, err
@@ -235,6 +241,9 @@ func (s *stack) stop() {
 		s.dpSrv.Close(ctx)
 		cancel()
 	}
+	if s.cpSrv != nil {
+		s.cpSrv.Stop(context.Background()) //nolint:errcheck // River is off: only the watch stops
+	}
 	for _, l := range []*listener{s.cp, s.bare, s.sim} {
 		if l != nil {
 			l.close()
@@ -286,7 +295,7 @@ func (tt timedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	start := time.Now()
 	res, err := tt.next.RoundTrip(r)
 	d := time.Since(start)
-	if err == nil && (method == "Acquire" || method == "Release") {
+	if err == nil && (method == "Acquire" || method == "Release" || method == "ReleaseBatch") {
 		tt.t.mu.Lock()
 		tt.t.ds[method] = append(tt.t.ds[method], d)
 		tt.t.mu.Unlock()
@@ -301,4 +310,12 @@ func (t *rpcTimer) take() map[string][]time.Duration {
 	out := t.ds
 	t.ds = map[string][]time.Duration{}
 	return out
+}
+
+// leaseIdle is the worker's LeaseIdle for the run: its default, or off.
+func leaseIdle(cfg Config) time.Duration {
+	if cfg.NoLeaseReuse {
+		return -1
+	}
+	return 0
 }

@@ -28,6 +28,13 @@ type Config struct {
 	SecretKey []byte
 	// LeaseTTL is how long a lease lives without renewal. Default 30s.
 	LeaseTTL time.Duration
+	// LeaseReuse is how long after its grant a lease may serve further
+	// requests of the same key, surface and model (Lease.reuse_until),
+	// each success reported in a batch: the fast path that spares a busy
+	// worker an Acquire per request. Probes and retries are never reused.
+	// Default 2s; negative here (0 in the environment) turns reuse off.
+	// Env: WEIR_LEASE_REUSE.
+	LeaseReuse time.Duration
 	// SessionTTL is how long an idle session stays bound to its account.
 	// Default 1h.
 	SessionTTL time.Duration
@@ -123,6 +130,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.SessionTTL == 0 {
 		c.SessionTTL = time.Hour
+	}
+	switch {
+	case c.LeaseReuse == 0:
+		c.LeaseReuse = 2 * time.Second
+	case c.LeaseReuse < 0:
+		c.LeaseReuse = 0 // off
 	}
 	if c.AuthFailureThreshold == 0 {
 		c.AuthFailureThreshold = 3

@@ -151,6 +151,9 @@ func (l leaseService) acquireModel(ctx context.Context, keyID uuid.UUID, m *weir
 		first = &v
 	}
 	var breakerOpen map[string]bool
+	// probing names the providers whose breaker probe this request holds:
+	// a probe reports back once, so its lease is never reused.
+	probing := map[string]bool{}
 	if m.Model != "" {
 		// Each provider of the surface has its own breaker per family: an
 		// overloaded Codex backend does not stop OpenAI keys, and the
@@ -177,6 +180,7 @@ func (l leaseService) acquireModel(ctx context.Context, keyID uuid.UUID, m *weir
 				continue
 			}
 			if probe {
+				probing[provider] = true
 				defer func() {
 					if resp.GetLease() != nil && resp.GetLease().Provider == p {
 						return
@@ -210,7 +214,7 @@ func (l leaseService) acquireModel(ctx context.Context, keyID uuid.UUID, m *weir
 			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: none}}, nil
 		}
 		for _, c := range order {
-			lease, err := l.claim(ctx, c, keyID, m, now)
+			lease, err := l.claim(ctx, c, keyID, m, now, reusable(m) && !probing[c.account.Provider])
 			if errors.Is(err, errUnseal) {
 				// Unusable until an operator re-enters the credential under
 				// this key; the rest of the pool can still serve.
@@ -233,9 +237,19 @@ func (l leaseService) acquireModel(ctx context.Context, keyID uuid.UUID, m *weir
 	}}}, nil
 }
 
+// reusable says whether a lease for m may be offered for reuse: not for a
+// retry (one that excludes or prefers accounts is already off the common
+// path, and its next attempt must ask routing again).
+func reusable(m *weirv1.AcquireRequest) bool {
+	return len(m.ExcludeAccountIds) == 0 && m.PreferAccountId == ""
+}
+
 // claim leases c's account, or returns nil when it was claimed away, its
 // credential changed, or it stopped being eligible since the view was read.
-func (l leaseService) claim(ctx context.Context, c candidate, keyID uuid.UUID, m *weirv1.AcquireRequest, now time.Time) (*weirv1.Lease, error) {
+// reuse offers the lease for reuse (Lease.reuse_until) unless reuse is off
+// or the account is on its recovery probe: a probe must report back before
+// the account takes more.
+func (l leaseService) claim(ctx context.Context, c candidate, keyID uuid.UUID, m *weirv1.AcquireRequest, now time.Time, reuse bool) (*weirv1.Lease, error) {
 	expires := now.Add(l.s.cfg.LeaseTTL)
 	leaseID, err := l.s.q.ClaimLease(ctx, db.ClaimLeaseParams{
 		AccountID:  c.account.ID,
@@ -266,7 +280,7 @@ func (l leaseService) claim(ctx context.Context, c candidate, keyID uuid.UUID, m
 	if base == "" {
 		base = defaultBaseURL(c.account.Provider)
 	}
-	return &weirv1.Lease{
+	lease := &weirv1.Lease{
 		Id:           leaseID.String(),
 		AccountId:    c.account.ID.String(),
 		AccountLabel: c.account.Label,
@@ -278,7 +292,11 @@ func (l leaseService) claim(ctx context.Context, c candidate, keyID uuid.UUID, m
 		Ttl:          durationpb.New(l.s.cfg.LeaseTTL),
 		// Codex sends the ChatGPT account id with every request.
 		UpstreamAccountId: c.account.UpstreamAccountID,
-	}, nil
+	}
+	if reuse && l.s.cfg.LeaseReuse > 0 && !c.account.RecoveryProbe {
+		lease.ReuseUntil = timestamppb.New(now.Add(l.s.cfg.LeaseReuse))
+	}
+	return lease, nil
 }
 
 // view is one read of the routing view.
@@ -399,8 +417,8 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 	if o == nil {
 		return nil, toConnect(invalidf("outcome: required"))
 	}
-	if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS && len(headerReadings(o.Headers, l.s.now())) == 0 {
-		return l.releaseSuccess(ctx, id)
+	if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS {
+		return l.releaseSuccess(ctx, id, o)
 	}
 	var (
 		d       decision
@@ -448,11 +466,8 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 		if stale {
 			d.cooldown, d.authFailure = nil, false
 		}
-		if d.success {
-			if err := l.s.recordSuccess(ctx, q, row); err != nil {
-				return err
-			}
-		} else if row.Model != "" && !d.overload {
+		// Successes take releaseSuccess and never reach this point.
+		if row.Model != "" && !d.overload {
 			if err := settleBreaker(ctx, q, row.Provider, family, o.Class, now); err != nil {
 				return err
 			}
@@ -513,41 +528,23 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 	return connect.NewResponse(&weirv1.ReleaseResponse{Decision: out}), nil
 }
 
-// recordSuccess writes a success's account-side state in one statement:
-// the success record, the end of a recovery probe, an out-of-credits
-// cooldown written before the request was admitted (one in flight when the
-// credits ran out says nothing about them now), and the family's breaker.
-func (s *Server) recordSuccess(ctx context.Context, q *db.Queries, row db.ReleaseLeaseRow) error {
-	res, err := q.RecordReleaseSuccess(ctx, db.RecordReleaseSuccessParams{
-		Now: s.now(), AccountID: row.AccountID, AdmittedAt: row.AcquiredAt,
-		HasFamily: row.Model != "", Provider: row.Provider, Family: modelFamily(row.Model),
-	})
-	if err != nil {
-		return err
-	}
-	if res.ProbeEnded {
-		s.log.InfoContext(ctx, "recovery probe succeeded", "account_id", row.AccountID)
-	}
-	if res.CreditsCleared > 0 {
-		s.log.InfoContext(ctx, "out-of-credits cooldown cleared by a success", "account_id", row.AccountID)
-	}
-	return nil
-}
-
-// releaseSuccess is Release for the common case, a success whose headers
-// carry no usage reading: two statements instead of a transaction of
-// six. Nothing needs them atomic: a lease gone without its success record
-// (a crash between the two) only misses a last-success time.
-func (l leaseService) releaseSuccess(ctx context.Context, id uuid.UUID) (*connect.Response[weirv1.ReleaseResponse], error) {
+// releaseSuccess is Release for a success, in two statements (and the
+// usage headers' upserts when they carry a reading) instead of a
+// transaction: nothing needs them atomic, a lease gone without its
+// success record (a crash between the two) only misses a last-success
+// time. It records the success exactly as ReleaseBatch does.
+func (l leaseService) releaseSuccess(ctx context.Context, id uuid.UUID, o *weirv1.Outcome) (*connect.Response[weirv1.ReleaseResponse], error) {
 	row, err := l.s.q.ReleaseLease(ctx, id)
 	if err != nil {
 		return nil, l.s.fail(ctx, "release lease", storeErr(err))
 	}
-	if err := l.s.recordSuccess(ctx, l.s.q, row); err != nil {
+	now := l.s.now()
+	if err := l.s.recordSuccesses(ctx, []success{{row: row, outcome: o, admittedAt: row.AcquiredAt}}, now); err != nil {
 		return nil, l.s.fail(ctx, "release lease", err)
 	}
+	d := successDecision(row, o, now)
 	l.s.metrics.releases.WithLabelValues(enumName(weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS)).Inc()
-	return connect.NewResponse(&weirv1.ReleaseResponse{Decision: &weirv1.Decision{Action: weirv1.Action_ACTION_RESPOND}}), nil
+	return connect.NewResponse(&weirv1.ReleaseResponse{Decision: &weirv1.Decision{Action: d.action, Rung: string(d.rung)}}), nil
 }
 
 func durationMillis(d *durationpb.Duration) float64 {

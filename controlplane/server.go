@@ -37,6 +37,8 @@ type Server struct {
 	metrics *metrics
 	integ   *integrityMetrics
 	river   *river.Client[pgx.Tx]
+	// watch feeds WatchPool from Postgres notifications.
+	watch *poolWatch
 	// jitter spreads usage reads, uniform in [-1, 1).
 	jitter func() float64
 }
@@ -61,6 +63,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 		metrics: newMetrics(cfg.Registry),
 		integ:   newIntegrityMetrics(cfg.Registry),
 		jitter:  defaultJitter,
+		watch:   newPoolWatch(pool, cfg.Logger),
 	}
 	cfg.Registry.MustRegister(newPoolCollector(s))
 	if !cfg.DisableJobs {
@@ -94,8 +97,13 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 	return s, nil
 }
 
-// Start starts the River client (job workers and the periodic schedule).
+// Start starts the pool notification listener (WatchPool streams are
+// ready once it listens) and the River client (job workers and the
+// periodic schedule). Both run until Stop, or until ctx ends: the
+// listener then ends the WatchPool streams, so a draining server does not
+// wait on them.
 func (s *Server) Start(ctx context.Context) error {
+	s.watch.start(ctx)
 	if s.river == nil {
 		return nil
 	}
@@ -105,8 +113,10 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops River, letting running jobs finish until ctx ends.
+// Stop stops the listener, ending every WatchPool stream, and River,
+// letting running jobs finish until ctx ends.
 func (s *Server) Stop(ctx context.Context) error {
+	s.watch.stop()
 	if s.river == nil {
 		return nil
 	}

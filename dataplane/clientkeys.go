@@ -81,6 +81,13 @@ func (c *keyCache) verify(ctx context.Context, hash string) (string, error) {
 	return resp.Msg.KeyId, nil
 }
 
+// forgetAll drops every cached verification: a key changed.
+func (c *keyCache) forgetAll() {
+	c.mu.Lock()
+	clear(c.entries)
+	c.mu.Unlock()
+}
+
 func (c *keyCache) forget(hash string) {
 	c.mu.Lock()
 	delete(c.entries, hash)

@@ -30,6 +30,11 @@ type Config struct {
 	// KeyCacheTTL is how long a verified client key is trusted without
 	// asking again; Acquire re-checks every key regardless. Default 5s.
 	KeyCacheTTL time.Duration
+	// LeaseIdle is how long a reusable lease may sit idle on this worker
+	// before it is returned to the pool (see leasePool). Default 500ms; a
+	// negative value turns reuse off on this worker (every request then
+	// asks the control plane).
+	LeaseIdle time.Duration
 	// CapacityHold and RequestDeadline apply until the control plane's
 	// settings arrive (and whenever it cannot be reached). Defaults 20m and
 	// 25m; a negative CapacityHold means 0 (fail fast).
@@ -99,6 +104,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.KeyCacheTTL == 0 {
 		c.KeyCacheTTL = 5 * time.Second
+	}
+	switch {
+	case c.LeaseIdle == 0:
+		c.LeaseIdle = 500 * time.Millisecond
+	case c.LeaseIdle < 0:
+		c.LeaseIdle = 0
 	}
 	switch {
 	case c.CapacityHold == 0:

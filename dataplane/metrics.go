@@ -19,6 +19,9 @@ type metrics struct {
 	holds         prometheus.Counter
 	holdSeconds   prometheus.Histogram
 	usageLimits   *prometheus.CounterVec
+	leasePool     *prometheus.CounterVec
+	poolReady     prometheus.Gauge
+	poolEvents    *prometheus.CounterVec
 }
 
 // Request outcomes: how a client request ended, one fixed set.
@@ -76,6 +79,23 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Name: "weir_dataplane_usage_limits_total",
 			Help: "Requests answered with a final usage limit (quota_response_mode usage_limit), by surface.",
 		}, []string{"surface"}),
+		leasePool: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weir_dataplane_lease_pool_total",
+			Help: "First-attempt lease requests by how they were served: reused (a kept lease, no control-plane call), acquired (asked the control plane), shared_none (a held class's shared no-account answer, no call).",
+		}, []string{"result"}),
+	}
+	m.poolReady = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "weir_dataplane_lease_pool_ready",
+		Help: "1 while the worker's pool watch is connected and leases may be reused; 0 otherwise.",
+	})
+	m.poolEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "weir_dataplane_lease_pool_invalidations_total",
+		Help: "Pool watch invalidations applied, by scope: account (one account's state changed) or all.",
+	}, []string{"scope"})
+	m.poolEvents.WithLabelValues("account")
+	m.poolEvents.WithLabelValues("all")
+	for _, r := range []string{"reused", "acquired", "shared_none"} {
+		m.leasePool.WithLabelValues(r)
 	}
 	// Every series exists from the start, at 0: rate() and alerts see the
 	// first event, and dashboards show the whole label set.
@@ -85,7 +105,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		}
 		m.usageLimits.WithLabelValues(sf)
 	}
-	reg.MustRegister(m.requests, m.attempts, m.ttfb, m.routesDropped, m.holds, m.holdSeconds, m.usageLimits,
+	reg.MustRegister(m.requests, m.attempts, m.ttfb, m.routesDropped, m.holds, m.holdSeconds, m.usageLimits, m.leasePool, m.poolReady, m.poolEvents,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -133,7 +133,7 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 		if ctx.Err() != nil {
 			return // the client left
 		}
-		resp, err := s.leases.Acquire(ctx, connect.NewRequest(&weirv1.AcquireRequest{
+		resp, err := s.pool.acquire(ctx, &weirv1.AcquireRequest{
 			KeyHash:           in.keyHash,
 			Model:             in.model,
 			SessionKey:        in.session,
@@ -141,7 +141,7 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 			RequestId:         in.requestID,
 			PreferAccountId:   rt.prefer,
 			Surface:           in.sf.api,
-		}))
+		}, rt.rounds > 0)
 		if err != nil {
 			switch {
 			case connect.CodeOf(err) == connect.CodePermissionDenied:
@@ -163,9 +163,9 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 			}
 			continue
 		}
-		lease := resp.Msg.GetLease()
+		lease := resp.GetLease()
 		if lease == nil {
-			none := resp.Msg.GetNoAccount()
+			none := resp.GetNoAccount()
 			final := noAccountError(none, s.cfg.Now())
 			if none.GetPermanent() || none.GetReason() == weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED ||
 				none.GetReason() == weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_DISABLED {
@@ -198,7 +198,8 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 		rt.round++
 		rec.Attempts++
 		rec.AccountId = lease.AccountId
-		at := s.cfg.Now().Sub(in.start)
+		admitted := s.cfg.Now()
+		at := admitted.Sub(in.start)
 		actx, span := s.startAttemptSpan(ctx, lease, int(rec.Attempts))
 		res := s.attempt(actx, w, r, in, lease, rt.overloads[lease.AccountId])
 		o := res.outcome
@@ -208,7 +209,7 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 			rec.InputTokens, rec.OutputTokens = o.InputTokens, o.OutputTokens
 		}
 		s.metrics.attempts.WithLabelValues(providerName(lease.Provider), statusClass(int(o.Status)), shortClass(o.Class)).Inc()
-		d := s.release(actx, in, lease, o)
+		d := s.release(actx, in, lease, o, admitted)
 		endAttemptSpan(span, o, d)
 		rec.AttemptRecords = append(rec.AttemptRecords, &weirv1.AttemptRecord{
 			At: durationpb.New(at), AccountId: lease.AccountId, Class: o.Class, Status: o.Status,
@@ -437,15 +438,15 @@ func jsonErrorText(err error) string {
 // the control plane cannot be reached, the worker decides alone, the same
 // way for the same evidence: fail over from what another account may
 // serve, answer the rest.
-func (s *Server) release(ctx context.Context, in *inbound, lease *weirv1.Lease, o *weirv1.Outcome) *weirv1.Decision {
+func (s *Server) release(ctx context.Context, in *inbound, lease *weirv1.Lease, o *weirv1.Outcome, admitted time.Time) *weirv1.Decision {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	resp, err := s.leases.Release(rctx, connect.NewRequest(&weirv1.ReleaseRequest{LeaseId: lease.Id, Outcome: o}))
+	d, err := s.pool.release(rctx, lease, o, admitted, in.session)
 	if err == nil {
-		return resp.Msg.Decision
+		return d
 	}
 	s.cfg.Logger.WarnContext(ctx, "release failed", "request_id", in.requestID, "err", err)
-	d := &weirv1.Decision{Action: weirv1.Action_ACTION_RESPOND}
+	d = &weirv1.Decision{Action: weirv1.Action_ACTION_RESPOND}
 	if !o.BytesToClient {
 		switch o.Class {
 		case weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR, weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED,

@@ -24,6 +24,7 @@ type Server struct {
 	keys     *keyCache
 	reporter *reporter
 	keeper   *keeper
+	pool     *leasePool
 	settings *settingsPoller
 	metrics  *metrics
 	tracer   trace.Tracer
@@ -57,6 +58,7 @@ func New(cfg Config) (*Server, error) {
 		metrics:  m,
 		tracer:   telemetry.TracerProvider(cfg.TracerProvider).Tracer(tracerName),
 	}
+	s.pool = newLeasePool(leases, cfg.Logger, cfg.Now, m, cfg.LeaseIdle, s.keys.forgetAll)
 	s.settings = newSettingsPoller(s)
 	return s, nil
 }
@@ -112,6 +114,7 @@ func (s *Server) method(m string, h http.HandlerFunc) http.HandlerFunc {
 // Close flushes queued route events, waiting until ctx ends.
 func (s *Server) Close(ctx context.Context) {
 	s.settings.close()
+	s.pool.close()
 	s.keeper.close()
 	s.reporter.close(ctx)
 }

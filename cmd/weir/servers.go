@@ -123,7 +123,8 @@ func controlPlaneConfig(e env, log *slog.Logger) (controlplane.Config, error) {
 }
 
 // capacityConfig reads WEIR_CAPACITY_HOLD and WEIR_REQUEST_DEADLINE, the
-// defaults until an operator runs 'weir settings set'.
+// defaults until an operator runs 'weir settings set', and
+// WEIR_LEASE_REUSE.
 func capacityConfig(e env, cfg *controlplane.Config) error {
 	if v := e.getenv("WEIR_CAPACITY_HOLD"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -143,6 +144,16 @@ func capacityConfig(e env, cfg *controlplane.Config) error {
 			return fmt.Errorf("WEIR_REQUEST_DEADLINE: want a positive duration like 25m, got %q", v)
 		}
 		cfg.RequestDeadline = d
+	}
+	if v := e.getenv("WEIR_LEASE_REUSE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return fmt.Errorf("WEIR_LEASE_REUSE: want a duration of 0 or more like 2s (0 turns reuse off), got %q", v)
+		}
+		if d == 0 {
+			d = -1 // Config reads 0 as "the default"
+		}
+		cfg.LeaseReuse = d
 	}
 	return nil
 }

@@ -156,3 +156,39 @@ func TestCapacityEnv(t *testing.T) {
 		}
 	}
 }
+
+func TestLeaseReuseEnv(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{"WEIR_ADMIN_TOKEN": strings.Repeat("a", 16), "WEIR_DATAPLANE_TOKEN": strings.Repeat("d", 16), "WEIR_SECRET_KEY": strings.Repeat("ab", 32)}
+	for _, tc := range []struct {
+		value   string
+		want    time.Duration
+		wantErr bool
+	}{
+		{"", 0, false}, // Config's default applies
+		{"500ms", 500 * time.Millisecond, false},
+		{"0", -1, false}, // off, not "the default"
+		{"-1s", 0, true},
+		{"soon", 0, true},
+	} {
+		vars := map[string]string{}
+		for k, v := range base {
+			vars[k] = v
+		}
+		if tc.value != "" {
+			vars["WEIR_LEASE_REUSE"] = tc.value
+		}
+		e, _, _ := testEnv(vars, "")
+		cfg, err := controlPlaneConfig(e, nil)
+		switch {
+		case tc.wantErr:
+			if err == nil || !strings.Contains(err.Error(), "WEIR_LEASE_REUSE") {
+				t.Errorf("%q: error %v, want one naming WEIR_LEASE_REUSE", tc.value, err)
+			}
+		case err != nil:
+			t.Errorf("%q: %v", tc.value, err)
+		case cfg.LeaseReuse != tc.want:
+			t.Errorf("%q: LeaseReuse %v, want %v", tc.value, cfg.LeaseReuse, tc.want)
+		}
+	}
+}

@@ -114,3 +114,94 @@ func (b *InsertRouteEventsBatchResults) Close() error {
 	b.closed = true
 	return b.br.Close()
 }
+
+const recordReleaseSuccess = `-- name: RecordReleaseSuccess :batchone
+WITH acct AS (
+    UPDATE accounts a SET last_success_at = $1::timestamptz, auth_failures = 0, quota_backoffs = 0,
+        recovery_probe = false
+    FROM (SELECT id, recovery_probe AS was_probe FROM accounts WHERE id = $2::uuid FOR UPDATE) old
+    WHERE a.id = old.id
+    RETURNING old.was_probe
+), credits AS (
+    DELETE FROM cooldowns
+    WHERE account_id = $2::uuid AND reason = 'out_of_credits' AND written_at < $3::timestamptz
+    RETURNING 1
+), breaker AS (
+    UPDATE overload_breakers
+    SET overloads = 0, open_until = NULL, open_count = 0, probe_until = NULL, updated_at = $1::timestamptz
+    WHERE $4::boolean AND provider = $5::text AND family = $6::text
+      AND (overloads > 0 OR open_until IS NOT NULL OR probe_until IS NOT NULL)
+    RETURNING 1
+)
+SELECT coalesce((SELECT was_probe FROM acct), false)::boolean AS probe_ended,
+    (SELECT count(*) FROM credits)::integer AS credits_cleared,
+    (SELECT count(*) FROM breaker)::integer AS breakers_closed
+`
+
+type RecordReleaseSuccessBatchResults struct {
+	br     pgx.BatchResults
+	tot    int
+	closed bool
+}
+
+type RecordReleaseSuccessParams struct {
+	Now        time.Time
+	AccountID  uuid.UUID
+	AdmittedAt time.Time
+	HasFamily  bool
+	Provider   string
+	Family     string
+}
+
+type RecordReleaseSuccessRow struct {
+	ProbeEnded     bool
+	CreditsCleared int32
+	BreakersClosed int32
+}
+
+// A success's account-side writes in one statement, for Release's fast
+// path (the lease is already gone): the success record (which ends a
+// recovery probe: the account is back to its cap), an out-of-credits
+// cooldown written before the request was admitted, and the family's
+// overload breaker, which any real answer closes. Returns what changed,
+// for the logs. Sent as a pipelined batch: Release sends one, ReleaseBatch
+// one per account and model family in the call, in one round trip.
+func (q *Queries) RecordReleaseSuccess(ctx context.Context, arg []RecordReleaseSuccessParams) *RecordReleaseSuccessBatchResults {
+	batch := &pgx.Batch{}
+	for _, a := range arg {
+		vals := []interface{}{
+			a.Now,
+			a.AccountID,
+			a.AdmittedAt,
+			a.HasFamily,
+			a.Provider,
+			a.Family,
+		}
+		batch.Queue(recordReleaseSuccess, vals...)
+	}
+	br := q.db.SendBatch(ctx, batch)
+	return &RecordReleaseSuccessBatchResults{br, len(arg), false}
+}
+
+func (b *RecordReleaseSuccessBatchResults) QueryRow(f func(int, RecordReleaseSuccessRow, error)) {
+	defer b.br.Close()
+	for t := 0; t < b.tot; t++ {
+		var i RecordReleaseSuccessRow
+		if b.closed {
+			if f != nil {
+				f(t, i, ErrBatchAlreadyClosed)
+			}
+			continue
+		}
+		row := b.br.QueryRow()
+		err := row.Scan(&i.ProbeEnded, &i.CreditsCleared, &i.BreakersClosed)
+		if f != nil {
+			f(t, i, err)
+		}
+	}
+}
+
+func (b *RecordReleaseSuccessBatchResults) Close() error {
+	b.closed = true
+	return b.br.Close()
+}

@@ -72,64 +72,6 @@ func (q *Queries) DeleteSessionsIdleSince(ctx context.Context, since time.Time) 
 	return result.RowsAffected(), nil
 }
 
-const recordReleaseSuccess = `-- name: RecordReleaseSuccess :one
-WITH acct AS (
-    UPDATE accounts a SET last_success_at = $1::timestamptz, auth_failures = 0, quota_backoffs = 0,
-        recovery_probe = false
-    FROM (SELECT id, recovery_probe AS was_probe FROM accounts WHERE id = $2::uuid FOR UPDATE) old
-    WHERE a.id = old.id
-    RETURNING old.was_probe
-), credits AS (
-    DELETE FROM cooldowns
-    WHERE account_id = $2::uuid AND reason = 'out_of_credits' AND written_at < $3::timestamptz
-    RETURNING 1
-), breaker AS (
-    UPDATE overload_breakers
-    SET overloads = 0, open_until = NULL, open_count = 0, probe_until = NULL, updated_at = $1::timestamptz
-    WHERE $4::boolean AND provider = $5::text AND family = $6::text
-      AND (overloads > 0 OR open_until IS NOT NULL OR probe_until IS NOT NULL)
-    RETURNING 1
-)
-SELECT coalesce((SELECT was_probe FROM acct), false)::boolean AS probe_ended,
-    (SELECT count(*) FROM credits)::integer AS credits_cleared,
-    (SELECT count(*) FROM breaker)::integer AS breakers_closed
-`
-
-type RecordReleaseSuccessParams struct {
-	Now        time.Time
-	AccountID  uuid.UUID
-	AdmittedAt time.Time
-	HasFamily  bool
-	Provider   string
-	Family     string
-}
-
-type RecordReleaseSuccessRow struct {
-	ProbeEnded     bool
-	CreditsCleared int32
-	BreakersClosed int32
-}
-
-// A success's account-side writes in one statement, for Release's fast
-// path (the lease is already gone): the success record (which ends a
-// recovery probe: the account is back to its cap), an out-of-credits
-// cooldown written before the request was admitted, and the family's
-// overload breaker, which any real answer closes. Returns what changed,
-// for the logs.
-func (q *Queries) RecordReleaseSuccess(ctx context.Context, arg RecordReleaseSuccessParams) (RecordReleaseSuccessRow, error) {
-	row := q.db.QueryRow(ctx, recordReleaseSuccess,
-		arg.Now,
-		arg.AccountID,
-		arg.AdmittedAt,
-		arg.HasFamily,
-		arg.Provider,
-		arg.Family,
-	)
-	var i RecordReleaseSuccessRow
-	err := row.Scan(&i.ProbeEnded, &i.CreditsCleared, &i.BreakersClosed)
-	return i, err
-}
-
 const releaseLease = `-- name: ReleaseLease :one
 DELETE FROM leases WHERE leases.id = $1
 RETURNING account_id, key_id, model, credential_revision, acquired_at,
@@ -234,4 +176,92 @@ func (q *Queries) SessionAccount(ctx context.Context, arg SessionAccountParams) 
 	var account_id uuid.UUID
 	err := row.Scan(&account_id)
 	return account_id, err
+}
+
+const settleLeases = `-- name: SettleLeases :many
+WITH found AS (
+    SELECT l.id, l.account_id, l.key_id, l.model, l.credential_revision, l.acquired_at,
+        (l.expires_at <= $1::timestamptz)::boolean AS expired
+    FROM leases l
+    WHERE l.id = ANY($2::uuid[])
+), ended AS (
+    DELETE FROM leases l USING found f
+    WHERE l.id = f.id AND (f.id = ANY($3::uuid[]) OR f.expired)
+), touched AS (
+    UPDATE session_bindings s SET last_seen_at = $1::timestamptz
+    FROM unnest($4::uuid[]) WITH ORDINALITY AS tl(lease_id, n)
+    JOIN unnest($5::text[]) WITH ORDINALITY AS tk(session_key, n) ON tk.n = tl.n
+    JOIN found f ON f.id = tl.lease_id
+    WHERE s.session_key = tk.session_key AND s.account_id = f.account_id
+)
+SELECT f.id, f.account_id, f.key_id, f.model, f.credential_revision, f.acquired_at, f.expired,
+    a.provider, a.auth_kind, a.quota_backoffs, a.recovery_probe
+FROM found f
+JOIN accounts a ON a.id = f.account_id
+`
+
+type SettleLeasesParams struct {
+	Now             time.Time
+	Ids             []uuid.UUID
+	EndIds          []uuid.UUID
+	SessionLeaseIds []uuid.UUID
+	SessionKeys     []string
+}
+
+type SettleLeasesRow struct {
+	ID                 uuid.UUID
+	AccountID          uuid.UUID
+	KeyID              uuid.NullUUID
+	Model              string
+	CredentialRevision int64
+	AcquiredAt         time.Time
+	Expired            bool
+	Provider           string
+	AuthKind           string
+	QuotaBackoffs      int32
+	RecoveryProbe      bool
+}
+
+// ReleaseBatch's one statement: reads every item's lease with what a
+// success needs of its account; ends the leases the items end, and the
+// kept ones that already expired (they no longer count against the cap,
+// so they must not be reused); and keeps the items' sessions alive where
+// they are still bound to the lease's account. A lease that no longer
+// exists is simply not returned.
+func (q *Queries) SettleLeases(ctx context.Context, arg SettleLeasesParams) ([]SettleLeasesRow, error) {
+	rows, err := q.db.Query(ctx, settleLeases,
+		arg.Now,
+		arg.Ids,
+		arg.EndIds,
+		arg.SessionLeaseIds,
+		arg.SessionKeys,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SettleLeasesRow{}
+	for rows.Next() {
+		var i SettleLeasesRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.AccountID,
+			&i.KeyID,
+			&i.Model,
+			&i.CredentialRevision,
+			&i.AcquiredAt,
+			&i.Expired,
+			&i.Provider,
+			&i.AuthKind,
+			&i.QuotaBackoffs,
+			&i.RecoveryProbe,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

@@ -77,9 +77,11 @@ func TestHarvestWeeklyWindows(t *testing.T) {
 		t.Fatalf("soon's week after the reset: %v", w)
 	}
 	for _, l := range []string{"late", "mid"} {
-		if _, err := e.accounts.PauseAccount(t.Context(), connect.NewRequest(&weirv1.PauseAccountRequest{Id: e.ids[l]})); err != nil {
-			t.Fatal(err)
-		}
+		e.change(func() {
+			if _, err := e.accounts.PauseAccount(t.Context(), connect.NewRequest(&weirv1.PauseAccountRequest{Id: e.ids[l]})); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 	if got := served(1); !slices.Equal(got, []string{"soon"}) {
 		t.Fatalf("served by %v after the reset, want soon", got)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
@@ -80,13 +81,22 @@ func TestBadInput(t *testing.T) {
 // trusts it from its cache gets no lease, because Acquire checks again.
 func TestRevokedKeyRejectedDespiteCache(t *testing.T) {
 	t.Parallel()
-	e := setup(t, options{accounts: []account{{label: "api-1"}}, keyCacheTTL: time.Hour})
+	dpReg := prometheus.NewRegistry()
+	e := setup(t, options{accounts: []account{{label: "api-1"}}, keyCacheTTL: time.Hour, dpRegistry: dpReg})
+	poolReady(t, dpReg)
 	if r := e.post(false); r.status != http.StatusOK {
 		t.Fatalf("before revocation: status %d: %s", r.status, r.body)
 	}
+	// The worker now holds a reusable lease for this key, and the key's
+	// verification for an hour: the revocation must end both.
+	before := metricValue(t, dpReg, "weir_dataplane_lease_pool_invalidations_total", map[string]string{"scope": "all"})
 	if _, err := e.keys.RevokeKey(t.Context(), connect.NewRequest(&weirv1.RevokeKeyRequest{Id: e.keyID})); err != nil {
 		t.Fatal(err)
 	}
+	// It reaches the worker through the pool watch, milliseconds later.
+	eventually(t, "the revocation to reach the worker", func() bool {
+		return metricValue(t, dpReg, "weir_dataplane_lease_pool_invalidations_total", map[string]string{"scope": "all"}) > before
+	})
 	for _, stream := range []bool{false, true} {
 		r := e.post(stream)
 		weirError(t, r, http.StatusUnauthorized, "authentication_error")

@@ -87,9 +87,11 @@ func TestLadderOpusGateKeepsSonnet(t *testing.T) {
 	// With the backup paused, opus cannot be served before the gate ends,
 	// long after the 20-minute hold: weir says so at once, with the reset
 	// as Retry-After. Sonnet is unaffected.
-	if _, err := e.accounts.PauseAccount(t.Context(), connect.NewRequest(&weirv1.PauseAccountRequest{Id: "backup"})); err != nil {
-		t.Fatal(err)
-	}
+	e.change(func() {
+		if _, err := e.accounts.PauseAccount(t.Context(), connect.NewRequest(&weirv1.PauseAccountRequest{Id: "backup"})); err != nil {
+			t.Fatal(err)
+		}
+	})
 	n = len(e.attempts())
 	r = e.postModel(opusModel)
 	weirError(t, r, 529, "overloaded_error")

@@ -109,6 +109,10 @@ type env struct {
 	dp     *dataplane.Server
 	dpSrv  *httptest.Server
 	client *http.Client
+	// dpReg is the first worker's metrics registry (the default worker's,
+	// unless the test starts its own).
+	dpReg      *prometheus.Registry
+	dpRegTaken bool
 
 	accounts weirv1connect.AccountServiceClient
 	keys     weirv1connect.KeyServiceClient
@@ -160,6 +164,12 @@ func setup(t *testing.T, opts options) *env {
 	if err != nil {
 		t.Fatalf("controlplane.New: %v", err)
 	}
+	// The pool watch (River's jobs are off): workers reuse leases only
+	// while it streams.
+	if err := cp.Start(context.Background()); err != nil {
+		t.Fatalf("start control plane: %v", err)
+	}
+	t.Cleanup(func() { cp.Stop(context.Background()) }) //nolint:errcheck // teardown
 	e.cpSrv = httptest.NewUnstartedServer(cp.Handler())
 	e.cpSrv.Config.Protocols = new(http.Protocols)
 	e.cpSrv.Config.Protocols.SetHTTP1(true)
@@ -240,6 +250,11 @@ func setup(t *testing.T, opts options) *env {
 	}
 	e.key, e.keyID = key.Msg.Secret, key.Msg.Key.Id
 
+	if opts.dpRegistry == nil {
+		opts.dpRegistry = prometheus.NewRegistry()
+		e.opts.dpRegistry = opts.dpRegistry
+	}
+	e.dpReg = opts.dpRegistry
 	if !opts.noDataplane {
 		e.dp, e.dpSrv = e.newDataplane(nil)
 		e.client = e.dpSrv.Client()
@@ -267,6 +282,10 @@ func (e *env) newDataplane(cpClient *http.Client) (*dataplane.Server, *httptest.
 		TracerProvider:  e.opts.dpTracer,
 		Registry:        e.opts.dpRegistry,
 	}
+	if e.dpRegTaken {
+		cfg.Registry = nil // dpRegistry is the first worker's
+	}
+	e.dpRegTaken = true
 	if v := e.opts.virtual; v != nil {
 		cfg.Now = v.Now
 		// Concurrent waits overlap: each moves the clock to its own end,
@@ -488,6 +507,9 @@ type recorder struct {
 	next http.Handler
 	mu   sync.Mutex
 	xs   []*exchange
+	// inflight and peak count concurrent requests per credential (the
+	// x-api-key or bearer token the upstream saw).
+	inflight, peak map[string]int
 }
 
 type exchange struct {
@@ -521,10 +543,32 @@ func (rc *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.reqBody, _ = io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(x.reqBody))
 	}
+	cred := r.Header.Get("X-Api-Key")
+	if cred == "" {
+		cred = strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+	}
 	rc.mu.Lock()
 	rc.xs = append(rc.xs, x)
+	if rc.inflight == nil {
+		rc.inflight, rc.peak = map[string]int{}, map[string]int{}
+	}
+	rc.inflight[cred]++
+	rc.peak[cred] = max(rc.peak[cred], rc.inflight[cred])
 	rc.mu.Unlock()
+	defer func() {
+		rc.mu.Lock()
+		rc.inflight[cred]--
+		rc.mu.Unlock()
+	}()
 	rc.next.ServeHTTP(&recordingWriter{ResponseWriter: w, rc: rc, x: x}, r)
+}
+
+// peakConcurrency is the most requests the upstream ran at once with a
+// credential.
+func (rc *recorder) peakConcurrency(cred string) int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.peak[cred]
 }
 
 func (rc *recorder) exchanges() []upstreamExchange {
@@ -689,4 +733,20 @@ func (k *killable) kill() {
 	k.dead = true
 	k.mu.Unlock()
 	k.inflight.Wait()
+}
+
+// change makes an operator's change and waits until the default worker
+// has heard of it through its pool watch: the change reaches workers
+// milliseconds after it commits, and only from then on may a test expect
+// the worker's next request to follow it. The worker's watch must be
+// ready first, or there is nothing to wait for.
+func (e *env) change(do func()) {
+	e.t.Helper()
+	poolReady(e.t, e.dpReg)
+	count := func() float64 {
+		return metricValue(e.t, e.dpReg, "weir_dataplane_lease_pool_invalidations_total", nil)
+	}
+	before := count()
+	do()
+	eventually(e.t, "the change to reach the worker", func() bool { return count() > before })
 }

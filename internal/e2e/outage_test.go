@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weirhq/weir/controlplane"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
@@ -20,11 +21,18 @@ import (
 // its cache (Acquire fails) and for one it must verify (VerifyKey fails).
 func TestControlPlaneDown(t *testing.T) {
 	t.Parallel()
-	e := setup(t, options{accounts: []account{{label: "api-1"}}, keyCacheTTL: time.Hour})
+	dpReg := prometheus.NewRegistry()
+	e := setup(t, options{accounts: []account{{label: "api-1"}}, keyCacheTTL: time.Hour, dpRegistry: dpReg})
+	poolReady(t, dpReg)
 	if r := e.post(false); r.status != http.StatusOK {
 		t.Fatalf("before the outage: status %d", r.status)
 	}
 	closeServer(e.cpSrv)
+	// The worker's pool watch ends with the control plane: the lease it
+	// kept is not reused without the invalidations that stream carried.
+	eventually(t, "the worker to see its pool watch end", func() bool {
+		return metricValue(t, dpReg, "weir_dataplane_lease_pool_ready", nil) == 0
+	})
 
 	for name, edit := range map[string]func(*http.Request){
 		"cached key":   nil,

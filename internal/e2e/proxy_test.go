@@ -160,9 +160,11 @@ func TestUpstreamSeesAccountCredential(t *testing.T) {
 	}
 
 	// API key: the OAuth account is paused, so api-1 serves.
-	if _, err := e.accounts.PauseAccount(t.Context(), connect.NewRequest(&weirv1.PauseAccountRequest{Id: "max-1"})); err != nil {
-		t.Fatal(err)
-	}
+	e.change(func() {
+		if _, err := e.accounts.PauseAccount(t.Context(), connect.NewRequest(&weirv1.PauseAccountRequest{Id: "max-1"})); err != nil {
+			t.Fatal(err)
+		}
+	})
 	// Without anthropic-version: weir sends the default the API requires.
 	r = e.do(http.MethodPost, "/v1/messages", messagesBody(false), func(req *http.Request) { req.Header.Del("Anthropic-Version") })
 	if r.status != http.StatusOK {

@@ -63,14 +63,16 @@ func service(s tracetest.SpanStub) string {
 
 // TestTraceSpansDataplaneToControlplane: one request is one trace, from
 // the worker's request span through its upstream attempt to the control
-// plane's Acquire and Release handlers.
+// plane's Acquire and Release handlers. The request is refused upstream
+// (400): a success settles in a ReleaseBatch off the request's path, a
+// failure's Release is part of it.
 func TestTraceSpansDataplaneToControlplane(t *testing.T) {
 	t.Parallel()
 	exp, opts := tracing(t)
-	opts.accounts = []account{{label: "a"}}
+	opts.accounts = []account{{label: "a", faults: []sim.Fault{{Kind: sim.FaultBadRequest}}}}
 	e := setup(t, opts)
 
-	if r := e.post(false); r.status != http.StatusOK {
+	if r := e.post(false); r.status != http.StatusBadRequest {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
 	req := requestSpan(t, exp, "POST /v1/messages")
@@ -78,8 +80,8 @@ func TestTraceSpansDataplaneToControlplane(t *testing.T) {
 	for key, want := range map[string]attribute.Value{
 		"weir.surface":              attribute.StringValue("messages"),
 		"weir.model_family":         attribute.StringValue("sonnet"),
-		"weir.outcome":              attribute.StringValue("success"),
-		"http.response.status_code": attribute.IntValue(200),
+		"weir.outcome":              attribute.StringValue("client_error"),
+		"http.response.status_code": attribute.IntValue(400),
 		"weir.attempts":             attribute.IntValue(1),
 		"weir.held_seconds":         attribute.Float64Value(0),
 	} {
@@ -112,8 +114,8 @@ func TestTraceSpansDataplaneToControlplane(t *testing.T) {
 	}
 	for key, want := range map[string]attribute.Value{
 		"weir.provider":             attribute.StringValue("anthropic"),
-		"weir.outcome_class":        attribute.StringValue("success"),
-		"http.response.status_code": attribute.IntValue(200),
+		"weir.outcome_class":        attribute.StringValue("client_error"),
+		"http.response.status_code": attribute.IntValue(400),
 	} {
 		if got, ok := attr(*attempt, key); !ok || got != want {
 			t.Errorf("attempt span %s = %v, want %v", key, got.String(), want.String())

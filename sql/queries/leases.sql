@@ -39,8 +39,9 @@ DELETE FROM session_bindings WHERE last_seen_at < @since;
 -- recovery probe: the account is back to its cap), an out-of-credits
 -- cooldown written before the request was admitted, and the family's
 -- overload breaker, which any real answer closes. Returns what changed,
--- for the logs.
--- name: RecordReleaseSuccess :one
+-- for the logs. Sent as a pipelined batch: Release sends one, ReleaseBatch
+-- one per account and model family in the call, in one round trip.
+-- name: RecordReleaseSuccess :batchone
 WITH acct AS (
     UPDATE accounts a SET last_success_at = @now::timestamptz, auth_failures = 0, quota_backoffs = 0,
         recovery_probe = false
@@ -61,3 +62,30 @@ WITH acct AS (
 SELECT coalesce((SELECT was_probe FROM acct), false)::boolean AS probe_ended,
     (SELECT count(*) FROM credits)::integer AS credits_cleared,
     (SELECT count(*) FROM breaker)::integer AS breakers_closed;
+
+-- ReleaseBatch's one statement: reads every item's lease with what a
+-- success needs of its account; ends the leases the items end, and the
+-- kept ones that already expired (they no longer count against the cap,
+-- so they must not be reused); and keeps the items' sessions alive where
+-- they are still bound to the lease's account. A lease that no longer
+-- exists is simply not returned.
+-- name: SettleLeases :many
+WITH found AS (
+    SELECT l.id, l.account_id, l.key_id, l.model, l.credential_revision, l.acquired_at,
+        (l.expires_at <= @now::timestamptz)::boolean AS expired
+    FROM leases l
+    WHERE l.id = ANY(@ids::uuid[])
+), ended AS (
+    DELETE FROM leases l USING found f
+    WHERE l.id = f.id AND (f.id = ANY(@end_ids::uuid[]) OR f.expired)
+), touched AS (
+    UPDATE session_bindings s SET last_seen_at = @now::timestamptz
+    FROM unnest(@session_lease_ids::uuid[]) WITH ORDINALITY AS tl(lease_id, n)
+    JOIN unnest(@session_keys::text[]) WITH ORDINALITY AS tk(session_key, n) ON tk.n = tl.n
+    JOIN found f ON f.id = tl.lease_id
+    WHERE s.session_key = tk.session_key AND s.account_id = f.account_id
+)
+SELECT f.id, f.account_id, f.key_id, f.model, f.credential_revision, f.acquired_at, f.expired,
+    a.provider, a.auth_kind, a.quota_backoffs, a.recovery_probe
+FROM found f
+JOIN accounts a ON a.id = f.account_id;

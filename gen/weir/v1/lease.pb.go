@@ -555,8 +555,14 @@ type Lease struct {
 	Model string `protobuf:"bytes,10,opt,name=model,proto3" json:"model,omitempty"`
 	// Codex: the ChatGPT account id, sent upstream as chatgpt-account-id.
 	UpstreamAccountId string `protobuf:"bytes,11,opt,name=upstream_account_id,json=upstreamAccountId,proto3" json:"upstream_account_id,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// reuse_until, when set, lets the worker serve further requests of the
+	// same key, surface and model on this lease (for a session, only one
+	// bound to this account) until then, reporting each success through
+	// ReleaseBatch, while its WatchPool stream is ready and no event names
+	// the account. Unset for probes and when reuse is off.
+	ReuseUntil    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=reuse_until,json=reuseUntil,proto3" json:"reuse_until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Lease) Reset() {
@@ -664,6 +670,13 @@ func (x *Lease) GetUpstreamAccountId() string {
 		return x.UpstreamAccountId
 	}
 	return ""
+}
+
+func (x *Lease) GetReuseUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReuseUntil
+	}
+	return nil
 }
 
 type NoAccount struct {
@@ -1368,6 +1381,291 @@ func (x *ReleaseResponse) GetDecision() *Decision {
 	return nil
 }
 
+type ReleaseBatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most 10,000 items.
+	Items         []*ReleaseItem `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseBatchRequest) Reset() {
+	*x = ReleaseBatchRequest{}
+	mi := &file_weir_v1_lease_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseBatchRequest) ProtoMessage() {}
+
+func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseBatchRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseBatchRequest) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ReleaseBatchRequest) GetItems() []*ReleaseItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+// ReleaseItem is one lease's part of a ReleaseBatch.
+type ReleaseItem struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	LeaseId string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// outcome is a success (OUTCOME_CLASS_SUCCESS), or unset for a lease
+	// returned unused after its last reported success. Failures go through
+	// Release, which decides.
+	Outcome *Outcome `protobuf:"bytes,2,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	// keep leaves the lease held for reuse; else it ends.
+	Keep bool `protobuf:"varint,3,opt,name=keep,proto3" json:"keep,omitempty"`
+	// admitted_at is when the attempt started (a reused lease serves many):
+	// an out-of-credits cooldown written before it is cleared by the success.
+	AdmittedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=admitted_at,json=admittedAt,proto3" json:"admitted_at,omitempty"`
+	// session_key, when set, keeps the session's binding to the account
+	// alive.
+	SessionKey    string `protobuf:"bytes,5,opt,name=session_key,json=sessionKey,proto3" json:"session_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseItem) Reset() {
+	*x = ReleaseItem{}
+	mi := &file_weir_v1_lease_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseItem) ProtoMessage() {}
+
+func (x *ReleaseItem) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseItem.ProtoReflect.Descriptor instead.
+func (*ReleaseItem) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ReleaseItem) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *ReleaseItem) GetOutcome() *Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return nil
+}
+
+func (x *ReleaseItem) GetKeep() bool {
+	if x != nil {
+		return x.Keep
+	}
+	return false
+}
+
+func (x *ReleaseItem) GetAdmittedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AdmittedAt
+	}
+	return nil
+}
+
+func (x *ReleaseItem) GetSessionKey() string {
+	if x != nil {
+		return x.SessionKey
+	}
+	return ""
+}
+
+type ReleaseBatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// missing_lease_ids are the items' leases that no longer exist (expired
+	// and reaped): the worker must not reuse them.
+	MissingLeaseIds []string `protobuf:"bytes,1,rep,name=missing_lease_ids,json=missingLeaseIds,proto3" json:"missing_lease_ids,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ReleaseBatchResponse) Reset() {
+	*x = ReleaseBatchResponse{}
+	mi := &file_weir_v1_lease_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseBatchResponse) ProtoMessage() {}
+
+func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseBatchResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseBatchResponse) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ReleaseBatchResponse) GetMissingLeaseIds() []string {
+	if x != nil {
+		return x.MissingLeaseIds
+	}
+	return nil
+}
+
+type WatchPoolRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchPoolRequest) Reset() {
+	*x = WatchPoolRequest{}
+	mi := &file_weir_v1_lease_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchPoolRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchPoolRequest) ProtoMessage() {}
+
+func (x *WatchPoolRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchPoolRequest.ProtoReflect.Descriptor instead.
+func (*WatchPoolRequest) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{21}
+}
+
+// WatchPoolResponse is one invalidation, or the stream's ready signal.
+type WatchPoolResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ready bool                   `protobuf:"varint,1,opt,name=ready,proto3" json:"ready,omitempty"`
+	// account_ids whose routing state changed.
+	AccountIds []string `protobuf:"bytes,2,rep,name=account_ids,json=accountIds,proto3" json:"account_ids,omitempty"`
+	// all: something pool-wide changed (a breaker, a key, an alias, or
+	// notifications were lost); drop every reusable lease.
+	All bool `protobuf:"varint,3,opt,name=all,proto3" json:"all,omitempty"`
+	// keys: a client key changed; forget cached key verifications.
+	Keys          bool `protobuf:"varint,4,opt,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchPoolResponse) Reset() {
+	*x = WatchPoolResponse{}
+	mi := &file_weir_v1_lease_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchPoolResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchPoolResponse) ProtoMessage() {}
+
+func (x *WatchPoolResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchPoolResponse.ProtoReflect.Descriptor instead.
+func (*WatchPoolResponse) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *WatchPoolResponse) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+func (x *WatchPoolResponse) GetAccountIds() []string {
+	if x != nil {
+		return x.AccountIds
+	}
+	return nil
+}
+
+func (x *WatchPoolResponse) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
+func (x *WatchPoolResponse) GetKeys() bool {
+	if x != nil {
+		return x.Keys
+	}
+	return false
+}
+
 // RouteEvent summarises one client request after it finished.
 type RouteEvent struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -1400,7 +1698,7 @@ type RouteEvent struct {
 
 func (x *RouteEvent) Reset() {
 	*x = RouteEvent{}
-	mi := &file_weir_v1_lease_proto_msgTypes[18]
+	mi := &file_weir_v1_lease_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +1710,7 @@ func (x *RouteEvent) String() string {
 func (*RouteEvent) ProtoMessage() {}
 
 func (x *RouteEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[18]
+	mi := &file_weir_v1_lease_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +1723,7 @@ func (x *RouteEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteEvent.ProtoReflect.Descriptor instead.
 func (*RouteEvent) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{18}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RouteEvent) GetRequestId() string {
@@ -1577,7 +1875,7 @@ type AttemptRecord struct {
 
 func (x *AttemptRecord) Reset() {
 	*x = AttemptRecord{}
-	mi := &file_weir_v1_lease_proto_msgTypes[19]
+	mi := &file_weir_v1_lease_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1887,7 @@ func (x *AttemptRecord) String() string {
 func (*AttemptRecord) ProtoMessage() {}
 
 func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[19]
+	mi := &file_weir_v1_lease_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +1900,7 @@ func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptRecord.ProtoReflect.Descriptor instead.
 func (*AttemptRecord) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{19}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AttemptRecord) GetAt() *durationpb.Duration {
@@ -1677,7 +1975,7 @@ type ReportRouteRequest struct {
 
 func (x *ReportRouteRequest) Reset() {
 	*x = ReportRouteRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[20]
+	mi := &file_weir_v1_lease_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1689,7 +1987,7 @@ func (x *ReportRouteRequest) String() string {
 func (*ReportRouteRequest) ProtoMessage() {}
 
 func (x *ReportRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[20]
+	mi := &file_weir_v1_lease_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1702,7 +2000,7 @@ func (x *ReportRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRouteRequest.ProtoReflect.Descriptor instead.
 func (*ReportRouteRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{20}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReportRouteRequest) GetEvent() *RouteEvent {
@@ -1720,7 +2018,7 @@ type ReportRouteResponse struct {
 
 func (x *ReportRouteResponse) Reset() {
 	*x = ReportRouteResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[21]
+	mi := &file_weir_v1_lease_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +2030,7 @@ func (x *ReportRouteResponse) String() string {
 func (*ReportRouteResponse) ProtoMessage() {}
 
 func (x *ReportRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[21]
+	mi := &file_weir_v1_lease_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +2043,7 @@ func (x *ReportRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRouteResponse.ProtoReflect.Descriptor instead.
 func (*ReportRouteResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{21}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{26}
 }
 
 type ReportRoutesRequest struct {
@@ -1757,7 +2055,7 @@ type ReportRoutesRequest struct {
 
 func (x *ReportRoutesRequest) Reset() {
 	*x = ReportRoutesRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[22]
+	mi := &file_weir_v1_lease_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1769,7 +2067,7 @@ func (x *ReportRoutesRequest) String() string {
 func (*ReportRoutesRequest) ProtoMessage() {}
 
 func (x *ReportRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[22]
+	mi := &file_weir_v1_lease_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1782,7 +2080,7 @@ func (x *ReportRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRoutesRequest.ProtoReflect.Descriptor instead.
 func (*ReportRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{22}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReportRoutesRequest) GetEvents() []*RouteEvent {
@@ -1800,7 +2098,7 @@ type ReportRoutesResponse struct {
 
 func (x *ReportRoutesResponse) Reset() {
 	*x = ReportRoutesResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[23]
+	mi := &file_weir_v1_lease_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1812,7 +2110,7 @@ func (x *ReportRoutesResponse) String() string {
 func (*ReportRoutesResponse) ProtoMessage() {}
 
 func (x *ReportRoutesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[23]
+	mi := &file_weir_v1_lease_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1825,7 +2123,7 @@ func (x *ReportRoutesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRoutesResponse.ProtoReflect.Descriptor instead.
 func (*ReportRoutesResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{23}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{28}
 }
 
 var File_weir_v1_lease_proto protoreflect.FileDescriptor
@@ -1860,7 +2158,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x05lease\x18\x01 \x01(\v2\x0e.weir.v1.LeaseH\x00R\x05lease\x123\n" +
 	"\n" +
 	"no_account\x18\x02 \x01(\v2\x12.weir.v1.NoAccountH\x00R\tnoAccountB\b\n" +
-	"\x06result\"\xa3\x03\n" +
+	"\x06result\"\xe0\x03\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -1877,7 +2175,9 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x03ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x14\n" +
 	"\x05model\x18\n" +
 	" \x01(\tR\x05model\x12.\n" +
-	"\x13upstream_account_id\x18\v \x01(\tR\x11upstreamAccountId\"\xae\x02\n" +
+	"\x13upstream_account_id\x18\v \x01(\tR\x11upstreamAccountId\x12;\n" +
+	"\vreuse_until\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"reuseUntil\"\xae\x02\n" +
 	"\tNoAccount\x120\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x18.weir.v1.NoAccountReasonR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x125\n" +
@@ -1931,7 +2231,26 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12*\n" +
 	"\aoutcome\x18\x02 \x01(\v2\x10.weir.v1.OutcomeR\aoutcome\"@\n" +
 	"\x0fReleaseResponse\x12-\n" +
-	"\bdecision\x18\x01 \x01(\v2\x11.weir.v1.DecisionR\bdecision\"\xc9\x05\n" +
+	"\bdecision\x18\x01 \x01(\v2\x11.weir.v1.DecisionR\bdecision\"A\n" +
+	"\x13ReleaseBatchRequest\x12*\n" +
+	"\x05items\x18\x01 \x03(\v2\x14.weir.v1.ReleaseItemR\x05items\"\xc6\x01\n" +
+	"\vReleaseItem\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12*\n" +
+	"\aoutcome\x18\x02 \x01(\v2\x10.weir.v1.OutcomeR\aoutcome\x12\x12\n" +
+	"\x04keep\x18\x03 \x01(\bR\x04keep\x12;\n" +
+	"\vadmitted_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"admittedAt\x12\x1f\n" +
+	"\vsession_key\x18\x05 \x01(\tR\n" +
+	"sessionKey\"B\n" +
+	"\x14ReleaseBatchResponse\x12*\n" +
+	"\x11missing_lease_ids\x18\x01 \x03(\tR\x0fmissingLeaseIds\"\x12\n" +
+	"\x10WatchPoolRequest\"p\n" +
+	"\x11WatchPoolResponse\x12\x14\n" +
+	"\x05ready\x18\x01 \x01(\bR\x05ready\x12\x1f\n" +
+	"\vaccount_ids\x18\x02 \x03(\tR\n" +
+	"accountIds\x12\x10\n" +
+	"\x03all\x18\x03 \x01(\bR\x03all\x12\x12\n" +
+	"\x04keys\x18\x04 \x01(\bR\x04keys\"\xc9\x05\n" +
 	"\n" +
 	"RouteEvent\x12\x1d\n" +
 	"\n" +
@@ -1988,7 +2307,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\fFailureStage\x12\x1d\n" +
 	"\x19FAILURE_STAGE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bFAILURE_STAGE_BEFORE_OUTPUT\x10\x01\x12\x1e\n" +
-	"\x1aFAILURE_STAGE_AFTER_OUTPUT\x10\x022\x96\x05\n" +
+	"\x1aFAILURE_STAGE_AFTER_OUTPUT\x10\x022\xad\x06\n" +
 	"\fLeaseService\x12G\n" +
 	"\tVerifyKey\x12\x19.weir.v1.VerifyKeyRequest\x1a\x1a.weir.v1.VerifyKeyResponse\"\x03\x90\x02\x01\x12>\n" +
 	"\aAcquire\x12\x17.weir.v1.AcquireRequest\x1a\x18.weir.v1.AcquireResponse\"\x00\x12V\n" +
@@ -1996,7 +2315,9 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x05Renew\x12\x15.weir.v1.RenewRequest\x1a\x16.weir.v1.RenewResponse\"\x00\x12G\n" +
 	"\n" +
 	"RenewBatch\x12\x1a.weir.v1.RenewBatchRequest\x1a\x1b.weir.v1.RenewBatchResponse\"\x00\x12>\n" +
-	"\aRelease\x12\x17.weir.v1.ReleaseRequest\x1a\x18.weir.v1.ReleaseResponse\"\x00\x12J\n" +
+	"\aRelease\x12\x17.weir.v1.ReleaseRequest\x1a\x18.weir.v1.ReleaseResponse\"\x00\x12M\n" +
+	"\fReleaseBatch\x12\x1c.weir.v1.ReleaseBatchRequest\x1a\x1d.weir.v1.ReleaseBatchResponse\"\x00\x12F\n" +
+	"\tWatchPool\x12\x19.weir.v1.WatchPoolRequest\x1a\x1a.weir.v1.WatchPoolResponse\"\x000\x01\x12J\n" +
 	"\vReportRoute\x12\x1b.weir.v1.ReportRouteRequest\x1a\x1c.weir.v1.ReportRouteResponse\"\x00\x12M\n" +
 	"\fReportRoutes\x12\x1c.weir.v1.ReportRoutesRequest\x1a\x1d.weir.v1.ReportRoutesResponse\"\x00\x12G\n" +
 	"\tPoolQuota\x12\x19.weir.v1.PoolQuotaRequest\x1a\x1a.weir.v1.PoolQuotaResponse\"\x03\x90\x02\x01B\x81\x01\n" +
@@ -2016,7 +2337,7 @@ func file_weir_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_weir_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_weir_v1_lease_proto_goTypes = []any{
 	(NoAccountReason)(0),           // 0: weir.v1.NoAccountReason
 	(FailureStage)(0),              // 1: weir.v1.FailureStage
@@ -2038,87 +2359,100 @@ var file_weir_v1_lease_proto_goTypes = []any{
 	(*WorkerSettingsResponse)(nil), // 17: weir.v1.WorkerSettingsResponse
 	(*ReleaseRequest)(nil),         // 18: weir.v1.ReleaseRequest
 	(*ReleaseResponse)(nil),        // 19: weir.v1.ReleaseResponse
-	(*RouteEvent)(nil),             // 20: weir.v1.RouteEvent
-	(*AttemptRecord)(nil),          // 21: weir.v1.AttemptRecord
-	(*ReportRouteRequest)(nil),     // 22: weir.v1.ReportRouteRequest
-	(*ReportRouteResponse)(nil),    // 23: weir.v1.ReportRouteResponse
-	(*ReportRoutesRequest)(nil),    // 24: weir.v1.ReportRoutesRequest
-	(*ReportRoutesResponse)(nil),   // 25: weir.v1.ReportRoutesResponse
-	nil,                            // 26: weir.v1.Outcome.HeadersEntry
-	(Surface)(0),                   // 27: weir.v1.Surface
-	(QuotaResponseMode)(0),         // 28: weir.v1.QuotaResponseMode
-	(Provider)(0),                  // 29: weir.v1.Provider
-	(AuthKind)(0),                  // 30: weir.v1.AuthKind
-	(*timestamppb.Timestamp)(nil),  // 31: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 32: google.protobuf.Duration
-	(OutcomeClass)(0),              // 33: weir.v1.OutcomeClass
-	(*QuotaEvidence)(nil),          // 34: weir.v1.QuotaEvidence
-	(*Settings)(nil),               // 35: weir.v1.Settings
-	(*Decision)(nil),               // 36: weir.v1.Decision
-	(Action)(0),                    // 37: weir.v1.Action
+	(*ReleaseBatchRequest)(nil),    // 20: weir.v1.ReleaseBatchRequest
+	(*ReleaseItem)(nil),            // 21: weir.v1.ReleaseItem
+	(*ReleaseBatchResponse)(nil),   // 22: weir.v1.ReleaseBatchResponse
+	(*WatchPoolRequest)(nil),       // 23: weir.v1.WatchPoolRequest
+	(*WatchPoolResponse)(nil),      // 24: weir.v1.WatchPoolResponse
+	(*RouteEvent)(nil),             // 25: weir.v1.RouteEvent
+	(*AttemptRecord)(nil),          // 26: weir.v1.AttemptRecord
+	(*ReportRouteRequest)(nil),     // 27: weir.v1.ReportRouteRequest
+	(*ReportRouteResponse)(nil),    // 28: weir.v1.ReportRouteResponse
+	(*ReportRoutesRequest)(nil),    // 29: weir.v1.ReportRoutesRequest
+	(*ReportRoutesResponse)(nil),   // 30: weir.v1.ReportRoutesResponse
+	nil,                            // 31: weir.v1.Outcome.HeadersEntry
+	(Surface)(0),                   // 32: weir.v1.Surface
+	(QuotaResponseMode)(0),         // 33: weir.v1.QuotaResponseMode
+	(Provider)(0),                  // 34: weir.v1.Provider
+	(AuthKind)(0),                  // 35: weir.v1.AuthKind
+	(*timestamppb.Timestamp)(nil),  // 36: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 37: google.protobuf.Duration
+	(OutcomeClass)(0),              // 38: weir.v1.OutcomeClass
+	(*QuotaEvidence)(nil),          // 39: weir.v1.QuotaEvidence
+	(*Settings)(nil),               // 40: weir.v1.Settings
+	(*Decision)(nil),               // 41: weir.v1.Decision
+	(Action)(0),                    // 42: weir.v1.Action
 }
 var file_weir_v1_lease_proto_depIdxs = []int32{
-	27, // 0: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
+	32, // 0: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
 	10, // 1: weir.v1.PoolQuotaResponse.quota_block:type_name -> weir.v1.QuotaBlock
-	28, // 2: weir.v1.PoolQuotaResponse.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	27, // 3: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
+	33, // 2: weir.v1.PoolQuotaResponse.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	32, // 3: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
 	8,  // 4: weir.v1.AcquireResponse.lease:type_name -> weir.v1.Lease
 	9,  // 5: weir.v1.AcquireResponse.no_account:type_name -> weir.v1.NoAccount
-	29, // 6: weir.v1.Lease.provider:type_name -> weir.v1.Provider
-	30, // 7: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
-	31, // 8: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	32, // 9: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	0,  // 10: weir.v1.NoAccount.reason:type_name -> weir.v1.NoAccountReason
-	31, // 11: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
-	10, // 12: weir.v1.NoAccount.quota_block:type_name -> weir.v1.QuotaBlock
-	28, // 13: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	31, // 14: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
-	29, // 15: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
-	31, // 16: weir.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
-	31, // 17: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
-	33, // 18: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
-	26, // 19: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
-	32, // 20: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
-	32, // 21: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
-	34, // 22: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
-	35, // 23: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
-	15, // 24: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
-	36, // 25: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
-	32, // 26: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
-	32, // 27: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
-	31, // 28: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
-	32, // 29: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
-	1,  // 30: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
-	21, // 31: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
-	32, // 32: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
-	33, // 33: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
-	37, // 34: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
-	32, // 35: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
-	20, // 36: weir.v1.ReportRouteRequest.event:type_name -> weir.v1.RouteEvent
-	20, // 37: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
-	4,  // 38: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
-	6,  // 39: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
-	16, // 40: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
-	11, // 41: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
-	13, // 42: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
-	18, // 43: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
-	22, // 44: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
-	24, // 45: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
-	2,  // 46: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
-	5,  // 47: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
-	7,  // 48: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
-	17, // 49: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
-	12, // 50: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
-	14, // 51: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
-	19, // 52: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
-	23, // 53: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
-	25, // 54: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
-	3,  // 55: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
-	47, // [47:56] is the sub-list for method output_type
-	38, // [38:47] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	34, // 6: weir.v1.Lease.provider:type_name -> weir.v1.Provider
+	35, // 7: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
+	36, // 8: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	37, // 9: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	36, // 10: weir.v1.Lease.reuse_until:type_name -> google.protobuf.Timestamp
+	0,  // 11: weir.v1.NoAccount.reason:type_name -> weir.v1.NoAccountReason
+	36, // 12: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
+	10, // 13: weir.v1.NoAccount.quota_block:type_name -> weir.v1.QuotaBlock
+	33, // 14: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	36, // 15: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
+	34, // 16: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
+	36, // 17: weir.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
+	36, // 18: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
+	38, // 19: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
+	31, // 20: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
+	37, // 21: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
+	37, // 22: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
+	39, // 23: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
+	40, // 24: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
+	15, // 25: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
+	41, // 26: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
+	21, // 27: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
+	15, // 28: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
+	36, // 29: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
+	37, // 30: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
+	37, // 31: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
+	36, // 32: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
+	37, // 33: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
+	1,  // 34: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
+	26, // 35: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
+	37, // 36: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
+	38, // 37: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
+	42, // 38: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
+	37, // 39: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
+	25, // 40: weir.v1.ReportRouteRequest.event:type_name -> weir.v1.RouteEvent
+	25, // 41: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
+	4,  // 42: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
+	6,  // 43: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
+	16, // 44: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
+	11, // 45: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
+	13, // 46: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
+	18, // 47: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
+	20, // 48: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
+	23, // 49: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
+	27, // 50: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
+	29, // 51: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
+	2,  // 52: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
+	5,  // 53: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
+	7,  // 54: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
+	17, // 55: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
+	12, // 56: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
+	14, // 57: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
+	19, // 58: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
+	22, // 59: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
+	24, // 60: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
+	28, // 61: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
+	30, // 62: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
+	3,  // 63: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
+	53, // [53:64] is the sub-list for method output_type
+	42, // [42:53] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_lease_proto_init() }
@@ -2137,7 +2471,7 @@ func file_weir_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_lease_proto_rawDesc), len(file_weir_v1_lease_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   25,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -46,6 +46,11 @@ const (
 	LeaseServiceRenewBatchProcedure = "/weir.v1.LeaseService/RenewBatch"
 	// LeaseServiceReleaseProcedure is the fully-qualified name of the LeaseService's Release RPC.
 	LeaseServiceReleaseProcedure = "/weir.v1.LeaseService/Release"
+	// LeaseServiceReleaseBatchProcedure is the fully-qualified name of the LeaseService's ReleaseBatch
+	// RPC.
+	LeaseServiceReleaseBatchProcedure = "/weir.v1.LeaseService/ReleaseBatch"
+	// LeaseServiceWatchPoolProcedure is the fully-qualified name of the LeaseService's WatchPool RPC.
+	LeaseServiceWatchPoolProcedure = "/weir.v1.LeaseService/WatchPool"
 	// LeaseServiceReportRouteProcedure is the fully-qualified name of the LeaseService's ReportRoute
 	// RPC.
 	LeaseServiceReportRouteProcedure = "/weir.v1.LeaseService/ReportRoute"
@@ -72,6 +77,18 @@ type LeaseServiceClient interface {
 	RenewBatch(context.Context, *connect.Request[v1.RenewBatchRequest]) (*connect.Response[v1.RenewBatchResponse], error)
 	// Release ends a lease with the attempt's outcome and returns the decision.
 	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
+	// ReleaseBatch settles many successful attempts in one call: each
+	// success is recorded as Release records it, and its lease is either
+	// ended or kept for the worker to reuse. Items that only return a lease
+	// carry no outcome. What workers send for the fast path.
+	ReleaseBatch(context.Context, *connect.Request[v1.ReleaseBatchRequest]) (*connect.Response[v1.ReleaseBatchResponse], error)
+	// WatchPool streams invalidations of the pool's routing state, fed by
+	// Postgres notifications: a worker reusing leases drops those on a named
+	// account (or every one) the moment a cooldown, gate, pause, credential,
+	// usage threshold, breaker, key or alias changes. The first event has
+	// ready set, once the control plane listens; a worker reuses nothing
+	// while its stream is not ready.
+	WatchPool(context.Context, *connect.Request[v1.WatchPoolRequest]) (*connect.ServerStreamForClient[v1.WatchPoolResponse], error)
 	// ReportRoute stores the route event of one finished client request.
 	ReportRoute(context.Context, *connect.Request[v1.ReportRouteRequest]) (*connect.Response[v1.ReportRouteResponse], error)
 	// ReportRoutes stores a worker's batch of route events (at most 500) in
@@ -133,6 +150,18 @@ func NewLeaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(leaseServiceMethods.ByName("Release")),
 			connect.WithClientOptions(opts...),
 		),
+		releaseBatch: connect.NewClient[v1.ReleaseBatchRequest, v1.ReleaseBatchResponse](
+			httpClient,
+			baseURL+LeaseServiceReleaseBatchProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("ReleaseBatch")),
+			connect.WithClientOptions(opts...),
+		),
+		watchPool: connect.NewClient[v1.WatchPoolRequest, v1.WatchPoolResponse](
+			httpClient,
+			baseURL+LeaseServiceWatchPoolProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("WatchPool")),
+			connect.WithClientOptions(opts...),
+		),
 		reportRoute: connect.NewClient[v1.ReportRouteRequest, v1.ReportRouteResponse](
 			httpClient,
 			baseURL+LeaseServiceReportRouteProcedure,
@@ -163,6 +192,8 @@ type leaseServiceClient struct {
 	renew          *connect.Client[v1.RenewRequest, v1.RenewResponse]
 	renewBatch     *connect.Client[v1.RenewBatchRequest, v1.RenewBatchResponse]
 	release        *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
+	releaseBatch   *connect.Client[v1.ReleaseBatchRequest, v1.ReleaseBatchResponse]
+	watchPool      *connect.Client[v1.WatchPoolRequest, v1.WatchPoolResponse]
 	reportRoute    *connect.Client[v1.ReportRouteRequest, v1.ReportRouteResponse]
 	reportRoutes   *connect.Client[v1.ReportRoutesRequest, v1.ReportRoutesResponse]
 	poolQuota      *connect.Client[v1.PoolQuotaRequest, v1.PoolQuotaResponse]
@@ -198,6 +229,16 @@ func (c *leaseServiceClient) Release(ctx context.Context, req *connect.Request[v
 	return c.release.CallUnary(ctx, req)
 }
 
+// ReleaseBatch calls weir.v1.LeaseService.ReleaseBatch.
+func (c *leaseServiceClient) ReleaseBatch(ctx context.Context, req *connect.Request[v1.ReleaseBatchRequest]) (*connect.Response[v1.ReleaseBatchResponse], error) {
+	return c.releaseBatch.CallUnary(ctx, req)
+}
+
+// WatchPool calls weir.v1.LeaseService.WatchPool.
+func (c *leaseServiceClient) WatchPool(ctx context.Context, req *connect.Request[v1.WatchPoolRequest]) (*connect.ServerStreamForClient[v1.WatchPoolResponse], error) {
+	return c.watchPool.CallServerStream(ctx, req)
+}
+
 // ReportRoute calls weir.v1.LeaseService.ReportRoute.
 func (c *leaseServiceClient) ReportRoute(ctx context.Context, req *connect.Request[v1.ReportRouteRequest]) (*connect.Response[v1.ReportRouteResponse], error) {
 	return c.reportRoute.CallUnary(ctx, req)
@@ -229,6 +270,18 @@ type LeaseServiceHandler interface {
 	RenewBatch(context.Context, *connect.Request[v1.RenewBatchRequest]) (*connect.Response[v1.RenewBatchResponse], error)
 	// Release ends a lease with the attempt's outcome and returns the decision.
 	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
+	// ReleaseBatch settles many successful attempts in one call: each
+	// success is recorded as Release records it, and its lease is either
+	// ended or kept for the worker to reuse. Items that only return a lease
+	// carry no outcome. What workers send for the fast path.
+	ReleaseBatch(context.Context, *connect.Request[v1.ReleaseBatchRequest]) (*connect.Response[v1.ReleaseBatchResponse], error)
+	// WatchPool streams invalidations of the pool's routing state, fed by
+	// Postgres notifications: a worker reusing leases drops those on a named
+	// account (or every one) the moment a cooldown, gate, pause, credential,
+	// usage threshold, breaker, key or alias changes. The first event has
+	// ready set, once the control plane listens; a worker reuses nothing
+	// while its stream is not ready.
+	WatchPool(context.Context, *connect.Request[v1.WatchPoolRequest], *connect.ServerStream[v1.WatchPoolResponse]) error
 	// ReportRoute stores the route event of one finished client request.
 	ReportRoute(context.Context, *connect.Request[v1.ReportRouteRequest]) (*connect.Response[v1.ReportRouteResponse], error)
 	// ReportRoutes stores a worker's batch of route events (at most 500) in
@@ -286,6 +339,18 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(leaseServiceMethods.ByName("Release")),
 		connect.WithHandlerOptions(opts...),
 	)
+	leaseServiceReleaseBatchHandler := connect.NewUnaryHandler(
+		LeaseServiceReleaseBatchProcedure,
+		svc.ReleaseBatch,
+		connect.WithSchema(leaseServiceMethods.ByName("ReleaseBatch")),
+		connect.WithHandlerOptions(opts...),
+	)
+	leaseServiceWatchPoolHandler := connect.NewServerStreamHandler(
+		LeaseServiceWatchPoolProcedure,
+		svc.WatchPool,
+		connect.WithSchema(leaseServiceMethods.ByName("WatchPool")),
+		connect.WithHandlerOptions(opts...),
+	)
 	leaseServiceReportRouteHandler := connect.NewUnaryHandler(
 		LeaseServiceReportRouteProcedure,
 		svc.ReportRoute,
@@ -319,6 +384,10 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 			leaseServiceRenewBatchHandler.ServeHTTP(w, r)
 		case LeaseServiceReleaseProcedure:
 			leaseServiceReleaseHandler.ServeHTTP(w, r)
+		case LeaseServiceReleaseBatchProcedure:
+			leaseServiceReleaseBatchHandler.ServeHTTP(w, r)
+		case LeaseServiceWatchPoolProcedure:
+			leaseServiceWatchPoolHandler.ServeHTTP(w, r)
 		case LeaseServiceReportRouteProcedure:
 			leaseServiceReportRouteHandler.ServeHTTP(w, r)
 		case LeaseServiceReportRoutesProcedure:
@@ -356,6 +425,14 @@ func (UnimplementedLeaseServiceHandler) RenewBatch(context.Context, *connect.Req
 
 func (UnimplementedLeaseServiceHandler) Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.LeaseService.Release is not implemented"))
+}
+
+func (UnimplementedLeaseServiceHandler) ReleaseBatch(context.Context, *connect.Request[v1.ReleaseBatchRequest]) (*connect.Response[v1.ReleaseBatchResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.LeaseService.ReleaseBatch is not implemented"))
+}
+
+func (UnimplementedLeaseServiceHandler) WatchPool(context.Context, *connect.Request[v1.WatchPoolRequest], *connect.ServerStream[v1.WatchPoolResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.LeaseService.WatchPool is not implemented"))
 }
 
 func (UnimplementedLeaseServiceHandler) ReportRoute(context.Context, *connect.Request[v1.ReportRouteRequest]) (*connect.Response[v1.ReportRouteResponse], error) {

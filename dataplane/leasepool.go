@@ -1,0 +1,558 @@
+package dataplane
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+)
+
+// leasePool is the worker's lease fast path. Three things keep the control
+// plane off a request's critical path without giving up its guarantees:
+//
+//   - Reuse. A lease the control plane granted with reuse_until serves
+//     further requests of the same key, surface and model after a success,
+//     until that deadline; a session's request reuses only a lease on the
+//     account the session is bound to. The lease row stays in Postgres the
+//     whole time, so every account's concurrency cap still holds across
+//     workers: a reused lease is one slot, used by one request at a time.
+//   - Invalidation. The control plane's WatchPool stream, fed by Postgres
+//     notifications, names every account whose routing state changes (a
+//     cooldown, a gate, a pause, a usage threshold crossed) and the
+//     pool-wide changes (a breaker, a key, an alias). The pool drops what
+//     it names at once; while the stream is not ready nothing is reused.
+//   - Batching. Successes are settled through ReleaseBatch off the request
+//     path; failures still go through Release, synchronously, because the
+//     control plane's decision (fail over, retry, answer) is needed now.
+//
+// Held requests share their waits as well: while an Acquire for a class
+// is in flight, the class's other requests wait for its answer, and a "no
+// account" answer is shared until its retry time (bounded by noneFor) or
+// the next invalidation. A capacity storm of thousands of held requests
+// costs one Acquire per class per probe, not one per request.
+type leasePool struct {
+	client  weirv1connect.LeaseServiceClient
+	log     *slog.Logger
+	now     func() time.Time
+	metrics *metrics
+	// idleFor is how long a reusable lease may sit unused before it is
+	// returned: an idle worker must not keep slots other workers could use.
+	idleFor time.Duration
+	// noneFor bounds how long a shared "no account" answer is trusted
+	// without an invalidation to end it.
+	noneFor time.Duration
+	// forgetKeys is called when a client key changed.
+	forgetKeys func()
+
+	mu    sync.Mutex
+	ready bool   // the WatchPool stream is up
+	gen   uint64 // bumped by every invalidation
+	// accountGen is the gen of each account's last invalidation; allGen of
+	// the last pool-wide one.
+	accountGen map[string]uint64
+	allGen     uint64
+	idle       map[leaseClass][]*warmLease
+	reusable   map[string]*warmLease // lease id → lease, idle or in use
+	sessions   map[string]sessionEntry
+	flights    map[leaseClass]*flight
+	nones      map[leaseClass]sharedNone
+
+	// pending is the ReleaseBatch queue; kick wakes the sender.
+	pending []*weirv1.ReleaseItem
+	kick    chan struct{}
+
+	stop context.CancelFunc
+	done sync.WaitGroup
+}
+
+// leaseClass is what a reused lease may serve: one key, surface and model,
+// and requests with a session (then only those bound to the lease's
+// account) or without one. A session-less request never takes a session's
+// lease: it is routed least-recently-used, not to the sessions' accounts.
+type leaseClass struct {
+	keyHash   string
+	surface   weirv1.Surface
+	model     string
+	sessioned bool
+}
+
+type warmLease struct {
+	lease      *weirv1.Lease
+	class      leaseClass
+	reuseUntil time.Time // on the control plane's clock (now)
+	idleSince  time.Time // on the monotonic clock: a test's frozen clock must not pin slots
+}
+
+// sessionEntry is the account a session was bound to when the worker last
+// learned it, and the gen then: an invalidation of the account after that
+// makes it unknown again.
+type sessionEntry struct {
+	account string
+	gen     uint64
+}
+
+// flight is one Acquire in progress for a class; its NoAccount answer is
+// shared with the class's requests that waited for it.
+type flight struct {
+	done chan struct{}
+	none *weirv1.NoAccount
+}
+
+type sharedNone struct {
+	none  *weirv1.NoAccount
+	until time.Time
+	gen   uint64
+}
+
+// maxSessions bounds the session map: past it, it starts over (the next
+// request of each session asks the control plane once).
+const maxSessions = 100000
+
+// maxReleaseItems matches the control plane's limit per ReleaseBatch call.
+const maxReleaseItems = 10000
+
+func newLeasePool(client weirv1connect.LeaseServiceClient, log *slog.Logger, now func() time.Time, m *metrics, idleFor time.Duration, forgetKeys func()) *leasePool {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &leasePool{
+		client: client, log: log, now: now, metrics: m, idleFor: idleFor, noneFor: 250 * time.Millisecond,
+		forgetKeys: forgetKeys,
+		accountGen: map[string]uint64{}, idle: map[leaseClass][]*warmLease{}, reusable: map[string]*warmLease{},
+		sessions: map[string]sessionEntry{}, flights: map[leaseClass]*flight{}, nones: map[leaseClass]sharedNone{},
+		kick: make(chan struct{}, 1), stop: cancel,
+	}
+	p.done.Add(2)
+	go p.send(ctx)
+	go p.sweepLoop(ctx)
+	if idleFor > 0 {
+		p.done.Add(1)
+		go p.watch(ctx)
+	}
+	return p
+}
+
+// acquire leases an account for req, from the pool when it can. held says
+// the request already waited in a hold: only such a request takes a shared
+// "no account" answer given before it asked, so that no request is turned
+// away without an answer given after it arrived (a slot freed since would
+// go unseen for up to noneFor).
+func (p *leasePool) acquire(ctx context.Context, req *weirv1.AcquireRequest, held bool) (*weirv1.AcquireResponse, error) {
+	if len(req.ExcludeAccountIds) > 0 || req.PreferAccountId != "" {
+		// A retry: the control plane decides with what was tried.
+		resp, err := p.client.Acquire(ctx, connect.NewRequest(req))
+		if err != nil {
+			return nil, err
+		}
+		return resp.Msg, nil
+	}
+	cls := leaseClass{keyHash: req.KeyHash, surface: req.Surface, model: req.Model, sessioned: req.SessionKey != ""}
+	for {
+		p.mu.Lock()
+		now := p.now()
+		if w := p.takeIdleLocked(cls, req.SessionKey, now); w != nil {
+			p.mu.Unlock()
+			p.metrics.leasePool.WithLabelValues("reused").Inc()
+			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_Lease{Lease: w.lease}}, nil
+		}
+		n, refused := p.nones[cls]
+		if refused && held && n.gen == p.gen && now.Before(n.until) {
+			p.mu.Unlock()
+			p.metrics.leasePool.WithLabelValues("shared_none").Inc()
+			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: n.none}}, nil
+		}
+		var f *flight
+		if refused {
+			// The class was refused last time: one request asks for all.
+			// Otherwise requests ask in parallel, as they would without a
+			// pool.
+			if f = p.flights[cls]; f != nil {
+				p.mu.Unlock()
+				select {
+				case <-f.done:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+				if f.none != nil {
+					p.metrics.leasePool.WithLabelValues("shared_none").Inc()
+					return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: f.none}}, nil
+				}
+				// It got a lease, for its own request: the class is served
+				// again, so ask (or reuse) like any other request.
+				continue
+			}
+			f = &flight{done: make(chan struct{})}
+			p.flights[cls] = f
+		}
+		gen := p.gen
+		p.mu.Unlock()
+
+		p.metrics.leasePool.WithLabelValues("acquired").Inc()
+		resp, err := p.client.Acquire(ctx, connect.NewRequest(req))
+
+		p.mu.Lock()
+		if f != nil {
+			delete(p.flights, cls)
+		}
+		if err == nil {
+			if none := resp.Msg.GetNoAccount(); none != nil && none.QuotaBlock == nil {
+				// A quota block is not shared: it carries the response mode
+				// in force when it was asked, and a switch applies to the
+				// next request. It is a final answer or a long wait anyway.
+				if f != nil {
+					f.none = none
+				}
+				until := p.now().Add(p.noneFor)
+				if ra := none.GetRetryAt(); ra != nil && ra.AsTime().Before(until) {
+					until = ra.AsTime()
+				}
+				// Shared only if nothing changed while it was asked; either
+				// way the class counts as refused, so the next asks alone.
+				p.nones[cls] = sharedNone{none: none, until: until, gen: gen}
+			} else if lease := resp.Msg.GetLease(); lease != nil {
+				delete(p.nones, cls)
+				p.grantedLocked(cls, req.SessionKey, lease, gen)
+			}
+		}
+		p.mu.Unlock()
+		if f != nil {
+			close(f.done)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return resp.Msg, nil
+	}
+}
+
+// grantedLocked takes note of a fresh lease: the session's account, and
+// the lease itself when it may be reused and nothing about its account
+// changed since the Acquire was sent (gen).
+func (p *leasePool) grantedLocked(cls leaseClass, session string, lease *weirv1.Lease, gen uint64) {
+	if session != "" {
+		if len(p.sessions) >= maxSessions {
+			clear(p.sessions)
+		}
+		p.sessions[session] = sessionEntry{account: lease.AccountId, gen: p.gen}
+	}
+	if lease.ReuseUntil == nil || !p.ready || p.allGen > gen || p.accountGen[lease.AccountId] > gen {
+		return
+	}
+	p.reusable[lease.Id] = &warmLease{lease: lease, class: cls, reuseUntil: lease.ReuseUntil.AsTime()}
+}
+
+// takeIdleLocked returns an idle lease that may serve cls (and session),
+// most recently used first, or nil.
+func (p *leasePool) takeIdleLocked(cls leaseClass, session string, now time.Time) *warmLease {
+	if !p.ready {
+		return nil
+	}
+	stack := p.idle[cls]
+	if len(stack) == 0 {
+		return nil
+	}
+	var account string
+	if session != "" {
+		e, ok := p.sessions[session]
+		if !ok || e.gen < p.allGen || e.gen < p.accountGen[e.account] {
+			return nil // unknown here: the control plane binds it
+		}
+		account = e.account
+	}
+	for i := len(stack) - 1; i >= 0; i-- {
+		w := stack[i]
+		if !now.Before(w.reuseUntil) {
+			continue // the sweep returns it
+		}
+		if account != "" && w.lease.AccountId != account {
+			continue
+		}
+		p.idle[cls] = append(stack[:i:i], stack[i+1:]...)
+		return w
+	}
+	return nil
+}
+
+// release settles an attempt's outcome. A success is answered at once and
+// settled in the next ReleaseBatch, its lease kept for reuse when it may
+// be; anything else goes to the control plane now, for its decision.
+func (p *leasePool) release(ctx context.Context, lease *weirv1.Lease, o *weirv1.Outcome, admitted time.Time, session string) (*weirv1.Decision, error) {
+	if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS {
+		item := &weirv1.ReleaseItem{LeaseId: lease.Id, Outcome: o, AdmittedAt: timestamppb.New(admitted), SessionKey: session}
+		p.mu.Lock()
+		if w := p.reusable[lease.Id]; w != nil {
+			if now := p.now(); p.ready && now.Before(w.reuseUntil) {
+				item.Keep = true
+				w.idleSince = time.Now()
+				p.idle[w.class] = append(p.idle[w.class], w)
+			} else {
+				delete(p.reusable, lease.Id)
+			}
+		}
+		p.enqueueLocked(item)
+		p.mu.Unlock()
+		return &weirv1.Decision{Action: weirv1.Action_ACTION_RESPOND}, nil
+	}
+	p.mu.Lock()
+	delete(p.reusable, lease.Id)
+	if o.Class != weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_ERROR {
+		// The account may be cooling from now on: stop reusing it here
+		// without waiting for the notification.
+		p.dropAccountLocked(lease.AccountId)
+	}
+	p.mu.Unlock()
+	resp, err := p.client.Release(ctx, connect.NewRequest(&weirv1.ReleaseRequest{LeaseId: lease.Id, Outcome: o}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg.Decision, nil
+}
+
+// invalidate applies one WatchPool event.
+func (p *leasePool) invalidate(ev *weirv1.WatchPoolResponse) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ev.Ready {
+		p.ready = true
+		p.metrics.poolReady.Set(1)
+	}
+	if ev.All || ev.Keys {
+		p.dropAllLocked()
+		p.metrics.poolEvents.WithLabelValues("all").Inc()
+	}
+	for _, id := range ev.AccountIds {
+		p.dropAccountLocked(id)
+	}
+	p.metrics.poolEvents.WithLabelValues("account").Add(float64(len(ev.AccountIds)))
+	if ev.Keys && p.forgetKeys != nil {
+		p.forgetKeys()
+	}
+}
+
+// notReady stops reuse until the stream is ready again: what changed in
+// between is unknown, so nothing held may be trusted.
+func (p *leasePool) notReady() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ready = false
+	p.metrics.poolReady.Set(0)
+	p.dropAllLocked()
+}
+
+func (p *leasePool) dropAccountLocked(account string) {
+	p.gen++
+	p.accountGen[account] = p.gen
+	for id, w := range p.reusable {
+		if w.lease.AccountId == account {
+			delete(p.reusable, id)
+		}
+	}
+	for cls, stack := range p.idle {
+		kept := stack[:0]
+		for _, w := range stack {
+			if w.lease.AccountId == account {
+				p.enqueueLocked(&weirv1.ReleaseItem{LeaseId: w.lease.Id})
+				continue
+			}
+			kept = append(kept, w)
+		}
+		p.setIdleLocked(cls, kept)
+	}
+}
+
+func (p *leasePool) dropAllLocked() {
+	p.gen++
+	p.allGen = p.gen
+	clear(p.reusable)
+	for cls, stack := range p.idle {
+		for _, w := range stack {
+			p.enqueueLocked(&weirv1.ReleaseItem{LeaseId: w.lease.Id})
+		}
+		delete(p.idle, cls)
+	}
+	if len(p.accountGen) > 10000 {
+		// allGen covers every entry now.
+		clear(p.accountGen)
+	}
+}
+
+func (p *leasePool) setIdleLocked(cls leaseClass, stack []*warmLease) {
+	if len(stack) == 0 {
+		delete(p.idle, cls)
+		return
+	}
+	p.idle[cls] = stack
+}
+
+// sweep returns the leases idle for idleFor (by mono) or past their reuse
+// deadline (by now).
+func (p *leasePool) sweep(now, mono time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for cls, stack := range p.idle {
+		kept := stack[:0]
+		for _, w := range stack {
+			if mono.Sub(w.idleSince) >= p.idleFor || !now.Before(w.reuseUntil) {
+				delete(p.reusable, w.lease.Id)
+				p.enqueueLocked(&weirv1.ReleaseItem{LeaseId: w.lease.Id})
+				continue
+			}
+			kept = append(kept, w)
+		}
+		p.setIdleLocked(cls, kept)
+	}
+	for cls, n := range p.nones {
+		if now.Sub(n.until) > time.Minute {
+			delete(p.nones, cls) // no request of the class since
+		}
+	}
+}
+
+func (p *leasePool) sweepLoop(ctx context.Context) {
+	defer p.done.Done()
+	period := 100 * time.Millisecond
+	if p.idleFor > 0 {
+		period = max(min(p.idleFor/2, time.Second), 10*time.Millisecond)
+	}
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			p.sweep(p.now(), time.Now())
+		}
+	}
+}
+
+func (p *leasePool) enqueueLocked(item *weirv1.ReleaseItem) {
+	p.pending = append(p.pending, item)
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// send settles queued items in batches: whatever is queued when a call
+// can go, in one call. Under load a batch fills while the previous call
+// runs; when idle, an item goes alone and at once.
+func (p *leasePool) send(ctx context.Context) {
+	defer p.done.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			p.flush(context.Background())
+			return
+		case <-p.kick:
+		}
+		p.flush(ctx)
+	}
+}
+
+// flush sends everything queued.
+func (p *leasePool) flush(ctx context.Context) {
+	for {
+		p.mu.Lock()
+		items := p.pending
+		if len(items) > maxReleaseItems {
+			items, p.pending = items[:maxReleaseItems:maxReleaseItems], items[maxReleaseItems:]
+		} else {
+			p.pending = nil
+		}
+		p.mu.Unlock()
+		if len(items) == 0 {
+			return
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		resp, err := p.client.ReleaseBatch(rctx, connect.NewRequest(&weirv1.ReleaseBatchRequest{Items: items}))
+		cancel()
+		if err != nil {
+			// The leases expire on their own; what is lost is the success
+			// records, and a slot each for up to a lease TTL.
+			p.log.Warn("release batch failed", "items", len(items), "err", err)
+			p.mu.Lock()
+			for _, it := range items {
+				if it.Keep {
+					p.forgetLeaseLocked(it.LeaseId)
+				}
+			}
+			p.mu.Unlock()
+			continue
+		}
+		if missing := resp.Msg.MissingLeaseIds; len(missing) > 0 {
+			p.mu.Lock()
+			for _, id := range missing {
+				p.forgetLeaseLocked(id)
+			}
+			p.mu.Unlock()
+		}
+	}
+}
+
+// forgetLeaseLocked stops reusing a lease the control plane may no longer
+// hold.
+func (p *leasePool) forgetLeaseLocked(id string) {
+	w := p.reusable[id]
+	if w == nil {
+		return
+	}
+	delete(p.reusable, id)
+	stack := p.idle[w.class]
+	for i, x := range stack {
+		if x == w {
+			p.setIdleLocked(w.class, append(stack[:i:i], stack[i+1:]...))
+			break
+		}
+	}
+}
+
+// watch keeps the WatchPool stream open, reconnecting with backoff.
+func (p *leasePool) watch(ctx context.Context) {
+	defer p.done.Done()
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		ok := p.watchOnce(ctx)
+		p.notReady()
+		if ok {
+			backoff = 50 * time.Millisecond
+		}
+		if !sleepCtx(ctx, backoff) {
+			return
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// watchOnce reads one stream until it ends; true if it was ever ready.
+func (p *leasePool) watchOnce(ctx context.Context) bool {
+	stream, err := p.client.WatchPool(ctx, connect.NewRequest(&weirv1.WatchPoolRequest{}))
+	if err != nil {
+		return false
+	}
+	defer stream.Close() //nolint:errcheck // the stream is over either way
+	ready := false
+	for stream.Receive() {
+		ev := stream.Msg()
+		ready = ready || ev.Ready
+		p.invalidate(ev)
+	}
+	if err := stream.Err(); err != nil && ctx.Err() == nil {
+		p.log.Warn("pool watch ended; reusing no lease until it is back", "err", err)
+	}
+	return ready
+}
+
+// close returns every idle lease and sends what is queued.
+func (p *leasePool) close() {
+	p.mu.Lock()
+	p.ready = false
+	p.dropAllLocked()
+	p.mu.Unlock()
+	p.stop()
+	p.done.Wait()
+}

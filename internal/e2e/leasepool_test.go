@@ -1,0 +1,233 @@
+package e2e
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/sim"
+)
+
+// metricValue sums the samples of a counter or gauge whose labels include
+// every pair in labels.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue metrics
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				sum += m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				sum += m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				sum += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return sum
+}
+
+// poolReady waits until a worker's pool watch is connected.
+func poolReady(t *testing.T, reg *prometheus.Registry) {
+	t.Helper()
+	eventually(t, "the worker's pool watch to be ready", func() bool {
+		return metricValue(t, reg, "weir_dataplane_lease_pool_ready", nil) == 1
+	})
+}
+
+// TestLeaseReuse: consecutive requests of one key and model reuse one
+// lease without asking the control plane, every success is still recorded
+// (route events, the account's last success), and the idle lease goes back
+// to the pool on its own.
+func TestLeaseReuse(t *testing.T) {
+	t.Parallel()
+	cpReg, dpReg := prometheus.NewRegistry(), prometheus.NewRegistry()
+	e := setup(t, options{cpRegistry: cpReg, dpRegistry: dpReg, accounts: []account{{label: "solo", maxConc: 4}}})
+	poolReady(t, dpReg)
+
+	const n = 20
+	var ids []string
+	for i := range n {
+		r := e.post(i%2 == 1)
+		if r.status != http.StatusOK {
+			t.Fatalf("request %d: status %d: %s", i, r.status, r.body)
+		}
+		ids = append(ids, r.header.Get("Weir-Request-Id"))
+	}
+	reused := metricValue(t, dpReg, "weir_dataplane_lease_pool_total", map[string]string{"result": "reused"})
+	acquired := metricValue(t, dpReg, "weir_dataplane_lease_pool_total", map[string]string{"result": "acquired"})
+	if reused != n-1 || acquired != 1 {
+		t.Fatalf("pool served reused=%v acquired=%v, want %d and 1", reused, acquired, n-1)
+	}
+	if got := metricValue(t, cpReg, "weir_controlplane_acquire_seconds", nil); got != 1 {
+		t.Fatalf("control plane answered %v Acquires, want 1", got)
+	}
+	for _, id := range ids {
+		if ev := e.routeEvent(id); ev.AccountId != e.ids["solo"] || ev.Status != http.StatusOK {
+			t.Fatalf("route event %s = account %s status %d", id, ev.AccountId, ev.Status)
+		}
+	}
+	eventually(t, "the successes to be recorded", func() bool {
+		return e.account("solo").LastSuccessAt != nil
+	})
+	// The idle lease is returned after the worker's idle period.
+	e.leasesReleased()
+}
+
+// TestLeaseReuseStopsOnAnotherWorkersCooldown: a cooldown written by one
+// worker's outcome reaches every other worker through the pool watch, and
+// the next request there does not reuse its lease on the cooling account.
+func TestLeaseReuseStopsOnAnotherWorkersCooldown(t *testing.T) {
+	t.Parallel()
+	const limited = "claude-limited-1"
+	dpReg := prometheus.NewRegistry()
+	e := setup(t, options{dpRegistry: dpReg, accounts: []account{
+		{label: "first", priority: 10, faults: []sim.Fault{{Kind: sim.FaultRateLimit, RetryAfter: 60, Times: -1, Model: limited}}},
+		{label: "second"},
+	}})
+	poolReady(t, dpReg)
+	_, otherSrv := e.newDataplane(nil)
+
+	// The first worker now holds a reusable lease on first.
+	for range 2 {
+		if r := e.post(false); r.status != http.StatusOK {
+			t.Fatalf("status %d: %s", r.status, r.body)
+		}
+	}
+	if got := metricValue(t, dpReg, "weir_dataplane_lease_pool_total", map[string]string{"result": "reused"}); got != 1 {
+		t.Fatalf("reused = %v, want 1", got)
+	}
+	before := metricValue(t, dpReg, "weir_dataplane_lease_pool_invalidations_total", map[string]string{"scope": "account"})
+
+	// The other worker's request is refused on first (429, a minute):
+	// first cools, and that worker fails over to second.
+	body := strings.Replace(messagesBody(false), model, limited, 1)
+	r := e.doWith(otherSrv.Client(), otherSrv.URL, http.MethodPost, "/v1/messages", body, nil)
+	if r.status != http.StatusOK {
+		t.Fatalf("other worker: status %d: %s", r.status, r.body)
+	}
+	if cd := e.account("first").GetCooldown(); cd.GetReason() != weirv1.CooldownReason_COOLDOWN_REASON_RATE_LIMITED {
+		t.Fatalf("first's cooldown = %v, want rate_limited", cd)
+	}
+	eventually(t, "the cooldown to reach the first worker", func() bool {
+		return metricValue(t, dpReg, "weir_dataplane_lease_pool_invalidations_total", map[string]string{"scope": "account"}) > before
+	})
+
+	start := len(e.sim.Attempts())
+	if r := e.post(false); r.status != http.StatusOK {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	got := e.sim.Attempts()[start:]
+	if len(got) != 1 || got[0].Account != "second" {
+		t.Fatalf("after the cooldown the first worker sent %+v, want one attempt on second", got)
+	}
+}
+
+// TestLeaseReuseKeepsTheConcurrencyCap: two workers reusing leases on one
+// account with a cap of two never run more than two requests on it at
+// once, and a third concurrent request waits its turn rather than
+// exceeding it.
+func TestLeaseReuseKeepsTheConcurrencyCap(t *testing.T) {
+	t.Parallel()
+	dpReg := prometheus.NewRegistry()
+	e := setup(t, options{dpRegistry: dpReg, hold: waitFor, deltaDelay: 5e6, accounts: []account{{label: "capped", maxConc: 2}}})
+	poolReady(t, dpReg)
+	_, otherSrv := e.newDataplane(nil)
+
+	var wg sync.WaitGroup
+	statuses := make(chan int, 12)
+	for i := range 12 {
+		wg.Go(func() {
+			c, base := e.client, e.dpSrv.URL
+			if i%2 == 1 {
+				c, base = otherSrv.Client(), otherSrv.URL
+			}
+			statuses <- e.doWith(c, base, http.MethodPost, "/v1/messages", messagesBody(true), nil).status
+		})
+	}
+	wg.Wait()
+	close(statuses)
+	for s := range statuses {
+		if s != http.StatusOK {
+			t.Fatalf("a request got %d, want every one served in turn", s)
+		}
+	}
+	switch peak := e.upstream.peakConcurrency(e.creds["capped"]); {
+	case peak > 2:
+		t.Fatalf("capped ran %d requests at once, cap 2", peak)
+	case peak < 2:
+		t.Fatalf("capped ran at most %d request at once: the test did not load it", peak)
+	}
+}
+
+// TestHeldRequestsShareOneAcquire: while an account cools, a worker's held
+// requests of one class share the control plane's "no account" answer:
+// dozens of held requests cost a handful of Acquires, not dozens per probe.
+func TestHeldRequestsShareOneAcquire(t *testing.T) {
+	t.Parallel()
+	cpReg, dpReg := prometheus.NewRegistry(), prometheus.NewRegistry()
+	e := setup(t, options{cpRegistry: cpReg, dpRegistry: dpReg, hold: waitFor, accounts: []account{
+		{label: "only", faults: []sim.Fault{{Kind: sim.FaultRateLimit, RetryAfter: 2}}},
+	}})
+	poolReady(t, dpReg)
+	// The first request meets the 429 and is held until the account's
+	// two-second cooldown ends; the second, arriving while it cools, is
+	// refused and marks its class as refused.
+	early := make(chan response, 2)
+	go func() { early <- e.post(false) }()
+	eventually(t, "the account to cool", func() bool { return e.account("only").GetCooldown() != nil })
+	go func() { early <- e.post(false) }()
+	eventually(t, "the class to be refused", func() bool {
+		return metricValue(t, cpReg, "weir_controlplane_acquire_seconds", map[string]string{"result": "all_cooling"}) >= 1
+	})
+
+	const held = 40
+	var wg sync.WaitGroup
+	statuses := make(chan int, held)
+	for range held {
+		wg.Go(func() { statuses <- e.post(false).status })
+	}
+	wg.Wait()
+	close(statuses)
+	for s := range statuses {
+		if s != http.StatusOK {
+			t.Fatalf("a held request got %d, want 200 after the cooldown", s)
+		}
+	}
+	for range 2 {
+		if r := <-early; r.status != http.StatusOK {
+			t.Fatalf("an early request: status %d: %s", r.status, r.body)
+		}
+	}
+	refused := metricValue(t, cpReg, "weir_controlplane_acquire_seconds", map[string]string{"result": "all_cooling"})
+	shared := metricValue(t, dpReg, "weir_dataplane_lease_pool_total", map[string]string{"result": "shared_none"})
+	// One refusal per shared-answer period (250ms) over the two-second
+	// cooldown, and a few more, at most; each held request asking on its
+	// own would make at least held.
+	if refused > 12 || shared == 0 {
+		t.Fatalf("control plane refused %v Acquires and the worker shared %v answers; want ≤ 12 and some", refused, shared)
+	}
+	t.Logf("%d held requests: %v refused Acquires, %v shared answers", held, refused, shared)
+}
