@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,9 +23,11 @@ type IdleResult struct {
 	N      int    `json:"n"`
 	// Opened is how many streams got their first delta and stayed open.
 	Opened int `json:"opened"`
-	// RSSGrowth is VmRSS with the streams open minus VmRSS before (after a
-	// GC and returning free memory to the OS); PeakGrowth is VmHWM, reset
-	// before opening, minus the same baseline.
+	// RSSGrowth is VmRSS with the streams open and idle minus VmRSS
+	// before, both read after a GC and returning free memory to the OS:
+	// what the open streams hold, not the garbage of opening them.
+	// PeakGrowth is VmHWM, reset before opening, minus the same baseline:
+	// the high-water mark of opening them all at once.
 	RSSGrowth  int64 `json:"rss_growth_bytes"`
 	PeakGrowth int64 `json:"peak_growth_bytes"`
 }
@@ -77,17 +80,20 @@ func idleStreams(ctx context.Context, t target, n int) (IdleResult, error) {
 		}()
 	}
 	ready.Wait()
+	peak, perr := readMem()
+	runtime.GC()
+	debug.FreeOSMemory()
 	after, err := readMem()
 	cancel()
 	wg.Wait()
 	c.CloseIdleConnections()
 	settle(ctx, goroutines)
-	if err != nil {
+	if err := errors.Join(perr, err); err != nil {
 		return res, err
 	}
 	res.Opened = int(opened.Load())
 	res.RSSGrowth = after.rss - before.rss
-	res.PeakGrowth = after.hwm - before.rss
+	res.PeakGrowth = max(peak.hwm, after.hwm) - before.rss
 	return res, nil
 }
 

@@ -2,8 +2,6 @@ package bench
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -48,8 +46,8 @@ const stormRamp = 8 * time.Second
 // requests cost over window. Then it ends the storm and the requests.
 func storm(ctx context.Context, st *stack, t target, n int, window time.Duration) (StormResult, error) {
 	res := StormResult{N: n, Window: window}
-	for _, cred := range st.creds {
-		if err := st.simSrv.AddFaults(discoveredName(cred), sim.Fault{Kind: sim.FaultOverloaded, Times: -1}); err != nil {
+	for i := range st.creds {
+		if err := st.simSrv.AddFaults(accountName(i), sim.Fault{Kind: sim.FaultOverloaded, Times: -1}); err != nil {
 			return res, err
 		}
 	}
@@ -96,11 +94,4 @@ func storm(ctx context.Context, st *stack, t target, n int, window time.Duration
 	cancel()
 	wg.Wait()
 	return res, nil
-}
-
-// discoveredName is the simulator's name for an account it discovered by
-// its credential (internal/sim registry.discover).
-func discoveredName(cred string) string {
-	sum := sha256.Sum256([]byte(cred))
-	return "key-" + hex.EncodeToString(sum[:4])
 }

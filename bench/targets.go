@@ -102,17 +102,19 @@ func bareProxy(simURL string) (http.Handler, error) {
 // stack is the simulator, the bare proxy and weir, all in this process
 // except Postgres.
 type stack struct {
-	sim     *listener
-	simSrv  *sim.Server
-	bare    *listener
-	cp, dp  *listener
-	cpSrv   *controlplane.Server
-	dpSrv   *dataplane.Server
-	cluster *pgembed.Cluster
-	pool    *pgxpool.Pool
-	pgDir   string
-	rpc     *rpcTimer
-	key     string
+	sim    *listener
+	simSrv *sim.Server
+	bare   *listener
+	cp, dp *listener
+	cpSrv  *controlplane.Server
+	dpSrv  *dataplane.Server
+	// cpReg and dpReg hold the control plane's and the worker's metrics.
+	cpReg, dpReg *prometheus.Registry
+	cluster      *pgembed.Cluster
+	pool         *pgxpool.Pool
+	pgDir        string
+	rpc          *rpcTimer
+	key          string
 	// creds are the accounts' credentials, as the simulator knows them.
 	creds []string
 	log   *slog.Logger
@@ -127,13 +129,20 @@ const (
 
 // startStack starts everything; stop tears it down in reverse.
 func startStack(ctx context.Context, cfg Config, simLatency time.Duration) (_ *stack, err error) {
-	s := &stack{log: cfg.Logger, rpc: newRPCTimer()}
+	s := &stack{log: cfg.Logger, rpc: newRPCTimer(), dpReg: prometheus.NewRegistry(), cpReg: prometheus.NewRegistry()}
 	defer func() {
 		if err != nil {
 			s.stop()
 		}
 	}()
+	// The simulator knows the accounts from the start (the storm scripts
+	// faults on each by name), and accepts the direct targets' key too.
 	script := sim.Script{AcceptUnknown: true}
+	for i := range accountCount {
+		cred := "sk-ant-api03-bench-" + randomHex(12)
+		s.creds = append(s.creds, cred)
+		script.Accounts = append(script.Accounts, sim.AccountScript{Name: accountName(i), Kind: sim.KindAPIKey, Credential: cred})
+	}
 	s.simSrv = sim.New(sim.Config{Script: script, Latency: simLatency, DeltaDelay: 15 * time.Millisecond, Deltas: 32})
 	if s.sim, err = serveLoopback(s.simSrv, false); err != nil {
 		return nil, fmt.Errorf("simulator: %w", err)
@@ -166,7 +175,7 @@ func startStack(ctx context.Context, cfg Config, simLatency time.Duration) (_ *s
 		AdminToken: admin, DataplaneToken: dpToken, SecretKey: secret,
 		Logger:      slog.New(slog.DiscardHandler),
 		DisableJobs: true, // River's periodic jobs are not on the request path
-		Registry:    prometheus.NewRegistry(),
+		Registry:    s.cpReg,
 	}, s.pool)
 	if err != nil {
 		return nil, err
@@ -179,14 +188,14 @@ func startStack(ctx context.Context, cfg Config, simLatency time.Duration) (_ *s
 	if s.cp, err = serveLoopback(cp.Handler(), true); err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}
-	if s.key, s.creds, err = seed(ctx, s.cp.url, admin, s.sim.url); err != nil {
+	if s.key, err = seed(ctx, s.cp.url, admin, s.sim.url, s.creds); err != nil {
 		return nil, err
 	}
 	rpcc := rpcclient.HTTPClient()
 	rpcc.Transport = s.rpc.wrap(rpcc.Transport)
 	s.dpSrv, err = dataplane.New(dataplane.Config{
 		ControlPlaneURL: s.cp.url, Token: dpToken, ControlPlane: rpcc,
-		Logger: slog.New(slog.DiscardHandler), LeaseIdle: leaseIdle(cfg),
+		Logger: slog.New(slog.DiscardHandler), LeaseIdle: leaseIdle(cfg), Registry: s.dpReg,
 	})
 	if err != nil {
 		return nil, err
@@ -199,29 +208,26 @@ func startStack(ctx context.Context, cfg Config, simLatency time.Duration) (_ *s
 
 // seed creates the API-key accounts, pointed at the simulator, and a
 // client key.
-func seed(ctx context.Context, cpURL, admin, simURL string) (string, []string, error) {
+func seed(ctx context.Context, cpURL, admin, simURL string, creds []string) (string, error) {
 	hc := rpcclient.HTTPClient()
 	opt := connect.WithInterceptors(rpcclient.Token(admin))
 	accounts := weirv1connect.NewAccountServiceClient(hc, cpURL, opt)
 	keys := weirv1connect.NewKeyServiceClient(hc, cpURL, opt)
-	var creds []string
-	for i := range accountCount {
-		cred := "sk-ant-api03-bench-" + randomHex(12)
+	for i, cred := range creds {
 		_, err := accounts.CreateAccount(ctx, connect.NewRequest(&weirv1.CreateAccountRequest{
 			Provider: weirv1.Provider_PROVIDER_ANTHROPIC, AuthKind: weirv1.AuthKind_AUTH_KIND_API_KEY,
-			Label: fmt.Sprintf("bench-%d", i), Credential: cred,
+			Label: accountName(i), Credential: cred,
 			BaseUrl: simURL, MaxConcurrency: accountCap,
 		}))
 		if err != nil {
-			return "", nil, fmt.Errorf("create account: %w", err)
+			return "", fmt.Errorf("create account: %w", err)
 		}
-		creds = append(creds, cred)
 	}
 	k, err := keys.CreateKey(ctx, connect.NewRequest(&weirv1.CreateKeyRequest{Name: "bench"}))
 	if err != nil {
-		return "", nil, fmt.Errorf("create key: %w", err)
+		return "", fmt.Errorf("create key: %w", err)
 	}
-	return k.Msg.Secret, creds, nil
+	return k.Msg.Secret, nil
 }
 
 func (s *stack) targets() []target {
@@ -319,3 +325,7 @@ func leaseIdle(cfg Config) time.Duration {
 	}
 	return 0
 }
+
+// accountName is the i-th account's label in weir and name in the
+// simulator.
+func accountName(i int) string { return fmt.Sprintf("bench-%d", i) }

@@ -214,7 +214,7 @@ func (l leaseService) acquireModel(ctx context.Context, keyID uuid.UUID, m *weir
 			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: none}}, nil
 		}
 		for _, c := range order {
-			lease, err := l.claim(ctx, c, keyID, m, now, reusable(m) && !probing[c.account.Provider])
+			lease, err := l.claim(ctx, c, keyID, m, now, reusable(m), probing[c.account.Provider])
 			if errors.Is(err, errUnseal) {
 				// Unusable until an operator re-enters the credential under
 				// this key; the rest of the pool can still serve.
@@ -247,9 +247,10 @@ func reusable(m *weirv1.AcquireRequest) bool {
 // claim leases c's account, or returns nil when it was claimed away, its
 // credential changed, or it stopped being eligible since the view was read.
 // reuse offers the lease for reuse (Lease.reuse_until) unless reuse is off
-// or the account is on its recovery probe: a probe must report back before
-// the account takes more.
-func (l leaseService) claim(ctx context.Context, c candidate, keyID uuid.UUID, m *weirv1.AcquireRequest, now time.Time, reuse bool) (*weirv1.Lease, error) {
+// or the lease is a probe (breakerProbe: this request holds its provider's
+// breaker probe; or the account is on its recovery probe): a probe must
+// report back before the account takes more.
+func (l leaseService) claim(ctx context.Context, c candidate, keyID uuid.UUID, m *weirv1.AcquireRequest, now time.Time, reuse, breakerProbe bool) (*weirv1.Lease, error) {
 	expires := now.Add(l.s.cfg.LeaseTTL)
 	leaseID, err := l.s.q.ClaimLease(ctx, db.ClaimLeaseParams{
 		AccountID:  c.account.ID,
@@ -293,7 +294,8 @@ func (l leaseService) claim(ctx context.Context, c candidate, keyID uuid.UUID, m
 		// Codex sends the ChatGPT account id with every request.
 		UpstreamAccountId: c.account.UpstreamAccountID,
 	}
-	if reuse && l.s.cfg.LeaseReuse > 0 && !c.account.RecoveryProbe {
+	lease.Probe = breakerProbe || c.account.RecoveryProbe
+	if reuse && l.s.cfg.LeaseReuse > 0 && !lease.Probe {
 		lease.ReuseUntil = timestamppb.New(now.Add(l.s.cfg.LeaseReuse))
 	}
 	return lease, nil

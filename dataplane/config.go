@@ -31,7 +31,7 @@ type Config struct {
 	// asking again; Acquire re-checks every key regardless. Default 5s.
 	KeyCacheTTL time.Duration
 	// LeaseIdle is how long a reusable lease may sit idle on this worker
-	// before it is returned to the pool (see leasePool). Default 500ms; a
+	// before it is returned to the pool (see leasePool). Default 100ms; a
 	// negative value turns reuse off on this worker (every request then
 	// asks the control plane).
 	LeaseIdle time.Duration
@@ -107,7 +107,7 @@ func (c *Config) setDefaults() {
 	}
 	switch {
 	case c.LeaseIdle == 0:
-		c.LeaseIdle = 500 * time.Millisecond
+		c.LeaseIdle = 100 * time.Millisecond
 	case c.LeaseIdle < 0:
 		c.LeaseIdle = 0
 	}

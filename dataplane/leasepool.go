@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
@@ -33,7 +34,7 @@ import (
 //
 // Held requests share their waits as well: while an Acquire for a class
 // is in flight, the class's other requests wait for its answer, and a "no
-// account" answer is shared until its retry time (bounded by noneFor) or
+// account" answer is shared until its retry time (see shareLocked) or
 // the next invalidation. A capacity storm of thousands of held requests
 // costs one Acquire per class per probe, not one per request.
 type leasePool struct {
@@ -44,15 +45,16 @@ type leasePool struct {
 	// idleFor is how long a reusable lease may sit unused before it is
 	// returned: an idle worker must not keep slots other workers could use.
 	idleFor time.Duration
-	// noneFor bounds how long a shared "no account" answer is trusted
-	// without an invalidation to end it.
-	noneFor time.Duration
 	// forgetKeys is called when a client key changed.
 	forgetKeys func()
 
 	mu    sync.Mutex
 	ready bool   // the WatchPool stream is up
 	gen   uint64 // bumped by every invalidation
+	// noneGen is bumped by what may make a refused class servable: the
+	// control plane's events, not this worker's own failures (they only
+	// make things worse).
+	noneGen uint64
 	// accountGen is the gen of each account's last invalidation; allGen of
 	// the last pool-wide one.
 	accountGen map[string]uint64
@@ -62,13 +64,20 @@ type leasePool struct {
 	sessions   map[string]sessionEntry
 	flights    map[leaseClass]*flight
 	nones      map[leaseClass]sharedNone
+	waits      map[leaseClass]*classWait // parked held requests (classwait.go)
+	// prefetching marks the classes with a prefetch in flight.
+	prefetching map[leaseClass]bool
+	closed     bool
 
 	// pending is the ReleaseBatch queue; kick wakes the sender.
 	pending []*weirv1.ReleaseItem
 	kick    chan struct{}
 
-	stop context.CancelFunc
-	done sync.WaitGroup
+	// sleep waits d or until ctx ends (Config.Sleep: tests move a virtual
+	// clock with it).
+	sleep func(ctx context.Context, d time.Duration) bool
+	stop  context.CancelFunc
+	done  sync.WaitGroup
 }
 
 // leaseClass is what a reused lease may serve: one key, surface and model,
@@ -85,6 +94,7 @@ type leaseClass struct {
 type warmLease struct {
 	lease      *weirv1.Lease
 	class      leaseClass
+	granted    time.Time // on the control plane's clock (now)
 	reuseUntil time.Time // on the control plane's clock (now)
 	idleSince  time.Time // on the monotonic clock: a test's frozen clock must not pin slots
 }
@@ -117,11 +127,12 @@ const maxSessions = 100000
 // maxReleaseItems matches the control plane's limit per ReleaseBatch call.
 const maxReleaseItems = 10000
 
-func newLeasePool(client weirv1connect.LeaseServiceClient, log *slog.Logger, now func() time.Time, m *metrics, idleFor time.Duration, forgetKeys func()) *leasePool {
+func newLeasePool(client weirv1connect.LeaseServiceClient, log *slog.Logger, now func() time.Time,
+	sleep func(context.Context, time.Duration) bool, m *metrics, idleFor time.Duration, forgetKeys func()) *leasePool {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &leasePool{
-		client: client, log: log, now: now, metrics: m, idleFor: idleFor, noneFor: 250 * time.Millisecond,
-		forgetKeys: forgetKeys,
+		client: client, log: log, now: now, sleep: sleep, metrics: m, idleFor: idleFor,
+		forgetKeys: forgetKeys, waits: map[leaseClass]*classWait{}, prefetching: map[leaseClass]bool{},
 		accountGen: map[string]uint64{}, idle: map[leaseClass][]*warmLease{}, reusable: map[string]*warmLease{},
 		sessions: map[string]sessionEntry{}, flights: map[leaseClass]*flight{}, nones: map[leaseClass]sharedNone{},
 		kick: make(chan struct{}, 1), stop: cancel,
@@ -140,30 +151,62 @@ func newLeasePool(client weirv1connect.LeaseServiceClient, log *slog.Logger, now
 // the request already waited in a hold: only such a request takes a shared
 // "no account" answer given before it asked, so that no request is turned
 // away without an answer given after it arrived (a slot freed since would
-// go unseen for up to noneFor).
-func (p *leasePool) acquire(ctx context.Context, req *weirv1.AcquireRequest, held bool) (*weirv1.AcquireResponse, error) {
+// go unseen for up to noneMin). A held request of a refused class parks
+// on the class until it is served again or holdEnd (see classwait.go).
+func (p *leasePool) acquire(ctx context.Context, req *weirv1.AcquireRequest, held bool, holdEnd time.Time) (_ *weirv1.AcquireResponse, parked time.Duration, err error) {
+	cls := leaseClass{keyHash: req.KeyHash, surface: req.Surface, model: req.Model, sessioned: req.SessionKey != ""}
 	if len(req.ExcludeAccountIds) > 0 || req.PreferAccountId != "" {
-		// A retry: the control plane decides with what was tried.
+		// A retry: the control plane decides with what was tried. A
+		// standing refusal of the whole class answers it as well (fewer
+		// accounts or another order cannot do better), and an open
+		// breaker refuses the class whatever was tried.
+		p.mu.Lock()
+		if n, ok := p.nones[cls]; ok && n.gen == p.noneGen && p.now().Before(n.until) {
+			p.mu.Unlock()
+			p.metrics.leasePool.WithLabelValues("shared_none").Inc()
+			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: n.none}}, parked, nil
+		}
+		noneGen := p.noneGen
+		p.mu.Unlock()
+		p.metrics.leasePool.WithLabelValues("retry").Inc()
 		resp, err := p.client.Acquire(ctx, connect.NewRequest(req))
 		if err != nil {
-			return nil, err
+			return nil, parked, err
 		}
-		return resp.Msg, nil
+		if none := resp.Msg.GetNoAccount(); none.GetReason() == weirv1.NoAccountReason_NO_ACCOUNT_REASON_BREAKER_OPEN {
+			p.mu.Lock()
+			p.shareLocked(cls, none, noneGen)
+			p.mu.Unlock()
+		}
+		return resp.Msg, parked, nil
 	}
-	cls := leaseClass{keyHash: req.KeyHash, surface: req.Surface, model: req.Model, sessioned: req.SessionKey != ""}
 	for {
 		p.mu.Lock()
 		now := p.now()
 		if w := p.takeIdleLocked(cls, req.SessionKey, now); w != nil {
 			p.mu.Unlock()
 			p.metrics.leasePool.WithLabelValues("reused").Inc()
-			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_Lease{Lease: w.lease}}, nil
+			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_Lease{Lease: w.lease}}, parked, nil
 		}
 		n, refused := p.nones[cls]
-		if refused && held && n.gen == p.gen && now.Before(n.until) {
+		if refused && held && now.Before(holdEnd) && !p.closed {
+			lease, none, err := p.park(ctx, cls, req, holdEnd) // unlocks p.mu
+			parked += p.now().Sub(now)
+			switch {
+			case err != nil:
+				return nil, parked, err
+			case lease != nil:
+				return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_Lease{Lease: lease}}, parked, nil
+			case none != nil:
+				p.metrics.leasePool.WithLabelValues("shared_none").Inc()
+				return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: none}}, parked, nil
+			}
+			continue // the class may be served again
+		}
+		if refused && held && n.gen == p.noneGen && now.Before(n.until) {
 			p.mu.Unlock()
 			p.metrics.leasePool.WithLabelValues("shared_none").Inc()
-			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: n.none}}, nil
+			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: n.none}}, parked, nil
 		}
 		var f *flight
 		if refused {
@@ -175,11 +218,11 @@ func (p *leasePool) acquire(ctx context.Context, req *weirv1.AcquireRequest, hel
 				select {
 				case <-f.done:
 				case <-ctx.Done():
-					return nil, ctx.Err()
+					return nil, parked, ctx.Err()
 				}
 				if f.none != nil {
 					p.metrics.leasePool.WithLabelValues("shared_none").Inc()
-					return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: f.none}}, nil
+					return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: f.none}}, parked, nil
 				}
 				// It got a lease, for its own request: the class is served
 				// again, so ask (or reuse) like any other request.
@@ -188,7 +231,7 @@ func (p *leasePool) acquire(ctx context.Context, req *weirv1.AcquireRequest, hel
 			f = &flight{done: make(chan struct{})}
 			p.flights[cls] = f
 		}
-		gen := p.gen
+		gen, noneGen := p.gen, p.noneGen
 		p.mu.Unlock()
 
 		p.metrics.leasePool.WithLabelValues("acquired").Inc()
@@ -203,18 +246,21 @@ func (p *leasePool) acquire(ctx context.Context, req *weirv1.AcquireRequest, hel
 				// A quota block is not shared: it carries the response mode
 				// in force when it was asked, and a switch applies to the
 				// next request. It is a final answer or a long wait anyway.
+				shared := p.shareLocked(cls, none, noneGen)
 				if f != nil {
-					f.none = none
+					f.none = shared
 				}
-				until := p.now().Add(p.noneFor)
-				if ra := none.GetRetryAt(); ra != nil && ra.AsTime().Before(until) {
-					until = ra.AsTime()
-				}
-				// Shared only if nothing changed while it was asked; either
-				// way the class counts as refused, so the next asks alone.
-				p.nones[cls] = sharedNone{none: none, until: until, gen: gen}
 			} else if lease := resp.Msg.GetLease(); lease != nil {
-				delete(p.nones, cls)
+				if lease.Probe && refused {
+					// The one probe went to this request; for the others
+					// nothing changed until it reports: they keep waiting.
+					if f != nil {
+						f.none = p.shareLocked(cls, n.none, noneGen)
+					}
+				} else {
+					delete(p.nones, cls)
+					p.wakeServedLocked(cls)
+				}
 				p.grantedLocked(cls, req.SessionKey, lease, gen)
 			}
 		}
@@ -223,10 +269,44 @@ func (p *leasePool) acquire(ctx context.Context, req *weirv1.AcquireRequest, hel
 			close(f.done)
 		}
 		if err != nil {
-			return nil, err
+			return nil, parked, err
 		}
-		return resp.Msg, nil
+		return resp.Msg, parked, nil
 	}
+}
+
+// Bounds of how long a shared "no account" answer stands before one held
+// request asks again: at least noneMin (a retry time already passed would
+// have every held request ask at once), at most noneMax.
+const (
+	noneMin = 250 * time.Millisecond
+	noneMax = 5 * time.Second
+)
+
+// shareLocked records none as the class's shared answer until its retry
+// time, clamped to [noneMin, noneMax] from now, and returns the answer the
+// class's held requests get: none with that time as its retry time, so
+// they wake together when one of them should ask again, not before. It is
+// shared only if nothing changed since it was asked (gen); either way the
+// class counts as refused, so its next request asks for all.
+func (p *leasePool) shareLocked(cls leaseClass, none *weirv1.NoAccount, gen uint64) *weirv1.NoAccount {
+	now := p.now()
+	until := now.Add(noneMax)
+	if ra := none.GetRetryAt(); ra != nil && ra.AsTime().Before(until) {
+		until = ra.AsTime()
+	}
+	until = maxTime(until, now.Add(noneMin))
+	shared := proto.CloneOf(none)
+	shared.RetryAt = timestamppb.New(until)
+	p.nones[cls] = sharedNone{none: shared, until: until, gen: gen}
+	return shared
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // grantedLocked takes note of a fresh lease: the session's account, and
@@ -242,7 +322,7 @@ func (p *leasePool) grantedLocked(cls leaseClass, session string, lease *weirv1.
 	if lease.ReuseUntil == nil || !p.ready || p.allGen > gen || p.accountGen[lease.AccountId] > gen {
 		return
 	}
-	p.reusable[lease.Id] = &warmLease{lease: lease, class: cls, reuseUntil: lease.ReuseUntil.AsTime()}
+	p.reusable[lease.Id] = &warmLease{lease: lease, class: cls, granted: p.now(), reuseUntil: lease.ReuseUntil.AsTime()}
 }
 
 // takeIdleLocked returns an idle lease that may serve cls (and session),
@@ -272,30 +352,79 @@ func (p *leasePool) takeIdleLocked(cls leaseClass, session string, now time.Time
 			continue
 		}
 		p.idle[cls] = append(stack[:i:i], stack[i+1:]...)
+		if !cls.sessioned && now.Sub(w.granted) >= w.reuseUntil.Sub(w.granted)*3/4 {
+			p.prefetchLocked(cls)
+		}
 		return w
 	}
 	return nil
 }
 
-// release settles an attempt's outcome. A success is answered at once and
-// settled in the next ReleaseBatch, its lease kept for reuse when it may
-// be; anything else goes to the control plane now, for its decision.
+// prefetchLocked asks, off any request's path, for a fresh lease of a
+// class whose busy lease is near its reuse deadline: when it lapses the
+// class's next request finds the fresh one instead of asking and waiting.
+// One at a time per class; a session's class is not prefetched (its
+// lease must be on the session's account, which the request names).
+func (p *leasePool) prefetchLocked(cls leaseClass) {
+	if p.prefetching[cls] || p.closed || !p.ready {
+		return
+	}
+	p.prefetching[cls] = true
+	req := &weirv1.AcquireRequest{KeyHash: cls.keyHash, Model: cls.model, Surface: cls.surface, RequestId: newRequestID()}
+	p.done.Add(1)
+	go func() {
+		defer p.done.Done()
+		p.metrics.leasePool.WithLabelValues("prefetch").Inc()
+		p.mu.Lock()
+		gen := p.gen
+		p.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := p.client.Acquire(ctx, connect.NewRequest(req))
+		cancel()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		delete(p.prefetching, cls)
+		if err != nil || resp.Msg.GetLease() == nil {
+			return // no account now: the class's requests will ask themselves
+		}
+		lease := resp.Msg.GetLease()
+		p.grantedLocked(cls, "", lease, gen)
+		w := p.reusable[lease.Id]
+		if w == nil || p.closed {
+			p.enqueueLocked(&weirv1.ReleaseItem{LeaseId: lease.Id})
+			return
+		}
+		w.idleSince = time.Now()
+		p.idle[cls] = append(p.idle[cls], w)
+	}()
+}
+
+// release settles an attempt's outcome. A success whose lease is kept for
+// reuse is answered at once and settled in the next ReleaseBatch; any
+// other outcome goes to the control plane now: a failure for its decision,
+// a success so that its slot is free before the client's next request (a
+// sequential client on an account with a cap of one must not find its own
+// last lease still counted).
 func (p *leasePool) release(ctx context.Context, lease *weirv1.Lease, o *weirv1.Outcome, admitted time.Time, session string) (*weirv1.Decision, error) {
 	if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS {
-		item := &weirv1.ReleaseItem{LeaseId: lease.Id, Outcome: o, AdmittedAt: timestamppb.New(admitted), SessionKey: session}
 		p.mu.Lock()
 		if w := p.reusable[lease.Id]; w != nil {
 			if now := p.now(); p.ready && now.Before(w.reuseUntil) {
-				item.Keep = true
 				w.idleSince = time.Now()
 				p.idle[w.class] = append(p.idle[w.class], w)
-			} else {
-				delete(p.reusable, lease.Id)
+				p.enqueueLocked(&weirv1.ReleaseItem{LeaseId: lease.Id, Outcome: o, AdmittedAt: timestamppb.New(admitted),
+					SessionKey: session, Keep: true})
+				p.mu.Unlock()
+				return &weirv1.Decision{Action: weirv1.Action_ACTION_RESPOND}, nil
 			}
+			delete(p.reusable, lease.Id)
 		}
-		p.enqueueLocked(item)
 		p.mu.Unlock()
-		return &weirv1.Decision{Action: weirv1.Action_ACTION_RESPOND}, nil
+		resp, err := p.client.Release(ctx, connect.NewRequest(&weirv1.ReleaseRequest{LeaseId: lease.Id, Outcome: o}))
+		if err != nil {
+			return nil, err
+		}
+		return resp.Msg.Decision, nil
 	}
 	p.mu.Lock()
 	delete(p.reusable, lease.Id)
@@ -316,6 +445,8 @@ func (p *leasePool) release(ctx context.Context, lease *weirv1.Lease, o *weirv1.
 func (p *leasePool) invalidate(ev *weirv1.WatchPoolResponse) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.noneGen++
+	p.pokeAllLocked()
 	if ev.Ready {
 		p.ready = true
 		p.metrics.poolReady.Set(1)
@@ -340,6 +471,8 @@ func (p *leasePool) notReady() {
 	defer p.mu.Unlock()
 	p.ready = false
 	p.metrics.poolReady.Set(0)
+	p.noneGen++
+	p.pokeAllLocked()
 	p.dropAllLocked()
 }
 
@@ -406,7 +539,7 @@ func (p *leasePool) sweep(now, mono time.Time) {
 		p.setIdleLocked(cls, kept)
 	}
 	for cls, n := range p.nones {
-		if now.Sub(n.until) > time.Minute {
+		if now.Sub(n.until) > time.Minute && p.waits[cls] == nil {
 			delete(p.nones, cls) // no request of the class since
 		}
 	}
@@ -550,6 +683,8 @@ func (p *leasePool) watchOnce(ctx context.Context) bool {
 // close returns every idle lease and sends what is queued.
 func (p *leasePool) close() {
 	p.mu.Lock()
+	p.closed = true
+	p.pokeAllLocked()
 	p.ready = false
 	p.dropAllLocked()
 	p.mu.Unlock()

@@ -133,7 +133,7 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 		if ctx.Err() != nil {
 			return // the client left
 		}
-		resp, err := s.pool.acquire(ctx, &weirv1.AcquireRequest{
+		resp, parked, err := s.pool.acquire(ctx, &weirv1.AcquireRequest{
 			KeyHash:           in.keyHash,
 			Model:             in.model,
 			SessionKey:        in.session,
@@ -141,7 +141,11 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 			RequestId:         in.requestID,
 			PreferAccountId:   rt.prefer,
 			Surface:           in.sf.api,
-		}, rt.rounds > 0)
+		}, rt.rounds > 0, rt.holdEnd)
+		if parked > 0 {
+			// Parked with the other held requests of its class.
+			s.recordHold(ctx, rt, s.cfg.Now().Add(-parked), parked, "waiting with this worker's held requests of the model for the pool to serve again")
+		}
 		if err != nil {
 			switch {
 			case connect.CodeOf(err) == connect.CodePermissionDenied:
@@ -307,17 +311,21 @@ func (s *Server) holdFor(ctx context.Context, rt *routing, d time.Duration, reas
 
 func (s *Server) sleep(ctx context.Context, rt *routing, d time.Duration, reason string) bool {
 	start := s.cfg.Now()
-	rt.rec.AttemptRecords = append(rt.rec.AttemptRecords, &weirv1.AttemptRecord{
-		At: durationpb.New(start.Sub(rt.in.start)), HoldReason: reason, Duration: durationpb.New(d),
-	})
 	ok := s.cfg.Sleep(ctx, d)
-	held := s.cfg.Now().Sub(start)
+	s.recordHold(ctx, rt, start, s.cfg.Now().Sub(start), reason)
+	return ok
+}
+
+// recordHold counts a wait that began at start and lasted held.
+func (s *Server) recordHold(ctx context.Context, rt *routing, start time.Time, held time.Duration, reason string) {
+	rt.rec.AttemptRecords = append(rt.rec.AttemptRecords, &weirv1.AttemptRecord{
+		At: durationpb.New(start.Sub(rt.in.start)), HoldReason: reason, Duration: durationpb.New(held),
+	})
 	rt.rec.HoldCount++
 	rt.rec.Held = durationpb.New(rt.rec.Held.AsDuration() + held)
 	holdEvent(ctx, held)
 	s.metrics.holds.Inc()
 	s.metrics.holdSeconds.Observe(held.Seconds())
-	return ok
 }
 
 // failNoAccount answers a request that no account could serve: with

@@ -58,7 +58,7 @@ func New(cfg Config) (*Server, error) {
 		metrics:  m,
 		tracer:   telemetry.TracerProvider(cfg.TracerProvider).Tracer(tracerName),
 	}
-	s.pool = newLeasePool(leases, cfg.Logger, cfg.Now, m, cfg.LeaseIdle, s.keys.forgetAll)
+	s.pool = newLeasePool(leases, cfg.Logger, cfg.Now, cfg.Sleep, m, cfg.LeaseIdle, s.keys.forgetAll)
 	s.settings = newSettingsPoller(s)
 	return s, nil
 }

@@ -99,15 +99,22 @@ func runBench(ctx context.Context, args []string, e env) error {
 	return writeReport(e, bench.NewReport(res), dir)
 }
 
-// writeReport writes the results folder and copies its results.md to
-// latest.md next to it.
+// writeReport writes the results folder and copies its results.md and
+// latency.svg to latest.md and latest.svg next to it (the README shows
+// them).
 func writeReport(e env, rep *bench.Report, dir string) error {
 	if err := rep.WriteFiles(dir); err != nil {
 		return fmt.Errorf("weir bench: write results: %w", err)
 	}
 	md := rep.Markdown()
-	if err := os.WriteFile(filepath.Join(filepath.Dir(filepath.Clean(dir)), "latest.md"), []byte(md), 0o644); err != nil {
+	parent := filepath.Dir(filepath.Clean(dir))
+	if err := os.WriteFile(filepath.Join(parent, "latest.md"), []byte(md), 0o644); err != nil {
 		return fmt.Errorf("weir bench: write latest.md: %w", err)
+	}
+	if svg, err := os.ReadFile(filepath.Join(dir, "latency.svg")); err == nil {
+		if err := os.WriteFile(filepath.Join(parent, "latest.svg"), svg, 0o644); err != nil {
+			return fmt.Errorf("weir bench: write latest.svg: %w", err)
+		}
 	}
 	fmt.Fprintf(e.stdout, "%s\nresults in %s\n", md, dir)
 	return nil

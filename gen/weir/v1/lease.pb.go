@@ -560,7 +560,12 @@ type Lease struct {
 	// bound to this account) until then, reporting each success through
 	// ReleaseBatch, while its WatchPool stream is ready and no event names
 	// the account. Unset for probes and when reuse is off.
-	ReuseUntil    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=reuse_until,json=reuseUntil,proto3" json:"reuse_until,omitempty"`
+	ReuseUntil *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=reuse_until,json=reuseUntil,proto3" json:"reuse_until,omitempty"`
+	// probe: the lease is the one probe of an open breaker or of an account
+	// recovering from a quota cooldown. Whatever it brings back, the rest of
+	// the pool stays refused until it reports: a worker's held requests keep
+	// waiting rather than all asking again.
+	Probe         bool `protobuf:"varint,13,opt,name=probe,proto3" json:"probe,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -677,6 +682,13 @@ func (x *Lease) GetReuseUntil() *timestamppb.Timestamp {
 		return x.ReuseUntil
 	}
 	return nil
+}
+
+func (x *Lease) GetProbe() bool {
+	if x != nil {
+		return x.Probe
+	}
+	return false
 }
 
 type NoAccount struct {
@@ -2158,7 +2170,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x05lease\x18\x01 \x01(\v2\x0e.weir.v1.LeaseH\x00R\x05lease\x123\n" +
 	"\n" +
 	"no_account\x18\x02 \x01(\v2\x12.weir.v1.NoAccountH\x00R\tnoAccountB\b\n" +
-	"\x06result\"\xe0\x03\n" +
+	"\x06result\"\xf6\x03\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -2177,7 +2189,8 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	" \x01(\tR\x05model\x12.\n" +
 	"\x13upstream_account_id\x18\v \x01(\tR\x11upstreamAccountId\x12;\n" +
 	"\vreuse_until\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"reuseUntil\"\xae\x02\n" +
+	"reuseUntil\x12\x14\n" +
+	"\x05probe\x18\r \x01(\bR\x05probe\"\xae\x02\n" +
 	"\tNoAccount\x120\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x18.weir.v1.NoAccountReasonR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x125\n" +
