@@ -67,7 +67,7 @@ type leasePool struct {
 	waits      map[leaseClass]*classWait // parked held requests (classwait.go)
 	// prefetching marks the classes with a prefetch in flight.
 	prefetching map[leaseClass]bool
-	closed     bool
+	closed      bool
 
 	// pending is the ReleaseBatch queue; kick wakes the sender.
 	pending []*weirv1.ReleaseItem
