@@ -37,8 +37,8 @@ type Config struct {
 	// ProfileRate is that step's rate. Default 250.
 	ProfileRate int
 	// Storm is how many requests the capacity-storm step holds (every
-	// account answering 529), with the first sim latency only. Default
-	// 2000; negative skips it.
+	// account answering 529), with the first sim latency, on a fresh stack
+	// after the other steps. Default 2000; negative skips it.
 	Storm int
 	// StormWindow is how long the storm's cost is measured. Default 10s.
 	StormWindow time.Duration

@@ -98,10 +98,12 @@ func (p *leasePool) park(ctx context.Context, cls leaseClass, req *weirv1.Acquir
 		if !now.Before(deadline) {
 			return nil, n.none, nil
 		}
-		// Everyone sleeps until the shared answer runs out (the leader
-		// then asks; a follower, at least noneMin on, only looks again:
-		// no RPC, no hold record), or the deadline.
-		sleepUntil := minTime(maxTime(n.until, now.Add(noneMin)), deadline)
+		// A follower sleeps noneMax at a time, or to its deadline: the
+		// leader wakes it when the class is served or the lead passes, so
+		// it only looks again (no RPC, no hold record) to stay visible to
+		// a test's virtual clock as a request that waits. The leader
+		// sleeps until the shared answer runs out, then asks.
+		sleepUntil := minTime(now.Add(noneMax), deadline)
 		if cw.leader == w {
 			if n.gen != p.noneGen || !now.Before(n.until) {
 				lease, err := p.askLocked(ctx, cls, cw, req)
