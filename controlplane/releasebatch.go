@@ -83,7 +83,7 @@ func successGroups(successes []success, now time.Time) []db.RecordReleaseSuccess
 		}
 		at[k] = len(out)
 		out = append(out, db.RecordReleaseSuccessParams{
-			Now: now, AccountID: sc.row.AccountID, AdmittedAt: admitted,
+			Now: now, AccountID: sc.row.AccountID, AdmittedAt: admitted, RewriteBefore: now.Add(-successRewrite),
 			HasFamily: sc.row.Model != "", Provider: sc.row.Provider, Family: k.family,
 		})
 	}
@@ -95,6 +95,10 @@ func successGroups(successes []success, now time.Time) []db.RecordReleaseSuccess
 	})
 	return out
 }
+
+// successRewrite is how stale an account's last success may get before a
+// success rewrites it when nothing else changes (RecordReleaseSuccess).
+const successRewrite = time.Second
 
 // successRecordAttempts bounds the retries of a success batch that lost a
 // deadlock: the batch runs as one implicit transaction locking accounts

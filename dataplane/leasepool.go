@@ -65,8 +65,10 @@ type leasePool struct {
 	flights    map[leaseClass]*flight
 	nones      map[leaseClass]sharedNone
 	waits      map[leaseClass]*classWait // parked held requests (classwait.go)
-	// prefetching marks the classes with a prefetch in flight.
+	// prefetching marks the classes with a prefetch in flight; rates
+	// counts their reuses per second.
 	prefetching map[leaseClass]bool
+	rates       map[leaseClass]reuseRate
 	closed      bool
 
 	// pending is the ReleaseBatch queue; kick wakes the sender.
@@ -132,7 +134,7 @@ func newLeasePool(client weirv1connect.LeaseServiceClient, log *slog.Logger, now
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &leasePool{
 		client: client, log: log, now: now, sleep: sleep, metrics: m, idleFor: idleFor,
-		forgetKeys: forgetKeys, waits: map[leaseClass]*classWait{}, prefetching: map[leaseClass]bool{},
+		forgetKeys: forgetKeys, waits: map[leaseClass]*classWait{}, prefetching: map[leaseClass]bool{}, rates: map[leaseClass]reuseRate{},
 		accountGen: map[string]uint64{}, idle: map[leaseClass][]*warmLease{}, reusable: map[string]*warmLease{},
 		sessions: map[string]sessionEntry{}, flights: map[leaseClass]*flight{}, nones: map[leaseClass]sharedNone{},
 		kick: make(chan struct{}, 1), stop: cancel,
@@ -352,7 +354,8 @@ func (p *leasePool) takeIdleLocked(cls leaseClass, session string, now time.Time
 			continue
 		}
 		p.idle[cls] = append(stack[:i:i], stack[i+1:]...)
-		if !cls.sessioned && now.Sub(w.granted) >= w.reuseUntil.Sub(w.granted)*3/4 {
+		busy := p.busyLocked(cls)
+		if !cls.sessioned && (now.Sub(w.granted) >= w.reuseUntil.Sub(w.granted)*3/4 || len(p.idle[cls]) == 0 && busy) {
 			p.prefetchLocked(cls)
 		}
 		return w
@@ -360,9 +363,37 @@ func (p *leasePool) takeIdleLocked(cls leaseClass, session string, now time.Time
 	return nil
 }
 
+// spareRate is the reuse rate (per second) from which a class keeps a
+// spare lease: when its last idle one is taken, another is asked for, so
+// that a burst finds it rather than waiting on an Acquire. Below it a
+// spare would mostly sit idle and go back.
+const spareRate = 20
+
+// busyLocked counts a reuse of cls and says whether the class reuses at
+// spareRate or more this second.
+func (p *leasePool) busyLocked(cls leaseClass) bool {
+	now := time.Now()
+	r := p.rates[cls]
+	if now.Sub(r.since) >= time.Second {
+		r = reuseRate{since: now}
+	}
+	r.n++
+	if len(p.rates) > 10000 {
+		clear(p.rates) // bounded: one entry per key and model in use
+	}
+	p.rates[cls] = r
+	return r.n >= spareRate
+}
+
+type reuseRate struct {
+	since time.Time
+	n     int
+}
+
 // prefetchLocked asks, off any request's path, for a fresh lease of a
-// class whose busy lease is near its reuse deadline: when it lapses the
-// class's next request finds the fresh one instead of asking and waiting.
+// class whose busy lease is near its reuse deadline (when it lapses the
+// class's next request finds the fresh one instead of asking and waiting)
+// or whose last idle lease was just taken while it is busy (a spare).
 // One at a time per class; a session's class is not prefetched (its
 // lease must be on the session's account, which the request names).
 func (p *leasePool) prefetchLocked(cls leaseClass) {

@@ -119,17 +119,21 @@ const recordReleaseSuccess = `-- name: RecordReleaseSuccess :batchone
 WITH acct AS (
     UPDATE accounts a SET last_success_at = $1::timestamptz, auth_failures = 0, quota_backoffs = 0,
         recovery_probe = false
-    FROM (SELECT id, recovery_probe AS was_probe FROM accounts WHERE id = $2::uuid FOR UPDATE) old
+    FROM (SELECT s.id, s.recovery_probe AS was_probe FROM accounts s
+          WHERE s.id = $2::uuid
+            AND (s.last_success_at IS NULL OR s.last_success_at < $3::timestamptz
+                 OR s.auth_failures <> 0 OR s.quota_backoffs <> 0 OR s.recovery_probe)
+          FOR UPDATE) old
     WHERE a.id = old.id
     RETURNING old.was_probe
 ), credits AS (
     DELETE FROM cooldowns
-    WHERE account_id = $2::uuid AND reason = 'out_of_credits' AND written_at < $3::timestamptz
+    WHERE account_id = $2::uuid AND reason = 'out_of_credits' AND written_at < $4::timestamptz
     RETURNING 1
 ), breaker AS (
     UPDATE overload_breakers
     SET overloads = 0, open_until = NULL, open_count = 0, probe_until = NULL, updated_at = $1::timestamptz
-    WHERE $4::boolean AND provider = $5::text AND family = $6::text
+    WHERE $5::boolean AND provider = $6::text AND family = $7::text
       AND (overloads > 0 OR open_until IS NOT NULL OR probe_until IS NOT NULL)
     RETURNING 1
 )
@@ -145,12 +149,13 @@ type RecordReleaseSuccessBatchResults struct {
 }
 
 type RecordReleaseSuccessParams struct {
-	Now        time.Time
-	AccountID  uuid.UUID
-	AdmittedAt time.Time
-	HasFamily  bool
-	Provider   string
-	Family     string
+	Now           time.Time
+	AccountID     uuid.UUID
+	RewriteBefore time.Time
+	AdmittedAt    time.Time
+	HasFamily     bool
+	Provider      string
+	Family        string
 }
 
 type RecordReleaseSuccessRow struct {
@@ -165,13 +170,17 @@ type RecordReleaseSuccessRow struct {
 // cooldown written before the request was admitted, and the family's
 // overload breaker, which any real answer closes. Returns what changed,
 // for the logs. Sent as a pipelined batch: Release sends one, ReleaseBatch
-// one per account and model family in the call, in one round trip.
+// one per account and model family in the call, in one round trip. A busy
+// account's success record is rewritten at most once a second when there
+// is nothing to reset: at hundreds of successes a second the row's lock
+// and its new version are what Acquire's claim waited behind.
 func (q *Queries) RecordReleaseSuccess(ctx context.Context, arg []RecordReleaseSuccessParams) *RecordReleaseSuccessBatchResults {
 	batch := &pgx.Batch{}
 	for _, a := range arg {
 		vals := []interface{}{
 			a.Now,
 			a.AccountID,
+			a.RewriteBefore,
 			a.AdmittedAt,
 			a.HasFamily,
 			a.Provider,

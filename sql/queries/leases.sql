@@ -40,12 +40,19 @@ DELETE FROM session_bindings WHERE last_seen_at < @since;
 -- cooldown written before the request was admitted, and the family's
 -- overload breaker, which any real answer closes. Returns what changed,
 -- for the logs. Sent as a pipelined batch: Release sends one, ReleaseBatch
--- one per account and model family in the call, in one round trip.
+-- one per account and model family in the call, in one round trip. A busy
+-- account's success record is rewritten at most once a second when there
+-- is nothing to reset: at hundreds of successes a second the row's lock
+-- and its new version are what Acquire's claim waited behind.
 -- name: RecordReleaseSuccess :batchone
 WITH acct AS (
     UPDATE accounts a SET last_success_at = @now::timestamptz, auth_failures = 0, quota_backoffs = 0,
         recovery_probe = false
-    FROM (SELECT id, recovery_probe AS was_probe FROM accounts WHERE id = @account_id::uuid FOR UPDATE) old
+    FROM (SELECT s.id, s.recovery_probe AS was_probe FROM accounts s
+          WHERE s.id = @account_id::uuid
+            AND (s.last_success_at IS NULL OR s.last_success_at < @rewrite_before::timestamptz
+                 OR s.auth_failures <> 0 OR s.quota_backoffs <> 0 OR s.recovery_probe)
+          FOR UPDATE) old
     WHERE a.id = old.id
     RETURNING old.was_probe
 ), credits AS (
