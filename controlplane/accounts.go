@@ -282,6 +282,7 @@ func (a accountService) PauseAccount(ctx context.Context, req *connect.Request[w
 	if err != nil {
 		return nil, a.s.fail(ctx, "pause account", err)
 	}
+	a.s.watch.announce(ctx) // workers stop reusing it before this returns
 	return connect.NewResponse(&weirv1.PauseAccountResponse{Account: acct}), nil
 }
 
@@ -321,6 +322,7 @@ func (a accountService) DeleteAccount(ctx context.Context, req *connect.Request[
 		return nil, a.s.fail(ctx, "delete account", err)
 	}
 	a.s.log.InfoContext(ctx, "account deleted", "account_id", row.ID)
+	a.s.watch.announce(ctx)
 	return connect.NewResponse(&weirv1.DeleteAccountResponse{}), nil
 }
 

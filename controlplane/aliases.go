@@ -61,6 +61,7 @@ func (a aliasService) SetAlias(ctx context.Context, req *connect.Request[weirv1.
 		return nil, a.s.fail(ctx, "set alias", err)
 	}
 	a.s.log.InfoContext(ctx, "model alias set", "alias", row.Alias, "targets", row.Targets)
+	a.s.watch.announce(ctx)
 	return connect.NewResponse(&weirv1.SetAliasResponse{Alias: aliasProto(row)}), nil
 }
 
@@ -73,6 +74,7 @@ func (a aliasService) DeleteAlias(ctx context.Context, req *connect.Request[weir
 		return nil, toConnect(ErrNotFound)
 	}
 	a.s.log.InfoContext(ctx, "model alias deleted", "alias", req.Msg.Alias)
+	a.s.watch.announce(ctx)
 	return connect.NewResponse(&weirv1.DeleteAliasResponse{}), nil
 }
 

@@ -91,6 +91,7 @@ func (k keyService) RevokeKey(ctx context.Context, req *connect.Request[weirv1.R
 		return nil, k.s.fail(ctx, "revoke key", storeErr(err))
 	}
 	k.s.log.InfoContext(ctx, "client key revoked", "key_id", row.ID)
+	k.s.watch.announce(ctx) // no worker serves the key once this returns
 	return connect.NewResponse(&weirv1.RevokeKeyResponse{Key: keyProto(row)}), nil
 }
 

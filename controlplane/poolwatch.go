@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,6 +43,8 @@ type poolWatch struct {
 
 	mu   sync.Mutex
 	subs map[*poolSub]struct{}
+	// syncs are announce's markers awaited, by token.
+	syncs map[string]chan struct{}
 	// up is whether the connection LISTENs now; upCh is closed when it
 	// starts to, and replaced when it stops.
 	up   bool
@@ -56,7 +59,7 @@ type poolWatch struct {
 }
 
 func newPoolWatch(pool *pgxpool.Pool, log *slog.Logger) *poolWatch {
-	return &poolWatch{pool: pool, log: log, subs: map[*poolSub]struct{}{},
+	return &poolWatch{pool: pool, log: log, subs: map[*poolSub]struct{}{}, syncs: map[string]chan struct{}{},
 		upCh: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -219,8 +222,68 @@ func (w *poolWatch) unsubscribe(s *poolSub) {
 func (w *poolWatch) publish(ev poolEvent) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if ev.sync != "" {
+		// Everything committed before the marker was published above.
+		if ch := w.syncs[ev.sync]; ch != nil {
+			close(ch)
+			delete(w.syncs, ev.sync)
+		}
+		return
+	}
 	for s := range w.subs {
 		s.add(ev)
+	}
+}
+
+// syncPrefix marks announce's own notifications.
+const syncPrefix = "sync:"
+
+// announceWait bounds how long an operator's change waits for workers to
+// be told; past it the change still reaches them, just after the answer.
+const announceWait = 2 * time.Second
+
+// announce returns once every stream of this replica has been sent what
+// was committed before the call: an operator's pause, revocation or alias
+// change then applies to the next request on every worker watching this
+// replica, not milliseconds later. A marker notification, seen after
+// every earlier one (Postgres delivers in commit order), says when all of
+// them were published; each stream then reports when it sent them.
+// Workers on other replicas hear within the notification latency.
+func (w *poolWatch) announce(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, announceWait)
+	defer cancel()
+	token := uuid.NewString()
+	ch := make(chan struct{})
+	w.mu.Lock()
+	if !w.up {
+		w.mu.Unlock()
+		return // nothing listens: workers reuse nothing, and ask
+	}
+	w.syncs[token] = ch
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.syncs, token)
+		w.mu.Unlock()
+	}()
+	if _, err := w.pool.Exec(ctx, "SELECT pg_notify('"+poolChannel+"', $1)", syncPrefix+token); err != nil {
+		return
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		return
+	}
+	w.mu.Lock()
+	targets := make(map[*poolSub]uint64, len(w.subs))
+	for s := range w.subs {
+		targets[s] = s.publishedCount()
+	}
+	w.mu.Unlock()
+	for s, target := range targets {
+		if !s.waitSent(ctx, target) {
+			return
+		}
 	}
 }
 
@@ -228,12 +291,16 @@ func (w *poolWatch) publish(ev poolEvent) {
 type poolEvent struct {
 	account   string
 	all, keys bool
-	lost      bool // the listener lost its connection: the stream ends
+	lost      bool   // the listener lost its connection: the stream ends
+	sync      string // an announce's marker (see announce), not sent on
 }
 
 // parsePoolEvent reads a notification's payload. Anything unexpected
 // counts as pool-wide: dropping too much is safe, too little is not.
 func parsePoolEvent(payload string) poolEvent {
+	if token, ok := strings.CutPrefix(payload, syncPrefix); ok {
+		return poolEvent{sync: token}
+	}
 	switch payload {
 	case "*":
 		return poolEvent{all: true}
@@ -257,10 +324,57 @@ type poolSub struct {
 	accounts  map[string]bool
 	all, keys bool
 	lost      bool
+	// published counts the events added; sent how many of them the
+	// stream has sent (sentCh is closed and replaced when it moves).
+	published, sent uint64
+	sentCh          chan struct{}
+	ended           bool
+}
+
+func (s *poolSub) publishedCount() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.published
+}
+
+// waitSent waits until the stream sent the first n events (or ended);
+// false if ctx ended first.
+func (s *poolSub) waitSent(ctx context.Context, n uint64) bool {
+	for {
+		s.mu.Lock()
+		if s.sent >= n || s.ended {
+			s.mu.Unlock()
+			return true
+		}
+		if s.sentCh == nil {
+			s.sentCh = make(chan struct{})
+		}
+		ch := s.sentCh
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// markSent records that the events up to n were sent, or that the stream
+// ended (n 0, ended).
+func (s *poolSub) markSent(n uint64, ended bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sent = max(s.sent, n)
+	s.ended = s.ended || ended
+	if s.sentCh != nil {
+		close(s.sentCh)
+		s.sentCh = nil
+	}
 }
 
 func (s *poolSub) add(ev poolEvent) {
 	s.mu.Lock()
+	s.published++
 	switch {
 	case ev.all:
 		s.all = true
@@ -282,14 +396,15 @@ func (s *poolSub) add(ev poolEvent) {
 
 // take returns what is pending as one message and empties it; nil when
 // nothing is.
-func (s *poolSub) take() (_ *weirv1.WatchPoolResponse, lost bool) {
+func (s *poolSub) take() (_ *weirv1.WatchPoolResponse, upTo uint64, lost bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	upTo = s.published
 	if s.lost {
-		return nil, true
+		return nil, upTo, true
 	}
 	if !s.all && !s.keys && len(s.accounts) == 0 {
-		return nil, false
+		return nil, upTo, false
 	}
 	m := &weirv1.WatchPoolResponse{All: s.all, Keys: s.keys}
 	for id := range s.accounts {
@@ -298,7 +413,7 @@ func (s *poolSub) take() (_ *weirv1.WatchPoolResponse, lost bool) {
 	slices.Sort(m.AccountIds)
 	s.all, s.keys = false, false
 	clear(s.accounts)
-	return m, false
+	return m, upTo, false
 }
 
 // WatchPool streams the pool's invalidations to a worker: ready first, once
@@ -310,6 +425,7 @@ func (l leaseService) WatchPool(ctx context.Context, _ *connect.Request[weirv1.W
 	// Subscribed before ready, so nothing committed after ready is missed.
 	sub := w.subscribe()
 	defer w.unsubscribe(sub)
+	defer sub.markSent(0, true) // an ended stream is waited for no more
 	if err := w.waitUp(ctx); err != nil {
 		return watchErr(err)
 	}
@@ -323,7 +439,7 @@ func (l leaseService) WatchPool(ctx context.Context, _ *connect.Request[weirv1.W
 		case <-w.done:
 			return watchErr(errWatchStopped)
 		case <-sub.wake:
-			m, lost := sub.take()
+			m, upTo, lost := sub.take()
 			if lost {
 				return connect.NewError(connect.CodeUnavailable, errNotificationsLost)
 			}
@@ -332,6 +448,7 @@ func (l leaseService) WatchPool(ctx context.Context, _ *connect.Request[weirv1.W
 					return err
 				}
 			}
+			sub.markSent(upTo, false)
 		}
 	}
 }

@@ -246,28 +246,67 @@ func TestWatchPoolNeedsTheDataplaneToken(t *testing.T) {
 func TestPoolSubCoalesces(t *testing.T) {
 	t.Parallel()
 	s := &poolSub{wake: make(chan struct{}, 1), accounts: map[string]bool{}}
-	if m, lost := s.take(); m != nil || lost {
+	if m, _, lost := s.take(); m != nil || lost {
 		t.Fatal("message with nothing pending")
 	}
 	s.add(poolEvent{account: "b"})
 	s.add(poolEvent{account: "a"})
 	s.add(poolEvent{account: "b"})
-	if m, _ := s.take(); m.All || m.Keys || !slices.Equal(m.AccountIds, []string{"a", "b"}) {
+	if m, _, _ := s.take(); m.All || m.Keys || !slices.Equal(m.AccountIds, []string{"a", "b"}) {
 		t.Fatalf("got %v, want accounts a and b in one message", m)
 	}
 	s.add(poolEvent{keys: true})
 	for i := range maxPendingAccounts + 1 {
 		s.add(poolEvent{account: fmt.Sprint(i)})
 	}
-	if m, _ := s.take(); !m.All || !m.Keys || len(m.AccountIds) != 0 {
+	if m, _, _ := s.take(); !m.All || !m.Keys || len(m.AccountIds) != 0 {
 		t.Fatalf("got %d accounts all=%v keys=%v, want all and keys alone", len(m.AccountIds), m.All, m.Keys)
 	}
 	s.add(poolEvent{account: "c"})
 	s.add(poolEvent{lost: true})
-	if m, lost := s.take(); m != nil || !lost {
+	if m, _, lost := s.take(); m != nil || !lost {
 		t.Fatalf("after a loss got %v lost=%v, want the stream to end", m, lost)
 	}
 	if got := parsePoolEvent("not-an-id"); !got.all {
 		t.Errorf("an unknown payload parsed as %+v, want all", got)
+	}
+}
+
+// TestAnnounceWaitsForStreams: an operator's change returns only once
+// every stream of the replica has been sent it, so the next request on a
+// worker watching it already follows the change. A subscriber that has
+// not sent holds PauseAccount back; its send lets it return.
+func TestAnnounceWaitsForStreams(t *testing.T) {
+	t.Parallel()
+	e, _ := watching(t)
+	a, _ := e.createAccount(acct{})
+	sub := e.srv.watch.subscribe()
+	defer e.srv.watch.unsubscribe(sub)
+	before := sub.publishedCount()
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.pause(a.Id)
+	}()
+	select {
+	case <-sub.wake: // the pause reached the subscriber
+	case <-time.After(watchTimeout):
+		t.Fatal("the pause never reached the subscriber")
+	}
+	published := sub.publishedCount()
+	if published <= before {
+		t.Fatalf("published %d, %d before the pause", published, before)
+	}
+	select {
+	case <-done:
+		t.Fatal("PauseAccount returned before the subscriber sent the pause")
+	default:
+	}
+	sub.markSent(published, false)
+	select {
+	case <-done:
+	case <-time.After(watchTimeout):
+		t.Fatal("PauseAccount still waiting after the subscriber sent the pause")
 	}
 }
