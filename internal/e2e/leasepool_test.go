@@ -223,11 +223,12 @@ func TestHeldRequestsShareOneAcquire(t *testing.T) {
 	}
 	refused := metricValue(t, cpReg, "weir_controlplane_acquire_seconds", map[string]string{"result": "all_cooling"})
 	shared := metricValue(t, dpReg, "weir_dataplane_lease_pool_total", map[string]string{"result": "shared_none"})
-	// One refusal per shared-answer period (250ms) over the two-second
-	// cooldown, and a few more, at most; each held request asking on its
-	// own would make at least held.
-	if refused > 12 || shared == 0 {
-		t.Fatalf("control plane refused %v Acquires and the worker shared %v answers; want ≤ 12 and some", refused, shared)
+	// A new request asks unless one of its class is asking already, so a
+	// few of the 40 ask (more on a loaded machine, where they arrive
+	// spread out); held, they share. Each asking on its own would make
+	// at least held.
+	if refused > held/2 || shared == 0 {
+		t.Fatalf("control plane refused %v Acquires and the worker shared %v answers; want ≤ %d and some", refused, shared, held/2)
 	}
 	t.Logf("%d held requests: %v refused Acquires, %v shared answers", held, refused, shared)
 }
