@@ -544,9 +544,8 @@ func (l leaseService) releaseSuccess(ctx context.Context, id uuid.UUID, o *weirv
 	if err := l.s.recordSuccesses(ctx, []success{{row: row, outcome: o, admittedAt: row.AcquiredAt}}, now); err != nil {
 		return nil, l.s.fail(ctx, "release lease", err)
 	}
-	d := successDecision(row, o, now)
 	l.s.metrics.releases.WithLabelValues(enumName(weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS)).Inc()
-	return connect.NewResponse(&weirv1.ReleaseResponse{Decision: &weirv1.Decision{Action: d.action, Rung: string(d.rung)}}), nil
+	return connect.NewResponse(&weirv1.ReleaseResponse{Decision: &weirv1.Decision{Action: weirv1.Action_ACTION_RESPOND}}), nil
 }
 
 func durationMillis(d *durationpb.Duration) float64 {

@@ -30,24 +30,16 @@ type success struct {
 	admittedAt time.Time
 }
 
-// successDecision is decide()'s answer for a success on row's lease.
-func successDecision(row db.ReleaseLeaseRow, o *weirv1.Outcome, now time.Time) decision {
-	return decide(o, attemptFacts{oauth: row.AuthKind == enumName(weirv1.AuthKind_AUTH_KIND_OAUTH),
-		family: modelFamily(row.Model), quotaBackoffs: row.QuotaBackoffs, recoveryProbe: row.RecoveryProbe}, now)
-}
-
 // recordSuccesses writes successes' state: the account-side record
 // (RecordReleaseSuccess, once per account and model family, pipelined in
-// one round trip), the ladder's state for the success decision, and the
-// usage readings their headers carry.
+// one round trip) and the usage readings their headers carry. A success
+// decides nothing else: decide() answers RESPOND with no cooldown, gate
+// or ladder step.
 func (s *Server) recordSuccesses(ctx context.Context, successes []success, now time.Time) error {
 	if err := s.writeSuccessRecords(ctx, successGroups(successes, now)); err != nil {
 		return err
 	}
 	for _, sc := range successes {
-		if err := s.applyLadderState(ctx, s.q, sc.row, successDecision(sc.row, sc.outcome, now), now); err != nil {
-			return err
-		}
 		if err := s.mergeUsageHeaders(ctx, s.q, sc.row.AccountID, sc.row.CredentialRevision, sc.outcome.GetHeaders(), now); err != nil {
 			return err
 		}
