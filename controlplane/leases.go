@@ -244,6 +244,14 @@ func reusable(m *weirv1.AcquireRequest) bool {
 	return len(m.ExcludeAccountIds) == 0 && m.PreferAccountId == ""
 }
 
+// reuseFor is how long a lease may be reused: between three quarters of
+// LeaseReuse and all of it, spread by the lease's (random) id. A worker
+// that leased many at once under a burst then replaces them over a
+// quarter of the window, not all in the same instant.
+func reuseFor(reuse time.Duration, id uuid.UUID) time.Duration {
+	return reuse - reuse/4*time.Duration(id[15])/255
+}
+
 // claim leases c's account, or returns nil when it was claimed away, its
 // credential changed, or it stopped being eligible since the view was read.
 // reuse offers the lease for reuse (Lease.reuse_until) unless reuse is off
@@ -296,7 +304,7 @@ func (l leaseService) claim(ctx context.Context, c candidate, keyID uuid.UUID, m
 	}
 	lease.Probe = breakerProbe || c.account.RecoveryProbe
 	if reuse && l.s.cfg.LeaseReuse > 0 && !lease.Probe {
-		lease.ReuseUntil = timestamppb.New(now.Add(l.s.cfg.LeaseReuse))
+		lease.ReuseUntil = timestamppb.New(now.Add(reuseFor(l.s.cfg.LeaseReuse, leaseID)))
 	}
 	return lease, nil
 }

@@ -19,8 +19,8 @@ func TestLeaseReuseUntil(t *testing.T) {
 	a, _ := e.createAccount(acct{maxConc: 8})
 	now := e.clock.Now()
 	l := e.mustLease(&weirv1.AcquireRequest{KeyHash: key, Model: "claude-sonnet-4-5"})
-	if l.ReuseUntil == nil || !l.ReuseUntil.AsTime().Equal(now.Add(2*time.Second)) {
-		t.Errorf("reuse_until %v, want %v (the default 2s)", l.ReuseUntil, now.Add(2*time.Second))
+	if want := now.Add(reuseFor(2*time.Second, uuid.MustParse(l.Id))); l.ReuseUntil == nil || !l.ReuseUntil.AsTime().Equal(want) {
+		t.Errorf("reuse_until %v, want %v (the default 2s, spread by the id)", l.ReuseUntil, want)
 	}
 	for name, req := range map[string]*weirv1.AcquireRequest{
 		"exclude": {KeyHash: key, Model: "claude-sonnet-4-5", ExcludeAccountIds: []string{uuid.NewString()}},
@@ -73,7 +73,31 @@ func TestLeaseReuseOff(t *testing.T) {
 	e = newEnv(t, pgtest.NewPool(t), cfg, clock)
 	_, key = e.createKey("")
 	e.createAccount(acct{})
-	if l := e.mustLease(&weirv1.AcquireRequest{KeyHash: key}); l.ReuseUntil == nil || !l.ReuseUntil.AsTime().Equal(clock.Now().Add(500*time.Millisecond)) {
+	if l := e.mustLease(&weirv1.AcquireRequest{KeyHash: key}); l.ReuseUntil == nil ||
+		!l.ReuseUntil.AsTime().Equal(clock.Now().Add(reuseFor(500*time.Millisecond, uuid.MustParse(l.Id)))) {
 		t.Errorf("reuse 500ms: reuse_until %v", l.ReuseUntil)
+	}
+}
+
+// TestReuseForSpreads: reuse windows fall between three quarters of
+// LeaseReuse and all of it, and leases with different ids lapse apart.
+func TestReuseForSpreads(t *testing.T) {
+	t.Parallel()
+	const reuse = 2 * time.Second
+	seen := map[time.Duration]bool{}
+	for b := range 256 {
+		var id uuid.UUID
+		id[15] = byte(b)
+		d := reuseFor(reuse, id)
+		if d < reuse*3/4 || d > reuse {
+			t.Fatalf("id byte %d: %v, want within [%v, %v]", b, d, reuse*3/4, reuse)
+		}
+		seen[d] = true
+	}
+	if reuseFor(reuse, uuid.UUID{}) != reuse || reuseFor(reuse, uuid.UUID{15: 255}) != reuse*3/4 {
+		t.Errorf("ends: %v and %v", reuseFor(reuse, uuid.UUID{}), reuseFor(reuse, uuid.UUID{15: 255}))
+	}
+	if len(seen) < 200 {
+		t.Errorf("only %d distinct windows over 256 ids", len(seen))
 	}
 }

@@ -35,6 +35,13 @@ type Config struct {
 	// negative value turns reuse off on this worker (every request then
 	// asks the control plane).
 	LeaseIdle time.Duration
+	// ReportInterval spaces a worker's ReportRoutes calls, and its
+	// ReleaseBatch calls, at least this far apart: under load each call
+	// carries everything queued since the last, so Postgres commits a few
+	// large batches instead of one per request. A report after a quiet
+	// spell goes at once. Default 20ms; negative sends whenever a call can
+	// go.
+	ReportInterval time.Duration
 	// CapacityHold and RequestDeadline apply until the control plane's
 	// settings arrive (and whenever it cannot be reached). Defaults 20m and
 	// 25m; a negative CapacityHold means 0 (fail fast).
@@ -110,6 +117,12 @@ func (c *Config) setDefaults() {
 		c.LeaseIdle = 100 * time.Millisecond
 	case c.LeaseIdle < 0:
 		c.LeaseIdle = 0
+	}
+	switch {
+	case c.ReportInterval == 0:
+		c.ReportInterval = 20 * time.Millisecond
+	case c.ReportInterval < 0:
+		c.ReportInterval = 0
 	}
 	switch {
 	case c.CapacityHold == 0:

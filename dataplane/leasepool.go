@@ -3,6 +3,7 @@ package dataplane
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -45,6 +46,8 @@ type leasePool struct {
 	// idleFor is how long a reusable lease may sit unused before it is
 	// returned: an idle worker must not keep slots other workers could use.
 	idleFor time.Duration
+	// pace is the least time between two ReleaseBatch sends.
+	pace time.Duration
 	// forgetKeys is called when a client key changed.
 	forgetKeys func()
 
@@ -65,11 +68,16 @@ type leasePool struct {
 	flights    map[leaseClass]*flight
 	nones      map[leaseClass]sharedNone
 	waits      map[leaseClass]*classWait // parked held requests (classwait.go)
-	// prefetching marks the classes with a prefetch in flight; rates
-	// counts their reuses per second.
-	prefetching map[leaseClass]bool
+	// prefetching counts each class's prefetches in flight; rates counts
+	// their reuses per second.
+	prefetching map[leaseClass]int
 	rates       map[leaseClass]reuseRate
-	closed      bool
+	// asking counts each class's Acquires in flight; queued is the
+	// class's requests waiting for a lease to come back or for an
+	// Acquire slot (see gateLocked).
+	asking map[leaseClass]int
+	queued map[leaseClass][]chan struct{}
+	closed bool
 
 	// pending is the ReleaseBatch queue; kick wakes the sender.
 	pending []*weirv1.ReleaseItem
@@ -99,6 +107,8 @@ type warmLease struct {
 	granted    time.Time // on the control plane's clock (now)
 	reuseUntil time.Time // on the control plane's clock (now)
 	idleSince  time.Time // on the monotonic clock: a test's frozen clock must not pin slots
+	// renewed says a replacement was asked for as the lease aged.
+	renewed bool
 }
 
 // sessionEntry is the account a session was bound to when the worker last
@@ -130,11 +140,12 @@ const maxSessions = 100000
 const maxReleaseItems = 10000
 
 func newLeasePool(client weirv1connect.LeaseServiceClient, log *slog.Logger, now func() time.Time,
-	sleep func(context.Context, time.Duration) bool, m *metrics, idleFor time.Duration, forgetKeys func()) *leasePool {
+	sleep func(context.Context, time.Duration) bool, m *metrics, idleFor, pace time.Duration, forgetKeys func()) *leasePool {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &leasePool{
-		client: client, log: log, now: now, sleep: sleep, metrics: m, idleFor: idleFor,
-		forgetKeys: forgetKeys, waits: map[leaseClass]*classWait{}, prefetching: map[leaseClass]bool{}, rates: map[leaseClass]reuseRate{},
+		client: client, log: log, now: now, sleep: sleep, metrics: m, idleFor: idleFor, pace: pace,
+		forgetKeys: forgetKeys, waits: map[leaseClass]*classWait{}, prefetching: map[leaseClass]int{}, rates: map[leaseClass]reuseRate{},
+		asking: map[leaseClass]int{}, queued: map[leaseClass][]chan struct{}{},
 		accountGen: map[string]uint64{}, idle: map[leaseClass][]*warmLease{}, reusable: map[string]*warmLease{},
 		sessions: map[string]sessionEntry{}, flights: map[leaseClass]*flight{}, nones: map[leaseClass]sharedNone{},
 		kick: make(chan struct{}, 1), stop: cancel,
@@ -210,6 +221,14 @@ func (p *leasePool) acquire(ctx context.Context, req *weirv1.AcquireRequest, hel
 			p.metrics.leasePool.WithLabelValues("shared_none").Inc()
 			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: n.none}}, parked, nil
 		}
+		if !refused {
+			if waited, err := p.gateLocked(ctx, cls); waited || err != nil { // unlocks p.mu when true or err
+				if err != nil {
+					return nil, parked, err
+				}
+				continue // a lease came back, or a slot to ask is free
+			}
+		}
 		var f *flight
 		if refused {
 			// The class was refused last time: one request asks for all.
@@ -234,12 +253,17 @@ func (p *leasePool) acquire(ctx context.Context, req *weirv1.AcquireRequest, hel
 			p.flights[cls] = f
 		}
 		gen, noneGen := p.gen, p.noneGen
+		p.asking[cls]++
 		p.mu.Unlock()
 
 		p.metrics.leasePool.WithLabelValues("acquired").Inc()
 		resp, err := p.client.Acquire(ctx, connect.NewRequest(req))
 
 		p.mu.Lock()
+		if p.asking[cls]--; p.asking[cls] <= 0 {
+			delete(p.asking, cls)
+		}
+		p.wakeQueuedLocked(cls)
 		if f != nil {
 			delete(p.flights, cls)
 		}
@@ -275,6 +299,71 @@ func (p *leasePool) acquire(ctx context.Context, req *weirv1.AcquireRequest, hel
 		}
 		return resp.Msg, parked, nil
 	}
+}
+
+// maxAsking is how many Acquires one class may have in flight before its
+// next request waits for a lease to come back instead (gateLocked).
+const maxAsking = 4
+
+// gateLocked keeps a class that reuses leases from stampeding the control
+// plane. A cold start, or an invalidation that dropped the class's leases,
+// would otherwise send every request that finds no idle lease to Acquire
+// at once; under load the Acquires slow down, requests pile up and each
+// asks in turn. With maxAsking Acquires of the class in flight, a request
+// waits for whichever comes first: a lease of its class going idle (a
+// request served in a millisecond frees it long before an Acquire would
+// answer) or an Acquire ending, which frees a slot to ask. The wait is
+// FIFO, one waiter woken per event. It reports false, with p.mu still
+// held, when the request may ask at once.
+func (p *leasePool) gateLocked(ctx context.Context, cls leaseClass) (bool, error) {
+	if !p.ready || p.closed || p.asking[cls] < maxAsking {
+		return false, nil
+	}
+	ch := make(chan struct{}, 1)
+	p.queued[cls] = append(p.queued[cls], ch)
+	p.mu.Unlock()
+	p.metrics.leasePool.WithLabelValues("queued").Inc()
+	select {
+	case <-ch:
+		return true, nil
+	case <-ctx.Done():
+		p.mu.Lock()
+		q := p.queued[cls]
+		if i := slices.Index(q, ch); i >= 0 {
+			p.setQueuedLocked(cls, slices.Delete(q, i, i+1))
+		} else {
+			// Woken as it left: the wake-up is passed on, or a lease
+			// or a slot would sit unused by the waiters behind it.
+			p.wakeQueuedLocked(cls)
+		}
+		p.mu.Unlock()
+		return true, ctx.Err()
+	}
+}
+
+// wakeQueuedLocked wakes the class's longest-waiting request, if any.
+func (p *leasePool) wakeQueuedLocked(cls leaseClass) {
+	q := p.queued[cls]
+	if len(q) == 0 {
+		return
+	}
+	q[0] <- struct{}{} // buffered, and each waiter is woken once
+	p.setQueuedLocked(cls, q[1:])
+}
+
+func (p *leasePool) setQueuedLocked(cls leaseClass, q []chan struct{}) {
+	if len(q) == 0 {
+		delete(p.queued, cls)
+		return
+	}
+	p.queued[cls] = q
+}
+
+// putIdleLocked makes w available to its class's next request.
+func (p *leasePool) putIdleLocked(w *warmLease) {
+	w.idleSince = time.Now()
+	p.idle[w.class] = append(p.idle[w.class], w)
+	p.wakeQueuedLocked(w.class)
 }
 
 // Bounds of how long a shared "no account" answer stands before one held
@@ -354,9 +443,16 @@ func (p *leasePool) takeIdleLocked(cls leaseClass, session string, now time.Time
 			continue
 		}
 		p.idle[cls] = append(stack[:i:i], stack[i+1:]...)
-		busy := p.busyLocked(cls)
-		if !cls.sessioned && (now.Sub(w.granted) >= w.reuseUntil.Sub(w.granted)*3/4 || len(p.idle[cls]) == 0 && busy) {
-			p.prefetchLocked(cls)
+		busy := p.busyLocked(cls, true)
+		switch {
+		case cls.sessioned:
+		case !w.renewed && now.Sub(w.granted) >= w.reuseUntil.Sub(w.granted)*3/4:
+			// One replacement per aging lease: leases granted together
+			// age together, and one prefetch at a time would leave the
+			// class short when they lapse.
+			w.renewed = p.prefetchLocked(cls, maxAsking)
+		case len(p.idle[cls]) == 0 && busy:
+			p.prefetchLocked(cls, 1) // one spare at a time
 		}
 		return w
 	}
@@ -369,13 +465,25 @@ func (p *leasePool) takeIdleLocked(cls leaseClass, session string, now time.Time
 // spare would mostly sit idle and go back.
 const spareRate = 20
 
-// busyLocked counts a reuse of cls and says whether the class reuses at
-// spareRate or more this second.
-func (p *leasePool) busyLocked(cls leaseClass) bool {
+// busyIdle is how many times idleFor a busy class (spareRate) keeps its
+// idle leases.
+const busyIdle = 10
+
+// busyLocked says whether cls reuses at spareRate or more this second (or
+// did in the last one), counting a reuse first when count is set.
+func (p *leasePool) busyLocked(cls leaseClass, count bool) bool {
 	now := time.Now()
 	r := p.rates[cls]
-	if now.Sub(r.since) >= time.Second {
-		r = reuseRate{since: now}
+	if !count {
+		age := now.Sub(r.since)
+		return r.n >= spareRate && age < 2*time.Second || r.last >= spareRate && age < time.Second
+	}
+	if age := now.Sub(r.since); age >= time.Second {
+		last := r.n
+		if age >= 2*time.Second {
+			last = 0 // a quiet second between
+		}
+		r = reuseRate{since: now, last: last}
 	}
 	r.n++
 	if len(p.rates) > 10000 {
@@ -388,19 +496,20 @@ func (p *leasePool) busyLocked(cls leaseClass) bool {
 type reuseRate struct {
 	since time.Time
 	n     int
+	last  int // the count of the second before since
 }
 
 // prefetchLocked asks, off any request's path, for a fresh lease of a
 // class whose busy lease is near its reuse deadline (when it lapses the
 // class's next request finds the fresh one instead of asking and waiting)
 // or whose last idle lease was just taken while it is busy (a spare).
-// One at a time per class; a session's class is not prefetched (its
-// lease must be on the session's account, which the request names).
-func (p *leasePool) prefetchLocked(cls leaseClass) {
-	if p.prefetching[cls] || p.closed || !p.ready {
-		return
+// At most limit at a time per class; a session's class is not prefetched
+// (its lease must be on the session's account, which the request names).
+func (p *leasePool) prefetchLocked(cls leaseClass, limit int) bool {
+	if p.prefetching[cls] >= limit || p.closed || !p.ready {
+		return false
 	}
-	p.prefetching[cls] = true
+	p.prefetching[cls]++
 	req := &weirv1.AcquireRequest{KeyHash: cls.keyHash, Model: cls.model, Surface: cls.surface, RequestId: newRequestID()}
 	p.done.Add(1)
 	go func() {
@@ -414,7 +523,9 @@ func (p *leasePool) prefetchLocked(cls leaseClass) {
 		cancel()
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		delete(p.prefetching, cls)
+		if p.prefetching[cls]--; p.prefetching[cls] <= 0 {
+			delete(p.prefetching, cls)
+		}
 		if err != nil || resp.Msg.GetLease() == nil {
 			return // no account now: the class's requests will ask themselves
 		}
@@ -425,9 +536,9 @@ func (p *leasePool) prefetchLocked(cls leaseClass) {
 			p.enqueueLocked(&weirv1.ReleaseItem{LeaseId: lease.Id})
 			return
 		}
-		w.idleSince = time.Now()
-		p.idle[cls] = append(p.idle[cls], w)
+		p.putIdleLocked(w)
 	}()
+	return true
 }
 
 // release settles an attempt's outcome. A success whose lease is kept for
@@ -441,8 +552,7 @@ func (p *leasePool) release(ctx context.Context, lease *weirv1.Lease, o *weirv1.
 		p.mu.Lock()
 		if w := p.reusable[lease.Id]; w != nil {
 			if now := p.now(); p.ready && now.Before(w.reuseUntil) {
-				w.idleSince = time.Now()
-				p.idle[w.class] = append(p.idle[w.class], w)
+				p.putIdleLocked(w)
 				p.enqueueLocked(&weirv1.ReleaseItem{LeaseId: lease.Id, Outcome: o, AdmittedAt: timestamppb.New(admitted),
 					SessionKey: session, Keep: true})
 				p.mu.Unlock()
@@ -559,8 +669,15 @@ func (p *leasePool) sweep(now, mono time.Time) {
 	defer p.mu.Unlock()
 	for cls, stack := range p.idle {
 		kept := stack[:0]
+		idleFor := p.idleFor
+		if p.busyLocked(cls, false) {
+			// A busy class's hiccup (a GC, a slow client) needs more leases
+			// at once than its average: kept a while, they absorb it instead
+			// of a burst of Acquires at the slowest moment.
+			idleFor *= busyIdle
+		}
 		for _, w := range stack {
-			if mono.Sub(w.idleSince) >= p.idleFor || !now.Before(w.reuseUntil) {
+			if mono.Sub(w.idleSince) >= idleFor || !now.Before(w.reuseUntil) {
 				delete(p.reusable, w.lease.Id)
 				p.enqueueLocked(&weirv1.ReleaseItem{LeaseId: w.lease.Id})
 				continue
@@ -596,66 +713,79 @@ func (p *leasePool) sweepLoop(ctx context.Context) {
 
 func (p *leasePool) enqueueLocked(item *weirv1.ReleaseItem) {
 	p.pending = append(p.pending, item)
+	p.wakeSender()
+}
+
+// send settles queued items in batches: whatever is queued when a call
+// can go, in one call, at most once per pace (unless the last call was
+// full). Under load a batch fills meanwhile; after a quiet spell an item
+// goes alone and at once.
+func (p *leasePool) send(ctx context.Context) {
+	defer p.done.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			for p.sendOnce(context.Background()) {
+			}
+			return
+		case <-p.kick:
+		}
+		start := time.Now()
+		if p.sendOnce(ctx) {
+			p.wakeSender() // more is queued: the next call goes now
+			continue
+		}
+		sleepCtx(ctx, time.Until(start.Add(p.pace)))
+	}
+}
+
+// wakeSender wakes the sender.
+func (p *leasePool) wakeSender() {
 	select {
 	case p.kick <- struct{}{}:
 	default:
 	}
 }
 
-// send settles queued items in batches: whatever is queued when a call
-// can go, in one call. Under load a batch fills while the previous call
-// runs; when idle, an item goes alone and at once.
-func (p *leasePool) send(ctx context.Context) {
-	defer p.done.Done()
-	for {
-		select {
-		case <-ctx.Done():
-			p.flush(context.Background())
-			return
-		case <-p.kick:
-		}
-		p.flush(ctx)
+// sendOnce sends what is queued, up to maxReleaseItems, in one call. It
+// reports whether that call was full and more is queued.
+func (p *leasePool) sendOnce(ctx context.Context) bool {
+	p.mu.Lock()
+	items := p.pending
+	more := len(items) > maxReleaseItems
+	if more {
+		items, p.pending = items[:maxReleaseItems:maxReleaseItems], items[maxReleaseItems:]
+	} else {
+		p.pending = nil
 	}
-}
-
-// flush sends everything queued.
-func (p *leasePool) flush(ctx context.Context) {
-	for {
+	p.mu.Unlock()
+	if len(items) == 0 {
+		return false
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	resp, err := p.client.ReleaseBatch(rctx, connect.NewRequest(&weirv1.ReleaseBatchRequest{Items: items}))
+	cancel()
+	if err != nil {
+		// The leases expire on their own; what is lost is the success
+		// records, and a slot each for up to a lease TTL.
+		p.log.Warn("release batch failed", "items", len(items), "err", err)
 		p.mu.Lock()
-		items := p.pending
-		if len(items) > maxReleaseItems {
-			items, p.pending = items[:maxReleaseItems:maxReleaseItems], items[maxReleaseItems:]
-		} else {
-			p.pending = nil
+		for _, it := range items {
+			if it.Keep {
+				p.forgetLeaseLocked(it.LeaseId)
+			}
 		}
 		p.mu.Unlock()
-		if len(items) == 0 {
-			return
-		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		resp, err := p.client.ReleaseBatch(rctx, connect.NewRequest(&weirv1.ReleaseBatchRequest{Items: items}))
-		cancel()
-		if err != nil {
-			// The leases expire on their own; what is lost is the success
-			// records, and a slot each for up to a lease TTL.
-			p.log.Warn("release batch failed", "items", len(items), "err", err)
-			p.mu.Lock()
-			for _, it := range items {
-				if it.Keep {
-					p.forgetLeaseLocked(it.LeaseId)
-				}
-			}
-			p.mu.Unlock()
-			continue
-		}
-		if missing := resp.Msg.MissingLeaseIds; len(missing) > 0 {
-			p.mu.Lock()
-			for _, id := range missing {
-				p.forgetLeaseLocked(id)
-			}
-			p.mu.Unlock()
-		}
+		return more
 	}
+	if missing := resp.Msg.MissingLeaseIds; len(missing) > 0 {
+		p.mu.Lock()
+		for _, id := range missing {
+			p.forgetLeaseLocked(id)
+		}
+		p.mu.Unlock()
+	}
+	return more
 }
 
 // forgetLeaseLocked stops reusing a lease the control plane may no longer
@@ -716,6 +846,12 @@ func (p *leasePool) close() {
 	p.mu.Lock()
 	p.closed = true
 	p.pokeAllLocked()
+	for cls, q := range p.queued {
+		for _, ch := range q {
+			ch <- struct{}{}
+		}
+		delete(p.queued, cls)
+	}
 	p.ready = false
 	p.dropAllLocked()
 	p.mu.Unlock()

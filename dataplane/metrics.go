@@ -81,7 +81,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		}, []string{"surface"}),
 		leasePool: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weir_dataplane_lease_pool_total",
-			Help: "Lease requests by how they were served: reused (a kept lease, no control-plane call), acquired (asked the control plane), retry (a retry asking with the accounts tried), class_probe (one Acquire for every held request parked on a refused model), prefetch (a fresh lease asked off the request path as a busy one nears its reuse deadline), shared_none (a held class's shared no-account answer, no call).",
+			Help: "Lease requests by how they were served: reused (a kept lease, no control-plane call), acquired (asked the control plane), retry (a retry asking with the accounts tried), class_probe (one Acquire for every held request parked on a refused model), prefetch (a fresh lease asked off the request path as a busy one nears its reuse deadline), shared_none (a held class's shared no-account answer, no call); queued counts the requests that waited for a lease to come back because their class already had 4 Acquires in flight.",
 		}, []string{"result"}),
 	}
 	m.poolReady = prometheus.NewGauge(prometheus.GaugeOpts{
@@ -94,7 +94,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	}, []string{"scope"})
 	m.poolEvents.WithLabelValues("account")
 	m.poolEvents.WithLabelValues("all")
-	for _, r := range []string{"reused", "acquired", "retry", "class_probe", "prefetch", "shared_none"} {
+	for _, r := range []string{"reused", "acquired", "retry", "class_probe", "prefetch", "shared_none", "queued"} {
 		m.leasePool.WithLabelValues(r)
 	}
 	// Every series exists from the start, at 0: rate() and alerts see the

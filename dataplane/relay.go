@@ -83,7 +83,7 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 	// the client's request.
 	actx, cancelAttempt := context.WithCancelCause(ctx)
 	defer cancelAttempt(nil)
-	req, err := upstreamRequest(actx, r, in.sf, in.body, lease)
+	req, body, err := upstreamRequest(actx, r, in.sf, in.body, lease)
 	if err != nil {
 		o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR
 		o.TransportError = "build request: invalid base URL"
@@ -128,7 +128,7 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 	if isEventStream(resp.Header) {
 		idle := time.AfterFunc(s.cfg.StreamIdleTimeout, func() { cancelAttempt(errStreamIdle) })
 		defer idle.Stop()
-		return s.relayStream(ctx, w, resp, in, o, idleWatch{idle, s.cfg.StreamIdleTimeout})
+		return s.relayStream(ctx, w, resp, in, o, idleWatch{idle, s.cfg.StreamIdleTimeout}, body)
 	}
 	return s.relayWhole(ctx, w, resp, in, o)
 }
@@ -164,7 +164,11 @@ func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.R
 // surface's signal says which) are held back: if the upstream fails
 // before producing output, nothing reached the client and the request can
 // still be replayed on another account.
-func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.Response, in *inbound, o *weirv1.Outcome, idle idleWatch) attemptResult {
+//
+// Once committed, nothing will be replayed: the request body (in.body and
+// the attempt's copy, which the transport holds until the stream ends)
+// is let go for the rest of the stream.
+func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.Response, in *inbound, o *weirv1.Outcome, idle idleWatch, body *replayBody) attemptResult {
 	rc := http.NewResponseController(w)
 	sc := newSSEScanner(resp.Body)
 	signal := in.sf.signal
@@ -181,6 +185,8 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 		w.WriteHeader(resp.StatusCode)
 		committed = true
 		o.BytesToClient = true
+		in.body = nil
+		body.release()
 		if _, err := w.Write(held); err != nil {
 			return err
 		}

@@ -1,12 +1,17 @@
 package dataplane
 
 import (
+	"bytes"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+	"weak"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
@@ -39,7 +44,7 @@ func relay(t *testing.T, upstream io.Reader) (*httptest.ResponseRecorder, attemp
 		Body: io.NopCloser(upstream),
 	}
 	in := &inbound{requestID: "weir_r", stream: true}
-	res := s.relayStream(t.Context(), tw, resp, in, &weirv1.Outcome{}, idleWatch{})
+	res := s.relayStream(t.Context(), tw, resp, in, &weirv1.Outcome{}, idleWatch{}, nil)
 	return rec, res
 }
 
@@ -151,5 +156,89 @@ func TestRelayStreamErrorAfterOutput(t *testing.T) {
 	if res.failure != nil || res.outcome.Class != weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR ||
 		res.outcome.ErrorType != "overloaded_error" || !res.outcome.BytesToClient {
 		t.Errorf("outcome %v failure %v", res.outcome, res.failure)
+	}
+}
+
+// firstWrite is a client connection that says when its first bytes came.
+type firstWrite struct {
+	*httptest.ResponseRecorder
+	once  sync.Once
+	wrote chan struct{}
+}
+
+func (f *firstWrite) Write(b []byte) (int, error) {
+	f.once.Do(func() { close(f.wrote) })
+	return f.ResponseRecorder.Write(b)
+}
+
+// TestStreamLetsTheRequestBodyGo: once a stream's first output reached the
+// client, nothing will replay the request, so its body (an agent's whole
+// conversation, often hundreds of KiB) is no longer held for the minutes
+// the stream runs, although the transport keeps the upstream request.
+func TestStreamLetsTheRequestBodyGo(t *testing.T) {
+	t.Parallel()
+	finish := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n, _ := io.Copy(io.Discard, r.Body); n != 256<<10 {
+			t.Errorf("upstream got %d body bytes", n)
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, evStart+evBlock+evDelta) //nolint:errcheck // test upstream
+		w.(http.Flusher).Flush()
+		select {
+		case <-finish:
+		case <-r.Context().Done():
+		}
+		io.WriteString(w, evBStop+evMDel+evStop) //nolint:errcheck // test upstream
+	}))
+	defer up.Close()
+	s := newTestServer(t)
+
+	body := bytes.Repeat([]byte("x"), 256<<10)
+	held := weak.Make(&body[0])
+	in := &inbound{sf: surfaceMessages, requestID: "weir_body", stream: true, body: body}
+	body = nil
+	client := &firstWrite{ResponseRecorder: httptest.NewRecorder(), wrote: make(chan struct{})}
+	tw := &trackingWriter{ResponseWriter: client, now: time.Now}
+	done := make(chan attemptResult, 1)
+	go func() {
+		done <- s.attempt(t.Context(), tw, httptest.NewRequest(http.MethodPost, "/v1/messages", nil), in,
+			&weirv1.Lease{Id: "l1", AccountId: "a1", BaseUrl: up.URL, Credential: testAPIKey}, 0)
+	}()
+	<-client.wrote
+	runtime.GC()
+	runtime.GC()
+	released := held.Value() == nil
+	close(finish)
+	res := <-done
+	if !released {
+		t.Error("the request body is still held while the stream runs")
+	}
+	if res.outcome.Class != classSuccess || res.outcome.OutputTokens != 7 {
+		t.Errorf("outcome = %v", res.outcome)
+	}
+}
+
+// TestReplayBodyAfterRelease: every reader shares the one copy, and none
+// reads after it was let go.
+func TestReplayBodyAfterRelease(t *testing.T) {
+	t.Parallel()
+	rb := &replayBody{b: []byte("hello")}
+	r1, _ := rb.GetBody()
+	if b, _ := io.ReadAll(r1); string(b) != "hello" {
+		t.Fatalf("read %q", b)
+	}
+	r2, _ := rb.GetBody()
+	var sb strings.Builder
+	if n, err := r2.(io.WriterTo).WriteTo(&sb); n != 5 || err != nil || sb.String() != "hello" {
+		t.Fatalf("WriteTo = %d, %v, %q", n, err, sb.String())
+	}
+	r3, _ := rb.GetBody()
+	rb.release()
+	if _, err := r3.Read(make([]byte, 8)); !errors.Is(err, errBodyReleased) {
+		t.Errorf("read after release: %v", err)
+	}
+	if _, err := rb.GetBody(); !errors.Is(err, errBodyReleased) {
+		t.Errorf("GetBody after release: %v", err)
 	}
 }

@@ -17,12 +17,14 @@ type reporter struct {
 	client  weirv1connect.LeaseServiceClient
 	log     *slog.Logger
 	dropped func()
-	queue   chan *weirv1.RouteEvent
-	done    chan struct{}
+	// pace is the least time between two calls' starts.
+	pace  time.Duration
+	queue chan *weirv1.RouteEvent
+	done  chan struct{}
 }
 
-func newReporter(client weirv1connect.LeaseServiceClient, log *slog.Logger, dropped func()) *reporter {
-	r := &reporter{client: client, log: log, dropped: dropped, queue: make(chan *weirv1.RouteEvent, 4096), done: make(chan struct{})}
+func newReporter(client weirv1connect.LeaseServiceClient, log *slog.Logger, pace time.Duration, dropped func()) *reporter {
+	r := &reporter{client: client, log: log, dropped: dropped, pace: pace, queue: make(chan *weirv1.RouteEvent, 4096), done: make(chan struct{})}
 	go r.run()
 	return r
 }
@@ -40,12 +42,17 @@ func (r *reporter) report(ev *weirv1.RouteEvent) {
 const maxReportBatch = 256
 
 // run sends events in batches: whatever is queued when a call can go, up
-// to maxReportBatch, in one call and one transaction. Under load a batch
-// fills while the previous call runs; when idle, an event goes alone and
-// at once.
+// to maxReportBatch, in one call and one transaction. A call goes at most
+// once per pace (unless the last one was full): under load a batch fills
+// meanwhile; after a quiet spell an event goes alone and at once.
 func (r *reporter) run() {
 	defer close(r.done)
+	var last time.Time
+	full := false
 	for ev := range r.queue {
+		if !full {
+			pauseUntil(last.Add(r.pace))
+		}
 		// A fresh slice per call: nothing the last call was given is
 		// written to while its request may still be in flight.
 		batch := append(make([]*weirv1.RouteEvent, 0, 16), ev)
@@ -61,6 +68,8 @@ func (r *reporter) run() {
 				break drain
 			}
 		}
+		full = len(batch) == maxReportBatch
+		last = time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err := r.client.ReportRoutes(ctx, connect.NewRequest(&weirv1.ReportRoutesRequest{Events: batch}))
 		cancel()
@@ -76,5 +85,13 @@ func (r *reporter) close(ctx context.Context) {
 	select {
 	case <-r.done:
 	case <-ctx.Done():
+	}
+}
+
+// pauseUntil waits until t (a batch sender's pace: short, and never
+// interrupted, since what is queued meanwhile goes in the next call).
+func pauseUntil(t time.Time) {
+	if d := time.Until(t); d > 0 {
+		time.Sleep(d)
 	}
 }

@@ -53,12 +53,12 @@ func New(cfg Config) (*Server, error) {
 		cfg:      cfg,
 		leases:   leases,
 		keys:     &keyCache{client: leases, ttl: cfg.KeyCacheTTL, now: cfg.Now, entries: map[string]keyEntry{}},
-		reporter: newReporter(leases, cfg.Logger, m.routesDropped.Inc),
+		reporter: newReporter(leases, cfg.Logger, cfg.ReportInterval, m.routesDropped.Inc),
 		keeper:   newKeeper(leases, cfg.Logger),
 		metrics:  m,
 		tracer:   telemetry.TracerProvider(cfg.TracerProvider).Tracer(tracerName),
 	}
-	s.pool = newLeasePool(leases, cfg.Logger, cfg.Now, cfg.Sleep, m, cfg.LeaseIdle, s.keys.forgetAll)
+	s.pool = newLeasePool(leases, cfg.Logger, cfg.Now, cfg.Sleep, m, cfg.LeaseIdle, cfg.ReportInterval, s.keys.forgetAll)
 	s.settings = newSettingsPoller(s)
 	return s, nil
 }

@@ -3,9 +3,11 @@ package dataplane
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
@@ -34,8 +36,9 @@ var clientOnlyHeaders = map[string]bool{
 
 // upstreamRequest builds the attempt's request: the client's body and
 // headers unchanged, except its auth, replaced by the lease's, and the
-// body's model when the lease resolved an alias.
-func upstreamRequest(ctx context.Context, in *http.Request, sf surface, body []byte, lease *weirv1.Lease) (*http.Request, error) {
+// body's model when the lease resolved an alias. The body is a
+// replayBody: the attempt releases it once its answer is committed.
+func upstreamRequest(ctx context.Context, in *http.Request, sf surface, body []byte, lease *weirv1.Lease) (*http.Request, *replayBody, error) {
 	target := strings.TrimRight(lease.BaseUrl, "/") + sf.upstreamPath(in.URL.EscapedPath(), lease.Provider)
 	if in.URL.RawQuery != "" {
 		target += "?" + in.URL.RawQuery
@@ -44,7 +47,7 @@ func upstreamRequest(ctx context.Context, in *http.Request, sf surface, body []b
 		// The client named an alias: the upstream gets the concrete model.
 		var err error
 		if body, err = withModel(body, lease.Model); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	var rd io.Reader
@@ -53,7 +56,14 @@ func upstreamRequest(ctx context.Context, in *http.Request, sf surface, body []b
 	}
 	out, err := http.NewRequestWithContext(ctx, in.Method, target, rd)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	rb := &replayBody{b: body}
+	if out.ContentLength > 0 {
+		// NewRequest set the length and a GetBody over the bytes.Reader;
+		// every reader now reads rb's one copy.
+		out.Body, _ = rb.GetBody()
+		out.GetBody = rb.GetBody
 	}
 	connHeaders := connectionListed(in.Header)
 	for k, vs := range in.Header {
@@ -65,11 +75,11 @@ func upstreamRequest(ctx context.Context, in *http.Request, sf surface, body []b
 	switch lease.Provider {
 	case weirv1.Provider_PROVIDER_OPENAI:
 		out.Header.Set("Authorization", "Bearer "+lease.Credential)
-		return out, nil
+		return out, rb, nil
 	case weirv1.Provider_PROVIDER_CODEX:
 		out.Header.Set("Authorization", "Bearer "+lease.Credential)
 		out.Header.Set("Chatgpt-Account-Id", lease.UpstreamAccountId)
-		return out, nil
+		return out, rb, nil
 	}
 	switch lease.AuthKind {
 	case weirv1.AuthKind_AUTH_KIND_OAUTH:
@@ -81,8 +91,82 @@ func upstreamRequest(ctx context.Context, in *http.Request, sf surface, body []b
 	if out.Header.Get("Anthropic-Version") == "" {
 		out.Header.Set("Anthropic-Version", "2023-06-01")
 	}
-	return out, nil
+	return out, rb, nil
 }
+
+// replayBody is an attempt's request body, shared by every reader the
+// transport takes (GetBody, to resend on a fresh connection). A stream's
+// answer runs for minutes and an agent's body (the whole conversation) is
+// often hundreds of KiB: once the answer is committed to the client,
+// nothing will resend it, and release lets the bytes go although the
+// transport keeps the request until the stream ends.
+type replayBody struct {
+	mu       sync.Mutex
+	b        []byte
+	released bool
+}
+
+// errBodyReleased is what a read after release gets: only an upstream
+// that answered before reading the request could see it.
+var errBodyReleased = errors.New("request body already released")
+
+// GetBody is http.Request.GetBody: a fresh reader from the start.
+func (rb *replayBody) GetBody() (io.ReadCloser, error) {
+	rb.mu.Lock()
+	defer rb.mu.Unlock()
+	if rb.released {
+		return nil, errBodyReleased
+	}
+	return &replayReader{rb: rb}, nil
+}
+
+// release drops the bytes; a write in progress finishes first.
+func (rb *replayBody) release() {
+	if rb == nil {
+		return
+	}
+	rb.mu.Lock()
+	rb.b, rb.released = nil, true
+	rb.mu.Unlock()
+}
+
+// replayReader is one pass over a replayBody.
+type replayReader struct {
+	rb  *replayBody
+	off int
+}
+
+func (r *replayReader) Read(p []byte) (int, error) {
+	r.rb.mu.Lock()
+	defer r.rb.mu.Unlock()
+	if r.rb.released {
+		return 0, errBodyReleased
+	}
+	if r.off >= len(r.rb.b) {
+		return 0, io.EOF
+	}
+	n := copy(p, r.rb.b[r.off:])
+	r.off += n
+	return n, nil
+}
+
+// WriteTo writes the rest in one call, as bytes.Reader does, instead of
+// in copy-buffer chunks.
+func (r *replayReader) WriteTo(w io.Writer) (int64, error) {
+	r.rb.mu.Lock()
+	defer r.rb.mu.Unlock()
+	if r.rb.released {
+		return 0, errBodyReleased
+	}
+	if r.off >= len(r.rb.b) {
+		return 0, nil
+	}
+	n, err := w.Write(r.rb.b[r.off:])
+	r.off += n
+	return int64(n), err
+}
+
+func (r *replayReader) Close() error { return nil }
 
 // withBeta joins comma-separated anthropic-beta values, adding flag once.
 func withBeta(values []string, flag string) string {

@@ -5,10 +5,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"connectrpc.com/connect"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/rpcclient"
 	"github.com/weirhq/weir/internal/sim"
 )
 
@@ -235,4 +239,139 @@ func TestHeldRequestsShareOneAcquire(t *testing.T) {
 		t.Fatalf("control plane refused %v Acquires and the worker shared %v answers; want ≤ %d and some", refused, shared, held/2)
 	}
 	t.Logf("%d held requests: %v refused Acquires, %v shared answers", held, refused, shared)
+}
+
+// rpcCounter is a worker's LeaseService transport that counts the calls
+// of each method, and the Acquire calls in flight at once.
+type rpcCounter struct {
+	next           http.RoundTripper
+	mu             sync.Mutex
+	inFlight, peak int // Acquire
+	calls          map[string]int
+}
+
+func newRPCCounter() *rpcCounter {
+	return &rpcCounter{next: rpcclient.HTTPClient().Transport, calls: map[string]int{}}
+}
+
+func (a *rpcCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	method := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
+	a.mu.Lock()
+	a.calls[method]++
+	if method == "Acquire" {
+		a.inFlight++
+		a.peak = max(a.peak, a.inFlight)
+	}
+	a.mu.Unlock()
+	if method == "Acquire" {
+		defer func() {
+			a.mu.Lock()
+			a.inFlight--
+			a.mu.Unlock()
+		}()
+	}
+	return a.next.RoundTrip(r)
+}
+
+func (a *rpcCounter) count(method string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.calls[method]
+}
+
+// TestColdBurstAsksAFewAtATime: a burst of one class on a worker with no
+// lease yet does not send every request to Acquire at once (under load
+// that stampede is what slows Acquire down for everyone): a few ask, the
+// rest wait for a lease to come back or a slot to ask, and all are served.
+func TestColdBurstAsksAFewAtATime(t *testing.T) {
+	t.Parallel()
+	dpReg := prometheus.NewRegistry()
+	e := setup(t, options{dpRegistry: dpReg, noDataplane: true, deltaDelay: 2e6, accounts: []account{{label: "a", maxConc: 50}, {label: "b", maxConc: 50}}})
+	counter := newRPCCounter()
+	e.dp, e.dpSrv = e.newDataplane(&http.Client{Transport: counter})
+	e.client = e.dpSrv.Client()
+	poolReady(t, dpReg)
+
+	const burst = 40
+	var wg sync.WaitGroup
+	statuses := make(chan int, burst)
+	for range burst {
+		wg.Go(func() {
+			statuses <- e.do(http.MethodPost, "/v1/messages", messagesBody(true), nil).status
+		})
+	}
+	wg.Wait()
+	close(statuses)
+	for s := range statuses {
+		if s != http.StatusOK {
+			t.Fatalf("a request got %d, want all %d served", s, burst)
+		}
+	}
+	counter.mu.Lock()
+	peak, calls := counter.peak, counter.calls["Acquire"]
+	counter.mu.Unlock()
+	// Four for requests, and up to four replacements asked off the path.
+	if peak > 8 {
+		t.Errorf("%d Acquires in flight at once, want at most 8", peak)
+	}
+	if q := metricValue(t, dpReg, "weir_dataplane_lease_pool_total", map[string]string{"result": "queued"}); q == 0 {
+		t.Errorf("no request waited (Acquires %d, peak %d): the burst did not test the gate", calls, peak)
+	}
+	t.Logf("%d requests: %d Acquires, at most %d at once", burst, calls, peak)
+}
+
+// TestReportsAreBatched: under load a worker sends its route events and
+// kept leases' successes at most once per ReportInterval, each call
+// carrying everything queued since, and every event still arrives.
+func TestReportsAreBatched(t *testing.T) {
+	t.Parallel()
+	const interval = 100 * time.Millisecond
+	dpReg := prometheus.NewRegistry()
+	e := setup(t, options{dpRegistry: dpReg, noDataplane: true, reportInterval: interval, accounts: []account{{label: "a", maxConc: 50}}})
+	counter := newRPCCounter()
+	e.dp, e.dpSrv = e.newDataplane(&http.Client{Transport: counter})
+	e.client = e.dpSrv.Client()
+	poolReady(t, dpReg)
+
+	const requests, clients = 400, 8
+	ids := make(chan string, requests)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() {
+			for range requests / clients {
+				r := e.do(http.MethodPost, "/v1/messages", messagesBody(false), nil)
+				if r.status != http.StatusOK {
+					t.Errorf("client %d: status %d", c, r.status)
+					return
+				}
+				ids <- r.header.Get("Weir-Request-Id")
+			}
+		})
+	}
+	wg.Wait()
+	close(ids)
+	var last string
+	for id := range ids {
+		last = id
+	}
+	e.routeEvent(last)
+	elapsed := time.Since(start)
+	// One call per interval at most, plus the first (it goes at once) and
+	// the one that may be in flight as the clock is read.
+	bound := int(elapsed/interval) + 2
+	for _, m := range []string{"ReportRoutes", "ReleaseBatch"} {
+		if n := counter.count(m); n > bound {
+			t.Errorf("%s: %d calls in %v for %d requests, want at most %d", m, n, elapsed.Round(time.Millisecond), requests, bound)
+		}
+	}
+	res, err := e.routes.ListRouteEvents(t.Context(), connect.NewRequest(&weirv1.ListRouteEventsRequest{Limit: 1000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(res.Msg.Events); got < requests {
+		t.Errorf("%d route events stored, want all %d", got, requests)
+	}
+	t.Logf("%d requests in %v: %d ReportRoutes, %d ReleaseBatch calls", requests, elapsed.Round(time.Millisecond),
+		counter.count("ReportRoutes"), counter.count("ReleaseBatch"))
 }

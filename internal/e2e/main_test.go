@@ -67,6 +67,8 @@ type options struct {
 	deltaDelay time.Duration
 	// noDataplane skips the default worker (the test starts its own).
 	noDataplane bool
+	// reportInterval is the workers' ReportInterval; default 20ms.
+	reportInterval time.Duration
 	// hold is the capacity hold budget for the control plane and workers;
 	// 0 means fail fast (the tests written before holds expect it).
 	hold time.Duration
@@ -276,6 +278,7 @@ func (e *env) newDataplane(cpClient *http.Client) (*dataplane.Server, *httptest.
 		KeyCacheTTL:     ttl,
 		MaxBodyBytes:    e.opts.maxBodyBytes,
 		MaxAttempts:     e.opts.maxAttempts,
+		ReportInterval:  e.opts.reportInterval,
 		ControlPlane:    cpClient,
 		Logger:          slog.New(slog.DiscardHandler),
 		CapacityHold:    e.opts.holdBudget(),
