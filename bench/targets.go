@@ -82,6 +82,8 @@ func upstreamTransport() *http.Transport {
 		IdleConnTimeout:       90 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		ForceAttemptHTTP2:     true,
+		WriteBufferSize:       1 << 10,
+		ReadBufferSize:        1 << 10,
 	}
 }
 

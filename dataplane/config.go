@@ -153,6 +153,13 @@ func (c *Config) setDefaults() {
 			TLSHandshakeTimeout:   10 * time.Second,
 			ExpectContinueTimeout: time.Second,
 			ForceAttemptHTTP2:     true,
+			// An HTTP/1.1 connection holds both buffers for as long as its
+			// stream runs. A request's headers fit in 1 KiB (its body is
+			// written past the buffer in one call), and the relay's SSE
+			// scanner reads the body in its own larger buffer, which a
+			// read bypasses this one for: 4 KiB each would be idle memory.
+			WriteBufferSize: 1 << 10,
+			ReadBufferSize:  1 << 10,
 		}}
 	}
 	if c.Logger == nil {

@@ -101,7 +101,9 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 	}
 	defer resp.Body.Close()
 	o.Status = int32(resp.StatusCode)
-	o.Headers = decisionHeaders(resp.Header)
+	// Read once the attempt is over: the transport keeps resp.Header for
+	// as long as a stream runs anyway, and the outcome is only read then.
+	defer func() { o.Headers = decisionHeaders(resp.Header) }()
 	o.TimeToFirstByte = durationpb.New(s.cfg.Now().Sub(start))
 
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {

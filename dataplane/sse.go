@@ -31,8 +31,9 @@ type sseScanner struct {
 
 // sseBuffer is the scanner's read buffer. Events are small (a delta is a
 // few hundred bytes) and a longer line is gathered past it, so a small
-// buffer keeps thousands of open streams cheap.
-const sseBuffer = 4 << 10
+// buffer keeps thousands of open streams cheap: an idle stream holds it
+// for as long as it stays open.
+const sseBuffer = 1 << 10
 
 func newSSEScanner(r io.Reader) *sseScanner {
 	return &sseScanner{r: bufio.NewReaderSize(r, sseBuffer)}

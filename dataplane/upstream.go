@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 
@@ -70,7 +71,7 @@ func upstreamRequest(ctx context.Context, in *http.Request, sf surface, body []b
 		if hopHeaders[k] || clientOnlyHeaders[k] || connHeaders[k] {
 			continue
 		}
-		out.Header[k] = append([]string(nil), vs...)
+		out.Header[k] = slices.Clip(vs) // shared, as in copyResponseHeaders
 	}
 	switch lease.Provider {
 	case weirv1.Provider_PROVIDER_OPENAI:
@@ -218,6 +219,9 @@ func copyResponseHeaders(dst, src http.Header) {
 		if hopHeaders[k] || connHeaders[k] || identityHeaders[k] || k == "Content-Length" || k == "Content-Encoding" {
 			continue
 		}
-		dst[k] = append([]string(nil), vs...)
+		// Shared, not copied: a stream keeps both maps for as long as it
+		// runs. Nothing writes a header value in place (Set and Del replace
+		// a key's slice), and clipped, an Add on either side reallocates.
+		dst[k] = slices.Clip(vs)
 	}
 }
