@@ -223,7 +223,7 @@ func TestStreamLetsTheRequestBodyGo(t *testing.T) {
 // reads after it was let go.
 func TestReplayBodyAfterRelease(t *testing.T) {
 	t.Parallel()
-	rb := &replayBody{b: []byte("hello")}
+	rb := &replayBody{b: []byte("hello"), n: 5}
 	r1, _ := rb.GetBody()
 	if b, _ := io.ReadAll(r1); string(b) != "hello" {
 		t.Fatalf("read %q", b)
@@ -237,6 +237,16 @@ func TestReplayBodyAfterRelease(t *testing.T) {
 	rb.release()
 	if _, err := r3.Read(make([]byte, 8)); !errors.Is(err, errBodyReleased) {
 		t.Errorf("read after release: %v", err)
+	}
+	// The transport reads once more past Content-Length to check the body
+	// had no more; at its end a reader says EOF, released or not.
+	for _, r := range []io.Reader{r1, r2} {
+		if n, err := r.Read(make([]byte, 8)); n != 0 || err != io.EOF {
+			t.Errorf("read at the end after release: %d, %v; want EOF", n, err)
+		}
+	}
+	if n, err := r2.(io.WriterTo).WriteTo(&sb); n != 0 || err != nil {
+		t.Errorf("WriteTo at the end after release: %d, %v", n, err)
 	}
 	if _, err := rb.GetBody(); !errors.Is(err, errBodyReleased) {
 		t.Errorf("GetBody after release: %v", err)

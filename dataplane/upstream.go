@@ -59,7 +59,7 @@ func upstreamRequest(ctx context.Context, in *http.Request, sf surface, body []b
 	if err != nil {
 		return nil, nil, err
 	}
-	rb := &replayBody{b: body}
+	rb := &replayBody{b: body, n: len(body)}
 	if out.ContentLength > 0 {
 		// NewRequest set the length and a GetBody over the bytes.Reader;
 		// every reader now reads rb's one copy.
@@ -104,6 +104,7 @@ func upstreamRequest(ctx context.Context, in *http.Request, sf surface, body []b
 type replayBody struct {
 	mu       sync.Mutex
 	b        []byte
+	n        int // len(b), kept after release
 	released bool
 }
 
@@ -137,14 +138,18 @@ type replayReader struct {
 	off int
 }
 
+// Read reads on; a reader that reached the end reads io.EOF even after
+// release: the transport reads once more past Content-Length to check
+// that the body had no more, and that check may come after the answer was
+// committed.
 func (r *replayReader) Read(p []byte) (int, error) {
 	r.rb.mu.Lock()
 	defer r.rb.mu.Unlock()
+	if r.off >= r.rb.n {
+		return 0, io.EOF
+	}
 	if r.rb.released {
 		return 0, errBodyReleased
-	}
-	if r.off >= len(r.rb.b) {
-		return 0, io.EOF
 	}
 	n := copy(p, r.rb.b[r.off:])
 	r.off += n
@@ -156,11 +161,11 @@ func (r *replayReader) Read(p []byte) (int, error) {
 func (r *replayReader) WriteTo(w io.Writer) (int64, error) {
 	r.rb.mu.Lock()
 	defer r.rb.mu.Unlock()
+	if r.off >= r.rb.n {
+		return 0, nil
+	}
 	if r.rb.released {
 		return 0, errBodyReleased
-	}
-	if r.off >= len(r.rb.b) {
-		return 0, nil
 	}
 	n, err := w.Write(r.rb.b[r.off:])
 	r.off += n
