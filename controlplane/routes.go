@@ -200,38 +200,32 @@ func (l leaseService) ReportRoutes(ctx context.Context, req *connect.Request[wei
 }
 
 // storeRoutes checks every event first (one bad event refuses the call,
-// naming it) and stores them in one transaction: one pipelined batch of
-// inserts, then one touch per key.
+// naming it) and stores them in one transaction: one insert statement for
+// the batch, then one touch per key.
 func (l leaseService) storeRoutes(ctx context.Context, field string, events []*weirv1.RouteEvent) error {
 	now := l.s.now()
-	params := make([]db.InsertRouteEventsParams, 0, len(events))
+	rows := make([]routeRow, 0, len(events))
 	keys := map[uuid.UUID]bool{}
 	for i, e := range events {
 		name := field
 		if field == "events" {
 			name = fmt.Sprintf("events[%d]", i)
 		}
-		p, err := routeEventParams(name, e, now)
+		r, err := routeEventParams(name, e, now)
 		if err != nil {
 			return toConnect(err)
 		}
-		if p.KeyID.Valid {
-			keys[p.KeyID.UUID] = true
+		if r.KeyID.Valid {
+			keys[r.KeyID.UUID] = true
 		}
-		params = append(params, p)
+		rows = append(rows, r)
 	}
-	if len(params) == 0 {
+	if len(rows) == 0 {
 		return nil
 	}
 	err := l.s.tx(ctx, func(q *db.Queries) error {
-		var berr error
-		q.InsertRouteEvents(ctx, params).Exec(func(_ int, err error) {
-			if err != nil && berr == nil {
-				berr = err
-			}
-		})
-		if berr != nil {
-			return berr
+		if err := q.InsertRouteEvents(ctx, routeColumns(rows, now)); err != nil {
+			return err
 		}
 		for id := range keys {
 			if err := q.TouchKey(ctx, db.TouchKeyParams{ID: id, Now: now, StaleBefore: now.Add(-time.Minute)}); err != nil {
@@ -246,25 +240,72 @@ func (l leaseService) storeRoutes(ctx context.Context, field string, events []*w
 	return nil
 }
 
+// routeColumns lays rows out as InsertRouteEvents' column arrays.
+func routeColumns(rows []routeRow, now time.Time) db.InsertRouteEventsParams {
+	n := len(rows)
+	p := db.InsertRouteEventsParams{
+		Now: now, RequestIds: make([]string, n), KeyIds: make([]uuid.UUID, n), AccountIds: make([]uuid.UUID, n),
+		Surfaces: make([]string, n), Models: make([]string, n), Streams: make([]bool, n), Statuses: make([]int32, n),
+		ErrorTypes: make([]string, n), AttemptCounts: make([]int32, n), DurationsMs: make([]float64, n),
+		HasTtfb: make([]bool, n), TtfbsMs: make([]float64, n), InputTokens: make([]int64, n),
+		OutputTokens: make([]int64, n), StartedAts: make([]time.Time, n), HeldsMs: make([]float64, n),
+		HoldCounts: make([]int32, n), FailureStages: make([]string, n), AttemptsJsons: make([]string, n),
+	}
+	for i, r := range rows {
+		p.RequestIds[i], p.KeyIds[i], p.AccountIds[i] = r.RequestID, r.KeyID.UUID, r.AccountID.UUID
+		p.Surfaces[i], p.Models[i], p.Streams[i], p.Statuses[i] = r.Surface, r.Model, r.Stream, r.Status
+		p.ErrorTypes[i], p.AttemptCounts[i], p.DurationsMs[i] = r.ErrorType, r.Attempts, r.DurationMs
+		if r.TtfbMs != nil {
+			p.HasTtfb[i], p.TtfbsMs[i] = true, *r.TtfbMs
+		}
+		p.InputTokens[i], p.OutputTokens[i], p.StartedAts[i] = r.InputTokens, r.OutputTokens, r.StartedAt
+		p.HeldsMs[i], p.HoldCounts[i], p.FailureStages[i] = r.HeldMs, r.HoldCount, r.FailureStage
+		p.AttemptsJsons[i] = string(r.AttemptsJson)
+	}
+	return p
+}
+
+// routeRow is one route event as stored.
+type routeRow struct {
+	RequestID    string
+	KeyID        uuid.NullUUID
+	AccountID    uuid.NullUUID
+	Surface      string
+	Model        string
+	Stream       bool
+	Status       int32
+	ErrorType    string
+	Attempts     int32
+	DurationMs   float64
+	TtfbMs       *float64
+	InputTokens  int64
+	OutputTokens int64
+	StartedAt    time.Time
+	HeldMs       float64
+	HoldCount    int32
+	FailureStage string
+	AttemptsJson []byte
+}
+
 // routeEventParams checks one route event and turns it into its row.
-func routeEventParams(field string, e *weirv1.RouteEvent, now time.Time) (db.InsertRouteEventsParams, error) {
+func routeEventParams(field string, e *weirv1.RouteEvent, now time.Time) (routeRow, error) {
 	switch {
 	case e == nil || e.RequestId == "":
-		return db.InsertRouteEventsParams{}, invalidf("%s.request_id: required", field)
+		return routeRow{}, invalidf("%s.request_id: required", field)
 	case len(e.RequestId) > maxRequestIDLen:
-		return db.InsertRouteEventsParams{}, invalidf("%s.request_id: at most %d characters", field, maxRequestIDLen)
+		return routeRow{}, invalidf("%s.request_id: at most %d characters", field, maxRequestIDLen)
 	case len(e.AttemptRecords) > maxAttemptRecords:
-		return db.InsertRouteEventsParams{}, invalidf("%s.attempt_records: at most %d, got %d", field, maxAttemptRecords, len(e.AttemptRecords))
+		return routeRow{}, invalidf("%s.attempt_records: at most %d, got %d", field, maxAttemptRecords, len(e.AttemptRecords))
 	case e.HoldCount < 0:
-		return db.InsertRouteEventsParams{}, invalidf("%s.hold_count: must not be negative", field)
+		return routeRow{}, invalidf("%s.hold_count: must not be negative", field)
 	case e.Held.AsDuration() < 0:
-		return db.InsertRouteEventsParams{}, invalidf("%s.held: must not be negative", field)
+		return routeRow{}, invalidf("%s.held: must not be negative", field)
 	}
 	attempts, err := encodeAttempts(e.AttemptRecords)
 	if err != nil {
-		return db.InsertRouteEventsParams{}, invalidf("%s.attempt_records: %v", field, err)
+		return routeRow{}, invalidf("%s.attempt_records: %v", field, err)
 	}
-	p := db.InsertRouteEventsParams{
+	p := routeRow{
 		RequestID:    e.RequestId,
 		Surface:      e.Surface,
 		Model:        e.Model,
@@ -276,7 +317,6 @@ func routeEventParams(field string, e *weirv1.RouteEvent, now time.Time) (db.Ins
 		InputTokens:  e.InputTokens,
 		OutputTokens: e.OutputTokens,
 		StartedAt:    now,
-		Now:          now,
 		HeldMs:       durationMillis(e.Held),
 		HoldCount:    e.HoldCount,
 		FailureStage: failureStageName(e.FailureStage),

@@ -2,11 +2,13 @@ package controlplane
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -206,15 +208,40 @@ func TestReportRoutesBatch(t *testing.T) {
 		}
 		return connect.NewRequest(req)
 	}
-	if _, err := e.dp.leases.ReportRoutes(t.Context(), batch("weir_b1", "weir_b2", "weir_b3")); err != nil {
+	first := batch("weir_b1", "weir_b2", "weir_b3")
+	// Columns that differ per event land on their own rows: a time to first
+	// byte only where one was reported, an unknown account detached.
+	first.Msg.Events[1].TimeToFirstByte = durationpb.New(1500 * time.Microsecond)
+	first.Msg.Events[1].InputTokens = 42
+	first.Msg.Events[2].AccountId = uuid.NewString()
+	if _, err := e.dp.leases.ReportRoutes(t.Context(), first); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"weir_b1", "weir_b2", "weir_b3"} {
-		if _, err := e.admin.routes.GetRouteEvent(t.Context(), connect.NewRequest(&weirv1.GetRouteEventRequest{RequestId: id})); err != nil {
+		ev, err := e.admin.routes.GetRouteEvent(t.Context(), connect.NewRequest(&weirv1.GetRouteEventRequest{RequestId: id}))
+		if err != nil {
 			t.Errorf("%s not stored: %v", id, err)
+			continue
+		}
+		hasTTFB := ev.Msg.Event.TimeToFirstByte != nil
+		if want := id == "weir_b2"; hasTTFB != want || (want && ev.Msg.Event.TimeToFirstByte.AsDuration() != 1500*time.Microsecond) ||
+			(ev.Msg.Event.InputTokens == 42) != want || ev.Msg.Event.AccountId != "" {
+			t.Errorf("%s stored as %v", id, ev.Msg.Event)
 		}
 	}
-	_, err := e.dp.leases.ReportRoutes(t.Context(), batch("weir_c1", "", "weir_c3"))
+	// The batch keeps its order: the dashboards list by id.
+	list, err := e.admin.routes.ListRouteEvents(t.Context(), connect.NewRequest(&weirv1.ListRouteEventsRequest{Limit: 3}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, ev := range list.Msg.Events {
+		order = append(order, ev.RequestId)
+	}
+	if !slices.Equal(order, []string{"weir_b3", "weir_b2", "weir_b1"}) {
+		t.Errorf("latest first: %v, want the batch's order reversed", order)
+	}
+	_, err = e.dp.leases.ReportRoutes(t.Context(), batch("weir_c1", "", "weir_c3"))
 	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "events[1].request_id") {
 		t.Fatalf("a batch with a bad event: %v, want invalid_argument naming events[1]", err)
 	}
