@@ -87,13 +87,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 // BenchmarkAcquireQueries times Acquire's two Postgres round trips alone
 // (the routing view, the claim and its release), without Connect.
 func BenchmarkAcquireQueries(b *testing.B) {
-	pool := pgtest.NewPool(b)
-	cfg := Config{AdminToken: "admin-" + randHex(16), DataplaneToken: "dataplane-" + randHex(16),
-		SecretKey: randBytes(32), DisableJobs: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	srv, err := New(cfg, pool)
-	if err != nil {
-		b.Fatal(err)
-	}
+	srv := benchServer(b)
 	ctx := b.Context()
 	a := accountService{s: srv}
 	for i := range 4 {
@@ -134,4 +128,17 @@ func BenchmarkAcquireQueries(b *testing.B) {
 	b.ReportMetric(float64(view.Microseconds())/float64(b.N), "view-µs")
 	b.ReportMetric(float64(claim.Microseconds())/float64(b.N), "claim-µs")
 	b.ReportMetric(float64(release.Microseconds())/float64(b.N), "release-µs")
+}
+
+// benchServer is a control plane over a fresh Postgres, without jobs, for
+// benchmarks that call its services directly.
+func benchServer(b *testing.B) *Server {
+	b.Helper()
+	cfg := Config{AdminToken: "admin-" + randHex(16), DataplaneToken: "dataplane-" + randHex(16),
+		SecretKey: randBytes(32), DisableJobs: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	srv, err := New(cfg, pgtest.NewPool(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return srv
 }

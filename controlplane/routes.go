@@ -204,7 +204,7 @@ func (l leaseService) ReportRoutes(ctx context.Context, req *connect.Request[wei
 // the batch, then one touch per key.
 func (l leaseService) storeRoutes(ctx context.Context, field string, events []*weirv1.RouteEvent) error {
 	now := l.s.now()
-	rows := make([]routeRow, 0, len(events))
+	rows := make([]db.RouteEvent, 0, len(events))
 	keys := map[uuid.UUID]bool{}
 	for i, e := range events {
 		name := field
@@ -241,7 +241,7 @@ func (l leaseService) storeRoutes(ctx context.Context, field string, events []*w
 }
 
 // routeColumns lays rows out as InsertRouteEvents' column arrays.
-func routeColumns(rows []routeRow, now time.Time) db.InsertRouteEventsParams {
+func routeColumns(rows []db.RouteEvent, now time.Time) db.InsertRouteEventsParams {
 	n := len(rows)
 	p := db.InsertRouteEventsParams{
 		Now: now, RequestIds: make([]string, n), KeyIds: make([]uuid.UUID, n), AccountIds: make([]uuid.UUID, n),
@@ -265,47 +265,26 @@ func routeColumns(rows []routeRow, now time.Time) db.InsertRouteEventsParams {
 	return p
 }
 
-// routeRow is one route event as stored.
-type routeRow struct {
-	RequestID    string
-	KeyID        uuid.NullUUID
-	AccountID    uuid.NullUUID
-	Surface      string
-	Model        string
-	Stream       bool
-	Status       int32
-	ErrorType    string
-	Attempts     int32
-	DurationMs   float64
-	TtfbMs       *float64
-	InputTokens  int64
-	OutputTokens int64
-	StartedAt    time.Time
-	HeldMs       float64
-	HoldCount    int32
-	FailureStage string
-	AttemptsJson []byte
-}
-
-// routeEventParams checks one route event and turns it into its row.
-func routeEventParams(field string, e *weirv1.RouteEvent, now time.Time) (routeRow, error) {
+// routeEventParams checks one route event and turns it into its row (ID
+// and RecordedAt are the insert's).
+func routeEventParams(field string, e *weirv1.RouteEvent, now time.Time) (db.RouteEvent, error) {
 	switch {
 	case e == nil || e.RequestId == "":
-		return routeRow{}, invalidf("%s.request_id: required", field)
+		return db.RouteEvent{}, invalidf("%s.request_id: required", field)
 	case len(e.RequestId) > maxRequestIDLen:
-		return routeRow{}, invalidf("%s.request_id: at most %d characters", field, maxRequestIDLen)
+		return db.RouteEvent{}, invalidf("%s.request_id: at most %d characters", field, maxRequestIDLen)
 	case len(e.AttemptRecords) > maxAttemptRecords:
-		return routeRow{}, invalidf("%s.attempt_records: at most %d, got %d", field, maxAttemptRecords, len(e.AttemptRecords))
+		return db.RouteEvent{}, invalidf("%s.attempt_records: at most %d, got %d", field, maxAttemptRecords, len(e.AttemptRecords))
 	case e.HoldCount < 0:
-		return routeRow{}, invalidf("%s.hold_count: must not be negative", field)
+		return db.RouteEvent{}, invalidf("%s.hold_count: must not be negative", field)
 	case e.Held.AsDuration() < 0:
-		return routeRow{}, invalidf("%s.held: must not be negative", field)
+		return db.RouteEvent{}, invalidf("%s.held: must not be negative", field)
 	}
 	attempts, err := encodeAttempts(e.AttemptRecords)
 	if err != nil {
-		return routeRow{}, invalidf("%s.attempt_records: %v", field, err)
+		return db.RouteEvent{}, invalidf("%s.attempt_records: %v", field, err)
 	}
-	p := routeRow{
+	p := db.RouteEvent{
 		RequestID:    e.RequestId,
 		Surface:      e.Surface,
 		Model:        e.Model,

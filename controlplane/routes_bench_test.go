@@ -2,8 +2,6 @@ package controlplane
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -11,7 +9,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
-	"github.com/weirhq/weir/internal/pgtest"
 )
 
 // BenchmarkStoreRoutes stores a worker's batch of route events (what one
@@ -19,14 +16,7 @@ import (
 // batch sizes a worker sends at 50, 500 and 5,000 requests a second
 // (one call per 20ms). It reports the cost per event (event-µs).
 func BenchmarkStoreRoutes(b *testing.B) {
-	pool := pgtest.NewPool(b)
-	cfg := Config{AdminToken: "admin-" + randHex(16), DataplaneToken: "dataplane-" + randHex(16),
-		SecretKey: randBytes(32), DisableJobs: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	srv, err := New(cfg, pool)
-	if err != nil {
-		b.Fatal(err)
-	}
-	l := leaseService{s: srv}
+	l := leaseService{s: benchServer(b)}
 	for _, size := range []int{1, 10, 100} {
 		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
 			events := make([]*weirv1.RouteEvent, size)

@@ -451,13 +451,19 @@ func (p *leasePool) takeIdleLocked(cls leaseClass, session string, now time.Time
 			// age together, and one prefetch at a time would leave the
 			// class short when they lapse.
 			w.renewed = p.prefetchLocked(cls, maxAsking)
-		case len(p.idle[cls]) == 0 && busy:
-			p.prefetchLocked(cls, 1) // one spare at a time
+		case len(p.idle[cls]) < spares && busy:
+			p.prefetchLocked(cls, spares)
 		}
 		return w
 	}
 	return nil
 }
+
+// spares is how many idle leases a busy class keeps ready: when it takes
+// one and fewer are left, another is asked for. Streams hold their leases
+// for seconds, so new ones keep arriving while none has come back; one
+// spare is used up by the first of them.
+const spares = 2
 
 // spareRate is the reuse rate (per second) from which a class keeps a
 // spare lease: when its last idle one is taken, another is asked for, so

@@ -26,7 +26,7 @@ WITH acct AS (
           WHERE s.id = $2::uuid
             AND (s.last_success_at IS NULL OR s.last_success_at < $3::timestamptz
                  OR s.auth_failures <> 0 OR s.quota_backoffs <> 0 OR s.recovery_probe)
-          FOR UPDATE) old
+          FOR NO KEY UPDATE) old
     WHERE a.id = old.id
     RETURNING old.was_probe
 ), credits AS (
@@ -76,7 +76,10 @@ type RecordReleaseSuccessRow struct {
 // one per account and model family in the call, in one round trip. A busy
 // account's success record is rewritten at most once a second when there
 // is nothing to reset: at hundreds of successes a second the row's lock
-// and its new version are what Acquire's claim waited behind.
+// and its new version are what Acquire's claim waited behind. The lock is
+// FOR NO KEY UPDATE, like the update's own: it must not wait for (or
+// block) the KEY SHARE locks of inserts referencing the account, which a
+// batch of route events takes in its own order (a deadlock otherwise).
 func (q *Queries) RecordReleaseSuccess(ctx context.Context, arg []RecordReleaseSuccessParams) *RecordReleaseSuccessBatchResults {
 	batch := &pgx.Batch{}
 	for _, a := range arg {

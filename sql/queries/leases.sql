@@ -43,7 +43,10 @@ DELETE FROM session_bindings WHERE last_seen_at < @since;
 -- one per account and model family in the call, in one round trip. A busy
 -- account's success record is rewritten at most once a second when there
 -- is nothing to reset: at hundreds of successes a second the row's lock
--- and its new version are what Acquire's claim waited behind.
+-- and its new version are what Acquire's claim waited behind. The lock is
+-- FOR NO KEY UPDATE, like the update's own: it must not wait for (or
+-- block) the KEY SHARE locks of inserts referencing the account, which a
+-- batch of route events takes in its own order (a deadlock otherwise).
 -- name: RecordReleaseSuccess :batchone
 WITH acct AS (
     UPDATE accounts a SET last_success_at = @now::timestamptz, auth_failures = 0, quota_backoffs = 0,
@@ -52,7 +55,7 @@ WITH acct AS (
           WHERE s.id = @account_id::uuid
             AND (s.last_success_at IS NULL OR s.last_success_at < @rewrite_before::timestamptz
                  OR s.auth_failures <> 0 OR s.quota_backoffs <> 0 OR s.recovery_probe)
-          FOR UPDATE) old
+          FOR NO KEY UPDATE) old
     WHERE a.id = old.id
     RETURNING old.was_probe
 ), credits AS (

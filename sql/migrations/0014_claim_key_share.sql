@@ -1,0 +1,62 @@
+-- weir_claim_lease as in 0005_recovery.sql, locking the account row FOR NO
+-- KEY UPDATE instead of FOR UPDATE. Claims of one account still queue
+-- behind each other (the cap holds), but no longer behind, nor in front
+-- of, the KEY SHARE locks that inserts referencing the account take (a
+-- lease, a session binding, a worker's batch of route events). A batch
+-- of route events locks its accounts in the batch's order; against a
+-- success batch locking the same accounts FOR UPDATE in id order, that
+-- was a deadlock, which Postgres takes deadlock_timeout (1 s) to break,
+-- with every Acquire and Release of those accounts waiting meanwhile.
+
+CREATE OR REPLACE FUNCTION weir_claim_lease(
+    p_account_id   uuid,
+    p_revision     bigint,
+    p_key_id       uuid,
+    p_request_id   text,
+    p_model        text,
+    p_session_key  text,
+    p_now          timestamptz,
+    p_expires_at   timestamptz
+) RETURNS uuid
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_cap    integer;
+    v_live   integer;
+    v_lease  uuid;
+BEGIN
+    SELECT CASE WHEN a.recovery_probe THEN 1 ELSE a.max_concurrency END INTO v_cap
+      FROM accounts a
+     WHERE a.id = p_account_id
+       AND a.credential_revision = p_revision
+       AND NOT a.paused
+       AND a.broken_at IS NULL
+       AND NOT EXISTS (SELECT 1 FROM cooldowns c WHERE c.account_id = a.id AND c.until > p_now)
+       FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+
+    SELECT count(*) INTO v_live FROM leases l WHERE l.account_id = p_account_id AND l.expires_at > p_now;
+    IF v_live >= v_cap THEN
+        RETURN NULL;
+    END IF;
+
+    INSERT INTO leases (account_id, key_id, request_id, model, credential_revision, acquired_at, expires_at)
+    VALUES (p_account_id, p_key_id, p_request_id, p_model, p_revision, p_now, p_expires_at)
+    RETURNING id INTO v_lease;
+
+    UPDATE accounts SET last_used_at = p_now WHERE id = p_account_id;
+
+    IF p_session_key <> '' THEN
+        INSERT INTO session_bindings (session_key, account_id, bound_at, last_seen_at)
+        VALUES (p_session_key, p_account_id, p_now, p_now)
+        ON CONFLICT (session_key) DO UPDATE
+           SET account_id = EXCLUDED.account_id,
+               bound_at = CASE WHEN session_bindings.account_id = EXCLUDED.account_id
+                               THEN session_bindings.bound_at ELSE EXCLUDED.bound_at END,
+               last_seen_at = EXCLUDED.last_seen_at;
+    END IF;
+
+    RETURN v_lease;
+END;
+$$;
