@@ -31,7 +31,9 @@ type Config struct {
 	// LeaseReuse is how long after its grant a lease may serve further
 	// requests of the same key, surface and model (Lease.reuse_until),
 	// each success reported in a batch: the fast path that spares a busy
-	// worker an Acquire per request. Probes and retries are never reused.
+	// worker an Acquire per request (each lease gets between three
+	// quarters of it and all of it, by its id, so leases granted together
+	// lapse apart). Probes and retries are never reused.
 	// Default 2s; negative here (0 in the environment) turns reuse off.
 	// Env: WEIR_LEASE_REUSE.
 	LeaseReuse time.Duration
