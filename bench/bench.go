@@ -107,6 +107,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		return nil, fmt.Errorf("open-file limit: %w", err)
 	}
 	res.FileLimit = got
+	cfg.asked = slices.Clone(cfg.Streams)
 	// A stream through a proxy holds four descriptors in this one process
 	// (client, proxy's accepted and dialled connections, simulator).
 	if limit := int(got-fdReserve) / fdsPerStream; got < fds {
@@ -177,12 +178,17 @@ func runLatency(ctx context.Context, cfg Config, res *Results, lat time.Duration
 	}
 	for _, n := range cfg.Streams {
 		for _, t := range ts {
-			r, err := idleStreams(ctx, t, n)
+			r, err := idleStreams(ctx, t, n, selfMeter{})
 			if err != nil {
 				return fmt.Errorf("idle streams: %w", err)
 			}
 			res.Idle = append(res.Idle, r)
 			log.Info("bench: idle streams", "target", t.name, "n", n, "opened", r.Opened, "rss_growth", r.RSSGrowth, "peak_growth", r.PeakGrowth)
+		}
+	}
+	if cfg.Workers && len(cfg.asked) > 0 {
+		if err := workerIdleStreams(ctx, cfg, st, res); err != nil {
+			return fmt.Errorf("idle streams through worker processes: %w", err)
 		}
 	}
 	if cfg.CPUProfile != "" {
@@ -246,5 +252,36 @@ func runStorm(ctx context.Context, cfg Config, res *Results) error {
 	}
 	res.Storm = &r
 	cfg.Logger.Info("bench: storm", "n", r.N, "held", r.Held, "core_percent", r.CorePercent(), "upstream_attempts", r.UpstreamAttempts)
+	return nil
+}
+
+// workerIdleStreams opens the idle streams through the bare proxy and a
+// weir worker each running in a child process, and reads the child's RSS.
+func workerIdleStreams(ctx context.Context, cfg Config, st *stack, res *Results) error {
+	roles := []struct {
+		name string
+		env  []string
+	}{
+		{"bare", []string{"WEIR_BENCH_UPSTREAM=" + st.sim.url}},
+		{"weir", []string{"WEIR_CONTROLPLANE_URL=" + st.cp.url, "WEIR_DATAPLANE_TOKEN=" + st.dpToken}},
+	}
+	for _, role := range roles {
+		c, err := startChild(ctx, role.name, role.env...)
+		if err != nil {
+			return err
+		}
+		t := target{name: role.name, url: c.url, key: st.key}
+		for _, n := range cfg.asked {
+			r, err := idleStreams(ctx, t, n, c)
+			if err != nil {
+				c.stop()
+				return err
+			}
+			res.Idle = append(res.Idle, r)
+			cfg.Logger.Info("bench: idle streams", "target", role.name, "process", "worker", "n", n, "opened", r.Opened,
+				"rss_growth", r.RSSGrowth, "peak_growth", r.PeakGrowth)
+		}
+		c.stop()
+	}
 	return nil
 }

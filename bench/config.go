@@ -45,8 +45,16 @@ type Config struct {
 	// NoLeaseReuse turns the worker's lease reuse off (every request asks
 	// the control plane): the reference for what the fast path saves.
 	NoLeaseReuse bool
+	// Workers also measures idle streams through worker children (the
+	// bare proxy and a weir data plane, each in a process of its own,
+	// re-executing this binary): the binary must call ServeChild first.
+	Workers bool
 	// Logger reports progress. Default: discard.
 	Logger *slog.Logger
+
+	// asked is Streams before the in-process open-file cap; a worker
+	// child holds half the descriptors and takes them all.
+	asked []int
 }
 
 // Validate names the first bad field.

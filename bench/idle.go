@@ -23,6 +23,9 @@ type IdleResult struct {
 	N      int    `json:"n"`
 	// Opened is how many streams got their first delta and stayed open.
 	Opened int `json:"opened"`
+	// Process is "worker" when the figures are a worker child's own RSS
+	// (the stream went through that process); empty for this process.
+	Process string `json:"process,omitempty"`
 	// RSSGrowth is VmRSS with the streams open and idle minus VmRSS
 	// before, both read after a GC and returning free memory to the OS:
 	// what the open streams hold, not the garbage of opening them.
@@ -39,17 +42,26 @@ const openConcurrency = 256
 // idleStreams opens n streams through t that the simulator holds open
 // after their first delta, measures the process's memory, then closes
 // them and waits for the servers to let go.
-func idleStreams(ctx context.Context, t target, n int) (IdleResult, error) {
+//
+// m is whose memory is read: this process, or a worker child that t
+// reaches (its figure is then the worker's own, with nothing to subtract).
+func idleStreams(ctx context.Context, t target, n int, m meter) (IdleResult, error) {
 	res := IdleResult{Target: t.name, N: n}
+	if _, ok := m.(*child); ok {
+		res.Process = "worker"
+	}
 	settle(ctx, 0)
 	runtime.GC()
 	debug.FreeOSMemory()
+	if err := m.collect(ctx); err != nil {
+		return res, err
+	}
 	goroutines := runtime.NumGoroutine()
-	before, err := readMem()
+	before, err := m.read()
 	if err != nil {
 		return res, err
 	}
-	if err := resetPeak(); err != nil {
+	if err := m.resetPeak(); err != nil {
 		return res, fmt.Errorf("reset VmHWM: %w", err)
 	}
 
@@ -80,15 +92,16 @@ func idleStreams(ctx context.Context, t target, n int) (IdleResult, error) {
 		}()
 	}
 	ready.Wait()
-	peak, perr := readMem()
+	peak, perr := m.read()
 	runtime.GC()
 	debug.FreeOSMemory()
-	after, err := readMem()
+	cerr := m.collect(ctx)
+	after, err := m.read()
 	cancel()
 	wg.Wait()
 	c.CloseIdleConnections()
 	settle(ctx, goroutines)
-	if err := errors.Join(perr, err); err != nil {
+	if err := errors.Join(perr, cerr, err); err != nil {
 		return res, err
 	}
 	res.Opened = int(opened.Load())

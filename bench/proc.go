@@ -95,8 +95,9 @@ type memStatus struct {
 	rss, hwm int64 // bytes: VmRSS, VmHWM (peak since start or the last resetPeak)
 }
 
-func readMem() (memStatus, error) {
-	f, err := os.Open("/proc/self/status")
+// readMem reads VmRSS and VmHWM from a /proc/<pid>/status file.
+func readMem(status string) (memStatus, error) {
+	f, err := os.Open(status)
 	if err != nil {
 		return memStatus{}, err
 	}
@@ -119,7 +120,7 @@ func readMem() (memStatus, error) {
 		}
 		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 		if err != nil {
-			return m, fmt.Errorf("/proc/self/status %s: %w", k, err)
+			return m, fmt.Errorf("%s %s: %w", status, k, err)
 		}
 		*dst = kb << 10
 	}
@@ -128,8 +129,8 @@ func readMem() (memStatus, error) {
 
 // resetPeak sets VmHWM back to the current RSS (Linux ≥ 4.0), so a phase's
 // peak is its own.
-func resetPeak() error {
-	return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+func resetPeak(clearRefs string) error {
+	return os.WriteFile(clearRefs, []byte("5"), 0)
 }
 
 // raiseFileLimit lifts RLIMIT_NOFILE to want (or the hard limit, raising

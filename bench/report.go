@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -60,6 +61,13 @@ type IdlePerStream struct {
 	BarePeakPerStream int64  `json:"bare_peak_bytes_per_stream"`
 	DirectPerStream   int64  `json:"direct_bytes_per_stream"`
 	Opened            [3]int `json:"opened"`
+	// Worker* are the same streams opened through a worker child: that
+	// process's own RSS per stream (bare proxy, weir data plane).
+	WorkerBarePerStream     int64  `json:"worker_bare_bytes_per_stream,omitempty"`
+	WorkerWeirPerStream     int64  `json:"worker_weir_bytes_per_stream,omitempty"`
+	WorkerBarePeakPerStream int64  `json:"worker_bare_peak_bytes_per_stream,omitempty"`
+	WorkerWeirPeakPerStream int64  `json:"worker_weir_peak_bytes_per_stream,omitempty"`
+	WorkerOpened            [2]int `json:"worker_opened,omitempty"`
 }
 
 // Report is what a run concludes, derived from its Results.
@@ -158,27 +166,34 @@ func idlePerStream(rs []IdleResult) []IdlePerStream {
 			byN[r.N] = map[string]IdleResult{}
 			ns = append(ns, r.N)
 		}
-		byN[r.N][r.Target] = r
+		byN[r.N][r.Process+r.Target] = r
+	}
+	slices.Sort(ns)
+	per := func(x IdleResult) int64 {
+		if x.Opened == 0 {
+			return 0
+		}
+		return x.RSSGrowth / int64(x.Opened)
+	}
+	peak := func(x IdleResult) int64 {
+		if x.Opened == 0 {
+			return 0
+		}
+		return x.PeakGrowth / int64(x.Opened)
 	}
 	var out []IdlePerStream
 	for _, n := range ns {
 		d, b, w := byN[n]["direct"], byN[n]["bare"], byN[n]["weir"]
-		per := func(x IdleResult) int64 {
-			if x.Opened == 0 {
-				return 0
-			}
-			return x.RSSGrowth / int64(x.Opened)
+		wb, ww := byN[n]["workerbare"], byN[n]["workerweir"]
+		i := IdlePerStream{N: n, Opened: [3]int{d.Opened, b.Opened, w.Opened},
+			WorkerBarePerStream: per(wb), WorkerWeirPerStream: per(ww),
+			WorkerBarePeakPerStream: peak(wb), WorkerWeirPeakPerStream: peak(ww),
+			WorkerOpened: [2]int{wb.Opened, ww.Opened}}
+		if d.Opened > 0 {
+			i.DirectPerStream, i.WeirPerStream, i.BarePerStream = per(d), per(w)-per(d), per(b)-per(d)
+			i.WeirPeakPerStream, i.BarePeakPerStream = peak(w)-peak(d), peak(b)-peak(d)
 		}
-		peak := func(x IdleResult) int64 {
-			if x.Opened == 0 {
-				return 0
-			}
-			return x.PeakGrowth / int64(x.Opened)
-		}
-		out = append(out, IdlePerStream{N: n,
-			DirectPerStream: per(d), WeirPerStream: per(w) - per(d), BarePerStream: per(b) - per(d),
-			WeirPeakPerStream: peak(w) - peak(d), BarePeakPerStream: peak(b) - peak(d),
-			Opened: [3]int{d.Opened, b.Opened, w.Opened}})
+		out = append(out, i)
 	}
 	return out
 }
@@ -296,10 +311,26 @@ func (rep *Report) Markdown() string {
 		p("\n\n")
 		p("| streams | opened (d / b / w) | direct (client + sim) | bare − direct | weir − direct | bare − direct, peak | weir − direct, peak |\n|---:|---|---:|---:|---:|---:|---:|\n")
 		for _, i := range rep.Idle {
+			if i.Opened[0] == 0 {
+				continue
+			}
 			p("| %d | %d / %d / %d | %s | %s | %s | %s | %s |\n", i.N, i.Opened[0], i.Opened[1], i.Opened[2], kib(i.DirectPerStream),
 				kib(i.BarePerStream), kib(i.WeirPerStream), kib(i.BarePeakPerStream), kib(i.WeirPeakPerStream))
 		}
 		p("\n")
+		if rep.hasWorkers() {
+			p("The same streams through a worker process of its own (this binary re-executed as the bare proxy, or as a weir data plane " +
+				"against the control plane here): KiB of that process's RSS per stream, read after it collected its garbage; nothing to subtract.\n\n")
+			p("| streams | opened (b / w) | bare proxy | weir worker | bare proxy, peak | weir worker, peak |\n|---:|---|---:|---:|---:|---:|\n")
+			for _, i := range rep.Idle {
+				if i.WorkerOpened == [2]int{} {
+					continue
+				}
+				p("| %d | %d / %d | %s | %s | %s | %s |\n", i.N, i.WorkerOpened[0], i.WorkerOpened[1], kib(i.WorkerBarePerStream),
+					kib(i.WorkerWeirPerStream), kib(i.WorkerBarePeakPerStream), kib(i.WorkerWeirPeakPerStream))
+			}
+			p("\n")
+		}
 	}
 	if st := r.Storm; st != nil {
 		p("## Capacity storm\n\n")
@@ -332,7 +363,15 @@ func (rep *Report) headline(p func(string, ...any)) {
 		}
 	}
 	for _, i := range rep.Idle {
-		p("| RSS per open idle stream over direct, %d streams | ≤ 64 KiB | %s KiB (bare proxy: %s) |\n", i.N, kib(i.WeirPerStream), kib(i.BarePerStream))
+		if i.Opened[0] > 0 {
+			p("| RSS per open idle stream over direct, %d streams | ≤ 64 KiB | %s KiB (bare proxy: %s) |\n", i.N, kib(i.WeirPerStream), kib(i.BarePerStream))
+		}
+	}
+	for _, i := range rep.Idle {
+		if i.WorkerOpened != [2]int{} {
+			p("| RSS per open idle stream in the worker's own process, %d streams | ≤ 64 KiB | %s KiB (bare proxy: %s) |\n", i.N,
+				kib(i.WorkerWeirPerStream), kib(i.WorkerBarePerStream))
+		}
 	}
 	if st := rep.Results.Storm; st != nil {
 		p("| %d held requests in a storm: CPU | < 5%% of a core | %.1f%% (%d still held) |\n", st.N, st.CorePercent(), st.Held)
@@ -347,4 +386,13 @@ func rpcCell(s Summary, sent int) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.2f × %s / %s", float64(s.N)/float64(sent), ms(s.P50), ms(s.P99))
+}
+
+func (rep *Report) hasWorkers() bool {
+	for _, i := range rep.Idle {
+		if i.WorkerOpened != [2]int{} {
+			return true
+		}
+	}
+	return false
 }

@@ -119,6 +119,8 @@ type stack struct {
 	key          string
 	// creds are the accounts' credentials, as the simulator knows them.
 	creds []string
+	// dpToken is the data-plane token, for worker children.
+	dpToken string
 	log   *slog.Logger
 }
 
@@ -171,6 +173,7 @@ func startStack(ctx context.Context, cfg Config, simLatency time.Duration) (_ *s
 		return nil, err
 	}
 	admin, dpToken := "weir_admin_"+randomHex(16), "weir_dp_"+randomHex(16)
+	s.dpToken = dpToken
 	secret := make([]byte, 32)
 	rand.Read(secret) //nolint:errcheck // never fails on Linux
 	cp, err := controlplane.New(controlplane.Config{

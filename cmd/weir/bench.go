@@ -51,7 +51,8 @@ func runBench(ctx context.Context, args []string, e env) error {
 		return writeReport(e, bench.NewReport(old.Results), *from)
 	}
 	cfg := bench.Config{Duration: *duration, Warmup: *warmup, StreamRate: *streamRate, CPUProfile: *cpuProfile,
-		ProfileRate: *profileRate, Seed: *seed, Logger: newLogger(e), NoLeaseReuse: *noReuse}
+		ProfileRate: *profileRate, Seed: *seed, Logger: newLogger(e), NoLeaseReuse: *noReuse,
+		Workers: true}
 	if *streamRate == 0 {
 		cfg.StreamRate = -1
 	}

@@ -67,6 +67,7 @@ func TestBenchSmoke(t *testing.T) {
 			} `json:"steps"`
 			Idle []struct {
 				Target    string `json:"target"`
+				Process   string `json:"process"`
 				Opened    int    `json:"opened"`
 				RSSGrowth int64  `json:"rss_growth_bytes"`
 			} `json:"idle_streams"`
@@ -99,13 +100,27 @@ func TestBenchSmoke(t *testing.T) {
 			t.Errorf("weir: Acquire %+v, ReleaseBatch %+v", s.Acquire, s.ReleaseBatch)
 		}
 	}
-	if len(rep.Results.Idle) != 3 {
-		t.Fatalf("%d idle-stream results, want 3", len(rep.Results.Idle))
+	// Three targets in this process, then the bare proxy and a weir worker
+	// each in a process of its own (this test binary, re-executed).
+	if len(rep.Results.Idle) != 5 {
+		t.Fatalf("%d idle-stream results, want 3 here and 2 through worker processes", len(rep.Results.Idle))
 	}
+	workers := 0
 	for _, i := range rep.Results.Idle {
-		if i.Opened != 50 || i.RSSGrowth <= 0 {
-			t.Errorf("idle streams via %s: opened %d, RSS growth %d", i.Target, i.Opened, i.RSSGrowth)
+		if i.Opened != 50 {
+			t.Errorf("idle streams via %s %s: opened %d", i.Process, i.Target, i.Opened)
 		}
+		if i.Process == "worker" {
+			workers++
+		} else if i.RSSGrowth <= 0 {
+			t.Errorf("idle streams via %s: RSS growth %d", i.Target, i.RSSGrowth)
+		}
+	}
+	if workers != 2 {
+		t.Errorf("%d idle-stream results from worker processes, want 2", workers)
+	}
+	if md, err := os.ReadFile(filepath.Join(out, "results.md")); err != nil || !strings.Contains(string(md), "weir worker") {
+		t.Errorf("results.md has no worker-process table: %v", err)
 	}
 	if len(rep.Sustained) != 1 {
 		t.Errorf("sustained: %+v", rep.Sustained)

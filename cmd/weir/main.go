@@ -12,9 +12,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/weirhq/weir/bench"
 )
 
 func main() {
+	// weir bench re-executes this binary as its worker processes.
+	bench.ServeChild()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], env{getenv: os.Getenv, stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr})
 	stop()

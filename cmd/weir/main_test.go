@@ -14,11 +14,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/bench"
 	"github.com/weirhq/weir/internal/pgtest"
 )
 
 // TestMain stops the shared test cluster that tests using pgtest start.
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	bench.ServeChild() // the bench test re-executes this binary as its workers
+	pgtest.Main(m)
+}
 
 // syncBuffer is a bytes.Buffer safe for a command writing while a test reads.
 type syncBuffer struct {

@@ -1,0 +1,193 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/weirhq/weir/dataplane"
+)
+
+// Worker processes for the idle-stream step. In production a data-plane
+// worker runs apart from the control plane, the agents and the upstream;
+// in the bench's one process an open stream's memory also carries the
+// control plane's garbage from leasing it (every idle stream holds a
+// lease of its own) and the load generator's. So the step also opens the
+// streams through a child process that serves one proxy, a weir worker
+// pointed at the in-process control plane or the bare proxy, and reads
+// that process's own RSS.
+
+// childEnv names the role of a re-executed bench child.
+const childEnv = "WEIR_BENCH_CHILD"
+
+// ServeChild makes this process a bench child when the environment asks
+// for one (weir bench starts them with os.Executable), serving until its
+// stdin closes, and then exits. A binary that runs the bench calls it
+// first, before anything else reads flags or starts servers.
+func ServeChild() {
+	role := os.Getenv(childEnv)
+	if role == "" {
+		return
+	}
+	if err := serveChild(role); err != nil {
+		fmt.Fprintln(os.Stderr, "weir bench child:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func serveChild(role string) error {
+	var h http.Handler
+	switch role {
+	case "bare":
+		bp, err := bareProxy(os.Getenv("WEIR_BENCH_UPSTREAM"))
+		if err != nil {
+			return err
+		}
+		h = bp
+	case "weir":
+		dp, err := dataplane.New(dataplane.Config{
+			ControlPlaneURL: os.Getenv("WEIR_CONTROLPLANE_URL"), Token: os.Getenv("WEIR_DATAPLANE_TOKEN"),
+			Logger: slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			return err
+		}
+		defer dp.Close(context.Background()) //nolint:errcheck // the process ends
+		h = dp.Handler()
+	default:
+		return fmt.Errorf("unknown role %q", role)
+	}
+	mux := http.NewServeMux()
+	// What the parent reads must be what the streams hold, not the garbage
+	// of opening them: it asks for a collection first.
+	mux.HandleFunc("/_bench/gc", func(w http.ResponseWriter, _ *http.Request) {
+		runtime.GC()
+		debug.FreeOSMemory()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.Handle("/", h)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln) //nolint:errcheck // ends with Close
+	fmt.Printf("http://%s\n", ln.Addr())
+	io.Copy(io.Discard, os.Stdin) //nolint:errcheck // returns when the parent closes stdin or exits
+	return srv.Close()
+}
+
+// child is a running bench child.
+type child struct {
+	cmd   *exec.Cmd
+	stdin io.Closer
+	url   string
+	done  chan error
+}
+
+// startChild starts this executable as a child serving role, with env
+// added to its environment, and waits for its address.
+func startChild(ctx context.Context, role string, env ...string) (*child, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(append(os.Environ(), childEnv+"="+role), env...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, stdin: stdin, done: make(chan error, 1)}
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(stdout).ReadString('\n')
+		line <- strings.TrimSpace(s)
+		io.Copy(io.Discard, stdout) //nolint:errcheck // drained until the child exits
+		c.done <- cmd.Wait()
+	}()
+	select {
+	case c.url = <-line:
+	case <-time.After(30 * time.Second):
+	case <-ctx.Done():
+	}
+	if !strings.HasPrefix(c.url, "http://") {
+		c.stop()
+		return nil, fmt.Errorf("bench child %s did not start: %s", role, strings.TrimSpace(stderr.String()))
+	}
+	return c, nil
+}
+
+// stop closes the child's stdin and waits for it, killing it after 10 s.
+func (c *child) stop() {
+	c.stdin.Close() //nolint:errcheck // the child reads EOF either way
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+		c.cmd.Process.Kill() //nolint:errcheck // best effort
+		<-c.done
+	}
+}
+
+// meter is where an idle-stream measurement reads memory: this process,
+// or a child.
+type meter interface {
+	collect(ctx context.Context) error
+	read() (memStatus, error)
+	resetPeak() error
+}
+
+type selfMeter struct{}
+
+func (selfMeter) collect(context.Context) error {
+	runtime.GC()
+	debug.FreeOSMemory()
+	return nil
+}
+func (selfMeter) read() (memStatus, error) { return readMem("/proc/self/status") }
+func (selfMeter) resetPeak() error         { return resetPeak("/proc/self/clear_refs") }
+
+func (c *child) collect(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url+"/_bench/gc", nil)
+	if err != nil {
+		return err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusNoContent {
+		return errors.New("bench child: collect: " + res.Status)
+	}
+	return nil
+}
+
+func (c *child) read() (memStatus, error) {
+	return readMem(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
+}
+
+func (c *child) resetPeak() error {
+	return resetPeak(fmt.Sprintf("/proc/%d/clear_refs", c.cmd.Process.Pid))
+}
