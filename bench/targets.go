@@ -121,7 +121,7 @@ type stack struct {
 	creds []string
 	// dpToken is the data-plane token, for worker children.
 	dpToken string
-	log   *slog.Logger
+	log     *slog.Logger
 }
 
 // accountCount × accountCap leases may be in flight: more than the idle
