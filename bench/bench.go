@@ -279,7 +279,8 @@ func workerIdleStreams(ctx context.Context, cfg Config, st *stack, res *Results)
 			}
 			res.Idle = append(res.Idle, r)
 			cfg.Logger.Info("bench: idle streams", "target", role.name, "process", "worker", "n", n, "opened", r.Opened,
-				"rss_growth", r.RSSGrowth, "peak_growth", r.PeakGrowth)
+				"rss_growth", r.RSSGrowth, "peak_growth", r.PeakGrowth, "heap_growth", r.HeapGrowth, "stack_growth", r.StackGrowth,
+				"goroutine_growth", r.GoroutineGrowth)
 		}
 		c.stop()
 	}

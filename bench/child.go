@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -75,7 +76,10 @@ func serveChild(role string) error {
 	mux.HandleFunc("/_bench/gc", func(w http.ResponseWriter, _ *http.Request) {
 		runtime.GC()
 		debug.FreeOSMemory()
-		w.WriteHeader(http.StatusNoContent)
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		json.NewEncoder(w).Encode(goMem{HeapInuse: int64(ms.HeapInuse), StackInuse: int64(ms.StackInuse), //nolint:errcheck // the parent sees a short body
+			Goroutines: runtime.NumGoroutine()})
 	})
 	mux.Handle("/", h)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -95,6 +99,8 @@ type child struct {
 	stdin io.Closer
 	url   string
 	done  chan error
+	// last is Go's accounting at the last collect.
+	last goMem
 }
 
 // startChild starts this executable as a child serving role, with env
@@ -168,6 +174,13 @@ func (selfMeter) collect(context.Context) error {
 func (selfMeter) read() (memStatus, error) { return readMem("/proc/self/status") }
 func (selfMeter) resetPeak() error         { return resetPeak("/proc/self/clear_refs") }
 
+// goMem is Go's own accounting of a process's memory, after a GC.
+type goMem struct {
+	HeapInuse  int64 `json:"heap_inuse_bytes"`
+	StackInuse int64 `json:"stack_inuse_bytes"`
+	Goroutines int   `json:"goroutines"`
+}
+
 func (c *child) collect(ctx context.Context) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url+"/_bench/gc", nil)
 	if err != nil {
@@ -177,10 +190,15 @@ func (c *child) collect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusNoContent {
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
 		return errors.New("bench child: collect: " + res.Status)
 	}
+	var m goMem
+	if err := json.NewDecoder(res.Body).Decode(&m); err != nil {
+		return fmt.Errorf("bench child: collect: %w", err)
+	}
+	c.last = m
 	return nil
 }
 

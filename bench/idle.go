@@ -33,6 +33,11 @@ type IdleResult struct {
 	// the high-water mark of opening them all at once.
 	RSSGrowth  int64 `json:"rss_growth_bytes"`
 	PeakGrowth int64 `json:"peak_growth_bytes"`
+	// For a worker child, Go's own accounting over the same span: heap
+	// and stacks in use after a GC, and goroutines.
+	HeapGrowth      int64 `json:"heap_growth_bytes,omitempty"`
+	StackGrowth     int64 `json:"stack_growth_bytes,omitempty"`
+	GoroutineGrowth int   `json:"goroutine_growth,omitempty"`
 }
 
 // openConcurrency bounds streams being opened at once, so the listen
@@ -57,6 +62,10 @@ func idleStreams(ctx context.Context, t target, n int, m meter) (IdleResult, err
 		return res, err
 	}
 	goroutines := runtime.NumGoroutine()
+	var goBefore goMem
+	if c, ok := m.(*child); ok {
+		goBefore = c.last
+	}
 	before, err := m.read()
 	if err != nil {
 		return res, err
@@ -105,6 +114,11 @@ func idleStreams(ctx context.Context, t target, n int, m meter) (IdleResult, err
 		return res, err
 	}
 	res.Opened = int(opened.Load())
+	if c, ok := m.(*child); ok {
+		res.HeapGrowth = c.last.HeapInuse - goBefore.HeapInuse
+		res.StackGrowth = c.last.StackInuse - goBefore.StackInuse
+		res.GoroutineGrowth = c.last.Goroutines - goBefore.Goroutines
+	}
 	res.RSSGrowth = after.rss - before.rss
 	res.PeakGrowth = max(peak.hwm, after.hwm) - before.rss
 	return res, nil
