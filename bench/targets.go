@@ -83,7 +83,7 @@ func upstreamTransport() *http.Transport {
 		ExpectContinueTimeout: time.Second,
 		ForceAttemptHTTP2:     true,
 		WriteBufferSize:       1 << 10,
-		ReadBufferSize:        1 << 10,
+		ReadBufferSize:        256,
 	}
 }
 

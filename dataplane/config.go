@@ -155,11 +155,13 @@ func (c *Config) setDefaults() {
 			ForceAttemptHTTP2:     true,
 			// An HTTP/1.1 connection holds both buffers for as long as its
 			// stream runs. A request's headers fit in 1 KiB (its body is
-			// written past the buffer in one call), and the relay's SSE
-			// scanner reads the body in its own larger buffer, which a
-			// read bypasses this one for: 4 KiB each would be idle memory.
+			// written past the buffer in one call). The relay's SSE
+			// scanner and io.ReadAll read the body in larger pieces, which
+			// bypass the read buffer; it serves the status line, the
+			// headers (a longer line is gathered past it) and chunk-size
+			// lines. 4 KiB each would be idle memory.
 			WriteBufferSize: 1 << 10,
-			ReadBufferSize:  1 << 10,
+			ReadBufferSize:  256,
 		}}
 	}
 	if c.Logger == nil {

@@ -111,7 +111,9 @@ type routing struct {
 	holdEnd  time.Time
 	excluded []string // accounts tried in this round
 	prefer   string   // the account an overload retry returns to
-	// overloads counts consecutive overload answers per account.
+	// overloads counts consecutive overload answers per account (nil
+	// until the first: most requests never see one, and a stream keeps
+	// its routing state for as long as it runs).
 	overloads map[string]int32
 	last      *bufferedResponse
 	round     int // attempts in this round
@@ -122,12 +124,21 @@ type routing struct {
 	bursts map[string]int32
 }
 
+// increment adds one to m[k], making m on first use.
+func increment(m map[string]int32, k string) map[string]int32 {
+	if m == nil {
+		m = map[string]int32{}
+	}
+	m[k]++
+	return m
+}
+
 // route runs routing rounds: each leases accounts until one answers or
 // none is left; a round that ends on a transient failure is held and
 // replayed with the same body until the hold budget runs out.
 func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, in *inbound, rec *weirv1.RouteEvent) {
 	st := s.settings.get()
-	rt := &routing{in: in, rec: rec, overloads: map[string]int32{}, bursts: map[string]int32{},
+	rt := &routing{in: in, rec: rec,
 		holdEnd: in.start.Add(min(st.capacityHold, st.requestDeadline))}
 	for {
 		if ctx.Err() != nil {
@@ -220,12 +231,12 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 			ErrorType: o.ErrorType, Action: d.GetAction(), Duration: o.Duration, Rung: d.GetRung(),
 		})
 		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED {
-			rt.overloads[lease.AccountId]++
+			rt.overloads = increment(rt.overloads, lease.AccountId)
 		} else {
 			delete(rt.overloads, lease.AccountId)
 		}
 		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED && d.GetAction() == weirv1.Action_ACTION_RETRY_SAME {
-			rt.bursts[lease.AccountId]++
+			rt.bursts = increment(rt.bursts, lease.AccountId)
 		} else {
 			delete(rt.bursts, lease.AccountId)
 		}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -79,11 +80,7 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 	// headers holds the account as surely as a long stream does.
 	defer s.keeper.hold(lease)()
 
-	// The attempt's own context: a stalled stream is cut without touching
-	// the client's request.
-	actx, cancelAttempt := context.WithCancelCause(ctx)
-	defer cancelAttempt(nil)
-	req, body, err := upstreamRequest(actx, r, in.sf, in.body, lease)
+	req, body, err := upstreamRequest(ctx, r, in.sf, in.body, lease)
 	if err != nil {
 		o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR
 		o.TransportError = "build request: invalid base URL"
@@ -128,9 +125,16 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 		return attemptResult{outcome: o, failure: fail}
 	}
 	if isEventStream(resp.Header) {
-		idle := time.AfterFunc(s.cfg.StreamIdleTimeout, func() { cancelAttempt(errStreamIdle) })
-		defer idle.Stop()
-		return s.relayStream(ctx, w, resp, in, o, idleWatch{idle, s.cfg.StreamIdleTimeout}, body)
+		// A stalled stream is cut by closing its body, which ends the read
+		// in progress without touching the client's request.
+		watch := idleWatch{timeout: s.cfg.StreamIdleTimeout, fired: new(atomic.Bool)}
+		upstream := resp.Body
+		watch.t = time.AfterFunc(watch.timeout, func() {
+			watch.fired.Store(true)
+			upstream.Close() //nolint:errcheck // the read in progress fails either way
+		})
+		defer watch.t.Stop()
+		return s.relayStream(ctx, w, resp, in, o, watch, body)
 	}
 	return s.relayWhole(ctx, w, resp, in, o)
 }
@@ -201,7 +205,7 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 		idle.resume()
 		ev, err := sc.next()
 		idle.pause()
-		if err != nil && resp.Request != nil && errors.Is(context.Cause(resp.Request.Context()), errStreamIdle) {
+		if err != nil && idle.fired != nil && idle.fired.Load() {
 			err = errStreamIdle
 		}
 		if err != nil {
@@ -365,10 +369,12 @@ func (t *trackingWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach Flush.
 func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
 
-// idleWatch cuts an upstream stream that stays silent for its timeout.
+// idleWatch cuts an upstream stream that stays silent for its timeout:
+// its timer closes the stream's body and sets fired.
 type idleWatch struct {
 	t       *time.Timer
 	timeout time.Duration
+	fired   *atomic.Bool
 }
 
 func (w idleWatch) resume() {

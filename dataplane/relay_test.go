@@ -9,7 +9,9 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 	"weak"
 
@@ -251,4 +253,38 @@ func TestReplayBodyAfterRelease(t *testing.T) {
 	if _, err := rb.GetBody(); !errors.Is(err, errBodyReleased) {
 		t.Errorf("GetBody after release: %v", err)
 	}
+}
+
+// TestRelayStreamIdleCut: an upstream that goes silent after output is cut
+// by the idle watch (it closes the body under the blocked read) and the
+// attempt says so: a stream error for the idle timeout, not a hang.
+func TestRelayStreamIdleCut(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := newTestServer(t)
+		pr, pw := io.Pipe()
+		go func() {
+			io.WriteString(pw, evStart+evBlock+evDelta) //nolint:errcheck // read by the relay
+			// then silence: the relay's read blocks until the watch fires
+		}()
+		resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: pr}
+		watch := idleWatch{timeout: time.Minute, fired: new(atomic.Bool)}
+		watch.t = time.AfterFunc(watch.timeout, func() {
+			watch.fired.Store(true)
+			pr.Close() //nolint:errcheck // test
+		})
+		rec := httptest.NewRecorder()
+		tw := &trackingWriter{ResponseWriter: rec, now: time.Now}
+		start := time.Now()
+		res := s.relayStream(t.Context(), tw, resp, &inbound{requestID: "weir_idle", stream: true}, &weirv1.Outcome{}, watch, nil)
+		if res.outcome.Class != weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR || !strings.Contains(res.outcome.TransportError, "idle timeout") {
+			t.Errorf("outcome = %v, want a stream error for the idle timeout", res.outcome)
+		}
+		if waited := time.Since(start); waited != time.Minute {
+			t.Errorf("cut after %v, want the 1m idle timeout", waited)
+		}
+		if !strings.Contains(rec.Body.String(), "upstream stream ended unexpectedly") {
+			t.Errorf("client got %q, want the stream's end told in its format", rec.Body.String())
+		}
+	})
 }
