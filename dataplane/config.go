@@ -24,6 +24,11 @@ type Config struct {
 	Token string
 	// MaxBodyBytes caps a request body. Default 32 MiB.
 	MaxBodyBytes int64
+	// BodyReadTimeout bounds reading a request's body once its headers
+	// arrived (the server's ReadHeaderTimeout bounds those): a client that
+	// stalls or trickles gets a 408 instead of holding a handler. It does
+	// not bound the response, however long a stream runs. Default 2m.
+	BodyReadTimeout time.Duration
 	// MaxAttempts caps upstream attempts (across accounts) per request.
 	// Default 5.
 	MaxAttempts int
@@ -96,8 +101,8 @@ func (c *Config) Validate() error {
 	if c.KeyCacheTTL < 0 {
 		return errors.New("dataplane: KeyCacheTTL must not be negative")
 	}
-	if c.RequestDeadline < 0 || c.SettingsPoll < 0 || c.StreamIdleTimeout < 0 {
-		return errors.New("dataplane: RequestDeadline, SettingsPoll and StreamIdleTimeout must not be negative")
+	if c.RequestDeadline < 0 || c.SettingsPoll < 0 || c.StreamIdleTimeout < 0 || c.BodyReadTimeout < 0 {
+		return errors.New("dataplane: RequestDeadline, SettingsPoll, StreamIdleTimeout and BodyReadTimeout must not be negative")
 	}
 	return nil
 }
@@ -105,6 +110,9 @@ func (c *Config) Validate() error {
 func (c *Config) setDefaults() {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = 32 << 20
+	}
+	if c.BodyReadTimeout == 0 {
+		c.BodyReadTimeout = 2 * time.Minute
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 5

@@ -32,6 +32,13 @@ func errAuthentication(msg string) *apiError {
 	return &apiError{status: http.StatusUnauthorized, typ: "authentication_error", message: msg, final: true}
 }
 
+// errBodyTimeout answers a client that did not send its whole body in
+// time (a stalled or slow-loris client): its request was never started.
+func errBodyTimeout(limit time.Duration) *apiError {
+	return &apiError{status: http.StatusRequestTimeout, typ: "request_timeout",
+		message: "request body not received within " + limit.String(), retryAfter: time.Second}
+}
+
 func errTooLarge(limit int64) *apiError {
 	size := strconv.FormatInt(limit, 10) + " bytes"
 	if limit >= 1<<20 && limit%(1<<20) == 0 {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -385,11 +386,25 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, in *inbound) *
 	if r.ContentLength > s.cfg.MaxBodyBytes {
 		return errTooLarge(s.cfg.MaxBodyBytes)
 	}
+	// The body has a deadline of its own, lifted once it is read: the
+	// response (a stream may run for many minutes) has none.
+	rc := http.NewResponseController(w)
+	deadline := rc.SetReadDeadline(time.Now().Add(s.cfg.BodyReadTimeout)) == nil
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if deadline && err == nil {
+		// After a failed read the deadline stays: net/http reads on to
+		// drain what is left before it answers, and a stalled client
+		// would hold that read (and its answer) forever.
+		rc.SetReadDeadline(time.Time{}) //nolint:errcheck // set above, so supported
+	}
 	if err != nil {
 		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
+		var netErr net.Error
+		switch {
+		case errors.As(err, &tooLarge):
 			return errTooLarge(s.cfg.MaxBodyBytes)
+		case errors.As(err, &netErr) && netErr.Timeout():
+			return errBodyTimeout(s.cfg.BodyReadTimeout)
 		}
 		return errInvalidRequest("could not read the request body")
 	}

@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"bufio"
 	"io"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -108,4 +111,43 @@ func TestRevokedKeyRejectedDespiteCache(t *testing.T) {
 		t.Errorf("simulator attempts = %v, want only the one before revocation", got)
 	}
 	e.leasesReleased()
+}
+
+// TestStalledBodyTimesOut: a client that sends its headers and part of
+// its body, then nothing (a slow-loris client, or one that hung), gets a
+// 408 in its own format once BodyReadTimeout passes, and nothing was
+// leased for it: the worker holds no handler and no slot for it.
+func TestStalledBodyTimesOut(t *testing.T) {
+	t.Parallel()
+	const timeout = 300 * time.Millisecond
+	cpReg := prometheus.NewRegistry()
+	e := setup(t, options{cpRegistry: cpReg, bodyReadTimeout: timeout, accounts: []account{{label: "api-1"}}})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.dpSrv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"model":"` + model + `","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`
+	head := "POST /v1/messages HTTP/1.1\r\nHost: weir\r\nContent-Type: application/json\r\nX-Api-Key: " + e.key +
+		"\r\nAnthropic-Version: 2023-06-01\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n"
+	if _, err := io.WriteString(conn, head+body[:10]); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second)) //nolint:errcheck // a bound on the test, not the behaviour
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body: %v", err)
+	}
+	waited := time.Since(start)
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), `"type":"request_timeout"`) {
+		t.Errorf("stalled body: %d %s, want 408 request_timeout in the Anthropic error shape", res.StatusCode, b)
+	}
+	if waited < timeout/2 {
+		t.Errorf("answered after %v, before the %v body timeout", waited, timeout)
+	}
+	if n := metricValue(t, cpReg, "weir_controlplane_acquire_seconds", nil); n != 0 {
+		t.Errorf("%v Acquires for a request whose body never came", n)
+	}
 }

@@ -69,6 +69,8 @@ type options struct {
 	noDataplane bool
 	// reportInterval is the workers' ReportInterval; default 20ms.
 	reportInterval time.Duration
+	// bodyReadTimeout is the workers' BodyReadTimeout; default 2m.
+	bodyReadTimeout time.Duration
 	// hold is the capacity hold budget for the control plane and workers;
 	// 0 means fail fast (the tests written before holds expect it).
 	hold time.Duration
@@ -279,6 +281,7 @@ func (e *env) newDataplane(cpClient *http.Client) (*dataplane.Server, *httptest.
 		MaxBodyBytes:    e.opts.maxBodyBytes,
 		MaxAttempts:     e.opts.maxAttempts,
 		ReportInterval:  e.opts.reportInterval,
+		BodyReadTimeout: e.opts.bodyReadTimeout,
 		ControlPlane:    cpClient,
 		Logger:          slog.New(slog.DiscardHandler),
 		CapacityHold:    e.opts.holdBudget(),
