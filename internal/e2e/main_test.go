@@ -71,6 +71,9 @@ type options struct {
 	reportInterval time.Duration
 	// bodyReadTimeout is the workers' BodyReadTimeout; default 2m.
 	bodyReadTimeout time.Duration
+	// logs, when set, receives the control plane's and every worker's
+	// logs, at debug level; default: discarded.
+	logs io.Writer
 	// hold is the capacity hold budget for the control plane and workers;
 	// 0 means fail fast (the tests written before holds expect it).
 	hold time.Duration
@@ -159,7 +162,7 @@ func setup(t *testing.T, opts options) *env {
 		SecretKey:      []byte(randHex(16)),
 		LeaseTTL:       opts.leaseTTL,
 		Now:            opts.now,
-		Logger:         slog.New(slog.DiscardHandler),
+		Logger:         opts.logger(),
 		DisableJobs:    true,
 		CapacityHold:   opts.holdBudget(),
 		TracerProvider: opts.cpTracer,
@@ -266,6 +269,14 @@ func setup(t *testing.T, opts options) *env {
 	return e
 }
 
+// logger is where the servers log: opts.logs at debug level, or nowhere.
+func (o options) logger() *slog.Logger {
+	if o.logs == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(o.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
 // newDataplane starts a worker against e's control plane; cpClient, when
 // set, is its LeaseService client.
 func (e *env) newDataplane(cpClient *http.Client) (*dataplane.Server, *httptest.Server) {
@@ -283,7 +294,7 @@ func (e *env) newDataplane(cpClient *http.Client) (*dataplane.Server, *httptest.
 		ReportInterval:  e.opts.reportInterval,
 		BodyReadTimeout: e.opts.bodyReadTimeout,
 		ControlPlane:    cpClient,
-		Logger:          slog.New(slog.DiscardHandler),
+		Logger:          e.opts.logger(),
 		CapacityHold:    e.opts.holdBudget(),
 		TracerProvider:  e.opts.dpTracer,
 		Registry:        e.opts.dpRegistry,
