@@ -26,6 +26,7 @@ import (
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/pgtest"
 	"github.com/weirhq/weir/internal/rpcclient"
+	"github.com/weirhq/weir/internal/syncbuf"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -56,22 +57,7 @@ func (c *testClock) Advance(d time.Duration) time.Time {
 }
 
 // syncBuffer collects log output so a test can prove no secret was logged.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type syncBuffer = syncbuf.Buffer
 
 // clients is one set of Connect clients speaking one protocol with one token.
 type clients struct {

@@ -1,12 +1,10 @@
 package jobs
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,28 +15,15 @@ import (
 
 	"github.com/weirhq/weir/controlplane/db"
 	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/internal/syncbuf"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 var now = time.Date(2030, time.March, 4, 12, 0, 0, 0, time.UTC)
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// lockedBuffer collects a job's log output.
+type lockedBuffer = syncbuf.Buffer
 
 type fixture struct {
 	pool    *pgxpool.Pool

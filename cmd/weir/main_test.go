@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,12 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/weirhq/weir/bench"
 	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/internal/syncbuf"
 )
 
 // TestMain stops the shared test cluster that tests using pgtest start.
@@ -24,23 +23,8 @@ func TestMain(m *testing.M) {
 	pgtest.Main(m)
 }
 
-// syncBuffer is a bytes.Buffer safe for a command writing while a test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a command's output, written while a test reads it.
+type syncBuffer = syncbuf.Buffer
 
 // testEnv isolates a command from the developer's own WEIR_* settings.
 func testEnv(vars map[string]string, stdin string) (env, *syncBuffer, *syncBuffer) {

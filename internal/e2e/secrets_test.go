@@ -1,47 +1,28 @@
 package e2e
 
 import (
-	"bytes"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"connectrpc.com/connect"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/sim"
+	"github.com/weirhq/weir/internal/syncbuf"
 )
 
-// lockedBuffer is a log sink the servers write to from many goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestSecretsNeverLeak runs a scenario through every kind of answer (a
-// success, a stream, a 429 failed over, an account's 401, a client's bad
-// key, a bad body) and the operators' reads (accounts, route events, the
-// dashboard's data, both servers' metrics), and scans everything it
+// success, a stream, a 429 failed over, an account whose credential is
+// rejected, a client's bad key, a bad body) and the operators' reads
+// (accounts, route events, both servers' metrics), and scans everything it
 // produced (every log line of the control plane and the worker at debug
 // level, every response's headers and body) for any credential: the
 // accounts' keys and tokens, the client key, the admin and data-plane
 // tokens. None may appear.
 func TestSecretsNeverLeak(t *testing.T) {
 	t.Parallel()
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	e := setup(t, options{logs: logs, accounts: []account{
 		{label: "limited", priority: 10, faults: []sim.Fault{{Kind: sim.FaultRateLimit, RetryAfter: 30}}},
 		{label: "rejected", priority: 5, faults: []sim.Fault{{Kind: sim.FaultRevoked}}},
