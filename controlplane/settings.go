@@ -159,11 +159,12 @@ func (s *Server) settingsFrom(rows []db.Setting) (*weirv1.Settings, error) {
 	mode := weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE
 	for _, r := range rows {
 		var dst *time.Duration
+		var lo, hi time.Duration
 		switch r.Name {
 		case settingCapacityHold:
-			dst = &hold
+			dst, lo, hi = &hold, 0, maxCapacityHold
 		case settingRequestDeadline:
-			dst = &deadline
+			dst, lo, hi = &deadline, minRequestDeadline, maxRequestDeadline
 		case settingQuotaResponseMode:
 			m, ok := quotamode.Parse(r.Value)
 			if !ok {
@@ -177,6 +178,12 @@ func (s *Server) settingsFrom(rows []db.Setting) (*weirv1.Settings, error) {
 		d, err := time.ParseDuration(r.Value)
 		if err != nil {
 			return nil, fmt.Errorf("setting %s: %w", r.Name, err)
+		}
+		// UpdateSettings writes only values in range; one out of it was
+		// written by hand, and is no more the operator's choice than an
+		// unreadable one.
+		if d < lo || d > hi {
+			return nil, fmt.Errorf("setting %s: %v is out of range [%v, %v]", r.Name, d, lo, hi)
 		}
 		*dst = d
 	}

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"github.com/weirhq/weir/controlplane/db"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/pgtest"
@@ -198,4 +199,43 @@ func TestSettingsUnreadableValue(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantSettings(t, "repaired", e.getSettings(), 3*time.Minute, 25*time.Minute)
+}
+
+// FuzzSettingsFrom: whatever rows the settings table holds (a newer
+// replica's names, values edited by hand), reading them never panics, and
+// either fails naming the setting or yields settings in the ranges
+// UpdateSettings enforces and a known quota response mode.
+func FuzzSettingsFrom(f *testing.F) {
+	for _, r := range [][2]string{
+		{settingCapacityHold, "20m0s"},
+		{settingRequestDeadline, "25m0s"},
+		{settingQuotaResponseMode, "QUOTA_RESPONSE_MODE_USAGE_LIMIT"},
+		{settingCapacityHold, "-1ns"},
+		{settingRequestDeadline, "1000000h"},
+		{settingCapacityHold, "soon"},
+		{"a_newer_setting", "x"},
+		{settingQuotaResponseMode, ""},
+	} {
+		f.Add(r[0], r[1], settingCapacityHold, "0s")
+	}
+	s := &Server{cfg: Config{CapacityHold: 20 * time.Minute, RequestDeadline: 25 * time.Minute}}
+	f.Fuzz(func(t *testing.T, name1, value1, name2, value2 string) {
+		st, err := s.settingsFrom([]db.Setting{{Name: name1, Value: value1}, {Name: name2, Value: value2}})
+		if err != nil {
+			if !strings.Contains(err.Error(), "setting ") {
+				t.Errorf("error %q does not name the setting", err)
+			}
+			return
+		}
+		hold, deadline := st.CapacityHold.AsDuration(), st.RequestDeadline.AsDuration()
+		if hold < 0 || hold > maxCapacityHold {
+			t.Errorf("capacity hold %v out of range", hold)
+		}
+		if deadline < minRequestDeadline || deadline > maxRequestDeadline {
+			t.Errorf("request deadline %v out of range", deadline)
+		}
+		if weirv1.QuotaResponseMode_name[int32(st.QuotaResponseMode)] == "" || st.QuotaResponseMode == weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_UNSPECIFIED {
+			t.Errorf("quota response mode %v", st.QuotaResponseMode)
+		}
+	})
 }
