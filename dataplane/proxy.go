@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -407,6 +408,12 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, in *inbound) *
 			return errBodyTimeout(s.cfg.BodyReadTimeout)
 		}
 		return errInvalidRequest("could not read the request body")
+	}
+	if !utf8.Valid(body) {
+		// JSON is UTF-8; the upstream would refuse it after an account was
+		// leased and a round trip spent (encoding/json would not: it turns
+		// bad bytes into U+FFFD).
+		return errInvalidRequest("request body is not valid UTF-8")
 	}
 	var head struct {
 		Model    *string `json:"model"`

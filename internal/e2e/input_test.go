@@ -38,6 +38,7 @@ func TestBadInput(t *testing.T) {
 		{name: "model empty", method: "POST", path: "/v1/messages", body: `{"model":"","messages":[]}`, status: 400, typ: "invalid_request_error"},
 		{name: "model not a string", method: "POST", path: "/v1/messages", body: `{"model":42}`, status: 400, typ: "invalid_request_error"},
 		{name: "empty body", method: "POST", path: "/v1/messages", body: "", status: 400, typ: "invalid_request_error"},
+		{name: "body not UTF-8", method: "POST", path: "/v1/messages", body: `{"model":"` + model + `","max_tokens":8,"messages":[{"role":"user","content":"caf` + "\xe9" + `"}]}`, status: 400, typ: "invalid_request_error"},
 		{name: "count_tokens without model", method: "POST", path: "/v1/messages/count_tokens", body: `{}`, status: 400, typ: "invalid_request_error"},
 		{name: "body over the limit", method: "POST", path: "/v1/messages", body: big, status: 413, typ: "request_too_large"},
 		{name: "body over the limit, chunked", method: "POST", path: "/v1/messages", body: big, edit: func(r *http.Request) {
