@@ -277,6 +277,7 @@ func workerIdleStreams(ctx context.Context, cfg Config, st *stack, res *Results)
 				c.stop()
 				return err
 			}
+			r.Process = "worker"
 			res.Idle = append(res.Idle, r)
 			cfg.Logger.Info("bench: idle streams", "target", role.name, "process", "worker", "n", n, "opened", r.Opened,
 				"rss_growth", r.RSSGrowth, "peak_growth", r.PeakGrowth, "heap_growth", r.HeapGrowth, "stack_growth", r.StackGrowth,

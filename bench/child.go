@@ -74,12 +74,7 @@ func serveChild(role string) error {
 	// What the parent reads must be what the streams hold, not the garbage
 	// of opening them: it asks for a collection first.
 	mux.HandleFunc("/_bench/gc", func(w http.ResponseWriter, _ *http.Request) {
-		runtime.GC()
-		debug.FreeOSMemory()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		json.NewEncoder(w).Encode(goMem{HeapInuse: int64(ms.HeapInuse), StackInuse: int64(ms.StackInuse), //nolint:errcheck // the parent sees a short body
-			Goroutines: runtime.NumGoroutine()})
+		json.NewEncoder(w).Encode(collectGo()) //nolint:errcheck // the parent sees a short body
 	})
 	mux.Handle("/", h)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -99,8 +94,6 @@ type child struct {
 	stdin io.Closer
 	url   string
 	done  chan error
-	// last is Go's accounting at the last collect.
-	last goMem
 }
 
 // startChild starts this executable as a child serving role, with env
@@ -159,20 +152,13 @@ func (c *child) stop() {
 // meter is where an idle-stream measurement reads memory: this process,
 // or a child.
 type meter interface {
-	collect(ctx context.Context) error
+	// collect runs a GC, returns free memory to the OS (what is read next
+	// is what is held, not the garbage of getting there) and reports Go's
+	// own accounting.
+	collect(ctx context.Context) (goMem, error)
 	read() (memStatus, error)
 	resetPeak() error
 }
-
-type selfMeter struct{}
-
-func (selfMeter) collect(context.Context) error {
-	runtime.GC()
-	debug.FreeOSMemory()
-	return nil
-}
-func (selfMeter) read() (memStatus, error) { return readMem("/proc/self/status") }
-func (selfMeter) resetPeak() error         { return resetPeak("/proc/self/clear_refs") }
 
 // goMem is Go's own accounting of a process's memory, after a GC.
 type goMem struct {
@@ -181,25 +167,39 @@ type goMem struct {
 	Goroutines int   `json:"goroutines"`
 }
 
-func (c *child) collect(ctx context.Context) error {
+// collectGo is collect for the process it runs in.
+func collectGo() goMem {
+	runtime.GC()
+	debug.FreeOSMemory()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return goMem{HeapInuse: int64(ms.HeapInuse), StackInuse: int64(ms.StackInuse), Goroutines: runtime.NumGoroutine()}
+}
+
+type selfMeter struct{}
+
+func (selfMeter) collect(context.Context) (goMem, error) { return collectGo(), nil }
+func (selfMeter) read() (memStatus, error)               { return readMem("/proc/self/status") }
+func (selfMeter) resetPeak() error                       { return resetPeak("/proc/self/clear_refs") }
+
+func (c *child) collect(ctx context.Context) (goMem, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url+"/_bench/gc", nil)
 	if err != nil {
-		return err
+		return goMem{}, err
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return err
+		return goMem{}, err
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		return errors.New("bench child: collect: " + res.Status)
+		return goMem{}, errors.New("bench child: collect: " + res.Status)
 	}
 	var m goMem
 	if err := json.NewDecoder(res.Body).Decode(&m); err != nil {
-		return fmt.Errorf("bench child: collect: %w", err)
+		return goMem{}, fmt.Errorf("bench child: collect: %w", err)
 	}
-	c.last = m
-	return nil
+	return m, nil
 }
 
 func (c *child) read() (memStatus, error) {

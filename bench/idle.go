@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"runtime"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,8 +32,8 @@ type IdleResult struct {
 	// the high-water mark of opening them all at once.
 	RSSGrowth  int64 `json:"rss_growth_bytes"`
 	PeakGrowth int64 `json:"peak_growth_bytes"`
-	// For a worker child, Go's own accounting over the same span: heap
-	// and stacks in use after a GC, and goroutines.
+	// Go's own accounting of the measured process over the same span:
+	// heap and stacks in use after a GC, and goroutines.
 	HeapGrowth      int64 `json:"heap_growth_bytes,omitempty"`
 	StackGrowth     int64 `json:"stack_growth_bytes,omitempty"`
 	GoroutineGrowth int   `json:"goroutine_growth,omitempty"`
@@ -52,20 +51,12 @@ const openConcurrency = 256
 // reaches (its figure is then the worker's own, with nothing to subtract).
 func idleStreams(ctx context.Context, t target, n int, m meter) (IdleResult, error) {
 	res := IdleResult{Target: t.name, N: n}
-	if _, ok := m.(*child); ok {
-		res.Process = "worker"
-	}
 	settle(ctx, 0)
-	runtime.GC()
-	debug.FreeOSMemory()
-	if err := m.collect(ctx); err != nil {
+	goBefore, err := m.collect(ctx)
+	if err != nil {
 		return res, err
 	}
 	goroutines := runtime.NumGoroutine()
-	var goBefore goMem
-	if c, ok := m.(*child); ok {
-		goBefore = c.last
-	}
 	before, err := m.read()
 	if err != nil {
 		return res, err
@@ -102,9 +93,7 @@ func idleStreams(ctx context.Context, t target, n int, m meter) (IdleResult, err
 	}
 	ready.Wait()
 	peak, perr := m.read()
-	runtime.GC()
-	debug.FreeOSMemory()
-	cerr := m.collect(ctx)
+	goAfter, cerr := m.collect(ctx)
 	after, err := m.read()
 	cancel()
 	wg.Wait()
@@ -114,11 +103,9 @@ func idleStreams(ctx context.Context, t target, n int, m meter) (IdleResult, err
 		return res, err
 	}
 	res.Opened = int(opened.Load())
-	if c, ok := m.(*child); ok {
-		res.HeapGrowth = c.last.HeapInuse - goBefore.HeapInuse
-		res.StackGrowth = c.last.StackInuse - goBefore.StackInuse
-		res.GoroutineGrowth = c.last.Goroutines - goBefore.Goroutines
-	}
+	res.HeapGrowth = goAfter.HeapInuse - goBefore.HeapInuse
+	res.StackGrowth = goAfter.StackInuse - goBefore.StackInuse
+	res.GoroutineGrowth = goAfter.Goroutines - goBefore.Goroutines
 	res.RSSGrowth = after.rss - before.rss
 	res.PeakGrowth = max(peak.hwm, after.hwm) - before.rss
 	return res, nil

@@ -159,14 +159,16 @@ func sustain(lat time.Duration, rows []Comparison) Sustained {
 }
 
 func idlePerStream(rs []IdleResult) []IdlePerStream {
-	byN := map[int]map[string]IdleResult{}
+	// A result is this process's (Process "") or a worker child's.
+	type where struct{ process, target string }
+	byN := map[int]map[where]IdleResult{}
 	var ns []int
 	for _, r := range rs {
 		if byN[r.N] == nil {
-			byN[r.N] = map[string]IdleResult{}
+			byN[r.N] = map[where]IdleResult{}
 			ns = append(ns, r.N)
 		}
-		byN[r.N][r.Process+r.Target] = r
+		byN[r.N][where{r.Process, r.Target}] = r
 	}
 	slices.Sort(ns)
 	per := func(x IdleResult) int64 {
@@ -183,8 +185,8 @@ func idlePerStream(rs []IdleResult) []IdlePerStream {
 	}
 	var out []IdlePerStream
 	for _, n := range ns {
-		d, b, w := byN[n]["direct"], byN[n]["bare"], byN[n]["weir"]
-		wb, ww := byN[n]["workerbare"], byN[n]["workerweir"]
+		d, b, w := byN[n][where{"", "direct"}], byN[n][where{"", "bare"}], byN[n][where{"", "weir"}]
+		wb, ww := byN[n][where{"worker", "bare"}], byN[n][where{"worker", "weir"}]
 		i := IdlePerStream{N: n, Opened: [3]int{d.Opened, b.Opened, w.Opened},
 			WorkerBarePerStream: per(wb), WorkerWeirPerStream: per(ww),
 			WorkerBarePeakPerStream: peak(wb), WorkerWeirPeakPerStream: peak(ww),

@@ -443,7 +443,7 @@ func (p *leasePool) takeIdleLocked(cls leaseClass, session string, now time.Time
 			continue
 		}
 		p.idle[cls] = append(stack[:i:i], stack[i+1:]...)
-		busy := p.busyLocked(cls, true)
+		busy := p.countReuseLocked(cls)
 		switch {
 		case cls.sessioned:
 		case !w.renewed && now.Sub(w.granted) >= w.reuseUntil.Sub(w.granted)*3/4:
@@ -465,25 +465,21 @@ func (p *leasePool) takeIdleLocked(cls leaseClass, session string, now time.Time
 // spare is used up by the first of them.
 const spares = 2
 
-// spareRate is the reuse rate (per second) from which a class keeps a
-// spare lease: when its last idle one is taken, another is asked for, so
-// that a burst finds it rather than waiting on an Acquire. Below it a
-// spare would mostly sit idle and go back.
+// spareRate is the reuse rate (per second) from which a class is busy: it
+// keeps spares (a burst finds them rather than waiting on an Acquire) and
+// holds idle leases busyIdle times longer. Below it a spare would mostly
+// sit idle and go back.
 const spareRate = 20
 
 // busyIdle is how many times idleFor a busy class (spareRate) keeps its
 // idle leases.
 const busyIdle = 10
 
-// busyLocked says whether cls reuses at spareRate or more this second (or
-// did in the last one), counting a reuse first when count is set.
-func (p *leasePool) busyLocked(cls leaseClass, count bool) bool {
+// countReuseLocked counts a reuse of cls and says whether the class has
+// reused spareRate leases or more this second.
+func (p *leasePool) countReuseLocked(cls leaseClass) bool {
 	now := time.Now()
 	r := p.rates[cls]
-	if !count {
-		age := now.Sub(r.since)
-		return r.n >= spareRate && age < 2*time.Second || r.last >= spareRate && age < time.Second
-	}
 	if age := now.Sub(r.since); age >= time.Second {
 		last := r.n
 		if age >= 2*time.Second {
@@ -497,6 +493,14 @@ func (p *leasePool) busyLocked(cls leaseClass, count bool) bool {
 	}
 	p.rates[cls] = r
 	return r.n >= spareRate
+}
+
+// busyLocked says whether cls reused spareRate leases or more in its
+// current second or the one before.
+func (p *leasePool) busyLocked(cls leaseClass) bool {
+	r := p.rates[cls]
+	age := time.Since(r.since)
+	return r.n >= spareRate && age < 2*time.Second || r.last >= spareRate && age < time.Second
 }
 
 type reuseRate struct {
@@ -676,7 +680,7 @@ func (p *leasePool) sweep(now, mono time.Time) {
 	for cls, stack := range p.idle {
 		kept := stack[:0]
 		idleFor := p.idleFor
-		if p.busyLocked(cls, false) {
+		if p.busyLocked(cls) {
 			// A busy class's hiccup (a GC, a slow client) needs more leases
 			// at once than its average: kept a while, they absorb it instead
 			// of a burst of Acquires at the slowest moment.

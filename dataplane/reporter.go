@@ -51,7 +51,8 @@ func (r *reporter) run() {
 	full := false
 	for ev := range r.queue {
 		if !full {
-			pauseUntil(last.Add(r.pace))
+			// Never cut short: what is queued meanwhile goes in this call.
+			sleepCtx(context.Background(), time.Until(last.Add(r.pace)))
 		}
 		// A fresh slice per call: nothing the last call was given is
 		// written to while its request may still be in flight.
@@ -85,13 +86,5 @@ func (r *reporter) close(ctx context.Context) {
 	select {
 	case <-r.done:
 	case <-ctx.Done():
-	}
-}
-
-// pauseUntil waits until t (a batch sender's pace: short, and never
-// interrupted, since what is queued meanwhile goes in the next call).
-func pauseUntil(t time.Time) {
-	if d := time.Until(t); d > 0 {
-		time.Sleep(d)
 	}
 }

@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -51,20 +50,19 @@ func upstreamRequest(ctx context.Context, in *http.Request, sf surface, body []b
 			return nil, nil, err
 		}
 	}
+	// Every reader the transport takes reads rb's one copy.
+	rb := &replayBody{b: body, n: len(body)}
 	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
+	if len(body) > 0 {
+		rd, _ = rb.GetBody()
 	}
 	out, err := http.NewRequestWithContext(ctx, in.Method, target, rd)
 	if err != nil {
 		return nil, nil, err
 	}
-	rb := &replayBody{b: body, n: len(body)}
-	if out.ContentLength > 0 {
-		// NewRequest set the length and a GetBody over the bytes.Reader;
-		// every reader now reads rb's one copy.
-		out.Body, _ = rb.GetBody()
-		out.GetBody = rb.GetBody
+	if len(body) > 0 {
+		// NewRequest knows the length of its own readers only.
+		out.ContentLength, out.GetBody = int64(len(body)), rb.GetBody
 	}
 	connHeaders := connectionListed(in.Header)
 	for k, vs := range in.Header {
