@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
 
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5"
@@ -60,5 +64,29 @@ func toConnect(err error) error {
 	if errors.As(err, &ce) {
 		return ce
 	}
+	if databaseDown(err) {
+		// Retryable: callers hold or redeliver until it is back.
+		return connect.NewError(connect.CodeUnavailable, errors.New("database unavailable"))
+	}
 	return connect.NewError(connect.CodeInternal, errors.New("internal error"))
+}
+
+// databaseDown says whether err means Postgres cannot be reached or is
+// restarting (as opposed to a query that failed): connection failures,
+// timeouts, and the server's shutdown, crash and "starting up" errors
+// (SQLSTATE classes 08 and 57P).
+func databaseDown(err error) bool {
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) || pgconn.Timeout(err) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57P")
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return true
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
 }

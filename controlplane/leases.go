@@ -440,6 +440,7 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 			return storeErr(err)
 		}
 		now := l.s.now()
+		at := attemptEnded(o, now)
 		var failures int32
 		stale := false
 		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR {
@@ -472,17 +473,24 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 			}
 		}
 		d = decide(o, attemptFacts{authFailures: failures, oauth: row.AuthKind == enumName(weirv1.AuthKind_AUTH_KIND_OAUTH),
-			family: family, quotaBackoffs: row.QuotaBackoffs, recoveryProbe: row.RecoveryProbe, spent: spent}, now)
+			family: family, quotaBackoffs: row.QuotaBackoffs, recoveryProbe: row.RecoveryProbe, spent: spent}, at)
 		if stale {
 			d.cooldown, d.authFailure = nil, false
 		}
+		if d.cooldown != nil && !d.cooldown.until.After(now) {
+			// A redelivered report whose cooldown is already over.
+			d.cooldown = nil
+		}
+		// An overload answer from before an outage says nothing of the
+		// upstream now: the breakers take only fresh evidence.
+		fresh := now.Sub(at) <= freshOverload
 		// Successes take releaseSuccess and never reach this point.
-		if row.Model != "" && !d.overload {
+		if row.Model != "" && !d.overload && fresh {
 			if err := settleBreaker(ctx, q, row.Provider, family, o.Class, now); err != nil {
 				return err
 			}
 		}
-		if d.overload && row.Model != "" {
+		if d.overload && row.Model != "" && fresh {
 			before, _ := q.GetBreaker(ctx, db.GetBreakerParams{Provider: row.Provider, Family: family})
 			b, err := recordOverload(ctx, q, row.Provider, family, now)
 			if err != nil {
@@ -537,6 +545,24 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 	}
 	return connect.NewResponse(&weirv1.ReleaseResponse{Decision: out}), nil
 }
+
+// freshOverload is how old an overload answer may be and still move a
+// breaker.
+const freshOverload = 10 * time.Second
+
+// attemptEnded dates an outcome: now, or for a report a worker redelivers
+// after an outage, now less its delay, by at most maxReportDelay (a
+// lease row outlives its expiry by the reaper's grace, 10 minutes; an
+// older report finds no lease).
+func attemptEnded(o *weirv1.Outcome, now time.Time) time.Time {
+	d := o.GetDelay().AsDuration()
+	if d <= 0 {
+		return now
+	}
+	return now.Add(-min(d, maxReportDelay))
+}
+
+const maxReportDelay = 10 * time.Minute
 
 // releaseSuccess is Release for a success, in two statements (and the
 // usage headers' upserts when they carry a reading) instead of a

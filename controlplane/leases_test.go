@@ -2,7 +2,6 @@ package controlplane
 
 import (
 	"slices"
-
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
@@ -514,6 +514,55 @@ func TestLateRelease(t *testing.T) {
 	}
 	if got := e.getAccount(a.Id); got.State != weirv1.AccountState_ACCOUNT_STATE_COOLING {
 		t.Errorf("state %v", got.State)
+	}
+}
+
+// TestRedeliveredReleaseIsDatedBack: a Release a worker sends again after
+// an outage carries how long ago its attempt ended; the evidence counts
+// from then. A 60 s retry-after seen 50 s ago cools for the 10 s left;
+// one seen 90 s ago cools nothing; an old overload moves no breaker. A
+// repeat of a delivered Release finds no lease and changes nothing.
+func TestRedeliveredReleaseIsDatedBack(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	_, keyHash := e.createKey("")
+	a, _ := e.createAccount(acct{maxConc: 5})
+	limited := func(delay time.Duration) *weirv1.Outcome {
+		return &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429,
+			Headers: map[string]string{"retry-after": "60"}, Delay: durationpb.New(delay)}
+	}
+
+	l := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash})
+	d := e.release(l.Id, limited(50*time.Second))
+	if d.Cooldown == nil || !d.Cooldown.Until.AsTime().Equal(e.clock.Now().Add(10*time.Second)) {
+		t.Fatalf("cooldown %v, want until now+10s", d.Cooldown)
+	}
+	// The same Release again (its answer was lost): no lease, no change.
+	_, err := e.dp.leases.Release(t.Context(), connect.NewRequest(&weirv1.ReleaseRequest{LeaseId: l.Id, Outcome: limited(0)}))
+	wantCode(t, err, connect.CodeNotFound)
+	if cd := e.getAccount(a.Id).Cooldown; cd == nil || !cd.Until.AsTime().Equal(e.clock.Now().Add(10*time.Second)) {
+		t.Errorf("after the repeat: cooldown %v, want the first one's", cd)
+	}
+
+	e.clock.Advance(11 * time.Second)
+	l = e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash})
+	if d := e.release(l.Id, limited(90*time.Second)); d.Cooldown != nil {
+		t.Errorf("a retry-after over before the report arrived wrote %v", d.Cooldown)
+	}
+	if got := e.getAccount(a.Id).State; got == weirv1.AccountState_ACCOUNT_STATE_COOLING {
+		t.Errorf("state %v after a stale 429", got)
+	}
+
+	l = e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: "claude-sonnet-4-5"})
+	e.release(l.Id, &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, Status: 529,
+		ErrorType: "overloaded_error", Delay: durationpb.New(30 * time.Second)})
+	if n := e.count(`SELECT count(*) FROM overload_breakers WHERE overloads > 0`); n != 0 {
+		t.Errorf("an overload from 30 s ago moved %d breakers", n)
+	}
+	l = e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: "claude-sonnet-4-5"})
+	e.release(l.Id, &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, Status: 529, ErrorType: "overloaded_error"})
+	if n := e.count(`SELECT count(*) FROM overload_breakers WHERE overloads > 0`); n != 1 {
+		t.Errorf("a fresh overload moved %d breakers, want 1", n)
 	}
 }
 

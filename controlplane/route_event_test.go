@@ -83,10 +83,22 @@ func TestRouteEventHoldsAndAttempts(t *testing.T) {
 		t.Errorf("unknown failure stage: %d rows stored with an empty stage, want 1", n)
 	}
 
-	// A request id reported twice (a worker's retry) reads as the newest.
-	e.report(&weirv1.RouteEvent{RequestId: "req-plain", Status: 529, FailureStage: weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT})
-	if got := e.getEvent("req-plain"); got.Status != 529 || got.FailureStage != weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT {
-		t.Errorf("newest report: %v", got)
+	// A request's event redelivered (a worker sending again a batch whose
+	// answer it lost) is stored once: its request id is its identity.
+	again := &weirv1.RouteEvent{RequestId: "req-plain", Status: 529, FailureStage: weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT}
+	e.report(again)
+	if _, err := e.dp.leases.ReportRoutes(t.Context(), connect.NewRequest(&weirv1.ReportRoutesRequest{
+		Events: []*weirv1.RouteEvent{full, again, {RequestId: "req-new", Status: 200}}})); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(`SELECT count(*) FROM route_events WHERE request_id IN ('req-plain', 'req-held')`); n != 2 {
+		t.Errorf("%d rows for two events each reported again, want 2", n)
+	}
+	if got := e.getEvent("req-plain"); got.Status != 200 {
+		t.Errorf("redelivered event replaced the first: %v", got)
+	}
+	if n := e.count(`SELECT count(*) FROM route_events WHERE request_id = 'req-new'`); n != 1 {
+		t.Errorf("the new event in a batch of repeats: %d rows, want 1", n)
 	}
 }
 

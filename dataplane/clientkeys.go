@@ -54,6 +54,12 @@ type keyEntry struct {
 // errKeyRejected is a key the control plane does not know or revoked.
 var errKeyRejected = errors.New("key rejected")
 
+// keyStale is how long past its expiry a verification still admits a key
+// while the control plane cannot be asked: a worker keeps serving (and
+// holding) the agents it knew through a control-plane restart. It admits
+// only: no lease is granted without Acquire checking the key again.
+const keyStale = 10 * time.Minute
+
 // verify returns the key id for a key hash.
 func (c *keyCache) verify(ctx context.Context, hash string) (string, error) {
 	now := c.now()
@@ -68,6 +74,9 @@ func (c *keyCache) verify(ctx context.Context, hash string) (string, error) {
 		if connect.CodeOf(err) == connect.CodePermissionDenied {
 			c.forget(hash)
 			return "", errKeyRejected
+		}
+		if ok && undelivered(err) && now.Before(e.expires.Add(keyStale)) {
+			return e.id, nil
 		}
 		return "", err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
@@ -82,6 +83,11 @@ type leasePool struct {
 	// pending is the ReleaseBatch queue; kick wakes the sender.
 	pending []*weirv1.ReleaseItem
 	kick    chan struct{}
+	// redeliver holds the Releases the control plane did not answer (it
+	// was unreachable); the sender sends them again, oldest first, until
+	// they are answered. A Release is applied once: the first to arrive
+	// ends the lease, a repeat finds none (NotFound).
+	redeliver []redelivery
 
 	// sleep waits d or until ctx ends (Config.Sleep: tests move a virtual
 	// clock with it).
@@ -138,6 +144,33 @@ const maxSessions = 100000
 
 // maxReleaseItems matches the control plane's limit per ReleaseBatch call.
 const maxReleaseItems = 10000
+
+// A redelivery is a Release to send again, and when its attempt ended (on
+// the monotonic clock), so that the control plane can date its evidence.
+type redelivery struct {
+	req   *weirv1.ReleaseRequest
+	ended time.Time
+}
+
+// The outbox's bounds: past them the oldest reports are dropped (and
+// counted). A worker cut off from its control plane for long keeps a few
+// MiB, not everything.
+const (
+	maxRedeliveries = 10000
+	maxPendingItems = 5 * maxReleaseItems
+)
+
+// undelivered says whether a failed call may not have reached the control
+// plane, or found it unable to store it (its database down), so that
+// sending it again can succeed. A refusal (invalid, not found) is final.
+func undelivered(err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable, connect.CodeDeadlineExceeded, connect.CodeUnknown,
+		connect.CodeInternal, connect.CodeAborted, connect.CodeCanceled, connect.CodeResourceExhausted:
+		return true
+	}
+	return false
+}
 
 func newLeasePool(client weirv1connect.LeaseServiceClient, log *slog.Logger, now func() time.Time,
 	sleep func(context.Context, time.Duration) bool, m *metrics, idleFor, pace time.Duration, forgetKeys func()) *leasePool {
@@ -571,11 +604,7 @@ func (p *leasePool) release(ctx context.Context, lease *weirv1.Lease, o *weirv1.
 			delete(p.reusable, lease.Id)
 		}
 		p.mu.Unlock()
-		resp, err := p.client.Release(ctx, connect.NewRequest(&weirv1.ReleaseRequest{LeaseId: lease.Id, Outcome: o}))
-		if err != nil {
-			return nil, err
-		}
-		return resp.Msg.Decision, nil
+		return p.releaseNow(ctx, &weirv1.ReleaseRequest{LeaseId: lease.Id, Outcome: o})
 	}
 	p.mu.Lock()
 	delete(p.reusable, lease.Id)
@@ -585,11 +614,29 @@ func (p *leasePool) release(ctx context.Context, lease *weirv1.Lease, o *weirv1.
 		p.dropAccountLocked(lease.AccountId)
 	}
 	p.mu.Unlock()
-	resp, err := p.client.Release(ctx, connect.NewRequest(&weirv1.ReleaseRequest{LeaseId: lease.Id, Outcome: o}))
-	if err != nil {
-		return nil, err
+	return p.releaseNow(ctx, &weirv1.ReleaseRequest{LeaseId: lease.Id, Outcome: o})
+}
+
+// releaseNow sends a Release. One the control plane may not have stored
+// goes to the outbox, to be sent again once it answers: the caller decides
+// alone meanwhile, and the evidence still arrives.
+func (p *leasePool) releaseNow(ctx context.Context, req *weirv1.ReleaseRequest) (*weirv1.Decision, error) {
+	ended := time.Now()
+	resp, err := p.client.Release(ctx, connect.NewRequest(req))
+	if err == nil {
+		return resp.Msg.Decision, nil
 	}
-	return resp.Msg.Decision, nil
+	if undelivered(err) {
+		p.mu.Lock()
+		p.redeliver = append(p.redeliver, redelivery{req: req, ended: ended})
+		if n := len(p.redeliver) - maxRedeliveries; n > 0 {
+			p.redeliver = slices.Delete(p.redeliver, 0, n)
+			p.metrics.reportsDropped.WithLabelValues("release").Add(float64(n))
+		}
+		p.mu.Unlock()
+		p.wakeSender()
+	}
+	return nil, err
 }
 
 // invalidate applies one WatchPool event.
@@ -732,16 +779,43 @@ func (p *leasePool) enqueueLocked(item *weirv1.ReleaseItem) {
 // goes alone and at once.
 func (p *leasePool) send(ctx context.Context) {
 	defer p.done.Done()
+	backoff := time.Duration(0)
 	for {
 		select {
 		case <-ctx.Done():
-			for p.sendOnce(context.Background()) {
+			// Closing: one last try for what is queued. What the control
+			// plane does not take now is lost, and logged.
+			for {
+				more, err := p.sendOnce(context.Background())
+				if err != nil {
+					p.mu.Lock()
+					n, m := len(p.pending), len(p.redeliver)
+					p.mu.Unlock()
+					p.log.Warn("closing with outcomes the control plane did not take", "successes", n, "releases", m, "err", err)
+					break
+				}
+				if !more {
+					break
+				}
 			}
 			return
 		case <-p.kick:
 		}
 		start := time.Now()
-		if p.sendOnce(ctx) {
+		more, err := p.sendOnce(ctx)
+		if err != nil {
+			// The control plane is unreachable: try again after a pause
+			// that grows while it stays so (what is queued meanwhile
+			// waits; the outbox is bounded).
+			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+			p.log.Warn("outcomes not delivered; sending them again", "in", backoff, "err", err)
+			if sleepCtx(ctx, backoff) {
+				p.wakeSender()
+			}
+			continue
+		}
+		backoff = 0
+		if more {
 			p.wakeSender() // more is queued: the next call goes now
 			continue
 		}
@@ -757,12 +831,17 @@ func (p *leasePool) wakeSender() {
 	}
 }
 
-// sendOnce sends what is queued, up to maxReleaseItems, in one call. It
-// reports whether that call was full and more is queued.
-func (p *leasePool) sendOnce(ctx context.Context) bool {
+// sendOnce sends the Releases to redeliver, then what is queued for
+// ReleaseBatch, up to maxReleaseItems, in one call. It reports whether
+// that call was full and more is queued, or the error that stopped it
+// when the control plane did not take what was sent: that stays queued.
+func (p *leasePool) sendOnce(ctx context.Context) (more bool, err error) {
+	if err := p.redeliverOnce(ctx); err != nil {
+		return false, err
+	}
 	p.mu.Lock()
 	items := p.pending
-	more := len(items) > maxReleaseItems
+	more = len(items) > maxReleaseItems
 	if more {
 		items, p.pending = items[:maxReleaseItems:maxReleaseItems], items[maxReleaseItems:]
 	} else {
@@ -770,23 +849,34 @@ func (p *leasePool) sendOnce(ctx context.Context) bool {
 	}
 	p.mu.Unlock()
 	if len(items) == 0 {
-		return false
+		return false, nil
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	resp, err := p.client.ReleaseBatch(rctx, connect.NewRequest(&weirv1.ReleaseBatchRequest{Items: items}))
 	cancel()
 	if err != nil {
-		// The leases expire on their own; what is lost is the success
-		// records, and a slot each for up to a lease TTL.
-		p.log.Warn("release batch failed", "items", len(items), "err", err)
 		p.mu.Lock()
 		for _, it := range items {
 			if it.Keep {
+				// Not settled in time: the control plane may let the lease
+				// expire meanwhile, so it is not reused here.
 				p.forgetLeaseLocked(it.LeaseId)
 			}
 		}
+		if undelivered(err) {
+			// Sent again (success records are idempotent: each sets the
+			// account's last success and clears its failure counts).
+			p.pending = append(items, p.pending...)
+			if n := len(p.pending) - maxPendingItems; n > 0 {
+				p.pending = slices.Delete(p.pending, 0, n)
+				p.metrics.reportsDropped.WithLabelValues("success").Add(float64(n))
+			}
+			p.mu.Unlock()
+			return false, err
+		}
 		p.mu.Unlock()
-		return more
+		p.log.Warn("release batch refused", "items", len(items), "err", err)
+		return more, nil
 	}
 	if missing := resp.Msg.MissingLeaseIds; len(missing) > 0 {
 		p.mu.Lock()
@@ -795,7 +885,40 @@ func (p *leasePool) sendOnce(ctx context.Context) bool {
 		}
 		p.mu.Unlock()
 	}
-	return more
+	return more, nil
+}
+
+// redeliverOnce sends the Releases the control plane has not answered,
+// oldest first, each dated by how long ago its attempt ended. It stops at
+// the first the control plane still does not take.
+func (p *leasePool) redeliverOnce(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		if len(p.redeliver) == 0 {
+			p.mu.Unlock()
+			return nil
+		}
+		r := p.redeliver[0]
+		p.mu.Unlock()
+		req := proto.CloneOf(r.req)
+		req.Outcome.Delay = durationpb.New(time.Since(r.ended))
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_, err := p.client.Release(rctx, connect.NewRequest(req))
+		cancel()
+		if err != nil && undelivered(err) {
+			return err
+		}
+		if err != nil && connect.CodeOf(err) != connect.CodeNotFound {
+			// NotFound: an earlier try was applied, or the lease was reaped.
+			p.log.Warn("redelivered release refused", "lease_id", req.LeaseId, "err", err)
+		}
+		p.mu.Lock()
+		if len(p.redeliver) > 0 && p.redeliver[0].req == r.req {
+			p.redeliver = p.redeliver[1:]
+		}
+		p.metrics.redelivered.WithLabelValues("release").Inc()
+		p.mu.Unlock()
+	}
 }
 
 // forgetLeaseLocked stops reusing a lease the control plane may no longer

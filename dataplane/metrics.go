@@ -22,6 +22,9 @@ type metrics struct {
 	leasePool     *prometheus.CounterVec
 	poolReady     prometheus.Gauge
 	poolEvents    *prometheus.CounterVec
+	// The outbox: reports the control plane did not take when sent.
+	reportsDropped *prometheus.CounterVec
+	redelivered    *prometheus.CounterVec
 }
 
 // Request outcomes: how a client request ended, one fixed set.
@@ -92,6 +95,20 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		Name: "weir_dataplane_lease_pool_invalidations_total",
 		Help: "Pool watch invalidations applied, by scope: account (one account's state changed) or all.",
 	}, []string{"scope"})
+	m.reportsDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "weir_dataplane_outcomes_dropped_total",
+		Help: "Outcome reports dropped, oldest first, because the worker's outbox was full while the control plane could not take them, by kind: release (a failure's or an unkept success's Release) or success (a batched success).",
+	}, []string{"kind"})
+	m.redelivered = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "weir_dataplane_reports_redelivered_total",
+		Help: "Reports sent again and answered after the control plane had not taken them (unreachable, or its database down), by kind: release or route_events (a batch).",
+	}, []string{"kind"})
+	for _, k := range []string{"release", "success"} {
+		m.reportsDropped.WithLabelValues(k)
+	}
+	for _, k := range []string{"release", "route_events"} {
+		m.redelivered.WithLabelValues(k)
+	}
 	m.poolEvents.WithLabelValues("account")
 	m.poolEvents.WithLabelValues("all")
 	for _, r := range []string{"reused", "acquired", "retry", "class_probe", "prefetch", "shared_none", "queued"} {
@@ -106,6 +123,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		m.usageLimits.WithLabelValues(sf)
 	}
 	reg.MustRegister(m.requests, m.attempts, m.ttfb, m.routesDropped, m.holds, m.holdSeconds, m.usageLimits, m.leasePool, m.poolReady, m.poolEvents,
+		m.reportsDropped, m.redelivered,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

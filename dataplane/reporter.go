@@ -3,6 +3,7 @@ package dataplane
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -20,11 +21,16 @@ type reporter struct {
 	// pace is the least time between two calls' starts.
 	pace  time.Duration
 	queue chan *weirv1.RouteEvent
-	done  chan struct{}
+	// redelivered counts a batch taken after failed tries.
+	redelivered func()
+	// closing ends a wait to send again: the worker is shutting down.
+	closing chan struct{}
+	done    chan struct{}
 }
 
-func newReporter(client weirv1connect.LeaseServiceClient, log *slog.Logger, pace time.Duration, dropped func()) *reporter {
-	r := &reporter{client: client, log: log, dropped: dropped, pace: pace, queue: make(chan *weirv1.RouteEvent, 4096), done: make(chan struct{})}
+func newReporter(client weirv1connect.LeaseServiceClient, log *slog.Logger, pace time.Duration, dropped, redelivered func()) *reporter {
+	r := &reporter{client: client, log: log, dropped: dropped, redelivered: redelivered, pace: pace,
+		queue: make(chan *weirv1.RouteEvent, 4096), closing: make(chan struct{}), done: make(chan struct{})}
 	go r.run()
 	return r
 }
@@ -45,23 +51,44 @@ const maxReportBatch = 256
 // to maxReportBatch, in one call and one transaction. A call goes at most
 // once per pace (unless the last one was full): under load a batch fills
 // meanwhile; after a quiet spell an event goes alone and at once.
+//
+// A batch the control plane did not take (unreachable, or its database
+// down) is sent again, with what queued meanwhile, after a pause that grows
+// while the outage lasts; the control plane stores each request's event
+// once however often it arrives (its request id is its identity). Events
+// queue meanwhile up to the queue's bound, past which they are dropped and
+// counted.
 func (r *reporter) run() {
 	defer close(r.done)
-	var last time.Time
-	full := false
-	for ev := range r.queue {
-		if !full {
-			// Never cut short: what is queued meanwhile goes in this call.
-			sleepCtx(context.Background(), time.Until(last.Add(r.pace)))
+	var (
+		last    time.Time
+		full    bool
+		batch   []*weirv1.RouteEvent
+		backoff time.Duration
+		// drained: the queue is closed and empty; closing: the worker is
+		// shutting down, so a failed call is not tried again.
+		drained, closing bool
+	)
+	for !drained || len(batch) > 0 {
+		if len(batch) == 0 {
+			ev, ok := <-r.queue
+			if !ok {
+				return
+			}
+			if !full {
+				// Never cut short: what is queued meanwhile goes in this call.
+				sleepCtx(context.Background(), time.Until(last.Add(r.pace)))
+			}
+			// A fresh slice per call: nothing the last call was given is
+			// written to while its request may still be in flight.
+			batch = append(make([]*weirv1.RouteEvent, 0, 16), ev)
 		}
-		// A fresh slice per call: nothing the last call was given is
-		// written to while its request may still be in flight.
-		batch := append(make([]*weirv1.RouteEvent, 0, 16), ev)
 	drain:
-		for len(batch) < maxReportBatch {
+		for len(batch) < maxReportBatch && !drained {
 			select {
 			case ev, ok := <-r.queue:
 				if !ok {
+					drained, closing = true, true
 					break drain
 				}
 				batch = append(batch, ev)
@@ -74,14 +101,34 @@ func (r *reporter) run() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err := r.client.ReportRoutes(ctx, connect.NewRequest(&weirv1.ReportRoutesRequest{Events: batch}))
 		cancel()
-		if err != nil {
+		switch {
+		case err == nil:
+			if backoff > 0 {
+				r.redelivered()
+			}
+			batch, backoff = nil, 0
+		case !undelivered(err) || closing:
+			// Refused, or the worker is closing and the control plane is
+			// still away: these events are lost, and logged.
 			r.log.Warn("report routes failed", "events", len(batch), "first_request_id", batch[0].RequestId, "err", err)
+			batch, backoff = nil, 0
+		default:
+			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+			r.log.Warn("report routes failed; sending them again", "events", len(batch), "in", backoff, "err", err)
+			select {
+			case <-time.After(backoff):
+			case <-r.closing:
+				closing = true
+			}
+			// A fresh slice: the failed call's request may still hold it.
+			batch = slices.Clone(batch)
 		}
 	}
 }
 
 // close sends what is queued, waiting until ctx ends.
 func (r *reporter) close(ctx context.Context) {
+	close(r.closing)
 	close(r.queue)
 	select {
 	case <-r.done:

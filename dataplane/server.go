@@ -53,7 +53,7 @@ func New(cfg Config) (*Server, error) {
 		cfg:      cfg,
 		leases:   leases,
 		keys:     &keyCache{client: leases, ttl: cfg.KeyCacheTTL, now: cfg.Now, entries: map[string]keyEntry{}},
-		reporter: newReporter(leases, cfg.Logger, cfg.ReportInterval, m.routesDropped.Inc),
+		reporter: newReporter(leases, cfg.Logger, cfg.ReportInterval, m.routesDropped.Inc, m.redelivered.WithLabelValues("route_events").Inc),
 		keeper:   newKeeper(leases, cfg.Logger),
 		metrics:  m,
 		tracer:   telemetry.TracerProvider(cfg.TracerProvider).Tracer(tracerName),

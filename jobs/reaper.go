@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/riverqueue/river"
+
+	"github.com/weirhq/weir/controlplane/db"
 )
 
 // LeaseReaperArgs is the periodic job that deletes long-expired leases and
@@ -26,10 +28,11 @@ type LeaseReaper struct {
 }
 
 // Work deletes what no longer matters. Expired leases already stopped
-// counting at their expiry; this only keeps the tables small.
+// counting at their expiry; one reaped here was never released, and leaves
+// a "worker_lost" route event.
 func (w *LeaseReaper) Work(ctx context.Context, _ *river.Job[LeaseReaperArgs]) error {
 	now := w.deps.Now()
-	leases, err := w.deps.Queries.DeleteLeasesExpiredBefore(ctx, now.Add(-w.deps.LeaseGrace))
+	leases, err := w.deps.Queries.DeleteLeasesExpiredBefore(ctx, db.DeleteLeasesExpiredBeforeParams{Before: now.Add(-w.deps.LeaseGrace), Now: now})
 	if err != nil {
 		return fmt.Errorf("reap leases: %w", err)
 	}

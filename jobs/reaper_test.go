@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -154,6 +155,33 @@ func TestLeaseReaper(t *testing.T) {
 	}
 	if logs := f.logs.String(); !strings.Contains(logs, "reaped") || !strings.Contains(logs, "leases=4") || !strings.Contains(logs, "sessions=2") {
 		t.Errorf("log %q", logs)
+	}
+
+	// Each reaped lease was never released: it leaves a worker_lost route
+	// event on its account, dated from its grant.
+	var lost []string
+	rows, err := f.pool.Query(t.Context(), `SELECT request_id FROM route_events
+		WHERE error_type = 'worker_lost' AND status = 0 AND account_id = $1 AND started_at < $2 ORDER BY 1`, f.account, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		lost = append(lost, id)
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	for _, id := range []uuid.UUID{ancient, pastGrace, idle61} {
+		if !slices.Contains(lost, "lease_"+id.String()) {
+			t.Errorf("no worker_lost event for reaped lease %s", id)
+		}
+	}
+	if len(lost) != 4 {
+		t.Errorf("%d worker_lost events, want one per reaped lease (4): %v", len(lost), lost)
 	}
 
 	// A second run finds nothing and says nothing.

@@ -67,6 +67,7 @@ FROM ROWS FROM (
 LEFT JOIN client_keys k ON k.id = e.key_id
 LEFT JOIN accounts a ON a.id = e.account_id
 ORDER BY e.ord
+ON CONFLICT (request_id) DO NOTHING
 `
 
 type InsertRouteEventsParams struct {
@@ -97,6 +98,7 @@ type InsertRouteEventsParams struct {
 // dashboards sort by, follow it). An account or key deleted while the
 // request ran detaches the event instead of losing it (the LEFT JOINs);
 // a nil id names none. A time to first byte counts where has_ttfb says so.
+// A redelivered event (its request id is its identity) is stored once.
 func (q *Queries) InsertRouteEvents(ctx context.Context, arg InsertRouteEventsParams) error {
 	_, err := q.db.Exec(ctx, insertRouteEvents,
 		arg.Now,

@@ -68,7 +68,7 @@ func poolReady(t *testing.T, reg *prometheus.Registry) {
 func TestLeaseReuse(t *testing.T) {
 	t.Parallel()
 	cpReg, dpReg := prometheus.NewRegistry(), prometheus.NewRegistry()
-	e := setup(t, options{cpRegistry: cpReg, dpRegistry: dpReg, accounts: []account{{label: "solo", maxConc: 4}}})
+	e := setup(t, options{cpRegistry: cpReg, dpRegistry: dpReg, leaseIdle: time.Second, accounts: []account{{label: "solo", maxConc: 4}}})
 	poolReady(t, dpReg)
 
 	const n = 20
@@ -111,7 +111,7 @@ func TestLeaseReuseStopsOnAnotherWorkersCooldown(t *testing.T) {
 	t.Parallel()
 	const limited = "claude-limited-1"
 	dpReg := prometheus.NewRegistry()
-	e := setup(t, options{dpRegistry: dpReg, accounts: []account{
+	e := setup(t, options{dpRegistry: dpReg, leaseIdle: time.Second, accounts: []account{
 		{label: "first", priority: 10, faults: []sim.Fault{{Kind: sim.FaultRateLimit, RetryAfter: 60, Times: -1, Model: limited}}},
 		{label: "second"},
 	}})
@@ -160,7 +160,7 @@ func TestLeaseReuseStopsOnAnotherWorkersCooldown(t *testing.T) {
 func TestLeaseReuseKeepsTheConcurrencyCap(t *testing.T) {
 	t.Parallel()
 	dpReg := prometheus.NewRegistry()
-	e := setup(t, options{dpRegistry: dpReg, hold: waitFor, deltaDelay: 5e6, accounts: []account{{label: "capped", maxConc: 2}}})
+	e := setup(t, options{dpRegistry: dpReg, hold: 3 * waitFor, deltaDelay: 5e6, accounts: []account{{label: "capped", maxConc: 2}}})
 	poolReady(t, dpReg)
 	_, otherSrv := e.newDataplane(nil)
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
@@ -69,6 +71,10 @@ type options struct {
 	noDataplane bool
 	// reportInterval is the workers' ReportInterval; default 20ms.
 	reportInterval time.Duration
+	// leaseIdle is the workers' LeaseIdle; default 100ms. A test counting
+	// reuses of sequential requests sets it longer: on a loaded machine a
+	// gap between two requests can exceed 100ms.
+	leaseIdle time.Duration
 	// bodyReadTimeout is the workers' BodyReadTimeout; default 2m.
 	bodyReadTimeout time.Duration
 	// logs, when set, receives the control plane's and every worker's
@@ -89,6 +95,10 @@ type options struct {
 	// cpTracer and dpTracer receive the control plane's and the workers'
 	// spans; default none.
 	cpTracer, dpTracer trace.TracerProvider
+	// db is the database; default a fresh one from pgtest.
+	db *pgxpool.Pool
+	// jobs runs River's jobs in the control plane; default off.
+	jobs bool
 	// cpRegistry and dpRegistry receive their metrics; default new ones.
 	cpRegistry, dpRegistry *prometheus.Registry
 }
@@ -105,9 +115,12 @@ func (o options) holdBudget() time.Duration {
 type env struct {
 	t *testing.T
 
-	cpSrv   *httptest.Server
-	dpToken string
-	admin   string // the admin token
+	cp        *controlplane.Server
+	cpSrv     *httptest.Server
+	pool      *pgxpool.Pool
+	secretKey []byte
+	dpToken   string
+	admin     string // the admin token
 
 	sim      *sim.Server
 	simSrv   *httptest.Server
@@ -151,38 +164,17 @@ func setup(t *testing.T, opts options) *env {
 		opts.now = opts.virtual.Now
 	}
 	e := &env{t: t, opts: opts, ids: map[string]string{}, labels: map[string]string{}, creds: map[string]string{}}
-	pool := pgtest.NewPool(t)
+	pool := opts.db
+	if pool == nil {
+		pool = pgtest.NewPool(t)
+	}
 
-	admin := "admin-" + randHex(16)
+	e.admin = "admin-" + randHex(16)
 	e.dpToken = "dataplane-" + randHex(16)
-	e.admin = admin
-	cp, err := controlplane.New(controlplane.Config{
-		AdminToken:     admin,
-		DataplaneToken: e.dpToken,
-		SecretKey:      []byte(randHex(16)),
-		LeaseTTL:       opts.leaseTTL,
-		Now:            opts.now,
-		Logger:         opts.logger(),
-		DisableJobs:    true,
-		CapacityHold:   opts.holdBudget(),
-		TracerProvider: opts.cpTracer,
-		Registry:       opts.cpRegistry,
-	}, pool)
-	if err != nil {
-		t.Fatalf("controlplane.New: %v", err)
-	}
-	// The pool watch (River's jobs are off): workers reuse leases only
-	// while it streams.
-	if err := cp.Start(context.Background()); err != nil {
-		t.Fatalf("start control plane: %v", err)
-	}
-	t.Cleanup(func() { cp.Stop(context.Background()) }) //nolint:errcheck // teardown
-	e.cpSrv = httptest.NewUnstartedServer(cp.Handler())
-	e.cpSrv.Config.Protocols = new(http.Protocols)
-	e.cpSrv.Config.Protocols.SetHTTP1(true)
-	e.cpSrv.Config.Protocols.SetUnencryptedHTTP2(true)
-	e.cpSrv.Start()
-	t.Cleanup(func() { closeServer(e.cpSrv) })
+	e.secretKey = []byte(randHex(16))
+	e.pool = pool
+	e.startControlPlane("127.0.0.1:0")
+	admin := e.admin
 
 	script := sim.Script{AcceptUnknown: true}
 	for _, a := range opts.accounts {
@@ -269,6 +261,58 @@ func setup(t *testing.T, opts options) *env {
 	return e
 }
 
+// startControlPlane starts a control plane on e's database, listening on
+// addr (a restart passes the address the workers know).
+func (e *env) startControlPlane(addr string) {
+	e.t.Helper()
+	opts := e.opts
+	cp, err := controlplane.New(controlplane.Config{
+		AdminToken:     e.admin,
+		DataplaneToken: e.dpToken,
+		SecretKey:      e.secretKey,
+		LeaseTTL:       opts.leaseTTL,
+		Now:            opts.now,
+		Logger:         opts.logger(),
+		DisableJobs:    !opts.jobs,
+		CapacityHold:   opts.holdBudget(),
+		TracerProvider: opts.cpTracer,
+		Registry:       opts.cpRegistry,
+	}, e.pool)
+	if err != nil {
+		e.t.Fatalf("controlplane.New: %v", err)
+	}
+	// The pool watch (and River, when its jobs are on): workers reuse
+	// leases only while the watch streams.
+	if err := cp.Start(context.Background()); err != nil {
+		e.t.Fatalf("start control plane: %v", err)
+	}
+	e.cp = cp
+	e.t.Cleanup(func() { cp.Stop(context.Background()) }) //nolint:errcheck // teardown
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		e.t.Fatalf("control plane listen on %s: %v", addr, err)
+	}
+	srv := httptest.NewUnstartedServer(cp.Handler())
+	srv.Listener.Close() //nolint:errcheck // replaced
+	srv.Listener = ln
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	e.cpSrv = srv
+	e.t.Cleanup(func() { closeServer(srv) })
+}
+
+// stopControlPlane kills the control plane: its connections are cut, its
+// listener closed, its pool watch ended. It returns the address it had.
+func (e *env) stopControlPlane() string {
+	e.t.Helper()
+	addr := e.cpSrv.Listener.Addr().String()
+	closeServer(e.cpSrv)
+	e.cp.Stop(context.Background()) //nolint:errcheck // a kill: what it says does not matter
+	return addr
+}
+
 // logger is where the servers log: opts.logs at debug level, or nowhere.
 func (o options) logger() *slog.Logger {
 	if o.logs == nil {
@@ -292,6 +336,7 @@ func (e *env) newDataplane(cpClient *http.Client) (*dataplane.Server, *httptest.
 		MaxBodyBytes:    e.opts.maxBodyBytes,
 		MaxAttempts:     e.opts.maxAttempts,
 		ReportInterval:  e.opts.reportInterval,
+		LeaseIdle:       e.opts.leaseIdle,
 		BodyReadTimeout: e.opts.bodyReadTimeout,
 		ControlPlane:    cpClient,
 		Logger:          e.opts.logger(),
@@ -578,6 +623,17 @@ func (rc *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rc.mu.Unlock()
 	}()
 	rc.next.ServeHTTP(&recordingWriter{ResponseWriter: w, rc: rc, x: x}, r)
+}
+
+// running is how many requests the upstream is serving now.
+func (rc *recorder) running() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	n := 0
+	for _, v := range rc.inflight {
+		n += v
+	}
+	return n
 }
 
 // peakConcurrency is the most requests the upstream ran at once with a

@@ -90,6 +90,10 @@ type Config struct {
 	// fsync=off etc.). port, listen_addresses, unix_socket_directories and
 	// data_directory are reserved.
 	ExtraSettings map[string]string
+	// Port fixes the loopback TCP port, so that a cluster stopped and
+	// started again keeps its URL. Default 0: a free port, picked anew on
+	// each start.
+	Port int
 }
 
 // Validate reports the first bad field.
@@ -98,6 +102,9 @@ func (c Config) Validate() error {
 		return errors.New("pgembed: DataDir is required")
 	}
 	// 63 bytes is NAMEDATALEN-1: longer names would be silently truncated.
+	if c.Port < 0 || c.Port > 65535 {
+		return fmt.Errorf("pgembed: Port %d is not a TCP port", c.Port)
+	}
 	if len(c.Database) > 63 || strings.ContainsRune(c.Database, 0) {
 		return fmt.Errorf("pgembed: Database %q must be at most 63 bytes and contain no NUL", c.Database)
 	}
@@ -124,7 +131,9 @@ type Cluster struct {
 	sockDir  string
 	tempSock bool // sockDir is ours to remove on Stop
 	port     int
-	pm       *postmaster
+	// fixedPort is Config.Port: 0 picks a free port per launch.
+	fixedPort int
+	pm        *postmaster
 
 	ready    atomic.Bool // Start succeeded: an exit from now on is a crash
 	stopping atomic.Bool
@@ -172,10 +181,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 
 	c := &Cluster{
-		log:      log,
-		database: cfg.Database,
-		pgdata:   filepath.Join(dataDir, "pgdata"),
-		logPath:  filepath.Join(dataDir, "postgres.log"),
+		log:       log,
+		database:  cfg.Database,
+		pgdata:    filepath.Join(dataDir, "pgdata"),
+		logPath:   filepath.Join(dataDir, "postgres.log"),
+		fixedPort: cfg.Port,
 	}
 	env := childEnv(binDir, c.pgdata, acct)
 	version, err := serverVersion(ctx, binDir, env)
@@ -204,7 +214,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 
 	for attempt := 1; ; attempt++ {
 		c.pm, err = c.launch(ctx, binDir, env, acct, cfg.ExtraSettings, logFile)
-		if !errors.Is(err, errPortTaken) || attempt == startAttempts {
+		if !errors.Is(err, errPortTaken) || attempt == startAttempts || cfg.Port != 0 {
 			break
 		}
 		log.Info("pgembed: port taken before postgres could bind it; retrying", slog.Int("port", c.port), slog.Int("attempt", attempt))
@@ -227,6 +237,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 // URL returns the connection URL for the configured database over TCP
 // loopback, which every client supports.
 func (c *Cluster) URL() string { return c.URLFor(c.database) }
+
+// Port is the TCP port the cluster listens on (127.0.0.1).
+func (c *Cluster) Port() int { return c.port }
 
 // URLFor returns the connection URL for another database in the cluster.
 func (c *Cluster) URLFor(database string) string {
@@ -466,12 +479,15 @@ func (c *Cluster) removeSocketDir() {
 // the port we picked; Start retries those with a new port.
 var errPortTaken = errors.New("pgembed: port already in use")
 
-// launch starts the postmaster on a fresh port and waits until it accepts
+// launch starts the postmaster on a fresh port (or the fixed one) and waits until it accepts
 // connections.
 func (c *Cluster) launch(ctx context.Context, binDir string, env []string, acct *account, extra map[string]string, logFile *os.File) (*postmaster, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
+	port := c.fixedPort
+	if port == 0 {
+		var err error
+		if port, err = freePort(); err != nil {
+			return nil, err
+		}
 	}
 	c.port = port
 	args := []string{

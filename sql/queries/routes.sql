@@ -25,7 +25,9 @@ FROM ROWS FROM (
     hold_count, failure_stage, attempts_json, ord)
 LEFT JOIN client_keys k ON k.id = e.key_id
 LEFT JOIN accounts a ON a.id = e.account_id
-ORDER BY e.ord;
+ORDER BY e.ord
+-- A redelivered event (its request id is its identity) is stored once.
+ON CONFLICT (request_id) DO NOTHING;
 
 -- name: GetRouteEvent :one
 SELECT * FROM route_events WHERE request_id = @request_id ORDER BY id DESC LIMIT 1;

@@ -1084,7 +1084,12 @@ type Outcome struct {
 	// headers are read by the control plane from headers.
 	Quota *QuotaEvidence `protobuf:"bytes,13,opt,name=quota,proto3" json:"quota,omitempty"`
 	// The upstream's error message, one line, without secrets.
-	ErrorMessage  string `protobuf:"bytes,14,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	ErrorMessage string `protobuf:"bytes,14,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	// How long after the attempt ended this outcome is reported: nonzero
+	// for a report a worker redelivers after the control plane was
+	// unreachable. The control plane dates the attempt's evidence back by
+	// it (a 60 s retry-after seen 50 s ago cools the account for 10 s).
+	Delay         *durationpb.Duration `protobuf:"bytes,15,opt,name=delay,proto3" json:"delay,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1215,6 +1220,13 @@ func (x *Outcome) GetErrorMessage() string {
 		return x.ErrorMessage
 	}
 	return ""
+}
+
+func (x *Outcome) GetDelay() *durationpb.Duration {
+	if x != nil {
+		return x.Delay
+	}
+	return nil
 }
 
 type WorkerSettingsRequest struct {
@@ -2216,7 +2228,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x12RenewBatchResponse\x12*\n" +
 	"\x11renewed_lease_ids\x18\x01 \x03(\tR\x0frenewedLeaseIds\x129\n" +
 	"\n" +
-	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x99\x05\n" +
+	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xca\x05\n" +
 	"\aOutcome\x12+\n" +
 	"\x05class\x18\x01 \x01(\x0e2\x15.weir.v1.OutcomeClassR\x05class\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\x05R\x06status\x12\x1d\n" +
@@ -2233,7 +2245,8 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x0fprior_overloads\x18\v \x01(\x05R\x0epriorOverloads\x12!\n" +
 	"\fprior_bursts\x18\f \x01(\x05R\vpriorBursts\x12,\n" +
 	"\x05quota\x18\r \x01(\v2\x16.weir.v1.QuotaEvidenceR\x05quota\x12#\n" +
-	"\rerror_message\x18\x0e \x01(\tR\ferrorMessage\x1a:\n" +
+	"\rerror_message\x18\x0e \x01(\tR\ferrorMessage\x12/\n" +
+	"\x05delay\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\x05delay\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x17\n" +
@@ -2421,51 +2434,52 @@ var file_weir_v1_lease_proto_depIdxs = []int32{
 	37, // 21: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
 	37, // 22: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
 	39, // 23: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
-	40, // 24: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
-	15, // 25: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
-	41, // 26: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
-	21, // 27: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
-	15, // 28: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
-	36, // 29: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
-	37, // 30: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
-	37, // 31: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
-	36, // 32: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
-	37, // 33: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
-	1,  // 34: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
-	26, // 35: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
-	37, // 36: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
-	38, // 37: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
-	42, // 38: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
-	37, // 39: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
-	25, // 40: weir.v1.ReportRouteRequest.event:type_name -> weir.v1.RouteEvent
-	25, // 41: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
-	4,  // 42: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
-	6,  // 43: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
-	16, // 44: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
-	11, // 45: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
-	13, // 46: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
-	18, // 47: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
-	20, // 48: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
-	23, // 49: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
-	27, // 50: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
-	29, // 51: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
-	2,  // 52: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
-	5,  // 53: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
-	7,  // 54: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
-	17, // 55: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
-	12, // 56: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
-	14, // 57: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
-	19, // 58: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
-	22, // 59: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
-	24, // 60: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
-	28, // 61: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
-	30, // 62: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
-	3,  // 63: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
-	53, // [53:64] is the sub-list for method output_type
-	42, // [42:53] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	37, // 24: weir.v1.Outcome.delay:type_name -> google.protobuf.Duration
+	40, // 25: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
+	15, // 26: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
+	41, // 27: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
+	21, // 28: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
+	15, // 29: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
+	36, // 30: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
+	37, // 31: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
+	37, // 32: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
+	36, // 33: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
+	37, // 34: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
+	1,  // 35: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
+	26, // 36: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
+	37, // 37: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
+	38, // 38: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
+	42, // 39: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
+	37, // 40: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
+	25, // 41: weir.v1.ReportRouteRequest.event:type_name -> weir.v1.RouteEvent
+	25, // 42: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
+	4,  // 43: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
+	6,  // 44: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
+	16, // 45: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
+	11, // 46: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
+	13, // 47: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
+	18, // 48: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
+	20, // 49: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
+	23, // 50: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
+	27, // 51: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
+	29, // 52: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
+	2,  // 53: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
+	5,  // 54: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
+	7,  // 55: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
+	17, // 56: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
+	12, // 57: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
+	14, // 58: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
+	19, // 59: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
+	22, // 60: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
+	24, // 61: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
+	28, // 62: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
+	30, // 63: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
+	3,  // 64: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
+	54, // [54:65] is the sub-list for method output_type
+	43, // [43:54] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_lease_proto_init() }

@@ -1,0 +1,140 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/weirhq/weir/internal/migrate"
+	"github.com/weirhq/weir/internal/pgembed"
+	"github.com/weirhq/weir/jobs"
+)
+
+// privateCluster starts a Postgres of the test's own (the shared one
+// serves every other test and must not restart), migrated, on a fixed
+// port so that it can be restarted at the same URL.
+func privateCluster(t *testing.T, dir string, port int) *pgembed.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c, err := pgembed.Start(ctx, pgembed.Config{DataDir: dir, Database: "weir", Port: port,
+		ExtraSettings: map[string]string{"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}})
+	if err != nil {
+		t.Fatalf("start postgres: %v", err)
+	}
+	t.Cleanup(func() { c.Stop(context.Background()) }) //nolint:errcheck // teardown
+	return c
+}
+
+// TestPostgresRestartUnderLoad: Postgres is shut down under load from two
+// workers and started again on the same address.
+//   - The control plane answers "unavailable" meanwhile: streams in flight
+//     finish, new requests are held, and every client gets a 200.
+//   - Its pgx pool reconnects by itself; River takes jobs again.
+//   - What could not be stored meanwhile (Releases, route events) is sent
+//     again by the workers and stored once: nothing is lost.
+func TestPostgresRestartUnderLoad(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cluster := privateCluster(t, dir, 0)
+	port := cluster.Port()
+	cfg, err := pgxpool.ParseConfig(cluster.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := migrate.Up(t.Context(), pool); err != nil {
+		t.Fatal(err)
+	}
+
+	dpReg := prometheus.NewRegistry()
+	e := setup(t, options{
+		db:          pool,
+		jobs:        true,
+		hold:        time.Minute,
+		deltaDelay:  15 * time.Millisecond,
+		noDataplane: true,
+		dpRegistry:  dpReg,
+		accounts:    []account{{label: "a", maxConc: 16}, {label: "b", maxConc: 16}},
+	})
+	_, w1 := e.newDataplane(nil)
+	_, w2 := e.newDataplane(nil)
+	l := e.startLoad(8, w1.URL, w2.URL)
+	defer l.finish()
+	start := time.Now()
+	eventually(t, "load to be served", func() bool { return l.count(start) >= 30 })
+
+	holdsBefore := metricValue(t, dpReg, "weir_dataplane_holds_total", nil)
+	stoppedAt := time.Now()
+	if err := cluster.Stop(t.Context()); err != nil {
+		t.Fatalf("stop postgres: %v", err)
+	}
+	eventually(t, "the attempts running at the stop to end, and new requests to be held", func() bool {
+		return e.upstream.running() == 0 && metricValue(t, dpReg, "weir_dataplane_holds_total", nil) >= holdsBefore+4
+	})
+	restartedAt := time.Now()
+	privateCluster(t, dir, port)
+	eventually(t, "load to be served again", func() bool { return l.count(restartedAt) >= 30 })
+	results := l.finish()
+
+	var ids []string
+	finishedDuring, heldThrough := 0, 0
+	for _, r := range results {
+		if r.err != nil || r.status != http.StatusOK || !r.complete {
+			t.Errorf("request %s (stream %v, started %v after the stop): status %d complete %v err %v",
+				r.id, r.stream, r.started.Sub(stoppedAt), r.status, r.complete, r.err)
+			continue
+		}
+		ids = append(ids, r.id)
+		if r.ended.After(stoppedAt) && r.ended.Before(restartedAt) {
+			finishedDuring++
+		}
+		if r.started.After(stoppedAt) && r.started.Before(restartedAt) {
+			heldThrough++
+		}
+	}
+	t.Logf("%d requests; %d finished during the %v outage, %d arrived during it and were held until it ended",
+		len(results), finishedDuring, restartedAt.Sub(stoppedAt).Round(time.Millisecond), heldThrough)
+	if finishedDuring == 0 || heldThrough == 0 {
+		t.Fatalf("the outage saw %d requests finish and %d arrive: nothing to prove", finishedDuring, heldThrough)
+	}
+
+	e.leasesReleased()
+	eventually(t, "every request's route event", func() bool {
+		var n int
+		if err := e.pool.QueryRow(t.Context(), `SELECT count(*) FROM route_events WHERE request_id = ANY($1)`, ids).Scan(&n); err != nil {
+			t.Logf("count route events: %v", err)
+			return false
+		}
+		return n == len(ids)
+	})
+
+	// River takes jobs again: one inserted now runs to completion.
+	ins, err := river.NewClient[pgx.Tx](riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := ins.Insert(t.Context(), jobs.LeaseReaperArgs{}, nil)
+	if err != nil {
+		t.Fatalf("insert a job after the restart: %v", err)
+	}
+	eventually(t, "a job inserted after the restart to complete", func() bool {
+		var state string
+		if err := pool.QueryRow(t.Context(), `SELECT state FROM river_job WHERE id = $1`, job.Job.ID).Scan(&state); err != nil {
+			t.Fatal(err)
+		}
+		return state == "completed"
+	})
+}
