@@ -17,13 +17,15 @@ import (
 // rejected, a client's bad key, a bad body) and the operators' reads
 // (accounts, route events, both servers' metrics), and scans everything it
 // produced (every log line of the control plane and the worker at debug
-// level, every response's headers and body) for any credential: the
+// level, every response's headers and body, every span's attributes and
+// events on both sides) for any credential: the
 // accounts' keys and tokens, the client key, the admin and data-plane
 // tokens. None may appear.
 func TestSecretsNeverLeak(t *testing.T) {
 	t.Parallel()
 	logs := &syncbuf.Buffer{}
-	e := setup(t, options{logs: logs, accounts: []account{
+	exp, opts := tracing(t)
+	e := setup(t, options{logs: logs, cpTracer: opts.cpTracer, dpTracer: opts.dpTracer, accounts: []account{
 		{label: "limited", priority: 10, faults: []sim.Fault{{Kind: sim.FaultRateLimit, RetryAfter: 30}}},
 		{label: "rejected", priority: 5, faults: []sim.Fault{{Kind: sim.FaultRevoked}}},
 		{label: "max", oauth: true},
@@ -73,7 +75,24 @@ func TestSecretsNeverLeak(t *testing.T) {
 	for label, cred := range e.creds {
 		secrets["credential of "+label] = cred
 	}
-	everything := logs.String() + "\n" + seen.String()
+	// Every span's name, attributes, events and status, of both servers.
+	var spans strings.Builder
+	for _, sp := range exp.GetSpans() {
+		spans.WriteString(sp.Name + " " + sp.Status.Description + "\n")
+		for _, kv := range sp.Attributes {
+			spans.WriteString(string(kv.Key) + "=" + kv.Value.Emit() + "\n")
+		}
+		for _, ev := range sp.Events {
+			spans.WriteString(ev.Name + "\n")
+			for _, kv := range ev.Attributes {
+				spans.WriteString(string(kv.Key) + "=" + kv.Value.Emit() + "\n")
+			}
+		}
+	}
+	if spans.Len() == 0 {
+		t.Fatal("no spans were recorded: the scan of trace attributes would prove nothing")
+	}
+	everything := logs.String() + "\n" + seen.String() + "\n" + spans.String()
 	if len(logs.String()) == 0 {
 		t.Fatal("the servers logged nothing: the scan would prove nothing")
 	}
@@ -90,5 +109,6 @@ func TestSecretsNeverLeak(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("scanned %d bytes of logs and %d of answers for %d secrets", len(logs.String()), seen.Len(), len(secrets))
+	t.Logf("scanned %d bytes of logs, %d of answers and %d of %d spans for %d secrets",
+		len(logs.String()), seen.Len(), spans.Len(), len(exp.GetSpans()), len(secrets))
 }
