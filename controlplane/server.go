@@ -49,7 +49,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	seal, err := newSealer(cfg.SecretKey)
+	seal, err := newSealer(cfg.SecretKey, cfg.PreviousSecretKeys...)
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: %w", err)
 	}
