@@ -29,7 +29,7 @@ type Config struct {
 	SecretKey []byte
 	// PreviousSecretKeys are retired keys that still open credentials
 	// sealed before a key rotation (comma-separated in the environment,
-	// each as WEIR_SECRET_KEY); new seals always use SecretKey. Keep a key
+	// each as WEIR_SECRET_KEY); new seals always use the current key. Keep a key
 	// here until 'weir secrets rotate' has re-sealed everything under the
 	// current one. Default none. Env: WEIR_SECRET_KEY_PREVIOUS.
 	PreviousSecretKeys [][]byte

@@ -17,10 +17,11 @@ var updateReadme = flag.Bool("update", false, "rewrite the README's configuratio
 // Config field that names it ("Env: WEIR_X."): the struct is the source.
 var reference = []configdoc.Var{
 	{Name: "WEIR_DATA_DIR", UsedBy: "dev, operator commands", Meaning: "data directory (default `~/.local/share/weir`)"},
-	{Name: "WEIR_DATABASE_URL", UsedBy: "controlplane, migrate, dev", Meaning: "Postgres URL; `weir dev` without it runs an embedded cluster"},
+	{Name: "WEIR_DATABASE_URL", UsedBy: "controlplane, migrate, secrets rotate, dev", Meaning: "Postgres URL; `weir dev` without it runs an embedded cluster"},
 	{Name: "WEIR_ADMIN_TOKEN", UsedBy: "controlplane, operator commands"},
 	{Name: "WEIR_DATAPLANE_TOKEN", UsedBy: "controlplane, dataplane"},
-	{Name: "WEIR_SECRET_KEY", UsedBy: "controlplane"},
+	{Name: "WEIR_SECRET_KEY", UsedBy: "controlplane, secrets rotate"},
+	{Name: "WEIR_SECRET_KEY_PREVIOUS", UsedBy: "controlplane, dev, secrets rotate"},
 	{Name: "WEIR_OAUTH_TOKEN_URL", UsedBy: "controlplane, login"},
 	{Name: "WEIR_OAUTH_AUTHORIZE_URL", UsedBy: "login", Meaning: "`weir login claude`'s authorization endpoint (default `https://claude.ai/oauth/authorize`)"},
 	{Name: "WEIR_OAUTH_CLIENT_ID", UsedBy: "controlplane"},

@@ -110,16 +110,43 @@ func controlPlaneConfig(e env, log *slog.Logger) (controlplane.Config, error) {
 	if err := metricsConfig(e, &cfg); err != nil {
 		return cfg, err
 	}
+	key, previous, err := secretKeys(e)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.SecretKey, cfg.PreviousSecretKeys = key, previous
+	return cfg, cfg.Validate()
+}
+
+// secretKeys reads the sealing key, WEIR_SECRET_KEY (required), and the
+// retired ones that still open, WEIR_SECRET_KEY_PREVIOUS (comma-separated).
+// Errors name the variable, never the value.
+func secretKeys(e env) (current []byte, previous [][]byte, err error) {
 	raw := e.getenv("WEIR_SECRET_KEY")
 	if raw == "" {
-		return cfg, errors.New("WEIR_SECRET_KEY is required (32 bytes, hex or base64; e.g. openssl rand -hex 32)")
+		return nil, nil, errors.New("WEIR_SECRET_KEY is required (32 bytes, hex or base64; e.g. openssl rand -hex 32)")
 	}
-	key, err := controlplane.ParseSecretKey(raw)
-	if err != nil {
-		return cfg, fmt.Errorf("WEIR_SECRET_KEY: %w", err)
+	if current, err = controlplane.ParseSecretKey(raw); err != nil {
+		return nil, nil, fmt.Errorf("WEIR_SECRET_KEY: %w", err)
 	}
-	cfg.SecretKey = key
-	return cfg, cfg.Validate()
+	previous, err = previousSecretKeys(e)
+	return current, previous, err
+}
+
+// previousSecretKeys reads WEIR_SECRET_KEY_PREVIOUS.
+func previousSecretKeys(e env) ([][]byte, error) {
+	var keys [][]byte
+	for i, raw := range strings.Split(e.getenv("WEIR_SECRET_KEY_PREVIOUS"), ",") {
+		if strings.TrimSpace(raw) == "" {
+			continue
+		}
+		k, err := controlplane.ParseSecretKey(raw)
+		if err != nil {
+			return nil, fmt.Errorf("WEIR_SECRET_KEY_PREVIOUS: key %d: %w", i+1, err)
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
 }
 
 // capacityConfig reads WEIR_CAPACITY_HOLD and WEIR_REQUEST_DEADLINE, the
