@@ -33,6 +33,14 @@ type Config struct {
 	// here until 'weir secrets rotate' has re-sealed everything under the
 	// current one. Default none. Env: WEIR_SECRET_KEY_PREVIOUS.
 	PreviousSecretKeys [][]byte
+	// LeaseClientCert makes LeaseService (the data-plane RPCs) refuse a
+	// call that did not come over TLS with a client certificate the TLS
+	// server verified: mTLS between data planes and the control plane, on
+	// top of the data-plane token. Other services take calls without one
+	// (operators' commands, the dashboard). The binary sets it, and has
+	// the TLS server verify certificates given, when
+	// WEIR_CONTROLPLANE_CLIENT_CA names the data planes' CA. Default false.
+	LeaseClientCert bool
 	// LeaseTTL is how long a lease lives without renewal. Default 30s.
 	LeaseTTL time.Duration
 	// LeaseReuse is how long after its grant a lease may serve further

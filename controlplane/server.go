@@ -137,7 +137,11 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(weirv1connect.NewAccountServiceHandler(accountService{s: s}, opts))
 	mux.Handle(weirv1connect.NewKeyServiceHandler(keyService{s: s}, opts))
-	mux.Handle(weirv1connect.NewLeaseServiceHandler(leaseService{s: s}, opts))
+	leasePath, leaseHandler := weirv1connect.NewLeaseServiceHandler(leaseService{s: s}, opts)
+	if s.cfg.LeaseClientCert {
+		leaseHandler = requireClientCert(leaseHandler)
+	}
+	mux.Handle(leasePath, leaseHandler)
 	mux.Handle(weirv1connect.NewRouteServiceHandler(routeService{s: s}, opts))
 	mux.Handle(weirv1connect.NewSettingsServiceHandler(settingsService{s: s}, opts))
 	mux.Handle(weirv1connect.NewAliasServiceHandler(aliasService{s: s}, opts))

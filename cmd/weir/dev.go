@@ -198,7 +198,7 @@ func runDev(ctx context.Context, args []string, e env) error {
 		return fmt.Errorf("weir dev: %w", err)
 	}
 	defer stopDPTracing()
-	goRun("control plane", cpCtx, func(c context.Context) error { return serveControlPlane(c, cpCfg, pool, cpLn, log) })
+	goRun("control plane", cpCtx, func(c context.Context) error { return serveControlPlane(c, cpCfg, pool, cpLn, nil, log) })
 	simURL := ""
 	if *simulate {
 		simURL = "http://" + simLn.Addr().String()
@@ -224,7 +224,7 @@ func runDev(ctx context.Context, args []string, e env) error {
 	dpCfg := dataplane.Config{ControlPlaneURL: cpURL, Token: secrets.dataplane, Logger: log, TracerProvider: dpTP}
 	dpDone := make(chan error, 1)
 	go func() {
-		err := serveDataPlane(ctx, dpCfg, dpLn, log)
+		err := serveDataPlane(ctx, dpCfg, dpLn, nil, log)
 		if err != nil {
 			cancelAll(err)
 		}

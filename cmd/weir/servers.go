@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -240,6 +241,11 @@ func runControlPlane(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return fmt.Errorf("weir controlplane: %w", err)
 	}
+	tc, requireClientCert, err := controlPlaneTLS(e, log)
+	if err != nil {
+		return fmt.Errorf("weir controlplane: %w", err)
+	}
+	cfg.LeaseClientCert = requireClientCert
 	tp, stopTracing, err := tracing(ctx, e, telemetry.ServiceControlplane, log)
 	if err != nil {
 		return fmt.Errorf("weir controlplane: %w", err)
@@ -258,12 +264,13 @@ func runControlPlane(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	log.Info("control plane listening", "addr", ln.Addr().String())
-	return serveControlPlane(ctx, cfg, pool, ln, log)
+	log.Info("control plane listening", "addr", ln.Addr().String(), "tls", tc != nil, "lease_client_cert", requireClientCert)
+	return serveControlPlane(ctx, cfg, pool, ln, tc, log)
 }
 
-// serveControlPlane runs one replica until ctx ends.
-func serveControlPlane(ctx context.Context, cfg controlplane.Config, pool *pgxpool.Pool, ln net.Listener, log *slog.Logger) error {
+// serveControlPlane runs one replica until ctx ends, over TLS when tc is
+// set.
+func serveControlPlane(ctx context.Context, cfg controlplane.Config, pool *pgxpool.Pool, ln net.Listener, tc *tls.Config, log *slog.Logger) error {
 	cp, err := controlplane.New(cfg, pool)
 	if err != nil {
 		return err
@@ -271,7 +278,7 @@ func serveControlPlane(ctx context.Context, cfg controlplane.Config, pool *pgxpo
 	if err := cp.Start(ctx); err != nil {
 		return err
 	}
-	err = serve.Run(ctx, ln, cp.Handler(), serve.Options{Logger: log})
+	err = serve.Run(ctx, ln, cp.Handler(), serve.Options{Logger: log, TLS: tc})
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	return errors.Join(err, cp.Stop(sctx))
@@ -303,6 +310,15 @@ func runDataPlane(ctx context.Context, args []string, e env) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("weir dataplane: %w", err)
 	}
+	hc, err := controlPlaneClient(e, cfg.ControlPlaneURL, true, log)
+	if err != nil {
+		return fmt.Errorf("weir dataplane: %w", err)
+	}
+	cfg.ControlPlane = hc
+	tc, err := dataPlaneTLS(e, log)
+	if err != nil {
+		return fmt.Errorf("weir dataplane: %w", err)
+	}
 	tp, stopTracing, err := tracing(ctx, e, telemetry.ServiceDataplane, log)
 	if err != nil {
 		return fmt.Errorf("weir dataplane: %w", err)
@@ -313,16 +329,17 @@ func runDataPlane(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	log.Info("data plane listening", "addr", ln.Addr().String())
-	return serveDataPlane(ctx, cfg, ln, log)
+	log.Info("data plane listening", "addr", ln.Addr().String(), "tls", tc != nil)
+	return serveDataPlane(ctx, cfg, ln, tc, log)
 }
 
-func serveDataPlane(ctx context.Context, cfg dataplane.Config, ln net.Listener, log *slog.Logger) error {
+// serveDataPlane runs a worker until ctx ends, over TLS when tc is set.
+func serveDataPlane(ctx context.Context, cfg dataplane.Config, ln net.Listener, tc *tls.Config, log *slog.Logger) error {
 	dp, err := dataplane.New(cfg)
 	if err != nil {
 		return err
 	}
-	err = serve.Run(ctx, ln, dp.Handler(), serve.Options{Logger: log, ShutdownTimeout: 30 * time.Second})
+	err = serve.Run(ctx, ln, dp.Handler(), serve.Options{Logger: log, ShutdownTimeout: 30 * time.Second, TLS: tc})
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	dp.Close(cctx)
