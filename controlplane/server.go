@@ -1,5 +1,5 @@
 // Package controlplane owns weir's state in Postgres and serves it over
-// Connect RPC (Connect, gRPC and gRPC-Web on one h2c port): AccountService
+// Connect RPC (Connect, gRPC and gRPC-Web on one port, h2c or TLS): AccountService
 // and KeyService for operators, LeaseService for data-plane workers, and
 // River jobs for the periodic work.
 package controlplane
