@@ -151,3 +151,40 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+// TestPreviousSecretKeysConfig: WEIR_SECRET_KEY_PREVIOUS reaches the
+// control plane's Config from `weir controlplane` and `weir dev` alike,
+// comma-separated, and a bad entry is refused naming its place, not its
+// value.
+func TestPreviousSecretKeysConfig(t *testing.T) {
+	t.Parallel()
+	cur, p1, p2 := randomHex(32), randomHex(32), randomHex(32)
+	vars := map[string]string{
+		"WEIR_ADMIN_TOKEN": "admin-" + randomHex(12), "WEIR_DATAPLANE_TOKEN": "dp-" + randomHex(12),
+		"WEIR_SECRET_KEY": cur, "WEIR_SECRET_KEY_PREVIOUS": p1 + ", " + p2 + ",",
+	}
+	e, _, _ := testEnv(vars, "")
+	cfg, err := controlPlaneConfig(e, newLogger(e))
+	if err != nil || len(cfg.PreviousSecretKeys) != 2 || controlplane.KeyID(cfg.PreviousSecretKeys[1]) != keyIDOf(p2) {
+		t.Fatalf("controlplane: %d previous keys, %v", len(cfg.PreviousSecretKeys), err)
+	}
+	s, err := devSecrets(e, t.TempDir(), devInfo{})
+	if err != nil || len(s.previous) != 2 || controlplane.KeyID(s.previous[0]) != keyIDOf(p1) {
+		t.Fatalf("dev: %d previous keys, %v", len(s.previous), err)
+	}
+	vars["WEIR_SECRET_KEY_PREVIOUS"] = p1 + "," + p2[:20]
+	for name, f := range map[string]func() error{
+		"controlplane": func() error { _, err := controlPlaneConfig(e, newLogger(e)); return err },
+		"dev":          func() error { _, err := devSecrets(e, t.TempDir(), devInfo{}); return err },
+	} {
+		err := f()
+		if err == nil || !strings.Contains(err.Error(), "WEIR_SECRET_KEY_PREVIOUS: key 2") || strings.Contains(err.Error(), p2[:20]) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func keyIDOf(hexKey string) string {
+	k, _ := controlplane.ParseSecretKey(hexKey)
+	return controlplane.KeyID(k)
+}
