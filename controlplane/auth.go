@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"net/http"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -52,4 +53,21 @@ func (t tokenInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc
 		}
 		return next(ctx, conn)
 	}
+}
+
+var errNoClientCert = errors.New("LeaseService needs a client certificate (mTLS)")
+
+// requireClientCert admits only requests whose TLS client certificate the
+// server verified (Config.LeaseClientCert). The TLS layer verifies a
+// certificate when one is given and lets calls without one through, so
+// operators' calls need none; this is where LeaseService insists.
+func requireClientCert(next http.Handler) http.Handler {
+	ew := connect.NewErrorWriter()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+			ew.Write(w, r, connect.NewError(connect.CodeUnauthenticated, errNoClientCert)) //nolint:errcheck // the client went away
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,20 @@ type Config struct {
 	// generates one into its data dir with mode 0600. Required.
 	// Env: WEIR_SECRET_KEY.
 	SecretKey []byte
+	// PreviousSecretKeys are retired keys that still open credentials
+	// sealed before a key rotation (comma-separated in the environment,
+	// each as WEIR_SECRET_KEY); new seals always use the current key. Keep a key
+	// here until 'weir secrets rotate' has re-sealed everything under the
+	// current one. Default none. Env: WEIR_SECRET_KEY_PREVIOUS.
+	PreviousSecretKeys [][]byte
+	// LeaseClientCert makes LeaseService (the data-plane RPCs) refuse a
+	// call that did not come over TLS with a client certificate the TLS
+	// server verified: mTLS between data planes and the control plane, on
+	// top of the data-plane token. Other services take calls without one
+	// (operators' commands, the dashboard). The binary sets it, and has
+	// the TLS server verify certificates given, when
+	// WEIR_CONTROLPLANE_CLIENT_CA names the data planes' CA. Default false.
+	LeaseClientCert bool
 	// LeaseTTL is how long a lease lives without renewal. Default 30s.
 	LeaseTTL time.Duration
 	// LeaseReuse is how long after its grant a lease may serve further
@@ -110,6 +125,8 @@ func (c *Config) Validate() error {
 		return errors.New("controlplane: DataplaneToken must differ from AdminToken")
 	case len(c.SecretKey) != 32:
 		return errors.New("controlplane: SecretKey (WEIR_SECRET_KEY) must be 32 bytes")
+	case slices.ContainsFunc(c.PreviousSecretKeys, func(k []byte) bool { return len(k) != 32 }):
+		return errors.New("controlplane: PreviousSecretKeys (WEIR_SECRET_KEY_PREVIOUS) must be 32 bytes each")
 	case c.LeaseTTL < 0 || (c.LeaseTTL > 0 && c.LeaseTTL < time.Second):
 		return fmt.Errorf("controlplane: LeaseTTL %v must be at least 1s", c.LeaseTTL)
 	case c.SessionTTL < 0:

@@ -16,8 +16,9 @@ import (
 )
 
 // CheckCredentials says which accounts' sealed credentials (access token
-// or refresh token) do not open with this replica's secret key: a key
-// rotated without re-entering credentials, or a corrupted row. It returns
+// or refresh token) open with none of this replica's secret keys (current
+// or previous): a key retired before 'weir secrets rotate' re-sealed
+// under its successor, or a corrupted row. It returns
 // labels only; nothing it opened leaves this function.
 func (s *Server) CheckCredentials(ctx context.Context) ([]string, error) {
 	rows, err := s.q.SealedCredentials(ctx)

@@ -1,14 +1,17 @@
 package controlplane
 
 import (
+	"bytes"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -18,12 +21,54 @@ import (
 // associated data binds a ciphertext to its account and credential revision,
 // so a sealed credential copied onto another row, or replayed after a
 // rotation, fails to open.
+//
+// It seals under the current key and opens under the current key or any
+// previous one, so the key can change while credentials sealed under the
+// old one are still stored ('weir secrets rotate' re-seals them).
 type sealer struct {
+	current sealKey
+	// keys is every key that opens: the current one first.
+	keys []sealKey
+}
+
+// sealKey is one AES-256-GCM key and its id.
+type sealKey struct {
+	id   [keyIDLen]byte
 	aead cipher.AEAD
 }
 
-// sealVersion prefixes every ciphertext so the format can change later.
-const sealVersion = 1
+// The seal formats. Version 1 is version byte, nonce, ciphertext; it names
+// no key, so opening tries each. Version 2 (every new seal) is version
+// byte, key id, nonce, ciphertext, and its associated data starts with the
+// version and key id, so the header cannot be altered either.
+const (
+	sealVersion1 = 1
+	sealVersion  = 2
+)
+
+// keyIDLen is the length of a key id: the first bytes of SHA-256 over
+// keyIDLabel and the key. It names a key among a handful; for a random
+// 256-bit key it tells nothing more than any ciphertext sealed with it
+// already does.
+const keyIDLen = 8
+
+const keyIDLabel = "weir-secret-key-id\x00"
+
+// KeyID returns the id naming key in version 2 seals, in hex: what
+// operators see in 'weir secrets rotate'. Never the key itself.
+func KeyID(key []byte) string {
+	id := keyID(key)
+	return hex.EncodeToString(id[:])
+}
+
+func keyID(key []byte) [keyIDLen]byte {
+	h := sha256.New()
+	h.Write([]byte(keyIDLabel))
+	h.Write(key)
+	var id [keyIDLen]byte
+	copy(id[:], h.Sum(nil))
+	return id
+}
 
 // ParseSecretKey reads a 32-byte key given as 64 hex characters or as
 // standard or URL-safe base64.
@@ -40,19 +85,40 @@ func ParseSecretKey(s string) ([]byte, error) {
 	return nil, errors.New("secret key must be 32 bytes, as 64 hex characters or base64")
 }
 
-func newSealer(key []byte) (*sealer, error) {
+// newSealer seals under current and opens under current or any of
+// previous.
+func newSealer(current []byte, previous ...[]byte) (*sealer, error) {
+	s := &sealer{}
+	for i, key := range append([][]byte{current}, previous...) {
+		k, err := newSealKey(key)
+		if err != nil {
+			return nil, err
+		}
+		if slices.ContainsFunc(s.keys, func(o sealKey) bool { return o.id == k.id }) {
+			if bytes.Equal(key, current) {
+				return nil, errors.New("a previous secret key repeats the current one")
+			}
+			return nil, fmt.Errorf("previous secret key %d repeats an earlier one", i)
+		}
+		s.keys = append(s.keys, k)
+	}
+	s.current = s.keys[0]
+	return s, nil
+}
+
+func newSealKey(key []byte) (sealKey, error) {
 	if len(key) != 32 {
-		return nil, errors.New("secret key must be 32 bytes")
+		return sealKey{}, errors.New("secret key must be 32 bytes")
 	}
 	block, err := aes.NewCipher(key)
 	if err != nil {
-		return nil, err
+		return sealKey{}, err
 	}
 	aead, err := cipher.NewGCM(block)
 	if err != nil {
-		return nil, err
+		return sealKey{}, err
 	}
-	return &sealer{aead: aead}, nil
+	return sealKey{id: keyID(key), aead: aead}, nil
 }
 
 func sealAD(account uuid.UUID, revision int64) []byte {
@@ -80,34 +146,78 @@ func (s *sealer) sealRefresh(account uuid.UUID, revision int64, plaintext string
 }
 
 func (s *sealer) sealWith(ad []byte, plaintext string) []byte {
-	nonce := make([]byte, s.aead.NonceSize())
+	k := s.current
+	out := make([]byte, 0, 1+keyIDLen+k.aead.NonceSize()+len(plaintext)+k.aead.Overhead())
+	out = append(out, sealVersion)
+	out = append(out, k.id[:]...)
+	header := len(out)
+	nonce := make([]byte, k.aead.NonceSize())
 	rand.Read(nonce) //nolint:errcheck // crypto/rand.Read never fails on Linux
-	out := append([]byte{sealVersion}, nonce...)
-	return s.aead.Seal(out, nonce, []byte(plaintext), ad)
+	out = append(out, nonce...)
+	return k.aead.Seal(out, nonce, []byte(plaintext), v2AD(out[:header], ad))
+}
+
+// v2AD is a version 2 seal's associated data: its header, then ad.
+func v2AD(header, ad []byte) []byte {
+	return append(bytes.Clone(header), ad...)
 }
 
 // errUnseal never carries detail: the ciphertext may be an attacker's probe.
 var errUnseal = errors.New("credential cannot be decrypted (wrong WEIR_SECRET_KEY?)")
 
 func (s *sealer) open(account uuid.UUID, revision int64, sealed []byte) (string, error) {
-	return s.openWith(sealAD(account, revision), sealed)
+	plain, _, err := s.openWith(sealAD(account, revision), sealed)
+	return plain, err
 }
 
 // openRefresh opens a refresh token sealed by sealRefresh.
 func (s *sealer) openRefresh(account uuid.UUID, revision int64, sealed []byte) (string, error) {
-	return s.openWith(refreshAD(account, revision), sealed)
+	plain, _, err := s.openWith(refreshAD(account, revision), sealed)
+	return plain, err
 }
 
-func (s *sealer) openWith(ad, sealed []byte) (string, error) {
-	n := s.aead.NonceSize()
-	if len(sealed) < 1+n || sealed[0] != sealVersion {
-		return "", errUnseal
+// openWith opens sealed and says whether it is sealed as a new seal would
+// be: version 2 under the current key.
+func (s *sealer) openWith(ad, sealed []byte) (plain string, current bool, err error) {
+	if len(sealed) == 0 {
+		return "", false, errUnseal
 	}
-	plain, err := s.aead.Open(nil, sealed[1:1+n], sealed[1+n:], ad)
+	switch sealed[0] {
+	case sealVersion:
+		if len(sealed) < 1+keyIDLen {
+			return "", false, errUnseal
+		}
+		header := sealed[:1+keyIDLen]
+		i := slices.IndexFunc(s.keys, func(k sealKey) bool { return bytes.Equal(k.id[:], header[1:]) })
+		if i < 0 {
+			return "", false, errUnseal
+		}
+		p, ok := openGCM(s.keys[i].aead, v2AD(header, ad), sealed[len(header):])
+		if !ok {
+			return "", false, errUnseal
+		}
+		return p, i == 0, nil
+	case sealVersion1:
+		for _, k := range s.keys {
+			if p, ok := openGCM(k.aead, ad, sealed[1:]); ok {
+				return p, false, nil
+			}
+		}
+	}
+	return "", false, errUnseal
+}
+
+// openGCM opens nonce and ciphertext.
+func openGCM(aead cipher.AEAD, ad, body []byte) (string, bool) {
+	n := aead.NonceSize()
+	if len(body) < n {
+		return "", false
+	}
+	plain, err := aead.Open(nil, body[:n], body[n:], ad)
 	if err != nil {
-		return "", errUnseal
+		return "", false
 	}
-	return string(plain), nil
+	return string(plain), true
 }
 
 // credentialHint masks a credential for display: a recognisable prefix and

@@ -324,3 +324,160 @@ func TestNonASCIICredential(t *testing.T) {
 		t.Errorf("credentialHint returns invalid UTF-8 for a non-ASCII secret")
 	}
 }
+
+// sealV1 seals as weir did before key ids: version 1, nonce, ciphertext,
+// the associated data unprefixed.
+func sealV1(t *testing.T, key []byte, ad []byte, plaintext string) []byte {
+	t.Helper()
+	k, err := newSealKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nonce := randBytes(k.aead.NonceSize())
+	return k.aead.Seal(append([]byte{sealVersion1}, nonce...), nonce, []byte(plaintext), ad)
+}
+
+// TestSealVersion1Opens: a credential sealed before key ids opens under
+// whichever known key sealed it, current or previous, and is never taken
+// for a current seal (rotation re-seals it).
+func TestSealVersion1Opens(t *testing.T) {
+	t.Parallel()
+	a, b := randBytes(32), randBytes(32)
+	id := uuid.New()
+	secret := apiKey()
+	old := sealV1(t, a, sealAD(id, 2), secret)
+	oldRefresh := sealV1(t, a, refreshAD(id, 2), secret)
+	for _, tc := range []struct {
+		name string
+		keys [][]byte
+	}{
+		{"as the current key", [][]byte{a}},
+		{"as a previous key", [][]byte{b, a}},
+		{"as the second previous key", [][]byte{b, randBytes(32), a}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := newSealer(tc.keys[0], tc.keys[1:]...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, current, err := s.openWith(sealAD(id, 2), old)
+			if err != nil || got != secret || current {
+				t.Fatalf("open: %v, plaintext matches %v, current %v; want the secret, not current", err, got == secret, current)
+			}
+			if got, err := s.openRefresh(id, 2, oldRefresh); err != nil || got != secret {
+				t.Fatalf("refresh token: %v", err)
+			}
+			if _, err := s.open(id, 2, oldRefresh); err != errUnseal {
+				t.Errorf("a version 1 refresh token opened as an access token: %v", err)
+			}
+		})
+	}
+	s, _ := newSealer(b)
+	if _, err := s.open(id, 2, old); err != errUnseal {
+		t.Errorf("a version 1 seal opened without its key: %v", err)
+	}
+}
+
+// TestSealKeyID: a seal names its key in its header (never the key), the
+// sealer opens it with that key whether current or previous, says whether
+// it is current, and an unknown or altered key id fails with errUnseal.
+func TestSealKeyID(t *testing.T) {
+	t.Parallel()
+	a, b, c := randBytes(32), randBytes(32), randBytes(32)
+	id := uuid.New()
+	secret := apiKey()
+	underA, _ := newSealer(a)
+	sealed := underA.seal(id, 1, secret)
+	if sealed[0] != sealVersion || len(sealed) < 1+keyIDLen {
+		t.Fatalf("header %x", sealed[:min(len(sealed), 1+keyIDLen)])
+	}
+	wantID := keyID(a)
+	if !bytes.Equal(sealed[1:1+keyIDLen], wantID[:]) || KeyID(a) != hex.EncodeToString(wantID[:]) {
+		t.Fatalf("key id %x, want %x", sealed[1:1+keyIDLen], wantID)
+	}
+	if bytes.Contains(sealed, a[:8]) || strings.Contains(KeyID(a), hex.EncodeToString(a[:4])) {
+		t.Fatal("the seal or its key id shows the key")
+	}
+	if KeyID(a) == KeyID(b) {
+		t.Fatal("two keys share an id")
+	}
+
+	for _, tc := range []struct {
+		name        string
+		keys        [][]byte
+		wantCurrent bool
+	}{
+		{"current", [][]byte{a, b}, true},
+		{"previous", [][]byte{b, a}, false},
+		{"last of several previous", [][]byte{c, b, a}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := newSealer(tc.keys[0], tc.keys[1:]...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, current, err := s.openWith(sealAD(id, 1), sealed)
+			if err != nil || got != secret || current != tc.wantCurrent {
+				t.Fatalf("open: %v, plaintext matches %v, current %v (want %v)", err, got == secret, current, tc.wantCurrent)
+			}
+			// A new seal is always under the current key.
+			resealed := s.seal(id, 1, got)
+			if cur := keyID(tc.keys[0]); !bytes.Equal(resealed[1:1+keyIDLen], cur[:]) {
+				t.Error("a new seal names another key than the current one")
+			}
+		})
+	}
+
+	// The key id picks the key: a seal under a, its id rewritten to b's,
+	// does not open even though a is known (no trying every key), and
+	// the header is authenticated.
+	both, _ := newSealer(b, a)
+	forged := bytes.Clone(sealed)
+	bID := keyID(b)
+	copy(forged[1:], bID[:])
+	unknownID := bytes.Clone(sealed)
+	unknownID[1] ^= 0xff
+	for name, tc := range map[string]struct {
+		s      *sealer
+		sealed []byte
+	}{
+		"key id rewritten to another known key": {both, forged},
+		"unknown key id":                        {both, unknownID},
+		"wrong keys only":                       {mustSealer(t, c, b), sealed},
+		"header only":                           {both, sealed[:1+keyIDLen]},
+		"version 2 without its key id":          {both, sealed[:4]},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := tc.s.open(id, 1, tc.sealed)
+			if err != errUnseal || got != "" {
+				t.Fatalf("open: %q, %v; want errUnseal", got, err)
+			}
+			if strings.Contains(err.Error(), hex.EncodeToString(tc.sealed[1:5])) {
+				t.Error("the error shows the key id")
+			}
+		})
+	}
+}
+
+func mustSealer(t *testing.T, current []byte, previous ...[]byte) *sealer {
+	t.Helper()
+	s, err := newSealer(current, previous...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestNewSealerRefusesRepeatedKeys(t *testing.T) {
+	t.Parallel()
+	a, b := randBytes(32), randBytes(32)
+	for name, keys := range map[string][][]byte{
+		"previous repeats current": {a, b, bytes.Clone(a)},
+		"previous listed twice":    {a, b, bytes.Clone(b)},
+		"short previous":           {a, b[:16]},
+	} {
+		if _, err := newSealer(keys[0], keys[1:]...); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

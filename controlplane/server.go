@@ -1,5 +1,5 @@
 // Package controlplane owns weir's state in Postgres and serves it over
-// Connect RPC (Connect, gRPC and gRPC-Web on one h2c port): AccountService
+// Connect RPC (Connect, gRPC and gRPC-Web on one port, h2c or TLS): AccountService
 // and KeyService for operators, LeaseService for data-plane workers, and
 // River jobs for the periodic work.
 package controlplane
@@ -49,7 +49,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	seal, err := newSealer(cfg.SecretKey)
+	seal, err := newSealer(cfg.SecretKey, cfg.PreviousSecretKeys...)
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: %w", err)
 	}
@@ -137,7 +137,11 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(weirv1connect.NewAccountServiceHandler(accountService{s: s}, opts))
 	mux.Handle(weirv1connect.NewKeyServiceHandler(keyService{s: s}, opts))
-	mux.Handle(weirv1connect.NewLeaseServiceHandler(leaseService{s: s}, opts))
+	leasePath, leaseHandler := weirv1connect.NewLeaseServiceHandler(leaseService{s: s}, opts)
+	if s.cfg.LeaseClientCert {
+		leaseHandler = requireClientCert(leaseHandler)
+	}
+	mux.Handle(leasePath, leaseHandler)
 	mux.Handle(weirv1connect.NewRouteServiceHandler(routeService{s: s}, opts))
 	mux.Handle(weirv1connect.NewSettingsServiceHandler(settingsService{s: s}, opts))
 	mux.Handle(weirv1connect.NewAliasServiceHandler(aliasService{s: s}, opts))

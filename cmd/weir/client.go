@@ -56,6 +56,7 @@ func readDevInfo(dataDir string) (devInfo, error) {
 
 // adminFlags are shared by every operator command.
 type adminFlags struct {
+	env          env
 	controlplane string
 	token        string
 	dataDir      string
@@ -67,6 +68,7 @@ func (a *adminFlags) register(fs *flag.FlagSet, e env) {
 	fs.StringVar(&a.dataDir, "data-dir", defaultDataDir(e), "where 'weir dev' keeps dev.json (env WEIR_DATA_DIR)")
 	fs.BoolVar(&a.json, "json", false, "print JSON")
 	a.token = e.getenv("WEIR_ADMIN_TOKEN")
+	a.env = e
 }
 
 // clients resolve the control plane and token, falling back to a local
@@ -98,7 +100,10 @@ func (a *adminFlags) clients() (*clients, error) {
 	if token == "" {
 		return nil, errors.New("no admin token: set WEIR_ADMIN_TOKEN")
 	}
-	hc := rpcclient.HTTPClient()
+	hc, err := controlPlaneClient(a.env, url, false, nil)
+	if err != nil {
+		return nil, err
+	}
 	opt := connect.WithInterceptors(rpcclient.Token(token))
 	return &clients{
 		accounts: weirv1connect.NewAccountServiceClient(hc, url, opt),

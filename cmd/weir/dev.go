@@ -179,7 +179,8 @@ func runDev(ctx context.Context, args []string, e env) error {
 
 	cpURL := "http://" + cpLn.Addr().String()
 	dpURL := "http://" + dpLn.Addr().String()
-	cpCfg := controlplane.Config{AdminToken: secrets.admin, DataplaneToken: secrets.dataplane, SecretKey: secrets.key, Logger: log}
+	cpCfg := controlplane.Config{AdminToken: secrets.admin, DataplaneToken: secrets.dataplane,
+		SecretKey: secrets.key, PreviousSecretKeys: secrets.previous, Logger: log}
 	if err := capacityConfig(e, &cpCfg); err != nil {
 		return fmt.Errorf("weir dev: %w", err)
 	}
@@ -197,7 +198,7 @@ func runDev(ctx context.Context, args []string, e env) error {
 		return fmt.Errorf("weir dev: %w", err)
 	}
 	defer stopDPTracing()
-	goRun("control plane", cpCtx, func(c context.Context) error { return serveControlPlane(c, cpCfg, pool, cpLn, log) })
+	goRun("control plane", cpCtx, func(c context.Context) error { return serveControlPlane(c, cpCfg, pool, cpLn, nil, log) })
 	simURL := ""
 	if *simulate {
 		simURL = "http://" + simLn.Addr().String()
@@ -223,7 +224,7 @@ func runDev(ctx context.Context, args []string, e env) error {
 	dpCfg := dataplane.Config{ControlPlaneURL: cpURL, Token: secrets.dataplane, Logger: log, TracerProvider: dpTP}
 	dpDone := make(chan error, 1)
 	go func() {
-		err := serveDataPlane(ctx, dpCfg, dpLn, log)
+		err := serveDataPlane(ctx, dpCfg, dpLn, nil, log)
 		if err != nil {
 			cancelAll(err)
 		}
@@ -271,6 +272,7 @@ func demoScript() sim.Script {
 type secretSet struct {
 	admin, dataplane string
 	key              []byte
+	previous         [][]byte
 }
 
 // devSecrets takes tokens and the sealing key from the environment, else
@@ -288,6 +290,10 @@ func devSecrets(e env, dataDir string, prev devInfo) (secretSet, error) {
 	}
 	if s.dataplane == "" {
 		s.dataplane = "weir_dp_" + randomHex(24)
+	}
+	var err error
+	if s.previous, err = previousSecretKeys(e); err != nil {
+		return s, err
 	}
 	if raw := e.getenv("WEIR_SECRET_KEY"); raw != "" {
 		k, err := controlplane.ParseSecretKey(raw)

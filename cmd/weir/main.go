@@ -56,6 +56,7 @@ Usage:
   weir controlplane                        run a control-plane replica (Connect RPC + River jobs)
   weir dataplane                           run a data-plane worker (the agents' endpoint)
   weir migrate                             apply database migrations and exit
+  weir secrets rotate [--dry-run]          re-seal credentials under the current WEIR_SECRET_KEY
   weir sim [--listen ADDR] [--script F]    run the upstream simulator
   weir health URL                          exit 0 when URL answers 2xx (container health checks)
   weir bench [--rates R,R] [--duration D]  load harness: weir against a bare proxy (docs/performance.md)
@@ -90,6 +91,8 @@ func run(ctx context.Context, args []string, e env) error {
 		return runDataPlane(ctx, rest, e)
 	case "migrate":
 		return runMigrate(ctx, rest, e)
+	case "secrets":
+		return runSecrets(ctx, rest, e)
 	case "sim":
 		return runSim(ctx, rest, e)
 	case "accounts":

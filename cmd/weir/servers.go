@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -110,16 +111,43 @@ func controlPlaneConfig(e env, log *slog.Logger) (controlplane.Config, error) {
 	if err := metricsConfig(e, &cfg); err != nil {
 		return cfg, err
 	}
+	key, previous, err := secretKeys(e)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.SecretKey, cfg.PreviousSecretKeys = key, previous
+	return cfg, cfg.Validate()
+}
+
+// secretKeys reads the sealing key, WEIR_SECRET_KEY (required), and the
+// retired ones that still open, WEIR_SECRET_KEY_PREVIOUS (comma-separated).
+// Errors name the variable, never the value.
+func secretKeys(e env) (current []byte, previous [][]byte, err error) {
 	raw := e.getenv("WEIR_SECRET_KEY")
 	if raw == "" {
-		return cfg, errors.New("WEIR_SECRET_KEY is required (32 bytes, hex or base64; e.g. openssl rand -hex 32)")
+		return nil, nil, errors.New("WEIR_SECRET_KEY is required (32 bytes, hex or base64; e.g. openssl rand -hex 32)")
 	}
-	key, err := controlplane.ParseSecretKey(raw)
-	if err != nil {
-		return cfg, fmt.Errorf("WEIR_SECRET_KEY: %w", err)
+	if current, err = controlplane.ParseSecretKey(raw); err != nil {
+		return nil, nil, fmt.Errorf("WEIR_SECRET_KEY: %w", err)
 	}
-	cfg.SecretKey = key
-	return cfg, cfg.Validate()
+	previous, err = previousSecretKeys(e)
+	return current, previous, err
+}
+
+// previousSecretKeys reads WEIR_SECRET_KEY_PREVIOUS.
+func previousSecretKeys(e env) ([][]byte, error) {
+	var keys [][]byte
+	for i, raw := range strings.Split(e.getenv("WEIR_SECRET_KEY_PREVIOUS"), ",") {
+		if strings.TrimSpace(raw) == "" {
+			continue
+		}
+		k, err := controlplane.ParseSecretKey(raw)
+		if err != nil {
+			return nil, fmt.Errorf("WEIR_SECRET_KEY_PREVIOUS: key %d: %w", i+1, err)
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
 }
 
 // capacityConfig reads WEIR_CAPACITY_HOLD and WEIR_REQUEST_DEADLINE, the
@@ -213,6 +241,11 @@ func runControlPlane(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return fmt.Errorf("weir controlplane: %w", err)
 	}
+	tc, requireClientCert, err := controlPlaneTLS(e, log)
+	if err != nil {
+		return fmt.Errorf("weir controlplane: %w", err)
+	}
+	cfg.LeaseClientCert = requireClientCert
 	tp, stopTracing, err := tracing(ctx, e, telemetry.ServiceControlplane, log)
 	if err != nil {
 		return fmt.Errorf("weir controlplane: %w", err)
@@ -231,12 +264,13 @@ func runControlPlane(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	log.Info("control plane listening", "addr", ln.Addr().String())
-	return serveControlPlane(ctx, cfg, pool, ln, log)
+	log.Info("control plane listening", "addr", ln.Addr().String(), "tls", tc != nil, "lease_client_cert", requireClientCert)
+	return serveControlPlane(ctx, cfg, pool, ln, tc, log)
 }
 
-// serveControlPlane runs one replica until ctx ends.
-func serveControlPlane(ctx context.Context, cfg controlplane.Config, pool *pgxpool.Pool, ln net.Listener, log *slog.Logger) error {
+// serveControlPlane runs one replica until ctx ends, over TLS when tc is
+// set.
+func serveControlPlane(ctx context.Context, cfg controlplane.Config, pool *pgxpool.Pool, ln net.Listener, tc *tls.Config, log *slog.Logger) error {
 	cp, err := controlplane.New(cfg, pool)
 	if err != nil {
 		return err
@@ -244,7 +278,7 @@ func serveControlPlane(ctx context.Context, cfg controlplane.Config, pool *pgxpo
 	if err := cp.Start(ctx); err != nil {
 		return err
 	}
-	err = serve.Run(ctx, ln, cp.Handler(), serve.Options{Logger: log})
+	err = serve.Run(ctx, ln, cp.Handler(), serve.Options{Logger: log, TLS: tc})
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	return errors.Join(err, cp.Stop(sctx))
@@ -276,6 +310,15 @@ func runDataPlane(ctx context.Context, args []string, e env) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("weir dataplane: %w", err)
 	}
+	hc, err := controlPlaneClient(e, cfg.ControlPlaneURL, true, log)
+	if err != nil {
+		return fmt.Errorf("weir dataplane: %w", err)
+	}
+	cfg.ControlPlane = hc
+	tc, err := dataPlaneTLS(e, log)
+	if err != nil {
+		return fmt.Errorf("weir dataplane: %w", err)
+	}
 	tp, stopTracing, err := tracing(ctx, e, telemetry.ServiceDataplane, log)
 	if err != nil {
 		return fmt.Errorf("weir dataplane: %w", err)
@@ -286,16 +329,17 @@ func runDataPlane(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	log.Info("data plane listening", "addr", ln.Addr().String())
-	return serveDataPlane(ctx, cfg, ln, log)
+	log.Info("data plane listening", "addr", ln.Addr().String(), "tls", tc != nil)
+	return serveDataPlane(ctx, cfg, ln, tc, log)
 }
 
-func serveDataPlane(ctx context.Context, cfg dataplane.Config, ln net.Listener, log *slog.Logger) error {
+// serveDataPlane runs a worker until ctx ends, over TLS when tc is set.
+func serveDataPlane(ctx context.Context, cfg dataplane.Config, ln net.Listener, tc *tls.Config, log *slog.Logger) error {
 	dp, err := dataplane.New(cfg)
 	if err != nil {
 		return err
 	}
-	err = serve.Run(ctx, ln, dp.Handler(), serve.Options{Logger: log, ShutdownTimeout: 30 * time.Second})
+	err = serve.Run(ctx, ln, dp.Handler(), serve.Options{Logger: log, ShutdownTimeout: 30 * time.Second, TLS: tc})
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	dp.Close(cctx)

@@ -1,9 +1,11 @@
 // Package serve runs an HTTP server that speaks HTTP/1.1 and cleartext
-// HTTP/2 on one listener until its context ends, then drains it.
+// HTTP/2 on one listener, or HTTP/1.1 and HTTP/2 over TLS, until its
+// context ends, then drains it.
 package serve
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -20,6 +22,9 @@ type Options struct {
 	// OnShutdown runs as the drain begins (e.g. to end long streams).
 	OnShutdown func()
 	Logger     *slog.Logger
+	// TLS, when set, serves TLS (HTTP/2 by ALPN, else HTTP/1.1) instead
+	// of cleartext; it must give a certificate (GetCertificate).
+	TLS *tls.Config
 }
 
 // Run serves h on ln until ctx is done, then shuts down gracefully.
@@ -42,12 +47,23 @@ func Run(ctx context.Context, ln net.Listener, h http.Handler, o Options) error 
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	srv.Protocols.SetHTTP1(true)
-	srv.Protocols.SetUnencryptedHTTP2(true)
+	if o.TLS != nil {
+		srv.Protocols.SetHTTP2(true)
+		srv.TLSConfig = o.TLS
+	} else {
+		srv.Protocols.SetUnencryptedHTTP2(true)
+	}
 	if o.OnShutdown != nil {
 		srv.RegisterOnShutdown(o.OnShutdown)
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() {
+		if o.TLS != nil {
+			errc <- srv.ServeTLS(ln, "", "")
+			return
+		}
+		errc <- srv.Serve(ln)
+	}()
 	select {
 	case err := <-errc:
 		return err

@@ -1,0 +1,145 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/weirhq/weir/controlplane/db"
+)
+
+// ResealReport is what a key rotation found and did.
+type ResealReport struct {
+	// KeyID names the current key (KeyID), never the key.
+	KeyID string
+	// Accounts is how many accounts hold a sealed credential.
+	Accounts int
+	// Stale is how many of them had a credential or refresh token sealed
+	// otherwise than a new seal would be: under a previous key, or in the
+	// version 1 format that names no key.
+	Stale int
+	// Resealed is how many were re-sealed under the current key (0 in a
+	// dry run).
+	Resealed int
+}
+
+// AccountRef names an account without anything secret: its id and label.
+type AccountRef struct {
+	ID    uuid.UUID
+	Label string
+}
+
+// UnreadableError lists the accounts whose credential or refresh token
+// opens with none of the keys. A rotation that finds one changes nothing.
+type UnreadableError struct {
+	Accounts []AccountRef
+}
+
+func (e *UnreadableError) Error() string {
+	names := make([]string, len(e.Accounts))
+	for i, a := range e.Accounts {
+		names[i] = fmt.Sprintf("%s (%s)", a.ID, a.Label)
+	}
+	return fmt.Sprintf("%d account(s) have a credential that opens with none of the keys: %s", len(e.Accounts), strings.Join(names, ", "))
+}
+
+// Reseal re-seals, under current, every account credential and refresh
+// token not yet sealed under it, opening them with current or any of
+// previous: the second step of a key rotation, run once every control
+// plane knows the new key. It is safe next to running control planes: the
+// rows it rewrites are locked for its one transaction, and it writes them
+// at the revision it read. It is idempotent: a second run finds nothing
+// stale. When a credential opens with no key it returns an
+// *UnreadableError and writes nothing. With dryRun it only counts.
+func Reseal(ctx context.Context, pool *pgxpool.Pool, current []byte, previous [][]byte, dryRun bool) (ResealReport, error) {
+	s, err := newSealer(current, previous...)
+	if err != nil {
+		return ResealReport{}, err
+	}
+	rep := ResealReport{KeyID: KeyID(current)}
+	rows, err := db.New(pool).SealedCredentials(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("read sealed credentials: %w", err)
+	}
+	rep.Accounts = len(rows)
+	stale, err := s.staleRows(rows)
+	rep.Stale = len(stale)
+	if err != nil || dryRun || len(stale) == 0 {
+		return rep, err
+	}
+	ids := make([]uuid.UUID, len(stale))
+	for i, r := range stale {
+		ids[i] = r.ID
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		locked, err := q.LockSealedCredentials(ctx, ids)
+		if err != nil {
+			return fmt.Errorf("lock accounts: %w", err)
+		}
+		// Re-read under the lock: a refresh may have written since.
+		rows := make([]db.SealedCredentialsRow, len(locked))
+		for i, r := range locked {
+			rows[i] = db.SealedCredentialsRow(r)
+		}
+		stale, err := s.staleRows(rows)
+		if err != nil {
+			return err
+		}
+		p := db.ResealCredentialsParams{}
+		for _, r := range stale {
+			p.Ids = append(p.Ids, r.ID)
+			p.Revisions = append(p.Revisions, r.CredentialRevision)
+			p.CredentialSealed = append(p.CredentialSealed, s.seal(r.ID, r.CredentialRevision, r.access))
+			var refresh []byte
+			if r.RefreshSealed != nil {
+				refresh = s.sealRefresh(r.ID, r.CredentialRevision, r.refresh)
+			}
+			p.RefreshSealed = append(p.RefreshSealed, refresh)
+		}
+		n, err := q.ResealCredentials(ctx, p)
+		if err != nil {
+			return fmt.Errorf("write re-sealed credentials: %w", err)
+		}
+		rep.Resealed = int(n)
+		return nil
+	})
+	if err != nil {
+		rep.Resealed = 0
+	}
+	return rep, err
+}
+
+// staleRow is an account whose credential needs re-sealing, opened.
+type staleRow struct {
+	db.SealedCredentialsRow
+	access, refresh string
+}
+
+// staleRows opens every row and returns those not sealed under the
+// current key, or an *UnreadableError naming every row that does not open.
+func (s *sealer) staleRows(rows []db.SealedCredentialsRow) ([]staleRow, error) {
+	var stale []staleRow
+	var bad []AccountRef
+	for _, r := range rows {
+		access, accessCurrent, err := s.openWith(sealAD(r.ID, r.CredentialRevision), r.CredentialSealed)
+		refresh, refreshCurrent := "", true
+		if err == nil && r.RefreshSealed != nil {
+			refresh, refreshCurrent, err = s.openWith(refreshAD(r.ID, r.CredentialRevision), r.RefreshSealed)
+		}
+		switch {
+		case err != nil:
+			bad = append(bad, AccountRef{ID: r.ID, Label: r.Label})
+		case !accessCurrent || !refreshCurrent:
+			stale = append(stale, staleRow{SealedCredentialsRow: r, access: access, refresh: refresh})
+		}
+	}
+	if len(bad) > 0 {
+		return nil, &UnreadableError{Accounts: bad}
+	}
+	return stale, nil
+}
