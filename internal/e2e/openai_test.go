@@ -67,7 +67,11 @@ func (e *env) setQuotaMode(m weirv1.QuotaResponseMode) {
 func TestResponsesAndChatSurfaces(t *testing.T) {
 	t.Parallel()
 	e := setup(t, options{accounts: []account{
-		{label: "codex", provider: "codex"},
+		// Both codex and oai serve /v1/responses: the priority keeps every
+		// Responses request on codex, reused lease or not (on a loaded
+		// machine an idle lease can go back between two requests, and the
+		// least recently used account would then be oai).
+		{label: "codex", provider: "codex", priority: 10},
 		{label: "oai", provider: "openai"},
 		{label: "claude"},
 	}})
