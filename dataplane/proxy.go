@@ -83,7 +83,7 @@ func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *wei
 		return
 	}
 	in.keyHash = hashKey(secret)
-	keyID, err := s.keys.verify(ctx, in.keyHash)
+	key, err := s.keys.verify(ctx, in.keyHash)
 	if err != nil {
 		if errors.Is(err, errKeyRejected) {
 			writeError(w, in.sf.wire, in.requestID, errAuthentication("invalid API key"))
@@ -94,13 +94,19 @@ func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *wei
 		}
 		return
 	}
-	in.keyID = keyID
-	rec.KeyId = keyID
+	in.keyID = key.id
+	rec.KeyId = key.id
 	if apiErr := s.readBody(w, r, in); apiErr != nil {
 		writeError(w, in.sf.wire, in.requestID, apiErr)
 		return
 	}
 	rec.Model, rec.Stream = in.model, in.stream
+	if apiErr := s.admit(ctx, in, key); apiErr != nil {
+		rec.ErrorType = apiErr.typ
+		rec.FailureStage = weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT
+		writeError(w, in.sf.wire, in.requestID, apiErr)
+		return
+	}
 	s.route(ctx, w, r, in, rec)
 }
 
@@ -162,6 +168,13 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 		if err != nil {
 			switch {
 			case connect.CodeOf(err) == connect.CodePermissionDenied:
+				if model, ok := modelNotAllowedIn(err); ok {
+					// The worker's cached allowlist was older than the key.
+					in.outcome = outcomeModelForbidden
+					s.keys.forget(in.keyHash)
+					s.fail(w, rt, nil, errModelNotAllowed(model))
+					return
+				}
 				s.keys.forget(in.keyHash)
 				s.fail(w, rt, nil, errAuthentication("invalid API key"))
 				return

@@ -1,0 +1,78 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/modelpattern"
+)
+
+// admit applies the key's own restrictions to a request whose body was
+// read, before anything is leased: the model allowlist (on the model as
+// asked; the control plane narrows an alias's targets to the list), then
+// the rate limit. A key with a limit takes one token per request from the
+// control plane's bucket, shared by every worker; a key without one costs
+// nothing here. Leases reused by the pool are per key, so a request
+// admitted here may still be served without an Acquire.
+func (s *Server) admit(ctx context.Context, in *inbound, k verifiedKey) *apiError {
+	if !modelpattern.Match(k.allowedModels, in.model) {
+		in.outcome = outcomeModelForbidden
+		return errModelNotAllowed(in.model)
+	}
+	if k.ratePerMinute == 0 {
+		return nil
+	}
+	resp, err := s.leases.TakeRequestToken(ctx, connect.NewRequest(&weirv1.TakeRequestTokenRequest{KeyHash: in.keyHash}))
+	switch {
+	case connect.CodeOf(err) == connect.CodePermissionDenied:
+		s.keys.forget(in.keyHash)
+		in.outcome = outcomeUnauthenticated
+		return errAuthentication("invalid API key")
+	case err != nil:
+		s.cfg.Logger.WarnContext(ctx, "take request token failed", "request_id", in.requestID, "err", err)
+		in.outcome = outcomeUnavailable
+		return errControlPlane()
+	case !resp.Msg.Admitted:
+		in.outcome = outcomeKeyRateLimited
+		return errKeyRateLimited(resp.Msg.RateLimitPerMinute, resp.Msg.RetryAfter.AsDuration())
+	}
+	return nil
+}
+
+// errModelNotAllowed names the model, never the key.
+func errModelNotAllowed(model string) *apiError {
+	return &apiError{status: http.StatusForbidden, typ: "permission_error", code: "model_not_allowed", final: true,
+		message: fmt.Sprintf("weir: model %q is not allowed for this weir key (its allowlist does not include it)", model)}
+}
+
+// errKeyRateLimited says it is the weir key's own limit, so that nobody
+// goes looking at the provider's.
+func errKeyRateLimited(perMinute int32, wait time.Duration) *apiError {
+	wait = max(wait, time.Second)
+	return &apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "rate_limit_exceeded",
+		retryAfter: wait, message: fmt.Sprintf("weir: this weir key's request limit (%d per minute) is reached; "+
+			"retry in %s. It is the limit set on the key in weir, not the provider's.", perMinute, retryAfterSeconds(wait)+"s")}
+}
+
+// modelNotAllowedIn reads the model from Acquire's refusal of a model
+// outside the key's allowlist.
+func modelNotAllowedIn(err error) (string, bool) {
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodePermissionDenied {
+		return "", false
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if m, ok := v.(*weirv1.ModelNotAllowed); ok {
+				return m.Model, true
+			}
+		}
+	}
+	return "", false
+}
