@@ -136,11 +136,16 @@ func TestKeyModelAllowlist(t *testing.T) {
 		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"allowed_models"}}, AllowedModels: []string{"gpt-5*"}})); err != nil {
 		t.Fatal(err)
 	}
-	attempts := len(e.sim.Attempts())
 	for _, w := range workers {
 		eventually(t, "the worker to refuse the model the key no longer allows", func() bool {
 			return e.send(w, key, "/v1/messages", messagesBody(false)).status == http.StatusForbidden
 		})
+	}
+	attempts := len(e.sim.Attempts())
+	for _, w := range workers {
+		if r := e.send(w, key, "/v1/messages", messagesBody(true)); r.status != http.StatusForbidden {
+			t.Fatalf("no longer allowed: %d %s", r.status, r.body)
+		}
 		if r := e.send(w, key, "/v1/responses", responsesBody(false)); r.status != http.StatusOK {
 			t.Fatalf("still allowed: %d %s", r.status, r.body)
 		}
