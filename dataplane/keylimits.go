@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -75,4 +76,52 @@ func modelNotAllowedIn(err error) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// filterModelList keeps, of a /v1/models page, the models the key may ask
+// for; first_id and last_id follow what is kept, the rest of the page
+// (has_more among it) goes as it came. A page it cannot read goes as it
+// came too: the list is a convenience, the allowlist is enforced on each
+// request.
+func filterModelList(body []byte, patterns []string) []byte {
+	var page map[string]json.RawMessage
+	if json.Unmarshal(body, &page) != nil {
+		return body
+	}
+	var data []json.RawMessage
+	if json.Unmarshal(page["data"], &data) != nil {
+		return body
+	}
+	kept := make([]json.RawMessage, 0, len(data))
+	var first, last any
+	for _, m := range data {
+		var head struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(m, &head) != nil || head.ID == "" || !modelpattern.Match(patterns, head.ID) {
+			continue
+		}
+		if first == nil {
+			first = head.ID
+		}
+		last = head.ID
+		kept = append(kept, m)
+	}
+	set := func(k string, v any) {
+		if b, err := json.Marshal(v); err == nil {
+			page[k] = b
+		}
+	}
+	set("data", kept)
+	if _, ok := page["first_id"]; ok {
+		set("first_id", first)
+	}
+	if _, ok := page["last_id"]; ok {
+		set("last_id", last)
+	}
+	out, err := json.Marshal(page)
+	if err != nil {
+		return body
+	}
+	return out
 }

@@ -29,11 +29,14 @@ type inbound struct {
 	requestID string
 	keyHash   string
 	keyID     string
-	body      []byte
-	model     string
-	stream    bool
-	session   string
-	start     time.Time
+	// allowedModels is the key's allowlist (nil: any model); a model
+	// list is filtered by it.
+	allowedModels []string
+	body          []byte
+	model         string
+	stream        bool
+	session       string
+	start         time.Time
 	// outcome is set when the worker answers on its own (a usage limit, an
 	// unreachable control plane, no account); else requestOutcome derives
 	// it from the status and lastClass, the last attempt's class.
@@ -94,7 +97,7 @@ func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *wei
 		}
 		return
 	}
-	in.keyID = key.id
+	in.keyID, in.allowedModels = key.id, key.allowedModels
 	rec.KeyId = key.id
 	if apiErr := s.readBody(w, r, in); apiErr != nil {
 		writeError(w, in.sf.wire, in.requestID, apiErr)

@@ -117,10 +117,28 @@ func TestKeyModelAllowlist(t *testing.T) {
 	if n := metricValue(t, cpReg, "weir_controlplane_acquire_seconds", nil); n != 0 {
 		t.Fatalf("refused models cost %v Acquires", n)
 	}
+	if n := countLeases(t, e); n != 0 {
+		t.Fatalf("refused models hold %d leases", n)
+	}
 	if a := e.sim.Attempts(); len(a) != 0 {
 		t.Fatalf("refused models reached the upstream: %v", a)
 	}
 
+	// The model list shows what the key may ask for.
+	r := e.doWith(workers[1].c, workers[1].base, http.MethodGet, "/v1/models", "", func(r *http.Request) { r.Header.Set("X-Api-Key", key) })
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(r.body, &list); r.status != http.StatusOK || err != nil || len(list.Data) == 0 {
+		t.Fatalf("models: %d %v %s", r.status, err, r.body)
+	}
+	for _, m := range list.Data {
+		if !strings.HasPrefix(m.ID, "claude-sonnet-") {
+			t.Errorf("the model list shows %s", m.ID)
+		}
+	}
 	for i, w := range workers {
 		if r := e.send(w, key, "/v1/messages", messagesBody(i == 1)); r.status != http.StatusOK {
 			t.Fatalf("allowed model: %d %s", r.status, r.body)
@@ -368,4 +386,15 @@ func TestKeyRateLimitAcrossWorkers(t *testing.T) {
 	if r := e.send(workers[0], key, "/v1/messages", messagesBody(false)); r.status != http.StatusTooManyRequests {
 		t.Fatalf("the token after it: %d %s", r.status, r.body)
 	}
+}
+
+// countLeases is the leases in flight over every account, as operators
+// see them.
+func countLeases(t *testing.T, e *env) int32 {
+	t.Helper()
+	var n int32
+	for label := range e.ids {
+		n += e.account(label).InFlight
+	}
+	return n
 }
