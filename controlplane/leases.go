@@ -596,6 +596,9 @@ func (l leaseService) PoolQuota(ctx context.Context, req *connect.Request[weirv1
 	models := key.AliasTargets
 	if m.Model == "" || models == nil {
 		models = []string{m.Model}
+	} else if len(key.AllowedModels) > 0 {
+		// As Acquire routes it: only the targets the key may use.
+		models = slices.DeleteFunc(slices.Clone(models), func(t string) bool { return !modelpattern.Match(key.AllowedModels, t) })
 	}
 	now := l.s.now()
 	var first *weirv1.QuotaBlock
