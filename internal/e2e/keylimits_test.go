@@ -173,6 +173,18 @@ func TestKeyModelAllowlist(t *testing.T) {
 			t.Errorf("after the change, %s was reached: %v", a.Account, a)
 		}
 	}
+
+	// Widened again: only the pool watch can tell the workers, whose
+	// cached list refuses the model on its own for an hour.
+	if _, err := e.keys.UpdateKey(t.Context(), connect.NewRequest(&weirv1.UpdateKeyRequest{Id: keyName(t, e, key),
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"allowed_models"}}, AllowedModels: []string{"gpt-5*", "claude-*"}})); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range workers {
+		eventually(t, "the worker to serve the model the key allows again", func() bool {
+			return e.send(w, key, "/v1/messages", messagesBody(false)).status == http.StatusOK
+		})
+	}
 }
 
 // keyName finds the name of the key whose secret is secret.
