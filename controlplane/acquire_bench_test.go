@@ -112,7 +112,7 @@ func BenchmarkAcquireQueries(b *testing.B) {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		lease, err := l.claim(ctx, v.cands[0], v.keyID, &weirv1.AcquireRequest{Model: "claude-sonnet-4-5", RequestId: "q"}, time.Now(), true, false)
+		lease, err := l.claim(ctx, v.cands[0], v.key.id, &weirv1.AcquireRequest{Model: "claude-sonnet-4-5", RequestId: "q"}, time.Now(), true, false)
 		if err != nil || lease == nil {
 			b.Fatalf("claim: %v", err)
 		}
@@ -141,4 +141,46 @@ func benchServer(b *testing.B) *Server {
 		b.Fatal(err)
 	}
 	return srv
+}
+
+// BenchmarkTakeRequestToken is what a rate-limited key adds to each of its
+// requests: one TakeRequestToken over Connect (one statement on the key's
+// bucket row). VerifyKey, on the same connection, is the scale.
+func BenchmarkTakeRequestToken(b *testing.B) {
+	pool := pgtest.NewPool(b)
+	cfg := Config{AdminToken: "admin-" + randHex(16), DataplaneToken: "dataplane-" + randHex(16),
+		SecretKey: randBytes(32), DisableJobs: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	srv, err := New(cfg, pool)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ts := httptest.NewUnstartedServer(srv.Handler())
+	ts.Config.Protocols = new(http.Protocols)
+	ts.Config.Protocols.SetHTTP1(true)
+	ts.Config.Protocols.SetUnencryptedHTTP2(true)
+	ts.Start()
+	b.Cleanup(ts.Close)
+	hc := rpcclient.HTTPClient()
+	keys := weirv1connect.NewKeyServiceClient(hc, ts.URL, connect.WithInterceptors(rpcclient.Token(cfg.AdminToken)))
+	leases := weirv1connect.NewLeaseServiceClient(hc, ts.URL, connect.WithInterceptors(rpcclient.Token(cfg.DataplaneToken)))
+	// A limit no benchmark reaches: every call takes a token.
+	key, err := keys.CreateKey(b.Context(), connect.NewRequest(&weirv1.CreateKeyRequest{Name: "bench", RateLimitPerMinute: maxRatePerMin}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	hash := HashKey(key.Msg.Secret)
+	b.Run("take", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := leases.TakeRequestToken(b.Context(), connect.NewRequest(&weirv1.TakeRequestTokenRequest{KeyHash: hash})); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("verify", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := leases.VerifyKey(b.Context(), connect.NewRequest(&weirv1.VerifyKeyRequest{KeyHash: hash})); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

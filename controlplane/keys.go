@@ -39,25 +39,119 @@ func newKeySecret() string {
 }
 
 func (k keyService) CreateKey(ctx context.Context, req *connect.Request[weirv1.CreateKeyRequest]) (*connect.Response[weirv1.CreateKeyResponse], error) {
-	name := req.Msg.Name
+	m := req.Msg
+	name := m.Name
 	if name == "" || len(name) > 64 || strings.TrimSpace(name) != name {
 		return nil, toConnect(invalidf("name: required, at most 64 characters, no surrounding spaces"))
 	}
 	if _, err := uuid.Parse(name); err == nil {
 		return nil, toConnect(invalidf("name: must not look like a key id"))
 	}
+	models, err := validModels(m.AllowedModels)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	rate, err := validRateLimit(m.RateLimitPerMinute)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	pins, err := k.s.resolvePins(ctx, m.PinnedAccounts)
+	if err != nil {
+		return nil, k.s.fail(ctx, "create key", err)
+	}
 	secret := newKeySecret()
-	row, err := k.s.q.CreateKey(ctx, db.CreateKeyParams{
-		Name:    name,
-		KeyHash: HashKey(secret),
-		Prefix:  secret[:len(clientKeyPrefix)+6],
-		Now:     k.s.now(),
+	var row db.ClientKey
+	err = k.s.tx(ctx, func(q *db.Queries) error {
+		if row, err = q.CreateKey(ctx, db.CreateKeyParams{
+			Name:               name,
+			KeyHash:            HashKey(secret),
+			Prefix:             secret[:len(clientKeyPrefix)+6],
+			Now:                k.s.now(),
+			AllowedModels:      models,
+			Pinned:             len(pins) > 0,
+			RateLimitPerMinute: rate,
+		}); err != nil {
+			return storeErr(err)
+		}
+		return q.AddKeyAccounts(ctx, db.AddKeyAccountsParams{KeyID: row.ID, AccountIds: pins})
 	})
 	if err != nil {
-		return nil, k.s.fail(ctx, "create key", storeErr(err))
+		return nil, k.s.fail(ctx, "create key", err)
 	}
 	k.s.log.InfoContext(ctx, "client key created", "key_id", row.ID, "name", row.Name)
-	return connect.NewResponse(&weirv1.CreateKeyResponse{Key: keyProto(row), Secret: secret}), nil
+	out, err := k.s.keyProtos(ctx, []db.ClientKey{row})
+	if err != nil {
+		return nil, k.s.fail(ctx, "create key", err)
+	}
+	return connect.NewResponse(&weirv1.CreateKeyResponse{Key: out[0], Secret: secret}), nil
+}
+
+// UpdateKey sets or clears the restrictions the mask names, in one
+// transaction. The triggers of 0015_key_limits.sql tell every worker; the
+// call returns once this replica's streams were sent it.
+func (k keyService) UpdateKey(ctx context.Context, req *connect.Request[weirv1.UpdateKeyRequest]) (*connect.Response[weirv1.UpdateKeyResponse], error) {
+	m := req.Msg
+	row, err := k.s.findKey(ctx, m.Id)
+	if err != nil {
+		return nil, k.s.fail(ctx, "update key", err)
+	}
+	paths := m.GetUpdateMask().GetPaths()
+	if len(paths) == 0 {
+		return nil, toConnect(invalidf("update_mask: name at least one of allowed_models, pinned_accounts, rate_limit_per_minute"))
+	}
+	p := db.UpdateKeyLimitsParams{ID: row.ID}
+	var pins []uuid.UUID
+	for _, path := range paths {
+		switch path {
+		case "allowed_models":
+			if p.AllowedModels, err = validModels(m.AllowedModels); err != nil {
+				return nil, toConnect(err)
+			}
+			p.SetModels = true
+		case "pinned_accounts":
+			if pins, err = k.s.resolvePins(ctx, m.PinnedAccounts); err != nil {
+				return nil, k.s.fail(ctx, "update key", err)
+			}
+			p.SetPinned, p.Pinned = true, len(pins) > 0
+		case "rate_limit_per_minute":
+			if p.RateLimitPerMinute, err = validRateLimit(m.RateLimitPerMinute); err != nil {
+				return nil, toConnect(err)
+			}
+			p.SetRateLimit = true
+		default:
+			return nil, toConnect(invalidf("update_mask: unknown field %q (allowed_models, pinned_accounts, rate_limit_per_minute)", path))
+		}
+	}
+	err = k.s.tx(ctx, func(q *db.Queries) error {
+		before := row.RateLimitPerMinute
+		if row, err = q.UpdateKeyLimits(ctx, p); err != nil {
+			return storeErr(err)
+		}
+		if p.SetPinned {
+			if err := q.ClearKeyAccounts(ctx, row.ID); err != nil {
+				return err
+			}
+			if err := q.AddKeyAccounts(ctx, db.AddKeyAccountsParams{KeyID: row.ID, AccountIds: pins}); err != nil {
+				return err
+			}
+		}
+		if p.SetRateLimit && orZero(before) != orZero(row.RateLimitPerMinute) {
+			// A new limit starts full: the old one's state means nothing
+			// at another rate.
+			return q.ResetKeyBucket(ctx, row.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, k.s.fail(ctx, "update key", err)
+	}
+	k.s.log.InfoContext(ctx, "client key updated", "key_id", row.ID, "fields", strings.Join(paths, ","))
+	k.s.watch.announce(ctx) // every worker applies it to its next request
+	out, err := k.s.keyProtos(ctx, []db.ClientKey{row})
+	if err != nil {
+		return nil, k.s.fail(ctx, "update key", err)
+	}
+	return connect.NewResponse(&weirv1.UpdateKeyResponse{Key: out[0]}), nil
 }
 
 func (k keyService) ListKeys(ctx context.Context, req *connect.Request[weirv1.ListKeysRequest]) (*connect.Response[weirv1.ListKeysResponse], error) {
@@ -65,43 +159,76 @@ func (k keyService) ListKeys(ctx context.Context, req *connect.Request[weirv1.Li
 	if err != nil {
 		return nil, k.s.fail(ctx, "list keys", err)
 	}
-	out := make([]*weirv1.Key, 0, len(rows))
-	for _, r := range rows {
-		out = append(out, keyProto(r))
+	out, err := k.s.keyProtos(ctx, rows)
+	if err != nil {
+		return nil, k.s.fail(ctx, "list keys", err)
 	}
 	return connect.NewResponse(&weirv1.ListKeysResponse{Keys: out}), nil
 }
 
 func (k keyService) RevokeKey(ctx context.Context, req *connect.Request[weirv1.RevokeKeyRequest]) (*connect.Response[weirv1.RevokeKeyResponse], error) {
-	ref := req.Msg.Id
-	if ref == "" {
-		return nil, toConnect(invalidf("id: required (a key id or name)"))
-	}
-	var row db.ClientKey
-	var err error
-	if id, perr := uuid.Parse(ref); perr == nil {
-		row, err = k.s.q.GetKey(ctx, id)
-	} else {
-		row, err = k.s.q.GetKeyByName(ctx, ref)
-	}
+	row, err := k.s.findKey(ctx, req.Msg.Id)
 	if err != nil {
-		return nil, k.s.fail(ctx, "revoke key", storeErr(err))
+		return nil, k.s.fail(ctx, "revoke key", err)
 	}
 	if row, err = k.s.q.RevokeKey(ctx, db.RevokeKeyParams{ID: row.ID, Now: k.s.now()}); err != nil {
 		return nil, k.s.fail(ctx, "revoke key", storeErr(err))
 	}
 	k.s.log.InfoContext(ctx, "client key revoked", "key_id", row.ID)
 	k.s.watch.announce(ctx) // no worker serves the key once this returns
-	return connect.NewResponse(&weirv1.RevokeKeyResponse{Key: keyProto(row)}), nil
+	out, err := k.s.keyProtos(ctx, []db.ClientKey{row})
+	if err != nil {
+		return nil, k.s.fail(ctx, "revoke key", err)
+	}
+	return connect.NewResponse(&weirv1.RevokeKeyResponse{Key: out[0]}), nil
 }
 
-func keyProto(r db.ClientKey) *weirv1.Key {
-	return &weirv1.Key{
-		Id:         r.ID.String(),
-		Name:       r.Name,
-		Prefix:     r.Prefix,
-		CreatedAt:  timestamppb.New(r.CreatedAt),
-		RevokedAt:  timestampOrNil(r.RevokedAt),
-		LastUsedAt: timestampOrNil(r.LastUsedAt),
+// findKey resolves a key id or name.
+func (s *Server) findKey(ctx context.Context, ref string) (db.ClientKey, error) {
+	if ref == "" {
+		return db.ClientKey{}, invalidf("id: required (a key id or name)")
 	}
+	if id, err := uuid.Parse(ref); err == nil {
+		row, err := s.q.GetKey(ctx, id)
+		return row, storeErr(err)
+	}
+	row, err := s.q.GetKeyByName(ctx, ref)
+	return row, storeErr(err)
+}
+
+// keyProtos is rows as operators see them, with their pinned accounts
+// (one query for all).
+func (s *Server) keyProtos(ctx context.Context, rows []db.ClientKey) ([]*weirv1.Key, error) {
+	ids := make([]uuid.UUID, 0, len(rows))
+	for _, r := range rows {
+		if r.Pinned {
+			ids = append(ids, r.ID)
+		}
+	}
+	pins := map[uuid.UUID][]*weirv1.KeyAccount{}
+	if len(ids) > 0 {
+		accts, err := s.q.KeyAccounts(ctx, ids)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range accts {
+			pins[a.KeyID] = append(pins[a.KeyID], &weirv1.KeyAccount{Id: a.AccountID.String(), Label: a.Label})
+		}
+	}
+	out := make([]*weirv1.Key, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, &weirv1.Key{
+			Id:                 r.ID.String(),
+			Name:               r.Name,
+			Prefix:             r.Prefix,
+			CreatedAt:          timestamppb.New(r.CreatedAt),
+			RevokedAt:          timestampOrNil(r.RevokedAt),
+			LastUsedAt:         timestampOrNil(r.LastUsedAt),
+			AllowedModels:      r.AllowedModels,
+			Pinned:             r.Pinned,
+			PinnedAccounts:     pins[r.ID],
+			RateLimitPerMinute: orZero(r.RateLimitPerMinute),
+		})
+	}
+	return out, nil
 }

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -14,6 +15,7 @@ import (
 	"github.com/weirhq/weir/controlplane/db"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/internal/modelpattern"
 )
 
 // claimAttempts bounds how often one Acquire retries when a candidate was
@@ -35,7 +37,8 @@ func (l leaseService) VerifyKey(ctx context.Context, req *connect.Request[weirv1
 		}
 		return nil, l.s.fail(ctx, "verify key", err)
 	}
-	return connect.NewResponse(&weirv1.VerifyKeyResponse{KeyId: row.ID.String(), KeyName: row.Name}), nil
+	return connect.NewResponse(&weirv1.VerifyKeyResponse{KeyId: row.ID.String(), KeyName: row.Name,
+		AllowedModels: row.AllowedModels, RateLimitPerMinute: orZero(row.RateLimitPerMinute)}), nil
 }
 
 func (l leaseService) Acquire(ctx context.Context, req *connect.Request[weirv1.AcquireRequest]) (*connect.Response[weirv1.AcquireResponse], error) {
@@ -85,24 +88,38 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (re
 	if err != nil {
 		return nil, l.s.fail(ctx, "acquire", err)
 	}
-	keyID, aliasTargets := v.keyID, v.aliasTargets
+	key, aliasTargets := v.key, v.aliasTargets
 	if len(v.cands) == 0 {
 		// No account at all: the view had no row to carry the key's answer.
-		key, err := l.s.q.ActiveKeyAndAlias(ctx, db.ActiveKeyAndAliasParams{KeyHash: m.KeyHash, Model: m.Model})
+		row, err := l.s.q.ActiveKeyAndAlias(ctx, db.ActiveKeyAndAliasParams{KeyHash: m.KeyHash, Model: m.Model})
 		switch {
 		case errors.Is(storeErr(err), ErrNotFound):
-			keyID = uuid.Nil
+			key.id = uuid.Nil
 		case err != nil:
 			return nil, l.s.fail(ctx, "acquire", err)
 		default:
-			keyID, aliasTargets = key.KeyID, key.AliasTargets
+			key = keyGrant{id: row.KeyID, models: row.AllowedModels, pinned: row.Pinned, pins: row.Pins}
+			aliasTargets = row.AliasTargets
 		}
 	}
-	if keyID == uuid.Nil {
+	if key.id == uuid.Nil {
 		return nil, connect.NewError(connect.CodePermissionDenied, errKeyRejected)
 	}
+	// The allowlist is checked on the model as asked (the worker checked
+	// it too, before asking); an alias then serves only from the targets
+	// the list allows as well, so that a key never reaches a model outside
+	// its list through an alias.
+	if !modelpattern.Match(key.models, m.Model) {
+		return nil, modelNotAllowed(m.Model)
+	}
 	if m.Model == "" || aliasTargets == nil {
-		return l.acquireModel(ctx, keyID, m, exclude, prefer, &v)
+		return l.acquireModel(ctx, key, m, exclude, prefer, &v)
+	}
+	if len(key.models) > 0 {
+		aliasTargets = slices.DeleteFunc(slices.Clone(aliasTargets), func(t string) bool { return !modelpattern.Match(key.models, t) })
+		if len(aliasTargets) == 0 {
+			return nil, modelNotAllowed(m.Model)
+		}
 	}
 	// An alias: the first target with an eligible account serves, and the
 	// lease names it for the data plane to send upstream.
@@ -110,7 +127,7 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (re
 	for _, target := range aliasTargets {
 		tm := proto.Clone(m).(*weirv1.AcquireRequest)
 		tm.Model = target
-		resp, err := l.acquireModel(ctx, keyID, tm, exclude, prefer, nil)
+		resp, err := l.acquireModel(ctx, key, tm, exclude, prefer, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -141,7 +158,7 @@ func aliasNoAccount(nones []*weirv1.NoAccount) *weirv1.NoAccount {
 
 // acquireModel leases an account for m.Model, a concrete model. first,
 // when set, is the routing view already read for it.
-func (l leaseService) acquireModel(ctx context.Context, keyID uuid.UUID, m *weirv1.AcquireRequest, exclude map[uuid.UUID]bool, prefer uuid.UUID, first *view) (resp *weirv1.AcquireResponse, err error) {
+func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.AcquireRequest, exclude map[uuid.UUID]bool, prefer uuid.UUID, first *view) (resp *weirv1.AcquireResponse, err error) {
 	family := modelFamily(m.Model)
 	if first == nil {
 		v, err := l.s.routingView(ctx, "", "", m.SessionKey, family, l.s.now())
@@ -208,13 +225,16 @@ func (l leaseService) acquireModel(ctx context.Context, keyID uuid.UUID, m *weir
 			}
 			v = &fresh
 		}
-		order, none := route(v.cands, routeRequest{model: m.Model, surface: m.Surface, breakerOpen: breakerOpen,
+		// A pinned key routes among its pinned accounts only: a session
+		// bound to another account is not followed there.
+		order, none := route(key.pinnedOnly(v.cands), routeRequest{model: m.Model, surface: m.Surface, breakerOpen: breakerOpen,
 			exclude: exclude, sessionAccount: v.session, preferAccount: prefer}, now)
 		if none != nil {
+			key.pinnedNone(none)
 			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: none}}, nil
 		}
 		for _, c := range order {
-			lease, err := l.claim(ctx, c, keyID, m, now, reusable(m), probing[c.account.Provider])
+			lease, err := l.claim(ctx, c, key.id, m, now, reusable(m), probing[c.account.Provider])
 			if errors.Is(err, errUnseal) {
 				// Unusable until an operator re-enters the credential under
 				// this key; the rest of the pool can still serve.
@@ -314,10 +334,10 @@ type view struct {
 	cands []candidate
 	// session is the account the session is bound to; uuid.Nil when none.
 	session uuid.UUID
-	// keyID is the client key's id when it is live (uuid.Nil: unknown or
+	// key is the client key when it is live (id uuid.Nil: unknown or
 	// revoked); aliasTargets the model's targets when it is an alias. Both
 	// are read only when the view has a row to carry them.
-	keyID        uuid.UUID
+	key          keyGrant
 	aliasTargets []string
 	// breakerOpen names the providers whose breaker for the family is open
 	// or probing: Acquire asks only those.
@@ -336,7 +356,8 @@ func (s *Server) routingView(ctx context.Context, keyHash, model, sessionKey, fa
 	}
 	v := view{cands: make([]candidate, 0, len(rows))}
 	for _, r := range rows {
-		v.keyID, v.aliasTargets = r.KeyID, r.AliasTargets
+		v.key = keyGrant{id: r.KeyID, models: r.KeyAllowedModels, pinned: r.KeyPinned, pins: r.KeyPins}
+		v.aliasTargets = r.AliasTargets
 		if r.BreakerOpenUntil != nil {
 			if v.breakerOpen == nil {
 				v.breakerOpen = map[string]bool{}
@@ -601,6 +622,9 @@ func (l leaseService) PoolQuota(ctx context.Context, req *connect.Request[weirv1
 	models := key.AliasTargets
 	if m.Model == "" || models == nil {
 		models = []string{m.Model}
+	} else if len(key.AllowedModels) > 0 {
+		// As Acquire routes it: only the targets the key may use.
+		models = slices.DeleteFunc(slices.Clone(models), func(t string) bool { return !modelpattern.Match(key.AllowedModels, t) })
 	}
 	now := l.s.now()
 	var first *weirv1.QuotaBlock
@@ -609,7 +633,7 @@ func (l leaseService) PoolQuota(ctx context.Context, req *connect.Request[weirv1
 		if err != nil {
 			return nil, l.s.fail(ctx, "pool quota", err)
 		}
-		qb := quotaBlock(v.cands, routeRequest{model: model, surface: m.Surface}, now)
+		qb := quotaBlock(keyGrant{pinned: key.Pinned, pins: key.Pins}.pinnedOnly(v.cands), routeRequest{model: model, surface: m.Surface}, now)
 		if qb == nil {
 			return connect.NewResponse(&weirv1.PoolQuotaResponse{}), nil
 		}

@@ -15,6 +15,7 @@ type metrics struct {
 	rateLimits     *prometheus.CounterVec
 	breakerOpens   prometheus.Counter
 	probes         prometheus.Counter
+	keyRateLimited prometheus.Counter
 	jobs           *jobMetrics
 }
 
@@ -45,6 +46,10 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Name: "weir_controlplane_breaker_probes_total",
 			Help: "Requests let through an open overload breaker as its probe.",
 		}),
+		keyRateLimited: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "weir_controlplane_key_rate_limited_total",
+			Help: "Requests refused by their client key's own request rate limit.",
+		}),
 	}
 	// Cooldown reasons are a closed enum: every series exists from the
 	// start, so rate() and alerts see the first one.
@@ -54,7 +59,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		}
 	}
 	m.jobs = newJobMetrics(reg)
-	reg.MustRegister(m.acquireSeconds, m.releases, m.cooldowns, m.rateLimits, m.breakerOpens, m.probes,
+	reg.MustRegister(m.acquireSeconds, m.releases, m.cooldowns, m.rateLimits, m.breakerOpens, m.probes, m.keyRateLimited,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -47,8 +47,18 @@ type keyCache struct {
 }
 
 type keyEntry struct {
-	id      string
+	key     verifiedKey
 	expires time.Time
+}
+
+// verifiedKey is a live key and what restricts it on this side: the
+// model allowlist (checked before anything is leased) and the rate limit
+// (a key with one takes a token for each request). Account pinning is the
+// control plane's alone.
+type verifiedKey struct {
+	id            string
+	allowedModels []string
+	ratePerMinute int32
 }
 
 // errKeyRejected is a key the control plane does not know or revoked.
@@ -60,34 +70,35 @@ var errKeyRejected = errors.New("key rejected")
 // only: no lease is granted without Acquire checking the key again.
 const keyStale = 10 * time.Minute
 
-// verify returns the key id for a key hash.
-func (c *keyCache) verify(ctx context.Context, hash string) (string, error) {
+// verify returns the key for a key hash.
+func (c *keyCache) verify(ctx context.Context, hash string) (verifiedKey, error) {
 	now := c.now()
 	c.mu.Lock()
 	e, ok := c.entries[hash]
 	c.mu.Unlock()
 	if ok && now.Before(e.expires) {
-		return e.id, nil
+		return e.key, nil
 	}
 	resp, err := c.client.VerifyKey(ctx, connect.NewRequest(&weirv1.VerifyKeyRequest{KeyHash: hash}))
 	if err != nil {
 		if connect.CodeOf(err) == connect.CodePermissionDenied {
 			c.forget(hash)
-			return "", errKeyRejected
+			return verifiedKey{}, errKeyRejected
 		}
 		if ok && undelivered(err) && now.Before(e.expires.Add(keyStale)) {
-			return e.id, nil
+			return e.key, nil
 		}
-		return "", err
+		return verifiedKey{}, err
 	}
+	k := verifiedKey{id: resp.Msg.KeyId, allowedModels: resp.Msg.AllowedModels, ratePerMinute: resp.Msg.RateLimitPerMinute}
 	c.mu.Lock()
 	if len(c.entries) > 10000 {
 		// Bounded: a flood of distinct valid keys cannot grow it forever.
 		clear(c.entries)
 	}
-	c.entries[hash] = keyEntry{id: resp.Msg.KeyId, expires: now.Add(c.ttl)}
+	c.entries[hash] = keyEntry{key: k, expires: now.Add(c.ttl)}
 	c.mu.Unlock()
-	return resp.Msg.KeyId, nil
+	return k, nil
 }
 
 // forgetAll drops every cached verification: a key changed.

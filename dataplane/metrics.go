@@ -29,24 +29,26 @@ type metrics struct {
 
 // Request outcomes: how a client request ended, one fixed set.
 const (
-	outcomeSuccess         = "success"         // answered 2xx, stream finished
-	outcomeStreamError     = "stream_error"    // the stream broke after output started
-	outcomeClientError     = "client_error"    // the request itself was at fault (4xx)
-	outcomeUnauthenticated = "unauthenticated" // missing or invalid weir key
-	outcomeRateLimited     = "rate_limited"    // the last attempt was a 429
-	outcomeOverloaded      = "overloaded"      // the last attempt was a 529/503 or overload event
-	outcomeUsageLimit      = "usage_limit"     // a final usage limit (quota spent pool-wide)
-	outcomeUpstreamError   = "upstream_error"  // the upstream answered another error
-	outcomeTransportError  = "transport_error" // the upstream could not be reached or broke
-	outcomeAuthError       = "auth_error"      // an account's credential was rejected
-	outcomeNoAccount       = "no_account"      // no account could serve, no attempt made
-	outcomeUnavailable     = "unavailable"     // the control plane could not be reached
-	outcomeCanceled        = "canceled"        // the client left first
+	outcomeSuccess         = "success"          // answered 2xx, stream finished
+	outcomeStreamError     = "stream_error"     // the stream broke after output started
+	outcomeClientError     = "client_error"     // the request itself was at fault (4xx)
+	outcomeUnauthenticated = "unauthenticated"  // missing or invalid weir key
+	outcomeRateLimited     = "rate_limited"     // the last attempt was a 429
+	outcomeOverloaded      = "overloaded"       // the last attempt was a 529/503 or overload event
+	outcomeUsageLimit      = "usage_limit"      // a final usage limit (quota spent pool-wide)
+	outcomeUpstreamError   = "upstream_error"   // the upstream answered another error
+	outcomeTransportError  = "transport_error"  // the upstream could not be reached or broke
+	outcomeAuthError       = "auth_error"       // an account's credential was rejected
+	outcomeNoAccount       = "no_account"       // no account could serve, no attempt made
+	outcomeUnavailable     = "unavailable"      // the control plane could not be reached
+	outcomeCanceled        = "canceled"         // the client left first
+	outcomeModelForbidden  = "model_forbidden"  // the key's allowlist does not allow the model
+	outcomeKeyRateLimited  = "key_rate_limited" // the key's own request rate limit
 )
 
 var requestOutcomes = []string{outcomeSuccess, outcomeStreamError, outcomeClientError, outcomeUnauthenticated,
 	outcomeRateLimited, outcomeOverloaded, outcomeUsageLimit, outcomeUpstreamError, outcomeTransportError,
-	outcomeAuthError, outcomeNoAccount, outcomeUnavailable, outcomeCanceled}
+	outcomeAuthError, outcomeNoAccount, outcomeUnavailable, outcomeCanceled, outcomeModelForbidden, outcomeKeyRateLimited}
 
 var surfaceNames = []string{surfaceMessages.name, surfaceCount.name, surfaceModels.name, surfaceResp.name, surfaceChat.name}
 

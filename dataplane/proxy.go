@@ -29,11 +29,14 @@ type inbound struct {
 	requestID string
 	keyHash   string
 	keyID     string
-	body      []byte
-	model     string
-	stream    bool
-	session   string
-	start     time.Time
+	// allowedModels is the key's allowlist (nil: any model); a model
+	// list is filtered by it.
+	allowedModels []string
+	body          []byte
+	model         string
+	stream        bool
+	session       string
+	start         time.Time
 	// outcome is set when the worker answers on its own (a usage limit, an
 	// unreachable control plane, no account); else requestOutcome derives
 	// it from the status and lastClass, the last attempt's class.
@@ -83,7 +86,7 @@ func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *wei
 		return
 	}
 	in.keyHash = hashKey(secret)
-	keyID, err := s.keys.verify(ctx, in.keyHash)
+	key, err := s.keys.verify(ctx, in.keyHash)
 	if err != nil {
 		if errors.Is(err, errKeyRejected) {
 			writeError(w, in.sf.wire, in.requestID, errAuthentication("invalid API key"))
@@ -94,13 +97,19 @@ func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *wei
 		}
 		return
 	}
-	in.keyID = keyID
-	rec.KeyId = keyID
+	in.keyID, in.allowedModels = key.id, key.allowedModels
+	rec.KeyId = key.id
 	if apiErr := s.readBody(w, r, in); apiErr != nil {
 		writeError(w, in.sf.wire, in.requestID, apiErr)
 		return
 	}
 	rec.Model, rec.Stream = in.model, in.stream
+	if apiErr := s.admit(ctx, in, key); apiErr != nil {
+		rec.ErrorType = apiErr.typ
+		rec.FailureStage = weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT
+		writeError(w, in.sf.wire, in.requestID, apiErr)
+		return
+	}
 	s.route(ctx, w, r, in, rec)
 }
 
@@ -162,6 +171,13 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 		if err != nil {
 			switch {
 			case connect.CodeOf(err) == connect.CodePermissionDenied:
+				if model, ok := modelNotAllowedIn(err); ok {
+					// The worker's cached allowlist was older than the key.
+					in.outcome = outcomeModelForbidden
+					s.keys.forget(in.keyHash)
+					s.fail(w, rt, nil, errModelNotAllowed(model))
+					return
+				}
 				s.keys.forget(in.keyHash)
 				s.fail(w, rt, nil, errAuthentication("invalid API key"))
 				return

@@ -159,6 +159,9 @@ func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.R
 		u.fromMessage(body)
 		o.InputTokens, o.OutputTokens = u.input, u.output
 	}
+	if in.sf.name == surfaceModels.name && len(in.allowedModels) > 0 {
+		body = filterModelList(body, in.allowedModels)
+	}
 	o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS
 	o.BytesToClient = true
 	(&bufferedResponse{status: resp.StatusCode, header: resp.Header, body: body}).write(w)

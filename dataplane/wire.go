@@ -100,7 +100,7 @@ func openAIErrorKind(e *apiError) (typ string, code any) {
 			code = "invalid_api_key"
 		}
 		return "invalid_request_error", code
-	case "invalid_request_error", "request_too_large", "not_found_error":
+	case "invalid_request_error", "request_too_large", "not_found_error", "permission_error":
 		return "invalid_request_error", code
 	case "overloaded_error":
 		if code == nil {

@@ -510,6 +510,10 @@ func (q *Queries) ResumeAccount(ctx context.Context, arg ResumeAccountParams) (A
 const routingView = `-- name: RoutingView :many
 SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.priority, a.paused, a.broken_reason, a.broken_at, a.auth_failures, a.credential_sealed, a.credential_revision, a.credential_hint, a.last_used_at, a.last_success_at, a.created_at, a.updated_at, a.quota_backoffs, a.recovery_probe, a.refresh_sealed, a.access_expires_at, a.refreshing_until, a.refresh_failures, a.refresh_blocked_until, a.refresh_rejected_at, a.banked_resets_enabled, a.org_id, a.recovery_probe_seen_at, a.upstream_account_id, a.identity,
     (SELECT k.id FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::uuid AS key_id,
+    (SELECT k.allowed_models FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::text[] AS key_allowed_models,
+    coalesce((SELECT k.pinned FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL), false)::boolean AS key_pinned,
+    (SELECT array_agg(ka.account_id) FROM client_key_accounts ka JOIN client_keys k ON k.id = ka.key_id
+     WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::uuid[] AS key_pins,
     (SELECT ma.targets FROM model_aliases ma WHERE ma.alias = $2::text) AS alias_targets,
     ob.open_until AS breaker_open_until,
     (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > $3)::integer AS live,
@@ -554,6 +558,9 @@ type RoutingViewParams struct {
 type RoutingViewRow struct {
 	Account                    Account
 	KeyID                      uuid.UUID
+	KeyAllowedModels           []string
+	KeyPinned                  bool
+	KeyPins                    []uuid.UUID
 	AliasTargets               []string
 	BreakerOpenUntil           *time.Time
 	Live                       int32
@@ -632,6 +639,9 @@ func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]Rou
 			&i.Account.UpstreamAccountID,
 			&i.Account.Identity,
 			&i.KeyID,
+			&i.KeyAllowedModels,
+			&i.KeyPinned,
+			&i.KeyPins,
 			&i.AliasTargets,
 			&i.BreakerOpenUntil,
 			&i.Live,

@@ -13,7 +13,8 @@ import (
 )
 
 const activeKeyAndAlias = `-- name: ActiveKeyAndAlias :one
-SELECT k.id AS key_id,
+SELECT k.id AS key_id, k.allowed_models, k.pinned,
+    (SELECT array_agg(ka.account_id) FROM client_key_accounts ka WHERE ka.key_id = k.id)::uuid[] AS pins,
     (SELECT a.targets FROM model_aliases a WHERE a.alias = $1::text) AS alias_targets
 FROM client_keys k
 WHERE k.key_hash = $2 AND k.revoked_at IS NULL
@@ -25,46 +26,92 @@ type ActiveKeyAndAliasParams struct {
 }
 
 type ActiveKeyAndAliasRow struct {
-	KeyID        uuid.UUID
-	AliasTargets []string
+	KeyID         uuid.UUID
+	AllowedModels []string
+	Pinned        bool
+	Pins          []uuid.UUID
+	AliasTargets  []string
 }
 
-// Acquire's first question in one round trip: is the key live, and is the
-// model an alias (NULL targets: a concrete model).
+// Acquire's first question in one round trip: is the key live, what
+// restricts it, and is the model an alias (NULL targets: a concrete model).
 func (q *Queries) ActiveKeyAndAlias(ctx context.Context, arg ActiveKeyAndAliasParams) (ActiveKeyAndAliasRow, error) {
 	row := q.db.QueryRow(ctx, activeKeyAndAlias, arg.Model, arg.KeyHash)
 	var i ActiveKeyAndAliasRow
-	err := row.Scan(&i.KeyID, &i.AliasTargets)
+	err := row.Scan(
+		&i.KeyID,
+		&i.AllowedModels,
+		&i.Pinned,
+		&i.Pins,
+		&i.AliasTargets,
+	)
 	return i, err
 }
 
 const activeKeyByHash = `-- name: ActiveKeyByHash :one
-SELECT id, name FROM client_keys WHERE key_hash = $1 AND revoked_at IS NULL
+SELECT id, name, allowed_models, rate_limit_per_minute FROM client_keys
+WHERE key_hash = $1 AND revoked_at IS NULL
 `
 
 type ActiveKeyByHashRow struct {
-	ID   uuid.UUID
-	Name string
+	ID                 uuid.UUID
+	Name               string
+	AllowedModels      []string
+	RateLimitPerMinute *int32
 }
 
 func (q *Queries) ActiveKeyByHash(ctx context.Context, keyHash string) (ActiveKeyByHashRow, error) {
 	row := q.db.QueryRow(ctx, activeKeyByHash, keyHash)
 	var i ActiveKeyByHashRow
-	err := row.Scan(&i.ID, &i.Name)
+	err := row.Scan(
+		&i.ID,
+		&i.Name,
+		&i.AllowedModels,
+		&i.RateLimitPerMinute,
+	)
 	return i, err
 }
 
+const addKeyAccounts = `-- name: AddKeyAccounts :exec
+INSERT INTO client_key_accounts (key_id, account_id)
+SELECT $1, unnest($2::uuid[])
+ON CONFLICT DO NOTHING
+`
+
+type AddKeyAccountsParams struct {
+	KeyID      uuid.UUID
+	AccountIds []uuid.UUID
+}
+
+func (q *Queries) AddKeyAccounts(ctx context.Context, arg AddKeyAccountsParams) error {
+	_, err := q.db.Exec(ctx, addKeyAccounts, arg.KeyID, arg.AccountIds)
+	return err
+}
+
+const clearKeyAccounts = `-- name: ClearKeyAccounts :exec
+DELETE FROM client_key_accounts WHERE key_id = $1
+`
+
+func (q *Queries) ClearKeyAccounts(ctx context.Context, keyID uuid.UUID) error {
+	_, err := q.db.Exec(ctx, clearKeyAccounts, keyID)
+	return err
+}
+
 const createKey = `-- name: CreateKey :one
-INSERT INTO client_keys (name, key_hash, prefix, created_at)
-VALUES ($1, $2, $3, $4)
-RETURNING id, name, key_hash, prefix, created_at, revoked_at, last_used_at
+INSERT INTO client_keys (name, key_hash, prefix, created_at, allowed_models, pinned, rate_limit_per_minute)
+VALUES ($1, $2, $3, $4, $5::text[], $6,
+    $7::integer)
+RETURNING id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute
 `
 
 type CreateKeyParams struct {
-	Name    string
-	KeyHash string
-	Prefix  string
-	Now     time.Time
+	Name               string
+	KeyHash            string
+	Prefix             string
+	Now                time.Time
+	AllowedModels      []string
+	Pinned             bool
+	RateLimitPerMinute *int32
 }
 
 func (q *Queries) CreateKey(ctx context.Context, arg CreateKeyParams) (ClientKey, error) {
@@ -73,6 +120,9 @@ func (q *Queries) CreateKey(ctx context.Context, arg CreateKeyParams) (ClientKey
 		arg.KeyHash,
 		arg.Prefix,
 		arg.Now,
+		arg.AllowedModels,
+		arg.Pinned,
+		arg.RateLimitPerMinute,
 	)
 	var i ClientKey
 	err := row.Scan(
@@ -83,12 +133,15 @@ func (q *Queries) CreateKey(ctx context.Context, arg CreateKeyParams) (ClientKey
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.LastUsedAt,
+		&i.AllowedModels,
+		&i.Pinned,
+		&i.RateLimitPerMinute,
 	)
 	return i, err
 }
 
 const getKey = `-- name: GetKey :one
-SELECT id, name, key_hash, prefix, created_at, revoked_at, last_used_at FROM client_keys WHERE id = $1
+SELECT id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute FROM client_keys WHERE id = $1
 `
 
 func (q *Queries) GetKey(ctx context.Context, id uuid.UUID) (ClientKey, error) {
@@ -102,12 +155,15 @@ func (q *Queries) GetKey(ctx context.Context, id uuid.UUID) (ClientKey, error) {
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.LastUsedAt,
+		&i.AllowedModels,
+		&i.Pinned,
+		&i.RateLimitPerMinute,
 	)
 	return i, err
 }
 
 const getKeyByName = `-- name: GetKeyByName :one
-SELECT id, name, key_hash, prefix, created_at, revoked_at, last_used_at FROM client_keys WHERE name = $1
+SELECT id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute FROM client_keys WHERE name = $1
 `
 
 func (q *Queries) GetKeyByName(ctx context.Context, name string) (ClientKey, error) {
@@ -121,12 +177,49 @@ func (q *Queries) GetKeyByName(ctx context.Context, name string) (ClientKey, err
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.LastUsedAt,
+		&i.AllowedModels,
+		&i.Pinned,
+		&i.RateLimitPerMinute,
 	)
 	return i, err
 }
 
+const keyAccounts = `-- name: KeyAccounts :many
+SELECT ka.key_id, a.id AS account_id, a.label
+FROM client_key_accounts ka JOIN accounts a ON a.id = ka.account_id
+WHERE ka.key_id = ANY($1::uuid[])
+ORDER BY a.label
+`
+
+type KeyAccountsRow struct {
+	KeyID     uuid.UUID
+	AccountID uuid.UUID
+	Label     string
+}
+
+// The pinned accounts of the given keys, with their labels.
+func (q *Queries) KeyAccounts(ctx context.Context, keyIds []uuid.UUID) ([]KeyAccountsRow, error) {
+	rows, err := q.db.Query(ctx, keyAccounts, keyIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []KeyAccountsRow{}
+	for rows.Next() {
+		var i KeyAccountsRow
+		if err := rows.Scan(&i.KeyID, &i.AccountID, &i.Label); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listKeys = `-- name: ListKeys :many
-SELECT id, name, key_hash, prefix, created_at, revoked_at, last_used_at FROM client_keys
+SELECT id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute FROM client_keys
 WHERE $1::boolean OR revoked_at IS NULL
 ORDER BY created_at
 `
@@ -148,6 +241,9 @@ func (q *Queries) ListKeys(ctx context.Context, includeRevoked bool) ([]ClientKe
 			&i.CreatedAt,
 			&i.RevokedAt,
 			&i.LastUsedAt,
+			&i.AllowedModels,
+			&i.Pinned,
+			&i.RateLimitPerMinute,
 		); err != nil {
 			return nil, err
 		}
@@ -159,8 +255,18 @@ func (q *Queries) ListKeys(ctx context.Context, includeRevoked bool) ([]ClientKe
 	return items, nil
 }
 
+const resetKeyBucket = `-- name: ResetKeyBucket :exec
+DELETE FROM client_key_buckets WHERE key_id = $1
+`
+
+// A new limit starts with a full bucket.
+func (q *Queries) ResetKeyBucket(ctx context.Context, keyID uuid.UUID) error {
+	_, err := q.db.Exec(ctx, resetKeyBucket, keyID)
+	return err
+}
+
 const revokeKey = `-- name: RevokeKey :one
-UPDATE client_keys SET revoked_at = coalesce(revoked_at, $1::timestamptz) WHERE id = $2 RETURNING id, name, key_hash, prefix, created_at, revoked_at, last_used_at
+UPDATE client_keys SET revoked_at = coalesce(revoked_at, $1::timestamptz) WHERE id = $2 RETURNING id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute
 `
 
 type RevokeKeyParams struct {
@@ -179,6 +285,59 @@ func (q *Queries) RevokeKey(ctx context.Context, arg RevokeKeyParams) (ClientKey
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.LastUsedAt,
+		&i.AllowedModels,
+		&i.Pinned,
+		&i.RateLimitPerMinute,
+	)
+	return i, err
+}
+
+const takeKeyToken = `-- name: TakeKeyToken :one
+WITH k AS (
+    SELECT ck.id, ck.rate_limit_per_minute FROM client_keys ck
+    WHERE ck.key_hash = $2 AND ck.revoked_at IS NULL
+), took AS (
+    INSERT INTO client_key_buckets AS b (key_id, tat)
+    SELECT k.id, $1::timestamptz
+        + make_interval(secs => 60.0::double precision / k.rate_limit_per_minute)
+    FROM k WHERE k.rate_limit_per_minute IS NOT NULL
+    ON CONFLICT (key_id) DO UPDATE
+       SET tat = greatest(b.tat, $1::timestamptz) + (EXCLUDED.tat - $1::timestamptz)
+     WHERE greatest(b.tat, $1::timestamptz) + (EXCLUDED.tat - $1::timestamptz)
+           <= $1::timestamptz + interval '1 minute'
+    RETURNING b.key_id
+)
+SELECT k.id AS key_id, k.rate_limit_per_minute,
+    EXISTS (SELECT 1 FROM took)::boolean AS admitted,
+    coalesce((SELECT b.tat FROM client_key_buckets b WHERE b.key_id = k.id), $1::timestamptz)::timestamptz AS tat
+FROM k
+`
+
+type TakeKeyTokenParams struct {
+	Now     time.Time
+	KeyHash string
+}
+
+type TakeKeyTokenRow struct {
+	KeyID              uuid.UUID
+	RateLimitPerMinute *int32
+	Admitted           bool
+	Tat                time.Time
+}
+
+// Takes one request from a live key's rate limit (GCRA, see
+// 0015_key_limits.sql), in one statement so that every worker's requests
+// draw on the same bucket. admitted is false when the limit is reached,
+// and then tat is the bucket's state, from which the wait follows; a key
+// without a limit is never counted (rate_limit_per_minute NULL).
+func (q *Queries) TakeKeyToken(ctx context.Context, arg TakeKeyTokenParams) (TakeKeyTokenRow, error) {
+	row := q.db.QueryRow(ctx, takeKeyToken, arg.Now, arg.KeyHash)
+	var i TakeKeyTokenRow
+	err := row.Scan(
+		&i.KeyID,
+		&i.RateLimitPerMinute,
+		&i.Admitted,
+		&i.Tat,
 	)
 	return i, err
 }
@@ -198,4 +357,51 @@ type TouchKeyParams struct {
 func (q *Queries) TouchKey(ctx context.Context, arg TouchKeyParams) error {
 	_, err := q.db.Exec(ctx, touchKey, arg.Now, arg.ID, arg.StaleBefore)
 	return err
+}
+
+const updateKeyLimits = `-- name: UpdateKeyLimits :one
+UPDATE client_keys SET
+    allowed_models = CASE WHEN $1::boolean THEN $2::text[] ELSE allowed_models END,
+    pinned = CASE WHEN $3::boolean THEN $4::boolean ELSE pinned END,
+    rate_limit_per_minute = CASE WHEN $5::boolean THEN $6::integer
+                                 ELSE rate_limit_per_minute END
+WHERE id = $7
+RETURNING id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute
+`
+
+type UpdateKeyLimitsParams struct {
+	SetModels          bool
+	AllowedModels      []string
+	SetPinned          bool
+	Pinned             bool
+	SetRateLimit       bool
+	RateLimitPerMinute *int32
+	ID                 uuid.UUID
+}
+
+// Changes the restrictions whose set_ flag is true; the others stay.
+func (q *Queries) UpdateKeyLimits(ctx context.Context, arg UpdateKeyLimitsParams) (ClientKey, error) {
+	row := q.db.QueryRow(ctx, updateKeyLimits,
+		arg.SetModels,
+		arg.AllowedModels,
+		arg.SetPinned,
+		arg.Pinned,
+		arg.SetRateLimit,
+		arg.RateLimitPerMinute,
+		arg.ID,
+	)
+	var i ClientKey
+	err := row.Scan(
+		&i.ID,
+		&i.Name,
+		&i.KeyHash,
+		&i.Prefix,
+		&i.CreatedAt,
+		&i.RevokedAt,
+		&i.LastUsedAt,
+		&i.AllowedModels,
+		&i.Pinned,
+		&i.RateLimitPerMinute,
+	)
+	return i, err
 }

@@ -45,13 +45,26 @@ type Account struct {
 }
 
 type ClientKey struct {
-	ID         uuid.UUID
-	Name       string
-	KeyHash    string
-	Prefix     string
-	CreatedAt  time.Time
-	RevokedAt  *time.Time
-	LastUsedAt *time.Time
+	ID                 uuid.UUID
+	Name               string
+	KeyHash            string
+	Prefix             string
+	CreatedAt          time.Time
+	RevokedAt          *time.Time
+	LastUsedAt         *time.Time
+	AllowedModels      []string
+	Pinned             bool
+	RateLimitPerMinute *int32
+}
+
+type ClientKeyAccount struct {
+	KeyID     uuid.UUID
+	AccountID uuid.UUID
+}
+
+type ClientKeyBucket struct {
+	KeyID uuid.UUID
+	Tat   time.Time
 }
 
 type Cooldown struct {

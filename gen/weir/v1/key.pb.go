@@ -9,6 +9,7 @@ package weirv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -28,12 +29,23 @@ type Key struct {
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// The first characters of the secret, to recognise it.
-	Prefix        string                 `protobuf:"bytes,3,opt,name=prefix,proto3" json:"prefix,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	RevokedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=revoked_at,json=revokedAt,proto3" json:"revoked_at,omitempty"`
-	LastUsedAt    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=last_used_at,json=lastUsedAt,proto3" json:"last_used_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Prefix     string                 `protobuf:"bytes,3,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	CreatedAt  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	RevokedAt  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=revoked_at,json=revokedAt,proto3" json:"revoked_at,omitempty"`
+	LastUsedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=last_used_at,json=lastUsedAt,proto3" json:"last_used_at,omitempty"`
+	// Model patterns the key may ask for: exact names, or a prefix ending in
+	// * ("claude-sonnet-*"). Empty allows any model. An alias is allowed by
+	// its own name, and then serves only from its targets the list allows.
+	AllowedModels []string `protobuf:"bytes,7,rep,name=allowed_models,json=allowedModels,proto3" json:"allowed_models,omitempty"`
+	// Set when the key may use only pinned_accounts. A pinned key whose
+	// accounts were all deleted may use no account.
+	Pinned         bool          `protobuf:"varint,8,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	PinnedAccounts []*KeyAccount `protobuf:"bytes,9,rep,name=pinned_accounts,json=pinnedAccounts,proto3" json:"pinned_accounts,omitempty"`
+	// Requests per minute across every worker (a burst of up to the whole
+	// minute's); 0 is no limit.
+	RateLimitPerMinute int32 `protobuf:"varint,10,opt,name=rate_limit_per_minute,json=rateLimitPerMinute,proto3" json:"rate_limit_per_minute,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Key) Reset() {
@@ -108,16 +120,102 @@ func (x *Key) GetLastUsedAt() *timestamppb.Timestamp {
 	return nil
 }
 
-type CreateKeyRequest struct {
+func (x *Key) GetAllowedModels() []string {
+	if x != nil {
+		return x.AllowedModels
+	}
+	return nil
+}
+
+func (x *Key) GetPinned() bool {
+	if x != nil {
+		return x.Pinned
+	}
+	return false
+}
+
+func (x *Key) GetPinnedAccounts() []*KeyAccount {
+	if x != nil {
+		return x.PinnedAccounts
+	}
+	return nil
+}
+
+func (x *Key) GetRateLimitPerMinute() int32 {
+	if x != nil {
+		return x.RateLimitPerMinute
+	}
+	return 0
+}
+
+// KeyAccount is an account a key is pinned to.
+type KeyAccount struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Label         string                 `protobuf:"bytes,2,opt,name=label,proto3" json:"label,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
+func (x *KeyAccount) Reset() {
+	*x = KeyAccount{}
+	mi := &file_weir_v1_key_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyAccount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyAccount) ProtoMessage() {}
+
+func (x *KeyAccount) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_key_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyAccount.ProtoReflect.Descriptor instead.
+func (*KeyAccount) Descriptor() ([]byte, []int) {
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *KeyAccount) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *KeyAccount) GetLabel() string {
+	if x != nil {
+		return x.Label
+	}
+	return ""
+}
+
+type CreateKeyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// See Key. Accounts are given by id or label; empty leaves the key
+	// unrestricted.
+	AllowedModels      []string `protobuf:"bytes,2,rep,name=allowed_models,json=allowedModels,proto3" json:"allowed_models,omitempty"`
+	PinnedAccounts     []string `protobuf:"bytes,3,rep,name=pinned_accounts,json=pinnedAccounts,proto3" json:"pinned_accounts,omitempty"`
+	RateLimitPerMinute int32    `protobuf:"varint,4,opt,name=rate_limit_per_minute,json=rateLimitPerMinute,proto3" json:"rate_limit_per_minute,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_weir_v1_key_proto_msgTypes[1]
+	mi := &file_weir_v1_key_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -129,7 +227,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_key_proto_msgTypes[1]
+	mi := &file_weir_v1_key_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -142,7 +240,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_key_proto_rawDescGZIP(), []int{1}
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CreateKeyRequest) GetName() string {
@@ -150,6 +248,152 @@ func (x *CreateKeyRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *CreateKeyRequest) GetAllowedModels() []string {
+	if x != nil {
+		return x.AllowedModels
+	}
+	return nil
+}
+
+func (x *CreateKeyRequest) GetPinnedAccounts() []string {
+	if x != nil {
+		return x.PinnedAccounts
+	}
+	return nil
+}
+
+func (x *CreateKeyRequest) GetRateLimitPerMinute() int32 {
+	if x != nil {
+		return x.RateLimitPerMinute
+	}
+	return 0
+}
+
+type UpdateKeyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key id or its name.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Restrictions to change: allowed_models, pinned_accounts,
+	// rate_limit_per_minute. A named field left empty (or 0) clears its
+	// restriction.
+	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	AllowedModels []string               `protobuf:"bytes,3,rep,name=allowed_models,json=allowedModels,proto3" json:"allowed_models,omitempty"`
+	// Accounts by id or label.
+	PinnedAccounts     []string `protobuf:"bytes,4,rep,name=pinned_accounts,json=pinnedAccounts,proto3" json:"pinned_accounts,omitempty"`
+	RateLimitPerMinute int32    `protobuf:"varint,5,opt,name=rate_limit_per_minute,json=rateLimitPerMinute,proto3" json:"rate_limit_per_minute,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *UpdateKeyRequest) Reset() {
+	*x = UpdateKeyRequest{}
+	mi := &file_weir_v1_key_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateKeyRequest) ProtoMessage() {}
+
+func (x *UpdateKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_key_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateKeyRequest.ProtoReflect.Descriptor instead.
+func (*UpdateKeyRequest) Descriptor() ([]byte, []int) {
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *UpdateKeyRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *UpdateKeyRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
+	if x != nil {
+		return x.UpdateMask
+	}
+	return nil
+}
+
+func (x *UpdateKeyRequest) GetAllowedModels() []string {
+	if x != nil {
+		return x.AllowedModels
+	}
+	return nil
+}
+
+func (x *UpdateKeyRequest) GetPinnedAccounts() []string {
+	if x != nil {
+		return x.PinnedAccounts
+	}
+	return nil
+}
+
+func (x *UpdateKeyRequest) GetRateLimitPerMinute() int32 {
+	if x != nil {
+		return x.RateLimitPerMinute
+	}
+	return 0
+}
+
+type UpdateKeyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           *Key                   `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateKeyResponse) Reset() {
+	*x = UpdateKeyResponse{}
+	mi := &file_weir_v1_key_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateKeyResponse) ProtoMessage() {}
+
+func (x *UpdateKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_key_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateKeyResponse.ProtoReflect.Descriptor instead.
+func (*UpdateKeyResponse) Descriptor() ([]byte, []int) {
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *UpdateKeyResponse) GetKey() *Key {
+	if x != nil {
+		return x.Key
+	}
+	return nil
 }
 
 type CreateKeyResponse struct {
@@ -163,7 +407,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_weir_v1_key_proto_msgTypes[2]
+	mi := &file_weir_v1_key_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -175,7 +419,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_key_proto_msgTypes[2]
+	mi := &file_weir_v1_key_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -188,7 +432,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_key_proto_rawDescGZIP(), []int{2}
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateKeyResponse) GetKey() *Key {
@@ -214,7 +458,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_weir_v1_key_proto_msgTypes[3]
+	mi := &file_weir_v1_key_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -226,7 +470,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_key_proto_msgTypes[3]
+	mi := &file_weir_v1_key_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -239,7 +483,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_key_proto_rawDescGZIP(), []int{3}
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListKeysRequest) GetIncludeRevoked() bool {
@@ -258,7 +502,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_weir_v1_key_proto_msgTypes[4]
+	mi := &file_weir_v1_key_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -270,7 +514,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_key_proto_msgTypes[4]
+	mi := &file_weir_v1_key_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -283,7 +527,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_key_proto_rawDescGZIP(), []int{4}
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListKeysResponse) GetKeys() []*Key {
@@ -303,7 +547,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_weir_v1_key_proto_msgTypes[5]
+	mi := &file_weir_v1_key_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -315,7 +559,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_key_proto_msgTypes[5]
+	mi := &file_weir_v1_key_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -328,7 +572,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_key_proto_rawDescGZIP(), []int{5}
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RevokeKeyRequest) GetId() string {
@@ -347,7 +591,7 @@ type RevokeKeyResponse struct {
 
 func (x *RevokeKeyResponse) Reset() {
 	*x = RevokeKeyResponse{}
-	mi := &file_weir_v1_key_proto_msgTypes[6]
+	mi := &file_weir_v1_key_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -359,7 +603,7 @@ func (x *RevokeKeyResponse) String() string {
 func (*RevokeKeyResponse) ProtoMessage() {}
 
 func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_key_proto_msgTypes[6]
+	mi := &file_weir_v1_key_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -372,7 +616,7 @@ func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeKeyResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_key_proto_rawDescGZIP(), []int{6}
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RevokeKeyResponse) GetKey() *Key {
@@ -386,7 +630,7 @@ var File_weir_v1_key_proto protoreflect.FileDescriptor
 
 const file_weir_v1_key_proto_rawDesc = "" +
 	"\n" +
-	"\x11weir/v1/key.proto\x12\aweir.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf5\x01\n" +
+	"\x11weir/v1/key.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa5\x03\n" +
 	"\x03Key\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -396,9 +640,30 @@ const file_weir_v1_key_proto_rawDesc = "" +
 	"\n" +
 	"revoked_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\trevokedAt\x12<\n" +
 	"\flast_used_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"lastUsedAt\"&\n" +
+	"lastUsedAt\x12%\n" +
+	"\x0eallowed_models\x18\a \x03(\tR\rallowedModels\x12\x16\n" +
+	"\x06pinned\x18\b \x01(\bR\x06pinned\x12<\n" +
+	"\x0fpinned_accounts\x18\t \x03(\v2\x13.weir.v1.KeyAccountR\x0epinnedAccounts\x121\n" +
+	"\x15rate_limit_per_minute\x18\n" +
+	" \x01(\x05R\x12rateLimitPerMinute\"2\n" +
+	"\n" +
+	"KeyAccount\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05label\x18\x02 \x01(\tR\x05label\"\xa9\x01\n" +
 	"\x10CreateKeyRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"K\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
+	"\x0eallowed_models\x18\x02 \x03(\tR\rallowedModels\x12'\n" +
+	"\x0fpinned_accounts\x18\x03 \x03(\tR\x0epinnedAccounts\x121\n" +
+	"\x15rate_limit_per_minute\x18\x04 \x01(\x05R\x12rateLimitPerMinute\"\xe2\x01\n" +
+	"\x10UpdateKeyRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12;\n" +
+	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
+	"updateMask\x12%\n" +
+	"\x0eallowed_models\x18\x03 \x03(\tR\rallowedModels\x12'\n" +
+	"\x0fpinned_accounts\x18\x04 \x03(\tR\x0epinnedAccounts\x121\n" +
+	"\x15rate_limit_per_minute\x18\x05 \x01(\x05R\x12rateLimitPerMinute\"3\n" +
+	"\x11UpdateKeyResponse\x12\x1e\n" +
+	"\x03key\x18\x01 \x01(\v2\f.weir.v1.KeyR\x03key\"K\n" +
 	"\x11CreateKeyResponse\x12\x1e\n" +
 	"\x03key\x18\x01 \x01(\v2\f.weir.v1.KeyR\x03key\x12\x16\n" +
 	"\x06secret\x18\x02 \x01(\tR\x06secret\":\n" +
@@ -409,12 +674,13 @@ const file_weir_v1_key_proto_rawDesc = "" +
 	"\x10RevokeKeyRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"3\n" +
 	"\x11RevokeKeyResponse\x12\x1e\n" +
-	"\x03key\x18\x01 \x01(\v2\f.weir.v1.KeyR\x03key2\xde\x01\n" +
+	"\x03key\x18\x01 \x01(\v2\f.weir.v1.KeyR\x03key2\xa4\x02\n" +
 	"\n" +
 	"KeyService\x12D\n" +
 	"\tCreateKey\x12\x19.weir.v1.CreateKeyRequest\x1a\x1a.weir.v1.CreateKeyResponse\"\x00\x12D\n" +
 	"\bListKeys\x12\x18.weir.v1.ListKeysRequest\x1a\x19.weir.v1.ListKeysResponse\"\x03\x90\x02\x01\x12D\n" +
-	"\tRevokeKey\x12\x19.weir.v1.RevokeKeyRequest\x1a\x1a.weir.v1.RevokeKeyResponse\"\x00B\x7f\n" +
+	"\tRevokeKey\x12\x19.weir.v1.RevokeKeyRequest\x1a\x1a.weir.v1.RevokeKeyResponse\"\x00\x12D\n" +
+	"\tUpdateKey\x12\x19.weir.v1.UpdateKeyRequest\x1a\x1a.weir.v1.UpdateKeyResponse\"\x00B\x7f\n" +
 	"\vcom.weir.v1B\bKeyProtoP\x01Z)github.com/weirhq/weir/gen/weir/v1;weirv1\xa2\x02\x03WXX\xaa\x02\aWeir.V1\xca\x02\aWeir\\V1\xe2\x02\x13Weir\\V1\\GPBMetadata\xea\x02\bWeir::V1b\x06proto3"
 
 var (
@@ -429,35 +695,44 @@ func file_weir_v1_key_proto_rawDescGZIP() []byte {
 	return file_weir_v1_key_proto_rawDescData
 }
 
-var file_weir_v1_key_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_weir_v1_key_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_weir_v1_key_proto_goTypes = []any{
 	(*Key)(nil),                   // 0: weir.v1.Key
-	(*CreateKeyRequest)(nil),      // 1: weir.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),     // 2: weir.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),       // 3: weir.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),      // 4: weir.v1.ListKeysResponse
-	(*RevokeKeyRequest)(nil),      // 5: weir.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),     // 6: weir.v1.RevokeKeyResponse
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*KeyAccount)(nil),            // 1: weir.v1.KeyAccount
+	(*CreateKeyRequest)(nil),      // 2: weir.v1.CreateKeyRequest
+	(*UpdateKeyRequest)(nil),      // 3: weir.v1.UpdateKeyRequest
+	(*UpdateKeyResponse)(nil),     // 4: weir.v1.UpdateKeyResponse
+	(*CreateKeyResponse)(nil),     // 5: weir.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),       // 6: weir.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),      // 7: weir.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),      // 8: weir.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),     // 9: weir.v1.RevokeKeyResponse
+	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil), // 11: google.protobuf.FieldMask
 }
 var file_weir_v1_key_proto_depIdxs = []int32{
-	7, // 0: weir.v1.Key.created_at:type_name -> google.protobuf.Timestamp
-	7, // 1: weir.v1.Key.revoked_at:type_name -> google.protobuf.Timestamp
-	7, // 2: weir.v1.Key.last_used_at:type_name -> google.protobuf.Timestamp
-	0, // 3: weir.v1.CreateKeyResponse.key:type_name -> weir.v1.Key
-	0, // 4: weir.v1.ListKeysResponse.keys:type_name -> weir.v1.Key
-	0, // 5: weir.v1.RevokeKeyResponse.key:type_name -> weir.v1.Key
-	1, // 6: weir.v1.KeyService.CreateKey:input_type -> weir.v1.CreateKeyRequest
-	3, // 7: weir.v1.KeyService.ListKeys:input_type -> weir.v1.ListKeysRequest
-	5, // 8: weir.v1.KeyService.RevokeKey:input_type -> weir.v1.RevokeKeyRequest
-	2, // 9: weir.v1.KeyService.CreateKey:output_type -> weir.v1.CreateKeyResponse
-	4, // 10: weir.v1.KeyService.ListKeys:output_type -> weir.v1.ListKeysResponse
-	6, // 11: weir.v1.KeyService.RevokeKey:output_type -> weir.v1.RevokeKeyResponse
-	9, // [9:12] is the sub-list for method output_type
-	6, // [6:9] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	10, // 0: weir.v1.Key.created_at:type_name -> google.protobuf.Timestamp
+	10, // 1: weir.v1.Key.revoked_at:type_name -> google.protobuf.Timestamp
+	10, // 2: weir.v1.Key.last_used_at:type_name -> google.protobuf.Timestamp
+	1,  // 3: weir.v1.Key.pinned_accounts:type_name -> weir.v1.KeyAccount
+	11, // 4: weir.v1.UpdateKeyRequest.update_mask:type_name -> google.protobuf.FieldMask
+	0,  // 5: weir.v1.UpdateKeyResponse.key:type_name -> weir.v1.Key
+	0,  // 6: weir.v1.CreateKeyResponse.key:type_name -> weir.v1.Key
+	0,  // 7: weir.v1.ListKeysResponse.keys:type_name -> weir.v1.Key
+	0,  // 8: weir.v1.RevokeKeyResponse.key:type_name -> weir.v1.Key
+	2,  // 9: weir.v1.KeyService.CreateKey:input_type -> weir.v1.CreateKeyRequest
+	6,  // 10: weir.v1.KeyService.ListKeys:input_type -> weir.v1.ListKeysRequest
+	8,  // 11: weir.v1.KeyService.RevokeKey:input_type -> weir.v1.RevokeKeyRequest
+	3,  // 12: weir.v1.KeyService.UpdateKey:input_type -> weir.v1.UpdateKeyRequest
+	5,  // 13: weir.v1.KeyService.CreateKey:output_type -> weir.v1.CreateKeyResponse
+	7,  // 14: weir.v1.KeyService.ListKeys:output_type -> weir.v1.ListKeysResponse
+	9,  // 15: weir.v1.KeyService.RevokeKey:output_type -> weir.v1.RevokeKeyResponse
+	4,  // 16: weir.v1.KeyService.UpdateKey:output_type -> weir.v1.UpdateKeyResponse
+	13, // [13:17] is the sub-list for method output_type
+	9,  // [9:13] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_key_proto_init() }
@@ -471,7 +746,7 @@ func file_weir_v1_key_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_key_proto_rawDesc), len(file_weir_v1_key_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

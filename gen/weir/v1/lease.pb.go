@@ -303,11 +303,17 @@ func (x *VerifyKeyRequest) GetKeyHash() string {
 }
 
 type VerifyKeyResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	KeyId         string                 `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
-	KeyName       string                 `protobuf:"bytes,2,opt,name=key_name,json=keyName,proto3" json:"key_name,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	KeyId   string                 `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	KeyName string                 `protobuf:"bytes,2,opt,name=key_name,json=keyName,proto3" json:"key_name,omitempty"`
+	// Model patterns the key may ask for (exact names, or a prefix ending in
+	// *); empty allows any model.
+	AllowedModels []string `protobuf:"bytes,3,rep,name=allowed_models,json=allowedModels,proto3" json:"allowed_models,omitempty"`
+	// Requests per minute across every worker; 0 is no limit. A key with a
+	// limit takes a TakeRequestToken for each request.
+	RateLimitPerMinute int32 `protobuf:"varint,4,opt,name=rate_limit_per_minute,json=rateLimitPerMinute,proto3" json:"rate_limit_per_minute,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *VerifyKeyResponse) Reset() {
@@ -354,6 +360,174 @@ func (x *VerifyKeyResponse) GetKeyName() string {
 	return ""
 }
 
+func (x *VerifyKeyResponse) GetAllowedModels() []string {
+	if x != nil {
+		return x.AllowedModels
+	}
+	return nil
+}
+
+func (x *VerifyKeyResponse) GetRateLimitPerMinute() int32 {
+	if x != nil {
+		return x.RateLimitPerMinute
+	}
+	return 0
+}
+
+type TakeRequestTokenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	KeyHash       string                 `protobuf:"bytes,1,opt,name=key_hash,json=keyHash,proto3" json:"key_hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TakeRequestTokenRequest) Reset() {
+	*x = TakeRequestTokenRequest{}
+	mi := &file_weir_v1_lease_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TakeRequestTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TakeRequestTokenRequest) ProtoMessage() {}
+
+func (x *TakeRequestTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TakeRequestTokenRequest.ProtoReflect.Descriptor instead.
+func (*TakeRequestTokenRequest) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TakeRequestTokenRequest) GetKeyHash() string {
+	if x != nil {
+		return x.KeyHash
+	}
+	return ""
+}
+
+type TakeRequestTokenResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the key's limit is reached; nothing was taken.
+	Admitted bool `protobuf:"varint,1,opt,name=admitted,proto3" json:"admitted,omitempty"`
+	// When refused, how long until the next request is admitted.
+	RetryAfter *durationpb.Duration `protobuf:"bytes,2,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// The limit that applied; 0 when the key has none (any longer).
+	RateLimitPerMinute int32 `protobuf:"varint,3,opt,name=rate_limit_per_minute,json=rateLimitPerMinute,proto3" json:"rate_limit_per_minute,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *TakeRequestTokenResponse) Reset() {
+	*x = TakeRequestTokenResponse{}
+	mi := &file_weir_v1_lease_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TakeRequestTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TakeRequestTokenResponse) ProtoMessage() {}
+
+func (x *TakeRequestTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TakeRequestTokenResponse.ProtoReflect.Descriptor instead.
+func (*TakeRequestTokenResponse) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *TakeRequestTokenResponse) GetAdmitted() bool {
+	if x != nil {
+		return x.Admitted
+	}
+	return false
+}
+
+func (x *TakeRequestTokenResponse) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
+}
+
+func (x *TakeRequestTokenResponse) GetRateLimitPerMinute() int32 {
+	if x != nil {
+		return x.RateLimitPerMinute
+	}
+	return 0
+}
+
+// ModelNotAllowed is the detail of Acquire's PERMISSION_DENIED for a model
+// the key may not use.
+type ModelNotAllowed struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model as the client asked for it.
+	Model         string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelNotAllowed) Reset() {
+	*x = ModelNotAllowed{}
+	mi := &file_weir_v1_lease_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelNotAllowed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelNotAllowed) ProtoMessage() {}
+
+func (x *ModelNotAllowed) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelNotAllowed.ProtoReflect.Descriptor instead.
+func (*ModelNotAllowed) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ModelNotAllowed) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
 type AcquireRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	KeyHash string                 `protobuf:"bytes,1,opt,name=key_hash,json=keyHash,proto3" json:"key_hash,omitempty"`
@@ -375,7 +549,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[4]
+	mi := &file_weir_v1_lease_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -387,7 +561,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[4]
+	mi := &file_weir_v1_lease_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -400,7 +574,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{4}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AcquireRequest) GetKeyHash() string {
@@ -465,7 +639,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[5]
+	mi := &file_weir_v1_lease_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -477,7 +651,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[5]
+	mi := &file_weir_v1_lease_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -490,7 +664,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{5}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AcquireResponse) GetResult() isAcquireResponse_Result {
@@ -572,7 +746,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_weir_v1_lease_proto_msgTypes[6]
+	mi := &file_weir_v1_lease_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -584,7 +758,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[6]
+	mi := &file_weir_v1_lease_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -597,7 +771,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{6}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Lease) GetId() string {
@@ -716,7 +890,7 @@ type NoAccount struct {
 
 func (x *NoAccount) Reset() {
 	*x = NoAccount{}
-	mi := &file_weir_v1_lease_proto_msgTypes[7]
+	mi := &file_weir_v1_lease_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +902,7 @@ func (x *NoAccount) String() string {
 func (*NoAccount) ProtoMessage() {}
 
 func (x *NoAccount) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[7]
+	mi := &file_weir_v1_lease_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +915,7 @@ func (x *NoAccount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NoAccount.ProtoReflect.Descriptor instead.
 func (*NoAccount) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{7}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NoAccount) GetReason() NoAccountReason {
@@ -805,7 +979,7 @@ type QuotaBlock struct {
 
 func (x *QuotaBlock) Reset() {
 	*x = QuotaBlock{}
-	mi := &file_weir_v1_lease_proto_msgTypes[8]
+	mi := &file_weir_v1_lease_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +991,7 @@ func (x *QuotaBlock) String() string {
 func (*QuotaBlock) ProtoMessage() {}
 
 func (x *QuotaBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[8]
+	mi := &file_weir_v1_lease_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +1004,7 @@ func (x *QuotaBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuotaBlock.ProtoReflect.Descriptor instead.
 func (*QuotaBlock) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{8}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *QuotaBlock) GetResetsAt() *timestamppb.Timestamp {
@@ -877,7 +1051,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[9]
+	mi := &file_weir_v1_lease_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -889,7 +1063,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[9]
+	mi := &file_weir_v1_lease_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -902,7 +1076,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{9}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RenewRequest) GetLeaseId() string {
@@ -921,7 +1095,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[10]
+	mi := &file_weir_v1_lease_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +1107,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[10]
+	mi := &file_weir_v1_lease_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1120,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{10}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RenewResponse) GetExpiresAt() *timestamppb.Timestamp {
@@ -965,7 +1139,7 @@ type RenewBatchRequest struct {
 
 func (x *RenewBatchRequest) Reset() {
 	*x = RenewBatchRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[11]
+	mi := &file_weir_v1_lease_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1151,7 @@ func (x *RenewBatchRequest) String() string {
 func (*RenewBatchRequest) ProtoMessage() {}
 
 func (x *RenewBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[11]
+	mi := &file_weir_v1_lease_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1164,7 @@ func (x *RenewBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewBatchRequest.ProtoReflect.Descriptor instead.
 func (*RenewBatchRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{11}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RenewBatchRequest) GetLeaseIds() []string {
@@ -1012,7 +1186,7 @@ type RenewBatchResponse struct {
 
 func (x *RenewBatchResponse) Reset() {
 	*x = RenewBatchResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[12]
+	mi := &file_weir_v1_lease_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1024,7 +1198,7 @@ func (x *RenewBatchResponse) String() string {
 func (*RenewBatchResponse) ProtoMessage() {}
 
 func (x *RenewBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[12]
+	mi := &file_weir_v1_lease_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1037,7 +1211,7 @@ func (x *RenewBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewBatchResponse.ProtoReflect.Descriptor instead.
 func (*RenewBatchResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{12}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RenewBatchResponse) GetRenewedLeaseIds() []string {
@@ -1096,7 +1270,7 @@ type Outcome struct {
 
 func (x *Outcome) Reset() {
 	*x = Outcome{}
-	mi := &file_weir_v1_lease_proto_msgTypes[13]
+	mi := &file_weir_v1_lease_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1282,7 @@ func (x *Outcome) String() string {
 func (*Outcome) ProtoMessage() {}
 
 func (x *Outcome) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[13]
+	mi := &file_weir_v1_lease_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1295,7 @@ func (x *Outcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Outcome.ProtoReflect.Descriptor instead.
 func (*Outcome) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{13}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Outcome) GetClass() OutcomeClass {
@@ -1237,7 +1411,7 @@ type WorkerSettingsRequest struct {
 
 func (x *WorkerSettingsRequest) Reset() {
 	*x = WorkerSettingsRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[14]
+	mi := &file_weir_v1_lease_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1249,7 +1423,7 @@ func (x *WorkerSettingsRequest) String() string {
 func (*WorkerSettingsRequest) ProtoMessage() {}
 
 func (x *WorkerSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[14]
+	mi := &file_weir_v1_lease_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1262,7 +1436,7 @@ func (x *WorkerSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSettingsRequest.ProtoReflect.Descriptor instead.
 func (*WorkerSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{14}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{17}
 }
 
 type WorkerSettingsResponse struct {
@@ -1274,7 +1448,7 @@ type WorkerSettingsResponse struct {
 
 func (x *WorkerSettingsResponse) Reset() {
 	*x = WorkerSettingsResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[15]
+	mi := &file_weir_v1_lease_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1286,7 +1460,7 @@ func (x *WorkerSettingsResponse) String() string {
 func (*WorkerSettingsResponse) ProtoMessage() {}
 
 func (x *WorkerSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[15]
+	mi := &file_weir_v1_lease_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1299,7 +1473,7 @@ func (x *WorkerSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSettingsResponse.ProtoReflect.Descriptor instead.
 func (*WorkerSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{15}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WorkerSettingsResponse) GetSettings() *Settings {
@@ -1319,7 +1493,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[16]
+	mi := &file_weir_v1_lease_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1505,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[16]
+	mi := &file_weir_v1_lease_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1518,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{16}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReleaseRequest) GetLeaseId() string {
@@ -1370,7 +1544,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[17]
+	mi := &file_weir_v1_lease_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1382,7 +1556,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[17]
+	mi := &file_weir_v1_lease_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1395,7 +1569,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{17}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReleaseResponse) GetDecision() *Decision {
@@ -1415,7 +1589,7 @@ type ReleaseBatchRequest struct {
 
 func (x *ReleaseBatchRequest) Reset() {
 	*x = ReleaseBatchRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[18]
+	mi := &file_weir_v1_lease_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1427,7 +1601,7 @@ func (x *ReleaseBatchRequest) String() string {
 func (*ReleaseBatchRequest) ProtoMessage() {}
 
 func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[18]
+	mi := &file_weir_v1_lease_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1440,7 +1614,7 @@ func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseBatchRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseBatchRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{18}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReleaseBatchRequest) GetItems() []*ReleaseItem {
@@ -1472,7 +1646,7 @@ type ReleaseItem struct {
 
 func (x *ReleaseItem) Reset() {
 	*x = ReleaseItem{}
-	mi := &file_weir_v1_lease_proto_msgTypes[19]
+	mi := &file_weir_v1_lease_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +1658,7 @@ func (x *ReleaseItem) String() string {
 func (*ReleaseItem) ProtoMessage() {}
 
 func (x *ReleaseItem) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[19]
+	mi := &file_weir_v1_lease_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +1671,7 @@ func (x *ReleaseItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseItem.ProtoReflect.Descriptor instead.
 func (*ReleaseItem) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{19}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReleaseItem) GetLeaseId() string {
@@ -1546,7 +1720,7 @@ type ReleaseBatchResponse struct {
 
 func (x *ReleaseBatchResponse) Reset() {
 	*x = ReleaseBatchResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[20]
+	mi := &file_weir_v1_lease_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1558,7 +1732,7 @@ func (x *ReleaseBatchResponse) String() string {
 func (*ReleaseBatchResponse) ProtoMessage() {}
 
 func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[20]
+	mi := &file_weir_v1_lease_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1571,7 +1745,7 @@ func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseBatchResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseBatchResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{20}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReleaseBatchResponse) GetMissingLeaseIds() []string {
@@ -1589,7 +1763,7 @@ type WatchPoolRequest struct {
 
 func (x *WatchPoolRequest) Reset() {
 	*x = WatchPoolRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[21]
+	mi := &file_weir_v1_lease_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1601,7 +1775,7 @@ func (x *WatchPoolRequest) String() string {
 func (*WatchPoolRequest) ProtoMessage() {}
 
 func (x *WatchPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[21]
+	mi := &file_weir_v1_lease_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1614,7 +1788,7 @@ func (x *WatchPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPoolRequest.ProtoReflect.Descriptor instead.
 func (*WatchPoolRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{21}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{24}
 }
 
 // WatchPoolResponse is one invalidation, or the stream's ready signal.
@@ -1634,7 +1808,7 @@ type WatchPoolResponse struct {
 
 func (x *WatchPoolResponse) Reset() {
 	*x = WatchPoolResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[22]
+	mi := &file_weir_v1_lease_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1820,7 @@ func (x *WatchPoolResponse) String() string {
 func (*WatchPoolResponse) ProtoMessage() {}
 
 func (x *WatchPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[22]
+	mi := &file_weir_v1_lease_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1833,7 @@ func (x *WatchPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPoolResponse.ProtoReflect.Descriptor instead.
 func (*WatchPoolResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{22}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WatchPoolResponse) GetReady() bool {
@@ -1722,7 +1896,7 @@ type RouteEvent struct {
 
 func (x *RouteEvent) Reset() {
 	*x = RouteEvent{}
-	mi := &file_weir_v1_lease_proto_msgTypes[23]
+	mi := &file_weir_v1_lease_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1734,7 +1908,7 @@ func (x *RouteEvent) String() string {
 func (*RouteEvent) ProtoMessage() {}
 
 func (x *RouteEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[23]
+	mi := &file_weir_v1_lease_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1747,7 +1921,7 @@ func (x *RouteEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteEvent.ProtoReflect.Descriptor instead.
 func (*RouteEvent) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{23}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RouteEvent) GetRequestId() string {
@@ -1899,7 +2073,7 @@ type AttemptRecord struct {
 
 func (x *AttemptRecord) Reset() {
 	*x = AttemptRecord{}
-	mi := &file_weir_v1_lease_proto_msgTypes[24]
+	mi := &file_weir_v1_lease_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1911,7 +2085,7 @@ func (x *AttemptRecord) String() string {
 func (*AttemptRecord) ProtoMessage() {}
 
 func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[24]
+	mi := &file_weir_v1_lease_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1924,7 +2098,7 @@ func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptRecord.ProtoReflect.Descriptor instead.
 func (*AttemptRecord) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{24}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AttemptRecord) GetAt() *durationpb.Duration {
@@ -1999,7 +2173,7 @@ type ReportRouteRequest struct {
 
 func (x *ReportRouteRequest) Reset() {
 	*x = ReportRouteRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[25]
+	mi := &file_weir_v1_lease_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2185,7 @@ func (x *ReportRouteRequest) String() string {
 func (*ReportRouteRequest) ProtoMessage() {}
 
 func (x *ReportRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[25]
+	mi := &file_weir_v1_lease_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2198,7 @@ func (x *ReportRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRouteRequest.ProtoReflect.Descriptor instead.
 func (*ReportRouteRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{25}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReportRouteRequest) GetEvent() *RouteEvent {
@@ -2042,7 +2216,7 @@ type ReportRouteResponse struct {
 
 func (x *ReportRouteResponse) Reset() {
 	*x = ReportRouteResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[26]
+	mi := &file_weir_v1_lease_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2054,7 +2228,7 @@ func (x *ReportRouteResponse) String() string {
 func (*ReportRouteResponse) ProtoMessage() {}
 
 func (x *ReportRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[26]
+	mi := &file_weir_v1_lease_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2067,7 +2241,7 @@ func (x *ReportRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRouteResponse.ProtoReflect.Descriptor instead.
 func (*ReportRouteResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{26}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{29}
 }
 
 type ReportRoutesRequest struct {
@@ -2079,7 +2253,7 @@ type ReportRoutesRequest struct {
 
 func (x *ReportRoutesRequest) Reset() {
 	*x = ReportRoutesRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[27]
+	mi := &file_weir_v1_lease_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2091,7 +2265,7 @@ func (x *ReportRoutesRequest) String() string {
 func (*ReportRoutesRequest) ProtoMessage() {}
 
 func (x *ReportRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[27]
+	mi := &file_weir_v1_lease_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2104,7 +2278,7 @@ func (x *ReportRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRoutesRequest.ProtoReflect.Descriptor instead.
 func (*ReportRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{27}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReportRoutesRequest) GetEvents() []*RouteEvent {
@@ -2122,7 +2296,7 @@ type ReportRoutesResponse struct {
 
 func (x *ReportRoutesResponse) Reset() {
 	*x = ReportRoutesResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[28]
+	mi := &file_weir_v1_lease_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2134,7 +2308,7 @@ func (x *ReportRoutesResponse) String() string {
 func (*ReportRoutesResponse) ProtoMessage() {}
 
 func (x *ReportRoutesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[28]
+	mi := &file_weir_v1_lease_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2147,7 +2321,7 @@ func (x *ReportRoutesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRoutesResponse.ProtoReflect.Descriptor instead.
 func (*ReportRoutesResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{28}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{31}
 }
 
 var File_weir_v1_lease_proto protoreflect.FileDescriptor
@@ -2164,10 +2338,21 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"quotaBlock\x12J\n" +
 	"\x13quota_response_mode\x18\x02 \x01(\x0e2\x1a.weir.v1.QuotaResponseModeR\x11quotaResponseMode\"-\n" +
 	"\x10VerifyKeyRequest\x12\x19\n" +
-	"\bkey_hash\x18\x01 \x01(\tR\akeyHash\"E\n" +
+	"\bkey_hash\x18\x01 \x01(\tR\akeyHash\"\x9f\x01\n" +
 	"\x11VerifyKeyResponse\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x19\n" +
-	"\bkey_name\x18\x02 \x01(\tR\akeyName\"\x89\x02\n" +
+	"\bkey_name\x18\x02 \x01(\tR\akeyName\x12%\n" +
+	"\x0eallowed_models\x18\x03 \x03(\tR\rallowedModels\x121\n" +
+	"\x15rate_limit_per_minute\x18\x04 \x01(\x05R\x12rateLimitPerMinute\"4\n" +
+	"\x17TakeRequestTokenRequest\x12\x19\n" +
+	"\bkey_hash\x18\x01 \x01(\tR\akeyHash\"\xa5\x01\n" +
+	"\x18TakeRequestTokenResponse\x12\x1a\n" +
+	"\badmitted\x18\x01 \x01(\bR\badmitted\x12:\n" +
+	"\vretry_after\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\x121\n" +
+	"\x15rate_limit_per_minute\x18\x03 \x01(\x05R\x12rateLimitPerMinute\"'\n" +
+	"\x0fModelNotAllowed\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\"\x89\x02\n" +
 	"\x0eAcquireRequest\x12\x19\n" +
 	"\bkey_hash\x18\x01 \x01(\tR\akeyHash\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1f\n" +
@@ -2333,9 +2518,10 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\fFailureStage\x12\x1d\n" +
 	"\x19FAILURE_STAGE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bFAILURE_STAGE_BEFORE_OUTPUT\x10\x01\x12\x1e\n" +
-	"\x1aFAILURE_STAGE_AFTER_OUTPUT\x10\x022\xad\x06\n" +
+	"\x1aFAILURE_STAGE_AFTER_OUTPUT\x10\x022\x88\a\n" +
 	"\fLeaseService\x12G\n" +
-	"\tVerifyKey\x12\x19.weir.v1.VerifyKeyRequest\x1a\x1a.weir.v1.VerifyKeyResponse\"\x03\x90\x02\x01\x12>\n" +
+	"\tVerifyKey\x12\x19.weir.v1.VerifyKeyRequest\x1a\x1a.weir.v1.VerifyKeyResponse\"\x03\x90\x02\x01\x12Y\n" +
+	"\x10TakeRequestToken\x12 .weir.v1.TakeRequestTokenRequest\x1a!.weir.v1.TakeRequestTokenResponse\"\x00\x12>\n" +
 	"\aAcquire\x12\x17.weir.v1.AcquireRequest\x1a\x18.weir.v1.AcquireResponse\"\x00\x12V\n" +
 	"\x0eWorkerSettings\x12\x1e.weir.v1.WorkerSettingsRequest\x1a\x1f.weir.v1.WorkerSettingsResponse\"\x03\x90\x02\x01\x128\n" +
 	"\x05Renew\x12\x15.weir.v1.RenewRequest\x1a\x16.weir.v1.RenewResponse\"\x00\x12G\n" +
@@ -2363,123 +2549,129 @@ func file_weir_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_weir_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_weir_v1_lease_proto_goTypes = []any{
-	(NoAccountReason)(0),           // 0: weir.v1.NoAccountReason
-	(FailureStage)(0),              // 1: weir.v1.FailureStage
-	(*PoolQuotaRequest)(nil),       // 2: weir.v1.PoolQuotaRequest
-	(*PoolQuotaResponse)(nil),      // 3: weir.v1.PoolQuotaResponse
-	(*VerifyKeyRequest)(nil),       // 4: weir.v1.VerifyKeyRequest
-	(*VerifyKeyResponse)(nil),      // 5: weir.v1.VerifyKeyResponse
-	(*AcquireRequest)(nil),         // 6: weir.v1.AcquireRequest
-	(*AcquireResponse)(nil),        // 7: weir.v1.AcquireResponse
-	(*Lease)(nil),                  // 8: weir.v1.Lease
-	(*NoAccount)(nil),              // 9: weir.v1.NoAccount
-	(*QuotaBlock)(nil),             // 10: weir.v1.QuotaBlock
-	(*RenewRequest)(nil),           // 11: weir.v1.RenewRequest
-	(*RenewResponse)(nil),          // 12: weir.v1.RenewResponse
-	(*RenewBatchRequest)(nil),      // 13: weir.v1.RenewBatchRequest
-	(*RenewBatchResponse)(nil),     // 14: weir.v1.RenewBatchResponse
-	(*Outcome)(nil),                // 15: weir.v1.Outcome
-	(*WorkerSettingsRequest)(nil),  // 16: weir.v1.WorkerSettingsRequest
-	(*WorkerSettingsResponse)(nil), // 17: weir.v1.WorkerSettingsResponse
-	(*ReleaseRequest)(nil),         // 18: weir.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),        // 19: weir.v1.ReleaseResponse
-	(*ReleaseBatchRequest)(nil),    // 20: weir.v1.ReleaseBatchRequest
-	(*ReleaseItem)(nil),            // 21: weir.v1.ReleaseItem
-	(*ReleaseBatchResponse)(nil),   // 22: weir.v1.ReleaseBatchResponse
-	(*WatchPoolRequest)(nil),       // 23: weir.v1.WatchPoolRequest
-	(*WatchPoolResponse)(nil),      // 24: weir.v1.WatchPoolResponse
-	(*RouteEvent)(nil),             // 25: weir.v1.RouteEvent
-	(*AttemptRecord)(nil),          // 26: weir.v1.AttemptRecord
-	(*ReportRouteRequest)(nil),     // 27: weir.v1.ReportRouteRequest
-	(*ReportRouteResponse)(nil),    // 28: weir.v1.ReportRouteResponse
-	(*ReportRoutesRequest)(nil),    // 29: weir.v1.ReportRoutesRequest
-	(*ReportRoutesResponse)(nil),   // 30: weir.v1.ReportRoutesResponse
-	nil,                            // 31: weir.v1.Outcome.HeadersEntry
-	(Surface)(0),                   // 32: weir.v1.Surface
-	(QuotaResponseMode)(0),         // 33: weir.v1.QuotaResponseMode
-	(Provider)(0),                  // 34: weir.v1.Provider
-	(AuthKind)(0),                  // 35: weir.v1.AuthKind
-	(*timestamppb.Timestamp)(nil),  // 36: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 37: google.protobuf.Duration
-	(OutcomeClass)(0),              // 38: weir.v1.OutcomeClass
-	(*QuotaEvidence)(nil),          // 39: weir.v1.QuotaEvidence
-	(*Settings)(nil),               // 40: weir.v1.Settings
-	(*Decision)(nil),               // 41: weir.v1.Decision
-	(Action)(0),                    // 42: weir.v1.Action
+	(NoAccountReason)(0),             // 0: weir.v1.NoAccountReason
+	(FailureStage)(0),                // 1: weir.v1.FailureStage
+	(*PoolQuotaRequest)(nil),         // 2: weir.v1.PoolQuotaRequest
+	(*PoolQuotaResponse)(nil),        // 3: weir.v1.PoolQuotaResponse
+	(*VerifyKeyRequest)(nil),         // 4: weir.v1.VerifyKeyRequest
+	(*VerifyKeyResponse)(nil),        // 5: weir.v1.VerifyKeyResponse
+	(*TakeRequestTokenRequest)(nil),  // 6: weir.v1.TakeRequestTokenRequest
+	(*TakeRequestTokenResponse)(nil), // 7: weir.v1.TakeRequestTokenResponse
+	(*ModelNotAllowed)(nil),          // 8: weir.v1.ModelNotAllowed
+	(*AcquireRequest)(nil),           // 9: weir.v1.AcquireRequest
+	(*AcquireResponse)(nil),          // 10: weir.v1.AcquireResponse
+	(*Lease)(nil),                    // 11: weir.v1.Lease
+	(*NoAccount)(nil),                // 12: weir.v1.NoAccount
+	(*QuotaBlock)(nil),               // 13: weir.v1.QuotaBlock
+	(*RenewRequest)(nil),             // 14: weir.v1.RenewRequest
+	(*RenewResponse)(nil),            // 15: weir.v1.RenewResponse
+	(*RenewBatchRequest)(nil),        // 16: weir.v1.RenewBatchRequest
+	(*RenewBatchResponse)(nil),       // 17: weir.v1.RenewBatchResponse
+	(*Outcome)(nil),                  // 18: weir.v1.Outcome
+	(*WorkerSettingsRequest)(nil),    // 19: weir.v1.WorkerSettingsRequest
+	(*WorkerSettingsResponse)(nil),   // 20: weir.v1.WorkerSettingsResponse
+	(*ReleaseRequest)(nil),           // 21: weir.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 22: weir.v1.ReleaseResponse
+	(*ReleaseBatchRequest)(nil),      // 23: weir.v1.ReleaseBatchRequest
+	(*ReleaseItem)(nil),              // 24: weir.v1.ReleaseItem
+	(*ReleaseBatchResponse)(nil),     // 25: weir.v1.ReleaseBatchResponse
+	(*WatchPoolRequest)(nil),         // 26: weir.v1.WatchPoolRequest
+	(*WatchPoolResponse)(nil),        // 27: weir.v1.WatchPoolResponse
+	(*RouteEvent)(nil),               // 28: weir.v1.RouteEvent
+	(*AttemptRecord)(nil),            // 29: weir.v1.AttemptRecord
+	(*ReportRouteRequest)(nil),       // 30: weir.v1.ReportRouteRequest
+	(*ReportRouteResponse)(nil),      // 31: weir.v1.ReportRouteResponse
+	(*ReportRoutesRequest)(nil),      // 32: weir.v1.ReportRoutesRequest
+	(*ReportRoutesResponse)(nil),     // 33: weir.v1.ReportRoutesResponse
+	nil,                              // 34: weir.v1.Outcome.HeadersEntry
+	(Surface)(0),                     // 35: weir.v1.Surface
+	(QuotaResponseMode)(0),           // 36: weir.v1.QuotaResponseMode
+	(*durationpb.Duration)(nil),      // 37: google.protobuf.Duration
+	(Provider)(0),                    // 38: weir.v1.Provider
+	(AuthKind)(0),                    // 39: weir.v1.AuthKind
+	(*timestamppb.Timestamp)(nil),    // 40: google.protobuf.Timestamp
+	(OutcomeClass)(0),                // 41: weir.v1.OutcomeClass
+	(*QuotaEvidence)(nil),            // 42: weir.v1.QuotaEvidence
+	(*Settings)(nil),                 // 43: weir.v1.Settings
+	(*Decision)(nil),                 // 44: weir.v1.Decision
+	(Action)(0),                      // 45: weir.v1.Action
 }
 var file_weir_v1_lease_proto_depIdxs = []int32{
-	32, // 0: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
-	10, // 1: weir.v1.PoolQuotaResponse.quota_block:type_name -> weir.v1.QuotaBlock
-	33, // 2: weir.v1.PoolQuotaResponse.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	32, // 3: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
-	8,  // 4: weir.v1.AcquireResponse.lease:type_name -> weir.v1.Lease
-	9,  // 5: weir.v1.AcquireResponse.no_account:type_name -> weir.v1.NoAccount
-	34, // 6: weir.v1.Lease.provider:type_name -> weir.v1.Provider
-	35, // 7: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
-	36, // 8: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	37, // 9: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	36, // 10: weir.v1.Lease.reuse_until:type_name -> google.protobuf.Timestamp
-	0,  // 11: weir.v1.NoAccount.reason:type_name -> weir.v1.NoAccountReason
-	36, // 12: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
-	10, // 13: weir.v1.NoAccount.quota_block:type_name -> weir.v1.QuotaBlock
-	33, // 14: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	36, // 15: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
-	34, // 16: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
-	36, // 17: weir.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
-	36, // 18: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
-	38, // 19: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
-	31, // 20: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
-	37, // 21: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
-	37, // 22: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
-	39, // 23: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
-	37, // 24: weir.v1.Outcome.delay:type_name -> google.protobuf.Duration
-	40, // 25: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
-	15, // 26: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
-	41, // 27: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
-	21, // 28: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
-	15, // 29: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
-	36, // 30: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
-	37, // 31: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
-	37, // 32: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
-	36, // 33: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
-	37, // 34: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
-	1,  // 35: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
-	26, // 36: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
-	37, // 37: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
-	38, // 38: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
-	42, // 39: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
-	37, // 40: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
-	25, // 41: weir.v1.ReportRouteRequest.event:type_name -> weir.v1.RouteEvent
-	25, // 42: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
-	4,  // 43: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
-	6,  // 44: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
-	16, // 45: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
-	11, // 46: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
-	13, // 47: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
-	18, // 48: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
-	20, // 49: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
-	23, // 50: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
-	27, // 51: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
-	29, // 52: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
-	2,  // 53: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
-	5,  // 54: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
-	7,  // 55: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
-	17, // 56: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
-	12, // 57: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
-	14, // 58: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
-	19, // 59: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
-	22, // 60: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
-	24, // 61: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
-	28, // 62: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
-	30, // 63: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
-	3,  // 64: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
-	54, // [54:65] is the sub-list for method output_type
-	43, // [43:54] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	35, // 0: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
+	13, // 1: weir.v1.PoolQuotaResponse.quota_block:type_name -> weir.v1.QuotaBlock
+	36, // 2: weir.v1.PoolQuotaResponse.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	37, // 3: weir.v1.TakeRequestTokenResponse.retry_after:type_name -> google.protobuf.Duration
+	35, // 4: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
+	11, // 5: weir.v1.AcquireResponse.lease:type_name -> weir.v1.Lease
+	12, // 6: weir.v1.AcquireResponse.no_account:type_name -> weir.v1.NoAccount
+	38, // 7: weir.v1.Lease.provider:type_name -> weir.v1.Provider
+	39, // 8: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
+	40, // 9: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	37, // 10: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	40, // 11: weir.v1.Lease.reuse_until:type_name -> google.protobuf.Timestamp
+	0,  // 12: weir.v1.NoAccount.reason:type_name -> weir.v1.NoAccountReason
+	40, // 13: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
+	13, // 14: weir.v1.NoAccount.quota_block:type_name -> weir.v1.QuotaBlock
+	36, // 15: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	40, // 16: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
+	38, // 17: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
+	40, // 18: weir.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
+	40, // 19: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 20: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
+	34, // 21: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
+	37, // 22: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
+	37, // 23: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
+	42, // 24: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
+	37, // 25: weir.v1.Outcome.delay:type_name -> google.protobuf.Duration
+	43, // 26: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
+	18, // 27: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
+	44, // 28: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
+	24, // 29: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
+	18, // 30: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
+	40, // 31: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
+	37, // 32: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
+	37, // 33: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
+	40, // 34: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
+	37, // 35: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
+	1,  // 36: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
+	29, // 37: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
+	37, // 38: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
+	41, // 39: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
+	45, // 40: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
+	37, // 41: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
+	28, // 42: weir.v1.ReportRouteRequest.event:type_name -> weir.v1.RouteEvent
+	28, // 43: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
+	4,  // 44: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
+	6,  // 45: weir.v1.LeaseService.TakeRequestToken:input_type -> weir.v1.TakeRequestTokenRequest
+	9,  // 46: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
+	19, // 47: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
+	14, // 48: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
+	16, // 49: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
+	21, // 50: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
+	23, // 51: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
+	26, // 52: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
+	30, // 53: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
+	32, // 54: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
+	2,  // 55: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
+	5,  // 56: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
+	7,  // 57: weir.v1.LeaseService.TakeRequestToken:output_type -> weir.v1.TakeRequestTokenResponse
+	10, // 58: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
+	20, // 59: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
+	15, // 60: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
+	17, // 61: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
+	22, // 62: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
+	25, // 63: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
+	27, // 64: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
+	31, // 65: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
+	33, // 66: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
+	3,  // 67: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
+	56, // [56:68] is the sub-list for method output_type
+	44, // [44:56] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_lease_proto_init() }
@@ -2488,7 +2680,7 @@ func file_weir_v1_lease_proto_init() {
 		return
 	}
 	file_weir_v1_types_proto_init()
-	file_weir_v1_lease_proto_msgTypes[5].OneofWrappers = []any{
+	file_weir_v1_lease_proto_msgTypes[8].OneofWrappers = []any{
 		(*AcquireResponse_Lease)(nil),
 		(*AcquireResponse_NoAccount)(nil),
 	}
@@ -2498,7 +2690,7 @@ func file_weir_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_lease_proto_rawDesc), len(file_weir_v1_lease_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   30,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -39,6 +39,8 @@ const (
 	KeyServiceListKeysProcedure = "/weir.v1.KeyService/ListKeys"
 	// KeyServiceRevokeKeyProcedure is the fully-qualified name of the KeyService's RevokeKey RPC.
 	KeyServiceRevokeKeyProcedure = "/weir.v1.KeyService/RevokeKey"
+	// KeyServiceUpdateKeyProcedure is the fully-qualified name of the KeyService's UpdateKey RPC.
+	KeyServiceUpdateKeyProcedure = "/weir.v1.KeyService/UpdateKey"
 )
 
 // KeyServiceClient is a client for the weir.v1.KeyService service.
@@ -46,6 +48,9 @@ type KeyServiceClient interface {
 	CreateKey(context.Context, *connect.Request[v1.CreateKeyRequest]) (*connect.Response[v1.CreateKeyResponse], error)
 	ListKeys(context.Context, *connect.Request[v1.ListKeysRequest]) (*connect.Response[v1.ListKeysResponse], error)
 	RevokeKey(context.Context, *connect.Request[v1.RevokeKeyRequest]) (*connect.Response[v1.RevokeKeyResponse], error)
+	// UpdateKey sets or clears a key's restrictions. Workers apply the change
+	// to their next request.
+	UpdateKey(context.Context, *connect.Request[v1.UpdateKeyRequest]) (*connect.Response[v1.UpdateKeyResponse], error)
 }
 
 // NewKeyServiceClient constructs a client for the weir.v1.KeyService service. By default, it uses
@@ -78,6 +83,12 @@ func NewKeyServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(keyServiceMethods.ByName("RevokeKey")),
 			connect.WithClientOptions(opts...),
 		),
+		updateKey: connect.NewClient[v1.UpdateKeyRequest, v1.UpdateKeyResponse](
+			httpClient,
+			baseURL+KeyServiceUpdateKeyProcedure,
+			connect.WithSchema(keyServiceMethods.ByName("UpdateKey")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -86,6 +97,7 @@ type keyServiceClient struct {
 	createKey *connect.Client[v1.CreateKeyRequest, v1.CreateKeyResponse]
 	listKeys  *connect.Client[v1.ListKeysRequest, v1.ListKeysResponse]
 	revokeKey *connect.Client[v1.RevokeKeyRequest, v1.RevokeKeyResponse]
+	updateKey *connect.Client[v1.UpdateKeyRequest, v1.UpdateKeyResponse]
 }
 
 // CreateKey calls weir.v1.KeyService.CreateKey.
@@ -103,11 +115,19 @@ func (c *keyServiceClient) RevokeKey(ctx context.Context, req *connect.Request[v
 	return c.revokeKey.CallUnary(ctx, req)
 }
 
+// UpdateKey calls weir.v1.KeyService.UpdateKey.
+func (c *keyServiceClient) UpdateKey(ctx context.Context, req *connect.Request[v1.UpdateKeyRequest]) (*connect.Response[v1.UpdateKeyResponse], error) {
+	return c.updateKey.CallUnary(ctx, req)
+}
+
 // KeyServiceHandler is an implementation of the weir.v1.KeyService service.
 type KeyServiceHandler interface {
 	CreateKey(context.Context, *connect.Request[v1.CreateKeyRequest]) (*connect.Response[v1.CreateKeyResponse], error)
 	ListKeys(context.Context, *connect.Request[v1.ListKeysRequest]) (*connect.Response[v1.ListKeysResponse], error)
 	RevokeKey(context.Context, *connect.Request[v1.RevokeKeyRequest]) (*connect.Response[v1.RevokeKeyResponse], error)
+	// UpdateKey sets or clears a key's restrictions. Workers apply the change
+	// to their next request.
+	UpdateKey(context.Context, *connect.Request[v1.UpdateKeyRequest]) (*connect.Response[v1.UpdateKeyResponse], error)
 }
 
 // NewKeyServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -136,6 +156,12 @@ func NewKeyServiceHandler(svc KeyServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(keyServiceMethods.ByName("RevokeKey")),
 		connect.WithHandlerOptions(opts...),
 	)
+	keyServiceUpdateKeyHandler := connect.NewUnaryHandler(
+		KeyServiceUpdateKeyProcedure,
+		svc.UpdateKey,
+		connect.WithSchema(keyServiceMethods.ByName("UpdateKey")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/weir.v1.KeyService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case KeyServiceCreateKeyProcedure:
@@ -144,6 +170,8 @@ func NewKeyServiceHandler(svc KeyServiceHandler, opts ...connect.HandlerOption) 
 			keyServiceListKeysHandler.ServeHTTP(w, r)
 		case KeyServiceRevokeKeyProcedure:
 			keyServiceRevokeKeyHandler.ServeHTTP(w, r)
+		case KeyServiceUpdateKeyProcedure:
+			keyServiceUpdateKeyHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -163,4 +191,8 @@ func (UnimplementedKeyServiceHandler) ListKeys(context.Context, *connect.Request
 
 func (UnimplementedKeyServiceHandler) RevokeKey(context.Context, *connect.Request[v1.RevokeKeyRequest]) (*connect.Response[v1.RevokeKeyResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.KeyService.RevokeKey is not implemented"))
+}
+
+func (UnimplementedKeyServiceHandler) UpdateKey(context.Context, *connect.Request[v1.UpdateKeyRequest]) (*connect.Response[v1.UpdateKeyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.KeyService.UpdateKey is not implemented"))
 }

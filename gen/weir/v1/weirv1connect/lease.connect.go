@@ -35,6 +35,9 @@ const (
 const (
 	// LeaseServiceVerifyKeyProcedure is the fully-qualified name of the LeaseService's VerifyKey RPC.
 	LeaseServiceVerifyKeyProcedure = "/weir.v1.LeaseService/VerifyKey"
+	// LeaseServiceTakeRequestTokenProcedure is the fully-qualified name of the LeaseService's
+	// TakeRequestToken RPC.
+	LeaseServiceTakeRequestTokenProcedure = "/weir.v1.LeaseService/TakeRequestToken"
 	// LeaseServiceAcquireProcedure is the fully-qualified name of the LeaseService's Acquire RPC.
 	LeaseServiceAcquireProcedure = "/weir.v1.LeaseService/Acquire"
 	// LeaseServiceWorkerSettingsProcedure is the fully-qualified name of the LeaseService's
@@ -66,7 +69,13 @@ type LeaseServiceClient interface {
 	// VerifyKey checks a client key. Workers cache positive answers briefly;
 	// Acquire checks the key again, so a revoked key cannot get a lease.
 	VerifyKey(context.Context, *connect.Request[v1.VerifyKeyRequest]) (*connect.Response[v1.VerifyKeyResponse], error)
+	// TakeRequestToken takes one request from a client key's rate limit,
+	// shared by every worker. Workers call it once per request, and only
+	// for keys whose verification carried a rate limit.
+	TakeRequestToken(context.Context, *connect.Request[v1.TakeRequestTokenRequest]) (*connect.Response[v1.TakeRequestTokenResponse], error)
 	// Acquire picks the account that should serve a request and leases it.
+	// A model the key's allowlist does not allow is refused with
+	// PERMISSION_DENIED carrying a ModelNotAllowed detail.
 	Acquire(context.Context, *connect.Request[v1.AcquireRequest]) (*connect.Response[v1.AcquireResponse], error)
 	// WorkerSettings returns the settings data planes apply without restart.
 	WorkerSettings(context.Context, *connect.Request[v1.WorkerSettingsRequest]) (*connect.Response[v1.WorkerSettingsResponse], error)
@@ -117,6 +126,12 @@ func NewLeaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			baseURL+LeaseServiceVerifyKeyProcedure,
 			connect.WithSchema(leaseServiceMethods.ByName("VerifyKey")),
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		takeRequestToken: connect.NewClient[v1.TakeRequestTokenRequest, v1.TakeRequestTokenResponse](
+			httpClient,
+			baseURL+LeaseServiceTakeRequestTokenProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("TakeRequestToken")),
 			connect.WithClientOptions(opts...),
 		),
 		acquire: connect.NewClient[v1.AcquireRequest, v1.AcquireResponse](
@@ -186,22 +201,28 @@ func NewLeaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 
 // leaseServiceClient implements LeaseServiceClient.
 type leaseServiceClient struct {
-	verifyKey      *connect.Client[v1.VerifyKeyRequest, v1.VerifyKeyResponse]
-	acquire        *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
-	workerSettings *connect.Client[v1.WorkerSettingsRequest, v1.WorkerSettingsResponse]
-	renew          *connect.Client[v1.RenewRequest, v1.RenewResponse]
-	renewBatch     *connect.Client[v1.RenewBatchRequest, v1.RenewBatchResponse]
-	release        *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
-	releaseBatch   *connect.Client[v1.ReleaseBatchRequest, v1.ReleaseBatchResponse]
-	watchPool      *connect.Client[v1.WatchPoolRequest, v1.WatchPoolResponse]
-	reportRoute    *connect.Client[v1.ReportRouteRequest, v1.ReportRouteResponse]
-	reportRoutes   *connect.Client[v1.ReportRoutesRequest, v1.ReportRoutesResponse]
-	poolQuota      *connect.Client[v1.PoolQuotaRequest, v1.PoolQuotaResponse]
+	verifyKey        *connect.Client[v1.VerifyKeyRequest, v1.VerifyKeyResponse]
+	takeRequestToken *connect.Client[v1.TakeRequestTokenRequest, v1.TakeRequestTokenResponse]
+	acquire          *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
+	workerSettings   *connect.Client[v1.WorkerSettingsRequest, v1.WorkerSettingsResponse]
+	renew            *connect.Client[v1.RenewRequest, v1.RenewResponse]
+	renewBatch       *connect.Client[v1.RenewBatchRequest, v1.RenewBatchResponse]
+	release          *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
+	releaseBatch     *connect.Client[v1.ReleaseBatchRequest, v1.ReleaseBatchResponse]
+	watchPool        *connect.Client[v1.WatchPoolRequest, v1.WatchPoolResponse]
+	reportRoute      *connect.Client[v1.ReportRouteRequest, v1.ReportRouteResponse]
+	reportRoutes     *connect.Client[v1.ReportRoutesRequest, v1.ReportRoutesResponse]
+	poolQuota        *connect.Client[v1.PoolQuotaRequest, v1.PoolQuotaResponse]
 }
 
 // VerifyKey calls weir.v1.LeaseService.VerifyKey.
 func (c *leaseServiceClient) VerifyKey(ctx context.Context, req *connect.Request[v1.VerifyKeyRequest]) (*connect.Response[v1.VerifyKeyResponse], error) {
 	return c.verifyKey.CallUnary(ctx, req)
+}
+
+// TakeRequestToken calls weir.v1.LeaseService.TakeRequestToken.
+func (c *leaseServiceClient) TakeRequestToken(ctx context.Context, req *connect.Request[v1.TakeRequestTokenRequest]) (*connect.Response[v1.TakeRequestTokenResponse], error) {
+	return c.takeRequestToken.CallUnary(ctx, req)
 }
 
 // Acquire calls weir.v1.LeaseService.Acquire.
@@ -259,7 +280,13 @@ type LeaseServiceHandler interface {
 	// VerifyKey checks a client key. Workers cache positive answers briefly;
 	// Acquire checks the key again, so a revoked key cannot get a lease.
 	VerifyKey(context.Context, *connect.Request[v1.VerifyKeyRequest]) (*connect.Response[v1.VerifyKeyResponse], error)
+	// TakeRequestToken takes one request from a client key's rate limit,
+	// shared by every worker. Workers call it once per request, and only
+	// for keys whose verification carried a rate limit.
+	TakeRequestToken(context.Context, *connect.Request[v1.TakeRequestTokenRequest]) (*connect.Response[v1.TakeRequestTokenResponse], error)
 	// Acquire picks the account that should serve a request and leases it.
+	// A model the key's allowlist does not allow is refused with
+	// PERMISSION_DENIED carrying a ModelNotAllowed detail.
 	Acquire(context.Context, *connect.Request[v1.AcquireRequest]) (*connect.Response[v1.AcquireResponse], error)
 	// WorkerSettings returns the settings data planes apply without restart.
 	WorkerSettings(context.Context, *connect.Request[v1.WorkerSettingsRequest]) (*connect.Response[v1.WorkerSettingsResponse], error)
@@ -306,6 +333,12 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 		svc.VerifyKey,
 		connect.WithSchema(leaseServiceMethods.ByName("VerifyKey")),
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	leaseServiceTakeRequestTokenHandler := connect.NewUnaryHandler(
+		LeaseServiceTakeRequestTokenProcedure,
+		svc.TakeRequestToken,
+		connect.WithSchema(leaseServiceMethods.ByName("TakeRequestToken")),
 		connect.WithHandlerOptions(opts...),
 	)
 	leaseServiceAcquireHandler := connect.NewUnaryHandler(
@@ -374,6 +407,8 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 		switch r.URL.Path {
 		case LeaseServiceVerifyKeyProcedure:
 			leaseServiceVerifyKeyHandler.ServeHTTP(w, r)
+		case LeaseServiceTakeRequestTokenProcedure:
+			leaseServiceTakeRequestTokenHandler.ServeHTTP(w, r)
 		case LeaseServiceAcquireProcedure:
 			leaseServiceAcquireHandler.ServeHTTP(w, r)
 		case LeaseServiceWorkerSettingsProcedure:
@@ -405,6 +440,10 @@ type UnimplementedLeaseServiceHandler struct{}
 
 func (UnimplementedLeaseServiceHandler) VerifyKey(context.Context, *connect.Request[v1.VerifyKeyRequest]) (*connect.Response[v1.VerifyKeyResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.LeaseService.VerifyKey is not implemented"))
+}
+
+func (UnimplementedLeaseServiceHandler) TakeRequestToken(context.Context, *connect.Request[v1.TakeRequestTokenRequest]) (*connect.Response[v1.TakeRequestTokenResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.LeaseService.TakeRequestToken is not implemented"))
 }
 
 func (UnimplementedLeaseServiceHandler) Acquire(context.Context, *connect.Request[v1.AcquireRequest]) (*connect.Response[v1.AcquireResponse], error) {
