@@ -55,10 +55,21 @@ type Config struct {
 	// SettingsPoll is how often the worker reads the control plane's
 	// settings. Default 10s.
 	SettingsPoll time.Duration
-	// StreamIdleTimeout ends an upstream stream that sends nothing for
-	// this long: before output it is retried like a dropped connection,
-	// after output the client gets an error event. Default 3m.
+	// StreamIdleTimeout ends an upstream answer that sends nothing for
+	// this long, streamed or not: before output it is retried like a
+	// dropped connection, after output the client gets an error event.
+	// Default 3m.
 	StreamIdleTimeout time.Duration
+	// UpstreamHeaderTimeout ends an attempt whose upstream accepted the
+	// request but sent no response headers for this long; it is retried
+	// like a dropped connection. A non-streamed answer's headers come
+	// only once it is whole, so it is as long as the SDKs' own request
+	// timeout. It applies to the default Upstream client only. Default 10m.
+	UpstreamHeaderTimeout time.Duration
+	// ReadHeaderTimeout bounds reading a request's headers (Serve): a
+	// client that sends part of them and stalls is disconnected. Default
+	// 10s.
+	ReadHeaderTimeout time.Duration
 	// Sleep waits d or until ctx ends (false). Tests compress time with it.
 	// Default: a timer.
 	Sleep func(ctx context.Context, d time.Duration) bool
@@ -104,6 +115,12 @@ func (c *Config) Validate() error {
 	if c.RequestDeadline < 0 || c.SettingsPoll < 0 || c.StreamIdleTimeout < 0 || c.BodyReadTimeout < 0 {
 		return errors.New("dataplane: RequestDeadline, SettingsPoll, StreamIdleTimeout and BodyReadTimeout must not be negative")
 	}
+	if c.UpstreamHeaderTimeout < 0 {
+		return errors.New("dataplane: UpstreamHeaderTimeout must not be negative")
+	}
+	if c.ReadHeaderTimeout < 0 {
+		return errors.New("dataplane: ReadHeaderTimeout must not be negative")
+	}
 	return nil
 }
 
@@ -147,6 +164,12 @@ func (c *Config) setDefaults() {
 	if c.StreamIdleTimeout == 0 {
 		c.StreamIdleTimeout = 3 * time.Minute
 	}
+	if c.UpstreamHeaderTimeout == 0 {
+		c.UpstreamHeaderTimeout = 10 * time.Minute
+	}
+	if c.ReadHeaderTimeout == 0 {
+		c.ReadHeaderTimeout = 10 * time.Second
+	}
 	if c.Sleep == nil {
 		c.Sleep = sleepCtx
 	}
@@ -160,6 +183,9 @@ func (c *Config) setDefaults() {
 			IdleConnTimeout:       90 * time.Second,
 			TLSHandshakeTimeout:   10 * time.Second,
 			ExpectContinueTimeout: time.Second,
+			// Without it an upstream that accepts and never answers holds
+			// the attempt, its lease and the client for good.
+			ResponseHeaderTimeout: c.UpstreamHeaderTimeout,
 			ForceAttemptHTTP2:     true,
 			// An HTTP/1.1 connection holds both buffers for as long as its
 			// stream runs. A request's headers fit in 1 KiB (its body is

@@ -223,7 +223,7 @@ func runDev(ctx context.Context, args []string, e env) error {
 	dpCfg := dataplane.Config{ControlPlaneURL: cpURL, Token: secrets.dataplane, Logger: log, TracerProvider: dpTP}
 	dpDone := make(chan error, 1)
 	go func() {
-		err := serveDataPlane(ctx, dpCfg, dpLn, log)
+		err := serveDataPlane(ctx, dpCfg, dpLn)
 		if err != nil {
 			cancelAll(err)
 		}

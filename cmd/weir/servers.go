@@ -287,15 +287,16 @@ func runDataPlane(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	log.Info("data plane listening", "addr", ln.Addr().String())
-	return serveDataPlane(ctx, cfg, ln, log)
+	return serveDataPlane(ctx, cfg, ln)
 }
 
-func serveDataPlane(ctx context.Context, cfg dataplane.Config, ln net.Listener, log *slog.Logger) error {
+// serveDataPlane runs a worker on ln until ctx ends (cfg.Logger is its logger).
+func serveDataPlane(ctx context.Context, cfg dataplane.Config, ln net.Listener) error {
 	dp, err := dataplane.New(cfg)
 	if err != nil {
 		return err
 	}
-	err = serve.Run(ctx, ln, dp.Handler(), serve.Options{Logger: log, ShutdownTimeout: 30 * time.Second})
+	err = dp.Serve(ctx, ln)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	dp.Close(cctx)
