@@ -24,6 +24,10 @@ type Config struct {
 	Token string
 	// MaxBodyBytes caps a request body. Default 32 MiB.
 	MaxBodyBytes int64
+	// MaxResponseBytes caps a non-streamed upstream answer, which is read
+	// whole before it is sent: a larger one fails like a cut connection
+	// and is never held whole. Default 64 MiB.
+	MaxResponseBytes int64
 	// BodyReadTimeout bounds reading a request's body once its headers
 	// arrived (the server's ReadHeaderTimeout bounds those): a client that
 	// stalls or trickles gets a 408 instead of holding a handler. It does
@@ -106,6 +110,9 @@ func (c *Config) Validate() error {
 	if c.MaxBodyBytes < 0 {
 		return errors.New("dataplane: MaxBodyBytes must not be negative")
 	}
+	if c.MaxResponseBytes < 0 {
+		return errors.New("dataplane: MaxResponseBytes must not be negative")
+	}
 	if c.MaxAttempts < 0 {
 		return errors.New("dataplane: MaxAttempts must not be negative")
 	}
@@ -127,6 +134,9 @@ func (c *Config) Validate() error {
 func (c *Config) setDefaults() {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = 32 << 20
+	}
+	if c.MaxResponseBytes == 0 {
+		c.MaxResponseBytes = 64 << 20
 	}
 	if c.BodyReadTimeout == 0 {
 		c.BodyReadTimeout = 2 * time.Minute

@@ -20,8 +20,6 @@ import (
 // maxErrorBody bounds how much of an upstream error body is kept.
 const maxErrorBody = 1 << 20
 
-// maxMessageBody bounds a non-streamed upstream answer.
-const maxMessageBody = 64 << 20
 
 // attemptResult is what one upstream attempt left behind.
 type attemptResult struct {
@@ -151,14 +149,15 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 
 // relayWhole reads a non-streamed answer whole, so that a connection cut
 // mid-body can still fail over, then sends it. An answer that is not
-// JSON, or larger than maxMessageBody, is a broken answer: it fails over
+// JSON, or larger than Config.MaxResponseBytes, is a broken answer: it fails over
 // like a cut connection and never reaches the client.
 func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.Response, in *inbound, o *weirv1.Outcome, idle idleWatch) attemptResult {
 	var body []byte
 	var err error
-	if resp.ContentLength > maxMessageBody {
+	limit := s.cfg.MaxResponseBytes
+	if resp.ContentLength > limit {
 		err = errBodyTooLarge
-	} else if body, err = io.ReadAll(io.LimitReader(idle.reader(resp.Body), maxMessageBody+1)); err == nil && len(body) > maxMessageBody {
+	} else if body, err = io.ReadAll(io.LimitReader(idle.reader(resp.Body), limit+1)); err == nil && int64(len(body)) > limit {
 		// Only what was promised nowhere: the rest is never read.
 		body, err = nil, errBodyTooLarge
 	}
@@ -348,7 +347,7 @@ var errStreamIdle = errors.New("upstream stream idle")
 
 // Broken answers: each fails the attempt like a cut connection.
 var (
-	errBodyTooLarge   = errors.New("answer exceeds 64 MiB")
+	errBodyTooLarge   = errors.New("answer exceeds MaxResponseBytes")
 	errMalformedBody  = errors.New("answer is not JSON")
 	errMalformedEvent = errors.New("malformed event")
 )

@@ -74,6 +74,8 @@ type options struct {
 	// streamIdleTimeout and upstreamHeaderTimeout are the workers'
 	// StreamIdleTimeout and UpstreamHeaderTimeout; defaults 3m and 10m.
 	streamIdleTimeout, upstreamHeaderTimeout time.Duration
+	// maxResponseBytes is the workers' MaxResponseBytes; default 64 MiB.
+	maxResponseBytes int64
 	// logs, when set, receives the control plane's and every worker's
 	// logs, at debug level; default: discarded.
 	logs io.Writer
@@ -299,6 +301,7 @@ func (e *env) newDataplane(cpClient *http.Client) (*dataplane.Server, *httptest.
 		ControlPlane:          cpClient,
 		StreamIdleTimeout:     e.opts.streamIdleTimeout,
 		UpstreamHeaderTimeout: e.opts.upstreamHeaderTimeout,
+		MaxResponseBytes:      e.opts.maxResponseBytes,
 		Logger:                e.opts.logger(),
 		CapacityHold:          e.opts.holdBudget(),
 		TracerProvider:        e.opts.dpTracer,
