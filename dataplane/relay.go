@@ -20,7 +20,6 @@ import (
 // maxErrorBody bounds how much of an upstream error body is kept.
 const maxErrorBody = 1 << 20
 
-
 // attemptResult is what one upstream attempt left behind.
 type attemptResult struct {
 	outcome *weirv1.Outcome
