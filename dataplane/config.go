@@ -24,6 +24,10 @@ type Config struct {
 	Token string
 	// MaxBodyBytes caps a request body. Default 32 MiB.
 	MaxBodyBytes int64
+	// MaxResponseBytes caps a non-streamed upstream answer, which is read
+	// whole before it is sent: a larger one fails like a cut connection
+	// and is never held whole. Default 64 MiB.
+	MaxResponseBytes int64
 	// BodyReadTimeout bounds reading a request's body once its headers
 	// arrived (the server's ReadHeaderTimeout bounds those): a client that
 	// stalls or trickles gets a 408 instead of holding a handler. It does
@@ -55,10 +59,21 @@ type Config struct {
 	// SettingsPoll is how often the worker reads the control plane's
 	// settings. Default 10s.
 	SettingsPoll time.Duration
-	// StreamIdleTimeout ends an upstream stream that sends nothing for
-	// this long: before output it is retried like a dropped connection,
-	// after output the client gets an error event. Default 3m.
+	// StreamIdleTimeout ends an upstream answer that sends nothing for
+	// this long, streamed or not: before output it is retried like a
+	// dropped connection, after output the client gets an error event.
+	// Default 3m.
 	StreamIdleTimeout time.Duration
+	// UpstreamHeaderTimeout ends an attempt whose upstream accepted the
+	// request but sent no response headers for this long; it is retried
+	// like a dropped connection. A non-streamed answer's headers come
+	// only once it is whole, so it is as long as the SDKs' own request
+	// timeout. It applies to the default Upstream client only. Default 10m.
+	UpstreamHeaderTimeout time.Duration
+	// ReadHeaderTimeout bounds reading a request's headers (Serve): a
+	// client that sends part of them and stalls is disconnected. Default
+	// 10s.
+	ReadHeaderTimeout time.Duration
 	// Sleep waits d or until ctx ends (false). Tests compress time with it.
 	// Default: a timer.
 	Sleep func(ctx context.Context, d time.Duration) bool
@@ -95,6 +110,9 @@ func (c *Config) Validate() error {
 	if c.MaxBodyBytes < 0 {
 		return errors.New("dataplane: MaxBodyBytes must not be negative")
 	}
+	if c.MaxResponseBytes < 0 {
+		return errors.New("dataplane: MaxResponseBytes must not be negative")
+	}
 	if c.MaxAttempts < 0 {
 		return errors.New("dataplane: MaxAttempts must not be negative")
 	}
@@ -104,12 +122,21 @@ func (c *Config) Validate() error {
 	if c.RequestDeadline < 0 || c.SettingsPoll < 0 || c.StreamIdleTimeout < 0 || c.BodyReadTimeout < 0 {
 		return errors.New("dataplane: RequestDeadline, SettingsPoll, StreamIdleTimeout and BodyReadTimeout must not be negative")
 	}
+	if c.UpstreamHeaderTimeout < 0 {
+		return errors.New("dataplane: UpstreamHeaderTimeout must not be negative")
+	}
+	if c.ReadHeaderTimeout < 0 {
+		return errors.New("dataplane: ReadHeaderTimeout must not be negative")
+	}
 	return nil
 }
 
 func (c *Config) setDefaults() {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = 32 << 20
+	}
+	if c.MaxResponseBytes == 0 {
+		c.MaxResponseBytes = 64 << 20
 	}
 	if c.BodyReadTimeout == 0 {
 		c.BodyReadTimeout = 2 * time.Minute
@@ -147,6 +174,12 @@ func (c *Config) setDefaults() {
 	if c.StreamIdleTimeout == 0 {
 		c.StreamIdleTimeout = 3 * time.Minute
 	}
+	if c.UpstreamHeaderTimeout == 0 {
+		c.UpstreamHeaderTimeout = 10 * time.Minute
+	}
+	if c.ReadHeaderTimeout == 0 {
+		c.ReadHeaderTimeout = 10 * time.Second
+	}
 	if c.Sleep == nil {
 		c.Sleep = sleepCtx
 	}
@@ -160,6 +193,9 @@ func (c *Config) setDefaults() {
 			IdleConnTimeout:       90 * time.Second,
 			TLSHandshakeTimeout:   10 * time.Second,
 			ExpectContinueTimeout: time.Second,
+			// Without it an upstream that accepts and never answers holds
+			// the attempt, its lease and the client for good.
+			ResponseHeaderTimeout: c.UpstreamHeaderTimeout,
 			ForceAttemptHTTP2:     true,
 			// An HTTP/1.1 connection holds both buffers for as long as its
 			// stream runs. A request's headers fit in 1 KiB (its body is

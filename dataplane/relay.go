@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -18,9 +19,6 @@ import (
 
 // maxErrorBody bounds how much of an upstream error body is kept.
 const maxErrorBody = 1 << 20
-
-// maxMessageBody bounds a non-streamed upstream answer.
-const maxMessageBody = 64 << 20
 
 // attemptResult is what one upstream attempt left behind.
 type attemptResult struct {
@@ -103,11 +101,29 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 	defer func() { o.Headers = decisionHeaders(resp.Header) }()
 	o.TimeToFirstByte = durationpb.New(s.cfg.Now().Sub(start))
 
+	// Every read of the answer is timed: an upstream that goes quiet
+	// mid-body, streamed or not, is cut instead of holding the attempt.
+	watch := newIdleWatch(s.cfg.StreamIdleTimeout, resp.Body)
+	defer watch.t.Stop()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		body, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		body, err := io.ReadAll(io.LimitReader(watch.reader(resp.Body), maxErrorBody+1))
 		if err != nil && ctx.Err() != nil {
 			o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED
 			return attemptResult{outcome: o}
+		}
+		if len(body) > maxErrorBody {
+			// Only the status is left to go on: the body, cut, is neither
+			// readable evidence nor an answer to pass on. The rest of it is
+			// never read (closing the body drops the connection).
+			o.Class = classify(resp.StatusCode, "")
+			o.ErrorMessage = "upstream error body exceeds 1 MiB"
+			fail := &bufferedResponse{status: resp.StatusCode, header: http.Header{"Content-Type": {"application/json"}},
+				body: gatewayBody(in.sf.wire, in.requestID, "upstream error body too large ("+strconv.Itoa(resp.StatusCode)+")")}
+			if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_ERROR || o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_UPSTREAM_ERROR {
+				fail.write(w)
+				return attemptResult{outcome: o}
+			}
+			return attemptResult{outcome: o, failure: fail}
 		}
 		if in.sf.wire == wireOpenAI {
 			f := openAIErrorEvidence(resp.StatusCode, resp.Header, body, s.cfg.Now())
@@ -125,32 +141,36 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 		return attemptResult{outcome: o, failure: fail}
 	}
 	if isEventStream(resp.Header) {
-		// A stalled stream is cut by closing its body, which ends the read
-		// in progress without touching the client's request.
-		watch := idleWatch{timeout: s.cfg.StreamIdleTimeout, fired: new(atomic.Bool)}
-		upstream := resp.Body
-		watch.t = time.AfterFunc(watch.timeout, func() {
-			watch.fired.Store(true)
-			upstream.Close() //nolint:errcheck // the read in progress fails either way
-		})
-		defer watch.t.Stop()
 		return s.relayStream(ctx, w, resp, in, o, watch, body)
 	}
-	return s.relayWhole(ctx, w, resp, in, o)
+	return s.relayWhole(ctx, w, resp, in, o, watch)
 }
 
 // relayWhole reads a non-streamed answer whole, so that a connection cut
-// mid-body can still fail over, then sends it.
-func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.Response, in *inbound, o *weirv1.Outcome) attemptResult {
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxMessageBody))
+// mid-body can still fail over, then sends it. An answer that is not
+// JSON, or larger than Config.MaxResponseBytes, is a broken answer: it fails over
+// like a cut connection and never reaches the client.
+func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.Response, in *inbound, o *weirv1.Outcome, idle idleWatch) attemptResult {
+	var body []byte
+	var err error
+	limit := s.cfg.MaxResponseBytes
+	if resp.ContentLength > limit {
+		err = errBodyTooLarge
+	} else if body, err = io.ReadAll(io.LimitReader(idle.reader(resp.Body), limit+1)); err == nil && int64(len(body)) > limit {
+		// Only what was promised nowhere: the rest is never read.
+		body, err = nil, errBodyTooLarge
+	}
+	if err == nil && !json.Valid(body) {
+		err = errMalformedBody
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED
 			return attemptResult{outcome: o}
 		}
 		o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR
-		o.TransportError = "body: " + transportErrorText(err)
-		return attemptResult{outcome: o, failure: gatewayFailure(in, "upstream connection broke")}
+		o.TransportError = "body: " + transportErrorText(idle.cause(err))
+		return attemptResult{outcome: o, failure: gatewayFailure(in, "upstream answer broken: "+transportErrorText(idle.cause(err)))}
 	}
 	if in.sf.wire == wireOpenAI {
 		o.InputTokens, o.OutputTokens = openAIUsage(body)
@@ -208,8 +228,12 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 		idle.resume()
 		ev, err := sc.next()
 		idle.pause()
-		if err != nil && idle.fired != nil && idle.fired.Load() {
-			err = errStreamIdle
+		err = idle.cause(err)
+		if err == nil && malformedEvent(in.sf, ev) {
+			// Garbage is never relayed as if it were an event: before
+			// output the attempt failed like a cut connection; after, the
+			// client gets weir's error event instead of the garbage.
+			err = errMalformedEvent
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -227,8 +251,12 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 			o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR
 			o.TransportError = "stream cut after output: " + transportErrorText(err)
 			// Tell the client in its own format instead of ending silently.
-			w.Write(streamCutEvent(in.sf, "upstream stream ended unexpectedly")) //nolint:errcheck // best effort
-			rc.Flush()                                                           //nolint:errcheck // best effort
+			msg := "upstream stream ended unexpectedly"
+			if errors.Is(err, errMalformedEvent) {
+				msg = "upstream sent a malformed event"
+			}
+			w.Write(streamCutEvent(in.sf, msg)) //nolint:errcheck // best effort
+			rc.Flush()                          //nolint:errcheck // best effort
 			break
 		}
 		sig := signal(ev)
@@ -319,6 +347,30 @@ func streamErrorEvent(typ, msg string) []byte {
 // errStreamIdle cuts an upstream stream that went silent.
 var errStreamIdle = errors.New("upstream stream idle")
 
+// Broken answers: each fails the attempt like a cut connection.
+var (
+	errBodyTooLarge   = errors.New("answer exceeds MaxResponseBytes")
+	errMalformedBody  = errors.New("answer is not JSON")
+	errMalformedEvent = errors.New("malformed event")
+)
+
+// malformedEvent reports an event no client could read: a line that is
+// no SSE field (garbage), data that is not JSON (other than Chat
+// Completions' [DONE]), or, on the Anthropic wire, which names every
+// event, data without an event name. Comments and empty events are fine.
+func malformedEvent(sf surface, ev sseEvent) bool {
+	switch {
+	case ev.junk:
+		return true
+	case len(ev.data) == 0:
+		return false
+	case !json.Valid(ev.data):
+		return string(ev.data) != "[DONE]"
+	}
+	// "message" is the SSE default for an event without a name.
+	return sf.wire == wireAnthropic && ev.name == "message"
+}
+
 // transportErrorText names a transport failure by its kind, without the
 // addresses and URLs the underlying error carries.
 func transportErrorText(err error) string {
@@ -334,8 +386,9 @@ func transportErrorText(err error) string {
 		return "connection closed"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
 		return "timeout"
-	case errors.Is(err, errSSETooLarge):
-		return errSSETooLarge.Error()
+	case errors.Is(err, errSSETooLarge), errors.Is(err, errBodyTooLarge),
+		errors.Is(err, errMalformedBody), errors.Is(err, errMalformedEvent):
+		return err.Error()
 	}
 	var dnsErr *net.DNSError
 	if errors.As(err, &dnsErr) {
@@ -372,12 +425,45 @@ func (t *trackingWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach Flush.
 func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
 
-// idleWatch cuts an upstream stream that stays silent for its timeout:
-// its timer closes the stream's body and sets fired.
+// idleWatch cuts an upstream answer that stays silent for its timeout:
+// its timer closes the answer's body, which ends the read in progress
+// without touching the client's request, and sets fired.
 type idleWatch struct {
 	t       *time.Timer
 	timeout time.Duration
 	fired   *atomic.Bool
+}
+
+func newIdleWatch(timeout time.Duration, body io.Closer) idleWatch {
+	w := idleWatch{timeout: timeout, fired: new(atomic.Bool)}
+	w.t = time.AfterFunc(timeout, func() {
+		w.fired.Store(true)
+		body.Close() //nolint:errcheck // the read in progress fails either way
+	})
+	return w
+}
+
+// cause names a read's failure errStreamIdle when the watch cut it.
+func (w idleWatch) cause(err error) error {
+	if err != nil && w.fired != nil && w.fired.Load() {
+		return errStreamIdle
+	}
+	return err
+}
+
+// reader times every read of r.
+func (w idleWatch) reader(r io.Reader) io.Reader { return idleReader{w: w, r: r} }
+
+type idleReader struct {
+	w idleWatch
+	r io.Reader
+}
+
+func (r idleReader) Read(p []byte) (int, error) {
+	r.w.resume()
+	n, err := r.r.Read(p)
+	r.w.pause()
+	return n, err
 }
 
 func (w idleWatch) resume() {

@@ -6,7 +6,12 @@ package dataplane
 
 import (
 	"context"
+	"crypto/tls"
+	"net"
 	"net/http"
+	"path"
+	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -14,6 +19,7 @@ import (
 
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/rpcclient"
+	"github.com/weirhq/weir/internal/serve"
 	"github.com/weirhq/weir/internal/telemetry"
 )
 
@@ -66,10 +72,10 @@ func New(cfg Config) (*Server, error) {
 // Handler serves the Anthropic and OpenAI surfaces plus /metrics and /healthz.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/messages", s.method(http.MethodPost, s.proxyHandler(surfaceMessages)))
-	mux.HandleFunc("/v1/messages/count_tokens", s.method(http.MethodPost, s.proxyHandler(surfaceCount)))
-	mux.HandleFunc("/v1/models", s.method(http.MethodGet, s.proxyHandler(surfaceModels)))
-	responses := s.method(http.MethodPost, s.proxyHandler(surfaceResp))
+	mux.HandleFunc("/v1/messages", s.method(http.MethodPost, surfaceMessages, s.proxyHandler(surfaceMessages)))
+	mux.HandleFunc("/v1/messages/count_tokens", s.method(http.MethodPost, surfaceCount, s.proxyHandler(surfaceCount)))
+	mux.HandleFunc("/v1/models", s.method(http.MethodGet, surfaceModels, s.proxyHandler(surfaceModels)))
+	responses := s.method(http.MethodPost, surfaceResp, s.proxyHandler(surfaceResp))
 	mux.HandleFunc("/v1/responses", func(w http.ResponseWriter, r *http.Request) {
 		if isWebSocket(r) {
 			s.serveResponsesWebSocket(w, r)
@@ -77,18 +83,63 @@ func (s *Server) Handler() http.Handler {
 		}
 		responses(w, r)
 	})
-	mux.HandleFunc("/v1/chat/completions", s.method(http.MethodPost, s.proxyHandler(surfaceChat)))
+	mux.HandleFunc("/v1/chat/completions", s.method(http.MethodPost, surfaceChat, s.proxyHandler(surfaceChat)))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n")) //nolint:errcheck // nothing to do if the probe left
 	})
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeAPIError(w, newRequestID(), errNotFound("no route for "+r.Method+" "+r.URL.Path))
+	mux.HandleFunc("/", notFound)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !canonicalPath(r.URL.Path) {
+			// The mux would redirect /v1/../x to /x, and a client following
+			// a 301 turns its POST into a GET: a path that is not clean
+			// names nothing weir serves.
+			notFound(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
 	})
-	return mux
 }
 
-func (s *Server) method(m string, h http.HandlerFunc) http.HandlerFunc {
+// notFound answers a path weir does not serve, in the wire format the
+// path suggests (pathWire).
+func notFound(w http.ResponseWriter, r *http.Request) {
+	writeError(w, pathWire(r.URL.Path), newRequestID(), errNotFound("no route for "+r.Method+" "+r.URL.Path))
+}
+
+// openAIPaths are OpenAI's own resources: an unknown path under one of
+// them gets the OpenAI error shape. Everything else (including paths
+// both APIs have, such as /v1/files) gets the Anthropic shape, weir's
+// default.
+var openAIPaths = []string{"/v1/responses", "/v1/chat", "/v1/completions", "/v1/embeddings", "/v1/realtime", "/backend-api"}
+
+// pathWire is the error format for a request weir answers without a
+// surface: OpenAI's under OpenAI's own resources, else Anthropic's.
+func pathWire(p string) wire {
+	for _, prefix := range openAIPaths {
+		if p == prefix || strings.HasPrefix(p, prefix+"/") {
+			return wireOpenAI
+		}
+	}
+	return wireAnthropic
+}
+
+// canonicalPath reports whether p is clean: no . or .. segment, no
+// doubled slash (a trailing slash is kept).
+func canonicalPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c == p
+}
+
+// method admits requests of method m (and a browser's CORS preflight)
+// to h; any other method gets a 405 with Allow, in sf's wire format.
+func (s *Server) method(m string, sf surface, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodOptions && r.Header.Get("Origin") != "" {
 			// A browser's CORS preflight.
@@ -103,12 +154,25 @@ func (s *Server) method(m string, h http.HandlerFunc) http.HandlerFunc {
 		}
 		if r.Method != m {
 			w.Header().Set("Allow", m)
-			writeAPIError(w, newRequestID(), &apiError{status: http.StatusMethodNotAllowed,
+			writeError(w, sf.wire, newRequestID(), &apiError{status: http.StatusMethodNotAllowed,
 				typ: "invalid_request_error", message: r.Method + " is not allowed on " + r.URL.Path + "; use " + m, final: true})
 			return
 		}
 		h(w, r)
 	}
+}
+
+// Serve serves Handler on ln until ctx ends, then drains for up to 30s
+// (streams run long). A client's headers must arrive within
+// Config.ReadHeaderTimeout.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	return s.ServeTLS(ctx, ln, nil)
+}
+
+// ServeTLS is Serve over TLS when tc is set (it must give a certificate).
+func (s *Server) ServeTLS(ctx context.Context, ln net.Listener, tc *tls.Config) error {
+	return serve.Run(ctx, ln, s.Handler(), serve.Options{Logger: s.cfg.Logger,
+		ShutdownTimeout: 30 * time.Second, ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, TLS: tc})
 }
 
 // Close flushes queued route events, waiting until ctx ends.

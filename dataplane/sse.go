@@ -16,6 +16,9 @@ type sseEvent struct {
 	name string
 	// data is the data: fields joined by newlines.
 	data []byte
+	// junk: a line that is no SSE field (event, data, id, retry or a
+	// comment).
+	junk bool
 }
 
 // maxSSEEvent bounds one event; a larger one is a broken upstream.
@@ -91,6 +94,10 @@ func (s *sseScanner) next() (sseEvent, error) {
 			// value points into the reader's buffer, which the next read
 			// overwrites.
 			data = append(data, bytes.Clone(value))
+		case "", "id", "retry":
+			// A comment (": keep-alive") or a field weir has no use for.
+		default:
+			ev.junk = true
 		}
 	}
 	if ev.name == "" {

@@ -224,7 +224,7 @@ func runDev(ctx context.Context, args []string, e env) error {
 	dpCfg := dataplane.Config{ControlPlaneURL: cpURL, Token: secrets.dataplane, Logger: log, TracerProvider: dpTP}
 	dpDone := make(chan error, 1)
 	go func() {
-		err := serveDataPlane(ctx, dpCfg, dpLn, nil, log)
+		err := serveDataPlane(ctx, dpCfg, dpLn, nil)
 		if err != nil {
 			cancelAll(err)
 		}

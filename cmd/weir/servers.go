@@ -330,16 +330,16 @@ func runDataPlane(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	log.Info("data plane listening", "addr", ln.Addr().String(), "tls", tc != nil)
-	return serveDataPlane(ctx, cfg, ln, tc, log)
+	return serveDataPlane(ctx, cfg, ln, tc)
 }
 
 // serveDataPlane runs a worker until ctx ends, over TLS when tc is set.
-func serveDataPlane(ctx context.Context, cfg dataplane.Config, ln net.Listener, tc *tls.Config, log *slog.Logger) error {
+func serveDataPlane(ctx context.Context, cfg dataplane.Config, ln net.Listener, tc *tls.Config) error {
 	dp, err := dataplane.New(cfg)
 	if err != nil {
 		return err
 	}
-	err = serve.Run(ctx, ln, dp.Handler(), serve.Options{Logger: log, ShutdownTimeout: 30 * time.Second, TLS: tc})
+	err = dp.ServeTLS(ctx, ln, tc)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	dp.Close(cctx)

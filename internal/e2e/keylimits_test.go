@@ -53,24 +53,22 @@ func (e *env) send(w worker, key, path, body string) response {
 	return e.doWith(w.c, w.base, http.MethodPost, path, body, edit)
 }
 
-// openAIError checks an OpenAI-format error body and returns it.
+// openAIError checks an OpenAI-format error with a code and returns it.
 func openAIError(t *testing.T, r response, status int) (typ, code, message string) {
 	t.Helper()
 	if r.status != status {
 		t.Fatalf("status = %d, want %d: %s", r.status, status, r.body)
 	}
+	typ, message = openAIErrorBody(t, r.body)
 	var body struct {
 		Error struct {
-			Message string  `json:"message"`
-			Type    string  `json:"type"`
-			Param   *string `json:"param"`
-			Code    *string `json:"code"`
+			Code *string `json:"code"`
 		} `json:"error"`
 	}
-	if err := json.Unmarshal(r.body, &body); err != nil || body.Error.Message == "" || body.Error.Code == nil {
+	if err := json.Unmarshal(r.body, &body); err != nil || message == "" || body.Error.Code == nil {
 		t.Fatalf("not an OpenAI error with a code: %v: %s", err, r.body)
 	}
-	return body.Error.Type, *body.Error.Code, body.Error.Message
+	return typ, *body.Error.Code, message
 }
 
 // TestKeyModelAllowlist: a model outside the key's allowlist gets a 403 in

@@ -118,14 +118,16 @@ func TestLeaseReuseStopsOnAnotherWorkersCooldown(t *testing.T) {
 	poolReady(t, dpReg)
 	_, otherSrv := e.newDataplane(nil)
 
-	// The first worker now holds a reusable lease on first.
-	for range 2 {
+	// The first worker now holds a reusable lease on first. A client can
+	// have its answer a moment before the lease is back to idle, so its
+	// next request may ask again: up to five requests to see one reuse.
+	for i := 0; metricValue(t, dpReg, "weir_dataplane_lease_pool_total", map[string]string{"result": "reused"}) < 1; i++ {
+		if i == 5 {
+			t.Fatal("five sequential requests and no reuse")
+		}
 		if r := e.post(false); r.status != http.StatusOK {
 			t.Fatalf("status %d: %s", r.status, r.body)
 		}
-	}
-	if got := metricValue(t, dpReg, "weir_dataplane_lease_pool_total", map[string]string{"result": "reused"}); got != 1 {
-		t.Fatalf("reused = %v, want 1", got)
 	}
 	before := metricValue(t, dpReg, "weir_dataplane_lease_pool_invalidations_total", map[string]string{"scope": "account"})
 

@@ -77,6 +77,11 @@ type options struct {
 	leaseIdle time.Duration
 	// bodyReadTimeout is the workers' BodyReadTimeout; default 2m.
 	bodyReadTimeout time.Duration
+	// streamIdleTimeout and upstreamHeaderTimeout are the workers'
+	// StreamIdleTimeout and UpstreamHeaderTimeout; defaults 3m and 10m.
+	streamIdleTimeout, upstreamHeaderTimeout time.Duration
+	// maxResponseBytes is the workers' MaxResponseBytes; default 64 MiB.
+	maxResponseBytes int64
 	// logs, when set, receives the control plane's and every worker's
 	// logs, at debug level; default: discarded.
 	logs io.Writer
@@ -330,19 +335,22 @@ func (e *env) newDataplane(cpClient *http.Client) (*dataplane.Server, *httptest.
 		ttl = 50 * time.Millisecond
 	}
 	cfg := dataplane.Config{
-		ControlPlaneURL: e.cpSrv.URL,
-		Token:           e.dpToken,
-		KeyCacheTTL:     ttl,
-		MaxBodyBytes:    e.opts.maxBodyBytes,
-		MaxAttempts:     e.opts.maxAttempts,
-		ReportInterval:  e.opts.reportInterval,
-		LeaseIdle:       e.opts.leaseIdle,
-		BodyReadTimeout: e.opts.bodyReadTimeout,
-		ControlPlane:    cpClient,
-		Logger:          e.opts.logger(),
-		CapacityHold:    e.opts.holdBudget(),
-		TracerProvider:  e.opts.dpTracer,
-		Registry:        e.opts.dpRegistry,
+		ControlPlaneURL:       e.cpSrv.URL,
+		Token:                 e.dpToken,
+		KeyCacheTTL:           ttl,
+		MaxBodyBytes:          e.opts.maxBodyBytes,
+		MaxAttempts:           e.opts.maxAttempts,
+		ReportInterval:        e.opts.reportInterval,
+		LeaseIdle:             e.opts.leaseIdle,
+		BodyReadTimeout:       e.opts.bodyReadTimeout,
+		ControlPlane:          cpClient,
+		StreamIdleTimeout:     e.opts.streamIdleTimeout,
+		UpstreamHeaderTimeout: e.opts.upstreamHeaderTimeout,
+		MaxResponseBytes:      e.opts.maxResponseBytes,
+		Logger:                e.opts.logger(),
+		CapacityHold:          e.opts.holdBudget(),
+		TracerProvider:        e.opts.dpTracer,
+		Registry:              e.opts.dpRegistry,
 	}
 	if e.dpRegTaken {
 		cfg.Registry = nil // dpRegistry is the first worker's
@@ -682,12 +690,17 @@ func (w *recordingWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
+// maxRecordedBody bounds what the recorder keeps of one answer (the
+// huge-body scenarios send more), so that the recorder is not what
+// needs the memory.
+const maxRecordedBody = 32 << 20
+
 func (w *recordingWriter) Write(b []byte) (int, error) {
 	w.rc.mu.Lock()
 	if w.x.status == 0 {
 		w.x.status, w.x.header = http.StatusOK, w.Header().Clone()
 	}
-	w.x.body.Write(b)
+	w.x.body.Write(b[:min(len(b), max(0, maxRecordedBody-w.x.body.Len()))])
 	w.rc.mu.Unlock()
 	return w.ResponseWriter.Write(b)
 }

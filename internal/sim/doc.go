@@ -189,6 +189,28 @@
 // at_capacity_after_output (error_after_content). Attempts on these paths,
 // the usage endpoint and the token endpoint are logged like the others.
 //
+// # Protocol misbehaviour
+//
+// Some faults break the protocol instead of answering with an error, on
+// every path (misbehave.go): no_headers (accepts the request, never
+// answers); reset_before_output and reset_after_output (a TCP reset
+// mid-stream, or after half a non-streamed body whose Content-Length was
+// promised); stall_before_output and stall_after_output (silence at the
+// same points, the connection kept open); malformed_before_output and
+// malformed_after_output (one malformed event, "malformed": garbage,
+// non_json_data, broken_json or no_event_name, then the stream goes on;
+// without a stream a 200 that is not JSON); oversized_line_before_output
+// and oversized_line_after_output (one data line of "size" bytes, default
+// 17 MiB); body_longer_than_length (the whole reply, then "size" bytes of
+// junk past its Content-Length); huge_body ("size" bytes, default 65 MiB,
+// with "status", default 200, and no Content-Length). "Before output" is
+// right after the stream's first event, "after output" after after_deltas
+// deltas.
+//
+// /v1/messages checks max_tokens as the real API does: not an integer,
+// below 1 or above 128000 is a 400 invalid_request_error naming it (a
+// body without it is still accepted).
+//
 //	{
 //	  "accounts": [
 //	    {"name": "codex", "credential": "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln", "kind": "chatgpt",

@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -14,6 +15,10 @@ const statusClientClosed = 499
 // applyFault answers the attempt the way fault f says, in the real API's
 // wire shapes.
 func (x *exchange) applyFault(f Fault) {
+	if slices.Contains(misbehaviourKinds, f.Kind) {
+		x.misbehave(f, func() []byte { b, _ := json.Marshal(x.message()); return b }, x.stream)
+		return
+	}
 	switch f.Kind {
 	case FaultRateLimit:
 		x.rateLimit(f)

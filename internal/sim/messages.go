@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"unicode/utf8"
@@ -87,6 +88,38 @@ func parseMessagesRequest(body []byte) (messagesRequest, string) {
 	return req, ""
 }
 
+// maxOutputTokens is the largest max_tokens the simulator accepts, the
+// most any current model allows (with the 128k output beta).
+const maxOutputTokens = 128000
+
+// maxTokensProblem checks max_tokens the way the real API does, with its
+// messages; a body without it passes (the real API requires it, but the
+// simulator has always accepted bodies without it).
+func maxTokensProblem(body []byte, model string) string {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(body, &fields) != nil {
+		return ""
+	}
+	raw, ok := fields["max_tokens"]
+	if !ok {
+		return ""
+	}
+	var f float64
+	if string(raw) == "null" || json.Unmarshal(raw, &f) != nil {
+		return "max_tokens: Input should be a valid integer"
+	}
+	var n int64
+	switch {
+	case json.Unmarshal(raw, &n) != nil && f != float64(int64(f)):
+		return "max_tokens: Input should be a valid integer, got a number with a fractional part"
+	case f < 1:
+		return "max_tokens: Input should be greater than or equal to 1"
+	case f > maxOutputTokens:
+		return fmt.Sprintf("max_tokens: %s > %d, which is the maximum allowed number of output tokens for %s", raw, maxOutputTokens, model)
+	}
+	return ""
+}
+
 func decodeList(raw json.RawMessage) ([]json.RawMessage, bool) {
 	var list []json.RawMessage
 	if json.Unmarshal(raw, &list) != nil || list == nil {
@@ -110,6 +143,9 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	x, ok := s.admit(w, r)
 	if !ok {
 		return
+	}
+	if x.problem == "" {
+		x.problem = maxTokensProblem(x.body, x.req.Model)
 	}
 	if x.problem != "" {
 		x.fail(outcomeInvalidRequest, http.StatusBadRequest, "invalid_request_error", x.problem)
@@ -255,6 +291,9 @@ func (x *exchange) stream(f *Fault) {
 		sw.event("error", overloadedEvent)
 		return
 	}
+	if x.misbehaveStream(sw, f, false, "content_block_delta") {
+		return
+	}
 	sw.event("content_block_start", contentBlockStartEvent{Type: "content_block_start", ContentBlock: contentBlock{Type: "text"}})
 	sw.event("ping", pingEvent{Type: "ping"})
 
@@ -282,6 +321,9 @@ func (x *exchange) stream(f *Fault) {
 		}
 	}
 
+	if x.misbehaveStream(sw, f, true, "content_block_delta") {
+		return
+	}
 	if f != nil {
 		switch f.Kind {
 		case FaultErrorAfterContent:

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -285,6 +286,16 @@ func (s *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, sf openAISu
 // applyOpenAIFault answers the attempt the way fault f says, in OpenAI's
 // wire shapes.
 func (x *exchange) applyOpenAIFault(f Fault, sf openAISurface) {
+	if slices.Contains(misbehaviourKinds, f.Kind) {
+		whole := func() []byte { b, _ := json.Marshal(x.response("completed", true)); return b }
+		stream := x.responsesStream
+		if sf == surfaceChat {
+			whole = func() []byte { b, _ := json.Marshal(x.chatCompletion()); return b }
+			stream = x.chatStream
+		}
+		x.misbehave(f, whole, stream)
+		return
+	}
 	h := x.w.Header()
 	switch f.Kind {
 	case FaultUsageLimitReached:
@@ -532,6 +543,9 @@ func (x *exchange) responsesStream(f *Fault) {
 			return
 		}
 	}
+	if x.misbehaveStream(sw, f, false, "response.output_text.delta") {
+		return
+	}
 	item := x.responseItem("in_progress", "")
 	emit("response.output_item.added", map[string]any{"output_index": 0, "item": item})
 	chunks := x.s.reply.chunks
@@ -546,6 +560,9 @@ func (x *exchange) responsesStream(f *Fault) {
 		if sw.err != nil {
 			return
 		}
+	}
+	if x.misbehaveStream(sw, f, true, "response.output_text.delta") {
+		return
 	}
 	if f != nil {
 		switch f.Kind {
@@ -660,6 +677,9 @@ func (x *exchange) chatStream(f *Fault) {
 		sw.data(string(b))
 	}
 	chunk(chatMessage{Role: "assistant", Content: strPtr("")}, nil, nil)
+	if x.misbehaveStream(sw, f, false, "") {
+		return
+	}
 	chunks := x.s.reply.chunks
 	if f != nil {
 		chunks = chunks[:min(f.afterDeltas(), len(chunks))]
@@ -672,6 +692,9 @@ func (x *exchange) chatStream(f *Fault) {
 		if sw.err != nil {
 			return
 		}
+	}
+	if x.misbehaveStream(sw, f, true, "") {
+		return
 	}
 	if f != nil {
 		switch f.Kind {

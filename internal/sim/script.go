@@ -154,6 +154,15 @@ type Fault struct {
 	AfterDeltas int `json:"after_deltas,omitempty"`
 	// Model restricts the fault to requests for this model; empty means any.
 	Model string `json:"model,omitempty"`
+	// Size, for the oversized_line kinds, body_longer_than_length and
+	// huge_body, is how many bytes the oversized part has (see their
+	// defaults).
+	Size int `json:"size,omitempty"`
+	// Status, for huge_body, is the answer's status; 0 means 200.
+	Status int `json:"status,omitempty"`
+	// Malformed, for the malformed kinds, is garbage (the default),
+	// non_json_data, broken_json or no_event_name.
+	Malformed string `json:"malformed,omitempty"`
 }
 
 // Unified claims.
@@ -282,6 +291,7 @@ func validateFaults(field string, faults []Fault) error {
 		if f.AfterDeltas < 0 {
 			errs = append(errs, fmt.Errorf("%s.after_deltas: %d is negative", ff, f.AfterDeltas))
 		}
+		errs = append(errs, validateMisbehaviour(ff, f)...)
 		if f.Array && f.Kind != FaultGoogleQuotaExhausted && f.Kind != FaultGoogleRateLimit {
 			errs = append(errs, fmt.Errorf("%s.array: only valid for kinds %q and %q", ff, FaultGoogleQuotaExhausted, FaultGoogleRateLimit))
 		}
