@@ -9,13 +9,15 @@ import (
 
 // metrics are the control plane's own; labels are bounded enums.
 type metrics struct {
-	acquireSeconds *prometheus.HistogramVec
-	releases       *prometheus.CounterVec
-	cooldowns      *prometheus.CounterVec
-	rateLimits     *prometheus.CounterVec
-	breakerOpens   prometheus.Counter
-	probes         prometheus.Counter
-	jobs           *jobMetrics
+	acquireSeconds  *prometheus.HistogramVec
+	releases        *prometheus.CounterVec
+	cooldowns       *prometheus.CounterVec
+	rateLimits      *prometheus.CounterVec
+	breakerOpens    prometheus.Counter
+	probes          prometheus.Counter
+	auditFailures   prometheus.Counter
+	unauthenticated *prometheus.CounterVec
+	jobs            *jobMetrics
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -45,6 +47,14 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Name: "weir_controlplane_breaker_probes_total",
 			Help: "Requests let through an open overload breaker as its probe.",
 		}),
+		auditFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "weir_controlplane_audit_write_failures_total",
+			Help: "Admin calls whose audit row could not be written (the call itself went ahead).",
+		}),
+		unauthenticated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weir_controlplane_rpc_unauthenticated_total",
+			Help: "Calls refused for a missing or wrong token, by service; not in the audit log.",
+		}, []string{"service"}),
 	}
 	// Cooldown reasons are a closed enum: every series exists from the
 	// start, so rate() and alerts see the first one.
@@ -54,7 +64,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		}
 	}
 	m.jobs = newJobMetrics(reg)
-	reg.MustRegister(m.acquireSeconds, m.releases, m.cooldowns, m.rateLimits, m.breakerOpens, m.probes,
+	reg.MustRegister(m.acquireSeconds, m.releases, m.cooldowns, m.rateLimits, m.breakerOpens, m.probes, m.auditFailures, m.unauthenticated,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"runtime"
 
@@ -58,6 +59,7 @@ func readDevInfo(dataDir string) (devInfo, error) {
 type adminFlags struct {
 	controlplane string
 	token        string
+	actor        string
 	dataDir      string
 	json         bool
 }
@@ -67,6 +69,24 @@ func (a *adminFlags) register(fs *flag.FlagSet, e env) {
 	fs.StringVar(&a.dataDir, "data-dir", defaultDataDir(e), "where 'weir dev' keeps dev.json (env WEIR_DATA_DIR)")
 	fs.BoolVar(&a.json, "json", false, "print JSON")
 	a.token = e.getenv("WEIR_ADMIN_TOKEN")
+	a.actor = operatorName(e)
+}
+
+// operatorName is who the audit log records as the actor of this
+// command's changes: $WEIR_ACTOR, else user@host. The control plane
+// cannot verify it; only the admin token is checked.
+func operatorName(e env) string {
+	if v := e.getenv("WEIR_ACTOR"); v != "" {
+		return v
+	}
+	name := e.getenv("USER")
+	if u, err := user.Current(); name == "" && err == nil {
+		name = u.Username
+	}
+	if host, err := os.Hostname(); err == nil {
+		return name + "@" + host
+	}
+	return name
 }
 
 // clients resolve the control plane and token, falling back to a local
@@ -78,6 +98,7 @@ type clients struct {
 	settings weirv1connect.SettingsServiceClient
 	ops      weirv1connect.OpsServiceClient
 	aliases  weirv1connect.AliasServiceClient
+	audit    weirv1connect.AuditServiceClient
 }
 
 func (a *adminFlags) clients() (*clients, error) {
@@ -99,7 +120,7 @@ func (a *adminFlags) clients() (*clients, error) {
 		return nil, errors.New("no admin token: set WEIR_ADMIN_TOKEN")
 	}
 	hc := rpcclient.HTTPClient()
-	opt := connect.WithInterceptors(rpcclient.Token(token))
+	opt := connect.WithInterceptors(rpcclient.Token(token), rpcclient.Actor(a.actor))
 	return &clients{
 		accounts: weirv1connect.NewAccountServiceClient(hc, url, opt),
 		keys:     weirv1connect.NewKeyServiceClient(hc, url, opt),
@@ -107,6 +128,7 @@ func (a *adminFlags) clients() (*clients, error) {
 		settings: weirv1connect.NewSettingsServiceClient(hc, url, opt),
 		ops:      weirv1connect.NewOpsServiceClient(hc, url, opt),
 		aliases:  weirv1connect.NewAliasServiceClient(hc, url, opt),
+		audit:    weirv1connect.NewAuditServiceClient(hc, url, opt),
 	}, nil
 }
 
