@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"net/http"
 	"sync"
 	"time"
 )
@@ -33,21 +32,14 @@ type Attempt struct {
 	Status int `json:"status"`
 }
 
-// Received is an attempt with the request headers the simulator got,
-// credentials included: for tests in this process, never served or logged.
-type Received struct {
-	Attempt
-	Header http.Header
-}
-
 // attemptLog is a bounded ring of attempts, oldest first.
 type attemptLog struct {
 	mu    sync.Mutex
-	buf   []Received
+	buf   []Attempt
 	start int // index of the oldest attempt once buf is full
 }
 
-func (l *attemptLog) add(a Received) {
+func (l *attemptLog) add(a Attempt) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.buf) < maxAttempts {
@@ -58,33 +50,18 @@ func (l *attemptLog) add(a Received) {
 	l.start = (l.start + 1) % maxAttempts
 }
 
-func (l *attemptLog) received() []Received {
+func (l *attemptLog) list() []Attempt {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]Received, 0, len(l.buf))
+	out := make([]Attempt, 0, len(l.buf))
 	out = append(out, l.buf[l.start:]...)
 	return append(out, l.buf[:l.start]...)
-}
-
-func (l *attemptLog) list() []Attempt {
-	rs := l.received()
-	out := make([]Attempt, len(rs))
-	for i, r := range rs {
-		out[i] = r.Attempt
-	}
-	return out
 }
 
 func (l *attemptLog) clear() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.buf, l.start = nil, 0
-}
-
-// ReceivedRequests returns the attempt log with each request's headers,
-// oldest first.
-func (s *Server) ReceivedRequests() []Received {
-	return s.attempts.received()
 }
 
 // Attempts returns a copy of the attempt log, oldest first.

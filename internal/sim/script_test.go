@@ -164,7 +164,7 @@ func TestAttemptLogBounded(t *testing.T) {
 	t.Parallel()
 	var l attemptLog
 	for i := range maxAttempts + 5 {
-		l.add(Received{Attempt: Attempt{Status: i}})
+		l.add(Attempt{Status: i})
 	}
 	got := l.list()
 	if len(got) != maxAttempts || got[0].Status != 5 || got[len(got)-1].Status != maxAttempts+4 {

@@ -218,7 +218,7 @@ func (x *exchange) record(outcome string, status int) {
 		a.Account = x.acct.name
 		identify(x.w.Header(), x.r.URL.Path, x.acct)
 	}
-	x.s.attempts.add(Received{Attempt: a, Header: x.r.Header.Clone()})
+	x.s.attempts.add(a)
 	level := slog.LevelInfo
 	if outcome == outcomeOK {
 		level = slog.LevelDebug
