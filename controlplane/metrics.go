@@ -5,6 +5,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 )
 
 // metrics are the control plane's own; labels are bounded enums.
@@ -62,6 +63,11 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		if r := weirv1.CooldownReason(v); r != weirv1.CooldownReason_COOLDOWN_REASON_UNSPECIFIED {
 			m.cooldowns.WithLabelValues(enumName(r))
 		}
+	}
+	for _, svc := range []string{weirv1connect.AccountServiceName, weirv1connect.KeyServiceName, weirv1connect.LeaseServiceName,
+		weirv1connect.RouteServiceName, weirv1connect.SettingsServiceName, weirv1connect.AliasServiceName,
+		weirv1connect.OpsServiceName, weirv1connect.DashboardServiceName, weirv1connect.AuditServiceName} {
+		m.unauthenticated.WithLabelValues(svc)
 	}
 	m.jobs = newJobMetrics(reg)
 	reg.MustRegister(m.acquireSeconds, m.releases, m.cooldowns, m.rateLimits, m.breakerOpens, m.probes, m.auditFailures, m.unauthenticated,

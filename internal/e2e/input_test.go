@@ -52,6 +52,17 @@ func TestBadInput(t *testing.T) {
 			r.Header.Set("Authorization", "Bearer weir_sk_"+randHex(32))
 		}, status: 401, typ: "authentication_error"},
 		{name: "account credential is not a client key", method: "POST", path: "/v1/messages", body: messagesBody(false), edit: func(r *http.Request) { r.Header.Set("X-Api-Key", e.creds["api-1"]) }, status: 401, typ: "authentication_error"},
+		// Neither control-plane token is a client key.
+		{name: "admin token as x-api-key", method: "POST", path: "/v1/messages", body: messagesBody(false), edit: func(r *http.Request) { r.Header.Set("X-Api-Key", e.admin) }, status: 401, typ: "authentication_error"},
+		{name: "data-plane token as x-api-key", method: "POST", path: "/v1/messages", body: messagesBody(false), edit: func(r *http.Request) { r.Header.Set("X-Api-Key", e.dpToken) }, status: 401, typ: "authentication_error"},
+		{name: "admin token as bearer", method: "POST", path: "/v1/messages", body: messagesBody(false), edit: func(r *http.Request) {
+			r.Header.Del("X-Api-Key")
+			r.Header.Set("Authorization", "Bearer "+e.admin)
+		}, status: 401, typ: "authentication_error"},
+		{name: "data-plane token as bearer", method: "POST", path: "/v1/messages", body: messagesBody(false), edit: func(r *http.Request) {
+			r.Header.Del("X-Api-Key")
+			r.Header.Set("Authorization", "Bearer "+e.dpToken)
+		}, status: 401, typ: "authentication_error"},
 		{name: "GET messages", method: "GET", path: "/v1/messages", status: 405, typ: "invalid_request_error"},
 		{name: "DELETE models", method: "DELETE", path: "/v1/models", status: 405, typ: "invalid_request_error"},
 		{name: "unknown path", method: "POST", path: "/v1/complete", body: messagesBody(false), status: 404, typ: "not_found_error"},
