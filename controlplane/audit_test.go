@@ -448,6 +448,16 @@ func TestAuditDashboardActions(t *testing.T) {
 	if !strings.HasPrefix(p.Actor, "dashboard (session ") || p.Credential != "admin_token" || !strings.HasPrefix(p.Peer, "127.0.0.1:") {
 		t.Errorf("dashboard pause: actor %q credential %q peer %q", p.Actor, p.Credential, p.Peer)
 	}
+	// The audit page shows it, filtered by its actor; reading it is no
+	// change.
+	page := b.get("/dashboard/audit?actor=" + url.QueryEscape(p.Actor))
+	wantStatus(t, "audit page", page, 200)
+	if !strings.Contains(page.body, "/weir.v1.AccountService/PauseAccount") || strings.Contains(page.body, "CreateAccount") {
+		t.Errorf("audit page filtered by the session's actor:\n%s", page.body)
+	}
+	if n := e.count(`SELECT count(*) FROM audit_events`); n != 2 {
+		t.Errorf("%d audit rows after viewing the audit page, want 2", n)
+	}
 }
 
 // idempotency is a method's idempotency_level as connect-go spells it

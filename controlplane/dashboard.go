@@ -46,6 +46,7 @@ func (s *Server) dashboardHandler(rpc http.Handler) http.Handler {
 		Settings:   weirv1connect.NewSettingsServiceClient(hc, base),
 		Aliases:    weirv1connect.NewAliasServiceClient(hc, base),
 		Dashboard:  weirv1connect.NewDashboardServiceClient(hc, base),
+		Audit:      weirv1connect.NewAuditServiceClient(hc, base),
 		Now:        s.now,
 		Logger:     s.log,
 	}
