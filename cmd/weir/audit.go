@@ -65,7 +65,7 @@ func runAudit(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	if resp.Msg.NextPageToken != "" {
-		fmt.Fprintf(e.stdout, "\nmore: weir audit --page %s\n", resp.Msg.NextPageToken)
+		fmt.Fprintf(e.stdout, "\nolder: the same command with --page %s\n", resp.Msg.NextPageToken)
 	}
 	return nil
 }

@@ -76,7 +76,11 @@ func TestAuditCommand(t *testing.T) {
 		t.Errorf("audit --procedure SetAlias: %d lines, want the header and one row:\n%s", n, out)
 	}
 	out = cli(alice, "audit", "--limit", "1")
-	if !strings.Contains(out, "more: weir audit --page ") {
-		t.Errorf("audit --limit 1: no next page:\n%s", out)
+	tok := regexp.MustCompile(`older: the same command with --page (\S+)`).FindStringSubmatch(out)
+	if tok == nil {
+		t.Fatalf("audit --limit 1: no next page:\n%s", out)
+	}
+	if next := cli(alice, "audit", "--limit", "1", "--page", tok[1]); !strings.Contains(next, "CreateKey") {
+		t.Errorf("audit --limit 1 --page: want the row before the newest:\n%s", next)
 	}
 }
