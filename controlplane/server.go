@@ -126,9 +126,10 @@ func (s *Server) Stop(ctx context.Context) error {
 // Handler serves every RPC plus /metrics, /healthz and /readyz.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	rpc := s.rpcHandler()
-	// Every other path is the services' (an unknown one is their 404).
-	mux.Handle("/", rpc)
+	rpc, paths := s.rpcHandler()
+	for _, p := range paths {
+		mux.Handle(p, rpc)
+	}
 	mux.Handle("/dashboard/", s.dashboardHandler(rpc))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -148,8 +149,8 @@ func (s *Server) Handler() http.Handler {
 
 // rpcHandler serves every Connect service: the network's calls and, in
 // process, the dashboard's, through the same interceptors (token, then
-// audit).
-func (s *Server) rpcHandler() http.Handler {
+// audit), and the services' paths.
+func (s *Server) rpcHandler() (http.Handler, []string) {
 	opts := connect.WithHandlerOptions(
 		connect.WithInterceptors(tokenInterceptor{
 			admin:     []byte(s.cfg.AdminToken),
@@ -161,16 +162,21 @@ func (s *Server) rpcHandler() http.Handler {
 		connect.WithCompressMinBytes(16<<10),
 	)
 	mux := http.NewServeMux()
-	mux.Handle(weirv1connect.NewAccountServiceHandler(accountService{s: s}, opts))
-	mux.Handle(weirv1connect.NewKeyServiceHandler(keyService{s: s}, opts))
-	mux.Handle(weirv1connect.NewLeaseServiceHandler(leaseService{s: s}, opts))
-	mux.Handle(weirv1connect.NewRouteServiceHandler(routeService{s: s}, opts))
-	mux.Handle(weirv1connect.NewSettingsServiceHandler(settingsService{s: s}, opts))
-	mux.Handle(weirv1connect.NewAliasServiceHandler(aliasService{s: s}, opts))
-	mux.Handle(weirv1connect.NewOpsServiceHandler(opsService{s: s}, opts))
-	mux.Handle(weirv1connect.NewDashboardServiceHandler(dashboardService{s: s}, opts))
-	mux.Handle(weirv1connect.NewAuditServiceHandler(auditService{s: s}, opts))
-	return mux
+	var paths []string
+	handle := func(path string, h http.Handler) {
+		mux.Handle(path, h)
+		paths = append(paths, path)
+	}
+	handle(weirv1connect.NewAccountServiceHandler(accountService{s: s}, opts))
+	handle(weirv1connect.NewKeyServiceHandler(keyService{s: s}, opts))
+	handle(weirv1connect.NewLeaseServiceHandler(leaseService{s: s}, opts))
+	handle(weirv1connect.NewRouteServiceHandler(routeService{s: s}, opts))
+	handle(weirv1connect.NewSettingsServiceHandler(settingsService{s: s}, opts))
+	handle(weirv1connect.NewAliasServiceHandler(aliasService{s: s}, opts))
+	handle(weirv1connect.NewOpsServiceHandler(opsService{s: s}, opts))
+	handle(weirv1connect.NewDashboardServiceHandler(dashboardService{s: s}, opts))
+	handle(weirv1connect.NewAuditServiceHandler(auditService{s: s}, opts))
+	return mux, paths
 }
 
 // tx runs fn in a transaction.
