@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 )
@@ -15,8 +16,10 @@ import (
 // tokenInterceptor admits LeaseService calls with the data-plane token and
 // every other call with the admin token. Neither token opens the other's
 // services: a leaked worker token cannot read or change the pool.
+// A refused call is counted by service, never written to the audit log.
 type tokenInterceptor struct {
 	admin, dataplane []byte
+	refused          *prometheus.CounterVec
 }
 
 var errUnauthenticated = errors.New("missing or invalid bearer token")
@@ -28,6 +31,10 @@ func (t tokenInterceptor) check(procedure, header string) error {
 	}
 	token, ok := strings.CutPrefix(header, "Bearer ")
 	if !ok || subtle.ConstantTimeCompare([]byte(token), want) != 1 {
+		if t.refused != nil {
+			service, _, _ := strings.Cut(strings.TrimPrefix(procedure, "/"), "/")
+			t.refused.WithLabelValues(service).Inc()
+		}
 		return connect.NewError(connect.CodeUnauthenticated, errUnauthenticated)
 	}
 	return nil

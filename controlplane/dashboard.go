@@ -1,7 +1,9 @@
 package controlplane
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"time"
 
@@ -30,16 +32,21 @@ const (
 )
 
 // dashboardHandler serves the dashboard under /dashboard/, River's UI under
-// /dashboard/jobs/ when this replica runs jobs.
-func (s *Server) dashboardHandler() http.Handler {
+// /dashboard/jobs/ when this replica runs jobs. The dashboard calls the
+// services through rpc in process: the same interceptors as the CLI's, so
+// its changes are audited, with its session as the actor.
+func (s *Server) dashboardHandler(rpc http.Handler) http.Handler {
+	hc := &http.Client{Transport: inProcess{h: rpc, token: s.cfg.AdminToken}}
+	const base = "http://in-process"
 	cfg := dashboard.Config{
 		AdminToken: s.cfg.AdminToken,
-		Accounts:   accountService{s: s},
-		Keys:       keyService{s: s},
-		Routes:     routeService{s: s},
-		Settings:   settingsService{s: s},
-		Aliases:    aliasService{s: s},
-		Dashboard:  dashboardService{s: s},
+		Accounts:   weirv1connect.NewAccountServiceClient(hc, base),
+		Keys:       weirv1connect.NewKeyServiceClient(hc, base),
+		Routes:     weirv1connect.NewRouteServiceClient(hc, base),
+		Settings:   weirv1connect.NewSettingsServiceClient(hc, base),
+		Aliases:    weirv1connect.NewAliasServiceClient(hc, base),
+		Dashboard:  weirv1connect.NewDashboardServiceClient(hc, base),
+		Audit:      weirv1connect.NewAuditServiceClient(hc, base),
 		Now:        s.now,
 		Logger:     s.log,
 	}
@@ -57,6 +64,57 @@ func (s *Server) dashboardHandler() http.Handler {
 		}
 	}
 	return dashboard.New(cfg)
+}
+
+// inProcess serves a client's request with h, in this process: no socket,
+// no second token. It carries the admin token (the dashboard's login is
+// that token) and the dashboard session's actor and browser address.
+type inProcess struct {
+	h     http.Handler
+	token string
+}
+
+func (t inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+t.token)
+	r.RemoteAddr = "in-process"
+	if actor, peer, ok := dashboard.CallerOf(r.Context()); ok {
+		r.Header.Set(ActorHeader, actor)
+		r.RemoteAddr = peer
+	}
+	r.RequestURI = r.URL.RequestURI()
+	if r.Body == nil {
+		r.Body = http.NoBody
+	}
+	w := &bufferedResponse{header: http.Header{}, status: http.StatusOK}
+	t.h.ServeHTTP(w, r)
+	return &http.Response{
+		Status: http.StatusText(w.status), StatusCode: w.status,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: w.header, Body: io.NopCloser(&w.body), ContentLength: int64(w.body.Len()),
+		Request: r,
+	}, nil
+}
+
+// bufferedResponse is the http.ResponseWriter of an in-process call.
+type bufferedResponse struct {
+	header      http.Header
+	status      int
+	wroteHeader bool
+	body        bytes.Buffer
+}
+
+func (b *bufferedResponse) Header() http.Header { return b.header }
+
+func (b *bufferedResponse) WriteHeader(code int) {
+	if !b.wroteHeader {
+		b.status, b.wroteHeader = code, true
+	}
+}
+
+func (b *bufferedResponse) Write(p []byte) (int, error) {
+	b.wroteHeader = true
+	return b.body.Write(p)
 }
 
 type dashboardService struct {

@@ -5,18 +5,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 )
 
 // metrics are the control plane's own; labels are bounded enums.
 type metrics struct {
-	acquireSeconds *prometheus.HistogramVec
-	releases       *prometheus.CounterVec
-	cooldowns      *prometheus.CounterVec
-	rateLimits     *prometheus.CounterVec
-	breakerOpens   prometheus.Counter
-	probes         prometheus.Counter
-	keyRateLimited prometheus.Counter
-	jobs           *jobMetrics
+	acquireSeconds  *prometheus.HistogramVec
+	releases        *prometheus.CounterVec
+	cooldowns       *prometheus.CounterVec
+	rateLimits      *prometheus.CounterVec
+	breakerOpens    prometheus.Counter
+	probes          prometheus.Counter
+	keyRateLimited  prometheus.Counter
+	auditFailures   prometheus.Counter
+	unauthenticated *prometheus.CounterVec
+	jobs            *jobMetrics
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -50,6 +53,14 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Name: "weir_controlplane_key_rate_limited_total",
 			Help: "Requests refused by their client key's own request rate limit.",
 		}),
+		auditFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "weir_controlplane_audit_write_failures_total",
+			Help: "Admin calls whose audit row could not be written (the call itself went ahead).",
+		}),
+		unauthenticated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weir_controlplane_rpc_unauthenticated_total",
+			Help: "Calls refused for a missing or wrong token, by service; not in the audit log.",
+		}, []string{"service"}),
 	}
 	// Cooldown reasons are a closed enum: every series exists from the
 	// start, so rate() and alerts see the first one.
@@ -58,8 +69,14 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			m.cooldowns.WithLabelValues(enumName(r))
 		}
 	}
+	for _, svc := range []string{weirv1connect.AccountServiceName, weirv1connect.KeyServiceName, weirv1connect.LeaseServiceName,
+		weirv1connect.RouteServiceName, weirv1connect.SettingsServiceName, weirv1connect.AliasServiceName,
+		weirv1connect.OpsServiceName, weirv1connect.DashboardServiceName, weirv1connect.AuditServiceName} {
+		m.unauthenticated.WithLabelValues(svc)
+	}
 	m.jobs = newJobMetrics(reg)
 	reg.MustRegister(m.acquireSeconds, m.releases, m.cooldowns, m.rateLimits, m.breakerOpens, m.probes, m.keyRateLimited,
+		m.auditFailures, m.unauthenticated,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

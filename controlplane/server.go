@@ -125,29 +125,12 @@ func (s *Server) Stop(ctx context.Context) error {
 
 // Handler serves every RPC plus /metrics, /healthz and /readyz.
 func (s *Server) Handler() http.Handler {
-	opts := connect.WithHandlerOptions(
-		connect.WithInterceptors(tokenInterceptor{
-			admin:     []byte(s.cfg.AdminToken),
-			dataplane: []byte(s.cfg.DataplaneToken),
-		}),
-		// Leases and decisions are a few hundred bytes: gzip would cost
-		// both sides CPU on every call and save nothing worth having.
-		connect.WithCompressMinBytes(16<<10),
-	)
 	mux := http.NewServeMux()
-	mux.Handle(weirv1connect.NewAccountServiceHandler(accountService{s: s}, opts))
-	mux.Handle(weirv1connect.NewKeyServiceHandler(keyService{s: s}, opts))
-	leasePath, leaseHandler := weirv1connect.NewLeaseServiceHandler(leaseService{s: s}, opts)
-	if s.cfg.LeaseClientCert {
-		leaseHandler = requireClientCert(leaseHandler)
+	rpc, paths := s.rpcHandler()
+	for _, p := range paths {
+		mux.Handle(p, rpc)
 	}
-	mux.Handle(leasePath, leaseHandler)
-	mux.Handle(weirv1connect.NewRouteServiceHandler(routeService{s: s}, opts))
-	mux.Handle(weirv1connect.NewSettingsServiceHandler(settingsService{s: s}, opts))
-	mux.Handle(weirv1connect.NewAliasServiceHandler(aliasService{s: s}, opts))
-	mux.Handle(weirv1connect.NewOpsServiceHandler(opsService{s: s}, opts))
-	mux.Handle(weirv1connect.NewDashboardServiceHandler(dashboardService{s: s}, opts))
-	mux.Handle("/dashboard/", s.dashboardHandler())
+	mux.Handle("/dashboard/", s.dashboardHandler(rpc))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n")) //nolint:errcheck // a failed health write is the client's problem
@@ -162,6 +145,42 @@ func (s *Server) Handler() http.Handler {
 		w.Write([]byte("ok\n")) //nolint:errcheck // as above
 	})
 	return telemetry.RPCHandler(mux, s.cfg.TracerProvider)
+}
+
+// rpcHandler serves every Connect service: the network's calls and, in
+// process, the dashboard's, through the same interceptors (token, then
+// audit), and the services' paths.
+func (s *Server) rpcHandler() (http.Handler, []string) {
+	opts := connect.WithHandlerOptions(
+		connect.WithInterceptors(tokenInterceptor{
+			admin:     []byte(s.cfg.AdminToken),
+			dataplane: []byte(s.cfg.DataplaneToken),
+			refused:   s.metrics.unauthenticated,
+		}, auditInterceptor{s: s}),
+		// Leases and decisions are a few hundred bytes: gzip would cost
+		// both sides CPU on every call and save nothing worth having.
+		connect.WithCompressMinBytes(16<<10),
+	)
+	mux := http.NewServeMux()
+	var paths []string
+	handle := func(path string, h http.Handler) {
+		mux.Handle(path, h)
+		paths = append(paths, path)
+	}
+	handle(weirv1connect.NewAccountServiceHandler(accountService{s: s}, opts))
+	handle(weirv1connect.NewKeyServiceHandler(keyService{s: s}, opts))
+	leasePath, leaseHandler := weirv1connect.NewLeaseServiceHandler(leaseService{s: s}, opts)
+	if s.cfg.LeaseClientCert {
+		leaseHandler = requireClientCert(leaseHandler)
+	}
+	handle(leasePath, leaseHandler)
+	handle(weirv1connect.NewRouteServiceHandler(routeService{s: s}, opts))
+	handle(weirv1connect.NewSettingsServiceHandler(settingsService{s: s}, opts))
+	handle(weirv1connect.NewAliasServiceHandler(aliasService{s: s}, opts))
+	handle(weirv1connect.NewOpsServiceHandler(opsService{s: s}, opts))
+	handle(weirv1connect.NewDashboardServiceHandler(dashboardService{s: s}, opts))
+	handle(weirv1connect.NewAuditServiceHandler(auditService{s: s}, opts))
+	return mux, paths
 }
 
 // tx runs fn in a transaction.

@@ -99,6 +99,10 @@ func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *wei
 	}
 	in.keyID, in.allowedModels = key.id, key.allowedModels
 	rec.KeyId = key.id
+	if apiErr := checkHeaders(r); apiErr != nil {
+		writeError(w, in.sf.wire, in.requestID, apiErr)
+		return
+	}
 	if apiErr := s.readBody(w, r, in); apiErr != nil {
 		writeError(w, in.sf.wire, in.requestID, apiErr)
 		return
@@ -448,6 +452,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, in *inbound) *
 		}
 		return errInvalidRequest("model: field required")
 	}
+	if !validModel(*head.Model) {
+		return errInvalidRequest("model: not a model name (control characters, or longer than " + strconv.Itoa(maxModelLen) + " bytes)")
+	}
 	in.body, in.model, in.stream = body, *head.Model, head.Stream
 	in.session = sessionKey(r, in.sf, head.Metadata.UserID, head.PromptCacheKey)
 	return nil
@@ -473,7 +480,9 @@ func sessionKey(r *http.Request, sf surface, userID, promptCacheKey string) stri
 			k = userID
 		}
 	}
-	if len(k) > 256 {
+	// Long keys, and keys with control characters (a NUL Postgres would
+	// refuse to store), become their hash: still one key per session.
+	if len(k) > 256 || hasControl(k) {
 		k = hashKey(k)
 	}
 	return k

@@ -204,14 +204,41 @@ func connectionListed(h http.Header) map[string]bool {
 	return out
 }
 
-// identityHeaders name the upstream account; a pooled gateway must not
-// tell one client which account served it.
-var identityHeaders = map[string]bool{
-	"Anthropic-Organization-Id": true,
-	"Openai-Organization":       true,
-	"Openai-Project":            true,
-	// An upstream cookie is the account's session, not the client's.
-	"Set-Cookie": true,
+// Response headers reach the client only when listed here: an upstream
+// adds headers over time, and one that names the account (an organization
+// or project id, a ChatGPT account id, a session cookie, whatever comes
+// next) must not tell a pooled client which account served it. What is
+// kept is what clients act on (WIRE.md): the body's type and caching, the
+// upstream's request id (support asks for it), the retry advice the SDKs
+// and Claude Code read (retry-after, retry-after-ms, x-should-retry), the
+// rate-limit headers of both providers (anthropic-ratelimit-*, including
+// the unified ones Claude Code shows; OpenAI's x-ratelimit-*), and Codex's
+// x-codex-* usage headers, which Codex shows. Hop-by-hop and framing
+// headers are the worker's own to set. Weir's own (Weir-Request-Id) are
+// set by the worker, not copied.
+var responseHeaders = map[string]bool{
+	"Content-Type": true, "Cache-Control": true,
+	"Request-Id": true, "X-Request-Id": true,
+	"Retry-After": true, "Retry-After-Ms": true, "X-Should-Retry": true,
+	"Openai-Processing-Ms": true,
+}
+
+// responseHeaderPrefixes extend responseHeaders to families of headers.
+var responseHeaderPrefixes = []string{"Anthropic-Ratelimit-", "X-Ratelimit-", "X-Codex-"}
+
+// relayedResponseHeader says whether the client sees an upstream header.
+// x-codex-* carry usage and plan, never the account's id; that id is
+// Chatgpt-Account-Id, which no prefix admits.
+func relayedResponseHeader(k string) bool {
+	if responseHeaders[k] {
+		return true
+	}
+	for _, p := range responseHeaderPrefixes {
+		if strings.HasPrefix(k, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // copyResponseHeaders copies the upstream's response headers the client
@@ -219,7 +246,7 @@ var identityHeaders = map[string]bool{
 func copyResponseHeaders(dst, src http.Header) {
 	connHeaders := connectionListed(src)
 	for k, vs := range src {
-		if hopHeaders[k] || connHeaders[k] || identityHeaders[k] || k == "Content-Length" || k == "Content-Encoding" {
+		if !relayedResponseHeader(k) || connHeaders[k] {
 			continue
 		}
 		// Shared, not copied: a stream keeps both maps for as long as it

@@ -231,10 +231,21 @@ func TestCopyResponseHeaders(t *testing.T) {
 	src.Set("Anthropic-Ratelimit-Unified-Status", "allowed")
 	src.Set("Anthropic-Ratelimit-Requests-Remaining", "3999")
 	src.Set("Cache-Control", "no-cache")
+	src.Set("X-Ratelimit-Remaining-Requests", "499")
+	src.Set("X-Codex-Primary-Used-Percent", "12")
+	src.Set("Retry-After-Ms", "1200")
 	// Spare capacity, as a parsed header's values may have.
-	src["Via"] = append(make([]string, 0, 4), "1.1 a", "1.1 b")
-	// Dropped: identity, hop-by-hop, Connection-listed, and framing.
+	src["X-Request-Id"] = append(make([]string, 0, 4), "1.1 a", "1.1 b")
+	// Dropped: identity, hop-by-hop, Connection-listed, framing, and
+	// anything not listed.
 	src.Set("Anthropic-Organization-Id", "a1b2c3d4-org")
+	src.Set("Openai-Organization", "org-123")
+	src.Set("Openai-Project", "proj_123")
+	src.Set("Chatgpt-Account-Id", "acct-123")
+	src.Set("Set-Cookie", "__cf_bm=abc; Path=/")
+	src.Set("X-Upstream-Account-Label", "max-alice")
+	src.Set("Via", "1.1 upstream")
+	src.Set("Server", "cloudflare")
 	src.Set("Connection", "keep-alive, X-Upstream-Hop")
 	src.Set("X-Upstream-Hop", "1")
 	src.Set("Keep-Alive", "timeout=5")
@@ -258,7 +269,10 @@ func TestCopyResponseHeaders(t *testing.T) {
 		"Anthropic-Ratelimit-Unified-Status":     {"allowed"},
 		"Anthropic-Ratelimit-Requests-Remaining": {"3999"},
 		"Cache-Control":                          {"no-cache"},
-		"Via":                                    {"1.1 a", "1.1 b"},
+		"X-Ratelimit-Remaining-Requests":         {"499"},
+		"X-Codex-Primary-Used-Percent":           {"12"},
+		"Retry-After-Ms":                         {"1200"},
+		"X-Request-Id":                           {"1.1 a", "1.1 b"},
 	}
 	if len(dst) != len(want) {
 		t.Errorf("copied %d headers, want %d: %v", len(dst), len(want), dst)
@@ -270,13 +284,13 @@ func TestCopyResponseHeaders(t *testing.T) {
 	}
 	// The values are shared but clipped: adding to one side never
 	// writes into the other's.
-	dst.Add("Via", "1.1 dst")
-	src.Add("Via", "1.1 src")
-	if got := dst.Values("Via"); !slices.Equal(got, []string{"1.1 a", "1.1 b", "1.1 dst"}) {
-		t.Errorf("dst Via = %q after both sides added one", got)
+	dst.Add("X-Request-Id", "1.1 dst")
+	src.Add("X-Request-Id", "1.1 src")
+	if got := dst.Values("X-Request-Id"); !slices.Equal(got, []string{"1.1 a", "1.1 b", "1.1 dst"}) {
+		t.Errorf("dst X-Request-Id = %q after both sides added one", got)
 	}
-	if got := src.Values("Via"); !slices.Equal(got, []string{"1.1 a", "1.1 b", "1.1 src"}) {
-		t.Errorf("src Via = %q after both sides added one", got)
+	if got := src.Values("X-Request-Id"); !slices.Equal(got, []string{"1.1 a", "1.1 b", "1.1 src"}) {
+		t.Errorf("src X-Request-Id = %q after both sides added one", got)
 	}
 }
 

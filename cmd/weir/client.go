@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"runtime"
 
@@ -59,6 +60,7 @@ type adminFlags struct {
 	env          env
 	controlplane string
 	token        string
+	actor        string
 	dataDir      string
 	json         bool
 }
@@ -69,6 +71,24 @@ func (a *adminFlags) register(fs *flag.FlagSet, e env) {
 	fs.BoolVar(&a.json, "json", false, "print JSON")
 	a.token = e.getenv("WEIR_ADMIN_TOKEN")
 	a.env = e
+	a.actor = operatorName(e)
+}
+
+// operatorName is who the audit log records as the actor of this
+// command's changes: $WEIR_ACTOR, else user@host. The control plane
+// cannot verify it; only the admin token is checked.
+func operatorName(e env) string {
+	if v := e.getenv("WEIR_ACTOR"); v != "" {
+		return v
+	}
+	name := e.getenv("USER")
+	if u, err := user.Current(); name == "" && err == nil {
+		name = u.Username
+	}
+	if host, err := os.Hostname(); err == nil {
+		return name + "@" + host
+	}
+	return name
 }
 
 // clients resolve the control plane and token, falling back to a local
@@ -80,6 +100,7 @@ type clients struct {
 	settings weirv1connect.SettingsServiceClient
 	ops      weirv1connect.OpsServiceClient
 	aliases  weirv1connect.AliasServiceClient
+	audit    weirv1connect.AuditServiceClient
 }
 
 func (a *adminFlags) clients() (*clients, error) {
@@ -104,7 +125,7 @@ func (a *adminFlags) clients() (*clients, error) {
 	if err != nil {
 		return nil, err
 	}
-	opt := connect.WithInterceptors(rpcclient.Token(token))
+	opt := connect.WithInterceptors(rpcclient.Token(token), rpcclient.Actor(a.actor))
 	return &clients{
 		accounts: weirv1connect.NewAccountServiceClient(hc, url, opt),
 		keys:     weirv1connect.NewKeyServiceClient(hc, url, opt),
@@ -112,6 +133,7 @@ func (a *adminFlags) clients() (*clients, error) {
 		settings: weirv1connect.NewSettingsServiceClient(hc, url, opt),
 		ops:      weirv1connect.NewOpsServiceClient(hc, url, opt),
 		aliases:  weirv1connect.NewAliasServiceClient(hc, url, opt),
+		audit:    weirv1connect.NewAuditServiceClient(hc, url, opt),
 	}, nil
 }
 

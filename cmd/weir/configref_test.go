@@ -19,6 +19,7 @@ var reference = []configdoc.Var{
 	{Name: "WEIR_DATA_DIR", UsedBy: "dev, operator commands", Meaning: "data directory (default `~/.local/share/weir`)"},
 	{Name: "WEIR_DATABASE_URL", UsedBy: "controlplane, migrate, secrets rotate, dev", Meaning: "Postgres URL; `weir dev` without it runs an embedded cluster"},
 	{Name: "WEIR_ADMIN_TOKEN", UsedBy: "controlplane, operator commands"},
+	{Name: "WEIR_ACTOR", UsedBy: "operator commands", Meaning: "who the audit log records as making this command's changes (default `user@host`); self-declared, not verified: the admin token is the credential"},
 	{Name: "WEIR_DATAPLANE_TOKEN", UsedBy: "controlplane, dataplane"},
 	{Name: "WEIR_SECRET_KEY", UsedBy: "controlplane, secrets rotate"},
 	{Name: "WEIR_SECRET_KEY_PREVIOUS", UsedBy: "controlplane, dev, secrets rotate"},

@@ -344,7 +344,7 @@ func writeDevInfo(dataDir string, d devInfo) error {
 // working client key, reusing the previous run's when it is still valid.
 func seedDemo(ctx context.Context, cpURL string, secrets secretSet, simURL, prevKey string) (string, error) {
 	hc := rpcclient.HTTPClient()
-	admin := connect.WithInterceptors(rpcclient.Token(secrets.admin))
+	admin := connect.WithInterceptors(rpcclient.Token(secrets.admin), rpcclient.Actor("weir dev"))
 	accounts := weirv1connect.NewAccountServiceClient(hc, cpURL, admin)
 	keys := weirv1connect.NewKeyServiceClient(hc, cpURL, admin)
 	leases := weirv1connect.NewLeaseServiceClient(hc, cpURL, connect.WithInterceptors(rpcclient.Token(secrets.dataplane)))

@@ -70,6 +70,7 @@ Usage:
   weir settings get|set [KEY=VALUE ...]        capacity_hold, request_deadline
   weir aliases list|set|rm                     model aliases (an alias → concrete models)
   weir integrity                               the integrity check's last report
+  weir audit [--since D] [--actor A]           who changed what, newest first (admin calls)
 
 Operator commands reach the control plane at --controlplane / WEIR_CONTROLPLANE_URL
 with WEIR_ADMIN_TOKEN; next to a running 'weir dev' they need neither.
@@ -109,6 +110,8 @@ func run(ctx context.Context, args []string, e env) error {
 		return runAliases(ctx, rest, e)
 	case "integrity":
 		return runIntegrity(ctx, rest, e)
+	case "audit":
+		return runAudit(ctx, rest, e)
 	case "login":
 		return runLogin(ctx, rest, e)
 	case "status":

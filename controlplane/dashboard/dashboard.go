@@ -47,6 +47,7 @@ type Config struct {
 	Settings  weirv1connect.SettingsServiceClient
 	Aliases   weirv1connect.AliasServiceClient
 	Dashboard weirv1connect.DashboardServiceClient
+	Audit     weirv1connect.AuditServiceClient
 	// Jobs serves River's UI under JobsPrefix; nil when this replica runs
 	// no jobs (the jobs page then says so).
 	Jobs http.Handler
@@ -73,7 +74,7 @@ func New(cfg Config) *Handler {
 		cfg.Logger = slog.Default()
 	}
 	h := &Handler{cfg: cfg, mux: http.NewServeMux(), pages: map[string]*template.Template{}}
-	for _, page := range []string{"login", "accounts", "confirm", "history", "requests", "explain", "settings", "jobs"} {
+	for _, page := range []string{"login", "accounts", "confirm", "history", "requests", "explain", "settings", "audit", "jobs"} {
 		h.pages[page] = template.Must(template.New("layout.html").Funcs(h.funcs()).
 			ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html"))
 	}
@@ -97,6 +98,7 @@ func New(cfg Config) *Handler {
 	h.mux.HandleFunc("POST /dashboard/settings", h.authed(h.updateSetting))
 	h.mux.HandleFunc("POST /dashboard/aliases", h.authed(h.setAlias))
 	h.mux.HandleFunc("POST /dashboard/aliases/delete", h.authed(h.deleteAlias))
+	h.mux.HandleFunc("GET /dashboard/audit", h.authed(h.auditPage))
 	h.mux.HandleFunc("GET /dashboard/jobs", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, JobsPrefix+"/", http.StatusMovedPermanently)
 	})

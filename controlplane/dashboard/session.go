@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -25,6 +26,8 @@ const (
 
 // session is how a request was authenticated.
 type session struct {
+	// actor names the session in the audit log.
+	actor string
 	// cookie is true for a browser session (CSRF applies), false for a
 	// bearer token (scripts: no ambient credential, no CSRF).
 	cookie bool
@@ -62,13 +65,28 @@ func (h *Handler) csrfFor(cookie string) string { return h.mac("weir-dashboard-c
 // authenticate finds the request's session, if any.
 func (h *Handler) authenticate(r *http.Request) (session, bool) {
 	if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-		return session{}, subtle.ConstantTimeCompare([]byte(tok), []byte(h.cfg.AdminToken)) == 1
+		return session{actor: "dashboard (bearer token)"}, subtle.ConstantTimeCompare([]byte(tok), []byte(h.cfg.AdminToken)) == 1
 	}
 	c, err := r.Cookie(sessionCookie)
 	if err != nil || !h.validSession(c.Value) {
 		return session{}, false
 	}
-	return session{cookie: true, csrf: h.csrfFor(c.Value)}, true
+	// A login's fingerprint, the same for every action of that login and
+	// useless as a credential: a MAC of the cookie under its own label.
+	fp := h.mac("weir-dashboard-audit", c.Value)[:10]
+	return session{actor: "dashboard (session " + fp + ")", cookie: true, csrf: h.csrfFor(c.Value)}, true
+}
+
+type callerKey struct{}
+
+type caller struct{ actor, peer string }
+
+// CallerOf is who a dashboard request's service calls act for: the
+// session's actor and the browser's address. ok is false outside a
+// dashboard request.
+func CallerOf(ctx context.Context) (actor, peer string, ok bool) {
+	c, ok := ctx.Value(callerKey{}).(caller)
+	return c.actor, c.peer, ok
 }
 
 // authed wraps a handler that needs a session. Without one, pages redirect
@@ -96,7 +114,7 @@ func (h *Handler) authed(next func(http.ResponseWriter, *http.Request, session))
 				return
 			}
 		}
-		next(w, r, s)
+		next(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, caller{actor: s.actor, peer: r.RemoteAddr})), s)
 	}
 }
 

@@ -44,6 +44,18 @@ type Account struct {
 	Identity            string
 }
 
+type AuditEvent struct {
+	ID         int64
+	At         time.Time
+	Actor      string
+	Credential string
+	Procedure  string
+	Target     string
+	Summary    []byte
+	Outcome    string
+	Peer       string
+}
+
 type ClientKey struct {
 	ID                 uuid.UUID
 	Name               string

@@ -52,6 +52,17 @@ func TestBadInput(t *testing.T) {
 			r.Header.Set("Authorization", "Bearer weir_sk_"+randHex(32))
 		}, status: 401, typ: "authentication_error"},
 		{name: "account credential is not a client key", method: "POST", path: "/v1/messages", body: messagesBody(false), edit: func(r *http.Request) { r.Header.Set("X-Api-Key", e.creds["api-1"]) }, status: 401, typ: "authentication_error"},
+		// Neither control-plane token is a client key.
+		{name: "admin token as x-api-key", method: "POST", path: "/v1/messages", body: messagesBody(false), edit: func(r *http.Request) { r.Header.Set("X-Api-Key", e.admin) }, status: 401, typ: "authentication_error"},
+		{name: "data-plane token as x-api-key", method: "POST", path: "/v1/messages", body: messagesBody(false), edit: func(r *http.Request) { r.Header.Set("X-Api-Key", e.dpToken) }, status: 401, typ: "authentication_error"},
+		{name: "admin token as bearer", method: "POST", path: "/v1/messages", body: messagesBody(false), edit: func(r *http.Request) {
+			r.Header.Del("X-Api-Key")
+			r.Header.Set("Authorization", "Bearer "+e.admin)
+		}, status: 401, typ: "authentication_error"},
+		{name: "data-plane token as bearer", method: "POST", path: "/v1/messages", body: messagesBody(false), edit: func(r *http.Request) {
+			r.Header.Del("X-Api-Key")
+			r.Header.Set("Authorization", "Bearer "+e.dpToken)
+		}, status: 401, typ: "authentication_error"},
 		{name: "GET messages", method: "GET", path: "/v1/messages", status: 405, typ: "invalid_request_error"},
 		{name: "DELETE models", method: "DELETE", path: "/v1/models", status: 405, typ: "invalid_request_error"},
 		{name: "unknown path", method: "POST", path: "/v1/complete", body: messagesBody(false), status: 404, typ: "not_found_error"},
@@ -150,5 +161,120 @@ func TestStalledBodyTimesOut(t *testing.T) {
 	}
 	if n := metricValue(t, cpReg, "weir_controlplane_acquire_seconds", nil); n != 0 {
 		t.Errorf("%v Acquires for a request whose body never came", n)
+	}
+}
+
+// TestHeaderInjection: values a client controls that the worker forwards
+// or derives (session ids, anthropic-beta, the model, a request id, its
+// key) cannot smuggle a header or a byte the upstream or Postgres would
+// choke on. Each is either refused with a 400 before anything is leased
+// (in the client's wire format when the worker sees it; net/http's own
+// plain 400 when the bytes are not a valid header at all, so no handler
+// runs), or neutralised: folded into one value, or hashed.
+func TestHeaderInjection(t *testing.T) {
+	t.Parallel()
+	cpReg := prometheus.NewRegistry()
+	e := setup(t, options{cpRegistry: cpReg, accounts: []account{{label: "api-1"}, {label: "codex", provider: "codex"}}})
+	msgHead := func(extra string) string {
+		return "POST /v1/messages HTTP/1.1\r\nHost: weir\r\nContent-Type: application/json\r\nX-Api-Key: " + e.key +
+			"\r\nAnthropic-Version: 2023-06-01\r\n" + extra
+	}
+	withBody := func(head, body string) string {
+		return head + "Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	}
+	body := messagesBody(false)
+	modelBody := func(m string) string {
+		return `{"model":"` + m + `","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`
+	}
+	respBody := func(m string) string { return `{"model":"` + m + `","input":"hi"}` }
+	respHead := func(extra string) string {
+		return "POST /v1/responses HTTP/1.1\r\nHost: weir\r\nContent-Type: application/json\r\nAuthorization: Bearer " + e.key + "\r\n" + extra
+	}
+	acquires := func() float64 { return metricValue(t, cpReg, "weir_controlplane_acquire_seconds", nil) }
+
+	refused := []struct {
+		name, req string
+		// typ is the wire-format error type; "" for net/http's own 400.
+		typ    string
+		openAI bool
+	}{
+		{name: "NUL in a session id header", req: withBody(msgHead("X-Claude-Code-Session-Id: abc\x00def\r\n"), body)},
+		{name: "bare CR in anthropic-beta", req: withBody(msgHead("Anthropic-Beta: a\rX-Injected: 1\r\n"), body)},
+		{name: "NUL in the key", req: withBody("POST /v1/messages HTTP/1.1\r\nHost: weir\r\nX-Api-Key: "+e.key+"\x00\r\nAnthropic-Version: 2023-06-01\r\n", body)},
+		{name: "CRLF in the model", req: withBody(msgHead(""), modelBody(`claude\r\nX-Injected: 1`)), typ: "invalid_request_error"},
+		{name: "NUL in the model", req: withBody(msgHead(""), modelBody(`claude\u0000x`)), typ: "invalid_request_error"},
+		{name: "over-long model", req: withBody(msgHead(""), modelBody(strings.Repeat("m", 300))), typ: "invalid_request_error"},
+		{name: "CRLF in the model, OpenAI surface", req: withBody(respHead(""), respBody(`gpt-5\r\nX-Injected: 1`)), typ: "invalid_request_error", openAI: true},
+		{name: "over-long anthropic-beta", req: withBody(msgHead("Anthropic-Beta: "+strings.Repeat("b", 9<<10)+"\r\n"), body), typ: "invalid_request_error"},
+		{name: "over-long session id header", req: withBody(respHead("Session_id: "+strings.Repeat("s", 9<<10)+"\r\n"), respBody(codexModel)), typ: "invalid_request_error", openAI: true},
+		{name: "two different x-api-key", req: withBody(msgHead("X-Api-Key: weir_sk_"+randHex(32)+"\r\n"), body), typ: "invalid_request_error"},
+		{name: "two different bearers", req: withBody(respHead("Authorization: Bearer weir_sk_"+randHex(32)+"\r\n"), respBody(codexModel)), typ: "invalid_request_error", openAI: true},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			r := e.rawRequest(tt.req)
+			if r.status != http.StatusBadRequest {
+				t.Fatalf("status %d, want 400: %s", r.status, r.body)
+			}
+			if strings.Contains(string(r.body), "X-Injected") || r.header.Get("X-Injected") != "" {
+				t.Errorf("the injected text came back: %q %v", r.body, r.header)
+			}
+			switch {
+			case tt.typ == "":
+				if r.header.Get("Weir-Request-Id") != "" {
+					t.Errorf("a handler ran: %v", r.header)
+				}
+			case tt.openAI:
+				if !strings.Contains(string(r.body), `"type":"`+tt.typ+`"`) || strings.Contains(string(r.body), `"type":"error"`) {
+					t.Errorf("not the OpenAI error shape: %s", r.body)
+				}
+			default:
+				weirError(t, r, http.StatusBadRequest, tt.typ)
+			}
+		})
+	}
+	if n := acquires(); n != 0 {
+		t.Errorf("%v Acquires for refused requests", n)
+	}
+	if n := len(e.sim.Attempts()); n != 0 {
+		t.Errorf("the upstream saw %d refused requests: %v", n, e.attempts())
+	}
+
+	// Neutralised: an obs-folded continuation line is part of the value
+	// before it, never a header of its own; a bare LF ends a line (RFC 9112
+	// §2.2 lets a recipient accept it), so the client merely sent two
+	// headers and no value holds a line break; a session key with a NUL
+	// (from the body, where JSON allows it) is hashed, not stored as sent.
+	r := e.rawRequest(withBody(msgHead("Anthropic-Beta: tools-2024\r\n X-Injected: 1\r\n"), body))
+	if r.status != http.StatusOK {
+		t.Fatalf("folded anthropic-beta: %d %s", r.status, r.body)
+	}
+	x := e.upstream.exchanges()[0]
+	if _, ok := x.reqHeader["X-Injected"]; ok || x.reqHeader.Get("Anthropic-Beta") != "tools-2024 X-Injected: 1" {
+		t.Errorf("folded line became a header upstream: %v, anthropic-beta %q", headerNames(x.reqHeader), x.reqHeader.Get("Anthropic-Beta"))
+	}
+	if r := e.rawRequest(withBody(msgHead("X-Request-Id: a\nX-Other: 1\r\n"), body)); r.status != http.StatusOK {
+		t.Fatalf("bare LF: %d %s", r.status, r.body)
+	}
+	x = e.upstream.exchanges()[1]
+	if x.reqHeader.Get("X-Request-Id") != "a" || x.reqHeader.Get("X-Other") != "1" {
+		t.Errorf("bare LF: upstream got %v", headerNames(x.reqHeader))
+	}
+	for _, x := range e.upstream.exchanges() {
+		for k, vs := range x.reqHeader {
+			for _, v := range vs {
+				if strings.ContainsAny(v, "\r\n\x00") {
+					t.Errorf("upstream header %s holds a control character: %q", k, v)
+				}
+			}
+		}
+	}
+	nul := `{"model":"` + model + `","max_tokens":8,"metadata":{"user_id":"user\u0000abc"},"messages":[{"role":"user","content":"hi"}]}`
+	if r := e.rawRequest(withBody(msgHead(""), nul)); r.status != http.StatusOK {
+		t.Fatalf("NUL in metadata.user_id: %d %s", r.status, r.body)
+	}
+	sessionID := `thread\u0000x`
+	if r := e.rawRequest(withBody(respHead(""), `{"model":"`+codexModel+`","input":"hi","prompt_cache_key":"`+sessionID+`"}`)); r.status != http.StatusOK {
+		t.Fatalf("NUL in prompt_cache_key: %d %s", r.status, r.body)
 	}
 }

@@ -67,3 +67,29 @@ func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.St
 func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return next
 }
+
+// Actor is a client interceptor that says who is calling, in the
+// Weir-Actor header the control plane's audit log records
+// (controlplane.ActorHeader). It is a declaration, not a credential.
+func Actor(name string) connect.Interceptor { return actor(name) }
+
+type actor string
+
+func (a actor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Weir-Actor", string(a))
+		return next(ctx, req)
+	}
+}
+
+func (a actor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Weir-Actor", string(a))
+		return conn
+	}
+}
+
+func (a actor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -147,6 +148,21 @@ type exchange struct {
 	itemID  string   // the Responses output item's id, once made
 }
 
+// identify adds what real upstreams send that names the account behind an
+// answer: Anthropic's organization id, OpenAI's organization and project,
+// the ChatGPT account id, and a load balancer's cookie. A gateway must not
+// pass any of them on to its clients.
+func identify(h http.Header, path string, acct *account) {
+	h.Add("Set-Cookie", "__cf_bm=sim-"+acct.name+"; Path=/; HttpOnly")
+	if strings.HasPrefix(path, "/v1/messages") {
+		h.Set("anthropic-organization-id", "org-"+acct.name)
+		return
+	}
+	h.Set("openai-organization", "org-"+acct.name)
+	h.Set("openai-project", "proj_"+acct.name)
+	h.Set("chatgpt-account-id", "acct-"+acct.name)
+}
+
 // admit reads the body and checks the credential and anthropic-version. When
 // it returns false it has already answered and logged the attempt.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request) (*exchange, bool) {
@@ -200,6 +216,7 @@ func (x *exchange) record(outcome string, status int) {
 	}
 	if x.acct != nil {
 		a.Account = x.acct.name
+		identify(x.w.Header(), x.r.URL.Path, x.acct)
 	}
 	x.s.attempts.add(a)
 	level := slog.LevelInfo
