@@ -1,0 +1,63 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestSoakSmoke runs `weir soak` for a few seconds with tiny intervals: a
+// real weir with two workers, storms and 429 bursts. The report must have
+// its sections and a verdict for every check; the leak checks, the
+// requests and the mechanisms must pass. The memory-growth checks compare
+// medians of quarters of the samples: a few seconds on a loaded machine
+// (or under the race detector, where a GC takes a second) may leave too
+// few to judge, so those two alone may fail, and the command then exits
+// with its error.
+func TestSoakSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Postgres and runs traffic for several seconds")
+	}
+	out := filepath.Join(t.TempDir(), "soak.md")
+	e, stdout, stderr := testEnv(map[string]string{"WEIR_LOG_LEVEL": "warn"}, "")
+	err := run(t.Context(), []string{"soak", "--duration", "6s", "--rate", "40", "--sample", "250ms",
+		"--storm-every", "3s", "--storm-length", "1s", "--settle", "20s", "--out", out}, e)
+	if err != nil && !errors.Is(err, errSoakFailed) {
+		t.Fatalf("weir soak: %v\nstderr:\n%s", err, stderr)
+	}
+	b, rerr := os.ReadFile(out)
+	if rerr != nil {
+		t.Fatalf("report: %v", rerr)
+	}
+	md := string(b)
+	for _, section := range []string{"# weir soak — ", "## Checks", "## Requests", "## What weir did", "## Under traffic", "## Samples", "| baseline |", "| settled ("} {
+		if !strings.Contains(md, section) {
+			t.Errorf("report has no %q:\n%s", section, md)
+		}
+	}
+	verdict := regexp.MustCompile(`(?m)^\| ([^|]+) \| [^|]+ \| [^|]+ \| (PASS|\*\*FAIL\*\*) \|$`)
+	checks := verdict.FindAllStringSubmatch(md, -1)
+	if len(checks) != 8 {
+		t.Errorf("%d checks with a verdict, want 8:\n%s", len(checks), md)
+	}
+	memory := map[string]bool{"Go heap in use after GC": true, "RSS": true}
+	failed := 0
+	for _, c := range checks {
+		if c[2] == "PASS" {
+			continue
+		}
+		failed++
+		if !memory[c[1]] {
+			t.Errorf("check %q failed:\n%s", c[1], md)
+		}
+	}
+	if (failed > 0) != (err != nil) {
+		t.Errorf("%d checks failed, command returned %v", failed, err)
+	}
+	if !strings.Contains(stdout.String(), "report in "+out) || !strings.Contains(stdout.String(), "## Checks") {
+		t.Errorf("stdout does not show the verdicts and where the report is:\n%s", stdout)
+	}
+}
