@@ -362,6 +362,7 @@ func (s *soak) sampleEvery(ctx context.Context) []Sample {
 	tick := time.NewTicker(s.cfg.SampleEvery)
 	defer tick.Stop()
 	last := s.tally.snapshot()
+	cpu, cpuAt := readCPU(), time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -380,13 +381,15 @@ func (s *soak) sampleEvery(ctx context.Context) []Sample {
 			continue
 		}
 		sm.At, sm.Storm = at, s.inStorm(at)
+		cpu, cpuAt = sm.cpuSince(cpu, cpuAt), time.Now()
 		now := s.tally.snapshot()
 		sm.OK, sm.Cancelled, sm.Failed = now.OK-last.OK, now.Cancelled-last.Cancelled, now.Failed-last.Failed
 		sm.InFlight = s.tally.inFlight()
 		last = now
 		out = append(out, sm)
 		s.cfg.Logger.Info("soak: sample", "at", at.Round(time.Second), "goroutines", sm.Goroutines, "fds", sm.FDs,
-			"heap_inuse", sm.HeapInuse, "rss", sm.RSS, "leases", sm.LiveLeases, "in_flight", sm.InFlight)
+			"heap_inuse", sm.HeapInuse, "rss", sm.RSS, "leases", sm.LiveLeases, "in_flight", sm.InFlight,
+			"ok", sm.OK, "failed", sm.Failed, "cpu", sm.CPU, "load", sm.Load)
 	}
 }
 

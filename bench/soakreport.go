@@ -31,37 +31,45 @@ func (r *SoakResult) Markdown() string {
 	second, last := quarters(r.Samples, c.Duration)
 	p("## Under traffic\n\nMedians of the samples in the second and in the last quarter of the traffic (the first is warm-up); %d and %d samples.\n\n", len(second), len(last))
 	p("| | second quarter | last quarter |\n|---|---:|---:|\n")
+	// unit: "" a count, "MiB" bytes shown in MiB, "/1000" thousandths.
 	rows := []struct {
 		name string
 		f    func(Sample) int64
-		mib  bool
+		unit string
 	}{
-		{"goroutines", func(s Sample) int64 { return int64(s.Goroutines) }, false},
-		{"open file descriptors", func(s Sample) int64 { return int64(s.FDs) }, false},
-		{"Go heap in use after GC (MiB)", func(s Sample) int64 { return s.HeapInuse }, true},
-		{"RSS (MiB)", func(s Sample) int64 { return s.RSS }, true},
-		{"live leases", func(s Sample) int64 { return int64(s.LiveLeases) }, false},
-		{"Postgres connections in use", func(s Sample) int64 { return int64(s.PGInUse) }, false},
-		{"requests in flight", func(s Sample) int64 { return int64(s.InFlight) }, false},
+		{"goroutines", func(s Sample) int64 { return int64(s.Goroutines) }, ""},
+		{"open file descriptors", func(s Sample) int64 { return int64(s.FDs) }, ""},
+		{"Go heap in use after GC (MiB)", func(s Sample) int64 { return s.HeapInuse }, "MiB"},
+		{"RSS (MiB)", func(s Sample) int64 { return s.RSS }, "MiB"},
+		{"live leases", func(s Sample) int64 { return int64(s.LiveLeases) }, ""},
+		{"Postgres connections in use", func(s Sample) int64 { return int64(s.PGInUse) }, ""},
+		{"requests in flight", func(s Sample) int64 { return int64(s.InFlight) }, ""},
+		{"requests ended per sample", func(s Sample) int64 { return int64(s.OK + s.Cancelled + s.Failed) }, ""},
+		{"CPU of this process (cores)", func(s Sample) int64 { return int64(1000 * s.CPU) }, "/1000"},
+		{"machine load average", func(s Sample) int64 { return int64(1000 * s.Load) }, "/1000"},
 	}
 	for _, row := range rows {
 		a, z := median(second, row.f), median(last, row.f)
-		if row.mib {
+		switch row.unit {
+		case "MiB":
 			p("| %s | %s | %s |\n", row.name, mib(a), mib(z))
-		} else {
+		case "/1000":
+			p("| %s | %.2f | %.2f |\n", row.name, float64(a)/1000, float64(z)/1000)
+		default:
 			p("| %s | %d | %d |\n", row.name, a, z)
 		}
 	}
-	p("\n## Samples\n\nt from the start of traffic; requests are those that ended since the previous sample. ⚡ a storm was on.\n\n")
-	p("| t (s) | | goroutines | FDs | heap MiB | RSS MiB | live leases | PG in use / open | ok | cancelled | failed | in flight |\n")
-	p("|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
+	p("\n## Samples\n\nt from the start of traffic; requests are those that ended since the previous sample. ⚡ a storm was on. ")
+	p("CPU: cores used since the previous sample by this process and by Postgres; load: the machine's one-minute load average.\n\n")
+	p("| t (s) | | goroutines | FDs | heap MiB | RSS MiB | live leases | PG in use / open | ok | cancelled | failed | in flight | CPU / PG | load |\n")
+	p("|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---:|\n")
 	row := func(label string, s Sample) {
 		storm := ""
 		if s.Storm {
 			storm = "⚡"
 		}
-		p("| %s | %s | %d | %d | %s | %s | %d | %d / %d | %d | %d | %d | %d |\n", label, storm, s.Goroutines, s.FDs, mib(s.HeapInuse), mib(s.RSS),
-			s.LiveLeases, s.PGInUse, s.PGOpen, s.OK, s.Cancelled, s.Failed, s.InFlight)
+		p("| %s | %s | %d | %d | %s | %s | %d | %d / %d | %d | %d | %d | %d | %.2f / %.2f | %.1f |\n", label, storm, s.Goroutines, s.FDs,
+			mib(s.HeapInuse), mib(s.RSS), s.LiveLeases, s.PGInUse, s.PGOpen, s.OK, s.Cancelled, s.Failed, s.InFlight, s.CPU, s.PGCPU, s.Load)
 	}
 	row("baseline", r.Baseline)
 	for _, s := range r.Samples {

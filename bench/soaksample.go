@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +32,12 @@ type Sample struct {
 	LiveLeases int   `json:"live_leases"`
 	PGInUse    int32 `json:"pg_in_use"`
 	PGOpen     int32 `json:"pg_open"`
+	// CPU and PGCPU are the cores this process and Postgres used since
+	// the previous sample; Load the machine's one-minute load average (a
+	// shared machine starves the soak of CPU as much as weir could).
+	CPU   float64 `json:"cpu_cores"`
+	PGCPU float64 `json:"pg_cpu_cores"`
+	Load  float64 `json:"load"`
 	// OK, Cancelled and Failed count the requests that ended since the
 	// previous sample; InFlight those open at this one.
 	OK        int `json:"ok"`
@@ -66,7 +74,22 @@ func (s *soak) sample(ctx context.Context, full bool) (Sample, error) {
 	for _, r := range live {
 		sm.LiveLeases += int(r.Live)
 	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			sm.Load, _ = strconv.ParseFloat(f[0], 64)
+		}
+	}
 	return sm, nil
+}
+
+// cpuSince fills sm's CPU use from what was used at prev, at time from.
+func (sm *Sample) cpuSince(prev cpuTimes, from time.Time) cpuTimes {
+	now := readCPU()
+	if wall := time.Since(from); wall > 0 {
+		used := now.sub(prev)
+		sm.CPU, sm.PGCPU = float64(used.self)/float64(wall), float64(used.children)/float64(wall)
+	}
+	return now
 }
 
 // exercised reads from weir's metrics what the run made it do.
