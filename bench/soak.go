@@ -45,8 +45,8 @@ type SoakConfig struct {
 	// Logger reports progress. Default: discard.
 	Logger *slog.Logger
 
-	// leak, for tests, runs at every sample taken under traffic: a leak
-	// the checks must catch.
+	// leak, for tests, runs as each request is fired: a leak the checks
+	// must catch.
 	leak func()
 }
 
@@ -286,6 +286,9 @@ func (s *soak) prime(ctx context.Context) error {
 func (s *soak) traffic(ctx context.Context) {
 	p := newPlan(s.start, s.cfg.Rate, s.cfg.Duration)
 	p.run(ctx, realClock{}, func(i int, due time.Time) {
+		if s.cfg.leak != nil {
+			s.cfg.leak()
+		}
 		q := pick(s.cfg.Seed, i)
 		storm := s.inStorm(due.Sub(s.start))
 		if s.tally.inFlight() >= maxInFlight {
@@ -368,9 +371,6 @@ func (s *soak) sampleEvery(ctx context.Context) []Sample {
 		case <-ctx.Done():
 			return out
 		case <-tick.C:
-		}
-		if s.cfg.leak != nil {
-			s.cfg.leak()
 		}
 		at := time.Since(s.start)
 		sm, err := s.sample(ctx, true)
