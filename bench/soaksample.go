@@ -110,6 +110,8 @@ func exercised(st *stack, s *soak) []Count {
 		{"rate_limited cooldowns written", counter(cps, "weir_controlplane_cooldowns_written_total", "reason", "rate_limited")},
 		{"leases reused", counter(dps, "weir_dataplane_lease_pool_total", "result", "reused")},
 		{"leases acquired", counter(dps, "weir_dataplane_lease_pool_total", "result", "acquired")},
+		{"requests queued for a lease (4 Acquires of their class in flight)", counter(dps, "weir_dataplane_lease_pool_total", "result", "queued")},
+		{"held requests' shared no-account answers", counter(dps, "weir_dataplane_lease_pool_total", "result", "shared_none")},
 		{"requests cancelled by the client (weir's count)", counter(dps, "weir_dataplane_requests_total", "outcome", "canceled")},
 	}
 	for i, w := range st.workers {
