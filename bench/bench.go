@@ -137,7 +137,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 func runLatency(ctx context.Context, cfg Config, res *Results, lat time.Duration, first bool) error {
 	log := cfg.Logger
 	log.Info("bench: starting stack", "sim_latency", lat)
-	st, err := startStack(ctx, cfg, lat)
+	st, err := startStack(ctx, cfg.options(lat))
 	if err != nil {
 		return fmt.Errorf("start stack: %w", err)
 	}
@@ -241,7 +241,7 @@ func profileStep(ctx context.Context, st *stack, c *http.Client, t target, cfg C
 // streams' thousands of leases (and vacuuming after them) well into the
 // storm's window, and that work was counted as the storm's.
 func runStorm(ctx context.Context, cfg Config, res *Results) error {
-	st, err := startStack(ctx, cfg, cfg.SimLatencies[0])
+	st, err := startStack(ctx, cfg.options(cfg.SimLatencies[0]))
 	if err != nil {
 		return fmt.Errorf("start stack: %w", err)
 	}

@@ -46,10 +46,8 @@ const stormRamp = 8 * time.Second
 // requests cost over window. Then it ends the storm and the requests.
 func storm(ctx context.Context, st *stack, t target, n int, window time.Duration) (StormResult, error) {
 	res := StormResult{N: n, Window: window}
-	for i := range st.creds {
-		if err := st.simSrv.AddFaults(accountName(i), sim.Fault{Kind: sim.FaultOverloaded, Times: -1}); err != nil {
-			return res, err
-		}
+	if err := st.overload(); err != nil {
+		return res, err
 	}
 	defer st.simSrv.Reset()
 	c := loadClient()
@@ -94,4 +92,15 @@ func storm(ctx context.Context, st *stack, t target, n int, window time.Duration
 	cancel()
 	wg.Wait()
 	return res, nil
+}
+
+// overload makes every Anthropic account answer 529 until the simulator's
+// Reset.
+func (s *stack) overload() error {
+	for i := range s.creds {
+		if err := s.simSrv.AddFaults(accountName(i), sim.Fault{Kind: sim.FaultOverloaded, Times: -1}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

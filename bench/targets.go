@@ -110,15 +110,19 @@ type stack struct {
 	cp, dp *listener
 	cpSrv  *controlplane.Server
 	dpSrv  *dataplane.Server
-	// cpReg and dpReg hold the control plane's and the worker's metrics.
-	cpReg, dpReg *prometheus.Registry
-	cluster      *pgembed.Cluster
-	pool         *pgxpool.Pool
-	pgDir        string
-	rpc          *rpcTimer
-	key          string
-	// creds are the accounts' credentials, as the simulator knows them.
-	creds []string
+	// workers are the data planes: workers[0] is dp and dpSrv; the soak
+	// starts a second.
+	workers []*worker
+	// cpReg holds the control plane's metrics.
+	cpReg   *prometheus.Registry
+	cluster *pgembed.Cluster
+	pool    *pgxpool.Pool
+	pgDir   string
+	rpc     *rpcTimer
+	key     string
+	// creds are the Anthropic accounts' credentials, as the simulator
+	// knows them; openAI the OpenAI accounts' (Responses).
+	creds, openAI []string
 	// dpToken is the data-plane token, for worker children.
 	dpToken string
 	log     *slog.Logger
@@ -131,9 +135,26 @@ const (
 	accountCap   = 1000
 )
 
-// startStack starts everything; stop tears it down in reverse.
-func startStack(ctx context.Context, cfg Config, simLatency time.Duration) (_ *stack, err error) {
-	s := &stack{log: cfg.Logger, rpc: newRPCTimer(), dpReg: prometheus.NewRegistry(), cpReg: prometheus.NewRegistry()}
+// stackOptions shape one stack.
+type stackOptions struct {
+	logger     *slog.Logger
+	simLatency time.Duration
+	// leaseIdle is the workers' LeaseIdle (0: their default; -1: no reuse).
+	leaseIdle time.Duration
+	// openAI is how many OpenAI API-key accounts serve /v1/responses
+	// besides the Anthropic ones.
+	openAI int
+}
+
+// options are the stack options of a bench run at one simulator latency.
+func (c Config) options(simLatency time.Duration) stackOptions {
+	return stackOptions{logger: c.Logger, simLatency: simLatency, leaseIdle: leaseIdle(c)}
+}
+
+// startStack starts everything with one worker; stop tears it down in
+// reverse.
+func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
+	s := &stack{log: o.logger, rpc: newRPCTimer(), cpReg: prometheus.NewRegistry()}
 	defer func() {
 		if err != nil {
 			s.stop()
@@ -147,7 +168,12 @@ func startStack(ctx context.Context, cfg Config, simLatency time.Duration) (_ *s
 		s.creds = append(s.creds, cred)
 		script.Accounts = append(script.Accounts, sim.AccountScript{Name: accountName(i), Kind: sim.KindAPIKey, Credential: cred})
 	}
-	s.simSrv = sim.New(sim.Config{Script: script, Latency: simLatency, DeltaDelay: 15 * time.Millisecond, Deltas: 32})
+	for i := range o.openAI {
+		cred := "sk-proj-bench-" + randomHex(12)
+		s.openAI = append(s.openAI, cred)
+		script.Accounts = append(script.Accounts, sim.AccountScript{Name: openAIName(i), Kind: sim.KindOpenAIKey, Credential: cred})
+	}
+	s.simSrv = sim.New(sim.Config{Script: script, Latency: o.simLatency, DeltaDelay: 15 * time.Millisecond, Deltas: 32})
 	if s.sim, err = serveLoopback(s.simSrv, false); err != nil {
 		return nil, fmt.Errorf("simulator: %w", err)
 	}
@@ -193,39 +219,72 @@ func startStack(ctx context.Context, cfg Config, simLatency time.Duration) (_ *s
 	if s.cp, err = serveLoopback(cp.Handler(), true); err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}
-	if s.key, err = seed(ctx, s.cp.url, admin, s.sim.url, s.creds); err != nil {
+	if s.key, err = seed(ctx, s.cp.url, admin, s.sim.url, s.creds, s.openAI); err != nil {
 		return nil, err
 	}
+	w, err := s.startWorker(o.leaseIdle)
+	if err != nil {
+		return nil, err
+	}
+	s.dp, s.dpSrv = w.l, w.srv
+	return s, nil
+}
+
+// worker is one data plane of the stack.
+type worker struct {
+	srv *dataplane.Server
+	l   *listener
+	// reg holds its metrics; upstream is its client to the simulator.
+	reg      *prometheus.Registry
+	upstream *http.Client
+}
+
+// startWorker starts a data plane against the stack's control plane, its
+// LeaseService calls timed by s.rpc.
+func (s *stack) startWorker(leaseIdle time.Duration) (*worker, error) {
 	rpcc := rpcclient.HTTPClient()
 	rpcc.Transport = s.rpc.wrap(rpcc.Transport)
-	s.dpSrv, err = dataplane.New(dataplane.Config{
-		ControlPlaneURL: s.cp.url, Token: dpToken, ControlPlane: rpcc,
-		Logger: slog.New(slog.DiscardHandler), LeaseIdle: leaseIdle(cfg), Registry: s.dpReg,
+	w := &worker{reg: prometheus.NewRegistry(), upstream: &http.Client{Transport: upstreamTransport()}}
+	var err error
+	w.srv, err = dataplane.New(dataplane.Config{
+		ControlPlaneURL: s.cp.url, Token: s.dpToken, ControlPlane: rpcc, Upstream: w.upstream,
+		Logger: slog.New(slog.DiscardHandler), LeaseIdle: leaseIdle, Registry: w.reg,
 	})
 	if err != nil {
 		return nil, err
 	}
-	if s.dp, err = serveLoopback(s.dpSrv.Handler(), false); err != nil {
+	s.workers = append(s.workers, w)
+	if w.l, err = serveLoopback(w.srv.Handler(), false); err != nil {
 		return nil, fmt.Errorf("data plane: %w", err)
 	}
-	return s, nil
+	return w, nil
 }
 
 // seed creates the API-key accounts, pointed at the simulator, and a
 // client key.
-func seed(ctx context.Context, cpURL, admin, simURL string, creds []string) (string, error) {
+func seed(ctx context.Context, cpURL, admin, simURL string, creds, openAI []string) (string, error) {
 	hc := rpcclient.HTTPClient()
 	opt := connect.WithInterceptors(rpcclient.Token(admin))
 	accounts := weirv1connect.NewAccountServiceClient(hc, cpURL, opt)
 	keys := weirv1connect.NewKeyServiceClient(hc, cpURL, opt)
-	for i, cred := range creds {
+	create := func(p weirv1.Provider, label, cred, base string) error {
 		_, err := accounts.CreateAccount(ctx, connect.NewRequest(&weirv1.CreateAccountRequest{
-			Provider: weirv1.Provider_PROVIDER_ANTHROPIC, AuthKind: weirv1.AuthKind_AUTH_KIND_API_KEY,
-			Label: accountName(i), Credential: cred,
-			BaseUrl: simURL, MaxConcurrency: accountCap,
+			Provider: p, AuthKind: weirv1.AuthKind_AUTH_KIND_API_KEY,
+			Label: label, Credential: cred, BaseUrl: base, MaxConcurrency: accountCap,
 		}))
 		if err != nil {
-			return "", fmt.Errorf("create account: %w", err)
+			return fmt.Errorf("create account: %w", err)
+		}
+		return nil
+	}
+	for i, cred := range creds {
+		if err := create(weirv1.Provider_PROVIDER_ANTHROPIC, accountName(i), cred, simURL); err != nil {
+			return "", err
+		}
+	}
+	for i, cred := range openAI {
+		if err := create(weirv1.Provider_PROVIDER_OPENAI, openAIName(i), cred, simURL+"/v1"); err != nil {
+			return "", err
 		}
 	}
 	k, err := keys.CreateKey(ctx, connect.NewRequest(&weirv1.CreateKeyRequest{Name: "bench"}))
@@ -244,13 +303,14 @@ func (s *stack) targets() []target {
 }
 
 func (s *stack) stop() {
-	if s.dp != nil {
-		s.dp.drain()
-	}
-	if s.dpSrv != nil {
+	for _, w := range s.workers {
+		if w.l != nil {
+			w.l.drain()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		s.dpSrv.Close(ctx)
+		w.srv.Close(ctx)
 		cancel()
+		w.upstream.CloseIdleConnections()
 	}
 	if s.cpSrv != nil {
 		s.cpSrv.Stop(context.Background()) //nolint:errcheck // River is off: only the watch stops
@@ -331,6 +391,7 @@ func leaseIdle(cfg Config) time.Duration {
 	return 0
 }
 
-// accountName is the i-th account's label in weir and name in the
-// simulator.
+// accountName is the i-th Anthropic account's label in weir and name in
+// the simulator; openAIName the i-th OpenAI account's.
 func accountName(i int) string { return fmt.Sprintf("bench-%d", i) }
+func openAIName(i int) string  { return fmt.Sprintf("bench-openai-%d", i) }

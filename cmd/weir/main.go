@@ -60,6 +60,7 @@ Usage:
   weir sim [--listen ADDR] [--script F]    run the upstream simulator
   weir health URL                          exit 0 when URL answers 2xx (container health checks)
   weir bench [--rates R,R] [--duration D]  load harness: weir against a bare proxy (docs/performance.md)
+  weir soak [--duration 10m] [--rate 100]  bounded soak under mixed traffic and storms: do goroutines, FDs, memory, leases grow?
 
   weir status                                  the pool at a glance, and what is wrong
   weir accounts add|import|list|get|pause|resume|rm   manage upstream accounts
@@ -120,6 +121,8 @@ func run(ctx context.Context, args []string, e env) error {
 		return runHealth(ctx, rest, e)
 	case "bench":
 		return runBench(ctx, rest, e)
+	case "soak":
+		return runSoak(ctx, rest, e)
 	case "help", "-h", "--help":
 		fmt.Fprint(e.stdout, usage)
 		return nil
