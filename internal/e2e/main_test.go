@@ -138,6 +138,8 @@ type env struct {
 	// unless the test starts its own).
 	dpReg      *prometheus.Registry
 	dpRegTaken bool
+	// workerRegs are every worker's metrics registries, in start order.
+	workerRegs []*prometheus.Registry
 
 	accounts weirv1connect.AccountServiceClient
 	keys     weirv1connect.KeyServiceClient
@@ -353,9 +355,10 @@ func (e *env) newDataplane(cpClient *http.Client) (*dataplane.Server, *httptest.
 		Registry:              e.opts.dpRegistry,
 	}
 	if e.dpRegTaken {
-		cfg.Registry = nil // dpRegistry is the first worker's
+		cfg.Registry = prometheus.NewRegistry() // dpRegistry is the first worker's
 	}
 	e.dpRegTaken = true
+	e.workerRegs = append(e.workerRegs, cfg.Registry)
 	if v := e.opts.virtual; v != nil {
 		cfg.Now = v.Now
 		// Concurrent waits overlap: each moves the clock to its own end,
@@ -631,6 +634,16 @@ func (rc *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rc.mu.Unlock()
 	}()
 	rc.next.ServeHTTP(&recordingWriter{ResponseWriter: w, rc: rc, x: x}, r)
+}
+
+// workerMetric sums a metric over every worker.
+func (e *env) workerMetric(name string, labels map[string]string) float64 {
+	e.t.Helper()
+	var n float64
+	for _, reg := range e.workerRegs {
+		n += metricValue(e.t, reg, name, labels)
+	}
+	return n
 }
 
 // running is how many requests the upstream is serving now.

@@ -64,6 +64,11 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 		db:          pool,
 		jobs:        true,
 		hold:        time.Minute,
+		// An Acquire whose answer the outage cuts off leaves a lease no
+		// worker knows of: it stops counting at its TTL. A short TTL
+		// bounds that here; what proves the outbox is every Release sent
+		// again (below), not the lease count alone.
+		leaseTTL: 3 * time.Second,
 		deltaDelay:  15 * time.Millisecond,
 		noDataplane: true,
 		dpRegistry:  dpReg,
@@ -111,6 +116,14 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 		t.Fatalf("the outage saw %d requests finish and %d arrive: nothing to prove", finishedDuring, heldThrough)
 	}
 
+	// The Releases of the requests that ended during the outage were sent
+	// again and taken.
+	eventually(t, "the Releases made during the outage to be delivered", func() bool {
+		return e.workerMetric("weir_dataplane_reports_redelivered_total", map[string]string{"kind": "release"}) >= 1
+	})
+	t.Logf("Releases sent again and taken: %v; route event batches: %v",
+		e.workerMetric("weir_dataplane_reports_redelivered_total", map[string]string{"kind": "release"}),
+		e.workerMetric("weir_dataplane_reports_redelivered_total", map[string]string{"kind": "route_events"}))
 	e.leasesReleased()
 	eventually(t, "every request's route event", func() bool {
 		var n int
