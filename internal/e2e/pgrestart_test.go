@@ -61,14 +61,14 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 
 	dpReg := prometheus.NewRegistry()
 	e := setup(t, options{
-		db:          pool,
-		jobs:        true,
-		hold:        time.Minute,
+		db:   pool,
+		jobs: true,
+		hold: time.Minute,
 		// An Acquire whose answer the outage cuts off leaves a lease no
 		// worker knows of: it stops counting at its TTL. A short TTL
 		// bounds that here; what proves the outbox is every Release sent
 		// again (below), not the lease count alone.
-		leaseTTL: 3 * time.Second,
+		leaseTTL:    3 * time.Second,
 		deltaDelay:  15 * time.Millisecond,
 		noDataplane: true,
 		dpRegistry:  dpReg,

@@ -112,12 +112,12 @@ func TestControlPlaneRestartUnderLoad(t *testing.T) {
 	t.Parallel()
 	dpReg := prometheus.NewRegistry()
 	e := setup(t, options{
-		hold:        time.Minute,
+		hold: time.Minute,
 		// An Acquire whose answer the outage cuts off leaves a lease no
 		// worker knows of: it stops counting at its TTL. A short TTL
 		// bounds that here; what proves the outbox is every Release sent
 		// again (below), not the lease count alone.
-		leaseTTL: 3 * time.Second,
+		leaseTTL:    3 * time.Second,
 		deltaDelay:  15 * time.Millisecond, // a stream lasts a few hundred ms
 		noDataplane: true,
 		dpRegistry:  dpReg,
