@@ -27,7 +27,7 @@ func pair(faults ...sim.Fault) []account {
 func servedBySecond(t *testing.T, e *env, r response, firstOutcome string, firstStatus int) {
 	t.Helper()
 	if r.status != http.StatusOK {
-		t.Fatalf("status = %d, want 200: %s", r.status, r.body)
+		t.Fatalf("status = %d, want 200: %s (simulator attempts %v)", r.status, r.body, e.attempts())
 	}
 	want := []string{"first:" + firstOutcome + ":" + strconv.Itoa(firstStatus), "second:ok:200"}
 	if got := e.attempts(); !slices.Equal(got, want) {
