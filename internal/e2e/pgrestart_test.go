@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"net/http"
 	"testing"
 	"time"
 
@@ -94,45 +93,7 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	eventually(t, "load to be served again", func() bool { return l.count(restartedAt) >= 30 })
 	results := l.finish()
 
-	var ids []string
-	finishedDuring, heldThrough := 0, 0
-	for _, r := range results {
-		if r.err != nil || r.status != http.StatusOK || !r.complete {
-			t.Errorf("request %s (stream %v, started %v after the stop): status %d complete %v err %v",
-				r.id, r.stream, r.started.Sub(stoppedAt), r.status, r.complete, r.err)
-			continue
-		}
-		ids = append(ids, r.id)
-		if r.ended.After(stoppedAt) && r.ended.Before(restartedAt) {
-			finishedDuring++
-		}
-		if r.started.After(stoppedAt) && r.started.Before(restartedAt) {
-			heldThrough++
-		}
-	}
-	t.Logf("%d requests; %d finished during the %v outage, %d arrived during it and were held until it ended",
-		len(results), finishedDuring, restartedAt.Sub(stoppedAt).Round(time.Millisecond), heldThrough)
-	if finishedDuring == 0 || heldThrough == 0 {
-		t.Fatalf("the outage saw %d requests finish and %d arrive: nothing to prove", finishedDuring, heldThrough)
-	}
-
-	// The Releases of the requests that ended during the outage were sent
-	// again and taken.
-	eventually(t, "the Releases made during the outage to be delivered", func() bool {
-		return e.workerMetric("weir_dataplane_reports_redelivered_total", map[string]string{"kind": "release"}) >= 1
-	})
-	t.Logf("Releases sent again and taken: %v; route event batches: %v",
-		e.workerMetric("weir_dataplane_reports_redelivered_total", map[string]string{"kind": "release"}),
-		e.workerMetric("weir_dataplane_reports_redelivered_total", map[string]string{"kind": "route_events"}))
-	e.leasesReleased()
-	eventually(t, "every request's route event", func() bool {
-		var n int
-		if err := e.pool.QueryRow(t.Context(), `SELECT count(*) FROM route_events WHERE request_id = ANY($1)`, ids).Scan(&n); err != nil {
-			t.Logf("count route events: %v", err)
-			return false
-		}
-		return n == len(ids)
-	})
+	judgeOutage(t, e, results, stoppedAt, restartedAt)
 
 	// River takes jobs again: one inserted now runs to completion.
 	ins, err := river.NewClient[pgx.Tx](riverpgxv5.New(pool), &river.Config{})

@@ -146,11 +146,25 @@ func TestControlPlaneRestartUnderLoad(t *testing.T) {
 	eventually(t, "load to be served again", func() bool { return l.count(restartedAt) >= 30 })
 	results := l.finish()
 
+	judgeOutage(t, e, results, stoppedAt, restartedAt)
+	if during == 0 {
+		t.Fatal("no request ended during the outage: nothing to prove")
+	}
+}
+
+// judgeOutage checks what a load saw through an outage that began at
+// stoppedAt and ended at restartedAt: every client got a whole 200, some
+// requests ended during the outage and some arrived during it (else
+// nothing was proved), the Releases the workers could not make were sent
+// again and taken, no lease stays in flight, and every request has exactly
+// one route event.
+func judgeOutage(t *testing.T, e *env, results []loadResult, stoppedAt, restartedAt time.Time) {
+	t.Helper()
 	var ids []string
 	finishedDuring, heldThrough := 0, 0
 	for _, r := range results {
 		if r.err != nil || r.status != http.StatusOK || !r.complete {
-			t.Errorf("request %s (stream %v, started %v after the kill): status %d complete %v err %v",
+			t.Errorf("request %s (stream %v, started %v after the outage began): status %d complete %v err %v",
 				r.id, r.stream, r.started.Sub(stoppedAt), r.status, r.complete, r.err)
 			continue
 		}
@@ -164,12 +178,10 @@ func TestControlPlaneRestartUnderLoad(t *testing.T) {
 	}
 	t.Logf("%d requests; %d finished during the %v outage, %d arrived during it and were held until it ended",
 		len(results), finishedDuring, restartedAt.Sub(stoppedAt).Round(time.Millisecond), heldThrough)
-	if finishedDuring == 0 || heldThrough == 0 || during == 0 {
+	if finishedDuring == 0 || heldThrough == 0 {
 		t.Fatalf("the outage saw %d requests finish and %d arrive: nothing to prove", finishedDuring, heldThrough)
 	}
 
-	// The Releases of the requests that ended during the outage were sent
-	// again and taken.
 	eventually(t, "the Releases made during the outage to be delivered", func() bool {
 		return e.workerMetric("weir_dataplane_reports_redelivered_total", map[string]string{"kind": "release"}) >= 1
 	})
@@ -180,7 +192,8 @@ func TestControlPlaneRestartUnderLoad(t *testing.T) {
 	eventually(t, "every request's route event", func() bool {
 		var n int
 		if err := e.pool.QueryRow(t.Context(), `SELECT count(*) FROM route_events WHERE request_id = ANY($1)`, ids).Scan(&n); err != nil {
-			t.Fatal(err)
+			t.Logf("count route events: %v", err)
+			return false
 		}
 		return n == len(ids)
 	})
@@ -191,7 +204,7 @@ func TestControlPlaneRestartUnderLoad(t *testing.T) {
 	if dup != 0 {
 		t.Errorf("%d request ids have more than one route event", dup)
 	}
-	if n := metricValue(t, dpReg, "weir_dataplane_reports_redelivered_total", map[string]string{"kind": "route_events"}); n == 0 {
-		t.Errorf("the first worker redelivered no route events")
+	if n := e.workerMetric("weir_dataplane_reports_redelivered_total", map[string]string{"kind": "route_events"}); n == 0 {
+		t.Errorf("no worker sent route events again")
 	}
 }
