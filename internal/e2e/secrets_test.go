@@ -80,12 +80,12 @@ func TestSecretsNeverLeak(t *testing.T) {
 	for _, sp := range exp.GetSpans() {
 		spans.WriteString(sp.Name + " " + sp.Status.Description + "\n")
 		for _, kv := range sp.Attributes {
-			spans.WriteString(string(kv.Key) + "=" + kv.Value.Emit() + "\n")
+			spans.WriteString(string(kv.Key) + "=" + kv.Value.String() + "\n")
 		}
 		for _, ev := range sp.Events {
 			spans.WriteString(ev.Name + "\n")
 			for _, kv := range ev.Attributes {
-				spans.WriteString(string(kv.Key) + "=" + kv.Value.Emit() + "\n")
+				spans.WriteString(string(kv.Key) + "=" + kv.Value.String() + "\n")
 			}
 		}
 	}
