@@ -125,16 +125,20 @@ type usage struct {
 	input, output int64
 }
 
-func (u *usage) fromMessage(body []byte) {
+// fromMessage reads a non-streamed message's counts; the error is
+// json.Unmarshal's (a *json.SyntaxError: the body is not JSON at all).
+func (u *usage) fromMessage(body []byte) error {
 	var m struct {
 		Usage struct {
 			InputTokens  int64 `json:"input_tokens"`
 			OutputTokens int64 `json:"output_tokens"`
 		} `json:"usage"`
 	}
-	if json.Unmarshal(body, &m) == nil {
+	err := json.Unmarshal(body, &m)
+	if err == nil {
 		u.input, u.output = m.Usage.InputTokens, m.Usage.OutputTokens
 	}
+	return err
 }
 
 func (u *usage) fromEvent(ev sseEvent) {

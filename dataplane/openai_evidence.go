@@ -499,7 +499,7 @@ func nonEmptyJSON(v json.RawMessage) bool {
 // openAIUsage reads token counts from a non-streamed Responses body
 // (input_tokens/output_tokens) or Chat Completions body
 // (prompt_tokens/completion_tokens).
-func openAIUsage(body []byte) (input, output int64) {
+func openAIUsage(body []byte) (input, output int64, err error) {
 	var m struct {
 		Usage struct {
 			InputTokens      int64 `json:"input_tokens"`
@@ -508,15 +508,15 @@ func openAIUsage(body []byte) (input, output int64) {
 			CompletionTokens int64 `json:"completion_tokens"`
 		} `json:"usage"`
 	}
-	if json.Unmarshal(body, &m) != nil {
-		return 0, 0
+	if err := json.Unmarshal(body, &m); err != nil {
+		return 0, 0, err
 	}
 	u := m.Usage
 	input, output = u.InputTokens, u.OutputTokens
 	if input == 0 && output == 0 {
 		input, output = u.PromptTokens, u.CompletionTokens
 	}
-	return max(input, 0), max(output, 0)
+	return max(input, 0), max(output, 0), nil
 }
 
 // secretPattern finds what looks like a credential in an upstream

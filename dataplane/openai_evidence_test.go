@@ -555,7 +555,7 @@ func TestOpenAIUsage(t *testing.T) {
 		{"not JSON", `<html>`, 0, 0},
 	}
 	for _, tt := range tests {
-		if in, out := openAIUsage([]byte(tt.body)); in != tt.input || out != tt.output {
+		if in, out, _ := openAIUsage([]byte(tt.body)); in != tt.input || out != tt.output {
 			t.Errorf("%s: openAIUsage = %d/%d, want %d/%d", tt.name, in, out, tt.input, tt.output)
 		}
 	}

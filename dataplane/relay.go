@@ -160,8 +160,20 @@ func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.R
 		// Only what was promised nowhere: the rest is never read.
 		body, err = nil, errBodyTooLarge
 	}
-	if err == nil && !json.Valid(body) {
-		err = errMalformedBody
+	if err == nil {
+		// One parse reads the token counts and proves the body is JSON
+		// (json.Unmarshal checks all of its input before decoding).
+		var perr error
+		if in.sf.wire == wireOpenAI {
+			o.InputTokens, o.OutputTokens, perr = openAIUsage(body)
+		} else {
+			var u usage
+			perr = u.fromMessage(body)
+			o.InputTokens, o.OutputTokens = u.input, u.output
+		}
+		if syn := (*json.SyntaxError)(nil); errors.As(perr, &syn) {
+			err = errMalformedBody
+		}
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -171,13 +183,6 @@ func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.R
 		o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR
 		o.TransportError = "body: " + transportErrorText(idle.cause(err))
 		return attemptResult{outcome: o, failure: gatewayFailure(in, "upstream answer broken: "+transportErrorText(idle.cause(err)))}
-	}
-	if in.sf.wire == wireOpenAI {
-		o.InputTokens, o.OutputTokens = openAIUsage(body)
-	} else {
-		var u usage
-		u.fromMessage(body)
-		o.InputTokens, o.OutputTokens = u.input, u.output
 	}
 	if in.sf.name == surfaceModels.name && len(in.allowedModels) > 0 {
 		body = filterModelList(body, in.allowedModels)
