@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -52,35 +53,77 @@ var brkAt = epoch
 
 func tp(t time.Time) *time.Time { return &t }
 
-func TestAfterOverloadOpensAtThreshold(t *testing.T) {
+func TestBreakerThreshold(t *testing.T) {
 	t.Parallel()
-	var b db.OverloadBreaker
-	for i := range breakerThreshold - 1 {
-		now := brkAt.Add(time.Duration(i) * time.Second)
-		b = afterOverload(b, now)
-		if b.Overloads != int32(i+1) || !b.WindowStart.Equal(brkAt) || b.OpenUntil != nil || b.OpenCount != 0 {
-			t.Fatalf("overload %d: %+v, want counted in the window that began at the first, still closed", i+1, b)
+	for serving, want := range map[int32]int{-1: 1, 0: 1, 1: 1, 2: 2, 3: 2, 4: 2, 5: 3, 6: 3, 10: 5, 11: 6} {
+		if got := breakerThreshold(serving); got != want {
+			t.Errorf("breakerThreshold(%d) = %d, want %d", serving, got, want)
 		}
 	}
+}
+
+var accts = []uuid.UUID{uuid.MustParse("00000000-0000-0000-0000-00000000000a"),
+	uuid.MustParse("00000000-0000-0000-0000-00000000000b"), uuid.MustParse("00000000-0000-0000-0000-00000000000c")}
+
+// TestAfterOverloadJudgesPerAccount: however often one account of three
+// answers overloaded, the breaker stays closed (that account's requests
+// fail over); a second account judged overloaded (two answers in the
+// window) opens it. A pool whose one serving account is judged opens it
+// too: it is every account that can serve.
+func TestAfterOverloadJudgesPerAccount(t *testing.T) {
+	t.Parallel()
+	var b db.OverloadBreaker
+	for i := range 20 {
+		b = afterOverload(b, accts[0], 3, brkAt.Add(time.Duration(i)*100*time.Millisecond))
+		if b.OpenUntil != nil {
+			t.Fatalf("one account's overload %d opened the breaker: %+v", i+1, b)
+		}
+	}
+	if b.Overloads != 20 || !b.WindowStart.Equal(brkAt) || len(b.JudgedAccounts) != 1 || len(b.SeenAccounts) != 0 {
+		t.Fatalf("after 20 overloads of one account: %+v", b)
+	}
+	now := brkAt.Add(3 * time.Second)
+	b = afterOverload(b, accts[1], 3, now)
+	if b.OpenUntil != nil || !slices.Equal(b.SeenAccounts, accts[1:2]) {
+		t.Fatalf("a second account's first overload: %+v, want seen, still closed", b)
+	}
 	// The last one lands exactly breakerWindow after the first: still inside.
-	now := brkAt.Add(breakerWindow)
-	b = afterOverload(b, now)
-	if b.Overloads != breakerThreshold || b.OpenUntil == nil || !b.OpenUntil.Equal(now.Add(breakerBaseOpen)) ||
-		b.OpenCount != 1 || b.ProbeUntil != nil {
-		t.Fatalf("threshold reached: %+v, want open until now+%v with open_count 1", b, breakerBaseOpen)
+	now = brkAt.Add(breakerWindow)
+	b = afterOverload(b, accts[1], 3, now)
+	if b.OpenUntil == nil || !b.OpenUntil.Equal(now.Add(breakerProbeEvery)) || b.OpenCount != 1 || b.ProbeUntil != nil ||
+		!slices.Equal(b.JudgedAccounts, accts[:2]) || len(b.SeenAccounts) != 0 {
+		t.Fatalf("two of three accounts judged: %+v, want open until now+%v with open_count 1", b, breakerProbeEvery)
+	}
+
+	// One serving account: its second overload opens.
+	one := afterOverload(db.OverloadBreaker{}, accts[0], 1, brkAt)
+	if one.OpenUntil != nil {
+		t.Fatalf("a lone account's first overload opened: %+v", one)
+	}
+	if one = afterOverload(one, accts[0], 1, brkAt.Add(time.Second)); one.OpenUntil == nil {
+		t.Fatalf("a lone account judged overloaded: %+v, want open", one)
+	}
+	// Three accounts seen once each judge none: closed.
+	var seen db.OverloadBreaker
+	for _, id := range accts {
+		seen = afterOverload(seen, id, 3, brkAt)
+	}
+	if seen.OpenUntil != nil || len(seen.SeenAccounts) != 3 {
+		t.Fatalf("three accounts overloaded once: %+v, want closed", seen)
 	}
 }
 
 func TestAfterOverloadWindowResets(t *testing.T) {
 	t.Parallel()
-	b := db.OverloadBreaker{Overloads: breakerThreshold - 1, WindowStart: brkAt}
+	b := db.OverloadBreaker{Overloads: 3, WindowStart: brkAt, JudgedAccounts: accts[:1], SeenAccounts: accts[1:2]}
 	now := brkAt.Add(breakerWindow + time.Millisecond)
-	b = afterOverload(b, now)
-	if b.Overloads != 1 || !b.WindowStart.Equal(now) || b.OpenUntil != nil || b.OpenCount != 0 {
+	b = afterOverload(b, accts[1], 3, now)
+	if b.Overloads != 1 || !b.WindowStart.Equal(now) || b.OpenUntil != nil || b.OpenCount != 0 ||
+		len(b.JudgedAccounts) != 0 || !slices.Equal(b.SeenAccounts, accts[1:2]) {
 		t.Fatalf("after the window: %+v, want a fresh window holding this one overload, closed", b)
 	}
 	// A zero window start (a new row) starts a window too.
-	b = afterOverload(db.OverloadBreaker{Overloads: 7}, now)
+	b = afterOverload(db.OverloadBreaker{Overloads: 7}, accts[0], 3, now)
 	if b.Overloads != 1 || !b.WindowStart.Equal(now) || b.OpenUntil != nil {
 		t.Fatalf("new breaker: %+v", b)
 	}
@@ -88,57 +131,64 @@ func TestAfterOverloadWindowResets(t *testing.T) {
 
 func TestAfterOverloadWhileOpen(t *testing.T) {
 	t.Parallel()
-	until := brkAt.Add(breakerBaseOpen)
+	until := brkAt.Add(breakerProbeEvery)
 	probe := brkAt.Add(probeTTL)
-	open := db.OverloadBreaker{Overloads: breakerThreshold, WindowStart: brkAt, OpenUntil: tp(until), OpenCount: 1, ProbeUntil: tp(probe)}
-	// Stragglers from before the opening: counted, but nothing doubles.
+	open := db.OverloadBreaker{Overloads: 4, WindowStart: brkAt, OpenUntil: tp(until), OpenCount: 1, ProbeUntil: tp(probe),
+		JudgedAccounts: accts[:2]}
+	// Stragglers from before the opening: counted, but nothing moves.
 	b := open
-	for _, d := range []time.Duration{0, time.Millisecond, breakerBaseOpen - time.Nanosecond} {
-		b = afterOverload(b, brkAt.Add(d))
-		if !b.OpenUntil.Equal(until) || b.OpenCount != 1 || b.ProbeUntil == nil || !b.ProbeUntil.Equal(probe) {
+	for _, d := range []time.Duration{0, time.Millisecond, breakerProbeEvery - time.Nanosecond} {
+		b = afterOverload(b, accts[2], 3, brkAt.Add(d))
+		if !b.OpenUntil.Equal(until) || b.OpenCount != 1 || b.ProbeUntil == nil || !b.ProbeUntil.Equal(probe) || len(b.ProbedAccounts) != 0 {
 			t.Fatalf("overload at +%v while open: %+v, want open_until and open_count unchanged", d, b)
 		}
 	}
-	if b.Overloads != breakerThreshold+3 {
-		t.Errorf("overloads %d, want %d", b.Overloads, breakerThreshold+3)
+	if b.Overloads != 7 {
+		t.Errorf("overloads %d, want 7", b.Overloads)
 	}
-	// At open_until the wait is over: an overload now is the probe failing.
+	// At open_until the wait is over: an overload now is the probe
+	// failing. The next probe waits breakerProbeEvery, however many failed.
 	now := until
-	b = afterOverload(b, now)
-	if !b.OpenUntil.Equal(now.Add(2*breakerBaseOpen)) || b.OpenCount != 2 || b.ProbeUntil != nil {
-		t.Fatalf("probe failed: %+v, want reopened until now+%v, open_count 2, probe slot free", b, 2*breakerBaseOpen)
+	for i, id := range []uuid.UUID{accts[1], accts[2], accts[0], accts[1]} {
+		b = afterOverload(b, id, 3, now)
+		if !b.OpenUntil.Equal(now.Add(breakerProbeEvery)) || b.OpenCount != int32(i+2) || b.ProbeUntil != nil {
+			t.Fatalf("probe %d failed: %+v, want reopened until now+%v, open_count %d, probe slot free", i+1, b, breakerProbeEvery, i+2)
+		}
+		now = *b.OpenUntil
+	}
+	// The probed accounts go round the pool: after all three, start over.
+	if !slices.Equal(b.ProbedAccounts, accts[1:2]) {
+		t.Errorf("probed %v after a round of three and one more, want [%v]", b.ProbedAccounts, accts[1])
 	}
 	// A failed probe reopens even when the window has long rolled over.
 	later := db.OverloadBreaker{Overloads: 1, WindowStart: brkAt, OpenUntil: tp(brkAt.Add(time.Second)), OpenCount: 1}
 	now = brkAt.Add(time.Hour)
-	b = afterOverload(later, now)
-	if b.Overloads != 1 || !b.OpenUntil.Equal(now.Add(2*breakerBaseOpen)) || b.OpenCount != 2 {
+	b = afterOverload(later, accts[0], 3, now)
+	if b.Overloads != 1 || !b.OpenUntil.Equal(now.Add(breakerProbeEvery)) || b.OpenCount != 2 {
 		t.Fatalf("probe failed an hour later: %+v", b)
 	}
 }
 
-func TestAfterOverloadLadder(t *testing.T) {
+// TestBreakerStormLoad: the upstream load the breaker lets through during
+// an hour-long storm on every account, when probes are taken the moment
+// they are allowed: one attempt per breakerProbeEvery, 30 a minute.
+func TestBreakerStormLoad(t *testing.T) {
 	t.Parallel()
-	// Each failed probe doubles the wait from 2 s, capped at 30 s.
-	want := []time.Duration{2, 4, 8, 16, 30, 30, 30, 30, 30, 30, 30, 30}
-	b := db.OverloadBreaker{}
+	var b db.OverloadBreaker
 	now := brkAt
-	for range breakerThreshold - 1 {
-		b = afterOverload(b, now)
+	attempts := 0
+	for i := 0; b.OpenUntil == nil; i++ {
+		// Before it opens: two answers from each of two accounts.
+		b = afterOverload(b, accts[i/2], 3, now)
+		attempts++
 	}
-	for i, w := range want {
-		b = afterOverload(b, now)
-		if b.OpenUntil == nil || !b.OpenUntil.Equal(now.Add(w*time.Second)) || b.OpenCount != int32(i+1) {
-			t.Fatalf("opening %d: %+v, want open until now+%vs with open_count %d", i+1, b, w, i+1)
-		}
-		now = *b.OpenUntil
+	end := now.Add(time.Hour)
+	for now = *b.OpenUntil; now.Before(end); now = *b.OpenUntil {
+		b = afterOverload(b, accts[attempts%3], 3, now)
+		attempts++
 	}
-	// However often it opened, the wait stays capped (no shift overflow).
-	for _, n := range []int32{9, 31, 32, 64, 1 << 30} {
-		b := afterOverload(db.OverloadBreaker{WindowStart: brkAt, OpenUntil: tp(brkAt), OpenCount: n}, brkAt)
-		if !b.OpenUntil.Equal(brkAt.Add(breakerMaxOpen)) || b.OpenCount != n+1 {
-			t.Errorf("open_count %d: open until now+%v, want the %v cap", n, b.OpenUntil.Sub(brkAt), breakerMaxOpen)
-		}
+	if perMinute := float64(attempts) / 60; perMinute > 31 || perMinute < 29 {
+		t.Errorf("%d attempts in an hour (%.1f a minute), want 30 a minute", attempts, perMinute)
 	}
 }
 
@@ -181,57 +231,73 @@ func (e *env) wantBreakerOpen(model, keyHash string, want time.Time) *weirv1.NoA
 	return none
 }
 
-// openSonnet opens the sonnet breaker with threshold overloads and returns
-// when it opened and until when.
+// openSonnet opens the sonnet breaker of a one-account pool, whose
+// account is judged overloaded by two answers, and returns when it opened.
 func openSonnet(t *testing.T) (e *env, keyHash string, a *weirv1.Account, openedAt time.Time) {
 	t.Helper()
 	e = setup(t)
 	_, keyHash = e.createKey("")
 	a, _ = e.createAccount(acct{maxConc: 32})
 	var ls []*weirv1.Lease
-	for range breakerThreshold {
+	for range 2 {
 		ls = append(ls, e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet}))
 	}
 	for _, l := range ls {
 		e.release(l.Id, overloaded(0))
 	}
 	openedAt = e.clock.Now()
-	if b := e.breaker("sonnet"); b == nil || b.OpenUntil == nil || !b.OpenUntil.Equal(openedAt.Add(breakerBaseOpen)) || b.OpenCount != 1 {
-		t.Fatalf("after %d overloads: breaker %+v, want open until now+%v", breakerThreshold, b, breakerBaseOpen)
+	if b := e.breaker("sonnet"); b == nil || b.OpenUntil == nil || !b.OpenUntil.Equal(openedAt.Add(breakerProbeEvery)) || b.OpenCount != 1 {
+		t.Fatalf("after 2 overloads: breaker %+v, want open until now+%v", b, breakerProbeEvery)
 	}
 	return e, keyHash, a, openedAt
 }
 
-// TestBreakerOpensPerFamily: three overloaded Releases for a sonnet model
-// open the sonnet breaker; every sonnet Acquire is then refused until
-// open_until, while other families still get leases.
+// TestBreakerOpensPerFamily: one account of two answering overloaded
+// gates nobody; once the second is judged overloaded too, the sonnet
+// breaker opens and every sonnet Acquire is refused until open_until,
+// while other families still get leases.
 func TestBreakerOpensPerFamily(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	_, keyHash := e.createKey("")
-	a, _ := e.createAccount(acct{maxConc: 32})
-	var ls []*weirv1.Lease
-	for range breakerThreshold + 2 {
-		ls = append(ls, e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet}))
+	a, _ := e.createAccount(acct{label: "a", priority: 1, maxConc: 32})
+	b2, _ := e.createAccount(acct{label: "b", maxConc: 32})
+	on := func(acc *weirv1.Account) *weirv1.Lease {
+		l := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet, PreferAccountId: acc.Id})
+		if l.AccountId != acc.Id {
+			t.Fatalf("lease on %s, want %s", l.AccountLabel, acc.Label)
+		}
+		return l
 	}
-	// Below the threshold: counted, still closed.
-	for i, l := range ls[:breakerThreshold-1] {
-		d := e.release(l.Id, overloaded(0))
-		if d.Action != weirv1.Action_ACTION_RETRY_SAME || d.RetryAfter.AsDuration() != time.Second || d.Cooldown != nil {
-			t.Fatalf("overload %d: decision %v", i+1, d)
+	// a answers overloaded again and again: its requests retry once, then
+	// fail over; b still serves everyone.
+	for i := range 6 {
+		d := e.release(on(a).Id, overloaded(int32(i%2)))
+		want := weirv1.Action_ACTION_RETRY_SAME
+		if i%2 == 1 {
+			want = weirv1.Action_ACTION_FAILOVER
+		}
+		if d.Action != want || d.Cooldown != nil {
+			t.Fatalf("a's overload %d: decision %v, want %v", i+1, d, want)
 		}
 	}
-	if b := e.breaker("sonnet"); b == nil || b.Overloads != breakerThreshold-1 || b.OpenUntil != nil {
-		t.Fatalf("below the threshold: %+v", b)
+	if b := e.breaker("sonnet"); b == nil || b.Overloads != 6 || b.OpenUntil != nil {
+		t.Fatalf("one account judged: %+v, want counted and closed", b)
 	}
-	extra := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet})
+	l := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet, ExcludeAccountIds: []string{a.Id}})
+	if l.AccountId != b2.Id {
+		t.Fatalf("failover lease on %s, want b", l.AccountLabel)
+	}
+	e.release(l.Id, overloaded(0))
+	extra := on(a)
+	straggler := on(b2)
 
 	now := e.clock.Advance(time.Second)
-	d := e.release(ls[breakerThreshold-1].Id, overloaded(0))
-	if d.Action != weirv1.Action_ACTION_RETRY_SAME || d.Cooldown != nil {
+	d := e.release(on(b2).Id, overloaded(1))
+	if d.Action != weirv1.Action_ACTION_FAILOVER || d.Cooldown != nil {
 		t.Errorf("the opening overload: decision %v", d)
 	}
-	openUntil := now.Add(breakerBaseOpen)
+	openUntil := now.Add(breakerProbeEvery)
 	none := e.wantBreakerOpen(sonnetAlias, keyHash, openUntil)
 	if !strings.Contains(none.Message, "sonnet") {
 		t.Errorf("message %q does not name the family", none.Message)
@@ -240,23 +306,21 @@ func TestBreakerOpensPerFamily(t *testing.T) {
 
 	// Family scoped: opus, haiku and model-less requests are served.
 	for _, m := range []string{opus, haiku, ""} {
-		if l := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: m}); l.AccountId != a.Id {
-			t.Errorf("model %q: lease on %s", m, l.AccountLabel)
-		}
+		e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: m})
 	}
 
 	// Stragglers sent before it opened do not push the probe further out.
-	for _, l := range ls[breakerThreshold:] {
-		e.release(l.Id, overloaded(0))
+	e.release(straggler.Id, overloaded(0))
+	if b := e.breaker("sonnet"); !b.OpenUntil.Equal(openUntil) || b.OpenCount != 1 {
+		t.Errorf("after a straggler: %+v, want open until %v, open_count 1", b, openUntil)
 	}
-	if b := e.breaker("sonnet"); !b.OpenUntil.Equal(openUntil) || b.OpenCount != 1 || b.Overloads != breakerThreshold+2 {
-		t.Errorf("after stragglers: %+v, want open until %v, open_count 1", b, openUntil)
-	}
-	e.clock.Advance(breakerBaseOpen - time.Millisecond)
+	e.clock.Advance(breakerProbeEvery - time.Millisecond)
 	e.wantBreakerOpen(sonnet, keyHash, openUntil)
-	// The account is not cooling: overload is the provider's, not its.
-	if got := e.getAccount(a.Id); got.State != weirv1.AccountState_ACCOUNT_STATE_ACTIVE || got.Cooldown != nil || e.cooldownRow(a.Id) != nil {
-		t.Errorf("account after overloads: state %v cooldown %v", got.State, got.Cooldown)
+	// No account is cooling: overload is not an account's fault.
+	for _, acc := range []*weirv1.Account{a, b2} {
+		if got := e.getAccount(acc.Id); got.State != weirv1.AccountState_ACCOUNT_STATE_ACTIVE || got.Cooldown != nil || e.cooldownRow(acc.Id) != nil {
+			t.Errorf("%s after overloads: state %v cooldown %v", acc.Label, got.State, got.Cooldown)
+		}
 	}
 	if body := scrape(t, e); !strings.Contains(body, "weir_controlplane_breaker_opens_total 1") {
 		t.Error("/metrics: want weir_controlplane_breaker_opens_total 1")
@@ -307,8 +371,8 @@ func probing(t *testing.T) (*env, string, *weirv1.Lease) {
 	t.Helper()
 	e, keyHash, _, openedAt := openSonnet(t)
 	r := e.replica()
-	now := e.clock.Advance(breakerBaseOpen)
-	if !now.Equal(openedAt.Add(breakerBaseOpen)) {
+	now := e.clock.Advance(breakerProbeEvery)
+	if !now.Equal(openedAt.Add(breakerProbeEvery)) {
 		t.Fatal("clock")
 	}
 	const n = 12
@@ -346,36 +410,66 @@ func TestBreakerProbeSuccessCloses(t *testing.T) {
 	for range 3 {
 		e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet})
 	}
-	// Reset means the next opening starts from the base wait again.
-	ls := []*weirv1.Lease{}
-	for range breakerThreshold {
-		ls = append(ls, e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnetAlias}))
-	}
-	for _, l := range ls {
-		e.release(l.Id, overloaded(0))
-	}
-	e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(breakerBaseOpen))
+	// Reset means the next opening needs fresh evidence: one overload
+	// leaves it closed.
+	l := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnetAlias})
+	e.release(l.Id, overloaded(0))
+	e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet})
+	l = e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnetAlias})
+	e.release(l.Id, overloaded(0))
+	e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(breakerProbeEvery))
 }
 
-func TestBreakerProbeOverloadReopensDoubled(t *testing.T) {
+// TestBreakerProbesSpreadAcrossAccounts: while the breaker is open a probe
+// goes every breakerProbeEvery, however many failed, and each goes to an
+// account the breaker has not probed since it opened, round the pool.
+func TestBreakerProbesSpreadAcrossAccounts(t *testing.T) {
 	t.Parallel()
-	e, keyHash, probe := probing(t)
-	for i, wait := range []time.Duration{4 * time.Second, 8 * time.Second, 16 * time.Second, breakerMaxOpen, breakerMaxOpen} {
-		now := e.clock.Now()
-		d := e.release(probe.Id, overloaded(0))
-		if d.Action != weirv1.Action_ACTION_RETRY_SAME || d.Cooldown != nil {
-			t.Errorf("failed probe %d: decision %v", i+1, d)
+	e := setup(t)
+	_, keyHash := e.createKey("")
+	var ids []string
+	for _, label := range []string{"a", "b", "c"} {
+		a, _ := e.createAccount(acct{label: label, maxConc: 32})
+		ids = append(ids, a.Id)
+	}
+	for _, id := range ids[:2] {
+		for range 2 {
+			l := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet, PreferAccountId: id})
+			e.release(l.Id, overloaded(0))
 		}
-		b := e.breaker("sonnet")
-		if b.OpenUntil == nil || !b.OpenUntil.Equal(now.Add(wait)) || b.OpenCount != int32(i+2) || b.ProbeUntil != nil {
-			t.Fatalf("failed probe %d: %+v, want reopened until now+%v, open_count %d, probe slot free", i+1, b, wait, i+2)
-		}
-		e.wantBreakerOpen(sonnet, keyHash, now.Add(wait))
-		e.clock.Advance(wait - time.Millisecond)
-		e.wantBreakerOpen(sonnet, keyHash, now.Add(wait))
+	}
+	e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(breakerProbeEvery))
+	var probed []string
+	for i := range 6 {
+		e.clock.Advance(breakerProbeEvery - time.Millisecond)
+		e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(time.Millisecond))
 		e.clock.Advance(time.Millisecond)
-		probe = e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet})
+		// The probe's own request prefers the account it tried last: the
+		// breaker sends it elsewhere all the same.
+		prefer := ""
+		if len(probed) > 0 {
+			prefer = probed[len(probed)-1]
+		}
+		probe := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet, PreferAccountId: prefer})
+		if !probe.Probe {
+			t.Fatalf("probe %d: the lease is not marked a probe", i+1)
+		}
 		e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(breakerPoll))
+		probed = append(probed, probe.AccountId)
+		now := e.clock.Now()
+		e.release(probe.Id, overloaded(0))
+		if b := e.breaker("sonnet"); !b.OpenUntil.Equal(now.Add(breakerProbeEvery)) || b.ProbeUntil != nil {
+			t.Fatalf("failed probe %d: %+v, want reopened until now+%v, probe slot free", i+1, b, breakerProbeEvery)
+		}
+	}
+	for _, round := range [][]string{probed[:3], probed[3:]} {
+		seen := map[string]bool{}
+		for _, id := range round {
+			seen[id] = true
+		}
+		if len(seen) != 3 {
+			t.Errorf("probes went to %v, want each round of three on three accounts", probed)
+		}
 	}
 }
 
@@ -454,9 +548,9 @@ func TestBreakerProbeSlotNotTakenWithoutLease(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	_, keyHash := e.createKey("")
-	e.createAccount(acct{maxConc: breakerThreshold})
+	e.createAccount(acct{maxConc: 2})
 	var ls []*weirv1.Lease
-	for range breakerThreshold {
+	for range 2 {
 		ls = append(ls, e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet}))
 	}
 	for _, l := range ls {
@@ -464,10 +558,10 @@ func TestBreakerProbeSlotNotTakenWithoutLease(t *testing.T) {
 	}
 	// Opus traffic fills the account while the sonnet breaker waits.
 	var opusLeases []*weirv1.Lease
-	for range breakerThreshold {
+	for range 2 {
 		opusLeases = append(opusLeases, e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: opus}))
 	}
-	e.clock.Advance(breakerBaseOpen)
+	e.clock.Advance(breakerProbeEvery)
 	e.mustNoAccount(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet}, weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY)
 	// A slot frees a second later: the sonnet request that comes back
 	// must be able to probe.
@@ -481,26 +575,22 @@ func TestBreakerProbeSlotNotTakenWithoutLease(t *testing.T) {
 }
 
 // TestReleaseOverloadLadderThroughRPC: an overloaded Release answers
-// RETRY_SAME after 1, 2, 4, 8 s for prior overloads 0..3 and FAILOVER at
-// 4, and never cools the account.
+// RETRY_SAME after 1 s for the account's first overload in the request and
+// FAILOVER after that, and never cools the account.
 func TestReleaseOverloadLadderThroughRPC(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	_, keyHash := e.createKey("")
 	a, _ := e.createAccount(acct{maxConc: 8})
-	var ls []*weirv1.Lease
-	for range 5 {
-		ls = append(ls, e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet}))
+	first := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet})
+	second := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet})
+	d := e.release(first.Id, overloaded(0))
+	if d.Action != weirv1.Action_ACTION_RETRY_SAME || d.RetryAfter == nil || d.RetryAfter.AsDuration() != time.Second || d.Cooldown != nil {
+		t.Errorf("prior 0: decision %v, want RETRY_SAME after 1s and no cooldown", d)
 	}
-	for prior, wait := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second} {
-		d := e.release(ls[prior].Id, overloaded(int32(prior)))
-		if d.Action != weirv1.Action_ACTION_RETRY_SAME || d.RetryAfter == nil || d.RetryAfter.AsDuration() != wait || d.Cooldown != nil {
-			t.Errorf("prior %d: decision %v, want RETRY_SAME after %v and no cooldown", prior, d, wait)
-		}
-	}
-	d := e.release(ls[4].Id, overloaded(4))
+	d = e.release(second.Id, overloaded(1))
 	if d.Action != weirv1.Action_ACTION_FAILOVER || d.RetryAfter != nil || d.Cooldown != nil {
-		t.Errorf("prior 4: decision %v, want FAILOVER without retry_after or cooldown", d)
+		t.Errorf("prior 1: decision %v, want FAILOVER without retry_after or cooldown", d)
 	}
 	if cd := e.cooldownRow(a.Id); cd != nil {
 		t.Errorf("an overload wrote a cooldown: %+v", cd)
@@ -519,7 +609,7 @@ func TestReleaseGatewayError(t *testing.T) {
 	e := setup(t)
 	_, keyHash := e.createKey("")
 	a, _ := e.createAccount(acct{maxConc: 8})
-	for range breakerThreshold + 1 {
+	for range 3 {
 		l := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet})
 		d := e.release(l.Id, &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_GATEWAY_ERROR, Status: 502})
 		if d.Action != weirv1.Action_ACTION_FAILOVER || d.Cooldown != nil || d.RetryAfter != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/weirhq/weir/controlplane/db"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/failpolicy"
 )
 
 // Cooldown lengths when the upstream gives no deadline of its own.
@@ -22,11 +23,14 @@ const (
 	authCooldownMax          = time.Hour
 )
 
-// An overloaded answer is first retried on the same account, after 1 s,
-// doubling to 8 s: switching accounts does not help against the provider's
-// overload and throws away the prompt cache.
+// An overloaded answer is retried once on the same account, after 1 s (a
+// blip: switching accounts throws away the prompt cache), then the request
+// fails over to an account that answers. Each further retry would double
+// the wait, to at most 8 s; one keeps a healthy account at most a second
+// away. When every account is overloaded, the shared breaker paces the
+// provider (breaker.go).
 const (
-	overloadRetries   = 4
+	overloadRetries   = 1
 	overloadRetryBase = time.Second
 	overloadRetryMax  = 8 * time.Second
 )
@@ -92,9 +96,11 @@ type attemptFacts struct {
 	spent         []claimEvidence
 }
 
-// decide turns an attempt's evidence into a decision. Pure.
+// decide turns an attempt's evidence into a decision: the class's default
+// action (failpolicy, the table a worker also acts on when it cannot ask),
+// refined by the evidence. Pure.
 func decide(o *weirv1.Outcome, f attemptFacts, now time.Time) decision {
-	d := decision{action: weirv1.Action_ACTION_RESPOND}
+	d := decision{action: failpolicy.Default(o.GetClass())}
 	switch o.GetClass() {
 	case weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS:
 		d.success = true
@@ -102,7 +108,6 @@ func decide(o *weirv1.Outcome, f attemptFacts, now time.Time) decision {
 		d.authFailure = true
 		backoff := authCooldownBase << min(max(f.authFailures-1, 0), 10)
 		d.cooldown = newCooldown(weirv1.CooldownReason_COOLDOWN_REASON_INVALID_CREDENTIAL, now.Add(min(backoff, authCooldownMax)), o)
-		d.action = weirv1.Action_ACTION_FAILOVER
 	case weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED:
 		if q := o.GetQuota(); knownQuota(q) {
 			// The upstream said outright that the account's quota is spent
@@ -124,15 +129,12 @@ func decide(o *weirv1.Outcome, f attemptFacts, now time.Time) decision {
 		}
 	case weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR:
 		d.cooldown = newCooldown(weirv1.CooldownReason_COOLDOWN_REASON_TRANSPORT, now.Add(transportCooldown), o)
-		d.action = weirv1.Action_ACTION_FAILOVER
 	case weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED:
 		// The provider's condition, not the account's: no cooldown.
 		d.overload = true
 		if prior := o.GetPriorOverloads(); prior < overloadRetries {
 			d.action = weirv1.Action_ACTION_RETRY_SAME
 			d.retryAfter = min(overloadRetryBase<<prior, overloadRetryMax)
-		} else {
-			d.action = weirv1.Action_ACTION_FAILOVER
 		}
 	case weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR:
 		if q := o.GetQuota(); knownQuota(q) {
@@ -142,8 +144,7 @@ func decide(o *weirv1.Outcome, f attemptFacts, now time.Time) decision {
 		}
 	case weirv1.OutcomeClass_OUTCOME_CLASS_GATEWAY_ERROR:
 		// A gateway on the way failed; the account and the provider may be
-		// fine. Try another account at once, cool nothing.
-		d.action = weirv1.Action_ACTION_FAILOVER
+		// fine. Try another account at once (the default), cool nothing.
 	}
 	if o.GetBytesToClient() {
 		// Once the client has bytes, nothing can be replayed.

@@ -176,20 +176,22 @@ func TestEvidence(t *testing.T) {
 	}
 }
 
-// TestDecideOverloadLadder: an overload is retried on the same account after
-// 1 s, doubling to 8 s, then another account is tried; no cooldown is ever
-// written for it.
+// TestDecideOverloadLadder: an overload is retried once on the same account
+// after 1 s, then another account is tried; no cooldown is ever written
+// for it.
 func TestDecideOverloadLadder(t *testing.T) {
 	t.Parallel()
-	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
+	want := []time.Duration{time.Second}
 	for prior, wait := range want {
 		d := decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, Status: 529, PriorOverloads: int32(prior)}, attemptFacts{}, epoch)
 		if d.action != weirv1.Action_ACTION_RETRY_SAME || d.retryAfter != wait || d.cooldown != nil || !d.overload {
 			t.Errorf("prior %d: %+v, want retry same after %v without cooldown", prior, d, wait)
 		}
 	}
-	d := decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, PriorOverloads: int32(len(want))}, attemptFacts{}, epoch)
-	if d.action != weirv1.Action_ACTION_FAILOVER || d.retryAfter != 0 {
-		t.Errorf("after %d overloads: %+v, want failover", len(want), d)
+	for _, prior := range []int32{int32(len(want)), 2, 7} {
+		d := decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, PriorOverloads: prior}, attemptFacts{}, epoch)
+		if d.action != weirv1.Action_ACTION_FAILOVER || d.retryAfter != 0 || !d.overload {
+			t.Errorf("after %d overloads: %+v, want failover", prior, d)
+		}
 	}
 }

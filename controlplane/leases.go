@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"time"
 
@@ -171,6 +172,9 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 	// probing names the providers whose breaker probe this request holds:
 	// a probe reports back once, so its lease is never reused.
 	probing := map[string]bool{}
+	// avoid names the accounts a probe already failed on since the
+	// breaker opened: the probe goes elsewhere while it can.
+	var avoid map[uuid.UUID]bool
 	if m.Model != "" {
 		// Each provider of the surface has its own breaker per family: an
 		// overloaded Codex backend does not stop OpenAI keys, and the
@@ -182,7 +186,7 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 			if !first.breakerOpen[provider] {
 				continue
 			}
-			none, probe, err := l.s.breakerGate(ctx, provider, family, l.s.now())
+			none, probe, probed, err := l.s.breakerGate(ctx, provider, family, l.s.now())
 			if err != nil {
 				return nil, l.s.fail(ctx, "acquire", err)
 			}
@@ -198,6 +202,12 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 			}
 			if probe {
 				probing[provider] = true
+				for _, id := range probed {
+					if avoid == nil {
+						avoid = map[uuid.UUID]bool{}
+					}
+					avoid[id] = true
+				}
 				defer func() {
 					if resp.GetLease() != nil && resp.GetLease().Provider == p {
 						return
@@ -227,8 +237,13 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		}
 		// A pinned key routes among its pinned accounts only: a session
 		// bound to another account is not followed there.
-		order, none := route(key.pinnedOnly(v.cands), routeRequest{model: m.Model, surface: m.Surface, breakerOpen: breakerOpen,
-			exclude: exclude, sessionAccount: v.session, preferAccount: prefer}, now)
+		rr := routeRequest{model: m.Model, surface: m.Surface, breakerOpen: breakerOpen,
+			exclude: exclude, sessionAccount: v.session, preferAccount: prefer}
+		order, none := route(key.pinnedOnly(v.cands), withAvoided(rr, avoid), now)
+		if none != nil && avoid != nil {
+			// Every account left was probed already: round the pool again.
+			order, none = route(key.pinnedOnly(v.cands), rr, now)
+		}
 		if none != nil {
 			key.pinnedNone(none)
 			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: none}}, nil
@@ -255,6 +270,20 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		Message: "every eligible account was claimed by concurrent requests",
 		RetryAt: timestamppb.New(l.s.now().Add(time.Second)),
 	}}}, nil
+}
+
+// withAvoided is rr with the avoided accounts excluded as well.
+func withAvoided(rr routeRequest, avoid map[uuid.UUID]bool) routeRequest {
+	if len(avoid) == 0 {
+		return rr
+	}
+	ex := maps.Clone(rr.exclude)
+	if ex == nil {
+		ex = map[uuid.UUID]bool{}
+	}
+	maps.Copy(ex, avoid)
+	rr.exclude = ex
+	return rr
 }
 
 // reusable says whether a lease for m may be offered for reuse: not for a
@@ -513,7 +542,7 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 		}
 		if d.overload && row.Model != "" && fresh {
 			before, _ := q.GetBreaker(ctx, db.GetBreakerParams{Provider: row.Provider, Family: family})
-			b, err := recordOverload(ctx, q, row.Provider, family, now)
+			b, err := recordOverload(ctx, q, row.Provider, family, row.AccountID, now)
 			if err != nil {
 				return err
 			}

@@ -23,10 +23,18 @@ func holdBackoff(n int, r float64) time.Duration {
 	return time.Duration(float64(d) * (0.75 + 0.5*r))
 }
 
+// holdMinWait is the least a wait on a known recovery lasts: a clock
+// running ahead of the control plane's would otherwise see that time
+// passed and spin.
+const holdMinWait = 250 * time.Millisecond
+
 // holdUntil says until when to wait before the next round, or that waiting
 // cannot help. retryAt is the soonest known recovery among the accounts
-// that could serve (zero when unknown): a wait never ends before it, and
-// when it lies beyond the budget's end the request fails at once. Pure.
+// that could serve (zero when unknown): the wait ends then (and lasts at
+// least holdMinWait), not at the end of a longer backoff, and when it lies
+// beyond the budget's end the request fails at once. With no known
+// recovery the wait is the backoff. Either way the budget's end caps it,
+// and a change in the pool ends it sooner (Server.sleep). Pure.
 func holdUntil(now, deadline, retryAt time.Time, backoff time.Duration) (time.Time, bool) {
 	if !now.Before(deadline) {
 		return time.Time{}, false
@@ -35,8 +43,8 @@ func holdUntil(now, deadline, retryAt time.Time, backoff time.Duration) (time.Ti
 		return time.Time{}, false
 	}
 	until := now.Add(backoff)
-	if retryAt.After(until) {
-		until = retryAt
+	if !retryAt.IsZero() {
+		until = maxTime(retryAt, now.Add(holdMinWait))
 	}
 	if until.After(deadline) {
 		until = deadline

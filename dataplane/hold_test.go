@@ -2,8 +2,13 @@ package dataplane
 
 import (
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
 
 // holdBase is the un-jittered backoff of round n: 0.5 s doubling, capped
@@ -80,13 +85,15 @@ func TestHoldUntil(t *testing.T) {
 		{"retry_at far beyond, short backoff", at(60 * s), at(time.Hour), time.Millisecond, time.Time{}, false},
 		{"retry_at between backoff and deadline", at(60 * s), at(30 * s), s, at(30 * s), true},
 		{"retry_at exactly at the deadline", at(60 * s), at(60 * s), s, at(60 * s), true},
-		{"retry_at before backoff ends", at(60 * s), at(500 * time.Millisecond), 2 * s, at(2 * s), true},
+		{"retry_at before backoff ends", at(60 * s), at(500 * time.Millisecond), 2 * s, at(500 * time.Millisecond), true},
+		{"retry_at sooner than the least wait", at(60 * s), at(time.Millisecond), 2 * s, at(holdMinWait), true},
 		{"retry_at exactly at backoff end", at(60 * s), at(2 * s), 2 * s, at(2 * s), true},
 		{"backoff beyond the deadline", at(3 * s), time.Time{}, 20 * s, at(3 * s), true},
-		{"backoff beyond, retry_at before deadline", at(3 * s), at(2 * s), 20 * s, at(3 * s), true},
+		{"backoff beyond, retry_at before deadline", at(3 * s), at(2 * s), 20 * s, at(2 * s), true},
 		{"zero retry_at", at(60 * s), time.Time{}, 4 * s, at(4 * s), true},
-		{"retry_at in the past", at(60 * s), at(-10 * s), 4 * s, at(4 * s), true},
-		{"retry_at is now", at(60 * s), at(0), 4 * s, at(4 * s), true},
+		{"retry_at in the past", at(60 * s), at(-10 * s), 4 * s, at(holdMinWait), true},
+		{"retry_at is now", at(60 * s), at(0), 4 * s, at(holdMinWait), true},
+		{"least wait beyond the deadline", at(time.Millisecond), at(0), 4 * s, at(time.Millisecond), true},
 		{"zero backoff, nothing known", at(60 * s), time.Time{}, 0, at(0), true},
 		{"deadline a nanosecond away", at(1), time.Time{}, s, at(1), true},
 	} {
@@ -104,10 +111,10 @@ func TestHoldUntil(t *testing.T) {
 }
 
 // TestHoldUntilProperties checks holdUntil's contract over random inputs:
-// when it says wait, the wait ends within the budget, never before the
-// backoff (or the deadline, if sooner), never before a known recovery and
-// never in the past; it refuses exactly when the budget is spent or the
-// recovery lies beyond it.
+// when it says wait, the wait ends within the budget, at a known recovery
+// (or holdMinWait from now, if later) or else at the end of the backoff
+// (or the deadline, if sooner), and never in the past; it refuses exactly
+// when the budget is spent or the recovery lies beyond it.
 func TestHoldUntilProperties(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -132,19 +139,59 @@ func TestHoldUntilProperties(t *testing.T) {
 		if !ok {
 			continue
 		}
-		floor := now.Add(backoff)
-		if deadline.Before(floor) {
-			floor = deadline
+		want := now.Add(backoff)
+		if !retryAt.IsZero() {
+			want = maxTime(retryAt, now.Add(holdMinWait))
+		}
+		if deadline.Before(want) {
+			want = deadline
 		}
 		switch {
 		case until.After(deadline):
 			t.Fatalf("case %d: waits until now%+v, after the deadline now%+v", i, until.Sub(now), deadline.Sub(now))
-		case until.Before(floor):
-			t.Fatalf("case %d: waits until now%+v, before min(now+%v, deadline now%+v)", i, until.Sub(now), backoff, deadline.Sub(now))
-		case !retryAt.IsZero() && until.Before(retryAt):
-			t.Fatalf("case %d: waits until now%+v, before retry_at now%+v", i, until.Sub(now), retryAt.Sub(now))
+		case !until.Equal(want):
+			t.Fatalf("case %d: waits until now%+v, want now%+v (retry_at %v, backoff %v, deadline now%+v)", i, until.Sub(now), want.Sub(now), retryAt, backoff, deadline.Sub(now))
 		case until.Before(now):
 			t.Fatalf("case %d: waits until the past", i)
+		}
+	}
+}
+
+// TestAddRecordBounded: a request held through a long storm keeps the
+// first records, the latest, and one that counts what was left out between
+// them, within the control plane's limit.
+func TestAddRecordBounded(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, maxRouteRecords - 1, maxRouteRecords, maxRouteRecords + 1, 3*maxRouteRecords + 7} {
+		rt := &routing{rec: &weirv1.RouteEvent{}}
+		for i := range n {
+			rt.addRecord(&weirv1.AttemptRecord{At: durationpb.New(time.Duration(i) * time.Second), Status: int32(i)})
+		}
+		recs := rt.rec.AttemptRecords
+		if n <= maxRouteRecords {
+			if len(recs) != n || rt.omitted != 0 {
+				t.Fatalf("%d records: kept %d, omitted %d", n, len(recs), rt.omitted)
+			}
+			continue
+		}
+		if len(recs) != maxRouteRecords {
+			t.Fatalf("%d records: kept %d, want %d", n, len(recs), maxRouteRecords)
+		}
+		for i := range keepHeadRecords {
+			if recs[i].Status != int32(i) {
+				t.Fatalf("%d records: head %d is record %d", n, i, recs[i].Status)
+			}
+		}
+		omitted := n - (maxRouteRecords - 1)
+		marker := recs[keepHeadRecords]
+		if want := strconv.Itoa(omitted) + " attempt and hold records left out"; marker.HoldReason != want || marker.Status != 0 ||
+			marker.At.AsDuration() != time.Duration(keepHeadRecords)*time.Second {
+			t.Fatalf("%d records: marker %v, want %q at the first left out", n, marker, want)
+		}
+		for i, r := range recs[keepHeadRecords+1:] {
+			if want := int32(n - (maxRouteRecords - keepHeadRecords - 1) + i); r.Status != want {
+				t.Fatalf("%d records: tail %d is record %d, want %d", n, i, r.Status, want)
+			}
 		}
 	}
 }

@@ -89,11 +89,19 @@ type leasePool struct {
 	// ends the lease, a repeat finds none (NotFound).
 	redeliver []redelivery
 
+	// changed is the change signal that wakes held requests (wake.go);
+	// down says calls to the control plane go undelivered.
+	changed       context.Context
+	changedCancel context.CancelFunc
+	down          bool
+
 	// sleep waits d or until ctx ends (Config.Sleep: tests move a virtual
 	// clock with it).
 	sleep func(ctx context.Context, d time.Duration) bool
-	stop  context.CancelFunc
-	done  sync.WaitGroup
+	// life ends when the pool closes.
+	life context.Context
+	stop context.CancelFunc
+	done sync.WaitGroup
 }
 
 // leaseClass is what a reused lease may serve: one key, surface and model,
@@ -181,8 +189,10 @@ func newLeasePool(client weirv1connect.LeaseServiceClient, log *slog.Logger, now
 		asking: map[leaseClass]int{}, queued: map[leaseClass][]chan struct{}{},
 		accountGen: map[string]uint64{}, idle: map[leaseClass][]*warmLease{}, reusable: map[string]*warmLease{},
 		sessions: map[string]sessionEntry{}, flights: map[leaseClass]*flight{}, nones: map[leaseClass]sharedNone{},
-		kick: make(chan struct{}, 1), stop: cancel,
+		kick: make(chan struct{}, 1), life: ctx, stop: cancel,
 	}
+	p.client = observedClient{LeaseServiceClient: client, p: p}
+	p.changed, p.changedCancel = context.WithCancel(context.Background())
 	p.done.Add(2)
 	go p.send(ctx)
 	go p.sweepLoop(ctx)
@@ -645,6 +655,7 @@ func (p *leasePool) invalidate(ev *weirv1.WatchPoolResponse) {
 	defer p.mu.Unlock()
 	p.noneGen++
 	p.pokeAllLocked()
+	p.changedLocked()
 	if ev.Ready {
 		p.ready = true
 		p.metrics.poolReady.Set(1)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/failpolicy"
 )
 
 // inbound is one client request, read whole before the first attempt: the
@@ -137,6 +139,44 @@ type routing struct {
 	// bursts counts consecutive same-account retries of rate-limit bursts
 	// per account.
 	bursts map[string]int32
+	// changed is the pool's change signal as of the last Acquire: a hold
+	// ends when it fires, whether before or during the wait.
+	changed context.Context
+	// omitted counts the records addRecord left out.
+	omitted int
+}
+
+// A route event carries at most maxRouteRecords attempt and hold records
+// (the control plane refuses more). A request held through a long storm
+// makes more: the first keepHeadRecords and the latest are kept, and one
+// record between them says how many were left out. The event's counts
+// (attempts, holds, held time) stay whole.
+const (
+	maxRouteRecords = 100
+	keepHeadRecords = 50
+)
+
+// addRecord appends r to the route event's records within the bound.
+func (rt *routing) addRecord(r *weirv1.AttemptRecord) {
+	recs := rt.rec.AttemptRecords
+	for len(recs) >= maxRouteRecords {
+		// Drop the oldest record after the head (and the marker, once
+		// there is one).
+		at := keepHeadRecords
+		if rt.omitted > 0 {
+			at++
+		}
+		first := recs[at].GetAt()
+		recs = slices.Delete(recs, at, at+1)
+		rt.omitted++
+		if rt.omitted == 1 {
+			recs = slices.Insert(recs, keepHeadRecords, &weirv1.AttemptRecord{At: first})
+		}
+	}
+	if rt.omitted > 0 {
+		recs[keepHeadRecords].HoldReason = strconv.Itoa(rt.omitted) + " attempt and hold records left out"
+	}
+	rt.rec.AttemptRecords = append(recs, r)
 }
 
 // increment adds one to m[k], making m on first use.
@@ -159,6 +199,8 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 		if ctx.Err() != nil {
 			return // the client left
 		}
+		rt.changed = s.pool.changes()
+		asked := s.cfg.Now()
 		resp, parked, err := s.pool.acquire(ctx, &weirv1.AcquireRequest{
 			KeyHash:           in.keyHash,
 			Model:             in.model,
@@ -171,6 +213,11 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 		if parked > 0 {
 			// Parked with the other held requests of its class.
 			s.recordHold(ctx, rt, s.cfg.Now().Add(-parked), parked, "waiting with this worker's held requests of the model for the pool to serve again")
+		}
+		if waited := s.cfg.Now().Sub(asked) - parked; waited >= slowAcquire {
+			// A control plane that does not answer (hung, or its Postgres
+			// slow) holds the request as surely as a refusal does.
+			s.recordHold(ctx, rt, asked, waited, "waiting for the control plane to answer")
 		}
 		if err != nil {
 			switch {
@@ -248,7 +295,7 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 		s.metrics.attempts.WithLabelValues(providerName(lease.Provider), statusClass(int(o.Status)), shortClass(o.Class)).Inc()
 		d := s.release(actx, in, lease, o, admitted)
 		endAttemptSpan(span, o, d)
-		rec.AttemptRecords = append(rec.AttemptRecords, &weirv1.AttemptRecord{
+		rt.addRecord(&weirv1.AttemptRecord{
 			At: durationpb.New(at), AccountId: lease.AccountId, Class: o.Class, Status: o.Status,
 			ErrorType: o.ErrorType, Action: d.GetAction(), Duration: o.Duration, Rung: d.GetRung(),
 		})
@@ -325,7 +372,7 @@ func (s *Server) hold(ctx context.Context, rt *routing, retryAt time.Time, backo
 		wait = holdBackoff(rt.rounds, s.cfg.Rand())
 	}
 	until, ok := holdUntil(now, rt.holdEnd, retryAt, wait)
-	if !ok || !s.sleep(ctx, rt, until.Sub(now), reason) {
+	if !ok || !s.sleep(ctx, rt, until.Sub(now), rt.changed, reason) {
 		return false
 	}
 	rt.excluded, rt.prefer, rt.round = nil, "", 0
@@ -339,19 +386,35 @@ func (s *Server) holdFor(ctx context.Context, rt *routing, d time.Duration, reas
 	if now.Add(d).After(rt.holdEnd) {
 		return false
 	}
-	return s.sleep(ctx, rt, d, reason)
+	return s.sleep(ctx, rt, d, nil, reason)
 }
 
-func (s *Server) sleep(ctx context.Context, rt *routing, d time.Duration, reason string) bool {
+// sleep waits d, or less when wake (if any) fires first: the pool changed
+// and the next round may be served. It is false when the client left.
+func (s *Server) sleep(ctx context.Context, rt *routing, d time.Duration, wake context.Context, reason string) bool {
 	start := s.cfg.Now()
-	ok := s.cfg.Sleep(ctx, d)
+	wctx := ctx
+	if wake != nil {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithCancel(ctx)
+		stop := context.AfterFunc(wake, cancel)
+		defer func() {
+			stop()
+			cancel()
+		}()
+	}
+	s.cfg.Sleep(wctx, d)
 	s.recordHold(ctx, rt, start, s.cfg.Now().Sub(start), reason)
-	return ok
+	return ctx.Err() == nil
 }
+
+// slowAcquire is how long an Acquire may take before the wait counts as
+// held time: a healthy one takes milliseconds.
+const slowAcquire = time.Second
 
 // recordHold counts a wait that began at start and lasted held.
 func (s *Server) recordHold(ctx context.Context, rt *routing, start time.Time, held time.Duration, reason string) {
-	rt.rec.AttemptRecords = append(rt.rec.AttemptRecords, &weirv1.AttemptRecord{
+	rt.addRecord(&weirv1.AttemptRecord{
 		At: durationpb.New(start.Sub(rt.in.start)), HoldReason: reason, Duration: durationpb.New(held),
 	})
 	rt.rec.HoldCount++
@@ -501,9 +564,9 @@ func jsonErrorText(err error) string {
 }
 
 // release reports the outcome and returns the control plane's decision. If
-// the control plane cannot be reached, the worker decides alone, the same
-// way for the same evidence: fail over from what another account may
-// serve, answer the rest.
+// the control plane cannot be reached, the worker acts on the outcome's
+// default action (failpolicy), the table the control plane's decide
+// starts from.
 func (s *Server) release(ctx context.Context, in *inbound, lease *weirv1.Lease, o *weirv1.Outcome, admitted time.Time) *weirv1.Decision {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
@@ -512,15 +575,7 @@ func (s *Server) release(ctx context.Context, in *inbound, lease *weirv1.Lease, 
 		return d
 	}
 	s.cfg.Logger.WarnContext(ctx, "release failed", "request_id", in.requestID, "err", err)
-	d = &weirv1.Decision{Action: weirv1.Action_ACTION_RESPOND}
-	if !o.BytesToClient {
-		switch o.Class {
-		case weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR, weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED,
-			weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED:
-			d.Action = weirv1.Action_ACTION_FAILOVER
-		}
-	}
-	return d
+	return &weirv1.Decision{Action: failpolicy.For(o)}
 }
 
 func errControlPlane() *apiError {

@@ -141,7 +141,13 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 		return attemptResult{outcome: o, failure: fail}
 	}
 	if isEventStream(resp.Header) {
-		return s.relayStream(ctx, w, resp, in, o, watch, body)
+		var served func()
+		if lease.Probe {
+			// The provider answers again: say so now, not when the stream
+			// ends minutes later, so that the breaker closes for everyone.
+			served = func() { s.pool.probeServed(lease) }
+		}
+		return s.relayStream(ctx, w, resp, in, o, watch, body, served)
 	}
 	return s.relayWhole(ctx, w, resp, in, o, watch)
 }
@@ -202,7 +208,9 @@ func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.R
 // Once committed, nothing will be replayed: the request body (in.body and
 // the attempt's copy, which the transport holds until the stream ends)
 // is let go for the rest of the stream.
-func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.Response, in *inbound, o *weirv1.Outcome, idle idleWatch, body *replayBody) attemptResult {
+//
+// served, when set, is called once output starts.
+func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.Response, in *inbound, o *weirv1.Outcome, idle idleWatch, body *replayBody, served func()) attemptResult {
 	rc := http.NewResponseController(w)
 	sc := newSSEScanner(resp.Body)
 	signal := in.sf.signal
@@ -225,6 +233,9 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 			return err
 		}
 		held = nil
+		if served != nil {
+			served()
+		}
 		return rc.Flush()
 	}
 	for {

@@ -35,7 +35,8 @@ WITH acct AS (
     RETURNING 1
 ), breaker AS (
     UPDATE overload_breakers
-    SET overloads = 0, open_until = NULL, open_count = 0, probe_until = NULL, updated_at = $1::timestamptz
+    SET overloads = 0, open_until = NULL, open_count = 0, probe_until = NULL, updated_at = $1::timestamptz,
+        seen_accounts = '{}', judged_accounts = '{}', probed_accounts = '{}'
     WHERE $5::boolean AND provider = $6::text AND family = $7::text
       AND (overloads > 0 OR open_until IS NOT NULL OR probe_until IS NOT NULL)
     RETURNING 1

@@ -8,6 +8,8 @@ package db
 import (
 	"context"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 const claimProbe = `-- name: ClaimProbe :one
@@ -38,6 +40,19 @@ func (q *Queries) ClaimProbe(ctx context.Context, arg ClaimProbeParams) (*time.T
 	return probe_until, err
 }
 
+const countServingAccounts = `-- name: CountServingAccounts :one
+SELECT count(*)::integer FROM accounts WHERE provider = $1 AND NOT paused AND broken_at IS NULL
+`
+
+// How many accounts of a provider could serve at all (not paused, not
+// broken): the breaker's measure of "every account that can serve".
+func (q *Queries) CountServingAccounts(ctx context.Context, provider string) (int32, error) {
+	row := q.db.QueryRow(ctx, countServingAccounts, provider)
+	var column_1 int32
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
 const freeProbe = `-- name: FreeProbe :exec
 UPDATE overload_breakers SET probe_until = NULL, updated_at = $1
 WHERE provider = $2 AND family = $3 AND probe_until IS NOT NULL
@@ -57,7 +72,7 @@ func (q *Queries) FreeProbe(ctx context.Context, arg FreeProbeParams) error {
 }
 
 const getBreaker = `-- name: GetBreaker :one
-SELECT provider, family, overloads, window_start, open_until, open_count, probe_until, updated_at FROM overload_breakers WHERE provider = $1 AND family = $2
+SELECT provider, family, overloads, window_start, open_until, open_count, probe_until, updated_at, seen_accounts, judged_accounts, probed_accounts FROM overload_breakers WHERE provider = $1 AND family = $2
 `
 
 type GetBreakerParams struct {
@@ -77,12 +92,15 @@ func (q *Queries) GetBreaker(ctx context.Context, arg GetBreakerParams) (Overloa
 		&i.OpenCount,
 		&i.ProbeUntil,
 		&i.UpdatedAt,
+		&i.SeenAccounts,
+		&i.JudgedAccounts,
+		&i.ProbedAccounts,
 	)
 	return i, err
 }
 
 const lockBreaker = `-- name: LockBreaker :one
-SELECT provider, family, overloads, window_start, open_until, open_count, probe_until, updated_at FROM overload_breakers WHERE provider = $1 AND family = $2 FOR UPDATE
+SELECT provider, family, overloads, window_start, open_until, open_count, probe_until, updated_at, seen_accounts, judged_accounts, probed_accounts FROM overload_breakers WHERE provider = $1 AND family = $2 FOR UPDATE
 `
 
 type LockBreakerParams struct {
@@ -102,15 +120,23 @@ func (q *Queries) LockBreaker(ctx context.Context, arg LockBreakerParams) (Overl
 		&i.OpenCount,
 		&i.ProbeUntil,
 		&i.UpdatedAt,
+		&i.SeenAccounts,
+		&i.JudgedAccounts,
+		&i.ProbedAccounts,
 	)
 	return i, err
 }
 
 const putBreaker = `-- name: PutBreaker :exec
-INSERT INTO overload_breakers (provider, family, overloads, window_start, open_until, open_count, probe_until, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+INSERT INTO overload_breakers (provider, family, overloads, window_start, open_until, open_count, probe_until, updated_at,
+    seen_accounts, judged_accounts, probed_accounts)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
+    $9::uuid[], $10::uuid[], $11::uuid[])
 ON CONFLICT (provider, family) DO UPDATE SET
     overloads = EXCLUDED.overloads,
+    seen_accounts = EXCLUDED.seen_accounts,
+    judged_accounts = EXCLUDED.judged_accounts,
+    probed_accounts = EXCLUDED.probed_accounts,
     window_start = EXCLUDED.window_start,
     open_until = EXCLUDED.open_until,
     open_count = EXCLUDED.open_count,
@@ -119,14 +145,17 @@ ON CONFLICT (provider, family) DO UPDATE SET
 `
 
 type PutBreakerParams struct {
-	Provider    string
-	Family      string
-	Overloads   int32
-	WindowStart time.Time
-	OpenUntil   *time.Time
-	OpenCount   int32
-	ProbeUntil  *time.Time
-	Now         time.Time
+	Provider       string
+	Family         string
+	Overloads      int32
+	WindowStart    time.Time
+	OpenUntil      *time.Time
+	OpenCount      int32
+	ProbeUntil     *time.Time
+	Now            time.Time
+	SeenAccounts   []uuid.UUID
+	JudgedAccounts []uuid.UUID
+	ProbedAccounts []uuid.UUID
 }
 
 func (q *Queries) PutBreaker(ctx context.Context, arg PutBreakerParams) error {
@@ -139,13 +168,17 @@ func (q *Queries) PutBreaker(ctx context.Context, arg PutBreakerParams) error {
 		arg.OpenCount,
 		arg.ProbeUntil,
 		arg.Now,
+		arg.SeenAccounts,
+		arg.JudgedAccounts,
+		arg.ProbedAccounts,
 	)
 	return err
 }
 
 const resetBreaker = `-- name: ResetBreaker :exec
 UPDATE overload_breakers
-SET overloads = 0, open_until = NULL, open_count = 0, probe_until = NULL, updated_at = $1
+SET overloads = 0, open_until = NULL, open_count = 0, probe_until = NULL, updated_at = $1,
+    seen_accounts = '{}', judged_accounts = '{}', probed_accounts = '{}'
 WHERE provider = $2 AND family = $3
   AND (overloads > 0 OR open_until IS NOT NULL OR probe_until IS NOT NULL)
 `

@@ -125,14 +125,17 @@ type ModelAlias struct {
 }
 
 type OverloadBreaker struct {
-	Provider    string
-	Family      string
-	Overloads   int32
-	WindowStart time.Time
-	OpenUntil   *time.Time
-	OpenCount   int32
-	ProbeUntil  *time.Time
-	UpdatedAt   time.Time
+	Provider       string
+	Family         string
+	Overloads      int32
+	WindowStart    time.Time
+	OpenUntil      *time.Time
+	OpenCount      int32
+	ProbeUntil     *time.Time
+	UpdatedAt      time.Time
+	SeenAccounts   []uuid.UUID
+	JudgedAccounts []uuid.UUID
+	ProbedAccounts []uuid.UUID
 }
 
 type ResetClaim struct {

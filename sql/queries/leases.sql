@@ -82,7 +82,8 @@ WITH acct AS (
     RETURNING 1
 ), breaker AS (
     UPDATE overload_breakers
-    SET overloads = 0, open_until = NULL, open_count = 0, probe_until = NULL, updated_at = @now::timestamptz
+    SET overloads = 0, open_until = NULL, open_count = 0, probe_until = NULL, updated_at = @now::timestamptz,
+        seen_accounts = '{}', judged_accounts = '{}', probed_accounts = '{}'
     WHERE @has_family::boolean AND provider = @provider::text AND family = @family::text
       AND (overloads > 0 OR open_until IS NOT NULL OR probe_until IS NOT NULL)
     RETURNING 1
