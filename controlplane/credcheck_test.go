@@ -29,6 +29,15 @@ func (e *env) sealElsewhere(id, plaintext string, refresh bool) {
 	}
 }
 
+// unreadableAccount creates an account whose credential no replica of
+// the test opens.
+func (e *env) unreadableAccount(a acct) *weirv1.Account {
+	e.t.Helper()
+	created, cred := e.createAccount(a)
+	e.sealElsewhere(created.Id, cred, false)
+	return created
+}
+
 // withKeys starts another replica over e's database holding current and
 // previous instead of e's keys.
 func (e *env) withKeys(current []byte, previous ...[]byte) *env {
@@ -129,16 +138,14 @@ func TestStartMarksUnreadable(t *testing.T) {
 	ctx := t.Context()
 	_, keyHash := e.createKey("")
 	e.createAccount(acct{label: "good"})
-	lost, lostCred := e.createAccount(acct{label: "lost-access", priority: 10})
-	e.sealElsewhere(lost.Id, lostCred, false)
+	lost := e.unreadableAccount(acct{label: "lost-access", priority: 10})
 	access, refresh := oauthToken(), refreshToken()
 	e.secrets.add(access)
 	e.secrets.add(refresh)
 	max, _ := e.createAccount(acct{label: "lost-refresh", kind: weirv1.AuthKind_AUTH_KIND_OAUTH, priority: 10,
 		credential: oauthJSON(access, refresh, e.clock.Now().Add(time.Hour))})
 	e.sealElsewhere(max.Id, refresh, true)
-	already, alreadyCred := e.createAccount(acct{label: "already-broken"})
-	e.sealElsewhere(already.Id, alreadyCred, false)
+	already := e.unreadableAccount(acct{label: "already-broken"})
 	if _, err := e.pool.Exec(ctx, `UPDATE accounts SET broken_at = $2, broken_reason = 'rejected' WHERE id = $1`, already.Id, e.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -219,8 +226,7 @@ func TestReenteredCredentialClearsUnreadable(t *testing.T) {
 	ctx := t.Context()
 	_, keyHash := e.createKey("")
 	e.createAccount(acct{label: "good"})
-	lost, lostCred := e.createAccount(acct{label: "lost", priority: 10})
-	e.sealElsewhere(lost.Id, lostCred, false)
+	lost := e.unreadableAccount(acct{label: "lost", priority: 10})
 	if err := e.srv.settleCredentials(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -274,8 +280,7 @@ func TestAcquireUnreadable(t *testing.T) {
 		t.Errorf("%d leases left behind", n)
 	}
 
-	lost, lostCred := e.createAccount(acct{label: "lost", priority: 10})
-	e.sealElsewhere(lost.Id, lostCred, false)
+	lost := e.unreadableAccount(acct{label: "lost", priority: 10})
 	rev := e.accountRow(lost.Id).CredentialRevision
 	if l := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash}); l.AccountId == lost.Id {
 		t.Fatal("leased the unreadable account")
