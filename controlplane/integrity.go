@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"connectrpc.com/connect"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -21,21 +22,47 @@ import (
 // under its successor, or a corrupted row. It returns
 // labels only; nothing it opened leaves this function.
 func (s *Server) CheckCredentials(ctx context.Context) ([]string, error) {
+	c, err := s.openSealed(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return labels(c.unreadable), nil
+}
+
+// sealedRef names an account's credential at one revision, nothing secret.
+type sealedRef struct {
+	id       uuid.UUID
+	label    string
+	revision int64
+}
+
+// sealedCheck is what opening every stored credential found.
+type sealedCheck struct {
+	opened, unreadable []sealedRef
+}
+
+// openSealed tries every account's sealed credential and refresh token
+// with this replica's keys and sorts the accounts into those that open
+// and those that do not, by label.
+func (s *Server) openSealed(ctx context.Context) (sealedCheck, error) {
 	rows, err := s.q.SealedCredentials(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("sealed credentials: %w", err)
+		return sealedCheck{}, fmt.Errorf("sealed credentials: %w", err)
 	}
-	unreadable := []string{}
+	var c sealedCheck
 	for _, r := range rows {
 		_, err := s.seal.open(r.ID, r.CredentialRevision, r.CredentialSealed)
 		if err == nil && r.RefreshSealed != nil {
 			_, err = s.seal.openRefresh(r.ID, r.CredentialRevision, r.RefreshSealed)
 		}
+		ref := sealedRef{id: r.ID, label: r.Label, revision: r.CredentialRevision}
 		if err != nil {
-			unreadable = append(unreadable, r.Label)
+			c.unreadable = append(c.unreadable, ref)
+		} else {
+			c.opened = append(c.opened, ref)
 		}
 	}
-	return unreadable, nil
+	return c, nil
 }
 
 // integrityMetrics counts the integrity check's findings.

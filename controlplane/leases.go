@@ -225,6 +225,9 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		}
 	}
 	v := first
+	// unreadable are the candidates whose credential did not open here.
+	unreadable := map[uuid.UUID]bool{}
+	var unopened []sealedRef
 	for attempt := range claimAttempts {
 		now := l.s.now()
 		if attempt > 0 {
@@ -238,7 +241,7 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		// A pinned key routes among its pinned accounts only: a session
 		// bound to another account is not followed there.
 		rr := routeRequest{model: m.Model, surface: m.Surface, breakerOpen: breakerOpen,
-			exclude: exclude, sessionAccount: v.session, preferAccount: prefer}
+			exclude: exclude, unreadable: unreadable, sessionAccount: v.session, preferAccount: prefer}
 		order, none := route(key.pinnedOnly(v.cands), withAvoided(rr, avoid), now)
 		if none != nil && avoid != nil {
 			// Every account left was probed already: round the pool again.
@@ -252,14 +255,26 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 			lease, err := l.claim(ctx, c, key.id, m, now, reusable(m), probing[c.account.Provider])
 			if errors.Is(err, errUnseal) {
 				// Unusable until an operator re-enters the credential under
-				// this key; the rest of the pool can still serve.
-				exclude[c.account.ID] = true
+				// this key; the rest of the pool can still serve. When none
+				// of it can, the answer is permanent (route).
+				unreadable[c.account.ID] = true
+				unopened = append(unopened, sealedRef{id: c.account.ID, label: c.account.Label, revision: c.account.CredentialRevision})
 				continue
 			}
 			if err != nil {
 				return nil, l.s.fail(ctx, "acquire", err)
 			}
 			if lease != nil {
+				if len(unopened) > 0 {
+					// This replica opened a credential, so its keys are
+					// right: those it could not open are marked broken and
+					// the next Acquire does not try them (the rule in
+					// credcheck.go). Opening none proves nothing: the
+					// periodic check decides then.
+					if err := l.s.markUnreadable(ctx, unopened); err != nil {
+						l.s.log.ErrorContext(ctx, "acquire", "err", err)
+					}
+				}
 				return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_Lease{Lease: lease}}, nil
 			}
 		}

@@ -121,8 +121,11 @@ type routeRequest struct {
 	surface weirv1.Surface
 	// breakerOpen are the providers whose overload breaker keeps this
 	// request away (another provider of the surface may still serve).
-	breakerOpen    map[string]bool
-	exclude        map[uuid.UUID]bool
+	breakerOpen map[string]bool
+	exclude     map[uuid.UUID]bool
+	// unreadable are the accounts whose credential this Acquire could not
+	// open: out of the pool, like a broken account.
+	unreadable     map[uuid.UUID]bool
 	sessionAccount uuid.UUID // uuid.Nil when the session is unbound
 	// preferAccount goes first when eligible: a retry after an overload
 	// returns to the account that has the conversation's prompt cache.
@@ -175,6 +178,7 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 		gated                                   int // cooling for the request's family only
 		recoverable                             int // could serve again without an operator
 		rejected                                int // holding a rejected credential
+		unreadable                              int // holding a credential this replica cannot open
 		soonest                                 time.Time
 	)
 	for _, c := range cands {
@@ -185,6 +189,10 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 		serving++
 		if a.Paused || a.BrokenAt != nil {
 			disabled++
+			continue
+		}
+		if req.unreadable[a.ID] {
+			unreadable++
 			continue
 		}
 		back, coolingNow, transient := c.blockedUntil(now)
@@ -238,18 +246,35 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 		if none.Permanent {
 			none.Message += " with rejected credentials"
 		}
+	case unreadable > 0:
+		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_DISABLED
+		none.Message = fmt.Sprintf("no account can serve: %d with a credential this control plane cannot decrypt", unreadable)
+		if disabled > 0 {
+			none.Message += fmt.Sprintf(", %d paused or broken", disabled)
+		}
 	default:
 		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_DISABLED
 		none.Message = fmt.Sprintf("all %d accounts are paused or broken", disabled)
 	}
 	if none.Permanent && rejected > 0 {
 		none.Message = fmt.Sprintf("no account can serve until an operator acts: %d paused or broken, %d with a credential the upstream rejected", disabled, rejected)
+		if unreadable > 0 {
+			none.Message += fmt.Sprintf(", %d with a credential this control plane cannot decrypt", unreadable)
+		}
+	}
+	if none.Permanent && unreadable > 0 {
+		none.Message += unreadableFix
 	}
 	if none.RetryAt != nil && none.Reason != weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY {
 		none.Message += "; the first recovers at " + none.RetryAt.AsTime().UTC().Format(time.RFC3339)
 	}
 	return nil, none
 }
+
+// unreadableFix ends a permanent answer when credentials do not open: the
+// cause and what an operator does about it.
+const unreadableFix = " (WEIR_SECRET_KEY is not the key they were sealed with: set that key as WEIR_SECRET_KEY," +
+	" or add it to WEIR_SECRET_KEY_PREVIOUS and run 'weir secrets rotate'; or re-enter the credentials)"
 
 // blockedUntil says whether the account is cooling for this request (a
 // live cooldown, a live gate for the request's family, or a usage view
@@ -366,7 +391,7 @@ func quotaBlock(cands []candidate, req routeRequest, now time.Time) *weirv1.Quot
 	)
 	for _, c := range cands {
 		a := c.account
-		if !serves(a.Provider, req.surface) || req.breakerOpen[a.Provider] || a.Paused || a.BrokenAt != nil {
+		if !serves(a.Provider, req.surface) || req.breakerOpen[a.Provider] || a.Paused || a.BrokenAt != nil || req.unreadable[a.ID] {
 			continue
 		}
 		if _, blocked, transient := c.blockedUntil(now); blocked && !transient {

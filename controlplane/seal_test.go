@@ -120,7 +120,9 @@ func TestCopiedCiphertextIsUnusable(t *testing.T) {
 
 // TestWrongSecretKey: a replica with another SecretKey cannot open the
 // credentials the first sealed; Acquire skips those accounts (no lease, no
-// wrong credential, no panic) and still serves accounts it can read.
+// wrong credential, no panic) and still serves accounts it can read,
+// marking broken the ones it could not open. Each replica's check then
+// mends what it opens and marks what it does not.
 func TestWrongSecretKey(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -151,8 +153,15 @@ func TestWrongSecretKey(t *testing.T) {
 	if l.AccountId != b.Id || l.Credential != credB {
 		t.Fatalf("lease on %s, want sealed-by-b with its own credential", l.AccountLabel)
 	}
-	// And the first replica still reads its own.
-	e.pause(b.Id)
+	if got := e.brokenReasons(); len(got) != 1 || got["sealed-by-a"] != unreadableReason {
+		t.Fatalf("broken after the lease on sealed-by-b: %v", got)
+	}
+	// And the first replica still reads its own: its check mends it (and
+	// marks the one it cannot open).
+	if err := e.srv.settleCredentials(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	e.wantUnreadable("after the first replica's check", "sealed-by-b")
 	if l := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash}); l.AccountId != a.Id || l.Credential != credA {
 		t.Fatalf("the original replica lost its credential")
 	}

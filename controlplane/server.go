@@ -39,6 +39,8 @@ type Server struct {
 	river   *river.Client[pgx.Tx]
 	// watch feeds WatchPool from Postgres notifications.
 	watch *poolWatch
+	// creds checks the stored credentials with this replica's keys.
+	creds credentialWatch
 	// jitter spreads usage reads, uniform in [-1, 1).
 	jitter func() float64
 }
@@ -97,25 +99,31 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 	return s, nil
 }
 
-// Start starts the pool notification listener (WatchPool streams are
-// ready once it listens) and the River client (job workers and the
-// periodic schedule). Both run until Stop, or until ctx ends: the
-// listener then ends the WatchPool streams, so a draining server does not
-// wait on them.
+// Start checks that this replica's secret keys open the stored
+// credentials, refusing to start (a *WrongKeyError) when they open not
+// one, and starts the pool notification listener (WatchPool streams are
+// ready once it listens), the River client (job workers and the periodic
+// schedule) and the periodic credential check (credcheck.go). They run
+// until Stop, or until ctx ends: the listener then ends the WatchPool
+// streams, so a draining server does not wait on them.
 func (s *Server) Start(ctx context.Context) error {
+	if err := s.settleCredentials(ctx); err != nil {
+		return fmt.Errorf("controlplane: refusing to start: %w", err)
+	}
 	s.watch.start(ctx)
-	if s.river == nil {
-		return nil
+	if s.river != nil {
+		if err := s.river.Start(ctx); err != nil {
+			return fmt.Errorf("controlplane: start river: %w", err)
+		}
 	}
-	if err := s.river.Start(ctx); err != nil {
-		return fmt.Errorf("controlplane: start river: %w", err)
-	}
+	s.startCredentialWatch(ctx)
 	return nil
 }
 
-// Stop stops the listener, ending every WatchPool stream, and River,
-// letting running jobs finish until ctx ends.
+// Stop stops the credential check and the listener, ending every
+// WatchPool stream, and River, letting running jobs finish until ctx ends.
 func (s *Server) Stop(ctx context.Context) error {
+	s.stopCredentialWatch()
 	s.watch.stop()
 	if s.river == nil {
 		return nil

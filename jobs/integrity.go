@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -160,10 +162,20 @@ func RunIntegrityCheck(ctx context.Context, d Deps) ([]Finding, error) {
 		if err != nil {
 			return nil, fmt.Errorf("integrity: check credentials: %w", err)
 		}
-		f := Finding{Kind: FindingUnreadableCredential, Action: ActionReported, Count: int64(len(unreadable))}
+		f := Finding{Kind: FindingUnreadableCredential, Action: ActionReported}
 		for _, label := range unreadable {
 			f.Accounts = append(f.Accounts, FindingAccount{Label: label, Reason: "sealed credential does not open with the current secret key"})
 		}
+		// Every replica checks with its own keys and marks broken what it
+		// cannot open (controlplane/credcheck.go): those marks are findings
+		// too, though this replica's keys may open them.
+		for _, b := range broken {
+			if strings.HasPrefix(b.Reason, FindingUnreadableCredential) && !slices.Contains(unreadable, b.Label) {
+				f.Accounts = append(f.Accounts, FindingAccount{Label: b.Label, Reason: "marked broken by a control plane whose secret keys do not open it"})
+			}
+		}
+		slices.SortFunc(f.Accounts, func(a, b FindingAccount) int { return strings.Compare(a.Label, b.Label) })
+		f.Count = int64(len(f.Accounts))
 		findings = append(findings, f)
 	}
 

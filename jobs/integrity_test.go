@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -425,5 +426,35 @@ func TestIntegrityCheckFails(t *testing.T) {
 	}
 	if n := f.scalar(t, `SELECT count(*) FROM integrity_reports`).(int64); n != 0 {
 		t.Errorf("%d reports stored by a failed run", n)
+	}
+}
+
+// TestIntegrityReportsReplicaMarks: the unreadable_credential finding
+// names, besides what this replica's keys cannot open, the accounts
+// another replica marked broken for an unreadable credential (every
+// replica checks with its own keys), each once, by label.
+func TestIntegrityReportsReplicaMarks(t *testing.T) {
+	t.Parallel()
+	f := setupIntegrity(t, fakeCreds{labels: []string{"both", "here"}})
+	mark := func(label, reason string) {
+		f.exec(t, `UPDATE accounts SET broken_at = $2, broken_reason = $3 WHERE id = $1`, f.account(t, label), now, reason)
+	}
+	f.account(t, "here")
+	mark("both", "unreadable_credential: sealed elsewhere")
+	mark("elsewhere", "unreadable_credential: sealed elsewhere")
+	mark("rejected", "credential rejected by the upstream")
+
+	u := f.run(t)[FindingUnreadableCredential]
+	var got []string
+	for _, a := range u.Accounts {
+		got = append(got, a.Label+": "+a.Reason)
+	}
+	want := []string{
+		"both: sealed credential does not open with the current secret key",
+		"elsewhere: marked broken by a control plane whose secret keys do not open it",
+		"here: sealed credential does not open with the current secret key",
+	}
+	if u.Count != 3 || !slices.Equal(got, want) {
+		t.Errorf("unreadable finding: count %d, %q; want %q", u.Count, got, want)
 	}
 }

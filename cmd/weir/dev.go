@@ -198,7 +198,11 @@ func runDev(ctx context.Context, args []string, e env) error {
 		return fmt.Errorf("weir dev: %w", err)
 	}
 	defer stopDPTracing()
-	goRun("control plane", cpCtx, func(c context.Context) error { return serveControlPlane(c, cpCfg, pool, cpLn, nil, log) })
+	cp, err := startControlPlane(cpCtx, cpCfg, pool)
+	if err != nil {
+		return fmt.Errorf("weir dev: %w", err)
+	}
+	goRun("control plane", cpCtx, func(c context.Context) error { return serveControlPlane(c, cp, cpLn, nil, log) })
 	simURL := ""
 	if *simulate {
 		simURL = "http://" + simLn.Addr().String()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -187,4 +188,77 @@ func TestPreviousSecretKeysConfig(t *testing.T) {
 func keyIDOf(hexKey string) string {
 	k, _ := controlplane.ParseSecretKey(hexKey)
 	return controlplane.KeyID(k)
+}
+
+// TestControlPlaneStartChecksKey: `weir controlplane` and `weir dev` over
+// an empty pool start with any key; over credentials sealed under another
+// key they exit non-zero before serving, saying the key is not the one
+// that sealed them and how to fix it; over a pool where some open and
+// others do not, the control plane starts and `weir status` names the
+// accounts it cannot open as broken. No key or credential is printed.
+func TestControlPlaneStartChecksKey(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewURL(t)
+	keyA, keyB, wrong := randomHex(32), randomHex(32), randomHex(32)
+	admin := "admin-" + randomHex(12)
+	vars := func(key string) map[string]string {
+		return map[string]string{"WEIR_DATABASE_URL": dbURL, "WEIR_ADMIN_TOKEN": admin,
+			"WEIR_DATAPLANE_TOKEN": "dp-" + randomHex(12), "WEIR_SECRET_KEY": key}
+	}
+	serve := func(key string) (context.CancelFunc, string) {
+		ctx, cancel := context.WithCancel(t.Context())
+		addr := "127.0.0.1:" + freePort(t)
+		startService(t, ctx, "control plane", vars(key), "http://"+addr+"/readyz", "controlplane", "--listen", addr)
+		return cancel, "http://" + addr
+	}
+
+	stop, _ := serve(wrong)
+	stop()
+
+	_, creds := sealedUnder(t, dbURL, keyA, "one", "two")
+	secrets := append([]string{keyA, keyB, wrong}, creds...)
+	for name, args := range map[string][]string{
+		"controlplane": {"controlplane", "--listen", "127.0.0.1:0"},
+		"dev":          {"dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--controlplane-listen", "127.0.0.1:0"},
+	} {
+		e, out, errOut := testEnv(vars(wrong), "")
+		err := run(t.Context(), args, e)
+		if err == nil || exitCode(err) != 1 {
+			t.Fatalf("%s with the wrong key: %v (exit %d)\n%s", name, err, exitCode(err), errOut.String())
+		}
+		for _, want := range []string{"refusing to start", "WEIR_SECRET_KEY (key id " + keyIDOf(wrong) + ") is not the key these credentials were sealed with",
+			"none of the 2 stored account credential(s)", "add it to WEIR_SECRET_KEY_PREVIOUS and run 'weir secrets rotate'"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: %q does not say %q", name, err, want)
+			}
+		}
+		if strings.Contains(errOut.String(), "listening") || strings.Contains(out.String(), "weir dev is running") {
+			t.Errorf("%s served before refusing:\n%s%s", name, out, errOut)
+		}
+		for _, s := range secrets {
+			if strings.Contains(out.String()+errOut.String()+err.Error(), s) {
+				t.Errorf("%s: a key or credential was printed", name)
+			}
+		}
+	}
+
+	_, lost := sealedUnder(t, dbURL, keyB, "lost")
+	stop, url := serve(keyA)
+	defer stop()
+	e, out, errOut := testEnv(map[string]string{"WEIR_CONTROLPLANE_URL": url, "WEIR_ADMIN_TOKEN": admin}, "")
+	if err := run(t.Context(), []string{"status"}, e); err != nil {
+		t.Fatalf("weir status: %v\n%s", err, errOut)
+	}
+	var line string
+	for l := range strings.Lines(out.String()) {
+		if strings.Contains(l, "lost") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "broken") || !strings.Contains(line, "unreadable_credential") {
+		t.Errorf("weir status does not name lost as broken for an unreadable credential:\n%s", out)
+	}
+	if strings.Contains(out.String(), lost[0]) {
+		t.Error("weir status printed a credential")
+	}
 }

@@ -260,25 +260,36 @@ func runControlPlane(ctx context.Context, args []string, e env) error {
 	if err := migrate.Up(ctx, pool); err != nil {
 		return err
 	}
+	cp, err := startControlPlane(ctx, cfg, pool)
+	if err != nil {
+		return fmt.Errorf("weir controlplane: %w", err)
+	}
 	ln, err := listen(*addr, "control plane")
 	if err != nil {
-		return err
+		return errors.Join(err, cp.Stop(ctx))
 	}
 	log.Info("control plane listening", "addr", ln.Addr().String(), "tls", tc != nil, "lease_client_cert", requireClientCert)
-	return serveControlPlane(ctx, cfg, pool, ln, tc, log)
+	return serveControlPlane(ctx, cp, ln, tc, log)
 }
 
-// serveControlPlane runs one replica until ctx ends, over TLS when tc is
-// set.
-func serveControlPlane(ctx context.Context, cfg controlplane.Config, pool *pgxpool.Pool, ln net.Listener, tc *tls.Config, log *slog.Logger) error {
+// startControlPlane builds a replica and starts it. It refuses to start,
+// before it serves anything, when its secret keys open none of the stored
+// credentials (controlplane.WrongKeyError).
+func startControlPlane(ctx context.Context, cfg controlplane.Config, pool *pgxpool.Pool) (*controlplane.Server, error) {
 	cp, err := controlplane.New(cfg, pool)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := cp.Start(ctx); err != nil {
-		return err
+		return nil, err
 	}
-	err = serve.Run(ctx, ln, cp.Handler(), serve.Options{Logger: log, TLS: tc})
+	return cp, nil
+}
+
+// serveControlPlane serves a started replica until ctx ends, over TLS when
+// tc is set, then stops it.
+func serveControlPlane(ctx context.Context, cp *controlplane.Server, ln net.Listener, tc *tls.Config, log *slog.Logger) error {
+	err := serve.Run(ctx, ln, cp.Handler(), serve.Options{Logger: log, TLS: tc})
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	return errors.Join(err, cp.Stop(sctx))

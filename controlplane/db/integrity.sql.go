@@ -151,6 +151,49 @@ func (q *Queries) LastIntegrityReport(ctx context.Context) (IntegrityReport, err
 	return i, err
 }
 
+const markCredentialsUnreadable = `-- name: MarkCredentialsUnreadable :many
+UPDATE accounts a SET broken_at = $1::timestamptz, broken_reason = $2::text
+FROM ROWS FROM (unnest($3::uuid[]), unnest($4::bigint[])) AS r(id, revision)
+WHERE a.id = r.id AND a.credential_revision = r.revision AND a.broken_at IS NULL
+RETURNING a.label
+`
+
+type MarkCredentialsUnreadableParams struct {
+	Now       time.Time
+	Reason    string
+	Ids       []uuid.UUID
+	Revisions []int64
+}
+
+// Marks broken, with @reason, the accounts whose credential a replica
+// cannot open, each at the revision it read: a credential re-entered or
+// refreshed meanwhile is left alone, as is an account already broken for
+// another reason (controlplane/credcheck.go).
+func (q *Queries) MarkCredentialsUnreadable(ctx context.Context, arg MarkCredentialsUnreadableParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, markCredentialsUnreadable,
+		arg.Now,
+		arg.Reason,
+		arg.Ids,
+		arg.Revisions,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var label string
+		if err := rows.Scan(&label); err != nil {
+			return nil, err
+		}
+		items = append(items, label)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const markIdleRecoveryProbes = `-- name: MarkIdleRecoveryProbes :execrows
 UPDATE accounts a SET recovery_probe_seen_at = $1::timestamptz
 WHERE a.recovery_probe
@@ -167,6 +210,41 @@ func (q *Queries) MarkIdleRecoveryProbes(ctx context.Context, now time.Time) (in
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const mendCredentialsReadable = `-- name: MendCredentialsReadable :many
+UPDATE accounts a SET broken_at = NULL, broken_reason = NULL
+FROM ROWS FROM (unnest($2::uuid[]), unnest($3::bigint[])) AS r(id, revision)
+WHERE a.id = r.id AND a.credential_revision = r.revision AND starts_with(a.broken_reason, $1::text)
+RETURNING a.label
+`
+
+type MendCredentialsReadableParams struct {
+	Kind      string
+	Ids       []uuid.UUID
+	Revisions []int64
+}
+
+// Clears the mark above from the accounts whose credential a replica
+// opens, at the revision it opened: another replica lacked the key.
+func (q *Queries) MendCredentialsReadable(ctx context.Context, arg MendCredentialsReadableParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, mendCredentialsReadable, arg.Kind, arg.Ids, arg.Revisions)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var label string
+		if err := rows.Scan(&label); err != nil {
+			return nil, err
+		}
+		items = append(items, label)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const pruneIntegrityReports = `-- name: PruneIntegrityReports :execrows

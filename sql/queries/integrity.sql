@@ -68,6 +68,24 @@ ORDER BY label;
 SELECT id, label, credential_revision, credential_sealed, refresh_sealed
 FROM accounts ORDER BY label;
 
+-- Marks broken, with @reason, the accounts whose credential a replica
+-- cannot open, each at the revision it read: a credential re-entered or
+-- refreshed meanwhile is left alone, as is an account already broken for
+-- another reason (controlplane/credcheck.go).
+-- name: MarkCredentialsUnreadable :many
+UPDATE accounts a SET broken_at = @now::timestamptz, broken_reason = @reason::text
+FROM ROWS FROM (unnest(@ids::uuid[]), unnest(@revisions::bigint[])) AS r(id, revision)
+WHERE a.id = r.id AND a.credential_revision = r.revision AND a.broken_at IS NULL
+RETURNING a.label;
+
+-- Clears the mark above from the accounts whose credential a replica
+-- opens, at the revision it opened: another replica lacked the key.
+-- name: MendCredentialsReadable :many
+UPDATE accounts a SET broken_at = NULL, broken_reason = NULL
+FROM ROWS FROM (unnest(@ids::uuid[]), unnest(@revisions::bigint[])) AS r(id, revision)
+WHERE a.id = r.id AND a.credential_revision = r.revision AND starts_with(a.broken_reason, @kind::text)
+RETURNING a.label;
+
 -- name: InsertIntegrityReport :one
 INSERT INTO integrity_reports (ran_at, findings) VALUES (@ran_at, @findings)
 RETURNING id;
