@@ -177,21 +177,34 @@ func (s *Server) AddFaults(name string, faults ...Fault) error {
 }
 
 // takeFault consumes one attempt of the first queued fault of a that
-// applies to model.
+// applies to model. A timed fault that has run out is consumed on the way,
+// whatever its model, and a For fault begins its time at its first
+// attempt.
 func (s *Server) takeFault(a *account, model string) (Fault, bool) {
+	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i, f := range a.faults {
+	for i := 0; i < len(a.faults); i++ {
+		f := &a.faults[i]
+		if f.expired(now) {
+			a.faults = slices.Delete(a.faults, i, i+1)
+			i--
+			continue
+		}
 		if f.Model != "" && f.Model != model {
 			continue
 		}
+		if f.For > 0 && f.ends.IsZero() {
+			f.ends = now.Add(time.Duration(f.For))
+		}
+		taken := f.normalized()
 		if f.Times > 0 {
-			a.faults[i].Times--
-			if a.faults[i].Times == 0 {
+			f.Times--
+			if f.Times == 0 {
 				a.faults = slices.Delete(a.faults, i, i+1)
 			}
 		}
-		return f.normalized(), true
+		return taken, true
 	}
 	return Fault{}, false
 }
@@ -214,7 +227,10 @@ func (s *Server) script() Script {
 			Faults:              []Fault{},
 		}
 		for _, f := range a.faults {
-			as.Faults = append(as.Faults, f.normalized())
+			if f.expired(now) {
+				continue
+			}
+			as.Faults = append(as.Faults, f.scripted())
 		}
 		if a.windows != nil {
 			a.windows.roll(now)

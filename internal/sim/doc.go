@@ -224,10 +224,24 @@
 //	  ]
 //	}
 //
+// # How long a fault lasts
+//
+// A fault applies to "times" attempts (0 means 1, -1 means forever), or
+// for a time instead: "for" (a Go duration such as "60s") makes it answer
+// every matching attempt from the first one it applies to until that long
+// has passed on the sim clock, and "until" (RFC 3339) every matching
+// attempt until that time on the sim clock. Then it is consumed, and the
+// next fault in the queue applies. At most one of times, for and until may
+// be set. GET /_sim/script shows a begun for as the until it ends at, and
+// leaves out faults whose time is over. A 60-second overload storm, then
+// a rate limit until a fixed time:
+//
+//	[{"kind": "overloaded", "for": "60s"}, {"kind": "rate_limit", "until": "2026-03-04T11:00:00Z"}]
+//
 // # Time
 //
-// Windows, token expiry, grant expiry and the usage read limit all run on
-// Config.Now. With Config.ManualClock the simulator keeps its own virtual
+// Windows, token expiry, grant expiry, timed faults and the usage read
+// limit all run on Config.Now. With Config.ManualClock the simulator keeps its own virtual
 // time, starting at Config.Now(), that moves only with Server.Advance or
 // POST /_sim/clock {"advance":"2h"} (409 without a manual clock), so that a
 // test can cross a weekly reset without waiting. GET

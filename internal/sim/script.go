@@ -54,8 +54,8 @@ type AccountScript struct {
 	FiveHourUtilization float64 `json:"five_hour_utilization"`
 	SevenDayUtilization float64 `json:"seven_day_utilization"`
 	// Faults are consumed in order, one per /v1/messages (or Responses or
-	// Chat Completions) attempt (each
-	// applying to Times attempts). A fault scoped to a model is skipped, not
+	// Chat Completions) attempt (each applying to Times attempts, or for
+	// For or until Until). A fault scoped to a model is skipped, not
 	// consumed, by requests for other models.
 	Faults []Fault `json:"faults"`
 
@@ -131,9 +131,17 @@ var faultKinds = []string{
 type Fault struct {
 	// Kind is one of the Fault* constants.
 	Kind string `json:"kind"`
-	// Times is how many attempts the fault applies to; 0 means 1; -1 means
-	// forever.
+	// Times is how many attempts the fault applies to; 0 means 1 (unless
+	// For or Until is set); -1 means forever.
 	Times int `json:"times"`
+	// For, instead of Times, makes the fault apply to every matching
+	// attempt for this long, counted on the sim clock from the first
+	// attempt it applies to; then it is consumed.
+	For Duration `json:"for,omitempty"`
+	// Until, instead of Times, makes the fault apply to every matching
+	// attempt until this time on the sim clock (RFC 3339); then it is
+	// consumed.
+	Until time.Time `json:"until,omitzero"`
 	// RetryAfter is sent as retry-after (seconds) with rate_limit,
 	// overloaded and unavailable; 0 sends no header. For
 	// usage_limit_reached and usage_limit_event it is resets_in_seconds (0
@@ -163,6 +171,9 @@ type Fault struct {
 	// Malformed, for the malformed kinds, is garbage (the default),
 	// non_json_data, broken_json or no_event_name.
 	Malformed string `json:"malformed,omitempty"`
+
+	// ends is when a For fault that has begun to apply expires.
+	ends time.Time
 }
 
 // Unified claims.
@@ -282,6 +293,12 @@ func validateFaults(field string, faults []Fault) error {
 		if f.Times < -1 {
 			errs = append(errs, fmt.Errorf("%s.times: %d is invalid (0 means 1, -1 means forever)", ff, f.Times))
 		}
+		if f.For < 0 {
+			errs = append(errs, fmt.Errorf("%s.for: %v is negative", ff, time.Duration(f.For)))
+		}
+		if set := f.lifetimeFields(); len(set) > 1 {
+			errs = append(errs, fmt.Errorf("%s.%s: only one of times, for and until may be set, and this fault sets %s too", ff, set[1], set[0]))
+		}
 		if f.RetryAfter < 0 {
 			errs = append(errs, fmt.Errorf("%s.retry_after: %d is negative", ff, f.RetryAfter))
 		}
@@ -341,15 +358,54 @@ func decodeStrict(r io.Reader, v any) error {
 	return nil
 }
 
+// lifetimeFields names the fields of times, for and until that f sets.
+func (f Fault) lifetimeFields() []string {
+	var set []string
+	if f.Times != 0 {
+		set = append(set, "times")
+	}
+	if f.For != 0 {
+		set = append(set, "for")
+	}
+	if !f.Until.IsZero() {
+		set = append(set, "until")
+	}
+	return set
+}
+
+// timed reports whether f lasts for a time (For or Until) rather than a
+// number of attempts.
+func (f Fault) timed() bool {
+	return f.For != 0 || !f.Until.IsZero()
+}
+
+// expired reports whether a timed fault is over at now: a begun For past
+// its end, or an Until reached.
+func (f Fault) expired(now time.Time) bool {
+	return (!f.ends.IsZero() && !now.Before(f.ends)) || (!f.Until.IsZero() && !now.Before(f.Until))
+}
+
 // normalized returns a copy of f that owns its pointers, with Times 0
-// written as 1 so that the queue counts down uniformly.
+// written as 1 (for a fault counted in attempts) so that the queue counts
+// down uniformly.
 func (f Fault) normalized() Fault {
-	if f.Times == 0 {
+	if f.Times == 0 && !f.timed() {
 		f.Times = 1
 	}
 	if f.Unified != nil {
 		u := *f.Unified
 		f.Unified = &u
+	}
+	return f
+}
+
+// scripted is f as the script shows it: a For fault that has begun is
+// shown as the Until it ends at, so that the script says how long it has
+// left.
+func (f Fault) scripted() Fault {
+	f = f.normalized()
+	if !f.ends.IsZero() {
+		f.For, f.Until, f.ends = 0, f.ends.UTC(), time.Time{}
 	}
 	return f
 }
