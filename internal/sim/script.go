@@ -21,6 +21,17 @@ type Script struct {
 	// "key-<first 8 hex of sha256(credential)>"; when false, unknown
 	// credentials get 401.
 	AcceptUnknown bool `json:"accept_unknown"`
+	// ToolCallsPerTurn is how many tool calls a turn of a conversation
+	// gets, on requests that offer tools, before the text answer: a
+	// request is answered with a tool call while its messages since the
+	// last prompt hold fewer tool results. nil means 3; 0 answers text
+	// always. An account's own setting overrides it.
+	ToolCallsPerTurn *int `json:"tool_calls_per_turn,omitempty"`
+	// PreferTools are the tool names called first when a request offers
+	// them, in order; else its first tool is called. Empty means Bash,
+	// Read, LS, Glob, exec_command, shell_command, shell. An account's own
+	// list overrides it.
+	PreferTools []string `json:"prefer_tools,omitempty"`
 }
 
 // Account kinds.
@@ -58,6 +69,10 @@ type AccountScript struct {
 	// For or until Until). A fault scoped to a model is skipped, not
 	// consumed, by requests for other models.
 	Faults []Fault `json:"faults"`
+	// ToolCallsPerTurn and PreferTools, when set, override the script's
+	// for this account.
+	ToolCallsPerTurn *int     `json:"tool_calls_per_turn,omitempty"`
+	PreferTools      []string `json:"prefer_tools,omitempty"`
 
 	// The fields below are opt-in and valid for oauth accounts only; left
 	// out, the account behaves as it always has.
@@ -266,6 +281,7 @@ func (sc Script) Validate() error {
 			errs = append(errs, fmt.Errorf("%s.seven_day_utilization: %v is outside 0..1", field, a.SevenDayUtilization))
 		}
 		errs = append(errs, validateFaults(field+".faults", a.Faults))
+		errs = append(errs, validateToolSettings(field+".", a.ToolCallsPerTurn, a.PreferTools)...)
 		errs = append(errs, validateOAuthExtras(field, a))
 		if a.RefreshToken != "" {
 			if j, dup := refresh[a.RefreshToken]; dup {
@@ -274,6 +290,7 @@ func (sc Script) Validate() error {
 			refresh[a.RefreshToken] = i
 		}
 	}
+	errs = append(errs, validateToolSettings("", sc.ToolCallsPerTurn, sc.PreferTools)...)
 	for i, a := range sc.Accounts {
 		if j, clash := creds[a.RefreshToken]; clash && a.RefreshToken != "" {
 			errs = append(errs, fmt.Errorf("accounts[%d].refresh_token: is the credential of accounts[%d]", i, j))
