@@ -258,9 +258,9 @@
 //     response.function_call_arguments.done, response.output_item.done and
 //     response.completed with the item in its output.
 //   - /v1/chat/completions: message.tool_calls and finish_reason
-//     tool_calls; streamed, the first chunk names the call (index, id, type
-//     function, function.name, arguments ""), the next ones carry its
-//     arguments in pieces.
+//     tool_calls; streamed, after the role-only chunk one names the call
+//     (index, id, type function, function.name, arguments ""), the next
+//     ones carry its arguments in pieces.
 //
 // The tool called is the one tool_choice names, else the first of
 // prefer_tools that is offered (default Bash, Read, LS, Glob,

@@ -671,9 +671,9 @@ type chatStreamError struct {
 }
 
 // chatStream streams the reply as chat.completion.chunk data lines ending
-// with [DONE]: the text as content deltas, or the tool call (its id and
-// name in the first chunk, then its arguments in pieces, finish_reason
-// tool_calls); drop_mid_stream aborts after f.afterDeltas() deltas.
+// with [DONE]: after the role-only chunk, the text as content deltas, or
+// the tool call (its id and name, then its arguments in pieces,
+// finish_reason tool_calls); drop_mid_stream aborts after f.afterDeltas() deltas.
 // usage_limit_event and at_capacity_error_event send only an error line
 // (data: {"error":…}); at_capacity_after_output sends it after
 // f.afterDeltas() deltas. A stream with an error line has no [DONE].
@@ -708,25 +708,27 @@ func (x *exchange) chatStream(f *Fault) {
 		})
 		sw.data(string(b))
 	}
-	first, chunks, finish := chatMessage{Role: "assistant", Content: strPtr("")}, x.s.reply.chunks, "stop"
-	delta := func(c string) chatMessage { return chatMessage{Content: strPtr(c)} }
+	var deltas []chatMessage
+	finish := "stop"
 	if x.tool != nil {
-		first = chatMessage{Role: "assistant", ToolCalls: []chatToolCall{x.tool.chatHead()}}
-		chunks, finish = x.tool.pieces(len(chunks)), "tool_calls"
-		delta = func(c string) chatMessage { return chatMessage{ToolCalls: []chatToolCall{chatPiece(c)}} }
+		deltas, finish = x.tool.chatDeltas(len(x.s.reply.chunks)), "tool_calls"
+	} else {
+		for _, c := range x.s.reply.chunks {
+			deltas = append(deltas, chatMessage{Content: strPtr(c)})
+		}
 	}
-	chunk(first, nil, nil)
+	chunk(chatMessage{Role: "assistant", Content: strPtr("")}, nil, nil)
 	if x.misbehaveStream(sw, f, false, "") {
 		return
 	}
 	if f != nil {
-		chunks = chunks[:min(f.afterDeltas(), len(chunks))]
+		deltas = deltas[:min(f.afterDeltas(), len(deltas))]
 	}
-	for i, c := range chunks {
+	for i, d := range deltas {
 		if i > 0 && !pause(x.r.Context(), x.s.deltaDelay) {
 			return
 		}
-		chunk(delta(c), nil, nil)
+		chunk(d, nil, nil)
 		if sw.err != nil {
 			return
 		}

@@ -426,15 +426,17 @@ func (tc *toolCall) chatCall() chatToolCall {
 	return chatToolCall{ID: tc.callID, Type: "function", Function: chatFunctionCall{Name: tc.name, Arguments: tc.args}}
 }
 
-// chatHead is the call as a stream's first delta names it, without
-// arguments yet.
-func (tc *toolCall) chatHead() chatToolCall {
-	return chatToolCall{Index: new(int), ID: tc.callID, Type: "function", Function: chatFunctionCall{Name: tc.name}}
-}
-
-// chatPiece is a stream delta with a piece of the arguments.
-func chatPiece(piece string) chatToolCall {
-	return chatToolCall{Index: new(int), Function: chatFunctionCall{Arguments: piece}}
+// chatDeltas are the stream deltas of the call: one naming it (id, type,
+// name, no arguments yet), then the arguments in up to n pieces. The
+// role-only chunk before them is no output, so that a fault before output
+// still comes before any of the call.
+func (tc *toolCall) chatDeltas(n int) []chatMessage {
+	head := chatToolCall{Index: new(int), ID: tc.callID, Type: "function", Function: chatFunctionCall{Name: tc.name}}
+	deltas := []chatMessage{{ToolCalls: []chatToolCall{head}}}
+	for _, p := range tc.pieces(n) {
+		deltas = append(deltas, chatMessage{ToolCalls: []chatToolCall{{Index: new(int), Function: chatFunctionCall{Arguments: p}}}})
+	}
+	return deltas
 }
 
 // outputTokens is the answer's output token count: the text reply's, or

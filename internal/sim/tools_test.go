@@ -333,7 +333,7 @@ func readChatTool(t *testing.T, data []byte, stream bool) toolAnswer {
 		return toolAnswer{name: tc.Function.Name, id: tc.ID, args: *tc.Function.Arguments, outputTokens: c.Usage.CompletionTokens}
 	}
 	payloads := chatLines(t, data)
-	if len(payloads) < 4 || payloads[len(payloads)-1] != "[DONE]" {
+	if len(payloads) < 5 || payloads[len(payloads)-1] != "[DONE]" {
 		t.Fatalf("payloads %q", payloads)
 	}
 	var ans toolAnswer
@@ -346,12 +346,16 @@ func readChatTool(t *testing.T, data []byte, stream bool) toolAnswer {
 		d, finish := c.Choices[0].Delta, c.Choices[0].FinishReason
 		switch i {
 		case 0:
-			if d.Role != "assistant" || len(d.ToolCalls) != 1 || finish != nil {
-				t.Fatalf("first chunk %s", p)
+			if d.Role != "assistant" || d.ToolCalls != nil || finish != nil {
+				t.Fatalf("first chunk %s, want the role only", p)
+			}
+		case 1:
+			if d.Role != "" || len(d.ToolCalls) != 1 || finish != nil {
+				t.Fatalf("second chunk %s", p)
 			}
 			tc := d.ToolCalls[0]
 			if tc.Index == nil || *tc.Index != 0 || tc.Type != "function" || tc.Function.Name == "" || tc.Function.Arguments == nil || *tc.Function.Arguments != "" {
-				t.Errorf("first chunk %s", p)
+				t.Errorf("second chunk %s", p)
 			}
 			ans.name, ans.id = tc.Function.Name, tc.ID
 		case len(payloads) - 2:
@@ -591,7 +595,7 @@ func TestToolCallFaults(t *testing.T) {
 		{"responses at capacity after output", "codex", codexPath, chatgptHeaders(tokChatGPT), toolResponsesBody(true, codexTools, codexPrompt),
 			Fault{Kind: FaultAtCapacityAfterOutput}, []string{"response.created", "response.output_item.added", "response.function_call_arguments.delta", "response.function_call_arguments.delta", "response.failed"}},
 		{"chat at capacity after output", "oai", chatURL, openAIKeyHeaders(keyOpenAI), toolChatBody(true, chatTools, chatPrompt),
-			Fault{Kind: FaultAtCapacityAfterOutput}, []string{"head", "arguments", "arguments", "error"}},
+			Fault{Kind: FaultAtCapacityAfterOutput}, []string{"role", "head", "arguments", "error"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := b.sim.AddFaults(tc.acct, tc.fault); err != nil {
@@ -614,6 +618,8 @@ func TestToolCallFaults(t *testing.T) {
 					case ch.Error != nil:
 						got = append(got, "error")
 					case ch.Choices[0].Delta.Role == "assistant":
+						got = append(got, "role")
+					case ch.Choices[0].Delta.ToolCalls[0].ID != "":
 						got = append(got, "head")
 					default:
 						got = append(got, "arguments")
