@@ -366,16 +366,20 @@ func TestFaultsDoNotApplyToCountTokens(t *testing.T) {
 	}
 }
 
+// messageStatus is the status of a non-streamed message with key.
+func (b *bundle) messageStatus(t *testing.T, key string) int {
+	t.Helper()
+	resp, _ := b.call(t, "POST", "/v1/messages", apiKeyHeaders(key), messagesBody(sonnet, false))
+	return resp.StatusCode
+}
+
 // TestFaultFor: a fault with a duration answers every attempt from its
 // first one until the duration has passed on the sim clock, then is
 // consumed and the next fault in the queue applies.
 func TestFaultFor(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{ManualClock: true})
-	status := func() int {
-		resp, _ := b.call(t, "POST", "/v1/messages", apiKeyHeaders(keyA), messagesBody(sonnet, false))
-		return resp.StatusCode
-	}
+	status := func() int { return b.messageStatus(t, keyA) }
 	// The storm's time starts with its first attempt, not when it is queued.
 	b.advance(t, time.Hour)
 	if err := b.sim.AddFaults("key-a", Fault{Kind: FaultOverloaded, For: Duration(60 * time.Second)}, Fault{Kind: FaultAPIError}); err != nil {
@@ -397,10 +401,7 @@ func TestFaultFor(t *testing.T) {
 func TestFaultUntil(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{ManualClock: true})
-	status := func() int {
-		resp, _ := b.call(t, "POST", "/v1/messages", apiKeyHeaders(keyA), messagesBody(sonnet, false))
-		return resp.StatusCode
-	}
+	status := func() int { return b.messageStatus(t, keyA) }
 	end := testNow.Add(60 * time.Second)
 	if err := b.sim.AddFaults("key-a", Fault{Kind: FaultOverloaded, Until: end}); err != nil {
 		t.Fatal(err)
