@@ -361,7 +361,7 @@ func runSim(ctx context.Context, args []string, e env) error {
 	fs := flag.NewFlagSet("weir sim", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	addr := fs.String("listen", defaultSimAddr, "address to serve the simulated upstream on")
-	script := fs.String("script", "", "JSON script of accounts and faults (default: accept any credential)")
+	script := fs.String("script", "", "JSON script of accounts and faults, each fault lasting times attempts, for a duration or until a time (see internal/sim/doc.go; default: accept any credential)")
 	delay := fs.Duration("delta-delay", 30*time.Millisecond, "pause between streamed text deltas")
 	manual := fs.Bool("manual-clock", false, "keep virtual time that only moves on POST /_sim/clock {\"advance\":\"2h\"} (for scenario runs)")
 	if err := fs.Parse(args); err != nil {

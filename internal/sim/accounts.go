@@ -19,8 +19,9 @@ var errNoAccount = errors.New("no such account")
 const maxDiscovered = 1000
 
 // account is the live state of one scripted (or discovered) account.
-// name, kind, revoked, fiveHour and sevenDay are fixed once the account is
-// registered; every other field is guarded by Server.mu.
+// name, kind, revoked, fiveHour, sevenDay and the tool fields are fixed
+// once the account is registered; every other field is guarded by
+// Server.mu.
 type account struct {
 	name       string
 	credential string // the current access token or key; never logged
@@ -29,6 +30,12 @@ type account struct {
 	fiveHour   float64
 	sevenDay   float64
 	faults     []Fault
+
+	tools toolSettings // as resolved against the script's and the defaults
+	// scriptedToolCalls and scriptedPreferTools are the account's own
+	// tool_calls_per_turn and prefer_tools, as the script shows them.
+	scriptedToolCalls   *int
+	scriptedPreferTools []string
 
 	windows *liveWindows // nil: the static utilizations above
 	// expires is when credentials of the account stop working: one with
@@ -58,6 +65,12 @@ type registry struct {
 	usedRefresh   map[string]*account // refresh tokens a refresh used up
 	discovered    int
 	codes         map[string]*authCode // unspent authorization codes (login.go)
+
+	// tools are the script-level tool settings, which discovered accounts
+	// get; toolCalls and preferTools are them as scripted.
+	tools       toolSettings
+	toolCalls   *int
+	preferTools []string
 }
 
 // newRegistry builds the registry of sc with the wall clock; the server
@@ -69,6 +82,9 @@ func newRegistry(sc Script) *registry { return newRegistryAt(sc, time.Now()) }
 func newRegistryAt(sc Script, now time.Time) *registry {
 	reg := &registry{
 		acceptUnknown: sc.AcceptUnknown,
+		tools:         defaultToolSettings.override(sc.ToolCallsPerTurn, sc.PreferTools),
+		toolCalls:     clonePtr(sc.ToolCallsPerTurn),
+		preferTools:   slices.Clone(sc.PreferTools),
 		byCred:        map[string]*account{},
 		byName:        map[string]*account{},
 		byRefresh:     map[string]*account{},
@@ -82,6 +98,7 @@ func newRegistryAt(sc Script, now time.Time) *registry {
 			revoked:         as.Revoked,
 			fiveHour:        as.FiveHourUtilization,
 			sevenDay:        as.SevenDayUtilization,
+			tools:           reg.tools.override(as.ToolCallsPerTurn, as.PreferTools),
 			windows:         newLiveWindows(as.Windows, now),
 			expires:         map[string]time.Time{},
 			refreshToken:    as.RefreshToken,
@@ -90,6 +107,7 @@ func newRegistryAt(sc Script, now time.Time) *registry {
 			usageReadLimit:  as.UsageReadsPer10m,
 			grantResults:    map[string]string{},
 		}
+		a.scriptedToolCalls, a.scriptedPreferTools = clonePtr(as.ToolCallsPerTurn), slices.Clone(as.PreferTools)
 		if a.kind == KindChatGPT {
 			a.chatgptID = as.chatGPTAccountID()
 			a.accessLifetime = defaultChatGPTAccessLifetime
@@ -132,6 +150,7 @@ func (reg *registry) discover(cred, kind string) *account {
 	a := &account{
 		name: "key-" + hex.EncodeToString(sum[:4]), credential: cred, kind: kind,
 		expires: map[string]time.Time{}, usageReadLimit: defaultUsageReadsPer10m, grantResults: map[string]string{},
+		tools: reg.tools,
 	}
 	_, taken := reg.byName[a.name]
 	if !taken && reg.discovered < maxDiscovered {
@@ -177,21 +196,34 @@ func (s *Server) AddFaults(name string, faults ...Fault) error {
 }
 
 // takeFault consumes one attempt of the first queued fault of a that
-// applies to model.
+// applies to model. A timed fault that has run out is consumed on the way,
+// whatever its model, and a For fault begins its time at its first
+// attempt.
 func (s *Server) takeFault(a *account, model string) (Fault, bool) {
+	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i, f := range a.faults {
+	for i := 0; i < len(a.faults); i++ {
+		f := &a.faults[i]
+		if f.expired(now) {
+			a.faults = slices.Delete(a.faults, i, i+1)
+			i--
+			continue
+		}
 		if f.Model != "" && f.Model != model {
 			continue
 		}
+		if f.For > 0 && f.ends.IsZero() {
+			f.ends = now.Add(time.Duration(f.For))
+		}
+		taken := f.normalized()
 		if f.Times > 0 {
-			a.faults[i].Times--
-			if a.faults[i].Times == 0 {
+			f.Times--
+			if f.Times == 0 {
 				a.faults = slices.Delete(a.faults, i, i+1)
 			}
 		}
-		return f.normalized(), true
+		return taken, true
 	}
 	return Fault{}, false
 }
@@ -202,7 +234,10 @@ func (s *Server) script() Script {
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sc := Script{AcceptUnknown: s.reg.acceptUnknown, Accounts: []AccountScript{}}
+	sc := Script{
+		AcceptUnknown: s.reg.acceptUnknown, Accounts: []AccountScript{},
+		ToolCallsPerTurn: clonePtr(s.reg.toolCalls), PreferTools: slices.Clone(s.reg.preferTools),
+	}
 	for _, a := range s.reg.order {
 		as := AccountScript{
 			Name:                a.name,
@@ -212,9 +247,14 @@ func (s *Server) script() Script {
 			FiveHourUtilization: a.fiveHour,
 			SevenDayUtilization: a.sevenDay,
 			Faults:              []Fault{},
+			ToolCallsPerTurn:    clonePtr(a.scriptedToolCalls),
+			PreferTools:         slices.Clone(a.scriptedPreferTools),
 		}
 		for _, f := range a.faults {
-			as.Faults = append(as.Faults, f.normalized())
+			if f.expired(now) {
+				continue
+			}
+			as.Faults = append(as.Faults, f.scripted())
 		}
 		if a.windows != nil {
 			a.windows.roll(now)

@@ -53,7 +53,9 @@ func (s *Server) putScript(w http.ResponseWriter, r *http.Request) {
 }
 
 // postFaults appends faults to an account's queue and answers the
-// account's resulting state.
+// account's resulting state. Each fault lasts times attempts, or for a
+// duration or until a time (one of the three); one setting two is refused
+// with 400 naming the field.
 func (s *Server) postFaults(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	var faults []Fault

@@ -118,6 +118,10 @@ func TestControlErrors(t *testing.T) {
 		{"numeric delay", "POST", "/_sim/accounts/key-a/faults", `[{"kind":"slow_headers","delay":200}]`, 400, "duration string"},
 		{"bad fault", "POST", "/_sim/accounts/key-a/faults", `[{"kind":"rate_limit","times":-2}]`, 400, "faults[0].times"},
 		{"not a list", "POST", "/_sim/accounts/key-a/faults", `{"kind":"rate_limit"}`, 400, "decode JSON"},
+		{"times and for", "POST", "/_sim/accounts/key-a/faults", `[{"kind":"overloaded","times":2,"for":"60s"}]`, 400, "faults[0].for: only one of times, for and until may be set, and this fault sets times too"},
+		{"for and until", "PUT", "/_sim/script", `{"accounts":[{"name":"a","credential":"k1","faults":[{"kind":"overloaded","for":"1m","until":"2026-03-04T11:00:00Z"}]}]}`, 400, "accounts[0].faults[0].until: only one of times, for and until"},
+		{"negative for", "POST", "/_sim/accounts/key-a/faults", `[{"kind":"overloaded","for":"-1s"}]`, 400, "faults[0].for: -1s is negative"},
+		{"until not RFC 3339", "POST", "/_sim/accounts/key-a/faults", `[{"kind":"overloaded","until":"tomorrow"}]`, 400, "decode JSON"},
 		{"unknown endpoint", "DELETE", "/_sim/script", ``, 404, "no such control endpoint"},
 	}
 	for _, tt := range tests {

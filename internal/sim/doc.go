@@ -224,10 +224,64 @@
 //	  ]
 //	}
 //
+// # How long a fault lasts
+//
+// A fault applies to "times" attempts (0 means 1, -1 means forever), or
+// for a time instead: "for" (a Go duration such as "60s") makes it answer
+// every matching attempt from the first one it applies to until that long
+// has passed on the sim clock, and "until" (RFC 3339) every matching
+// attempt until that time on the sim clock. Then it is consumed, and the
+// next fault in the queue applies. At most one of times, for and until may
+// be set. GET /_sim/script shows a begun for as the until it ends at, and
+// leaves out faults whose time is over. A 60-second overload storm, then
+// a rate limit until a fixed time:
+//
+//	[{"kind": "overloaded", "for": "60s"}, {"kind": "rate_limit", "until": "2026-03-04T11:00:00Z"}]
+//
+// # Tool calls
+//
+// A request that offers tools the client runs (Messages tools, without a
+// server tool's versioned type; Responses and Chat Completions tools of
+// type function) is answered with a call of one of them instead of text,
+// so that an agent's turn takes several requests, each of which meets the
+// account's faults as a text answer would (tools.go):
+//
+//   - /v1/messages: one tool_use block {"type":"tool_use","id":"toolu_…",
+//     "name","input"} and stop_reason tool_use; streamed, content_block_start
+//     opens it with an empty input, input_json_delta events carry the input
+//     in partial_json pieces (the first one empty), then content_block_stop
+//     and message_delta.
+//   - the Responses paths: a function_call output item {"type":
+//     "function_call","id":"fc_…","call_id":"call_…","name","arguments"};
+//     streamed, response.output_item.added (arguments ""),
+//     response.function_call_arguments.delta pieces,
+//     response.function_call_arguments.done, response.output_item.done and
+//     response.completed with the item in its output.
+//   - /v1/chat/completions: message.tool_calls and finish_reason
+//     tool_calls; streamed, after the role-only chunk one names the call
+//     (index, id, type function, function.name, arguments ""), the next
+//     ones carry its arguments in pieces.
+//
+// The tool called is the one tool_choice names, else the first of
+// prefer_tools that is offered (default Bash, Read, LS, Glob,
+// exec_command, shell_command, shell), else the first offered; tool_choice
+// "none" gets text. Its input fills the required properties of the tool's
+// schema with harmless values: "echo weir-sim" for a command (["echo",
+// "weir-sim"] where the schema wants an array, as Codex's shell does),
+// README.md for a file path, "." for another path, "weir-sim" for other
+// strings, 1, false, the first enum value; and a description where the
+// schema has one. A turn (what follows the last user message that answers
+// no tool call) gets tool_calls_per_turn calls (default 3; 0: never): once
+// it holds that many tool results (tool_result blocks, *_call_output
+// items, role tool messages), or when the conversation does not end with a
+// user message or a tool result, the answer is the text. Both are script
+// fields, and an account's own override the script's. The output tokens of
+// a tool call count its arguments as those of text count the text.
+//
 // # Time
 //
-// Windows, token expiry, grant expiry and the usage read limit all run on
-// Config.Now. With Config.ManualClock the simulator keeps its own virtual
+// Windows, token expiry, grant expiry, timed faults and the usage read
+// limit all run on Config.Now. With Config.ManualClock the simulator keeps its own virtual
 // time, starting at Config.Now(), that moves only with Server.Advance or
 // POST /_sim/clock {"advance":"2h"} (409 without a manual clock), so that a
 // test can cross a weekly reset without waiting. GET
@@ -238,6 +292,7 @@
 //
 //	{
 //	  "accept_unknown": false,
+//	  "tool_calls_per_turn": 3,
 //	  "accounts": [
 //	    {"name": "team", "credential": "sk-ant-api03-team0000000000000000", "kind": "api_key"},
 //	    {"name": "max", "credential": "sk-ant-oat01-max00000000000000000", "kind": "oauth",

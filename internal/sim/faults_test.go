@@ -365,3 +365,98 @@ func TestFaultsDoNotApplyToCountTokens(t *testing.T) {
 		t.Errorf("messages status %d, want the queued 529", resp.StatusCode)
 	}
 }
+
+// messageStatus is the status of a non-streamed message with key.
+func (b *bundle) messageStatus(t *testing.T, key string) int {
+	t.Helper()
+	resp, _ := b.call(t, "POST", "/v1/messages", apiKeyHeaders(key), messagesBody(sonnet, false))
+	return resp.StatusCode
+}
+
+// TestFaultFor: a fault with a duration answers every attempt from its
+// first one until the duration has passed on the sim clock, then is
+// consumed and the next fault in the queue applies.
+func TestFaultFor(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{ManualClock: true})
+	status := func() int { return b.messageStatus(t, keyA) }
+	// The storm's time starts with its first attempt, not when it is queued.
+	b.advance(t, time.Hour)
+	if err := b.sim.AddFaults("key-a", Fault{Kind: FaultOverloaded, For: Duration(60 * time.Second)}, Fault{Kind: FaultAPIError}); err != nil {
+		t.Fatal(err)
+	}
+	b.advance(t, 10*time.Minute)
+	var got []int
+	for _, step := range []time.Duration{0, 0, 59900 * time.Millisecond, 100 * time.Millisecond, 0} {
+		b.advance(t, step)
+		got = append(got, status())
+	}
+	if want := []int{529, 529, 529, 500, 200}; !slices.Equal(got, want) {
+		t.Errorf("statuses at t=0, 0, 59.9s, 60s, 60s: %v, want %v", got, want)
+	}
+}
+
+// TestFaultUntil: a fault applies until its time on the sim clock; one
+// already past when it is looked at is consumed without answering.
+func TestFaultUntil(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{ManualClock: true})
+	status := func() int { return b.messageStatus(t, keyA) }
+	end := testNow.Add(60 * time.Second)
+	if err := b.sim.AddFaults("key-a", Fault{Kind: FaultOverloaded, Until: end}); err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	for _, step := range []time.Duration{0, 59900 * time.Millisecond, 100 * time.Millisecond} {
+		b.advance(t, step)
+		got = append(got, status())
+	}
+	if want := []int{529, 529, 200}; !slices.Equal(got, want) {
+		t.Errorf("statuses at t=0, 59.9s, 60s: %v, want %v", got, want)
+	}
+	if err := b.sim.AddFaults("key-a", Fault{Kind: FaultOverloaded, Until: testNow}); err != nil {
+		t.Fatal(err)
+	}
+	if s := status(); s != 200 {
+		t.Errorf("a past until: status %d, want 200", s)
+	}
+}
+
+// TestTimedFaultScript: the script shows a begun For as the Until it ends
+// at and leaves out timed faults that are over, so that it can be put back
+// as it is; a fault for another model neither starts nor spends a storm.
+func TestTimedFaultScript(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{ManualClock: true})
+	faults := `[{"kind":"overloaded","for":"60s","model":"` + sonnet + `"},{"kind":"rate_limit","until":"2026-03-04T10:31:00Z"}]`
+	if resp, data := b.call(t, "POST", "/_sim/accounts/key-a/faults", nil, faults); resp.StatusCode != 200 {
+		t.Fatalf("POST faults: %d %s", resp.StatusCode, data)
+	}
+	scripted := func() []Fault {
+		_, data := b.call(t, "GET", "/_sim/script", nil, "")
+		return decode[Script](t, data).Accounts[0].Faults
+	}
+	if f := scripted(); len(f) != 2 || f[0].For != Duration(time.Minute) || !f[0].Until.IsZero() || f[0].Times != 0 || f[1].Times != 0 {
+		t.Errorf("queued: %+v", f)
+	}
+	// An opus request gets the rate limit and leaves the sonnet storm unbegun.
+	if resp, _ := b.call(t, "POST", "/v1/messages", apiKeyHeaders(keyA), messagesBody(opus, false)); resp.StatusCode != 429 {
+		t.Errorf("opus: status %d, want 429", resp.StatusCode)
+	}
+	b.advance(t, 30*time.Second)
+	if resp, _ := b.call(t, "POST", "/v1/messages", apiKeyHeaders(keyA), messagesBody(sonnet, false)); resp.StatusCode != 529 {
+		t.Errorf("sonnet: status %d, want 529", resp.StatusCode)
+	}
+	f := scripted()
+	if len(f) != 2 || f[0].For != 0 || !f[0].Until.Equal(testNow.Add(90*time.Second)) {
+		t.Errorf("begun: %+v", f)
+	}
+	// The rate limit's until has passed: only the storm is left.
+	b.advance(t, 30*time.Second)
+	if f := scripted(); len(f) != 1 || f[0].Kind != FaultOverloaded {
+		t.Errorf("after the until: %+v", f)
+	}
+	if err := (Script{Accounts: []AccountScript{{Name: "a", Credential: "k1", Faults: f}}}).Validate(); err != nil {
+		t.Errorf("the shown faults do not validate: %v", err)
+	}
+}

@@ -29,12 +29,19 @@ func newReply(deltas int) reply {
 	for utf8.RuneCountInString(text) < deltas {
 		text += " " + replyText
 	}
+	return reply{text: text, chunks: splitRunes(text, deltas), outputTokens: approxTokens(len(text))}
+}
+
+// splitRunes splits text into n pieces of nearly equal length in runes, or
+// into one a rune when it is shorter (one empty piece when it is empty).
+func splitRunes(text string, n int) []string {
 	runes := []rune(text)
-	chunks := make([]string, deltas)
-	for i := range deltas {
-		chunks[i] = string(runes[i*len(runes)/deltas : (i+1)*len(runes)/deltas])
+	n = max(1, min(n, len(runes)))
+	chunks := make([]string, n)
+	for i := range n {
+		chunks[i] = string(runes[i*len(runes)/n : (i+1)*len(runes)/n])
 	}
-	return reply{text: text, chunks: chunks, outputTokens: approxTokens(len(text))}
+	return chunks
 }
 
 // approxTokens is the simulator's token count: about four bytes a token.
@@ -46,6 +53,9 @@ func approxTokens(nbytes int) int {
 type messagesRequest struct {
 	Model  string
 	Stream bool
+	// tools, toolChoice and conversation (messages, or a Responses input)
+	// are kept raw; they are read only when tools are offered.
+	tools, toolChoice, conversation json.RawMessage
 }
 
 // parseMessagesRequest reads model and stream even from an invalid body, so
@@ -63,6 +73,7 @@ func parseMessagesRequest(body []byte) (messagesRequest, string) {
 	}
 	json.Unmarshal(fields["model"], &req.Model)   //nolint:errcheck // checked below
 	json.Unmarshal(fields["stream"], &req.Stream) //nolint:errcheck // checked below
+	req.tools, req.toolChoice, req.conversation = fields["tools"], fields["tool_choice"], fields["messages"]
 
 	var problems []string
 	if raw, ok := fields["model"]; !ok {
@@ -151,6 +162,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		x.fail(outcomeInvalidRequest, http.StatusBadRequest, "invalid_request_error", x.problem)
 		return
 	}
+	x.planToolCall(toolWireMessages)
 	// A full usage window turns the request away before it reaches the
 	// fault queue, so that no fault is used up by it.
 	if x.usageLimited() {
@@ -168,7 +180,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 // the account's usage windows first, so that the unified headers include
 // this request, as they do in production.
 func (x *exchange) succeed() {
-	x.s.charge(x.acct, x.req.Model, x.inputTokens()+x.s.reply.outputTokens)
+	x.s.charge(x.acct, x.req.Model, x.inputTokens()+x.outputTokens())
 	if x.req.Stream {
 		x.stream(nil)
 		return
@@ -207,9 +219,31 @@ type message struct {
 	Usage        usage          `json:"usage"`
 }
 
+// contentBlock is a text block or, with ID, Name and Input, a tool_use
+// block.
 type contentBlock struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
+	Type  string  `json:"type"`
+	Text  string  `json:"text"`
+	ID    string  `json:"id,omitempty"`
+	Name  string  `json:"name,omitempty"`
+	Input rawJSON `json:"input,omitempty"`
+}
+
+// MarshalJSON writes a text block with its text, even an empty one, and a
+// tool_use block without any, as the real API does.
+func (b contentBlock) MarshalJSON() ([]byte, error) {
+	if b.Type == "tool_use" {
+		return json.Marshal(struct {
+			Type  string  `json:"type"`
+			ID    string  `json:"id"`
+			Name  string  `json:"name"`
+			Input rawJSON `json:"input"`
+		}{b.Type, b.ID, b.Name, b.Input})
+	}
+	return json.Marshal(struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}{b.Type, b.Text})
 }
 
 type usage struct {
@@ -219,17 +253,20 @@ type usage struct {
 	OutputTokens             int `json:"output_tokens"`
 }
 
-// message is the complete non-streamed reply.
+// message is the complete non-streamed reply: the text, or the tool call.
 func (x *exchange) message() message {
-	endTurn := "end_turn"
+	stop, block := "end_turn", contentBlock{Type: "text", Text: x.s.reply.text}
+	if x.tool != nil {
+		stop, block = "tool_use", x.tool.messagesBlock(false)
+	}
 	return message{
 		ID:         newID("msg_", x.s.now()),
 		Type:       "message",
 		Role:       "assistant",
 		Model:      x.req.Model,
-		Content:    []contentBlock{{Type: "text", Text: x.s.reply.text}},
-		StopReason: &endTurn,
-		Usage:      usage{InputTokens: x.inputTokens(), OutputTokens: x.s.reply.outputTokens},
+		Content:    []contentBlock{block},
+		StopReason: &stop,
+		Usage:      usage{InputTokens: x.inputTokens(), OutputTokens: x.outputTokens()},
 	}
 }
 
@@ -277,8 +314,9 @@ type (
 	}
 )
 
-// stream sends the reply as server-sent events. A stream fault (f not nil)
-// cuts it short: overloaded_event right after message_start,
+// stream sends the reply as server-sent events: the text, or the tool
+// call's input as input_json_delta pieces. A stream fault (f not nil) cuts
+// it short: overloaded_event right after message_start,
 // error_after_content and drop_mid_stream after f.afterDeltas() deltas.
 func (x *exchange) stream(f *Fault) {
 	sw := x.startStream()
@@ -294,14 +332,26 @@ func (x *exchange) stream(f *Fault) {
 	if x.misbehaveStream(sw, f, false, "content_block_delta") {
 		return
 	}
-	sw.event("content_block_start", contentBlockStartEvent{Type: "content_block_start", ContentBlock: contentBlock{Type: "text"}})
-	sw.event("ping", pingEvent{Type: "ping"})
-
 	chunks, delay := x.s.reply.chunks, x.s.deltaDelay
 	pace, paced := parseStreamHeader(x.r.Header.Get(StreamHeader))
 	if paced {
 		chunks, delay = newReply(pace.Deltas).chunks, pace.Delay
 	}
+	block, stop := contentBlock{Type: "text"}, "end_turn"
+	delta := func(c string) any {
+		return contentBlockDeltaEvent{Type: "content_block_delta", Delta: textDelta{Type: "text_delta", Text: c}}
+	}
+	if x.tool != nil {
+		// The real API opens a tool_use block with an empty input, then
+		// sends the input in pieces, the first one empty.
+		block, stop = x.tool.messagesBlock(true), "tool_use"
+		chunks = append([]string{""}, x.tool.pieces(len(chunks))...)
+		delta = func(c string) any {
+			return inputJSONDeltaEvent{Type: "content_block_delta", Delta: jsonDelta{Type: "input_json_delta", PartialJSON: c}}
+		}
+	}
+	sw.event("content_block_start", contentBlockStartEvent{Type: "content_block_start", ContentBlock: block})
+	sw.event("ping", pingEvent{Type: "ping"})
 	if f != nil {
 		chunks = chunks[:min(f.afterDeltas(), len(chunks))]
 	}
@@ -309,7 +359,7 @@ func (x *exchange) stream(f *Fault) {
 		if i > 0 && !pause(x.r.Context(), delay) {
 			return
 		}
-		sw.event("content_block_delta", contentBlockDeltaEvent{Type: "content_block_delta", Delta: textDelta{Type: "text_delta", Text: c}})
+		sw.event("content_block_delta", delta(c))
 		if sw.err != nil {
 			return
 		}
@@ -336,8 +386,8 @@ func (x *exchange) stream(f *Fault) {
 	sw.event("content_block_stop", contentBlockStopEvent{Type: "content_block_stop"})
 	sw.event("message_delta", messageDeltaEvent{
 		Type:  "message_delta",
-		Delta: stopDelta{StopReason: "end_turn"},
-		Usage: outputTokens{OutputTokens: x.s.reply.outputTokens},
+		Delta: stopDelta{StopReason: stop},
+		Usage: outputTokens{OutputTokens: x.outputTokens()},
 	})
 	sw.event("message_stop", messageStopEvent{Type: "message_stop"})
 }

@@ -127,6 +127,10 @@ func parseOpenAIRequest(body []byte, sf openAISurface) (messagesRequest, string)
 	}
 	json.Unmarshal(fields["model"], &req.Model)   //nolint:errcheck // checked below
 	json.Unmarshal(fields["stream"], &req.Stream) //nolint:errcheck // checked below
+	req.tools, req.toolChoice, req.conversation = fields["tools"], fields["tool_choice"], fields["input"]
+	if sf == surfaceChat {
+		req.conversation = fields["messages"]
+	}
 	var problems []string
 	if raw, ok := fields["model"]; !ok || !isJSON[string](raw) || req.Model == "" {
 		problems = append(problems, "Missing required parameter: 'model'.")
@@ -270,6 +274,7 @@ func (s *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, sf openAISu
 	if !ok {
 		return
 	}
+	x.planToolCall(sf.toolWire())
 	// A full live window turns the request away before the fault queue,
 	// as on /v1/messages.
 	if x.codexUsageLimited() {
@@ -394,7 +399,7 @@ func (f Fault) usageResetSeconds() int {
 // are added to the account's live windows.
 func (x *exchange) succeedOpenAI(sf openAISurface, f *Fault) {
 	if f == nil {
-		x.s.charge(x.acct, x.req.Model, x.inputTokens()+x.s.reply.outputTokens)
+		x.s.charge(x.acct, x.req.Model, x.inputTokens()+x.outputTokens())
 	}
 	if sf == surfaceChat {
 		if x.req.Stream {
@@ -419,7 +424,7 @@ type (
 		CreatedAt int64            `json:"created_at"`
 		Status    string           `json:"status"`
 		Model     string           `json:"model"`
-		Output    []responseItem   `json:"output"`
+		Output    []any            `json:"output"` // a responseItem or a functionCall
 		Usage     *responseUsage   `json:"usage"`
 		Error     *responseErrBody `json:"error"`
 	}
@@ -456,17 +461,26 @@ func (x *exchange) response(status string, done bool) responseObject {
 	now := x.s.now()
 	ro := responseObject{
 		ID: newID("resp_", now), Object: "response", CreatedAt: now.Unix(),
-		Status: status, Model: x.req.Model, Output: []responseItem{},
+		Status: status, Model: x.req.Model, Output: []any{},
 	}
 	if done {
-		ro.Output = []responseItem{x.responseItem("completed", x.s.reply.text)}
+		ro.Output = []any{x.outputItem("completed")}
 		ro.Usage = &responseUsage{
 			InputTokens:  x.inputTokens(),
-			OutputTokens: x.s.reply.outputTokens,
-			TotalTokens:  x.inputTokens() + x.s.reply.outputTokens,
+			OutputTokens: x.outputTokens(),
+			TotalTokens:  x.inputTokens() + x.outputTokens(),
 		}
 	}
 	return ro
+}
+
+// outputItem is the answer's output item: the text message, or the
+// function call.
+func (x *exchange) outputItem(status string) any {
+	if x.tool != nil {
+		return x.functionCallItem(status)
+	}
+	return x.responseItem(status, x.s.reply.text)
 }
 
 func (x *exchange) responseItem(status, text string) responseItem {
@@ -503,8 +517,9 @@ func (sw *sseWriter) data(payload string) {
 }
 
 // responsesStream streams the reply as Responses API events, each with its
-// sequence_number. at_capacity_event, overloaded_event and
-// usage_limit_event fail (response.failed) and at_capacity_error_event
+// sequence_number: the text as output_text deltas, or the tool call's
+// arguments as function_call_arguments deltas. at_capacity_event,
+// overloaded_event and usage_limit_event fail (response.failed) and at_capacity_error_event
 // sends an error event right after response.created; error_after_content,
 // at_capacity_after_output and drop_mid_stream come after f.afterDeltas()
 // deltas.
@@ -543,12 +558,14 @@ func (x *exchange) responsesStream(f *Fault) {
 			return
 		}
 	}
-	if x.misbehaveStream(sw, f, false, "response.output_text.delta") {
+	deltaEvent, chunks := "response.output_text.delta", x.s.reply.chunks
+	if x.tool != nil {
+		deltaEvent, chunks = "response.function_call_arguments.delta", x.tool.pieces(len(chunks))
+	}
+	if x.misbehaveStream(sw, f, false, deltaEvent) {
 		return
 	}
-	item := x.responseItem("in_progress", "")
-	emit("response.output_item.added", map[string]any{"output_index": 0, "item": item})
-	chunks := x.s.reply.chunks
+	emit("response.output_item.added", map[string]any{"output_index": 0, "item": x.outputItem("in_progress")})
 	if f != nil {
 		chunks = chunks[:min(f.afterDeltas(), len(chunks))]
 	}
@@ -556,12 +573,16 @@ func (x *exchange) responsesStream(f *Fault) {
 		if i > 0 && !pause(x.r.Context(), x.s.deltaDelay) {
 			return
 		}
-		emit("response.output_text.delta", map[string]any{"item_id": item.ID, "output_index": 0, "content_index": 0, "delta": c})
+		fields := map[string]any{"item_id": x.itemID, "output_index": 0, "delta": c}
+		if x.tool == nil {
+			fields["content_index"] = 0
+		}
+		emit(deltaEvent, fields)
 		if sw.err != nil {
 			return
 		}
 	}
-	if x.misbehaveStream(sw, f, true, "response.output_text.delta") {
+	if x.misbehaveStream(sw, f, true, deltaEvent) {
 		return
 	}
 	if f != nil {
@@ -576,7 +597,10 @@ func (x *exchange) responsesStream(f *Fault) {
 			panic(http.ErrAbortHandler)
 		}
 	}
-	emit("response.output_item.done", map[string]any{"output_index": 0, "item": x.responseItem("completed", x.s.reply.text)})
+	if x.tool != nil {
+		emit("response.function_call_arguments.done", map[string]any{"item_id": x.itemID, "output_index": 0, "arguments": x.tool.args})
+	}
+	emit("response.output_item.done", map[string]any{"output_index": 0, "item": x.outputItem("completed")})
 	done := x.response("completed", true)
 	done.ID, done.CreatedAt = resp.ID, resp.CreatedAt
 	emit("response.completed", map[string]any{"response": done})
@@ -599,8 +623,9 @@ type (
 		FinishReason *string      `json:"finish_reason"`
 	}
 	chatMessage struct {
-		Role    string  `json:"role,omitempty"`
-		Content *string `json:"content,omitempty"`
+		Role      string         `json:"role,omitempty"`
+		Content   *string        `json:"content,omitempty"`
+		ToolCalls []chatToolCall `json:"tool_calls,omitempty"`
 	}
 	chatUsage struct {
 		PromptTokens     int `json:"prompt_tokens"`
@@ -612,17 +637,22 @@ type (
 func (x *exchange) chatUsage() *chatUsage {
 	return &chatUsage{
 		PromptTokens:     x.inputTokens(),
-		CompletionTokens: x.s.reply.outputTokens,
-		TotalTokens:      x.inputTokens() + x.s.reply.outputTokens,
+		CompletionTokens: x.outputTokens(),
+		TotalTokens:      x.inputTokens() + x.outputTokens(),
 	}
 }
 
-// chatCompletion is the complete non-streamed chat completion.
+// chatCompletion is the complete non-streamed chat completion: the text,
+// or the tool call.
 func (x *exchange) chatCompletion() chatCompletionObject {
 	now := x.s.now()
+	msg, finish := chatMessage{Role: "assistant", Content: strPtr(x.s.reply.text)}, "stop"
+	if x.tool != nil {
+		msg, finish = chatMessage{Role: "assistant", ToolCalls: []chatToolCall{x.tool.chatCall()}}, "tool_calls"
+	}
 	return chatCompletionObject{
 		ID: newID("chatcmpl-", now), Object: "chat.completion", Created: now.Unix(), Model: x.req.Model,
-		Choices: []chatChoice{{Message: &chatMessage{Role: "assistant", Content: strPtr(x.s.reply.text)}, FinishReason: strPtr("stop")}},
+		Choices: []chatChoice{{Message: &msg, FinishReason: &finish}},
 		Usage:   x.chatUsage(),
 	}
 }
@@ -641,7 +671,9 @@ type chatStreamError struct {
 }
 
 // chatStream streams the reply as chat.completion.chunk data lines ending
-// with [DONE]; drop_mid_stream aborts after f.afterDeltas() deltas.
+// with [DONE]: after the role-only chunk, the text as content deltas, or
+// the tool call (its id and name, then its arguments in pieces,
+// finish_reason tool_calls); drop_mid_stream aborts after f.afterDeltas() deltas.
 // usage_limit_event and at_capacity_error_event send only an error line
 // (data: {"error":…}); at_capacity_after_output sends it after
 // f.afterDeltas() deltas. A stream with an error line has no [DONE].
@@ -676,19 +708,27 @@ func (x *exchange) chatStream(f *Fault) {
 		})
 		sw.data(string(b))
 	}
+	var deltas []chatMessage
+	finish := "stop"
+	if x.tool != nil {
+		deltas, finish = x.tool.chatDeltas(len(x.s.reply.chunks)), "tool_calls"
+	} else {
+		for _, c := range x.s.reply.chunks {
+			deltas = append(deltas, chatMessage{Content: strPtr(c)})
+		}
+	}
 	chunk(chatMessage{Role: "assistant", Content: strPtr("")}, nil, nil)
 	if x.misbehaveStream(sw, f, false, "") {
 		return
 	}
-	chunks := x.s.reply.chunks
 	if f != nil {
-		chunks = chunks[:min(f.afterDeltas(), len(chunks))]
+		deltas = deltas[:min(f.afterDeltas(), len(deltas))]
 	}
-	for i, c := range chunks {
+	for i, d := range deltas {
 		if i > 0 && !pause(x.r.Context(), x.s.deltaDelay) {
 			return
 		}
-		chunk(chatMessage{Content: strPtr(c)}, nil, nil)
+		chunk(d, nil, nil)
 		if sw.err != nil {
 			return
 		}
@@ -708,7 +748,7 @@ func (x *exchange) chatStream(f *Fault) {
 			return
 		}
 	}
-	chunk(chatMessage{}, strPtr("stop"), x.chatUsage())
+	chunk(chatMessage{}, &finish, x.chatUsage())
 	sw.data("[DONE]")
 }
 

@@ -21,6 +21,17 @@ type Script struct {
 	// "key-<first 8 hex of sha256(credential)>"; when false, unknown
 	// credentials get 401.
 	AcceptUnknown bool `json:"accept_unknown"`
+	// ToolCallsPerTurn is how many tool calls a turn of a conversation
+	// gets, on requests that offer tools, before the text answer: a
+	// request is answered with a tool call while its messages since the
+	// last prompt hold fewer tool results. nil means 3; 0 answers text
+	// always. An account's own setting overrides it.
+	ToolCallsPerTurn *int `json:"tool_calls_per_turn,omitempty"`
+	// PreferTools are the tool names called first when a request offers
+	// them, in order; else its first tool is called. Empty means Bash,
+	// Read, LS, Glob, exec_command, shell_command, shell. An account's own
+	// list overrides it.
+	PreferTools []string `json:"prefer_tools,omitempty"`
 }
 
 // Account kinds.
@@ -54,10 +65,14 @@ type AccountScript struct {
 	FiveHourUtilization float64 `json:"five_hour_utilization"`
 	SevenDayUtilization float64 `json:"seven_day_utilization"`
 	// Faults are consumed in order, one per /v1/messages (or Responses or
-	// Chat Completions) attempt (each
-	// applying to Times attempts). A fault scoped to a model is skipped, not
+	// Chat Completions) attempt (each applying to Times attempts, or for
+	// For or until Until). A fault scoped to a model is skipped, not
 	// consumed, by requests for other models.
 	Faults []Fault `json:"faults"`
+	// ToolCallsPerTurn and PreferTools, when set, override the script's
+	// for this account.
+	ToolCallsPerTurn *int     `json:"tool_calls_per_turn,omitempty"`
+	PreferTools      []string `json:"prefer_tools,omitempty"`
 
 	// The fields below are opt-in and valid for oauth accounts only; left
 	// out, the account behaves as it always has.
@@ -131,9 +146,17 @@ var faultKinds = []string{
 type Fault struct {
 	// Kind is one of the Fault* constants.
 	Kind string `json:"kind"`
-	// Times is how many attempts the fault applies to; 0 means 1; -1 means
-	// forever.
+	// Times is how many attempts the fault applies to; 0 means 1 (unless
+	// For or Until is set); -1 means forever.
 	Times int `json:"times"`
+	// For, instead of Times, makes the fault apply to every matching
+	// attempt for this long, counted on the sim clock from the first
+	// attempt it applies to; then it is consumed.
+	For Duration `json:"for,omitempty"`
+	// Until, instead of Times, makes the fault apply to every matching
+	// attempt until this time on the sim clock (RFC 3339); then it is
+	// consumed.
+	Until time.Time `json:"until,omitzero"`
 	// RetryAfter is sent as retry-after (seconds) with rate_limit,
 	// overloaded and unavailable; 0 sends no header. For
 	// usage_limit_reached and usage_limit_event it is resets_in_seconds (0
@@ -163,6 +186,9 @@ type Fault struct {
 	// Malformed, for the malformed kinds, is garbage (the default),
 	// non_json_data, broken_json or no_event_name.
 	Malformed string `json:"malformed,omitempty"`
+
+	// ends is when a For fault that has begun to apply expires.
+	ends time.Time
 }
 
 // Unified claims.
@@ -255,6 +281,7 @@ func (sc Script) Validate() error {
 			errs = append(errs, fmt.Errorf("%s.seven_day_utilization: %v is outside 0..1", field, a.SevenDayUtilization))
 		}
 		errs = append(errs, validateFaults(field+".faults", a.Faults))
+		errs = append(errs, validateToolSettings(field+".", a.ToolCallsPerTurn, a.PreferTools)...)
 		errs = append(errs, validateOAuthExtras(field, a))
 		if a.RefreshToken != "" {
 			if j, dup := refresh[a.RefreshToken]; dup {
@@ -263,6 +290,7 @@ func (sc Script) Validate() error {
 			refresh[a.RefreshToken] = i
 		}
 	}
+	errs = append(errs, validateToolSettings("", sc.ToolCallsPerTurn, sc.PreferTools)...)
 	for i, a := range sc.Accounts {
 		if j, clash := creds[a.RefreshToken]; clash && a.RefreshToken != "" {
 			errs = append(errs, fmt.Errorf("accounts[%d].refresh_token: is the credential of accounts[%d]", i, j))
@@ -281,6 +309,12 @@ func validateFaults(field string, faults []Fault) error {
 		}
 		if f.Times < -1 {
 			errs = append(errs, fmt.Errorf("%s.times: %d is invalid (0 means 1, -1 means forever)", ff, f.Times))
+		}
+		if f.For < 0 {
+			errs = append(errs, fmt.Errorf("%s.for: %v is negative", ff, time.Duration(f.For)))
+		}
+		if set := f.lifetimeFields(); len(set) > 1 {
+			errs = append(errs, fmt.Errorf("%s.%s: only one of times, for and until may be set, and this fault sets %s too", ff, set[1], set[0]))
 		}
 		if f.RetryAfter < 0 {
 			errs = append(errs, fmt.Errorf("%s.retry_after: %d is negative", ff, f.RetryAfter))
@@ -341,15 +375,54 @@ func decodeStrict(r io.Reader, v any) error {
 	return nil
 }
 
+// lifetimeFields names the fields of times, for and until that f sets.
+func (f Fault) lifetimeFields() []string {
+	var set []string
+	if f.Times != 0 {
+		set = append(set, "times")
+	}
+	if f.For != 0 {
+		set = append(set, "for")
+	}
+	if !f.Until.IsZero() {
+		set = append(set, "until")
+	}
+	return set
+}
+
+// timed reports whether f lasts for a time (For or Until) rather than a
+// number of attempts.
+func (f Fault) timed() bool {
+	return f.For != 0 || !f.Until.IsZero()
+}
+
+// expired reports whether a timed fault is over at now: a begun For past
+// its end, or an Until reached.
+func (f Fault) expired(now time.Time) bool {
+	return (!f.ends.IsZero() && !now.Before(f.ends)) || (!f.Until.IsZero() && !now.Before(f.Until))
+}
+
 // normalized returns a copy of f that owns its pointers, with Times 0
-// written as 1 so that the queue counts down uniformly.
+// written as 1 (for a fault counted in attempts) so that the queue counts
+// down uniformly.
 func (f Fault) normalized() Fault {
-	if f.Times == 0 {
+	if f.Times == 0 && !f.timed() {
 		f.Times = 1
 	}
 	if f.Unified != nil {
 		u := *f.Unified
 		f.Unified = &u
+	}
+	return f
+}
+
+// scripted is f as the script shows it: a For fault that has begun is
+// shown as the Until it ends at, so that the script says how long it has
+// left.
+func (f Fault) scripted() Fault {
+	f = f.normalized()
+	if !f.ends.IsZero() {
+		f.For, f.Until, f.ends = 0, f.ends.UTC(), time.Time{}
 	}
 	return f
 }

@@ -143,9 +143,10 @@ type exchange struct {
 	body    []byte
 	bodySHA string
 	req     messagesRequest
-	problem string   // why the body is not a valid messages request
-	acct    *account // nil until authenticated
-	itemID  string   // the Responses output item's id, once made
+	problem string    // why the body is not a valid messages request
+	acct    *account  // nil until authenticated
+	itemID  string    // the Responses output item's id, once made
+	tool    *toolCall // the tool call answered instead of text; nil: text
 }
 
 // identify adds what real upstreams send that names the account behind an

@@ -1,0 +1,458 @@
+package sim
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// A request that offers tools is answered with a call of one of them
+// instead of text, until its turn has had as many tool results as the
+// account allows: an agent's task then takes several requests, as it does
+// against the real API, and each of them meets the account's faults.
+
+// defaultToolCallsPerTurn is how many tool calls a turn gets before the
+// text answer, unless the script says otherwise.
+const defaultToolCallsPerTurn = 3
+
+// defaultPreferTools are the tools called first when a request offers
+// them, in this order: Claude Code's shell and read-only file tools, then
+// Codex's shell tools. A request offering none of them gets its first tool
+// called.
+var defaultPreferTools = []string{"Bash", "Read", "LS", "Glob", "exec_command", "shell_command", "shell"}
+
+// toolWire is the wire format a request's tools and conversation are in.
+type toolWire int
+
+const (
+	toolWireMessages  toolWire = iota // Anthropic: tools[].input_schema, tool_result blocks
+	toolWireResponses                 // OpenAI Responses: function tools, *_call_output items
+	toolWireChat                      // Chat Completions: tools[].function, role "tool" messages
+)
+
+func (sf openAISurface) toolWire() toolWire {
+	if sf == surfaceChat {
+		return toolWireChat
+	}
+	return toolWireResponses
+}
+
+// toolSettings is how an account answers requests that offer tools.
+type toolSettings struct {
+	perTurn int      // tool calls in a turn before the text answer; 0: none
+	prefer  []string // tool names called first, in order
+}
+
+// defaultToolSettings are the settings of a script that sets none.
+var defaultToolSettings = toolSettings{perTurn: defaultToolCallsPerTurn, prefer: defaultPreferTools}
+
+// override is ts with the scripted fields that are set (nil and empty
+// are not); the names are copied, since the script belongs to the caller.
+func (ts toolSettings) override(perTurn *int, prefer []string) toolSettings {
+	if perTurn != nil {
+		ts.perTurn = *perTurn
+	}
+	if len(prefer) > 0 {
+		ts.prefer = slices.Clone(prefer)
+	}
+	return ts
+}
+
+// validateToolSettings reports the problems of tool_calls_per_turn and
+// prefer_tools, each name prefixed by prefix ("" or "accounts[0].").
+func validateToolSettings(prefix string, perTurn *int, prefer []string) []error {
+	var errs []error
+	if perTurn != nil && *perTurn < 0 {
+		errs = append(errs, fmt.Errorf("%stool_calls_per_turn: %d is negative (0 turns tool calls off)", prefix, *perTurn))
+	}
+	for i, name := range prefer {
+		if name == "" {
+			errs = append(errs, fmt.Errorf("%sprefer_tools[%d]: empty tool name", prefix, i))
+		}
+	}
+	return errs
+}
+
+// toolCall is the tool call a request is answered with.
+type toolCall struct {
+	name   string
+	args   string // the input (arguments) as a JSON object
+	callID string // toolu_… on Messages, call_… on the OpenAI wires
+}
+
+func (tc *toolCall) outputTokens() int { return approxTokens(len(tc.args)) }
+
+// pieces splits the arguments for a stream of n deltas (fewer when they
+// are shorter).
+func (tc *toolCall) pieces(n int) []string { return splitRunes(tc.args, n) }
+
+// planToolCall makes the tool call the request is answered with, if any:
+// the request offers a tool and does not turn tools off with tool_choice,
+// its conversation waits for the assistant, and its turn has had fewer
+// tool results than the account allows. Otherwise x.tool stays nil and
+// the answer is text.
+func (x *exchange) planToolCall(w toolWire) {
+	if len(x.req.tools) == 0 || x.acct == nil || x.acct.tools.perTurn == 0 {
+		return
+	}
+	tools := offeredTools(x.req.tools, w)
+	none, forced := toolChoice(x.req.toolChoice)
+	if len(tools) == 0 || none {
+		return
+	}
+	if results, waiting := turnResults(x.req.conversation, w); !waiting || results >= x.acct.tools.perTurn {
+		return
+	}
+	t := pickTool(tools, forced, x.acct.tools.prefer)
+	now := x.s.now()
+	x.tool = &toolCall{name: t.name, args: toolInput(t.schema), callID: newID("call_", now)}
+	switch w {
+	case toolWireMessages:
+		x.tool.callID = newID("toolu_", now)
+	case toolWireResponses:
+		x.itemID = newID("fc_", now)
+	}
+}
+
+// offeredTool is a tool a request offers the model.
+type offeredTool struct {
+	name   string
+	schema json.RawMessage
+}
+
+// toolDefinition is an entry of a request's tools, in any wire's form.
+type toolDefinition struct {
+	Type        string          `json:"type"`
+	Name        string          `json:"name"`
+	InputSchema json.RawMessage `json:"input_schema"` // Messages
+	Parameters  json.RawMessage `json:"parameters"`   // Responses
+	Function    struct {        // Chat Completions
+		Name       string          `json:"name"`
+		Parameters json.RawMessage `json:"parameters"`
+	} `json:"function"`
+}
+
+// offeredTools reads a request's tools in its wire's form. Only tools the
+// client runs itself count: server tools on Messages (a versioned type
+// such as web_search_20250305) and OpenAI's built-in and custom tools are
+// skipped.
+func offeredTools(raw json.RawMessage, w toolWire) []offeredTool {
+	var list []toolDefinition
+	json.Unmarshal(raw, &list) //nolint:errcheck // what parses is offered; the rest is not
+	var tools []offeredTool
+	for _, t := range list {
+		var ot offeredTool
+		switch {
+		case w == toolWireMessages && (t.Type == "" || t.Type == "custom"):
+			ot = offeredTool{t.Name, t.InputSchema}
+		case w == toolWireResponses && t.Type == "function":
+			ot = offeredTool{t.Name, t.Parameters}
+		case w == toolWireChat && t.Type == "function":
+			ot = offeredTool{t.Function.Name, t.Function.Parameters}
+		}
+		if ot.name != "" {
+			tools = append(tools, ot)
+		}
+	}
+	return tools
+}
+
+// toolChoice reads tool_choice in any wire's form: "none" or
+// {"type":"none"} turns tools off, and a named tool ({"type":"tool",
+// "name":…}, {"type":"function","name":…} or {"type":"function",
+// "function":{"name":…}}) is called instead of the preferred ones.
+func toolChoice(raw json.RawMessage) (none bool, name string) {
+	var mode string
+	if json.Unmarshal(raw, &mode) == nil {
+		return mode == "none", ""
+	}
+	var c struct {
+		Type     string `json:"type"`
+		Name     string `json:"name"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	json.Unmarshal(raw, &c) //nolint:errcheck // an unreadable choice is no choice
+	return c.Type == "none", cmp.Or(c.Name, c.Function.Name)
+}
+
+// pickTool is the tool to call: the forced one, else the first preferred
+// one offered, else the first offered.
+func pickTool(tools []offeredTool, forced string, prefer []string) offeredTool {
+	for _, name := range slices.Concat([]string{forced}, prefer) {
+		if i := slices.IndexFunc(tools, func(t offeredTool) bool { return t.name == name }); i >= 0 {
+			return tools[i]
+		}
+	}
+	return tools[0]
+}
+
+// turnResults counts the tool results in a conversation since its last
+// prompt (a user message that answers no tool call), and reports whether
+// the conversation waits for the assistant: it ends with a prompt or a
+// tool result. A Responses input that is a plain string is one prompt.
+func turnResults(raw json.RawMessage, w toolWire) (results int, waiting bool) {
+	var prompt string
+	if w == toolWireResponses && json.Unmarshal(raw, &prompt) == nil {
+		return 0, true
+	}
+	var items []struct {
+		Type    string          `json:"type"`
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	if json.Unmarshal(raw, &items) != nil {
+		return 0, false
+	}
+	for _, it := range items {
+		n := 0
+		switch {
+		case w == toolWireMessages && it.Role == "user":
+			n = countToolResults(it.Content)
+		case w == toolWireResponses && strings.HasSuffix(it.Type, "_call_output"):
+			n = 1
+		case w == toolWireChat && it.Role == "tool":
+			n = 1
+		}
+		isPrompt := it.Role == "user" && n == 0
+		if isPrompt {
+			results = 0
+		}
+		results += n
+		waiting = isPrompt || n > 0
+	}
+	return results, waiting
+}
+
+// countToolResults counts the tool_result blocks of a Messages user
+// message's content (0 for plain text).
+func countToolResults(content json.RawMessage) int {
+	var blocks []struct {
+		Type string `json:"type"`
+	}
+	json.Unmarshal(content, &blocks) //nolint:errcheck // text content has no blocks
+	n := 0
+	for _, b := range blocks {
+		if b.Type == "tool_result" {
+			n++
+		}
+	}
+	return n
+}
+
+// jsonSchema is the part of a tool's JSON Schema that toolInput reads.
+// Parts that do not parse (a boolean schema, tuple items) are left out.
+type jsonSchema struct {
+	Type       json.RawMessage       `json:"type"` // a name, or a list of names
+	Properties map[string]jsonSchema `json:"properties"`
+	Required   []string              `json:"required"`
+	Items      *jsonSchema           `json:"items"`
+	Enum       []json.RawMessage     `json:"enum"`
+	Const      json.RawMessage       `json:"const"`
+	AnyOf      []jsonSchema          `json:"anyOf"`
+	OneOf      []jsonSchema          `json:"oneOf"`
+}
+
+// toolInput is a harmless input for a tool with this schema: its required
+// properties and, where the schema has one, a description (Claude Code's
+// Bash shows it to the user). It is always a JSON object.
+func toolInput(schema json.RawMessage) string {
+	var s jsonSchema
+	json.Unmarshal(schema, &s) //nolint:errcheck // what parses is used; an unreadable schema gets {}
+	obj := s.object()
+	if d, ok := s.Properties["description"]; ok && d.typeName() == "string" {
+		obj["description"] = exampleString("description")
+	}
+	b, _ := json.Marshal(obj)
+	return string(b)
+}
+
+// object is an example of an object schema: its required properties.
+func (s jsonSchema) object() map[string]any {
+	obj := map[string]any{}
+	for _, p := range s.Required {
+		obj[p] = s.Properties[p].example(p)
+	}
+	return obj
+}
+
+// example is a harmless value of the schema for a property named name:
+// the const or first enum value, the first alternative, else by type:
+// strings by the property's name (see exampleString), numbers 1, booleans
+// false, a command array ["echo","weir-sim"], other arrays one example
+// item.
+func (s jsonSchema) example(name string) any {
+	switch {
+	case s.Const != nil:
+		return s.Const
+	case len(s.Enum) > 0:
+		return s.Enum[0]
+	case len(s.AnyOf) > 0:
+		return s.AnyOf[0].example(name)
+	case len(s.OneOf) > 0:
+		return s.OneOf[0].example(name)
+	}
+	switch s.typeName() {
+	case "object":
+		return s.object()
+	case "array":
+		switch {
+		case isCommand(name) && (s.Items == nil || s.Items.typeName() == "string"):
+			return []string{"echo", "weir-sim"}
+		case s.Items == nil:
+			return []any{}
+		}
+		return []any{s.Items.example(name)}
+	case "integer", "number":
+		return 1
+	case "boolean":
+		return false
+	case "null":
+		return nil
+	}
+	return exampleString(name)
+}
+
+// typeName is the schema's type, the first that is not null of a list.
+func (s jsonSchema) typeName() string {
+	var name string
+	if json.Unmarshal(s.Type, &name) == nil {
+		return name
+	}
+	var names []string
+	json.Unmarshal(s.Type, &names) //nolint:errcheck // no type: a string is assumed
+	for _, n := range names {
+		if n != "null" {
+			return n
+		}
+	}
+	return ""
+}
+
+// exampleString is a harmless string for a property: a command that only
+// prints, a relative file path, the current directory for other paths.
+func exampleString(name string) string {
+	n := strings.ToLower(name)
+	switch {
+	case isCommand(n):
+		return "echo weir-sim"
+	case n == "description":
+		return "Print weir-sim"
+	case strings.Contains(n, "file"):
+		return "README.md"
+	case strings.Contains(n, "path") || strings.Contains(n, "dir") || n == "cwd":
+		return "."
+	}
+	return "weir-sim"
+}
+
+func isCommand(name string) bool {
+	n := strings.ToLower(name)
+	return n == "command" || n == "cmd"
+}
+
+// rawJSON is JSON written as it is, such as a tool call's input.
+type rawJSON string
+
+func (r rawJSON) MarshalJSON() ([]byte, error) { return []byte(r), nil }
+
+func (r *rawJSON) UnmarshalJSON(b []byte) error {
+	*r = rawJSON(b)
+	return nil
+}
+
+// messagesBlock is the call's tool_use content block; start is the block
+// as content_block_start opens it, with an empty input.
+func (tc *toolCall) messagesBlock(start bool) contentBlock {
+	input := rawJSON(tc.args)
+	if start {
+		input = "{}"
+	}
+	return contentBlock{Type: "tool_use", ID: tc.callID, Name: tc.name, Input: input}
+}
+
+// Messages stream events of a tool call.
+type (
+	inputJSONDeltaEvent struct {
+		Type  string    `json:"type"`
+		Index int       `json:"index"`
+		Delta jsonDelta `json:"delta"`
+	}
+	jsonDelta struct {
+		Type        string `json:"type"`
+		PartialJSON string `json:"partial_json"`
+	}
+)
+
+// functionCall is the Responses function_call output item.
+type functionCall struct {
+	ID        string `json:"id"`
+	Type      string `json:"type"`
+	Status    string `json:"status"`
+	Arguments string `json:"arguments"`
+	CallID    string `json:"call_id"`
+	Name      string `json:"name"`
+}
+
+// functionCallItem is the call as a Responses output item; the arguments
+// are there once it is completed.
+func (x *exchange) functionCallItem(status string) functionCall {
+	fc := functionCall{ID: x.itemID, Type: "function_call", Status: status, CallID: x.tool.callID, Name: x.tool.name}
+	if status == "completed" {
+		fc.Arguments = x.tool.args
+	}
+	return fc
+}
+
+// Chat Completions shapes of a tool call.
+type (
+	chatToolCall struct {
+		Index    *int             `json:"index,omitempty"` // streams only
+		ID       string           `json:"id,omitempty"`
+		Type     string           `json:"type,omitempty"`
+		Function chatFunctionCall `json:"function"`
+	}
+	chatFunctionCall struct {
+		Name      string `json:"name,omitempty"`
+		Arguments string `json:"arguments"`
+	}
+)
+
+// chatCall is the whole call, as a non-streamed message carries it.
+func (tc *toolCall) chatCall() chatToolCall {
+	return chatToolCall{ID: tc.callID, Type: "function", Function: chatFunctionCall{Name: tc.name, Arguments: tc.args}}
+}
+
+// chatDeltas are the stream deltas of the call: one naming it (id, type,
+// name, no arguments yet), then the arguments in up to n pieces. The
+// role-only chunk before them is no output, so that a fault before output
+// still comes before any of the call.
+func (tc *toolCall) chatDeltas(n int) []chatMessage {
+	head := chatToolCall{Index: new(int), ID: tc.callID, Type: "function", Function: chatFunctionCall{Name: tc.name}}
+	deltas := []chatMessage{{ToolCalls: []chatToolCall{head}}}
+	for _, p := range tc.pieces(n) {
+		deltas = append(deltas, chatMessage{ToolCalls: []chatToolCall{{Index: new(int), Function: chatFunctionCall{Arguments: p}}}})
+	}
+	return deltas
+}
+
+// outputTokens is the answer's output token count: the text reply's, or
+// the tool call's.
+func (x *exchange) outputTokens() int {
+	if x.tool != nil {
+		return x.tool.outputTokens()
+	}
+	return x.s.reply.outputTokens
+}
+
+// clonePtr is a copy of *p, or nil.
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
