@@ -38,12 +38,15 @@ func clientBinary(t *testing.T, env, name string) string {
 // runClient runs a client with a bounded time and returns what it printed.
 func runClient(t *testing.T, bin string, env []string, args ...string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = t.TempDir()
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "NO_COLOR=1"}, env...)
 	cmd.Stdin = nil // /dev/null
+	// A killed client's children (a tool's shell) may hold its output
+	// open: stop waiting for them soon after.
+	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }

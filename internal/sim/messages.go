@@ -56,6 +56,9 @@ type messagesRequest struct {
 	// tools, toolChoice and conversation (messages, or a Responses input)
 	// are kept raw; they are read only when tools are offered.
 	tools, toolChoice, conversation json.RawMessage
+	// previousResponse is a Responses request's previous_response_id: its
+	// input then holds only what came after that response.
+	previousResponse string
 }
 
 // parseMessagesRequest reads model and stream even from an invalid body, so

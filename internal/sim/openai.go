@@ -128,6 +128,7 @@ func parseOpenAIRequest(body []byte, sf openAISurface) (messagesRequest, string)
 	json.Unmarshal(fields["model"], &req.Model)   //nolint:errcheck // checked below
 	json.Unmarshal(fields["stream"], &req.Stream) //nolint:errcheck // checked below
 	req.tools, req.toolChoice, req.conversation = fields["tools"], fields["tool_choice"], fields["input"]
+	json.Unmarshal(fields["previous_response_id"], &req.previousResponse) //nolint:errcheck // optional
 	if sf == surfaceChat {
 		req.conversation = fields["messages"]
 	}
@@ -459,8 +460,11 @@ type (
 // response is the Responses API object; done adds the output and usage.
 func (x *exchange) response(status string, done bool) responseObject {
 	now := x.s.now()
+	if x.respID == "" {
+		x.respID = newID("resp_", now)
+	}
 	ro := responseObject{
-		ID: newID("resp_", now), Object: "response", CreatedAt: now.Unix(),
+		ID: x.respID, Object: "response", CreatedAt: now.Unix(),
 		Status: status, Model: x.req.Model, Output: []any{},
 	}
 	if done {

@@ -74,6 +74,10 @@ type Server struct {
 
 	mu  sync.Mutex
 	reg *registry
+	// turns is each recent Responses answer's tool results in its turn, for
+	// a request that continues it by previous_response_id (Codex over its
+	// WebSocket) and so sends only the items since.
+	turns map[string]int
 
 	// onAttempt, when set before the server is used, is called after each
 	// attempt is logged; tests wait on it instead of sleeping.
@@ -146,6 +150,7 @@ type exchange struct {
 	problem string    // why the body is not a valid messages request
 	acct    *account  // nil until authenticated
 	itemID  string    // the Responses output item's id, once made
+	respID  string    // the Responses response's id, once made
 	tool    *toolCall // the tool call answered instead of text; nil: text
 }
 

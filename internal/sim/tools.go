@@ -102,7 +102,15 @@ func (x *exchange) planToolCall(w toolWire) {
 	if len(tools) == 0 || none {
 		return
 	}
-	if results, waiting := turnResults(x.req.conversation, w); !waiting || results >= x.acct.tools.perTurn {
+	results, waiting, prompted := turnResults(x.req.conversation, w)
+	if w == toolWireResponses {
+		if x.req.previousResponse != "" && !prompted {
+			results += x.s.turnResults(x.req.previousResponse)
+		}
+		x.respID = newID("resp_", x.s.now())
+		x.s.rememberTurn(x.respID, results)
+	}
+	if !waiting || results >= x.acct.tools.perTurn {
 		return
 	}
 	t := pickTool(tools, forced, x.acct.tools.prefer)
@@ -194,10 +202,12 @@ func pickTool(tools []offeredTool, forced string, prefer []string) offeredTool {
 // prompt (a user message that answers no tool call), and reports whether
 // the conversation waits for the assistant: it ends with a prompt or a
 // tool result. A Responses input that is a plain string is one prompt.
-func turnResults(raw json.RawMessage, w toolWire) (results int, waiting bool) {
+//
+// prompted says a prompt started a turn within raw.
+func turnResults(raw json.RawMessage, w toolWire) (results int, waiting, prompted bool) {
 	var prompt string
 	if w == toolWireResponses && json.Unmarshal(raw, &prompt) == nil {
-		return 0, true
+		return 0, true, true
 	}
 	var items []struct {
 		Type    string          `json:"type"`
@@ -205,7 +215,7 @@ func turnResults(raw json.RawMessage, w toolWire) (results int, waiting bool) {
 		Content json.RawMessage `json:"content"`
 	}
 	if json.Unmarshal(raw, &items) != nil {
-		return 0, false
+		return 0, false, false
 	}
 	for _, it := range items {
 		n := 0
@@ -219,12 +229,35 @@ func turnResults(raw json.RawMessage, w toolWire) (results int, waiting bool) {
 		}
 		isPrompt := it.Role == "user" && n == 0
 		if isPrompt {
-			results = 0
+			results, prompted = 0, true
 		}
 		results += n
 		waiting = isPrompt || n > 0
 	}
-	return results, waiting
+	return results, waiting, prompted
+}
+
+// maxTurns bounds the remembered Responses turns: past it they start over
+// (a continued conversation then counts from its latest items only).
+const maxTurns = 10000
+
+// rememberTurn records that Responses answer id ends a turn with results
+// tool results so far.
+func (s *Server) rememberTurn(id string, results int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.turns == nil || len(s.turns) >= maxTurns {
+		s.turns = map[string]int{}
+	}
+	s.turns[id] = results
+}
+
+// turnResults is the tool results of the turn that Responses answer id
+// ended, 0 when it is unknown.
+func (s *Server) turnResults(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.turns[id]
 }
 
 // countToolResults counts the tool_result blocks of a Messages user

@@ -500,6 +500,46 @@ func TestToolCallsPerTurn(t *testing.T) {
 	}
 }
 
+// TestToolCallsPerTurnContinued: a Responses request that continues an
+// answer by previous_response_id (Codex over its WebSocket) sends only the
+// items since; the turn's earlier results still count, so the turn ends
+// with text after three calls instead of calling tools forever.
+func TestToolCallsPerTurnContinued(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Script: openAIScript()})
+	output := `[{"type":"function_call_output","call_id":"call_1","output":"README.md"}]`
+	body := func(prev, input string) string {
+		s := toolResponsesBody(false, codexTools, input)
+		if prev == "" {
+			return s
+		}
+		return strings.Replace(s, `{`, `{"previous_response_id":"`+prev+`",`, 1)
+	}
+	prev := ""
+	input := codexPrompt
+	for i, want := range []bool{true, true, true, false} {
+		resp, data := b.call(t, "POST", responsesURL, openAIKeyHeaders(keyOpenAI), body(prev, input))
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: status %d: %s", i+1, resp.StatusCode, data)
+		}
+		if got := isToolAnswer(t, data); got != want {
+			t.Fatalf("request %d: tool call %t, want %t: %s", i+1, got, want, data)
+		}
+		var ro struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal(data, &ro); err != nil || ro.ID == "" {
+			t.Fatalf("request %d: no response id: %v %s", i+1, err, data)
+		}
+		prev, input = ro.ID, output
+	}
+	// A new prompt on the chain starts a new turn.
+	resp, data := b.call(t, "POST", responsesURL, openAIKeyHeaders(keyOpenAI), body(prev, `[{"role":"user","content":"And now?"}]`))
+	if resp.StatusCode != 200 || !isToolAnswer(t, data) {
+		t.Fatalf("a new prompt after the chain: %d, want a tool call: %s", resp.StatusCode, data)
+	}
+}
+
 // TestToolSettings: tool_calls_per_turn and prefer_tools of the script,
 // overridden by an account's own; a forced tool_choice names the tool; the
 // settings come back in the script as they were set.
