@@ -61,6 +61,7 @@ Usage:
   weir health URL                          exit 0 when URL answers 2xx (container health checks)
   weir bench [--rates R,R] [--duration D]  load harness: weir against a bare proxy (docs/performance.md)
   weir soak [--duration 10m] [--rate 100]  bounded soak under mixed traffic and storms: do goroutines, FDs, memory, leases grow?
+  weir holds [--runs N] [--storm 20s]      hold scenarios against a running weir dev --simulate: how long turns wait
 
   weir status                                  the pool at a glance, and what is wrong
   weir accounts add|import|list|get|pause|resume|rm   manage upstream accounts
@@ -123,6 +124,8 @@ func run(ctx context.Context, args []string, e env) error {
 		return runBench(ctx, rest, e)
 	case "soak":
 		return runSoak(ctx, rest, e)
+	case "holds":
+		return runHolds(ctx, rest, e)
 	case "help", "-h", "--help":
 		fmt.Fprint(e.stdout, usage)
 		return nil
