@@ -693,3 +693,30 @@ func TestAcquirePreferAccount(t *testing.T) {
 		}
 	}
 }
+
+// TestBreakerOpenOnOneProviderOfTheSurface: the Responses surface is
+// served by Codex logins and OpenAI keys. With the Codex breaker open and
+// no OpenAI account in the pool, an Acquire is told the breaker is open
+// (wait for its probe), never that no account serves the model, which
+// clients take as final.
+func TestBreakerOpenOnOneProviderOfTheSurface(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	_, keyHash := e.createKey("")
+	a := e.createCodex("codex-a")
+	req := codexRequest(keyHash)
+	for range 2 {
+		l := e.mustLease(req)
+		if l.AccountId != a.Id {
+			t.Fatalf("lease on %s", l.AccountLabel)
+		}
+		e.release(l.Id, overloaded(0))
+	}
+	none := e.mustNoAccount(req, weirv1.NoAccountReason_NO_ACCOUNT_REASON_BREAKER_OPEN)
+	if none.Permanent || none.RetryAt == nil || !none.RetryAt.AsTime().Equal(e.clock.Now().Add(breakerProbeEvery)) {
+		t.Fatalf("answer %v, want the breaker's, retrying at its next probe", none)
+	}
+	// A retry that excludes the account it tried is told the same.
+	e.mustNoAccount(&weirv1.AcquireRequest{KeyHash: keyHash, Model: "gpt-5-codex", Surface: weirv1.Surface_SURFACE_RESPONSES,
+		ExcludeAccountIds: []string{a.Id}}, weirv1.NoAccountReason_NO_ACCOUNT_REASON_BREAKER_OPEN)
+}

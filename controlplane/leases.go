@@ -175,11 +175,13 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 	// avoid names the accounts a probe already failed on since the
 	// breaker opened: the probe goes elsewhere while it can.
 	var avoid map[uuid.UUID]bool
+	// breakerNone is the soonest open breaker's answer, when one keeps
+	// a provider's accounts out of this Acquire.
+	var breakerNone *weirv1.NoAccount
 	if m.Model != "" {
 		// Each provider of the surface has its own breaker per family: an
 		// overloaded Codex backend does not stop OpenAI keys, and the
 		// reverse. The view says which are open; only those are asked.
-		var firstNone *weirv1.NoAccount
 		providers := providersFor(m.Surface)
 		for _, p := range providers {
 			provider := enumName(p)
@@ -195,8 +197,8 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 					breakerOpen = map[string]bool{}
 				}
 				breakerOpen[provider] = true
-				if firstNone == nil || none.RetryAt.AsTime().Before(firstNone.RetryAt.AsTime()) {
-					firstNone = none
+				if breakerNone == nil || none.RetryAt.AsTime().Before(breakerNone.RetryAt.AsTime()) {
+					breakerNone = none
 				}
 				continue
 			}
@@ -220,8 +222,8 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 				}()
 			}
 		}
-		if firstNone != nil && len(breakerOpen) == len(providers) {
-			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: firstNone}}, nil
+		if breakerNone != nil && len(breakerOpen) == len(providers) {
+			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: breakerNone}}, nil
 		}
 	}
 	v := first
@@ -246,6 +248,9 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		if none != nil && avoid != nil {
 			// Every account left was probed already: round the pool again.
 			order, none = route(key.pinnedOnly(v.cands), rr, now)
+		}
+		if none != nil && breakerNone != nil {
+			none = withBreaker(none, breakerNone)
 		}
 		if none != nil {
 			key.pinnedNone(none)
@@ -285,6 +290,23 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		Message: "every eligible account was claimed by concurrent requests",
 		RetryAt: timestamppb.New(l.s.now().Add(time.Second)),
 	}}}, nil
+}
+
+// withBreaker is the answer when the other providers' accounts cannot
+// serve and an open breaker keeps one provider's out: the breaker's when
+// the rest cannot recover on their own (none of them serves the model, or
+// only an operator can help), since the breaker's accounts serve again
+// once it closes; else the rest's answer, retried no later than the
+// breaker's next probe.
+func withBreaker(none, breaker *weirv1.NoAccount) *weirv1.NoAccount {
+	if none.Permanent || none.Reason == weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED {
+		return breaker
+	}
+	if none.RetryAt == nil || breaker.RetryAt.AsTime().Before(none.RetryAt.AsTime()) {
+		none = proto.CloneOf(none)
+		none.RetryAt = breaker.RetryAt
+	}
+	return none
 }
 
 // withAvoided is rr with the avoided accounts excluded as well.

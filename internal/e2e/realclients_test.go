@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"os"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -38,7 +39,13 @@ func clientBinary(t *testing.T, env, name string) string {
 // runClient runs a client with a bounded time and returns what it printed.
 func runClient(t *testing.T, bin string, env []string, args ...string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	return runClientWithin(t, 30*time.Second, bin, env, args...)
+}
+
+// runClientWithin is runClient with a time of the caller's.
+func runClientWithin(t *testing.T, within time.Duration, bin string, env []string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), within)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = t.TempDir()
@@ -145,5 +152,80 @@ func TestRealClaudeCode(t *testing.T) {
 		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1"}, "-p", "Say hello.")
 	if err != nil || !strings.Contains(out, "weir upstream simulator") {
 		t.Fatalf("claude -p: %v\n%s", err, out)
+	}
+}
+
+// realStorm is how long every account answers overloaded in
+// TestRealClientsThroughStorm.
+const realStorm = 60 * time.Second
+
+// TestRealClientsThroughStorm: the real Claude Code and Codex CLI each run
+// a task of three tool calls while every account answers 529 for a minute.
+// Both finish with no error shown, and weir serves again within 3 s of the
+// storm's end (a probe every 2 s, and the wake-up of the held request).
+func TestRealClientsThroughStorm(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, env, bin string
+		accounts       []account
+		path           string
+		run            func(t *testing.T, e *env, bin string) (string, error)
+	}{
+		{"claude", "WEIR_CLAUDE_BIN", "claude", []account{{label: "max-1", oauth: true}, {label: "max-2", oauth: true}}, "/v1/messages",
+			func(t *testing.T, e *env, bin string) (string, error) {
+				return runClientWithin(t, realStorm+time.Minute, bin, []string{"ANTHROPIC_BASE_URL=" + e.dpSrv.URL, "ANTHROPIC_API_KEY=" + e.key,
+					"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1"}, "-p", "Run echo three times, then say hello.", "--allowedTools", "Bash(echo:*)")
+			}},
+		{"codex", "WEIR_CODEX_BIN", "codex", []account{{label: "codex-1", provider: "codex"}, {label: "codex-2", provider: "codex"}}, "/backend-api/codex/responses",
+			func(t *testing.T, e *env, bin string) (string, error) {
+				return runClientWithin(t, realStorm+time.Minute, bin, []string{"CODEX_HOME=" + codexHome(t, e.dpSrv.URL, false), "WEIR_KEY=" + e.key},
+					"exec", "--skip-git-repo-check", "Run echo three times, then say hello.")
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			bin := clientBinary(t, tc.env, tc.bin)
+			e := setup(t, options{hold: 20 * time.Minute, accounts: tc.accounts})
+			// A provider-wide storm: every account recovers at the same moment.
+			back := time.Now().Add(realStorm)
+			for _, a := range tc.accounts {
+				if err := e.sim.AddFaults(a.label, sim.Fault{Kind: sim.FaultOverloaded, Until: back}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out, err := tc.run(t, e, bin)
+			finished := time.Now()
+			if err != nil || !strings.Contains(out, "weir upstream simulator") {
+				t.Fatalf("%s through the storm: %v\n%s", tc.name, err, out)
+			}
+			for _, bad := range []string{"rror", "verloaded", "529", "retry"} {
+				if strings.Contains(out, bad) {
+					t.Errorf("%s showed %q:\n%s", tc.name, bad, out)
+				}
+			}
+			met, served := false, 0
+			for _, a := range e.sim.Attempts() {
+				if a.Path != tc.path {
+					continue
+				}
+				met = met || a.Status >= 500
+				if a.Status == http.StatusOK {
+					served++
+					if served == 1 {
+						t.Logf("%s: first answer %v after the storm ended", tc.name, a.Time.Sub(back).Round(time.Millisecond))
+						if d := a.Time.Sub(back); d > 3*time.Second {
+							t.Errorf("%s: first answer %v after the storm ended, want within 3s", tc.name, d)
+						}
+					}
+				}
+			}
+			if !met {
+				t.Fatalf("%s: no request met the storm", tc.name)
+			}
+			if served < 4 {
+				t.Errorf("%s: %d answers, want three tool calls and the final text", tc.name, served)
+			}
+			t.Logf("%s: task done %v after the storm ended, %d answers", tc.name, finished.Sub(back).Round(time.Millisecond), served)
+		})
 	}
 }

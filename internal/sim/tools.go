@@ -218,6 +218,11 @@ func turnResults(raw json.RawMessage, w toolWire) (results int, waiting, prompte
 		return 0, false, false
 	}
 	for _, it := range items {
+		if it.Role == "system" || it.Role == "developer" {
+			// Instructions between the turns (Claude Code sends a system
+			// message after the prompt) leave the conversation waiting.
+			continue
+		}
 		n := 0
 		switch {
 		case w == toolWireMessages && it.Role == "user":

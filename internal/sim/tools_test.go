@@ -477,6 +477,7 @@ func TestToolCallsPerTurn(t *testing.T) {
 		{"three results in one message", "/v1/messages", apiKeyHeaders(keyA), toolMessagesBody(false, claudeTools,
 			turn(user, use, `{"role":"user","content":[{"type":"tool_result","tool_use_id":"a"},{"type":"tool_result","tool_use_id":"b"},{"type":"tool_result","tool_use_id":"c"},{"type":"text","text":"<system-reminder/>"}]}`)), false},
 		{"a new prompt", "/v1/messages", apiKeyHeaders(keyA), toolMessagesBody(false, claudeTools, turn(user, use, result, use, result, use, result, `{"role":"assistant","content":"Done."}`, prompt)), true},
+		{"a system message after the prompt", "/v1/messages", apiKeyHeaders(keyA), toolMessagesBody(false, claudeTools, turn(user, `{"role":"system","content":"Available agent types: claude"}`)), true},
 		{"ends with the assistant", "/v1/messages", apiKeyHeaders(keyA), toolMessagesBody(false, claudeTools, turn(user, `{"role":"assistant","content":"Sure"}`)), false},
 		{"tool_choice none", "/v1/messages", apiKeyHeaders(keyA), strings.Replace(toolMessagesBody(false, claudeTools, claudePrompt), `"tools"`, `"tool_choice":{"type":"none"},"tools"`, 1), false},
 		{"no tools", "/v1/messages", apiKeyHeaders(keyA), toolMessagesBody(false, `[]`, claudePrompt), false},
