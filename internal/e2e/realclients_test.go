@@ -2,8 +2,8 @@ package e2e
 
 import (
 	"context"
-	"os"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
