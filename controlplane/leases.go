@@ -681,7 +681,7 @@ func (l leaseService) PoolQuota(ctx context.Context, req *connect.Request[weirv1
 		if qb == nil {
 			return connect.NewResponse(&weirv1.PoolQuotaResponse{}), nil
 		}
-		if first == nil || qb.ResetsAt.AsTime().Before(first.ResetsAt.AsTime()) {
+		if first == nil || reopensFirst(qb, first) {
 			first = qb
 		}
 	}

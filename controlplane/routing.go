@@ -303,12 +303,17 @@ func (c candidate) blockedUntil(now time.Time) (until time.Time, blocked, transi
 	return until, blocked, transient
 }
 
-// quotaEvidence is the quota evidence that covers an account's blocking
-// deadline: its reset is the deadline, so the account reopens exactly
-// when the quota does.
+// quotaEvidence is the quota evidence that blocks an account: either its
+// reset covers the account's blocking deadline, so the account reopens
+// exactly when the quota does, or it names no reset at all.
 type quotaEvidence struct {
+	// resetsAt is zero when the evidence names no reset (insufficient_quota,
+	// out of credits, a rejection without a usable reset): the account
+	// stays out until an operator acts or a new billing period begins, as
+	// far as anyone can tell.
 	resetsAt      time.Time
 	windowMinutes int32
+	kind          weirv1.QuotaKind
 	message       string
 	// spent, for a spent window of the usage view, is its utilization: the
 	// message is written only for the account a block names.
@@ -323,15 +328,25 @@ func (e quotaEvidence) text() string {
 	return e.message
 }
 
-// quotaUntil says whether the account is blocked by quota evidence that
-// covers its blocking deadline (the latest of its cooldown, spent windows
-// and family gate, as blockedUntil reads them), and which. A cooldown
-// that outlasts its quota (a backoff, a burst's Retry-After) is not
-// covered: waiting for the quota would not be enough.
+// quotaUntil says whether the account is blocked by quota evidence, and
+// which: a live cooldown whose quota evidence names no reset (then no
+// other evidence of the account tells when it is back), or evidence whose
+// reset covers its blocking deadline (the latest of its cooldown, spent
+// windows and family gate, as blockedUntil reads them). A cooldown that
+// outlasts its quota (a backoff, a burst's Retry-After) is not covered:
+// waiting for the quota would not be enough.
 func (c candidate) quotaUntil(now time.Time) (quotaEvidence, bool) {
 	until, blocked, transient := c.blockedUntil(now)
 	if !blocked || !transient {
 		return quotaEvidence{}, false
+	}
+	cd := c.cooldown
+	if cd != nil && (!cd.Until.After(now) || cd.QuotaKind == nil) {
+		cd = nil
+	}
+	if cd != nil && cd.QuotaResetsAt == nil {
+		return quotaEvidence{windowMinutes: cd.QuotaWindowMinutes, kind: enumValue[weirv1.QuotaKind](*cd.QuotaKind),
+			message: cd.QuotaMessage}, true
 	}
 	var best quotaEvidence
 	consider := func(e quotaEvidence) {
@@ -339,19 +354,22 @@ func (c candidate) quotaUntil(now time.Time) (quotaEvidence, bool) {
 			best = e
 		}
 	}
-	if cd := c.cooldown; cd != nil && cd.Until.After(now) && cd.QuotaKind != nil && cd.QuotaResetsAt != nil {
-		consider(quotaEvidence{resetsAt: *cd.QuotaResetsAt, windowMinutes: cd.QuotaWindowMinutes, message: cd.QuotaMessage})
+	if cd != nil {
+		consider(quotaEvidence{resetsAt: *cd.QuotaResetsAt, windowMinutes: cd.QuotaWindowMinutes,
+			kind: enumValue[weirv1.QuotaKind](*cd.QuotaKind), message: cd.QuotaMessage})
 	}
 	for _, w := range []struct {
 		r       *windowReading
 		minutes int32
 	}{{c.fiveHour, 300}, {c.sevenDay, 10080}} {
 		if w.r.live(now) && w.r.utilization >= spentAt {
-			consider(quotaEvidence{resetsAt: w.r.resetsAt, windowMinutes: w.minutes, spent: w.r.utilization})
+			consider(quotaEvidence{resetsAt: w.r.resetsAt, windowMinutes: w.minutes, spent: w.r.utilization,
+				kind: usageViewKind(c.account.Provider)})
 		}
 	}
 	if g := c.gate; g != nil && g.Until.After(now) && gateOnReset(g) {
-		consider(quotaEvidence{resetsAt: g.Until, windowMinutes: 10080, message: "model family weekly window spent (" + g.Family + ")"})
+		consider(quotaEvidence{resetsAt: g.Until, windowMinutes: 10080, kind: weirv1.QuotaKind_QUOTA_KIND_FAMILY_WINDOW,
+			message: "model family weekly window spent (" + g.Family + ")"})
 	}
 	// Deadlines are stored to the microsecond, resets to the second.
 	if best.resetsAt.IsZero() || best.resetsAt.Before(until.Add(-time.Second)) {
@@ -359,6 +377,15 @@ func (c candidate) quotaUntil(now time.Time) (quotaEvidence, bool) {
 	}
 	best.resetsAt = until
 	return best, true
+}
+
+// usageViewKind is the quota kind of a spent window the usage view shows
+// for an account of provider.
+func usageViewKind(provider string) weirv1.QuotaKind {
+	if provider == providerCodex {
+		return weirv1.QuotaKind_QUOTA_KIND_CODEX_USAGE_LIMIT
+	}
+	return weirv1.QuotaKind_QUOTA_KIND_ANTHROPIC_WINDOW
 }
 
 // gateOnReset says whether a family gate ends on the reset of the scoped
@@ -380,14 +407,16 @@ func gateOnReset(g *db.FamilyGate) bool {
 // quotaBlock says whether every eligible account for the request (the
 // whole pool under the same filters as selection: provider, breaker; not
 // the accounts paused, broken or holding a rejected credential, which are
-// not eligible at all) is blocked by quota evidence that covers its
-// deadline, and if so describes the one that reopens first. Any account
-// that could serve, is busy, or is out for another reason means no.
+// not eligible at all) is blocked by quota evidence, and if so describes
+// the one that reopens first: the earliest known reset, or when none is
+// known, the first account. Any account that could serve, is busy, or is
+// out for another reason means no.
 func quotaBlock(cands []candidate, req routeRequest, now time.Time) *weirv1.QuotaBlock {
 	var (
-		first   quotaEvidence
-		firstOf candidate
-		n       int32
+		first        quotaEvidence
+		firstOf      candidate
+		n, noReset   int32
+		firstUnknown = true
 	)
 	for _, c := range cands {
 		a := c.account
@@ -402,20 +431,41 @@ func quotaBlock(cands []candidate, req routeRequest, now time.Time) *weirv1.Quot
 			return nil
 		}
 		n++
-		if n == 1 || e.resetsAt.Before(first.resetsAt) {
-			first, firstOf = e, c
+		unknown := e.resetsAt.IsZero()
+		if unknown {
+			noReset++
+		}
+		if n == 1 || (firstUnknown && !unknown) || (!unknown && e.resetsAt.Before(first.resetsAt)) {
+			first, firstOf, firstUnknown = e, c, unknown
 		}
 	}
 	if n == 0 {
 		return nil
 	}
-	return &weirv1.QuotaBlock{
-		ResetsAt:          timestamppb.New(first.resetsAt),
-		WindowMinutes:     first.windowMinutes,
-		Provider:          enumValue[weirv1.Provider](firstOf.account.Provider),
-		LastUpstreamError: first.text(),
-		Accounts:          n,
+	qb := &weirv1.QuotaBlock{
+		WindowMinutes:        first.windowMinutes,
+		Provider:             enumValue[weirv1.Provider](firstOf.account.Provider),
+		LastUpstreamError:    first.text(),
+		Accounts:             n,
+		Kind:                 first.kind,
+		AccountsWithoutReset: noReset,
 	}
+	if !firstUnknown {
+		qb.ResetsAt = timestamppb.New(first.resetsAt)
+	}
+	return qb
+}
+
+// reopensFirst says whether block a reopens before b: a known reset before
+// a later one, any known reset before none.
+func reopensFirst(a, b *weirv1.QuotaBlock) bool {
+	switch {
+	case a.ResetsAt == nil:
+		return false
+	case b.ResetsAt == nil:
+		return true
+	}
+	return a.ResetsAt.AsTime().Before(b.ResetsAt.AsTime())
 }
 
 // rankKey is one candidate's place in the ranking, computed once: the

@@ -103,6 +103,7 @@ func TestStoredNames(t *testing.T) {
 		enumName(weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT): "usage_limit",
 		enumName(weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE):   "retryable",
 		enumName(weirv1.QuotaKind_QUOTA_KIND_CODEX_USAGE_LIMIT):            "codex_usage_limit",
+		enumName(weirv1.QuotaKind_QUOTA_KIND_ANTHROPIC_OUT_OF_CREDITS):     "anthropic_out_of_credits",
 	} {
 		if got != want {
 			t.Errorf("stored name %q, want %q", got, want)

@@ -145,12 +145,15 @@ type QuotaResponseMode int32
 
 const (
 	QuotaResponseMode_QUOTA_RESPONSE_MODE_UNSPECIFIED QuotaResponseMode = 0
-	// The usual retryable error (429/529 with Retry-After).
+	// The usual retryable error: a pool out of quota gets a 429 quota error
+	// (Retry-After when a reset is known; X-Should-Retry: false when nothing
+	// resets within the hold budget).
 	QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE QuotaResponseMode = 1
 	// A final usage limit (429, X-Should-Retry: false, the reset time in the
 	// body and headers) when every eligible account is blocked by quota
-	// evidence and the earliest reset is more than 5 minutes away, so that
-	// clients pause instead of retrying for hours.
+	// evidence and the earliest reset is more than 5 minutes away, or none
+	// is known (out of credits), so that clients pause instead of retrying
+	// for hours.
 	QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT QuotaResponseMode = 2
 )
 
@@ -211,6 +214,9 @@ const (
 	QuotaKind_QUOTA_KIND_GOOGLE_QUOTA_EXHAUSTED QuotaKind = 4
 	// A model family's weekly window (a scoped claim such as 7d_oi).
 	QuotaKind_QUOTA_KIND_FAMILY_WINDOW QuotaKind = 5
+	// Anthropic rejection with overage-disabled-reason out_of_credits (the
+	// 429 ladder, rung 2): no reset; an operator adds credits.
+	QuotaKind_QUOTA_KIND_ANTHROPIC_OUT_OF_CREDITS QuotaKind = 6
 )
 
 // Enum value maps for QuotaKind.
@@ -222,6 +228,7 @@ var (
 		3: "QUOTA_KIND_OPENAI_INSUFFICIENT_QUOTA",
 		4: "QUOTA_KIND_GOOGLE_QUOTA_EXHAUSTED",
 		5: "QUOTA_KIND_FAMILY_WINDOW",
+		6: "QUOTA_KIND_ANTHROPIC_OUT_OF_CREDITS",
 	}
 	QuotaKind_value = map[string]int32{
 		"QUOTA_KIND_UNSPECIFIED":               0,
@@ -230,6 +237,7 @@ var (
 		"QUOTA_KIND_OPENAI_INSUFFICIENT_QUOTA": 3,
 		"QUOTA_KIND_GOOGLE_QUOTA_EXHAUSTED":    4,
 		"QUOTA_KIND_FAMILY_WINDOW":             5,
+		"QUOTA_KIND_ANTHROPIC_OUT_OF_CREDITS":  6,
 	}
 )
 
@@ -1016,14 +1024,15 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\x11QuotaResponseMode\x12#\n" +
 	"\x1fQUOTA_RESPONSE_MODE_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dQUOTA_RESPONSE_MODE_RETRYABLE\x10\x01\x12#\n" +
-	"\x1fQUOTA_RESPONSE_MODE_USAGE_LIMIT\x10\x02*\xd9\x01\n" +
+	"\x1fQUOTA_RESPONSE_MODE_USAGE_LIMIT\x10\x02*\x82\x02\n" +
 	"\tQuotaKind\x12\x1a\n" +
 	"\x16QUOTA_KIND_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bQUOTA_KIND_ANTHROPIC_WINDOW\x10\x01\x12 \n" +
 	"\x1cQUOTA_KIND_CODEX_USAGE_LIMIT\x10\x02\x12(\n" +
 	"$QUOTA_KIND_OPENAI_INSUFFICIENT_QUOTA\x10\x03\x12%\n" +
 	"!QUOTA_KIND_GOOGLE_QUOTA_EXHAUSTED\x10\x04\x12\x1c\n" +
-	"\x18QUOTA_KIND_FAMILY_WINDOW\x10\x05*Q\n" +
+	"\x18QUOTA_KIND_FAMILY_WINDOW\x10\x05\x12'\n" +
+	"#QUOTA_KIND_ANTHROPIC_OUT_OF_CREDITS\x10\x06*Q\n" +
 	"\bAuthKind\x12\x19\n" +
 	"\x15AUTH_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11AUTH_KIND_API_KEY\x10\x01\x12\x13\n" +
