@@ -24,8 +24,9 @@ const settingsUsage = `Usage:
   request_deadline     a request's budget from arrival to first byte, holds included (1m to 6h)
   quota_response_mode  retryable (default): a pool out of quota answers the usual retryable error;
                        usage_limit: when every eligible account is blocked by quota and the first
-                       reset is more than 5 minutes away, a final usage limit with the reset time
-                       (429, X-Should-Retry: false), so that clients pause instead of retrying
+                       reset is more than 5 minutes away (or none is known: out of credits), a final
+                       usage limit with the reset time (429, X-Should-Retry: false), so that clients
+                       pause instead of retrying
 
 Data planes pick changes up without restart. Every command takes --json,
 --controlplane and --data-dir.
