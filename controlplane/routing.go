@@ -130,6 +130,66 @@ type routeRequest struct {
 	// preferAccount goes first when eligible: a retry after an overload
 	// returns to the account that has the conversation's prompt cache.
 	preferAccount uuid.UUID
+	// metered is how metered accounts may be spent: the key's setting
+	// (meteredByKey), else the global one; UNSPECIFIED is normal.
+	metered      weirv1.MeteredAccounts
+	meteredByKey bool
+}
+
+// isMetered says whether an account is pay-per-token (an API key: Anthropic
+// and OpenAI keys) rather than a subscription (an OAuth login).
+func isMetered(a db.Account) bool { return a.AuthKind == enumName(weirv1.AuthKind_AUTH_KIND_API_KEY) }
+
+// subscriptionSurfaces are the surfaces a subscription can serve: those
+// with a provider that takes OAuth logins (Messages: Claude subscriptions;
+// Responses: ChatGPT logins). Chat Completions has none.
+var subscriptionSurfaces = func() map[weirv1.Surface]bool {
+	out := map[weirv1.Surface]bool{}
+	for sf, ps := range surfaceProviders {
+		for _, p := range ps {
+			if validProviderAuth(p, weirv1.AuthKind_AUTH_KIND_OAUTH) == nil {
+				out[sf] = true
+			}
+		}
+	}
+	out[weirv1.Surface_SURFACE_UNSPECIFIED] = out[weirv1.Surface_SURFACE_MESSAGES]
+	return out
+}()
+
+// withheld says whether metered_accounts=never keeps account a out of
+// this request: a metered account, on a surface a subscription can serve.
+func (req routeRequest) withheld(a db.Account) bool {
+	return req.metered == weirv1.MeteredAccounts_METERED_ACCOUNTS_NEVER && isMetered(a) && subscriptionSurfaces[req.surface]
+}
+
+// lastResort says whether metered_accounts=last_resort ranks account a
+// below every subscription for this request.
+func (req routeRequest) lastResort(a db.Account) bool {
+	return req.metered == weirv1.MeteredAccounts_METERED_ACCOUNTS_LAST_RESORT && isMetered(a) && subscriptionSurfaces[req.surface]
+}
+
+// meteredNever names the setting in a refusal it caused.
+const meteredNever = "metered_accounts=never"
+
+// spillFrom is where, in an order route() returned for req, leasing a
+// metered account is a spill: past the last subscription account in the
+// order, since every subscription before it (if any) could then not be
+// claimed, and only when the surface is one a subscription serves and
+// the pool as the key sees it (cands) has a subscription account for it
+// at all, in whatever state. len(order) when nothing there is a spill.
+func spillFrom(cands, order []candidate, req routeRequest) int {
+	if !subscriptionSurfaces[req.surface] || !slices.ContainsFunc(cands, func(c candidate) bool {
+		return serves(c.account.Provider, req.surface) && !isMetered(c.account)
+	}) {
+		return len(order)
+	}
+	from := 0
+	for i, c := range order {
+		if !isMetered(c.account) {
+			from = i + 1
+		}
+	}
+	return from
 }
 
 // surfaceProviders are the providers that serve each client protocol.
@@ -179,11 +239,16 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 		recoverable                             int // could serve again without an operator
 		rejected                                int // holding a rejected credential
 		unreadable                              int // holding a credential this replica cannot open
+		withheld                                int // metered, kept out by metered_accounts=never
 		soonest                                 time.Time
 	)
 	for _, c := range cands {
 		a := c.account
 		if !serves(a.Provider, req.surface) || req.breakerOpen[a.Provider] {
+			continue
+		}
+		if req.withheld(a) {
+			withheld++
 			continue
 		}
 		serving++
@@ -227,6 +292,9 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 		none.RetryAt = timestamppb.New(soonest)
 	}
 	switch {
+	case serving == 0 && withheld > 0:
+		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED
+		none.Message = "no subscription account in the pool serves this model"
 	case serving == 0:
 		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED
 		none.Message = "no account in the pool serves this model"
@@ -264,6 +332,13 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 	}
 	if none.Permanent && unreadable > 0 {
 		none.Message += unreadableFix
+	}
+	if withheld > 0 {
+		whose := "the pool's setting"
+		if req.meteredByKey {
+			whose = "this key's setting"
+		}
+		none.Message += fmt.Sprintf("; %d metered accounts are not used where a subscription can serve (%s, %s)", withheld, meteredNever, whose)
 	}
 	if none.RetryAt != nil && none.Reason != weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY {
 		none.Message += "; the first recovers at " + none.RetryAt.AsTime().UTC().Format(time.RFC3339)
@@ -405,7 +480,8 @@ func gateOnReset(g *db.FamilyGate) bool {
 }
 
 // quotaBlock says whether every eligible account for the request (the
-// whole pool under the same filters as selection: provider, breaker; not
+// whole pool under the same filters as selection: provider, breaker,
+// metered_accounts=never; not
 // the accounts paused, broken or holding a rejected credential, which are
 // not eligible at all) is blocked by quota evidence, and if so describes
 // the one that reopens first: the earliest known reset, or when none is
@@ -420,7 +496,7 @@ func quotaBlock(cands []candidate, req routeRequest, now time.Time) *weirv1.Quot
 	)
 	for _, c := range cands {
 		a := c.account
-		if !serves(a.Provider, req.surface) || req.breakerOpen[a.Provider] || a.Paused || a.BrokenAt != nil || req.unreadable[a.ID] {
+		if !serves(a.Provider, req.surface) || req.breakerOpen[a.Provider] || req.withheld(a) || a.Paused || a.BrokenAt != nil || req.unreadable[a.ID] {
 			continue
 		}
 		if _, blocked, transient := c.blockedUntil(now); blocked && !transient {
@@ -472,10 +548,13 @@ func reopensFirst(a, b *weirv1.QuotaBlock) bool {
 // comparison then reads small values instead of recomputing the usage
 // view's deadlines, and the sort moves indices instead of whole accounts.
 type rankKey struct {
-	idx      int
-	first    int // 0: the preferred account, 1: the session's, 2: any other
-	priority int32
-	tier     int
+	idx int
+	// lastResort: a metered account under metered_accounts=last_resort,
+	// ranked after every subscription.
+	lastResort bool
+	first      int // 0: the preferred account, 1: the session's, 2: any other
+	priority   int32
+	tier       int
 	// weeklyReset and weeklyUtil order tierWeekly; demoted orders
 	// tierDemoted.
 	weeklyReset time.Time
@@ -489,8 +568,8 @@ type rankKey struct {
 func rank(cands []candidate, req routeRequest, now time.Time) []candidate {
 	keys := make([]rankKey, len(cands))
 	for i, c := range cands {
-		k := rankKey{idx: i, first: 2, priority: c.account.Priority, tier: harvestTier(c, now),
-			live: c.live, cap: c.account.MaxConcurrency, lastUsed: c.account.LastUsedAt}
+		k := rankKey{idx: i, lastResort: req.lastResort(c.account), first: 2, priority: c.account.Priority,
+			tier: harvestTier(c, now), live: c.live, cap: c.account.MaxConcurrency, lastUsed: c.account.LastUsedAt}
 		switch {
 		case req.preferAccount != uuid.Nil && c.account.ID == req.preferAccount:
 			k.first = 0
@@ -513,8 +592,11 @@ func rank(cands []candidate, req routeRequest, now time.Time) []candidate {
 	return out
 }
 
-// compareRankKeys ranks: the request's preferred account, then the
-// session's own (its prompt cache lives there); then operator priority, an
+// compareRankKeys ranks: under metered_accounts=last_resort, every
+// subscription before every metered account (even a session's own, which
+// a subscription takes back as soon as one can serve); the request's
+// preferred account, then the session's own (its prompt cache lives
+// there); then operator priority, an
 // override applied before HARVEST (an operator who ranks accounts means it,
 // whatever their windows); then one stable partition over the soft
 // demotions at once (near limit: a 5-hour or weekly window at 0.9 or
@@ -527,6 +609,12 @@ func rank(cands []candidate, req routeRequest, now time.Time) []candidate {
 // by when they stop being demoted. Then the most free share of the
 // concurrency cap, then the least recently used.
 func compareRankKeys(x, y rankKey) int {
+	if x.lastResort != y.lastResort {
+		if x.lastResort {
+			return 1
+		}
+		return -1
+	}
 	if c := cmp.Compare(x.first, y.first); c != 0 {
 		return c
 	}

@@ -739,9 +739,13 @@ type Lease struct {
 	// recovering from a quota cooldown. Whatever it brings back, the rest of
 	// the pool stays refused until it reports: a worker's held requests keep
 	// waiting rather than all asking again.
-	Probe         bool `protobuf:"varint,13,opt,name=probe,proto3" json:"probe,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Probe bool `protobuf:"varint,13,opt,name=probe,proto3" json:"probe,omitempty"`
+	// spilled_to_metered: the account is metered (an API key) and was leased
+	// because no subscription account that serves the surface could take
+	// the request (cooling, out of quota, gated, at capacity, tried, paused).
+	SpilledToMetered bool `protobuf:"varint,14,opt,name=spilled_to_metered,json=spilledToMetered,proto3" json:"spilled_to_metered,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Lease) Reset() {
@@ -861,6 +865,13 @@ func (x *Lease) GetReuseUntil() *timestamppb.Timestamp {
 func (x *Lease) GetProbe() bool {
 	if x != nil {
 		return x.Probe
+	}
+	return false
+}
+
+func (x *Lease) GetSpilledToMetered() bool {
+	if x != nil {
+		return x.SpilledToMetered
 	}
 	return false
 }
@@ -1912,8 +1923,11 @@ type RouteEvent struct {
 	// Where the request failed, if it did.
 	FailureStage   FailureStage     `protobuf:"varint,17,opt,name=failure_stage,json=failureStage,proto3,enum=weir.v1.FailureStage" json:"failure_stage,omitempty"`
 	AttemptRecords []*AttemptRecord `protobuf:"bytes,18,rep,name=attempt_records,json=attemptRecords,proto3" json:"attempt_records,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The last attempt's account was leased as a spill to a metered account
+	// (Lease.spilled_to_metered).
+	SpilledToMetered bool `protobuf:"varint,19,opt,name=spilled_to_metered,json=spilledToMetered,proto3" json:"spilled_to_metered,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RouteEvent) Reset() {
@@ -2072,6 +2086,13 @@ func (x *RouteEvent) GetAttemptRecords() []*AttemptRecord {
 	return nil
 }
 
+func (x *RouteEvent) GetSpilledToMetered() bool {
+	if x != nil {
+		return x.SpilledToMetered
+	}
+	return false
+}
+
 // AttemptRecord is one upstream attempt, or one hold, of a request.
 type AttemptRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2088,9 +2109,11 @@ type AttemptRecord struct {
 	// For a hold: why the worker waited (e.g. "all accounts cooling").
 	HoldReason string `protobuf:"bytes,8,opt,name=hold_reason,json=holdReason,proto3" json:"hold_reason,omitempty"`
 	// The 429 ladder's rung that decided the attempt, if one did.
-	Rung          string `protobuf:"bytes,9,opt,name=rung,proto3" json:"rung,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Rung string `protobuf:"bytes,9,opt,name=rung,proto3" json:"rung,omitempty"`
+	// The attempt's lease was a spill to a metered account.
+	SpilledToMetered bool `protobuf:"varint,10,opt,name=spilled_to_metered,json=spilledToMetered,proto3" json:"spilled_to_metered,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *AttemptRecord) Reset() {
@@ -2184,6 +2207,13 @@ func (x *AttemptRecord) GetRung() string {
 		return x.Rung
 	}
 	return ""
+}
+
+func (x *AttemptRecord) GetSpilledToMetered() bool {
+	if x != nil {
+		return x.SpilledToMetered
+	}
+	return false
 }
 
 type ReportRouteRequest struct {
@@ -2389,7 +2419,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x05lease\x18\x01 \x01(\v2\x0e.weir.v1.LeaseH\x00R\x05lease\x123\n" +
 	"\n" +
 	"no_account\x18\x02 \x01(\v2\x12.weir.v1.NoAccountH\x00R\tnoAccountB\b\n" +
-	"\x06result\"\xf6\x03\n" +
+	"\x06result\"\xa4\x04\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -2409,7 +2439,8 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x13upstream_account_id\x18\v \x01(\tR\x11upstreamAccountId\x12;\n" +
 	"\vreuse_until\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"reuseUntil\x12\x14\n" +
-	"\x05probe\x18\r \x01(\bR\x05probe\"\xae\x02\n" +
+	"\x05probe\x18\r \x01(\bR\x05probe\x12,\n" +
+	"\x12spilled_to_metered\x18\x0e \x01(\bR\x10spilledToMetered\"\xae\x02\n" +
 	"\tNoAccount\x120\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x18.weir.v1.NoAccountReasonR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x125\n" +
@@ -2485,7 +2516,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\vaccount_ids\x18\x02 \x03(\tR\n" +
 	"accountIds\x12\x10\n" +
 	"\x03all\x18\x03 \x01(\bR\x03all\x12\x12\n" +
-	"\x04keys\x18\x04 \x01(\bR\x04keys\"\xc9\x05\n" +
+	"\x04keys\x18\x04 \x01(\bR\x04keys\"\xf7\x05\n" +
 	"\n" +
 	"RouteEvent\x12\x1d\n" +
 	"\n" +
@@ -2511,7 +2542,8 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\n" +
 	"hold_count\x18\x10 \x01(\x05R\tholdCount\x12:\n" +
 	"\rfailure_stage\x18\x11 \x01(\x0e2\x15.weir.v1.FailureStageR\ffailureStage\x12?\n" +
-	"\x0fattempt_records\x18\x12 \x03(\v2\x16.weir.v1.AttemptRecordR\x0eattemptRecords\"\xd2\x02\n" +
+	"\x0fattempt_records\x18\x12 \x03(\v2\x16.weir.v1.AttemptRecordR\x0eattemptRecords\x12,\n" +
+	"\x12spilled_to_metered\x18\x13 \x01(\bR\x10spilledToMetered\"\x80\x03\n" +
 	"\rAttemptRecord\x12)\n" +
 	"\x02at\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x02at\x12\x1d\n" +
 	"\n" +
@@ -2524,7 +2556,9 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\bduration\x18\a \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x1f\n" +
 	"\vhold_reason\x18\b \x01(\tR\n" +
 	"holdReason\x12\x12\n" +
-	"\x04rung\x18\t \x01(\tR\x04rung\"?\n" +
+	"\x04rung\x18\t \x01(\tR\x04rung\x12,\n" +
+	"\x12spilled_to_metered\x18\n" +
+	" \x01(\bR\x10spilledToMetered\"?\n" +
 	"\x12ReportRouteRequest\x12)\n" +
 	"\x05event\x18\x01 \x01(\v2\x13.weir.v1.RouteEventR\x05event\"\x15\n" +
 	"\x13ReportRouteResponse\"B\n" +
