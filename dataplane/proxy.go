@@ -44,6 +44,9 @@ type inbound struct {
 	// it from the status and lastClass, the last attempt's class.
 	outcome   string
 	lastClass weirv1.OutcomeClass
+	// spilledTo is the provider of the last attempt's account when its
+	// lease was a spill to a metered account; "" otherwise.
+	spilledTo string
 }
 
 func newRequestID() string {
@@ -72,6 +75,9 @@ func (s *Server) proxyHandler(sf surface) http.HandlerFunc {
 			s.metrics.ttfb.WithLabelValues(surface).Observe(ttfb.Seconds())
 		}
 		s.metrics.requests.WithLabelValues(surface, outcome).Inc()
+		if rec.SpilledToMetered = in.spilledTo != ""; rec.SpilledToMetered {
+			s.metrics.meteredSpills.WithLabelValues(in.spilledTo, surface).Inc()
+		}
 		if in.keyID != "" {
 			// Unauthenticated noise is not a route; it would only flood the table.
 			s.reporter.report(rec)
@@ -283,6 +289,10 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 		rt.round++
 		rec.Attempts++
 		rec.AccountId = lease.AccountId
+		in.spilledTo = ""
+		if lease.SpilledToMetered {
+			in.spilledTo = providerName(lease.Provider)
+		}
 		admitted := s.cfg.Now()
 		at := admitted.Sub(in.start)
 		actx, span := s.startAttemptSpan(ctx, lease, int(rec.Attempts))
@@ -299,6 +309,7 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 		rt.addRecord(&weirv1.AttemptRecord{
 			At: durationpb.New(at), AccountId: lease.AccountId, Class: o.Class, Status: o.Status,
 			ErrorType: o.ErrorType, Action: d.GetAction(), Duration: o.Duration, Rung: d.GetRung(),
+			SpilledToMetered: lease.SpilledToMetered,
 		})
 		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED {
 			rt.overloads = increment(rt.overloads, lease.AccountId)
