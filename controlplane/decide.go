@@ -63,8 +63,9 @@ type cooldownWrite struct {
 type quotaRecord struct {
 	kind weirv1.QuotaKind
 	// resetsAt is the reset the evidence names; zero when it named none
-	// (insufficient_quota, a rejection without a usable reset): such
-	// evidence never covers a deadline.
+	// (insufficient_quota, out of credits, a rejection without a usable
+	// reset): such evidence blocks the account with no known end (routing,
+	// quotaUntil).
 	resetsAt time.Time
 	// windowMinutes is the exhausted window (300, 10080); 0 when unknown.
 	windowMinutes int32
@@ -215,10 +216,16 @@ func quotaReset(q *weirv1.QuotaEvidence, now time.Time) (time.Time, bool) {
 }
 
 // ladderQuota is the quota evidence of a ladder decision that cooled an
-// account on its spent windows (rungs 3 and 4): the window whose reset is
-// the deadline kept. A backoff without a usable reset names no reset.
+// account on its quota: out of credits (rung 2), which names no reset (an
+// operator adds credits), or its spent windows (rungs 3 and 4), the window
+// whose reset is the deadline kept. A backoff without a usable reset names
+// no reset.
 func ladderQuota(l ladderDecision, o *weirv1.Outcome) *quotaRecord {
-	if l.rung != rungAccountQuota && l.rung != rungCachedQuota {
+	switch l.rung {
+	case rungOutOfCredits:
+		return &quotaRecord{kind: weirv1.QuotaKind_QUOTA_KIND_ANTHROPIC_OUT_OF_CREDITS, message: oneLine(o.GetErrorMessage())}
+	case rungAccountQuota, rungCachedQuota:
+	default:
 		return nil
 	}
 	rec := &quotaRecord{kind: weirv1.QuotaKind_QUOTA_KIND_ANTHROPIC_WINDOW, message: oneLine(o.GetErrorMessage())}

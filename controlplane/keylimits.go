@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -56,6 +57,19 @@ func validRateLimit(n int32) (*int32, error) {
 	return &n, nil
 }
 
+// validMetered checks a key's metered_accounts; UNSPECIFIED is stored as
+// NULL (the key follows the global setting).
+func validMetered(m weirv1.MeteredAccounts) (*string, error) {
+	if m == weirv1.MeteredAccounts_METERED_ACCOUNTS_UNSPECIFIED {
+		return nil, nil
+	}
+	if !slices.Contains(meteredModes, m) {
+		return nil, invalidf("metered_accounts: unknown value %d; want normal, last_resort or never, or unspecified to follow the global setting", int32(m))
+	}
+	name := enumName(m)
+	return &name, nil
+}
+
 // resolvePins turns account ids or labels into ids, refusing any that does
 // not name an account.
 func (s *Server) resolvePins(ctx context.Context, refs []string) ([]uuid.UUID, error) {
@@ -90,6 +104,27 @@ type keyGrant struct {
 	// account was deleted): then no account serves it.
 	pinned bool
 	pins   []uuid.UUID
+	// metered is the metered_accounts setting in force for the key: its
+	// own (byKey), else the global one.
+	metered weirv1.MeteredAccounts
+	byKey   bool
+}
+
+// withMetered is k with the metered_accounts setting in force: the key's
+// own (stored name, "" when it follows the global one), else global's.
+func (k keyGrant) withMetered(own, global string) keyGrant {
+	if m := enumValue[weirv1.MeteredAccounts](own); m != weirv1.MeteredAccounts_METERED_ACCOUNTS_UNSPECIFIED {
+		k.metered, k.byKey = m, true
+		return k
+	}
+	k.metered, k.byKey = enumValue[weirv1.MeteredAccounts](global), false
+	return k
+}
+
+// route is rr under the key's metered_accounts setting.
+func (k keyGrant) route(rr routeRequest) routeRequest {
+	rr.metered, rr.meteredByKey = k.metered, k.byKey
+	return rr
 }
 
 // allows says whether the key may route to account id.
@@ -112,7 +147,8 @@ func (k keyGrant) pinnedOnly(cands []candidate) []candidate {
 // pinnedNone rewords a "none configured" answer for a pinned key: the
 // pin, not the pool, is why, and only an operator can change it.
 func (k keyGrant) pinnedNone(none *weirv1.NoAccount) {
-	if !k.pinned || none == nil || none.Reason != weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED {
+	if !k.pinned || none == nil || none.Reason != weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED ||
+		strings.Contains(none.Message, meteredNever) {
 		return
 	}
 	if len(k.pins) == 0 {

@@ -411,6 +411,8 @@ func TestWatchPoolKeyLimitEvents(t *testing.T) {
 		{"pinned_accounts", &weirv1.UpdateKeyRequest{PinnedAccounts: []string{a.Id}}},
 		{"allowed_models", &weirv1.UpdateKeyRequest{}},
 		{"rate_limit_per_minute", &weirv1.UpdateKeyRequest{}},
+		{"metered_accounts", &weirv1.UpdateKeyRequest{MeteredAccounts: weirv1.MeteredAccounts_METERED_ACCOUNTS_NEVER}},
+		{"metered_accounts", &weirv1.UpdateKeyRequest{}},
 	} {
 		tc.req.Id = k.Id
 		if _, err := e.updateKey(tc.req, tc.path); err != nil {

@@ -20,6 +20,9 @@ import (
 // config file or a leak scanner.
 const clientKeyPrefix = "weir_sk_"
 
+// keyRestrictionNames are UpdateKey's mask paths, as errors list them.
+const keyRestrictionNames = "allowed_models, pinned_accounts, rate_limit_per_minute, metered_accounts"
+
 type keyService struct {
 	weirv1connect.UnimplementedKeyServiceHandler
 	s *Server
@@ -55,6 +58,10 @@ func (k keyService) CreateKey(ctx context.Context, req *connect.Request[weirv1.C
 	if err != nil {
 		return nil, toConnect(err)
 	}
+	metered, err := validMetered(m.MeteredAccounts)
+	if err != nil {
+		return nil, toConnect(err)
+	}
 	pins, err := k.s.resolvePins(ctx, m.PinnedAccounts)
 	if err != nil {
 		return nil, k.s.fail(ctx, "create key", err)
@@ -70,6 +77,7 @@ func (k keyService) CreateKey(ctx context.Context, req *connect.Request[weirv1.C
 			AllowedModels:      models,
 			Pinned:             len(pins) > 0,
 			RateLimitPerMinute: rate,
+			MeteredAccounts:    metered,
 		}); err != nil {
 			return storeErr(err)
 		}
@@ -97,7 +105,7 @@ func (k keyService) UpdateKey(ctx context.Context, req *connect.Request[weirv1.U
 	}
 	paths := m.GetUpdateMask().GetPaths()
 	if len(paths) == 0 {
-		return nil, toConnect(invalidf("update_mask: name at least one of allowed_models, pinned_accounts, rate_limit_per_minute"))
+		return nil, toConnect(invalidf("update_mask: name at least one of %s", keyRestrictionNames))
 	}
 	p := db.UpdateKeyLimitsParams{ID: row.ID}
 	var pins []uuid.UUID
@@ -118,8 +126,13 @@ func (k keyService) UpdateKey(ctx context.Context, req *connect.Request[weirv1.U
 				return nil, toConnect(err)
 			}
 			p.SetRateLimit = true
+		case "metered_accounts":
+			if p.MeteredAccounts, err = validMetered(m.MeteredAccounts); err != nil {
+				return nil, toConnect(err)
+			}
+			p.SetMetered = true
 		default:
-			return nil, toConnect(invalidf("update_mask: unknown field %q (allowed_models, pinned_accounts, rate_limit_per_minute)", path))
+			return nil, toConnect(invalidf("update_mask: unknown field %q (%s)", path, keyRestrictionNames))
 		}
 	}
 	err = k.s.tx(ctx, func(q *db.Queries) error {
@@ -228,6 +241,7 @@ func (s *Server) keyProtos(ctx context.Context, rows []db.ClientKey) ([]*weirv1.
 			Pinned:             r.Pinned,
 			PinnedAccounts:     pins[r.ID],
 			RateLimitPerMinute: orZero(r.RateLimitPerMinute),
+			MeteredAccounts:    enumValue[weirv1.MeteredAccounts](orZero(r.MeteredAccounts)),
 		})
 	}
 	return out, nil

@@ -99,7 +99,9 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (re
 		case err != nil:
 			return nil, l.s.fail(ctx, "acquire", err)
 		default:
-			key = keyGrant{id: row.KeyID, models: row.AllowedModels, pinned: row.Pinned, pins: row.Pins}
+			// Nothing to route: the global metered setting does not matter.
+			key = keyGrant{id: row.KeyID, models: row.AllowedModels, pinned: row.Pinned, pins: row.Pins}.
+				withMetered(orZero(row.MeteredAccounts), "")
 			aliasTargets = row.AliasTargets
 		}
 	}
@@ -242,12 +244,13 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		}
 		// A pinned key routes among its pinned accounts only: a session
 		// bound to another account is not followed there.
-		rr := routeRequest{model: m.Model, surface: m.Surface, breakerOpen: breakerOpen,
-			exclude: exclude, unreadable: unreadable, sessionAccount: v.session, preferAccount: prefer}
-		order, none := route(key.pinnedOnly(v.cands), withAvoided(rr, avoid), now)
+		rr := key.route(routeRequest{model: m.Model, surface: m.Surface, breakerOpen: breakerOpen,
+			exclude: exclude, unreadable: unreadable, sessionAccount: v.session, preferAccount: prefer})
+		cands := key.pinnedOnly(v.cands)
+		order, none := route(cands, withAvoided(rr, avoid), now)
 		if none != nil && avoid != nil {
 			// Every account left was probed already: round the pool again.
-			order, none = route(key.pinnedOnly(v.cands), rr, now)
+			order, none = route(cands, rr, now)
 		}
 		if none != nil && breakerNone != nil {
 			none = withBreaker(none, breakerNone)
@@ -256,7 +259,8 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 			key.pinnedNone(none)
 			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: none}}, nil
 		}
-		for _, c := range order {
+		spill := spillFrom(cands, order, rr)
+		for i, c := range order {
 			lease, err := l.claim(ctx, c, key.id, m, now, reusable(m), probing[c.account.Provider])
 			if errors.Is(err, errUnseal) {
 				// Unusable until an operator re-enters the credential under
@@ -270,6 +274,9 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 				return nil, l.s.fail(ctx, "acquire", err)
 			}
 			if lease != nil {
+				// Metered, because no subscription could serve: a spill,
+				// recorded on the route event and counted by the worker.
+				lease.SpilledToMetered = isMetered(c.account) && i >= spill
 				if len(unopened) > 0 {
 					// This replica opened a credential, so its keys are
 					// right: those it could not open are marked broken and
@@ -422,7 +429,8 @@ func (s *Server) routingView(ctx context.Context, keyHash, model, sessionKey, fa
 	}
 	v := view{cands: make([]candidate, 0, len(rows))}
 	for _, r := range rows {
-		v.key = keyGrant{id: r.KeyID, models: r.KeyAllowedModels, pinned: r.KeyPinned, pins: r.KeyPins}
+		v.key = keyGrant{id: r.KeyID, models: r.KeyAllowedModels, pinned: r.KeyPinned, pins: r.KeyPins}.
+			withMetered(r.KeyMeteredAccounts, r.MeteredSetting)
 		v.aliasTargets = r.AliasTargets
 		if r.BreakerOpenUntil != nil {
 			if v.breakerOpen == nil {
@@ -692,6 +700,11 @@ func (l leaseService) PoolQuota(ctx context.Context, req *connect.Request[weirv1
 		// As Acquire routes it: only the targets the key may use.
 		models = slices.DeleteFunc(slices.Clone(models), func(t string) bool { return !modelpattern.Match(key.AllowedModels, t) })
 	}
+	st, err := l.s.effectiveSettings(ctx)
+	if err != nil {
+		return nil, l.s.fail(ctx, "pool quota", err)
+	}
+	kg := keyGrant{pinned: key.Pinned, pins: key.Pins}.withMetered(orZero(key.MeteredAccounts), enumName(st.MeteredAccounts))
 	now := l.s.now()
 	var first *weirv1.QuotaBlock
 	for _, model := range models {
@@ -699,17 +712,13 @@ func (l leaseService) PoolQuota(ctx context.Context, req *connect.Request[weirv1
 		if err != nil {
 			return nil, l.s.fail(ctx, "pool quota", err)
 		}
-		qb := quotaBlock(keyGrant{pinned: key.Pinned, pins: key.Pins}.pinnedOnly(v.cands), routeRequest{model: model, surface: m.Surface}, now)
+		qb := quotaBlock(kg.pinnedOnly(v.cands), kg.route(routeRequest{model: model, surface: m.Surface}), now)
 		if qb == nil {
 			return connect.NewResponse(&weirv1.PoolQuotaResponse{}), nil
 		}
-		if first == nil || qb.ResetsAt.AsTime().Before(first.ResetsAt.AsTime()) {
+		if first == nil || reopensFirst(qb, first) {
 			first = qb
 		}
-	}
-	st, err := l.s.effectiveSettings(ctx)
-	if err != nil {
-		return nil, l.s.fail(ctx, "pool quota", err)
 	}
 	return connect.NewResponse(&weirv1.PoolQuotaResponse{QuotaBlock: first, QuotaResponseMode: st.QuotaResponseMode}), nil
 }

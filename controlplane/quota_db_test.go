@@ -252,7 +252,8 @@ func TestQuotaCooldownMerge(t *testing.T) {
 	check("after a longer quota cooldown", "quota_exhausted", weekly, "codex_usage_limit", &weekly, 10080, "weekly")
 
 	// A later, still longer insufficient_quota (no reset) takes the
-	// deadline: the evidence names no reset, so it no longer covers it.
+	// deadline: the evidence names no reset, so the account is out with no
+	// known end.
 	now = e.clock.Advance(time.Second)
 	far := now.Add(101 * time.Hour)
 	if _, err := e.q.WriteCooldown(t.Context(), withQuota(dbCooldown(a.Id, "out_of_credits", far, now),
@@ -261,8 +262,8 @@ func TestQuotaCooldownMerge(t *testing.T) {
 	}
 	check("after insufficient_quota", "out_of_credits", far, "openai_insufficient_quota", nil, 0, "billing")
 	none := e.mustNoAccount(codexRequest(keyHash), weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_COOLING)
-	if none.QuotaBlock != nil {
-		t.Errorf("an insufficient_quota cooldown is no quota block: %v", none.QuotaBlock)
+	if qb := none.QuotaBlock; qb == nil || qb.ResetsAt != nil || qb.Kind != kindInsufficient || qb.AccountsWithoutReset != 1 {
+		t.Errorf("an insufficient_quota cooldown: quota block %v, want one without a reset", qb)
 	}
 }
 
@@ -405,9 +406,9 @@ func TestQuotaReleaseUnknownKind(t *testing.T) {
 	now := e.clock.Advance(time.Second)
 	resp, err := e.dp.leases.Release(t.Context(), connect.NewRequest(&weirv1.ReleaseRequest{LeaseId: lease.Id,
 		Outcome: &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429,
-			Quota: &weirv1.QuotaEvidence{Kind: weirv1.QuotaKind(6), ResetsAt: timestamppb.New(now.Add(time.Hour)), Message: "new kind"}}}))
+			Quota: &weirv1.QuotaEvidence{Kind: weirv1.QuotaKind(99), ResetsAt: timestamppb.New(now.Add(time.Hour)), Message: "new kind"}}}))
 	if err != nil {
-		t.Fatalf("Release with quota kind 6: %v", err)
+		t.Fatalf("Release with quota kind 99: %v", err)
 	}
 	if resp.Msg.Decision.Action != weirv1.Action_ACTION_RETRY_SAME || resp.Msg.Decision.Cooldown != nil {
 		t.Errorf("decision %v, want a burst retry without a cooldown", resp.Msg.Decision)

@@ -23,6 +23,7 @@ const (
 	kindInsufficient = weirv1.QuotaKind_QUOTA_KIND_OPENAI_INSUFFICIENT_QUOTA
 	kindGoogle       = weirv1.QuotaKind_QUOTA_KIND_GOOGLE_QUOTA_EXHAUSTED
 	kindAnthropic    = weirv1.QuotaKind_QUOTA_KIND_ANTHROPIC_WINDOW
+	kindOutOfCredits = weirv1.QuotaKind_QUOTA_KIND_ANTHROPIC_OUT_OF_CREDITS
 	actRespond       = weirv1.Action_ACTION_RESPOND
 )
 
@@ -183,6 +184,7 @@ func TestQuotaDecideLadder(t *testing.T) {
 		quota  bool
 		reset  time.Duration // -1: none recorded
 		window int32
+		kind   weirv1.QuotaKind // zero: kindAnthropic
 	}{
 		{name: "5h and 7d rejected, the 7d reset later: 10080",
 			h: hdr("status", "rejected", "5h-status", "rejected", "5h-reset", at(2*time.Hour),
@@ -209,9 +211,9 @@ func TestQuotaDecideLadder(t *testing.T) {
 		{name: "the residual records no quota",
 			h:    hdr("retry-after", "30"),
 			rung: rungResidual, reason: reasonRL, until: 30 * time.Second},
-		{name: "out of credits records no quota",
+		{name: "out of credits: its own kind, no reset (an operator adds credits)",
 			h:    hdr("status", "rejected", "overage-disabled-reason", "out_of_credits", "5h-status", "rejected", "5h-reset", at(time.Hour)),
-			rung: rungOutOfCredits, reason: reasonOOC, until: 6 * time.Hour},
+			rung: rungOutOfCredits, reason: reasonOOC, until: 6 * time.Hour, quota: true, reset: -1, kind: kindOutOfCredits},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, Headers: tc.h,
@@ -234,9 +236,13 @@ func TestQuotaDecideLadder(t *testing.T) {
 			if tc.reset >= 0 {
 				wantReset = epoch.Add(tc.reset)
 			}
-			if q.kind != kindAnthropic || !q.resetsAt.Equal(wantReset) || q.windowMinutes != tc.window || q.message != msg {
+			kind := tc.kind
+			if kind == weirv1.QuotaKind_QUOTA_KIND_UNSPECIFIED {
+				kind = kindAnthropic
+			}
+			if q.kind != kind || !q.resetsAt.Equal(wantReset) || q.windowMinutes != tc.window || q.message != msg {
 				t.Errorf("quota %v reset %v window %d message %q, want %v %v %d %q",
-					q.kind, q.resetsAt, q.windowMinutes, q.message, kindAnthropic, wantReset, tc.window, msg)
+					q.kind, q.resetsAt, q.windowMinutes, q.message, kind, wantReset, tc.window, msg)
 			}
 		})
 	}
@@ -298,11 +304,12 @@ func TestQuotaBlock(t *testing.T) {
 		messages  = weirv1.Surface_SURFACE_MESSAGES
 	)
 	type want struct {
-		resetsAt time.Duration
+		resetsAt time.Duration // -1: no known reset
 		window   int32
 		provider weirv1.Provider
 		message  string
 		accounts int32
+		noReset  int32 // accounts without a known reset
 	}
 	for _, tc := range []struct {
 		name    string
@@ -316,11 +323,11 @@ func TestQuotaBlock(t *testing.T) {
 			c("a", codex(), quotaCooling(3*time.Hour, 3*time.Hour, 300, "a's limit")),
 			c("b", codex(), quotaCooling(time.Hour, time.Hour, 10080, "b's limit")),
 			c("c", openai(), quotaCooling(2*time.Hour, 2*time.Hour, 0, "c's limit")),
-		}, want: &want{time.Hour, 10080, weirv1.Provider_PROVIDER_CODEX, "b's limit", 3}},
+		}, want: &want{time.Hour, 10080, weirv1.Provider_PROVIDER_CODEX, "b's limit", 3, 0}},
 		{name: "the first to reopen is an openai account", surface: responses, cands: []candidate{
 			c("a", codex(), quotaCooling(3*time.Hour, 3*time.Hour, 300, "a's limit")),
 			c("c", openai(), quotaCooling(2*time.Hour, 2*time.Hour, 0, "c's limit")),
-		}, want: &want{2 * time.Hour, 0, weirv1.Provider_PROVIDER_OPENAI, "c's limit", 2}},
+		}, want: &want{2 * time.Hour, 0, weirv1.Provider_PROVIDER_OPENAI, "c's limit", 2, 0}},
 		{name: "one account free", surface: responses, cands: []candidate{
 			c("a", codex(), quotaCooling(time.Hour, time.Hour, 300, "x")), c("b", codex()),
 		}},
@@ -332,7 +339,7 @@ func TestQuotaBlock(t *testing.T) {
 		}},
 		{name: "a tried account that is quota-blocked still counts", surface: responses, exclude: []string{"a"}, cands: []candidate{
 			c("a", codex(), quotaCooling(time.Hour, time.Hour, 300, "x")),
-		}, want: &want{time.Hour, 300, weirv1.Provider_PROVIDER_CODEX, "x", 1}},
+		}, want: &want{time.Hour, 300, weirv1.Provider_PROVIDER_CODEX, "x", 1, 0}},
 		{name: "a rate_limited cooldown is not quota", surface: responses, cands: []candidate{
 			c("a", codex(), quotaCooling(time.Hour, time.Hour, 300, "x")), c("b", codex(), cooling(time.Hour, true)),
 		}},
@@ -340,48 +347,60 @@ func TestQuotaBlock(t *testing.T) {
 			c("a", codex(), quotaCooling(time.Hour, time.Hour, 300, "x")),
 			c("b", codex(), quotaCooling(10*time.Minute, 5*time.Minute, 300, "y")),
 		}},
-		{name: "quota evidence without a reset (insufficient_quota, a backoff)", surface: responses, cands: []candidate{
+		{name: "quota evidence without a reset (insufficient_quota, a backoff): blocked, no reset", surface: responses, cands: []candidate{
 			c("a", codex(), quotaCooling(6*time.Hour, -1, 0, "billing")),
-		}},
+		}, want: &want{-1, 0, weirv1.Provider_PROVIDER_CODEX, "billing", 1, 1}},
+		{name: "a short backoff without a reset blocks as long as credits would", surface: responses, cands: []candidate{
+			c("a", codex(), quotaCooling(30*time.Second, -1, 300, "no reset")),
+			c("b", openai(), quotaCooling(6*time.Hour, -1, 0, "billing")),
+		}, want: &want{-1, 300, weirv1.Provider_PROVIDER_CODEX, "no reset", 2, 2}},
+		{name: "a mixed pool: the earliest known reset, however the others are out", surface: responses, cands: []candidate{
+			c("a", openai(), quotaCooling(6*time.Hour, -1, 0, "billing")),
+			c("b", codex(), quotaCooling(3*time.Hour, 3*time.Hour, 10080, "b's limit")),
+			c("d", codex(), quotaCooling(2*time.Hour, 2*time.Hour, 300, "d's limit")),
+		}, want: &want{2 * time.Hour, 300, weirv1.Provider_PROVIDER_CODEX, "d's limit", 3, 1}},
+		{name: "no reset wins over a spent window of the same account", surface: messages, cands: []candidate{
+			c("a", quotaCooling(6*time.Hour, -1, 0, "out of credits"), fiveHour(1.0, 2*time.Hour)),
+		}, want: &want{-1, 0, weirv1.Provider_PROVIDER_ANTHROPIC, "out of credits", 1, 1}},
 		{name: "an expired quota cooldown is no block", surface: responses, cands: []candidate{
 			c("a", codex(), quotaCooling(-time.Second, -time.Second, 300, "x")),
 		}},
 		{name: "a spent five-hour window without a cooldown", surface: messages, cands: []candidate{
 			c("a", fiveHour(1.0, 2*time.Hour), weekly(0.4, 72*time.Hour)),
-		}, want: &want{2 * time.Hour, 300, weirv1.Provider_PROVIDER_ANTHROPIC, "usage view: 300-minute window at 100%", 1}},
+		}, want: &want{2 * time.Hour, 300, weirv1.Provider_PROVIDER_ANTHROPIC, "usage view: 300-minute window at 100%", 1, 0}},
 		{name: "a spent window covers a shorter rate_limited cooldown", surface: messages, cands: []candidate{
 			c("a", cooling(time.Minute, true), weekly(0.99, 30*time.Hour)),
-		}, want: &want{30 * time.Hour, 10080, weirv1.Provider_PROVIDER_ANTHROPIC, "usage view: 10080-minute window at 99%", 1}},
+		}, want: &want{30 * time.Hour, 10080, weirv1.Provider_PROVIDER_ANTHROPIC, "usage view: 10080-minute window at 99%", 1, 0}},
 		{name: "a rate_limited cooldown outlasting a spent window", surface: messages, cands: []candidate{
 			c("a", cooling(3*time.Hour, true), fiveHour(1.0, 2*time.Hour)),
 		}},
 		{name: "a five-hour window under the spent mark", surface: messages, cands: []candidate{
-			c("a", fiveHour(0.98, 2*time.Hour), quotaCooling(time.Minute, -1, 0, "")),
+			c("a", fiveHour(0.98, 2*time.Hour), cooling(time.Minute, true)),
 		}},
 		{name: "a family gate on a Retry-After has no reset behind it", surface: messages, cands: []candidate{
 			c("a", gatedNoReset(40*time.Hour)),
 		}},
 		{name: "a family gate counts", surface: messages, cands: []candidate{
 			c("a", gated(40*time.Hour)),
-		}, want: &want{40 * time.Hour, 10080, weirv1.Provider_PROVIDER_ANTHROPIC, "model family weekly window spent (opus)", 1}},
+		}, want: &want{40 * time.Hour, 10080, weirv1.Provider_PROVIDER_ANTHROPIC, "model family weekly window spent (opus)", 1, 0}},
 		{name: "paused and broken accounts are ignored", surface: responses, cands: []candidate{
 			c("a", codex(), quotaCooling(time.Hour, time.Hour, 300, "x")), c("b", codex(), paused()), c("d", codex(), broken()),
-		}, want: &want{time.Hour, 300, weirv1.Provider_PROVIDER_CODEX, "x", 1}},
+		}, want: &want{time.Hour, 300, weirv1.Provider_PROVIDER_CODEX, "x", 1, 0}},
 		{name: "a rejected credential is ignored", surface: responses, cands: []candidate{
 			c("a", codex(), quotaCooling(time.Hour, time.Hour, 300, "x")), c("b", codex(), credentialRejected(time.Hour)),
-		}, want: &want{time.Hour, 300, weirv1.Provider_PROVIDER_CODEX, "x", 1}},
+		}, want: &want{time.Hour, 300, weirv1.Provider_PROVIDER_CODEX, "x", 1, 0}},
 		{name: "a rejected credential under a spent window is ignored", surface: messages, cands: []candidate{
 			c("a", gated(time.Hour)), c("b", credentialRejected(time.Hour), fiveHour(1.0, 30*time.Minute)),
-		}, want: &want{time.Hour, 10080, weirv1.Provider_PROVIDER_ANTHROPIC, "model family weekly window spent (opus)", 1}},
+		}, want: &want{time.Hour, 10080, weirv1.Provider_PROVIDER_ANTHROPIC, "model family weekly window spent (opus)", 1, 0}},
 		{name: "other providers than the surface's are ignored", surface: responses, cands: []candidate{
 			c("a", codex(), quotaCooling(time.Hour, time.Hour, 300, "x")), c("anthropic"),
-		}, want: &want{time.Hour, 300, weirv1.Provider_PROVIDER_CODEX, "x", 1}},
+		}, want: &want{time.Hour, 300, weirv1.Provider_PROVIDER_CODEX, "x", 1, 0}},
 		{name: "messages ignores codex and openai accounts", surface: messages, cands: []candidate{
 			c("a", gated(2*time.Hour)), c("b", codex()), c("d", openai()),
-		}, want: &want{2 * time.Hour, 10080, weirv1.Provider_PROVIDER_ANTHROPIC, "model family weekly window spent (opus)", 1}},
+		}, want: &want{2 * time.Hour, 10080, weirv1.Provider_PROVIDER_ANTHROPIC, "model family weekly window spent (opus)", 1, 0}},
 		{name: "a provider behind its open breaker is ignored", surface: responses, breaker: "openai", cands: []candidate{
 			c("a", codex(), quotaCooling(time.Hour, time.Hour, 300, "x")), c("b", openai()),
-		}, want: &want{time.Hour, 300, weirv1.Provider_PROVIDER_CODEX, "x", 1}},
+		}, want: &want{time.Hour, 300, weirv1.Provider_PROVIDER_CODEX, "x", 1, 0}},
 		{name: "the other provider's breaker: its free account counts", surface: responses, breaker: "codex", cands: []candidate{
 			c("a", codex(), quotaCooling(time.Hour, time.Hour, 300, "x")), c("b", openai()),
 		}},
@@ -409,11 +428,15 @@ func TestQuotaBlock(t *testing.T) {
 			if got == nil {
 				t.Fatalf("no quota block, want %+v", *w)
 			}
-			if !got.GetResetsAt().AsTime().Equal(epoch.Add(w.resetsAt)) || got.WindowMinutes != w.window || got.Provider != w.provider ||
-				got.LastUpstreamError != w.message || got.Accounts != w.accounts {
-				t.Errorf("quota block resets %v window %d provider %v message %q accounts %d, want %v %d %v %q %d",
-					got.GetResetsAt().AsTime(), got.WindowMinutes, got.Provider, got.LastUpstreamError, got.Accounts,
-					epoch.Add(w.resetsAt), w.window, w.provider, w.message, w.accounts)
+			resetOK := got.ResetsAt == nil
+			if w.resetsAt >= 0 {
+				resetOK = got.ResetsAt != nil && got.ResetsAt.AsTime().Equal(epoch.Add(w.resetsAt))
+			}
+			if !resetOK || got.WindowMinutes != w.window || got.Provider != w.provider ||
+				got.LastUpstreamError != w.message || got.Accounts != w.accounts || got.AccountsWithoutReset != w.noReset {
+				t.Errorf("quota block resets %v window %d provider %v message %q accounts %d (%d without a reset), want %v %d %v %q %d (%d)",
+					got.GetResetsAt(), got.WindowMinutes, got.Provider, got.LastUpstreamError, got.Accounts, got.AccountsWithoutReset,
+					w.resetsAt, w.window, w.provider, w.message, w.accounts, w.noReset)
 			}
 		})
 	}

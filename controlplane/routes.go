@@ -39,7 +39,7 @@ func (r routeService) ListRouteEvents(ctx context.Context, req *connect.Request[
 	case limit > 1000:
 		limit = 1000
 	}
-	p := db.ListRouteEventsParams{MaxRows: limit}
+	p := db.ListRouteEventsParams{MaxRows: limit, SpilledOnly: req.Msg.SpilledOnly}
 	if req.Msg.AccountId != "" {
 		acct, err := r.s.findAccount(ctx, req.Msg.AccountId)
 		if err != nil {
@@ -90,19 +90,20 @@ func routeEventProtos(rows []db.RouteEvent) ([]*weirv1.RouteEvent, error) {
 
 func routeEventProto(e db.RouteEvent) (*weirv1.RouteEvent, error) {
 	ev := &weirv1.RouteEvent{
-		RequestId:    e.RequestID,
-		Model:        e.Model,
-		Status:       e.Status,
-		Attempts:     e.Attempts,
-		Duration:     millisDuration(e.DurationMs),
-		InputTokens:  e.InputTokens,
-		OutputTokens: e.OutputTokens,
-		Stream:       e.Stream,
-		ErrorType:    e.ErrorType,
-		Surface:      e.Surface,
-		StartedAt:    timestamppb.New(e.StartedAt),
-		HoldCount:    e.HoldCount,
-		FailureStage: enumValue[weirv1.FailureStage](e.FailureStage),
+		RequestId:        e.RequestID,
+		Model:            e.Model,
+		Status:           e.Status,
+		Attempts:         e.Attempts,
+		Duration:         millisDuration(e.DurationMs),
+		InputTokens:      e.InputTokens,
+		OutputTokens:     e.OutputTokens,
+		Stream:           e.Stream,
+		ErrorType:        e.ErrorType,
+		Surface:          e.Surface,
+		StartedAt:        timestamppb.New(e.StartedAt),
+		HoldCount:        e.HoldCount,
+		FailureStage:     enumValue[weirv1.FailureStage](e.FailureStage),
+		SpilledToMetered: e.SpilledToMetered,
 	}
 	if e.KeyID.Valid {
 		ev.KeyId = e.KeyID.UUID.String()
@@ -250,6 +251,7 @@ func routeColumns(rows []db.RouteEvent, now time.Time) db.InsertRouteEventsParam
 		HasTtfb: make([]bool, n), TtfbsMs: make([]float64, n), InputTokens: make([]int64, n),
 		OutputTokens: make([]int64, n), StartedAts: make([]time.Time, n), HeldsMs: make([]float64, n),
 		HoldCounts: make([]int32, n), FailureStages: make([]string, n), AttemptsJsons: make([]string, n),
+		Spilled: make([]bool, n),
 	}
 	for i, r := range rows {
 		p.RequestIds[i], p.KeyIds[i], p.AccountIds[i] = r.RequestID, r.KeyID.UUID, r.AccountID.UUID
@@ -260,7 +262,7 @@ func routeColumns(rows []db.RouteEvent, now time.Time) db.InsertRouteEventsParam
 		}
 		p.InputTokens[i], p.OutputTokens[i], p.StartedAts[i] = r.InputTokens, r.OutputTokens, r.StartedAt
 		p.HeldsMs[i], p.HoldCounts[i], p.FailureStages[i] = r.HeldMs, r.HoldCount, r.FailureStage
-		p.AttemptsJsons[i] = string(r.AttemptsJson)
+		p.AttemptsJsons[i], p.Spilled[i] = string(r.AttemptsJson), r.SpilledToMetered
 	}
 	return p
 }
@@ -285,21 +287,22 @@ func routeEventParams(field string, e *weirv1.RouteEvent, now time.Time) (db.Rou
 		return db.RouteEvent{}, invalidf("%s.attempt_records: %v", field, err)
 	}
 	p := db.RouteEvent{
-		RequestID:    e.RequestId,
-		Surface:      e.Surface,
-		Model:        e.Model,
-		Stream:       e.Stream,
-		Status:       e.Status,
-		ErrorType:    e.ErrorType,
-		Attempts:     e.Attempts,
-		DurationMs:   durationMillis(e.Duration),
-		InputTokens:  e.InputTokens,
-		OutputTokens: e.OutputTokens,
-		StartedAt:    now,
-		HeldMs:       durationMillis(e.Held),
-		HoldCount:    e.HoldCount,
-		FailureStage: failureStageName(e.FailureStage),
-		AttemptsJson: attempts,
+		RequestID:        e.RequestId,
+		Surface:          e.Surface,
+		Model:            e.Model,
+		Stream:           e.Stream,
+		Status:           e.Status,
+		ErrorType:        e.ErrorType,
+		Attempts:         e.Attempts,
+		DurationMs:       durationMillis(e.Duration),
+		InputTokens:      e.InputTokens,
+		OutputTokens:     e.OutputTokens,
+		StartedAt:        now,
+		HeldMs:           durationMillis(e.Held),
+		HoldCount:        e.HoldCount,
+		FailureStage:     failureStageName(e.FailureStage),
+		AttemptsJson:     attempts,
+		SpilledToMetered: e.SpilledToMetered,
 	}
 	if e.StartedAt != nil {
 		p.StartedAt = e.StartedAt.AsTime()

@@ -130,6 +130,66 @@ type routeRequest struct {
 	// preferAccount goes first when eligible: a retry after an overload
 	// returns to the account that has the conversation's prompt cache.
 	preferAccount uuid.UUID
+	// metered is how metered accounts may be spent: the key's setting
+	// (meteredByKey), else the global one; UNSPECIFIED is normal.
+	metered      weirv1.MeteredAccounts
+	meteredByKey bool
+}
+
+// isMetered says whether an account is pay-per-token (an API key: Anthropic
+// and OpenAI keys) rather than a subscription (an OAuth login).
+func isMetered(a db.Account) bool { return a.AuthKind == enumName(weirv1.AuthKind_AUTH_KIND_API_KEY) }
+
+// subscriptionSurfaces are the surfaces a subscription can serve: those
+// with a provider that takes OAuth logins (Messages: Claude subscriptions;
+// Responses: ChatGPT logins). Chat Completions has none.
+var subscriptionSurfaces = func() map[weirv1.Surface]bool {
+	out := map[weirv1.Surface]bool{}
+	for sf, ps := range surfaceProviders {
+		for _, p := range ps {
+			if validProviderAuth(p, weirv1.AuthKind_AUTH_KIND_OAUTH) == nil {
+				out[sf] = true
+			}
+		}
+	}
+	out[weirv1.Surface_SURFACE_UNSPECIFIED] = out[weirv1.Surface_SURFACE_MESSAGES]
+	return out
+}()
+
+// withheld says whether metered_accounts=never keeps account a out of
+// this request: a metered account, on a surface a subscription can serve.
+func (req routeRequest) withheld(a db.Account) bool {
+	return req.metered == weirv1.MeteredAccounts_METERED_ACCOUNTS_NEVER && isMetered(a) && subscriptionSurfaces[req.surface]
+}
+
+// lastResort says whether metered_accounts=last_resort ranks account a
+// below every subscription for this request.
+func (req routeRequest) lastResort(a db.Account) bool {
+	return req.metered == weirv1.MeteredAccounts_METERED_ACCOUNTS_LAST_RESORT && isMetered(a) && subscriptionSurfaces[req.surface]
+}
+
+// meteredNever names the setting in a refusal it caused.
+const meteredNever = "metered_accounts=never"
+
+// spillFrom is where, in an order route() returned for req, leasing a
+// metered account is a spill: past the last subscription account in the
+// order, since every subscription before it (if any) could then not be
+// claimed, and only when the surface is one a subscription serves and
+// the pool as the key sees it (cands) has a subscription account for it
+// at all, in whatever state. len(order) when nothing there is a spill.
+func spillFrom(cands, order []candidate, req routeRequest) int {
+	if !subscriptionSurfaces[req.surface] || !slices.ContainsFunc(cands, func(c candidate) bool {
+		return serves(c.account.Provider, req.surface) && !isMetered(c.account)
+	}) {
+		return len(order)
+	}
+	from := 0
+	for i, c := range order {
+		if !isMetered(c.account) {
+			from = i + 1
+		}
+	}
+	return from
 }
 
 // surfaceProviders are the providers that serve each client protocol.
@@ -179,11 +239,16 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 		recoverable                             int // could serve again without an operator
 		rejected                                int // holding a rejected credential
 		unreadable                              int // holding a credential this replica cannot open
+		withheld                                int // metered, kept out by metered_accounts=never
 		soonest                                 time.Time
 	)
 	for _, c := range cands {
 		a := c.account
 		if !serves(a.Provider, req.surface) || req.breakerOpen[a.Provider] {
+			continue
+		}
+		if req.withheld(a) {
+			withheld++
 			continue
 		}
 		serving++
@@ -227,6 +292,9 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 		none.RetryAt = timestamppb.New(soonest)
 	}
 	switch {
+	case serving == 0 && withheld > 0:
+		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED
+		none.Message = "no subscription account in the pool serves this model"
 	case serving == 0:
 		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED
 		none.Message = "no account in the pool serves this model"
@@ -264,6 +332,13 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 	}
 	if none.Permanent && unreadable > 0 {
 		none.Message += unreadableFix
+	}
+	if withheld > 0 {
+		whose := "the pool's setting"
+		if req.meteredByKey {
+			whose = "this key's setting"
+		}
+		none.Message += fmt.Sprintf("; %d metered accounts are not used where a subscription can serve (%s, %s)", withheld, meteredNever, whose)
 	}
 	if none.RetryAt != nil && none.Reason != weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY {
 		none.Message += "; the first recovers at " + none.RetryAt.AsTime().UTC().Format(time.RFC3339)
@@ -303,12 +378,17 @@ func (c candidate) blockedUntil(now time.Time) (until time.Time, blocked, transi
 	return until, blocked, transient
 }
 
-// quotaEvidence is the quota evidence that covers an account's blocking
-// deadline: its reset is the deadline, so the account reopens exactly
-// when the quota does.
+// quotaEvidence is the quota evidence that blocks an account: either its
+// reset covers the account's blocking deadline, so the account reopens
+// exactly when the quota does, or it names no reset at all.
 type quotaEvidence struct {
+	// resetsAt is zero when the evidence names no reset (insufficient_quota,
+	// out of credits, a rejection without a usable reset): the account
+	// stays out until an operator acts or a new billing period begins, as
+	// far as anyone can tell.
 	resetsAt      time.Time
 	windowMinutes int32
+	kind          weirv1.QuotaKind
 	message       string
 	// spent, for a spent window of the usage view, is its utilization: the
 	// message is written only for the account a block names.
@@ -323,15 +403,25 @@ func (e quotaEvidence) text() string {
 	return e.message
 }
 
-// quotaUntil says whether the account is blocked by quota evidence that
-// covers its blocking deadline (the latest of its cooldown, spent windows
-// and family gate, as blockedUntil reads them), and which. A cooldown
-// that outlasts its quota (a backoff, a burst's Retry-After) is not
-// covered: waiting for the quota would not be enough.
+// quotaUntil says whether the account is blocked by quota evidence, and
+// which: a live cooldown whose quota evidence names no reset (then no
+// other evidence of the account tells when it is back), or evidence whose
+// reset covers its blocking deadline (the latest of its cooldown, spent
+// windows and family gate, as blockedUntil reads them). A cooldown that
+// outlasts its quota (a backoff, a burst's Retry-After) is not covered:
+// waiting for the quota would not be enough.
 func (c candidate) quotaUntil(now time.Time) (quotaEvidence, bool) {
 	until, blocked, transient := c.blockedUntil(now)
 	if !blocked || !transient {
 		return quotaEvidence{}, false
+	}
+	cd := c.cooldown
+	if cd != nil && (!cd.Until.After(now) || cd.QuotaKind == nil) {
+		cd = nil
+	}
+	if cd != nil && cd.QuotaResetsAt == nil {
+		return quotaEvidence{windowMinutes: cd.QuotaWindowMinutes, kind: enumValue[weirv1.QuotaKind](*cd.QuotaKind),
+			message: cd.QuotaMessage}, true
 	}
 	var best quotaEvidence
 	consider := func(e quotaEvidence) {
@@ -339,19 +429,22 @@ func (c candidate) quotaUntil(now time.Time) (quotaEvidence, bool) {
 			best = e
 		}
 	}
-	if cd := c.cooldown; cd != nil && cd.Until.After(now) && cd.QuotaKind != nil && cd.QuotaResetsAt != nil {
-		consider(quotaEvidence{resetsAt: *cd.QuotaResetsAt, windowMinutes: cd.QuotaWindowMinutes, message: cd.QuotaMessage})
+	if cd != nil {
+		consider(quotaEvidence{resetsAt: *cd.QuotaResetsAt, windowMinutes: cd.QuotaWindowMinutes,
+			kind: enumValue[weirv1.QuotaKind](*cd.QuotaKind), message: cd.QuotaMessage})
 	}
 	for _, w := range []struct {
 		r       *windowReading
 		minutes int32
 	}{{c.fiveHour, 300}, {c.sevenDay, 10080}} {
 		if w.r.live(now) && w.r.utilization >= spentAt {
-			consider(quotaEvidence{resetsAt: w.r.resetsAt, windowMinutes: w.minutes, spent: w.r.utilization})
+			consider(quotaEvidence{resetsAt: w.r.resetsAt, windowMinutes: w.minutes, spent: w.r.utilization,
+				kind: usageViewKind(c.account.Provider)})
 		}
 	}
 	if g := c.gate; g != nil && g.Until.After(now) && gateOnReset(g) {
-		consider(quotaEvidence{resetsAt: g.Until, windowMinutes: 10080, message: "model family weekly window spent (" + g.Family + ")"})
+		consider(quotaEvidence{resetsAt: g.Until, windowMinutes: 10080, kind: weirv1.QuotaKind_QUOTA_KIND_FAMILY_WINDOW,
+			message: "model family weekly window spent (" + g.Family + ")"})
 	}
 	// Deadlines are stored to the microsecond, resets to the second.
 	if best.resetsAt.IsZero() || best.resetsAt.Before(until.Add(-time.Second)) {
@@ -359,6 +452,15 @@ func (c candidate) quotaUntil(now time.Time) (quotaEvidence, bool) {
 	}
 	best.resetsAt = until
 	return best, true
+}
+
+// usageViewKind is the quota kind of a spent window the usage view shows
+// for an account of provider.
+func usageViewKind(provider string) weirv1.QuotaKind {
+	if provider == providerCodex {
+		return weirv1.QuotaKind_QUOTA_KIND_CODEX_USAGE_LIMIT
+	}
+	return weirv1.QuotaKind_QUOTA_KIND_ANTHROPIC_WINDOW
 }
 
 // gateOnReset says whether a family gate ends on the reset of the scoped
@@ -378,20 +480,23 @@ func gateOnReset(g *db.FamilyGate) bool {
 }
 
 // quotaBlock says whether every eligible account for the request (the
-// whole pool under the same filters as selection: provider, breaker; not
+// whole pool under the same filters as selection: provider, breaker,
+// metered_accounts=never; not
 // the accounts paused, broken or holding a rejected credential, which are
-// not eligible at all) is blocked by quota evidence that covers its
-// deadline, and if so describes the one that reopens first. Any account
-// that could serve, is busy, or is out for another reason means no.
+// not eligible at all) is blocked by quota evidence, and if so describes
+// the one that reopens first: the earliest known reset, or when none is
+// known, the first account. Any account that could serve, is busy, or is
+// out for another reason means no.
 func quotaBlock(cands []candidate, req routeRequest, now time.Time) *weirv1.QuotaBlock {
 	var (
-		first   quotaEvidence
-		firstOf candidate
-		n       int32
+		first        quotaEvidence
+		firstOf      candidate
+		n, noReset   int32
+		firstUnknown = true
 	)
 	for _, c := range cands {
 		a := c.account
-		if !serves(a.Provider, req.surface) || req.breakerOpen[a.Provider] || a.Paused || a.BrokenAt != nil || req.unreadable[a.ID] {
+		if !serves(a.Provider, req.surface) || req.breakerOpen[a.Provider] || req.withheld(a) || a.Paused || a.BrokenAt != nil || req.unreadable[a.ID] {
 			continue
 		}
 		if _, blocked, transient := c.blockedUntil(now); blocked && !transient {
@@ -402,30 +507,54 @@ func quotaBlock(cands []candidate, req routeRequest, now time.Time) *weirv1.Quot
 			return nil
 		}
 		n++
-		if n == 1 || e.resetsAt.Before(first.resetsAt) {
-			first, firstOf = e, c
+		unknown := e.resetsAt.IsZero()
+		if unknown {
+			noReset++
+		}
+		if n == 1 || (firstUnknown && !unknown) || (!unknown && e.resetsAt.Before(first.resetsAt)) {
+			first, firstOf, firstUnknown = e, c, unknown
 		}
 	}
 	if n == 0 {
 		return nil
 	}
-	return &weirv1.QuotaBlock{
-		ResetsAt:          timestamppb.New(first.resetsAt),
-		WindowMinutes:     first.windowMinutes,
-		Provider:          enumValue[weirv1.Provider](firstOf.account.Provider),
-		LastUpstreamError: first.text(),
-		Accounts:          n,
+	qb := &weirv1.QuotaBlock{
+		WindowMinutes:        first.windowMinutes,
+		Provider:             enumValue[weirv1.Provider](firstOf.account.Provider),
+		LastUpstreamError:    first.text(),
+		Accounts:             n,
+		Kind:                 first.kind,
+		AccountsWithoutReset: noReset,
 	}
+	if !firstUnknown {
+		qb.ResetsAt = timestamppb.New(first.resetsAt)
+	}
+	return qb
+}
+
+// reopensFirst says whether block a reopens before b: a known reset before
+// a later one, any known reset before none.
+func reopensFirst(a, b *weirv1.QuotaBlock) bool {
+	switch {
+	case a.ResetsAt == nil:
+		return false
+	case b.ResetsAt == nil:
+		return true
+	}
+	return a.ResetsAt.AsTime().Before(b.ResetsAt.AsTime())
 }
 
 // rankKey is one candidate's place in the ranking, computed once: the
 // comparison then reads small values instead of recomputing the usage
 // view's deadlines, and the sort moves indices instead of whole accounts.
 type rankKey struct {
-	idx      int
-	first    int // 0: the preferred account, 1: the session's, 2: any other
-	priority int32
-	tier     int
+	idx int
+	// lastResort: a metered account under metered_accounts=last_resort,
+	// ranked after every subscription.
+	lastResort bool
+	first      int // 0: the preferred account, 1: the session's, 2: any other
+	priority   int32
+	tier       int
 	// weeklyReset and weeklyUtil order tierWeekly; demoted orders
 	// tierDemoted.
 	weeklyReset time.Time
@@ -439,8 +568,8 @@ type rankKey struct {
 func rank(cands []candidate, req routeRequest, now time.Time) []candidate {
 	keys := make([]rankKey, len(cands))
 	for i, c := range cands {
-		k := rankKey{idx: i, first: 2, priority: c.account.Priority, tier: harvestTier(c, now),
-			live: c.live, cap: c.account.MaxConcurrency, lastUsed: c.account.LastUsedAt}
+		k := rankKey{idx: i, lastResort: req.lastResort(c.account), first: 2, priority: c.account.Priority,
+			tier: harvestTier(c, now), live: c.live, cap: c.account.MaxConcurrency, lastUsed: c.account.LastUsedAt}
 		switch {
 		case req.preferAccount != uuid.Nil && c.account.ID == req.preferAccount:
 			k.first = 0
@@ -463,8 +592,11 @@ func rank(cands []candidate, req routeRequest, now time.Time) []candidate {
 	return out
 }
 
-// compareRankKeys ranks: the request's preferred account, then the
-// session's own (its prompt cache lives there); then operator priority, an
+// compareRankKeys ranks: under metered_accounts=last_resort, every
+// subscription before every metered account (even a session's own, which
+// a subscription takes back as soon as one can serve); the request's
+// preferred account, then the session's own (its prompt cache lives
+// there); then operator priority, an
 // override applied before HARVEST (an operator who ranks accounts means it,
 // whatever their windows); then one stable partition over the soft
 // demotions at once (near limit: a 5-hour or weekly window at 0.9 or
@@ -477,6 +609,12 @@ func rank(cands []candidate, req routeRequest, now time.Time) []candidate {
 // by when they stop being demoted. Then the most free share of the
 // concurrency cap, then the least recently used.
 func compareRankKeys(x, y rankKey) int {
+	if x.lastResort != y.lastResort {
+		if x.lastResort {
+			return 1
+		}
+		return -1
+	}
 	if c := cmp.Compare(x.first, y.first); c != 0 {
 		return c
 	}

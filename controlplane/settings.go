@@ -3,6 +3,8 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -16,13 +18,17 @@ import (
 )
 
 // Names of the rows in the settings table. Durations are stored as Go
-// duration strings ("20m0s"), the quota response mode by its short name
-// ("retryable", "usage_limit").
+// duration strings ("20m0s"), the modes by their short names
+// ("retryable", "usage_limit"; "normal", "last_resort", "never").
 const (
 	settingCapacityHold      = "capacity_hold"
 	settingRequestDeadline   = "request_deadline"
 	settingQuotaResponseMode = "quota_response_mode"
+	settingMeteredAccounts   = "metered_accounts"
 )
+
+// settingNames are the fields UpdateSettings takes, as errors list them.
+const settingNames = "capacity_hold, request_deadline, quota_response_mode or metered_accounts"
 
 // settingsActor names who changes settings in the audit: the admin token
 // is the one credential allowed to.
@@ -56,7 +62,7 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 	m := req.Msg
 	paths := m.GetUpdateMask().GetPaths()
 	if len(paths) == 0 {
-		return nil, toConnect(invalidf("update_mask: name at least one field (capacity_hold, request_deadline, quota_response_mode)"))
+		return nil, toConnect(invalidf("update_mask: name at least one field (%s)", settingNames))
 	}
 	now := h.s.now()
 	// Every field is checked before anything is written: a request with one
@@ -83,13 +89,20 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 			}
 			value = d.String()
 		case settingQuotaResponseMode:
-			mode, err := quotaModeSetting(m.GetSettings().GetQuotaResponseMode())
+			mode, err := enumSetting("settings.quota_response_mode", m.GetSettings().GetQuotaResponseMode(),
+				weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE, weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT)
+			if err != nil {
+				return nil, toConnect(err)
+			}
+			value = mode
+		case settingMeteredAccounts:
+			mode, err := enumSetting("settings.metered_accounts", m.GetSettings().GetMeteredAccounts(), meteredModes...)
 			if err != nil {
 				return nil, toConnect(err)
 			}
 			value = mode
 		default:
-			return nil, toConnect(invalidf("update_mask: unknown field %q (want capacity_hold, request_deadline or quota_response_mode)", path))
+			return nil, toConnect(invalidf("update_mask: unknown field %q (want %s)", path, settingNames))
 		}
 		puts = append(puts, db.PutSettingParams{Name: path, Value: value, Now: now})
 	}
@@ -128,7 +141,7 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 	}
 	h.s.log.InfoContext(ctx, "settings updated", "fields", paths,
 		"capacity_hold", st.CapacityHold.AsDuration(), "request_deadline", st.RequestDeadline.AsDuration(),
-		"quota_response_mode", enumName(st.QuotaResponseMode))
+		"quota_response_mode", enumName(st.QuotaResponseMode), "metered_accounts", enumName(st.MeteredAccounts))
 	return connect.NewResponse(&weirv1.UpdateSettingsResponse{Settings: st}), nil
 }
 
@@ -157,6 +170,7 @@ func (s *Server) effectiveSettings(ctx context.Context) (*weirv1.Settings, error
 func (s *Server) settingsFrom(rows []db.Setting) (*weirv1.Settings, error) {
 	hold, deadline := s.cfg.CapacityHold, s.cfg.RequestDeadline
 	mode := weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE
+	metered := weirv1.MeteredAccounts_METERED_ACCOUNTS_NORMAL
 	for _, r := range rows {
 		var dst *time.Duration
 		var lo, hi time.Duration
@@ -171,6 +185,11 @@ func (s *Server) settingsFrom(rows []db.Setting) (*weirv1.Settings, error) {
 				return nil, fmt.Errorf("setting %s: unknown value %q", r.Name, r.Value)
 			}
 			mode = m
+			continue
+		case settingMeteredAccounts:
+			if metered = enumValue[weirv1.MeteredAccounts](r.Value); metered == weirv1.MeteredAccounts_METERED_ACCOUNTS_UNSPECIFIED {
+				return nil, fmt.Errorf("setting %s: unknown value %q", r.Name, r.Value)
+			}
 			continue
 		default:
 			continue
@@ -188,19 +207,28 @@ func (s *Server) settingsFrom(rows []db.Setting) (*weirv1.Settings, error) {
 		*dst = d
 	}
 	return &weirv1.Settings{CapacityHold: durationpb.New(hold), RequestDeadline: durationpb.New(deadline),
-		QuotaResponseMode: mode}, nil
+		QuotaResponseMode: mode, MeteredAccounts: metered}, nil
 }
 
-// quotaModeSetting checks the quota response mode named by the update
-// mask and returns its stored name.
-func quotaModeSetting(m weirv1.QuotaResponseMode) (string, error) {
-	switch m {
-	case weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE, weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT:
-		return enumName(m), nil
-	case weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_UNSPECIFIED:
-		return "", invalidf("settings.quota_response_mode: required (it is in update_mask); want retryable or usage_limit")
+// meteredModes are the values metered_accounts takes, globally and per key.
+var meteredModes = []weirv1.MeteredAccounts{weirv1.MeteredAccounts_METERED_ACCOUNTS_NORMAL,
+	weirv1.MeteredAccounts_METERED_ACCOUNTS_LAST_RESORT, weirv1.MeteredAccounts_METERED_ACCOUNTS_NEVER}
+
+// enumSetting checks a mode named by an update mask against the values
+// allowed and returns its stored name.
+func enumSetting[E protoEnum](field string, m E, allowed ...E) (string, error) {
+	names := make([]string, len(allowed))
+	for i, a := range allowed {
+		names[i] = enumName(a)
 	}
-	return "", invalidf("settings.quota_response_mode: unknown value %d; want retryable or usage_limit", int32(m))
+	want := strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+	switch {
+	case slices.Contains(allowed, m):
+		return enumName(m), nil
+	case m.Number() == 0:
+		return "", invalidf("%s: required (it is in update_mask); want %s", field, want)
+	}
+	return "", invalidf("%s: unknown value %d; want %s", field, int32(m.Number()), want)
 }
 
 // ListSettingChanges is the audit of setting changes, newest first.

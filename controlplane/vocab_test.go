@@ -62,6 +62,7 @@ func TestEnumRoundTrip(t *testing.T) {
 		checkEnum[weirv1.Surface](t):           true,
 		checkEnum[weirv1.QuotaResponseMode](t): true,
 		checkEnum[weirv1.QuotaKind](t):         true,
+		checkEnum[weirv1.MeteredAccounts](t):   true,
 		checkEnum[weirv1.RouteOutcome](t):      true,
 	}
 	// Every enum the package defines is in the list above.
@@ -103,6 +104,10 @@ func TestStoredNames(t *testing.T) {
 		enumName(weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT): "usage_limit",
 		enumName(weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE):   "retryable",
 		enumName(weirv1.QuotaKind_QUOTA_KIND_CODEX_USAGE_LIMIT):            "codex_usage_limit",
+		enumName(weirv1.QuotaKind_QUOTA_KIND_ANTHROPIC_OUT_OF_CREDITS):     "anthropic_out_of_credits",
+		enumName(weirv1.MeteredAccounts_METERED_ACCOUNTS_NORMAL):           "normal",
+		enumName(weirv1.MeteredAccounts_METERED_ACCOUNTS_LAST_RESORT):      "last_resort",
+		enumName(weirv1.MeteredAccounts_METERED_ACCOUNTS_NEVER):            "never",
 	} {
 		if got != want {
 			t.Errorf("stored name %q, want %q", got, want)

@@ -18,8 +18,9 @@ type apiError struct {
 	// final tells SDK clients not to retry (x-should-retry: false).
 	final bool
 	// code is the OpenAI error code, when the OpenAI format needs one that
-	// the type does not imply.
-	code string
+	// the type does not imply; openAIType the OpenAI error type, when it is
+	// not the one typ maps to.
+	code, openAIType string
 }
 
 func (e *apiError) Error() string { return e.typ + ": " + e.message }

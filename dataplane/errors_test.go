@@ -149,7 +149,7 @@ func TestNoAccountError(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			e := noAccountError(tt.n, now)
+			e := noAccountError(tt.n, surfaceMessages, "claude-x", now, now.Add(5*time.Minute))
 			if e.status != tt.status || e.typ != tt.typ || e.final != tt.final {
 				t.Errorf("= {status %d type %s final %v}, want {%d %s %v}", e.status, e.typ, e.final, tt.status, tt.typ, tt.final)
 			}

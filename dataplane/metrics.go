@@ -19,6 +19,7 @@ type metrics struct {
 	holds         prometheus.Counter
 	holdSeconds   prometheus.Histogram
 	usageLimits   *prometheus.CounterVec
+	meteredSpills *prometheus.CounterVec
 	leasePool     *prometheus.CounterVec
 	poolReady     prometheus.Gauge
 	poolEvents    *prometheus.CounterVec
@@ -84,6 +85,10 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Name: "weir_dataplane_usage_limits_total",
 			Help: "Requests answered with a final usage limit (quota_response_mode usage_limit), by surface.",
 		}, []string{"surface"}),
+		meteredSpills: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weir_dataplane_metered_spills_total",
+			Help: "Requests served by a metered account (an API key) because no subscription account that serves the surface could, by the metered account's provider and surface.",
+		}, []string{"provider", "surface"}),
 		leasePool: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weir_dataplane_lease_pool_total",
 			Help: "Lease requests by how they were served: reused (a kept lease, no control-plane call), acquired (asked the control plane), retry (a retry asking with the accounts tried), class_probe (one Acquire for every held request parked on a refused model), prefetch (a fresh lease asked off the request path as a busy one nears its reuse deadline), shared_none (a held class's shared no-account answer, no call); queued counts the requests that waited for a lease to come back because their class already had 4 Acquires in flight.",
@@ -124,7 +129,12 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		}
 		m.usageLimits.WithLabelValues(sf)
 	}
-	reg.MustRegister(m.requests, m.attempts, m.ttfb, m.routesDropped, m.holds, m.holdSeconds, m.usageLimits, m.leasePool, m.poolReady, m.poolEvents,
+	// The metered providers on the surfaces a subscription can serve.
+	for _, sp := range [][2]string{{"anthropic", surfaceMessages.name}, {"openai", surfaceResp.name}} {
+		m.meteredSpills.WithLabelValues(sp[0], sp[1])
+	}
+	reg.MustRegister(m.requests, m.attempts, m.ttfb, m.routesDropped, m.holds, m.holdSeconds, m.usageLimits, m.meteredSpills,
+		m.leasePool, m.poolReady, m.poolEvents,
 		m.reportsDropped, m.redelivered,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -44,6 +44,9 @@ type inbound struct {
 	// it from the status and lastClass, the last attempt's class.
 	outcome   string
 	lastClass weirv1.OutcomeClass
+	// spilledTo is the provider of the last attempt's account when its
+	// lease was a spill to a metered account; "" otherwise.
+	spilledTo string
 }
 
 func newRequestID() string {
@@ -72,6 +75,9 @@ func (s *Server) proxyHandler(sf surface) http.HandlerFunc {
 			s.metrics.ttfb.WithLabelValues(surface).Observe(ttfb.Seconds())
 		}
 		s.metrics.requests.WithLabelValues(surface, outcome).Inc()
+		if rec.SpilledToMetered = in.spilledTo != ""; rec.SpilledToMetered {
+			s.metrics.meteredSpills.WithLabelValues(in.spilledTo, surface).Inc()
+		}
 		if in.keyID != "" {
 			// Unauthenticated noise is not a route; it would only flood the table.
 			s.reporter.report(rec)
@@ -250,10 +256,17 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 		lease := resp.GetLease()
 		if lease == nil {
 			none := resp.GetNoAccount()
-			final := noAccountError(none, s.cfg.Now())
+			now := s.cfg.Now()
+			final := noAccountError(none, in.sf, in.model, now, maxTime(rt.holdEnd, now.Add(usageLimitMinWait)))
 			if none.GetPermanent() || none.GetReason() == weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED ||
 				none.GetReason() == weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_DISABLED {
 				s.failNoAccount(w, rt, final)
+				return
+			}
+			if qb := none.GetQuotaBlock(); qb != nil && !recoversBy(qb, rt.holdEnd) {
+				// Out of quota past the hold budget (or with no known
+				// reset at all): no wait can help, so the client hears now.
+				s.failOutOfQuota(w, rt, none, final)
 				return
 			}
 			var retryAt time.Time
@@ -267,13 +280,7 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 				backoff = false
 			}
 			if !s.hold(ctx, rt, retryAt, backoff, none.GetMessage()) {
-				if ul, ok := s.usageLimitFor(in, none); ok {
-					// Waiting is pointless and the client should know it:
-					// a final usage limit with the reset, not a retry loop.
-					s.failUsageLimit(w, rt, ul)
-					return
-				}
-				s.failNoAccount(w, rt, final)
+				s.failOutOfQuota(w, rt, none, final)
 				return
 			}
 			continue
@@ -282,6 +289,10 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 		rt.round++
 		rec.Attempts++
 		rec.AccountId = lease.AccountId
+		in.spilledTo = ""
+		if lease.SpilledToMetered {
+			in.spilledTo = providerName(lease.Provider)
+		}
 		admitted := s.cfg.Now()
 		at := admitted.Sub(in.start)
 		actx, span := s.startAttemptSpan(ctx, lease, int(rec.Attempts))
@@ -298,6 +309,7 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 		rt.addRecord(&weirv1.AttemptRecord{
 			At: durationpb.New(at), AccountId: lease.AccountId, Class: o.Class, Status: o.Status,
 			ErrorType: o.ErrorType, Action: d.GetAction(), Duration: o.Duration, Rung: d.GetRung(),
+			SpilledToMetered: lease.SpilledToMetered,
 		})
 		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED {
 			rt.overloads = increment(rt.overloads, lease.AccountId)
@@ -422,6 +434,18 @@ func (s *Server) recordHold(ctx context.Context, rt *routing, start time.Time, h
 	holdEvent(ctx, held)
 	s.metrics.holds.Inc()
 	s.metrics.holdSeconds.Observe(held.Seconds())
+}
+
+// failOutOfQuota answers a request that no account could serve when
+// waiting cannot help: a final usage limit when the pool is out of quota
+// in the usage_limit mode (the reset, not a retry loop), else as
+// failNoAccount.
+func (s *Server) failOutOfQuota(w http.ResponseWriter, rt *routing, none *weirv1.NoAccount, final *apiError) {
+	if ul, ok := s.usageLimitFor(rt.in, none); ok {
+		s.failUsageLimit(w, rt, ul)
+		return
+	}
+	s.failNoAccount(w, rt, final)
 }
 
 // failNoAccount answers a request that no account could serve: with
@@ -583,8 +607,14 @@ func errControlPlane() *apiError {
 		message: "weir control plane unavailable; retry shortly", retryAfter: 2 * time.Second}
 }
 
-// noAccountError says why nothing could serve, and when that changes.
-func noAccountError(n *weirv1.NoAccount, now time.Time) *apiError {
+// noAccountError says why nothing could serve, and when that changes. A
+// pool out of quota is answered as that (quotaError), retryable when its
+// first reset comes by retryBy; anything else that passes on its own as
+// overloaded.
+func noAccountError(n *weirv1.NoAccount, sf surface, model string, now, retryBy time.Time) *apiError {
+	if qb := n.GetQuotaBlock(); qb != nil && !n.GetPermanent() {
+		return quotaError(qb, sf, model, now, retryBy)
+	}
 	e := &apiError{status: 529, typ: "overloaded_error", message: "weir: " + n.GetMessage()}
 	if n.GetPermanent() || n.GetReason() == weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED ||
 		n.GetReason() == weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_DISABLED {

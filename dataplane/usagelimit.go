@@ -19,22 +19,59 @@ import (
 // 5:00 stays retryable; 5:01 is a usage limit.
 const usageLimitMinWait = 5 * time.Minute
 
-// usageLimit is the final answer for a pool out of quota.
+// usageLimit is a pool out of quota as the client hears of it: the final
+// answer in the usage_limit mode (usageLimitBody), and the cause of the
+// retryable mode's quota error (quotaError).
 type usageLimit struct {
 	model     string
 	provider  weirv1.Provider
-	resetsAt  time.Time
-	window    int32 // minutes; 0 when unknown
+	kind      weirv1.QuotaKind
+	resetsAt  time.Time // zero: no blocked account has a known reset
+	window    int32     // minutes; 0 when unknown
 	lastError string
+	// accounts are the blocked accounts, noReset those without a known
+	// reset.
+	accounts, noReset int32
 	// wait is how long until resetsAt, in whole seconds rounded up.
 	wait time.Duration
 }
+
+// usageLimitOf reads a quota block.
+func usageLimitOf(qb *weirv1.QuotaBlock, model string, now time.Time) usageLimit {
+	ul := usageLimit{model: model, provider: qb.GetProvider(), kind: qb.GetKind(), window: qb.GetWindowMinutes(),
+		lastError: qb.GetLastUpstreamError(), accounts: qb.GetAccounts(), noReset: qb.GetAccountsWithoutReset()}
+	if r := qb.GetResetsAt(); r != nil {
+		ul.resetsAt = r.AsTime()
+		ul.wait = ul.resetsAt.Sub(now).Round(time.Second)
+	}
+	return ul
+}
+
+// known says whether the pool's first reset is known.
+func (ul usageLimit) known() bool { return !ul.resetsAt.IsZero() }
+
+// cause says what the pool is out of, and when that ends: "out of usage
+// quota; the first resets in 2h0m0s, at …", or for a pool with no known
+// reset, what brings it back.
+func (ul usageLimit) cause() string {
+	if ul.known() {
+		return fmt.Sprintf("out of usage quota; the first resets in %s, at %s", ul.resetTime(), ul.resetsAt.UTC().Format(time.RFC3339))
+	}
+	switch ul.kind {
+	case weirv1.QuotaKind_QUOTA_KIND_OPENAI_INSUFFICIENT_QUOTA, weirv1.QuotaKind_QUOTA_KIND_ANTHROPIC_OUT_OF_CREDITS:
+		return "out of credits; an operator must add credits"
+	}
+	return "out of usage quota and the upstream named no reset; an operator must look at them"
+}
+
+// resetTime is the wait as a duration string ("2h0m0s").
+func (ul usageLimit) resetTime() string { return ul.wait.Truncate(time.Second).String() }
 
 // usageLimitFor says whether a request that could not be served gets a
 // final usage limit: in the usage_limit mode (as the control plane said
 // when it answered, else this worker's last settings), when every eligible
 // account is blocked by quota evidence and the first reset is more than
-// usageLimitMinWait away.
+// usageLimitMinWait away, or none is known.
 func (s *Server) usageLimitFor(in *inbound, none *weirv1.NoAccount) (usageLimit, bool) {
 	mode := none.GetQuotaResponseMode()
 	if mode == weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_UNSPECIFIED {
@@ -45,16 +82,52 @@ func (s *Server) usageLimitFor(in *inbound, none *weirv1.NoAccount) (usageLimit,
 
 // decideUsageLimit is usageLimitFor's rule. Pure.
 func decideUsageLimit(mode weirv1.QuotaResponseMode, qb *weirv1.QuotaBlock, model string, now time.Time) (usageLimit, bool) {
-	if mode != weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT || qb == nil || qb.GetResetsAt() == nil {
+	if mode != weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT || qb == nil {
 		return usageLimit{}, false
 	}
-	resets := qb.GetResetsAt().AsTime()
-	wait := resets.Sub(now)
-	if wait <= usageLimitMinWait {
+	ul := usageLimitOf(qb, model, now)
+	if ul.known() && ul.resetsAt.Sub(now) <= usageLimitMinWait {
 		return usageLimit{}, false
 	}
-	return usageLimit{model: model, provider: qb.GetProvider(), resetsAt: resets, window: qb.GetWindowMinutes(),
-		lastError: qb.GetLastUpstreamError(), wait: wait.Round(time.Second)}, true
+	return ul, true
+}
+
+// recoversBy says whether a pool out of quota reopens by t: its first
+// reset is known and not after t.
+func recoversBy(qb *weirv1.QuotaBlock, t time.Time) bool {
+	return qb.GetResetsAt() != nil && !qb.GetResetsAt().AsTime().After(t)
+}
+
+// quotaError is the retryable mode's answer for a pool out of quota: a
+// 429 in the client's own words for a spent quota (Anthropic
+// rate_limit_error; on Responses, Codex's usage_limit_reached; on Chat
+// Completions, OpenAI's insufficient_quota), never "overloaded". It says
+// retry (X-Should-Retry: true) only when the first reset comes by
+// retryBy, and carries a Retry-After only when a reset is known.
+func quotaError(qb *weirv1.QuotaBlock, sf surface, model string, now, retryBy time.Time) *apiError {
+	ul := usageLimitOf(qb, model, now)
+	e := &apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error",
+		message: fmt.Sprintf("weir: all %d accounts that serve model %s are %s. Last upstream error: %s",
+			ul.accounts, model, ul.cause(), orNone(ul.lastError)),
+		final: !recoversBy(qb, retryBy)}
+	switch sf.api {
+	case weirv1.Surface_SURFACE_RESPONSES:
+		e.openAIType, e.code = "usage_limit_reached", "usage_limit_reached"
+	case weirv1.Surface_SURFACE_CHAT_COMPLETIONS:
+		e.openAIType, e.code = "insufficient_quota", "insufficient_quota"
+	}
+	if ul.known() {
+		e.retryAfter = max(ul.resetsAt.Sub(now), time.Second)
+	}
+	return e
+}
+
+// orNone is s, or "none recorded" when it is empty.
+func orNone(s string) string {
+	if s == "" {
+		return "none recorded"
+	}
+	return s
 }
 
 // failUsageLimit answers the final usage limit.
@@ -68,14 +141,14 @@ func (s *Server) failUsageLimit(w http.ResponseWriter, rt *routing, ul usageLimi
 
 // writeUsageLimit writes a final usage limit in the client's format:
 // status 429, X-Should-Retry: false, no Retry-After, the Codex rate-limit
-// headers of the exhausted window, and the reset in the body. Nothing may
-// have been written to w before.
+// headers of the exhausted window (when its reset is known), and the reset
+// in the body (when known). Nothing may have been written to w before.
 func writeUsageLimit(w http.ResponseWriter, sf surface, requestID string, ul usageLimit) {
 	h := w.Header()
 	h.Del("Retry-After")
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Should-Retry", "false")
-	if ul.window > 0 {
+	if ul.window > 0 && ul.known() {
 		// The window that reopens first, at 100%: the primary trio for a
 		// window shorter than a day, the secondary for the weekly one.
 		prefix := "X-Codex-Secondary-"
@@ -135,44 +208,41 @@ func usageLimitEvent(sf surface, requestID string, ul usageLimit) []byte {
 }
 
 // usageLimitBody is a usage limit's error body in the surface's format.
+// The OpenAI form is the one Codex stops on (type usage_limit_reached,
+// resets_at); a pool with no known reset has no reset fields at all,
+// rather than a made-up one.
 func usageLimitBody(sf surface, requestID string, ul usageLimit) []byte {
-	secs := int64(ul.wait / time.Second)
-	resetTime := (time.Duration(secs) * time.Second).String()
 	provider := providerName(ul.provider)
-	last := ul.lastError
-	if last == "" {
-		last = "none recorded"
-	}
-	var body []byte
+	last := orNone(ul.lastError)
 	if sf.wire == wireOpenAI {
-		body, _ = json.Marshal(map[string]any{"error": map[string]any{
-			"message": fmt.Sprintf("All credentials for model %s (%s) are out of usage quota; the first resets in %s, at %s. Last upstream error: %s",
-				ul.model, provider, resetTime, ul.resetsAt.UTC().Format(time.RFC3339), last),
+		e := map[string]any{
+			"message":              fmt.Sprintf("All credentials for model %s (%s) are %s. Last upstream error: %s", ul.model, provider, ul.cause(), last),
 			"type":                 "usage_limit_reached",
 			"code":                 "model_cooldown",
 			"param":                nil,
-			"resets_at":            ul.resetsAt.Unix(),
 			"retryable":            false,
 			"limit_window_minutes": ul.window,
 			"model":                ul.model,
 			"provider":             provider,
-			"reset_seconds":        secs,
-			"reset_time":           resetTime,
 			"last_upstream_error":  ul.lastError,
-		}})
-	} else {
-		body, _ = json.Marshal(map[string]any{
-			"type": "error",
-			"error": map[string]any{
-				"type": "rate_limit_error",
-				"message": fmt.Sprintf("All credentials for model %s (%s) are out of usage quota. Last upstream error: %s (reset after %s)",
-					ul.model, provider, last, resetTime),
-				"resets_at": ul.resetsAt.Unix(),
-				"retryable": false,
-			},
-			"request_id": requestID,
-		})
+		}
+		if ul.known() {
+			e["resets_at"] = ul.resetsAt.Unix()
+			e["reset_seconds"] = int64(ul.wait / time.Second)
+			e["reset_time"] = ul.resetTime()
+		}
+		body, _ := json.Marshal(map[string]any{"error": e})
+		return body
 	}
+	e := map[string]any{"type": "rate_limit_error", "retryable": false}
+	if ul.known() {
+		e["message"] = fmt.Sprintf("All credentials for model %s (%s) are out of usage quota. Last upstream error: %s (reset after %s)",
+			ul.model, provider, last, ul.resetTime())
+		e["resets_at"] = ul.resetsAt.Unix()
+	} else {
+		e["message"] = fmt.Sprintf("All credentials for model %s (%s) are %s. Last upstream error: %s", ul.model, provider, ul.cause(), last)
+	}
+	body, _ := json.Marshal(map[string]any{"type": "error", "error": e, "request_id": requestID})
 	return body
 }
 

@@ -31,7 +31,8 @@ func TestDecideUsageLimit(t *testing.T) {
 		{"retryable mode", weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE, block(2 * time.Hour), false},
 		{"unspecified mode", weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_UNSPECIFIED, block(2 * time.Hour), false},
 		{"no block (mixed pool)", usageLimitMode, nil, false},
-		{"block without a reset", usageLimitMode, &weirv1.QuotaBlock{WindowMinutes: 300}, false},
+		{"block without a reset: beyond any threshold", usageLimitMode, &weirv1.QuotaBlock{WindowMinutes: 300,
+			Provider: weirv1.Provider_PROVIDER_CODEX, LastUpstreamError: "billing"}, true},
 		{"4:59", usageLimitMode, block(5*time.Minute - time.Second), false},
 		{"exactly 5:00", usageLimitMode, block(5 * time.Minute), false},
 		{"5:00 and a nanosecond", usageLimitMode, block(5*time.Minute + time.Nanosecond), true},
@@ -44,7 +45,8 @@ func TestDecideUsageLimit(t *testing.T) {
 			t.Errorf("%s: usage limit = %v, want %v", tt.name, got, tt.want)
 			continue
 		}
-		if got && (ul.model != "gpt-5-codex" || ul.window != 300 || !ul.resetsAt.Equal(tt.block.ResetsAt.AsTime()) ||
+		if got && (ul.model != "gpt-5-codex" || ul.window != 300 || ul.known() != (tt.block.ResetsAt != nil) ||
+			(ul.known() && !ul.resetsAt.Equal(tt.block.ResetsAt.AsTime())) ||
 			ul.provider != weirv1.Provider_PROVIDER_CODEX || ul.lastError == "") {
 			t.Errorf("%s: %+v", tt.name, ul)
 		}
@@ -129,6 +131,125 @@ func TestWriteUsageLimit(t *testing.T) {
 	for k := range w.Header() {
 		if strings.HasPrefix(k, "X-Codex-") {
 			t.Errorf("unknown window: %s set", k)
+		}
+	}
+}
+
+// TestWriteUsageLimitNoReset: a pool with no known reset (out of credits)
+// gets the same final answer with no reset in it at all: no resets_at,
+// reset_seconds or reset_time, no X-Codex-* headers, no Retry-After, and a
+// message that says what brings it back.
+func TestWriteUsageLimitNoReset(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		kind weirv1.QuotaKind
+		want string
+	}{
+		{weirv1.QuotaKind_QUOTA_KIND_OPENAI_INSUFFICIENT_QUOTA, "out of credits; an operator must add credits"},
+		{weirv1.QuotaKind_QUOTA_KIND_ANTHROPIC_OUT_OF_CREDITS, "out of credits; an operator must add credits"},
+		{weirv1.QuotaKind_QUOTA_KIND_CODEX_USAGE_LIMIT, "the upstream named no reset"},
+	} {
+		ul, ok := decideUsageLimit(weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT, &weirv1.QuotaBlock{
+			Provider: weirv1.Provider_PROVIDER_OPENAI, Kind: tt.kind, WindowMinutes: 300, LastUpstreamError: "You exceeded your current quota",
+			Accounts: 1, AccountsWithoutReset: 1}, "gpt-5-codex", now)
+		if !ok {
+			t.Fatalf("%v: no usage limit", tt.kind)
+		}
+		for _, sf := range []surface{surfaceResp, surfaceChat, surfaceMessages} {
+			w := httptest.NewRecorder()
+			writeUsageLimit(w, sf, "weir_1", ul)
+			h := w.Header()
+			if w.Code != http.StatusTooManyRequests || h.Get("X-Should-Retry") != "false" || h.Get("Retry-After") != "" {
+				t.Errorf("%v %s: %d %v", tt.kind, sf.name, w.Code, h)
+			}
+			for k := range h {
+				if strings.HasPrefix(k, "X-Codex-") {
+					t.Errorf("%v %s: %s set without a reset", tt.kind, sf.name, k)
+				}
+			}
+			var body struct {
+				Error map[string]any `json:"error"`
+			}
+			if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range []string{"resets_at", "reset_seconds", "reset_time"} {
+				if _, set := body.Error[k]; set {
+					t.Errorf("%v %s: error.%s = %v, want none", tt.kind, sf.name, k, body.Error[k])
+				}
+			}
+			msg, _ := body.Error["message"].(string)
+			if !strings.Contains(msg, tt.want) || !strings.Contains(msg, "You exceeded your current quota") || body.Error["retryable"] != false {
+				t.Errorf("%v %s: message %q retryable %v", tt.kind, sf.name, msg, body.Error["retryable"])
+			}
+			if sf.wire == wireOpenAI && (body.Error["type"] != "usage_limit_reached" || body.Error["code"] != "model_cooldown") {
+				t.Errorf("%v %s: type %v code %v", tt.kind, sf.name, body.Error["type"], body.Error["code"])
+			}
+		}
+	}
+}
+
+// TestQuotaError: the retryable mode's answer for a pool out of quota is
+// a 429 in each surface's own words for a spent quota, never overloaded;
+// X-Should-Retry is true only when the first reset comes by the hold's
+// end, and a Retry-After goes out only with a known reset.
+func TestQuotaError(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	retryBy := now.Add(20 * time.Minute)
+	withReset := func(d time.Duration) *weirv1.QuotaBlock {
+		return &weirv1.QuotaBlock{ResetsAt: timestamppb.New(now.Add(d)), WindowMinutes: 300, Provider: weirv1.Provider_PROVIDER_CODEX,
+			Kind: weirv1.QuotaKind_QUOTA_KIND_CODEX_USAGE_LIMIT, LastUpstreamError: "The usage limit has been reached", Accounts: 3, AccountsWithoutReset: 1}
+	}
+	noReset := &weirv1.QuotaBlock{Provider: weirv1.Provider_PROVIDER_OPENAI, Kind: weirv1.QuotaKind_QUOTA_KIND_OPENAI_INSUFFICIENT_QUOTA,
+		LastUpstreamError: "You exceeded your current quota", Accounts: 1, AccountsWithoutReset: 1}
+	for _, tt := range []struct {
+		name        string
+		qb          *weirv1.QuotaBlock
+		sf          surface
+		typ, code   string
+		shouldRetry string
+		retryAfter  string
+		says        string
+	}{
+		{"messages, reset beyond the hold", withReset(2 * time.Hour), surfaceMessages, "rate_limit_error", "", "false", "7200", "the first resets in 2h0m0s"},
+		{"messages, reset within the hold", withReset(10 * time.Minute), surfaceMessages, "rate_limit_error", "", "true", "600", "the first resets in 10m0s"},
+		{"messages, no reset", noReset, surfaceMessages, "rate_limit_error", "", "false", "", "out of credits; an operator must add credits"},
+		{"responses, reset beyond the hold", withReset(2 * time.Hour), surfaceResp, "usage_limit_reached", "usage_limit_reached", "false", "7200", "the first resets in 2h0m0s"},
+		{"responses, no reset", noReset, surfaceResp, "usage_limit_reached", "usage_limit_reached", "false", "", "out of credits"},
+		{"chat, reset within the hold", withReset(time.Minute), surfaceChat, "insufficient_quota", "insufficient_quota", "true", "60", "the first resets in 1m0s"},
+		{"chat, no reset", noReset, surfaceChat, "insufficient_quota", "insufficient_quota", "false", "", "out of credits"},
+	} {
+		none := &weirv1.NoAccount{Reason: weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_COOLING, Message: "all cooling", QuotaBlock: tt.qb,
+			RetryAt: timestamppb.New(now.Add(time.Minute))}
+		e := noAccountError(none, tt.sf, "m-1", now, retryBy)
+		w := httptest.NewRecorder()
+		writeError(w, tt.sf.wire, "weir_1", e)
+		var body struct {
+			Type  string `json:"type"`
+			Error struct {
+				Type    string `json:"type"`
+				Code    any    `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+			t.Fatal(err)
+		}
+		code, _ := body.Error.Code.(string)
+		if w.Code != http.StatusTooManyRequests || body.Error.Type != tt.typ || code != tt.code ||
+			w.Header().Get("X-Should-Retry") != tt.shouldRetry || w.Header().Get("Retry-After") != tt.retryAfter {
+			t.Errorf("%s: %d type %q code %q X-Should-Retry %q Retry-After %q, want 429 %q %q %q %q", tt.name, w.Code,
+				body.Error.Type, code, w.Header().Get("X-Should-Retry"), w.Header().Get("Retry-After"), tt.typ, tt.code, tt.shouldRetry, tt.retryAfter)
+		}
+		for _, part := range []string{tt.says, "m-1", tt.qb.LastUpstreamError} {
+			if !strings.Contains(body.Error.Message, part) {
+				t.Errorf("%s: message %q does not say %q", tt.name, body.Error.Message, part)
+			}
+		}
+		if strings.Contains(strings.ToLower(string(w.Body.Bytes())), "overload") {
+			t.Errorf("%s: a pool out of quota called overloaded: %s", tt.name, w.Body.Bytes())
 		}
 	}
 }

@@ -94,6 +94,9 @@ func openAIErrorKind(e *apiError) (typ string, code any) {
 	if e.code != "" {
 		code = e.code
 	}
+	if e.openAIType != "" {
+		return e.openAIType, code
+	}
 	switch e.typ {
 	case "authentication_error":
 		if code == nil {

@@ -89,7 +89,11 @@ func printExplain(w io.Writer, ev *weirv1.RouteEvent, accounts, keys map[string]
 	fmt.Fprintf(tw, "held\t%s\n", heldText(ev))
 	fmt.Fprintf(tw, "tokens\t%d in / %d out\n", ev.InputTokens, ev.OutputTokens)
 	fmt.Fprintf(tw, "key\t%s\n", accountName(keys, ev.KeyId))
-	fmt.Fprintf(tw, "account\t%s\n", accountName(accounts, ev.AccountId))
+	account := accountName(accounts, ev.AccountId)
+	if ev.SpilledToMetered {
+		account += " (metered: a spill, no subscription could serve)"
+	}
+	fmt.Fprintf(tw, "account\t%s\n", account)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -117,10 +121,14 @@ func printExplain(w io.Writer, ev *weirv1.RouteEvent, accounts, keys map[string]
 		if r.Action != weirv1.Action_ACTION_UNSPECIFIED {
 			action = shortEnum(r.Action.String(), "ACTION_")
 		}
-		reason := "-"
-		if r.Rung != "" {
-			reason = "429 ladder: " + strings.ReplaceAll(r.Rung, "_", " ")
+		var reasons []string
+		if r.SpilledToMetered {
+			reasons = append(reasons, "spill to a metered account")
 		}
+		if r.Rung != "" {
+			reasons = append(reasons, "429 ladder: "+strings.ReplaceAll(r.Rung, "_", " "))
+		}
+		reason := orDash(strings.Join(reasons, "; "))
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", at, accountName(accounts, r.AccountId), outcome, status,
 			orDash(r.ErrorType), action, optDuration(r.Duration), reason)
 	}

@@ -28,6 +28,9 @@ Restrictions (each optional):
                       "any" lifts the restriction
   --rate-limit N/m    requests per minute across every worker (60/m);
                       "none" lifts the limit
+  --metered MODE      how the key spends metered accounts (API keys) where a
+                      subscription could serve: normal, last_resort or never;
+                      "default" follows the global metered_accounts setting
 Every command takes --json, --controlplane and --data-dir.
 `
 
@@ -50,7 +53,7 @@ func runKeys(ctx context.Context, args []string, e env) error {
 			return err
 		}
 		req := &weirv1.CreateKeyRequest{Name: name}
-		if err := lf.apply(fs, &req.AllowedModels, &req.PinnedAccounts, &req.RateLimitPerMinute, nil); err != nil {
+		if err := lf.apply(fs, &req.AllowedModels, &req.PinnedAccounts, &req.RateLimitPerMinute, &req.MeteredAccounts, nil); err != nil {
 			return err
 		}
 		c, err := af.clients()
@@ -77,11 +80,11 @@ func runKeys(ctx context.Context, args []string, e env) error {
 			return err
 		}
 		req := &weirv1.UpdateKeyRequest{Id: ref, UpdateMask: &fieldmaskpb.FieldMask{}}
-		if err := lf.apply(fs, &req.AllowedModels, &req.PinnedAccounts, &req.RateLimitPerMinute, &req.UpdateMask.Paths); err != nil {
+		if err := lf.apply(fs, &req.AllowedModels, &req.PinnedAccounts, &req.RateLimitPerMinute, &req.MeteredAccounts, &req.UpdateMask.Paths); err != nil {
 			return err
 		}
 		if len(req.UpdateMask.Paths) == 0 {
-			return errors.New("weir keys update: name something to change (--models, --accounts, --rate-limit)")
+			return errors.New("weir keys update: name something to change (--models, --accounts, --rate-limit, --metered)")
 		}
 		c, err := af.clients()
 		if err != nil {
@@ -135,18 +138,19 @@ func runKeys(ctx context.Context, args []string, e env) error {
 
 // keyLimitFlags are the restriction flags of create and update.
 type keyLimitFlags struct {
-	models, accounts, rate string
+	models, accounts, rate, metered string
 }
 
 func (f *keyLimitFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.models, "models", "", `allowed models, comma-separated (claude-sonnet-*,gpt-5*); "any" lifts it`)
 	fs.StringVar(&f.accounts, "accounts", "", `account ids or labels the key may use, comma-separated; "any" lifts it`)
 	fs.StringVar(&f.rate, "rate-limit", "", `requests per minute across every worker, as N/m; "none" lifts it`)
+	fs.StringVar(&f.metered, "metered", "", `metered accounts where a subscription could serve: normal, last_resort or never; "default" follows the global setting`)
 }
 
 // apply fills a request from the flags given; paths, when not nil, gets
 // the update mask's path of each.
-func (f *keyLimitFlags) apply(fs *flag.FlagSet, models, accounts *[]string, rate *int32, paths *[]string) error {
+func (f *keyLimitFlags) apply(fs *flag.FlagSet, models, accounts *[]string, rate *int32, metered *weirv1.MeteredAccounts, paths *[]string) error {
 	var err error
 	fs.Visit(func(fl *flag.Flag) {
 		if err != nil {
@@ -162,6 +166,12 @@ func (f *keyLimitFlags) apply(fs *flag.FlagSet, models, accounts *[]string, rate
 		case "rate-limit":
 			*rate, err = parseRate(f.rate)
 			addPath(paths, "rate_limit_per_minute")
+		case "metered":
+			var ok bool
+			if *metered, ok = parseMetered(strings.TrimSpace(f.metered)); !ok {
+				err = fmt.Errorf("--metered %q: want normal, last_resort, never or default", f.metered)
+			}
+			addPath(paths, "metered_accounts")
 		}
 	})
 	return err
@@ -218,6 +228,9 @@ func keyRestrictions(k *weirv1.Key) string {
 	if k.RateLimitPerMinute > 0 {
 		parts = append(parts, keyRate(k)+" requests")
 	}
+	if k.MeteredAccounts != weirv1.MeteredAccounts_METERED_ACCOUNTS_UNSPECIFIED {
+		parts = append(parts, "metered accounts "+meteredName(k.MeteredAccounts))
+	}
 	return strings.Join(parts, ", ")
 }
 
@@ -251,14 +264,14 @@ func keyRate(k *weirv1.Key) string {
 
 func printKeys(w io.Writer, keys []*weirv1.Key, now time.Time) {
 	tw := table(w)
-	fmt.Fprintln(tw, "NAME\tPREFIX\tMODELS\tACCOUNTS\tRATE\tCREATED\tLAST USED\tREVOKED\tID")
+	fmt.Fprintln(tw, "NAME\tPREFIX\tMODELS\tACCOUNTS\tRATE\tMETERED\tCREATED\tLAST USED\tREVOKED\tID")
 	for _, k := range keys {
 		revoked := "-"
 		if k.RevokedAt != nil {
 			revoked = ago(k.RevokedAt, now)
 		}
-		fmt.Fprintf(tw, "%s\t%s…\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.Name, k.Prefix, keyModels(k), keyAccounts(k), keyRate(k),
-			ago(k.CreatedAt, now), ago(k.LastUsedAt, now), revoked, k.Id)
+		fmt.Fprintf(tw, "%s\t%s…\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.Name, k.Prefix, keyModels(k), keyAccounts(k), keyRate(k),
+			meteredName(k.MeteredAccounts), ago(k.CreatedAt, now), ago(k.LastUsedAt, now), revoked, k.Id)
 	}
 	tw.Flush()
 }

@@ -90,6 +90,21 @@ func TestKeysRestrictions(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("after lifting the allowlist: %d %s", resp.StatusCode, body)
 	}
+	// --metered: the key's own metered_accounts, shown in the list;
+	// "default" follows the global setting again.
+	if out, err := admin("keys", "update", "limited", "--metered", "never"); err != nil {
+		t.Fatalf("keys update --metered never: %v: %s", err, out)
+	} else if l := line(out, "limited"); !strings.Contains(l, " never ") {
+		t.Errorf("after --metered never: %q", l)
+	}
+	if out, err := admin("keys", "update", "limited", "--metered", "default"); err != nil {
+		t.Fatalf("keys update --metered default: %v: %s", err, out)
+	} else if l := line(out, "limited"); !strings.Contains(l, " default ") {
+		t.Errorf("after --metered default: %q", l)
+	}
+	if out, err := admin("keys", "create", "lastly", "--metered", "last_resort"); err != nil || !strings.Contains(out, "metered accounts last_resort") {
+		t.Errorf("keys create --metered last_resort: %v: %s", err, out)
+	}
 	if out, err := admin("keys", "update", "limited", "--accounts", "demo-max-1,demo-api-key", "--rate-limit", "5/min"); err != nil {
 		t.Fatalf("keys update: %v: %s", err, out)
 	} else if l := line(out, "limited"); !strings.Contains(l, "demo-api-key,demo-max-1") || !strings.Contains(l, "5/m") {
@@ -107,6 +122,7 @@ func TestKeysRestrictions(t *testing.T) {
 		{[]string{"keys", "create", "x", "--models", "claude-*-sonnet"}, "only a trailing *"},
 		{[]string{"keys", "create", "x", "--accounts", "demo-api-key,nope"}, `no account "nope"`},
 		{[]string{"keys", "update", "limited"}, "name something to change"},
+		{[]string{"keys", "create", "x", "--metered", "sometimes"}, "want normal, last_resort, never or default"},
 		{[]string{"keys", "update", "nope", "--models", "any"}, "not found"},
 	} {
 		if out, err := admin(tc.args...); err == nil || !strings.Contains(strings.ToLower(out+err.Error()), strings.ToLower(tc.want)) {

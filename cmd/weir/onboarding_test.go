@@ -437,6 +437,8 @@ func TestStatus(t *testing.T) {
 		"cooling   demo-api-key: rate_limited",
 		"(until in ",
 		"paused    demo-max-1: paused by an operator",
+		// Both subscriptions paused, the API key served: a spill.
+		"Spills to metered accounts in the last 24h: 1 requests",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
@@ -463,6 +465,9 @@ func TestStatus(t *testing.T) {
 	}
 	if kinds["demo-api-key"] != "cooling" || kinds["demo-max-1"] != "paused" {
 		t.Errorf("problems %+v", st.Problems)
+	}
+	if len(st.Spills) != 1 || st.Spills[0].Account != "demo-api-key" || st.Spills[0].Surface != "messages" || st.Spills[0].Requests != 1 {
+		t.Errorf("spills %+v, want the one request on demo-api-key", st.Spills)
 	}
 	for _, p := range st.Providers {
 		if p.Provider == "anthropic" && (p.Cooling != 1 || p.Paused != 1 || p.FiveHour == nil || p.FiveHour.SoonestReset.IsZero()) {

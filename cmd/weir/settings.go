@@ -24,8 +24,13 @@ const settingsUsage = `Usage:
   request_deadline     a request's budget from arrival to first byte, holds included (1m to 6h)
   quota_response_mode  retryable (default): a pool out of quota answers the usual retryable error;
                        usage_limit: when every eligible account is blocked by quota and the first
-                       reset is more than 5 minutes away, a final usage limit with the reset time
-                       (429, X-Should-Retry: false), so that clients pause instead of retrying
+                       reset is more than 5 minutes away (or none is known: out of credits), a final
+                       usage limit with the reset time (429, X-Should-Retry: false), so that clients
+                       pause instead of retrying
+  metered_accounts     how metered accounts (API keys) are spent where a subscription (an OAuth
+                       login) could serve (Messages, Responses): normal (default) ranks them with
+                       the subscriptions; last_resort only when no subscription can serve; never
+                       not at all. A key's own setting (weir keys update --metered) wins
 
 Data planes pick changes up without restart. Every command takes --json,
 --controlplane and --data-dir.
@@ -33,7 +38,7 @@ Data planes pick changes up without restart. Every command takes --json,
 
 // settingKeys are the names `weir settings set` accepts, as the API's
 // update_mask spells them.
-var settingKeys = []string{"capacity_hold", "request_deadline", "quota_response_mode"}
+var settingKeys = []string{"capacity_hold", "request_deadline", "quota_response_mode", "metered_accounts"}
 
 func runSettings(ctx context.Context, args []string, e env) error {
 	if len(args) == 0 {
@@ -152,6 +157,12 @@ func settingsUpdate(pairs []string) (*weirv1.UpdateSettingsRequest, error) {
 				return nil, fmt.Errorf("quota_response_mode: %q is not a mode (retryable or usage_limit)", value)
 			}
 			req.Settings.QuotaResponseMode = m
+		case "metered_accounts":
+			m, ok := parseMetered(value)
+			if !ok || m == weirv1.MeteredAccounts_METERED_ACCOUNTS_UNSPECIFIED {
+				return nil, fmt.Errorf("metered_accounts: %q is not a mode (normal, last_resort or never)", value)
+			}
+			req.Settings.MeteredAccounts = m
 		default:
 			return nil, fmt.Errorf("unknown setting %q (valid keys: %s)", key, strings.Join(settingKeys, ", "))
 		}
@@ -181,7 +192,26 @@ func printSettings(w io.Writer, st *weirv1.Settings) error {
 		mode = "usage_limit  (a pool out of quota answers a final usage limit with its reset)"
 	}
 	fmt.Fprintf(tw, "quota_response_mode\t%s\n", mode)
+	fmt.Fprintf(tw, "metered_accounts\t%s\n", meteredName(st.GetMeteredAccounts()))
 	return tw.Flush()
+}
+
+// parseMetered reads a metered_accounts mode by its name; "default" is
+// UNSPECIFIED (a key then follows the global setting).
+func parseMetered(name string) (weirv1.MeteredAccounts, bool) {
+	if name == "default" {
+		return weirv1.MeteredAccounts_METERED_ACCOUNTS_UNSPECIFIED, true
+	}
+	v, ok := weirv1.MeteredAccounts_value["METERED_ACCOUNTS_"+strings.ToUpper(name)]
+	return weirv1.MeteredAccounts(v), ok && v != 0 && name == strings.ToLower(name)
+}
+
+// meteredName is a mode's name; "default" for UNSPECIFIED.
+func meteredName(m weirv1.MeteredAccounts) string {
+	if m == weirv1.MeteredAccounts_METERED_ACCOUNTS_UNSPECIFIED {
+		return "default"
+	}
+	return shortEnum(m.String(), "METERED_ACCOUNTS_")
 }
 
 // shortDuration renders 20m0s as 20m and 1h0m0s as 1h.

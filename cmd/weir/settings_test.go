@@ -48,6 +48,13 @@ func TestSettingsAndExplain(t *testing.T) {
 	if got.Settings.CapacityHold != "0s" || got.Settings.RequestDeadline != "1500s" {
 		t.Fatalf("settings after set: %+v", got.Settings)
 	}
+	if out, err := admin("settings", "set", "metered_accounts=last_resort"); err != nil ||
+		!regexp.MustCompile(`metered_accounts\s+last_resort\n`).MatchString(out) {
+		t.Fatalf("settings set metered_accounts=last_resort: %v: %s", err, out)
+	}
+	if out, err := admin("settings", "history"); err != nil || !regexp.MustCompile(`metered_accounts\s+\(default\)\s+last_resort`).MatchString(out) {
+		t.Errorf("settings history: %v: %s", err, out)
+	}
 
 	for _, tc := range []struct {
 		args []string
@@ -56,6 +63,8 @@ func TestSettingsAndExplain(t *testing.T) {
 		{[]string{"settings", "set", "bogus=1"}, []string{`unknown setting "bogus"`, "capacity_hold", "request_deadline"}},
 		{[]string{"settings", "set", "capacity_hold"}, []string{"KEY=VALUE"}},
 		{[]string{"settings", "set", "capacity_hold=soon"}, []string{"capacity_hold", "not a duration"}},
+		{[]string{"settings", "set", "metered_accounts=sometimes"}, []string{"metered_accounts", "normal, last_resort or never"}},
+		{[]string{"settings", "set", "metered_accounts=default"}, []string{"metered_accounts", "not a mode"}},
 		{[]string{"settings", "set"}, []string{"at least one"}},
 		// Ranges are the control plane's; its message names the field.
 		{[]string{"settings", "set", "request_deadline=10s"}, []string{"settings.request_deadline", "out of range"}},

@@ -30,6 +30,22 @@ type poolStatus struct {
 	// IntegrityRanAt is when the integrity check last reported; absent
 	// before its first run.
 	IntegrityRanAt *time.Time `json:"integrity_ran_at,omitempty"`
+	// Spills are the requests of the last spillWindow served by a metered
+	// account because no subscription could, per account and surface,
+	// most first.
+	Spills []spillStatus `json:"spills"`
+}
+
+// spillWindow is how far back `weir status` looks for spills.
+const spillWindow = 24 * time.Hour
+
+// spillStatus sums up the recent spills to one metered account on one
+// surface.
+type spillStatus struct {
+	Account  string    `json:"account"`
+	Surface  string    `json:"surface"`
+	Requests int       `json:"requests"`
+	Latest   time.Time `json:"latest"`
 }
 
 type providerStatus struct {
@@ -92,7 +108,14 @@ func runStatus(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return rpcError("last integrity report", err)
 	}
+	// The newest spills (at most 1000): enough to tell an operator that,
+	// where and how much metered accounts are being spent.
+	spills, err := c.routes.ListRouteEvents(ctx, connect.NewRequest(&weirv1.ListRouteEventsRequest{Limit: 1000, SpilledOnly: true}))
+	if err != nil {
+		return rpcError("list route events", err)
+	}
 	st := buildStatus(accts.Msg.Accounts, settings.Msg.Settings, integrity.Msg.Report, time.Now())
+	st.Spills = sumSpills(spills.Msg.Events, accts.Msg.Accounts, st.At)
 	if af.json {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
@@ -104,7 +127,7 @@ func runStatus(ctx context.Context, args []string, e env) error {
 
 // buildStatus sums up the pool at now.
 func buildStatus(accts []*weirv1.Account, settings *weirv1.Settings, rep *weirv1.IntegrityReport, now time.Time) poolStatus {
-	st := poolStatus{At: now.UTC(), Accounts: len(accts), Problems: []statusProblem{}, Providers: []providerStatus{},
+	st := poolStatus{At: now.UTC(), Accounts: len(accts), Problems: []statusProblem{}, Providers: []providerStatus{}, Spills: []spillStatus{},
 		QuotaResponseMode: shortEnum(settings.GetQuotaResponseMode().String(), "QUOTA_RESPONSE_MODE_")}
 	byProvider := map[string]*providerStatus{}
 	windows := map[string]map[string][]*weirv1.UsageWindow{}
@@ -167,6 +190,39 @@ func buildStatus(accts []*weirv1.Account, settings *weirv1.Settings, rep *weirv1
 	rank := map[string]int{"broken": 0, "integrity": 1, "expiring": 2, "cooling": 3, "gated": 4, "paused": 5}
 	slices.SortStableFunc(st.Problems, func(a, b statusProblem) int { return rank[a.Kind] - rank[b.Kind] })
 	return st
+}
+
+// sumSpills sums up the spill events of the last spillWindow before now
+// per account (by label) and surface, most requests first.
+func sumSpills(events []*weirv1.RouteEvent, accts []*weirv1.Account, now time.Time) []spillStatus {
+	labels := map[string]string{}
+	for _, a := range accts {
+		labels[a.Id] = a.Label
+	}
+	out := []spillStatus{}
+	at := map[[2]string]int{}
+	for _, ev := range events {
+		t := ev.GetStartedAt().AsTime().UTC()
+		if !ev.SpilledToMetered || t.Before(now.Add(-spillWindow)) {
+			continue
+		}
+		label := labels[ev.AccountId]
+		if label == "" {
+			label = "(deleted account)"
+		}
+		k := [2]string{label, ev.Surface}
+		i, ok := at[k]
+		if !ok {
+			i, at[k] = len(out), len(out)
+			out = append(out, spillStatus{Account: label, Surface: ev.Surface})
+		}
+		out[i].Requests++
+		if t.After(out[i].Latest) {
+			out[i].Latest = t
+		}
+	}
+	slices.SortStableFunc(out, func(a, b spillStatus) int { return b.Requests - a.Requests })
+	return out
 }
 
 // accountProblems is what is wrong with one account.
@@ -252,6 +308,9 @@ func printStatus(w io.Writer, st poolStatus, color bool) error {
 		return err
 	}
 	fmt.Fprintln(w)
+	if err := printSpills(w, st, paint); err != nil {
+		return err
+	}
 	if len(st.Problems) == 0 {
 		_, err := fmt.Fprintln(w, paint(ansiGreen, "Nothing is wrong."))
 		return err
@@ -279,6 +338,31 @@ func printStatus(w io.Writer, st poolStatus, color bool) error {
 		fmt.Fprintln(w, "  (the integrity check has not reported yet)")
 	}
 	return nil
+}
+
+// printSpills prints the recent spills to metered accounts, or that there
+// were none.
+func printSpills(w io.Writer, st poolStatus, paint func(code, s string) string) error {
+	if len(st.Spills) == 0 {
+		_, err := fmt.Fprintf(w, "No spills to metered accounts in the last %s.\n\n", shortDuration(spillWindow))
+		return err
+	}
+	n := 0
+	for _, sp := range st.Spills {
+		n += sp.Requests
+	}
+	fmt.Fprintf(w, "%s in the last %s: %d requests served by a metered account because no subscription could\n",
+		paint(ansiBold, "Spills to metered accounts"), shortDuration(spillWindow), n)
+	tw := table(w)
+	fmt.Fprintln(tw, "  ACCOUNT\tSURFACE\tREQUESTS\tLATEST")
+	for _, sp := range st.Spills {
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\n", sp.Account, sp.Surface, sp.Requests, relTime(sp.Latest, st.At))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w)
+	return err
 }
 
 func windowUsed(s *windowStatus) string {

@@ -514,6 +514,8 @@ SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.
     coalesce((SELECT k.pinned FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL), false)::boolean AS key_pinned,
     (SELECT array_agg(ka.account_id) FROM client_key_accounts ka JOIN client_keys k ON k.id = ka.key_id
      WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::uuid[] AS key_pins,
+    coalesce((SELECT k.metered_accounts FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL), '')::text AS key_metered_accounts,
+    coalesce((SELECT s.value FROM settings s WHERE s.name = 'metered_accounts'), '')::text AS metered_setting,
     (SELECT ma.targets FROM model_aliases ma WHERE ma.alias = $2::text) AS alias_targets,
     ob.open_until AS breaker_open_until,
     (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > $3)::integer AS live,
@@ -561,6 +563,8 @@ type RoutingViewRow struct {
 	KeyAllowedModels           []string
 	KeyPinned                  bool
 	KeyPins                    []uuid.UUID
+	KeyMeteredAccounts         string
+	MeteredSetting             string
 	AliasTargets               []string
 	BreakerOpenUntil           *time.Time
 	Live                       int32
@@ -642,6 +646,8 @@ func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]Rou
 			&i.KeyAllowedModels,
 			&i.KeyPinned,
 			&i.KeyPins,
+			&i.KeyMeteredAccounts,
+			&i.MeteredSetting,
 			&i.AliasTargets,
 			&i.BreakerOpenUntil,
 			&i.Live,

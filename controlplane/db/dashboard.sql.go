@@ -88,7 +88,7 @@ func (q *Queries) RouteEventBuckets(ctx context.Context, arg RouteEventBucketsPa
 }
 
 const searchRouteEvents = `-- name: SearchRouteEvents :many
-SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json FROM route_events
+SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered FROM route_events
 WHERE ($1::uuid IS NULL OR account_id = $1)
   AND ($2::uuid IS NULL OR key_id = $2)
   AND ($3::text IS NULL OR model = $3)
@@ -149,6 +149,7 @@ func (q *Queries) SearchRouteEvents(ctx context.Context, arg SearchRouteEventsPa
 			&i.HoldCount,
 			&i.FailureStage,
 			&i.AttemptsJson,
+			&i.SpilledToMetered,
 		); err != nil {
 			return nil, err
 		}

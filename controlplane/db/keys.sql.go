@@ -13,7 +13,7 @@ import (
 )
 
 const activeKeyAndAlias = `-- name: ActiveKeyAndAlias :one
-SELECT k.id AS key_id, k.allowed_models, k.pinned,
+SELECT k.id AS key_id, k.allowed_models, k.pinned, k.metered_accounts,
     (SELECT array_agg(ka.account_id) FROM client_key_accounts ka WHERE ka.key_id = k.id)::uuid[] AS pins,
     (SELECT a.targets FROM model_aliases a WHERE a.alias = $1::text) AS alias_targets
 FROM client_keys k
@@ -26,11 +26,12 @@ type ActiveKeyAndAliasParams struct {
 }
 
 type ActiveKeyAndAliasRow struct {
-	KeyID         uuid.UUID
-	AllowedModels []string
-	Pinned        bool
-	Pins          []uuid.UUID
-	AliasTargets  []string
+	KeyID           uuid.UUID
+	AllowedModels   []string
+	Pinned          bool
+	MeteredAccounts *string
+	Pins            []uuid.UUID
+	AliasTargets    []string
 }
 
 // Acquire's first question in one round trip: is the key live, what
@@ -42,6 +43,7 @@ func (q *Queries) ActiveKeyAndAlias(ctx context.Context, arg ActiveKeyAndAliasPa
 		&i.KeyID,
 		&i.AllowedModels,
 		&i.Pinned,
+		&i.MeteredAccounts,
 		&i.Pins,
 		&i.AliasTargets,
 	)
@@ -98,10 +100,10 @@ func (q *Queries) ClearKeyAccounts(ctx context.Context, keyID uuid.UUID) error {
 }
 
 const createKey = `-- name: CreateKey :one
-INSERT INTO client_keys (name, key_hash, prefix, created_at, allowed_models, pinned, rate_limit_per_minute)
+INSERT INTO client_keys (name, key_hash, prefix, created_at, allowed_models, pinned, rate_limit_per_minute, metered_accounts)
 VALUES ($1, $2, $3, $4, $5::text[], $6,
-    $7::integer)
-RETURNING id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute
+    $7::integer, $8::text)
+RETURNING id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute, metered_accounts
 `
 
 type CreateKeyParams struct {
@@ -112,6 +114,7 @@ type CreateKeyParams struct {
 	AllowedModels      []string
 	Pinned             bool
 	RateLimitPerMinute *int32
+	MeteredAccounts    *string
 }
 
 func (q *Queries) CreateKey(ctx context.Context, arg CreateKeyParams) (ClientKey, error) {
@@ -123,6 +126,7 @@ func (q *Queries) CreateKey(ctx context.Context, arg CreateKeyParams) (ClientKey
 		arg.AllowedModels,
 		arg.Pinned,
 		arg.RateLimitPerMinute,
+		arg.MeteredAccounts,
 	)
 	var i ClientKey
 	err := row.Scan(
@@ -136,12 +140,13 @@ func (q *Queries) CreateKey(ctx context.Context, arg CreateKeyParams) (ClientKey
 		&i.AllowedModels,
 		&i.Pinned,
 		&i.RateLimitPerMinute,
+		&i.MeteredAccounts,
 	)
 	return i, err
 }
 
 const getKey = `-- name: GetKey :one
-SELECT id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute FROM client_keys WHERE id = $1
+SELECT id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute, metered_accounts FROM client_keys WHERE id = $1
 `
 
 func (q *Queries) GetKey(ctx context.Context, id uuid.UUID) (ClientKey, error) {
@@ -158,12 +163,13 @@ func (q *Queries) GetKey(ctx context.Context, id uuid.UUID) (ClientKey, error) {
 		&i.AllowedModels,
 		&i.Pinned,
 		&i.RateLimitPerMinute,
+		&i.MeteredAccounts,
 	)
 	return i, err
 }
 
 const getKeyByName = `-- name: GetKeyByName :one
-SELECT id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute FROM client_keys WHERE name = $1
+SELECT id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute, metered_accounts FROM client_keys WHERE name = $1
 `
 
 func (q *Queries) GetKeyByName(ctx context.Context, name string) (ClientKey, error) {
@@ -180,6 +186,7 @@ func (q *Queries) GetKeyByName(ctx context.Context, name string) (ClientKey, err
 		&i.AllowedModels,
 		&i.Pinned,
 		&i.RateLimitPerMinute,
+		&i.MeteredAccounts,
 	)
 	return i, err
 }
@@ -219,7 +226,7 @@ func (q *Queries) KeyAccounts(ctx context.Context, keyIds []uuid.UUID) ([]KeyAcc
 }
 
 const listKeys = `-- name: ListKeys :many
-SELECT id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute FROM client_keys
+SELECT id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute, metered_accounts FROM client_keys
 WHERE $1::boolean OR revoked_at IS NULL
 ORDER BY created_at
 `
@@ -244,6 +251,7 @@ func (q *Queries) ListKeys(ctx context.Context, includeRevoked bool) ([]ClientKe
 			&i.AllowedModels,
 			&i.Pinned,
 			&i.RateLimitPerMinute,
+			&i.MeteredAccounts,
 		); err != nil {
 			return nil, err
 		}
@@ -266,7 +274,7 @@ func (q *Queries) ResetKeyBucket(ctx context.Context, keyID uuid.UUID) error {
 }
 
 const revokeKey = `-- name: RevokeKey :one
-UPDATE client_keys SET revoked_at = coalesce(revoked_at, $1::timestamptz) WHERE id = $2 RETURNING id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute
+UPDATE client_keys SET revoked_at = coalesce(revoked_at, $1::timestamptz) WHERE id = $2 RETURNING id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute, metered_accounts
 `
 
 type RevokeKeyParams struct {
@@ -288,6 +296,7 @@ func (q *Queries) RevokeKey(ctx context.Context, arg RevokeKeyParams) (ClientKey
 		&i.AllowedModels,
 		&i.Pinned,
 		&i.RateLimitPerMinute,
+		&i.MeteredAccounts,
 	)
 	return i, err
 }
@@ -364,9 +373,10 @@ UPDATE client_keys SET
     allowed_models = CASE WHEN $1::boolean THEN $2::text[] ELSE allowed_models END,
     pinned = CASE WHEN $3::boolean THEN $4::boolean ELSE pinned END,
     rate_limit_per_minute = CASE WHEN $5::boolean THEN $6::integer
-                                 ELSE rate_limit_per_minute END
-WHERE id = $7
-RETURNING id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute
+                                 ELSE rate_limit_per_minute END,
+    metered_accounts = CASE WHEN $7::boolean THEN $8::text ELSE metered_accounts END
+WHERE id = $9
+RETURNING id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute, metered_accounts
 `
 
 type UpdateKeyLimitsParams struct {
@@ -376,6 +386,8 @@ type UpdateKeyLimitsParams struct {
 	Pinned             bool
 	SetRateLimit       bool
 	RateLimitPerMinute *int32
+	SetMetered         bool
+	MeteredAccounts    *string
 	ID                 uuid.UUID
 }
 
@@ -388,6 +400,8 @@ func (q *Queries) UpdateKeyLimits(ctx context.Context, arg UpdateKeyLimitsParams
 		arg.Pinned,
 		arg.SetRateLimit,
 		arg.RateLimitPerMinute,
+		arg.SetMetered,
+		arg.MeteredAccounts,
 		arg.ID,
 	)
 	var i ClientKey
@@ -402,6 +416,7 @@ func (q *Queries) UpdateKeyLimits(ctx context.Context, arg UpdateKeyLimitsParams
 		&i.AllowedModels,
 		&i.Pinned,
 		&i.RateLimitPerMinute,
+		&i.MeteredAccounts,
 	)
 	return i, err
 }

@@ -67,6 +67,7 @@ type ClientKey struct {
 	AllowedModels      []string
 	Pinned             bool
 	RateLimitPerMinute *int32
+	MeteredAccounts    *string
 }
 
 type ClientKeyAccount struct {
@@ -160,26 +161,27 @@ type ResetGrant struct {
 }
 
 type RouteEvent struct {
-	ID           int64
-	RequestID    string
-	KeyID        uuid.NullUUID
-	AccountID    uuid.NullUUID
-	Surface      string
-	Model        string
-	Stream       bool
-	Status       int32
-	ErrorType    string
-	Attempts     int32
-	DurationMs   float64
-	TtfbMs       *float64
-	InputTokens  int64
-	OutputTokens int64
-	StartedAt    time.Time
-	RecordedAt   time.Time
-	HeldMs       float64
-	HoldCount    int32
-	FailureStage string
-	AttemptsJson []byte
+	ID               int64
+	RequestID        string
+	KeyID            uuid.NullUUID
+	AccountID        uuid.NullUUID
+	Surface          string
+	Model            string
+	Stream           bool
+	Status           int32
+	ErrorType        string
+	Attempts         int32
+	DurationMs       float64
+	TtfbMs           *float64
+	InputTokens      int64
+	OutputTokens     int64
+	StartedAt        time.Time
+	RecordedAt       time.Time
+	HeldMs           float64
+	HoldCount        int32
+	FailureStage     string
+	AttemptsJson     []byte
+	SpilledToMetered bool
 }
 
 type SessionBinding struct {

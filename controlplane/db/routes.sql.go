@@ -13,7 +13,7 @@ import (
 )
 
 const getRouteEvent = `-- name: GetRouteEvent :one
-SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json FROM route_events WHERE request_id = $1 ORDER BY id DESC LIMIT 1
+SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered FROM route_events WHERE request_id = $1 ORDER BY id DESC LIMIT 1
 `
 
 func (q *Queries) GetRouteEvent(ctx context.Context, requestID string) (RouteEvent, error) {
@@ -40,6 +40,7 @@ func (q *Queries) GetRouteEvent(ctx context.Context, requestID string) (RouteEve
 		&i.HoldCount,
 		&i.FailureStage,
 		&i.AttemptsJson,
+		&i.SpilledToMetered,
 	)
 	return i, err
 }
@@ -48,11 +49,12 @@ const insertRouteEvents = `-- name: InsertRouteEvents :exec
 INSERT INTO route_events (
     request_id, key_id, account_id, surface, model, stream, status, error_type,
     attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at,
-    held_ms, hold_count, failure_stage, attempts_json
+    held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered
 )
 SELECT e.request_id, k.id, a.id, e.surface, e.model, e.stream, e.status, e.error_type,
     e.attempts, e.duration_ms, CASE WHEN e.has_ttfb THEN e.ttfb_ms END, e.input_tokens, e.output_tokens,
-    e.started_at, $1::timestamptz, e.held_ms, e.hold_count, e.failure_stage, e.attempts_json::jsonb
+    e.started_at, $1::timestamptz, e.held_ms, e.hold_count, e.failure_stage, e.attempts_json::jsonb,
+    e.spilled_to_metered
 FROM ROWS FROM (
     unnest($2::text[]), unnest($3::uuid[]), unnest($4::uuid[]),
     unnest($5::text[]), unnest($6::text[]), unnest($7::boolean[]),
@@ -60,10 +62,10 @@ FROM ROWS FROM (
     unnest($11::float8[]), unnest($12::boolean[]), unnest($13::float8[]),
     unnest($14::bigint[]), unnest($15::bigint[]), unnest($16::timestamptz[]),
     unnest($17::float8[]), unnest($18::integer[]), unnest($19::text[]),
-    unnest($20::text[])
+    unnest($20::text[]), unnest($21::boolean[])
 ) WITH ORDINALITY AS e(request_id, key_id, account_id, surface, model, stream, status, error_type,
     attempts, duration_ms, has_ttfb, ttfb_ms, input_tokens, output_tokens, started_at, held_ms,
-    hold_count, failure_stage, attempts_json, ord)
+    hold_count, failure_stage, attempts_json, spilled_to_metered, ord)
 LEFT JOIN client_keys k ON k.id = e.key_id
 LEFT JOIN accounts a ON a.id = e.account_id
 ORDER BY e.ord
@@ -91,6 +93,7 @@ type InsertRouteEventsParams struct {
 	HoldCounts    []int32
 	FailureStages []string
 	AttemptsJsons []string
+	Spilled       []bool
 }
 
 // One statement for a worker's whole batch of events: each column comes
@@ -121,24 +124,27 @@ func (q *Queries) InsertRouteEvents(ctx context.Context, arg InsertRouteEventsPa
 		arg.HoldCounts,
 		arg.FailureStages,
 		arg.AttemptsJsons,
+		arg.Spilled,
 	)
 	return err
 }
 
 const listRouteEvents = `-- name: ListRouteEvents :many
-SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json FROM route_events
-WHERE $1::uuid IS NULL OR account_id = $1
+SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered FROM route_events
+WHERE ($1::uuid IS NULL OR account_id = $1)
+  AND (NOT $2::boolean OR spilled_to_metered)
 ORDER BY id DESC
-LIMIT $2
+LIMIT $3
 `
 
 type ListRouteEventsParams struct {
-	AccountID uuid.NullUUID
-	MaxRows   int32
+	AccountID   uuid.NullUUID
+	SpilledOnly bool
+	MaxRows     int32
 }
 
 func (q *Queries) ListRouteEvents(ctx context.Context, arg ListRouteEventsParams) ([]RouteEvent, error) {
-	rows, err := q.db.Query(ctx, listRouteEvents, arg.AccountID, arg.MaxRows)
+	rows, err := q.db.Query(ctx, listRouteEvents, arg.AccountID, arg.SpilledOnly, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
@@ -167,6 +173,7 @@ func (q *Queries) ListRouteEvents(ctx context.Context, arg ListRouteEventsParams
 			&i.HoldCount,
 			&i.FailureStage,
 			&i.AttemptsJson,
+			&i.SpilledToMetered,
 		); err != nil {
 			return nil, err
 		}

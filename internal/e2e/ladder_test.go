@@ -85,8 +85,9 @@ func TestLadderOpusGateKeepsSonnet(t *testing.T) {
 	}
 
 	// With the backup paused, opus cannot be served before the gate ends,
-	// long after the 20-minute hold: weir says so at once, with the reset
-	// as Retry-After. Sonnet is unaffected.
+	// long after the 20-minute hold: weir says so at once, as the quota
+	// error it is (never "overloaded"), with the reset as Retry-After and
+	// no retry before it. Sonnet is unaffected.
 	e.change(func() {
 		if _, err := e.accounts.PauseAccount(t.Context(), connect.NewRequest(&weirv1.PauseAccountRequest{Id: "backup"})); err != nil {
 			t.Fatal(err)
@@ -94,7 +95,10 @@ func TestLadderOpusGateKeepsSonnet(t *testing.T) {
 	})
 	n = len(e.attempts())
 	r = e.postModel(opusModel)
-	weirError(t, r, 529, "overloaded_error")
+	if got := weirError(t, r, 429, "rate_limit_error"); !strings.Contains(got.Error.Message, "model family weekly window spent (opus)") ||
+		r.header.Get("X-Should-Retry") != "false" {
+		t.Errorf("X-Should-Retry %q, message %q, want false and the gate's evidence", r.header.Get("X-Should-Retry"), got.Error.Message)
+	}
 	if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || time.Duration(ra)*time.Second != reset.Sub(v.Now()) {
 		t.Errorf("Retry-After %q, want the gate's end in %v", r.header.Get("Retry-After"), reset.Sub(v.Now()))
 	}

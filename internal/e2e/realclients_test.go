@@ -11,7 +11,6 @@ import (
 	"time"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
-	"github.com/weirhq/weir/internal/sim"
 )
 
 // The real clients, end to end: Codex CLI and Claude Code, as installed
@@ -120,38 +119,57 @@ func TestRealCodexCLI(t *testing.T) {
 		})
 	}
 	// A pool out of quota in the usage_limit mode: Codex stops at once with
-	// the reset time, instead of retrying for hours.
-	t.Run("usage limit", func(t *testing.T) {
-		t.Parallel()
-		e := setup(t, options{hold: 20 * time.Minute, accounts: []account{
-			{label: "codex", provider: "codex", windows: &sim.Windows{FiveHour: &sim.Window{Limit: 1000, Used: 1000, ResetIn: sim.Duration(2 * time.Hour)}}},
-		}})
-		// The account is already cooling when Codex asks: weir answers
-		// without an upstream attempt, from its own view of the pool.
-		if r := e.responses(false); r.status != 429 {
-			t.Fatalf("first request: %d %s", r.status, r.body)
-		}
-		e.setQuotaMode(weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT)
-		start := time.Now()
-		out, err := runClient(t, bin, []string{"CODEX_HOME=" + codexHome(t, e.dpSrv.URL, false), "WEIR_KEY=" + e.key},
-			"exec", "--skip-git-repo-check", "Say hello.")
-		if err == nil || !strings.Contains(strings.ToLower(out), "usage limit") {
-			t.Fatalf("codex exec: %v, want a failure naming the usage limit:\n%s", err, out)
-		}
-		if d := time.Since(start); d > 30*time.Second {
-			t.Errorf("codex took %v to give up, want it to stop at once", d)
-		}
-	})
+	// the reset time, instead of retrying for hours. Both ChatGPT logins
+	// spent and the OpenAI key out of credits (the mixed pool), or the key
+	// alone (no reset to name); Codex asks first, in the usage_limit mode
+	// from the start, so that weir meets every upstream's answer itself.
+	for _, tt := range []struct {
+		name     string
+		accounts []account
+	}{
+		{"usage limit", []account{spentCodex("a", 2*time.Hour), spentCodex("b", 3*time.Hour), brokeKey("oai")}},
+		{"out of credits", []account{brokeKey("oai")}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, options{hold: 20 * time.Minute, accounts: tt.accounts})
+			e.setQuotaMode(weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT)
+			start := time.Now()
+			out, err := runClient(t, bin, []string{"CODEX_HOME=" + codexHome(t, e.dpSrv.URL, false), "WEIR_KEY=" + e.key},
+				"exec", "--skip-git-repo-check", "Say hello.")
+			if err == nil || !strings.Contains(strings.ToLower(out), "usage limit") {
+				t.Fatalf("codex exec: %v, want a failure naming the usage limit:\n%s", err, out)
+			}
+			if d := time.Since(start); d > 30*time.Second {
+				t.Errorf("codex took %v to give up, want it to stop at once", d)
+			}
+		})
+	}
 }
 
 func TestRealClaudeCode(t *testing.T) {
 	t.Parallel()
 	bin := clientBinary(t, "WEIR_CLAUDE_BIN", "claude")
+	claude := func(e *env) (string, error) {
+		return runClient(t, bin, []string{"ANTHROPIC_BASE_URL=" + e.dpSrv.URL, "ANTHROPIC_API_KEY=" + e.key,
+			"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1"}, "-p", "Say hello.")
+	}
 	e := setup(t, options{accounts: []account{{label: "max", oauth: true}}})
-	out, err := runClient(t, bin, []string{"ANTHROPIC_BASE_URL=" + e.dpSrv.URL, "ANTHROPIC_API_KEY=" + e.key,
-		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1"}, "-p", "Say hello.")
+	out, err := claude(e)
 	if err != nil || !strings.Contains(out, "weir upstream simulator") {
 		t.Fatalf("claude -p: %v\n%s", err, out)
+	}
+	// A pool out of credits in the usage_limit mode: Claude Code stops at
+	// once and shows why.
+	e = setup(t, options{hold: 20 * time.Minute, accounts: []account{outOfCredits("broke")}})
+	e.setQuotaMode(weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT)
+	start := time.Now()
+	out, err = claude(e)
+	if err == nil || !strings.Contains(out, "out of credits; an operator must add credits") {
+		t.Fatalf("claude -p: %v, want a failure saying the pool is out of credits:\n%s", err, out)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("claude took %v to give up, want it to stop at once", d)
 	}
 }
 

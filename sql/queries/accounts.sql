@@ -98,6 +98,8 @@ SELECT sqlc.embed(a),
     coalesce((SELECT k.pinned FROM client_keys k WHERE k.key_hash = @key_hash::text AND k.revoked_at IS NULL), false)::boolean AS key_pinned,
     (SELECT array_agg(ka.account_id) FROM client_key_accounts ka JOIN client_keys k ON k.id = ka.key_id
      WHERE k.key_hash = @key_hash::text AND k.revoked_at IS NULL)::uuid[] AS key_pins,
+    coalesce((SELECT k.metered_accounts FROM client_keys k WHERE k.key_hash = @key_hash::text AND k.revoked_at IS NULL), '')::text AS key_metered_accounts,
+    coalesce((SELECT s.value FROM settings s WHERE s.name = 'metered_accounts'), '')::text AS metered_setting,
     (SELECT ma.targets FROM model_aliases ma WHERE ma.alias = @model::text) AS alias_targets,
     ob.open_until AS breaker_open_until,
     (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > @now)::integer AS live,

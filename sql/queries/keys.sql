@@ -1,7 +1,7 @@
 -- name: CreateKey :one
-INSERT INTO client_keys (name, key_hash, prefix, created_at, allowed_models, pinned, rate_limit_per_minute)
+INSERT INTO client_keys (name, key_hash, prefix, created_at, allowed_models, pinned, rate_limit_per_minute, metered_accounts)
 VALUES (@name, @key_hash, @prefix, @now, sqlc.narg('allowed_models')::text[], @pinned,
-    sqlc.narg('rate_limit_per_minute')::integer)
+    sqlc.narg('rate_limit_per_minute')::integer, sqlc.narg('metered_accounts')::text)
 RETURNING *;
 
 -- Changes the restrictions whose set_ flag is true; the others stay.
@@ -10,7 +10,8 @@ UPDATE client_keys SET
     allowed_models = CASE WHEN @set_models::boolean THEN sqlc.narg('allowed_models')::text[] ELSE allowed_models END,
     pinned = CASE WHEN @set_pinned::boolean THEN @pinned::boolean ELSE pinned END,
     rate_limit_per_minute = CASE WHEN @set_rate_limit::boolean THEN sqlc.narg('rate_limit_per_minute')::integer
-                                 ELSE rate_limit_per_minute END
+                                 ELSE rate_limit_per_minute END,
+    metered_accounts = CASE WHEN @set_metered::boolean THEN sqlc.narg('metered_accounts')::text ELSE metered_accounts END
 WHERE id = @id
 RETURNING *;
 
@@ -84,7 +85,7 @@ WHERE id = @id AND (last_used_at IS NULL OR last_used_at < @stale_before::timest
 -- Acquire's first question in one round trip: is the key live, what
 -- restricts it, and is the model an alias (NULL targets: a concrete model).
 -- name: ActiveKeyAndAlias :one
-SELECT k.id AS key_id, k.allowed_models, k.pinned,
+SELECT k.id AS key_id, k.allowed_models, k.pinned, k.metered_accounts,
     (SELECT array_agg(ka.account_id) FROM client_key_accounts ka WHERE ka.key_id = k.id)::uuid[] AS pins,
     (SELECT a.targets FROM model_aliases a WHERE a.alias = @model::text) AS alias_targets
 FROM client_keys k

@@ -44,8 +44,11 @@ type Key struct {
 	// Requests per minute across every worker (a burst of up to the whole
 	// minute's); 0 is no limit.
 	RateLimitPerMinute int32 `protobuf:"varint,10,opt,name=rate_limit_per_minute,json=rateLimitPerMinute,proto3" json:"rate_limit_per_minute,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// How routing spends metered accounts for this key; UNSPECIFIED follows
+	// the global setting (Settings.metered_accounts).
+	MeteredAccounts MeteredAccounts `protobuf:"varint,11,opt,name=metered_accounts,json=meteredAccounts,proto3,enum=weir.v1.MeteredAccounts" json:"metered_accounts,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Key) Reset() {
@@ -148,6 +151,13 @@ func (x *Key) GetRateLimitPerMinute() int32 {
 	return 0
 }
 
+func (x *Key) GetMeteredAccounts() MeteredAccounts {
+	if x != nil {
+		return x.MeteredAccounts
+	}
+	return MeteredAccounts_METERED_ACCOUNTS_UNSPECIFIED
+}
+
 // KeyAccount is an account a key is pinned to.
 type KeyAccount struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -206,9 +216,10 @@ type CreateKeyRequest struct {
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// See Key. Accounts are given by id or label; empty leaves the key
 	// unrestricted.
-	AllowedModels      []string `protobuf:"bytes,2,rep,name=allowed_models,json=allowedModels,proto3" json:"allowed_models,omitempty"`
-	PinnedAccounts     []string `protobuf:"bytes,3,rep,name=pinned_accounts,json=pinnedAccounts,proto3" json:"pinned_accounts,omitempty"`
-	RateLimitPerMinute int32    `protobuf:"varint,4,opt,name=rate_limit_per_minute,json=rateLimitPerMinute,proto3" json:"rate_limit_per_minute,omitempty"`
+	AllowedModels      []string        `protobuf:"bytes,2,rep,name=allowed_models,json=allowedModels,proto3" json:"allowed_models,omitempty"`
+	PinnedAccounts     []string        `protobuf:"bytes,3,rep,name=pinned_accounts,json=pinnedAccounts,proto3" json:"pinned_accounts,omitempty"`
+	RateLimitPerMinute int32           `protobuf:"varint,4,opt,name=rate_limit_per_minute,json=rateLimitPerMinute,proto3" json:"rate_limit_per_minute,omitempty"`
+	MeteredAccounts    MeteredAccounts `protobuf:"varint,5,opt,name=metered_accounts,json=meteredAccounts,proto3,enum=weir.v1.MeteredAccounts" json:"metered_accounts,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -271,18 +282,26 @@ func (x *CreateKeyRequest) GetRateLimitPerMinute() int32 {
 	return 0
 }
 
+func (x *CreateKeyRequest) GetMeteredAccounts() MeteredAccounts {
+	if x != nil {
+		return x.MeteredAccounts
+	}
+	return MeteredAccounts_METERED_ACCOUNTS_UNSPECIFIED
+}
+
 type UpdateKeyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The key id or its name.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Restrictions to change: allowed_models, pinned_accounts,
-	// rate_limit_per_minute. A named field left empty (or 0) clears its
-	// restriction.
+	// rate_limit_per_minute, metered_accounts. A named field left empty (or
+	// 0, or UNSPECIFIED) clears its restriction.
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	AllowedModels []string               `protobuf:"bytes,3,rep,name=allowed_models,json=allowedModels,proto3" json:"allowed_models,omitempty"`
 	// Accounts by id or label.
-	PinnedAccounts     []string `protobuf:"bytes,4,rep,name=pinned_accounts,json=pinnedAccounts,proto3" json:"pinned_accounts,omitempty"`
-	RateLimitPerMinute int32    `protobuf:"varint,5,opt,name=rate_limit_per_minute,json=rateLimitPerMinute,proto3" json:"rate_limit_per_minute,omitempty"`
+	PinnedAccounts     []string        `protobuf:"bytes,4,rep,name=pinned_accounts,json=pinnedAccounts,proto3" json:"pinned_accounts,omitempty"`
+	RateLimitPerMinute int32           `protobuf:"varint,5,opt,name=rate_limit_per_minute,json=rateLimitPerMinute,proto3" json:"rate_limit_per_minute,omitempty"`
+	MeteredAccounts    MeteredAccounts `protobuf:"varint,6,opt,name=metered_accounts,json=meteredAccounts,proto3,enum=weir.v1.MeteredAccounts" json:"metered_accounts,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -350,6 +369,13 @@ func (x *UpdateKeyRequest) GetRateLimitPerMinute() int32 {
 		return x.RateLimitPerMinute
 	}
 	return 0
+}
+
+func (x *UpdateKeyRequest) GetMeteredAccounts() MeteredAccounts {
+	if x != nil {
+		return x.MeteredAccounts
+	}
+	return MeteredAccounts_METERED_ACCOUNTS_UNSPECIFIED
 }
 
 type UpdateKeyResponse struct {
@@ -630,7 +656,7 @@ var File_weir_v1_key_proto protoreflect.FileDescriptor
 
 const file_weir_v1_key_proto_rawDesc = "" +
 	"\n" +
-	"\x11weir/v1/key.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa5\x03\n" +
+	"\x11weir/v1/key.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"\xea\x03\n" +
 	"\x03Key\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -645,23 +671,26 @@ const file_weir_v1_key_proto_rawDesc = "" +
 	"\x06pinned\x18\b \x01(\bR\x06pinned\x12<\n" +
 	"\x0fpinned_accounts\x18\t \x03(\v2\x13.weir.v1.KeyAccountR\x0epinnedAccounts\x121\n" +
 	"\x15rate_limit_per_minute\x18\n" +
-	" \x01(\x05R\x12rateLimitPerMinute\"2\n" +
+	" \x01(\x05R\x12rateLimitPerMinute\x12C\n" +
+	"\x10metered_accounts\x18\v \x01(\x0e2\x18.weir.v1.MeteredAccountsR\x0fmeteredAccounts\"2\n" +
 	"\n" +
 	"KeyAccount\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
-	"\x05label\x18\x02 \x01(\tR\x05label\"\xa9\x01\n" +
+	"\x05label\x18\x02 \x01(\tR\x05label\"\xee\x01\n" +
 	"\x10CreateKeyRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
 	"\x0eallowed_models\x18\x02 \x03(\tR\rallowedModels\x12'\n" +
 	"\x0fpinned_accounts\x18\x03 \x03(\tR\x0epinnedAccounts\x121\n" +
-	"\x15rate_limit_per_minute\x18\x04 \x01(\x05R\x12rateLimitPerMinute\"\xe2\x01\n" +
+	"\x15rate_limit_per_minute\x18\x04 \x01(\x05R\x12rateLimitPerMinute\x12C\n" +
+	"\x10metered_accounts\x18\x05 \x01(\x0e2\x18.weir.v1.MeteredAccountsR\x0fmeteredAccounts\"\xa7\x02\n" +
 	"\x10UpdateKeyRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12;\n" +
 	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
 	"updateMask\x12%\n" +
 	"\x0eallowed_models\x18\x03 \x03(\tR\rallowedModels\x12'\n" +
 	"\x0fpinned_accounts\x18\x04 \x03(\tR\x0epinnedAccounts\x121\n" +
-	"\x15rate_limit_per_minute\x18\x05 \x01(\x05R\x12rateLimitPerMinute\"3\n" +
+	"\x15rate_limit_per_minute\x18\x05 \x01(\x05R\x12rateLimitPerMinute\x12C\n" +
+	"\x10metered_accounts\x18\x06 \x01(\x0e2\x18.weir.v1.MeteredAccountsR\x0fmeteredAccounts\"3\n" +
 	"\x11UpdateKeyResponse\x12\x1e\n" +
 	"\x03key\x18\x01 \x01(\v2\f.weir.v1.KeyR\x03key\"K\n" +
 	"\x11CreateKeyResponse\x12\x1e\n" +
@@ -708,31 +737,35 @@ var file_weir_v1_key_proto_goTypes = []any{
 	(*RevokeKeyRequest)(nil),      // 8: weir.v1.RevokeKeyRequest
 	(*RevokeKeyResponse)(nil),     // 9: weir.v1.RevokeKeyResponse
 	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil), // 11: google.protobuf.FieldMask
+	(MeteredAccounts)(0),          // 11: weir.v1.MeteredAccounts
+	(*fieldmaskpb.FieldMask)(nil), // 12: google.protobuf.FieldMask
 }
 var file_weir_v1_key_proto_depIdxs = []int32{
 	10, // 0: weir.v1.Key.created_at:type_name -> google.protobuf.Timestamp
 	10, // 1: weir.v1.Key.revoked_at:type_name -> google.protobuf.Timestamp
 	10, // 2: weir.v1.Key.last_used_at:type_name -> google.protobuf.Timestamp
 	1,  // 3: weir.v1.Key.pinned_accounts:type_name -> weir.v1.KeyAccount
-	11, // 4: weir.v1.UpdateKeyRequest.update_mask:type_name -> google.protobuf.FieldMask
-	0,  // 5: weir.v1.UpdateKeyResponse.key:type_name -> weir.v1.Key
-	0,  // 6: weir.v1.CreateKeyResponse.key:type_name -> weir.v1.Key
-	0,  // 7: weir.v1.ListKeysResponse.keys:type_name -> weir.v1.Key
-	0,  // 8: weir.v1.RevokeKeyResponse.key:type_name -> weir.v1.Key
-	2,  // 9: weir.v1.KeyService.CreateKey:input_type -> weir.v1.CreateKeyRequest
-	6,  // 10: weir.v1.KeyService.ListKeys:input_type -> weir.v1.ListKeysRequest
-	8,  // 11: weir.v1.KeyService.RevokeKey:input_type -> weir.v1.RevokeKeyRequest
-	3,  // 12: weir.v1.KeyService.UpdateKey:input_type -> weir.v1.UpdateKeyRequest
-	5,  // 13: weir.v1.KeyService.CreateKey:output_type -> weir.v1.CreateKeyResponse
-	7,  // 14: weir.v1.KeyService.ListKeys:output_type -> weir.v1.ListKeysResponse
-	9,  // 15: weir.v1.KeyService.RevokeKey:output_type -> weir.v1.RevokeKeyResponse
-	4,  // 16: weir.v1.KeyService.UpdateKey:output_type -> weir.v1.UpdateKeyResponse
-	13, // [13:17] is the sub-list for method output_type
-	9,  // [9:13] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	11, // 4: weir.v1.Key.metered_accounts:type_name -> weir.v1.MeteredAccounts
+	11, // 5: weir.v1.CreateKeyRequest.metered_accounts:type_name -> weir.v1.MeteredAccounts
+	12, // 6: weir.v1.UpdateKeyRequest.update_mask:type_name -> google.protobuf.FieldMask
+	11, // 7: weir.v1.UpdateKeyRequest.metered_accounts:type_name -> weir.v1.MeteredAccounts
+	0,  // 8: weir.v1.UpdateKeyResponse.key:type_name -> weir.v1.Key
+	0,  // 9: weir.v1.CreateKeyResponse.key:type_name -> weir.v1.Key
+	0,  // 10: weir.v1.ListKeysResponse.keys:type_name -> weir.v1.Key
+	0,  // 11: weir.v1.RevokeKeyResponse.key:type_name -> weir.v1.Key
+	2,  // 12: weir.v1.KeyService.CreateKey:input_type -> weir.v1.CreateKeyRequest
+	6,  // 13: weir.v1.KeyService.ListKeys:input_type -> weir.v1.ListKeysRequest
+	8,  // 14: weir.v1.KeyService.RevokeKey:input_type -> weir.v1.RevokeKeyRequest
+	3,  // 15: weir.v1.KeyService.UpdateKey:input_type -> weir.v1.UpdateKeyRequest
+	5,  // 16: weir.v1.KeyService.CreateKey:output_type -> weir.v1.CreateKeyResponse
+	7,  // 17: weir.v1.KeyService.ListKeys:output_type -> weir.v1.ListKeysResponse
+	9,  // 18: weir.v1.KeyService.RevokeKey:output_type -> weir.v1.RevokeKeyResponse
+	4,  // 19: weir.v1.KeyService.UpdateKey:output_type -> weir.v1.UpdateKeyResponse
+	16, // [16:20] is the sub-list for method output_type
+	12, // [12:16] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_key_proto_init() }
@@ -740,6 +773,7 @@ func file_weir_v1_key_proto_init() {
 	if File_weir_v1_key_proto != nil {
 		return
 	}
+	file_weir_v1_types_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

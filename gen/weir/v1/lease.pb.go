@@ -739,9 +739,13 @@ type Lease struct {
 	// recovering from a quota cooldown. Whatever it brings back, the rest of
 	// the pool stays refused until it reports: a worker's held requests keep
 	// waiting rather than all asking again.
-	Probe         bool `protobuf:"varint,13,opt,name=probe,proto3" json:"probe,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Probe bool `protobuf:"varint,13,opt,name=probe,proto3" json:"probe,omitempty"`
+	// spilled_to_metered: the account is metered (an API key) and was leased
+	// because no subscription account that serves the surface could take
+	// the request (cooling, out of quota, gated, at capacity, tried, paused).
+	SpilledToMetered bool `protobuf:"varint,14,opt,name=spilled_to_metered,json=spilledToMetered,proto3" json:"spilled_to_metered,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Lease) Reset() {
@@ -865,6 +869,13 @@ func (x *Lease) GetProbe() bool {
 	return false
 }
 
+func (x *Lease) GetSpilledToMetered() bool {
+	if x != nil {
+		return x.SpilledToMetered
+	}
+	return false
+}
+
 type NoAccount struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Reason  NoAccountReason        `protobuf:"varint,1,opt,name=reason,proto3,enum=weir.v1.NoAccountReason" json:"reason,omitempty"`
@@ -876,9 +887,11 @@ type NoAccount struct {
 	// broken or holding a rejected credential): waiting cannot help.
 	Permanent bool `protobuf:"varint,4,opt,name=permanent,proto3" json:"permanent,omitempty"`
 	// Set when every eligible account for the model is blocked by quota
-	// evidence that covers its deadline: the quota of the one that reopens
-	// first. The data plane answers a final usage limit from it in the
-	// usage_limit quota-response mode.
+	// evidence (a reset that covers its deadline, or quota evidence that
+	// names no reset: out of credits, insufficient_quota): the quota of the
+	// one that reopens first. The data plane answers a final usage limit
+	// from it in the usage_limit quota-response mode, and a quota error
+	// (never "overloaded") otherwise.
 	QuotaBlock *QuotaBlock `protobuf:"bytes,5,opt,name=quota_block,json=quotaBlock,proto3" json:"quota_block,omitempty"`
 	// The quota response mode in force when this answer was made: a change
 	// applies to the next request on every worker, without waiting for the
@@ -963,7 +976,9 @@ func (x *NoAccount) GetQuotaResponseMode() QuotaResponseMode {
 // QuotaBlock describes a pool out of quota for one request.
 type QuotaBlock struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// When the first account reopens.
+	// When the first account reopens: the earliest known reset. Unset when
+	// no blocked account has one (each is out of credits or named no reset:
+	// only an operator or a new billing period brings it back).
 	ResetsAt *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=resets_at,json=resetsAt,proto3" json:"resets_at,omitempty"`
 	// That account's exhausted window in minutes; 0 when unknown.
 	WindowMinutes int32 `protobuf:"varint,2,opt,name=window_minutes,json=windowMinutes,proto3" json:"window_minutes,omitempty"`
@@ -972,9 +987,13 @@ type QuotaBlock struct {
 	// The upstream error that justified its block, one line.
 	LastUpstreamError string `protobuf:"bytes,4,opt,name=last_upstream_error,json=lastUpstreamError,proto3" json:"last_upstream_error,omitempty"`
 	// How many accounts are blocked.
-	Accounts      int32 `protobuf:"varint,5,opt,name=accounts,proto3" json:"accounts,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Accounts int32 `protobuf:"varint,5,opt,name=accounts,proto3" json:"accounts,omitempty"`
+	// The kind of quota evidence behind that account's block.
+	Kind QuotaKind `protobuf:"varint,6,opt,name=kind,proto3,enum=weir.v1.QuotaKind" json:"kind,omitempty"`
+	// How many of the blocked accounts have no known reset.
+	AccountsWithoutReset int32 `protobuf:"varint,7,opt,name=accounts_without_reset,json=accountsWithoutReset,proto3" json:"accounts_without_reset,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *QuotaBlock) Reset() {
@@ -1038,6 +1057,20 @@ func (x *QuotaBlock) GetLastUpstreamError() string {
 func (x *QuotaBlock) GetAccounts() int32 {
 	if x != nil {
 		return x.Accounts
+	}
+	return 0
+}
+
+func (x *QuotaBlock) GetKind() QuotaKind {
+	if x != nil {
+		return x.Kind
+	}
+	return QuotaKind_QUOTA_KIND_UNSPECIFIED
+}
+
+func (x *QuotaBlock) GetAccountsWithoutReset() int32 {
+	if x != nil {
+		return x.AccountsWithoutReset
 	}
 	return 0
 }
@@ -1890,8 +1923,11 @@ type RouteEvent struct {
 	// Where the request failed, if it did.
 	FailureStage   FailureStage     `protobuf:"varint,17,opt,name=failure_stage,json=failureStage,proto3,enum=weir.v1.FailureStage" json:"failure_stage,omitempty"`
 	AttemptRecords []*AttemptRecord `protobuf:"bytes,18,rep,name=attempt_records,json=attemptRecords,proto3" json:"attempt_records,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The last attempt's account was leased as a spill to a metered account
+	// (Lease.spilled_to_metered).
+	SpilledToMetered bool `protobuf:"varint,19,opt,name=spilled_to_metered,json=spilledToMetered,proto3" json:"spilled_to_metered,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RouteEvent) Reset() {
@@ -2050,6 +2086,13 @@ func (x *RouteEvent) GetAttemptRecords() []*AttemptRecord {
 	return nil
 }
 
+func (x *RouteEvent) GetSpilledToMetered() bool {
+	if x != nil {
+		return x.SpilledToMetered
+	}
+	return false
+}
+
 // AttemptRecord is one upstream attempt, or one hold, of a request.
 type AttemptRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2066,9 +2109,11 @@ type AttemptRecord struct {
 	// For a hold: why the worker waited (e.g. "all accounts cooling").
 	HoldReason string `protobuf:"bytes,8,opt,name=hold_reason,json=holdReason,proto3" json:"hold_reason,omitempty"`
 	// The 429 ladder's rung that decided the attempt, if one did.
-	Rung          string `protobuf:"bytes,9,opt,name=rung,proto3" json:"rung,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Rung string `protobuf:"bytes,9,opt,name=rung,proto3" json:"rung,omitempty"`
+	// The attempt's lease was a spill to a metered account.
+	SpilledToMetered bool `protobuf:"varint,10,opt,name=spilled_to_metered,json=spilledToMetered,proto3" json:"spilled_to_metered,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *AttemptRecord) Reset() {
@@ -2162,6 +2207,13 @@ func (x *AttemptRecord) GetRung() string {
 		return x.Rung
 	}
 	return ""
+}
+
+func (x *AttemptRecord) GetSpilledToMetered() bool {
+	if x != nil {
+		return x.SpilledToMetered
+	}
+	return false
 }
 
 type ReportRouteRequest struct {
@@ -2367,7 +2419,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x05lease\x18\x01 \x01(\v2\x0e.weir.v1.LeaseH\x00R\x05lease\x123\n" +
 	"\n" +
 	"no_account\x18\x02 \x01(\v2\x12.weir.v1.NoAccountH\x00R\tnoAccountB\b\n" +
-	"\x06result\"\xf6\x03\n" +
+	"\x06result\"\xa4\x04\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -2387,7 +2439,8 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x13upstream_account_id\x18\v \x01(\tR\x11upstreamAccountId\x12;\n" +
 	"\vreuse_until\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"reuseUntil\x12\x14\n" +
-	"\x05probe\x18\r \x01(\bR\x05probe\"\xae\x02\n" +
+	"\x05probe\x18\r \x01(\bR\x05probe\x12,\n" +
+	"\x12spilled_to_metered\x18\x0e \x01(\bR\x10spilledToMetered\"\xae\x02\n" +
 	"\tNoAccount\x120\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x18.weir.v1.NoAccountReasonR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x125\n" +
@@ -2395,14 +2448,16 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\tpermanent\x18\x04 \x01(\bR\tpermanent\x124\n" +
 	"\vquota_block\x18\x05 \x01(\v2\x13.weir.v1.QuotaBlockR\n" +
 	"quotaBlock\x12J\n" +
-	"\x13quota_response_mode\x18\x06 \x01(\x0e2\x1a.weir.v1.QuotaResponseModeR\x11quotaResponseMode\"\xe7\x01\n" +
+	"\x13quota_response_mode\x18\x06 \x01(\x0e2\x1a.weir.v1.QuotaResponseModeR\x11quotaResponseMode\"\xc5\x02\n" +
 	"\n" +
 	"QuotaBlock\x127\n" +
 	"\tresets_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\bresetsAt\x12%\n" +
 	"\x0ewindow_minutes\x18\x02 \x01(\x05R\rwindowMinutes\x12-\n" +
 	"\bprovider\x18\x03 \x01(\x0e2\x11.weir.v1.ProviderR\bprovider\x12.\n" +
 	"\x13last_upstream_error\x18\x04 \x01(\tR\x11lastUpstreamError\x12\x1a\n" +
-	"\baccounts\x18\x05 \x01(\x05R\baccounts\")\n" +
+	"\baccounts\x18\x05 \x01(\x05R\baccounts\x12&\n" +
+	"\x04kind\x18\x06 \x01(\x0e2\x12.weir.v1.QuotaKindR\x04kind\x124\n" +
+	"\x16accounts_without_reset\x18\a \x01(\x05R\x14accountsWithoutReset\")\n" +
 	"\fRenewRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\"J\n" +
 	"\rRenewResponse\x129\n" +
@@ -2461,7 +2516,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\vaccount_ids\x18\x02 \x03(\tR\n" +
 	"accountIds\x12\x10\n" +
 	"\x03all\x18\x03 \x01(\bR\x03all\x12\x12\n" +
-	"\x04keys\x18\x04 \x01(\bR\x04keys\"\xc9\x05\n" +
+	"\x04keys\x18\x04 \x01(\bR\x04keys\"\xf7\x05\n" +
 	"\n" +
 	"RouteEvent\x12\x1d\n" +
 	"\n" +
@@ -2487,7 +2542,8 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\n" +
 	"hold_count\x18\x10 \x01(\x05R\tholdCount\x12:\n" +
 	"\rfailure_stage\x18\x11 \x01(\x0e2\x15.weir.v1.FailureStageR\ffailureStage\x12?\n" +
-	"\x0fattempt_records\x18\x12 \x03(\v2\x16.weir.v1.AttemptRecordR\x0eattemptRecords\"\xd2\x02\n" +
+	"\x0fattempt_records\x18\x12 \x03(\v2\x16.weir.v1.AttemptRecordR\x0eattemptRecords\x12,\n" +
+	"\x12spilled_to_metered\x18\x13 \x01(\bR\x10spilledToMetered\"\x80\x03\n" +
 	"\rAttemptRecord\x12)\n" +
 	"\x02at\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x02at\x12\x1d\n" +
 	"\n" +
@@ -2500,7 +2556,9 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\bduration\x18\a \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x1f\n" +
 	"\vhold_reason\x18\b \x01(\tR\n" +
 	"holdReason\x12\x12\n" +
-	"\x04rung\x18\t \x01(\tR\x04rung\"?\n" +
+	"\x04rung\x18\t \x01(\tR\x04rung\x12,\n" +
+	"\x12spilled_to_metered\x18\n" +
+	" \x01(\bR\x10spilledToMetered\"?\n" +
 	"\x12ReportRouteRequest\x12)\n" +
 	"\x05event\x18\x01 \x01(\v2\x13.weir.v1.RouteEventR\x05event\"\x15\n" +
 	"\x13ReportRouteResponse\"B\n" +
@@ -2592,11 +2650,12 @@ var file_weir_v1_lease_proto_goTypes = []any{
 	(Provider)(0),                    // 38: weir.v1.Provider
 	(AuthKind)(0),                    // 39: weir.v1.AuthKind
 	(*timestamppb.Timestamp)(nil),    // 40: google.protobuf.Timestamp
-	(OutcomeClass)(0),                // 41: weir.v1.OutcomeClass
-	(*QuotaEvidence)(nil),            // 42: weir.v1.QuotaEvidence
-	(*Settings)(nil),                 // 43: weir.v1.Settings
-	(*Decision)(nil),                 // 44: weir.v1.Decision
-	(Action)(0),                      // 45: weir.v1.Action
+	(QuotaKind)(0),                   // 41: weir.v1.QuotaKind
+	(OutcomeClass)(0),                // 42: weir.v1.OutcomeClass
+	(*QuotaEvidence)(nil),            // 43: weir.v1.QuotaEvidence
+	(*Settings)(nil),                 // 44: weir.v1.Settings
+	(*Decision)(nil),                 // 45: weir.v1.Decision
+	(Action)(0),                      // 46: weir.v1.Action
 }
 var file_weir_v1_lease_proto_depIdxs = []int32{
 	35, // 0: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
@@ -2617,61 +2676,62 @@ var file_weir_v1_lease_proto_depIdxs = []int32{
 	36, // 15: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
 	40, // 16: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
 	38, // 17: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
-	40, // 18: weir.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
-	40, // 19: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
-	41, // 20: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
-	34, // 21: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
-	37, // 22: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
-	37, // 23: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
-	42, // 24: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
-	37, // 25: weir.v1.Outcome.delay:type_name -> google.protobuf.Duration
-	43, // 26: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
-	18, // 27: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
-	44, // 28: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
-	24, // 29: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
-	18, // 30: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
-	40, // 31: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
-	37, // 32: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
-	37, // 33: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
-	40, // 34: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
-	37, // 35: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
-	1,  // 36: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
-	29, // 37: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
-	37, // 38: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
-	41, // 39: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
-	45, // 40: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
-	37, // 41: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
-	28, // 42: weir.v1.ReportRouteRequest.event:type_name -> weir.v1.RouteEvent
-	28, // 43: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
-	4,  // 44: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
-	6,  // 45: weir.v1.LeaseService.TakeRequestToken:input_type -> weir.v1.TakeRequestTokenRequest
-	9,  // 46: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
-	19, // 47: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
-	14, // 48: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
-	16, // 49: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
-	21, // 50: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
-	23, // 51: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
-	26, // 52: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
-	30, // 53: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
-	32, // 54: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
-	2,  // 55: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
-	5,  // 56: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
-	7,  // 57: weir.v1.LeaseService.TakeRequestToken:output_type -> weir.v1.TakeRequestTokenResponse
-	10, // 58: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
-	20, // 59: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
-	15, // 60: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
-	17, // 61: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
-	22, // 62: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
-	25, // 63: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
-	27, // 64: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
-	31, // 65: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
-	33, // 66: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
-	3,  // 67: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
-	56, // [56:68] is the sub-list for method output_type
-	44, // [44:56] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	41, // 18: weir.v1.QuotaBlock.kind:type_name -> weir.v1.QuotaKind
+	40, // 19: weir.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
+	40, // 20: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
+	42, // 21: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
+	34, // 22: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
+	37, // 23: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
+	37, // 24: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
+	43, // 25: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
+	37, // 26: weir.v1.Outcome.delay:type_name -> google.protobuf.Duration
+	44, // 27: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
+	18, // 28: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
+	45, // 29: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
+	24, // 30: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
+	18, // 31: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
+	40, // 32: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
+	37, // 33: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
+	37, // 34: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
+	40, // 35: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
+	37, // 36: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
+	1,  // 37: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
+	29, // 38: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
+	37, // 39: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
+	42, // 40: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
+	46, // 41: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
+	37, // 42: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
+	28, // 43: weir.v1.ReportRouteRequest.event:type_name -> weir.v1.RouteEvent
+	28, // 44: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
+	4,  // 45: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
+	6,  // 46: weir.v1.LeaseService.TakeRequestToken:input_type -> weir.v1.TakeRequestTokenRequest
+	9,  // 47: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
+	19, // 48: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
+	14, // 49: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
+	16, // 50: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
+	21, // 51: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
+	23, // 52: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
+	26, // 53: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
+	30, // 54: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
+	32, // 55: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
+	2,  // 56: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
+	5,  // 57: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
+	7,  // 58: weir.v1.LeaseService.TakeRequestToken:output_type -> weir.v1.TakeRequestTokenResponse
+	10, // 59: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
+	20, // 60: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
+	15, // 61: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
+	17, // 62: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
+	22, // 63: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
+	25, // 64: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
+	27, // 65: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
+	31, // 66: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
+	33, // 67: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
+	3,  // 68: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
+	57, // [57:69] is the sub-list for method output_type
+	45, // [45:57] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_lease_proto_init() }

@@ -114,7 +114,9 @@ type ListRouteEventsRequest struct {
 	// At most this many, newest first; 0 means 50, capped at 1000.
 	Limit int32 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Only events served by this account id, when set.
-	AccountId     string `protobuf:"bytes,2,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	AccountId string `protobuf:"bytes,2,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// Only events whose last attempt spilled to a metered account.
+	SpilledOnly   bool `protobuf:"varint,3,opt,name=spilled_only,json=spilledOnly,proto3" json:"spilled_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -161,6 +163,13 @@ func (x *ListRouteEventsRequest) GetAccountId() string {
 		return x.AccountId
 	}
 	return ""
+}
+
+func (x *ListRouteEventsRequest) GetSpilledOnly() bool {
+	if x != nil {
+		return x.SpilledOnly
+	}
+	return false
 }
 
 type ListRouteEventsResponse struct {
@@ -216,11 +225,12 @@ const file_weir_v1_route_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\"B\n" +
 	"\x15GetRouteEventResponse\x12)\n" +
-	"\x05event\x18\x01 \x01(\v2\x13.weir.v1.RouteEventR\x05event\"M\n" +
+	"\x05event\x18\x01 \x01(\v2\x13.weir.v1.RouteEventR\x05event\"p\n" +
 	"\x16ListRouteEventsRequest\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x05R\x05limit\x12\x1d\n" +
 	"\n" +
-	"account_id\x18\x02 \x01(\tR\taccountId\"F\n" +
+	"account_id\x18\x02 \x01(\tR\taccountId\x12!\n" +
+	"\fspilled_only\x18\x03 \x01(\bR\vspilledOnly\"F\n" +
 	"\x17ListRouteEventsResponse\x12+\n" +
 	"\x06events\x18\x01 \x03(\v2\x13.weir.v1.RouteEventR\x06events2\xbe\x01\n" +
 	"\fRouteService\x12Y\n" +

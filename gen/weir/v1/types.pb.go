@@ -145,12 +145,15 @@ type QuotaResponseMode int32
 
 const (
 	QuotaResponseMode_QUOTA_RESPONSE_MODE_UNSPECIFIED QuotaResponseMode = 0
-	// The usual retryable error (429/529 with Retry-After).
+	// The usual retryable error: a pool out of quota gets a 429 quota error
+	// (Retry-After when a reset is known; X-Should-Retry: false when nothing
+	// resets within the hold budget).
 	QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE QuotaResponseMode = 1
 	// A final usage limit (429, X-Should-Retry: false, the reset time in the
 	// body and headers) when every eligible account is blocked by quota
-	// evidence and the earliest reset is more than 5 minutes away, so that
-	// clients pause instead of retrying for hours.
+	// evidence and the earliest reset is more than 5 minutes away, or none
+	// is known (out of credits), so that clients pause instead of retrying
+	// for hours.
 	QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT QuotaResponseMode = 2
 )
 
@@ -195,6 +198,67 @@ func (QuotaResponseMode) EnumDescriptor() ([]byte, []int) {
 	return file_weir_v1_types_proto_rawDescGZIP(), []int{2}
 }
 
+// MeteredAccounts is how routing spends metered accounts (pay-per-token:
+// API keys) on surfaces a subscription (an OAuth login) can serve:
+// Messages (Claude subscriptions) and Responses (ChatGPT logins). Chat
+// Completions has no subscription, so it is unaffected.
+type MeteredAccounts int32
+
+const (
+	// For a key: follow the global setting. As the global setting: normal.
+	MeteredAccounts_METERED_ACCOUNTS_UNSPECIFIED MeteredAccounts = 0
+	// Metered accounts rank with the subscriptions (the default).
+	MeteredAccounts_METERED_ACCOUNTS_NORMAL MeteredAccounts = 1
+	// Metered accounts serve only when no subscription can: they rank below
+	// every subscription account.
+	MeteredAccounts_METERED_ACCOUNTS_LAST_RESORT MeteredAccounts = 2
+	// Metered accounts are not routed for surfaces a subscription can serve.
+	MeteredAccounts_METERED_ACCOUNTS_NEVER MeteredAccounts = 3
+)
+
+// Enum value maps for MeteredAccounts.
+var (
+	MeteredAccounts_name = map[int32]string{
+		0: "METERED_ACCOUNTS_UNSPECIFIED",
+		1: "METERED_ACCOUNTS_NORMAL",
+		2: "METERED_ACCOUNTS_LAST_RESORT",
+		3: "METERED_ACCOUNTS_NEVER",
+	}
+	MeteredAccounts_value = map[string]int32{
+		"METERED_ACCOUNTS_UNSPECIFIED": 0,
+		"METERED_ACCOUNTS_NORMAL":      1,
+		"METERED_ACCOUNTS_LAST_RESORT": 2,
+		"METERED_ACCOUNTS_NEVER":       3,
+	}
+)
+
+func (x MeteredAccounts) Enum() *MeteredAccounts {
+	p := new(MeteredAccounts)
+	*p = x
+	return p
+}
+
+func (x MeteredAccounts) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MeteredAccounts) Descriptor() protoreflect.EnumDescriptor {
+	return file_weir_v1_types_proto_enumTypes[3].Descriptor()
+}
+
+func (MeteredAccounts) Type() protoreflect.EnumType {
+	return &file_weir_v1_types_proto_enumTypes[3]
+}
+
+func (x MeteredAccounts) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MeteredAccounts.Descriptor instead.
+func (MeteredAccounts) EnumDescriptor() ([]byte, []int) {
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{3}
+}
+
 // QuotaKind names the upstream evidence that an account's quota is spent.
 type QuotaKind int32
 
@@ -211,6 +275,9 @@ const (
 	QuotaKind_QUOTA_KIND_GOOGLE_QUOTA_EXHAUSTED QuotaKind = 4
 	// A model family's weekly window (a scoped claim such as 7d_oi).
 	QuotaKind_QUOTA_KIND_FAMILY_WINDOW QuotaKind = 5
+	// Anthropic rejection with overage-disabled-reason out_of_credits (the
+	// 429 ladder, rung 2): no reset; an operator adds credits.
+	QuotaKind_QUOTA_KIND_ANTHROPIC_OUT_OF_CREDITS QuotaKind = 6
 )
 
 // Enum value maps for QuotaKind.
@@ -222,6 +289,7 @@ var (
 		3: "QUOTA_KIND_OPENAI_INSUFFICIENT_QUOTA",
 		4: "QUOTA_KIND_GOOGLE_QUOTA_EXHAUSTED",
 		5: "QUOTA_KIND_FAMILY_WINDOW",
+		6: "QUOTA_KIND_ANTHROPIC_OUT_OF_CREDITS",
 	}
 	QuotaKind_value = map[string]int32{
 		"QUOTA_KIND_UNSPECIFIED":               0,
@@ -230,6 +298,7 @@ var (
 		"QUOTA_KIND_OPENAI_INSUFFICIENT_QUOTA": 3,
 		"QUOTA_KIND_GOOGLE_QUOTA_EXHAUSTED":    4,
 		"QUOTA_KIND_FAMILY_WINDOW":             5,
+		"QUOTA_KIND_ANTHROPIC_OUT_OF_CREDITS":  6,
 	}
 )
 
@@ -244,11 +313,11 @@ func (x QuotaKind) String() string {
 }
 
 func (QuotaKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[3].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[4].Descriptor()
 }
 
 func (QuotaKind) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[3]
+	return &file_weir_v1_types_proto_enumTypes[4]
 }
 
 func (x QuotaKind) Number() protoreflect.EnumNumber {
@@ -257,7 +326,7 @@ func (x QuotaKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use QuotaKind.Descriptor instead.
 func (QuotaKind) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{3}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{4}
 }
 
 // AuthKind is how weir authenticates to the upstream with an account.
@@ -296,11 +365,11 @@ func (x AuthKind) String() string {
 }
 
 func (AuthKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[4].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[5].Descriptor()
 }
 
 func (AuthKind) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[4]
+	return &file_weir_v1_types_proto_enumTypes[5]
 }
 
 func (x AuthKind) Number() protoreflect.EnumNumber {
@@ -309,7 +378,7 @@ func (x AuthKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AuthKind.Descriptor instead.
 func (AuthKind) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{4}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{5}
 }
 
 // AccountState is what routing sees of an account right now.
@@ -353,11 +422,11 @@ func (x AccountState) String() string {
 }
 
 func (AccountState) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[5].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[6].Descriptor()
 }
 
 func (AccountState) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[5]
+	return &file_weir_v1_types_proto_enumTypes[6]
 }
 
 func (x AccountState) Number() protoreflect.EnumNumber {
@@ -366,7 +435,7 @@ func (x AccountState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AccountState.Descriptor instead.
 func (AccountState) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{5}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 // CooldownReason says why an account is out of routing until a deadline.
@@ -426,11 +495,11 @@ func (x CooldownReason) String() string {
 }
 
 func (CooldownReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[6].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[7].Descriptor()
 }
 
 func (CooldownReason) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[6]
+	return &file_weir_v1_types_proto_enumTypes[7]
 }
 
 func (x CooldownReason) Number() protoreflect.EnumNumber {
@@ -439,7 +508,7 @@ func (x CooldownReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CooldownReason.Descriptor instead.
 func (CooldownReason) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{6}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 // OutcomeClass is the data plane's classification of one upstream attempt.
@@ -512,11 +581,11 @@ func (x OutcomeClass) String() string {
 }
 
 func (OutcomeClass) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[7].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[8].Descriptor()
 }
 
 func (OutcomeClass) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[7]
+	return &file_weir_v1_types_proto_enumTypes[8]
 }
 
 func (x OutcomeClass) Number() protoreflect.EnumNumber {
@@ -525,7 +594,7 @@ func (x OutcomeClass) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OutcomeClass.Descriptor instead.
 func (OutcomeClass) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{7}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{8}
 }
 
 // Action is what the data plane does after an attempt.
@@ -568,11 +637,11 @@ func (x Action) String() string {
 }
 
 func (Action) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[8].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[9].Descriptor()
 }
 
 func (Action) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[8]
+	return &file_weir_v1_types_proto_enumTypes[9]
 }
 
 func (x Action) Number() protoreflect.EnumNumber {
@@ -581,7 +650,7 @@ func (x Action) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Action.Descriptor instead.
 func (Action) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{8}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{9}
 }
 
 // QuotaEvidence is what an upstream said about a spent quota.
@@ -676,8 +745,11 @@ type Settings struct {
 	RequestDeadline *durationpb.Duration `protobuf:"bytes,2,opt,name=request_deadline,json=requestDeadline,proto3" json:"request_deadline,omitempty"`
 	// How a request that fails on spent quota is answered.
 	QuotaResponseMode QuotaResponseMode `protobuf:"varint,3,opt,name=quota_response_mode,json=quotaResponseMode,proto3,enum=weir.v1.QuotaResponseMode" json:"quota_response_mode,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// How routing spends metered accounts where a subscription could serve
+	// (a key's own setting overrides it). Never UNSPECIFIED when read.
+	MeteredAccounts MeteredAccounts `protobuf:"varint,4,opt,name=metered_accounts,json=meteredAccounts,proto3,enum=weir.v1.MeteredAccounts" json:"metered_accounts,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Settings) Reset() {
@@ -729,6 +801,13 @@ func (x *Settings) GetQuotaResponseMode() QuotaResponseMode {
 		return x.QuotaResponseMode
 	}
 	return QuotaResponseMode_QUOTA_RESPONSE_MODE_UNSPECIFIED
+}
+
+func (x *Settings) GetMeteredAccounts() MeteredAccounts {
+	if x != nil {
+		return x.MeteredAccounts
+	}
+	return MeteredAccounts_METERED_ACCOUNTS_UNSPECIFIED
 }
 
 // Cooldown is a live exclusion of an account from routing.
@@ -977,11 +1056,12 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\vreset_after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"resetAfter\x12%\n" +
 	"\x0ewindow_minutes\x18\x04 \x01(\x05R\rwindowMinutes\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage\"\xdc\x01\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"\xa1\x02\n" +
 	"\bSettings\x12>\n" +
 	"\rcapacity_hold\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\fcapacityHold\x12D\n" +
 	"\x10request_deadline\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0frequestDeadline\x12J\n" +
-	"\x13quota_response_mode\x18\x03 \x01(\x0e2\x1a.weir.v1.QuotaResponseModeR\x11quotaResponseMode\"\x90\x02\n" +
+	"\x13quota_response_mode\x18\x03 \x01(\x0e2\x1a.weir.v1.QuotaResponseModeR\x11quotaResponseMode\x12C\n" +
+	"\x10metered_accounts\x18\x04 \x01(\x0e2\x18.weir.v1.MeteredAccountsR\x0fmeteredAccounts\"\x90\x02\n" +
 	"\bCooldown\x12/\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x17.weir.v1.CooldownReasonR\x06reason\x120\n" +
 	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x129\n" +
@@ -1016,14 +1096,20 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\x11QuotaResponseMode\x12#\n" +
 	"\x1fQUOTA_RESPONSE_MODE_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dQUOTA_RESPONSE_MODE_RETRYABLE\x10\x01\x12#\n" +
-	"\x1fQUOTA_RESPONSE_MODE_USAGE_LIMIT\x10\x02*\xd9\x01\n" +
+	"\x1fQUOTA_RESPONSE_MODE_USAGE_LIMIT\x10\x02*\x8e\x01\n" +
+	"\x0fMeteredAccounts\x12 \n" +
+	"\x1cMETERED_ACCOUNTS_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17METERED_ACCOUNTS_NORMAL\x10\x01\x12 \n" +
+	"\x1cMETERED_ACCOUNTS_LAST_RESORT\x10\x02\x12\x1a\n" +
+	"\x16METERED_ACCOUNTS_NEVER\x10\x03*\x82\x02\n" +
 	"\tQuotaKind\x12\x1a\n" +
 	"\x16QUOTA_KIND_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bQUOTA_KIND_ANTHROPIC_WINDOW\x10\x01\x12 \n" +
 	"\x1cQUOTA_KIND_CODEX_USAGE_LIMIT\x10\x02\x12(\n" +
 	"$QUOTA_KIND_OPENAI_INSUFFICIENT_QUOTA\x10\x03\x12%\n" +
 	"!QUOTA_KIND_GOOGLE_QUOTA_EXHAUSTED\x10\x04\x12\x1c\n" +
-	"\x18QUOTA_KIND_FAMILY_WINDOW\x10\x05*Q\n" +
+	"\x18QUOTA_KIND_FAMILY_WINDOW\x10\x05\x12'\n" +
+	"#QUOTA_KIND_ANTHROPIC_OUT_OF_CREDITS\x10\x06*Q\n" +
 	"\bAuthKind\x12\x19\n" +
 	"\x15AUTH_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11AUTH_KIND_API_KEY\x10\x01\x12\x13\n" +
@@ -1075,47 +1161,49 @@ func file_weir_v1_types_proto_rawDescGZIP() []byte {
 	return file_weir_v1_types_proto_rawDescData
 }
 
-var file_weir_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
+var file_weir_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
 var file_weir_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_weir_v1_types_proto_goTypes = []any{
 	(Provider)(0),                 // 0: weir.v1.Provider
 	(Surface)(0),                  // 1: weir.v1.Surface
 	(QuotaResponseMode)(0),        // 2: weir.v1.QuotaResponseMode
-	(QuotaKind)(0),                // 3: weir.v1.QuotaKind
-	(AuthKind)(0),                 // 4: weir.v1.AuthKind
-	(AccountState)(0),             // 5: weir.v1.AccountState
-	(CooldownReason)(0),           // 6: weir.v1.CooldownReason
-	(OutcomeClass)(0),             // 7: weir.v1.OutcomeClass
-	(Action)(0),                   // 8: weir.v1.Action
-	(*QuotaEvidence)(nil),         // 9: weir.v1.QuotaEvidence
-	(*Settings)(nil),              // 10: weir.v1.Settings
-	(*Cooldown)(nil),              // 11: weir.v1.Cooldown
-	(*FamilyGate)(nil),            // 12: weir.v1.FamilyGate
-	(*Decision)(nil),              // 13: weir.v1.Decision
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
+	(MeteredAccounts)(0),          // 3: weir.v1.MeteredAccounts
+	(QuotaKind)(0),                // 4: weir.v1.QuotaKind
+	(AuthKind)(0),                 // 5: weir.v1.AuthKind
+	(AccountState)(0),             // 6: weir.v1.AccountState
+	(CooldownReason)(0),           // 7: weir.v1.CooldownReason
+	(OutcomeClass)(0),             // 8: weir.v1.OutcomeClass
+	(Action)(0),                   // 9: weir.v1.Action
+	(*QuotaEvidence)(nil),         // 10: weir.v1.QuotaEvidence
+	(*Settings)(nil),              // 11: weir.v1.Settings
+	(*Cooldown)(nil),              // 12: weir.v1.Cooldown
+	(*FamilyGate)(nil),            // 13: weir.v1.FamilyGate
+	(*Decision)(nil),              // 14: weir.v1.Decision
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 16: google.protobuf.Duration
 }
 var file_weir_v1_types_proto_depIdxs = []int32{
-	3,  // 0: weir.v1.QuotaEvidence.kind:type_name -> weir.v1.QuotaKind
-	14, // 1: weir.v1.QuotaEvidence.resets_at:type_name -> google.protobuf.Timestamp
-	15, // 2: weir.v1.QuotaEvidence.reset_after:type_name -> google.protobuf.Duration
-	15, // 3: weir.v1.Settings.capacity_hold:type_name -> google.protobuf.Duration
-	15, // 4: weir.v1.Settings.request_deadline:type_name -> google.protobuf.Duration
+	4,  // 0: weir.v1.QuotaEvidence.kind:type_name -> weir.v1.QuotaKind
+	15, // 1: weir.v1.QuotaEvidence.resets_at:type_name -> google.protobuf.Timestamp
+	16, // 2: weir.v1.QuotaEvidence.reset_after:type_name -> google.protobuf.Duration
+	16, // 3: weir.v1.Settings.capacity_hold:type_name -> google.protobuf.Duration
+	16, // 4: weir.v1.Settings.request_deadline:type_name -> google.protobuf.Duration
 	2,  // 5: weir.v1.Settings.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	6,  // 6: weir.v1.Cooldown.reason:type_name -> weir.v1.CooldownReason
-	14, // 7: weir.v1.Cooldown.until:type_name -> google.protobuf.Timestamp
-	14, // 8: weir.v1.Cooldown.written_at:type_name -> google.protobuf.Timestamp
-	9,  // 9: weir.v1.Cooldown.quota:type_name -> weir.v1.QuotaEvidence
-	14, // 10: weir.v1.FamilyGate.until:type_name -> google.protobuf.Timestamp
-	14, // 11: weir.v1.FamilyGate.written_at:type_name -> google.protobuf.Timestamp
-	8,  // 12: weir.v1.Decision.action:type_name -> weir.v1.Action
-	11, // 13: weir.v1.Decision.cooldown:type_name -> weir.v1.Cooldown
-	15, // 14: weir.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	3,  // 6: weir.v1.Settings.metered_accounts:type_name -> weir.v1.MeteredAccounts
+	7,  // 7: weir.v1.Cooldown.reason:type_name -> weir.v1.CooldownReason
+	15, // 8: weir.v1.Cooldown.until:type_name -> google.protobuf.Timestamp
+	15, // 9: weir.v1.Cooldown.written_at:type_name -> google.protobuf.Timestamp
+	10, // 10: weir.v1.Cooldown.quota:type_name -> weir.v1.QuotaEvidence
+	15, // 11: weir.v1.FamilyGate.until:type_name -> google.protobuf.Timestamp
+	15, // 12: weir.v1.FamilyGate.written_at:type_name -> google.protobuf.Timestamp
+	9,  // 13: weir.v1.Decision.action:type_name -> weir.v1.Action
+	12, // 14: weir.v1.Decision.cooldown:type_name -> weir.v1.Cooldown
+	16, // 15: weir.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_types_proto_init() }
@@ -1128,7 +1216,7 @@ func file_weir_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_types_proto_rawDesc), len(file_weir_v1_types_proto_rawDesc)),
-			NumEnums:      9,
+			NumEnums:      10,
 			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
