@@ -11,6 +11,7 @@ import (
 	"time"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/sim"
 )
 
 // The real clients, end to end: Codex CLI and Claude Code, as installed
