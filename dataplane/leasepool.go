@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -91,9 +92,9 @@ type leasePool struct {
 
 	// changed is the change signal that wakes held requests (wake.go);
 	// down says calls to the control plane go undelivered.
-	changed       context.Context
-	changedCancel context.CancelFunc
-	down          bool
+	changed       atomic.Pointer[context.Context]
+	changedCancel context.CancelFunc // under mu
+	down          atomic.Bool        // written under mu
 
 	// sleep waits d or until ctx ends (Config.Sleep: tests move a virtual
 	// clock with it).
@@ -192,7 +193,9 @@ func newLeasePool(client weirv1connect.LeaseServiceClient, log *slog.Logger, now
 		kick: make(chan struct{}, 1), life: ctx, stop: cancel,
 	}
 	p.client = observedClient{LeaseServiceClient: client, p: p}
-	p.changed, p.changedCancel = context.WithCancel(context.Background())
+	changed, changedCancel := context.WithCancel(context.Background())
+	p.changed.Store(&changed)
+	p.changedCancel = changedCancel
 	p.done.Add(2)
 	go p.send(ctx)
 	go p.sweepLoop(ctx)

@@ -37,16 +37,17 @@ const (
 
 // changes returns the current change signal: its Done closes at the next
 // change.
+// It is read without p.mu: every request reads it once.
 func (p *leasePool) changes() context.Context {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.changed
+	return *p.changed.Load()
 }
 
 // changedLocked signals a change to every waiting hold.
 func (p *leasePool) changedLocked() {
 	p.changedCancel()
-	p.changed, p.changedCancel = context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	p.changed.Store(&ctx)
+	p.changedCancel = cancel
 }
 
 // observe takes note of a call's error: an undelivered one marks the
@@ -57,15 +58,18 @@ func (p *leasePool) observe(ctx context.Context, err error) {
 		return // the caller left; that says nothing of the control plane
 	}
 	down := err != nil && undelivered(err)
+	if !down && !p.down.Load() {
+		return // the common case, without p.mu
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
-	case down && !p.down && !p.closed:
-		p.down = true
+	case down && !p.down.Load() && !p.closed:
+		p.down.Store(true)
 		p.done.Add(1)
 		go p.recoverLoop()
-	case !down && p.down:
-		p.down = false
+	case !down && p.down.Load():
+		p.down.Store(false)
 		p.changedLocked()
 	}
 }
@@ -75,7 +79,7 @@ func (p *leasePool) recoverLoop() {
 	defer p.done.Done()
 	for {
 		p.mu.Lock()
-		down, closed, ctx := p.down, p.closed, p.life
+		down, closed, ctx := p.down.Load(), p.closed, p.life
 		p.mu.Unlock()
 		if !down || closed || !sleepCtx(ctx, recoverEvery) {
 			return
