@@ -884,8 +884,14 @@ type NoAccount struct {
 	// applies to the next request on every worker, without waiting for the
 	// workers' settings poll.
 	QuotaResponseMode QuotaResponseMode `protobuf:"varint,6,opt,name=quota_response_mode,json=quotaResponseMode,proto3,enum=weir.v1.QuotaResponseMode" json:"quota_response_mode,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Set when every account that could serve the request without an
+	// operator is cooling because its upstream could not be reached (or was
+	// tried by this request and is not cooling: the worker judges those by
+	// its own attempts), none behind an open breaker: the run of the one
+	// that failed last. The worker then holds for unreachable_hold only.
+	Unreachable   *Unreachable `protobuf:"bytes,7,opt,name=unreachable,proto3" json:"unreachable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NoAccount) Reset() {
@@ -958,6 +964,13 @@ func (x *NoAccount) GetQuotaResponseMode() QuotaResponseMode {
 		return x.QuotaResponseMode
 	}
 	return QuotaResponseMode_QUOTA_RESPONSE_MODE_UNSPECIFIED
+}
+
+func (x *NoAccount) GetUnreachable() *Unreachable {
+	if x != nil {
+		return x.Unreachable
+	}
+	return nil
 }
 
 // QuotaBlock describes a pool out of quota for one request.
@@ -1263,9 +1276,12 @@ type Outcome struct {
 	// for a report a worker redelivers after the control plane was
 	// unreachable. The control plane dates the attempt's evidence back by
 	// it (a 60 s retry-after seen 50 s ago cools the account for 10 s).
-	Delay         *durationpb.Duration `protobuf:"bytes,15,opt,name=delay,proto3" json:"delay,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Delay *durationpb.Duration `protobuf:"bytes,15,opt,name=delay,proto3" json:"delay,omitempty"`
+	// For transport errors (and streams cut after output): the cause, from
+	// the fixed set.
+	TransportCause TransportCause `protobuf:"varint,16,opt,name=transport_cause,json=transportCause,proto3,enum=weir.v1.TransportCause" json:"transport_cause,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Outcome) Reset() {
@@ -1401,6 +1417,13 @@ func (x *Outcome) GetDelay() *durationpb.Duration {
 		return x.Delay
 	}
 	return nil
+}
+
+func (x *Outcome) GetTransportCause() TransportCause {
+	if x != nil {
+		return x.TransportCause
+	}
+	return TransportCause_TRANSPORT_CAUSE_UNSPECIFIED
 }
 
 type WorkerSettingsRequest struct {
@@ -2066,9 +2089,11 @@ type AttemptRecord struct {
 	// For a hold: why the worker waited (e.g. "all accounts cooling").
 	HoldReason string `protobuf:"bytes,8,opt,name=hold_reason,json=holdReason,proto3" json:"hold_reason,omitempty"`
 	// The 429 ladder's rung that decided the attempt, if one did.
-	Rung          string `protobuf:"bytes,9,opt,name=rung,proto3" json:"rung,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Rung string `protobuf:"bytes,9,opt,name=rung,proto3" json:"rung,omitempty"`
+	// For a transport error: its cause.
+	TransportCause TransportCause `protobuf:"varint,10,opt,name=transport_cause,json=transportCause,proto3,enum=weir.v1.TransportCause" json:"transport_cause,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AttemptRecord) Reset() {
@@ -2162,6 +2187,13 @@ func (x *AttemptRecord) GetRung() string {
 		return x.Rung
 	}
 	return ""
+}
+
+func (x *AttemptRecord) GetTransportCause() TransportCause {
+	if x != nil {
+		return x.TransportCause
+	}
+	return TransportCause_TRANSPORT_CAUSE_UNSPECIFIED
 }
 
 type ReportRouteRequest struct {
@@ -2387,7 +2419,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x13upstream_account_id\x18\v \x01(\tR\x11upstreamAccountId\x12;\n" +
 	"\vreuse_until\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"reuseUntil\x12\x14\n" +
-	"\x05probe\x18\r \x01(\bR\x05probe\"\xae\x02\n" +
+	"\x05probe\x18\r \x01(\bR\x05probe\"\xe6\x02\n" +
 	"\tNoAccount\x120\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x18.weir.v1.NoAccountReasonR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x125\n" +
@@ -2395,7 +2427,8 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\tpermanent\x18\x04 \x01(\bR\tpermanent\x124\n" +
 	"\vquota_block\x18\x05 \x01(\v2\x13.weir.v1.QuotaBlockR\n" +
 	"quotaBlock\x12J\n" +
-	"\x13quota_response_mode\x18\x06 \x01(\x0e2\x1a.weir.v1.QuotaResponseModeR\x11quotaResponseMode\"\xe7\x01\n" +
+	"\x13quota_response_mode\x18\x06 \x01(\x0e2\x1a.weir.v1.QuotaResponseModeR\x11quotaResponseMode\x126\n" +
+	"\vunreachable\x18\a \x01(\v2\x14.weir.v1.UnreachableR\vunreachable\"\xe7\x01\n" +
 	"\n" +
 	"QuotaBlock\x127\n" +
 	"\tresets_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\bresetsAt\x12%\n" +
@@ -2413,7 +2446,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x12RenewBatchResponse\x12*\n" +
 	"\x11renewed_lease_ids\x18\x01 \x03(\tR\x0frenewedLeaseIds\x129\n" +
 	"\n" +
-	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xca\x05\n" +
+	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x8c\x06\n" +
 	"\aOutcome\x12+\n" +
 	"\x05class\x18\x01 \x01(\x0e2\x15.weir.v1.OutcomeClassR\x05class\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\x05R\x06status\x12\x1d\n" +
@@ -2431,7 +2464,8 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\fprior_bursts\x18\f \x01(\x05R\vpriorBursts\x12,\n" +
 	"\x05quota\x18\r \x01(\v2\x16.weir.v1.QuotaEvidenceR\x05quota\x12#\n" +
 	"\rerror_message\x18\x0e \x01(\tR\ferrorMessage\x12/\n" +
-	"\x05delay\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\x05delay\x1a:\n" +
+	"\x05delay\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12@\n" +
+	"\x0ftransport_cause\x18\x10 \x01(\x0e2\x17.weir.v1.TransportCauseR\x0etransportCause\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x17\n" +
@@ -2487,7 +2521,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\n" +
 	"hold_count\x18\x10 \x01(\x05R\tholdCount\x12:\n" +
 	"\rfailure_stage\x18\x11 \x01(\x0e2\x15.weir.v1.FailureStageR\ffailureStage\x12?\n" +
-	"\x0fattempt_records\x18\x12 \x03(\v2\x16.weir.v1.AttemptRecordR\x0eattemptRecords\"\xd2\x02\n" +
+	"\x0fattempt_records\x18\x12 \x03(\v2\x16.weir.v1.AttemptRecordR\x0eattemptRecords\"\x94\x03\n" +
 	"\rAttemptRecord\x12)\n" +
 	"\x02at\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x02at\x12\x1d\n" +
 	"\n" +
@@ -2500,7 +2534,9 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\bduration\x18\a \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x1f\n" +
 	"\vhold_reason\x18\b \x01(\tR\n" +
 	"holdReason\x12\x12\n" +
-	"\x04rung\x18\t \x01(\tR\x04rung\"?\n" +
+	"\x04rung\x18\t \x01(\tR\x04rung\x12@\n" +
+	"\x0ftransport_cause\x18\n" +
+	" \x01(\x0e2\x17.weir.v1.TransportCauseR\x0etransportCause\"?\n" +
 	"\x12ReportRouteRequest\x12)\n" +
 	"\x05event\x18\x01 \x01(\v2\x13.weir.v1.RouteEventR\x05event\"\x15\n" +
 	"\x13ReportRouteResponse\"B\n" +
@@ -2592,11 +2628,13 @@ var file_weir_v1_lease_proto_goTypes = []any{
 	(Provider)(0),                    // 38: weir.v1.Provider
 	(AuthKind)(0),                    // 39: weir.v1.AuthKind
 	(*timestamppb.Timestamp)(nil),    // 40: google.protobuf.Timestamp
-	(OutcomeClass)(0),                // 41: weir.v1.OutcomeClass
-	(*QuotaEvidence)(nil),            // 42: weir.v1.QuotaEvidence
-	(*Settings)(nil),                 // 43: weir.v1.Settings
-	(*Decision)(nil),                 // 44: weir.v1.Decision
-	(Action)(0),                      // 45: weir.v1.Action
+	(*Unreachable)(nil),              // 41: weir.v1.Unreachable
+	(OutcomeClass)(0),                // 42: weir.v1.OutcomeClass
+	(*QuotaEvidence)(nil),            // 43: weir.v1.QuotaEvidence
+	(TransportCause)(0),              // 44: weir.v1.TransportCause
+	(*Settings)(nil),                 // 45: weir.v1.Settings
+	(*Decision)(nil),                 // 46: weir.v1.Decision
+	(Action)(0),                      // 47: weir.v1.Action
 }
 var file_weir_v1_lease_proto_depIdxs = []int32{
 	35, // 0: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
@@ -2615,63 +2653,66 @@ var file_weir_v1_lease_proto_depIdxs = []int32{
 	40, // 13: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
 	13, // 14: weir.v1.NoAccount.quota_block:type_name -> weir.v1.QuotaBlock
 	36, // 15: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	40, // 16: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
-	38, // 17: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
-	40, // 18: weir.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
-	40, // 19: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
-	41, // 20: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
-	34, // 21: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
-	37, // 22: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
-	37, // 23: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
-	42, // 24: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
-	37, // 25: weir.v1.Outcome.delay:type_name -> google.protobuf.Duration
-	43, // 26: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
-	18, // 27: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
-	44, // 28: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
-	24, // 29: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
-	18, // 30: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
-	40, // 31: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
-	37, // 32: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
-	37, // 33: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
-	40, // 34: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
-	37, // 35: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
-	1,  // 36: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
-	29, // 37: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
-	37, // 38: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
-	41, // 39: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
-	45, // 40: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
-	37, // 41: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
-	28, // 42: weir.v1.ReportRouteRequest.event:type_name -> weir.v1.RouteEvent
-	28, // 43: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
-	4,  // 44: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
-	6,  // 45: weir.v1.LeaseService.TakeRequestToken:input_type -> weir.v1.TakeRequestTokenRequest
-	9,  // 46: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
-	19, // 47: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
-	14, // 48: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
-	16, // 49: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
-	21, // 50: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
-	23, // 51: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
-	26, // 52: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
-	30, // 53: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
-	32, // 54: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
-	2,  // 55: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
-	5,  // 56: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
-	7,  // 57: weir.v1.LeaseService.TakeRequestToken:output_type -> weir.v1.TakeRequestTokenResponse
-	10, // 58: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
-	20, // 59: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
-	15, // 60: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
-	17, // 61: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
-	22, // 62: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
-	25, // 63: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
-	27, // 64: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
-	31, // 65: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
-	33, // 66: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
-	3,  // 67: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
-	56, // [56:68] is the sub-list for method output_type
-	44, // [44:56] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	41, // 16: weir.v1.NoAccount.unreachable:type_name -> weir.v1.Unreachable
+	40, // 17: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
+	38, // 18: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
+	40, // 19: weir.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
+	40, // 20: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
+	42, // 21: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
+	34, // 22: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
+	37, // 23: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
+	37, // 24: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
+	43, // 25: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
+	37, // 26: weir.v1.Outcome.delay:type_name -> google.protobuf.Duration
+	44, // 27: weir.v1.Outcome.transport_cause:type_name -> weir.v1.TransportCause
+	45, // 28: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
+	18, // 29: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
+	46, // 30: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
+	24, // 31: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
+	18, // 32: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
+	40, // 33: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
+	37, // 34: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
+	37, // 35: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
+	40, // 36: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
+	37, // 37: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
+	1,  // 38: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
+	29, // 39: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
+	37, // 40: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
+	42, // 41: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
+	47, // 42: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
+	37, // 43: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
+	44, // 44: weir.v1.AttemptRecord.transport_cause:type_name -> weir.v1.TransportCause
+	28, // 45: weir.v1.ReportRouteRequest.event:type_name -> weir.v1.RouteEvent
+	28, // 46: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
+	4,  // 47: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
+	6,  // 48: weir.v1.LeaseService.TakeRequestToken:input_type -> weir.v1.TakeRequestTokenRequest
+	9,  // 49: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
+	19, // 50: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
+	14, // 51: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
+	16, // 52: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
+	21, // 53: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
+	23, // 54: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
+	26, // 55: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
+	30, // 56: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
+	32, // 57: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
+	2,  // 58: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
+	5,  // 59: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
+	7,  // 60: weir.v1.LeaseService.TakeRequestToken:output_type -> weir.v1.TakeRequestTokenResponse
+	10, // 61: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
+	20, // 62: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
+	15, // 63: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
+	17, // 64: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
+	22, // 65: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
+	25, // 66: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
+	27, // 67: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
+	31, // 68: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
+	33, // 69: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
+	3,  // 70: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
+	59, // [59:71] is the sub-list for method output_type
+	47, // [47:59] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_lease_proto_init() }
