@@ -292,12 +292,13 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 		if o.InputTokens > 0 || o.OutputTokens > 0 {
 			rec.InputTokens, rec.OutputTokens = o.InputTokens, o.OutputTokens
 		}
-		s.metrics.attempts.WithLabelValues(providerName(lease.Provider), statusClass(int(o.Status)), shortClass(o.Class)).Inc()
+		s.metrics.attempts.WithLabelValues(providerName(lease.Provider), statusClass(int(o.Status)), shortClass(o.Class), causeName(o.TransportCause)).Inc()
 		d := s.release(actx, in, lease, o, admitted)
 		endAttemptSpan(span, o, d)
 		rt.addRecord(&weirv1.AttemptRecord{
 			At: durationpb.New(at), AccountId: lease.AccountId, Class: o.Class, Status: o.Status,
 			ErrorType: o.ErrorType, Action: d.GetAction(), Duration: o.Duration, Rung: d.GetRung(),
+			TransportCause: o.TransportCause,
 		})
 		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED {
 			rt.overloads = increment(rt.overloads, lease.AccountId)
@@ -448,6 +449,15 @@ func (s *Server) fail(w http.ResponseWriter, rt *routing, last *bufferedResponse
 
 func shortClass(c weirv1.OutcomeClass) string {
 	return strings.TrimPrefix(strings.ToLower(c.String()), "outcome_class_")
+}
+
+// causeName is a transport cause's short name ("dns"), "none" when the
+// attempt had none.
+func causeName(c weirv1.TransportCause) string {
+	if c == weirv1.TransportCause_TRANSPORT_CAUSE_UNSPECIFIED {
+		return "none"
+	}
+	return strings.TrimPrefix(strings.ToLower(c.String()), "transport_cause_")
 }
 
 // answer sends the last upstream failure when there is one (it is the
