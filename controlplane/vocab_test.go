@@ -63,6 +63,7 @@ func TestEnumRoundTrip(t *testing.T) {
 		checkEnum[weirv1.QuotaResponseMode](t): true,
 		checkEnum[weirv1.QuotaKind](t):         true,
 		checkEnum[weirv1.RouteOutcome](t):      true,
+		checkEnum[weirv1.TransportCause](t):    true,
 	}
 	// Every enum the package defines is in the list above.
 	n := 0
@@ -103,6 +104,7 @@ func TestStoredNames(t *testing.T) {
 		enumName(weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT): "usage_limit",
 		enumName(weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE):   "retryable",
 		enumName(weirv1.QuotaKind_QUOTA_KIND_CODEX_USAGE_LIMIT):            "codex_usage_limit",
+		enumName(weirv1.TransportCause_TRANSPORT_CAUSE_DNS):                "dns",
 	} {
 		if got != want {
 			t.Errorf("stored name %q, want %q", got, want)
