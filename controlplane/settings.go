@@ -20,6 +20,7 @@ import (
 // ("retryable", "usage_limit").
 const (
 	settingCapacityHold      = "capacity_hold"
+	settingUnreachableHold   = "unreachable_hold"
 	settingRequestDeadline   = "request_deadline"
 	settingQuotaResponseMode = "quota_response_mode"
 )
@@ -33,6 +34,8 @@ const settingsActor = "admin"
 // capacity_hold may exceed request_deadline: the deadline ends a request's
 // holds anyway, so the hold in effect is the smaller of the two, and
 // rejecting the pair would only force operators to change them in order.
+// unreachable_hold may exceed capacity_hold for the same reason: the
+// smaller applies (dataplane/hold.go).
 const (
 	maxCapacityHold    = 6 * time.Hour
 	minRequestDeadline = time.Minute
@@ -56,7 +59,7 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 	m := req.Msg
 	paths := m.GetUpdateMask().GetPaths()
 	if len(paths) == 0 {
-		return nil, toConnect(invalidf("update_mask: name at least one field (capacity_hold, request_deadline, quota_response_mode)"))
+		return nil, toConnect(invalidf("update_mask: name at least one field (capacity_hold, unreachable_hold, request_deadline, quota_response_mode)"))
 	}
 	now := h.s.now()
 	// Every field is checked before anything is written: a request with one
@@ -76,6 +79,12 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 				return nil, toConnect(err)
 			}
 			value = d.String()
+		case settingUnreachableHold:
+			d, err := durationSetting("settings.unreachable_hold", m.GetSettings().GetUnreachableHold(), 0, maxCapacityHold)
+			if err != nil {
+				return nil, toConnect(err)
+			}
+			value = d.String()
 		case settingRequestDeadline:
 			d, err := durationSetting("settings.request_deadline", m.GetSettings().GetRequestDeadline(), minRequestDeadline, maxRequestDeadline)
 			if err != nil {
@@ -89,7 +98,7 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 			}
 			value = mode
 		default:
-			return nil, toConnect(invalidf("update_mask: unknown field %q (want capacity_hold, request_deadline or quota_response_mode)", path))
+			return nil, toConnect(invalidf("update_mask: unknown field %q (want capacity_hold, unreachable_hold, request_deadline or quota_response_mode)", path))
 		}
 		puts = append(puts, db.PutSettingParams{Name: path, Value: value, Now: now})
 	}
@@ -127,7 +136,8 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 		return nil, h.s.fail(ctx, "update settings", err)
 	}
 	h.s.log.InfoContext(ctx, "settings updated", "fields", paths,
-		"capacity_hold", st.CapacityHold.AsDuration(), "request_deadline", st.RequestDeadline.AsDuration(),
+		"capacity_hold", st.CapacityHold.AsDuration(), "unreachable_hold", st.UnreachableHold.AsDuration(),
+		"request_deadline", st.RequestDeadline.AsDuration(),
 		"quota_response_mode", enumName(st.QuotaResponseMode))
 	return connect.NewResponse(&weirv1.UpdateSettingsResponse{Settings: st}), nil
 }
@@ -155,7 +165,7 @@ func (s *Server) effectiveSettings(ctx context.Context) (*weirv1.Settings, error
 // rolling upgrade. A value it cannot read is an error rather than a silent
 // fall back to a default the operator did not choose.
 func (s *Server) settingsFrom(rows []db.Setting) (*weirv1.Settings, error) {
-	hold, deadline := s.cfg.CapacityHold, s.cfg.RequestDeadline
+	hold, unreachable, deadline := s.cfg.CapacityHold, s.cfg.UnreachableHold, s.cfg.RequestDeadline
 	mode := weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE
 	for _, r := range rows {
 		var dst *time.Duration
@@ -163,6 +173,8 @@ func (s *Server) settingsFrom(rows []db.Setting) (*weirv1.Settings, error) {
 		switch r.Name {
 		case settingCapacityHold:
 			dst, lo, hi = &hold, 0, maxCapacityHold
+		case settingUnreachableHold:
+			dst, lo, hi = &unreachable, 0, maxCapacityHold
 		case settingRequestDeadline:
 			dst, lo, hi = &deadline, minRequestDeadline, maxRequestDeadline
 		case settingQuotaResponseMode:
@@ -187,8 +199,8 @@ func (s *Server) settingsFrom(rows []db.Setting) (*weirv1.Settings, error) {
 		}
 		*dst = d
 	}
-	return &weirv1.Settings{CapacityHold: durationpb.New(hold), RequestDeadline: durationpb.New(deadline),
-		QuotaResponseMode: mode}, nil
+	return &weirv1.Settings{CapacityHold: durationpb.New(hold), UnreachableHold: durationpb.New(unreachable),
+		RequestDeadline: durationpb.New(deadline), QuotaResponseMode: mode}, nil
 }
 
 // quotaModeSetting checks the quota response mode named by the update
