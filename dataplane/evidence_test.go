@@ -261,6 +261,7 @@ func TestTransportFailureWrapped(t *testing.T) {
 		{syscall.EPIPE, reset, "connection reset"},
 		{io.ErrUnexpectedEOF, reset, "connection closed"},
 		{fmt.Errorf("Post \"https://api.anthropic.com/v1/messages\": %w", io.EOF), reset, "connection closed"},
+		{fmt.Errorf("Post \"http://10.0.0.2/v1/messages\": %w", errors.New("http: server closed idle connection")), reset, "connection closed"},
 		{context.DeadlineExceeded, timeout, "timeout"},
 		{errStreamIdle, timeout, "idle timeout"},
 		{&net.DNSError{Err: "no such host", Name: "api.anthropic.com", IsNotFound: true}, dns, "no such host"},

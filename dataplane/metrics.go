@@ -44,11 +44,14 @@ const (
 	outcomeCanceled        = "canceled"         // the client left first
 	outcomeModelForbidden  = "model_forbidden"  // the key's allowlist does not allow the model
 	outcomeKeyRateLimited  = "key_rate_limited" // the key's own request rate limit
+	// every account that could serve was unreachable through the unreachable hold
+	outcomeUpstreamUnreachable = "upstream_unreachable"
 )
 
 var requestOutcomes = []string{outcomeSuccess, outcomeStreamError, outcomeClientError, outcomeUnauthenticated,
 	outcomeRateLimited, outcomeOverloaded, outcomeUsageLimit, outcomeUpstreamError, outcomeTransportError,
-	outcomeAuthError, outcomeNoAccount, outcomeUnavailable, outcomeCanceled, outcomeModelForbidden, outcomeKeyRateLimited}
+	outcomeAuthError, outcomeNoAccount, outcomeUnavailable, outcomeCanceled, outcomeModelForbidden, outcomeKeyRateLimited,
+	outcomeUpstreamUnreachable}
 
 var surfaceNames = []string{surfaceMessages.name, surfaceCount.name, surfaceModels.name, surfaceResp.name, surfaceChat.name}
 

@@ -428,7 +428,10 @@ func transportFailure(err error) (weirv1.TransportCause, string) {
 		return weirv1.TransportCause_TRANSPORT_CAUSE_TLS, "handshake refused by the upstream"
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		return weirv1.TransportCause_TRANSPORT_CAUSE_RESET, "connection reset"
-	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF),
+		// net/http's word for a fresh connection closed before it could
+		// answer (known only by its fixed text).
+		strings.Contains(err.Error(), "server closed idle connection"):
 		return weirv1.TransportCause_TRANSPORT_CAUSE_RESET, "connection closed"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
 		return weirv1.TransportCause_TRANSPORT_CAUSE_TIMEOUT, timeoutText(err)
