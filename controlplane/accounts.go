@@ -216,6 +216,7 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 		h := hashIdentity(newCredential.access)
 		newIdentity = &h
 	}
+	oldBase := row.BaseUrl
 	err = a.s.tx(ctx, func(q *db.Queries) error {
 		var err error
 		if newIdentity != nil && *newIdentity != row.Identity {
@@ -228,6 +229,12 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 		}
 		if row, err = q.UpdateAccount(ctx, p); err != nil {
 			return storeErr(err)
+		}
+		if p.BaseUrl != nil && *p.BaseUrl != oldBase {
+			// The old address's failures say nothing of the new one.
+			if _, err := q.ClearTransportCooldown(ctx, row.ID); err != nil {
+				return err
+			}
 		}
 		if banked.Enabled.Valid || banked.OrgID != nil {
 			if row, err = q.SetBankedResets(ctx, banked); err != nil {
@@ -344,8 +351,10 @@ func (s *Server) findAccount(ctx context.Context, idOrLabel string) (db.Account,
 type liveAccounts struct {
 	live    map[uuid.UUID]int32
 	cooling map[uuid.UUID]db.Cooldown
-	gates   map[uuid.UUID][]db.FamilyGate
-	usage   map[uuid.UUID]accountUsage
+	// runs are the accounts' runs of transport failures (unreachable.go).
+	runs  map[uuid.UUID]db.Cooldown
+	gates map[uuid.UUID][]db.FamilyGate
+	usage map[uuid.UUID]accountUsage
 	// forecasts per account, by window.
 	forecasts map[uuid.UUID][]*weirv1.Forecast
 }
@@ -365,6 +374,10 @@ func (s *Server) liveState(ctx context.Context, now time.Time) (liveAccounts, er
 	if err != nil {
 		return liveAccounts{}, err
 	}
+	runs, err := s.q.TransportRuns(ctx)
+	if err != nil {
+		return liveAccounts{}, err
+	}
 	usage, err := s.usageView(ctx)
 	if err != nil {
 		return liveAccounts{}, err
@@ -376,6 +389,7 @@ func (s *Server) liveState(ctx context.Context, now time.Time) (liveAccounts, er
 	st := liveAccounts{
 		live:    make(map[uuid.UUID]int32, len(counts)),
 		cooling: make(map[uuid.UUID]db.Cooldown, len(cds)),
+		runs:    make(map[uuid.UUID]db.Cooldown, len(runs)),
 		gates:   make(map[uuid.UUID][]db.FamilyGate),
 		usage:   usage,
 
@@ -386,6 +400,9 @@ func (s *Server) liveState(ctx context.Context, now time.Time) (liveAccounts, er
 	}
 	for _, c := range cds {
 		st.cooling[c.AccountID] = c
+	}
+	for _, c := range runs {
+		st.runs[c.AccountID] = c
 	}
 	for _, g := range gates {
 		st.gates[g.AccountID] = append(st.gates[g.AccountID], g)
@@ -402,6 +419,9 @@ func (st liveAccounts) account(r db.Account) *weirv1.Account {
 	a := accountProto(r, cd, st.live[r.ID])
 	for _, g := range st.gates[r.ID] {
 		a.FamilyGates = append(a.FamilyGates, familyGateProto(g))
+	}
+	if run, ok := st.runs[r.ID]; ok {
+		a.Unreachable = unreachableOf(run, r.Provider, r.BaseUrl)
 	}
 	st.usage[r.ID].fill(a)
 	a.Forecasts = st.forecasts[r.ID]

@@ -62,6 +62,12 @@ type Config struct {
 	// capacity storm, until an operator changes the capacity_hold setting.
 	// Default 20m; negative means 0 (fail fast). Env: WEIR_CAPACITY_HOLD.
 	CapacityHold time.Duration
+	// UnreachableHold is how long a request may wait while every account
+	// that could serve it is unreachable (its upstream refused, unresolved,
+	// failing TLS or timing out), until an operator changes the
+	// unreachable_hold setting; capacity_hold caps it. Default 30s;
+	// negative means 0 (fail fast). Env: WEIR_UNREACHABLE_HOLD.
+	UnreachableHold time.Duration
 	// RequestDeadline bounds a request from arrival to first byte, holds
 	// included, until the request_deadline setting says otherwise. Default
 	// 25m, so a response starts before a 30-minute client timeout.
@@ -164,6 +170,12 @@ func (c *Config) setDefaults() {
 		c.CapacityHold = 20 * time.Minute
 	case c.CapacityHold < 0:
 		c.CapacityHold = 0
+	}
+	switch {
+	case c.UnreachableHold == 0:
+		c.UnreachableHold = 30 * time.Second
+	case c.UnreachableHold < 0:
+		c.UnreachableHold = 0
 	}
 	if c.RequestDeadline == 0 {
 		c.RequestDeadline = 25 * time.Minute

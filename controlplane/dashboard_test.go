@@ -348,6 +348,8 @@ func TestDashboardPagesKeepSecrets(t *testing.T) {
 		Duration: durationpb.New(1500 * time.Millisecond), StartedAt: timestamppb.New(now), HoldCount: 1, Held: durationpb.New(time.Second),
 		AttemptRecords: []*weirv1.AttemptRecord{
 			{At: durationpb.New(0), AccountId: o.Id, Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, Action: weirv1.Action_ACTION_FAILOVER},
+			{At: durationpb.New(time.Millisecond), AccountId: a.Id, Class: weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, Action: weirv1.Action_ACTION_FAILOVER,
+				TransportCause: weirv1.TransportCause_TRANSPORT_CAUSE_DNS},
 			{At: durationpb.New(10 * time.Millisecond), HoldReason: "all accounts cooling", Duration: durationpb.New(time.Second)},
 			{At: durationpb.New(time.Second), AccountId: a.Id, Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200, Action: weirv1.Action_ACTION_RESPOND},
 		},
@@ -393,7 +395,8 @@ func TestDashboardPagesKeepSecrets(t *testing.T) {
 	}
 
 	p := b.get("/dashboard/requests/" + reqID)
-	for _, want := range []string{"secret-oauth", "rate limited", "failover", "all accounts cooling", "respond", "1.0s in 1 hold(s)"} {
+	for _, want := range []string{"secret-oauth", "rate limited", "failover", "all accounts cooling", "respond", "1.0s in 1 hold(s)",
+		`<td data-label="Outcome">transport error</td>`, `<td data-label="Error">dns</td>`} {
 		if !strings.Contains(p.body, want) {
 			t.Errorf("explain page lacks %q", want)
 		}

@@ -129,7 +129,11 @@ func decide(o *weirv1.Outcome, f attemptFacts, now time.Time) decision {
 				quota: ladderQuota(l, o)}
 		}
 	case weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR:
-		d.cooldown = newCooldown(weirv1.CooldownReason_COOLDOWN_REASON_TRANSPORT, now.Add(transportCooldown), o)
+		// A run of one, until Release finds the run it continues.
+		e := newEvidence(o)
+		e.Since, e.Attempts = &now, 1
+		b, _ := json.Marshal(e)
+		d.cooldown = &cooldownWrite{reason: weirv1.CooldownReason_COOLDOWN_REASON_TRANSPORT, until: now.Add(transportCooldown), evidence: b}
 	case weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED:
 		// The provider's condition, not the account's: no cooldown.
 		d.overload = true
@@ -329,6 +333,12 @@ type storedEvidence struct {
 	Claims      []claimEvidence `json:"claims,omitempty"`
 	Family      string          `json:"family,omitempty"`
 	BackoffStep int32           `json:"backoff_step,omitempty"`
+	// Cause is a transport failure's (TransportCause: "dns", "refused",
+	// …); Since and Attempts its run: when the first failure with no
+	// success since came, and how many there were (unreachable.go).
+	Cause    string     `json:"cause,omitempty"`
+	Since    *time.Time `json:"since,omitempty"`
+	Attempts int32      `json:"attempts,omitempty"`
 }
 
 func newEvidence(o *weirv1.Outcome) storedEvidence {
@@ -337,6 +347,7 @@ func newEvidence(o *weirv1.Outcome) storedEvidence {
 		Status:         o.GetStatus(),
 		ErrorType:      o.GetErrorType(),
 		TransportError: o.GetTransportError(),
+		Cause:          causeName(o.GetTransportCause()),
 		Headers:        o.GetHeaders(),
 	}
 }
@@ -386,8 +397,14 @@ func evidenceSummary(raw []byte) string {
 	if e.BackoffStep > 0 {
 		parts = append(parts, fmt.Sprintf("no valid reset, backoff step %d", e.BackoffStep))
 	}
-	if e.TransportError != "" {
+	switch {
+	case e.Cause != "" && e.TransportError != "":
+		parts = append(parts, e.Cause+": "+e.TransportError)
+	case e.TransportError != "":
 		parts = append(parts, e.TransportError)
+	}
+	if e.Attempts > 1 && e.Since != nil {
+		parts = append(parts, fmt.Sprintf("%d attempts since %s", e.Attempts, e.Since.UTC().Format(time.RFC3339)))
 	}
 	return strings.Join(parts, ", ")
 }

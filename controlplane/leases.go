@@ -144,17 +144,23 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (re
 }
 
 // aliasNoAccount is the answer when no target of an alias has an eligible
-// account: the target that recovers soonest on its own, else the first.
+// account: the target that recovers soonest on its own, else the first;
+// unreachable only when every target's pool is.
 func aliasNoAccount(nones []*weirv1.NoAccount) *weirv1.NoAccount {
 	best := nones[0]
-	for _, n := range nones[1:] {
+	unreachable := true
+	for i, n := range nones {
+		unreachable = unreachable && n.Unreachable != nil
 		switch {
-		case n.Permanent:
+		case i == 0, n.Permanent:
 		case best.Permanent, best.RetryAt == nil && n.RetryAt != nil:
 			best = n
 		case n.RetryAt != nil && n.RetryAt.AsTime().Before(best.RetryAt.AsTime()):
 			best = n
 		}
+	}
+	if !unreachable {
+		best.Unreachable = nil
 	}
 	return best
 }
@@ -598,6 +604,17 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 			}
 		}
 		if cw := d.cooldown; cw != nil {
+			if cw.reason == weirv1.CooldownReason_COOLDOWN_REASON_TRANSPORT {
+				// Read under the lock WriteCooldown takes next, and no
+				// sooner: the breaker's rows are locked before it.
+				prior, err := q.TransportRun(ctx, row.AccountID)
+				switch {
+				case err == nil:
+					cw.evidence = continueRun(cw.evidence, prior)
+				case !errors.Is(storeErr(err), ErrNotFound):
+					return err
+				}
+			}
 			merged, err := q.WriteCooldown(ctx, withQuota(db.WriteCooldownParams{
 				AccountID: row.AccountID,
 				Reason:    enumName(cw.reason),

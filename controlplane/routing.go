@@ -241,10 +241,20 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 		unreadable                              int // holding a credential this replica cannot open
 		withheld                                int // metered, kept out by metered_accounts=never
 		soonest                                 time.Time
+		// unreachable stays true while every recoverable account cools on
+		// a transport failure (or was tried and does not cool: the worker
+		// judges those by its own attempts); run is the one written last.
+		unreachable = true
+		run         *candidate
 	)
 	for _, c := range cands {
 		a := c.account
-		if !serves(a.Provider, req.surface) || req.breakerOpen[a.Provider] {
+		if !serves(a.Provider, req.surface) {
+			continue
+		}
+		if req.breakerOpen[a.Provider] {
+			// Its accounts answer, overloaded: the pool is not unreachable.
+			unreachable = false
 			continue
 		}
 		if req.withheld(a) {
@@ -263,6 +273,15 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 		back, coolingNow, transient := c.blockedUntil(now)
 		if !coolingNow || transient {
 			recoverable++
+			switch {
+			case c.transportCooling(now):
+				if run == nil || c.cooldown.WrittenAt.After(run.cooldown.WrittenAt) {
+					run = &c
+				}
+			case req.exclude[a.ID] && !coolingNow:
+			default:
+				unreachable = false
+			}
 		} else {
 			rejected++
 		}
@@ -288,6 +307,9 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 		return rank(eligible, req, now), nil
 	}
 	none := &weirv1.NoAccount{Permanent: recoverable == 0, QuotaBlock: quotaBlock(cands, req, now)}
+	if unreachable && run != nil {
+		none.Unreachable = unreachableOf(*run.cooldown, run.account.Provider, run.account.BaseUrl)
+	}
 	if !soonest.IsZero() {
 		none.RetryAt = timestamppb.New(soonest)
 	}

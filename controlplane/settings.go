@@ -22,13 +22,14 @@ import (
 // ("retryable", "usage_limit"; "normal", "last_resort", "never").
 const (
 	settingCapacityHold      = "capacity_hold"
+	settingUnreachableHold   = "unreachable_hold"
 	settingRequestDeadline   = "request_deadline"
 	settingQuotaResponseMode = "quota_response_mode"
 	settingMeteredAccounts   = "metered_accounts"
 )
 
 // settingNames are the fields UpdateSettings takes, as errors list them.
-const settingNames = "capacity_hold, request_deadline, quota_response_mode or metered_accounts"
+const settingNames = "capacity_hold, unreachable_hold, request_deadline, quota_response_mode or metered_accounts"
 
 // settingsActor names who changes settings in the audit: the admin token
 // is the one credential allowed to.
@@ -39,6 +40,8 @@ const settingsActor = "admin"
 // capacity_hold may exceed request_deadline: the deadline ends a request's
 // holds anyway, so the hold in effect is the smaller of the two, and
 // rejecting the pair would only force operators to change them in order.
+// unreachable_hold may exceed capacity_hold for the same reason: the
+// smaller applies (dataplane/hold.go).
 const (
 	maxCapacityHold    = 6 * time.Hour
 	minRequestDeadline = time.Minute
@@ -78,6 +81,12 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 		switch path {
 		case settingCapacityHold:
 			d, err := durationSetting("settings.capacity_hold", m.GetSettings().GetCapacityHold(), 0, maxCapacityHold)
+			if err != nil {
+				return nil, toConnect(err)
+			}
+			value = d.String()
+		case settingUnreachableHold:
+			d, err := durationSetting("settings.unreachable_hold", m.GetSettings().GetUnreachableHold(), 0, maxCapacityHold)
 			if err != nil {
 				return nil, toConnect(err)
 			}
@@ -140,7 +149,8 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 		return nil, h.s.fail(ctx, "update settings", err)
 	}
 	h.s.log.InfoContext(ctx, "settings updated", "fields", paths,
-		"capacity_hold", st.CapacityHold.AsDuration(), "request_deadline", st.RequestDeadline.AsDuration(),
+		"capacity_hold", st.CapacityHold.AsDuration(), "unreachable_hold", st.UnreachableHold.AsDuration(),
+		"request_deadline", st.RequestDeadline.AsDuration(),
 		"quota_response_mode", enumName(st.QuotaResponseMode), "metered_accounts", enumName(st.MeteredAccounts))
 	return connect.NewResponse(&weirv1.UpdateSettingsResponse{Settings: st}), nil
 }
@@ -168,7 +178,7 @@ func (s *Server) effectiveSettings(ctx context.Context) (*weirv1.Settings, error
 // rolling upgrade. A value it cannot read is an error rather than a silent
 // fall back to a default the operator did not choose.
 func (s *Server) settingsFrom(rows []db.Setting) (*weirv1.Settings, error) {
-	hold, deadline := s.cfg.CapacityHold, s.cfg.RequestDeadline
+	hold, unreachable, deadline := s.cfg.CapacityHold, s.cfg.UnreachableHold, s.cfg.RequestDeadline
 	mode := weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE
 	metered := weirv1.MeteredAccounts_METERED_ACCOUNTS_NORMAL
 	for _, r := range rows {
@@ -177,6 +187,8 @@ func (s *Server) settingsFrom(rows []db.Setting) (*weirv1.Settings, error) {
 		switch r.Name {
 		case settingCapacityHold:
 			dst, lo, hi = &hold, 0, maxCapacityHold
+		case settingUnreachableHold:
+			dst, lo, hi = &unreachable, 0, maxCapacityHold
 		case settingRequestDeadline:
 			dst, lo, hi = &deadline, minRequestDeadline, maxRequestDeadline
 		case settingQuotaResponseMode:
@@ -206,8 +218,8 @@ func (s *Server) settingsFrom(rows []db.Setting) (*weirv1.Settings, error) {
 		}
 		*dst = d
 	}
-	return &weirv1.Settings{CapacityHold: durationpb.New(hold), RequestDeadline: durationpb.New(deadline),
-		QuotaResponseMode: mode, MeteredAccounts: metered}, nil
+	return &weirv1.Settings{CapacityHold: durationpb.New(hold), UnreachableHold: durationpb.New(unreachable),
+		RequestDeadline: durationpb.New(deadline), QuotaResponseMode: mode, MeteredAccounts: metered}, nil
 }
 
 // meteredModes are the values metered_accounts takes, globally and per key.

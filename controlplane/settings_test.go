@@ -239,3 +239,36 @@ func FuzzSettingsFrom(f *testing.F) {
 		}
 	})
 }
+
+// TestUnreachableHoldSetting: 30 s unless configured or set, checked like
+// capacity_hold, audited, and what workers are sent.
+func TestUnreachableHoldSetting(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	if got := e.getSettings().GetUnreachableHold(); got.AsDuration() != 30*time.Second {
+		t.Fatalf("default unreachable_hold %v, want 30s", got)
+	}
+	clock := newClock()
+	cfg := testConfig(clock)
+	cfg.UnreachableHold = -1
+	if got := newEnv(t, pgtest.NewPool(t), cfg, clock).getSettings().GetUnreachableHold(); got == nil || got.AsDuration() != 0 {
+		t.Fatalf("a negative UnreachableHold: %v, want 0 (fail fast)", got)
+	}
+	for _, bad := range []time.Duration{-time.Second, 7 * time.Hour} {
+		_, err := e.updateSettings(&weirv1.Settings{UnreachableHold: durationpb.New(bad)}, "unreachable_hold")
+		if ce := wantCode(t, err, connect.CodeInvalidArgument); !strings.Contains(ce.Message(), "settings.unreachable_hold") {
+			t.Errorf("%v: %v", bad, ce)
+		}
+	}
+	got, err := e.updateSettings(&weirv1.Settings{UnreachableHold: durationpb.New(90 * time.Second)}, "unreachable_hold")
+	if err != nil || got.GetUnreachableHold().AsDuration() != 90*time.Second || got.GetCapacityHold().AsDuration() != 20*time.Minute {
+		t.Fatalf("UpdateSettings: %v, %v", got, err)
+	}
+	ws, err := e.dp.leases.WorkerSettings(t.Context(), connect.NewRequest(&weirv1.WorkerSettingsRequest{}))
+	if err != nil || ws.Msg.Settings.GetUnreachableHold().AsDuration() != 90*time.Second {
+		t.Fatalf("WorkerSettings: %v, %v", ws, err)
+	}
+	if n := e.count(`SELECT count(*) FROM setting_changes WHERE name = 'unreachable_hold' AND new_value = '1m30s'`); n != 1 {
+		t.Errorf("%d audit rows for the change", n)
+	}
+}

@@ -64,6 +64,7 @@ func TestEnumRoundTrip(t *testing.T) {
 		checkEnum[weirv1.QuotaKind](t):         true,
 		checkEnum[weirv1.MeteredAccounts](t):   true,
 		checkEnum[weirv1.RouteOutcome](t):      true,
+		checkEnum[weirv1.TransportCause](t):    true,
 	}
 	// Every enum the package defines is in the list above.
 	n := 0
@@ -108,6 +109,7 @@ func TestStoredNames(t *testing.T) {
 		enumName(weirv1.MeteredAccounts_METERED_ACCOUNTS_NORMAL):           "normal",
 		enumName(weirv1.MeteredAccounts_METERED_ACCOUNTS_LAST_RESORT):      "last_resort",
 		enumName(weirv1.MeteredAccounts_METERED_ACCOUNTS_NEVER):            "never",
+		enumName(weirv1.TransportCause_TRANSPORT_CAUSE_DNS):                "dns",
 	} {
 		if got != want {
 			t.Errorf("stored name %q, want %q", got, want)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"time"
@@ -51,10 +52,11 @@ type Config struct {
 	// spell goes at once. Default 20ms; negative sends whenever a call can
 	// go.
 	ReportInterval time.Duration
-	// CapacityHold and RequestDeadline apply until the control plane's
-	// settings arrive (and whenever it cannot be reached). Defaults 20m and
-	// 25m; a negative CapacityHold means 0 (fail fast).
+	// CapacityHold, UnreachableHold and RequestDeadline apply until the
+	// control plane's settings arrive (and whenever it cannot be reached).
+	// Defaults 20m, 30s and 25m; a negative hold means 0 (fail fast).
 	CapacityHold    time.Duration
+	UnreachableHold time.Duration
 	RequestDeadline time.Duration
 	// SettingsPoll is how often the worker reads the control plane's
 	// settings. Default 10s.
@@ -165,6 +167,12 @@ func (c *Config) setDefaults() {
 	case c.CapacityHold < 0:
 		c.CapacityHold = 0
 	}
+	switch {
+	case c.UnreachableHold == 0:
+		c.UnreachableHold = 30 * time.Second
+	case c.UnreachableHold < 0:
+		c.UnreachableHold = 0
+	}
 	if c.RequestDeadline == 0 {
 		c.RequestDeadline = 25 * time.Minute
 	}
@@ -188,7 +196,10 @@ func (c *Config) setDefaults() {
 	}
 	if c.Upstream == nil {
 		c.Upstream = &http.Client{Transport: &http.Transport{
-			Proxy:                 http.ProxyFromEnvironment,
+			Proxy: http.ProxyFromEnvironment,
+			// A dial that gets no answer (a filtered address) ends like
+			// http.DefaultTransport's, not at the system's TCP timeout.
+			DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConnsPerHost:   256,
 			IdleConnTimeout:       90 * time.Second,
 			TLSHandshakeTimeout:   10 * time.Second,

@@ -240,25 +240,40 @@ func TestUsageFromEvents(t *testing.T) {
 	}
 }
 
-func TestTransportErrorText(t *testing.T) {
+// TestTransportFailureWrapped: errors as the standard library wraps them
+// (and weir's own) keep their cause and lose their addresses.
+func TestTransportFailureWrapped(t *testing.T) {
 	t.Parallel()
+	const (
+		dns     = weirv1.TransportCause_TRANSPORT_CAUSE_DNS
+		refused = weirv1.TransportCause_TRANSPORT_CAUSE_REFUSED
+		timeout = weirv1.TransportCause_TRANSPORT_CAUSE_TIMEOUT
+		reset   = weirv1.TransportCause_TRANSPORT_CAUSE_RESET
+		other   = weirv1.TransportCause_TRANSPORT_CAUSE_OTHER
+	)
 	tests := []struct {
-		err  error
-		want string
+		err   error
+		cause weirv1.TransportCause
+		want  string
 	}{
-		{&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, "connection refused"},
-		{fmt.Errorf("read tcp 10.0.0.1:1->10.0.0.2:443: %w", syscall.ECONNRESET), "connection reset"},
-		{syscall.EPIPE, "connection reset"},
-		{io.ErrUnexpectedEOF, "connection closed"},
-		{fmt.Errorf("Post \"https://api.anthropic.com/v1/messages\": %w", io.EOF), "connection closed"},
-		{context.DeadlineExceeded, "timeout"},
-		{&net.DNSError{Err: "no such host", Name: "api.anthropic.com", IsNotFound: true}, "dns lookup failed"},
-		{errSSETooLarge, errSSETooLarge.Error()},
-		{errors.New("tls: secret detail about 10.1.2.3"), "transport error"},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, refused, "connection refused"},
+		{fmt.Errorf("read tcp 10.0.0.1:1->10.0.0.2:443: %w", syscall.ECONNRESET), reset, "connection reset"},
+		{syscall.EPIPE, reset, "connection reset"},
+		{io.ErrUnexpectedEOF, reset, "connection closed"},
+		{fmt.Errorf("Post \"https://api.anthropic.com/v1/messages\": %w", io.EOF), reset, "connection closed"},
+		{fmt.Errorf("Post \"http://10.0.0.2/v1/messages\": %w", errors.New("http: server closed idle connection")), reset, "connection closed"},
+		{context.DeadlineExceeded, timeout, "timeout"},
+		{errStreamIdle, timeout, "idle timeout"},
+		{&net.DNSError{Err: "no such host", Name: "api.anthropic.com", IsNotFound: true}, dns, "no such host"},
+		{&net.DNSError{Err: "i/o timeout", Name: "api.anthropic.com", IsTimeout: true}, dns, "lookup timed out"},
+		{&net.DNSError{Err: "server misbehaving", Name: "api.anthropic.com"}, dns, "lookup failed"},
+		{errSSETooLarge, other, errSSETooLarge.Error()},
+		{errMalformedBody, other, errMalformedBody.Error()},
+		{errors.New("tls: secret detail about 10.1.2.3"), other, "transport error"},
 	}
 	for _, tt := range tests {
-		if got := transportErrorText(tt.err); got != tt.want {
-			t.Errorf("transportErrorText(%v) = %q, want %q", tt.err, got, tt.want)
+		if cause, got := transportFailure(tt.err); cause != tt.cause || got != tt.want {
+			t.Errorf("transportFailure(%v) = %v %q, want %v %q", tt.err, cause, got, tt.cause, tt.want)
 		}
 	}
 }

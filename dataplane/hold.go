@@ -1,7 +1,10 @@
 package dataplane
 
 import (
+	"net/http"
 	"time"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
 
 // The capacity hold: when a routing round ends on a transient failure and
@@ -50,4 +53,79 @@ func holdUntil(now, deadline, retryAt time.Time, backoff time.Duration) (time.Ti
 		until = deadline
 	}
 	return until, true
+}
+
+// The unreachable hold: while every account that could serve a request is
+// unreachable (the round's every attempt was a transport error, and the
+// control plane says every account that cools, cools on one:
+// NoAccount.unreachable), waiting out the capacity hold only delays an
+// answer no wait brings. The request holds for unreachable_hold from the
+// round that first showed it, then gets a 503 that names the cause. An
+// account that answers (anything but a transport error: a success, a 529,
+// a 429) ends it, and with it the short budget: a mix of unreachable and
+// merely overloaded accounts holds as long as any storm.
+
+// unreachableState is a request's verdict on its pool: since when every
+// account that could serve it has been unreachable (zero: it is not), and
+// the run the control plane named last.
+type unreachableState struct {
+	since time.Time
+	run   *weirv1.Unreachable
+}
+
+// judge is the verdict after a round that started at start and made
+// attempts attempts, transport of them transport errors, so far; none is
+// the control plane's answer that ended it (nil while the round goes on,
+// or when it ended on the worker's attempt cap: no word on the rest of
+// the pool). Pure.
+func (u unreachableState) judge(start time.Time, attempts, transport int, none *weirv1.NoAccount) unreachableState {
+	switch {
+	case transport < attempts:
+		return unreachableState{} // an account answered
+	case none == nil:
+		return u
+	case none.GetUnreachable() == nil:
+		return unreachableState{}
+	case u.since.IsZero():
+		return unreachableState{since: start, run: none.GetUnreachable()}
+	}
+	return unreachableState{since: u.since, run: none.GetUnreachable()}
+}
+
+// holdEnd is when the request's holds must end: capacityEnd (the
+// capacity hold from its arrival, within its deadline), or sooner, hold
+// after its pool was first seen unreachable. Pure.
+func (u unreachableState) holdEnd(capacityEnd time.Time, hold time.Duration) time.Time {
+	if u.since.IsZero() {
+		return capacityEnd
+	}
+	return minTime(capacityEnd, u.since.Add(hold))
+}
+
+// cut says whether the unreachable hold, not the capacity hold, ends the
+// request's holds: only then is its end weir's 503 naming the cause. A
+// request that fails fast (capacity_hold 0), or whose capacity hold ends
+// first, is answered as any other. Pure.
+func (u unreachableState) cut(capacityEnd time.Time, hold time.Duration) bool {
+	return !u.since.IsZero() && u.since.Add(hold).Before(capacityEnd)
+}
+
+// unreachableMessage names the cause: "every account's upstream is
+// unreachable: dns: no such host for api.example.invalid".
+func unreachableMessage(u *weirv1.Unreachable) string {
+	msg := "every account's upstream is unreachable: " + causeName(u.GetCause())
+	if u.GetError() != "" {
+		msg += ": " + u.GetError()
+	}
+	if u.GetHost() != "" {
+		msg += " for " + u.GetHost()
+	}
+	return msg
+}
+
+// errUnreachable answers a request whose pool is unreachable: 503, no
+// Retry-After, and final: no other account could serve it (one that can,
+// or could soon, keeps the capacity hold).
+func errUnreachable(u *weirv1.Unreachable) *apiError {
+	return &apiError{status: http.StatusServiceUnavailable, typ: "api_error", message: "weir: " + unreachableMessage(u), final: true}
 }

@@ -2,6 +2,8 @@ package dataplane
 
 import (
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
@@ -192,6 +194,114 @@ func TestAddRecordBounded(t *testing.T) {
 			if want := int32(n - (maxRouteRecords - keepHeadRecords - 1) + i); r.Status != want {
 				t.Fatalf("%d records: tail %d is record %d, want %d", n, i, r.Status, want)
 			}
+		}
+	}
+}
+
+// TestUnreachableJudge: the verdict on a pool after each round. It holds
+// only while every attempt of the round was a transport error and the
+// control plane said the rest of the pool cools on one; its start is the
+// round that first showed it; an account that answers ends it.
+func TestUnreachableJudge(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2030, 3, 4, 5, 6, 7, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	dns := &weirv1.Unreachable{Cause: weirv1.TransportCause_TRANSPORT_CAUSE_DNS, Error: "no such host", Host: "api.example.invalid"}
+	refused := &weirv1.Unreachable{Cause: weirv1.TransportCause_TRANSPORT_CAUSE_REFUSED, Error: "connection refused"}
+	unreachable := func(u *weirv1.Unreachable) *weirv1.NoAccount {
+		return &weirv1.NoAccount{Reason: weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_TRIED, Unreachable: u}
+	}
+	cooling := &weirv1.NoAccount{Reason: weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_COOLING}
+	was := unreachableState{since: at(-time.Minute), run: refused}
+	for _, tc := range []struct {
+		name                string
+		prior               unreachableState
+		attempts, transport int
+		none                *weirv1.NoAccount
+		want                unreachableState
+	}{
+		{"first round, every attempt transport", unreachableState{}, 2, 2, unreachable(dns), unreachableState{since: t0, run: dns}},
+		{"no attempt, the control plane's word alone", unreachableState{}, 0, 0, unreachable(dns), unreachableState{since: t0, run: dns}},
+		{"a later round keeps the start, names the latest run", was, 1, 1, unreachable(dns), unreachableState{since: at(-time.Minute), run: dns}},
+		{"one attempt answered (a 529, a 429)", unreachableState{}, 2, 1, unreachable(dns), unreachableState{}},
+		{"an answer ends it", was, 1, 0, nil, unreachableState{}},
+		{"an answer ends it, whatever the control plane says", was, 3, 2, unreachable(dns), unreachableState{}},
+		{"the rest of the pool cools otherwise", unreachableState{}, 1, 1, cooling, unreachableState{}},
+		{"the rest of the pool cools otherwise, later", was, 1, 1, cooling, unreachableState{}},
+		{"mid-round, transport so far: as it was", was, 2, 2, nil, was},
+		{"the attempt cap, transport only: as it was", was, 5, 5, nil, was},
+		{"mid-round, not unreachable yet: still not", unreachableState{}, 1, 1, nil, unreachableState{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tc.prior.judge(t0, tc.attempts, tc.transport, tc.none)
+			if !got.since.Equal(tc.want.since) || got.run != tc.want.run {
+				t.Errorf("judge = since %v run %v, want since %v run %v", got.since, got.run, tc.want.since, tc.want.run)
+			}
+		})
+	}
+}
+
+// TestUnreachableHoldEnd: an unreachable pool holds for the unreachable
+// hold from when it was first seen so, never past the capacity hold; only
+// when that short budget is what ends the holds (cut) is the answer
+// weir's 503.
+func TestUnreachableHoldEnd(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2030, 3, 4, 5, 6, 7, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	run := &weirv1.Unreachable{}
+	for _, tc := range []struct {
+		name        string
+		u           unreachableState
+		capacityEnd time.Time
+		hold        time.Duration
+		want        time.Time
+		cut         bool
+	}{
+		{"reachable: the capacity hold", unreachableState{}, at(20 * time.Minute), 30 * time.Second, at(20 * time.Minute), false},
+		{"unreachable from the start", unreachableState{since: t0, run: run}, at(20 * time.Minute), 30 * time.Second, at(30 * time.Second), true},
+		{"unreachable after a storm", unreachableState{since: at(5 * time.Minute), run: run}, at(20 * time.Minute), 30 * time.Second, at(5*time.Minute + 30*time.Second), true},
+		{"the capacity hold is shorter", unreachableState{since: t0, run: run}, at(10 * time.Second), 30 * time.Second, at(10 * time.Second), false},
+		{"both end together", unreachableState{since: t0, run: run}, at(30 * time.Second), 30 * time.Second, at(30 * time.Second), false},
+		{"unreachable near the end", unreachableState{since: at(19*time.Minute + 50*time.Second), run: run}, at(20 * time.Minute), 30 * time.Second, at(20 * time.Minute), false},
+		{"unreachable_hold 0 answers at once", unreachableState{since: t0, run: run}, at(20 * time.Minute), 0, t0, true},
+		{"capacity_hold 0 fails fast as before", unreachableState{since: t0, run: run}, t0, 30 * time.Second, t0, false},
+	} {
+		if got := tc.u.holdEnd(tc.capacityEnd, tc.hold); !got.Equal(tc.want) {
+			t.Errorf("%s: holdEnd = now%+v, want now%+v", tc.name, got.Sub(t0), tc.want.Sub(t0))
+		}
+		if got := tc.u.cut(tc.capacityEnd, tc.hold); got != tc.cut {
+			t.Errorf("%s: cut = %v, want %v", tc.name, got, tc.cut)
+		}
+	}
+}
+
+// TestErrUnreachable: the answer names the cause and the host, in the
+// client's wire format: 503, X-Should-Retry false, no Retry-After.
+func TestErrUnreachable(t *testing.T) {
+	t.Parallel()
+	u := &weirv1.Unreachable{Cause: weirv1.TransportCause_TRANSPORT_CAUSE_DNS, Error: "no such host", Host: "api.example.invalid"}
+	const want = "every account's upstream is unreachable: dns: no such host for api.example.invalid"
+	if got := unreachableMessage(u); got != want {
+		t.Fatalf("message %q, want %q", got, want)
+	}
+	if got := unreachableMessage(&weirv1.Unreachable{Cause: weirv1.TransportCause_TRANSPORT_CAUSE_TLS}); got != "every account's upstream is unreachable: tls" {
+		t.Errorf("without text or host: %q", got)
+	}
+	for _, tc := range []struct {
+		wire wire
+		body string
+	}{
+		{wireAnthropic, `{"error":{"message":"weir: ` + want + `","type":"api_error"},"request_id":"req_1","type":"error"}`},
+		{wireOpenAI, `{"error":{"code":null,"message":"weir: ` + want + `","param":null,"type":"server_error"}}`},
+	} {
+		rec := httptest.NewRecorder()
+		writeError(rec, tc.wire, "req_1", errUnreachable(u))
+		if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("X-Should-Retry") != "false" || rec.Header().Get("Retry-After") != "" {
+			t.Errorf("wire %d: status %d, headers %v", tc.wire, rec.Code, rec.Header())
+		}
+		if got := rec.Body.String(); got != tc.body {
+			t.Errorf("wire %d: body %s, want %s", tc.wire, got, tc.body)
 		}
 	}
 }

@@ -45,11 +45,14 @@ const (
 	outcomeCanceled        = "canceled"         // the client left first
 	outcomeModelForbidden  = "model_forbidden"  // the key's allowlist does not allow the model
 	outcomeKeyRateLimited  = "key_rate_limited" // the key's own request rate limit
+	// every account that could serve was unreachable through the unreachable hold
+	outcomeUpstreamUnreachable = "upstream_unreachable"
 )
 
 var requestOutcomes = []string{outcomeSuccess, outcomeStreamError, outcomeClientError, outcomeUnauthenticated,
 	outcomeRateLimited, outcomeOverloaded, outcomeUsageLimit, outcomeUpstreamError, outcomeTransportError,
-	outcomeAuthError, outcomeNoAccount, outcomeUnavailable, outcomeCanceled, outcomeModelForbidden, outcomeKeyRateLimited}
+	outcomeAuthError, outcomeNoAccount, outcomeUnavailable, outcomeCanceled, outcomeModelForbidden, outcomeKeyRateLimited,
+	outcomeUpstreamUnreachable}
 
 var surfaceNames = []string{surfaceMessages.name, surfaceCount.name, surfaceModels.name, surfaceResp.name, surfaceChat.name}
 
@@ -61,8 +64,8 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		}, []string{"surface", "outcome"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weir_dataplane_upstream_attempts_total",
-			Help: "Upstream attempts, by provider, HTTP status class and reason (the attempt's outcome class).",
-		}, []string{"provider", "status_class", "reason"}),
+			Help: "Upstream attempts, by provider, HTTP status class, reason (the attempt's outcome class) and cause (a transport failure's: dns, refused, tls, timeout, reset or other; none for an answer).",
+		}, []string{"provider", "status_class", "reason", "cause"}),
 		ttfb: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "weir_dataplane_time_to_first_byte_seconds",
 			Help:    "Time from a request's arrival to its first byte to the client.",

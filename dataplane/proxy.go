@@ -130,16 +130,23 @@ type routing struct {
 	in  *inbound
 	rec *weirv1.RouteEvent
 	// holdEnd is when the hold budget (capped by the request's deadline)
-	// runs out; holdEnd == start means fail fast.
-	holdEnd  time.Time
-	excluded []string // accounts tried in this round
-	prefer   string   // the account an overload retry returns to
+	// runs out; holdEnd == start means fail fast. It is capacityEnd, or
+	// sooner while the pool is unreachable (unreach, hold.go).
+	holdEnd, capacityEnd time.Time
+	unreachableHold      time.Duration
+	unreach              unreachableState
+	excluded             []string // accounts tried in this round
+	prefer               string   // the account an overload retry returns to
 	// overloads counts consecutive overload answers per account (nil
 	// until the first: most requests never see one, and a stream keeps
 	// its routing state for as long as it runs).
 	overloads map[string]int32
 	last      *bufferedResponse
 	round     int // attempts in this round
+	// roundTransport counts the round's transport errors; roundStart is
+	// when it began.
+	roundTransport int
+	roundStart     time.Time
 	// rounds counts the holds between rounds; it sets the backoff.
 	rounds int
 	// bursts counts consecutive same-account retries of rate-limit bursts
@@ -185,6 +192,20 @@ func (rt *routing) addRecord(r *weirv1.AttemptRecord) {
 	rt.rec.AttemptRecords = append(recs, r)
 }
 
+// judge updates the request's verdict on its pool (hold.go) from its
+// round so far and none, the control plane's answer that ended it, if
+// any, and the hold budget with it.
+func (rt *routing) judge(none *weirv1.NoAccount) {
+	rt.unreach = rt.unreach.judge(rt.roundStart, rt.round, rt.roundTransport, none)
+	rt.holdEnd = rt.unreach.holdEnd(rt.capacityEnd, rt.unreachableHold)
+}
+
+// unreachableCut says whether the unreachable hold ended the request's
+// holds (hold.go).
+func (rt *routing) unreachableCut() bool {
+	return rt.unreach.cut(rt.capacityEnd, rt.unreachableHold)
+}
+
 // increment adds one to m[k], making m on first use.
 func increment(m map[string]int32, k string) map[string]int32 {
 	if m == nil {
@@ -199,8 +220,8 @@ func increment(m map[string]int32, k string) map[string]int32 {
 // replayed with the same body until the hold budget runs out.
 func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, in *inbound, rec *weirv1.RouteEvent) {
 	st := s.settings.get()
-	rt := &routing{in: in, rec: rec,
-		holdEnd: in.start.Add(min(st.capacityHold, st.requestDeadline))}
+	end := in.start.Add(min(st.capacityHold, st.requestDeadline))
+	rt := &routing{in: in, rec: rec, holdEnd: end, capacityEnd: end, unreachableHold: st.unreachableHold, roundStart: in.start}
 	for {
 		if ctx.Err() != nil {
 			return // the client left
@@ -245,6 +266,10 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 			// The control plane may be restarting: hold like any other
 			// transient condition.
 			if !s.hold(ctx, rt, time.Time{}, true, "control plane unreachable") {
+				if rt.unreachableCut() {
+					s.failUnreachable(w, rt)
+					return
+				}
 				if rt.last == nil {
 					in.outcome = outcomeUnavailable
 				}
@@ -279,7 +304,16 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 				// its next probe, and no longer.
 				backoff = false
 			}
-			if !s.hold(ctx, rt, retryAt, backoff, none.GetMessage()) {
+			rt.judge(none)
+			reason := none.GetMessage()
+			if rt.unreach.run != nil {
+				reason = unreachableMessage(rt.unreach.run)
+			}
+			if !s.hold(ctx, rt, retryAt, backoff, reason) {
+				if rt.unreachableCut() {
+					s.failUnreachable(w, rt)
+					return
+				}
 				s.failOutOfQuota(w, rt, none, final)
 				return
 			}
@@ -299,17 +333,22 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 		res := s.attempt(actx, w, r, in, lease, rt.overloads[lease.AccountId])
 		o := res.outcome
 		in.lastClass = o.Class
+		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR {
+			rt.roundTransport++
+		}
+		rt.judge(nil) // an account that answered ends the unreachable hold
 		o.PriorBursts = rt.bursts[lease.AccountId]
 		if o.InputTokens > 0 || o.OutputTokens > 0 {
 			rec.InputTokens, rec.OutputTokens = o.InputTokens, o.OutputTokens
 		}
-		s.metrics.attempts.WithLabelValues(providerName(lease.Provider), statusClass(int(o.Status)), shortClass(o.Class)).Inc()
+		s.metrics.attempts.WithLabelValues(providerName(lease.Provider), statusClass(int(o.Status)), shortClass(o.Class), causeName(o.TransportCause)).Inc()
 		d := s.release(actx, in, lease, o, admitted)
 		endAttemptSpan(span, o, d)
 		rt.addRecord(&weirv1.AttemptRecord{
 			At: durationpb.New(at), AccountId: lease.AccountId, Class: o.Class, Status: o.Status,
 			ErrorType: o.ErrorType, Action: d.GetAction(), Duration: o.Duration, Rung: d.GetRung(),
 			SpilledToMetered: lease.SpilledToMetered,
+			TransportCause: o.TransportCause,
 		})
 		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED {
 			rt.overloads = increment(rt.overloads, lease.AccountId)
@@ -366,6 +405,10 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 		if rt.round >= s.cfg.MaxAttempts {
 			// Enough for one round: wait before trying the pool again.
 			if !s.hold(ctx, rt, time.Time{}, true, "every attempt of the round failed") {
+				if rt.unreachableCut() {
+					s.failUnreachable(w, rt)
+					return
+				}
 				s.fail(w, rt, rt.last, nil)
 				return
 			}
@@ -387,7 +430,7 @@ func (s *Server) hold(ctx context.Context, rt *routing, retryAt time.Time, backo
 	if !ok || !s.sleep(ctx, rt, until.Sub(now), rt.changed, reason) {
 		return false
 	}
-	rt.excluded, rt.prefer, rt.round = nil, "", 0
+	rt.excluded, rt.prefer, rt.round, rt.roundTransport, rt.roundStart = nil, "", 0, 0, s.cfg.Now()
 	rt.rounds++
 	return true
 }
@@ -448,6 +491,14 @@ func (s *Server) failOutOfQuota(w http.ResponseWriter, rt *routing, none *weirv1
 	s.failNoAccount(w, rt, final)
 }
 
+// failUnreachable answers a request whose pool stayed unreachable for its
+// unreachable hold: weir's 503 naming the cause, not the last attempt's
+// 502.
+func (s *Server) failUnreachable(w http.ResponseWriter, rt *routing) {
+	rt.in.outcome = outcomeUpstreamUnreachable
+	s.fail(w, rt, nil, errUnreachable(rt.unreach.run))
+}
+
 // failNoAccount answers a request that no account could serve: with
 // the last upstream failure when there is one, else final.
 func (s *Server) failNoAccount(w http.ResponseWriter, rt *routing, final *apiError) {
@@ -472,6 +523,15 @@ func (s *Server) fail(w http.ResponseWriter, rt *routing, last *bufferedResponse
 
 func shortClass(c weirv1.OutcomeClass) string {
 	return strings.TrimPrefix(strings.ToLower(c.String()), "outcome_class_")
+}
+
+// causeName is a transport cause's short name ("dns"), "none" when the
+// attempt had none.
+func causeName(c weirv1.TransportCause) string {
+	if c == weirv1.TransportCause_TRANSPORT_CAUSE_UNSPECIFIED {
+		return "none"
+	}
+	return strings.TrimPrefix(strings.ToLower(c.String()), "transport_cause_")
 }
 
 // answer sends the last upstream failure when there is one (it is the

@@ -2,12 +2,15 @@ package dataplane
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -80,7 +83,7 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 
 	req, body, err := upstreamRequest(ctx, r, in.sf, in.body, lease)
 	if err != nil {
-		o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR
+		o.Class, o.TransportCause = weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, weirv1.TransportCause_TRANSPORT_CAUSE_OTHER
 		o.TransportError = "build request: invalid base URL"
 		return attemptResult{outcome: o, failure: gatewayFailure(in, "upstream request could not be built")}
 	}
@@ -90,8 +93,7 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 			o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED
 			return attemptResult{outcome: o}
 		}
-		o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR
-		o.TransportError = transportErrorText(err)
+		setTransport(o, weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, "", err)
 		return attemptResult{outcome: o, failure: gatewayFailure(in, "upstream unreachable")}
 	}
 	defer resp.Body.Close()
@@ -186,9 +188,8 @@ func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.R
 			o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED
 			return attemptResult{outcome: o}
 		}
-		o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR
-		o.TransportError = "body: " + transportErrorText(idle.cause(err))
-		return attemptResult{outcome: o, failure: gatewayFailure(in, "upstream answer broken: "+transportErrorText(idle.cause(err)))}
+		text := setTransport(o, weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, "body: ", idle.cause(err))
+		return attemptResult{outcome: o, failure: gatewayFailure(in, "upstream answer broken: "+text)}
 	}
 	if in.sf.name == surfaceModels.name && len(in.allowedModels) > 0 {
 		body = filterModelList(body, in.allowedModels)
@@ -260,12 +261,10 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 				break
 			}
 			if !committed {
-				o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR
-				o.TransportError = "stream ended before output: " + transportErrorText(err)
+				setTransport(o, weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, "stream ended before output: ", err)
 				return attemptResult{outcome: o, failure: gatewayFailure(in, "upstream stream broke before output")}
 			}
-			o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR
-			o.TransportError = "stream cut after output: " + transportErrorText(err)
+			setTransport(o, weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR, "stream cut after output: ", err)
 			// Tell the client in its own format instead of ending silently.
 			msg := "upstream stream ended unexpectedly"
 			if errors.Is(err, errMalformedEvent) {
@@ -387,30 +386,83 @@ func malformedEvent(sf surface, ev sseEvent) bool {
 	return sf.wire == wireAnthropic && ev.name == "message"
 }
 
-// transportErrorText names a transport failure by its kind, without the
-// addresses and URLs the underlying error carries.
-func transportErrorText(err error) string {
-	var netErr net.Error
+// transportFailure classifies a transport failure: its cause, from the
+// fixed set (TransportCause), and its text, without the addresses, host
+// names and URLs the underlying error carries. Pure.
+func transportFailure(err error) (weirv1.TransportCause, string) {
+	var (
+		dnsErr   *net.DNSError
+		opErr    *net.OpError
+		netErr   net.Error
+		verify   *tls.CertificateVerificationError
+		record   tls.RecordHeaderError
+		alert    tls.AlertError
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+	)
 	switch {
 	case errors.Is(err, errStreamIdle):
-		return "idle timeout"
+		return weirv1.TransportCause_TRANSPORT_CAUSE_TIMEOUT, "idle timeout"
+	case errors.As(err, &dnsErr):
+		// Before timeouts: a lookup that timed out is still the name's.
+		switch {
+		case dnsErr.IsNotFound:
+			return weirv1.TransportCause_TRANSPORT_CAUSE_DNS, "no such host"
+		case dnsErr.IsTimeout:
+			return weirv1.TransportCause_TRANSPORT_CAUSE_DNS, "lookup timed out"
+		}
+		return weirv1.TransportCause_TRANSPORT_CAUSE_DNS, "lookup failed"
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return "connection refused"
+		return weirv1.TransportCause_TRANSPORT_CAUSE_REFUSED, "connection refused"
+	case errors.As(err, &unknown):
+		return weirv1.TransportCause_TRANSPORT_CAUSE_TLS, "certificate signed by an unknown authority"
+	case errors.As(err, &hostname):
+		return weirv1.TransportCause_TRANSPORT_CAUSE_TLS, "certificate not valid for the host"
+	case errors.As(err, &invalid), errors.As(err, &verify):
+		return weirv1.TransportCause_TRANSPORT_CAUSE_TLS, "certificate not valid"
+	case errors.As(err, &record):
+		return weirv1.TransportCause_TRANSPORT_CAUSE_TLS, "the upstream does not speak TLS"
+	case errors.As(err, &alert), errors.As(err, &opErr) && opErr.Op == "remote error":
+		// crypto/tls reports an alert from the peer as a "remote error".
+		return weirv1.TransportCause_TRANSPORT_CAUSE_TLS, "handshake refused by the upstream"
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
-		return "connection reset"
-	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		return "connection closed"
+		return weirv1.TransportCause_TRANSPORT_CAUSE_RESET, "connection reset"
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF),
+		// net/http's word for a fresh connection closed before it could
+		// answer (known only by its fixed text).
+		strings.Contains(err.Error(), "server closed idle connection"):
+		return weirv1.TransportCause_TRANSPORT_CAUSE_RESET, "connection closed"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
-		return "timeout"
+		return weirv1.TransportCause_TRANSPORT_CAUSE_TIMEOUT, timeoutText(err)
 	case errors.Is(err, errSSETooLarge), errors.Is(err, errBodyTooLarge),
 		errors.Is(err, errMalformedBody), errors.Is(err, errMalformedEvent):
-		return err.Error()
+		return weirv1.TransportCause_TRANSPORT_CAUSE_OTHER, err.Error()
 	}
-	var dnsErr *net.DNSError
-	if errors.As(err, &dnsErr) {
-		return "dns lookup failed"
+	return weirv1.TransportCause_TRANSPORT_CAUSE_OTHER, "transport error"
+}
+
+// timeoutText says which wait ran out. net/http's own timeouts are known
+// only by their fixed texts.
+func timeoutText(err error) string {
+	var opErr *net.OpError
+	switch msg := err.Error(); {
+	case errors.As(err, &opErr) && opErr.Op == "dial":
+		return "dial timeout"
+	case strings.Contains(msg, "awaiting response headers"):
+		return "no response headers in time"
+	case strings.Contains(msg, "TLS handshake timeout"):
+		return "TLS handshake timeout"
 	}
-	return "transport error"
+	return "timeout"
+}
+
+// setTransport records a transport failure on o, its text after where
+// (where it happened, "" for the request itself), and returns the text.
+func setTransport(o *weirv1.Outcome, class weirv1.OutcomeClass, where string, err error) string {
+	cause, text := transportFailure(err)
+	o.Class, o.TransportCause, o.TransportError = class, cause, where+text
+	return text
 }
 
 // trackingWriter records what reached the client.

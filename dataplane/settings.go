@@ -14,6 +14,7 @@ import (
 // last saw them.
 type workerSettings struct {
 	capacityHold    time.Duration
+	unreachableHold time.Duration
 	requestDeadline time.Duration
 	quotaMode       weirv1.QuotaResponseMode
 }
@@ -29,7 +30,8 @@ type settingsPoller struct {
 
 func newSettingsPoller(s *Server) *settingsPoller {
 	p := &settingsPoller{s: s, done: make(chan struct{})}
-	p.current.Store(&workerSettings{capacityHold: s.cfg.CapacityHold, requestDeadline: s.cfg.RequestDeadline})
+	p.current.Store(&workerSettings{capacityHold: s.cfg.CapacityHold, unreachableHold: s.cfg.UnreachableHold,
+		requestDeadline: s.cfg.RequestDeadline})
 	ctx, cancel := context.WithCancel(context.Background())
 	p.stop = cancel
 	go p.run(ctx)
@@ -63,13 +65,20 @@ func (p *settingsPoller) fetch(ctx context.Context) {
 		return
 	}
 	st := resp.Msg.GetSettings()
-	next := workerSettings{capacityHold: st.GetCapacityHold().AsDuration(), requestDeadline: st.GetRequestDeadline().AsDuration(),
-		quotaMode: st.GetQuotaResponseMode()}
+	next := workerSettings{capacityHold: st.GetCapacityHold().AsDuration(), unreachableHold: st.GetUnreachableHold().AsDuration(),
+		requestDeadline: st.GetRequestDeadline().AsDuration(), quotaMode: st.GetQuotaResponseMode()}
 	if next.requestDeadline <= 0 {
 		next.requestDeadline = p.s.cfg.RequestDeadline
 	}
 	if next.capacityHold < 0 {
 		next.capacityHold = 0
+	}
+	switch {
+	case st.GetUnreachableHold() == nil:
+		// A control plane older than the setting.
+		next.unreachableHold = p.s.cfg.UnreachableHold
+	case next.unreachableHold < 0:
+		next.unreachableHold = 0
 	}
 	p.current.Store(&next)
 }

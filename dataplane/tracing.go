@@ -71,6 +71,7 @@ func endAttemptSpan(span trace.Span, o *weirv1.Outcome, d *weirv1.Decision) {
 			attribute.String("weir.outcome_class", shortClass(o.Class)),
 			attribute.String("weir.decision", shortAction(d.GetAction())),
 			attribute.Bool("weir.bytes_to_client", o.BytesToClient),
+			attribute.String("weir.transport_cause", causeName(o.TransportCause)),
 		)
 		switch o.Class {
 		case weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED:

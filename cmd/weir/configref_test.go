@@ -42,6 +42,7 @@ var reference = []configdoc.Var{
 	{Name: "WEIR_DATAPLANE_TLS_KEY", UsedBy: "dataplane", Meaning: "PEM private key of `WEIR_DATAPLANE_TLS_CERT`"},
 	{Name: "WEIR_LOG_LEVEL", UsedBy: "all", Meaning: "`debug`, `info` (default), `warn`, `error`"},
 	{Name: "WEIR_CAPACITY_HOLD", UsedBy: "controlplane, dev"},
+	{Name: "WEIR_UNREACHABLE_HOLD", UsedBy: "controlplane, dev"},
 	{Name: "WEIR_REQUEST_DEADLINE", UsedBy: "controlplane, dev"},
 	{Name: "WEIR_LEASE_REUSE", UsedBy: "controlplane, dev"},
 	{Name: "WEIR_METRICS_ACCOUNT_LABELS_MAX", UsedBy: "controlplane, dev"},

@@ -129,8 +129,13 @@ func printExplain(w io.Writer, ev *weirv1.RouteEvent, accounts, keys map[string]
 			reasons = append(reasons, "429 ladder: "+strings.ReplaceAll(r.Rung, "_", " "))
 		}
 		reason := orDash(strings.Join(reasons, "; "))
+		errText := r.ErrorType
+		if r.TransportCause != weirv1.TransportCause_TRANSPORT_CAUSE_UNSPECIFIED {
+			// The error of an attempt that got no answer is its cause.
+			errText = shortEnum(r.TransportCause.String(), "TRANSPORT_CAUSE_")
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", at, accountName(accounts, r.AccountId), outcome, status,
-			orDash(r.ErrorType), action, optDuration(r.Duration), reason)
+			orDash(errText), action, optDuration(r.Duration), reason)
 	}
 	return tw.Flush()
 }

@@ -434,9 +434,9 @@ func TestStatus(t *testing.T) {
 	for _, want := range []string{
 		"quota response mode ",
 		"What is wrong:",
-		"cooling   demo-api-key: rate_limited",
+		"cooling     demo-api-key: rate_limited",
 		"(until in ",
-		"paused    demo-max-1: paused by an operator",
+		"paused      demo-max-1: paused by an operator",
 		// Both subscriptions paused, the API key served: a spill.
 		"Spills to metered accounts in the last 24h: 1 requests",
 	} {

@@ -150,21 +150,34 @@ func previousSecretKeys(e env) ([][]byte, error) {
 	return keys, nil
 }
 
-// capacityConfig reads WEIR_CAPACITY_HOLD and WEIR_REQUEST_DEADLINE, the
-// defaults until an operator runs 'weir settings set', and
-// WEIR_LEASE_REUSE.
+// holdFromEnv reads a hold budget from the variable name into dst, when
+// set: a duration of 0 or more. Config reads 0 as "the default"; an
+// explicit 0 means no holding, which Config spells as a negative value.
+func holdFromEnv(e env, name, example string, dst *time.Duration) error {
+	v := e.getenv(name)
+	if v == "" {
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return fmt.Errorf("%s: want a duration of 0 or more like %s (0 fails fast), got %q", name, example, v)
+	}
+	if d == 0 {
+		d = -1
+	}
+	*dst = d
+	return nil
+}
+
+// capacityConfig reads WEIR_CAPACITY_HOLD, WEIR_UNREACHABLE_HOLD and
+// WEIR_REQUEST_DEADLINE, the defaults until an operator runs 'weir
+// settings set', and WEIR_LEASE_REUSE.
 func capacityConfig(e env, cfg *controlplane.Config) error {
-	if v := e.getenv("WEIR_CAPACITY_HOLD"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return fmt.Errorf("WEIR_CAPACITY_HOLD: want a duration of 0 or more like 20m (0 fails fast), got %q", v)
-		}
-		// Config reads 0 as "the default"; an explicit 0 means no holding,
-		// which Config spells as a negative value.
-		if d == 0 {
-			d = -1
-		}
-		cfg.CapacityHold = d
+	if err := holdFromEnv(e, "WEIR_CAPACITY_HOLD", "20m", &cfg.CapacityHold); err != nil {
+		return err
+	}
+	if err := holdFromEnv(e, "WEIR_UNREACHABLE_HOLD", "30s", &cfg.UnreachableHold); err != nil {
+		return err
 	}
 	if v := e.getenv("WEIR_REQUEST_DEADLINE"); v != "" {
 		d, err := time.ParseDuration(v)

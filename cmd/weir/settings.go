@@ -21,6 +21,9 @@ const settingsUsage = `Usage:
   weir settings history [--limit N]                            who changed what, when (newest first)
 
   capacity_hold        how long a request may wait for capacity (0s to 6h; 0 fails fast)
+  unreachable_hold     how long it may wait while every account that could serve it is unreachable
+                       (refused, unresolved, failing TLS or timing out); then a 503 naming the cause
+                       (0s to 6h, default 30s; capacity_hold caps it)
   request_deadline     a request's budget from arrival to first byte, holds included (1m to 6h)
   quota_response_mode  retryable (default): a pool out of quota answers the usual retryable error;
                        usage_limit: when every eligible account is blocked by quota and the first
@@ -38,7 +41,7 @@ Data planes pick changes up without restart. Every command takes --json,
 
 // settingKeys are the names `weir settings set` accepts, as the API's
 // update_mask spells them.
-var settingKeys = []string{"capacity_hold", "request_deadline", "quota_response_mode", "metered_accounts"}
+var settingKeys = []string{"capacity_hold", "unreachable_hold", "request_deadline", "quota_response_mode", "metered_accounts"}
 
 func runSettings(ctx context.Context, args []string, e env) error {
 	if len(args) == 0 {
@@ -149,6 +152,8 @@ func settingsUpdate(pairs []string) (*weirv1.UpdateSettingsRequest, error) {
 		switch key {
 		case "capacity_hold":
 			dst = &req.Settings.CapacityHold
+		case "unreachable_hold":
+			dst = &req.Settings.UnreachableHold
 		case "request_deadline":
 			dst = &req.Settings.RequestDeadline
 		case "quota_response_mode":
@@ -186,6 +191,7 @@ func printSettings(w io.Writer, st *weirv1.Settings) error {
 	}
 	tw := table(w)
 	fmt.Fprintf(tw, "capacity_hold\t%s%s\n", shortDuration(hold), note)
+	fmt.Fprintf(tw, "unreachable_hold\t%s\n", shortDuration(st.GetUnreachableHold().AsDuration()))
 	fmt.Fprintf(tw, "request_deadline\t%s\n", shortDuration(st.GetRequestDeadline().AsDuration()))
 	mode := "retryable"
 	if st.GetQuotaResponseMode() == weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT {

@@ -74,11 +74,17 @@ type windowStatus struct {
 }
 
 type statusProblem struct {
-	// broken, cooling, gated, expiring, paused or integrity.
+	// broken, integrity, unreachable, expiring, cooling, gated or paused.
 	Kind    string     `json:"kind"`
 	Account string     `json:"account,omitempty"`
 	Detail  string     `json:"detail"`
 	Until   *time.Time `json:"until,omitempty"`
+	// For unreachable: the transport cause of the latest failure, when
+	// the run of failures with no success between them began, and how
+	// many attempts failed.
+	Cause    string     `json:"cause,omitempty"`
+	Since    *time.Time `json:"since,omitempty"`
+	Attempts int32      `json:"attempts,omitempty"`
 }
 
 func runStatus(ctx context.Context, args []string, e env) error {
@@ -187,7 +193,7 @@ func buildStatus(accts []*weirv1.Account, settings *weirv1.Settings, rep *weirv1
 			st.Problems = append(st.Problems, statusProblem{Kind: "integrity", Detail: detail})
 		}
 	}
-	rank := map[string]int{"broken": 0, "integrity": 1, "expiring": 2, "cooling": 3, "gated": 4, "paused": 5}
+	rank := map[string]int{"broken": 0, "integrity": 1, "unreachable": 2, "expiring": 3, "cooling": 4, "gated": 5, "paused": 6}
 	slices.SortStableFunc(st.Problems, func(a, b statusProblem) int { return rank[a.Kind] - rank[b.Kind] })
 	return st
 }
@@ -235,7 +241,12 @@ func accountProblems(a *weirv1.Account, now time.Time) []statusProblem {
 	case weirv1.AccountState_ACCOUNT_STATE_PAUSED:
 		out = append(out, statusProblem{Kind: "paused", Account: a.Label, Detail: "paused by an operator (weir accounts resume " + a.Label + ")"})
 	}
-	if cd := a.Cooldown; cd != nil {
+	u := a.Unreachable
+	if u != nil {
+		out = append(out, unreachableProblem(a.Label, u, now))
+	}
+	if cd := a.Cooldown; cd != nil && (u == nil || cd.Reason != weirv1.CooldownReason_COOLDOWN_REASON_TRANSPORT) {
+		// A transport cooldown is the unreachable line's.
 		detail := shortEnum(cd.Reason.String(), "COOLDOWN_REASON_")
 		switch {
 		case strings.HasPrefix(cd.Evidence, detail):
@@ -257,6 +268,31 @@ func accountProblems(a *weirv1.Account, now time.Time) []statusProblem {
 		out = append(out, statusProblem{Kind: "expiring", Account: a.Label, Detail: detail, Until: at(a.AccessExpiresAt)})
 	}
 	return out
+}
+
+// unreachableProblem is an account's run of transport failures, from its
+// cooldowns' evidence: "dns no such host for api.example.invalid since
+// 12:03, 14 attempts, the last 5s ago".
+func unreachableProblem(label string, u *weirv1.Unreachable, now time.Time) statusProblem {
+	cause := shortEnum(u.Cause.String(), "TRANSPORT_CAUSE_")
+	detail := cause
+	if u.Error != "" {
+		detail += " " + u.Error
+	}
+	if u.Host != "" {
+		detail += " for " + u.Host
+	}
+	since := u.Since.AsTime().UTC()
+	layout := "15:04"
+	if now.Sub(since) >= 24*time.Hour {
+		layout = "Jan 2 15:04"
+	}
+	attempts := "attempts"
+	if u.Attempts == 1 {
+		attempts = "attempt"
+	}
+	detail += fmt.Sprintf(" since %s, %d %s, the last %s", since.Local().Format(layout), u.Attempts, attempts, relTime(u.LastAt.AsTime(), now))
+	return statusProblem{Kind: "unreachable", Account: label, Detail: detail, Cause: cause, Since: &since, Attempts: u.Attempts}
 }
 
 func sumWindow(ws []*weirv1.UsageWindow) *windowStatus {
@@ -318,7 +354,7 @@ func printStatus(w io.Writer, st poolStatus, color bool) error {
 	fmt.Fprintln(w, paint(ansiBold, "What is wrong:"))
 	for _, p := range st.Problems {
 		c := ansiYellow
-		if p.Kind == "broken" || p.Kind == "integrity" {
+		if p.Kind == "broken" || p.Kind == "integrity" || p.Kind == "unreachable" {
 			c = ansiRed
 		}
 		line := p.Detail
@@ -332,7 +368,7 @@ func printStatus(w io.Writer, st poolStatus, color bool) error {
 				line += fmt.Sprintf(" (until %s)", relTime(*p.Until, st.At))
 			}
 		}
-		fmt.Fprintf(w, "  %s %s\n", paint(c, fmt.Sprintf("%-9s", p.Kind)), line)
+		fmt.Fprintf(w, "  %s %s\n", paint(c, fmt.Sprintf("%-11s", p.Kind)), line)
 	}
 	if st.IntegrityRanAt == nil {
 		fmt.Fprintln(w, "  (the integrity check has not reported yet)")

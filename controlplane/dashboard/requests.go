@@ -210,6 +210,10 @@ func (h *Handler) explainPage(w http.ResponseWriter, r *http.Request, s session)
 			st.Outcome = enumText(a.Class.String(), "OUTCOME_CLASS_")
 			st.Decision = enumText(a.Action.String(), "ACTION_")
 			st.Error = a.ErrorType
+			if a.TransportCause != weirv1.TransportCause_TRANSPORT_CAUSE_UNSPECIFIED {
+				// The error of an attempt that got no answer is its cause.
+				st.Error = enumText(a.TransportCause.String(), "TRANSPORT_CAUSE_")
+			}
 			if a.Rung != "" {
 				st.Reason = "429 ladder: " + strings.ReplaceAll(a.Rung, "_", " ")
 			}

@@ -13,7 +13,18 @@ import (
 	"github.com/weirhq/weir/internal/quotamode"
 )
 
+// durationField is the form of one duration setting.
+type durationField struct{ Name, Label, Help string }
+
+// durationFields are the duration settings' forms, in page order.
+var durationFields = []durationField{
+	{"capacity_hold", "Capacity hold", "How long a request may wait for capacity when every account is cooling or busy; 0s disables holding. Up to 6h."},
+	{"unreachable_hold", "Unreachable hold", "How long a request may wait while every account that could serve it is unreachable (refused, no such host, TLS, timeouts); then a 503 that names the cause. The capacity hold caps it. Up to 6h."},
+	{"request_deadline", "Request deadline", "A request's whole budget from arrival to its first byte, holds included. 1m to 6h."},
+}
+
 type settingsData struct {
+	Durations []durationField
 	// Values as the form shows them, and an error per field (the RPC's
 	// validation message), keyed by setting name.
 	Values  map[string]string
@@ -44,8 +55,10 @@ func (h *Handler) settingsData(r *http.Request) (settingsData, error) {
 	}
 	s := st.Msg.Settings
 	return settingsData{
+		Durations: durationFields,
 		Values: map[string]string{
 			"capacity_hold":       s.GetCapacityHold().AsDuration().String(),
+			"unreachable_hold":    s.GetUnreachableHold().AsDuration().String(),
 			"request_deadline":    s.GetRequestDeadline().AsDuration().String(),
 			"quota_response_mode": strings.ToLower(strings.TrimPrefix(s.QuotaResponseMode.String(), "QUOTA_RESPONSE_MODE_")),
 		},
@@ -73,13 +86,18 @@ func (h *Handler) updateSetting(w http.ResponseWriter, r *http.Request, s sessio
 	st := &weirv1.Settings{}
 	var inputErr string
 	switch name {
-	case "capacity_hold", "request_deadline":
+	case "capacity_hold", "unreachable_hold", "request_deadline":
 		d, err := time.ParseDuration(value)
 		if err != nil {
 			inputErr = "settings." + name + ": " + value + " is not a duration (write 20m, 90s or 1h30m)"
-		} else if name == "capacity_hold" {
+			break
+		}
+		switch name {
+		case "capacity_hold":
 			st.CapacityHold = durationpb.New(d)
-		} else {
+		case "unreachable_hold":
+			st.UnreachableHold = durationpb.New(d)
+		default:
 			st.RequestDeadline = durationpb.New(d)
 		}
 	case "quota_response_mode":

@@ -38,6 +38,94 @@ func (q *Queries) ClearCredentialCooldown(ctx context.Context, accountID uuid.UU
 	return result.RowsAffected(), nil
 }
 
+const clearTransportCooldown = `-- name: ClearTransportCooldown :execrows
+DELETE FROM cooldowns WHERE account_id = $1 AND reason = 'transport'
+`
+
+// A new base URL voids the verdict on the old one's reachability.
+func (q *Queries) ClearTransportCooldown(ctx context.Context, accountID uuid.UUID) (int64, error) {
+	result, err := q.db.Exec(ctx, clearTransportCooldown, accountID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const transportRun = `-- name: TransportRun :one
+
+SELECT c.account_id, c.reason, c.transient, c.until, c.written_at, c.evidence, c.quota_kind, c.quota_resets_at, c.quota_window_minutes, c.quota_message FROM cooldowns c
+JOIN accounts a ON a.id = c.account_id
+WHERE c.account_id = $1 AND c.reason = 'transport'
+  AND (a.last_success_at IS NULL OR a.last_success_at < c.written_at)
+FOR UPDATE OF c
+`
+
+// Clearing on quota evidence (a usage reading that shows a window
+// recovered) may only ever lift quota reasons (quota_exhausted), never
+// rate_limited: per-IP burst cooldowns are never released on account-quota
+// evidence, and out_of_credits is lifted by a success, not by a reading.
+// The run of transport failures a new one continues: the account's
+// cooldown, live or expired, when it was a transport failure's and no
+// success came since. Locked, as WriteCooldown that follows locks it, so
+// that concurrent failures of one account count apart.
+func (q *Queries) TransportRun(ctx context.Context, accountID uuid.UUID) (Cooldown, error) {
+	row := q.db.QueryRow(ctx, transportRun, accountID)
+	var i Cooldown
+	err := row.Scan(
+		&i.AccountID,
+		&i.Reason,
+		&i.Transient,
+		&i.Until,
+		&i.WrittenAt,
+		&i.Evidence,
+		&i.QuotaKind,
+		&i.QuotaResetsAt,
+		&i.QuotaWindowMinutes,
+		&i.QuotaMessage,
+	)
+	return i, err
+}
+
+const transportRuns = `-- name: TransportRuns :many
+SELECT c.account_id, c.reason, c.transient, c.until, c.written_at, c.evidence, c.quota_kind, c.quota_resets_at, c.quota_window_minutes, c.quota_message FROM cooldowns c
+JOIN accounts a ON a.id = c.account_id
+WHERE c.reason = 'transport'
+  AND (a.last_success_at IS NULL OR a.last_success_at < c.written_at)
+`
+
+// Every account's run of transport failures with no success since (as
+// TransportRun reads one): what operators see as unreachable.
+func (q *Queries) TransportRuns(ctx context.Context) ([]Cooldown, error) {
+	rows, err := q.db.Query(ctx, transportRuns)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Cooldown{}
+	for rows.Next() {
+		var i Cooldown
+		if err := rows.Scan(
+			&i.AccountID,
+			&i.Reason,
+			&i.Transient,
+			&i.Until,
+			&i.WrittenAt,
+			&i.Evidence,
+			&i.QuotaKind,
+			&i.QuotaResetsAt,
+			&i.QuotaWindowMinutes,
+			&i.QuotaMessage,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const writeCooldown = `-- name: WriteCooldown :one
 INSERT INTO cooldowns AS c (account_id, reason, transient, until, written_at, evidence,
     quota_kind, quota_resets_at, quota_window_minutes, quota_message)

@@ -52,6 +52,9 @@ type account struct {
 	// provider is "codex" (a ChatGPT login on the Codex backend) or
 	// "openai" (an OpenAI key); empty is Anthropic.
 	provider string
+	// baseURL, when set, replaces the simulator's (a real address that
+	// does not answer, say).
+	baseURL string
 }
 
 // options shape one test's topology; zero values are the defaults.
@@ -242,6 +245,9 @@ func setup(t *testing.T, opts options) *env {
 			req.Provider, req.BaseUrl = weirv1.Provider_PROVIDER_OPENAI, e.simSrv.URL+"/v1"
 		case a.oauth:
 			req.AuthKind = weirv1.AuthKind_AUTH_KIND_OAUTH
+		}
+		if a.baseURL != "" {
+			req.BaseUrl = a.baseURL
 		}
 		res, err := e.accounts.CreateAccount(ctx, connect.NewRequest(req))
 		if err != nil {

@@ -64,3 +64,26 @@ DELETE FROM cooldowns WHERE account_id = @account_id AND reason = 'invalid_crede
 -- recovered) may only ever lift quota reasons (quota_exhausted), never
 -- rate_limited: per-IP burst cooldowns are never released on account-quota
 -- evidence, and out_of_credits is lifted by a success, not by a reading.
+
+-- The run of transport failures a new one continues: the account's
+-- cooldown, live or expired, when it was a transport failure's and no
+-- success came since. Locked, as WriteCooldown that follows locks it, so
+-- that concurrent failures of one account count apart.
+-- name: TransportRun :one
+SELECT c.* FROM cooldowns c
+JOIN accounts a ON a.id = c.account_id
+WHERE c.account_id = @account_id AND c.reason = 'transport'
+  AND (a.last_success_at IS NULL OR a.last_success_at < c.written_at)
+FOR UPDATE OF c;
+
+-- Every account's run of transport failures with no success since (as
+-- TransportRun reads one): what operators see as unreachable.
+-- name: TransportRuns :many
+SELECT c.* FROM cooldowns c
+JOIN accounts a ON a.id = c.account_id
+WHERE c.reason = 'transport'
+  AND (a.last_success_at IS NULL OR a.last_success_at < c.written_at);
+
+-- A new base URL voids the verdict on the old one's reachability.
+-- name: ClearTransportCooldown :execrows
+DELETE FROM cooldowns WHERE account_id = @account_id AND reason = 'transport';

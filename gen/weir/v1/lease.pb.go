@@ -897,8 +897,14 @@ type NoAccount struct {
 	// applies to the next request on every worker, without waiting for the
 	// workers' settings poll.
 	QuotaResponseMode QuotaResponseMode `protobuf:"varint,6,opt,name=quota_response_mode,json=quotaResponseMode,proto3,enum=weir.v1.QuotaResponseMode" json:"quota_response_mode,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Set when every account that could serve the request without an
+	// operator is cooling because its upstream could not be reached (or was
+	// tried by this request and is not cooling: the worker judges those by
+	// its own attempts), none behind an open breaker: the run of the one
+	// that failed last. The worker then holds for unreachable_hold only.
+	Unreachable   *Unreachable `protobuf:"bytes,7,opt,name=unreachable,proto3" json:"unreachable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NoAccount) Reset() {
@@ -971,6 +977,13 @@ func (x *NoAccount) GetQuotaResponseMode() QuotaResponseMode {
 		return x.QuotaResponseMode
 	}
 	return QuotaResponseMode_QUOTA_RESPONSE_MODE_UNSPECIFIED
+}
+
+func (x *NoAccount) GetUnreachable() *Unreachable {
+	if x != nil {
+		return x.Unreachable
+	}
+	return nil
 }
 
 // QuotaBlock describes a pool out of quota for one request.
@@ -1296,9 +1309,12 @@ type Outcome struct {
 	// for a report a worker redelivers after the control plane was
 	// unreachable. The control plane dates the attempt's evidence back by
 	// it (a 60 s retry-after seen 50 s ago cools the account for 10 s).
-	Delay         *durationpb.Duration `protobuf:"bytes,15,opt,name=delay,proto3" json:"delay,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Delay *durationpb.Duration `protobuf:"bytes,15,opt,name=delay,proto3" json:"delay,omitempty"`
+	// For transport errors (and streams cut after output): the cause, from
+	// the fixed set.
+	TransportCause TransportCause `protobuf:"varint,16,opt,name=transport_cause,json=transportCause,proto3,enum=weir.v1.TransportCause" json:"transport_cause,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Outcome) Reset() {
@@ -1434,6 +1450,13 @@ func (x *Outcome) GetDelay() *durationpb.Duration {
 		return x.Delay
 	}
 	return nil
+}
+
+func (x *Outcome) GetTransportCause() TransportCause {
+	if x != nil {
+		return x.TransportCause
+	}
+	return TransportCause_TRANSPORT_CAUSE_UNSPECIFIED
 }
 
 type WorkerSettingsRequest struct {
@@ -2112,8 +2135,10 @@ type AttemptRecord struct {
 	Rung string `protobuf:"bytes,9,opt,name=rung,proto3" json:"rung,omitempty"`
 	// The attempt's lease was a spill to a metered account.
 	SpilledToMetered bool `protobuf:"varint,10,opt,name=spilled_to_metered,json=spilledToMetered,proto3" json:"spilled_to_metered,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// For a transport error: its cause.
+	TransportCause TransportCause `protobuf:"varint,11,opt,name=transport_cause,json=transportCause,proto3,enum=weir.v1.TransportCause" json:"transport_cause,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AttemptRecord) Reset() {
@@ -2214,6 +2239,13 @@ func (x *AttemptRecord) GetSpilledToMetered() bool {
 		return x.SpilledToMetered
 	}
 	return false
+}
+
+func (x *AttemptRecord) GetTransportCause() TransportCause {
+	if x != nil {
+		return x.TransportCause
+	}
+	return TransportCause_TRANSPORT_CAUSE_UNSPECIFIED
 }
 
 type ReportRouteRequest struct {
@@ -2440,7 +2472,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\vreuse_until\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"reuseUntil\x12\x14\n" +
 	"\x05probe\x18\r \x01(\bR\x05probe\x12,\n" +
-	"\x12spilled_to_metered\x18\x0e \x01(\bR\x10spilledToMetered\"\xae\x02\n" +
+	"\x12spilled_to_metered\x18\x0e \x01(\bR\x10spilledToMetered\"\xe6\x02\n" +
 	"\tNoAccount\x120\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x18.weir.v1.NoAccountReasonR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x125\n" +
@@ -2448,7 +2480,8 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\tpermanent\x18\x04 \x01(\bR\tpermanent\x124\n" +
 	"\vquota_block\x18\x05 \x01(\v2\x13.weir.v1.QuotaBlockR\n" +
 	"quotaBlock\x12J\n" +
-	"\x13quota_response_mode\x18\x06 \x01(\x0e2\x1a.weir.v1.QuotaResponseModeR\x11quotaResponseMode\"\xc5\x02\n" +
+	"\x13quota_response_mode\x18\x06 \x01(\x0e2\x1a.weir.v1.QuotaResponseModeR\x11quotaResponseMode\x126\n" +
+	"\vunreachable\x18\a \x01(\v2\x14.weir.v1.UnreachableR\vunreachable\"\xc5\x02\n" +
 	"\n" +
 	"QuotaBlock\x127\n" +
 	"\tresets_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\bresetsAt\x12%\n" +
@@ -2468,7 +2501,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x12RenewBatchResponse\x12*\n" +
 	"\x11renewed_lease_ids\x18\x01 \x03(\tR\x0frenewedLeaseIds\x129\n" +
 	"\n" +
-	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xca\x05\n" +
+	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x8c\x06\n" +
 	"\aOutcome\x12+\n" +
 	"\x05class\x18\x01 \x01(\x0e2\x15.weir.v1.OutcomeClassR\x05class\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\x05R\x06status\x12\x1d\n" +
@@ -2486,7 +2519,8 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\fprior_bursts\x18\f \x01(\x05R\vpriorBursts\x12,\n" +
 	"\x05quota\x18\r \x01(\v2\x16.weir.v1.QuotaEvidenceR\x05quota\x12#\n" +
 	"\rerror_message\x18\x0e \x01(\tR\ferrorMessage\x12/\n" +
-	"\x05delay\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\x05delay\x1a:\n" +
+	"\x05delay\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12@\n" +
+	"\x0ftransport_cause\x18\x10 \x01(\x0e2\x17.weir.v1.TransportCauseR\x0etransportCause\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x17\n" +
@@ -2543,7 +2577,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"hold_count\x18\x10 \x01(\x05R\tholdCount\x12:\n" +
 	"\rfailure_stage\x18\x11 \x01(\x0e2\x15.weir.v1.FailureStageR\ffailureStage\x12?\n" +
 	"\x0fattempt_records\x18\x12 \x03(\v2\x16.weir.v1.AttemptRecordR\x0eattemptRecords\x12,\n" +
-	"\x12spilled_to_metered\x18\x13 \x01(\bR\x10spilledToMetered\"\x80\x03\n" +
+	"\x12spilled_to_metered\x18\x13 \x01(\bR\x10spilledToMetered\"\xc2\x03\n" +
 	"\rAttemptRecord\x12)\n" +
 	"\x02at\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x02at\x12\x1d\n" +
 	"\n" +
@@ -2558,7 +2592,8 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"holdReason\x12\x12\n" +
 	"\x04rung\x18\t \x01(\tR\x04rung\x12,\n" +
 	"\x12spilled_to_metered\x18\n" +
-	" \x01(\bR\x10spilledToMetered\"?\n" +
+	" \x01(\bR\x10spilledToMetered\x12@\n" +
+	"\x0ftransport_cause\x18\v \x01(\x0e2\x17.weir.v1.TransportCauseR\x0etransportCause\"?\n" +
 	"\x12ReportRouteRequest\x12)\n" +
 	"\x05event\x18\x01 \x01(\v2\x13.weir.v1.RouteEventR\x05event\"\x15\n" +
 	"\x13ReportRouteResponse\"B\n" +
@@ -2650,12 +2685,14 @@ var file_weir_v1_lease_proto_goTypes = []any{
 	(Provider)(0),                    // 38: weir.v1.Provider
 	(AuthKind)(0),                    // 39: weir.v1.AuthKind
 	(*timestamppb.Timestamp)(nil),    // 40: google.protobuf.Timestamp
-	(QuotaKind)(0),                   // 41: weir.v1.QuotaKind
-	(OutcomeClass)(0),                // 42: weir.v1.OutcomeClass
-	(*QuotaEvidence)(nil),            // 43: weir.v1.QuotaEvidence
-	(*Settings)(nil),                 // 44: weir.v1.Settings
-	(*Decision)(nil),                 // 45: weir.v1.Decision
-	(Action)(0),                      // 46: weir.v1.Action
+	(*Unreachable)(nil),              // 41: weir.v1.Unreachable
+	(QuotaKind)(0),                   // 42: weir.v1.QuotaKind
+	(OutcomeClass)(0),                // 43: weir.v1.OutcomeClass
+	(*QuotaEvidence)(nil),            // 44: weir.v1.QuotaEvidence
+	(TransportCause)(0),              // 45: weir.v1.TransportCause
+	(*Settings)(nil),                 // 46: weir.v1.Settings
+	(*Decision)(nil),                 // 47: weir.v1.Decision
+	(Action)(0),                      // 48: weir.v1.Action
 }
 var file_weir_v1_lease_proto_depIdxs = []int32{
 	35, // 0: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
@@ -2674,64 +2711,67 @@ var file_weir_v1_lease_proto_depIdxs = []int32{
 	40, // 13: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
 	13, // 14: weir.v1.NoAccount.quota_block:type_name -> weir.v1.QuotaBlock
 	36, // 15: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	40, // 16: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
-	38, // 17: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
-	41, // 18: weir.v1.QuotaBlock.kind:type_name -> weir.v1.QuotaKind
-	40, // 19: weir.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
-	40, // 20: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
-	42, // 21: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
-	34, // 22: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
-	37, // 23: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
-	37, // 24: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
-	43, // 25: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
-	37, // 26: weir.v1.Outcome.delay:type_name -> google.protobuf.Duration
-	44, // 27: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
-	18, // 28: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
-	45, // 29: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
-	24, // 30: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
-	18, // 31: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
-	40, // 32: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
-	37, // 33: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
-	37, // 34: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
-	40, // 35: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
-	37, // 36: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
-	1,  // 37: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
-	29, // 38: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
-	37, // 39: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
-	42, // 40: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
-	46, // 41: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
-	37, // 42: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
-	28, // 43: weir.v1.ReportRouteRequest.event:type_name -> weir.v1.RouteEvent
-	28, // 44: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
-	4,  // 45: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
-	6,  // 46: weir.v1.LeaseService.TakeRequestToken:input_type -> weir.v1.TakeRequestTokenRequest
-	9,  // 47: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
-	19, // 48: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
-	14, // 49: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
-	16, // 50: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
-	21, // 51: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
-	23, // 52: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
-	26, // 53: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
-	30, // 54: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
-	32, // 55: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
-	2,  // 56: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
-	5,  // 57: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
-	7,  // 58: weir.v1.LeaseService.TakeRequestToken:output_type -> weir.v1.TakeRequestTokenResponse
-	10, // 59: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
-	20, // 60: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
-	15, // 61: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
-	17, // 62: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
-	22, // 63: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
-	25, // 64: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
-	27, // 65: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
-	31, // 66: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
-	33, // 67: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
-	3,  // 68: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
-	57, // [57:69] is the sub-list for method output_type
-	45, // [45:57] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	41, // 16: weir.v1.NoAccount.unreachable:type_name -> weir.v1.Unreachable
+	40, // 17: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
+	38, // 18: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
+	42, // 19: weir.v1.QuotaBlock.kind:type_name -> weir.v1.QuotaKind
+	40, // 20: weir.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
+	40, // 21: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
+	43, // 22: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
+	34, // 23: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
+	37, // 24: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
+	37, // 25: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
+	44, // 26: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
+	37, // 27: weir.v1.Outcome.delay:type_name -> google.protobuf.Duration
+	45, // 28: weir.v1.Outcome.transport_cause:type_name -> weir.v1.TransportCause
+	46, // 29: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
+	18, // 30: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
+	47, // 31: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
+	24, // 32: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
+	18, // 33: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
+	40, // 34: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
+	37, // 35: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
+	37, // 36: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
+	40, // 37: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
+	37, // 38: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
+	1,  // 39: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
+	29, // 40: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
+	37, // 41: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
+	43, // 42: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
+	48, // 43: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
+	37, // 44: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
+	45, // 45: weir.v1.AttemptRecord.transport_cause:type_name -> weir.v1.TransportCause
+	28, // 46: weir.v1.ReportRouteRequest.event:type_name -> weir.v1.RouteEvent
+	28, // 47: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
+	4,  // 48: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
+	6,  // 49: weir.v1.LeaseService.TakeRequestToken:input_type -> weir.v1.TakeRequestTokenRequest
+	9,  // 50: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
+	19, // 51: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
+	14, // 52: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
+	16, // 53: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
+	21, // 54: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
+	23, // 55: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
+	26, // 56: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
+	30, // 57: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
+	32, // 58: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
+	2,  // 59: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
+	5,  // 60: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
+	7,  // 61: weir.v1.LeaseService.TakeRequestToken:output_type -> weir.v1.TakeRequestTokenResponse
+	10, // 62: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
+	20, // 63: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
+	15, // 64: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
+	17, // 65: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
+	22, // 66: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
+	25, // 67: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
+	27, // 68: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
+	31, // 69: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
+	33, // 70: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
+	3,  // 71: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
+	60, // [60:72] is the sub-list for method output_type
+	48, // [48:60] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_lease_proto_init() }

@@ -511,6 +511,78 @@ func (CooldownReason) EnumDescriptor() ([]byte, []int) {
 	return file_weir_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
+// TransportCause is why an attempt got no usable answer from the upstream
+// (OUTCOME_CLASS_TRANSPORT_ERROR, or a stream cut after output): a small
+// fixed set, next to Outcome.transport_error's free text.
+type TransportCause int32
+
+const (
+	TransportCause_TRANSPORT_CAUSE_UNSPECIFIED TransportCause = 0
+	// The upstream's host name does not resolve (no such host), or the
+	// lookup failed.
+	TransportCause_TRANSPORT_CAUSE_DNS TransportCause = 1
+	// Nothing listens at the upstream's address (connection refused).
+	TransportCause_TRANSPORT_CAUSE_REFUSED TransportCause = 2
+	// The TLS handshake failed or the upstream's certificate is not trusted.
+	TransportCause_TRANSPORT_CAUSE_TLS TransportCause = 3
+	// Connecting, the response headers or the next bytes took too long.
+	TransportCause_TRANSPORT_CAUSE_TIMEOUT TransportCause = 4
+	// The connection was reset or closed before the answer was whole.
+	TransportCause_TRANSPORT_CAUSE_RESET TransportCause = 5
+	// Anything else: an answer that is broken (not JSON, a malformed event,
+	// over its cap), a base URL no request can be built on.
+	TransportCause_TRANSPORT_CAUSE_OTHER TransportCause = 6
+)
+
+// Enum value maps for TransportCause.
+var (
+	TransportCause_name = map[int32]string{
+		0: "TRANSPORT_CAUSE_UNSPECIFIED",
+		1: "TRANSPORT_CAUSE_DNS",
+		2: "TRANSPORT_CAUSE_REFUSED",
+		3: "TRANSPORT_CAUSE_TLS",
+		4: "TRANSPORT_CAUSE_TIMEOUT",
+		5: "TRANSPORT_CAUSE_RESET",
+		6: "TRANSPORT_CAUSE_OTHER",
+	}
+	TransportCause_value = map[string]int32{
+		"TRANSPORT_CAUSE_UNSPECIFIED": 0,
+		"TRANSPORT_CAUSE_DNS":         1,
+		"TRANSPORT_CAUSE_REFUSED":     2,
+		"TRANSPORT_CAUSE_TLS":         3,
+		"TRANSPORT_CAUSE_TIMEOUT":     4,
+		"TRANSPORT_CAUSE_RESET":       5,
+		"TRANSPORT_CAUSE_OTHER":       6,
+	}
+)
+
+func (x TransportCause) Enum() *TransportCause {
+	p := new(TransportCause)
+	*p = x
+	return p
+}
+
+func (x TransportCause) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TransportCause) Descriptor() protoreflect.EnumDescriptor {
+	return file_weir_v1_types_proto_enumTypes[8].Descriptor()
+}
+
+func (TransportCause) Type() protoreflect.EnumType {
+	return &file_weir_v1_types_proto_enumTypes[8]
+}
+
+func (x TransportCause) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TransportCause.Descriptor instead.
+func (TransportCause) EnumDescriptor() ([]byte, []int) {
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{8}
+}
+
 // OutcomeClass is the data plane's classification of one upstream attempt.
 type OutcomeClass int32
 
@@ -581,11 +653,11 @@ func (x OutcomeClass) String() string {
 }
 
 func (OutcomeClass) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[8].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[9].Descriptor()
 }
 
 func (OutcomeClass) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[8]
+	return &file_weir_v1_types_proto_enumTypes[9]
 }
 
 func (x OutcomeClass) Number() protoreflect.EnumNumber {
@@ -594,7 +666,7 @@ func (x OutcomeClass) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OutcomeClass.Descriptor instead.
 func (OutcomeClass) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{8}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{9}
 }
 
 // Action is what the data plane does after an attempt.
@@ -637,11 +709,11 @@ func (x Action) String() string {
 }
 
 func (Action) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[9].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[10].Descriptor()
 }
 
 func (Action) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[9]
+	return &file_weir_v1_types_proto_enumTypes[10]
 }
 
 func (x Action) Number() protoreflect.EnumNumber {
@@ -650,7 +722,7 @@ func (x Action) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Action.Descriptor instead.
 func (Action) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{9}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{10}
 }
 
 // QuotaEvidence is what an upstream said about a spent quota.
@@ -735,6 +807,96 @@ func (x *QuotaEvidence) GetMessage() string {
 	return ""
 }
 
+// Unreachable is an account's run of transport failures with no success
+// between them, read from its transport cooldowns' evidence.
+type Unreachable struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The latest failure's cause, and its text ("no such host").
+	Cause TransportCause `protobuf:"varint,1,opt,name=cause,proto3,enum=weir.v1.TransportCause" json:"cause,omitempty"`
+	Error string         `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// The host of the account's base URL.
+	Host string `protobuf:"bytes,3,opt,name=host,proto3" json:"host,omitempty"`
+	// The first and the latest failure of the run.
+	Since  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
+	LastAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_at,json=lastAt,proto3" json:"last_at,omitempty"`
+	// How many attempts failed in the run.
+	Attempts      int32 `protobuf:"varint,6,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Unreachable) Reset() {
+	*x = Unreachable{}
+	mi := &file_weir_v1_types_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Unreachable) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Unreachable) ProtoMessage() {}
+
+func (x *Unreachable) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_types_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Unreachable.ProtoReflect.Descriptor instead.
+func (*Unreachable) Descriptor() ([]byte, []int) {
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Unreachable) GetCause() TransportCause {
+	if x != nil {
+		return x.Cause
+	}
+	return TransportCause_TRANSPORT_CAUSE_UNSPECIFIED
+}
+
+func (x *Unreachable) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Unreachable) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *Unreachable) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *Unreachable) GetLastAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastAt
+	}
+	return nil
+}
+
+func (x *Unreachable) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
 // Settings are the control plane's runtime settings; data planes pick them
 // up without restart.
 type Settings struct {
@@ -748,13 +910,16 @@ type Settings struct {
 	// How routing spends metered accounts where a subscription could serve
 	// (a key's own setting overrides it). Never UNSPECIFIED when read.
 	MeteredAccounts MeteredAccounts `protobuf:"varint,4,opt,name=metered_accounts,json=meteredAccounts,proto3,enum=weir.v1.MeteredAccounts" json:"metered_accounts,omitempty"`
+	// How long a request may wait while every account that could serve it
+	// is unreachable (NoAccount.unreachable); capped by capacity_hold.
+	UnreachableHold *durationpb.Duration `protobuf:"bytes,5,opt,name=unreachable_hold,json=unreachableHold,proto3" json:"unreachable_hold,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Settings) Reset() {
 	*x = Settings{}
-	mi := &file_weir_v1_types_proto_msgTypes[1]
+	mi := &file_weir_v1_types_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +931,7 @@ func (x *Settings) String() string {
 func (*Settings) ProtoMessage() {}
 
 func (x *Settings) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_types_proto_msgTypes[1]
+	mi := &file_weir_v1_types_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +944,7 @@ func (x *Settings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Settings.ProtoReflect.Descriptor instead.
 func (*Settings) Descriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{1}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Settings) GetCapacityHold() *durationpb.Duration {
@@ -810,6 +975,13 @@ func (x *Settings) GetMeteredAccounts() MeteredAccounts {
 	return MeteredAccounts_METERED_ACCOUNTS_UNSPECIFIED
 }
 
+func (x *Settings) GetUnreachableHold() *durationpb.Duration {
+	if x != nil {
+		return x.UnreachableHold
+	}
+	return nil
+}
+
 // Cooldown is a live exclusion of an account from routing.
 type Cooldown struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -829,7 +1001,7 @@ type Cooldown struct {
 
 func (x *Cooldown) Reset() {
 	*x = Cooldown{}
-	mi := &file_weir_v1_types_proto_msgTypes[2]
+	mi := &file_weir_v1_types_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -841,7 +1013,7 @@ func (x *Cooldown) String() string {
 func (*Cooldown) ProtoMessage() {}
 
 func (x *Cooldown) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_types_proto_msgTypes[2]
+	mi := &file_weir_v1_types_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -854,7 +1026,7 @@ func (x *Cooldown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cooldown.ProtoReflect.Descriptor instead.
 func (*Cooldown) Descriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{2}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Cooldown) GetReason() CooldownReason {
@@ -916,7 +1088,7 @@ type FamilyGate struct {
 
 func (x *FamilyGate) Reset() {
 	*x = FamilyGate{}
-	mi := &file_weir_v1_types_proto_msgTypes[3]
+	mi := &file_weir_v1_types_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1100,7 @@ func (x *FamilyGate) String() string {
 func (*FamilyGate) ProtoMessage() {}
 
 func (x *FamilyGate) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_types_proto_msgTypes[3]
+	mi := &file_weir_v1_types_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1113,7 @@ func (x *FamilyGate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FamilyGate.ProtoReflect.Descriptor instead.
 func (*FamilyGate) Descriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{3}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *FamilyGate) GetFamily() string {
@@ -989,7 +1161,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_weir_v1_types_proto_msgTypes[4]
+	mi := &file_weir_v1_types_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1173,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_types_proto_msgTypes[4]
+	mi := &file_weir_v1_types_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1186,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{4}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Decision) GetAction() Action {
@@ -1056,12 +1228,20 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\vreset_after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"resetAfter\x12%\n" +
 	"\x0ewindow_minutes\x18\x04 \x01(\x05R\rwindowMinutes\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage\"\xa1\x02\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"\xe9\x01\n" +
+	"\vUnreachable\x12-\n" +
+	"\x05cause\x18\x01 \x01(\x0e2\x17.weir.v1.TransportCauseR\x05cause\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x12\n" +
+	"\x04host\x18\x03 \x01(\tR\x04host\x120\n" +
+	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x123\n" +
+	"\alast_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x06lastAt\x12\x1a\n" +
+	"\battempts\x18\x06 \x01(\x05R\battempts\"\xe7\x02\n" +
 	"\bSettings\x12>\n" +
 	"\rcapacity_hold\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\fcapacityHold\x12D\n" +
 	"\x10request_deadline\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0frequestDeadline\x12J\n" +
 	"\x13quota_response_mode\x18\x03 \x01(\x0e2\x1a.weir.v1.QuotaResponseModeR\x11quotaResponseMode\x12C\n" +
-	"\x10metered_accounts\x18\x04 \x01(\x0e2\x18.weir.v1.MeteredAccountsR\x0fmeteredAccounts\"\x90\x02\n" +
+	"\x10metered_accounts\x18\x04 \x01(\x0e2\x18.weir.v1.MeteredAccountsR\x0fmeteredAccounts\x12D\n" +
+	"\x10unreachable_hold\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x0funreachableHold\"\x90\x02\n" +
 	"\bCooldown\x12/\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x17.weir.v1.CooldownReasonR\x06reason\x120\n" +
 	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x129\n" +
@@ -1127,7 +1307,15 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\"COOLDOWN_REASON_INVALID_CREDENTIAL\x10\x03\x12\x1e\n" +
 	"\x1aCOOLDOWN_REASON_OVERLOADED\x10\x04\x12#\n" +
 	"\x1fCOOLDOWN_REASON_QUOTA_EXHAUSTED\x10\x05\x12\"\n" +
-	"\x1eCOOLDOWN_REASON_OUT_OF_CREDITS\x10\x06*\xed\x02\n" +
+	"\x1eCOOLDOWN_REASON_OUT_OF_CREDITS\x10\x06*\xd3\x01\n" +
+	"\x0eTransportCause\x12\x1f\n" +
+	"\x1bTRANSPORT_CAUSE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13TRANSPORT_CAUSE_DNS\x10\x01\x12\x1b\n" +
+	"\x17TRANSPORT_CAUSE_REFUSED\x10\x02\x12\x17\n" +
+	"\x13TRANSPORT_CAUSE_TLS\x10\x03\x12\x1b\n" +
+	"\x17TRANSPORT_CAUSE_TIMEOUT\x10\x04\x12\x19\n" +
+	"\x15TRANSPORT_CAUSE_RESET\x10\x05\x12\x19\n" +
+	"\x15TRANSPORT_CAUSE_OTHER\x10\x06*\xed\x02\n" +
 	"\fOutcomeClass\x12\x1d\n" +
 	"\x19OUTCOME_CLASS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15OUTCOME_CLASS_SUCCESS\x10\x01\x12\x1e\n" +
@@ -1161,8 +1349,8 @@ func file_weir_v1_types_proto_rawDescGZIP() []byte {
 	return file_weir_v1_types_proto_rawDescData
 }
 
-var file_weir_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_weir_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_weir_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
+var file_weir_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_weir_v1_types_proto_goTypes = []any{
 	(Provider)(0),                 // 0: weir.v1.Provider
 	(Surface)(0),                  // 1: weir.v1.Surface
@@ -1172,38 +1360,44 @@ var file_weir_v1_types_proto_goTypes = []any{
 	(AuthKind)(0),                 // 5: weir.v1.AuthKind
 	(AccountState)(0),             // 6: weir.v1.AccountState
 	(CooldownReason)(0),           // 7: weir.v1.CooldownReason
-	(OutcomeClass)(0),             // 8: weir.v1.OutcomeClass
-	(Action)(0),                   // 9: weir.v1.Action
-	(*QuotaEvidence)(nil),         // 10: weir.v1.QuotaEvidence
-	(*Settings)(nil),              // 11: weir.v1.Settings
-	(*Cooldown)(nil),              // 12: weir.v1.Cooldown
-	(*FamilyGate)(nil),            // 13: weir.v1.FamilyGate
-	(*Decision)(nil),              // 14: weir.v1.Decision
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 16: google.protobuf.Duration
+	(TransportCause)(0),           // 8: weir.v1.TransportCause
+	(OutcomeClass)(0),             // 9: weir.v1.OutcomeClass
+	(Action)(0),                   // 10: weir.v1.Action
+	(*QuotaEvidence)(nil),         // 11: weir.v1.QuotaEvidence
+	(*Unreachable)(nil),           // 12: weir.v1.Unreachable
+	(*Settings)(nil),              // 13: weir.v1.Settings
+	(*Cooldown)(nil),              // 14: weir.v1.Cooldown
+	(*FamilyGate)(nil),            // 15: weir.v1.FamilyGate
+	(*Decision)(nil),              // 16: weir.v1.Decision
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
 }
 var file_weir_v1_types_proto_depIdxs = []int32{
 	4,  // 0: weir.v1.QuotaEvidence.kind:type_name -> weir.v1.QuotaKind
-	15, // 1: weir.v1.QuotaEvidence.resets_at:type_name -> google.protobuf.Timestamp
-	16, // 2: weir.v1.QuotaEvidence.reset_after:type_name -> google.protobuf.Duration
-	16, // 3: weir.v1.Settings.capacity_hold:type_name -> google.protobuf.Duration
-	16, // 4: weir.v1.Settings.request_deadline:type_name -> google.protobuf.Duration
-	2,  // 5: weir.v1.Settings.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	3,  // 6: weir.v1.Settings.metered_accounts:type_name -> weir.v1.MeteredAccounts
-	7,  // 7: weir.v1.Cooldown.reason:type_name -> weir.v1.CooldownReason
-	15, // 8: weir.v1.Cooldown.until:type_name -> google.protobuf.Timestamp
-	15, // 9: weir.v1.Cooldown.written_at:type_name -> google.protobuf.Timestamp
-	10, // 10: weir.v1.Cooldown.quota:type_name -> weir.v1.QuotaEvidence
-	15, // 11: weir.v1.FamilyGate.until:type_name -> google.protobuf.Timestamp
-	15, // 12: weir.v1.FamilyGate.written_at:type_name -> google.protobuf.Timestamp
-	9,  // 13: weir.v1.Decision.action:type_name -> weir.v1.Action
-	12, // 14: weir.v1.Decision.cooldown:type_name -> weir.v1.Cooldown
-	16, // 15: weir.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	17, // 1: weir.v1.QuotaEvidence.resets_at:type_name -> google.protobuf.Timestamp
+	18, // 2: weir.v1.QuotaEvidence.reset_after:type_name -> google.protobuf.Duration
+	8,  // 3: weir.v1.Unreachable.cause:type_name -> weir.v1.TransportCause
+	17, // 4: weir.v1.Unreachable.since:type_name -> google.protobuf.Timestamp
+	17, // 5: weir.v1.Unreachable.last_at:type_name -> google.protobuf.Timestamp
+	18, // 6: weir.v1.Settings.capacity_hold:type_name -> google.protobuf.Duration
+	18, // 7: weir.v1.Settings.request_deadline:type_name -> google.protobuf.Duration
+	2,  // 8: weir.v1.Settings.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	3,  // 9: weir.v1.Settings.metered_accounts:type_name -> weir.v1.MeteredAccounts
+	18, // 10: weir.v1.Settings.unreachable_hold:type_name -> google.protobuf.Duration
+	7,  // 11: weir.v1.Cooldown.reason:type_name -> weir.v1.CooldownReason
+	17, // 12: weir.v1.Cooldown.until:type_name -> google.protobuf.Timestamp
+	17, // 13: weir.v1.Cooldown.written_at:type_name -> google.protobuf.Timestamp
+	11, // 14: weir.v1.Cooldown.quota:type_name -> weir.v1.QuotaEvidence
+	17, // 15: weir.v1.FamilyGate.until:type_name -> google.protobuf.Timestamp
+	17, // 16: weir.v1.FamilyGate.written_at:type_name -> google.protobuf.Timestamp
+	10, // 17: weir.v1.Decision.action:type_name -> weir.v1.Action
+	14, // 18: weir.v1.Decision.cooldown:type_name -> weir.v1.Cooldown
+	18, // 19: weir.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_types_proto_init() }
@@ -1216,8 +1410,8 @@ func file_weir_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_types_proto_rawDesc), len(file_weir_v1_types_proto_rawDesc)),
-			NumEnums:      10,
-			NumMessages:   5,
+			NumEnums:      11,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
