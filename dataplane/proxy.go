@@ -348,7 +348,7 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 			At: durationpb.New(at), AccountId: lease.AccountId, Class: o.Class, Status: o.Status,
 			ErrorType: o.ErrorType, Action: d.GetAction(), Duration: o.Duration, Rung: d.GetRung(),
 			SpilledToMetered: lease.SpilledToMetered,
-			TransportCause: o.TransportCause,
+			TransportCause:   o.TransportCause,
 		})
 		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED {
 			rt.overloads = increment(rt.overloads, lease.AccountId)
