@@ -71,10 +71,9 @@ type ScenarioRun struct {
 	Turns    []TurnResult
 	// Upstream is what the simulator saw: attempts, and those it failed.
 	Upstream, Failed int
-	// CapacityBack is when the storm ended (zero for the other scenarios);
-	// AfterCapacity is, for each turn that was waiting then, how long after
-	// it the turn was served.
-	CapacityBack  time.Time
+	// AfterCapacity is, for each turn that was waiting when the storm
+	// ended (none for the other scenarios), how long after it the turn was
+	// served.
 	AfterCapacity []time.Duration
 }
 
@@ -194,7 +193,6 @@ func (h *holds) storm(ctx context.Context) (ScenarioRun, error) {
 	}
 	r.Upstream += up
 	r.Failed += failed
-	r.CapacityBack = back
 	for _, t := range r.Turns {
 		if t.Start.Before(back) {
 			r.AfterCapacity = append(r.AfterCapacity, t.Start.Add(t.Took).Sub(back))
