@@ -129,9 +129,9 @@ func TestConcurrencyCapAcrossReplicas(t *testing.T) {
 	r.mustNoAccount(&weirv1.AcquireRequest{KeyHash: keyHash}, weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY)
 
 	// Leases that expired stop counting at once, with no reaper running.
-	e.clock.Advance(e.cfg.LeaseTTL - time.Second)
+	e.advanceAlive(e.cfg.LeaseTTL - time.Second)
 	r.mustNoAccount(&weirv1.AcquireRequest{KeyHash: keyHash}, weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY)
-	e.clock.Advance(time.Second) // now == expires_at: expired
+	e.advanceAlive(time.Second) // now == expires_at: expired
 	for range 3 {
 		r.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash})
 	}
@@ -198,7 +198,7 @@ func TestRenew(t *testing.T) {
 	e.createAccount(acct{maxConc: 1})
 	l := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash})
 
-	now := e.clock.Advance(20 * time.Second)
+	now := e.advanceAlive(20 * time.Second)
 	resp, err := e.dp.leases.Renew(t.Context(), connect.NewRequest(&weirv1.RenewRequest{LeaseId: l.Id}))
 	if err != nil {
 		t.Fatal(err)
@@ -207,11 +207,11 @@ func TestRenew(t *testing.T) {
 		t.Errorf("renewed to %v, want %v", resp.Msg.ExpiresAt.AsTime(), want)
 	}
 	// Past the original expiry the renewed lease still holds the slot.
-	e.clock.Advance(20 * time.Second)
+	e.advanceAlive(20 * time.Second)
 	e.mustNoAccount(&weirv1.AcquireRequest{KeyHash: keyHash}, weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY)
 
 	// Once expired it cannot be renewed back to life.
-	e.clock.Advance(11 * time.Second)
+	e.advanceAlive(11 * time.Second)
 	_, err = e.dp.leases.Renew(t.Context(), connect.NewRequest(&weirv1.RenewRequest{LeaseId: l.Id}))
 	wantCode(t, err, connect.CodeNotFound)
 	l2 := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash})

@@ -361,6 +361,22 @@ func (e *env) cooldownRow(id string) *db.Cooldown {
 }
 
 // count runs a SELECT count(*) and returns the count.
+// advanceAlive moves the clock by d the way time passes while the control
+// plane is up: its heartbeat touches the lease clock every second
+// (leaseclock.go), so no stretch of d reads as an outage.
+func (e *env) advanceAlive(d time.Duration) time.Time {
+	e.t.Helper()
+	for d > 0 {
+		step := min(d, time.Second)
+		e.clock.Advance(step)
+		d -= step
+		if err := e.srv.tickLeaseClock(e.t.Context()); err != nil {
+			e.t.Fatalf("lease clock: %v", err)
+		}
+	}
+	return e.clock.Now()
+}
+
 func (e *env) count(sql string, args ...any) int {
 	e.t.Helper()
 	var n int

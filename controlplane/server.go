@@ -41,6 +41,8 @@ type Server struct {
 	watch *poolWatch
 	// creds checks the stored credentials with this replica's keys.
 	creds credentialWatch
+	// clock moves the lease clock (leaseclock.go).
+	clock leaseClock
 	// jitter spreads usage reads, uniform in [-1, 1).
 	jitter func() float64
 }
@@ -75,6 +77,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 			Logger:     cfg.Logger,
 			Now:        cfg.Now,
 			LeaseGrace: 10 * time.Minute,
+			LeaseTTL:   cfg.LeaseTTL,
 			SessionTTL: cfg.SessionTTL,
 			Usage:      s,
 			Tokens:     s,
@@ -117,6 +120,7 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 	}
 	s.startCredentialWatch(ctx)
+	s.startLeaseClock(ctx)
 	return nil
 }
 
@@ -124,6 +128,7 @@ func (s *Server) Start(ctx context.Context) error {
 // WatchPool stream, and River, letting running jobs finish until ctx ends.
 func (s *Server) Stop(ctx context.Context) error {
 	s.stopCredentialWatch()
+	s.stopLeaseClock()
 	s.watch.stop()
 	if s.river == nil {
 		return nil

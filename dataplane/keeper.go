@@ -16,33 +16,55 @@ import (
 // period (a third of the shortest lease TTL held): a worker with thousands
 // of long streams open costs the control plane one call, not thousands,
 // and each stream costs no goroutine of its own.
+//
+// A renewal that does not get through is tried again every
+// renewRetryEvery, so that leases are renewed within about that of the
+// control plane's return (after an outage of every control plane or of
+// Postgres the control plane keeps their places for a TTL: see
+// controlplane/leaseclock.go). A lease the control plane refuses to renew
+// has lost its place: it lapsed while this worker alone was cut off, and
+// its account's places were granted again meanwhile. The keeper stops
+// renewing it and calls its lost func, which ends the request's upstream
+// attempt: the account must not serve more than its cap.
 type keeper struct {
 	client weirv1connect.LeaseServiceClient
 	log    *slog.Logger
 
 	mu     sync.Mutex
-	leases map[string]time.Duration // lease id → its TTL
-	wake   chan struct{}            // a shorter TTL arrived: re-plan the wait
+	leases map[string]keptLease
+	wake   chan struct{} // a shorter TTL arrived: re-plan the wait
 	stop   context.CancelFunc
 	done   chan struct{}
 }
 
+// keptLease is one lease the keeper renews.
+type keptLease struct {
+	ttl  time.Duration
+	lost func()
+}
+
+// renewRetryEvery is how soon a renewal that did not get through is tried
+// again.
+const renewRetryEvery = time.Second
+
 func newKeeper(client weirv1connect.LeaseServiceClient, log *slog.Logger) *keeper {
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &keeper{client: client, log: log, leases: map[string]time.Duration{},
+	k := &keeper{client: client, log: log, leases: map[string]keptLease{},
 		wake: make(chan struct{}, 1), stop: cancel, done: make(chan struct{})}
 	go k.run(ctx)
 	return k
 }
 
-// hold keeps lease renewed until the returned func is called.
-func (k *keeper) hold(lease *weirv1.Lease) (release func()) {
+// hold keeps lease renewed until the returned func is called. lost is
+// called (once, from the keeper's goroutine) if the control plane refuses
+// to renew it.
+func (k *keeper) hold(lease *weirv1.Lease, lost func()) (release func()) {
 	ttl := lease.GetTtl().AsDuration()
 	if ttl <= 0 {
 		return func() {}
 	}
 	k.mu.Lock()
-	k.leases[lease.Id] = ttl
+	k.leases[lease.Id] = keptLease{ttl: ttl, lost: lost}
 	k.mu.Unlock()
 	select {
 	case k.wake <- struct{}{}:
@@ -60,8 +82,8 @@ func (k *keeper) period() time.Duration {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	p := 10 * time.Second
-	for _, ttl := range k.leases {
-		p = min(p, ttl/3)
+	for _, l := range k.leases {
+		p = min(p, l.ttl/3)
 	}
 	return p
 }
@@ -69,9 +91,13 @@ func (k *keeper) period() time.Duration {
 func (k *keeper) run(ctx context.Context) {
 	defer close(k.done)
 	last := time.Now()
+	failed := false
 	for {
-		wait := time.Until(last.Add(k.period()))
-		t := time.NewTimer(max(wait, 0))
+		every := k.period()
+		if failed {
+			every = min(every, renewRetryEvery)
+		}
+		t := time.NewTimer(max(time.Until(last.Add(every)), 0))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -82,26 +108,63 @@ func (k *keeper) run(ctx context.Context) {
 		case <-t.C:
 		}
 		last = time.Now()
-		k.renew(ctx)
+		failed = !k.renew(ctx)
 	}
 }
 
-func (k *keeper) renew(ctx context.Context) {
+// renew renews every lease held and reports whether every call got an
+// answer.
+func (k *keeper) renew(ctx context.Context) bool {
 	k.mu.Lock()
 	ids := make([]string, 0, len(k.leases))
 	for id := range k.leases {
 		ids = append(ids, id)
 	}
 	k.mu.Unlock()
+	ok := true
 	for len(ids) > 0 {
 		n := min(len(ids), maxRenewCall)
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := k.client.RenewBatch(rctx, connect.NewRequest(&weirv1.RenewBatchRequest{LeaseIds: ids[:n]}))
+		resp, err := k.client.RenewBatch(rctx, connect.NewRequest(&weirv1.RenewBatchRequest{LeaseIds: ids[:n]}))
 		cancel()
-		if err != nil && ctx.Err() == nil {
+		switch {
+		case err != nil && ctx.Err() == nil:
+			ok = false
 			k.log.Warn("renew leases failed", "leases", n, "err", err)
+		case err == nil:
+			k.refused(ids[:n], resp.Msg.RenewedLeaseIds)
 		}
 		ids = ids[n:]
+	}
+	return ok
+}
+
+// refused ends the leases among sent that the control plane did not
+// renew and that are still held.
+func (k *keeper) refused(sent, renewed []string) {
+	if len(renewed) == len(sent) {
+		return
+	}
+	got := make(map[string]bool, len(renewed))
+	for _, id := range renewed {
+		got[id] = true
+	}
+	var lost []func()
+	k.mu.Lock()
+	for _, id := range sent {
+		if l, held := k.leases[id]; held && !got[id] {
+			delete(k.leases, id)
+			if l.lost != nil {
+				lost = append(lost, l.lost)
+			}
+		}
+	}
+	k.mu.Unlock()
+	if len(lost) > 0 {
+		k.log.Warn("leases lost their place: their requests are ended", "leases", len(lost))
+	}
+	for _, f := range lost {
+		f()
 	}
 }
 

@@ -78,10 +78,18 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 	o := &weirv1.Outcome{PriorOverloads: priorOverloads}
 	defer func() { o.Duration = durationpb.New(s.cfg.Now().Sub(start)) }()
 	// The lease is renewed for as long as the attempt runs: a long wait for
-	// headers holds the account as surely as a long stream does.
-	defer s.keeper.hold(lease)()
+	// headers holds the account as surely as a long stream does. A lease
+	// that loses its place (keeper.go) ends the upstream request.
+	uctx, cut := context.WithCancelCause(ctx)
+	defer cut(nil)
+	defer s.keeper.hold(lease, func() { cut(errLeaseLost) })()
+	defer func() {
+		if context.Cause(uctx) == errLeaseLost && ctx.Err() == nil {
+			leaseLost(o)
+		}
+	}()
 
-	req, body, err := upstreamRequest(ctx, r, in.sf, in.body, lease)
+	req, body, err := upstreamRequest(uctx, r, in.sf, in.body, lease)
 	if err != nil {
 		o.Class, o.TransportCause = weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, weirv1.TransportCause_TRANSPORT_CAUSE_OTHER
 		o.TransportError = "build request: invalid base URL"
@@ -459,6 +467,20 @@ func timeoutText(err error) string {
 
 // setTransport records a transport failure on o, its text after where
 // (where it happened, "" for the request itself), and returns the text.
+// errLeaseLost ends an attempt whose lease the control plane refused to
+// renew.
+var errLeaseLost = errors.New("the lease lost its place: it lapsed while this worker could not renew it, and the account's places were granted again")
+
+// leaseLost marks an attempt ended by errLeaseLost: before output it fails
+// over like a gateway's failure (weir's own, the account is not at fault
+// and cools nothing); after, the stream was cut.
+func leaseLost(o *weirv1.Outcome) {
+	if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR {
+		o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_GATEWAY_ERROR
+	}
+	o.ErrorType, o.TransportCause, o.TransportError = "lease_lost", weirv1.TransportCause_TRANSPORT_CAUSE_UNSPECIFIED, errLeaseLost.Error()
+}
+
 func setTransport(o *weirv1.Outcome, class weirv1.OutcomeClass, where string, err error) string {
 	cause, text := transportFailure(err)
 	o.Class, o.TransportCause, o.TransportError = class, cause, where+text

@@ -44,11 +44,13 @@ func setupIntegrity(t *testing.T, creds CredentialChecker) *integrityFixture {
 	t.Helper()
 	pool := pgtest.NewPool(t)
 	f := &integrityFixture{pool: pool, q: db.New(pool), logs: &lockedBuffer{}, clock: now, counted: map[string]int{}}
+	aliveAt(t, pool, now)
 	f.checker = &IntegrityChecker{deps: Deps{
 		Queries:    f.q,
 		Logger:     slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), f.logs), nil)),
 		Now:        f.now,
 		LeaseGrace: 10 * time.Minute,
+		LeaseTTL:   30 * time.Second,
 		SessionTTL: time.Hour,
 		Creds:      creds,
 		Findings: func(kind, action string, n int) {

@@ -21,6 +21,9 @@ type Deps struct {
 	// LeaseGrace keeps expired lease rows this long so a late Release can
 	// still report its outcome. Expired leases never count toward caps.
 	LeaseGrace time.Duration
+	// LeaseTTL is how long a lease lives without renewal; the reaper
+	// moves the lease clock with it before it reaps.
+	LeaseTTL time.Duration
 	// SessionTTL is how long an idle session binding is kept.
 	SessionTTL time.Duration
 	// Usage reads the usage endpoints that are due; nil leaves usage

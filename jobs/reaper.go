@@ -32,6 +32,14 @@ type LeaseReaper struct {
 // a "worker_lost" route event.
 func (w *LeaseReaper) Work(ctx context.Context, _ *river.Job[LeaseReaperArgs]) error {
 	now := w.deps.Now()
+	// After an outage, leases still in use are renewed first (the lease
+	// clock, 0021_lease_clock.sql): none is reaped for the outage alone.
+	if ttl := w.deps.LeaseTTL; ttl > 0 {
+		if _, err := w.deps.Queries.TickLeaseClock(ctx, db.TickLeaseClockParams{Now: now,
+			GapSeconds: (ttl / 3).Seconds(), TtlSeconds: ttl.Seconds()}); err != nil {
+			return fmt.Errorf("reap leases: lease clock: %w", err)
+		}
+	}
 	leases, err := w.deps.Queries.DeleteLeasesExpiredBefore(ctx, db.DeleteLeasesExpiredBeforeParams{Before: now.Add(-w.deps.LeaseGrace), Now: now})
 	if err != nil {
 		return fmt.Errorf("reap leases: %w", err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -44,11 +45,13 @@ func setup(t *testing.T) *fixture {
 	}); err != nil {
 		t.Fatalf("create account: %v", err)
 	}
+	aliveAt(t, pool, now)
 	f.reaper = &LeaseReaper{deps: Deps{
 		Queries:    f.q,
 		Logger:     slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), f.logs), nil)),
 		Now:        func() time.Time { return now },
 		LeaseGrace: 10 * time.Minute,
+		LeaseTTL:   30 * time.Second,
 		SessionTTL: time.Hour,
 	}}
 	return f
@@ -256,5 +259,47 @@ func TestRegister(t *testing.T) {
 	opts := LeaseReaperArgs{}.InsertOpts()
 	if !opts.UniqueOpts.ByArgs || opts.UniqueOpts.ByPeriod != ReapInterval {
 		t.Errorf("insert opts %+v: the reaper must be unique per interval", opts.UniqueOpts)
+	}
+}
+
+// aliveAt sets the lease clock (0021_lease_clock.sql) as a control plane
+// touching it at t does: the history a test makes of claims in the past
+// happened while control planes were up.
+func aliveAt(t *testing.T, pool *pgxpool.Pool, at time.Time) {
+	t.Helper()
+	if _, err := pool.Exec(t.Context(), `UPDATE lease_clock SET alive_at = $1`, at); err != nil {
+		t.Fatalf("lease clock: %v", err)
+	}
+}
+
+// TestLeaseReaperAfterOutage: after an outage in which no control plane
+// reached Postgres, the reaper first moves the lease clock, which renews
+// the leases live when the outage began. A lease of a stream that ran
+// through a 15-minute outage is neither reaped nor lapsed; one that
+// lapsed before the outage is reaped as usual.
+func TestLeaseReaperAfterOutage(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	down := now.Add(-15 * time.Minute)
+	before := f.claim(t, down.Add(-time.Hour), 30*time.Second, "")
+	through := f.claim(t, down.Add(-10*time.Second), 30*time.Second, "")
+	aliveAt(t, f.pool, down) // the last touch before the outage
+	if err := f.reaper.Work(t.Context(), job()); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := f.pool.Query(t.Context(), `SELECT id FROM leases WHERE expires_at > $1`, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 1 || left[0] != through {
+		t.Errorf("live leases after the outage: %v, want only the one live when it began (%v)", left, through)
+	}
+	var n int
+	if err := f.pool.QueryRow(t.Context(), `SELECT count(*) FROM leases WHERE id = $1`, before).Scan(&n); err != nil || n != 0 {
+		t.Errorf("lease lapsed before the outage: %d rows (%v), want reaped", n, err)
 	}
 }

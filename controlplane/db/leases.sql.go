@@ -152,19 +152,20 @@ func (q *Queries) RenewLease(ctx context.Context, arg RenewLeaseParams) (time.Ti
 }
 
 const renewLeases = `-- name: RenewLeases :many
-UPDATE leases SET expires_at = $1
-WHERE id = ANY($2::uuid[]) AND expires_at > $3
-RETURNING id
+SELECT r::uuid AS id
+FROM weir_renew_leases($1::uuid[], $2::timestamptz, $3::timestamptz) AS r
 `
 
 type RenewLeasesParams struct {
-	ExpiresAt time.Time
 	Ids       []uuid.UUID
 	Now       time.Time
+	ExpiresAt time.Time
 }
 
+// Renews live leases, and lapsed ones while their account has room
+// (weir_renew_leases, 0021_lease_clock.sql). Returns the ids renewed.
 func (q *Queries) RenewLeases(ctx context.Context, arg RenewLeasesParams) ([]uuid.UUID, error) {
-	rows, err := q.db.Query(ctx, renewLeases, arg.ExpiresAt, arg.Ids, arg.Now)
+	rows, err := q.db.Query(ctx, renewLeases, arg.Ids, arg.Now, arg.ExpiresAt)
 	if err != nil {
 		return nil, err
 	}
@@ -286,4 +287,25 @@ func (q *Queries) SettleLeases(ctx context.Context, arg SettleLeasesParams) ([]S
 		return nil, err
 	}
 	return items, nil
+}
+
+const tickLeaseClock = `-- name: TickLeaseClock :one
+SELECT weir_lease_clock($1::timestamptz, make_interval(secs => $2::float8),
+    make_interval(secs => $3::float8))::bigint AS renewed
+`
+
+type TickLeaseClockParams struct {
+	Now        time.Time
+	GapSeconds float64
+	TtlSeconds float64
+}
+
+// Moves the lease clock (0021_lease_clock.sql): after a gap in which no
+// control plane reached Postgres, the leases live when it began are
+// renewed as of now. Returns how many that renewed.
+func (q *Queries) TickLeaseClock(ctx context.Context, arg TickLeaseClockParams) (int64, error) {
+	row := q.db.QueryRow(ctx, tickLeaseClock, arg.Now, arg.GapSeconds, arg.TtlSeconds)
+	var renewed int64
+	err := row.Scan(&renewed)
+	return renewed, err
 }

@@ -118,6 +118,11 @@ type Lease struct {
 	ExpiresAt          time.Time
 }
 
+type LeaseClock struct {
+	OnlyRow bool
+	AliveAt time.Time
+}
+
 type ModelAlias struct {
 	Alias     string
 	Targets   []string

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -808,6 +809,61 @@ func (c *clock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
+// advanceAlive moves clk by d the way time passes while the control
+// plane is up: in steps shorter than the lease clock's gap (a third of the
+// TTL), each taken by the control plane's heartbeat
+// (controlplane/leaseclock.go) before the next, so that no stretch of d
+// reads as an outage in which leases keep their places.
+func (e *env) advanceAlive(clk *clock, d time.Duration) {
+	e.t.Helper()
+	ttl := e.opts.leaseTTL
+	if ttl == 0 {
+		ttl = 30 * time.Second
+	}
+	for d > 0 {
+		step := min(d, ttl/6)
+		clk.Advance(step)
+		d -= step
+		now := clk.Now()
+		eventually(e.t, "the control plane's heartbeat to take the clock", func() bool {
+			var at time.Time
+			err := e.pool.QueryRow(e.t.Context(), `SELECT alive_at FROM lease_clock`).Scan(&at)
+			return err == nil && !at.Before(now.Add(-time.Microsecond)) // Postgres keeps microseconds
+		})
+	}
+}
+
+// openStream starts a streamed request through url with e's key and
+// reads it until its first delta; the simulator's deltaDelay decides how
+// long it then runs. Cancel ends it.
+func (e *env) openStream(client *http.Client, url string) (end func()) {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(e.t.Context())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/messages", strings.NewReader(messagesBody(true)))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("X-Api-Key", e.key)
+	req.Header.Set("Anthropic-Version", "2023-06-01")
+	res, err := client.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if res.StatusCode != http.StatusOK {
+		e.t.Fatalf("stream status %d", res.StatusCode)
+	}
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() && sc.Text() != "event: content_block_delta" {
+	}
+	if sc.Text() != "event: content_block_delta" {
+		e.t.Fatalf("no delta before the stream hung: %v", sc.Err())
+	}
+	return func() {
+		cancel()
+		res.Body.Close()
+	}
+}
+
 // killable is a transport that can be cut at once and for good, the way a
 // worker's calls stop when its process dies.
 type killable struct {
@@ -838,6 +894,22 @@ func (k *killable) kill() {
 	k.dead = true
 	k.mu.Unlock()
 	k.inflight.Wait()
+}
+
+// cutOff fails every later call, leaving calls on the wire (a stream such
+// as the pool watch) be: the worker is cut off from the control plane.
+func (k *killable) cutOff() {
+	k.mu.Lock()
+	k.dead = true
+	k.mu.Unlock()
+}
+
+// heal lets calls through again after kill or cutOff: the worker was cut
+// off from the control plane, not dead.
+func (k *killable) heal() {
+	k.mu.Lock()
+	k.dead = false
+	k.mu.Unlock()
 }
 
 // change makes an operator's change and waits until the default worker

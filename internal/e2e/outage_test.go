@@ -126,7 +126,7 @@ func TestDeadWorkerLeaseExpires(t *testing.T) {
 	}
 
 	// Past the TTL the lease no longer counts.
-	clk.Advance(2*time.Second + time.Millisecond)
+	e.advanceAlive(clk, 2*time.Second+time.Millisecond)
 	if got := e.account("solo").InFlight; got != 0 {
 		t.Errorf("in flight = %d after the TTL, want 0", got)
 	}

@@ -9,10 +9,18 @@ UPDATE leases SET expires_at = @expires_at
 WHERE id = @id AND expires_at > @now
 RETURNING expires_at;
 
+-- Renews live leases, and lapsed ones while their account has room
+-- (weir_renew_leases, 0021_lease_clock.sql). Returns the ids renewed.
 -- name: RenewLeases :many
-UPDATE leases SET expires_at = @expires_at
-WHERE id = ANY(@ids::uuid[]) AND expires_at > @now
-RETURNING id;
+SELECT r::uuid AS id
+FROM weir_renew_leases(@ids::uuid[], @now::timestamptz, @expires_at::timestamptz) AS r;
+
+-- Moves the lease clock (0021_lease_clock.sql): after a gap in which no
+-- control plane reached Postgres, the leases live when it began are
+-- renewed as of now. Returns how many that renewed.
+-- name: TickLeaseClock :one
+SELECT weir_lease_clock(@now::timestamptz, make_interval(secs => @gap_seconds::float8),
+    make_interval(secs => @ttl_seconds::float8))::bigint AS renewed;
 
 -- name: ReleaseLease :one
 DELETE FROM leases WHERE leases.id = @id
