@@ -498,6 +498,9 @@ func (l leaseService) RenewBatch(ctx context.Context, req *connect.Request[weirv
 	if n := len(req.Msg.LeaseIds); n > maxRenewBatch {
 		return nil, toConnect(invalidf("lease_ids: at most %d per call, got %d", maxRenewBatch, n))
 	}
+	if n := len(req.Msg.RequestIds); n > maxRenewBatch {
+		return nil, toConnect(invalidf("request_ids: at most %d per call, got %d", maxRenewBatch, n))
+	}
 	ids := make([]uuid.UUID, 0, len(req.Msg.LeaseIds))
 	for i, raw := range req.Msg.LeaseIds {
 		id, err := uuid.Parse(raw)
@@ -508,9 +511,17 @@ func (l leaseService) RenewBatch(ctx context.Context, req *connect.Request[weirv
 	}
 	now := l.s.now()
 	exp := now.Add(l.s.cfg.LeaseTTL)
-	renewed, err := l.s.q.RenewLeases(ctx, db.RenewLeasesParams{Ids: ids, Now: now, ExpiresAt: exp})
-	if err != nil {
-		return nil, l.s.fail(ctx, "renew leases", err)
+	var renewed []uuid.UUID
+	if len(ids) > 0 {
+		var err error
+		if renewed, err = l.s.q.RenewLeases(ctx, db.RenewLeasesParams{Ids: ids, Now: now, ExpiresAt: exp}); err != nil {
+			return nil, l.s.fail(ctx, "renew leases", err)
+		}
+	}
+	if len(req.Msg.RequestIds) > 0 {
+		if err := l.s.q.RenewPendingRoutes(ctx, db.RenewPendingRoutesParams{RequestIds: req.Msg.RequestIds, Until: exp}); err != nil {
+			return nil, l.s.fail(ctx, "renew pending route events", err)
+		}
 	}
 	out := &weirv1.RenewBatchResponse{RenewedLeaseIds: make([]string, 0, len(renewed)), ExpiresAt: timestamppb.New(exp)}
 	for _, id := range renewed {

@@ -105,6 +105,7 @@ func routeEventProto(e db.RouteEvent) (*weirv1.RouteEvent, error) {
 		FailureStage:     enumValue[weirv1.FailureStage](e.FailureStage),
 		SpilledToMetered: e.SpilledToMetered,
 	}
+	ev.Pending = e.PendingUntil != nil
 	if e.KeyID.Valid {
 		ev.KeyId = e.KeyID.UUID.String()
 	}
@@ -207,6 +208,7 @@ func (l leaseService) storeRoutes(ctx context.Context, field string, events []*w
 	now := l.s.now()
 	rows := make([]db.RouteEvent, 0, len(events))
 	keys := map[uuid.UUID]bool{}
+	events = finalEvents(events)
 	for i, e := range events {
 		name := field
 		if field == "events" {
@@ -225,7 +227,7 @@ func (l leaseService) storeRoutes(ctx context.Context, field string, events []*w
 		return nil
 	}
 	err := l.s.tx(ctx, func(q *db.Queries) error {
-		if err := q.InsertRouteEvents(ctx, routeColumns(rows, now)); err != nil {
+		if err := q.InsertRouteEvents(ctx, routeColumns(rows, now, now.Add(l.s.cfg.LeaseTTL))); err != nil {
 			return err
 		}
 		for id := range keys {
@@ -242,10 +244,31 @@ func (l leaseService) storeRoutes(ctx context.Context, field string, events []*w
 }
 
 // routeColumns lays rows out as InsertRouteEvents' column arrays.
-func routeColumns(rows []db.RouteEvent, now time.Time) db.InsertRouteEventsParams {
+// finalEvents keeps one event per request id, in the batch's order: a
+// request that was held and then finished within one batch has its
+// pending event and its final one in it, and the final one stands.
+func finalEvents(events []*weirv1.RouteEvent) []*weirv1.RouteEvent {
+	at := make(map[string]int, len(events))
+	out := events[:0:0]
+	for _, e := range events {
+		i, seen := at[e.GetRequestId()]
+		switch {
+		case !seen:
+			at[e.GetRequestId()] = len(out)
+			out = append(out, e)
+		case out[i].GetPending() && !e.GetPending():
+			out[i] = e
+		}
+	}
+	return out
+}
+
+// routeColumns turns rows into the insert's columns; a pending event is
+// kept open until pendingUntil.
+func routeColumns(rows []db.RouteEvent, now, pendingUntil time.Time) db.InsertRouteEventsParams {
 	n := len(rows)
 	p := db.InsertRouteEventsParams{
-		Now: now, RequestIds: make([]string, n), KeyIds: make([]uuid.UUID, n), AccountIds: make([]uuid.UUID, n),
+		Now: now, PendingUntil: pendingUntil, Pendings: make([]bool, n), RequestIds: make([]string, n), KeyIds: make([]uuid.UUID, n), AccountIds: make([]uuid.UUID, n),
 		Surfaces: make([]string, n), Models: make([]string, n), Streams: make([]bool, n), Statuses: make([]int32, n),
 		ErrorTypes: make([]string, n), AttemptCounts: make([]int32, n), DurationsMs: make([]float64, n),
 		HasTtfb: make([]bool, n), TtfbsMs: make([]float64, n), InputTokens: make([]int64, n),
@@ -263,6 +286,7 @@ func routeColumns(rows []db.RouteEvent, now time.Time) db.InsertRouteEventsParam
 		p.InputTokens[i], p.OutputTokens[i], p.StartedAts[i] = r.InputTokens, r.OutputTokens, r.StartedAt
 		p.HeldsMs[i], p.HoldCounts[i], p.FailureStages[i] = r.HeldMs, r.HoldCount, r.FailureStage
 		p.AttemptsJsons[i], p.Spilled[i] = string(r.AttemptsJson), r.SpilledToMetered
+		p.Pendings[i] = r.PendingUntil != nil
 	}
 	return p
 }
@@ -303,6 +327,10 @@ func routeEventParams(field string, e *weirv1.RouteEvent, now time.Time) (db.Rou
 		FailureStage:     failureStageName(e.FailureStage),
 		AttemptsJson:     attempts,
 		SpilledToMetered: e.SpilledToMetered,
+	}
+	if e.Pending {
+		// In progress: routeColumns sets until when it is kept open.
+		p.PendingUntil, p.ErrorType = &now, "in_progress"
 	}
 	if e.StartedAt != nil {
 		p.StartedAt = e.StartedAt.AsTime()

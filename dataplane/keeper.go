@@ -28,10 +28,16 @@ import (
 // attempt: the account must not serve more than its cap.
 type keeper struct {
 	client weirv1connect.LeaseServiceClient
-	log    *slog.Logger
+	// requests lists the requests in progress whose pending route events
+	// the keeper keeps open with the same calls (pending.go).
+	requests func() []string
+	log      *slog.Logger
 
 	mu     sync.Mutex
 	leases map[string]keptLease
+	// ttl is the last lease TTL the control plane granted: a pending
+	// event stays open that long past its renewal.
+	ttl time.Duration
 	wake   chan struct{} // a shorter TTL arrived: re-plan the wait
 	stop   context.CancelFunc
 	done   chan struct{}
@@ -47,9 +53,9 @@ type keptLease struct {
 // again.
 const renewRetryEvery = time.Second
 
-func newKeeper(client weirv1connect.LeaseServiceClient, log *slog.Logger) *keeper {
+func newKeeper(client weirv1connect.LeaseServiceClient, requests func() []string, log *slog.Logger) *keeper {
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &keeper{client: client, log: log, leases: map[string]keptLease{},
+	k := &keeper{client: client, requests: requests, log: log, leases: map[string]keptLease{}, ttl: defaultLeaseTTL,
 		wake: make(chan struct{}, 1), stop: cancel, done: make(chan struct{})}
 	go k.run(ctx)
 	return k
@@ -65,6 +71,7 @@ func (k *keeper) hold(lease *weirv1.Lease, lost func()) (release func()) {
 	}
 	k.mu.Lock()
 	k.leases[lease.Id] = keptLease{ttl: ttl, lost: lost}
+	k.ttl = ttl
 	k.mu.Unlock()
 	select {
 	case k.wake <- struct{}{}:
@@ -77,11 +84,15 @@ func (k *keeper) hold(lease *weirv1.Lease, lost func()) (release func()) {
 	}
 }
 
-// period is a third of the shortest TTL held; a default while none is.
+// defaultLeaseTTL is the control plane's default lease TTL, assumed until
+// a lease says otherwise.
+const defaultLeaseTTL = 30 * time.Second
+
+// period is a third of the shortest TTL held, or of the last one granted.
 func (k *keeper) period() time.Duration {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	p := 10 * time.Second
+	p := k.ttl / 3
 	for _, l := range k.leases {
 		p = min(p, l.ttl/3)
 	}
@@ -112,8 +123,8 @@ func (k *keeper) run(ctx context.Context) {
 	}
 }
 
-// renew renews every lease held and reports whether every call got an
-// answer.
+// renew renews every lease held and every pending request, and reports
+// whether every call got an answer.
 func (k *keeper) renew(ctx context.Context) bool {
 	k.mu.Lock()
 	ids := make([]string, 0, len(k.leases))
@@ -121,20 +132,21 @@ func (k *keeper) renew(ctx context.Context) bool {
 		ids = append(ids, id)
 	}
 	k.mu.Unlock()
+	reqs := k.requests()
 	ok := true
-	for len(ids) > 0 {
-		n := min(len(ids), maxRenewCall)
+	for len(ids) > 0 || len(reqs) > 0 {
+		n, m := min(len(ids), maxRenewCall), min(len(reqs), maxRenewCall)
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		resp, err := k.client.RenewBatch(rctx, connect.NewRequest(&weirv1.RenewBatchRequest{LeaseIds: ids[:n]}))
+		resp, err := k.client.RenewBatch(rctx, connect.NewRequest(&weirv1.RenewBatchRequest{LeaseIds: ids[:n], RequestIds: reqs[:m]}))
 		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil:
 			ok = false
-			k.log.Warn("renew leases failed", "leases", n, "err", err)
+			k.log.Warn("renew leases failed", "leases", n, "requests", m, "err", err)
 		case err == nil:
 			k.refused(ids[:n], resp.Msg.RenewedLeaseIds)
 		}
-		ids = ids[n:]
+		ids, reqs = ids[n:], reqs[m:]
 	}
 	return ok
 }

@@ -222,6 +222,10 @@ func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, 
 	st := s.settings.get()
 	end := in.start.Add(min(st.capacityHold, st.requestDeadline))
 	rt := &routing{in: in, rec: rec, holdEnd: end, capacityEnd: end, unreachableHold: st.unreachableHold, roundStart: in.start}
+	// From here the request may be held or leased: it is recorded as in
+	// progress until its final event (pending.go).
+	s.pending.begin(rec)
+	defer s.pending.end(in.requestID)
 	for {
 		if ctx.Err() != nil {
 			return // the client left

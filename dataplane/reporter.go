@@ -15,7 +15,10 @@ import (
 // reporter sends route events to the control plane off the request path.
 // A full queue drops (and counts) events rather than slow a client.
 type reporter struct {
-	client  weirv1connect.LeaseServiceClient
+	client weirv1connect.LeaseServiceClient
+	// pending are the requests in progress: each goes in the next batch as
+	// a pending event (pending.go).
+	pending *pendingRequests
 	log     *slog.Logger
 	dropped func()
 	// pace is the least time between two calls' starts.
@@ -28,8 +31,8 @@ type reporter struct {
 	done    chan struct{}
 }
 
-func newReporter(client weirv1connect.LeaseServiceClient, log *slog.Logger, pace time.Duration, dropped, redelivered func()) *reporter {
-	r := &reporter{client: client, log: log, dropped: dropped, redelivered: redelivered, pace: pace,
+func newReporter(client weirv1connect.LeaseServiceClient, pending *pendingRequests, log *slog.Logger, pace time.Duration, dropped, redelivered func()) *reporter {
+	r := &reporter{client: client, pending: pending, log: log, dropped: dropped, redelivered: redelivered, pace: pace,
 		queue: make(chan *weirv1.RouteEvent, 4096), closing: make(chan struct{}), done: make(chan struct{})}
 	go r.run()
 	return r
@@ -71,9 +74,14 @@ func (r *reporter) run() {
 	)
 	for !drained || len(batch) > 0 {
 		if len(batch) == 0 {
-			ev, ok := <-r.queue
-			if !ok {
-				return
+			var first *weirv1.RouteEvent
+			select {
+			case ev, ok := <-r.queue:
+				if !ok {
+					return
+				}
+				first = ev
+			case <-r.pending.nudge:
 			}
 			if !full {
 				// Never cut short: what is queued meanwhile goes in this call.
@@ -81,7 +89,10 @@ func (r *reporter) run() {
 			}
 			// A fresh slice per call: nothing the last call was given is
 			// written to while its request may still be in flight.
-			batch = append(make([]*weirv1.RouteEvent, 0, 16), ev)
+			batch = make([]*weirv1.RouteEvent, 0, 16)
+			if first != nil {
+				batch = append(batch, first)
+			}
 		}
 	drain:
 		for len(batch) < maxReportBatch && !drained {
@@ -95,6 +106,13 @@ func (r *reporter) run() {
 			default:
 				break drain
 			}
+		}
+		if !drained {
+			// The requests still in progress after a report interval.
+			batch = append(batch, r.pending.due(maxReportBatch-len(batch))...)
+		}
+		if len(batch) == 0 {
+			continue // they ended meanwhile: their final events are queued
 		}
 		full = len(batch) == maxReportBatch
 		last = time.Now()

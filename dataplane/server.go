@@ -29,6 +29,8 @@ type Server struct {
 	leases   weirv1connect.LeaseServiceClient
 	keys     *keyCache
 	reporter *reporter
+	// pending are the requests in progress, recorded as such (pending.go).
+	pending *pendingRequests
 	keeper   *keeper
 	pool     *leasePool
 	settings *settingsPoller
@@ -55,12 +57,14 @@ func New(cfg Config) (*Server, error) {
 	leases := weirv1connect.NewLeaseServiceClient(hc, cfg.ControlPlaneURL,
 		connect.WithInterceptors(rpcclient.Token(cfg.Token)))
 	m := newMetrics(cfg.Registry)
+	pending := newPendingRequests()
 	s := &Server{
 		cfg:      cfg,
 		leases:   leases,
 		keys:     &keyCache{client: leases, ttl: cfg.KeyCacheTTL, now: cfg.Now, entries: map[string]keyEntry{}},
-		reporter: newReporter(leases, cfg.Logger, cfg.ReportInterval, m.routesDropped.Inc, m.redelivered.WithLabelValues("route_events").Inc),
-		keeper:   newKeeper(leases, cfg.Logger),
+		pending:  pending,
+		reporter: newReporter(leases, pending, cfg.Logger, cfg.ReportInterval, m.routesDropped.Inc, m.redelivered.WithLabelValues("route_events").Inc),
+		keeper:   newKeeper(leases, pending.reported, cfg.Logger),
 		metrics:  m,
 		tracer:   telemetry.TracerProvider(cfg.TracerProvider).Tracer(tracerName),
 	}

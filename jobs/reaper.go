@@ -27,20 +27,27 @@ type LeaseReaper struct {
 	deps Deps
 }
 
-// Work deletes what no longer matters. Expired leases already stopped
-// counting at their expiry; one reaped here was never released, and leaves
-// a "worker_lost" route event.
+// Work deletes what no longer matters and records what was lost.
+// Expired leases already stopped counting at their expiry; one reaped
+// here was never released. The requests of a worker that died are closed
+// here as "worker_lost": each left a pending route event its worker no
+// longer renews (0021_lease_clock.sql).
 func (w *LeaseReaper) Work(ctx context.Context, _ *river.Job[LeaseReaperArgs]) error {
 	now := w.deps.Now()
-	// After an outage, leases still in use are renewed first (the lease
-	// clock, 0021_lease_clock.sql): none is reaped for the outage alone.
+	// After an outage, leases and pending events still in use are renewed
+	// first (the lease clock): none is reaped or closed for the outage
+	// alone.
 	if ttl := w.deps.LeaseTTL; ttl > 0 {
 		if _, err := w.deps.Queries.TickLeaseClock(ctx, db.TickLeaseClockParams{Now: now,
 			GapSeconds: (ttl / 3).Seconds(), TtlSeconds: ttl.Seconds()}); err != nil {
 			return fmt.Errorf("reap leases: lease clock: %w", err)
 		}
 	}
-	leases, err := w.deps.Queries.DeleteLeasesExpiredBefore(ctx, db.DeleteLeasesExpiredBeforeParams{Before: now.Add(-w.deps.LeaseGrace), Now: now})
+	lost, err := w.deps.Queries.CloseLostRequests(ctx, now)
+	if err != nil {
+		return fmt.Errorf("close lost requests: %w", err)
+	}
+	leases, err := w.deps.Queries.DeleteLeasesExpiredBefore(ctx, now.Add(-w.deps.LeaseGrace))
 	if err != nil {
 		return fmt.Errorf("reap leases: %w", err)
 	}
@@ -48,8 +55,8 @@ func (w *LeaseReaper) Work(ctx context.Context, _ *river.Job[LeaseReaperArgs]) e
 	if err != nil {
 		return fmt.Errorf("reap sessions: %w", err)
 	}
-	if leases > 0 || sessions > 0 {
-		w.deps.Logger.InfoContext(ctx, "reaped", "leases", leases, "sessions", sessions)
+	if leases > 0 || sessions > 0 || lost > 0 {
+		w.deps.Logger.InfoContext(ctx, "reaped", "leases", leases, "sessions", sessions, "lost_requests", lost)
 	}
 	return nil
 }

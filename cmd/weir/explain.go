@@ -97,7 +97,14 @@ func printExplain(w io.Writer, ev *weirv1.RouteEvent, accounts, keys map[string]
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(ev.AttemptRecords) == 0 {
+	switch {
+	case ev.Pending:
+		_, err := fmt.Fprintln(w, "\nin progress: the request is still being served (or held); its record is complete once it ends")
+		return err
+	case ev.ErrorType == "worker_lost":
+		_, err := fmt.Fprintln(w, "\nlost: the worker serving the request stopped reporting (it died, or was cut off from every control plane) before the request ended")
+		return err
+	case len(ev.AttemptRecords) == 0:
 		_, err := fmt.Fprintln(w, "\nno timeline: the data plane recorded no attempts for this request")
 		return err
 	}

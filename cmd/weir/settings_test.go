@@ -96,10 +96,10 @@ func TestSettingsAndExplain(t *testing.T) {
 	defer tick.Stop()
 	for {
 		out, err = admin("explain", id)
-		if err == nil {
+		if err == nil && !strings.Contains(out, "in progress") {
 			break
 		}
-		if !strings.Contains(err.Error(), "not found") {
+		if err != nil && !strings.Contains(err.Error(), "not found") {
 			t.Fatalf("explain %s: %v: %s", id, err, out)
 		}
 		select {

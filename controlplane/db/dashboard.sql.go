@@ -42,7 +42,7 @@ SELECT date_bin(make_interval(secs => $1::double precision), recorded_at, $2::ti
        coalesce(sum(hold_count), 0)::bigint AS holds,
        count(*) FILTER (WHERE status NOT BETWEEN 200 AND 299)::bigint AS errors
 FROM route_events
-WHERE recorded_at >= $2::timestamptz
+WHERE recorded_at >= $2::timestamptz AND pending_until IS NULL
 GROUP BY bucket
 ORDER BY bucket
 `
@@ -88,7 +88,7 @@ func (q *Queries) RouteEventBuckets(ctx context.Context, arg RouteEventBucketsPa
 }
 
 const searchRouteEvents = `-- name: SearchRouteEvents :many
-SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered FROM route_events
+SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until FROM route_events
 WHERE ($1::uuid IS NULL OR account_id = $1)
   AND ($2::uuid IS NULL OR key_id = $2)
   AND ($3::text IS NULL OR model = $3)
@@ -150,6 +150,7 @@ func (q *Queries) SearchRouteEvents(ctx context.Context, arg SearchRouteEventsPa
 			&i.FailureStage,
 			&i.AttemptsJson,
 			&i.SpilledToMetered,
+			&i.PendingUntil,
 		); err != nil {
 			return nil, err
 		}

@@ -46,40 +46,22 @@ func (q *Queries) ClaimLease(ctx context.Context, arg ClaimLeaseParams) (uuid.UU
 	return lease_id, err
 }
 
-const deleteLeasesExpiredBefore = `-- name: DeleteLeasesExpiredBefore :one
-WITH gone AS (
-    DELETE FROM leases WHERE expires_at < $1
-    RETURNING id, account_id, key_id, model, acquired_at, expires_at
-), recorded AS (
-    INSERT INTO route_events (
-        request_id, key_id, account_id, surface, model, stream, status, error_type,
-        attempts, duration_ms, input_tokens, output_tokens, started_at, recorded_at
-    )
-    SELECT 'lease_' || g.id::text, g.key_id, g.account_id, '', g.model, false, 0, 'worker_lost',
-        1, extract(epoch FROM g.expires_at - g.acquired_at) * 1000, 0, 0, g.acquired_at, $2::timestamptz
-    FROM gone g
-    ON CONFLICT (request_id) DO NOTHING
-    RETURNING 1
-)
-SELECT count(*)::bigint AS reaped FROM gone
+const deleteLeasesExpiredBefore = `-- name: DeleteLeasesExpiredBefore :execrows
+DELETE FROM leases WHERE expires_at < $1
 `
-
-type DeleteLeasesExpiredBeforeParams struct {
-	Before time.Time
-	Now    time.Time
-}
 
 // A lease stops counting at expires_at; the row stays a while so a late
 // Release can still report its outcome. One still here past that was never
 // released: its worker died (or was cut off from every control plane for
-// that long). Each leaves a route event saying so, "worker_lost", under
-// the id lease_<lease id>, so that the request it served is not silently
-// missing from the record. Returns how many leases were reaped.
-func (q *Queries) DeleteLeasesExpiredBefore(ctx context.Context, arg DeleteLeasesExpiredBeforeParams) (int64, error) {
-	row := q.db.QueryRow(ctx, deleteLeasesExpiredBefore, arg.Before, arg.Now)
-	var reaped int64
-	err := row.Scan(&reaped)
-	return reaped, err
+// that long). The request it served is recorded by its pending route
+// event (CloseLostRequests), under the id its client got. Returns how
+// many leases were reaped.
+func (q *Queries) DeleteLeasesExpiredBefore(ctx context.Context, before time.Time) (int64, error) {
+	result, err := q.db.Exec(ctx, deleteLeasesExpiredBefore, before)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const deleteSessionsIdleSince = `-- name: DeleteSessionsIdleSince :execrows

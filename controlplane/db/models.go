@@ -187,6 +187,7 @@ type RouteEvent struct {
 	FailureStage     string
 	AttemptsJson     []byte
 	SpilledToMetered bool
+	PendingUntil     *time.Time
 }
 
 type SessionBinding struct {

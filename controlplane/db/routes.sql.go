@@ -12,8 +12,29 @@ import (
 	"github.com/google/uuid"
 )
 
+const closeLostRequests = `-- name: CloseLostRequests :one
+WITH closed AS (
+    UPDATE route_events SET error_type = 'worker_lost', pending_until = NULL, recorded_at = $1::timestamptz,
+        duration_ms = greatest(extract(epoch FROM pending_until - started_at) * 1000, 0)
+    WHERE pending_until < $1::timestamptz
+    RETURNING 1
+)
+SELECT count(*)::bigint AS closed FROM closed
+`
+
+// Closes the pending events no worker renewed: their worker died (or was
+// cut off from every control plane for that long; its final event, when
+// it comes, replaces the record). Each says 'worker_lost', with the time
+// the request was last known to run. Returns how many were closed.
+func (q *Queries) CloseLostRequests(ctx context.Context, now time.Time) (int64, error) {
+	row := q.db.QueryRow(ctx, closeLostRequests, now)
+	var closed int64
+	err := row.Scan(&closed)
+	return closed, err
+}
+
 const getRouteEvent = `-- name: GetRouteEvent :one
-SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered FROM route_events WHERE request_id = $1 ORDER BY id DESC LIMIT 1
+SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until FROM route_events WHERE request_id = $1 ORDER BY id DESC LIMIT 1
 `
 
 func (q *Queries) GetRouteEvent(ctx context.Context, requestID string) (RouteEvent, error) {
@@ -41,6 +62,7 @@ func (q *Queries) GetRouteEvent(ctx context.Context, requestID string) (RouteEve
 		&i.FailureStage,
 		&i.AttemptsJson,
 		&i.SpilledToMetered,
+		&i.PendingUntil,
 	)
 	return i, err
 }
@@ -49,31 +71,42 @@ const insertRouteEvents = `-- name: InsertRouteEvents :exec
 INSERT INTO route_events (
     request_id, key_id, account_id, surface, model, stream, status, error_type,
     attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at,
-    held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered
+    held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until
 )
 SELECT e.request_id, k.id, a.id, e.surface, e.model, e.stream, e.status, e.error_type,
     e.attempts, e.duration_ms, CASE WHEN e.has_ttfb THEN e.ttfb_ms END, e.input_tokens, e.output_tokens,
     e.started_at, $1::timestamptz, e.held_ms, e.hold_count, e.failure_stage, e.attempts_json::jsonb,
-    e.spilled_to_metered
+    e.spilled_to_metered, CASE WHEN e.pending THEN $2::timestamptz END
 FROM ROWS FROM (
-    unnest($2::text[]), unnest($3::uuid[]), unnest($4::uuid[]),
-    unnest($5::text[]), unnest($6::text[]), unnest($7::boolean[]),
-    unnest($8::integer[]), unnest($9::text[]), unnest($10::integer[]),
-    unnest($11::float8[]), unnest($12::boolean[]), unnest($13::float8[]),
-    unnest($14::bigint[]), unnest($15::bigint[]), unnest($16::timestamptz[]),
-    unnest($17::float8[]), unnest($18::integer[]), unnest($19::text[]),
-    unnest($20::text[]), unnest($21::boolean[])
+    unnest($3::text[]), unnest($4::uuid[]), unnest($5::uuid[]),
+    unnest($6::text[]), unnest($7::text[]), unnest($8::boolean[]),
+    unnest($9::integer[]), unnest($10::text[]), unnest($11::integer[]),
+    unnest($12::float8[]), unnest($13::boolean[]), unnest($14::float8[]),
+    unnest($15::bigint[]), unnest($16::bigint[]), unnest($17::timestamptz[]),
+    unnest($18::float8[]), unnest($19::integer[]), unnest($20::text[]),
+    unnest($21::text[]), unnest($22::boolean[]), unnest($23::boolean[])
 ) WITH ORDINALITY AS e(request_id, key_id, account_id, surface, model, stream, status, error_type,
     attempts, duration_ms, has_ttfb, ttfb_ms, input_tokens, output_tokens, started_at, held_ms,
-    hold_count, failure_stage, attempts_json, spilled_to_metered, ord)
+    hold_count, failure_stage, attempts_json, spilled_to_metered, pending, ord)
 LEFT JOIN client_keys k ON k.id = e.key_id
 LEFT JOIN accounts a ON a.id = e.account_id
 ORDER BY e.ord
-ON CONFLICT (request_id) DO NOTHING
+ON CONFLICT (request_id) DO UPDATE SET
+    key_id = EXCLUDED.key_id, account_id = EXCLUDED.account_id, surface = EXCLUDED.surface,
+    model = EXCLUDED.model, stream = EXCLUDED.stream, status = EXCLUDED.status,
+    error_type = EXCLUDED.error_type, attempts = EXCLUDED.attempts, duration_ms = EXCLUDED.duration_ms,
+    ttfb_ms = EXCLUDED.ttfb_ms, input_tokens = EXCLUDED.input_tokens, output_tokens = EXCLUDED.output_tokens,
+    started_at = EXCLUDED.started_at, recorded_at = EXCLUDED.recorded_at, held_ms = EXCLUDED.held_ms,
+    hold_count = EXCLUDED.hold_count, failure_stage = EXCLUDED.failure_stage,
+    attempts_json = EXCLUDED.attempts_json, spilled_to_metered = EXCLUDED.spilled_to_metered,
+    pending_until = NULL
+WHERE EXCLUDED.pending_until IS NULL
+  AND (route_events.pending_until IS NOT NULL OR route_events.error_type = 'worker_lost')
 `
 
 type InsertRouteEventsParams struct {
 	Now           time.Time
+	PendingUntil  time.Time
 	RequestIds    []string
 	KeyIds        []uuid.UUID
 	AccountIds    []uuid.UUID
@@ -94,6 +127,7 @@ type InsertRouteEventsParams struct {
 	FailureStages []string
 	AttemptsJsons []string
 	Spilled       []bool
+	Pendings      []bool
 }
 
 // One statement for a worker's whole batch of events: each column comes
@@ -101,10 +135,15 @@ type InsertRouteEventsParams struct {
 // dashboards sort by, follow it). An account or key deleted while the
 // request ran detaches the event instead of losing it (the LEFT JOINs);
 // a nil id names none. A time to first byte counts where has_ttfb says so.
-// A redelivered event (its request id is its identity) is stored once.
+// A pending event (pending_until set: the request is in progress,
+// 0021_lease_clock.sql) is replaced by its request's final event, and so
+// is the 'worker_lost' record the reaper made of one; anything else with
+// the same request id is a redelivery, stored once. A batch holds one
+// event per request id (the control plane keeps the final one).
 func (q *Queries) InsertRouteEvents(ctx context.Context, arg InsertRouteEventsParams) error {
 	_, err := q.db.Exec(ctx, insertRouteEvents,
 		arg.Now,
+		arg.PendingUntil,
 		arg.RequestIds,
 		arg.KeyIds,
 		arg.AccountIds,
@@ -125,12 +164,13 @@ func (q *Queries) InsertRouteEvents(ctx context.Context, arg InsertRouteEventsPa
 		arg.FailureStages,
 		arg.AttemptsJsons,
 		arg.Spilled,
+		arg.Pendings,
 	)
 	return err
 }
 
 const listRouteEvents = `-- name: ListRouteEvents :many
-SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered FROM route_events
+SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until FROM route_events
 WHERE ($1::uuid IS NULL OR account_id = $1)
   AND (NOT $2::boolean OR spilled_to_metered)
 ORDER BY id DESC
@@ -174,6 +214,7 @@ func (q *Queries) ListRouteEvents(ctx context.Context, arg ListRouteEventsParams
 			&i.FailureStage,
 			&i.AttemptsJson,
 			&i.SpilledToMetered,
+			&i.PendingUntil,
 		); err != nil {
 			return nil, err
 		}
@@ -183,4 +224,21 @@ func (q *Queries) ListRouteEvents(ctx context.Context, arg ListRouteEventsParams
 		return nil, err
 	}
 	return items, nil
+}
+
+const renewPendingRoutes = `-- name: RenewPendingRoutes :exec
+UPDATE route_events SET pending_until = $1::timestamptz
+WHERE request_id = ANY($2::text[]) AND pending_until IS NOT NULL
+`
+
+type RenewPendingRoutesParams struct {
+	Until      time.Time
+	RequestIds []string
+}
+
+// Keeps the given requests' pending events open until @until (the
+// worker that serves them renews them with its leases).
+func (q *Queries) RenewPendingRoutes(ctx context.Context, arg RenewPendingRoutesParams) error {
+	_, err := q.db.Exec(ctx, renewPendingRoutes, arg.Until, arg.RequestIds)
+	return err
 }

@@ -475,7 +475,8 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// routeEvent waits for the route event of a request (reports are async).
+// routeEvent waits for the final route event of a request (reports are
+// async; a request in progress has a pending one first).
 func (e *env) routeEvent(requestID string) *weirv1.RouteEvent {
 	e.t.Helper()
 	if requestID == "" {
@@ -488,7 +489,7 @@ func (e *env) routeEvent(requestID string) *weirv1.RouteEvent {
 			e.t.Fatalf("list route events: %v", err)
 		}
 		for _, ev := range res.Msg.Events {
-			if ev.RequestId == requestID {
+			if ev.RequestId == requestID && !ev.Pending {
 				found = ev
 				return true
 			}

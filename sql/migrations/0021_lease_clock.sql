@@ -16,15 +16,29 @@
 -- The check runs in the heartbeat, in weir_claim_lease (an Acquire may
 -- come before the first heartbeat after an outage) and in
 -- weir_renew_leases; the reaper runs it before it reaps.
+--
+-- Pending route events keep their requests' records open the same way
+-- (see below).
 CREATE TABLE lease_clock (
     only_row  boolean PRIMARY KEY DEFAULT true CHECK (only_row),
     alive_at  timestamptz NOT NULL
 );
 INSERT INTO lease_clock (alive_at) VALUES (now());
 
+-- Every request recorded once, under the id its client got, even when its
+-- worker dies. A worker records a request when it is first held or leased
+-- (a pending event: pending_until set, error_type 'in_progress') and keeps
+-- it open with its lease renewals (RenewBatch request_ids). The request's
+-- final event replaces it; the reaper closes one left unrenewed past
+-- pending_until as 'worker_lost'. A final event arriving after that (its
+-- worker was cut off, not dead) replaces the 'worker_lost' record too.
+ALTER TABLE route_events ADD COLUMN pending_until timestamptz;
+CREATE INDEX route_events_pending_idx ON route_events (pending_until) WHERE pending_until IS NOT NULL;
+
 -- weir_lease_clock moves the clock to p_now. After a gap longer than
 -- p_gap it first renews, until p_now + p_ttl, every lease that was live
--- when the clock last moved. Returns how many leases that renewed.
+-- when the clock last moved, and keeps open the pending route events that
+-- were open then. Returns how many leases that renewed.
 CREATE FUNCTION weir_lease_clock(p_now timestamptz, p_gap interval, p_ttl interval) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -36,6 +50,8 @@ BEGIN
         UPDATE leases SET expires_at = p_now + p_ttl
          WHERE expires_at > v_alive AND expires_at < p_now + p_ttl;
         GET DIAGNOSTICS v_n = ROW_COUNT;
+        UPDATE route_events SET pending_until = p_now + p_ttl
+         WHERE pending_until > v_alive AND pending_until < p_now + p_ttl;
     END IF;
     -- Replicas' clocks differ a little: the clock never moves back.
     UPDATE lease_clock SET alive_at = greatest(alive_at, p_now);

@@ -46,6 +46,6 @@ SELECT date_bin(make_interval(secs => @bucket_seconds::double precision), record
        coalesce(sum(hold_count), 0)::bigint AS holds,
        count(*) FILTER (WHERE status NOT BETWEEN 200 AND 299)::bigint AS errors
 FROM route_events
-WHERE recorded_at >= @since::timestamptz
+WHERE recorded_at >= @since::timestamptz AND pending_until IS NULL
 GROUP BY bucket
 ORDER BY bucket;

@@ -33,25 +33,11 @@ RETURNING account_id, key_id, model, credential_revision, acquired_at,
 -- A lease stops counting at expires_at; the row stays a while so a late
 -- Release can still report its outcome. One still here past that was never
 -- released: its worker died (or was cut off from every control plane for
--- that long). Each leaves a route event saying so, "worker_lost", under
--- the id lease_<lease id>, so that the request it served is not silently
--- missing from the record. Returns how many leases were reaped.
--- name: DeleteLeasesExpiredBefore :one
-WITH gone AS (
-    DELETE FROM leases WHERE expires_at < @before
-    RETURNING id, account_id, key_id, model, acquired_at, expires_at
-), recorded AS (
-    INSERT INTO route_events (
-        request_id, key_id, account_id, surface, model, stream, status, error_type,
-        attempts, duration_ms, input_tokens, output_tokens, started_at, recorded_at
-    )
-    SELECT 'lease_' || g.id::text, g.key_id, g.account_id, '', g.model, false, 0, 'worker_lost',
-        1, extract(epoch FROM g.expires_at - g.acquired_at) * 1000, 0, 0, g.acquired_at, @now::timestamptz
-    FROM gone g
-    ON CONFLICT (request_id) DO NOTHING
-    RETURNING 1
-)
-SELECT count(*)::bigint AS reaped FROM gone;
+-- that long). The request it served is recorded by its pending route
+-- event (CloseLostRequests), under the id its client got. Returns how
+-- many leases were reaped.
+-- name: DeleteLeasesExpiredBefore :execrows
+DELETE FROM leases WHERE expires_at < @before;
 
 -- name: SessionAccount :one
 SELECT account_id FROM session_bindings

@@ -3,16 +3,21 @@
 -- dashboards sort by, follow it). An account or key deleted while the
 -- request ran detaches the event instead of losing it (the LEFT JOINs);
 -- a nil id names none. A time to first byte counts where has_ttfb says so.
+-- A pending event (pending_until set: the request is in progress,
+-- 0021_lease_clock.sql) is replaced by its request's final event, and so
+-- is the 'worker_lost' record the reaper made of one; anything else with
+-- the same request id is a redelivery, stored once. A batch holds one
+-- event per request id (the control plane keeps the final one).
 -- name: InsertRouteEvents :exec
 INSERT INTO route_events (
     request_id, key_id, account_id, surface, model, stream, status, error_type,
     attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at,
-    held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered
+    held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until
 )
 SELECT e.request_id, k.id, a.id, e.surface, e.model, e.stream, e.status, e.error_type,
     e.attempts, e.duration_ms, CASE WHEN e.has_ttfb THEN e.ttfb_ms END, e.input_tokens, e.output_tokens,
     e.started_at, @now::timestamptz, e.held_ms, e.hold_count, e.failure_stage, e.attempts_json::jsonb,
-    e.spilled_to_metered
+    e.spilled_to_metered, CASE WHEN e.pending THEN @pending_until::timestamptz END
 FROM ROWS FROM (
     unnest(@request_ids::text[]), unnest(@key_ids::uuid[]), unnest(@account_ids::uuid[]),
     unnest(@surfaces::text[]), unnest(@models::text[]), unnest(@streams::boolean[]),
@@ -20,15 +25,43 @@ FROM ROWS FROM (
     unnest(@durations_ms::float8[]), unnest(@has_ttfb::boolean[]), unnest(@ttfbs_ms::float8[]),
     unnest(@input_tokens::bigint[]), unnest(@output_tokens::bigint[]), unnest(@started_ats::timestamptz[]),
     unnest(@helds_ms::float8[]), unnest(@hold_counts::integer[]), unnest(@failure_stages::text[]),
-    unnest(@attempts_jsons::text[]), unnest(@spilled::boolean[])
+    unnest(@attempts_jsons::text[]), unnest(@spilled::boolean[]), unnest(@pendings::boolean[])
 ) WITH ORDINALITY AS e(request_id, key_id, account_id, surface, model, stream, status, error_type,
     attempts, duration_ms, has_ttfb, ttfb_ms, input_tokens, output_tokens, started_at, held_ms,
-    hold_count, failure_stage, attempts_json, spilled_to_metered, ord)
+    hold_count, failure_stage, attempts_json, spilled_to_metered, pending, ord)
 LEFT JOIN client_keys k ON k.id = e.key_id
 LEFT JOIN accounts a ON a.id = e.account_id
 ORDER BY e.ord
--- A redelivered event (its request id is its identity) is stored once.
-ON CONFLICT (request_id) DO NOTHING;
+ON CONFLICT (request_id) DO UPDATE SET
+    key_id = EXCLUDED.key_id, account_id = EXCLUDED.account_id, surface = EXCLUDED.surface,
+    model = EXCLUDED.model, stream = EXCLUDED.stream, status = EXCLUDED.status,
+    error_type = EXCLUDED.error_type, attempts = EXCLUDED.attempts, duration_ms = EXCLUDED.duration_ms,
+    ttfb_ms = EXCLUDED.ttfb_ms, input_tokens = EXCLUDED.input_tokens, output_tokens = EXCLUDED.output_tokens,
+    started_at = EXCLUDED.started_at, recorded_at = EXCLUDED.recorded_at, held_ms = EXCLUDED.held_ms,
+    hold_count = EXCLUDED.hold_count, failure_stage = EXCLUDED.failure_stage,
+    attempts_json = EXCLUDED.attempts_json, spilled_to_metered = EXCLUDED.spilled_to_metered,
+    pending_until = NULL
+WHERE EXCLUDED.pending_until IS NULL
+  AND (route_events.pending_until IS NOT NULL OR route_events.error_type = 'worker_lost');
+
+-- Keeps the given requests' pending events open until @until (the
+-- worker that serves them renews them with its leases).
+-- name: RenewPendingRoutes :exec
+UPDATE route_events SET pending_until = @until::timestamptz
+WHERE request_id = ANY(@request_ids::text[]) AND pending_until IS NOT NULL;
+
+-- Closes the pending events no worker renewed: their worker died (or was
+-- cut off from every control plane for that long; its final event, when
+-- it comes, replaces the record). Each says 'worker_lost', with the time
+-- the request was last known to run. Returns how many were closed.
+-- name: CloseLostRequests :one
+WITH closed AS (
+    UPDATE route_events SET error_type = 'worker_lost', pending_until = NULL, recorded_at = @now::timestamptz,
+        duration_ms = greatest(extract(epoch FROM pending_until - started_at) * 1000, 0)
+    WHERE pending_until < @now::timestamptz
+    RETURNING 1
+)
+SELECT count(*)::bigint AS closed FROM closed;
 
 -- name: GetRouteEvent :one
 SELECT * FROM route_events WHERE request_id = @request_id ORDER BY id DESC LIMIT 1;

@@ -1177,8 +1177,12 @@ func (x *RenewResponse) GetExpiresAt() *timestamppb.Timestamp {
 }
 
 type RenewBatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	LeaseIds      []string               `protobuf:"bytes,1,rep,name=lease_ids,json=leaseIds,proto3" json:"lease_ids,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	LeaseIds []string               `protobuf:"bytes,1,rep,name=lease_ids,json=leaseIds,proto3" json:"lease_ids,omitempty"`
+	// Requests in progress on the worker whose pending route events
+	// (RouteEvent.pending) are kept open until expires_at; one not renewed
+	// is closed as "worker_lost" (at most 10,000).
+	RequestIds    []string `protobuf:"bytes,2,rep,name=request_ids,json=requestIds,proto3" json:"request_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1220,10 +1224,18 @@ func (x *RenewBatchRequest) GetLeaseIds() []string {
 	return nil
 }
 
+func (x *RenewBatchRequest) GetRequestIds() []string {
+	if x != nil {
+		return x.RequestIds
+	}
+	return nil
+}
+
 type RenewBatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The leases renewed, until expires_at; a lease not listed had already
-	// expired or been released.
+	// The leases renewed, until expires_at. A lease not listed was released,
+	// reaped, or lapsed with its place granted again: its worker ends the
+	// request.
 	RenewedLeaseIds []string               `protobuf:"bytes,1,rep,name=renewed_lease_ids,json=renewedLeaseIds,proto3" json:"renewed_lease_ids,omitempty"`
 	ExpiresAt       *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	unknownFields   protoimpl.UnknownFields
@@ -1949,8 +1961,13 @@ type RouteEvent struct {
 	// The last attempt's account was leased as a spill to a metered account
 	// (Lease.spilled_to_metered).
 	SpilledToMetered bool `protobuf:"varint,19,opt,name=spilled_to_metered,json=spilledToMetered,proto3" json:"spilled_to_metered,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The request is still in progress: the record a worker makes of a
+	// request when it is first held or leased, so that it is not missing if
+	// the worker dies. Its final event replaces it; one whose worker stops
+	// renewing it (RenewBatchRequest.request_ids) is closed as "worker_lost".
+	Pending       bool `protobuf:"varint,20,opt,name=pending,proto3" json:"pending,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RouteEvent) Reset() {
@@ -2112,6 +2129,13 @@ func (x *RouteEvent) GetAttemptRecords() []*AttemptRecord {
 func (x *RouteEvent) GetSpilledToMetered() bool {
 	if x != nil {
 		return x.SpilledToMetered
+	}
+	return false
+}
+
+func (x *RouteEvent) GetPending() bool {
+	if x != nil {
+		return x.Pending
 	}
 	return false
 }
@@ -2495,9 +2519,11 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\"J\n" +
 	"\rRenewResponse\x129\n" +
 	"\n" +
-	"expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"0\n" +
+	"expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"Q\n" +
 	"\x11RenewBatchRequest\x12\x1b\n" +
-	"\tlease_ids\x18\x01 \x03(\tR\bleaseIds\"{\n" +
+	"\tlease_ids\x18\x01 \x03(\tR\bleaseIds\x12\x1f\n" +
+	"\vrequest_ids\x18\x02 \x03(\tR\n" +
+	"requestIds\"{\n" +
 	"\x12RenewBatchResponse\x12*\n" +
 	"\x11renewed_lease_ids\x18\x01 \x03(\tR\x0frenewedLeaseIds\x129\n" +
 	"\n" +
@@ -2550,7 +2576,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\vaccount_ids\x18\x02 \x03(\tR\n" +
 	"accountIds\x12\x10\n" +
 	"\x03all\x18\x03 \x01(\bR\x03all\x12\x12\n" +
-	"\x04keys\x18\x04 \x01(\bR\x04keys\"\xf7\x05\n" +
+	"\x04keys\x18\x04 \x01(\bR\x04keys\"\x91\x06\n" +
 	"\n" +
 	"RouteEvent\x12\x1d\n" +
 	"\n" +
@@ -2577,7 +2603,8 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"hold_count\x18\x10 \x01(\x05R\tholdCount\x12:\n" +
 	"\rfailure_stage\x18\x11 \x01(\x0e2\x15.weir.v1.FailureStageR\ffailureStage\x12?\n" +
 	"\x0fattempt_records\x18\x12 \x03(\v2\x16.weir.v1.AttemptRecordR\x0eattemptRecords\x12,\n" +
-	"\x12spilled_to_metered\x18\x13 \x01(\bR\x10spilledToMetered\"\xc2\x03\n" +
+	"\x12spilled_to_metered\x18\x13 \x01(\bR\x10spilledToMetered\x12\x18\n" +
+	"\apending\x18\x14 \x01(\bR\apending\"\xc2\x03\n" +
 	"\rAttemptRecord\x12)\n" +
 	"\x02at\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x02at\x12\x1d\n" +
 	"\n" +

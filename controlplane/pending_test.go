@@ -1,0 +1,94 @@
+package controlplane
+
+import (
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+// reportBatch sends events as one ReportRoutes batch.
+func (e *env) reportBatch(events ...*weirv1.RouteEvent) {
+	e.t.Helper()
+	if _, err := e.dp.leases.ReportRoutes(e.t.Context(), connect.NewRequest(&weirv1.ReportRoutesRequest{Events: events})); err != nil {
+		e.t.Fatalf("ReportRoutes: %v", err)
+	}
+}
+
+// pendingUntil reads a route event's pending_until; nil when it is final.
+func (e *env) pendingUntil(id string) *time.Time {
+	e.t.Helper()
+	var until *time.Time
+	if err := e.pool.QueryRow(e.t.Context(), `SELECT pending_until FROM route_events WHERE request_id = $1`, id).Scan(&until); err != nil {
+		e.t.Fatalf("route event %s: %v", id, err)
+	}
+	return until
+}
+
+// TestPendingRouteEvents: a request a worker recorded as in progress is
+// recorded once, under its id, whatever order its events arrive in: its
+// final event replaces the pending one (in a later batch or the same
+// one), a pending one arriving after the final changes nothing, and a
+// final one replaces the worker_lost record the reaper made of it. A
+// final event is never replaced.
+func TestPendingRouteEvents(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	pending := func(id string) *weirv1.RouteEvent {
+		return &weirv1.RouteEvent{RequestId: id, Model: "m", Surface: "messages", Stream: true, Pending: true}
+	}
+	final := func(id string, status int32) *weirv1.RouteEvent {
+		return &weirv1.RouteEvent{RequestId: id, Model: "m", Surface: "messages", Stream: true, Status: status, Attempts: 1}
+	}
+
+	e.reportBatch(pending("weir_later"))
+	if ev := e.getEvent("weir_later"); !ev.Pending || ev.ErrorType != "in_progress" || ev.Status != 0 {
+		t.Errorf("pending event stored as %v", ev)
+	}
+	if until := e.pendingUntil("weir_later"); until == nil || !until.Equal(e.clock.Now().Add(e.cfg.LeaseTTL)) {
+		t.Errorf("pending until %v, want a lease TTL from now", until)
+	}
+	e.reportBatch(final("weir_later", 200))
+	e.reportBatch(pending("weir_same"), final("weir_same", 200))
+	e.reportBatch(final("weir_first", 200))
+	e.reportBatch(pending("weir_first"))
+	e.reportBatch(final("weir_twice", 200))
+	e.reportBatch(final("weir_twice", 500))
+	for _, id := range []string{"weir_later", "weir_same", "weir_first", "weir_twice"} {
+		if ev := e.getEvent(id); ev.Pending || ev.Status != 200 || ev.ErrorType != "" {
+			t.Errorf("%s stored as %v, want its first final event", id, ev)
+		}
+	}
+	if n := e.count(`SELECT count(*) FROM route_events`); n != 4 {
+		t.Errorf("%d route events, want one per request (4)", n)
+	}
+
+	// The keeper keeps a pending event open with its renewals.
+	e.reportBatch(pending("weir_held"))
+	now := e.advanceAlive(10 * time.Second)
+	if _, err := e.dp.leases.RenewBatch(t.Context(), connect.NewRequest(&weirv1.RenewBatchRequest{RequestIds: []string{"weir_held", "weir_later"}})); err != nil {
+		t.Fatal(err)
+	}
+	if until := e.pendingUntil("weir_held"); until == nil || !until.Equal(now.Add(e.cfg.LeaseTTL)) {
+		t.Errorf("renewed pending until %v, want %v", until, now.Add(e.cfg.LeaseTTL))
+	}
+	if until := e.pendingUntil("weir_later"); until != nil {
+		t.Errorf("a renewal reopened a final event: pending until %v", until)
+	}
+
+	// Closed as lost (the reaper's query), then its final event arrives:
+	// its worker was cut off, not dead.
+	e.advanceAlive(e.cfg.LeaseTTL + time.Second)
+	if n, err := e.q.CloseLostRequests(t.Context(), e.clock.Now()); err != nil || n != 1 {
+		t.Fatalf("CloseLostRequests = %d, %v; want 1", n, err)
+	}
+	if ev := e.getEvent("weir_held"); ev.ErrorType != "worker_lost" || ev.Pending {
+		t.Fatalf("closed as %v", ev)
+	}
+	e.reportBatch(final("weir_held", 200))
+	if ev := e.getEvent("weir_held"); ev.ErrorType != "" || ev.Status != 200 {
+		t.Errorf("the final event did not replace worker_lost: %v", ev)
+	}
+}
