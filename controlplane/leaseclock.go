@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/jobs"
 )
 
 // The lease clock keeps the concurrency cap across outages
@@ -13,9 +13,10 @@ import (
 // control plane can reach Postgres, no worker can renew, and the leases
 // of streams still running would lapse and be granted again over the cap.
 // So each replica moves the clock every leaseClockEvery, and the first
-// touch after a gap longer than leaseClockGap (the heartbeat's, a claim's
-// or a renewal's) renews as of then every lease that was live when the
-// gap began: its worker has a whole TTL to renew it for real. The rule:
+// touch after a gap longer than a third of the TTL (the heartbeat's, a
+// claim's, a renewal's or the reaper's; jobs.MoveLeaseClock) renews as of
+// then every lease that was live when the gap began: its worker has a
+// whole TTL to renew it for real. The rule:
 //
 //   - an outage of every control plane or of Postgres, of any length,
 //     costs no lease its place (a lease whose worker died in it lapses
@@ -29,16 +30,9 @@ import (
 // leaseClockEvery is how often each replica moves the clock.
 func leaseClockEvery(ttl time.Duration) time.Duration { return min(time.Second, ttl/10) }
 
-// leaseClockGap is how long the clock may go untouched before renewals
-// count as undeliverable: a live lease is renewed every third of its TTL,
-// so a gap shorter than that costs no lease its place.
-func leaseClockGap(ttl time.Duration) time.Duration { return ttl / 3 }
-
 // tickLeaseClock moves the clock once.
 func (s *Server) tickLeaseClock(ctx context.Context) error {
-	ttl := s.cfg.LeaseTTL
-	n, err := s.q.TickLeaseClock(ctx, db.TickLeaseClockParams{Now: s.now(),
-		GapSeconds: leaseClockGap(ttl).Seconds(), TtlSeconds: ttl.Seconds()})
+	n, err := jobs.MoveLeaseClock(ctx, s.q, s.now(), s.cfg.LeaseTTL)
 	if err != nil {
 		return err
 	}

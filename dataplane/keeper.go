@@ -37,10 +37,10 @@ type keeper struct {
 	leases map[string]keptLease
 	// ttl is the last lease TTL the control plane granted: a pending
 	// event stays open that long past its renewal.
-	ttl time.Duration
-	wake   chan struct{} // a shorter TTL arrived: re-plan the wait
-	stop   context.CancelFunc
-	done   chan struct{}
+	ttl  time.Duration
+	wake chan struct{} // a shorter TTL arrived: re-plan the wait
+	stop context.CancelFunc
+	done chan struct{}
 }
 
 // keptLease is one lease the keeper renews.

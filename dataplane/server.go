@@ -30,7 +30,7 @@ type Server struct {
 	keys     *keyCache
 	reporter *reporter
 	// pending are the requests in progress, recorded as such (pending.go).
-	pending *pendingRequests
+	pending  *pendingRequests
 	keeper   *keeper
 	pool     *leasePool
 	settings *settingsPoller

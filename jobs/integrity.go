@@ -126,6 +126,11 @@ func RunIntegrityCheck(ctx context.Context, d Deps) ([]Finding, error) {
 		{FindingExpiredFamilyGate, func() (int64, error) { return q.DeleteFamilyGatesExpiredBefore(ctx, now.Add(-expiredKeep)) }},
 		{FindingCooldownWithoutEvidence, func() (int64, error) { return q.RepairCooldownsWithoutEvidence(ctx) }},
 		{FindingStaleLease, func() (int64, error) {
+			// After an outage, leases still in use are renewed first (the
+			// lease clock), as the reaper does.
+			if _, err := MoveLeaseClock(ctx, q, now, d.LeaseTTL); err != nil {
+				return 0, err
+			}
 			return q.DeleteStaleLeases(ctx, now.Add(-d.LeaseGrace-staleLeaseSlack))
 		}},
 		{FindingStuckRefresh, func() (int64, error) { return q.ClearStuckRefreshClaims(ctx, now.Add(-stuckRefreshAfter)) }},

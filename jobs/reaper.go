@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	"github.com/riverqueue/river"
-
-	"github.com/weirhq/weir/controlplane/db"
 )
 
 // LeaseReaperArgs is the periodic job that deletes long-expired leases and
@@ -37,11 +35,8 @@ func (w *LeaseReaper) Work(ctx context.Context, _ *river.Job[LeaseReaperArgs]) e
 	// After an outage, leases and pending events still in use are renewed
 	// first (the lease clock): none is reaped or closed for the outage
 	// alone.
-	if ttl := w.deps.LeaseTTL; ttl > 0 {
-		if _, err := w.deps.Queries.TickLeaseClock(ctx, db.TickLeaseClockParams{Now: now,
-			GapSeconds: (ttl / 3).Seconds(), TtlSeconds: ttl.Seconds()}); err != nil {
-			return fmt.Errorf("reap leases: lease clock: %w", err)
-		}
+	if _, err := MoveLeaseClock(ctx, w.deps.Queries, now, w.deps.LeaseTTL); err != nil {
+		return fmt.Errorf("reap leases: lease clock: %w", err)
 	}
 	lost, err := w.deps.Queries.CloseLostRequests(ctx, now)
 	if err != nil {
