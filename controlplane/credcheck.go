@@ -126,51 +126,16 @@ func labels(refs []sealedRef) []string {
 	return out
 }
 
-// credentialWatch runs settleCredentials on every tick until stopped.
-type credentialWatch struct {
-	// tick, when set before Start, replaces the credentialCheckInterval
-	// ticker (tests).
-	tick   <-chan time.Time
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-// startCredentialWatch checks again on every tick until ctx ends or Stop.
+// startCredentialWatch checks again every credentialCheckInterval until
+// ctx ends or Stop.
 func (s *Server) startCredentialWatch(ctx context.Context) {
-	w := &s.creds
-	tick := w.tick
-	stopTicker := func() {}
-	if tick == nil {
-		t := time.NewTicker(credentialCheckInterval)
-		tick, stopTicker = t.C, t.Stop
-	}
-	ctx, w.cancel = context.WithCancel(ctx)
-	w.done = make(chan struct{})
-	go func() {
-		defer close(w.done)
-		defer stopTicker()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick:
-			}
-			var wrong *WrongKeyError
-			switch err := s.settleCredentials(ctx); {
-			case errors.As(err, &wrong):
-				s.log.ErrorContext(ctx, "no stored credential opens with this control plane's secret keys: nothing marked", "err", err)
-			case err != nil && ctx.Err() == nil:
-				s.log.WarnContext(ctx, "credential check failed", "err", err)
-			}
+	s.creds.start(ctx, credentialCheckInterval, func(ctx context.Context) {
+		var wrong *WrongKeyError
+		switch err := s.settleCredentials(ctx); {
+		case errors.As(err, &wrong):
+			s.log.ErrorContext(ctx, "no stored credential opens with this control plane's secret keys: nothing marked", "err", err)
+		case err != nil && ctx.Err() == nil:
+			s.log.WarnContext(ctx, "credential check failed", "err", err)
 		}
-	}()
-}
-
-// stopCredentialWatch ends the watch and waits for it.
-func (s *Server) stopCredentialWatch() {
-	if s.creds.cancel == nil {
-		return
-	}
-	s.creds.cancel()
-	<-s.creds.done
+	})
 }

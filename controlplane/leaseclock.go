@@ -42,56 +42,22 @@ func (s *Server) tickLeaseClock(ctx context.Context) error {
 	return nil
 }
 
-// leaseClock is the running heartbeat.
-type leaseClock struct {
-	// tick, when set before Start, replaces the leaseClockEvery ticker
-	// (tests).
-	tick   <-chan time.Time
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-// startLeaseClock moves the clock on every tick until ctx ends or Stop.
+// startLeaseClock moves the clock every leaseClockEvery until ctx ends or
+// Stop.
 func (s *Server) startLeaseClock(ctx context.Context) {
-	c := &s.clock
-	tick := c.tick
-	stopTicker := func() {}
-	if tick == nil {
-		t := time.NewTicker(leaseClockEvery(s.cfg.LeaseTTL))
-		tick, stopTicker = t.C, t.Stop
-	}
-	ctx, c.cancel = context.WithCancel(ctx)
-	c.done = make(chan struct{})
-	go func() {
-		defer close(c.done)
-		defer stopTicker()
-		failing := false
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick:
-			}
-			tctx, cancel := context.WithTimeout(ctx, leaseClockEvery(s.cfg.LeaseTTL)*5)
-			err := s.tickLeaseClock(tctx)
-			cancel()
-			switch {
-			case err != nil && ctx.Err() == nil && !failing:
-				failing = true
-				s.log.WarnContext(ctx, "lease clock: Postgres unreachable", "err", err)
-			case err == nil && failing:
-				failing = false
-				s.log.InfoContext(ctx, "lease clock: Postgres reachable again")
-			}
+	every := leaseClockEvery(s.cfg.LeaseTTL)
+	failing := false
+	s.clock.start(ctx, every, func(ctx context.Context) {
+		tctx, cancel := context.WithTimeout(ctx, 5*every)
+		err := s.tickLeaseClock(tctx)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			failing = true
+			s.log.WarnContext(ctx, "lease clock: Postgres unreachable", "err", err)
+		case err == nil && failing:
+			failing = false
+			s.log.InfoContext(ctx, "lease clock: Postgres reachable again")
 		}
-	}()
-}
-
-// stopLeaseClock ends the heartbeat and waits for it.
-func (s *Server) stopLeaseClock() {
-	if s.clock.cancel == nil {
-		return
-	}
-	s.clock.cancel()
-	<-s.clock.done
+	})
 }

@@ -109,7 +109,7 @@ func TestLeaseClockHeartbeat(t *testing.T) {
 	tick := make(chan time.Time)
 	e.srv.clock.tick = tick
 	e.srv.startLeaseClock(t.Context())
-	t.Cleanup(e.srv.stopLeaseClock)
+	t.Cleanup(e.srv.clock.stop)
 	_, keyHash := e.createKey("")
 	e.createAccount(acct{maxConc: 1})
 	req := &weirv1.AcquireRequest{KeyHash: keyHash}

@@ -40,9 +40,9 @@ type Server struct {
 	// watch feeds WatchPool from Postgres notifications.
 	watch *poolWatch
 	// creds checks the stored credentials with this replica's keys.
-	creds credentialWatch
+	creds ticking
 	// clock moves the lease clock (leaseclock.go).
-	clock leaseClock
+	clock ticking
 	// jitter spreads usage reads, uniform in [-1, 1).
 	jitter func() float64
 }
@@ -127,8 +127,8 @@ func (s *Server) Start(ctx context.Context) error {
 // Stop stops the credential check and the listener, ending every
 // WatchPool stream, and River, letting running jobs finish until ctx ends.
 func (s *Server) Stop(ctx context.Context) error {
-	s.stopCredentialWatch()
-	s.stopLeaseClock()
+	s.creds.stop()
+	s.clock.stop()
 	s.watch.stop()
 	if s.river == nil {
 		return nil

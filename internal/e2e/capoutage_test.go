@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bufio"
-	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -139,24 +137,7 @@ func TestLeaseLostWhenCutOffAlone(t *testing.T) {
 	_, w1 := e.newDataplane(&http.Client{Transport: cut})
 	_, w2 := e.newDataplane(nil)
 
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w1.URL+"/v1/messages", strings.NewReader(messagesBody(true)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("X-Api-Key", e.key)
-	res, err := w1.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	sc := bufio.NewScanner(res.Body)
-	for sc.Scan() && sc.Text() != "event: content_block_delta" {
-	}
-	if sc.Text() != "event: content_block_delta" {
-		t.Fatalf("no delta before the stream hung: %v", sc.Err())
-	}
+	first := e.startStream(w1.Client(), w1.URL)
 
 	cut.cutOff()
 	e.advanceAlive(clk, ttl+time.Second)
@@ -168,8 +149,8 @@ func TestLeaseLostWhenCutOffAlone(t *testing.T) {
 
 	cut.heal()
 	var rest strings.Builder
-	for sc.Scan() {
-		rest.WriteString(sc.Text() + "\n")
+	for first.sc.Scan() {
+		rest.WriteString(first.sc.Text() + "\n")
 	}
 	if !strings.Contains(rest.String(), "event: error") {
 		t.Errorf("worker 1's stream ended without an error event:\n%s", rest.String())
@@ -178,7 +159,7 @@ func TestLeaseLostWhenCutOffAlone(t *testing.T) {
 	if got := e.account("solo").InFlight; got != 1 {
 		t.Errorf("in flight = %d, want 1 (worker 2's stream)", got)
 	}
-	ev := e.routeEvent(res.Header.Get("Weir-Request-Id"))
+	ev := e.routeEvent(first.res.Header.Get("Weir-Request-Id"))
 	if recs := ev.GetAttemptRecords(); len(recs) != 1 || recs[0].GetErrorType() != "lease_lost" {
 		t.Errorf("worker 1's route event: %v, want one attempt ended as lease_lost", recs)
 	}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -73,19 +72,7 @@ func TestKilledWorkerRequestsRecorded(t *testing.T) {
 
 	var streamIDs []string
 	for range 2 {
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL+"/v1/messages", strings.NewReader(messagesBody(true)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("X-Api-Key", e.key)
-		res, err := w.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		streamIDs = append(streamIDs, res.Header.Get("Weir-Request-Id"))
+		streamIDs = append(streamIDs, e.startStream(w.Client(), w.URL).res.Header.Get("Weir-Request-Id"))
 	}
 	for range 8 {
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, w.URL+"/v1/messages", strings.NewReader(messagesBody(false)))

@@ -834,10 +834,17 @@ func (e *env) advanceAlive(clk *clock, d time.Duration) {
 	}
 }
 
-// openStream starts a streamed request through url with e's key and
+// openedStream is a streamed request read up to its first delta.
+type openedStream struct {
+	res *http.Response
+	sc  *bufio.Scanner // reads on from the first delta
+	end func()         // the client hangs up
+}
+
+// startStream starts a streamed request through url with e's key and
 // reads it until its first delta; the simulator's deltaDelay decides how
-// long it then runs. Cancel ends it.
-func (e *env) openStream(client *http.Client, url string) (end func()) {
+// long it then runs.
+func (e *env) startStream(client *http.Client, url string) *openedStream {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(e.t.Context())
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/messages", strings.NewReader(messagesBody(true)))
@@ -850,6 +857,11 @@ func (e *env) openStream(client *http.Client, url string) (end func()) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	end := func() {
+		cancel()
+		res.Body.Close()
+	}
+	e.t.Cleanup(end)
 	if res.StatusCode != http.StatusOK {
 		e.t.Fatalf("stream status %d", res.StatusCode)
 	}
@@ -859,10 +871,13 @@ func (e *env) openStream(client *http.Client, url string) (end func()) {
 	if sc.Text() != "event: content_block_delta" {
 		e.t.Fatalf("no delta before the stream hung: %v", sc.Err())
 	}
-	return func() {
-		cancel()
-		res.Body.Close()
-	}
+	return &openedStream{res: res, sc: sc, end: end}
+}
+
+// openStream is startStream for a test that only ends the stream.
+func (e *env) openStream(client *http.Client, url string) (end func()) {
+	e.t.Helper()
+	return e.startStream(client, url).end
 }
 
 // killable is a transport that can be cut at once and for good, the way a

@@ -76,28 +76,7 @@ func TestDeadWorkerLeaseExpires(t *testing.T) {
 	_, dp2 := e.newDataplane(nil)
 
 	// Worker 1 streams until the first delta is out.
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, dp1.URL+"/v1/messages", strings.NewReader(messagesBody(true)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("X-Api-Key", e.key)
-	req.Header.Set("Anthropic-Version", "2023-06-01")
-	res, err := dp1.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Fatalf("stream status %d", res.StatusCode)
-	}
-	sc := bufio.NewScanner(res.Body)
-	for sc.Scan() && sc.Text() != "event: content_block_delta" {
-	}
-	if sc.Err() != nil || sc.Text() != "event: content_block_delta" {
-		t.Fatalf("no delta before the stream hung: %v", sc.Err())
-	}
+	stream := e.startStream(dp1.Client(), dp1.URL)
 	if got := e.account("solo").InFlight; got != 1 {
 		t.Fatalf("in flight = %d during the stream, want 1", got)
 	}
@@ -105,7 +84,7 @@ func TestDeadWorkerLeaseExpires(t *testing.T) {
 	// Kill worker 1: its calls to the control plane stop for good (no
 	// Renew, no Release), and its client goes away.
 	cut.kill()
-	cancel()
+	stream.end()
 	dp1.CloseClientConnections()
 
 	// The dead worker's lease still holds the only slot.
