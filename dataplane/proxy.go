@@ -582,28 +582,25 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, in *inbound) *
 		// bad bytes into U+FFFD).
 		return errInvalidRequest("request body is not valid UTF-8")
 	}
-	var head struct {
-		Model    *string `json:"model"`
-		Stream   bool    `json:"stream"`
-		Metadata struct {
-			UserID string `json:"user_id"`
-		} `json:"metadata"`
-		PromptCacheKey string `json:"prompt_cache_key"`
-	}
-	if err := json.Unmarshal(body, &head); err != nil {
+	head, err := parseHead(body)
+	if err != nil {
+		var he headError
+		if errors.As(err, &he) {
+			return errInvalidRequest(he.Error())
+		}
 		return errInvalidRequest("request body is not valid JSON: " + jsonErrorText(err))
 	}
-	if head.Model == nil || *head.Model == "" {
+	if head.model == nil || *head.model == "" {
 		if in.sf.wire == wireOpenAI {
 			return errInvalidRequest("Missing required parameter: 'model'.")
 		}
 		return errInvalidRequest("model: field required")
 	}
-	if !validModel(*head.Model) {
+	if !validModel(*head.model) {
 		return errInvalidRequest("model: not a model name (control characters, or longer than " + strconv.Itoa(maxModelLen) + " bytes)")
 	}
-	in.body, in.model, in.stream = body, *head.Model, head.Stream
-	in.session = sessionKey(r, in.sf, head.Metadata.UserID, head.PromptCacheKey)
+	in.body, in.model, in.stream = body, *head.model, head.stream
+	in.session = sessionKey(r, in.sf, head.userID, head.promptCacheKey)
 	return nil
 }
 
@@ -640,9 +637,8 @@ func jsonErrorText(err error) string {
 	if errors.As(err, &syn) {
 		return syn.Error() + " at byte " + strconv.Itoa(int(syn.Offset))
 	}
-	var typ *json.UnmarshalTypeError
-	if errors.As(err, &typ) {
-		return "field " + typ.Field + " has the wrong type"
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return "unexpected end of JSON input"
 	}
 	return "malformed"
 }
