@@ -35,10 +35,12 @@ type inbound struct {
 	// list is filtered by it.
 	allowedModels []string
 	body          []byte
-	model         string
-	stream        bool
-	session       string
-	start         time.Time
+	// hold is body's reservation in the worker's body buffer.
+	hold    *bodyHold
+	model   string
+	stream  bool
+	session string
+	start   time.Time
 	// outcome is set when the worker answers on its own (a usage limit, an
 	// unreachable control plane, no account); else requestOutcome derives
 	// it from the status and lastClass, the last attempt's class.
@@ -47,6 +49,13 @@ type inbound struct {
 	// spilledTo is the provider of the last attempt's account when its
 	// lease was a spill to a metered account; "" otherwise.
 	spilledTo string
+}
+
+// letGo drops the body once nothing will replay it, and gives its
+// reservation back.
+func (in *inbound) letGo() {
+	in.body = nil
+	in.hold.release()
 }
 
 func newRequestID() string {
@@ -85,8 +94,20 @@ func (s *Server) proxyHandler(sf surface) http.HandlerFunc {
 	}
 }
 
-// serve authenticates, reads the request, and runs the attempt loop.
+// serve authenticates, reads the request, and runs the attempt loop. The
+// order is the point: the key and its rate limit are checked before the
+// body is read (a body takes memory, so only a key that may send now
+// gets to), the model allowlist after (it needs the model).
 func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *weirv1.RouteEvent) {
+	defer in.letGo()
+	unread := r.ContentLength != 0 && r.ProtoMajor == 1
+	if unread {
+		// An answer before the body was read whole closes the connection:
+		// net/http would otherwise read on through what is left of a body
+		// under 256 KiB before answering, and a client that withholds it
+		// would hold the answer. (HTTP/2 streams are answered as they are.)
+		w.Header().Set("Connection", "close")
+	}
 	ctx := r.Context()
 	secret := clientKey(r)
 	if secret == "" {
@@ -111,12 +132,18 @@ func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *wei
 		writeError(w, in.sf.wire, in.requestID, apiErr)
 		return
 	}
+	if apiErr := s.admitKey(ctx, in, key); apiErr != nil {
+		rec.ErrorType = apiErr.typ
+		rec.FailureStage = weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT
+		writeError(w, in.sf.wire, in.requestID, apiErr)
+		return
+	}
 	if apiErr := s.readBody(w, r, in); apiErr != nil {
 		writeError(w, in.sf.wire, in.requestID, apiErr)
 		return
 	}
 	rec.Model, rec.Stream = in.model, in.stream
-	if apiErr := s.admit(ctx, in, key); apiErr != nil {
+	if apiErr := s.admitModel(in, key); apiErr != nil {
 		rec.ErrorType = apiErr.typ
 		rec.FailureStage = weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT
 		writeError(w, in.sf.wire, in.requestID, apiErr)
@@ -554,20 +581,28 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, in *inbound) *
 	if r.ContentLength > s.cfg.MaxBodyBytes {
 		return errTooLarge(s.cfg.MaxBodyBytes)
 	}
+	in.hold = &bodyHold{b: s.bodies, key: in.keyHash, lim: s.settings.get().body}
 	// The body has a deadline of its own, lifted once it is read: the
 	// response (a stream may run for many minutes) has none.
 	rc := http.NewResponseController(w)
 	deadline := rc.SetReadDeadline(time.Now().Add(s.cfg.BodyReadTimeout)) == nil
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	body, err := readReserved(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), r.ContentLength, s.cfg.MaxBodyBytes, in.hold)
 	if deadline && err == nil {
 		// After a failed read the deadline stays: net/http reads on to
 		// drain what is left before it answers, and a stalled client
 		// would hold that read (and its answer) forever.
 		rc.SetReadDeadline(time.Time{}) //nolint:errcheck // set above, so supported
 	}
+	if err == nil {
+		w.Header().Del("Connection") // read whole: the connection may serve on (serve)
+	}
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		var netErr net.Error
+		if apiErr := bodyBufferError(err); apiErr != nil {
+			in.outcome = outcomeBodyBuffer
+			return apiErr
+		}
 		switch {
 		case errors.As(err, &tooLarge):
 			return errTooLarge(s.cfg.MaxBodyBytes)

@@ -33,6 +33,7 @@ type Server struct {
 	pool     *leasePool
 	settings *settingsPoller
 	metrics  *metrics
+	bodies   *bodyBudget
 	tracer   trace.Tracer
 }
 
@@ -62,6 +63,7 @@ func New(cfg Config) (*Server, error) {
 		reporter: newReporter(leases, cfg.Logger, cfg.ReportInterval, m.routesDropped.Inc, m.redelivered.WithLabelValues("route_events").Inc),
 		keeper:   newKeeper(leases, cfg.Logger),
 		metrics:  m,
+		bodies:   newBodyBudget(m),
 		tracer:   telemetry.TracerProvider(cfg.TracerProvider).Tracer(tracerName),
 	}
 	s.pool = newLeasePool(leases, cfg.Logger, cfg.Now, cfg.Sleep, m, cfg.LeaseIdle, cfg.ReportInterval, s.keys.forgetAll)

@@ -13,7 +13,7 @@ import (
 
 // newTestServer builds a worker whose control plane is a closed port: the
 // paths tested here must answer without it, or fail cleanly.
-func newTestServer(t *testing.T) *Server {
+func newTestServer(t testing.TB) *Server {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -44,6 +44,8 @@ var reference = []configdoc.Var{
 	{Name: "WEIR_CAPACITY_HOLD", UsedBy: "controlplane, dev"},
 	{Name: "WEIR_UNREACHABLE_HOLD", UsedBy: "controlplane, dev"},
 	{Name: "WEIR_REQUEST_DEADLINE", UsedBy: "controlplane, dev"},
+	{Name: "WEIR_BODY_BUFFER", UsedBy: "controlplane, dev"},
+	{Name: "WEIR_BODY_BUFFER_PER_KEY", UsedBy: "controlplane, dev"},
 	{Name: "WEIR_LEASE_REUSE", UsedBy: "controlplane, dev"},
 	{Name: "WEIR_METRICS_ACCOUNT_LABELS_MAX", UsedBy: "controlplane, dev"},
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/weirhq/weir/controlplane"
 	"github.com/weirhq/weir/dataplane"
+	"github.com/weirhq/weir/internal/bytesize"
 	"github.com/weirhq/weir/internal/migrate"
 	"github.com/weirhq/weir/internal/serve"
 	"github.com/weirhq/weir/internal/sim"
@@ -169,10 +170,23 @@ func holdFromEnv(e env, name, example string, dst *time.Duration) error {
 	return nil
 }
 
-// capacityConfig reads WEIR_CAPACITY_HOLD, WEIR_UNREACHABLE_HOLD and
-// WEIR_REQUEST_DEADLINE, the defaults until an operator runs 'weir
-// settings set', and WEIR_LEASE_REUSE.
+// capacityConfig reads WEIR_CAPACITY_HOLD, WEIR_UNREACHABLE_HOLD,
+// WEIR_REQUEST_DEADLINE, WEIR_BODY_BUFFER and WEIR_BODY_BUFFER_PER_KEY,
+// the defaults until an operator runs 'weir settings set', and
+// WEIR_LEASE_REUSE.
 func capacityConfig(e env, cfg *controlplane.Config) error {
+	for _, v := range []struct {
+		name string
+		dst  *int64
+	}{{"WEIR_BODY_BUFFER", &cfg.BodyBuffer}, {"WEIR_BODY_BUFFER_PER_KEY", &cfg.BodyBufferPerKey}} {
+		if s := e.getenv(v.name); s != "" {
+			n, err := bytesize.Parse(s)
+			if err != nil || n < 1<<20 {
+				return fmt.Errorf("%s: want a size of 1MiB or more like 1GiB or 256MiB, got %q", v.name, s)
+			}
+			*v.dst = n
+		}
+	}
 	if err := holdFromEnv(e, "WEIR_CAPACITY_HOLD", "20m", &cfg.CapacityHold); err != nil {
 		return err
 	}
