@@ -120,6 +120,14 @@ type Config struct {
 	ProfileClient *http.Client
 	// Registry receives the control plane's metrics. Default: a new one.
 	Registry *prometheus.Registry
+	// MetricsToken, when set, is the bearer token /metrics needs (its
+	// account series are labelled by account label). The binary reads
+	// WEIR_METRICS_TOKEN.
+	MetricsToken string
+	// MetricsApart leaves /metrics out of Handler: the binary serves
+	// MetricsHandler on an address of its own
+	// (WEIR_CONTROLPLANE_METRICS_ADDR).
+	MetricsApart bool
 	// DisableJobs skips River (tests that drive jobs by hand).
 	DisableJobs bool
 	// MetricsAccountLabelsMax is the largest pool (in accounts) whose

@@ -95,6 +95,13 @@ type Config struct {
 	ControlPlane *http.Client
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// MetricsToken, when set, is the bearer token /metrics needs. The
+	// binary reads WEIR_METRICS_TOKEN.
+	MetricsToken string
+	// MetricsApart leaves /metrics out of Handler (a path weir does not
+	// serve, on the agents' port): the binary serves MetricsHandler on an
+	// address of its own (WEIR_DATAPLANE_METRICS_ADDR).
+	MetricsApart bool
 	// Registry receives the worker's metrics. Default: a new one.
 	Registry *prometheus.Registry
 	// Now is the clock. Default time.Now.

@@ -179,3 +179,31 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsDeployable: with MetricsApart the agents' port answers
+// /metrics as a path weir does not serve (404 in the Anthropic format);
+// with MetricsToken, MetricsHandler answers only a bearer with the token.
+// Neither set: served openly on the agents' port, as before.
+func TestMetricsDeployable(t *testing.T) {
+	t.Parallel()
+	open := newTestServer(t)
+	if res, body := serveOnce(t, open.Handler(), httptest.NewRequest("GET", "/metrics", nil)); res.StatusCode != 200 || !strings.Contains(string(body), "weir_dataplane_") {
+		t.Errorf("default /metrics: %d", res.StatusCode)
+	}
+	s := newTestServer(t)
+	s.cfg.MetricsApart, s.cfg.MetricsToken = true, "metrics-token-0123456789"
+	if res, body := serveOnce(t, s.Handler(), httptest.NewRequest("GET", "/metrics", nil)); res.StatusCode != 404 || !strings.Contains(string(body), `"not_found_error"`) {
+		t.Errorf("agents' port /metrics with MetricsApart: %d %s", res.StatusCode, body)
+	}
+	for _, auth := range []string{"", "Bearer wrong", "metrics-token-0123456789", "Bearer " + s.cfg.MetricsToken} {
+		r := httptest.NewRequest("GET", "/metrics", nil)
+		if auth != "" {
+			r.Header.Set("Authorization", auth)
+		}
+		res, body := serveOnce(t, s.MetricsHandler(), r)
+		ok := auth == "Bearer "+s.cfg.MetricsToken
+		if ok != (res.StatusCode == 200) || ok != strings.Contains(string(body), "weir_dataplane_") || !ok && res.StatusCode != 401 {
+			t.Errorf("Authorization %q: %d", auth, res.StatusCode)
+		}
+	}
+}
