@@ -114,6 +114,10 @@ func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *wei
 		writeError(w, in.sf.wire, in.requestID, errAuthentication("missing API key: send your weir key as x-api-key or Authorization: Bearer"))
 		return
 	}
+	if apiErr := checkHeaders(r); apiErr != nil {
+		writeError(w, in.sf.wire, in.requestID, apiErr)
+		return
+	}
 	in.keyHash = hashKey(secret)
 	key, err := s.keys.verify(ctx, in.keyHash)
 	if err != nil {
@@ -128,10 +132,6 @@ func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *wei
 	}
 	in.keyID, in.allowedModels = key.id, key.allowedModels
 	rec.KeyId = key.id
-	if apiErr := checkHeaders(r); apiErr != nil {
-		writeError(w, in.sf.wire, in.requestID, apiErr)
-		return
-	}
 	if apiErr := s.admitKey(ctx, in, key); apiErr != nil {
 		rec.ErrorType = apiErr.typ
 		rec.FailureStage = weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT

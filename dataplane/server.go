@@ -72,7 +72,9 @@ func New(cfg Config) (*Server, error) {
 
 // MetricsHandler serves /metrics' content: the worker's metrics, behind
 // Config.MetricsToken when it is set.
-func (s *Server) MetricsHandler() http.Handler { return serve.Metrics(s.cfg.Registry, s.cfg.MetricsToken) }
+func (s *Server) MetricsHandler() http.Handler {
+	return serve.Metrics(s.cfg.Registry, s.cfg.MetricsToken)
+}
 
 // Handler serves the Anthropic and OpenAI surfaces plus /metrics (unless
 // Config.MetricsApart) and /healthz.

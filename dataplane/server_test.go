@@ -207,3 +207,35 @@ func TestMetricsDeployable(t *testing.T) {
 		}
 	}
 }
+
+// TestControlCharacterHeaders: a header value with a control character
+// never reaches the handler over the wire today (net/http answers its own
+// plain 400 first: internal/e2e TestHeaderInjection pins that). Should
+// one arrive (a future Go, another server in front), the worker refuses
+// it in the client's format before the key is even used.
+func TestControlCharacterHeaders(t *testing.T) {
+	t.Parallel()
+	h := newTestServer(t).Handler()
+	for _, tc := range []struct {
+		path, header, value string
+		openAI              bool
+	}{
+		{"/v1/messages", "X-Claude-Code-Session-Id", "abc\x00def", false},
+		{"/v1/messages", "Anthropic-Beta", "a\rX-Injected: 1", false},
+		{"/v1/responses", "Session_id", "s\x01", true},
+		{"/v1/chat/completions", "X-Request-Id", "r\x7f", true},
+	} {
+		r := httptest.NewRequest("POST", tc.path, strings.NewReader(`{"model":"m"}`))
+		r.Header.Set("X-Api-Key", "weir_sk_test")
+		r.Header.Set("Authorization", "Bearer weir_sk_test")
+		r.Header[tc.header] = []string{tc.value}
+		res, body := serveOnce(t, h, r)
+		want := `"type":"error"`
+		if tc.openAI {
+			want = `"param":null`
+		}
+		if res.StatusCode != 400 || !strings.Contains(string(body), want) || !strings.Contains(string(body), "holds a control character") {
+			t.Errorf("%s %s: %d %s", tc.path, tc.header, res.StatusCode, body)
+		}
+	}
+}

@@ -53,6 +53,12 @@ func (s *Server) serveResponsesWebSocket(w http.ResponseWriter, r *http.Request)
 		}
 		return
 	}
+	// The handshake's headers go with every request made over the
+	// connection: refused once, before the upgrade, as a plain answer.
+	if apiErr := checkHeaders(r); apiErr != nil {
+		writeError(w, wireOpenAI, requestID, apiErr)
+		return
+	}
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		// Agents connect from anywhere they run; the key, not the origin,
 		// is what authenticates.

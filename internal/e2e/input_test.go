@@ -241,6 +241,10 @@ func TestHeaderInjection(t *testing.T) {
 		{name: "NUL in a session id header", req: withBody(msgHead("X-Claude-Code-Session-Id: abc\x00def\r\n"), body)},
 		{name: "bare CR in anthropic-beta", req: withBody(msgHead("Anthropic-Beta: a\rX-Injected: 1\r\n"), body)},
 		{name: "NUL in the key", req: withBody("POST /v1/messages HTTP/1.1\r\nHost: weir\r\nX-Api-Key: "+e.key+"\x00\r\nAnthropic-Version: 2023-06-01\r\n", body)},
+		{name: "NUL in a session id header, OpenAI surface", req: withBody(respHead("Session_id: abc\x00def\r\n"), respBody(codexModel))},
+		{name: "bare CR in a header, OpenAI surface", req: withBody(respHead("X-Request-Id: a\rb\r\n"), respBody(codexModel))},
+		{name: "DEL in a header", req: withBody(msgHead("X-Request-Id: a\x7fb\r\n"), body)},
+		{name: "NUL in a header name", req: withBody(msgHead("X-Bad\x00Name: 1\r\n"), body)},
 		{name: "CRLF in the model", req: withBody(msgHead(""), modelBody(`claude\r\nX-Injected: 1`)), typ: "invalid_request_error"},
 		{name: "NUL in the model", req: withBody(msgHead(""), modelBody(`claude\u0000x`)), typ: "invalid_request_error"},
 		{name: "over-long model", req: withBody(msgHead(""), modelBody(strings.Repeat("m", 300))), typ: "invalid_request_error"},
@@ -261,8 +265,15 @@ func TestHeaderInjection(t *testing.T) {
 			}
 			switch {
 			case tt.typ == "":
-				if r.header.Get("Weir-Request-Id") != "" {
-					t.Errorf("a handler ran: %v", r.header)
+				// Pinned: net/http's header reader refuses the request
+				// before any handler runs and answers this fixed plain
+				// text, whatever the path's wire format, with no hook to
+				// answer otherwise (docs/reliability.md). Should a future
+				// Go let the bytes through, checkHeaders answers in the
+				// client's format instead and this fails: update the docs.
+				if r.header.Get("Weir-Request-Id") != "" || string(r.body) != "400 Bad Request" ||
+					r.header.Get("Content-Type") != "text/plain; charset=utf-8" {
+					t.Errorf("not net/http's own 400: %v %q", r.header, r.body)
 				}
 			case tt.openAI:
 				if !strings.Contains(string(r.body), `"type":"`+tt.typ+`"`) || strings.Contains(string(r.body), `"type":"error"`) {
