@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -65,26 +66,17 @@ func TestParseHead(t *testing.T) {
 	for _, tt := range refused {
 		_, err := parseHead([]byte(tt.body))
 		var he headError
-		if !errorAs(err, &he) || !strings.Contains(he.Error(), tt.want) {
+		if !errors.As(err, &he) || !strings.Contains(he.Error(), tt.want) {
 			t.Errorf("%s: %v, want a refusal with %q", tt.body, err, tt.want)
 		}
 	}
 	for _, bad := range []string{``, `{`, `{"model":"m",`, `{"model":"m"} x`, `{"model":"m"}{}`, `{"model":"m","x":[1,}`, `{"model" "m"}`} {
 		_, err := parseHead([]byte(bad))
 		var he headError
-		if err == nil || errorAs(err, &he) {
+		if err == nil || errors.As(err, &he) {
 			t.Errorf("%q: %v, want a syntax error", bad, err)
 		}
 	}
-}
-
-func errorAs(err error, he *headError) bool {
-	if err == nil {
-		return false
-	}
-	h, ok := err.(headError)
-	*he = h
-	return ok
 }
 
 // agentBody is a request body the size of n bytes or a little more,

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,15 +10,7 @@ import (
 )
 
 // freeAddr is a loopback address nothing listens on (for a moment).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freeAddr(t *testing.T) string { return "127.0.0.1:" + freePort(t) }
 
 // TestDataPlaneMetricsApart: `weir dataplane` with
 // WEIR_DATAPLANE_METRICS_ADDR serves /metrics there only, and with

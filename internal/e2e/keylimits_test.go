@@ -113,15 +113,7 @@ func TestKeyModelAllowlist(t *testing.T) {
 			noSecrets(r)
 		}
 	}
-	if n := metricValue(t, cpReg, "weir_controlplane_acquire_seconds", nil); n != 0 {
-		t.Fatalf("refused models cost %v Acquires", n)
-	}
-	if n := countLeases(t, e); n != 0 {
-		t.Fatalf("refused models hold %d leases", n)
-	}
-	if a := e.sim.Attempts(); len(a) != 0 {
-		t.Fatalf("refused models reached the upstream: %v", a)
-	}
+	nothingLeased(t, e, cpReg, "refused models")
 
 	// The model list shows what the key may ask for.
 	r := e.doWith(workers[1].c, workers[1].base, http.MethodGet, "/v1/models", "", func(r *http.Request) { r.Header.Set("X-Api-Key", key) })
@@ -255,15 +247,7 @@ func TestKeyAllowlistOneMeaning(t *testing.T) {
 			t.Errorf("%s: message %q, want %q", tc.msg, m, tc.want)
 		}
 	}
-	if n := metricValue(t, cpReg, "weir_controlplane_acquire_seconds", nil); n != 0 {
-		t.Errorf("refused bodies cost %v Acquires", n)
-	}
-	if n := countLeases(t, e); n != 0 {
-		t.Errorf("refused bodies hold %d leases", n)
-	}
-	if a := e.sim.Attempts(); len(a) != 0 {
-		t.Fatalf("refused bodies reached the upstream: %v", a)
-	}
+	nothingLeased(t, e, cpReg, "refused bodies")
 
 	// What weir checked is what the upstream gets.
 	allowed := msgs(`"model":"claude-haiku-4-5","metadata":{"user_id":"u1"},"Extra":1,"extra":2`)
@@ -485,6 +469,21 @@ func TestKeyRateLimitAcrossWorkers(t *testing.T) {
 	}
 	if r := e.send(workers[0], key, "/v1/messages", messagesBody(false)); r.status != http.StatusTooManyRequests {
 		t.Fatalf("the token after it: %d %s", r.status, r.body)
+	}
+}
+
+// nothingLeased fails the test when what (the requests so far) cost an
+// Acquire, hold a lease or reached the upstream.
+func nothingLeased(t *testing.T, e *env, cpReg *prometheus.Registry, what string) {
+	t.Helper()
+	if n := metricValue(t, cpReg, "weir_controlplane_acquire_seconds", nil); n != 0 {
+		t.Fatalf("%s cost %v Acquires", what, n)
+	}
+	if n := countLeases(t, e); n != 0 {
+		t.Fatalf("%s hold %d leases", what, n)
+	}
+	if a := e.sim.Attempts(); len(a) != 0 {
+		t.Fatalf("%s reached the upstream: %v", what, a)
 	}
 }
 
