@@ -73,6 +73,21 @@ type Config struct {
 	// 25m, so a response starts before a 30-minute client timeout.
 	// Env: WEIR_REQUEST_DEADLINE.
 	RequestDeadline time.Duration
+	// BodyBuffer bounds the request-body bytes one data-plane worker
+	// buffers at once (read, and kept for replay while a request may be
+	// retried or is held), until an operator changes the
+	// body_buffer_bytes setting; past it a request gets a 503 with
+	// Retry-After before its body is read. Default 1GiB: thirty bodies of
+	// the 32 MiB maximum, or a thousand held requests of 1 MiB.
+	// Env: WEIR_BODY_BUFFER (1GiB, 512MiB or bytes).
+	BodyBuffer int64
+	// BodyBufferPerKey is the same bound for one client key's requests on
+	// one worker (body_buffer_per_key_bytes); past it the key's request
+	// gets a 429. Default 256MiB, a quarter of the total: one key cannot
+	// take a worker's whole buffer, and a developer's agents (a few MB a
+	// request, tens at once) stay well under it.
+	// Env: WEIR_BODY_BUFFER_PER_KEY.
+	BodyBufferPerKey int64
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Now is the clock for every time written to Postgres. Default time.Now.
@@ -105,6 +120,14 @@ type Config struct {
 	ProfileClient *http.Client
 	// Registry receives the control plane's metrics. Default: a new one.
 	Registry *prometheus.Registry
+	// MetricsToken, when set, is the bearer token /metrics needs (its
+	// account series are labelled by account label). The binary reads
+	// WEIR_METRICS_TOKEN.
+	MetricsToken string
+	// MetricsApart leaves /metrics out of Handler: the binary serves
+	// MetricsHandler on an address of its own
+	// (WEIR_CONTROLPLANE_METRICS_ADDR).
+	MetricsApart bool
 	// DisableJobs skips River (tests that drive jobs by hand).
 	DisableJobs bool
 	// MetricsAccountLabelsMax is the largest pool (in accounts) whose
@@ -179,6 +202,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.RequestDeadline == 0 {
 		c.RequestDeadline = 25 * time.Minute
+	}
+	if c.BodyBuffer <= 0 {
+		c.BodyBuffer = DefaultBodyBuffer
+	}
+	if c.BodyBufferPerKey <= 0 {
+		c.BodyBufferPerKey = DefaultBodyBufferPerKey
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -109,3 +109,38 @@ func TestMetrics(t *testing.T) {
 		t.Error("a new replica shares the first one's counters")
 	}
 }
+
+// TestMetricsDeployable: /metrics (whose series name accounts by label)
+// can be kept from the RPC port and put behind a token: with MetricsApart
+// the RPC port does not serve it, and with MetricsToken only a scrape
+// with the token as a bearer gets it. Neither set: served openly, as
+// before.
+func TestMetricsDeployable(t *testing.T) {
+	t.Parallel()
+	clock := newClock()
+	cfg := testConfig(clock)
+	cfg.MetricsToken, cfg.MetricsApart = "metrics-token-0123456789", true
+	e := newEnv(t, pgtest.NewPool(t), cfg, clock)
+	if code, _ := get(t, e.ts.URL+"/metrics"); code != http.StatusNotFound {
+		t.Errorf("RPC port /metrics with MetricsApart: %d, want 404", code)
+	}
+	apart := startH2C(t, e.srv.MetricsHandler())
+	if code, body := get(t, apart.URL+"/metrics"); code != http.StatusUnauthorized || strings.Contains(body, "weir_controlplane_") {
+		t.Errorf("/metrics without the token: %d %.80s", code, body)
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, apart.URL+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+cfg.MetricsToken)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || !strings.Contains(string(b), "weir_controlplane_") {
+		t.Errorf("/metrics with the token: %d %.80s", res.StatusCode, b)
+	}
+	// The default: open on the RPC port.
+	if code, body := get(t, setup(t).ts.URL+"/metrics"); code != http.StatusOK || !strings.Contains(body, "weir_controlplane_") {
+		t.Errorf("default /metrics: %d", code)
+	}
+}

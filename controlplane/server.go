@@ -15,13 +15,13 @@ import (
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/weirhq/weir/controlplane/db"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/internal/serve"
 	"github.com/weirhq/weir/internal/telemetry"
 	"github.com/weirhq/weir/jobs"
 )
@@ -136,7 +136,14 @@ func (s *Server) Stop(ctx context.Context) error {
 	return s.river.Stop(ctx)
 }
 
-// Handler serves every RPC plus /metrics, /healthz and /readyz.
+// MetricsHandler serves /metrics' content: the control plane's metrics,
+// behind Config.MetricsToken when it is set.
+func (s *Server) MetricsHandler() http.Handler {
+	return serve.Metrics(s.cfg.Registry, s.cfg.MetricsToken)
+}
+
+// Handler serves every RPC plus /metrics (unless Config.MetricsApart),
+// /healthz and /readyz.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	rpc, paths := s.rpcHandler()
@@ -144,7 +151,9 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle(p, rpc)
 	}
 	mux.Handle("/dashboard/", s.dashboardHandler(rpc))
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
+	if !s.cfg.MetricsApart {
+		mux.Handle("GET /metrics", s.MetricsHandler())
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n")) //nolint:errcheck // a failed health write is the client's problem
 	})

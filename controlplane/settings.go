@@ -14,6 +14,7 @@ import (
 	"github.com/weirhq/weir/controlplane/db"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/internal/bytesize"
 	"github.com/weirhq/weir/internal/quotamode"
 )
 
@@ -26,10 +27,13 @@ const (
 	settingRequestDeadline   = "request_deadline"
 	settingQuotaResponseMode = "quota_response_mode"
 	settingMeteredAccounts   = "metered_accounts"
+	settingBodyBuffer        = "body_buffer_bytes"
+	settingBodyBufferPerKey  = "body_buffer_per_key_bytes"
 )
 
 // settingNames are the fields UpdateSettings takes, as errors list them.
-const settingNames = "capacity_hold, unreachable_hold, request_deadline, quota_response_mode or metered_accounts"
+const settingNames = "capacity_hold, unreachable_hold, request_deadline, quota_response_mode, metered_accounts, " +
+	"body_buffer_bytes or body_buffer_per_key_bytes"
 
 // settingsActor names who changes settings in the audit: the admin token
 // is the one credential allowed to.
@@ -46,6 +50,19 @@ const (
 	maxCapacityHold    = 6 * time.Hour
 	minRequestDeadline = time.Minute
 	maxRequestDeadline = 6 * time.Hour
+)
+
+// The body buffer bounds (body_buffer_bytes, body_buffer_per_key_bytes),
+// stored as sizes ("1GiB"). Under 1 MiB no agent's request would fit; a
+// TiB is more memory than a worker has. A bound below a body's size
+// refuses that body for good (a 413), so the defaults sit well above the
+// 32 MiB body limit. The per-key bound may exceed the total: the smaller
+// applies.
+const (
+	DefaultBodyBuffer       = 1 << 30
+	DefaultBodyBufferPerKey = 256 << 20
+	minBodyBuffer           = 1 << 20
+	maxBodyBuffer           = 1 << 40
 )
 
 type settingsService struct {
@@ -110,6 +127,16 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 				return nil, toConnect(err)
 			}
 			value = mode
+		case settingBodyBuffer, settingBodyBufferPerKey:
+			n := m.GetSettings().GetBodyBufferBytes()
+			if path == settingBodyBufferPerKey {
+				n = m.GetSettings().GetBodyBufferPerKeyBytes()
+			}
+			if n < minBodyBuffer || n > maxBodyBuffer {
+				return nil, toConnect(invalidf("settings.%s: %d is out of range; must be between %s and %s", path, n,
+					bytesize.Format(minBodyBuffer), bytesize.Format(maxBodyBuffer)))
+			}
+			value = bytesize.Format(n)
 		default:
 			return nil, toConnect(invalidf("update_mask: unknown field %q (want %s)", path, settingNames))
 		}
@@ -151,7 +178,8 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 	h.s.log.InfoContext(ctx, "settings updated", "fields", paths,
 		"capacity_hold", st.CapacityHold.AsDuration(), "unreachable_hold", st.UnreachableHold.AsDuration(),
 		"request_deadline", st.RequestDeadline.AsDuration(),
-		"quota_response_mode", enumName(st.QuotaResponseMode), "metered_accounts", enumName(st.MeteredAccounts))
+		"quota_response_mode", enumName(st.QuotaResponseMode), "metered_accounts", enumName(st.MeteredAccounts),
+		"body_buffer_bytes", st.BodyBufferBytes, "body_buffer_per_key_bytes", st.BodyBufferPerKeyBytes)
 	return connect.NewResponse(&weirv1.UpdateSettingsResponse{Settings: st}), nil
 }
 
@@ -181,6 +209,7 @@ func (s *Server) settingsFrom(rows []db.Setting) (*weirv1.Settings, error) {
 	hold, unreachable, deadline := s.cfg.CapacityHold, s.cfg.UnreachableHold, s.cfg.RequestDeadline
 	mode := weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE
 	metered := weirv1.MeteredAccounts_METERED_ACCOUNTS_NORMAL
+	bodyBuffer, bodyBufferPerKey := s.cfg.BodyBuffer, s.cfg.BodyBufferPerKey
 	for _, r := range rows {
 		var dst *time.Duration
 		var lo, hi time.Duration
@@ -203,6 +232,20 @@ func (s *Server) settingsFrom(rows []db.Setting) (*weirv1.Settings, error) {
 				return nil, fmt.Errorf("setting %s: unknown value %q", r.Name, r.Value)
 			}
 			continue
+		case settingBodyBuffer, settingBodyBufferPerKey:
+			n, err := bytesize.Parse(r.Value)
+			if err == nil && (n < minBodyBuffer || n > maxBodyBuffer) {
+				err = fmt.Errorf("%s is out of range", r.Value)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("setting %s: %w", r.Name, err)
+			}
+			if r.Name == settingBodyBuffer {
+				bodyBuffer = n
+			} else {
+				bodyBufferPerKey = n
+			}
+			continue
 		default:
 			continue
 		}
@@ -219,7 +262,8 @@ func (s *Server) settingsFrom(rows []db.Setting) (*weirv1.Settings, error) {
 		*dst = d
 	}
 	return &weirv1.Settings{CapacityHold: durationpb.New(hold), UnreachableHold: durationpb.New(unreachable),
-		RequestDeadline: durationpb.New(deadline), QuotaResponseMode: mode, MeteredAccounts: metered}, nil
+		RequestDeadline: durationpb.New(deadline), QuotaResponseMode: mode, MeteredAccounts: metered,
+		BodyBufferBytes: bodyBuffer, BodyBufferPerKeyBytes: bodyBufferPerKey}, nil
 }
 
 // meteredModes are the values metered_accounts takes, globally and per key.

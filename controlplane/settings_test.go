@@ -272,3 +272,38 @@ func TestUnreachableHoldSetting(t *testing.T) {
 		t.Errorf("%d audit rows for the change", n)
 	}
 }
+
+// TestBodyBufferSettings: 1GiB and 256MiB unless configured or set,
+// checked against their range, stored as sizes, audited, and what workers
+// are sent.
+func TestBodyBufferSettings(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	if st := e.getSettings(); st.GetBodyBufferBytes() != 1<<30 || st.GetBodyBufferPerKeyBytes() != 256<<20 {
+		t.Fatalf("defaults %d, %d", st.GetBodyBufferBytes(), st.GetBodyBufferPerKeyBytes())
+	}
+	clock := newClock()
+	cfg := testConfig(clock)
+	cfg.BodyBuffer, cfg.BodyBufferPerKey = 512<<20, 64<<20
+	if st := newEnv(t, pgtest.NewPool(t), cfg, clock).getSettings(); st.GetBodyBufferBytes() != 512<<20 || st.GetBodyBufferPerKeyBytes() != 64<<20 {
+		t.Fatalf("configured %d, %d", st.GetBodyBufferBytes(), st.GetBodyBufferPerKeyBytes())
+	}
+	for _, bad := range []int64{0, -1, 1<<20 - 1, 1<<40 + 1} {
+		_, err := e.updateSettings(&weirv1.Settings{BodyBufferBytes: bad}, "body_buffer_bytes")
+		if ce := wantCode(t, err, connect.CodeInvalidArgument); !strings.Contains(ce.Message(), "settings.body_buffer_bytes") {
+			t.Errorf("%d: %v", bad, ce)
+		}
+	}
+	got, err := e.updateSettings(&weirv1.Settings{BodyBufferBytes: 2 << 30, BodyBufferPerKeyBytes: 100 << 20},
+		"body_buffer_bytes", "body_buffer_per_key_bytes")
+	if err != nil || got.GetBodyBufferBytes() != 2<<30 || got.GetBodyBufferPerKeyBytes() != 100<<20 {
+		t.Fatalf("UpdateSettings: %v, %v", got, err)
+	}
+	ws, err := e.dp.leases.WorkerSettings(t.Context(), connect.NewRequest(&weirv1.WorkerSettingsRequest{}))
+	if err != nil || ws.Msg.Settings.GetBodyBufferBytes() != 2<<30 || ws.Msg.Settings.GetBodyBufferPerKeyBytes() != 100<<20 {
+		t.Fatalf("WorkerSettings: %v, %v", ws, err)
+	}
+	if n := e.count(`SELECT count(*) FROM setting_changes WHERE name = 'body_buffer_bytes' AND new_value = '2GiB'`); n != 1 {
+		t.Errorf("%d audit rows for the change", n)
+	}
+}

@@ -58,6 +58,13 @@ type Config struct {
 	CapacityHold    time.Duration
 	UnreachableHold time.Duration
 	RequestDeadline time.Duration
+	// BodyBuffer and BodyBufferPerKey bound the request-body bytes the
+	// worker buffers at once, in all and for one key (bodybudget.go),
+	// until the control plane's body_buffer_bytes and
+	// body_buffer_per_key_bytes settings arrive. Defaults 1 GiB and
+	// 256 MiB.
+	BodyBuffer       int64
+	BodyBufferPerKey int64
 	// SettingsPoll is how often the worker reads the control plane's
 	// settings. Default 10s.
 	SettingsPoll time.Duration
@@ -88,6 +95,13 @@ type Config struct {
 	ControlPlane *http.Client
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// MetricsToken, when set, is the bearer token /metrics needs. The
+	// binary reads WEIR_METRICS_TOKEN.
+	MetricsToken string
+	// MetricsApart leaves /metrics out of Handler (a path weir does not
+	// serve, on the agents' port): the binary serves MetricsHandler on an
+	// address of its own (WEIR_DATAPLANE_METRICS_ADDR).
+	MetricsApart bool
 	// Registry receives the worker's metrics. Default: a new one.
 	Registry *prometheus.Registry
 	// Now is the clock. Default time.Now.
@@ -175,6 +189,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.RequestDeadline == 0 {
 		c.RequestDeadline = 25 * time.Minute
+	}
+	if c.BodyBuffer <= 0 {
+		c.BodyBuffer = 1 << 30
+	}
+	if c.BodyBufferPerKey <= 0 {
+		c.BodyBufferPerKey = 256 << 20
 	}
 	if c.SettingsPoll == 0 {
 		c.SettingsPoll = 10 * time.Second

@@ -83,7 +83,8 @@ func FuzzRequestHead(f *testing.F) {
 		f.Add(true, []byte(s))
 		f.Add(false, []byte(s))
 	}
-	s := &Server{cfg: Config{MaxBodyBytes: 1 << 20}}
+	s := newTestServer(f)
+	s.cfg.MaxBodyBytes = 1 << 20
 	f.Fuzz(func(t *testing.T, openai bool, body []byte) {
 		sf := surfaceMessages
 		if openai {
@@ -108,6 +109,9 @@ func FuzzRequestHead(f *testing.F) {
 		}
 		if len(in.session) > 256 {
 			t.Errorf("session key of %d bytes", len(in.session))
+		}
+		if in.letGo(); s.bodies.total != 0 {
+			t.Errorf("%d body bytes still reserved once the request let its body go", s.bodies.total)
 		}
 	})
 }

@@ -7,11 +7,15 @@ import (
 )
 
 // What a request may carry into the routing loop. Header values reach the
-// worker already free of CR, LF and NUL (net/http refuses a request with
-// them before any handler runs, and its client would refuse to send
-// them); the body's strings are JSON and may hold anything. A value the
-// worker forwards or stores must be refused here, in the client's wire
-// format and before anything is leased, or made harmless.
+// worker already free of control characters but HTAB (net/http's header
+// reader refuses a request with NUL, a bare CR or another control byte
+// before any handler runs, answering its own plain-text 400: see
+// docs/reliability.md; its client would refuse to send them). checkHeaders
+// refuses them again, in the client's format, should they ever arrive (a
+// future Go, another server in front). The body's strings are JSON and
+// may hold anything. A value the worker forwards or stores must be
+// refused here, in the client's wire format and before anything is
+// leased, or made harmless.
 
 const (
 	// maxHeaderValue bounds one forwarded header value, maxForwardedHeaders
@@ -26,8 +30,16 @@ const (
 )
 
 // checkHeaders refuses a request with more than one distinct client key,
-// or forwarded headers over the bounds.
+// a header value with a control character, or forwarded headers over the
+// bounds.
 func checkHeaders(r *http.Request) *apiError {
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			if strings.ContainsFunc(v, func(c rune) bool { return c != '\t' && (c < 0x20 || c == 0x7f) }) {
+				return errInvalidRequest("header " + strings.ToLower(k) + " holds a control character")
+			}
+		}
+	}
 	for _, k := range []string{"X-Api-Key", "Authorization"} {
 		if vs := r.Header.Values(k); len(vs) > 1 {
 			for _, v := range vs[1:] {

@@ -14,18 +14,25 @@ import (
 	"github.com/weirhq/weir/internal/modelpattern"
 )
 
-// admit applies the key's own restrictions to a request whose body was
-// read, before anything is leased: the model allowlist (on the model as
-// asked; the control plane narrows an alias's targets to the list), then
-// the rate limit. A key with a limit takes one token per request from the
-// control plane's bucket, shared by every worker; a key without one costs
-// nothing here. Leases reused by the pool are per key, so a request
-// admitted here may still be served without an Acquire.
-func (s *Server) admit(ctx context.Context, in *inbound, k verifiedKey) *apiError {
+// admitModel applies the key's model allowlist to a request whose body
+// was read, before anything is leased (on the model as asked; the control
+// plane narrows an alias's targets to the list). Leases reused by the
+// pool are per key, so a request admitted here may still be served
+// without an Acquire.
+func (s *Server) admitModel(in *inbound, k verifiedKey) *apiError {
 	if !modelpattern.Match(k.allowedModels, in.model) {
 		in.outcome = outcomeModelForbidden
 		return errModelNotAllowed(in.model)
 	}
+	return nil
+}
+
+// admitKey applies the key's rate limit before its request's body is
+// read: a key limited to one request a minute must not get to fill the
+// worker's memory with bodies it may not send. A key with a limit takes
+// one token per request from the control plane's bucket, shared by every
+// worker; a key without one costs nothing here.
+func (s *Server) admitKey(ctx context.Context, in *inbound, k verifiedKey) *apiError {
 	if k.ratePerMinute == 0 {
 		return nil
 	}

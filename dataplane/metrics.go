@@ -26,6 +26,9 @@ type metrics struct {
 	// The outbox: reports the control plane did not take when sent.
 	reportsDropped *prometheus.CounterVec
 	redelivered    *prometheus.CounterVec
+	// The body buffer (bodybudget.go).
+	bodyBuffered prometheus.Gauge
+	bodyRefused  *prometheus.CounterVec
 }
 
 // Request outcomes: how a client request ended, one fixed set.
@@ -47,12 +50,14 @@ const (
 	outcomeKeyRateLimited  = "key_rate_limited" // the key's own request rate limit
 	// every account that could serve was unreachable through the unreachable hold
 	outcomeUpstreamUnreachable = "upstream_unreachable"
+	// the worker's body buffer could not take the body (its key's bound or the worker's)
+	outcomeBodyBuffer = "body_buffer_full"
 )
 
 var requestOutcomes = []string{outcomeSuccess, outcomeStreamError, outcomeClientError, outcomeUnauthenticated,
 	outcomeRateLimited, outcomeOverloaded, outcomeUsageLimit, outcomeUpstreamError, outcomeTransportError,
 	outcomeAuthError, outcomeNoAccount, outcomeUnavailable, outcomeCanceled, outcomeModelForbidden, outcomeKeyRateLimited,
-	outcomeUpstreamUnreachable}
+	outcomeUpstreamUnreachable, outcomeBodyBuffer}
 
 var surfaceNames = []string{surfaceMessages.name, surfaceCount.name, surfaceModels.name, surfaceResp.name, surfaceChat.name}
 
@@ -113,6 +118,17 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		Name: "weir_dataplane_reports_redelivered_total",
 		Help: "Reports sent again and answered after the control plane had not taken them (unreachable, or its database down), by kind: release or route_events (a batch).",
 	}, []string{"kind"})
+	m.bodyBuffered = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "weir_dataplane_request_body_buffer_bytes",
+		Help: "Request-body bytes this worker holds reserved: bodies being read, and bodies kept while their request may still be replayed (holds included).",
+	})
+	m.bodyRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "weir_dataplane_request_body_buffer_refusals_total",
+		Help: "Requests refused because their body did not fit the worker's body buffer, by scope: key (its key's bound, a 429), worker (the worker's, a 503) or over_bound (the body alone is larger than a bound, a 413).",
+	}, []string{"scope"})
+	for _, k := range []string{"key", "worker", "over_bound"} {
+		m.bodyRefused.WithLabelValues(k)
+	}
 	for _, k := range []string{"release", "success"} {
 		m.reportsDropped.WithLabelValues(k)
 	}
@@ -138,7 +154,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	}
 	reg.MustRegister(m.requests, m.attempts, m.ttfb, m.routesDropped, m.holds, m.holdSeconds, m.usageLimits, m.meteredSpills,
 		m.leasePool, m.poolReady, m.poolEvents,
-		m.reportsDropped, m.redelivered,
+		m.reportsDropped, m.redelivered, m.bodyBuffered, m.bodyRefused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -35,10 +35,12 @@ type inbound struct {
 	// list is filtered by it.
 	allowedModels []string
 	body          []byte
-	model         string
-	stream        bool
-	session       string
-	start         time.Time
+	// hold is body's reservation in the worker's body buffer.
+	hold    *bodyHold
+	model   string
+	stream  bool
+	session string
+	start   time.Time
 	// outcome is set when the worker answers on its own (a usage limit, an
 	// unreachable control plane, no account); else requestOutcome derives
 	// it from the status and lastClass, the last attempt's class.
@@ -47,6 +49,13 @@ type inbound struct {
 	// spilledTo is the provider of the last attempt's account when its
 	// lease was a spill to a metered account; "" otherwise.
 	spilledTo string
+}
+
+// letGo drops the body once nothing will replay it, and gives its
+// reservation back.
+func (in *inbound) letGo() {
+	in.body = nil
+	in.hold.release()
 }
 
 func newRequestID() string {
@@ -85,12 +94,28 @@ func (s *Server) proxyHandler(sf surface) http.HandlerFunc {
 	}
 }
 
-// serve authenticates, reads the request, and runs the attempt loop.
+// serve authenticates, reads the request, and runs the attempt loop. The
+// order is the point: the key and its rate limit are checked before the
+// body is read (a body takes memory, so only a key that may send now
+// gets to), the model allowlist after (it needs the model).
 func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *weirv1.RouteEvent) {
+	defer in.letGo()
+	unread := r.ContentLength != 0 && r.ProtoMajor == 1
+	if unread {
+		// An answer before the body was read whole closes the connection:
+		// net/http would otherwise read on through what is left of a body
+		// under 256 KiB before answering, and a client that withholds it
+		// would hold the answer. (HTTP/2 streams are answered as they are.)
+		w.Header().Set("Connection", "close")
+	}
 	ctx := r.Context()
 	secret := clientKey(r)
 	if secret == "" {
 		writeError(w, in.sf.wire, in.requestID, errAuthentication("missing API key: send your weir key as x-api-key or Authorization: Bearer"))
+		return
+	}
+	if apiErr := checkHeaders(r); apiErr != nil {
+		writeError(w, in.sf.wire, in.requestID, apiErr)
 		return
 	}
 	in.keyHash = hashKey(secret)
@@ -107,7 +132,9 @@ func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *wei
 	}
 	in.keyID, in.allowedModels = key.id, key.allowedModels
 	rec.KeyId = key.id
-	if apiErr := checkHeaders(r); apiErr != nil {
+	if apiErr := s.admitKey(ctx, in, key); apiErr != nil {
+		rec.ErrorType = apiErr.typ
+		rec.FailureStage = weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT
 		writeError(w, in.sf.wire, in.requestID, apiErr)
 		return
 	}
@@ -116,7 +143,7 @@ func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *wei
 		return
 	}
 	rec.Model, rec.Stream = in.model, in.stream
-	if apiErr := s.admit(ctx, in, key); apiErr != nil {
+	if apiErr := s.admitModel(in, key); apiErr != nil {
 		rec.ErrorType = apiErr.typ
 		rec.FailureStage = weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT
 		writeError(w, in.sf.wire, in.requestID, apiErr)
@@ -558,20 +585,28 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, in *inbound) *
 	if r.ContentLength > s.cfg.MaxBodyBytes {
 		return errTooLarge(s.cfg.MaxBodyBytes)
 	}
+	in.hold = &bodyHold{b: s.bodies, key: in.keyHash, lim: s.settings.get().body}
 	// The body has a deadline of its own, lifted once it is read: the
 	// response (a stream may run for many minutes) has none.
 	rc := http.NewResponseController(w)
 	deadline := rc.SetReadDeadline(time.Now().Add(s.cfg.BodyReadTimeout)) == nil
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	body, err := readReserved(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), r.ContentLength, s.cfg.MaxBodyBytes, in.hold)
 	if deadline && err == nil {
 		// After a failed read the deadline stays: net/http reads on to
 		// drain what is left before it answers, and a stalled client
 		// would hold that read (and its answer) forever.
 		rc.SetReadDeadline(time.Time{}) //nolint:errcheck // set above, so supported
 	}
+	if err == nil {
+		w.Header().Del("Connection") // read whole: the connection may serve on (serve)
+	}
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		var netErr net.Error
+		if apiErr := bodyBufferError(err); apiErr != nil {
+			in.outcome = outcomeBodyBuffer
+			return apiErr
+		}
 		switch {
 		case errors.As(err, &tooLarge):
 			return errTooLarge(s.cfg.MaxBodyBytes)
@@ -586,28 +621,25 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, in *inbound) *
 		// bad bytes into U+FFFD).
 		return errInvalidRequest("request body is not valid UTF-8")
 	}
-	var head struct {
-		Model    *string `json:"model"`
-		Stream   bool    `json:"stream"`
-		Metadata struct {
-			UserID string `json:"user_id"`
-		} `json:"metadata"`
-		PromptCacheKey string `json:"prompt_cache_key"`
-	}
-	if err := json.Unmarshal(body, &head); err != nil {
+	head, err := parseHead(body)
+	if err != nil {
+		var he headError
+		if errors.As(err, &he) {
+			return errInvalidRequest(he.Error())
+		}
 		return errInvalidRequest("request body is not valid JSON: " + jsonErrorText(err))
 	}
-	if head.Model == nil || *head.Model == "" {
+	if head.model == nil || *head.model == "" {
 		if in.sf.wire == wireOpenAI {
 			return errInvalidRequest("Missing required parameter: 'model'.")
 		}
 		return errInvalidRequest("model: field required")
 	}
-	if !validModel(*head.Model) {
+	if !validModel(*head.model) {
 		return errInvalidRequest("model: not a model name (control characters, or longer than " + strconv.Itoa(maxModelLen) + " bytes)")
 	}
-	in.body, in.model, in.stream = body, *head.Model, head.Stream
-	in.session = sessionKey(r, in.sf, head.Metadata.UserID, head.PromptCacheKey)
+	in.body, in.model, in.stream = body, *head.model, head.stream
+	in.session = sessionKey(r, in.sf, head.userID, head.promptCacheKey)
 	return nil
 }
 
@@ -644,9 +676,8 @@ func jsonErrorText(err error) string {
 	if errors.As(err, &syn) {
 		return syn.Error() + " at byte " + strconv.Itoa(int(syn.Offset))
 	}
-	var typ *json.UnmarshalTypeError
-	if errors.As(err, &typ) {
-		return "field " + typ.Field + " has the wrong type"
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return "unexpected end of JSON input"
 	}
 	return "malformed"
 }

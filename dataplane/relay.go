@@ -236,7 +236,7 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 		w.WriteHeader(resp.StatusCode)
 		committed = true
 		o.BytesToClient = true
-		in.body = nil
+		in.letGo()
 		body.release()
 		if _, err := w.Write(held); err != nil {
 			return err

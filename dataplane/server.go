@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
@@ -35,6 +34,7 @@ type Server struct {
 	pool     *leasePool
 	settings *settingsPoller
 	metrics  *metrics
+	bodies   *bodyBudget
 	tracer   trace.Tracer
 }
 
@@ -66,6 +66,7 @@ func New(cfg Config) (*Server, error) {
 		reporter: newReporter(leases, pending, cfg.Logger, cfg.ReportInterval, m.routesDropped.Inc, m.redelivered.WithLabelValues("route_events").Inc),
 		keeper:   newKeeper(leases, pending.reported, cfg.Logger),
 		metrics:  m,
+		bodies:   newBodyBudget(m),
 		tracer:   telemetry.TracerProvider(cfg.TracerProvider).Tracer(tracerName),
 	}
 	s.pool = newLeasePool(leases, cfg.Logger, cfg.Now, cfg.Sleep, m, cfg.LeaseIdle, cfg.ReportInterval, s.keys.forgetAll)
@@ -73,7 +74,14 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Handler serves the Anthropic and OpenAI surfaces plus /metrics and /healthz.
+// MetricsHandler serves /metrics' content: the worker's metrics, behind
+// Config.MetricsToken when it is set.
+func (s *Server) MetricsHandler() http.Handler {
+	return serve.Metrics(s.cfg.Registry, s.cfg.MetricsToken)
+}
+
+// Handler serves the Anthropic and OpenAI surfaces plus /metrics (unless
+// Config.MetricsApart) and /healthz.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/messages", s.method(http.MethodPost, surfaceMessages, s.proxyHandler(surfaceMessages)))
@@ -88,7 +96,9 @@ func (s *Server) Handler() http.Handler {
 		responses(w, r)
 	})
 	mux.HandleFunc("/v1/chat/completions", s.method(http.MethodPost, surfaceChat, s.proxyHandler(surfaceChat)))
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
+	if !s.cfg.MetricsApart {
+		mux.Handle("GET /metrics", s.MetricsHandler())
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n")) //nolint:errcheck // nothing to do if the probe left
 	})

@@ -13,7 +13,7 @@ import (
 
 // newTestServer builds a worker whose control plane is a closed port: the
 // paths tested here must answer without it, or fail cleanly.
-func newTestServer(t *testing.T) *Server {
+func newTestServer(t testing.TB) *Server {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -176,6 +176,66 @@ func TestConfigValidate(t *testing.T) {
 		}
 		if _, err := New(c); err == nil {
 			t.Errorf("New accepted an invalid config (%s)", tt.field)
+		}
+	}
+}
+
+// TestMetricsDeployable: with MetricsApart the agents' port answers
+// /metrics as a path weir does not serve (404 in the Anthropic format);
+// with MetricsToken, MetricsHandler answers only a bearer with the token.
+// Neither set: served openly on the agents' port, as before.
+func TestMetricsDeployable(t *testing.T) {
+	t.Parallel()
+	open := newTestServer(t)
+	if res, body := serveOnce(t, open.Handler(), httptest.NewRequest("GET", "/metrics", nil)); res.StatusCode != 200 || !strings.Contains(string(body), "weir_dataplane_") {
+		t.Errorf("default /metrics: %d", res.StatusCode)
+	}
+	s := newTestServer(t)
+	s.cfg.MetricsApart, s.cfg.MetricsToken = true, "metrics-token-0123456789"
+	if res, body := serveOnce(t, s.Handler(), httptest.NewRequest("GET", "/metrics", nil)); res.StatusCode != 404 || !strings.Contains(string(body), `"not_found_error"`) {
+		t.Errorf("agents' port /metrics with MetricsApart: %d %s", res.StatusCode, body)
+	}
+	for _, auth := range []string{"", "Bearer wrong", "metrics-token-0123456789", "Bearer " + s.cfg.MetricsToken} {
+		r := httptest.NewRequest("GET", "/metrics", nil)
+		if auth != "" {
+			r.Header.Set("Authorization", auth)
+		}
+		res, body := serveOnce(t, s.MetricsHandler(), r)
+		ok := auth == "Bearer "+s.cfg.MetricsToken
+		if ok != (res.StatusCode == 200) || ok != strings.Contains(string(body), "weir_dataplane_") || !ok && res.StatusCode != 401 {
+			t.Errorf("Authorization %q: %d", auth, res.StatusCode)
+		}
+	}
+}
+
+// TestControlCharacterHeaders: a header value with a control character
+// never reaches the handler over the wire today (net/http answers its own
+// plain 400 first: internal/e2e TestHeaderInjection pins that). Should
+// one arrive (a future Go, another server in front), the worker refuses
+// it in the client's format before the key is even used.
+func TestControlCharacterHeaders(t *testing.T) {
+	t.Parallel()
+	h := newTestServer(t).Handler()
+	for _, tc := range []struct {
+		path, header, value string
+		openAI              bool
+	}{
+		{"/v1/messages", "X-Claude-Code-Session-Id", "abc\x00def", false},
+		{"/v1/messages", "Anthropic-Beta", "a\rX-Injected: 1", false},
+		{"/v1/responses", "Session_id", "s\x01", true},
+		{"/v1/chat/completions", "X-Request-Id", "r\x7f", true},
+	} {
+		r := httptest.NewRequest("POST", tc.path, strings.NewReader(`{"model":"m"}`))
+		r.Header.Set("X-Api-Key", "weir_sk_test")
+		r.Header.Set("Authorization", "Bearer weir_sk_test")
+		r.Header[tc.header] = []string{tc.value}
+		res, body := serveOnce(t, h, r)
+		want := `"type":"error"`
+		if tc.openAI {
+			want = `"param":null`
+		}
+		if res.StatusCode != 400 || !strings.Contains(string(body), want) || !strings.Contains(string(body), "holds a control character") {
+			t.Errorf("%s %s: %d %s", tc.path, tc.header, res.StatusCode, body)
 		}
 	}
 }

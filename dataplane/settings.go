@@ -17,6 +17,7 @@ type workerSettings struct {
 	unreachableHold time.Duration
 	requestDeadline time.Duration
 	quotaMode       weirv1.QuotaResponseMode
+	body            bodyLimits
 }
 
 // settingsPoller keeps workerSettings fresh, so an operator's change
@@ -31,7 +32,7 @@ type settingsPoller struct {
 func newSettingsPoller(s *Server) *settingsPoller {
 	p := &settingsPoller{s: s, done: make(chan struct{})}
 	p.current.Store(&workerSettings{capacityHold: s.cfg.CapacityHold, unreachableHold: s.cfg.UnreachableHold,
-		requestDeadline: s.cfg.RequestDeadline})
+		requestDeadline: s.cfg.RequestDeadline, body: bodyLimits{total: s.cfg.BodyBuffer, perKey: s.cfg.BodyBufferPerKey}})
 	ctx, cancel := context.WithCancel(context.Background())
 	p.stop = cancel
 	go p.run(ctx)
@@ -66,7 +67,8 @@ func (p *settingsPoller) fetch(ctx context.Context) {
 	}
 	st := resp.Msg.GetSettings()
 	next := workerSettings{capacityHold: st.GetCapacityHold().AsDuration(), unreachableHold: st.GetUnreachableHold().AsDuration(),
-		requestDeadline: st.GetRequestDeadline().AsDuration(), quotaMode: st.GetQuotaResponseMode()}
+		requestDeadline: st.GetRequestDeadline().AsDuration(), quotaMode: st.GetQuotaResponseMode(),
+		body: bodyLimits{total: st.GetBodyBufferBytes(), perKey: st.GetBodyBufferPerKeyBytes()}}
 	if next.requestDeadline <= 0 {
 		next.requestDeadline = p.s.cfg.RequestDeadline
 	}
@@ -79,6 +81,13 @@ func (p *settingsPoller) fetch(ctx context.Context) {
 		next.unreachableHold = p.s.cfg.UnreachableHold
 	case next.unreachableHold < 0:
 		next.unreachableHold = 0
+	}
+	// 0 is a control plane older than the settings.
+	if next.body.total <= 0 {
+		next.body.total = p.s.cfg.BodyBuffer
+	}
+	if next.body.perKey <= 0 {
+		next.body.perKey = p.s.cfg.BodyBufferPerKey
 	}
 	p.current.Store(&next)
 }

@@ -53,6 +53,12 @@ func (s *Server) serveResponsesWebSocket(w http.ResponseWriter, r *http.Request)
 		}
 		return
 	}
+	// The handshake's headers go with every request made over the
+	// connection: refused once, before the upgrade, as a plain answer.
+	if apiErr := checkHeaders(r); apiErr != nil {
+		writeError(w, wireOpenAI, requestID, apiErr)
+		return
+	}
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		// Agents connect from anywhere they run; the key, not the origin,
 		// is what authenticates.
@@ -148,20 +154,41 @@ func (s *Server) serveWebSocketMessage(ctx context.Context, c *websocket.Conn, r
 // same top-level fields, less the envelope, streamed. warmup is a message
 // with "generate": false, which only prepares a connection.
 func wsRequestBody(data []byte) (body []byte, model string, warmup bool, err error) {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(data, &fields); err != nil || fields == nil {
-		return nil, "", false, errors.New("message is not a JSON object")
-	}
+	// The envelope's fields are read exactly, as readBody reads the body's
+	// (jsonhead.go): a second "type" or a "Generate" could mean one thing
+	// here and another upstream. readBody then reads the body made of it.
 	var typ string
-	json.Unmarshal(fields["type"], &typ)    //nolint:errcheck // checked below
-	json.Unmarshal(fields["model"], &model) //nolint:errcheck // the proxy checks it
+	var generate *bool
+	var modelp *string
+	skip := func(dec *json.Decoder) error { return dec.Decode(&skipValue{}) }
+	err = scanTop(data, map[string]fieldReader{
+		"type":      stringField(&typ, "type"),
+		"model":     func(dec *json.Decoder) error { return decodeField(dec, &modelp, "model") },
+		"generate":  func(dec *json.Decoder) error { return decodeField(dec, &generate, "generate") },
+		"stream_id": skip,
+		"stream":    skip,
+	})
+	var he headError
+	switch {
+	case errors.Is(err, errNotObject):
+		return nil, "", false, errors.New("message must be a JSON object")
+	case errors.As(err, &he):
+		return nil, "", false, errors.New(strings.Replace(he.Error(), "request body", "message", 1))
+	case err != nil:
+		return nil, "", false, errors.New("message is not valid JSON: " + jsonErrorText(err))
+	}
+	if modelp != nil {
+		model = *modelp
+	}
 	if typ != "response.create" {
 		return nil, "", false, errors.New(`unsupported event type; send {"type":"response.create", …}`)
 	}
-	var generate *bool
-	json.Unmarshal(fields["generate"], &generate) //nolint:errcheck // absent or not a bool: generate
 	if generate != nil && !*generate {
 		return nil, model, true, nil
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil {
+		return nil, "", false, errors.New("message is not valid JSON")
 	}
 	delete(fields, "type")
 	delete(fields, "stream_id")

@@ -228,7 +228,7 @@ func runDev(ctx context.Context, args []string, e env) error {
 	dpCfg := dataplane.Config{ControlPlaneURL: cpURL, Token: secrets.dataplane, Logger: log, TracerProvider: dpTP}
 	dpDone := make(chan error, 1)
 	go func() {
-		err := serveDataPlane(ctx, dpCfg, dpLn, nil)
+		err := serveDataPlane(ctx, dpCfg, dpLn, nil, nil)
 		if err != nil {
 			cancelAll(err)
 		}

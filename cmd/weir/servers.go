@@ -19,6 +19,7 @@ import (
 
 	"github.com/weirhq/weir/controlplane"
 	"github.com/weirhq/weir/dataplane"
+	"github.com/weirhq/weir/internal/bytesize"
 	"github.com/weirhq/weir/internal/migrate"
 	"github.com/weirhq/weir/internal/serve"
 	"github.com/weirhq/weir/internal/sim"
@@ -111,6 +112,8 @@ func controlPlaneConfig(e env, log *slog.Logger) (controlplane.Config, error) {
 	if err := metricsConfig(e, &cfg); err != nil {
 		return cfg, err
 	}
+	cfg.MetricsToken = e.getenv("WEIR_METRICS_TOKEN")
+	cfg.MetricsApart = e.getenv("WEIR_CONTROLPLANE_METRICS_ADDR") != ""
 	key, previous, err := secretKeys(e)
 	if err != nil {
 		return cfg, err
@@ -169,10 +172,23 @@ func holdFromEnv(e env, name, example string, dst *time.Duration) error {
 	return nil
 }
 
-// capacityConfig reads WEIR_CAPACITY_HOLD, WEIR_UNREACHABLE_HOLD and
-// WEIR_REQUEST_DEADLINE, the defaults until an operator runs 'weir
-// settings set', and WEIR_LEASE_REUSE.
+// capacityConfig reads WEIR_CAPACITY_HOLD, WEIR_UNREACHABLE_HOLD,
+// WEIR_REQUEST_DEADLINE, WEIR_BODY_BUFFER and WEIR_BODY_BUFFER_PER_KEY,
+// the defaults until an operator runs 'weir settings set', and
+// WEIR_LEASE_REUSE.
 func capacityConfig(e env, cfg *controlplane.Config) error {
+	for _, v := range []struct {
+		name string
+		dst  *int64
+	}{{"WEIR_BODY_BUFFER", &cfg.BodyBuffer}, {"WEIR_BODY_BUFFER_PER_KEY", &cfg.BodyBufferPerKey}} {
+		if s := e.getenv(v.name); s != "" {
+			n, err := bytesize.Parse(s)
+			if err != nil || n < 1<<20 {
+				return fmt.Errorf("%s: want a size of 1MiB or more like 1GiB or 256MiB, got %q", v.name, s)
+			}
+			*v.dst = n
+		}
+	}
 	if err := holdFromEnv(e, "WEIR_CAPACITY_HOLD", "20m", &cfg.CapacityHold); err != nil {
 		return err
 	}
@@ -281,8 +297,38 @@ func runControlPlane(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return errors.Join(err, cp.Stop(ctx))
 	}
+	mln, err := metricsListener(e, "WEIR_CONTROLPLANE_METRICS_ADDR", "control-plane metrics")
+	if err != nil {
+		ln.Close()
+		return errors.Join(err, cp.Stop(ctx))
+	}
 	log.Info("control plane listening", "addr", ln.Addr().String(), "tls", tc != nil, "lease_client_cert", requireClientCert)
-	return serveControlPlane(ctx, cp, ln, tc, log)
+	stopMetrics := serveMetrics(ctx, mln, cp.MetricsHandler(), log)
+	return errors.Join(serveControlPlane(ctx, cp, ln, tc, log), stopMetrics())
+}
+
+// metricsListener listens on the metrics address named by the variable
+// name, when it is set (then /metrics is served there only); nil when not.
+func metricsListener(e env, name, what string) (net.Listener, error) {
+	addr := e.getenv(name)
+	if addr == "" {
+		return nil, nil
+	}
+	return listen(addr, what)
+}
+
+// serveMetrics serves h on ln (when there is one) until ctx ends; the
+// function it returns waits for that and says how it ended.
+func serveMetrics(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) func() error {
+	if ln == nil {
+		return func() error { return nil }
+	}
+	log.Info("metrics listening", "addr", ln.Addr().String())
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	done := make(chan error, 1)
+	go func() { done <- serve.Run(ctx, ln, mux, serve.Options{Logger: log}) }()
+	return func() error { return <-done }
 }
 
 // startControlPlane builds a replica and starts it. It refuses to start,
@@ -319,7 +365,8 @@ func runDataPlane(ctx context.Context, args []string, e env) error {
 	}
 	dataDir := fs.Lookup("data-dir").Value.String()
 	log := newLogger(e)
-	cfg := dataplane.Config{ControlPlaneURL: *cpURL, Token: e.getenv("WEIR_DATAPLANE_TOKEN"), Logger: log}
+	cfg := dataplane.Config{ControlPlaneURL: *cpURL, Token: e.getenv("WEIR_DATAPLANE_TOKEN"), Logger: log,
+		MetricsToken: e.getenv("WEIR_METRICS_TOKEN"), MetricsApart: e.getenv("WEIR_DATAPLANE_METRICS_ADDR") != ""}
 	if cfg.ControlPlaneURL == "" || cfg.Token == "" {
 		// Next to a running `weir dev`, join its control plane.
 		if d, err := readDevInfo(dataDir); err == nil {
@@ -353,17 +400,24 @@ func runDataPlane(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
+	mln, err := metricsListener(e, "WEIR_DATAPLANE_METRICS_ADDR", "data-plane metrics")
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	log.Info("data plane listening", "addr", ln.Addr().String(), "tls", tc != nil)
-	return serveDataPlane(ctx, cfg, ln, tc)
+	return serveDataPlane(ctx, cfg, ln, mln, tc)
 }
 
-// serveDataPlane runs a worker until ctx ends, over TLS when tc is set.
-func serveDataPlane(ctx context.Context, cfg dataplane.Config, ln net.Listener, tc *tls.Config) error {
+// serveDataPlane runs a worker until ctx ends, over TLS when tc is set,
+// with its /metrics on mln when there is one.
+func serveDataPlane(ctx context.Context, cfg dataplane.Config, ln, mln net.Listener, tc *tls.Config) error {
 	dp, err := dataplane.New(cfg)
 	if err != nil {
 		return err
 	}
-	err = dp.ServeTLS(ctx, ln, tc)
+	stopMetrics := serveMetrics(ctx, mln, dp.MetricsHandler(), cfg.Logger)
+	err = errors.Join(dp.ServeTLS(ctx, ln, tc), stopMetrics())
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	dp.Close(cctx)

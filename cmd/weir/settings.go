@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/bytesize"
 	"github.com/weirhq/weir/internal/quotamode"
 )
 
@@ -34,6 +35,11 @@ const settingsUsage = `Usage:
                        login) could serve (Messages, Responses): normal (default) ranks them with
                        the subscriptions; last_resort only when no subscription can serve; never
                        not at all. A key's own setting (weir keys update --metered) wins
+  body_buffer_bytes    the request-body bytes one worker buffers at once (reading, and kept while a
+                       request may be retried or is held); past it a request gets a 503 with
+                       Retry-After before its body is read (1MiB to 1TiB, default 1GiB)
+  body_buffer_per_key_bytes
+                       the same for one key's requests on one worker; past it a 429 (default 256MiB)
 
 Data planes pick changes up without restart. Every command takes --json,
 --controlplane and --data-dir.
@@ -41,7 +47,8 @@ Data planes pick changes up without restart. Every command takes --json,
 
 // settingKeys are the names `weir settings set` accepts, as the API's
 // update_mask spells them.
-var settingKeys = []string{"capacity_hold", "unreachable_hold", "request_deadline", "quota_response_mode", "metered_accounts"}
+var settingKeys = []string{"capacity_hold", "unreachable_hold", "request_deadline", "quota_response_mode", "metered_accounts",
+	"body_buffer_bytes", "body_buffer_per_key_bytes"}
 
 func runSettings(ctx context.Context, args []string, e env) error {
 	if len(args) == 0 {
@@ -168,6 +175,16 @@ func settingsUpdate(pairs []string) (*weirv1.UpdateSettingsRequest, error) {
 				return nil, fmt.Errorf("metered_accounts: %q is not a mode (normal, last_resort or never)", value)
 			}
 			req.Settings.MeteredAccounts = m
+		case "body_buffer_bytes", "body_buffer_per_key_bytes":
+			n, err := bytesize.Parse(value)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %q is %v", key, value, err)
+			}
+			if key == "body_buffer_bytes" {
+				req.Settings.BodyBufferBytes = n
+			} else {
+				req.Settings.BodyBufferPerKeyBytes = n
+			}
 		default:
 			return nil, fmt.Errorf("unknown setting %q (valid keys: %s)", key, strings.Join(settingKeys, ", "))
 		}
@@ -199,6 +216,8 @@ func printSettings(w io.Writer, st *weirv1.Settings) error {
 	}
 	fmt.Fprintf(tw, "quota_response_mode\t%s\n", mode)
 	fmt.Fprintf(tw, "metered_accounts\t%s\n", meteredName(st.GetMeteredAccounts()))
+	fmt.Fprintf(tw, "body_buffer_bytes\t%s\n", bytesize.Format(st.GetBodyBufferBytes()))
+	fmt.Fprintf(tw, "body_buffer_per_key_bytes\t%s\n", bytesize.Format(st.GetBodyBufferPerKeyBytes()))
 	return tw.Flush()
 }
 

@@ -52,7 +52,12 @@ func TestSettingsAndExplain(t *testing.T) {
 		!regexp.MustCompile(`metered_accounts\s+last_resort\n`).MatchString(out) {
 		t.Fatalf("settings set metered_accounts=last_resort: %v: %s", err, out)
 	}
-	if out, err := admin("settings", "history"); err != nil || !regexp.MustCompile(`metered_accounts\s+\(default\)\s+last_resort`).MatchString(out) {
+	if out, err := admin("settings", "set", "body_buffer_bytes=2GiB", "body_buffer_per_key_bytes=300MiB"); err != nil ||
+		!regexp.MustCompile(`body_buffer_bytes\s+2GiB\n`).MatchString(out) || !regexp.MustCompile(`body_buffer_per_key_bytes\s+300MiB\n`).MatchString(out) {
+		t.Fatalf("settings set body_buffer_bytes: %v: %s", err, out)
+	}
+	if out, err := admin("settings", "history"); err != nil || !regexp.MustCompile(`metered_accounts\s+\(default\)\s+last_resort`).MatchString(out) ||
+		!regexp.MustCompile(`body_buffer_per_key_bytes\s+\(default\)\s+300MiB`).MatchString(out) {
 		t.Errorf("settings history: %v: %s", err, out)
 	}
 
@@ -68,6 +73,8 @@ func TestSettingsAndExplain(t *testing.T) {
 		{[]string{"settings", "set"}, []string{"at least one"}},
 		// Ranges are the control plane's; its message names the field.
 		{[]string{"settings", "set", "request_deadline=10s"}, []string{"settings.request_deadline", "out of range"}},
+		{[]string{"settings", "set", "body_buffer_bytes=lots"}, []string{"body_buffer_bytes", "not a size"}},
+		{[]string{"settings", "set", "body_buffer_per_key_bytes=1KiB"}, []string{"settings.body_buffer_per_key_bytes", "out of range"}},
 		{[]string{"explain", "no-such-request"}, []string{"not found"}},
 	} {
 		out, err := admin(tc.args...)
@@ -162,6 +169,39 @@ func TestCapacityEnv(t *testing.T) {
 			t.Errorf("%v: %v", tc.vars, err)
 		case cfg.CapacityHold != tc.hold || cfg.RequestDeadline != tc.deadline:
 			t.Errorf("%v: CapacityHold %v RequestDeadline %v, want %v %v", tc.vars, cfg.CapacityHold, cfg.RequestDeadline, tc.hold, tc.deadline)
+		}
+	}
+}
+
+func TestBodyBufferEnv(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{"WEIR_ADMIN_TOKEN": strings.Repeat("a", 16), "WEIR_DATAPLANE_TOKEN": strings.Repeat("d", 16), "WEIR_SECRET_KEY": strings.Repeat("ab", 32)}
+	for _, tc := range []struct {
+		total, perKey string
+		want          [2]int64
+		wantErr       string
+	}{
+		{"", "", [2]int64{0, 0}, ""}, // Config's defaults apply
+		{"2GiB", "512MiB", [2]int64{2 << 30, 512 << 20}, ""},
+		{"1073741824", "", [2]int64{1 << 30, 0}, ""},
+		{"lots", "", [2]int64{}, "WEIR_BODY_BUFFER"},
+		{"", "1KiB", [2]int64{}, "WEIR_BODY_BUFFER_PER_KEY"},
+	} {
+		vars := map[string]string{"WEIR_BODY_BUFFER": tc.total, "WEIR_BODY_BUFFER_PER_KEY": tc.perKey}
+		for k, v := range base {
+			vars[k] = v
+		}
+		e, _, _ := testEnv(vars, "")
+		cfg, err := controlPlaneConfig(e, nil)
+		switch {
+		case tc.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr+":") {
+				t.Errorf("%v: error %v, want one naming %s", tc, err, tc.wantErr)
+			}
+		case err != nil:
+			t.Errorf("%v: %v", tc, err)
+		case cfg.BodyBuffer != tc.want[0] || cfg.BodyBufferPerKey != tc.want[1]:
+			t.Errorf("%v: %d, %d", tc, cfg.BodyBuffer, cfg.BodyBufferPerKey)
 		}
 	}
 }

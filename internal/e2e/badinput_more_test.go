@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strconv"
 	"strings"
@@ -16,9 +18,12 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/weirhq/weir/dataplane"
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
 
 // TestAbsurdMaxTokens: a max_tokens the upstream refuses is the client's
@@ -372,4 +377,214 @@ func settledGoroutines() int {
 		n = m
 	}
 	return n
+}
+
+// openBody starts a request on a fresh connection to e's worker: its
+// headers with Content-Length length (chunked when length < 0), and the
+// first sent bytes of a body that would be that long, then nothing more.
+// The connection is closed with the test.
+func (e *env) openBody(path, key string, length, sent int) (net.Conn, *bufio.Reader) {
+	e.t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.dpSrv.URL, "http://"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(waitFor)) //nolint:errcheck // a bound on the test, not the behaviour
+	auth := "X-Api-Key: " + key + "\r\nAnthropic-Version: 2023-06-01"
+	if path != "/v1/messages" {
+		auth = "Authorization: Bearer " + key
+	}
+	framing := "Content-Length: " + strconv.Itoa(length)
+	if length < 0 {
+		framing = "Transfer-Encoding: chunked"
+	}
+	head := "POST " + path + " HTTP/1.1\r\nHost: weir\r\nContent-Type: application/json\r\n" + auth + "\r\n" + framing + "\r\n\r\n"
+	body := `{"model":"` + model + `","messages":[{"role":"user","content":"` + strings.Repeat("a", max(sent, 64)) + `"}]}`
+	if _, err := io.WriteString(conn, head+body[:sent]); err != nil {
+		e.t.Fatal(err)
+	}
+	return conn, bufio.NewReader(conn)
+}
+
+// readAnswer reads the answer to a request openBody started.
+func readAnswer(t *testing.T, br *bufio.Reader) response {
+	t.Helper()
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return response{status: res.StatusCode, header: res.Header, body: b}
+}
+
+// TestBodyBuffer: the request-body bytes a worker buffers are bounded per
+// key and in all. A body is reserved before it is read (its Content-Length
+// at once, a chunked one as its buffer grows), so the clients that send
+// large bodies and withhold their end hold at most the bound; the request
+// that does not fit gets a 429 (its key's bound) or a 503 (the worker's),
+// in its wire format, with Retry-After, before its body is read; nothing
+// is leased for it and nothing reaches the upstream. What was reserved is
+// given back when the request ends.
+func TestBodyBuffer(t *testing.T) {
+	t.Parallel()
+	cpReg := prometheus.NewRegistry()
+	e := setup(t, options{cpRegistry: cpReg, accounts: []account{{label: "api-1"}}})
+	const perKey, total = 2 << 20, 3 << 20
+	if _, err := e.settings.UpdateSettings(t.Context(), connect.NewRequest(&weirv1.UpdateSettingsRequest{
+		Settings:   &weirv1.Settings{BodyBufferBytes: total, BodyBufferPerKeyBytes: perKey},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"body_buffer_bytes", "body_buffer_per_key_bytes"}},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	// The worker reads the settings at start; a fresh one is sure to have.
+	_, srv := e.newDataplane(nil)
+	e.dpSrv, e.client = srv, srv.Client()
+	reg := e.workerRegs[len(e.workerRegs)-1]
+	buffered := func() float64 { return metricValue(t, reg, "weir_dataplane_request_body_buffer_bytes", nil) }
+	refusals := func(scope string) float64 {
+		return metricValue(t, reg, "weir_dataplane_request_body_buffer_refusals_total", map[string]string{"scope": scope})
+	}
+	other := e.restrictedKey(&weirv1.CreateKeyRequest{})
+	third := e.restrictedKey(&weirv1.CreateKeyRequest{})
+
+	// Two stalled bodies of one key: 1.5 MiB reserved, then 0.5 MiB more.
+	stalled1, _ := e.openBody("/v1/messages", e.key, 1536<<10, 1000)
+	eventually(t, "the first body reserved", func() bool { return buffered() == 1536<<10 })
+	e.openBody("/v1/messages", e.key, 512<<10, 1000)
+	eventually(t, "the second body reserved", func() bool { return buffered() == 2<<20 })
+
+	// The key's next request does not fit its bound: a 429 at once, its
+	// body never sent.
+	_, br := e.openBody("/v1/messages", e.key, 1000, 0)
+	r := readAnswer(t, br)
+	if ae := weirError(t, r, http.StatusTooManyRequests, "rate_limit_error"); !strings.Contains(ae.Error.Message, "this weir key's requests already hold") {
+		t.Errorf("key bound: %q", ae.Error.Message)
+	}
+	if r.header.Get("Retry-After") == "" {
+		t.Error("key bound: no Retry-After")
+	}
+	// A chunked body of the key is refused as its buffer grows past the
+	// bound, in the OpenAI format on an OpenAI surface.
+	conn, br := e.openBody("/v1/responses", e.key, -1, 0)
+	go func() {
+		chunk := fmt.Sprintf("%x\r\n%s\r\n", 32<<10, strings.Repeat("b", 32<<10))
+		for range 64 {
+			if _, err := io.WriteString(conn, chunk); err != nil {
+				return
+			}
+		}
+	}()
+	r = readAnswer(t, br)
+	if typ, code, msg := openAIError(t, r, http.StatusTooManyRequests); typ != "rate_limit_exceeded" || code != "rate_limit_exceeded" || !strings.Contains(msg, "weir's bound") {
+		t.Errorf("chunked, key bound: %s %s %q", typ, code, msg)
+	}
+
+	// Another key fits its own bound, until the worker's is reached.
+	e.openBody("/v1/messages", other, 768<<10, 1000)
+	eventually(t, "the other key's body reserved", func() bool { return buffered() == 2816<<10 })
+	_, br = e.openBody("/v1/chat/completions", third, 512<<10, 0)
+	r = readAnswer(t, br)
+	if typ, code, msg := openAIError(t, r, http.StatusServiceUnavailable); typ != "server_error" || code != "server_is_overloaded" || !strings.Contains(msg, "this worker already holds") {
+		t.Errorf("worker bound: %s %s %q", typ, code, msg)
+	}
+	if r.header.Get("Retry-After") == "" {
+		t.Error("worker bound: no Retry-After")
+	}
+	// A body larger than a bound by itself can never fit: a 413.
+	_, br = e.openBody("/v1/messages", third, perKey+1, 0)
+	weirError(t, readAnswer(t, br), http.StatusRequestEntityTooLarge, "request_too_large")
+
+	if refusals("key") != 2 || refusals("worker") != 1 || refusals("over_bound") != 1 {
+		t.Errorf("refusals: key %v, worker %v, over_bound %v", refusals("key"), refusals("worker"), refusals("over_bound"))
+	}
+	if n := metricValue(t, cpReg, "weir_controlplane_acquire_seconds", nil); n != 0 {
+		t.Errorf("%v Acquires for bodies never read or refused", n)
+	}
+	if a := e.sim.Attempts(); len(a) != 0 {
+		t.Errorf("the upstream saw %v", a)
+	}
+
+	// A client that gives up gives its reservation back; the others keep
+	// theirs until they end too.
+	stalled1.Close()
+	eventually(t, "the first body's reservation back", func() bool { return buffered() == 1280<<10 })
+	if r := e.post(false); r.status != http.StatusOK {
+		t.Fatalf("a request that fits: %d %s", r.status, r.body)
+	}
+	if got := buffered(); got != 1280<<10 {
+		t.Errorf("%v bytes reserved after a served request, want the stalled ones' only", got)
+	}
+}
+
+// TestBodyBufferReleasedAtOutput: a request's body stays reserved while
+// it may still be replayed (its attempt waits for the upstream's answer)
+// and is given back when output starts, although the stream runs on.
+func TestBodyBufferReleasedAtOutput(t *testing.T) {
+	t.Parallel()
+	answer, more := make(chan struct{}), make(chan struct{})
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) //nolint:errcheck // test upstream
+		<-answer
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"usage\":{\"input_tokens\":1}}}\n\n"+ //nolint:errcheck // test upstream
+			"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\n")
+		w.(http.Flusher).Flush()
+		<-more
+		io.WriteString(w, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n") //nolint:errcheck // test upstream
+	}))
+	t.Cleanup(func() { closeServer(upstream) })
+	e := setup(t, options{accounts: []account{{label: "held", baseURL: upstream.URL}}})
+	buffered := func() float64 { return metricValue(t, e.dpReg, "weir_dataplane_request_body_buffer_bytes", nil) }
+	body := messagesBody(true)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, e.dpSrv.URL+"/v1/messages", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Api-Key", e.key)
+	done := make(chan *http.Response, 1)
+	go func() {
+		res, err := e.client.Do(req)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	eventually(t, "the body reserved while the attempt waits", func() bool { return buffered() == float64(len(body)) })
+	close(answer)
+	res := <-done
+	if res == nil {
+		t.FailNow()
+	}
+	defer res.Body.Close()
+	eventually(t, "the body given back once output started", func() bool { return buffered() == 0 })
+	close(more)
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusOK || !strings.Contains(string(b), "message_stop") {
+		t.Errorf("stream: %d %s", res.StatusCode, b)
+	}
+}
+
+// TestRateLimitBeforeBody: a key over its rate limit is refused before its
+// body is read: the 429 comes at once for a request whose body never
+// arrives, and nothing is reserved for it.
+func TestRateLimitBeforeBody(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{accounts: []account{{label: "api-1"}}})
+	key := e.restrictedKey(&weirv1.CreateKeyRequest{RateLimitPerMinute: 1})
+	if r := e.do(http.MethodPost, "/v1/messages", messagesBody(false), func(r *http.Request) { r.Header.Set("X-Api-Key", key) }); r.status != http.StatusOK {
+		t.Fatalf("the minute's request: %d %s", r.status, r.body)
+	}
+	_, br := e.openBody("/v1/messages", key, 31<<20, 1000)
+	r := readAnswer(t, br)
+	if ae := weirError(t, r, http.StatusTooManyRequests, "rate_limit_error"); !strings.Contains(ae.Error.Message, "request limit (1 per minute)") {
+		t.Errorf("message %q", ae.Error.Message)
+	}
+	if n := metricValue(t, e.dpReg, "weir_dataplane_request_body_buffer_bytes", nil); n != 0 {
+		t.Errorf("%v bytes reserved for a body the key may not send", n)
+	}
+	if a := e.attempts(); len(a) != 1 {
+		t.Errorf("attempts %v, want the first request's only", a)
+	}
 }

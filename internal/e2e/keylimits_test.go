@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/coder/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
@@ -112,15 +113,7 @@ func TestKeyModelAllowlist(t *testing.T) {
 			noSecrets(r)
 		}
 	}
-	if n := metricValue(t, cpReg, "weir_controlplane_acquire_seconds", nil); n != 0 {
-		t.Fatalf("refused models cost %v Acquires", n)
-	}
-	if n := countLeases(t, e); n != 0 {
-		t.Fatalf("refused models hold %d leases", n)
-	}
-	if a := e.sim.Attempts(); len(a) != 0 {
-		t.Fatalf("refused models reached the upstream: %v", a)
-	}
+	nothingLeased(t, e, cpReg, "refused models")
 
 	// The model list shows what the key may ask for.
 	r := e.doWith(workers[1].c, workers[1].base, http.MethodGet, "/v1/models", "", func(r *http.Request) { r.Header.Set("X-Api-Key", key) })
@@ -182,6 +175,87 @@ func TestKeyModelAllowlist(t *testing.T) {
 		eventually(t, "the worker to serve the model the key allows again", func() bool {
 			return e.send(w, key, "/v1/messages", messagesBody(false)).status == http.StatusOK
 		})
+	}
+}
+
+// TestKeyAllowlistOneMeaning: a key allowed only claude-haiku-* cannot
+// reach another model by naming it twice, once in another case: weir
+// reads the body exactly and refuses one that holds the key twice or a
+// case variant of a field it reads (with 400 in the client's format,
+// before anything is leased), so what it checked is what the upstream
+// reads. On the Responses WebSocket too, whose messages are read apart.
+// An allowed body goes upstream byte for byte.
+func TestKeyAllowlistOneMeaning(t *testing.T) {
+	t.Parallel()
+	cpReg := prometheus.NewRegistry()
+	e := setup(t, options{cpRegistry: cpReg, accounts: []account{{label: "claude"}, {label: "codex", provider: "codex"}}})
+	key := e.restrictedKey(&weirv1.CreateKeyRequest{AllowedModels: []string{"claude-haiku-*", "gpt-5-mini*"}})
+	w := worker{e.client, e.dpSrv.URL}
+	msgs := func(keys string) string {
+		return `{` + keys + `,"max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`
+	}
+	for _, tc := range []struct{ path, body, want string }{
+		{"/v1/messages", msgs(`"model":"claude-opus-4-1","MODEL":"claude-haiku-4-5"`), `"MODEL": weir reads "model"`},
+		{"/v1/messages", msgs(`"model":"claude-opus-4-1","model":"claude-haiku-4-5"`), `the key "model" more than once`},
+		{"/v1/messages", msgs(`"model":"claude-haiku-4-5","Model":"claude-opus-4-1"`), `"Model": weir reads "model"`},
+		{"/v1/messages", msgs(`"mod\u0065l":"claude-opus-4-1","model":"claude-haiku-4-5"`), `the key "model" more than once`},
+		{"/v1/responses", `{"model":"gpt-5-codex","Model":"gpt-5-mini","input":"hi"}`, `weir reads "model"`},
+		{"/v1/chat/completions", `{"model":"gpt-5-codex","model":"gpt-5-mini","messages":[]}`, `the key "model" more than once`},
+	} {
+		r := e.send(w, key, tc.path, tc.body)
+		var msg string
+		if tc.path == "/v1/messages" {
+			msg = weirError(t, r, http.StatusBadRequest, "invalid_request_error").Error.Message
+		} else {
+			var typ string
+			if r.status != http.StatusBadRequest {
+				t.Fatalf("%s %s: %d %s", tc.path, tc.body, r.status, r.body)
+			}
+			if typ, msg = openAIErrorBody(t, r.body); typ != "invalid_request_error" {
+				t.Errorf("%s: type %q", tc.path, typ)
+			}
+		}
+		if !strings.Contains(msg, tc.want) {
+			t.Errorf("%s %s: message %q, want %q", tc.path, tc.body, msg, tc.want)
+		}
+	}
+
+	c, _, err := e.dialResponses(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow() //nolint:errcheck // test
+	for _, tc := range []struct{ msg, want string }{
+		{`{"type":"response.create","model":"gpt-5-codex","MODEL":"gpt-5-mini","input":"hi"}`, `the key "MODEL": weir reads "model"`},
+		{`{"type":"response.create","model":"gpt-5-codex","model":"gpt-5-mini","input":"hi"}`, `the key "model" more than once`},
+		{`{"type":"response.create","Type":"x","model":"gpt-5-mini","input":"hi"}`, `weir reads "type"`},
+		{`{"type":"response.create","model":"gpt-5-mini","Generate":false,"input":"hi"}`, `weir reads "generate"`},
+		{`{"type":"response.create","model":"gpt-5-mini","input":"hi","metadata":{"user_id":"a"},"Metadata":{}}`, `weir reads "metadata"`},
+		{`[{"type":"response.create","model":"gpt-5-mini"}]`, "message must be a JSON object"},
+	} {
+		if err := c.Write(t.Context(), websocket.MessageText, []byte(tc.msg)); err != nil {
+			t.Fatal(err)
+		}
+		evs := readResponse(t, c)
+		ev := evs[0]
+		errObj, _ := ev["error"].(map[string]any)
+		if len(evs) != 1 || ev["type"] != "error" || ev["status"] != 400.0 || errObj["type"] != "invalid_request_error" {
+			t.Errorf("%s: %v, want one wrapped 400", tc.msg, evs)
+			continue
+		}
+		if m, _ := errObj["message"].(string); !strings.Contains(m, tc.want) {
+			t.Errorf("%s: message %q, want %q", tc.msg, m, tc.want)
+		}
+	}
+	nothingLeased(t, e, cpReg, "refused bodies")
+
+	// What weir checked is what the upstream gets.
+	allowed := msgs(`"model":"claude-haiku-4-5","metadata":{"user_id":"u1"},"Extra":1,"extra":2`)
+	if r := e.send(w, key, "/v1/messages", allowed); r.status != http.StatusOK {
+		t.Fatalf("allowed: %d %s", r.status, r.body)
+	}
+	if x := e.upstream.only(t); string(x.reqBody) != allowed {
+		t.Errorf("upstream got %s, want the body as sent", x.reqBody)
 	}
 }
 
@@ -395,6 +469,21 @@ func TestKeyRateLimitAcrossWorkers(t *testing.T) {
 	}
 	if r := e.send(workers[0], key, "/v1/messages", messagesBody(false)); r.status != http.StatusTooManyRequests {
 		t.Fatalf("the token after it: %d %s", r.status, r.body)
+	}
+}
+
+// nothingLeased fails the test when what (the requests so far) cost an
+// Acquire, hold a lease or reached the upstream.
+func nothingLeased(t *testing.T, e *env, cpReg *prometheus.Registry, what string) {
+	t.Helper()
+	if n := metricValue(t, cpReg, "weir_controlplane_acquire_seconds", nil); n != 0 {
+		t.Fatalf("%s cost %v Acquires", what, n)
+	}
+	if n := countLeases(t, e); n != 0 {
+		t.Fatalf("%s hold %d leases", what, n)
+	}
+	if a := e.sim.Attempts(); len(a) != 0 {
+		t.Fatalf("%s reached the upstream: %v", what, a)
 	}
 }
 

@@ -913,8 +913,17 @@ type Settings struct {
 	// How long a request may wait while every account that could serve it
 	// is unreachable (NoAccount.unreachable); capped by capacity_hold.
 	UnreachableHold *durationpb.Duration `protobuf:"bytes,5,opt,name=unreachable_hold,json=unreachableHold,proto3" json:"unreachable_hold,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The request-body bytes one worker buffers at once, over all its
+	// requests: what it reads and what it keeps for replay while a request
+	// may still be retried, holds included. Beyond it a request is answered
+	// 503 before its body is read. 0 (a control plane older than the
+	// setting): the worker's own default.
+	BodyBufferBytes int64 `protobuf:"varint,6,opt,name=body_buffer_bytes,json=bodyBufferBytes,proto3" json:"body_buffer_bytes,omitempty"`
+	// The same bound for one client key's requests on one worker; beyond it
+	// the key's request is answered 429. 0: the worker's own default.
+	BodyBufferPerKeyBytes int64 `protobuf:"varint,7,opt,name=body_buffer_per_key_bytes,json=bodyBufferPerKeyBytes,proto3" json:"body_buffer_per_key_bytes,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *Settings) Reset() {
@@ -980,6 +989,20 @@ func (x *Settings) GetUnreachableHold() *durationpb.Duration {
 		return x.UnreachableHold
 	}
 	return nil
+}
+
+func (x *Settings) GetBodyBufferBytes() int64 {
+	if x != nil {
+		return x.BodyBufferBytes
+	}
+	return 0
+}
+
+func (x *Settings) GetBodyBufferPerKeyBytes() int64 {
+	if x != nil {
+		return x.BodyBufferPerKeyBytes
+	}
+	return 0
 }
 
 // Cooldown is a live exclusion of an account from routing.
@@ -1235,13 +1258,15 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\x04host\x18\x03 \x01(\tR\x04host\x120\n" +
 	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x123\n" +
 	"\alast_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x06lastAt\x12\x1a\n" +
-	"\battempts\x18\x06 \x01(\x05R\battempts\"\xe7\x02\n" +
+	"\battempts\x18\x06 \x01(\x05R\battempts\"\xcd\x03\n" +
 	"\bSettings\x12>\n" +
 	"\rcapacity_hold\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\fcapacityHold\x12D\n" +
 	"\x10request_deadline\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0frequestDeadline\x12J\n" +
 	"\x13quota_response_mode\x18\x03 \x01(\x0e2\x1a.weir.v1.QuotaResponseModeR\x11quotaResponseMode\x12C\n" +
 	"\x10metered_accounts\x18\x04 \x01(\x0e2\x18.weir.v1.MeteredAccountsR\x0fmeteredAccounts\x12D\n" +
-	"\x10unreachable_hold\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x0funreachableHold\"\x90\x02\n" +
+	"\x10unreachable_hold\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x0funreachableHold\x12*\n" +
+	"\x11body_buffer_bytes\x18\x06 \x01(\x03R\x0fbodyBufferBytes\x128\n" +
+	"\x19body_buffer_per_key_bytes\x18\a \x01(\x03R\x15bodyBufferPerKeyBytes\"\x90\x02\n" +
 	"\bCooldown\x12/\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x17.weir.v1.CooldownReasonR\x06reason\x120\n" +
 	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x129\n" +

@@ -1,0 +1,188 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The body buffer. A worker reads a request's whole body before its first
+// attempt and keeps it while the request may still be replayed: through
+// failovers and capacity holds, until output starts or the request ends
+// (upstream.go replayBody). Unbounded, thirty clients sending 31 MiB each
+// and withholding the last byte take a gigabyte for as long as the body
+// timeout allows, and a storm's held requests take what they hold. So
+// every body's bytes are reserved before they are read, against a bound
+// for the whole worker (body_buffer_bytes) and one for each client key
+// (body_buffer_per_key_bytes): a body with a Content-Length reserves it
+// up front, a chunked one grows its reservation with its buffer. A
+// request that does not fit is refused before its bytes are read: 429
+// when its key holds too much, 503 when the worker does; nothing is
+// leased for it.
+
+// bodyBudget is the worker's account of reserved body bytes.
+type bodyBudget struct {
+	mu     sync.Mutex
+	total  int64
+	perKey map[string]int64 // by key hash
+	gauge  prometheus.Gauge
+	refuse *prometheus.CounterVec // by scope: key or worker
+}
+
+func newBodyBudget(m *metrics) *bodyBudget {
+	return &bodyBudget{perKey: map[string]int64{}, gauge: m.bodyBuffered, refuse: m.bodyRefused}
+}
+
+// bodyLimits are the bounds in force (workerSettings).
+type bodyLimits struct{ total, perKey int64 }
+
+// errBodyBuffer refuses a body that does not fit now.
+type errBodyBuffer struct {
+	scope string // "key" or "worker"
+	limit int64
+}
+
+func (e *errBodyBuffer) Error() string { return "body buffer full: " + e.scope }
+
+// errBodyOverBound refuses a body larger than a bound itself: no wait
+// makes it fit.
+type errBodyOverBound struct{ limit int64 }
+
+func (e *errBodyOverBound) Error() string { return "body over the buffer bound" }
+
+// reserve adds n bytes for key, within lim, the reservation so far of
+// the request being had.
+func (b *bodyBudget) reserve(key string, had, n int64, lim bodyLimits) error {
+	if had+n > min(lim.total, lim.perKey) {
+		b.refuse.WithLabelValues("over_bound").Inc()
+		return &errBodyOverBound{limit: min(lim.total, lim.perKey)}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch k := b.perKey[key]; {
+	case k+n > lim.perKey:
+		b.refuse.WithLabelValues("key").Inc()
+		return &errBodyBuffer{scope: "key", limit: lim.perKey}
+	case b.total+n > lim.total:
+		b.refuse.WithLabelValues("worker").Inc()
+		return &errBodyBuffer{scope: "worker", limit: lim.total}
+	}
+	b.total += n
+	b.perKey[key] += n
+	b.gauge.Add(float64(n))
+	return nil
+}
+
+func (b *bodyBudget) release(key string, n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.total -= n
+	if b.perKey[key] -= n; b.perKey[key] <= 0 {
+		delete(b.perKey, key)
+	}
+	b.gauge.Sub(float64(n))
+}
+
+// bodyHold is one request's reservation.
+type bodyHold struct {
+	b   *bodyBudget
+	key string
+	lim bodyLimits
+	mu  sync.Mutex
+	n   int64
+}
+
+func (h *bodyHold) grow(n int64) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.b.reserve(h.key, h.n, n, h.lim); err != nil {
+		return err
+	}
+	h.n += n
+	return nil
+}
+
+// release gives the reservation back; the body's bytes are let go.
+func (h *bodyHold) release() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n > 0 {
+		h.b.release(h.key, h.n)
+		h.n = 0
+	}
+}
+
+// chunkedStep is the first buffer of a body without a Content-Length;
+// each further one doubles it.
+const chunkedStep = 64 << 10
+
+// readReserved reads r whole, reserving every byte of its buffer in h
+// before it is read: length bytes up front when it is known (≥ 0), else
+// a buffer that doubles, each growth reserved before it is made. limit
+// is the largest body taken; r is expected to refuse more (an
+// http.MaxBytesReader).
+func readReserved(r io.Reader, length, limit int64, h *bodyHold) ([]byte, error) {
+	if length >= 0 {
+		if err := h.grow(length); err != nil {
+			return nil, err
+		}
+		buf := make([]byte, length)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, err
+		}
+		return buf, nil
+	}
+	var buf []byte
+	for {
+		if len(buf) == cap(buf) {
+			next := min(max(2*int64(cap(buf)), chunkedStep), limit+1)
+			if err := h.grow(next - int64(cap(buf))); err != nil {
+				return nil, err
+			}
+			grown := make([]byte, len(buf), next)
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		switch {
+		case errors.Is(err, io.EOF):
+			return buf, nil
+		case err != nil:
+			return nil, err
+		}
+	}
+}
+
+// bodyBufferRetry is the Retry-After of a body the buffer cannot take
+// now: bodies are let go as requests start their output, within seconds.
+const bodyBufferRetry = 2 * time.Second
+
+// bodyBufferError is the client's answer to a body the buffer refused,
+// or nil when err is no such refusal.
+func bodyBufferError(err error) *apiError {
+	var full *errBodyBuffer
+	var over *errBodyOverBound
+	switch {
+	case errors.As(err, &over):
+		return &apiError{status: http.StatusRequestEntityTooLarge, typ: "request_too_large", final: true,
+			message: fmt.Sprintf("request body is larger than this weir worker buffers for one request (%d bytes)", over.limit)}
+	case !errors.As(err, &full):
+		return nil
+	case full.scope == "key":
+		return &apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "rate_limit_exceeded",
+			retryAfter: bodyBufferRetry, message: fmt.Sprintf("weir: this weir key's requests already hold %d bytes of request bodies "+
+				"on this worker, its bound; retry in %ss. It is weir's bound, not the provider's.", full.limit, retryAfterSeconds(bodyBufferRetry))}
+	}
+	return &apiError{status: http.StatusServiceUnavailable, typ: "overloaded_error", code: "server_is_overloaded",
+		retryAfter: bodyBufferRetry, message: fmt.Sprintf("weir: this worker already holds %d bytes of request bodies, "+
+			"its bound; retry in %ss", full.limit, retryAfterSeconds(bodyBufferRetry))}
+}
