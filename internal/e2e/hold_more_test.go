@@ -245,7 +245,7 @@ func (e *env) getRouteEvent(requestID string) *weirv1.RouteEvent {
 			e.t.Fatalf("GetRouteEvent: %v", err)
 		}
 		found = res.Msg.Event
-		return true
+		return !found.Pending // a request in progress is recorded as such first
 	})
 	return found
 }

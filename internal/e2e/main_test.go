@@ -61,7 +61,7 @@ type account struct {
 // options shape one test's topology; zero values are the defaults.
 type options struct {
 	accounts []account
-	// leaseTTL is the control plane's; default 30s.
+	// leaseTTL is the control plane's; default 30s (1h with virtual).
 	leaseTTL time.Duration
 	// now is the control plane's clock; default time.Now.
 	now func() time.Time
@@ -173,6 +173,13 @@ func setup(t *testing.T, opts options) *env {
 	t.Helper()
 	if opts.virtual != nil {
 		opts.now = opts.virtual.Now
+		if opts.leaseTTL == 0 {
+			// Virtual time runs minutes a real second, and workers renew
+			// leases in real time: with a 30 s TTL a stream's lease would
+			// lapse, its place be granted again, and its worker end it
+			// (dataplane/keeper.go), as it should with a real clock.
+			opts.leaseTTL = time.Hour
+		}
 	}
 	e := &env{t: t, opts: opts, ids: map[string]string{}, labels: map[string]string{}, creds: map[string]string{}}
 	pool := opts.db
