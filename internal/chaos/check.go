@@ -442,7 +442,9 @@ func (v *view) checkNoLease() []Violation {
 // checkServable: invariant 6. No request failed retryably while, for
 // healthyStretch in one go during its life, every component was up (no
 // scheduled event other than upstream faults in force, nor in the
-// restartMargin after one), and some account of its surface was free of
+// restartMargin after a pause of a worker, nor in the lease TTL and the
+// restartMargin after any other: a lease orphaned by a kill or a cut
+// holds its slot that long), and some account of its surface was free of
 // upstream faults (since faultMargin before, rateMargin after a 429) and
 // had a slot free the whole time. Not counted: the client's own
 // cancellations, requests whose worker was killed or paused during
@@ -465,10 +467,12 @@ func (v *view) checkServable() []Violation {
 					acctBad[acct.Name] = append(acctBad[acct.Name], span{a.From, a.To + faultMargin})
 				}
 			}
-		case CutControlPlanes, CutPostgres:
-			down = append(down, span{a.From, a.From + restartMargin})
-		default:
+		case PauseWorker:
 			down = append(down, span{a.From, a.To + restartMargin})
+		default:
+			// A killed worker's leases, and those whose Acquire answer a
+			// kill or a cut lost, hold their slots for a lease TTL.
+			down = append(down, span{a.From, a.To + v.LeaseTTL + restartMargin})
 		}
 	}
 	for _, acct := range v.Accounts {

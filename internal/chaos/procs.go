@@ -142,7 +142,9 @@ func serveControlPlane(ctx context.Context, ln net.Listener, log *slog.Logger) e
 	if err != nil {
 		return err
 	}
-	if err := cp.Start(pctx); err != nil {
+	// Start's context is the replica's life: its pool watch and River
+	// run under it.
+	if err := cp.Start(ctx); err != nil {
 		return err
 	}
 	announce(ln)
