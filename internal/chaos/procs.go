@@ -45,15 +45,13 @@ const (
 // for one, and exits when it is done. A binary that runs the harness calls
 // it first thing (cmd/weir's main, the package's TestMain).
 func ServeChild() {
-	role := os.Getenv(childEnv)
-	if role == "" {
-		return
+	if role := os.Getenv(childEnv); role != "" {
+		err := serveChild(role)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "weir chaos child:", err)
+		}
+		os.Exit(map[bool]int{true: 1, false: 0}[err != nil])
 	}
-	if err := serveChild(role); err != nil {
-		fmt.Fprintln(os.Stderr, "weir chaos child:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
 }
 
 func serveChild(role string) error {
@@ -271,23 +269,17 @@ func (s *slot) launch(ctx context.Context) error {
 	}
 }
 
-// kill SIGKILLs the current process, if any.
-func (s *slot) kill() {
-	s.mu.Lock()
-	p := s.p
-	s.p = nil
-	s.mu.Unlock()
-	if p != nil {
-		p.kill()
-	}
-}
+// kill SIGKILLs the current process, if any; stop ends it gently.
+func (s *slot) kill() { s.take(func(p *proc) { p.kill() }) }
+func (s *slot) stop() { s.take(func(p *proc) { p.stop() }) }
 
-func (s *slot) stop() {
+// take marks the slot down and ends its process, if any, with end.
+func (s *slot) take(end func(*proc)) {
 	s.mu.Lock()
 	p := s.p
 	s.p = nil
 	s.mu.Unlock()
 	if p != nil {
-		p.stop()
+		end(p)
 	}
 }

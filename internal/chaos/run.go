@@ -505,18 +505,10 @@ func (x *run) apply(ctx context.Context, e Event) {
 }
 
 func sleepUntil(ctx context.Context, t time.Time) bool {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-tm.C:
-		return true
-	}
+	dctx, cancel := context.WithDeadline(ctx, t)
+	defer cancel()
+	<-dctx.Done()
+	return ctx.Err() == nil
 }
 
 // seedPool creates the accounts, pointed at the simulator, and a client
