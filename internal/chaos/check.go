@@ -61,12 +61,13 @@ type Record struct {
 	Start time.Time `json:"start"` // traffic's start; every Duration is from it
 	// Stopped is when traffic stopped; Collected when the attempt log was
 	// read.
-	Stopped, Collected time.Duration
-	Applied            []Applied     `json:"applied"`
-	Requests           []Request     `json:"requests"`
-	Attempts           []sim.Attempt `json:"attempts"`
-	Accounts           []Account     `json:"accounts"`
-	Events             []RouteEvent  `json:"route_events"`
+	Stopped   time.Duration `json:"stopped"`
+	Collected time.Duration `json:"collected"`
+	Applied   []Applied     `json:"applied"`
+	Requests  []Request     `json:"requests"`
+	Attempts  []sim.Attempt `json:"attempts"`
+	Accounts  []Account     `json:"accounts"`
+	Events    []RouteEvent  `json:"route_events"`
 	// Leases are those live (expires_at > now()) after the quiet wait.
 	Leases   []Lease       `json:"leases"`
 	LeaseTTL time.Duration `json:"lease_ttl"`
@@ -170,7 +171,7 @@ func newView(r *Record) *view {
 		}
 	}
 	allCP := []span{{-time.Hour, time.Hour}}
-	for i := range 2 {
+	for i := range numControlPlanes {
 		allCP = intersect(allCP, union(cps[i]))
 	}
 	v.control = union(append(append(pg, cpProxy...), allCP...))
@@ -359,8 +360,9 @@ func (v *view) killedUnder(q *Request) (time.Duration, bool) {
 // with a Weir-Request-Id has exactly one route event under it; every
 // request whose worker died under it after it reached the simulator has
 // one route event the clients never saw an id for (same surface, model
-// and stream, started during it); and no route event is left that no
-// client request accounts for.
+// and stream, started during it, or by the end of a pause of its worker
+// during it); and no route event is left that no client request accounts
+// for.
 func (v *view) checkOnce() []Violation {
 	var out []Violation
 	events := map[string][]RouteEvent{}
@@ -382,9 +384,17 @@ func (v *view) checkOnce() []Violation {
 	}
 	slices.SortFunc(unclaimed, func(a, b RouteEvent) int { return a.StartedAt.Compare(b.StartedAt) })
 	take := func(q *Request) bool {
+		// A paused worker starts the request (and dates its event) only
+		// once it runs again, perhaps after its client gave up.
+		end := q.End
+		for _, a := range v.Applied {
+			if a.Event.Kind == PauseWorker && a.Event.Target == q.Worker && a.From <= q.End && a.To >= q.Start {
+				end = max(end, a.To)
+			}
+		}
 		for i, e := range unclaimed {
 			at := v.rel(e.StartedAt)
-			if e.Surface == q.Surface && e.Model == q.Model && e.Stream == q.Stream && at >= q.Start-100*time.Millisecond && at <= q.End+100*time.Millisecond {
+			if e.Surface == q.Surface && e.Model == q.Model && e.Stream == q.Stream && at >= q.Start-100*time.Millisecond && at <= end+100*time.Millisecond {
 				unclaimed = slices.Delete(unclaimed, i, i+1)
 				return true
 			}

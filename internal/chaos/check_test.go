@@ -135,6 +135,16 @@ func TestCheckOnce(t *testing.T) {
 	r.Events = []RouteEvent{{RequestID: "weir_unseen", Surface: "messages", Model: messagesModel, StartedAt: at(1)}}
 	none(t, Check(r))
 
+	// A request its client gave up on while its worker was paused: the
+	// worker dates its event when it runs again.
+	gaveUp := req(1, "a", 1, 1.3)
+	gaveUp.Outcome, gaveUp.RequestID, gaveUp.Cancel = OutcomeCancelled, "", "mid_request"
+	r = record([]Request{gaveUp})
+	r.Events = []RouteEvent{{RequestID: "weir_late", Surface: "messages", Model: messagesModel, StartedAt: at(2.5)}}
+	only(t, Check(r), InvOnce, "stands for no client request")
+	r.Applied = []Applied{{Event: Event{Kind: PauseWorker}, From: sec(0.5), To: sec(2.5)}}
+	none(t, Check(r))
+
 	// An event no client request accounts for.
 	q := req(1, "a", 1, 2)
 	r = record([]Request{q}, att("anth-1", "a", 1, 2))

@@ -46,11 +46,12 @@ const (
 // it first thing (cmd/weir's main, the package's TestMain).
 func ServeChild() {
 	if role := os.Getenv(childEnv); role != "" {
-		err := serveChild(role)
-		if err != nil {
+		code := 0
+		if err := serveChild(role); err != nil {
 			fmt.Fprintln(os.Stderr, "weir chaos child:", err)
+			code = 1
 		}
-		os.Exit(map[bool]int{true: 1, false: 0}[err != nil])
+		os.Exit(code)
 	}
 }
 

@@ -73,7 +73,11 @@ func (rep *Report) Markdown() string {
 	if n := len(rep.Results); n > 0 {
 		fmt.Fprintf(&b, " (%.1f s a seed)", rep.Elapsed.Seconds()/float64(n))
 	}
-	b.WriteString(".\n\n")
+	b.WriteString(".")
+	if rep.Tolerate {
+		b.WriteString(" Known failures tolerated (--tolerate-known).")
+	}
+	b.WriteString("\n\n")
 	events := map[Kind]int{}
 	outcomes := map[string]int{}
 	byInv := map[int][2]int{} // invariant → [violations, of which known]

@@ -45,8 +45,8 @@ type Config struct {
 	// CapacityHold and UnreachableHold are the hold budgets. Default 12s
 	// and 8s.
 	CapacityHold, UnreachableHold time.Duration
-	// LogDir keeps the children's logs of a seed with violations. Default:
-	// none kept.
+	// LogDir keeps the children's logs of a seed with violations, and its
+	// Record as JSON. Default: none kept.
 	LogDir string
 	Logger *slog.Logger
 }
@@ -255,6 +255,11 @@ func (r *Runner) Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.Violations = Check(rec)
 	if len(res.Violations) > 0 {
 		res.Timeline = Timeline(rec, res.Violations)
+		if cfg.LogDir != "" {
+			// The whole record, for checking again offline.
+			b, _ := json.Marshal(rec)
+			os.WriteFile(filepath.Join(cfg.LogDir, fmt.Sprintf("chaos-seed-%d.json", cfg.Seed)), b, 0o644) //nolint:errcheck // a diagnostic
+		}
 	} else if logf != nil {
 		logf.Close()
 		os.Remove(res.LogFile) //nolint:errcheck // nothing to keep
