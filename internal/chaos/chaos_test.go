@@ -17,8 +17,8 @@ func TestMain(m *testing.M) {
 var chaosSeeds = []uint64{1, 2, 3}
 
 // tolerateKnown lets the violations classified as known failures (see
-// KnownKilledWorker, KnownLongOutage) pass while they are being fixed;
-// `weir chaos` fails on them by default.
+// KnownKilledWorker, KnownLongOutage, KnownRefusedUnrecorded) pass while
+// they are being fixed; `weir chaos` fails on them by default.
 const tolerateKnown = true
 
 // TestChaos runs a few seeds of the fault run and fails on any violation

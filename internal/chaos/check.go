@@ -102,6 +102,12 @@ const (
 	// unreachable for half a lease TTL or more, long enough for a lease
 	// in use to expire unrenewed.
 	KnownLongOutage = "after an outage of half a lease TTL or more"
+	// KnownRefusedUnrecorded: a request answered 503 at once, without an
+	// attempt, while the control side was unreachable (a worker started
+	// during the outage cannot verify the key), with a Weir-Request-Id but
+	// no route event: dataplane/proxy.go reports only requests whose key
+	// was verified.
+	KnownRefusedUnrecorded = "refused during an outage, not recorded"
 )
 
 // Violation is one broken invariant.
@@ -302,6 +308,17 @@ func (v *view) outageBefore(t time.Duration) bool {
 	return false
 }
 
+// controlDown says whether the control side was unusable at some time
+// in [from, to].
+func (v *view) controlDown(from, to time.Duration) bool {
+	for _, s := range v.control {
+		if s.from <= to && s.to >= from {
+			return true
+		}
+	}
+	return false
+}
+
 // checkNoReplay: invariant 2. No attempt of a request started after
 // another of its attempts had sent output.
 func (v *view) checkNoReplay() []Violation {
@@ -416,9 +433,13 @@ func (v *view) checkOnce() []Violation {
 		case q.RequestID != "":
 			if n := len(events[q.RequestID]); n != 1 {
 				viol := Violation{Invariant: InvOnce, At: q.End, Requests: []int{q.N}, What: fmt.Sprintf("request %d (%s) has %d route events", q.N, q.RequestID, n)}
-				if n == 0 && killed {
+				switch {
+				case n == 0 && killed:
 					viol.Known = KnownKilledWorker
 					viol.What += fmt.Sprintf("; its worker was killed at %s", fmtRel(killedAt))
+				case n == 0 && q.Status == 503 && len(v.atts[q.SHA]) == 0 && v.controlDown(q.Start, q.End):
+					viol.Known = KnownRefusedUnrecorded
+					viol.What += "; answered 503 while the control side was unreachable"
 				}
 				out = append(out, viol)
 			}

@@ -126,6 +126,17 @@ func TestCheckOnce(t *testing.T) {
 		t.Errorf("known %q, want %q", v.Known, KnownKilledWorker)
 	}
 
+	// Refused at once during an outage (the key unverified) and not
+	// recorded: known too.
+	refused := req(1, "a", 3, 3.01)
+	refused.Status, refused.Outcome, refused.Output = 503, OutcomeError, false
+	r = record([]Request{refused})
+	r.Events = nil
+	r.Applied = []Applied{{Event: Event{Kind: StopPostgres}, From: sec(2), To: sec(4)}}
+	if v := only(t, Check(r), InvOnce, "has 0 route events"); v.Known != KnownRefusedUnrecorded {
+		t.Errorf("known %q, want %q", v.Known, KnownRefusedUnrecorded)
+	}
+
 	// A request killed under its worker after reaching the upstream needs
 	// an event nobody saw the id of.
 	killed := cut
