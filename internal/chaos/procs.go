@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"bufio"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -12,8 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -22,6 +19,7 @@ import (
 
 	"github.com/weirhq/weir/controlplane"
 	"github.com/weirhq/weir/dataplane"
+	"github.com/weirhq/weir/internal/childproc"
 	"github.com/weirhq/weir/internal/serve"
 	"github.com/weirhq/weir/internal/sim"
 )
@@ -154,79 +152,24 @@ func serveControlPlane(ctx context.Context, ln net.Listener, log *slog.Logger) e
 }
 
 // proc is one running child.
-type proc struct {
-	cmd   *exec.Cmd
-	stdin io.Closer
-	url   string
-	done  chan struct{}
-}
+type proc struct{ *childproc.Child }
 
-// startProc starts a child in role with env, its stderr appended to logw,
-// and waits (up to 15 s) for its URL.
+// startProc starts a child in role with env, its stderr appended to logw.
 func startProc(ctx context.Context, role string, env []string, logw io.Writer) (*proc, error) {
-	exe, err := os.Executable()
+	c, err := childproc.Start(ctx, append([]string{childEnv + "=" + role}, env...), logw)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", role, err)
 	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(append(os.Environ(), childEnv+"="+role), env...)
-	cmd.Stderr = logw
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &proc{cmd: cmd, stdin: stdin, done: make(chan struct{})}
-	line := make(chan string, 1)
-	go func() {
-		s, _ := bufio.NewReader(stdout).ReadString('\n')
-		line <- strings.TrimSpace(s)
-		io.Copy(io.Discard, stdout) //nolint:errcheck // until the child exits
-		cmd.Wait()                  //nolint:errcheck // a killed child fails its wait
-		close(p.done)
-	}()
-	select {
-	case p.url = <-line:
-	case <-time.After(15 * time.Second):
-	case <-ctx.Done():
-	}
-	if !strings.HasPrefix(p.url, "http://") {
-		p.kill()
-		return nil, fmt.Errorf("%s did not start", role)
-	}
-	return p, nil
+	return &proc{c}, nil
 }
 
-// addr is the child's host:port.
-func (p *proc) addr() string { return strings.TrimPrefix(p.url, "http://") }
-
-// kill SIGKILLs the child and waits for it.
-func (p *proc) kill() {
-	p.cmd.Process.Signal(syscall.SIGCONT) //nolint:errcheck // a paused child dies as well either way
-	p.cmd.Process.Kill()                  //nolint:errcheck // it may be gone
-	<-p.done
-}
+func (p *proc) addr() string { return p.Addr() }
+func (p *proc) kill()        { p.Kill() }
+func (p *proc) stop()        { p.Stop(5 * time.Second) }
 
 // pause and resume SIGSTOP and SIGCONT it.
-func (p *proc) pause()  { p.cmd.Process.Signal(syscall.SIGSTOP) } //nolint:errcheck // best effort
-func (p *proc) resume() { p.cmd.Process.Signal(syscall.SIGCONT) } //nolint:errcheck // best effort
-
-// stop closes its stdin and waits up to 5 s, then kills it.
-func (p *proc) stop() {
-	p.resume()
-	p.stdin.Close() //nolint:errcheck // it reads EOF either way
-	select {
-	case <-p.done:
-	case <-time.After(5 * time.Second):
-		p.kill()
-	}
-}
+func (p *proc) pause()  { p.Cmd.Process.Signal(syscall.SIGSTOP) } //nolint:errcheck // best effort
+func (p *proc) resume() { p.Cmd.Process.Signal(syscall.SIGCONT) } //nolint:errcheck // best effort
 
 // slot is one component that can be killed and restarted: the current
 // process (nil while down) and how to start another.

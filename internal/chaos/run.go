@@ -334,7 +334,7 @@ func (x *run) execute(ctx context.Context, db string) (*Record, error) {
 		return nil, fmt.Errorf("control planes: %w", err)
 	}
 	cp0, _ := x.cps[0].current()
-	key, err := seedPool(ctx, cp0.url, admin, x.sim.url, creds)
+	key, err := seedPool(ctx, cp0.URL, admin, x.sim.URL, creds)
 	if err != nil {
 		return nil, err
 	}
@@ -399,7 +399,7 @@ func (x *run) execute(ctx context.Context, db string) (*Record, error) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	if rec.Attempts, err = attempts(ctx, x.sim.url); err != nil {
+	if rec.Attempts, err = attempts(ctx, x.sim.URL); err != nil {
 		return nil, err
 	}
 	rec.Collected = time.Since(x.start)
@@ -497,7 +497,7 @@ func (x *run) apply(ctx context.Context, e Event) {
 			}
 		}
 		for _, acct := range targets {
-			if err := addFault(ctx, x.sim.url, acct.Name, f); err != nil {
+			if err := addFault(ctx, x.sim.URL, acct.Name, f); err != nil {
 				x.log.Warn("chaos: add fault", "err", err)
 			}
 		}

@@ -201,7 +201,7 @@ func (t *traffic) one(r *rand.Rand) {
 		t.record(q)
 		return
 	}
-	t.send(p.url, body, &q, sessionInBody)
+	t.send(p.URL, body, &q, sessionInBody)
 	q.End = time.Since(t.start)
 	t.record(q)
 }
@@ -432,7 +432,7 @@ func (t *traffic) prime(ctx context.Context) error {
 				sum := sha256.Sum256(body)
 				q.SHA = hex.EncodeToString(sum[:])
 				q.Start = time.Since(t.start)
-				t.send(p.url, body, &q, false)
+				t.send(p.URL, body, &q, false)
 				q.End = time.Since(t.start)
 				t.record(q)
 				if q.Outcome == OutcomeOK {
