@@ -270,7 +270,7 @@ func workerIdleStreams(ctx context.Context, cfg Config, st *stack, res *Results)
 		if err != nil {
 			return err
 		}
-		t := target{name: role.name, url: c.url, key: st.key}
+		t := target{name: role.name, url: c.URL, key: st.key}
 		for _, n := range cfg.asked {
 			r, err := idleStreams(ctx, t, n, c)
 			if err != nil {

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,13 +10,13 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/weirhq/weir/dataplane"
+	"github.com/weirhq/weir/internal/childproc"
 )
 
 // Worker processes for the idle-stream step. In production a data-plane
@@ -89,65 +88,21 @@ func serveChild(role string) error {
 }
 
 // child is a running bench child.
-type child struct {
-	cmd   *exec.Cmd
-	stdin io.Closer
-	url   string
-	done  chan error
-}
+type child struct{ *childproc.Child }
 
 // startChild starts this executable as a child serving role, with env
 // added to its environment, and waits for its address.
 func startChild(ctx context.Context, role string, env ...string) (*child, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(append(os.Environ(), childEnv+"="+role), env...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
 	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	c := &child{cmd: cmd, stdin: stdin, done: make(chan error, 1)}
-	line := make(chan string, 1)
-	go func() {
-		s, _ := bufio.NewReader(stdout).ReadString('\n')
-		line <- strings.TrimSpace(s)
-		io.Copy(io.Discard, stdout) //nolint:errcheck // drained until the child exits
-		c.done <- cmd.Wait()
-	}()
-	select {
-	case c.url = <-line:
-	case <-time.After(30 * time.Second):
-	case <-ctx.Done():
-	}
-	if !strings.HasPrefix(c.url, "http://") {
-		c.stop()
+	c, err := childproc.Start(ctx, append([]string{childEnv + "=" + role}, env...), &stderr)
+	if err != nil {
 		return nil, fmt.Errorf("bench child %s did not start: %s", role, strings.TrimSpace(stderr.String()))
 	}
-	return c, nil
+	return &child{c}, nil
 }
 
 // stop closes the child's stdin and waits for it, killing it after 10 s.
-func (c *child) stop() {
-	c.stdin.Close() //nolint:errcheck // the child reads EOF either way
-	select {
-	case <-c.done:
-	case <-time.After(10 * time.Second):
-		c.cmd.Process.Kill() //nolint:errcheck // best effort
-		<-c.done
-	}
-}
+func (c *child) stop() { c.Stop(10 * time.Second) }
 
 // meter is where an idle-stream measurement reads memory: this process,
 // or a child.
@@ -183,7 +138,7 @@ func (selfMeter) read() (memStatus, error)               { return readMem("/proc
 func (selfMeter) resetPeak() error                       { return resetPeak("/proc/self/clear_refs") }
 
 func (c *child) collect(ctx context.Context) (goMem, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url+"/_bench/gc", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL+"/_bench/gc", nil)
 	if err != nil {
 		return goMem{}, err
 	}
@@ -203,9 +158,9 @@ func (c *child) collect(ctx context.Context) (goMem, error) {
 }
 
 func (c *child) read() (memStatus, error) {
-	return readMem(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
+	return readMem(fmt.Sprintf("/proc/%d/status", c.Cmd.Process.Pid))
 }
 
 func (c *child) resetPeak() error {
-	return resetPeak(fmt.Sprintf("/proc/%d/clear_refs", c.cmd.Process.Pid))
+	return resetPeak(fmt.Sprintf("/proc/%d/clear_refs", c.Cmd.Process.Pid))
 }

@@ -14,11 +14,14 @@ import (
 	"syscall"
 
 	"github.com/weirhq/weir/bench"
+	"github.com/weirhq/weir/internal/chaos"
 )
 
 func main() {
 	// weir bench re-executes this binary as its worker processes.
 	bench.ServeChild()
+	// weir chaos re-executes it as its control planes, workers and simulator.
+	chaos.ServeChild()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], env{getenv: os.Getenv, stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr})
 	stop()
@@ -62,6 +65,7 @@ Usage:
   weir bench [--rates R,R] [--duration D]  load harness: weir against a bare proxy (docs/performance.md)
   weir soak [--duration 10m] [--rate 100]  bounded soak under mixed traffic and storms: do goroutines, FDs, memory, leases grow?
   weir holds [--runs N] [--storm 20s]      hold scenarios against a running weir dev --simulate: how long turns wait
+  weir chaos [--seeds 1-100] [--duration 15s]  seeded fault runs (kills, pauses, cuts, upstream faults), invariants checked
 
   weir status                                  the pool at a glance, and what is wrong
   weir accounts add|import|list|get|pause|resume|rm   manage upstream accounts
@@ -126,6 +130,8 @@ func run(ctx context.Context, args []string, e env) error {
 		return runSoak(ctx, rest, e)
 	case "holds":
 		return runHolds(ctx, rest, e)
+	case "chaos":
+		return runChaos(ctx, rest, e)
 	case "help", "-h", "--help":
 		fmt.Fprint(e.stdout, usage)
 		return nil

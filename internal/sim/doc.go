@@ -11,7 +11,11 @@
 //
 // A Server is an http.Handler serving both the API (/v1/...) and a JSON
 // control API under /_sim/ for changing the script and reading the log of
-// attempts while it runs.
+// attempts while it runs. Each attempt records when it started, when the
+// simulator was done with it and when it first sent output (Attempt.Ended,
+// Attempt.Output), so a harness can tell from the log alone how many
+// requests an account had in flight and whether one was replayed after
+// output (`weir chaos` does).
 //
 // # Subscription accounts
 //

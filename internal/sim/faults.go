@@ -171,5 +171,6 @@ func (x *exchange) dropConnection() {
 	if err != nil {
 		panic(http.ErrAbortHandler)
 	}
+	x.s.endAttempt(x.r)
 	conn.Close()
 }

@@ -190,6 +190,7 @@ func (x *exchange) succeed() {
 	}
 	x.setRateLimitHeaders()
 	writeJSON(x.w, http.StatusOK, x.message())
+	x.outputSent()
 }
 
 // handleCountTokens serves POST /v1/messages/count_tokens. Faults apply to
@@ -366,6 +367,7 @@ func (x *exchange) stream(f *Fault) {
 		if sw.err != nil {
 			return
 		}
+		x.outputSent()
 		if paced && pace.Hold {
 			// An idle stream: output has started, then nothing until
 			// the client goes away.

@@ -239,6 +239,7 @@ func (x *exchange) reset() {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		tc.SetLinger(0) //nolint:errcheck // a plain close is the fallback
 	}
+	x.s.endAttempt(x.r)
 	conn.Close()
 }
 

@@ -408,6 +408,7 @@ func (x *exchange) succeedOpenAI(sf openAISurface, f *Fault) {
 			return
 		}
 		writeJSON(x.w, http.StatusOK, x.chatCompletion())
+		x.outputSent()
 		return
 	}
 	if x.req.Stream {
@@ -415,6 +416,7 @@ func (x *exchange) succeedOpenAI(sf openAISurface, f *Fault) {
 		return
 	}
 	writeJSON(x.w, http.StatusOK, x.response("completed", true))
+	x.outputSent()
 }
 
 // Responses API shapes.
@@ -585,6 +587,7 @@ func (x *exchange) responsesStream(f *Fault) {
 		if sw.err != nil {
 			return
 		}
+		x.outputSent()
 	}
 	if x.misbehaveStream(sw, f, true, deltaEvent) {
 		return
@@ -736,6 +739,7 @@ func (x *exchange) chatStream(f *Fault) {
 		if sw.err != nil {
 			return
 		}
+		x.outputSent()
 	}
 	if x.misbehaveStream(sw, f, true, "") {
 		return

@@ -136,6 +136,10 @@ func New(cfg Config) *Server {
 // /_sim/.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("request-id", newID("req_", s.now()))
+	r, _ = tracked(r)
+	// Also when a handler aborts (panic(http.ErrAbortHandler)): the
+	// connection is closed after this.
+	defer s.endAttempt(r)
 	s.mux.ServeHTTP(w, r)
 }
 
@@ -224,7 +228,7 @@ func (x *exchange) record(outcome string, status int) {
 		a.Account = x.acct.name
 		identify(x.w.Header(), x.r.URL.Path, x.acct)
 	}
-	x.s.attempts.add(a)
+	x.logAttempt(a)
 	level := slog.LevelInfo
 	if outcome == outcomeOK {
 		level = slog.LevelDebug

@@ -1,0 +1,684 @@
+package chaos
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/weirhq/weir/internal/sim"
+)
+
+// The checks are pure functions of a Record: what the clients saw, the
+// simulator's attempt log, the database's route events and live leases,
+// and the faults as they were applied. docs/reliability.md ("The chaos
+// run") states each invariant exactly; the comments below say how.
+
+// Account is one account of the pool as the harness made it.
+type Account struct {
+	Name      string `json:"name"`
+	Anthropic bool   `json:"anthropic"`
+	Cap       int    `json:"cap"`
+}
+
+// RouteEvent is a row of route_events.
+type RouteEvent struct {
+	RequestID string    `json:"request_id"`
+	Surface   string    `json:"surface"`
+	Model     string    `json:"model"`
+	Stream    bool      `json:"stream"`
+	Status    int       `json:"status"`
+	StartedAt time.Time `json:"started_at"`
+}
+
+// Lease is a live row of leases once the run was quiet.
+type Lease struct {
+	Account   string    `json:"account"`
+	RequestID string    `json:"request_id"`
+	Acquired  time.Time `json:"acquired_at"`
+	Expires   time.Time `json:"expires_at"`
+}
+
+// Applied is a scheduled event as it ran: From and To are when it began
+// and when its component was back (a process serving again, Postgres
+// ready, a blackhole healed, a fault's end); Incarnation, for a kill,
+// which process of the component died.
+type Applied struct {
+	Event       Event         `json:"event"`
+	From        time.Duration `json:"from"`
+	To          time.Duration `json:"to"`
+	Incarnation int           `json:"incarnation,omitempty"`
+}
+
+func (a Applied) String() string {
+	return fmt.Sprintf("%s (ran %s→%s)", a.Event, fmtRel(a.From), fmtRel(a.To))
+}
+
+// Record is everything one seed recorded.
+type Record struct {
+	Seed  uint64    `json:"seed"`
+	Start time.Time `json:"start"` // traffic's start; every Duration is from it
+	// Stopped is when traffic stopped; Collected when the attempt log was
+	// read.
+	Stopped   time.Duration `json:"stopped"`
+	Collected time.Duration `json:"collected"`
+	Applied   []Applied     `json:"applied"`
+	Requests  []Request     `json:"requests"`
+	Attempts  []sim.Attempt `json:"attempts"`
+	Accounts  []Account     `json:"accounts"`
+	Events    []RouteEvent  `json:"route_events"`
+	// Leases are those live (expires_at > now()) after the quiet wait.
+	Leases   []Lease       `json:"leases"`
+	LeaseTTL time.Duration `json:"lease_ttl"`
+}
+
+// Invariant numbers, as docs/reliability.md lists them.
+const (
+	InvCap         = 1 // no account over its cap
+	InvNoReplay    = 2 // nothing replayed after output
+	InvSameBody    = 3 // same body and model on every replay
+	InvOnce        = 4 // answered once, recorded once
+	InvNoLease     = 5 // no live lease once quiet
+	InvServable    = 6 // no failure while an account could serve
+	numInvariants  = 6
+	cancelGrace    = 100 * time.Millisecond
+	healthyStretch = 3 * time.Second
+	faultMargin    = 10 * time.Second
+	rateMargin     = time.Minute
+	restartMargin  = time.Second
+)
+
+// InvariantNames are short names, by number.
+var InvariantNames = [numInvariants + 1]string{"", "cap", "no replay after output", "same body and model", "answered and recorded once", "no live lease when quiet", "no failure while servable"}
+
+// Known failures: violations today's weir is known to make, which a run
+// may tolerate (Config.TolerateKnown) while they are being fixed.
+const (
+	// KnownKilledWorker: a worker killed before it reported the request
+	// (its outbox is in memory; docs/reliability.md, "What is not covered").
+	KnownKilledWorker = "worker killed before it reported"
+	// KnownLongOutage: a cap exceeded after the control side was
+	// unreachable for half a lease TTL or more, long enough for a lease
+	// in use to expire unrenewed.
+	KnownLongOutage = "after an outage of half a lease TTL or more"
+	// KnownRefusedUnrecorded: a request answered 503 at once, without an
+	// attempt, while the control side was unreachable (a worker started
+	// during the outage cannot verify the key), with a Weir-Request-Id but
+	// no route event: dataplane/proxy.go reports only requests whose key
+	// was verified.
+	KnownRefusedUnrecorded = "refused during an outage, not recorded"
+)
+
+// Violation is one broken invariant.
+type Violation struct {
+	Invariant int           `json:"invariant"`
+	At        time.Duration `json:"at"`
+	What      string        `json:"what"`
+	// Known names the known failure it is, "" if none.
+	Known string `json:"known,omitempty"`
+	// Requests and Accounts are what the timeline shows for it.
+	Requests []int    `json:"requests,omitempty"`
+	Accounts []string `json:"accounts,omitempty"`
+}
+
+func (v Violation) String() string {
+	s := fmt.Sprintf("invariant %d (%s) at %s: %s", v.Invariant, InvariantNames[v.Invariant], fmtRel(v.At), v.What)
+	if v.Known != "" {
+		s += " [known: " + v.Known + "]"
+	}
+	return s
+}
+
+// apiPaths are the paths an attempt on an account serves a request on.
+var apiPaths = []string{"/v1/messages", "/v1/responses", "/v1/chat/completions", "/backend-api/codex/responses"}
+
+// view indexes a Record for the checks.
+type view struct {
+	*Record
+	byName  map[string]Account
+	bySHA   map[string]*Request
+	atts    map[string][]sim.Attempt // request SHA → its attempts, by start
+	killed  map[[2]int]time.Duration // worker, incarnation → when killed
+	rel     func(time.Time) time.Duration
+	control []span // when the control side (Postgres or every control plane) was unusable
+}
+
+func newView(r *Record) *view {
+	v := &view{Record: r, byName: map[string]Account{}, bySHA: map[string]*Request{}, atts: map[string][]sim.Attempt{}, killed: map[[2]int]time.Duration{}}
+	v.rel = func(t time.Time) time.Duration { return t.Sub(r.Start) }
+	for _, a := range r.Accounts {
+		v.byName[a.Name] = a
+	}
+	for i := range r.Requests {
+		v.bySHA[r.Requests[i].SHA] = &r.Requests[i]
+	}
+	for _, a := range r.Attempts {
+		if a.Account != "" && slices.Contains(apiPaths, a.Path) {
+			v.atts[a.BodySHA256] = append(v.atts[a.BodySHA256], a)
+		}
+	}
+	for sha := range v.atts {
+		slices.SortFunc(v.atts[sha], func(a, b sim.Attempt) int { return a.Time.Compare(b.Time) })
+	}
+	var pg, cpProxy []span
+	cps := map[int][]span{}
+	for _, a := range r.Applied {
+		s := span{a.From, a.To}
+		switch a.Event.Kind {
+		case KillWorker:
+			v.killed[[2]int{a.Event.Target, a.Incarnation}] = a.From
+		case StopPostgres, BlackholePostgres:
+			pg = append(pg, s)
+		case BlackholeControlPlanes:
+			cpProxy = append(cpProxy, s)
+		case KillControlPlane, PauseControlPlane:
+			cps[a.Event.Target] = append(cps[a.Event.Target], s)
+		}
+	}
+	allCP := []span{{-time.Hour, time.Hour}}
+	for i := range numControlPlanes {
+		allCP = intersect(allCP, union(cps[i]))
+	}
+	v.control = union(append(append(pg, cpProxy...), allCP...))
+	return v
+}
+
+// Check runs every invariant over r.
+func Check(r *Record) []Violation {
+	v := newView(r)
+	var out []Violation
+	out = append(out, v.checkCap()...)
+	out = append(out, v.checkNoReplay()...)
+	out = append(out, v.checkSameBody()...)
+	out = append(out, v.checkOnce()...)
+	out = append(out, v.checkNoLease()...)
+	out = append(out, v.checkServable()...)
+	slices.SortStableFunc(out, func(a, b Violation) int { return cmp.Compare(a.At, b.At) })
+	return out
+}
+
+// interval is when attempt a was in flight on its account: from when the
+// simulator took it to when it was done; one whose client went away ends
+// cancelGrace before the simulator noticed (the gateway let go first),
+// and one still running at the end of the record runs to Collected.
+func (v *view) interval(a sim.Attempt) span {
+	from := v.rel(a.Time)
+	if a.Ended.IsZero() {
+		return span{from, v.Collected}
+	}
+	to := v.rel(a.Ended)
+	if a.ClientGone {
+		to = max(from, to-cancelGrace)
+	}
+	return span{from, to}
+}
+
+// inFlight sweeps an account's attempts: the spans where it had at least
+// cap in flight, and the first moments it had more.
+func (v *view) inFlight(account string, cap int) (atCap []span, over []overage) {
+	type edge struct {
+		t     time.Duration
+		delta int
+		sha   string
+	}
+	var edges []edge
+	for _, list := range v.atts {
+		for _, a := range list {
+			if a.Account != account {
+				continue
+			}
+			s := v.interval(a)
+			if s.to <= s.from {
+				continue
+			}
+			edges = append(edges, edge{s.from, 1, a.BodySHA256}, edge{s.to, -1, a.BodySHA256})
+		}
+	}
+	// Ends before starts at the same instant: touching is not overlapping.
+	slices.SortFunc(edges, func(a, b edge) int { return cmp.Or(cmp.Compare(a.t, b.t), cmp.Compare(a.delta, b.delta)) })
+	n := 0
+	var capFrom time.Duration
+	live := map[string]int{}
+	for _, e := range edges {
+		before := n
+		n += e.delta
+		live[e.sha] += e.delta
+		if before < cap && n >= cap {
+			capFrom = e.t
+		}
+		if before >= cap && n < cap {
+			atCap = append(atCap, span{capFrom, e.t})
+		}
+		if n > cap && e.delta > 0 {
+			var shas []string
+			for sha, k := range live {
+				if k > 0 {
+					shas = append(shas, sha)
+				}
+			}
+			over = append(over, overage{at: e.t, n: n, shas: shas})
+		}
+	}
+	return atCap, over
+}
+
+type overage struct {
+	at   time.Duration
+	n    int
+	shas []string
+}
+
+// checkCap: invariant 1. At no instant had an account more attempts in
+// flight (interval above) than its max_concurrency.
+func (v *view) checkCap() []Violation {
+	var out []Violation
+	for _, acct := range v.Accounts {
+		_, over := v.inFlight(acct.Name, acct.Cap)
+		// One violation per run of excess, at its first moment.
+		for i, o := range over {
+			if i > 0 && over[i-1].n > acct.Cap && o.at-over[i-1].at < time.Second {
+				continue
+			}
+			viol := Violation{Invariant: InvCap, At: o.at, Accounts: []string{acct.Name},
+				What: fmt.Sprintf("account %s had %d requests in flight, cap %d", acct.Name, o.n, acct.Cap)}
+			for _, sha := range o.shas {
+				if q := v.bySHA[sha]; q != nil {
+					viol.Requests = append(viol.Requests, q.N)
+				}
+			}
+			slices.Sort(viol.Requests)
+			if v.outageBefore(o.at) {
+				viol.Known = KnownLongOutage
+			}
+			out = append(out, viol)
+		}
+	}
+	return out
+}
+
+// outageBefore says whether the control side was unusable, before t, for
+// at least half a lease TTL in one go.
+func (v *view) outageBefore(t time.Duration) bool {
+	for _, s := range v.control {
+		if s.from < t && s.to-s.from >= v.LeaseTTL/2 {
+			return true
+		}
+	}
+	return false
+}
+
+// controlDown says whether the control side was unusable at some time
+// in [from, to].
+func (v *view) controlDown(from, to time.Duration) bool {
+	for _, s := range v.control {
+		if s.from <= to && s.to >= from {
+			return true
+		}
+	}
+	return false
+}
+
+// checkNoReplay: invariant 2. No attempt of a request started after
+// another of its attempts had sent output.
+func (v *view) checkNoReplay() []Violation {
+	var out []Violation
+	for sha, list := range v.atts {
+		for _, a := range list {
+			if a.Output.IsZero() {
+				continue
+			}
+			for _, b := range list {
+				if b.Time.After(a.Output) {
+					q := v.bySHA[sha]
+					viol := Violation{Invariant: InvNoReplay, At: v.rel(b.Time), Accounts: []string{a.Account, b.Account},
+						What: fmt.Sprintf("replayed on %s %s after %s sent output at %s", b.Account, fmtRel(v.rel(b.Time)), a.Account, fmtRel(v.rel(a.Output)))}
+					if q != nil {
+						viol.Requests = []int{q.N}
+					}
+					out = append(out, viol)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// checkSameBody: invariant 3. Every attempt on an account carries the
+// body (SHA-256) of some client request, and that request's model.
+func (v *view) checkSameBody() []Violation {
+	var out []Violation
+	for sha, list := range v.atts {
+		q := v.bySHA[sha]
+		for _, a := range list {
+			switch {
+			case q == nil:
+				out = append(out, Violation{Invariant: InvSameBody, At: v.rel(a.Time), Accounts: []string{a.Account},
+					What: fmt.Sprintf("an attempt on %s (%s, model %s) carries a body no client sent", a.Account, a.Path, a.Model)})
+			case a.Model != q.Model:
+				out = append(out, Violation{Invariant: InvSameBody, At: v.rel(a.Time), Accounts: []string{a.Account}, Requests: []int{q.N},
+					What: fmt.Sprintf("attempt on %s has model %q, the client asked for %q", a.Account, a.Model, q.Model)})
+			}
+		}
+	}
+	return out
+}
+
+// killedUnder says when the worker process q was sent to was killed,
+// if it was after q started.
+func (v *view) killedUnder(q *Request) (time.Duration, bool) {
+	k, ok := v.killed[[2]int{q.Worker, q.Incarnation}]
+	return k, ok && k >= q.Start-50*time.Millisecond
+}
+
+// checkOnce: invariant 4. Every request the client did not abandon got
+// exactly one final answer (a status and body, or a stream with one final
+// event), unless its worker was killed under it; every request answered
+// with a Weir-Request-Id has exactly one route event under it; every
+// request whose worker died under it after it reached the simulator has
+// one route event the clients never saw an id for (same surface, model
+// and stream, started during it, or by the end of a pause of its worker
+// during it); and no route event is left that no client request accounts
+// for.
+func (v *view) checkOnce() []Violation {
+	var out []Violation
+	events := map[string][]RouteEvent{}
+	for _, e := range v.Events {
+		events[e.RequestID] = append(events[e.RequestID], e)
+	}
+	claimed := map[string]bool{}
+	for i := range v.Requests {
+		q := &v.Requests[i]
+		if q.RequestID != "" {
+			claimed[q.RequestID] = true
+		}
+	}
+	var unclaimed []RouteEvent
+	for _, e := range v.Events {
+		if !claimed[e.RequestID] && v.rel(e.StartedAt) >= -time.Second {
+			unclaimed = append(unclaimed, e)
+		}
+	}
+	slices.SortFunc(unclaimed, func(a, b RouteEvent) int { return a.StartedAt.Compare(b.StartedAt) })
+	take := func(q *Request) bool {
+		// A paused worker starts the request (and dates its event) only
+		// once it runs again, perhaps after its client gave up.
+		end := q.End
+		for _, a := range v.Applied {
+			if a.Event.Kind == PauseWorker && a.Event.Target == q.Worker && a.From <= q.End && a.To >= q.Start {
+				end = max(end, a.To)
+			}
+		}
+		for i, e := range unclaimed {
+			at := v.rel(e.StartedAt)
+			if e.Surface == q.Surface && e.Model == q.Model && e.Stream == q.Stream && at >= q.Start-100*time.Millisecond && at <= end+100*time.Millisecond {
+				unclaimed = slices.Delete(unclaimed, i, i+1)
+				return true
+			}
+		}
+		return false
+	}
+	for i := range v.Requests {
+		q := &v.Requests[i]
+		killedAt, killed := v.killedUnder(q)
+		switch q.Outcome {
+		case OutcomeTwice:
+			out = append(out, Violation{Invariant: InvOnce, At: q.End, Requests: []int{q.N}, What: fmt.Sprintf("request %d got %d final events in one stream", q.N, q.Terminals)})
+		case OutcomeCut:
+			if !killed {
+				out = append(out, Violation{Invariant: InvOnce, At: q.End, Requests: []int{q.N}, What: fmt.Sprintf("request %d got no whole answer from a live worker: %s", q.N, q.Detail)})
+			}
+		}
+		switch {
+		case q.RequestID != "":
+			if n := len(events[q.RequestID]); n != 1 {
+				viol := Violation{Invariant: InvOnce, At: q.End, Requests: []int{q.N}, What: fmt.Sprintf("request %d (%s) has %d route events", q.N, q.RequestID, n)}
+				switch {
+				case n == 0 && killed:
+					viol.Known = KnownKilledWorker
+					viol.What += fmt.Sprintf("; its worker was killed at %s", fmtRel(killedAt))
+				case n == 0 && q.Status == 503 && len(v.atts[q.SHA]) == 0 && v.controlDown(q.Start, q.End):
+					viol.Known = KnownRefusedUnrecorded
+					viol.What += "; answered 503 while the control side was unreachable"
+				}
+				out = append(out, viol)
+			}
+		case q.Outcome == OutcomeCut && killed && len(v.atts[q.SHA]) > 0:
+			if !take(q) {
+				out = append(out, Violation{Invariant: InvOnce, At: q.End, Requests: []int{q.N}, Known: KnownKilledWorker,
+					What: fmt.Sprintf("request %d reached the upstream, its worker was killed at %s, and no route event stands for it", q.N, fmtRel(killedAt))})
+			}
+		case q.Outcome == OutcomeCancelled || q.Outcome == OutcomeCut:
+			take(q) // a request abandoned before its headers may have its event
+		}
+	}
+	for _, e := range unclaimed {
+		out = append(out, Violation{Invariant: InvOnce, At: v.rel(e.StartedAt),
+			What: fmt.Sprintf("route event %s (%s %s, status %d) stands for no client request", e.RequestID, e.Surface, e.Model, e.Status)})
+	}
+	return out
+}
+
+// checkNoLease: invariant 5. Once traffic stopped and the run was quiet
+// for a lease TTL and a margin, no lease was live.
+func (v *view) checkNoLease() []Violation {
+	var out []Violation
+	for _, l := range v.Leases {
+		out = append(out, Violation{Invariant: InvNoLease, At: v.rel(l.Acquired), Accounts: []string{l.Account},
+			What: fmt.Sprintf("lease on %s for %s, acquired %s, still live until %s", l.Account, l.RequestID, fmtRel(v.rel(l.Acquired)), fmtRel(v.rel(l.Expires)))})
+	}
+	return out
+}
+
+// checkServable: invariant 6. No request failed retryably while, for
+// healthyStretch in one go during its life, every component was up (no
+// scheduled event other than upstream faults in force, nor in the
+// restartMargin after a pause of a worker, nor in the lease TTL and the
+// restartMargin after any other: a lease orphaned by a kill or a cut
+// holds its slot that long), and some account of its surface was free of
+// upstream faults (since faultMargin before, rateMargin after a 429) and
+// had a slot free the whole time. Not counted: the client's own
+// cancellations, requests whose worker was killed or paused during
+// them, and requests that already had output (nothing may replay them).
+func (v *view) checkServable() []Violation {
+	var down []span // every component up outside these
+	acctBad := map[string][]span{}
+	for _, a := range v.Applied {
+		switch a.Event.Kind {
+		case Upstream:
+			m := faultMargin
+			if a.Event.Fault == "rate_limit" {
+				m = rateMargin
+			}
+			name := v.Accounts[a.Event.Target].Name
+			acctBad[name] = append(acctBad[name], span{a.From, a.To + m})
+		case Storm:
+			for _, acct := range v.Accounts {
+				if acct.Anthropic {
+					acctBad[acct.Name] = append(acctBad[acct.Name], span{a.From, a.To + faultMargin})
+				}
+			}
+		case PauseWorker:
+			down = append(down, span{a.From, a.To + restartMargin})
+		default:
+			// A killed worker's leases, and those whose Acquire answer a
+			// kill or a cut lost, hold their slots for a lease TTL.
+			down = append(down, span{a.From, a.To + v.LeaseTTL + restartMargin})
+		}
+	}
+	for _, acct := range v.Accounts {
+		atCap, _ := v.inFlight(acct.Name, acct.Cap)
+		acctBad[acct.Name] = union(append(acctBad[acct.Name], atCap...))
+	}
+	down = union(down)
+	var out []Violation
+	for i := range v.Requests {
+		q := &v.Requests[i]
+		if !q.Retryable() || q.Output || q.Cancel != "" {
+			continue
+		}
+		if slices.ContainsFunc(v.atts[q.SHA], func(a sim.Attempt) bool { return !a.Output.IsZero() }) {
+			continue
+		}
+		if v.workerTroubled(q) {
+			continue
+		}
+		life := []span{{q.Start, q.End}}
+		good := subtract(life, down)
+		for _, acct := range v.Accounts {
+			if acct.Anthropic != (q.Surface == "messages") {
+				continue
+			}
+			for _, s := range subtract(good, acctBad[acct.Name]) {
+				if s.to-s.from >= healthyStretch {
+					out = append(out, Violation{Invariant: InvServable, At: q.End, Requests: []int{q.N}, Accounts: []string{acct.Name},
+						What: fmt.Sprintf("request %d failed (%d %s) though %s was healthy with a slot free %s→%s and every component up",
+							q.N, q.Status, q.ErrType, acct.Name, fmtRel(s.from), fmtRel(s.to))})
+					goto next
+				}
+			}
+		}
+	next:
+	}
+	return out
+}
+
+// workerTroubled says whether q's worker was killed or paused during q.
+func (v *view) workerTroubled(q *Request) bool {
+	for _, a := range v.Applied {
+		if (a.Event.Kind == KillWorker || a.Event.Kind == PauseWorker) && a.Event.Target == q.Worker && a.From <= q.End && a.To >= q.Start {
+			return true
+		}
+	}
+	return false
+}
+
+// span is a stretch of time from the start of traffic.
+type span struct{ from, to time.Duration }
+
+// union merges spans into sorted, disjoint ones.
+func union(ss []span) []span {
+	ss = slices.Clone(ss)
+	slices.SortFunc(ss, func(a, b span) int { return cmp.Compare(a.from, b.from) })
+	var out []span
+	for _, s := range ss {
+		if s.to <= s.from {
+			continue
+		}
+		if n := len(out); n > 0 && s.from <= out[n-1].to {
+			out[n-1].to = max(out[n-1].to, s.to)
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// intersect is where both sorted disjoint lists hold.
+func intersect(a, b []span) []span {
+	var out []span
+	for _, x := range a {
+		for _, y := range b {
+			if f, t := max(x.from, y.from), min(x.to, y.to); f < t {
+				out = append(out, span{f, t})
+			}
+		}
+	}
+	return union(out)
+}
+
+// subtract is a without b.
+func subtract(a, b []span) []span {
+	out := slices.Clone(a)
+	for _, y := range b {
+		var next []span
+		for _, x := range out {
+			if y.to <= x.from || y.from >= x.to {
+				next = append(next, x)
+				continue
+			}
+			if x.from < y.from {
+				next = append(next, span{x.from, y.from})
+			}
+			if y.to < x.to {
+				next = append(next, span{y.to, x.to})
+			}
+		}
+		out = next
+	}
+	return out
+}
+
+// Timeline writes what reproduces vs: the schedule as it ran, then each
+// request a violation names with its attempts, all from the start.
+func Timeline(r *Record, vs []Violation) string {
+	v := newView(r)
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d: %d violations\n", r.Seed, len(vs))
+	for _, x := range vs {
+		fmt.Fprintf(&b, "  %s\n", x)
+	}
+	fmt.Fprintf(&b, "schedule as it ran (traffic %s→%s):\n", fmtRel(0), fmtRel(r.Stopped))
+	for _, a := range r.Applied {
+		fmt.Fprintf(&b, "  %s\n", a)
+	}
+	seen := map[int]bool{}
+	accounts := map[string]bool{}
+	for _, x := range vs {
+		for _, a := range x.Accounts {
+			accounts[a] = true
+		}
+		for _, n := range x.Requests {
+			if seen[n] {
+				continue
+			}
+			seen[n] = true
+			q := r.Requests[slices.IndexFunc(r.Requests, func(q Request) bool { return q.N == n })]
+			fmt.Fprintf(&b, "%s\n", q)
+			for _, a := range v.atts[q.SHA] {
+				fmt.Fprintf(&b, "    %s\n", v.attemptLine(a))
+			}
+		}
+	}
+	for name := range accounts {
+		if name == "" {
+			continue
+		}
+		fmt.Fprintf(&b, "attempts on %s near the violations:\n", name)
+		for _, list := range v.atts {
+			for _, a := range list {
+				if a.Account != name || !near(v.interval(a), vs) {
+					continue
+				}
+				n := -1
+				if q := v.bySHA[a.BodySHA256]; q != nil {
+					n = q.N
+				}
+				fmt.Fprintf(&b, "    req %d %s\n", n, v.attemptLine(a))
+			}
+		}
+	}
+	return b.String()
+}
+
+func (v *view) attemptLine(a sim.Attempt) string {
+	s := v.interval(a)
+	line := fmt.Sprintf("attempt %s→%s on %s %s %d", fmtRel(s.from), fmtRel(s.to), a.Account, a.Outcome, a.Status)
+	if !a.Output.IsZero() {
+		line += " output " + fmtRel(v.rel(a.Output))
+	}
+	if a.ClientGone {
+		line += " client gone"
+	}
+	return line
+}
+
+// near says whether s is within a second of a violation.
+func near(s span, vs []Violation) bool {
+	for _, x := range vs {
+		if s.from <= x.At+time.Second && s.to >= x.At-time.Second {
+			return true
+		}
+	}
+	return false
+}
