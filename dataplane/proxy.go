@@ -29,6 +29,9 @@ import (
 type inbound struct {
 	sf        surface
 	requestID string
+	// unverified: the key could not be checked (the control plane was
+	// unreachable); the request is recorded all the same.
+	unverified bool
 	keyHash   string
 	keyID     string
 	// allowedModels is the key's allowlist (nil: any model); a model
@@ -87,8 +90,9 @@ func (s *Server) proxyHandler(sf surface) http.HandlerFunc {
 		if rec.SpilledToMetered = in.spilledTo != ""; rec.SpilledToMetered {
 			s.metrics.meteredSpills.WithLabelValues(in.spilledTo, surface).Inc()
 		}
-		if in.keyID != "" {
-			// Unauthenticated noise is not a route; it would only flood the table.
+		if in.keyID != "" || in.unverified {
+			// Unauthenticated noise is not a route; it would only flood the
+			// table. A key that could not be checked is not noise.
 			s.reporter.report(rec)
 		}
 	}
@@ -126,7 +130,12 @@ func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *wei
 		} else {
 			s.cfg.Logger.WarnContext(ctx, "verify key failed", "request_id", in.requestID, "err", err)
 			in.outcome = outcomeUnavailable
-			writeError(w, in.sf.wire, in.requestID, errControlPlane())
+			// The key may well be valid: the request is recorded (with no
+			// key) so that an outage's refusals are not missing.
+			in.unverified = true
+			apiErr := errControlPlane()
+			rec.ErrorType, rec.FailureStage = apiErr.typ, weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT
+			writeError(w, in.sf.wire, in.requestID, apiErr)
 		}
 		return
 	}
