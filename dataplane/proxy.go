@@ -32,8 +32,8 @@ type inbound struct {
 	// unverified: the key could not be checked (the control plane was
 	// unreachable); the request is recorded all the same.
 	unverified bool
-	keyHash   string
-	keyID     string
+	keyHash    string
+	keyID      string
 	// allowedModels is the key's allowlist (nil: any model); a model
 	// list is filtered by it.
 	allowedModels []string
