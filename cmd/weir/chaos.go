@@ -26,7 +26,7 @@ func runChaos(ctx context.Context, args []string, e env) error {
 	duration := fs.Duration("duration", 15*time.Second, "how long traffic runs in each seed (faults end 4 s before)")
 	clients := fs.Int("clients", 8, "agents looping requests")
 	leaseTTL := fs.Duration("lease-ttl", 8*time.Second, "the control planes' lease TTL (pauses stay under a quarter of it)")
-	tolerate := fs.Bool("tolerate-known", false, "do not fail on violations classified as known failures (a worker killed before it reported; a cap exceeded after an outage of half a lease TTL; a request refused during an outage and not recorded)")
+	tolerate := fs.Bool("tolerate-known", false, "do not fail on violations classified as known failures (a request whose worker was killed before it could report it: within 250 ms of the request, or while a fault on the control side held its reports up)")
 	out := fs.String("out", "", "report file (default bench/results/chaos-<UTC timestamp>.md)")
 	logs := fs.String("logs", "", "keep the processes' logs of seeds with violations in this directory")
 	if err := fs.Parse(args); err != nil {

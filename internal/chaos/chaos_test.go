@@ -16,9 +16,10 @@ func TestMain(m *testing.M) {
 // read: `weir chaos --seeds` runs others.
 var chaosSeeds = []uint64{1, 2, 3}
 
-// tolerateKnown lets the violations classified as known failures (see
-// KnownKilledWorker, KnownLongOutage, KnownRefusedUnrecorded) pass while
-// they are being fixed; `weir chaos` fails on them by default.
+// tolerateKnown lets the violations classified as known failures pass:
+// KnownKilledWorker, what a worker killed before it could report takes
+// with it (its outbox is in memory). `weir chaos` counts them as
+// violations unless --tolerate-known.
 const tolerateKnown = true
 
 // TestChaos runs a few seeds of the fault run and fails on any violation

@@ -92,22 +92,28 @@ const (
 // InvariantNames are short names, by number.
 var InvariantNames = [numInvariants + 1]string{"", "cap", "no replay after output", "same body and model", "answered and recorded once", "no live lease when quiet", "no failure while servable"}
 
-// Known failures: violations today's weir is known to make, which a run
-// may tolerate (Config.TolerateKnown) while they are being fixed.
+// Known failures: violations weir is known to make, which a run may
+// tolerate (Config.TolerateKnown).
 const (
-	// KnownKilledWorker: a worker killed before it reported the request
-	// (its outbox is in memory; docs/reliability.md, "What is not covered").
-	KnownKilledWorker = "worker killed before it reported"
-	// KnownLongOutage: a cap exceeded after the control side was
-	// unreachable for half a lease TTL or more, long enough for a lease
-	// in use to expire unrenewed.
-	KnownLongOutage = "after an outage of half a lease TTL or more"
-	// KnownRefusedUnrecorded: a request answered 503 at once, without an
-	// attempt, while the control side was unreachable (a worker started
-	// during the outage cannot verify the key), with a Weir-Request-Id but
-	// no route event: dataplane/proxy.go reports only requests whose key
-	// was verified.
-	KnownRefusedUnrecorded = "refused during an outage, not recorded"
+	// KnownKilledWorker: a worker killed before it could report the
+	// request. Its outbox is in its memory (docs/reliability.md, "What is
+	// not covered"): what it had not sent dies with it. It counts as known
+	// only when the kill came within reportWindow of the request's end or
+	// start, or while a fault on the control side (a control plane killed
+	// or paused, its proxy cut or blackholed, Postgres stopped or
+	// blackholed) held the worker's reports up; otherwise the worker had
+	// time to report, and the missing record is a violation.
+	KnownKilledWorker = "worker killed before it could report"
+)
+
+// reportWindow is how long a worker may take to report a request when
+// the control side is well: its report interval (20 ms) and a call's
+// round trip, with room for a loaded machine. reportHeldUp is how long a
+// fault on the control side may hold a report up after it ends: the
+// report call's timeout (5 s), past which it is sent again.
+const (
+	reportWindow = 250 * time.Millisecond
+	reportHeldUp = 5 * time.Second
 )
 
 // Violation is one broken invariant.
@@ -142,6 +148,10 @@ type view struct {
 	killed  map[[2]int]time.Duration // worker, incarnation → when killed
 	rel     func(time.Time) time.Duration
 	control []span // when the control side (Postgres or every control plane) was unusable
+	// disturbed is when any fault was on the control side: a control
+	// plane killed or paused (a call to it hangs), its proxy cut or
+	// blackholed, Postgres stopped, cut or blackholed.
+	disturbed []span
 }
 
 func newView(r *Record) *view {
@@ -174,6 +184,10 @@ func newView(r *Record) *view {
 			cpProxy = append(cpProxy, s)
 		case KillControlPlane, PauseControlPlane:
 			cps[a.Event.Target] = append(cps[a.Event.Target], s)
+		}
+		switch a.Event.Kind {
+		case StopPostgres, BlackholePostgres, CutPostgres, BlackholeControlPlanes, CutControlPlanes, KillControlPlane, PauseControlPlane:
+			v.disturbed = append(v.disturbed, s)
 		}
 	}
 	allCP := []span{{-time.Hour, time.Hour}}
@@ -288,24 +302,10 @@ func (v *view) checkCap() []Violation {
 				}
 			}
 			slices.Sort(viol.Requests)
-			if v.outageBefore(o.at) {
-				viol.Known = KnownLongOutage
-			}
 			out = append(out, viol)
 		}
 	}
 	return out
-}
-
-// outageBefore says whether the control side was unusable, before t, for
-// at least half a lease TTL in one go.
-func (v *view) outageBefore(t time.Duration) bool {
-	for _, s := range v.control {
-		if s.from < t && s.to-s.from >= v.LeaseTTL/2 {
-			return true
-		}
-	}
-	return false
 }
 
 // controlDown says whether the control side was unusable at some time
@@ -366,6 +366,23 @@ func (v *view) checkSameBody() []Violation {
 
 // killedUnder says when the worker process q was sent to was killed,
 // if it was after q started.
+// couldNotReport says whether q's worker, killed at killedAt, may not have
+// had the time to report q (KnownKilledWorker): the kill came within
+// reportWindow of q's start (a request in progress is reported at the
+// next interval) or of its end, or while a fault on the control side held
+// reports up.
+func (v *view) couldNotReport(q *Request, killedAt time.Duration) bool {
+	if killedAt-q.Start <= reportWindow || killedAt-q.End <= reportWindow {
+		return true
+	}
+	for _, s := range v.disturbed {
+		if s.from <= killedAt && s.to+reportHeldUp >= q.Start {
+			return true
+		}
+	}
+	return false
+}
+
 func (v *view) killedUnder(q *Request) (time.Duration, bool) {
 	k, ok := v.killed[[2]int{q.Worker, q.Incarnation}]
 	return k, ok && k >= q.Start-50*time.Millisecond
@@ -433,20 +450,22 @@ func (v *view) checkOnce() []Violation {
 		case q.RequestID != "":
 			if n := len(events[q.RequestID]); n != 1 {
 				viol := Violation{Invariant: InvOnce, At: q.End, Requests: []int{q.N}, What: fmt.Sprintf("request %d (%s) has %d route events", q.N, q.RequestID, n)}
-				switch {
-				case n == 0 && killed:
-					viol.Known = KnownKilledWorker
+				if n == 0 && killed {
 					viol.What += fmt.Sprintf("; its worker was killed at %s", fmtRel(killedAt))
-				case n == 0 && q.Status == 503 && len(v.atts[q.SHA]) == 0 && v.controlDown(q.Start, q.End):
-					viol.Known = KnownRefusedUnrecorded
-					viol.What += "; answered 503 while the control side was unreachable"
+					if v.couldNotReport(q, killedAt) {
+						viol.Known = KnownKilledWorker
+					}
 				}
 				out = append(out, viol)
 			}
 		case q.Outcome == OutcomeCut && killed && len(v.atts[q.SHA]) > 0:
 			if !take(q) {
-				out = append(out, Violation{Invariant: InvOnce, At: q.End, Requests: []int{q.N}, Known: KnownKilledWorker,
-					What: fmt.Sprintf("request %d reached the upstream, its worker was killed at %s, and no route event stands for it", q.N, fmtRel(killedAt))})
+				viol := Violation{Invariant: InvOnce, At: q.End, Requests: []int{q.N},
+					What: fmt.Sprintf("request %d reached the upstream, its worker was killed at %s, and no route event stands for it", q.N, fmtRel(killedAt))}
+				if v.couldNotReport(q, killedAt) {
+					viol.Known = KnownKilledWorker
+				}
+				out = append(out, viol)
 			}
 		case q.Outcome == OutcomeCancelled || q.Outcome == OutcomeCut:
 			take(q) // a request abandoned before its headers may have its event
