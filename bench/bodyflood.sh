@@ -8,14 +8,15 @@
 #
 #   bash bench/bodyflood.sh                 # 30 × 31 MiB, default bounds
 #   CONNS=30 SIZE=32505856 HOLD=10s bash bench/bodyflood.sh
+#   WEIR_BIN=/path/to/other/weir bash bench/bodyflood.sh   # measure another build (a reference)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONNS=${CONNS:-30}
 SIZE=${SIZE:-32505856}
 HOLD=${HOLD:-10s}
 work=$(mktemp -d)
-bin=$work/weir
-go build -o "$bin" ./cmd/weir
+bin=${WEIR_BIN:-$work/weir}
+[ -n "${WEIR_BIN:-}" ] || go build -o "$bin" ./cmd/weir
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT

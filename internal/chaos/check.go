@@ -428,7 +428,11 @@ func (v *view) checkOnce() []Violation {
 		}
 		for i, e := range unclaimed {
 			at := v.rel(e.StartedAt)
-			if e.Surface == q.Surface && e.Model == q.Model && e.Stream == q.Stream && at >= q.Start-100*time.Millisecond && at <= end+100*time.Millisecond {
+			// An event with no model is of a request refused before its
+			// body was read (its key could not be checked): it says nothing
+			// of model or stream.
+			same := e.Model == q.Model && e.Stream == q.Stream || e.Model == ""
+			if e.Surface == q.Surface && same && at >= q.Start-100*time.Millisecond && at <= end+100*time.Millisecond {
 				unclaimed = slices.Delete(unclaimed, i, i+1)
 				return true
 			}

@@ -147,6 +147,14 @@ func TestCheckOnce(t *testing.T) {
 		t.Errorf("known %q, want a violation", v.Known)
 	}
 
+	// A request its client gave up on while its worker could not check
+	// the key is recorded with no model: that event stands for it.
+	unchecked := req(1, "a", 3, 3.5)
+	unchecked.Outcome, unchecked.RequestID, unchecked.Cancel = OutcomeCancelled, "", "mid_request"
+	r = record([]Request{unchecked})
+	r.Events = []RouteEvent{{RequestID: "weir_x", Surface: unchecked.Surface, Status: 503, StartedAt: at(3.1)}}
+	none(t, Check(r))
+
 	// A request killed under its worker after reaching the upstream needs
 	// an event nobody saw the id of.
 	killed := cut
