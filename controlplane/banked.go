@@ -31,7 +31,7 @@ import (
 // and after a reset lands re-arms the usage read so the fenced refetch and
 // recoverQuota restore capacity, exactly as polling would.
 //
-// The wire shape (WIRE.md, "Reset grants") is unverified: everything that
+// The wire shape (docs/wire.md, "Reset grants") is unverified: everything that
 // knows it lives in parseResetGrants and sendResetClaim, and an answer we
 // cannot read is recorded as it came, never guessed at.
 
@@ -57,7 +57,7 @@ const (
 	maxClaimBody = 64 << 10
 )
 
-// Grant claim results, as WIRE.md names them.
+// Grant claim results, as docs/wire.md names them.
 const (
 	grantResultReset       = "reset"
 	grantResultAlreadyUsed = "already_used"

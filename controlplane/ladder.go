@@ -10,7 +10,7 @@ import (
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
 
-// The Anthropic 429 decision ladder (DESIGN.md): what a rate-limited answer
+// The Anthropic 429 decision ladder (the captures behind it: docs/wire.md): what a rate-limited answer
 // means for the account, most specific evidence first. The order is
 // load-bearing. x-should-retry: true and a small retry-after come with real
 // limits as well as with bursts, so only the unified claims tell them

@@ -14,7 +14,7 @@ import (
 
 // The 429 decision ladder, one table per rung, built from real header
 // sets: the production weekly capture (captureOutcomes[0]) and the shapes
-// WIRE.md records. Every case runs through decide(), the one entry point.
+// docs/wire.md records. Every case runs through decide(), the one entry point.
 
 const (
 	actFailover  = weirv1.Action_ACTION_FAILOVER
@@ -334,7 +334,7 @@ func TestLadderOrder(t *testing.T) {
 	t.Parallel()
 	runLadder(t, []ladderCase{
 		// x-should-retry: true and a small retry-after come with real
-		// limits too (WIRE.md): a spent window is never a burst.
+		// limits too (docs/wire.md): a spent window is never a burst.
 		{name: "spent 7d with a burst's headers", h: hdr("status", "rejected", "7d-status", "rejected", "7d-reset", at(51811*time.Second),
 			"retry-after", "2", "x-should-retry", "true"),
 			rung: rungAccountQuota, action: actFailover, reason: reasonQuota, until: 51811 * time.Second, claims: "7d"},

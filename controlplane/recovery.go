@@ -14,8 +14,7 @@ import (
 
 // The usage view as quota evidence: rung 4 of the ladder reads the spent
 // windows, and a reading that shows a quota cooldown's window recovered
-// lifts the cooldown and admits one recovery probe (DESIGN.md, "Usage
-// windows").
+// lifts the cooldown and admits one recovery probe.
 
 // windowClaims maps the account-wide window names to their header infix
 // and length, as claims name them.

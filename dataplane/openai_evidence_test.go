@@ -24,7 +24,7 @@ const (
 	quotaGoogle = weirv1.QuotaKind_QUOTA_KIND_GOOGLE_QUOTA_EXHAUSTED
 )
 
-// Captures in the providers' wire shapes (WIRE.md).
+// Captures in the providers' wire shapes (docs/wire.md).
 const (
 	codexUsageLimitMessage = "The usage limit has been reached"
 	codexUsageLimitBody    = `{"error":{"type":"usage_limit_reached","message":"The usage limit has been reached","plan_type":"plus","resets_at":1785736800,"resets_in_seconds":36800}}`

@@ -208,7 +208,7 @@ func connectionListed(h http.Header) map[string]bool {
 // adds headers over time, and one that names the account (an organization
 // or project id, a ChatGPT account id, a session cookie, whatever comes
 // next) must not tell a pooled client which account served it. What is
-// kept is what clients act on (WIRE.md): the body's type and caching, the
+// kept is what clients act on (docs/wire.md): the body's type and caching, the
 // upstream's request id (support asks for it), the retry advice the SDKs
 // and Claude Code read (retry-after, retry-after-ms, x-should-retry), the
 // rate-limit headers of both providers (anthropic-ratelimit-*, including

@@ -3,7 +3,7 @@
 // APIs.
 //
 // It speaks the real wire format (headers, error bodies, SSE events; see
-// WIRE.md) and maps each request's credential to a named account whose
+// docs/wire.md) and maps each request's credential to a named account whose
 // behaviour is scripted: queues of faults such as 429s with unified
 // rate-limit headers, 529s, overloaded events inside a 200 stream, dropped
 // connections and slow headers. weir's tests and `weir dev --simulate` use it
@@ -79,7 +79,7 @@
 //
 // # OpenAI and Codex accounts
 //
-// Two more account kinds serve OpenAI's surfaces (see WIRE.md); they are
+// Two more account kinds serve OpenAI's surfaces (see docs/wire.md); they are
 // never inferred from the credential, so the script names them:
 //
 //   - "chatgpt", a ChatGPT/Codex login: POST /backend-api/codex/responses
