@@ -82,7 +82,39 @@ func load() ([]migration, error) {
 		out = append(out, migration{version: v, name: name, sql: string(body)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	versions := make([]int, len(out))
+	for i, m := range out {
+		versions[i] = m.version
+	}
+	if err := checkSequence(versions, retired); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// retired are version numbers given up before any release used them:
+// nothing is ever applied under them.
+var retired = map[int]bool{17: true}
+
+// checkSequence refuses versions (sorted) that do not run 1, 2, 3, …
+// without a gap or a repeat, skipping only the retired numbers: a gap is a
+// migration lost in a merge, a repeat two branches' migrations under one
+// number, and either would apply differently on different databases.
+func checkSequence(versions []int, retired map[int]bool) error {
+	next := 1
+	for _, v := range versions {
+		for retired[next] {
+			next++
+		}
+		switch {
+		case v < next:
+			return fmt.Errorf("migrate: version %04d appears twice", v)
+		case v > next:
+			return fmt.Errorf("migrate: version %04d is missing (the next after %04d is %04d); a retired number goes in migrate.retired", next, next-1, v)
+		}
+		next++
+	}
+	return nil
 }
 
 func applyOwn(ctx context.Context, conn *pgx.Conn) error {
