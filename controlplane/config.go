@@ -1,6 +1,8 @@
 package controlplane
 
 import (
+	"github.com/weirhq/weir/internal/defaults"
+
 	"errors"
 	"fmt"
 	"log/slog"
@@ -174,7 +176,7 @@ func (c *Config) Validate() error {
 
 func (c *Config) setDefaults() {
 	if c.LeaseTTL == 0 {
-		c.LeaseTTL = 30 * time.Second
+		c.LeaseTTL = defaults.LeaseTTL
 	}
 	if c.SessionTTL == 0 {
 		c.SessionTTL = time.Hour
@@ -190,24 +192,24 @@ func (c *Config) setDefaults() {
 	}
 	switch {
 	case c.CapacityHold == 0:
-		c.CapacityHold = 20 * time.Minute
+		c.CapacityHold = defaults.CapacityHold
 	case c.CapacityHold < 0:
 		c.CapacityHold = 0
 	}
 	switch {
 	case c.UnreachableHold == 0:
-		c.UnreachableHold = 30 * time.Second
+		c.UnreachableHold = defaults.UnreachableHold
 	case c.UnreachableHold < 0:
 		c.UnreachableHold = 0
 	}
 	if c.RequestDeadline == 0 {
-		c.RequestDeadline = 25 * time.Minute
+		c.RequestDeadline = defaults.RequestDeadline
 	}
 	if c.BodyBuffer <= 0 {
-		c.BodyBuffer = DefaultBodyBuffer
+		c.BodyBuffer = defaults.BodyBuffer
 	}
 	if c.BodyBufferPerKey <= 0 {
-		c.BodyBufferPerKey = DefaultBodyBufferPerKey
+		c.BodyBufferPerKey = defaults.BodyBufferPerKey
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -56,13 +56,11 @@ const (
 // stored as sizes ("1GiB"). Under 1 MiB no agent's request would fit; a
 // TiB is more memory than a worker has. A bound below a body's size
 // refuses that body for good (a 413), so the defaults sit well above the
-// 32 MiB body limit. The per-key bound may exceed the total: the smaller
-// applies.
+// 32 MiB body limit (internal/defaults). The per-key bound may exceed the
+// total: the smaller applies.
 const (
-	DefaultBodyBuffer       = 1 << 30
-	DefaultBodyBufferPerKey = 256 << 20
-	minBodyBuffer           = 1 << 20
-	maxBodyBuffer           = 1 << 40
+	minBodyBuffer = 1 << 20
+	maxBodyBuffer = 1 << 40
 )
 
 type settingsService struct {

@@ -1,6 +1,8 @@
 package dataplane
 
 import (
+	"github.com/weirhq/weir/internal/defaults"
+
 	"context"
 	"errors"
 	"log/slog"
@@ -177,24 +179,24 @@ func (c *Config) setDefaults() {
 	}
 	switch {
 	case c.CapacityHold == 0:
-		c.CapacityHold = 20 * time.Minute
+		c.CapacityHold = defaults.CapacityHold
 	case c.CapacityHold < 0:
 		c.CapacityHold = 0
 	}
 	switch {
 	case c.UnreachableHold == 0:
-		c.UnreachableHold = 30 * time.Second
+		c.UnreachableHold = defaults.UnreachableHold
 	case c.UnreachableHold < 0:
 		c.UnreachableHold = 0
 	}
 	if c.RequestDeadline == 0 {
-		c.RequestDeadline = 25 * time.Minute
+		c.RequestDeadline = defaults.RequestDeadline
 	}
 	if c.BodyBuffer <= 0 {
-		c.BodyBuffer = 1 << 30
+		c.BodyBuffer = defaults.BodyBuffer
 	}
 	if c.BodyBufferPerKey <= 0 {
-		c.BodyBufferPerKey = 256 << 20
+		c.BodyBufferPerKey = defaults.BodyBufferPerKey
 	}
 	if c.SettingsPoll == 0 {
 		c.SettingsPoll = 10 * time.Second

@@ -10,6 +10,7 @@ import (
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/internal/defaults"
 )
 
 // keeper renews every lease the worker holds in one RenewBatch call per
@@ -86,7 +87,7 @@ func (k *keeper) hold(lease *weirv1.Lease, lost func()) (release func()) {
 
 // defaultLeaseTTL is the control plane's default lease TTL, assumed until
 // a lease says otherwise.
-const defaultLeaseTTL = 30 * time.Second
+const defaultLeaseTTL = defaults.LeaseTTL
 
 // period is a third of the shortest TTL held, or of the last one granted.
 func (k *keeper) period() time.Duration {
