@@ -3,23 +3,24 @@ package controlplane
 import (
 	"errors"
 	"sync"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // forEachBounded runs f on every item, at most n at a time, and returns how
-// many items f reported done and every error, joined. The periodic jobs use
-// it to bound their upstream calls per run.
+// many items f reported done and every error, joined (an error does not
+// stop the others). The periodic jobs use it to bound their upstream calls
+// per run.
 func forEachBounded[T any](items []T, n int, f func(T) (bool, error)) (int, error) {
 	var (
 		mu   sync.Mutex
 		done int
 		errs []error
-		wg   sync.WaitGroup
-		sem  = make(chan struct{}, max(n, 1))
+		g    errgroup.Group
 	)
+	g.SetLimit(max(n, 1))
 	for _, it := range items {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
+		g.Go(func() error {
 			ok, err := f(it)
 			mu.Lock()
 			defer mu.Unlock()
@@ -29,8 +30,9 @@ func forEachBounded[T any](items []T, n int, f func(T) (bool, error)) (int, erro
 			if ok {
 				done++
 			}
+			return nil
 		})
 	}
-	wg.Wait()
+	g.Wait() //nolint:errcheck // every error is kept in errs
 	return done, errors.Join(errs...)
 }
