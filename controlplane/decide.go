@@ -12,6 +12,7 @@ import (
 
 	"github.com/weirhq/weir/controlplane/db"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/backoff"
 	"github.com/weirhq/weir/internal/failpolicy"
 )
 
@@ -107,8 +108,8 @@ func decide(o *weirv1.Outcome, f attemptFacts, now time.Time) decision {
 		d.success = true
 	case weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR:
 		d.authFailure = true
-		backoff := authCooldownBase << min(max(f.authFailures-1, 0), 10)
-		d.cooldown = newCooldown(weirv1.CooldownReason_COOLDOWN_REASON_INVALID_CREDENTIAL, now.Add(min(backoff, authCooldownMax)), o)
+		wait := backoff.Capped(authCooldownBase, authCooldownMax, int(f.authFailures)-1)
+		d.cooldown = newCooldown(weirv1.CooldownReason_COOLDOWN_REASON_INVALID_CREDENTIAL, now.Add(wait), o)
 	case weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED:
 		if q := o.GetQuota(); knownQuota(q) {
 			// The upstream said outright that the account's quota is spent

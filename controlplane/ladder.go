@@ -8,6 +8,7 @@ import (
 	"time"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/backoff"
 )
 
 // The Anthropic 429 decision ladder (the captures behind it: docs/wire.md): what a rate-limited answer
@@ -151,7 +152,7 @@ func ladder(in ladderInput) ladderDecision {
 			return d
 		}
 		d.quotaBackoff, d.backoffStep = true, in.quotaBackoffs+1
-		d.until = in.now.Add(min(quotaBackoffBase<<min(max(in.quotaBackoffs, 0), 10), quotaBackoffMax))
+		d.until = in.now.Add(backoff.Capped(quotaBackoffBase, quotaBackoffMax, int(in.quotaBackoffs)))
 		return d
 	}
 

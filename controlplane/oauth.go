@@ -19,6 +19,7 @@ import (
 
 	"github.com/weirhq/weir/controlplane/db"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/backoff"
 )
 
 // OAuth credentials and their refresh.
@@ -401,11 +402,7 @@ func (s *Server) refreshToken(ctx context.Context, id uuid.UUID, rev int64) (boo
 // refreshBackoff is the wait after the nth consecutive transient failure:
 // 30 s (the next run retries), doubling to 10 minutes.
 func refreshBackoff(failures int32) time.Duration {
-	d := 30 * time.Second
-	for i := int32(1); i < failures && d < 10*time.Minute; i++ {
-		d *= 2
-	}
-	return min(d, 10*time.Minute)
+	return backoff.Capped(30*time.Second, 10*time.Minute, int(failures)-1)
 }
 
 // tokenAnswer is the token endpoint's answer to a refresh. Codex's has an

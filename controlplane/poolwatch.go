@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/backoff"
 )
 
 // poolChannel is the Postgres channel the 0012 triggers notify: an
@@ -97,7 +98,7 @@ func (w *poolWatch) stop() {
 
 // run keeps a connection listening, reconnecting with backoff.
 func (w *poolWatch) run(ctx context.Context) {
-	backoff := listenBackoffMin
+	wait := listenBackoffMin
 	for {
 		listened, err := w.listen(ctx)
 		// Stopping ends every stream instead.
@@ -106,17 +107,17 @@ func (w *poolWatch) run(ctx context.Context) {
 			return
 		}
 		if listened {
-			backoff = listenBackoffMin // a fresh loss: try again soon
+			wait = listenBackoffMin // a fresh loss: try again soon
 		}
-		w.log.WarnContext(ctx, "pool notifications lost; listening again", "err", err, "backoff", backoff)
-		t := time.NewTimer(backoff)
+		w.log.WarnContext(ctx, "pool notifications lost; listening again", "err", err, "backoff", wait)
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
 		}
-		backoff = min(2*backoff, listenBackoffMax)
+		wait = backoff.Next(wait, 0, listenBackoffMax)
 	}
 }
 

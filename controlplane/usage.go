@@ -23,6 +23,7 @@ import (
 
 	"github.com/weirhq/weir/controlplane/db"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/backoff"
 )
 
 // The usage view: what each OAuth account's windows have left, from two
@@ -556,11 +557,7 @@ func usageBackoff(failures int32, retryAfter time.Duration) time.Duration {
 	if retryAfter > 0 {
 		return min(retryAfter, usageBackoffMax)
 	}
-	d := usageBackoffBase
-	for i := int32(1); i < failures && d < usageBackoffMax; i++ {
-		d *= 2
-	}
-	return min(d, usageBackoffMax)
+	return backoff.Capped(usageBackoffBase, usageBackoffMax, int(failures)-1)
 }
 
 // usageRetryAfter reads a retry-after in seconds; 0 when absent or not seconds.

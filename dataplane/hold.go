@@ -5,6 +5,7 @@ import (
 	"time"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/backoff"
 )
 
 // The capacity hold: when a routing round ends on a transient failure and
@@ -22,7 +23,7 @@ const (
 // holdBackoff is the wait before the n-th retry round (n from 0); r in
 // [0,1) is the jitter. Pure.
 func holdBackoff(n int, r float64) time.Duration {
-	d := min(holdBackoffBase<<min(n, 10), holdBackoffMax)
+	d := backoff.Capped(holdBackoffBase, holdBackoffMax, n)
 	return time.Duration(float64(d) * (0.75 + 0.5*r))
 }
 

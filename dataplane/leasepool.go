@@ -15,6 +15,7 @@ import (
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/internal/backoff"
 )
 
 // leasePool is the worker's lease fast path. Three things keep the control
@@ -793,7 +794,7 @@ func (p *leasePool) enqueueLocked(item *weirv1.ReleaseItem) {
 // goes alone and at once.
 func (p *leasePool) send(ctx context.Context) {
 	defer p.done.Done()
-	backoff := time.Duration(0)
+	wait := time.Duration(0)
 	for {
 		select {
 		case <-ctx.Done():
@@ -821,14 +822,14 @@ func (p *leasePool) send(ctx context.Context) {
 			// The control plane is unreachable: try again after a pause
 			// that grows while it stays so (what is queued meanwhile
 			// waits; the outbox is bounded).
-			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
-			p.log.Warn("outcomes not delivered; sending them again", "in", backoff, "err", err)
-			if sleepCtx(ctx, backoff) {
+			wait = backoff.Next(wait, 100*time.Millisecond, 5*time.Second)
+			p.log.Warn("outcomes not delivered; sending them again", "in", wait, "err", err)
+			if sleepCtx(ctx, wait) {
 				p.wakeSender()
 			}
 			continue
 		}
-		backoff = 0
+		wait = 0
 		if more {
 			p.wakeSender() // more is queued: the next call goes now
 			continue
@@ -955,17 +956,17 @@ func (p *leasePool) forgetLeaseLocked(id string) {
 // watch keeps the WatchPool stream open, reconnecting with backoff.
 func (p *leasePool) watch(ctx context.Context) {
 	defer p.done.Done()
-	backoff := 50 * time.Millisecond
+	wait := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		ok := p.watchOnce(ctx)
 		p.notReady()
 		if ok {
-			backoff = 50 * time.Millisecond
+			wait = 50 * time.Millisecond
 		}
-		if !sleepCtx(ctx, backoff) {
+		if !sleepCtx(ctx, wait) {
 			return
 		}
-		backoff = min(backoff*2, 5*time.Second)
+		wait = backoff.Next(wait, 0, 5*time.Second)
 	}
 }
 

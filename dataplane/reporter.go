@@ -10,6 +10,7 @@ import (
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/internal/backoff"
 )
 
 // reporter sends route events to the control plane off the request path.
@@ -64,10 +65,10 @@ const maxReportBatch = 256
 func (r *reporter) run() {
 	defer close(r.done)
 	var (
-		last    time.Time
-		full    bool
-		batch   []*weirv1.RouteEvent
-		backoff time.Duration
+		last  time.Time
+		full  bool
+		batch []*weirv1.RouteEvent
+		wait  time.Duration
 		// drained: the queue is closed and empty; closing: the worker is
 		// shutting down, so a failed call is not tried again.
 		drained, closing bool
@@ -121,20 +122,20 @@ func (r *reporter) run() {
 		cancel()
 		switch {
 		case err == nil:
-			if backoff > 0 {
+			if wait > 0 {
 				r.redelivered()
 			}
-			batch, backoff = nil, 0
+			batch, wait = nil, 0
 		case !undelivered(err) || closing:
 			// Refused, or the worker is closing and the control plane is
 			// still away: these events are lost, and logged.
 			r.log.Warn("report routes failed", "events", len(batch), "first_request_id", batch[0].RequestId, "err", err)
-			batch, backoff = nil, 0
+			batch, wait = nil, 0
 		default:
-			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
-			r.log.Warn("report routes failed; sending them again", "events", len(batch), "in", backoff, "err", err)
+			wait = backoff.Next(wait, 100*time.Millisecond, 5*time.Second)
+			r.log.Warn("report routes failed; sending them again", "events", len(batch), "in", wait, "err", err)
 			select {
-			case <-time.After(backoff):
+			case <-time.After(wait):
 			case <-r.closing:
 				closing = true
 			}
