@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/weirhq/weir/bench"
@@ -52,36 +53,68 @@ func exitCode(err error) int {
 	return 1
 }
 
-const usage = `weir pools LLM accounts behind one endpoint for coding agents.
+// command is one of the binary's commands: its usage line comes from
+// here, and so does its dispatch, so the two cannot disagree.
+type command struct {
+	name string
+	// synopsis is what follows the name in the usage (its subcommands or
+	// main flags); summary says what it does.
+	synopsis, summary string
+	run               func(context.Context, []string, env) error
+	// operator: an operator command (the second block of the usage).
+	operator bool
+}
 
-Usage:
-  weir dev [--simulate] [--data-dir DIR]   everything in one process on an embedded Postgres
-  weir controlplane                        run a control-plane replica (Connect RPC + River jobs)
-  weir dataplane                           run a data-plane worker (the agents' endpoint)
-  weir migrate                             apply database migrations and exit
-  weir secrets rotate [--dry-run]          re-seal credentials under the current WEIR_SECRET_KEY
-  weir sim [--listen ADDR] [--script F]    run the upstream simulator
-  weir health URL                          exit 0 when URL answers 2xx (container health checks)
-  weir bench [--rates R,R] [--duration D]  load harness: weir against a bare proxy (docs/performance.md)
-  weir soak [--duration 10m] [--rate 100]  bounded soak under mixed traffic and storms: do goroutines, FDs, memory, leases grow?
-  weir holds [--runs N] [--storm 20s]      hold scenarios against a running weir dev --simulate: how long turns wait
-  weir chaos [--seeds 1-100] [--duration 15s]  seeded fault runs (kills, pauses, cuts, upstream faults), invariants checked
+// commands are every command, in the usage's order.
+var commands = []command{
+	{name: "dev", synopsis: "[--simulate] [--data-dir DIR]", summary: "everything in one process on an embedded Postgres", run: runDev},
+	{name: "controlplane", summary: "run a control-plane replica (Connect RPC + River jobs)", run: runControlPlane},
+	{name: "dataplane", summary: "run a data-plane worker (the agents' endpoint)", run: runDataPlane},
+	{name: "migrate", summary: "apply database migrations and exit", run: runMigrate},
+	{name: "secrets", synopsis: "rotate [--dry-run]", summary: "re-seal credentials under the current WEIR_SECRET_KEY", run: runSecrets},
+	{name: "sim", synopsis: "[--listen ADDR] [--script F]", summary: "run the upstream simulator", run: runSim},
+	{name: "health", synopsis: "URL", summary: "exit 0 when URL answers 2xx (container health checks)", run: runHealth},
+	{name: "bench", synopsis: "[--rates R,R] [--duration D]", summary: "load harness: weir against a bare proxy (docs/performance.md)", run: runBench},
+	{name: "soak", synopsis: "[--duration 10m] [--rate 100]", summary: "bounded soak under mixed traffic and storms: do goroutines, FDs, memory, leases grow?", run: runSoak},
+	{name: "holds", synopsis: "[--runs N] [--storm 20s]", summary: "hold scenarios against a running weir dev --simulate: how long turns wait", run: runHolds},
+	{name: "chaos", synopsis: "[--seeds 1-100] [--duration 15s]", summary: "seeded fault runs (kills, pauses, cuts, upstream faults), invariants checked", run: runChaos},
 
-  weir status                                  the pool at a glance, and what is wrong
-  weir accounts add|import|list|get|pause|resume|rm   manage upstream accounts
-  weir login claude|codex                      sign in to an account and add it to the pool
-  weir keys create|list|revoke                 manage client API keys
-  weir routes [--limit N]                      recent requests and where they went
-  weir explain REQUEST_ID                      one request's attempts and holds
-  weir settings get|set [KEY=VALUE ...]        capacity_hold, request_deadline
-  weir aliases list|set|rm                     model aliases (an alias → concrete models)
-  weir integrity                               the integrity check's last report
-  weir audit [--since D] [--actor A]           who changed what, newest first (admin calls)
+	{name: "status", summary: "the pool at a glance, and what is wrong", run: runStatus, operator: true},
+	{name: "accounts", synopsis: "add|import|set|list|get|pause|resume|rm|usage|grants|claim-grant", summary: "manage upstream accounts", run: runAccounts, operator: true},
+	{name: "login", synopsis: "claude|codex", summary: "sign in to an account and add it to the pool", run: runLogin, operator: true},
+	{name: "keys", synopsis: "create|update|list|revoke", summary: "manage client API keys", run: runKeys, operator: true},
+	{name: "routes", synopsis: "[--limit N]", summary: "recent requests and where they went", run: runRoutes, operator: true},
+	{name: "explain", synopsis: "REQUEST_ID", summary: "one request's attempts and holds", run: runExplain, operator: true},
+	{name: "settings", synopsis: "get|set|history [KEY=VALUE ...]", summary: "runtime settings: holds, deadline, quota answers, metered accounts, body buffer", run: runSettings, operator: true},
+	{name: "aliases", synopsis: "list|set|rm", summary: "model aliases (an alias → concrete models)", run: runAliases, operator: true},
+	{name: "integrity", summary: "the integrity check's last report", run: runIntegrity, operator: true},
+	{name: "audit", synopsis: "[--since D] [--actor A]", summary: "who changed what, newest first (admin calls)", run: runAudit, operator: true},
+}
 
+// usage is the binary's usage text, made from commands.
+var usage = func() string {
+	var b strings.Builder
+	b.WriteString("weir pools LLM accounts behind one endpoint for coding agents.\n\nUsage:\n")
+	width := 0
+	for _, c := range commands {
+		width = max(width, len(c.name)+1+len(c.synopsis))
+	}
+	width = min(width, 44) // a longer synopsis pushes its summary on
+	operator := false
+	for _, c := range commands {
+		if c.operator && !operator {
+			operator = true
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "  weir %-*s  %s\n", width, strings.TrimSpace(c.name+" "+c.synopsis), c.summary)
+	}
+	b.WriteString(`
 Operator commands reach the control plane at --controlplane / WEIR_CONTROLPLANE_URL
 with WEIR_ADMIN_TOKEN; next to a running 'weir dev' they need neither.
 Run 'weir COMMAND -h' for a command's flags.
-`
+`)
+	return b.String()
+}()
 
 func run(ctx context.Context, args []string, e env) error {
 	if len(args) == 0 {
@@ -89,50 +122,12 @@ func run(ctx context.Context, args []string, e env) error {
 		return errUsageShown
 	}
 	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "dev":
-		return runDev(ctx, rest, e)
-	case "controlplane":
-		return runControlPlane(ctx, rest, e)
-	case "dataplane":
-		return runDataPlane(ctx, rest, e)
-	case "migrate":
-		return runMigrate(ctx, rest, e)
-	case "secrets":
-		return runSecrets(ctx, rest, e)
-	case "sim":
-		return runSim(ctx, rest, e)
-	case "accounts":
-		return runAccounts(ctx, rest, e)
-	case "keys":
-		return runKeys(ctx, rest, e)
-	case "routes":
-		return runRoutes(ctx, rest, e)
-	case "explain":
-		return runExplain(ctx, rest, e)
-	case "settings":
-		return runSettings(ctx, rest, e)
-	case "aliases":
-		return runAliases(ctx, rest, e)
-	case "integrity":
-		return runIntegrity(ctx, rest, e)
-	case "audit":
-		return runAudit(ctx, rest, e)
-	case "login":
-		return runLogin(ctx, rest, e)
-	case "status":
-		return runStatus(ctx, rest, e)
-	case "health":
-		return runHealth(ctx, rest, e)
-	case "bench":
-		return runBench(ctx, rest, e)
-	case "soak":
-		return runSoak(ctx, rest, e)
-	case "holds":
-		return runHolds(ctx, rest, e)
-	case "chaos":
-		return runChaos(ctx, rest, e)
-	case "help", "-h", "--help":
+	for _, c := range commands {
+		if c.name == cmd {
+			return c.run(ctx, rest, e)
+		}
+	}
+	if cmd == "help" || cmd == "-h" || cmd == "--help" {
 		fmt.Fprint(e.stdout, usage)
 		return nil
 	}
