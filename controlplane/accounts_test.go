@@ -410,9 +410,9 @@ func TestDeleteAccountCascades(t *testing.T) {
 	l := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, SessionKey: "sess-1"})
 	l2 := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash})
 	e.release(l2.Id, &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429})
-	if _, err := e.dp.leases.ReportRoute(t.Context(), connect.NewRequest(&weirv1.ReportRouteRequest{Event: &weirv1.RouteEvent{
+	if _, err := reportOne(t.Context(), e.dp.leases, &weirv1.RouteEvent{
 		RequestId: "r1", KeyId: key.Id, AccountId: a.Id, Status: 200,
-	}})); err != nil {
+	}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -213,8 +213,8 @@ func TestEveryServiceOverEveryProtocol(t *testing.T) {
 			if l == nil || l.AccountId != created.Msg.Account.Id || l.Credential != cred {
 				t.Fatalf("Acquire over %s: want a lease on the new account with its credential, got %v", p.name, acq.Msg.GetNoAccount())
 			}
-			if _, err := dp.leases.Renew(ctx, connect.NewRequest(&weirv1.RenewRequest{LeaseId: l.Id})); err != nil {
-				t.Fatalf("Renew: %v", err)
+			if r, err := dp.leases.RenewBatch(ctx, connect.NewRequest(&weirv1.RenewBatchRequest{LeaseIds: []string{l.Id}})); err != nil || len(r.Msg.RenewedLeaseIds) != 1 {
+				t.Fatalf("RenewBatch: %v %v", r, err)
 			}
 			rel, err := dp.leases.Release(ctx, connect.NewRequest(&weirv1.ReleaseRequest{
 				LeaseId: l.Id, Outcome: &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200},
@@ -226,11 +226,11 @@ func TestEveryServiceOverEveryProtocol(t *testing.T) {
 			if _, err := admin.accounts.PauseAccount(ctx, connect.NewRequest(&weirv1.PauseAccountRequest{Id: l.AccountId})); err != nil {
 				t.Fatalf("PauseAccount: %v", err)
 			}
-			if _, err := dp.leases.ReportRoute(ctx, connect.NewRequest(&weirv1.ReportRouteRequest{Event: &weirv1.RouteEvent{
+			if _, err := reportOne(ctx, dp.leases, &weirv1.RouteEvent{
 				RequestId: "req-" + p.name, KeyId: key.Msg.Key.Id, AccountId: l.AccountId, Status: 200, Attempts: 1,
 				Duration: durationpb.New(0), StartedAt: timestamppb.New(e.clock.Now()), Surface: "messages",
-			}})); err != nil {
-				t.Fatalf("ReportRoute: %v", err)
+			}); err != nil {
+				t.Fatalf("ReportRoutes: %v", err)
 			}
 			events, err := admin.routes.ListRouteEvents(ctx, connect.NewRequest(&weirv1.ListRouteEventsRequest{AccountId: l.AccountId}))
 			if err != nil {

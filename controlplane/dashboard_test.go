@@ -343,7 +343,7 @@ func TestDashboardPagesKeepSecrets(t *testing.T) {
 	key, _ := e.createKey("agent")
 	reqID := "req-" + randHex(6)
 	now := e.clock.Now()
-	if _, err := e.dp.leases.ReportRoute(t.Context(), connect.NewRequest(&weirv1.ReportRouteRequest{Event: &weirv1.RouteEvent{
+	if _, err := reportOne(t.Context(), e.dp.leases, &weirv1.RouteEvent{
 		RequestId: reqID, KeyId: key.Id, AccountId: a.Id, Model: "claude-sonnet-4-5", Status: 200, Attempts: 2,
 		Duration: durationpb.New(1500 * time.Millisecond), StartedAt: timestamppb.New(now), HoldCount: 1, Held: durationpb.New(time.Second),
 		AttemptRecords: []*weirv1.AttemptRecord{
@@ -353,7 +353,7 @@ func TestDashboardPagesKeepSecrets(t *testing.T) {
 			{At: durationpb.New(10 * time.Millisecond), HoldReason: "all accounts cooling", Duration: durationpb.New(time.Second)},
 			{At: durationpb.New(time.Second), AccountId: a.Id, Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200, Action: weirv1.Action_ACTION_RESPOND},
 		},
-	}})); err != nil {
+	}); err != nil {
 		t.Fatal(err)
 	}
 	// Usage history: a sawtooth over the last hours, for the charts.
@@ -436,8 +436,8 @@ func TestDashboardHistoryRPCs(t *testing.T) {
 		}
 	}
 	for i, st := range []int32{200, 529, 200} {
-		if _, err := e.dp.leases.ReportRoute(t.Context(), connect.NewRequest(&weirv1.ReportRouteRequest{Event: &weirv1.RouteEvent{
-			RequestId: "h" + string(rune('a'+i)), Status: st, HoldCount: int32(i), StartedAt: timestamppb.New(now)}})); err != nil {
+		if _, err := reportOne(t.Context(), e.dp.leases, &weirv1.RouteEvent{
+			RequestId: "h" + string(rune('a'+i)), Status: st, HoldCount: int32(i), StartedAt: timestamppb.New(now)}); err != nil {
 			t.Fatal(err)
 		}
 	}

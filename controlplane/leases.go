@@ -478,19 +478,6 @@ func (s *Server) routingView(ctx context.Context, keyHash, model, sessionKey, fa
 	return v, nil
 }
 
-func (l leaseService) Renew(ctx context.Context, req *connect.Request[weirv1.RenewRequest]) (*connect.Response[weirv1.RenewResponse], error) {
-	id, err := uuid.Parse(req.Msg.LeaseId)
-	if err != nil {
-		return nil, toConnect(invalidf("lease_id: not a lease id"))
-	}
-	now := l.s.now()
-	exp, err := l.s.q.RenewLease(ctx, db.RenewLeaseParams{ID: id, Now: now, ExpiresAt: now.Add(l.s.cfg.LeaseTTL)})
-	if err != nil {
-		return nil, l.s.fail(ctx, "renew lease", storeErr(err))
-	}
-	return connect.NewResponse(&weirv1.RenewResponse{ExpiresAt: timestamppb.New(exp)}), nil
-}
-
 // maxRenewBatch bounds one RenewBatch call.
 const maxRenewBatch = 10000
 

@@ -199,30 +199,31 @@ func TestRenew(t *testing.T) {
 	l := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash})
 
 	now := e.advanceAlive(20 * time.Second)
-	resp, err := e.dp.leases.Renew(t.Context(), connect.NewRequest(&weirv1.RenewRequest{LeaseId: l.Id}))
+	resp, err := e.dp.leases.RenewBatch(t.Context(), connect.NewRequest(&weirv1.RenewBatchRequest{LeaseIds: []string{l.Id}}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := now.Add(e.cfg.LeaseTTL); !resp.Msg.ExpiresAt.AsTime().Equal(want) {
-		t.Errorf("renewed to %v, want %v", resp.Msg.ExpiresAt.AsTime(), want)
+	if want := now.Add(e.cfg.LeaseTTL); !slices.Equal(resp.Msg.RenewedLeaseIds, []string{l.Id}) || !resp.Msg.ExpiresAt.AsTime().Equal(want) {
+		t.Errorf("renewed %v to %v, want the lease to %v", resp.Msg.RenewedLeaseIds, resp.Msg.ExpiresAt.AsTime(), want)
 	}
 	// Past the original expiry the renewed lease still holds the slot.
 	e.advanceAlive(20 * time.Second)
 	e.mustNoAccount(&weirv1.AcquireRequest{KeyHash: keyHash}, weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY)
 
-	// Once expired it cannot be renewed back to life.
+	// Once expired, its place is granted again, and it cannot be renewed
+	// over it (TestRenewLapsedLease: with room, it can).
 	e.advanceAlive(11 * time.Second)
-	_, err = e.dp.leases.Renew(t.Context(), connect.NewRequest(&weirv1.RenewRequest{LeaseId: l.Id}))
-	wantCode(t, err, connect.CodeNotFound)
 	l2 := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash})
+	if got := e.renewBatch(l.Id); len(got) != 0 {
+		t.Errorf("the lapsed lease was renewed over its place: %v", got)
+	}
 
-	// A released lease is gone too.
+	// A released lease is gone, and so is one never granted.
 	e.release(l2.Id, &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS})
-	_, err = e.dp.leases.Renew(t.Context(), connect.NewRequest(&weirv1.RenewRequest{LeaseId: l2.Id}))
-	wantCode(t, err, connect.CodeNotFound)
-	_, err = e.dp.leases.Renew(t.Context(), connect.NewRequest(&weirv1.RenewRequest{LeaseId: uuid.NewString()}))
-	wantCode(t, err, connect.CodeNotFound)
-	_, err = e.dp.leases.Renew(t.Context(), connect.NewRequest(&weirv1.RenewRequest{LeaseId: "nope"}))
+	if got := e.renewBatch(l2.Id, uuid.NewString()); len(got) != 0 {
+		t.Errorf("renewed %v, want nothing", got)
+	}
+	_, err = e.dp.leases.RenewBatch(t.Context(), connect.NewRequest(&weirv1.RenewBatchRequest{LeaseIds: []string{"nope"}}))
 	wantCode(t, err, connect.CodeInvalidArgument)
 }
 

@@ -137,13 +137,13 @@ func TestReportRouteBounds(t *testing.T) {
 		ev   *weirv1.RouteEvent
 		want string
 	}{
-		{"request id too long", &weirv1.RouteEvent{RequestId: strings.Repeat("r", 129)}, "event.request_id:"},
-		{"too many attempt records", &weirv1.RouteEvent{RequestId: "r", AttemptRecords: many(101)}, "event.attempt_records:"},
-		{"negative hold count", &weirv1.RouteEvent{RequestId: "r", HoldCount: -1}, "event.hold_count:"},
-		{"negative held", &weirv1.RouteEvent{RequestId: "r", Held: durationpb.New(-time.Second)}, "event.held:"},
+		{"request id too long", &weirv1.RouteEvent{RequestId: strings.Repeat("r", 129)}, "events[0].request_id:"},
+		{"too many attempt records", &weirv1.RouteEvent{RequestId: "r", AttemptRecords: many(101)}, "events[0].attempt_records:"},
+		{"negative hold count", &weirv1.RouteEvent{RequestId: "r", HoldCount: -1}, "events[0].hold_count:"},
+		{"negative held", &weirv1.RouteEvent{RequestId: "r", Held: durationpb.New(-time.Second)}, "events[0].held:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := e.dp.leases.ReportRoute(t.Context(), connect.NewRequest(&weirv1.ReportRouteRequest{Event: tc.ev}))
+			_, err := reportOne(t.Context(), e.dp.leases, tc.ev)
 			if ce := wantCode(t, err, connect.CodeInvalidArgument); !strings.HasPrefix(ce.Message(), tc.want) {
 				t.Errorf("message %q, want prefix %q", ce.Message(), tc.want)
 			}

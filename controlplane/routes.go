@@ -181,13 +181,6 @@ func failureStageName(v weirv1.FailureStage) string {
 	return enumName(v)
 }
 
-func (l leaseService) ReportRoute(ctx context.Context, req *connect.Request[weirv1.ReportRouteRequest]) (*connect.Response[weirv1.ReportRouteResponse], error) {
-	if err := l.storeRoutes(ctx, "event", []*weirv1.RouteEvent{req.Msg.Event}); err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&weirv1.ReportRouteResponse{}), nil
-}
-
 // maxRouteBatch bounds one ReportRoutes call.
 const maxRouteBatch = 500
 

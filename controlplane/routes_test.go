@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,12 +14,18 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 )
+
+// reportOne stores one route event, as a batch of one.
+func reportOne(ctx context.Context, c weirv1connect.LeaseServiceClient, ev *weirv1.RouteEvent) (*connect.Response[weirv1.ReportRoutesResponse], error) {
+	return c.ReportRoutes(ctx, connect.NewRequest(&weirv1.ReportRoutesRequest{Events: []*weirv1.RouteEvent{ev}}))
+}
 
 func (e *env) report(ev *weirv1.RouteEvent) {
 	e.t.Helper()
-	if _, err := e.dp.leases.ReportRoute(e.t.Context(), connect.NewRequest(&weirv1.ReportRouteRequest{Event: ev})); err != nil {
-		e.t.Fatalf("ReportRoute: %v", err)
+	if _, err := reportOne(e.t.Context(), e.dp.leases, ev); err != nil {
+		e.t.Fatalf("ReportRoutes: %v", err)
 	}
 }
 
@@ -86,7 +93,7 @@ func TestReportRoute(t *testing.T) {
 
 	// Invalid reports.
 	for _, ev := range []*weirv1.RouteEvent{nil, {Status: 200}} {
-		_, err := e.dp.leases.ReportRoute(t.Context(), connect.NewRequest(&weirv1.ReportRouteRequest{Event: ev}))
+		_, err := reportOne(t.Context(), e.dp.leases, ev)
 		wantCode(t, err, connect.CodeInvalidArgument)
 	}
 }
@@ -184,11 +191,11 @@ func TestReportRouteAfterAccountDeleted(t *testing.T) {
 	if _, err := e.admin.accounts.DeleteAccount(t.Context(), connect.NewRequest(&weirv1.DeleteAccountRequest{Id: a.Id})); err != nil {
 		t.Fatal(err)
 	}
-	_, err := e.dp.leases.ReportRoute(t.Context(), connect.NewRequest(&weirv1.ReportRouteRequest{Event: &weirv1.RouteEvent{
+	_, err := reportOne(t.Context(), e.dp.leases, &weirv1.RouteEvent{
 		RequestId: "in-flight", KeyId: key.Id, AccountId: l.AccountId, Status: 200, Attempts: 1,
-	}}))
+	})
 	if err != nil {
-		t.Fatalf("ReportRoute after the account was deleted: %v", err)
+		t.Fatalf("ReportRoutes after the account was deleted: %v", err)
 	}
 	if n := e.count(`SELECT count(*) FROM route_events WHERE request_id = 'in-flight' AND account_id IS NULL`); n != 1 {
 		t.Errorf("event not stored detached (%d rows)", n)

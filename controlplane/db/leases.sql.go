@@ -114,25 +114,6 @@ func (q *Queries) ReleaseLease(ctx context.Context, id uuid.UUID) (ReleaseLeaseR
 	return i, err
 }
 
-const renewLease = `-- name: RenewLease :one
-UPDATE leases SET expires_at = $1
-WHERE id = $2 AND expires_at > $3
-RETURNING expires_at
-`
-
-type RenewLeaseParams struct {
-	ExpiresAt time.Time
-	ID        uuid.UUID
-	Now       time.Time
-}
-
-func (q *Queries) RenewLease(ctx context.Context, arg RenewLeaseParams) (time.Time, error) {
-	row := q.db.QueryRow(ctx, renewLease, arg.ExpiresAt, arg.ID, arg.Now)
-	var expires_at time.Time
-	err := row.Scan(&expires_at)
-	return expires_at, err
-}
-
 const renewLeases = `-- name: RenewLeases :many
 SELECT r::uuid AS id
 FROM weir_renew_leases($1::uuid[], $2::timestamptz, $3::timestamptz) AS r

@@ -82,7 +82,7 @@ func TestDeadWorkerLeaseExpires(t *testing.T) {
 	}
 
 	// Kill worker 1: its calls to the control plane stop for good (no
-	// Renew, no Release), and its client goes away.
+	// renewal, no Release), and its client goes away.
 	cut.kill()
 	stream.end()
 	dp1.CloseClientConnections()

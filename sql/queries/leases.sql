@@ -4,11 +4,6 @@ SELECT weir_claim_lease(
     sqlc.arg(model), sqlc.arg(session_key), sqlc.arg(now), sqlc.arg(expires_at)
 )::uuid AS lease_id;
 
--- name: RenewLease :one
-UPDATE leases SET expires_at = @expires_at
-WHERE id = @id AND expires_at > @now
-RETURNING expires_at;
-
 -- Renews live leases, and lapsed ones while their account has room
 -- (weir_renew_leases, 0021_lease_clock.sql). Returns the ids renewed.
 -- name: RenewLeases :many

@@ -1088,94 +1088,6 @@ func (x *QuotaBlock) GetAccountsWithoutReset() int32 {
 	return 0
 }
 
-type RenewRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RenewRequest) Reset() {
-	*x = RenewRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[12]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RenewRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RenewRequest) ProtoMessage() {}
-
-func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[12]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
-func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{12}
-}
-
-func (x *RenewRequest) GetLeaseId() string {
-	if x != nil {
-		return x.LeaseId
-	}
-	return ""
-}
-
-type RenewResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RenewResponse) Reset() {
-	*x = RenewResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[13]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RenewResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RenewResponse) ProtoMessage() {}
-
-func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[13]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
-func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{13}
-}
-
-func (x *RenewResponse) GetExpiresAt() *timestamppb.Timestamp {
-	if x != nil {
-		return x.ExpiresAt
-	}
-	return nil
-}
-
 type RenewBatchRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	LeaseIds []string               `protobuf:"bytes,1,rep,name=lease_ids,json=leaseIds,proto3" json:"lease_ids,omitempty"`
@@ -1189,7 +1101,7 @@ type RenewBatchRequest struct {
 
 func (x *RenewBatchRequest) Reset() {
 	*x = RenewBatchRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[14]
+	mi := &file_weir_v1_lease_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1113,7 @@ func (x *RenewBatchRequest) String() string {
 func (*RenewBatchRequest) ProtoMessage() {}
 
 func (x *RenewBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[14]
+	mi := &file_weir_v1_lease_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1126,7 @@ func (x *RenewBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewBatchRequest.ProtoReflect.Descriptor instead.
 func (*RenewBatchRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{14}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RenewBatchRequest) GetLeaseIds() []string {
@@ -1244,7 +1156,7 @@ type RenewBatchResponse struct {
 
 func (x *RenewBatchResponse) Reset() {
 	*x = RenewBatchResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[15]
+	mi := &file_weir_v1_lease_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1256,7 +1168,7 @@ func (x *RenewBatchResponse) String() string {
 func (*RenewBatchResponse) ProtoMessage() {}
 
 func (x *RenewBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[15]
+	mi := &file_weir_v1_lease_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1269,7 +1181,7 @@ func (x *RenewBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewBatchResponse.ProtoReflect.Descriptor instead.
 func (*RenewBatchResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{15}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RenewBatchResponse) GetRenewedLeaseIds() []string {
@@ -1331,7 +1243,7 @@ type Outcome struct {
 
 func (x *Outcome) Reset() {
 	*x = Outcome{}
-	mi := &file_weir_v1_lease_proto_msgTypes[16]
+	mi := &file_weir_v1_lease_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1343,7 +1255,7 @@ func (x *Outcome) String() string {
 func (*Outcome) ProtoMessage() {}
 
 func (x *Outcome) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[16]
+	mi := &file_weir_v1_lease_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1356,7 +1268,7 @@ func (x *Outcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Outcome.ProtoReflect.Descriptor instead.
 func (*Outcome) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{16}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Outcome) GetClass() OutcomeClass {
@@ -1479,7 +1391,7 @@ type WorkerSettingsRequest struct {
 
 func (x *WorkerSettingsRequest) Reset() {
 	*x = WorkerSettingsRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[17]
+	mi := &file_weir_v1_lease_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1403,7 @@ func (x *WorkerSettingsRequest) String() string {
 func (*WorkerSettingsRequest) ProtoMessage() {}
 
 func (x *WorkerSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[17]
+	mi := &file_weir_v1_lease_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1416,7 @@ func (x *WorkerSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSettingsRequest.ProtoReflect.Descriptor instead.
 func (*WorkerSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{17}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{15}
 }
 
 type WorkerSettingsResponse struct {
@@ -1516,7 +1428,7 @@ type WorkerSettingsResponse struct {
 
 func (x *WorkerSettingsResponse) Reset() {
 	*x = WorkerSettingsResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[18]
+	mi := &file_weir_v1_lease_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1528,7 +1440,7 @@ func (x *WorkerSettingsResponse) String() string {
 func (*WorkerSettingsResponse) ProtoMessage() {}
 
 func (x *WorkerSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[18]
+	mi := &file_weir_v1_lease_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1541,7 +1453,7 @@ func (x *WorkerSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSettingsResponse.ProtoReflect.Descriptor instead.
 func (*WorkerSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{18}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WorkerSettingsResponse) GetSettings() *Settings {
@@ -1561,7 +1473,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[19]
+	mi := &file_weir_v1_lease_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1485,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[19]
+	mi := &file_weir_v1_lease_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1498,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{19}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReleaseRequest) GetLeaseId() string {
@@ -1612,7 +1524,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[20]
+	mi := &file_weir_v1_lease_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1536,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[20]
+	mi := &file_weir_v1_lease_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1549,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{20}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReleaseResponse) GetDecision() *Decision {
@@ -1657,7 +1569,7 @@ type ReleaseBatchRequest struct {
 
 func (x *ReleaseBatchRequest) Reset() {
 	*x = ReleaseBatchRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[21]
+	mi := &file_weir_v1_lease_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1581,7 @@ func (x *ReleaseBatchRequest) String() string {
 func (*ReleaseBatchRequest) ProtoMessage() {}
 
 func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[21]
+	mi := &file_weir_v1_lease_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1594,7 @@ func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseBatchRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseBatchRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{21}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReleaseBatchRequest) GetItems() []*ReleaseItem {
@@ -1714,7 +1626,7 @@ type ReleaseItem struct {
 
 func (x *ReleaseItem) Reset() {
 	*x = ReleaseItem{}
-	mi := &file_weir_v1_lease_proto_msgTypes[22]
+	mi := &file_weir_v1_lease_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1726,7 +1638,7 @@ func (x *ReleaseItem) String() string {
 func (*ReleaseItem) ProtoMessage() {}
 
 func (x *ReleaseItem) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[22]
+	mi := &file_weir_v1_lease_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1739,7 +1651,7 @@ func (x *ReleaseItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseItem.ProtoReflect.Descriptor instead.
 func (*ReleaseItem) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{22}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReleaseItem) GetLeaseId() string {
@@ -1788,7 +1700,7 @@ type ReleaseBatchResponse struct {
 
 func (x *ReleaseBatchResponse) Reset() {
 	*x = ReleaseBatchResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[23]
+	mi := &file_weir_v1_lease_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1800,7 +1712,7 @@ func (x *ReleaseBatchResponse) String() string {
 func (*ReleaseBatchResponse) ProtoMessage() {}
 
 func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[23]
+	mi := &file_weir_v1_lease_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1813,7 +1725,7 @@ func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseBatchResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseBatchResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{23}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReleaseBatchResponse) GetMissingLeaseIds() []string {
@@ -1831,7 +1743,7 @@ type WatchPoolRequest struct {
 
 func (x *WatchPoolRequest) Reset() {
 	*x = WatchPoolRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[24]
+	mi := &file_weir_v1_lease_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +1755,7 @@ func (x *WatchPoolRequest) String() string {
 func (*WatchPoolRequest) ProtoMessage() {}
 
 func (x *WatchPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[24]
+	mi := &file_weir_v1_lease_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +1768,7 @@ func (x *WatchPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPoolRequest.ProtoReflect.Descriptor instead.
 func (*WatchPoolRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{24}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{22}
 }
 
 // WatchPoolResponse is one invalidation, or the stream's ready signal.
@@ -1876,7 +1788,7 @@ type WatchPoolResponse struct {
 
 func (x *WatchPoolResponse) Reset() {
 	*x = WatchPoolResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[25]
+	mi := &file_weir_v1_lease_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1888,7 +1800,7 @@ func (x *WatchPoolResponse) String() string {
 func (*WatchPoolResponse) ProtoMessage() {}
 
 func (x *WatchPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[25]
+	mi := &file_weir_v1_lease_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1901,7 +1813,7 @@ func (x *WatchPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPoolResponse.ProtoReflect.Descriptor instead.
 func (*WatchPoolResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{25}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WatchPoolResponse) GetReady() bool {
@@ -1972,7 +1884,7 @@ type RouteEvent struct {
 
 func (x *RouteEvent) Reset() {
 	*x = RouteEvent{}
-	mi := &file_weir_v1_lease_proto_msgTypes[26]
+	mi := &file_weir_v1_lease_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1984,7 +1896,7 @@ func (x *RouteEvent) String() string {
 func (*RouteEvent) ProtoMessage() {}
 
 func (x *RouteEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[26]
+	mi := &file_weir_v1_lease_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1997,7 +1909,7 @@ func (x *RouteEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteEvent.ProtoReflect.Descriptor instead.
 func (*RouteEvent) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{26}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RouteEvent) GetRequestId() string {
@@ -2167,7 +2079,7 @@ type AttemptRecord struct {
 
 func (x *AttemptRecord) Reset() {
 	*x = AttemptRecord{}
-	mi := &file_weir_v1_lease_proto_msgTypes[27]
+	mi := &file_weir_v1_lease_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2179,7 +2091,7 @@ func (x *AttemptRecord) String() string {
 func (*AttemptRecord) ProtoMessage() {}
 
 func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[27]
+	mi := &file_weir_v1_lease_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2192,7 +2104,7 @@ func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptRecord.ProtoReflect.Descriptor instead.
 func (*AttemptRecord) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{27}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AttemptRecord) GetAt() *durationpb.Duration {
@@ -2272,86 +2184,6 @@ func (x *AttemptRecord) GetTransportCause() TransportCause {
 	return TransportCause_TRANSPORT_CAUSE_UNSPECIFIED
 }
 
-type ReportRouteRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Event         *RouteEvent            `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ReportRouteRequest) Reset() {
-	*x = ReportRouteRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[28]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ReportRouteRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ReportRouteRequest) ProtoMessage() {}
-
-func (x *ReportRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[28]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ReportRouteRequest.ProtoReflect.Descriptor instead.
-func (*ReportRouteRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{28}
-}
-
-func (x *ReportRouteRequest) GetEvent() *RouteEvent {
-	if x != nil {
-		return x.Event
-	}
-	return nil
-}
-
-type ReportRouteResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ReportRouteResponse) Reset() {
-	*x = ReportRouteResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[29]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ReportRouteResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ReportRouteResponse) ProtoMessage() {}
-
-func (x *ReportRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[29]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ReportRouteResponse.ProtoReflect.Descriptor instead.
-func (*ReportRouteResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{29}
-}
-
 type ReportRoutesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Events        []*RouteEvent          `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
@@ -2361,7 +2193,7 @@ type ReportRoutesRequest struct {
 
 func (x *ReportRoutesRequest) Reset() {
 	*x = ReportRoutesRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[30]
+	mi := &file_weir_v1_lease_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2205,7 @@ func (x *ReportRoutesRequest) String() string {
 func (*ReportRoutesRequest) ProtoMessage() {}
 
 func (x *ReportRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[30]
+	mi := &file_weir_v1_lease_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2218,7 @@ func (x *ReportRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRoutesRequest.ProtoReflect.Descriptor instead.
 func (*ReportRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{30}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReportRoutesRequest) GetEvents() []*RouteEvent {
@@ -2404,7 +2236,7 @@ type ReportRoutesResponse struct {
 
 func (x *ReportRoutesResponse) Reset() {
 	*x = ReportRoutesResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[31]
+	mi := &file_weir_v1_lease_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2416,7 +2248,7 @@ func (x *ReportRoutesResponse) String() string {
 func (*ReportRoutesResponse) ProtoMessage() {}
 
 func (x *ReportRoutesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[31]
+	mi := &file_weir_v1_lease_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2429,7 +2261,7 @@ func (x *ReportRoutesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRoutesResponse.ProtoReflect.Descriptor instead.
 func (*ReportRoutesResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{31}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{27}
 }
 
 var File_weir_v1_lease_proto protoreflect.FileDescriptor
@@ -2514,12 +2346,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x13last_upstream_error\x18\x04 \x01(\tR\x11lastUpstreamError\x12\x1a\n" +
 	"\baccounts\x18\x05 \x01(\x05R\baccounts\x12&\n" +
 	"\x04kind\x18\x06 \x01(\x0e2\x12.weir.v1.QuotaKindR\x04kind\x124\n" +
-	"\x16accounts_without_reset\x18\a \x01(\x05R\x14accountsWithoutReset\")\n" +
-	"\fRenewRequest\x12\x19\n" +
-	"\blease_id\x18\x01 \x01(\tR\aleaseId\"J\n" +
-	"\rRenewResponse\x129\n" +
-	"\n" +
-	"expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"Q\n" +
+	"\x16accounts_without_reset\x18\a \x01(\x05R\x14accountsWithoutReset\"Q\n" +
 	"\x11RenewBatchRequest\x12\x1b\n" +
 	"\tlease_ids\x18\x01 \x03(\tR\bleaseIds\x12\x1f\n" +
 	"\vrequest_ids\x18\x02 \x03(\tR\n" +
@@ -2620,10 +2447,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x04rung\x18\t \x01(\tR\x04rung\x12,\n" +
 	"\x12spilled_to_metered\x18\n" +
 	" \x01(\bR\x10spilledToMetered\x12@\n" +
-	"\x0ftransport_cause\x18\v \x01(\x0e2\x17.weir.v1.TransportCauseR\x0etransportCause\"?\n" +
-	"\x12ReportRouteRequest\x12)\n" +
-	"\x05event\x18\x01 \x01(\v2\x13.weir.v1.RouteEventR\x05event\"\x15\n" +
-	"\x13ReportRouteResponse\"B\n" +
+	"\x0ftransport_cause\x18\v \x01(\x0e2\x17.weir.v1.TransportCauseR\x0etransportCause\"B\n" +
 	"\x13ReportRoutesRequest\x12+\n" +
 	"\x06events\x18\x01 \x03(\v2\x13.weir.v1.RouteEventR\x06events\"\x16\n" +
 	"\x14ReportRoutesResponse*\x8a\x02\n" +
@@ -2638,19 +2462,17 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\fFailureStage\x12\x1d\n" +
 	"\x19FAILURE_STAGE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bFAILURE_STAGE_BEFORE_OUTPUT\x10\x01\x12\x1e\n" +
-	"\x1aFAILURE_STAGE_AFTER_OUTPUT\x10\x022\x88\a\n" +
+	"\x1aFAILURE_STAGE_AFTER_OUTPUT\x10\x022\x82\x06\n" +
 	"\fLeaseService\x12G\n" +
 	"\tVerifyKey\x12\x19.weir.v1.VerifyKeyRequest\x1a\x1a.weir.v1.VerifyKeyResponse\"\x03\x90\x02\x01\x12Y\n" +
 	"\x10TakeRequestToken\x12 .weir.v1.TakeRequestTokenRequest\x1a!.weir.v1.TakeRequestTokenResponse\"\x00\x12>\n" +
 	"\aAcquire\x12\x17.weir.v1.AcquireRequest\x1a\x18.weir.v1.AcquireResponse\"\x00\x12V\n" +
-	"\x0eWorkerSettings\x12\x1e.weir.v1.WorkerSettingsRequest\x1a\x1f.weir.v1.WorkerSettingsResponse\"\x03\x90\x02\x01\x128\n" +
-	"\x05Renew\x12\x15.weir.v1.RenewRequest\x1a\x16.weir.v1.RenewResponse\"\x00\x12G\n" +
+	"\x0eWorkerSettings\x12\x1e.weir.v1.WorkerSettingsRequest\x1a\x1f.weir.v1.WorkerSettingsResponse\"\x03\x90\x02\x01\x12G\n" +
 	"\n" +
 	"RenewBatch\x12\x1a.weir.v1.RenewBatchRequest\x1a\x1b.weir.v1.RenewBatchResponse\"\x00\x12>\n" +
 	"\aRelease\x12\x17.weir.v1.ReleaseRequest\x1a\x18.weir.v1.ReleaseResponse\"\x00\x12M\n" +
 	"\fReleaseBatch\x12\x1c.weir.v1.ReleaseBatchRequest\x1a\x1d.weir.v1.ReleaseBatchResponse\"\x00\x12F\n" +
-	"\tWatchPool\x12\x19.weir.v1.WatchPoolRequest\x1a\x1a.weir.v1.WatchPoolResponse\"\x000\x01\x12J\n" +
-	"\vReportRoute\x12\x1b.weir.v1.ReportRouteRequest\x1a\x1c.weir.v1.ReportRouteResponse\"\x00\x12M\n" +
+	"\tWatchPool\x12\x19.weir.v1.WatchPoolRequest\x1a\x1a.weir.v1.WatchPoolResponse\"\x000\x01\x12M\n" +
 	"\fReportRoutes\x12\x1c.weir.v1.ReportRoutesRequest\x1a\x1d.weir.v1.ReportRoutesResponse\"\x00\x12G\n" +
 	"\tPoolQuota\x12\x19.weir.v1.PoolQuotaRequest\x1a\x1a.weir.v1.PoolQuotaResponse\"\x03\x90\x02\x01B\x81\x01\n" +
 	"\vcom.weir.v1B\n" +
@@ -2669,7 +2491,7 @@ func file_weir_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_weir_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_weir_v1_lease_proto_goTypes = []any{
 	(NoAccountReason)(0),             // 0: weir.v1.NoAccountReason
 	(FailureStage)(0),                // 1: weir.v1.FailureStage
@@ -2685,120 +2507,110 @@ var file_weir_v1_lease_proto_goTypes = []any{
 	(*Lease)(nil),                    // 11: weir.v1.Lease
 	(*NoAccount)(nil),                // 12: weir.v1.NoAccount
 	(*QuotaBlock)(nil),               // 13: weir.v1.QuotaBlock
-	(*RenewRequest)(nil),             // 14: weir.v1.RenewRequest
-	(*RenewResponse)(nil),            // 15: weir.v1.RenewResponse
-	(*RenewBatchRequest)(nil),        // 16: weir.v1.RenewBatchRequest
-	(*RenewBatchResponse)(nil),       // 17: weir.v1.RenewBatchResponse
-	(*Outcome)(nil),                  // 18: weir.v1.Outcome
-	(*WorkerSettingsRequest)(nil),    // 19: weir.v1.WorkerSettingsRequest
-	(*WorkerSettingsResponse)(nil),   // 20: weir.v1.WorkerSettingsResponse
-	(*ReleaseRequest)(nil),           // 21: weir.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),          // 22: weir.v1.ReleaseResponse
-	(*ReleaseBatchRequest)(nil),      // 23: weir.v1.ReleaseBatchRequest
-	(*ReleaseItem)(nil),              // 24: weir.v1.ReleaseItem
-	(*ReleaseBatchResponse)(nil),     // 25: weir.v1.ReleaseBatchResponse
-	(*WatchPoolRequest)(nil),         // 26: weir.v1.WatchPoolRequest
-	(*WatchPoolResponse)(nil),        // 27: weir.v1.WatchPoolResponse
-	(*RouteEvent)(nil),               // 28: weir.v1.RouteEvent
-	(*AttemptRecord)(nil),            // 29: weir.v1.AttemptRecord
-	(*ReportRouteRequest)(nil),       // 30: weir.v1.ReportRouteRequest
-	(*ReportRouteResponse)(nil),      // 31: weir.v1.ReportRouteResponse
-	(*ReportRoutesRequest)(nil),      // 32: weir.v1.ReportRoutesRequest
-	(*ReportRoutesResponse)(nil),     // 33: weir.v1.ReportRoutesResponse
-	nil,                              // 34: weir.v1.Outcome.HeadersEntry
-	(Surface)(0),                     // 35: weir.v1.Surface
-	(QuotaResponseMode)(0),           // 36: weir.v1.QuotaResponseMode
-	(*durationpb.Duration)(nil),      // 37: google.protobuf.Duration
-	(Provider)(0),                    // 38: weir.v1.Provider
-	(AuthKind)(0),                    // 39: weir.v1.AuthKind
-	(*timestamppb.Timestamp)(nil),    // 40: google.protobuf.Timestamp
-	(*Unreachable)(nil),              // 41: weir.v1.Unreachable
-	(QuotaKind)(0),                   // 42: weir.v1.QuotaKind
-	(OutcomeClass)(0),                // 43: weir.v1.OutcomeClass
-	(*QuotaEvidence)(nil),            // 44: weir.v1.QuotaEvidence
-	(TransportCause)(0),              // 45: weir.v1.TransportCause
-	(*Settings)(nil),                 // 46: weir.v1.Settings
-	(*Decision)(nil),                 // 47: weir.v1.Decision
-	(Action)(0),                      // 48: weir.v1.Action
+	(*RenewBatchRequest)(nil),        // 14: weir.v1.RenewBatchRequest
+	(*RenewBatchResponse)(nil),       // 15: weir.v1.RenewBatchResponse
+	(*Outcome)(nil),                  // 16: weir.v1.Outcome
+	(*WorkerSettingsRequest)(nil),    // 17: weir.v1.WorkerSettingsRequest
+	(*WorkerSettingsResponse)(nil),   // 18: weir.v1.WorkerSettingsResponse
+	(*ReleaseRequest)(nil),           // 19: weir.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 20: weir.v1.ReleaseResponse
+	(*ReleaseBatchRequest)(nil),      // 21: weir.v1.ReleaseBatchRequest
+	(*ReleaseItem)(nil),              // 22: weir.v1.ReleaseItem
+	(*ReleaseBatchResponse)(nil),     // 23: weir.v1.ReleaseBatchResponse
+	(*WatchPoolRequest)(nil),         // 24: weir.v1.WatchPoolRequest
+	(*WatchPoolResponse)(nil),        // 25: weir.v1.WatchPoolResponse
+	(*RouteEvent)(nil),               // 26: weir.v1.RouteEvent
+	(*AttemptRecord)(nil),            // 27: weir.v1.AttemptRecord
+	(*ReportRoutesRequest)(nil),      // 28: weir.v1.ReportRoutesRequest
+	(*ReportRoutesResponse)(nil),     // 29: weir.v1.ReportRoutesResponse
+	nil,                              // 30: weir.v1.Outcome.HeadersEntry
+	(Surface)(0),                     // 31: weir.v1.Surface
+	(QuotaResponseMode)(0),           // 32: weir.v1.QuotaResponseMode
+	(*durationpb.Duration)(nil),      // 33: google.protobuf.Duration
+	(Provider)(0),                    // 34: weir.v1.Provider
+	(AuthKind)(0),                    // 35: weir.v1.AuthKind
+	(*timestamppb.Timestamp)(nil),    // 36: google.protobuf.Timestamp
+	(*Unreachable)(nil),              // 37: weir.v1.Unreachable
+	(QuotaKind)(0),                   // 38: weir.v1.QuotaKind
+	(OutcomeClass)(0),                // 39: weir.v1.OutcomeClass
+	(*QuotaEvidence)(nil),            // 40: weir.v1.QuotaEvidence
+	(TransportCause)(0),              // 41: weir.v1.TransportCause
+	(*Settings)(nil),                 // 42: weir.v1.Settings
+	(*Decision)(nil),                 // 43: weir.v1.Decision
+	(Action)(0),                      // 44: weir.v1.Action
 }
 var file_weir_v1_lease_proto_depIdxs = []int32{
-	35, // 0: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
+	31, // 0: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
 	13, // 1: weir.v1.PoolQuotaResponse.quota_block:type_name -> weir.v1.QuotaBlock
-	36, // 2: weir.v1.PoolQuotaResponse.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	37, // 3: weir.v1.TakeRequestTokenResponse.retry_after:type_name -> google.protobuf.Duration
-	35, // 4: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
+	32, // 2: weir.v1.PoolQuotaResponse.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	33, // 3: weir.v1.TakeRequestTokenResponse.retry_after:type_name -> google.protobuf.Duration
+	31, // 4: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
 	11, // 5: weir.v1.AcquireResponse.lease:type_name -> weir.v1.Lease
 	12, // 6: weir.v1.AcquireResponse.no_account:type_name -> weir.v1.NoAccount
-	38, // 7: weir.v1.Lease.provider:type_name -> weir.v1.Provider
-	39, // 8: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
-	40, // 9: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	37, // 10: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	40, // 11: weir.v1.Lease.reuse_until:type_name -> google.protobuf.Timestamp
+	34, // 7: weir.v1.Lease.provider:type_name -> weir.v1.Provider
+	35, // 8: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
+	36, // 9: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	33, // 10: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	36, // 11: weir.v1.Lease.reuse_until:type_name -> google.protobuf.Timestamp
 	0,  // 12: weir.v1.NoAccount.reason:type_name -> weir.v1.NoAccountReason
-	40, // 13: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
+	36, // 13: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
 	13, // 14: weir.v1.NoAccount.quota_block:type_name -> weir.v1.QuotaBlock
-	36, // 15: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	41, // 16: weir.v1.NoAccount.unreachable:type_name -> weir.v1.Unreachable
-	40, // 17: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
-	38, // 18: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
-	42, // 19: weir.v1.QuotaBlock.kind:type_name -> weir.v1.QuotaKind
-	40, // 20: weir.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
-	40, // 21: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
-	43, // 22: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
-	34, // 23: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
-	37, // 24: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
-	37, // 25: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
-	44, // 26: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
-	37, // 27: weir.v1.Outcome.delay:type_name -> google.protobuf.Duration
-	45, // 28: weir.v1.Outcome.transport_cause:type_name -> weir.v1.TransportCause
-	46, // 29: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
-	18, // 30: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
-	47, // 31: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
-	24, // 32: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
-	18, // 33: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
-	40, // 34: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
-	37, // 35: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
-	37, // 36: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
-	40, // 37: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
-	37, // 38: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
-	1,  // 39: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
-	29, // 40: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
-	37, // 41: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
-	43, // 42: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
-	48, // 43: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
-	37, // 44: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
-	45, // 45: weir.v1.AttemptRecord.transport_cause:type_name -> weir.v1.TransportCause
-	28, // 46: weir.v1.ReportRouteRequest.event:type_name -> weir.v1.RouteEvent
-	28, // 47: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
-	4,  // 48: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
-	6,  // 49: weir.v1.LeaseService.TakeRequestToken:input_type -> weir.v1.TakeRequestTokenRequest
-	9,  // 50: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
-	19, // 51: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
-	14, // 52: weir.v1.LeaseService.Renew:input_type -> weir.v1.RenewRequest
-	16, // 53: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
-	21, // 54: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
-	23, // 55: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
-	26, // 56: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
-	30, // 57: weir.v1.LeaseService.ReportRoute:input_type -> weir.v1.ReportRouteRequest
-	32, // 58: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
-	2,  // 59: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
-	5,  // 60: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
-	7,  // 61: weir.v1.LeaseService.TakeRequestToken:output_type -> weir.v1.TakeRequestTokenResponse
-	10, // 62: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
-	20, // 63: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
-	15, // 64: weir.v1.LeaseService.Renew:output_type -> weir.v1.RenewResponse
-	17, // 65: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
-	22, // 66: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
-	25, // 67: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
-	27, // 68: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
-	31, // 69: weir.v1.LeaseService.ReportRoute:output_type -> weir.v1.ReportRouteResponse
-	33, // 70: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
-	3,  // 71: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
-	60, // [60:72] is the sub-list for method output_type
-	48, // [48:60] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	32, // 15: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	37, // 16: weir.v1.NoAccount.unreachable:type_name -> weir.v1.Unreachable
+	36, // 17: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
+	34, // 18: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
+	38, // 19: weir.v1.QuotaBlock.kind:type_name -> weir.v1.QuotaKind
+	36, // 20: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
+	39, // 21: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
+	30, // 22: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
+	33, // 23: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
+	33, // 24: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
+	40, // 25: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
+	33, // 26: weir.v1.Outcome.delay:type_name -> google.protobuf.Duration
+	41, // 27: weir.v1.Outcome.transport_cause:type_name -> weir.v1.TransportCause
+	42, // 28: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
+	16, // 29: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
+	43, // 30: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
+	22, // 31: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
+	16, // 32: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
+	36, // 33: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
+	33, // 34: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
+	33, // 35: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
+	36, // 36: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
+	33, // 37: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
+	1,  // 38: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
+	27, // 39: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
+	33, // 40: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
+	39, // 41: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
+	44, // 42: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
+	33, // 43: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
+	41, // 44: weir.v1.AttemptRecord.transport_cause:type_name -> weir.v1.TransportCause
+	26, // 45: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
+	4,  // 46: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
+	6,  // 47: weir.v1.LeaseService.TakeRequestToken:input_type -> weir.v1.TakeRequestTokenRequest
+	9,  // 48: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
+	17, // 49: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
+	14, // 50: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
+	19, // 51: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
+	21, // 52: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
+	24, // 53: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
+	28, // 54: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
+	2,  // 55: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
+	5,  // 56: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
+	7,  // 57: weir.v1.LeaseService.TakeRequestToken:output_type -> weir.v1.TakeRequestTokenResponse
+	10, // 58: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
+	18, // 59: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
+	15, // 60: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
+	20, // 61: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
+	23, // 62: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
+	25, // 63: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
+	29, // 64: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
+	3,  // 65: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
+	56, // [56:66] is the sub-list for method output_type
+	46, // [46:56] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_lease_proto_init() }
@@ -2817,7 +2629,7 @@ func file_weir_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_lease_proto_rawDesc), len(file_weir_v1_lease_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   33,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

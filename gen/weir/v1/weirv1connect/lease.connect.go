@@ -43,8 +43,6 @@ const (
 	// LeaseServiceWorkerSettingsProcedure is the fully-qualified name of the LeaseService's
 	// WorkerSettings RPC.
 	LeaseServiceWorkerSettingsProcedure = "/weir.v1.LeaseService/WorkerSettings"
-	// LeaseServiceRenewProcedure is the fully-qualified name of the LeaseService's Renew RPC.
-	LeaseServiceRenewProcedure = "/weir.v1.LeaseService/Renew"
 	// LeaseServiceRenewBatchProcedure is the fully-qualified name of the LeaseService's RenewBatch RPC.
 	LeaseServiceRenewBatchProcedure = "/weir.v1.LeaseService/RenewBatch"
 	// LeaseServiceReleaseProcedure is the fully-qualified name of the LeaseService's Release RPC.
@@ -54,9 +52,6 @@ const (
 	LeaseServiceReleaseBatchProcedure = "/weir.v1.LeaseService/ReleaseBatch"
 	// LeaseServiceWatchPoolProcedure is the fully-qualified name of the LeaseService's WatchPool RPC.
 	LeaseServiceWatchPoolProcedure = "/weir.v1.LeaseService/WatchPool"
-	// LeaseServiceReportRouteProcedure is the fully-qualified name of the LeaseService's ReportRoute
-	// RPC.
-	LeaseServiceReportRouteProcedure = "/weir.v1.LeaseService/ReportRoute"
 	// LeaseServiceReportRoutesProcedure is the fully-qualified name of the LeaseService's ReportRoutes
 	// RPC.
 	LeaseServiceReportRoutesProcedure = "/weir.v1.LeaseService/ReportRoutes"
@@ -79,8 +74,6 @@ type LeaseServiceClient interface {
 	Acquire(context.Context, *connect.Request[v1.AcquireRequest]) (*connect.Response[v1.AcquireResponse], error)
 	// WorkerSettings returns the settings data planes apply without restart.
 	WorkerSettings(context.Context, *connect.Request[v1.WorkerSettingsRequest]) (*connect.Response[v1.WorkerSettingsResponse], error)
-	// Renew extends a lease while a long stream runs.
-	Renew(context.Context, *connect.Request[v1.RenewRequest]) (*connect.Response[v1.RenewResponse], error)
 	// RenewBatch extends every lease a worker holds in one call (at most
 	// 10,000): what workers send, one call per renewal period.
 	RenewBatch(context.Context, *connect.Request[v1.RenewBatchRequest]) (*connect.Response[v1.RenewBatchResponse], error)
@@ -98,8 +91,6 @@ type LeaseServiceClient interface {
 	// ready set, once the control plane listens; a worker reuses nothing
 	// while its stream is not ready.
 	WatchPool(context.Context, *connect.Request[v1.WatchPoolRequest]) (*connect.ServerStreamForClient[v1.WatchPoolResponse], error)
-	// ReportRoute stores the route event of one finished client request.
-	ReportRoute(context.Context, *connect.Request[v1.ReportRouteRequest]) (*connect.Response[v1.ReportRouteResponse], error)
 	// ReportRoutes stores a worker's batch of route events (at most 500) in
 	// one transaction: what workers send.
 	ReportRoutes(context.Context, *connect.Request[v1.ReportRoutesRequest]) (*connect.Response[v1.ReportRoutesResponse], error)
@@ -147,12 +138,6 @@ func NewLeaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
-		renew: connect.NewClient[v1.RenewRequest, v1.RenewResponse](
-			httpClient,
-			baseURL+LeaseServiceRenewProcedure,
-			connect.WithSchema(leaseServiceMethods.ByName("Renew")),
-			connect.WithClientOptions(opts...),
-		),
 		renewBatch: connect.NewClient[v1.RenewBatchRequest, v1.RenewBatchResponse](
 			httpClient,
 			baseURL+LeaseServiceRenewBatchProcedure,
@@ -177,12 +162,6 @@ func NewLeaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(leaseServiceMethods.ByName("WatchPool")),
 			connect.WithClientOptions(opts...),
 		),
-		reportRoute: connect.NewClient[v1.ReportRouteRequest, v1.ReportRouteResponse](
-			httpClient,
-			baseURL+LeaseServiceReportRouteProcedure,
-			connect.WithSchema(leaseServiceMethods.ByName("ReportRoute")),
-			connect.WithClientOptions(opts...),
-		),
 		reportRoutes: connect.NewClient[v1.ReportRoutesRequest, v1.ReportRoutesResponse](
 			httpClient,
 			baseURL+LeaseServiceReportRoutesProcedure,
@@ -205,12 +184,10 @@ type leaseServiceClient struct {
 	takeRequestToken *connect.Client[v1.TakeRequestTokenRequest, v1.TakeRequestTokenResponse]
 	acquire          *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
 	workerSettings   *connect.Client[v1.WorkerSettingsRequest, v1.WorkerSettingsResponse]
-	renew            *connect.Client[v1.RenewRequest, v1.RenewResponse]
 	renewBatch       *connect.Client[v1.RenewBatchRequest, v1.RenewBatchResponse]
 	release          *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
 	releaseBatch     *connect.Client[v1.ReleaseBatchRequest, v1.ReleaseBatchResponse]
 	watchPool        *connect.Client[v1.WatchPoolRequest, v1.WatchPoolResponse]
-	reportRoute      *connect.Client[v1.ReportRouteRequest, v1.ReportRouteResponse]
 	reportRoutes     *connect.Client[v1.ReportRoutesRequest, v1.ReportRoutesResponse]
 	poolQuota        *connect.Client[v1.PoolQuotaRequest, v1.PoolQuotaResponse]
 }
@@ -235,11 +212,6 @@ func (c *leaseServiceClient) WorkerSettings(ctx context.Context, req *connect.Re
 	return c.workerSettings.CallUnary(ctx, req)
 }
 
-// Renew calls weir.v1.LeaseService.Renew.
-func (c *leaseServiceClient) Renew(ctx context.Context, req *connect.Request[v1.RenewRequest]) (*connect.Response[v1.RenewResponse], error) {
-	return c.renew.CallUnary(ctx, req)
-}
-
 // RenewBatch calls weir.v1.LeaseService.RenewBatch.
 func (c *leaseServiceClient) RenewBatch(ctx context.Context, req *connect.Request[v1.RenewBatchRequest]) (*connect.Response[v1.RenewBatchResponse], error) {
 	return c.renewBatch.CallUnary(ctx, req)
@@ -258,11 +230,6 @@ func (c *leaseServiceClient) ReleaseBatch(ctx context.Context, req *connect.Requ
 // WatchPool calls weir.v1.LeaseService.WatchPool.
 func (c *leaseServiceClient) WatchPool(ctx context.Context, req *connect.Request[v1.WatchPoolRequest]) (*connect.ServerStreamForClient[v1.WatchPoolResponse], error) {
 	return c.watchPool.CallServerStream(ctx, req)
-}
-
-// ReportRoute calls weir.v1.LeaseService.ReportRoute.
-func (c *leaseServiceClient) ReportRoute(ctx context.Context, req *connect.Request[v1.ReportRouteRequest]) (*connect.Response[v1.ReportRouteResponse], error) {
-	return c.reportRoute.CallUnary(ctx, req)
 }
 
 // ReportRoutes calls weir.v1.LeaseService.ReportRoutes.
@@ -290,8 +257,6 @@ type LeaseServiceHandler interface {
 	Acquire(context.Context, *connect.Request[v1.AcquireRequest]) (*connect.Response[v1.AcquireResponse], error)
 	// WorkerSettings returns the settings data planes apply without restart.
 	WorkerSettings(context.Context, *connect.Request[v1.WorkerSettingsRequest]) (*connect.Response[v1.WorkerSettingsResponse], error)
-	// Renew extends a lease while a long stream runs.
-	Renew(context.Context, *connect.Request[v1.RenewRequest]) (*connect.Response[v1.RenewResponse], error)
 	// RenewBatch extends every lease a worker holds in one call (at most
 	// 10,000): what workers send, one call per renewal period.
 	RenewBatch(context.Context, *connect.Request[v1.RenewBatchRequest]) (*connect.Response[v1.RenewBatchResponse], error)
@@ -309,8 +274,6 @@ type LeaseServiceHandler interface {
 	// ready set, once the control plane listens; a worker reuses nothing
 	// while its stream is not ready.
 	WatchPool(context.Context, *connect.Request[v1.WatchPoolRequest], *connect.ServerStream[v1.WatchPoolResponse]) error
-	// ReportRoute stores the route event of one finished client request.
-	ReportRoute(context.Context, *connect.Request[v1.ReportRouteRequest]) (*connect.Response[v1.ReportRouteResponse], error)
 	// ReportRoutes stores a worker's batch of route events (at most 500) in
 	// one transaction: what workers send.
 	ReportRoutes(context.Context, *connect.Request[v1.ReportRoutesRequest]) (*connect.Response[v1.ReportRoutesResponse], error)
@@ -354,12 +317,6 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
-	leaseServiceRenewHandler := connect.NewUnaryHandler(
-		LeaseServiceRenewProcedure,
-		svc.Renew,
-		connect.WithSchema(leaseServiceMethods.ByName("Renew")),
-		connect.WithHandlerOptions(opts...),
-	)
 	leaseServiceRenewBatchHandler := connect.NewUnaryHandler(
 		LeaseServiceRenewBatchProcedure,
 		svc.RenewBatch,
@@ -382,12 +339,6 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 		LeaseServiceWatchPoolProcedure,
 		svc.WatchPool,
 		connect.WithSchema(leaseServiceMethods.ByName("WatchPool")),
-		connect.WithHandlerOptions(opts...),
-	)
-	leaseServiceReportRouteHandler := connect.NewUnaryHandler(
-		LeaseServiceReportRouteProcedure,
-		svc.ReportRoute,
-		connect.WithSchema(leaseServiceMethods.ByName("ReportRoute")),
 		connect.WithHandlerOptions(opts...),
 	)
 	leaseServiceReportRoutesHandler := connect.NewUnaryHandler(
@@ -413,8 +364,6 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 			leaseServiceAcquireHandler.ServeHTTP(w, r)
 		case LeaseServiceWorkerSettingsProcedure:
 			leaseServiceWorkerSettingsHandler.ServeHTTP(w, r)
-		case LeaseServiceRenewProcedure:
-			leaseServiceRenewHandler.ServeHTTP(w, r)
 		case LeaseServiceRenewBatchProcedure:
 			leaseServiceRenewBatchHandler.ServeHTTP(w, r)
 		case LeaseServiceReleaseProcedure:
@@ -423,8 +372,6 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 			leaseServiceReleaseBatchHandler.ServeHTTP(w, r)
 		case LeaseServiceWatchPoolProcedure:
 			leaseServiceWatchPoolHandler.ServeHTTP(w, r)
-		case LeaseServiceReportRouteProcedure:
-			leaseServiceReportRouteHandler.ServeHTTP(w, r)
 		case LeaseServiceReportRoutesProcedure:
 			leaseServiceReportRoutesHandler.ServeHTTP(w, r)
 		case LeaseServicePoolQuotaProcedure:
@@ -454,10 +401,6 @@ func (UnimplementedLeaseServiceHandler) WorkerSettings(context.Context, *connect
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.LeaseService.WorkerSettings is not implemented"))
 }
 
-func (UnimplementedLeaseServiceHandler) Renew(context.Context, *connect.Request[v1.RenewRequest]) (*connect.Response[v1.RenewResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.LeaseService.Renew is not implemented"))
-}
-
 func (UnimplementedLeaseServiceHandler) RenewBatch(context.Context, *connect.Request[v1.RenewBatchRequest]) (*connect.Response[v1.RenewBatchResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.LeaseService.RenewBatch is not implemented"))
 }
@@ -472,10 +415,6 @@ func (UnimplementedLeaseServiceHandler) ReleaseBatch(context.Context, *connect.R
 
 func (UnimplementedLeaseServiceHandler) WatchPool(context.Context, *connect.Request[v1.WatchPoolRequest], *connect.ServerStream[v1.WatchPoolResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.LeaseService.WatchPool is not implemented"))
-}
-
-func (UnimplementedLeaseServiceHandler) ReportRoute(context.Context, *connect.Request[v1.ReportRouteRequest]) (*connect.Response[v1.ReportRouteResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.LeaseService.ReportRoute is not implemented"))
 }
 
 func (UnimplementedLeaseServiceHandler) ReportRoutes(context.Context, *connect.Request[v1.ReportRoutesRequest]) (*connect.Response[v1.ReportRoutesResponse], error) {
