@@ -188,7 +188,7 @@ func (l leaseService) ReportRoutes(ctx context.Context, req *connect.Request[wei
 	if n := len(req.Msg.Events); n > maxRouteBatch {
 		return nil, toConnect(invalidf("events: at most %d per call, got %d", maxRouteBatch, n))
 	}
-	if err := l.storeRoutes(ctx, "events", req.Msg.Events); err != nil {
+	if err := l.storeRoutes(ctx, req.Msg.Events); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&weirv1.ReportRoutesResponse{}), nil
@@ -197,17 +197,13 @@ func (l leaseService) ReportRoutes(ctx context.Context, req *connect.Request[wei
 // storeRoutes checks every event first (one bad event refuses the call,
 // naming it) and stores them in one transaction: one insert statement for
 // the batch, then one touch per key.
-func (l leaseService) storeRoutes(ctx context.Context, field string, events []*weirv1.RouteEvent) error {
+func (l leaseService) storeRoutes(ctx context.Context, events []*weirv1.RouteEvent) error {
 	now := l.s.now()
 	rows := make([]db.RouteEvent, 0, len(events))
 	keys := map[uuid.UUID]bool{}
 	events = finalEvents(events)
 	for i, e := range events {
-		name := field
-		if field == "events" {
-			name = fmt.Sprintf("events[%d]", i)
-		}
-		r, err := routeEventParams(name, e, now)
+		r, err := routeEventParams(fmt.Sprintf("events[%d]", i), e, now)
 		if err != nil {
 			return toConnect(err)
 		}

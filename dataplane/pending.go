@@ -19,6 +19,10 @@ import (
 type pendingRequests struct {
 	mu sync.Mutex
 	m  map[string]*pendingRequest
+	// fresh are the registered requests not yet reported, oldest first
+	// (some may have ended since): a batch takes from it without scanning
+	// every request in progress.
+	fresh []*pendingRequest
 	// nudge wakes the reporter when a request registers, so that it is
 	// recorded within a report interval even when nothing else is sent.
 	nudge chan struct{}
@@ -38,8 +42,10 @@ func newPendingRequests() *pendingRequests {
 func (p *pendingRequests) begin(rec *weirv1.RouteEvent) {
 	ev := &weirv1.RouteEvent{RequestId: rec.RequestId, KeyId: rec.KeyId, Surface: rec.Surface, Model: rec.Model,
 		Stream: rec.Stream, StartedAt: rec.StartedAt, Pending: true}
+	r := &pendingRequest{ev: ev}
 	p.mu.Lock()
-	p.m[rec.RequestId] = &pendingRequest{ev: ev}
+	p.m[rec.RequestId] = r
+	p.fresh = append(p.fresh, r)
 	p.mu.Unlock()
 	select {
 	case p.nudge <- struct{}{}:
@@ -63,15 +69,18 @@ func (p *pendingRequests) due(n int) []*weirv1.RouteEvent {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []*weirv1.RouteEvent
-	for _, r := range p.m {
+	taken := 0
+	for _, r := range p.fresh {
 		if len(out) == n {
 			break
 		}
-		if !r.reported {
+		taken++
+		if p.m[r.ev.RequestId] == r { // still in progress
 			r.reported = true
 			out = append(out, r.ev)
 		}
 	}
+	p.fresh = append(p.fresh[:0], p.fresh[taken:]...)
 	return out
 }
 
