@@ -1,11 +1,13 @@
 // Package migrate brings a database up to weir's schema: weir's own
-// migrations from sql/migrations and River's job tables.
+// migrations from sql/migrations, then the functions in sql/functions, then
+// River's job tables.
 package migrate
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -17,6 +19,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
+	"github.com/weirhq/weir/sql/functions"
 	"github.com/weirhq/weir/sql/migrations"
 )
 
@@ -38,6 +41,9 @@ func Up(ctx context.Context, pool *pgxpool.Pool) error {
 	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", lockID) //nolint:errcheck // the session ends with the connection anyway
 
 	if err := applyOwn(ctx, conn.Conn()); err != nil {
+		return err
+	}
+	if err := applyFunctions(ctx, conn.Conn()); err != nil {
 		return err
 	}
 	migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)
@@ -87,6 +93,13 @@ func load() ([]migration, error) {
 		versions[i] = m.version
 	}
 	if err := checkSequence(versions, retired); err != nil {
+		return nil, err
+	}
+	fns, err := loadFunctions()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkNotRedefined(out, fns); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -161,6 +174,96 @@ func applyOwn(ctx context.Context, conn *pgx.Conn) error {
 		})
 		if err != nil {
 			return fmt.Errorf("migrate: apply %s: %w", m.name, err)
+		}
+	}
+	return nil
+}
+
+// function is one file of sql/functions: the whole current definition of
+// the function it is named after.
+type function struct {
+	name string // the function's, the file's name without .sql
+	sql  string
+}
+
+func (f function) checksum() string {
+	sum := sha256.Sum256([]byte(f.sql))
+	return hex.EncodeToString(sum[:])
+}
+
+func loadFunctions() ([]function, error) {
+	entries, err := fs.Glob(functions.FS, "*.sql")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]function, 0, len(entries))
+	for _, file := range entries {
+		body, err := fs.ReadFile(functions.FS, file)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, function{name: strings.TrimSuffix(file, ".sql"), sql: string(body)})
+	}
+	return out, nil
+}
+
+// handedOver is the last migration that may define a function of
+// sql/functions: the migrations up to it are history (they ran, and their
+// checksums are checked), and from then on the function's file is its one
+// definition.
+const handedOver = 21
+
+// checkNotRedefined refuses a migration after handedOver that defines a
+// function living in sql/functions: its file, applied after every
+// migration, would silently replace the migration's text, or the other way
+// round on databases that applied them in another order.
+func checkNotRedefined(ms []migration, fns []function) error {
+	for _, m := range ms {
+		if m.version <= handedOver {
+			continue
+		}
+		text := strings.ToLower(m.sql)
+		for _, f := range fns {
+			if strings.Contains(text, "function "+f.name+"(") || strings.Contains(text, "function "+f.name+" (") {
+				return fmt.Errorf("migrate: %s defines %s, whose one definition is sql/functions/%s.sql; edit that file instead", m.name, f.name, f.name)
+			}
+		}
+	}
+	return nil
+}
+
+// applyFunctions runs each function file whose text differs from the one
+// this database last ran, each in a transaction with its record.
+func applyFunctions(ctx context.Context, conn *pgx.Conn) error {
+	fns, err := loadFunctions()
+	if err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS weir_functions (
+		name text PRIMARY KEY,
+		checksum text NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return fmt.Errorf("migrate: create function table: %w", err)
+	}
+	for _, f := range fns {
+		var sum string
+		err := conn.QueryRow(ctx, "SELECT checksum FROM weir_functions WHERE name = $1", f.name).Scan(&sum)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("migrate: read function %s: %w", f.name, err)
+		}
+		if sum == f.checksum() {
+			continue
+		}
+		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, f.sql); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO weir_functions (name, checksum) VALUES ($1, $2)
+				ON CONFLICT (name) DO UPDATE SET checksum = EXCLUDED.checksum, applied_at = now()`, f.name, f.checksum())
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("migrate: apply sql/functions/%s.sql: %w", f.name, err)
 		}
 	}
 	return nil
