@@ -2,8 +2,9 @@
 // accounts for coding agents. The code lives in cmd/weir, controlplane,
 // dataplane, jobs and internal; this file only holds the generators.
 //
-// `go generate .` regenerates gen/ (buf), controlplane/db (sqlc) and the
-// README's configuration reference (from the Config structs' comments).
+// `go generate .` regenerates gen/ (buf), controlplane/db (sqlc) and
+// docs/configuration.md, the configuration reference (from the Config
+// structs' comments).
 package weir
 
 //go:generate go tool -modfile=internal/tools/go.mod buf lint

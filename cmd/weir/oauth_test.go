@@ -11,7 +11,7 @@ import (
 )
 
 // TestAccountsAddClaudeCodeCredentials adds an OAuth account from Claude
-// Code's credentials file, as the README shows, against a real `weir dev`.
+// Code's credentials file, as docs/operate.md shows, against a real `weir dev`.
 func TestAccountsAddClaudeCodeCredentials(t *testing.T) {
 	t.Parallel()
 	dataDir := t.TempDir()

@@ -16,7 +16,7 @@ Re-seals every account credential and refresh token under the current key
 (WEIR_SECRET_KEY_PREVIOUS, comma-separated). It talks to Postgres directly
 (WEIR_DATABASE_URL), is safe next to running control planes, and a second
 run changes nothing. If a credential opens with no key, it names the
-accounts and changes nothing. See the README's "Rotating the secret key".
+accounts and changes nothing. See "Rotating the secret key" in docs/operate.md.
 `
 
 func runSecrets(ctx context.Context, args []string, e env) error {
