@@ -27,28 +27,28 @@ type accountService struct {
 func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[weirv1.CreateAccountRequest]) (*connect.Response[weirv1.CreateAccountResponse], error) {
 	m := req.Msg
 	if err := validProviderAuth(m.Provider, m.AuthKind); err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	if err := validLabel(m.Label); err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	cred, err := parseCredential(m.Provider, m.AuthKind, m.Credential)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	upstreamID, err := upstreamAccountID(m.Provider, m.UpstreamAccountId, cred.accountID)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	if err := validBaseURL(m.BaseUrl); err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	maxConc := m.MaxConcurrency
 	if maxConc == 0 {
 		maxConc = defaultMaxConcurrency
 	}
 	if maxConc < 0 || maxConc > 10000 {
-		return nil, toConnect(invalidf("max_concurrency: must be between 1 and 10000"))
+		return nil, invalidf("max_concurrency: must be between 1 and 10000")
 	}
 	provider := enumName(m.Provider)
 	identity := a.s.identityFor(ctx, m.Provider, m.AuthKind, m.BaseUrl, upstreamID, cred)
@@ -59,7 +59,7 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 		names = append(names, tokenIdentity(cred))
 	}
 	if err := a.s.nameUnnamed(ctx, provider); err != nil {
-		return nil, a.s.fail(ctx, "create account", err)
+		return nil, err
 	}
 	id := uuid.New()
 	var row db.Account
@@ -106,12 +106,12 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 		return nil, dup.connectErr()
 	}
 	if err != nil {
-		return nil, a.s.fail(ctx, "create account", storeErr(err))
+		return nil, storeErr(err)
 	}
 	a.s.log.InfoContext(ctx, "account created", "account_id", id, "label", row.Label, "provider", row.Provider, "auth_kind", row.AuthKind)
 	acct, err := a.s.accountView(ctx, row)
 	if err != nil {
-		return nil, a.s.fail(ctx, "create account", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.CreateAccountResponse{Account: acct}), nil
 }
@@ -120,11 +120,11 @@ func (a accountService) ListAccounts(ctx context.Context, _ *connect.Request[wei
 	now := a.s.now()
 	rows, err := a.s.q.ListAccounts(ctx)
 	if err != nil {
-		return nil, a.s.fail(ctx, "list accounts", err)
+		return nil, err
 	}
 	st, err := a.s.liveState(ctx, now)
 	if err != nil {
-		return nil, a.s.fail(ctx, "list accounts", err)
+		return nil, err
 	}
 	out := make([]*weirv1.Account, 0, len(rows))
 	for _, r := range rows {
@@ -136,11 +136,11 @@ func (a accountService) ListAccounts(ctx context.Context, _ *connect.Request[wei
 func (a accountService) GetAccount(ctx context.Context, req *connect.Request[weirv1.GetAccountRequest]) (*connect.Response[weirv1.GetAccountResponse], error) {
 	row, err := a.s.findAccount(ctx, req.Msg.Id)
 	if err != nil {
-		return nil, a.s.fail(ctx, "get account", err)
+		return nil, err
 	}
 	acct, err := a.s.accountView(ctx, row)
 	if err != nil {
-		return nil, a.s.fail(ctx, "get account", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.GetAccountResponse{Account: acct}), nil
 }
@@ -149,11 +149,11 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 	m := req.Msg
 	row, err := a.s.findAccount(ctx, m.Id)
 	if err != nil {
-		return nil, a.s.fail(ctx, "update account", err)
+		return nil, err
 	}
 	paths := m.GetUpdateMask().GetPaths()
 	if len(paths) == 0 {
-		return nil, toConnect(invalidf("update_mask: name at least one field"))
+		return nil, invalidf("update_mask: name at least one field")
 	}
 	p := db.UpdateAccountParams{ID: row.ID, Now: a.s.now()}
 	provider := enumValue[weirv1.Provider](row.Provider)
@@ -163,22 +163,22 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 		switch path {
 		case "banked_resets_enabled", "org_id":
 			if err := bankedUpdate(&banked, path, m); err != nil {
-				return nil, toConnect(err)
+				return nil, err
 			}
 		case "label":
 			if err := validLabel(m.Label); err != nil {
-				return nil, toConnect(err)
+				return nil, err
 			}
 			p.Label = &m.Label
 		case "base_url":
 			if err := validBaseURL(m.BaseUrl); err != nil {
-				return nil, toConnect(err)
+				return nil, err
 			}
 			u := strings.TrimRight(m.BaseUrl, "/")
 			p.BaseUrl = &u
 		case "max_concurrency":
 			if m.MaxConcurrency < 1 || m.MaxConcurrency > 10000 {
-				return nil, toConnect(invalidf("max_concurrency: must be between 1 and 10000"))
+				return nil, invalidf("max_concurrency: must be between 1 and 10000")
 			}
 			p.MaxConcurrency = &m.MaxConcurrency
 		case "priority":
@@ -186,18 +186,18 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 		case "upstream_account_id":
 			if m.UpstreamAccountId != "" || provider == weirv1.Provider_PROVIDER_CODEX {
 				if _, err := upstreamAccountID(provider, m.UpstreamAccountId, ""); err != nil {
-					return nil, toConnect(err)
+					return nil, err
 				}
 			}
 			p.UpstreamAccountID = &m.UpstreamAccountId
 		case "credential":
 			cred, err := parseCredential(provider, enumValue[weirv1.AuthKind](row.AuthKind), m.Credential)
 			if err != nil {
-				return nil, toConnect(err)
+				return nil, err
 			}
 			newCredential = &cred
 		default:
-			return nil, toConnect(invalidf("update_mask: unknown field %q", path))
+			return nil, invalidf("update_mask: unknown field %q", path)
 		}
 	}
 	// A new Codex credential names its ChatGPT account, unless the request
@@ -267,11 +267,11 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 		return nil, dup.connectErr()
 	}
 	if err != nil {
-		return nil, a.s.fail(ctx, "update account", err)
+		return nil, err
 	}
 	acct, err := a.s.accountView(ctx, row)
 	if err != nil {
-		return nil, a.s.fail(ctx, "update account", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.UpdateAccountResponse{Account: acct}), nil
 }
@@ -279,15 +279,15 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 func (a accountService) PauseAccount(ctx context.Context, req *connect.Request[weirv1.PauseAccountRequest]) (*connect.Response[weirv1.PauseAccountResponse], error) {
 	row, err := a.s.findAccount(ctx, req.Msg.Id)
 	if err != nil {
-		return nil, a.s.fail(ctx, "pause account", err)
+		return nil, err
 	}
 	if row, err = a.s.q.SetPaused(ctx, db.SetPausedParams{ID: row.ID, Paused: true, Now: a.s.now()}); err != nil {
-		return nil, a.s.fail(ctx, "pause account", storeErr(err))
+		return nil, storeErr(err)
 	}
 	a.s.log.InfoContext(ctx, "account paused", "account_id", row.ID)
 	acct, err := a.s.accountView(ctx, row)
 	if err != nil {
-		return nil, a.s.fail(ctx, "pause account", err)
+		return nil, err
 	}
 	a.s.watch.announce(ctx) // workers stop reusing it before this returns
 	return connect.NewResponse(&weirv1.PauseAccountResponse{Account: acct}), nil
@@ -296,7 +296,7 @@ func (a accountService) PauseAccount(ctx context.Context, req *connect.Request[w
 func (a accountService) ResumeAccount(ctx context.Context, req *connect.Request[weirv1.ResumeAccountRequest]) (*connect.Response[weirv1.ResumeAccountResponse], error) {
 	row, err := a.s.findAccount(ctx, req.Msg.Id)
 	if err != nil {
-		return nil, a.s.fail(ctx, "resume account", err)
+		return nil, err
 	}
 	err = a.s.tx(ctx, func(q *db.Queries) error {
 		var err error
@@ -310,12 +310,12 @@ func (a accountService) ResumeAccount(ctx context.Context, req *connect.Request[
 		return err
 	})
 	if err != nil {
-		return nil, a.s.fail(ctx, "resume account", err)
+		return nil, err
 	}
 	a.s.log.InfoContext(ctx, "account resumed", "account_id", row.ID)
 	acct, err := a.s.accountView(ctx, row)
 	if err != nil {
-		return nil, a.s.fail(ctx, "resume account", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.ResumeAccountResponse{Account: acct}), nil
 }
@@ -323,10 +323,10 @@ func (a accountService) ResumeAccount(ctx context.Context, req *connect.Request[
 func (a accountService) DeleteAccount(ctx context.Context, req *connect.Request[weirv1.DeleteAccountRequest]) (*connect.Response[weirv1.DeleteAccountResponse], error) {
 	row, err := a.s.findAccount(ctx, req.Msg.Id)
 	if err != nil {
-		return nil, a.s.fail(ctx, "delete account", err)
+		return nil, err
 	}
 	if _, err := a.s.q.DeleteAccount(ctx, row.ID); err != nil {
-		return nil, a.s.fail(ctx, "delete account", err)
+		return nil, err
 	}
 	a.s.log.InfoContext(ctx, "account deleted", "account_id", row.ID)
 	a.s.watch.announce(ctx)

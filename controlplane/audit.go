@@ -248,7 +248,7 @@ func (h auditService) ListAuditEvents(ctx context.Context, req *connect.Request[
 	size := m.PageSize
 	switch {
 	case size < 0:
-		return nil, toConnect(invalidf("page_size: must not be negative"))
+		return nil, invalidf("page_size: must not be negative")
 	case size == 0:
 		size = 50
 	case size > 500:
@@ -272,13 +272,13 @@ func (h auditService) ListAuditEvents(ctx context.Context, req *connect.Request[
 	if m.PageToken != "" {
 		at, id, err := parseAuditCursor(m.PageToken)
 		if err != nil {
-			return nil, toConnect(err)
+			return nil, err
 		}
 		p.BeforeAt, p.BeforeID = &at, pgtype.Int8{Int64: id, Valid: true}
 	}
 	rows, err := h.s.q.ListAuditEvents(ctx, p)
 	if err != nil {
-		return nil, h.s.fail(ctx, "list audit events", err)
+		return nil, err
 	}
 	out := &weirv1.ListAuditEventsResponse{}
 	if len(rows) > int(size) {

@@ -475,15 +475,15 @@ func bankedUpdate(p *db.SetBankedResetsParams, path string, m *weirv1.UpdateAcco
 func (a accountService) ListResetGrants(ctx context.Context, req *connect.Request[weirv1.ListResetGrantsRequest]) (*connect.Response[weirv1.ListResetGrantsResponse], error) {
 	row, err := a.s.findAccount(ctx, req.Msg.Id)
 	if err != nil {
-		return nil, a.s.fail(ctx, "list reset grants", err)
+		return nil, err
 	}
 	grants, err := a.s.q.ListResetGrants(ctx, row.ID)
 	if err != nil {
-		return nil, a.s.fail(ctx, "list reset grants", err)
+		return nil, err
 	}
 	claims, err := a.s.q.ListResetClaims(ctx, row.ID)
 	if err != nil {
-		return nil, a.s.fail(ctx, "list reset grants", err)
+		return nil, err
 	}
 	out := &weirv1.ListResetGrantsResponse{Grants: []*weirv1.ResetGrant{}, Claims: []*weirv1.ResetClaim{}}
 	for _, g := range grants {
@@ -506,11 +506,11 @@ func (a accountService) ClaimResetGrant(ctx context.Context, req *connect.Reques
 	}
 	row, err := a.s.findAccount(ctx, req.Msg.Id)
 	if err != nil {
-		return nil, a.s.fail(ctx, "claim reset grant", err)
+		return nil, err
 	}
 	out, err := a.s.bankedReset(ctx, row.ID, req.Msg.GrantId)
 	if err != nil {
-		return nil, a.s.fail(ctx, "claim reset grant", err)
+		return nil, err
 	}
 	resp := &weirv1.ClaimResetGrantResponse{Sent: out.sent, Reason: out.why}
 	if out.claim != nil {

@@ -95,11 +95,11 @@ func (o opsService) LastIntegrityReport(ctx context.Context, _ *connect.Request[
 		return connect.NewResponse(&weirv1.LastIntegrityReportResponse{}), nil
 	}
 	if err != nil {
-		return nil, o.s.fail(ctx, "last integrity report", err)
+		return nil, err
 	}
 	var findings []jobs.Finding
 	if err := json.Unmarshal(row.Findings, &findings); err != nil {
-		return nil, o.s.fail(ctx, "last integrity report", fmt.Errorf("decode report %d: %w", row.ID, err))
+		return nil, fmt.Errorf("decode report %d: %w", row.ID, err)
 	}
 	rep := &weirv1.IntegrityReport{RanAt: timestamppb.New(row.RanAt)}
 	for _, f := range findings {

@@ -180,7 +180,7 @@ func (l leaseService) TakeRequestToken(ctx context.Context, req *connect.Request
 		if errors.Is(storeErr(err), ErrNotFound) {
 			return nil, connect.NewError(connect.CodePermissionDenied, errKeyRejected)
 		}
-		return nil, l.s.fail(ctx, "take request token", err)
+		return nil, err
 	}
 	limit := orZero(row.RateLimitPerMinute)
 	out := &weirv1.TakeRequestTokenResponse{Admitted: limit == 0 || row.Admitted, RateLimitPerMinute: limit}

@@ -45,26 +45,26 @@ func (k keyService) CreateKey(ctx context.Context, req *connect.Request[weirv1.C
 	m := req.Msg
 	name := m.Name
 	if name == "" || len(name) > 64 || strings.TrimSpace(name) != name {
-		return nil, toConnect(invalidf("name: required, at most 64 characters, no surrounding spaces"))
+		return nil, invalidf("name: required, at most 64 characters, no surrounding spaces")
 	}
 	if _, err := uuid.Parse(name); err == nil {
-		return nil, toConnect(invalidf("name: must not look like a key id"))
+		return nil, invalidf("name: must not look like a key id")
 	}
 	models, err := validModels(m.AllowedModels)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	rate, err := validRateLimit(m.RateLimitPerMinute)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	metered, err := validMetered(m.MeteredAccounts)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	pins, err := k.s.resolvePins(ctx, m.PinnedAccounts)
 	if err != nil {
-		return nil, k.s.fail(ctx, "create key", err)
+		return nil, err
 	}
 	secret := newKeySecret()
 	var row db.ClientKey
@@ -84,12 +84,12 @@ func (k keyService) CreateKey(ctx context.Context, req *connect.Request[weirv1.C
 		return q.AddKeyAccounts(ctx, db.AddKeyAccountsParams{KeyID: row.ID, AccountIds: pins})
 	})
 	if err != nil {
-		return nil, k.s.fail(ctx, "create key", err)
+		return nil, err
 	}
 	k.s.log.InfoContext(ctx, "client key created", "key_id", row.ID, "name", row.Name)
 	out, err := k.s.keyProtos(ctx, []db.ClientKey{row})
 	if err != nil {
-		return nil, k.s.fail(ctx, "create key", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.CreateKeyResponse{Key: out[0], Secret: secret}), nil
 }
@@ -101,11 +101,11 @@ func (k keyService) UpdateKey(ctx context.Context, req *connect.Request[weirv1.U
 	m := req.Msg
 	row, err := k.s.findKey(ctx, m.Id)
 	if err != nil {
-		return nil, k.s.fail(ctx, "update key", err)
+		return nil, err
 	}
 	paths := m.GetUpdateMask().GetPaths()
 	if len(paths) == 0 {
-		return nil, toConnect(invalidf("update_mask: name at least one of %s", keyRestrictionNames))
+		return nil, invalidf("update_mask: name at least one of %s", keyRestrictionNames)
 	}
 	p := db.UpdateKeyLimitsParams{ID: row.ID}
 	var pins []uuid.UUID
@@ -113,26 +113,26 @@ func (k keyService) UpdateKey(ctx context.Context, req *connect.Request[weirv1.U
 		switch path {
 		case "allowed_models":
 			if p.AllowedModels, err = validModels(m.AllowedModels); err != nil {
-				return nil, toConnect(err)
+				return nil, err
 			}
 			p.SetModels = true
 		case "pinned_accounts":
 			if pins, err = k.s.resolvePins(ctx, m.PinnedAccounts); err != nil {
-				return nil, k.s.fail(ctx, "update key", err)
+				return nil, err
 			}
 			p.SetPinned, p.Pinned = true, len(pins) > 0
 		case "rate_limit_per_minute":
 			if p.RateLimitPerMinute, err = validRateLimit(m.RateLimitPerMinute); err != nil {
-				return nil, toConnect(err)
+				return nil, err
 			}
 			p.SetRateLimit = true
 		case "metered_accounts":
 			if p.MeteredAccounts, err = validMetered(m.MeteredAccounts); err != nil {
-				return nil, toConnect(err)
+				return nil, err
 			}
 			p.SetMetered = true
 		default:
-			return nil, toConnect(invalidf("update_mask: unknown field %q (%s)", path, keyRestrictionNames))
+			return nil, invalidf("update_mask: unknown field %q (%s)", path, keyRestrictionNames)
 		}
 	}
 	err = k.s.tx(ctx, func(q *db.Queries) error {
@@ -156,13 +156,13 @@ func (k keyService) UpdateKey(ctx context.Context, req *connect.Request[weirv1.U
 		return nil
 	})
 	if err != nil {
-		return nil, k.s.fail(ctx, "update key", err)
+		return nil, err
 	}
 	k.s.log.InfoContext(ctx, "client key updated", "key_id", row.ID, "fields", strings.Join(paths, ","))
 	k.s.watch.announce(ctx) // every worker applies it to its next request
 	out, err := k.s.keyProtos(ctx, []db.ClientKey{row})
 	if err != nil {
-		return nil, k.s.fail(ctx, "update key", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.UpdateKeyResponse{Key: out[0]}), nil
 }
@@ -170,11 +170,11 @@ func (k keyService) UpdateKey(ctx context.Context, req *connect.Request[weirv1.U
 func (k keyService) ListKeys(ctx context.Context, req *connect.Request[weirv1.ListKeysRequest]) (*connect.Response[weirv1.ListKeysResponse], error) {
 	rows, err := k.s.q.ListKeys(ctx, req.Msg.IncludeRevoked)
 	if err != nil {
-		return nil, k.s.fail(ctx, "list keys", err)
+		return nil, err
 	}
 	out, err := k.s.keyProtos(ctx, rows)
 	if err != nil {
-		return nil, k.s.fail(ctx, "list keys", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.ListKeysResponse{Keys: out}), nil
 }
@@ -182,16 +182,16 @@ func (k keyService) ListKeys(ctx context.Context, req *connect.Request[weirv1.Li
 func (k keyService) RevokeKey(ctx context.Context, req *connect.Request[weirv1.RevokeKeyRequest]) (*connect.Response[weirv1.RevokeKeyResponse], error) {
 	row, err := k.s.findKey(ctx, req.Msg.Id)
 	if err != nil {
-		return nil, k.s.fail(ctx, "revoke key", err)
+		return nil, err
 	}
 	if row, err = k.s.q.RevokeKey(ctx, db.RevokeKeyParams{ID: row.ID, Now: k.s.now()}); err != nil {
-		return nil, k.s.fail(ctx, "revoke key", storeErr(err))
+		return nil, storeErr(err)
 	}
 	k.s.log.InfoContext(ctx, "client key revoked", "key_id", row.ID)
 	k.s.watch.announce(ctx) // no worker serves the key once this returns
 	out, err := k.s.keyProtos(ctx, []db.ClientKey{row})
 	if err != nil {
-		return nil, k.s.fail(ctx, "revoke key", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.RevokeKeyResponse{Key: out[0]}), nil
 }

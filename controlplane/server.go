@@ -6,7 +6,6 @@ package controlplane
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -171,14 +170,14 @@ func (s *Server) Handler() http.Handler {
 
 // rpcHandler serves every Connect service: the network's calls and, in
 // process, the dashboard's, through the same interceptors (token, then
-// audit), and the services' paths.
+// audit, then errors), and the services' paths.
 func (s *Server) rpcHandler() (http.Handler, []string) {
 	opts := connect.WithHandlerOptions(
 		connect.WithInterceptors(tokenInterceptor{
 			admin:     []byte(s.cfg.AdminToken),
 			dataplane: []byte(s.cfg.DataplaneToken),
 			refused:   s.metrics.unauthenticated,
-		}, auditInterceptor{s: s}),
+		}, auditInterceptor{s: s}, errorInterceptor(s.log)),
 		// Leases and decisions are a few hundred bytes: gzip would cost
 		// both sides CPU on every call and save nothing worth having.
 		connect.WithCompressMinBytes(16<<10),
@@ -208,17 +207,6 @@ func (s *Server) rpcHandler() (http.Handler, []string) {
 // tx runs fn in a transaction.
 func (s *Server) tx(ctx context.Context, fn func(q *db.Queries) error) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(s.q.WithTx(tx)) })
-}
-
-// fail logs errors the client cannot act on and maps every error to its
-// Connect code without internal detail.
-func (s *Server) fail(ctx context.Context, op string, err error) error {
-	var inv errInvalid
-	var conflict errConflict
-	if !errors.Is(err, ErrNotFound) && !errors.As(err, &inv) && !errors.As(err, &conflict) && !errors.Is(err, context.Canceled) {
-		s.log.ErrorContext(ctx, "rpc failed", "op", op, "err", err)
-	}
-	return toConnect(err)
 }
 
 // levelFloor drops records below a level before they reach a handler.

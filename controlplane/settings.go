@@ -71,7 +71,7 @@ type settingsService struct {
 func (h settingsService) GetSettings(ctx context.Context, _ *connect.Request[weirv1.GetSettingsRequest]) (*connect.Response[weirv1.GetSettingsResponse], error) {
 	st, err := h.s.effectiveSettings(ctx)
 	if err != nil {
-		return nil, h.s.fail(ctx, "get settings", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.GetSettingsResponse{Settings: st}), nil
 }
@@ -80,7 +80,7 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 	m := req.Msg
 	paths := m.GetUpdateMask().GetPaths()
 	if len(paths) == 0 {
-		return nil, toConnect(invalidf("update_mask: name at least one field (%s)", settingNames))
+		return nil, invalidf("update_mask: name at least one field (%s)", settingNames)
 	}
 	now := h.s.now()
 	// Every field is checked before anything is written: a request with one
@@ -89,7 +89,7 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 	named := map[string]bool{}
 	for _, path := range paths {
 		if named[path] {
-			return nil, toConnect(invalidf("update_mask: %q is named more than once", path))
+			return nil, invalidf("update_mask: %q is named more than once", path)
 		}
 		named[path] = true
 		var value string
@@ -97,32 +97,32 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 		case settingCapacityHold:
 			d, err := durationSetting("settings.capacity_hold", m.GetSettings().GetCapacityHold(), 0, maxCapacityHold)
 			if err != nil {
-				return nil, toConnect(err)
+				return nil, err
 			}
 			value = d.String()
 		case settingUnreachableHold:
 			d, err := durationSetting("settings.unreachable_hold", m.GetSettings().GetUnreachableHold(), 0, maxCapacityHold)
 			if err != nil {
-				return nil, toConnect(err)
+				return nil, err
 			}
 			value = d.String()
 		case settingRequestDeadline:
 			d, err := durationSetting("settings.request_deadline", m.GetSettings().GetRequestDeadline(), minRequestDeadline, maxRequestDeadline)
 			if err != nil {
-				return nil, toConnect(err)
+				return nil, err
 			}
 			value = d.String()
 		case settingQuotaResponseMode:
 			mode, err := enumSetting("settings.quota_response_mode", m.GetSettings().GetQuotaResponseMode(),
 				weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE, weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT)
 			if err != nil {
-				return nil, toConnect(err)
+				return nil, err
 			}
 			value = mode
 		case settingMeteredAccounts:
 			mode, err := enumSetting("settings.metered_accounts", m.GetSettings().GetMeteredAccounts(), meteredModes...)
 			if err != nil {
-				return nil, toConnect(err)
+				return nil, err
 			}
 			value = mode
 		case settingBodyBuffer, settingBodyBufferPerKey:
@@ -131,12 +131,12 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 				n = m.GetSettings().GetBodyBufferPerKeyBytes()
 			}
 			if n < minBodyBuffer || n > maxBodyBuffer {
-				return nil, toConnect(invalidf("settings.%s: %d is out of range; must be between %s and %s", path, n,
-					bytesize.Format(minBodyBuffer), bytesize.Format(maxBodyBuffer)))
+				return nil, invalidf("settings.%s: %d is out of range; must be between %s and %s", path, n,
+					bytesize.Format(minBodyBuffer), bytesize.Format(maxBodyBuffer))
 			}
 			value = bytesize.Format(n)
 		default:
-			return nil, toConnect(invalidf("update_mask: unknown field %q (want %s)", path, settingNames))
+			return nil, invalidf("update_mask: unknown field %q (want %s)", path, settingNames)
 		}
 		puts = append(puts, db.PutSettingParams{Name: path, Value: value, Now: now})
 	}
@@ -171,7 +171,7 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 		return err
 	})
 	if err != nil {
-		return nil, h.s.fail(ctx, "update settings", err)
+		return nil, err
 	}
 	h.s.log.InfoContext(ctx, "settings updated", "fields", paths,
 		"capacity_hold", st.CapacityHold.AsDuration(), "unreachable_hold", st.UnreachableHold.AsDuration(),
@@ -185,7 +185,7 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 func (l leaseService) WorkerSettings(ctx context.Context, _ *connect.Request[weirv1.WorkerSettingsRequest]) (*connect.Response[weirv1.WorkerSettingsResponse], error) {
 	st, err := l.s.effectiveSettings(ctx)
 	if err != nil {
-		return nil, l.s.fail(ctx, "worker settings", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.WorkerSettingsResponse{Settings: st}), nil
 }
@@ -290,13 +290,13 @@ func (h settingsService) ListSettingChanges(ctx context.Context, req *connect.Re
 	limit := req.Msg.GetLimit()
 	switch {
 	case limit < 0 || limit > 500:
-		return nil, toConnect(invalidf("limit: %d is out of range; must be between 0 and 500", limit))
+		return nil, invalidf("limit: %d is out of range; must be between 0 and 500", limit)
 	case limit == 0:
 		limit = 50
 	}
 	rows, err := h.s.q.ListSettingChanges(ctx, limit)
 	if err != nil {
-		return nil, h.s.fail(ctx, "list setting changes", err)
+		return nil, err
 	}
 	out := &weirv1.ListSettingChangesResponse{}
 	for _, r := range rows {

@@ -615,18 +615,18 @@ func (s *Server) usageView(ctx context.Context) (map[uuid.UUID]accountUsage, err
 func (a accountService) RefreshUsage(ctx context.Context, req *connect.Request[weirv1.RefreshUsageRequest]) (*connect.Response[weirv1.RefreshUsageResponse], error) {
 	row, err := a.s.findAccount(ctx, req.Msg.Id)
 	if err != nil {
-		return nil, a.s.fail(ctx, "refresh usage", err)
+		return nil, err
 	}
 	res, err := a.s.readUsage(ctx, row.ID)
 	if err != nil {
-		return nil, a.s.fail(ctx, "refresh usage", err)
+		return nil, err
 	}
 	if row, err = a.s.q.GetAccount(ctx, row.ID); err != nil {
-		return nil, a.s.fail(ctx, "refresh usage", storeErr(err))
+		return nil, storeErr(err)
 	}
 	acct, err := a.s.accountView(ctx, row)
 	if err != nil {
-		return nil, a.s.fail(ctx, "refresh usage", err)
+		return nil, err
 	}
 	out := &weirv1.RefreshUsageResponse{Read: res.read, NextReadAllowedAt: timestamppb.New(res.nextAllowed), Account: acct}
 	if res.failure != nil {
