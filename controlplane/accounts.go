@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/seal"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 )
@@ -76,8 +77,8 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 			BaseUrl:           strings.TrimRight(m.BaseUrl, "/"),
 			MaxConcurrency:    maxConc,
 			Priority:          m.Priority,
-			CredentialSealed:  a.s.seal.seal(id, 1, cred.access),
-			CredentialHint:    credentialHint(cred.access),
+			CredentialSealed:  a.s.seal.Seal(id, 1, cred.access),
+			CredentialHint:    seal.Hint(cred.access),
 			UpstreamAccountID: upstreamID,
 			Now:               a.s.now(),
 		})
@@ -247,9 +248,9 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 		rev := row.CredentialRevision + 1
 		row, err = q.ReplaceCredential(ctx, db.ReplaceCredentialParams{
 			ID:                 row.ID,
-			CredentialSealed:   a.s.seal.seal(row.ID, rev, newCredential.access),
+			CredentialSealed:   a.s.seal.Seal(row.ID, rev, newCredential.access),
 			CredentialRevision: rev,
-			CredentialHint:     credentialHint(newCredential.access),
+			CredentialHint:     seal.Hint(newCredential.access),
 			Now:                p.Now,
 		})
 		if err != nil {

@@ -411,7 +411,7 @@ func (s *Server) postResetClaim(ctx context.Context, acct db.Account, row db.Res
 	if acct.OrgID == nil || *acct.OrgID == "" {
 		return "", "", errors.New("the account has no org_id")
 	}
-	token, err := s.seal.open(acct.ID, acct.CredentialRevision, acct.CredentialSealed)
+	token, err := s.seal.Open(acct.ID, acct.CredentialRevision, acct.CredentialSealed)
 	if err != nil {
 		return "", "", errors.New("credential unreadable under this secret key")
 	}

@@ -231,10 +231,10 @@ func TestCreateCodexAccount(t *testing.T) {
 	if !sameTime(row.AccessExpiresAt, &exp) {
 		t.Errorf("access_expires_at %v, want the JWT's exp %v", row.AccessExpiresAt, exp)
 	}
-	if got, err := e.srv.seal.openRefresh(row.ID, 1, row.RefreshSealed); err != nil || got != refresh {
+	if got, err := e.srv.seal.OpenRefresh(row.ID, 1, row.RefreshSealed); err != nil || got != refresh {
 		t.Errorf("refresh_sealed does not open to the refresh token: %v", err)
 	}
-	if got, err := e.srv.seal.open(row.ID, 1, row.CredentialSealed); err != nil || got != access {
+	if got, err := e.srv.seal.Open(row.ID, 1, row.CredentialSealed); err != nil || got != access {
 		t.Errorf("credential_sealed does not open to the access token: %v", err)
 	}
 
@@ -353,7 +353,7 @@ func TestCodexTokenRefresh(t *testing.T) {
 		t.Fatalf("%d refreshes reached the simulator, want 1", n)
 	}
 	row := c.accountRow(a.Id)
-	access, err := c.srv.seal.open(row.ID, 2, row.CredentialSealed)
+	access, err := c.srv.seal.Open(row.ID, 2, row.CredentialSealed)
 	if err != nil || access == sa.Credential {
 		t.Fatalf("revision %d: new access token stored: %v", row.CredentialRevision, err)
 	}
@@ -361,7 +361,7 @@ func TestCodexTokenRefresh(t *testing.T) {
 	if !ok || claims.expiresAt == nil || !sameTime(row.AccessExpiresAt, claims.expiresAt) || !row.AccessExpiresAt.After(epoch) {
 		t.Errorf("access_expires_at %v, want the new token's exp %v", row.AccessExpiresAt, claims.expiresAt)
 	}
-	if refresh, err := c.srv.seal.openRefresh(row.ID, 2, row.RefreshSealed); err != nil || refresh == sa.RefreshToken {
+	if refresh, err := c.srv.seal.OpenRefresh(row.ID, 2, row.RefreshSealed); err != nil || refresh == sa.RefreshToken {
 		t.Errorf("the rotated refresh token was not stored: %v", err)
 	}
 	// The new token reads the account's usage (the simulator checks it and
@@ -420,7 +420,7 @@ func TestCodexTokenRefreshRequest(t *testing.T) {
 	if !sameTime(row.AccessExpiresAt, &exp) {
 		t.Errorf("expires %v, want the JWT's %v", row.AccessExpiresAt, exp)
 	}
-	if r, err := e.srv.seal.openRefresh(row.ID, 2, row.RefreshSealed); err != nil || r != nextRefresh {
+	if r, err := e.srv.seal.OpenRefresh(row.ID, 2, row.RefreshSealed); err != nil || r != nextRefresh {
 		t.Errorf("rotated refresh token not stored: %v", err)
 	}
 	srv := &Server{cfg: Config{OAuthTokenURL: defaultOAuthTokenURL, CodexTokenURL: defaultCodexTokenURL}}

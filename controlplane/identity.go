@@ -80,13 +80,13 @@ func (s *Server) storedIdentity(r db.Account) (string, error) {
 	if r.Provider == providerCodex {
 		return r.UpstreamAccountID, nil
 	}
-	access, err := s.seal.open(r.ID, r.CredentialRevision, r.CredentialSealed)
+	access, err := s.seal.Open(r.ID, r.CredentialRevision, r.CredentialSealed)
 	if err != nil {
 		return "", err
 	}
 	in := credentialInput{access: access}
 	if r.RefreshSealed != nil {
-		if in.refresh, err = s.seal.openRefresh(r.ID, r.CredentialRevision, r.RefreshSealed); err != nil {
+		if in.refresh, err = s.seal.OpenRefresh(r.ID, r.CredentialRevision, r.RefreshSealed); err != nil {
 			return "", err
 		}
 	}

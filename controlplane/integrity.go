@@ -51,9 +51,9 @@ func (s *Server) openSealed(ctx context.Context) (sealedCheck, error) {
 	}
 	var c sealedCheck
 	for _, r := range rows {
-		_, err := s.seal.open(r.ID, r.CredentialRevision, r.CredentialSealed)
+		_, err := s.seal.Open(r.ID, r.CredentialRevision, r.CredentialSealed)
 		if err == nil && r.RefreshSealed != nil {
-			_, err = s.seal.openRefresh(r.ID, r.CredentialRevision, r.RefreshSealed)
+			_, err = s.seal.OpenRefresh(r.ID, r.CredentialRevision, r.RefreshSealed)
 		}
 		ref := sealedRef{id: r.ID, label: r.Label, revision: r.CredentialRevision}
 		if err != nil {

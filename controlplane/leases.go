@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/seal"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/modelpattern"
@@ -268,7 +269,7 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		spill := spillFrom(cands, order, rr)
 		for i, c := range order {
 			lease, err := l.claim(ctx, c, key.id, m, now, reusable(m), probing[c.account.Provider])
-			if errors.Is(err, errUnseal) {
+			if errors.Is(err, seal.ErrUnseal) {
 				// Unusable until an operator re-enters the credential under
 				// this key; the rest of the pool can still serve. When none
 				// of it can, the answer is permanent (route).
@@ -375,7 +376,7 @@ func (l leaseService) claim(ctx context.Context, c candidate, keyID uuid.UUID, m
 	if leaseID == uuid.Nil {
 		return nil, nil
 	}
-	credential, err := l.s.seal.open(c.account.ID, c.account.CredentialRevision, c.account.CredentialSealed)
+	credential, err := l.s.seal.Open(c.account.ID, c.account.CredentialRevision, c.account.CredentialSealed)
 	if err != nil {
 		// Give the lease back at once.
 		if _, rerr := l.s.q.ReleaseLease(ctx, leaseID); rerr != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/seal"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/backoff"
 )
@@ -27,7 +28,7 @@ import (
 // An OAuth account's credential is an access token, and may come with a
 // refresh token and the access token's expiry. credential_sealed holds the
 // access token (leases read it as before); refresh_sealed holds the refresh
-// token, sealed under its own associated data (seal.go). Refresh tokens
+// token, sealed under its own associated data (package seal). Refresh tokens
 // rotate on use, so two refreshes of one account racing lose the account:
 // a refresh is claimed first with a compare-and-set on the credential
 // revision (ClaimTokenRefresh: one replica wins, for refreshClaim), and the
@@ -254,7 +255,7 @@ func parseExpiry(raw json.RawMessage, millis bool) (time.Time, bool) {
 func (s *Server) setOAuthTokens(ctx context.Context, q *db.Queries, id uuid.UUID, rev int64, in credentialInput) (db.Account, error) {
 	var sealed []byte
 	if in.refresh != "" {
-		sealed = s.seal.sealRefresh(id, rev, in.refresh)
+		sealed = s.seal.SealRefresh(id, rev, in.refresh)
 	}
 	return q.SetOAuthTokens(ctx, db.SetOAuthTokensParams{
 		RefreshSealed: sealed, AccessExpiresAt: in.expiresAt, ID: id, CredentialRevision: rev,
@@ -308,7 +309,7 @@ func (s *Server) refreshToken(ctx context.Context, id uuid.UUID, rev int64) (boo
 		return false, fmt.Errorf("claim: %w", err)
 	}
 	var tok tokenAnswer
-	refresh, err := s.seal.openRefresh(acct.ID, acct.CredentialRevision, acct.RefreshSealed)
+	refresh, err := s.seal.OpenRefresh(acct.ID, acct.CredentialRevision, acct.RefreshSealed)
 	if err == nil {
 		// Within the claim, whatever the client's own timeout: a call still
 		// running when the claim lapses could race another replica's.
@@ -369,9 +370,9 @@ func (s *Server) refreshToken(ctx context.Context, id uuid.UUID, rev int64) (boo
 	err = s.tx(ctx, func(q *db.Queries) error {
 		var err error
 		row, err = q.StoreRefreshedTokens(ctx, db.StoreRefreshedTokensParams{
-			CredentialSealed:   s.seal.seal(id, next, tok.AccessToken),
-			RefreshSealed:      s.seal.sealRefresh(id, next, newRefresh),
-			CredentialHint:     credentialHint(tok.AccessToken),
+			CredentialSealed:   s.seal.Seal(id, next, tok.AccessToken),
+			RefreshSealed:      s.seal.SealRefresh(id, next, newRefresh),
+			CredentialHint:     seal.Hint(tok.AccessToken),
 			AccessExpiresAt:    &expires,
 			Now:                now,
 			ID:                 id,

@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"github.com/weirhq/weir/controlplane/seal"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/pgtest"
 	"github.com/weirhq/weir/internal/sim"
@@ -223,17 +224,17 @@ func TestCreateAccountOAuthJSON(t *testing.T) {
 			t.Errorf("hint %q: want the access token's", a.CredentialHint)
 		}
 		row := e.accountRow(a.Id)
-		if got, err := e.srv.seal.open(row.ID, 1, row.CredentialSealed); err != nil || got != access {
+		if got, err := e.srv.seal.Open(row.ID, 1, row.CredentialSealed); err != nil || got != access {
 			t.Errorf("credential_sealed does not open to the access token: %v", err)
 		}
-		if got, err := e.srv.seal.openRefresh(row.ID, 1, row.RefreshSealed); err != nil || got != refresh {
+		if got, err := e.srv.seal.OpenRefresh(row.ID, 1, row.RefreshSealed); err != nil || got != refresh {
 			t.Errorf("refresh_sealed does not open to the refresh token: %v", err)
 		}
 		// Distinct associated data: neither ciphertext opens as the other.
-		if _, err := e.srv.seal.openRefresh(row.ID, 1, row.CredentialSealed); err == nil {
+		if _, err := e.srv.seal.OpenRefresh(row.ID, 1, row.CredentialSealed); err == nil {
 			t.Error("the access ciphertext opened as a refresh token")
 		}
-		if _, err := e.srv.seal.open(row.ID, 1, row.RefreshSealed); err == nil {
+		if _, err := e.srv.seal.Open(row.ID, 1, row.RefreshSealed); err == nil {
 			t.Error("the refresh ciphertext opened as an access token")
 		}
 		if !sameTime(row.AccessExpiresAt, &expires) {
@@ -282,7 +283,7 @@ func TestCreateAccountOAuthJSON(t *testing.T) {
 	}
 	update(oauthJSON(access2, refresh2, expires))
 	row := e.accountRow(a.Id)
-	if got, err := e.srv.seal.openRefresh(row.ID, 2, row.RefreshSealed); err != nil || got != refresh2 || row.CredentialRevision != 2 {
+	if got, err := e.srv.seal.OpenRefresh(row.ID, 2, row.RefreshSealed); err != nil || got != refresh2 || row.CredentialRevision != 2 {
 		t.Fatalf("after the update: revision %d, refresh opens: %v", row.CredentialRevision, err)
 	}
 	update(oauthToken())
@@ -322,15 +323,15 @@ func TestTokenRefresh(t *testing.T) {
 	if want := epoch.Add(8 * time.Hour); !sameTime(row.AccessExpiresAt, &want) {
 		t.Errorf("access_expires_at %v, want %v (expires_in)", row.AccessExpiresAt, want)
 	}
-	access, err := u.srv.seal.open(row.ID, 2, row.CredentialSealed)
+	access, err := u.srv.seal.Open(row.ID, 2, row.CredentialSealed)
 	if err != nil || access == sa.Credential {
 		t.Fatalf("new access token: %v (unchanged: %v)", err, access == sa.Credential)
 	}
-	refresh, err := u.srv.seal.openRefresh(row.ID, 2, row.RefreshSealed)
+	refresh, err := u.srv.seal.OpenRefresh(row.ID, 2, row.RefreshSealed)
 	if err != nil || refresh == sa.RefreshToken {
 		t.Fatalf("new refresh token: %v (unchanged: %v)", err, refresh == sa.RefreshToken)
 	}
-	if row.CredentialHint != credentialHint(access) {
+	if row.CredentialHint != seal.Hint(access) {
 		t.Errorf("hint %q is not the new token's", row.CredentialHint)
 	}
 	if p, err := u.q.GetUsagePoll(t.Context(), row.ID); err != nil || p.Epoch != epochBefore.Epoch+1 || p.CredentialRevision != 2 {
@@ -413,7 +414,7 @@ func TestTokenRefreshSingleFlightAcrossReplicas(t *testing.T) {
 	}
 	// The token the winner stored works.
 	row := u.accountRow(a.Id)
-	access, err := r.srv.seal.open(row.ID, row.CredentialRevision, row.CredentialSealed)
+	access, err := r.srv.seal.Open(row.ID, row.CredentialRevision, row.CredentialSealed)
 	if err != nil || !u.simAccepts(access) {
 		t.Fatalf("the stored token: %v", err)
 	}
@@ -526,7 +527,7 @@ func TestTokenRefreshLosesToANewCredential(t *testing.T) {
 		t.Fatalf("refreshed %d", n)
 	}
 	row := u.accountRow(a.Id)
-	got, err := u.srv.seal.open(row.ID, row.CredentialRevision, row.CredentialSealed)
+	got, err := u.srv.seal.Open(row.ID, row.CredentialRevision, row.CredentialSealed)
 	if err != nil || got != replacement || row.CredentialRevision != 2 || row.RefreshSealed != nil {
 		t.Fatalf("revision %d: the operator's credential was overwritten (%v)", row.CredentialRevision, err)
 	}
@@ -598,10 +599,10 @@ func TestTokenRefreshKeepsTheRefreshTokenWhenNoneComesBack(t *testing.T) {
 		t.Errorf("token request grant %q, client %q, refresh token sent: %v", got["grant_type"], got["client_id"], got["refresh_token"] == refresh)
 	}
 	row := e.accountRow(a.Id)
-	if r, err := e.srv.seal.openRefresh(row.ID, 2, row.RefreshSealed); err != nil || r != refresh {
+	if r, err := e.srv.seal.OpenRefresh(row.ID, 2, row.RefreshSealed); err != nil || r != refresh {
 		t.Fatalf("the refresh token was not kept: %v", err)
 	}
-	if c, err := e.srv.seal.open(row.ID, 2, row.CredentialSealed); err != nil || c != next {
+	if c, err := e.srv.seal.Open(row.ID, 2, row.CredentialSealed); err != nil || c != next {
 		t.Fatalf("the new access token was not stored: %v", err)
 	}
 	if want := epoch.Add(time.Hour); !sameTime(row.AccessExpiresAt, &want) {

@@ -19,6 +19,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/seal"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/serve"
 	"github.com/weirhq/weir/internal/telemetry"
@@ -30,7 +31,7 @@ type Server struct {
 	cfg     Config
 	pool    *pgxpool.Pool
 	q       *db.Queries
-	seal    *sealer
+	seal    *seal.Sealer
 	log     *slog.Logger
 	now     func() time.Time
 	metrics *metrics
@@ -52,7 +53,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	seal, err := newSealer(cfg.SecretKey, cfg.PreviousSecretKeys...)
+	sealer, err := seal.New(cfg.SecretKey, cfg.PreviousSecretKeys...)
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: %w", err)
 	}
@@ -60,7 +61,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 		cfg:     cfg,
 		pool:    pool,
 		q:       db.New(pool),
-		seal:    seal,
+		seal:    sealer,
 		log:     cfg.Logger,
 		now:     cfg.Now,
 		metrics: newMetrics(cfg.Registry),

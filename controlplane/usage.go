@@ -270,7 +270,7 @@ func (s *Server) mergeUsageHeaders(ctx context.Context, q *db.Queries, accountID
 // without the credential in it and how long the endpoint asked us to wait
 // (0: it did not say).
 func (s *Server) fetchUsage(ctx context.Context, acct db.Account) ([]usageReading, *[]resetGrant, time.Duration, error) {
-	token, err := s.seal.open(acct.ID, acct.CredentialRevision, acct.CredentialSealed)
+	token, err := s.seal.Open(acct.ID, acct.CredentialRevision, acct.CredentialSealed)
 	if err != nil {
 		return nil, nil, 0, errors.New("credential unreadable under this secret key")
 	}
