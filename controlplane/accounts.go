@@ -14,6 +14,7 @@ import (
 
 	"github.com/weirhq/weir/controlplane/db"
 	"github.com/weirhq/weir/controlplane/seal"
+	"github.com/weirhq/weir/controlplane/upstream"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 )
@@ -535,11 +536,7 @@ func validLabel(l string) error {
 // validCredential admits what can travel in an HTTP header: printable
 // ASCII, no spaces.
 func validCredential(c string) error {
-	bad := len(c) < 8 || len(c) > 8192
-	for i := 0; i < len(c) && !bad; i++ {
-		bad = c[i] < 0x21 || c[i] > 0x7e
-	}
-	if bad {
+	if !upstream.TokenShaped(c) {
 		return invalidf("credential: required, 8 to 8192 printable ASCII characters")
 	}
 	return nil

@@ -44,6 +44,8 @@ const (
 	// unreachable endpoint costs the operator this much, then the token's
 	// hash names the account.
 	profileTimeout = 5 * time.Second
+	// maxProfileBody bounds the profile's answer.
+	maxProfileBody = 64 << 10
 	// identityIndex is the unique index of 0011.
 	identityIndex = "accounts_provider_identity"
 )
@@ -119,7 +121,7 @@ func (s *Server) profileUUID(ctx context.Context, base, access string) string {
 			UUID string `json:"uuid"`
 		} `json:"account"`
 	}
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxTokenBody))
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxProfileBody))
 	if err != nil || resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &body) != nil || validUpstreamAccountID(body.Account.UUID) != nil {
 		s.log.InfoContext(ctx, "oauth profile gave no account uuid; naming the account by its token's hash", "status", resp.StatusCode)
 		return ""

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/weirhq/weir/controlplane/seal"
+	"github.com/weirhq/weir/controlplane/upstream"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/pgtest"
 	"github.com/weirhq/weir/internal/sim"
@@ -120,7 +121,7 @@ func (s secretsTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	var tok tokenAnswer
+	var tok upstream.Tokens
 	if json.Unmarshal(b, &tok) == nil {
 		for _, v := range []string{tok.AccessToken, tok.RefreshToken} {
 			if v != "" {
@@ -186,7 +187,7 @@ func (u *oauthEnv) simAccepts(token string) bool {
 func (u *oauthEnv) tokenCalls() int {
 	n := 0
 	for _, a := range u.sim.Attempts() {
-		if a.Path == oauthTokenPath {
+		if a.Path == upstream.AnthropicTokenPath {
 			n++
 		}
 	}
@@ -455,7 +456,7 @@ func TestTokenRefreshTransientBackoff(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32
 	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == oauthTokenPath { // not the profile read at create
+		if r.URL.Path == upstream.AnthropicTokenPath { // not the profile read at create
 			calls.Add(1)
 		}
 		w.Header().Set("content-type", "application/json")
@@ -576,7 +577,7 @@ func TestTokenRefreshKeepsTheRefreshTokenWhenNoneComesBack(t *testing.T) {
 	next := oauthToken()
 	var got map[string]string
 	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != oauthTokenPath || r.Method != http.MethodPost {
+		if r.URL.Path != upstream.AnthropicTokenPath || r.Method != http.MethodPost {
 			http.NotFound(w, r)
 			return
 		}
@@ -595,7 +596,7 @@ func TestTokenRefreshKeepsTheRefreshTokenWhenNoneComesBack(t *testing.T) {
 	if n, err := e.srv.RefreshDue(t.Context()); n != 1 || err != nil {
 		t.Fatalf("RefreshDue: %d, %v", n, err)
 	}
-	if got["grant_type"] != "refresh_token" || got["refresh_token"] != refresh || got["client_id"] != defaultOAuthClientID {
+	if got["grant_type"] != "refresh_token" || got["refresh_token"] != refresh || got["client_id"] != upstream.AnthropicClientID {
 		t.Errorf("token request grant %q, client %q, refresh token sent: %v", got["grant_type"], got["client_id"], got["refresh_token"] == refresh)
 	}
 	row := e.accountRow(a.Id)
@@ -608,7 +609,7 @@ func TestTokenRefreshKeepsTheRefreshTokenWhenNoneComesBack(t *testing.T) {
 	if want := epoch.Add(time.Hour); !sameTime(row.AccessExpiresAt, &want) {
 		t.Errorf("expires %v, want %v", row.AccessExpiresAt, want)
 	}
-	if u := (&Server{cfg: Config{OAuthTokenURL: defaultOAuthTokenURL}}); u.tokenURL(row) != endpoint.URL+oauthTokenPath {
+	if u := (&Server{cfg: Config{OAuthTokenURL: upstream.AnthropicTokenURL}}); u.tokenURL(row) != endpoint.URL+upstream.AnthropicTokenPath {
 		t.Errorf("token URL %q for an account with a base URL", u.tokenURL(row))
 	} else if row.BaseUrl = ""; u.tokenURL(row) != "https://platform.claude.com/v1/oauth/token" {
 		t.Errorf("default token URL %q", u.tokenURL(row))
