@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"log/slog"
 	"net/url"
 	"strings"
 	"time"
@@ -23,7 +24,27 @@ const defaultMaxConcurrency = 4
 
 type accountService struct {
 	weirv1connect.UnimplementedAccountServiceHandler
-	s *Server
+	store
+	now        func() time.Time
+	log        *slog.Logger
+	seal       *seal.Sealer
+	watch      *poolWatch
+	views      accountViews
+	identities identities
+	// readUsage and bankedReset are the replica's, shared with its jobs:
+	// the budgeted usage read (usage.go) and a banked-reset claim
+	// (banked.go).
+	readUsage   func(context.Context, uuid.UUID) (usageResult, error)
+	bankedReset func(ctx context.Context, id uuid.UUID, grant string) (bankedOutcome, error)
+}
+
+// accountViews builds accounts as operators see them: the row with its
+// live leases, cooldowns, family gates, transport runs, usage and
+// forecasts.
+type accountViews struct {
+	store
+	now       func() time.Time
+	forecasts func(context.Context, time.Time) (map[uuid.UUID][]*weirv1.Forecast, error)
 }
 
 func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[weirv1.CreateAccountRequest]) (*connect.Response[weirv1.CreateAccountResponse], error) {
@@ -53,19 +74,19 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 		return nil, invalidf("max_concurrency: must be between 1 and 10000")
 	}
 	provider := enumName(m.Provider)
-	identity := a.s.identityFor(ctx, m.Provider, m.AuthKind, m.BaseUrl, upstreamID, cred)
+	identity := a.identities.identityFor(ctx, m.Provider, m.AuthKind, m.BaseUrl, upstreamID, cred)
 	// A Claude login first added while its profile did not answer is named
 	// by its token's hash.
 	names := []string{identity}
 	if m.Provider == weirv1.Provider_PROVIDER_ANTHROPIC && m.AuthKind == weirv1.AuthKind_AUTH_KIND_OAUTH {
 		names = append(names, tokenIdentity(cred))
 	}
-	if err := a.s.nameUnnamed(ctx, provider); err != nil {
+	if err := a.identities.nameUnnamed(ctx, provider); err != nil {
 		return nil, err
 	}
 	id := uuid.New()
 	var row db.Account
-	err = a.s.tx(ctx, func(q *db.Queries) error {
+	err = a.tx(ctx, func(q *db.Queries) error {
 		if err := findDuplicate(ctx, q, provider, db.Account{}, names...); err != nil {
 			return err
 		}
@@ -78,10 +99,10 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 			BaseUrl:           strings.TrimRight(m.BaseUrl, "/"),
 			MaxConcurrency:    maxConc,
 			Priority:          m.Priority,
-			CredentialSealed:  a.s.seal.Seal(id, 1, cred.access),
+			CredentialSealed:  a.seal.Seal(id, 1, cred.access),
 			CredentialHint:    seal.Hint(cred.access),
 			UpstreamAccountID: upstreamID,
-			Now:               a.s.now(),
+			Now:               a.now(),
 		})
 		if err != nil {
 			return err
@@ -94,12 +115,12 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 		if cred.refresh == "" && cred.expiresAt == nil {
 			return nil
 		}
-		row, err = a.s.setOAuthTokens(ctx, q, id, row.CredentialRevision, cred)
+		row, err = setOAuthTokens(ctx, q, a.seal, id, row.CredentialRevision, cred)
 		return err
 	})
 	if isIdentityConflict(err) {
 		// A concurrent create of the same upstream account won.
-		if dup := findDuplicate(ctx, a.s.q, provider, db.Account{}, identity); dup != nil {
+		if dup := findDuplicate(ctx, a.q, provider, db.Account{}, identity); dup != nil {
 			err = dup
 		}
 	}
@@ -110,8 +131,8 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return nil, storeErr(err)
 	}
-	a.s.log.InfoContext(ctx, "account created", "account_id", id, "label", row.Label, "provider", row.Provider, "auth_kind", row.AuthKind)
-	acct, err := a.s.accountView(ctx, row)
+	a.log.InfoContext(ctx, "account created", "account_id", id, "label", row.Label, "provider", row.Provider, "auth_kind", row.AuthKind)
+	acct, err := a.views.accountView(ctx, row)
 	if err != nil {
 		return nil, err
 	}
@@ -119,12 +140,12 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 }
 
 func (a accountService) ListAccounts(ctx context.Context, _ *connect.Request[weirv1.ListAccountsRequest]) (*connect.Response[weirv1.ListAccountsResponse], error) {
-	now := a.s.now()
-	rows, err := a.s.q.ListAccounts(ctx)
+	now := a.now()
+	rows, err := a.q.ListAccounts(ctx)
 	if err != nil {
 		return nil, err
 	}
-	st, err := a.s.liveState(ctx, now)
+	st, err := a.views.liveState(ctx, now)
 	if err != nil {
 		return nil, err
 	}
@@ -136,11 +157,11 @@ func (a accountService) ListAccounts(ctx context.Context, _ *connect.Request[wei
 }
 
 func (a accountService) GetAccount(ctx context.Context, req *connect.Request[weirv1.GetAccountRequest]) (*connect.Response[weirv1.GetAccountResponse], error) {
-	row, err := a.s.findAccount(ctx, req.Msg.Id)
+	row, err := a.findAccount(ctx, req.Msg.Id)
 	if err != nil {
 		return nil, err
 	}
-	acct, err := a.s.accountView(ctx, row)
+	acct, err := a.views.accountView(ctx, row)
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +170,7 @@ func (a accountService) GetAccount(ctx context.Context, req *connect.Request[wei
 
 func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[weirv1.UpdateAccountRequest]) (*connect.Response[weirv1.UpdateAccountResponse], error) {
 	m := req.Msg
-	row, err := a.s.findAccount(ctx, m.Id)
+	row, err := a.findAccount(ctx, m.Id)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +178,7 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 	if len(paths) == 0 {
 		return nil, invalidf("update_mask: name at least one field")
 	}
-	p := db.UpdateAccountParams{ID: row.ID, Now: a.s.now()}
+	p := db.UpdateAccountParams{ID: row.ID, Now: a.now()}
 	provider := enumValue[weirv1.Provider](row.Provider)
 	var newCredential *credentialInput
 	banked := db.SetBankedResetsParams{ID: row.ID}
@@ -219,7 +240,7 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 		newIdentity = &h
 	}
 	oldBase := row.BaseUrl
-	err = a.s.tx(ctx, func(q *db.Queries) error {
+	err = a.tx(ctx, func(q *db.Queries) error {
 		var err error
 		if newIdentity != nil && *newIdentity != row.Identity {
 			if err := findDuplicate(ctx, q, row.Provider, row, *newIdentity); err != nil {
@@ -249,7 +270,7 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 		rev := row.CredentialRevision + 1
 		row, err = q.ReplaceCredential(ctx, db.ReplaceCredentialParams{
 			ID:                 row.ID,
-			CredentialSealed:   a.s.seal.Seal(row.ID, rev, newCredential.access),
+			CredentialSealed:   a.seal.Seal(row.ID, rev, newCredential.access),
 			CredentialRevision: rev,
 			CredentialHint:     seal.Hint(newCredential.access),
 			Now:                p.Now,
@@ -258,7 +279,7 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 			return err
 		}
 		// Always: the old credential's refresh token and state go with it.
-		if row, err = a.s.setOAuthTokens(ctx, q, row.ID, rev, *newCredential); err != nil {
+		if row, err = setOAuthTokens(ctx, q, a.seal, row.ID, rev, *newCredential); err != nil {
 			return err
 		}
 		// The old credential's verdict does not bind the new one.
@@ -271,7 +292,7 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return nil, err
 	}
-	acct, err := a.s.accountView(ctx, row)
+	acct, err := a.views.accountView(ctx, row)
 	if err != nil {
 		return nil, err
 	}
@@ -279,30 +300,30 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 }
 
 func (a accountService) PauseAccount(ctx context.Context, req *connect.Request[weirv1.PauseAccountRequest]) (*connect.Response[weirv1.PauseAccountResponse], error) {
-	row, err := a.s.findAccount(ctx, req.Msg.Id)
+	row, err := a.findAccount(ctx, req.Msg.Id)
 	if err != nil {
 		return nil, err
 	}
-	if row, err = a.s.q.SetPaused(ctx, db.SetPausedParams{ID: row.ID, Paused: true, Now: a.s.now()}); err != nil {
+	if row, err = a.q.SetPaused(ctx, db.SetPausedParams{ID: row.ID, Paused: true, Now: a.now()}); err != nil {
 		return nil, storeErr(err)
 	}
-	a.s.log.InfoContext(ctx, "account paused", "account_id", row.ID)
-	acct, err := a.s.accountView(ctx, row)
+	a.log.InfoContext(ctx, "account paused", "account_id", row.ID)
+	acct, err := a.views.accountView(ctx, row)
 	if err != nil {
 		return nil, err
 	}
-	a.s.watch.announce(ctx) // workers stop reusing it before this returns
+	a.watch.announce(ctx) // workers stop reusing it before this returns
 	return connect.NewResponse(&weirv1.PauseAccountResponse{Account: acct}), nil
 }
 
 func (a accountService) ResumeAccount(ctx context.Context, req *connect.Request[weirv1.ResumeAccountRequest]) (*connect.Response[weirv1.ResumeAccountResponse], error) {
-	row, err := a.s.findAccount(ctx, req.Msg.Id)
+	row, err := a.findAccount(ctx, req.Msg.Id)
 	if err != nil {
 		return nil, err
 	}
-	err = a.s.tx(ctx, func(q *db.Queries) error {
+	err = a.tx(ctx, func(q *db.Queries) error {
 		var err error
-		if row, err = q.ResumeAccount(ctx, db.ResumeAccountParams{ID: row.ID, Now: a.s.now()}); err != nil {
+		if row, err = q.ResumeAccount(ctx, db.ResumeAccountParams{ID: row.ID, Now: a.now()}); err != nil {
 			return storeErr(err)
 		}
 		if _, err = q.ClearCooldown(ctx, row.ID); err != nil {
@@ -314,8 +335,8 @@ func (a accountService) ResumeAccount(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return nil, err
 	}
-	a.s.log.InfoContext(ctx, "account resumed", "account_id", row.ID)
-	acct, err := a.s.accountView(ctx, row)
+	a.log.InfoContext(ctx, "account resumed", "account_id", row.ID)
+	acct, err := a.views.accountView(ctx, row)
 	if err != nil {
 		return nil, err
 	}
@@ -323,28 +344,28 @@ func (a accountService) ResumeAccount(ctx context.Context, req *connect.Request[
 }
 
 func (a accountService) DeleteAccount(ctx context.Context, req *connect.Request[weirv1.DeleteAccountRequest]) (*connect.Response[weirv1.DeleteAccountResponse], error) {
-	row, err := a.s.findAccount(ctx, req.Msg.Id)
+	row, err := a.findAccount(ctx, req.Msg.Id)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := a.s.q.DeleteAccount(ctx, row.ID); err != nil {
+	if _, err := a.q.DeleteAccount(ctx, row.ID); err != nil {
 		return nil, err
 	}
-	a.s.log.InfoContext(ctx, "account deleted", "account_id", row.ID)
-	a.s.watch.announce(ctx)
+	a.log.InfoContext(ctx, "account deleted", "account_id", row.ID)
+	a.watch.announce(ctx)
 	return connect.NewResponse(&weirv1.DeleteAccountResponse{}), nil
 }
 
 // findAccount resolves an id or a label.
-func (s *Server) findAccount(ctx context.Context, idOrLabel string) (db.Account, error) {
+func (st store) findAccount(ctx context.Context, idOrLabel string) (db.Account, error) {
 	if idOrLabel == "" {
 		return db.Account{}, invalidf("id: required (an account id or label)")
 	}
 	if id, err := uuid.Parse(idOrLabel); err == nil {
-		row, err := s.q.GetAccount(ctx, id)
+		row, err := st.q.GetAccount(ctx, id)
 		return row, storeErr(err)
 	}
-	row, err := s.q.GetAccountByLabel(ctx, idOrLabel)
+	row, err := st.q.GetAccountByLabel(ctx, idOrLabel)
 	return row, storeErr(err)
 }
 
@@ -363,28 +384,28 @@ type liveAccounts struct {
 
 // liveState reads live lease counts, cooldowns, family gates and usage
 // windows for every account.
-func (s *Server) liveState(ctx context.Context, now time.Time) (liveAccounts, error) {
-	counts, err := s.q.LiveLeaseCounts(ctx, now)
+func (v accountViews) liveState(ctx context.Context, now time.Time) (liveAccounts, error) {
+	counts, err := v.q.LiveLeaseCounts(ctx, now)
 	if err != nil {
 		return liveAccounts{}, err
 	}
-	cds, err := s.q.LiveCooldowns(ctx, now)
+	cds, err := v.q.LiveCooldowns(ctx, now)
 	if err != nil {
 		return liveAccounts{}, err
 	}
-	gates, err := s.q.LiveFamilyGates(ctx, now)
+	gates, err := v.q.LiveFamilyGates(ctx, now)
 	if err != nil {
 		return liveAccounts{}, err
 	}
-	runs, err := s.q.TransportRuns(ctx)
+	runs, err := v.q.TransportRuns(ctx)
 	if err != nil {
 		return liveAccounts{}, err
 	}
-	usage, err := s.usageView(ctx)
+	usage, err := v.usageView(ctx)
 	if err != nil {
 		return liveAccounts{}, err
 	}
-	forecasts, err := s.forecasts(ctx, now)
+	forecasts, err := v.forecasts(ctx, now)
 	if err != nil {
 		return liveAccounts{}, err
 	}
@@ -430,8 +451,8 @@ func (st liveAccounts) account(r db.Account) *weirv1.Account {
 	return a
 }
 
-func (s *Server) accountView(ctx context.Context, row db.Account) (*weirv1.Account, error) {
-	st, err := s.liveState(ctx, s.now())
+func (v accountViews) accountView(ctx context.Context, row db.Account) (*weirv1.Account, error) {
+	st, err := v.liveState(ctx, v.now())
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,9 @@ package controlplane
 
 import (
 	"context"
+	"log/slog"
 	"slices"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -22,11 +24,14 @@ const maxAliasTargets = 16
 
 type aliasService struct {
 	weirv1connect.UnimplementedAliasServiceHandler
-	s *Server
+	q     *db.Queries
+	now   func() time.Time
+	log   *slog.Logger
+	watch *poolWatch
 }
 
 func (a aliasService) ListAliases(ctx context.Context, _ *connect.Request[weirv1.ListAliasesRequest]) (*connect.Response[weirv1.ListAliasesResponse], error) {
-	rows, err := a.s.q.ListModelAliases(ctx)
+	rows, err := a.q.ListModelAliases(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -56,25 +61,25 @@ func (a aliasService) SetAlias(ctx context.Context, req *connect.Request[weirv1.
 			return nil, invalidf("targets: %q appears twice", t)
 		}
 	}
-	row, err := a.s.q.SetModelAlias(ctx, db.SetModelAliasParams{Alias: m.Alias, Targets: m.Targets, Now: a.s.now()})
+	row, err := a.q.SetModelAlias(ctx, db.SetModelAliasParams{Alias: m.Alias, Targets: m.Targets, Now: a.now()})
 	if err != nil {
 		return nil, err
 	}
-	a.s.log.InfoContext(ctx, "model alias set", "alias", row.Alias, "targets", row.Targets)
-	a.s.watch.announce(ctx)
+	a.log.InfoContext(ctx, "model alias set", "alias", row.Alias, "targets", row.Targets)
+	a.watch.announce(ctx)
 	return connect.NewResponse(&weirv1.SetAliasResponse{Alias: aliasProto(row)}), nil
 }
 
 func (a aliasService) DeleteAlias(ctx context.Context, req *connect.Request[weirv1.DeleteAliasRequest]) (*connect.Response[weirv1.DeleteAliasResponse], error) {
-	n, err := a.s.q.DeleteModelAlias(ctx, req.Msg.Alias)
+	n, err := a.q.DeleteModelAlias(ctx, req.Msg.Alias)
 	if err != nil {
 		return nil, err
 	}
 	if n == 0 {
 		return nil, ErrNotFound
 	}
-	a.s.log.InfoContext(ctx, "model alias deleted", "alias", req.Msg.Alias)
-	a.s.watch.announce(ctx)
+	a.log.InfoContext(ctx, "model alias deleted", "alias", req.Msg.Alias)
+	a.watch.announce(ctx)
 	return connect.NewResponse(&weirv1.DeleteAliasResponse{}), nil
 }
 

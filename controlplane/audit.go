@@ -240,7 +240,7 @@ func stringField(m proto.Message, names ...protoreflect.Name) string {
 
 type auditService struct {
 	weirv1connect.UnimplementedAuditServiceHandler
-	s *Server
+	q *db.Queries
 }
 
 func (h auditService) ListAuditEvents(ctx context.Context, req *connect.Request[weirv1.ListAuditEventsRequest]) (*connect.Response[weirv1.ListAuditEventsResponse], error) {
@@ -276,7 +276,7 @@ func (h auditService) ListAuditEvents(ctx context.Context, req *connect.Request[
 		}
 		p.BeforeAt, p.BeforeID = &at, pgtype.Int8{Int64: id, Valid: true}
 	}
-	rows, err := h.s.q.ListAuditEvents(ctx, p)
+	rows, err := h.q.ListAuditEvents(ctx, p)
 	if err != nil {
 		return nil, err
 	}

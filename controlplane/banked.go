@@ -473,15 +473,15 @@ func bankedUpdate(p *db.SetBankedResetsParams, path string, m *weirv1.UpdateAcco
 
 // ListResetGrants lists an account's grants as last read and its claims.
 func (a accountService) ListResetGrants(ctx context.Context, req *connect.Request[weirv1.ListResetGrantsRequest]) (*connect.Response[weirv1.ListResetGrantsResponse], error) {
-	row, err := a.s.findAccount(ctx, req.Msg.Id)
+	row, err := a.findAccount(ctx, req.Msg.Id)
 	if err != nil {
 		return nil, err
 	}
-	grants, err := a.s.q.ListResetGrants(ctx, row.ID)
+	grants, err := a.q.ListResetGrants(ctx, row.ID)
 	if err != nil {
 		return nil, err
 	}
-	claims, err := a.s.q.ListResetClaims(ctx, row.ID)
+	claims, err := a.q.ListResetClaims(ctx, row.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -504,11 +504,11 @@ func (a accountService) ClaimResetGrant(ctx context.Context, req *connect.Reques
 	if req.Msg.GrantId == "" {
 		return nil, toConnect(invalidf("grant_id: required"))
 	}
-	row, err := a.s.findAccount(ctx, req.Msg.Id)
+	row, err := a.findAccount(ctx, req.Msg.Id)
 	if err != nil {
 		return nil, err
 	}
-	out, err := a.s.bankedReset(ctx, row.ID, req.Msg.GrantId)
+	out, err := a.bankedReset(ctx, row.ID, req.Msg.GrantId)
 	if err != nil {
 		return nil, err
 	}

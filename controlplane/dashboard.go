@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -119,20 +120,23 @@ func (b *bufferedResponse) Write(p []byte) (int, error) {
 
 type dashboardService struct {
 	weirv1connect.UnimplementedDashboardServiceHandler
-	s *Server
+	store
+	now   func() time.Time
+	log   *slog.Logger
+	views accountViews
 }
 
 func (d dashboardService) ClearCooldown(ctx context.Context, req *connect.Request[weirv1.ClearCooldownRequest]) (*connect.Response[weirv1.ClearCooldownResponse], error) {
-	row, err := d.s.findAccount(ctx, req.Msg.Id)
+	row, err := d.findAccount(ctx, req.Msg.Id)
 	if err != nil {
 		return nil, err
 	}
-	n, err := d.s.q.ClearAccountCooldowns(ctx, row.ID)
+	n, err := d.q.ClearAccountCooldowns(ctx, row.ID)
 	if err != nil {
 		return nil, err
 	}
-	d.s.log.InfoContext(ctx, "account cooldown cleared", "account_id", row.ID, "cooldowns", n.Cooldowns, "family_gates", n.Gates)
-	acct, err := d.s.accountView(ctx, row)
+	d.log.InfoContext(ctx, "account cooldown cleared", "account_id", row.ID, "cooldowns", n.Cooldowns, "family_gates", n.Gates)
+	acct, err := d.views.accountView(ctx, row)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +156,7 @@ func (d dashboardService) SearchRouteEvents(ctx context.Context, req *connect.Re
 	}
 	p := db.SearchRouteEventsParams{MaxRows: limit}
 	if m.AccountId != "" {
-		acct, err := d.s.findAccount(ctx, m.AccountId)
+		acct, err := d.findAccount(ctx, m.AccountId)
 		if err != nil {
 			return nil, err
 		}
@@ -162,9 +166,9 @@ func (d dashboardService) SearchRouteEvents(ctx context.Context, req *connect.Re
 		var key db.ClientKey
 		var err error
 		if id, perr := uuid.Parse(m.KeyId); perr == nil {
-			key, err = d.s.q.GetKey(ctx, id)
+			key, err = d.q.GetKey(ctx, id)
 		} else {
-			key, err = d.s.q.GetKeyByName(ctx, m.KeyId)
+			key, err = d.q.GetKeyByName(ctx, m.KeyId)
 		}
 		if err != nil {
 			return nil, storeErr(err)
@@ -188,7 +192,7 @@ func (d dashboardService) SearchRouteEvents(ctx context.Context, req *connect.Re
 	default:
 		return nil, invalidf("outcome: unknown value %d", int32(m.Outcome))
 	}
-	rows, err := d.s.q.SearchRouteEvents(ctx, p)
+	rows, err := d.q.SearchRouteEvents(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -204,15 +208,15 @@ func (d dashboardService) UsageHistory(ctx context.Context, req *connect.Request
 	if err != nil {
 		return nil, err
 	}
-	p := db.UsageHistoryParams{BucketSeconds: bucket.Seconds(), Since: d.s.now().Add(-rng)}
+	p := db.UsageHistoryParams{BucketSeconds: bucket.Seconds(), Since: d.now().Add(-rng)}
 	if req.Msg.AccountId != "" {
-		acct, err := d.s.findAccount(ctx, req.Msg.AccountId)
+		acct, err := d.findAccount(ctx, req.Msg.AccountId)
 		if err != nil {
 			return nil, err
 		}
 		p.AccountID = uuid.NullUUID{UUID: acct.ID, Valid: true}
 	}
-	rows, err := d.s.q.UsageHistory(ctx, p)
+	rows, err := d.q.UsageHistory(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +238,7 @@ func (d dashboardService) RouteStats(ctx context.Context, req *connect.Request[w
 	if err != nil {
 		return nil, err
 	}
-	rows, err := d.s.q.RouteEventBuckets(ctx, db.RouteEventBucketsParams{BucketSeconds: bucket.Seconds(), Since: d.s.now().Add(-rng)})
+	rows, err := d.q.RouteEventBuckets(ctx, db.RouteEventBucketsParams{BucketSeconds: bucket.Seconds(), Since: d.now().Add(-rng)})
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/weirhq/weir/controlplane/db"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/jobs"
 )
@@ -85,12 +86,12 @@ func (m *integrityMetrics) count(kind, action string, n int) {
 }
 
 // opsService serves OpsService.
-type opsService struct{ s *Server }
+type opsService struct{ q *db.Queries }
 
 // LastIntegrityReport answers the integrity check's last stored report, or
 // no report when it has not run yet.
 func (o opsService) LastIntegrityReport(ctx context.Context, _ *connect.Request[weirv1.LastIntegrityReportRequest]) (*connect.Response[weirv1.LastIntegrityReportResponse], error) {
-	row, err := o.s.q.LastIntegrityReport(ctx)
+	row, err := o.q.LastIntegrityReport(ctx)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return connect.NewResponse(&weirv1.LastIntegrityReportResponse{}), nil
 	}

@@ -229,10 +229,10 @@ func parseExpiry(raw json.RawMessage, millis bool) (time.Time, bool) {
 
 // setOAuthTokens writes the refresh half of in, for the credential just
 // written at revision rev, in the caller's transaction.
-func (s *Server) setOAuthTokens(ctx context.Context, q *db.Queries, id uuid.UUID, rev int64, in credentialInput) (db.Account, error) {
+func setOAuthTokens(ctx context.Context, q *db.Queries, sl *seal.Sealer, id uuid.UUID, rev int64, in credentialInput) (db.Account, error) {
 	var sealed []byte
 	if in.refresh != "" {
-		sealed = s.seal.SealRefresh(id, rev, in.refresh)
+		sealed = sl.SealRefresh(id, rev, in.refresh)
 	}
 	return q.SetOAuthTokens(ctx, db.SetOAuthTokensParams{
 		RefreshSealed: sealed, AccessExpiresAt: in.expiresAt, ID: id, CredentialRevision: rev,

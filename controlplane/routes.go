@@ -26,7 +26,7 @@ const (
 
 type routeService struct {
 	weirv1connect.UnimplementedRouteServiceHandler
-	s *Server
+	store
 }
 
 func (r routeService) ListRouteEvents(ctx context.Context, req *connect.Request[weirv1.ListRouteEventsRequest]) (*connect.Response[weirv1.ListRouteEventsResponse], error) {
@@ -41,13 +41,13 @@ func (r routeService) ListRouteEvents(ctx context.Context, req *connect.Request[
 	}
 	p := db.ListRouteEventsParams{MaxRows: limit, SpilledOnly: req.Msg.SpilledOnly}
 	if req.Msg.AccountId != "" {
-		acct, err := r.s.findAccount(ctx, req.Msg.AccountId)
+		acct, err := r.findAccount(ctx, req.Msg.AccountId)
 		if err != nil {
 			return nil, err
 		}
 		p.AccountID = uuid.NullUUID{UUID: acct.ID, Valid: true}
 	}
-	rows, err := r.s.q.ListRouteEvents(ctx, p)
+	rows, err := r.q.ListRouteEvents(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +63,7 @@ func (r routeService) GetRouteEvent(ctx context.Context, req *connect.Request[we
 	if id == "" {
 		return nil, invalidf("request_id: required")
 	}
-	row, err := r.s.q.GetRouteEvent(ctx, id)
+	row, err := r.q.GetRouteEvent(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("route event %q: %w", id, storeErr(err))
 	}

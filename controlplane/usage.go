@@ -332,8 +332,8 @@ func (u accountUsage) fill(a *weirv1.Account) {
 }
 
 // usageView reads every account's usage windows in one query.
-func (s *Server) usageView(ctx context.Context) (map[uuid.UUID]accountUsage, error) {
-	rows, err := s.q.UsageView(ctx, uuid.NullUUID{})
+func (st store) usageView(ctx context.Context) (map[uuid.UUID]accountUsage, error) {
+	rows, err := st.q.UsageView(ctx, uuid.NullUUID{})
 	if err != nil {
 		return nil, fmt.Errorf("usage view: %w", err)
 	}
@@ -361,18 +361,18 @@ func (s *Server) usageView(ctx context.Context) (map[uuid.UUID]accountUsage, err
 // RefreshUsage reads an account's usage endpoint now, through the same
 // budget as the poller.
 func (a accountService) RefreshUsage(ctx context.Context, req *connect.Request[weirv1.RefreshUsageRequest]) (*connect.Response[weirv1.RefreshUsageResponse], error) {
-	row, err := a.s.findAccount(ctx, req.Msg.Id)
+	row, err := a.findAccount(ctx, req.Msg.Id)
 	if err != nil {
 		return nil, err
 	}
-	res, err := a.s.readUsage(ctx, row.ID)
+	res, err := a.readUsage(ctx, row.ID)
 	if err != nil {
 		return nil, err
 	}
-	if row, err = a.s.q.GetAccount(ctx, row.ID); err != nil {
+	if row, err = a.q.GetAccount(ctx, row.ID); err != nil {
 		return nil, storeErr(err)
 	}
-	acct, err := a.s.accountView(ctx, row)
+	acct, err := a.views.accountView(ctx, row)
 	if err != nil {
 		return nil, err
 	}
