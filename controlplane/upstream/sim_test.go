@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,27 +20,14 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// simClock is the simulator's clock; tests move it, never sleep.
-type simClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *simClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// startSim serves accounts from the simulator over real HTTP, on a clock
-// at epoch.
-func startSim(t *testing.T, accounts ...sim.AccountScript) (*sim.Server, string, *simClock) {
+// startSim serves accounts from the simulator over real HTTP, on its own
+// clock, which starts at epoch and stands still.
+func startSim(t *testing.T, accounts ...sim.AccountScript) (*sim.Server, string) {
 	t.Helper()
-	clock := &simClock{t: epoch}
-	s := sim.New(sim.Config{Now: clock.Now, Script: sim.Script{Accounts: accounts}})
+	s := sim.New(sim.Config{Now: func() time.Time { return epoch }, ManualClock: true, Script: sim.Script{Accounts: accounts}})
 	ts := httptest.NewServer(s)
 	t.Cleanup(ts.Close)
-	return s, ts.URL, clock
+	return s, ts.URL
 }
 
 func client(t *testing.T) *http.Client {
@@ -79,7 +65,7 @@ func simReads(s *sim.Server, path string, status int) int {
 func TestReadAnthropicUsage(t *testing.T) {
 	t.Parallel()
 	token := "sk-ant-oat01-" + randHex(40)
-	s, base, _ := startSim(t, sim.AccountScript{Name: "max", Kind: sim.KindOAuth, Credential: token,
+	s, base := startSim(t, sim.AccountScript{Name: "max", Kind: sim.KindOAuth, Credential: token,
 		FiveHourUtilization: 0.45, SevenDayUtilization: 0.2, UsageReadsPer10m: 2})
 	c := client(t)
 
@@ -122,14 +108,14 @@ func TestReadAnthropicUsage(t *testing.T) {
 func TestReadCodexUsage(t *testing.T) {
 	t.Parallel()
 	token := "cx-" + randHex(40)
-	s, base, clock := startSim(t, sim.AccountScript{Name: "codex", Kind: sim.KindChatGPT, Credential: token,
+	s, base := startSim(t, sim.AccountScript{Name: "codex", Kind: sim.KindChatGPT, Credential: token,
 		FiveHourUtilization: 0.25, SevenDayUtilization: 0.625})
 	id, ok := s.ChatGPTAccountID("codex")
 	if !ok {
 		t.Fatal("the simulator names no ChatGPT account id")
 	}
 	c := client(t)
-	readings, wait, err := ReadCodexUsage(t.Context(), c, base+"/backend-api", token, id, clock.Now)
+	readings, wait, err := ReadCodexUsage(t.Context(), c, base+"/backend-api", token, id, s.Now)
 	if err != nil || wait != 0 {
 		t.Fatalf("read: %v (wait %v)", err, wait)
 	}
@@ -141,7 +127,7 @@ func TestReadCodexUsage(t *testing.T) {
 	if n := simReads(s, "/backend-api"+CodexUsagePath, http.StatusOK); n != 1 {
 		t.Fatalf("%d good reads, want 1", n)
 	}
-	_, _, err = ReadCodexUsage(t.Context(), c, base+"/backend-api", token, "", clock.Now)
+	_, _, err = ReadCodexUsage(t.Context(), c, base+"/backend-api", token, "", s.Now)
 	if err == nil || err.Error() != "usage endpoint answered 401" {
 		t.Fatalf("without the account id: %v", err)
 	}
@@ -154,7 +140,7 @@ func TestReadCodexUsage(t *testing.T) {
 func TestRefresh(t *testing.T) {
 	t.Parallel()
 	claudeRefresh, codexRefresh := "sk-ant-ort01-"+randHex(40), "rt_"+randHex(32)
-	s, base, _ := startSim(t,
+	s, base := startSim(t,
 		sim.AccountScript{Name: "max", Kind: sim.KindOAuth, Credential: "sk-ant-oat01-" + randHex(40), RefreshToken: claudeRefresh},
 		sim.AccountScript{Name: "codex", Kind: sim.KindChatGPT, Credential: "cx-" + randHex(40), RefreshToken: codexRefresh})
 	c := client(t)
