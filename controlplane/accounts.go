@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"log/slog"
 	"net/url"
 	"strings"
 	"time"
@@ -13,6 +14,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/seal"
+	"github.com/weirhq/weir/controlplane/upstream"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 )
@@ -21,49 +24,69 @@ const defaultMaxConcurrency = 4
 
 type accountService struct {
 	weirv1connect.UnimplementedAccountServiceHandler
-	s *Server
+	store
+	now        func() time.Time
+	log        *slog.Logger
+	seal       *seal.Sealer
+	watch      *poolWatch
+	views      accountViews
+	identities identities
+	// readUsage and bankedReset are the replica's, shared with its jobs:
+	// the budgeted usage read (usage.go) and a banked-reset claim
+	// (banked.go).
+	readUsage   func(context.Context, uuid.UUID) (usageResult, error)
+	bankedReset func(ctx context.Context, id uuid.UUID, grant string) (bankedOutcome, error)
+}
+
+// accountViews builds accounts as operators see them: the row with its
+// live leases, cooldowns, family gates, transport runs, usage and
+// forecasts.
+type accountViews struct {
+	store
+	now       func() time.Time
+	forecasts func(context.Context, time.Time) (map[uuid.UUID][]*weirv1.Forecast, error)
 }
 
 func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[weirv1.CreateAccountRequest]) (*connect.Response[weirv1.CreateAccountResponse], error) {
 	m := req.Msg
 	if err := validProviderAuth(m.Provider, m.AuthKind); err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	if err := validLabel(m.Label); err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	cred, err := parseCredential(m.Provider, m.AuthKind, m.Credential)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	upstreamID, err := upstreamAccountID(m.Provider, m.UpstreamAccountId, cred.accountID)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	if err := validBaseURL(m.BaseUrl); err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	maxConc := m.MaxConcurrency
 	if maxConc == 0 {
 		maxConc = defaultMaxConcurrency
 	}
 	if maxConc < 0 || maxConc > 10000 {
-		return nil, toConnect(invalidf("max_concurrency: must be between 1 and 10000"))
+		return nil, invalidf("max_concurrency: must be between 1 and 10000")
 	}
 	provider := enumName(m.Provider)
-	identity := a.s.identityFor(ctx, m.Provider, m.AuthKind, m.BaseUrl, upstreamID, cred)
+	identity := a.identities.identityFor(ctx, m.Provider, m.AuthKind, m.BaseUrl, upstreamID, cred)
 	// A Claude login first added while its profile did not answer is named
 	// by its token's hash.
 	names := []string{identity}
 	if m.Provider == weirv1.Provider_PROVIDER_ANTHROPIC && m.AuthKind == weirv1.AuthKind_AUTH_KIND_OAUTH {
 		names = append(names, tokenIdentity(cred))
 	}
-	if err := a.s.nameUnnamed(ctx, provider); err != nil {
-		return nil, a.s.fail(ctx, "create account", err)
+	if err := a.identities.nameUnnamed(ctx, provider); err != nil {
+		return nil, err
 	}
 	id := uuid.New()
 	var row db.Account
-	err = a.s.tx(ctx, func(q *db.Queries) error {
+	err = a.tx(ctx, func(q *db.Queries) error {
 		if err := findDuplicate(ctx, q, provider, db.Account{}, names...); err != nil {
 			return err
 		}
@@ -76,10 +99,10 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 			BaseUrl:           strings.TrimRight(m.BaseUrl, "/"),
 			MaxConcurrency:    maxConc,
 			Priority:          m.Priority,
-			CredentialSealed:  a.s.seal.seal(id, 1, cred.access),
-			CredentialHint:    credentialHint(cred.access),
+			CredentialSealed:  a.seal.Seal(id, 1, cred.access),
+			CredentialHint:    seal.Hint(cred.access),
 			UpstreamAccountID: upstreamID,
-			Now:               a.s.now(),
+			Now:               a.now(),
 		})
 		if err != nil {
 			return err
@@ -92,12 +115,12 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 		if cred.refresh == "" && cred.expiresAt == nil {
 			return nil
 		}
-		row, err = a.s.setOAuthTokens(ctx, q, id, row.CredentialRevision, cred)
+		row, err = setOAuthTokens(ctx, q, a.seal, id, row.CredentialRevision, cred)
 		return err
 	})
 	if isIdentityConflict(err) {
 		// A concurrent create of the same upstream account won.
-		if dup := findDuplicate(ctx, a.s.q, provider, db.Account{}, identity); dup != nil {
+		if dup := findDuplicate(ctx, a.q, provider, db.Account{}, identity); dup != nil {
 			err = dup
 		}
 	}
@@ -106,25 +129,25 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 		return nil, dup.connectErr()
 	}
 	if err != nil {
-		return nil, a.s.fail(ctx, "create account", storeErr(err))
+		return nil, storeErr(err)
 	}
-	a.s.log.InfoContext(ctx, "account created", "account_id", id, "label", row.Label, "provider", row.Provider, "auth_kind", row.AuthKind)
-	acct, err := a.s.accountView(ctx, row)
+	a.log.InfoContext(ctx, "account created", "account_id", id, "label", row.Label, "provider", row.Provider, "auth_kind", row.AuthKind)
+	acct, err := a.views.accountView(ctx, row)
 	if err != nil {
-		return nil, a.s.fail(ctx, "create account", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.CreateAccountResponse{Account: acct}), nil
 }
 
 func (a accountService) ListAccounts(ctx context.Context, _ *connect.Request[weirv1.ListAccountsRequest]) (*connect.Response[weirv1.ListAccountsResponse], error) {
-	now := a.s.now()
-	rows, err := a.s.q.ListAccounts(ctx)
+	now := a.now()
+	rows, err := a.q.ListAccounts(ctx)
 	if err != nil {
-		return nil, a.s.fail(ctx, "list accounts", err)
+		return nil, err
 	}
-	st, err := a.s.liveState(ctx, now)
+	st, err := a.views.liveState(ctx, now)
 	if err != nil {
-		return nil, a.s.fail(ctx, "list accounts", err)
+		return nil, err
 	}
 	out := make([]*weirv1.Account, 0, len(rows))
 	for _, r := range rows {
@@ -134,28 +157,28 @@ func (a accountService) ListAccounts(ctx context.Context, _ *connect.Request[wei
 }
 
 func (a accountService) GetAccount(ctx context.Context, req *connect.Request[weirv1.GetAccountRequest]) (*connect.Response[weirv1.GetAccountResponse], error) {
-	row, err := a.s.findAccount(ctx, req.Msg.Id)
+	row, err := a.findAccount(ctx, req.Msg.Id)
 	if err != nil {
-		return nil, a.s.fail(ctx, "get account", err)
+		return nil, err
 	}
-	acct, err := a.s.accountView(ctx, row)
+	acct, err := a.views.accountView(ctx, row)
 	if err != nil {
-		return nil, a.s.fail(ctx, "get account", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.GetAccountResponse{Account: acct}), nil
 }
 
 func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[weirv1.UpdateAccountRequest]) (*connect.Response[weirv1.UpdateAccountResponse], error) {
 	m := req.Msg
-	row, err := a.s.findAccount(ctx, m.Id)
+	row, err := a.findAccount(ctx, m.Id)
 	if err != nil {
-		return nil, a.s.fail(ctx, "update account", err)
+		return nil, err
 	}
 	paths := m.GetUpdateMask().GetPaths()
 	if len(paths) == 0 {
-		return nil, toConnect(invalidf("update_mask: name at least one field"))
+		return nil, invalidf("update_mask: name at least one field")
 	}
-	p := db.UpdateAccountParams{ID: row.ID, Now: a.s.now()}
+	p := db.UpdateAccountParams{ID: row.ID, Now: a.now()}
 	provider := enumValue[weirv1.Provider](row.Provider)
 	var newCredential *credentialInput
 	banked := db.SetBankedResetsParams{ID: row.ID}
@@ -163,22 +186,22 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 		switch path {
 		case "banked_resets_enabled", "org_id":
 			if err := bankedUpdate(&banked, path, m); err != nil {
-				return nil, toConnect(err)
+				return nil, err
 			}
 		case "label":
 			if err := validLabel(m.Label); err != nil {
-				return nil, toConnect(err)
+				return nil, err
 			}
 			p.Label = &m.Label
 		case "base_url":
 			if err := validBaseURL(m.BaseUrl); err != nil {
-				return nil, toConnect(err)
+				return nil, err
 			}
 			u := strings.TrimRight(m.BaseUrl, "/")
 			p.BaseUrl = &u
 		case "max_concurrency":
 			if m.MaxConcurrency < 1 || m.MaxConcurrency > 10000 {
-				return nil, toConnect(invalidf("max_concurrency: must be between 1 and 10000"))
+				return nil, invalidf("max_concurrency: must be between 1 and 10000")
 			}
 			p.MaxConcurrency = &m.MaxConcurrency
 		case "priority":
@@ -186,18 +209,18 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 		case "upstream_account_id":
 			if m.UpstreamAccountId != "" || provider == weirv1.Provider_PROVIDER_CODEX {
 				if _, err := upstreamAccountID(provider, m.UpstreamAccountId, ""); err != nil {
-					return nil, toConnect(err)
+					return nil, err
 				}
 			}
 			p.UpstreamAccountID = &m.UpstreamAccountId
 		case "credential":
 			cred, err := parseCredential(provider, enumValue[weirv1.AuthKind](row.AuthKind), m.Credential)
 			if err != nil {
-				return nil, toConnect(err)
+				return nil, err
 			}
 			newCredential = &cred
 		default:
-			return nil, toConnect(invalidf("update_mask: unknown field %q", path))
+			return nil, invalidf("update_mask: unknown field %q", path)
 		}
 	}
 	// A new Codex credential names its ChatGPT account, unless the request
@@ -217,7 +240,7 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 		newIdentity = &h
 	}
 	oldBase := row.BaseUrl
-	err = a.s.tx(ctx, func(q *db.Queries) error {
+	err = a.tx(ctx, func(q *db.Queries) error {
 		var err error
 		if newIdentity != nil && *newIdentity != row.Identity {
 			if err := findDuplicate(ctx, q, row.Provider, row, *newIdentity); err != nil {
@@ -247,16 +270,16 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 		rev := row.CredentialRevision + 1
 		row, err = q.ReplaceCredential(ctx, db.ReplaceCredentialParams{
 			ID:                 row.ID,
-			CredentialSealed:   a.s.seal.seal(row.ID, rev, newCredential.access),
+			CredentialSealed:   a.seal.Seal(row.ID, rev, newCredential.access),
 			CredentialRevision: rev,
-			CredentialHint:     credentialHint(newCredential.access),
+			CredentialHint:     seal.Hint(newCredential.access),
 			Now:                p.Now,
 		})
 		if err != nil {
 			return err
 		}
 		// Always: the old credential's refresh token and state go with it.
-		if row, err = a.s.setOAuthTokens(ctx, q, row.ID, rev, *newCredential); err != nil {
+		if row, err = setOAuthTokens(ctx, q, a.seal, row.ID, rev, *newCredential); err != nil {
 			return err
 		}
 		// The old credential's verdict does not bind the new one.
@@ -267,40 +290,40 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 		return nil, dup.connectErr()
 	}
 	if err != nil {
-		return nil, a.s.fail(ctx, "update account", err)
+		return nil, err
 	}
-	acct, err := a.s.accountView(ctx, row)
+	acct, err := a.views.accountView(ctx, row)
 	if err != nil {
-		return nil, a.s.fail(ctx, "update account", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.UpdateAccountResponse{Account: acct}), nil
 }
 
 func (a accountService) PauseAccount(ctx context.Context, req *connect.Request[weirv1.PauseAccountRequest]) (*connect.Response[weirv1.PauseAccountResponse], error) {
-	row, err := a.s.findAccount(ctx, req.Msg.Id)
+	row, err := a.findAccount(ctx, req.Msg.Id)
 	if err != nil {
-		return nil, a.s.fail(ctx, "pause account", err)
+		return nil, err
 	}
-	if row, err = a.s.q.SetPaused(ctx, db.SetPausedParams{ID: row.ID, Paused: true, Now: a.s.now()}); err != nil {
-		return nil, a.s.fail(ctx, "pause account", storeErr(err))
+	if row, err = a.q.SetPaused(ctx, db.SetPausedParams{ID: row.ID, Paused: true, Now: a.now()}); err != nil {
+		return nil, storeErr(err)
 	}
-	a.s.log.InfoContext(ctx, "account paused", "account_id", row.ID)
-	acct, err := a.s.accountView(ctx, row)
+	a.log.InfoContext(ctx, "account paused", "account_id", row.ID)
+	acct, err := a.views.accountView(ctx, row)
 	if err != nil {
-		return nil, a.s.fail(ctx, "pause account", err)
+		return nil, err
 	}
-	a.s.watch.announce(ctx) // workers stop reusing it before this returns
+	a.watch.announce(ctx) // workers stop reusing it before this returns
 	return connect.NewResponse(&weirv1.PauseAccountResponse{Account: acct}), nil
 }
 
 func (a accountService) ResumeAccount(ctx context.Context, req *connect.Request[weirv1.ResumeAccountRequest]) (*connect.Response[weirv1.ResumeAccountResponse], error) {
-	row, err := a.s.findAccount(ctx, req.Msg.Id)
+	row, err := a.findAccount(ctx, req.Msg.Id)
 	if err != nil {
-		return nil, a.s.fail(ctx, "resume account", err)
+		return nil, err
 	}
-	err = a.s.tx(ctx, func(q *db.Queries) error {
+	err = a.tx(ctx, func(q *db.Queries) error {
 		var err error
-		if row, err = q.ResumeAccount(ctx, db.ResumeAccountParams{ID: row.ID, Now: a.s.now()}); err != nil {
+		if row, err = q.ResumeAccount(ctx, db.ResumeAccountParams{ID: row.ID, Now: a.now()}); err != nil {
 			return storeErr(err)
 		}
 		if _, err = q.ClearCooldown(ctx, row.ID); err != nil {
@@ -310,39 +333,39 @@ func (a accountService) ResumeAccount(ctx context.Context, req *connect.Request[
 		return err
 	})
 	if err != nil {
-		return nil, a.s.fail(ctx, "resume account", err)
+		return nil, err
 	}
-	a.s.log.InfoContext(ctx, "account resumed", "account_id", row.ID)
-	acct, err := a.s.accountView(ctx, row)
+	a.log.InfoContext(ctx, "account resumed", "account_id", row.ID)
+	acct, err := a.views.accountView(ctx, row)
 	if err != nil {
-		return nil, a.s.fail(ctx, "resume account", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.ResumeAccountResponse{Account: acct}), nil
 }
 
 func (a accountService) DeleteAccount(ctx context.Context, req *connect.Request[weirv1.DeleteAccountRequest]) (*connect.Response[weirv1.DeleteAccountResponse], error) {
-	row, err := a.s.findAccount(ctx, req.Msg.Id)
+	row, err := a.findAccount(ctx, req.Msg.Id)
 	if err != nil {
-		return nil, a.s.fail(ctx, "delete account", err)
+		return nil, err
 	}
-	if _, err := a.s.q.DeleteAccount(ctx, row.ID); err != nil {
-		return nil, a.s.fail(ctx, "delete account", err)
+	if _, err := a.q.DeleteAccount(ctx, row.ID); err != nil {
+		return nil, err
 	}
-	a.s.log.InfoContext(ctx, "account deleted", "account_id", row.ID)
-	a.s.watch.announce(ctx)
+	a.log.InfoContext(ctx, "account deleted", "account_id", row.ID)
+	a.watch.announce(ctx)
 	return connect.NewResponse(&weirv1.DeleteAccountResponse{}), nil
 }
 
 // findAccount resolves an id or a label.
-func (s *Server) findAccount(ctx context.Context, idOrLabel string) (db.Account, error) {
+func (st store) findAccount(ctx context.Context, idOrLabel string) (db.Account, error) {
 	if idOrLabel == "" {
 		return db.Account{}, invalidf("id: required (an account id or label)")
 	}
 	if id, err := uuid.Parse(idOrLabel); err == nil {
-		row, err := s.q.GetAccount(ctx, id)
+		row, err := st.q.GetAccount(ctx, id)
 		return row, storeErr(err)
 	}
-	row, err := s.q.GetAccountByLabel(ctx, idOrLabel)
+	row, err := st.q.GetAccountByLabel(ctx, idOrLabel)
 	return row, storeErr(err)
 }
 
@@ -361,28 +384,28 @@ type liveAccounts struct {
 
 // liveState reads live lease counts, cooldowns, family gates and usage
 // windows for every account.
-func (s *Server) liveState(ctx context.Context, now time.Time) (liveAccounts, error) {
-	counts, err := s.q.LiveLeaseCounts(ctx, now)
+func (v accountViews) liveState(ctx context.Context, now time.Time) (liveAccounts, error) {
+	counts, err := v.q.LiveLeaseCounts(ctx, now)
 	if err != nil {
 		return liveAccounts{}, err
 	}
-	cds, err := s.q.LiveCooldowns(ctx, now)
+	cds, err := v.q.LiveCooldowns(ctx, now)
 	if err != nil {
 		return liveAccounts{}, err
 	}
-	gates, err := s.q.LiveFamilyGates(ctx, now)
+	gates, err := v.q.LiveFamilyGates(ctx, now)
 	if err != nil {
 		return liveAccounts{}, err
 	}
-	runs, err := s.q.TransportRuns(ctx)
+	runs, err := v.q.TransportRuns(ctx)
 	if err != nil {
 		return liveAccounts{}, err
 	}
-	usage, err := s.usageView(ctx)
+	usage, err := v.usageView(ctx)
 	if err != nil {
 		return liveAccounts{}, err
 	}
-	forecasts, err := s.forecasts(ctx, now)
+	forecasts, err := v.forecasts(ctx, now)
 	if err != nil {
 		return liveAccounts{}, err
 	}
@@ -428,8 +451,8 @@ func (st liveAccounts) account(r db.Account) *weirv1.Account {
 	return a
 }
 
-func (s *Server) accountView(ctx context.Context, row db.Account) (*weirv1.Account, error) {
-	st, err := s.liveState(ctx, s.now())
+func (v accountViews) accountView(ctx context.Context, row db.Account) (*weirv1.Account, error) {
+	st, err := v.liveState(ctx, v.now())
 	if err != nil {
 		return nil, err
 	}
@@ -534,11 +557,7 @@ func validLabel(l string) error {
 // validCredential admits what can travel in an HTTP header: printable
 // ASCII, no spaces.
 func validCredential(c string) error {
-	bad := len(c) < 8 || len(c) > 8192
-	for i := 0; i < len(c) && !bad; i++ {
-		bad = c[i] < 0x21 || c[i] > 0x7e
-	}
-	if bad {
+	if !upstream.TokenShaped(c) {
 		return invalidf("credential: required, 8 to 8192 printable ASCII characters")
 	}
 	return nil

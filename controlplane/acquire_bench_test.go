@@ -89,7 +89,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 func BenchmarkAcquireQueries(b *testing.B) {
 	srv := benchServer(b)
 	ctx := b.Context()
-	a := accountService{s: srv}
+	a := srv.accountService()
 	for i := range 4 {
 		if _, err := a.CreateAccount(ctx, connect.NewRequest(&weirv1.CreateAccountRequest{
 			Provider: weirv1.Provider_PROVIDER_ANTHROPIC, AuthKind: weirv1.AuthKind_AUTH_KIND_API_KEY,
@@ -98,7 +98,7 @@ func BenchmarkAcquireQueries(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	key, err := keyService{s: srv}.CreateKey(ctx, connect.NewRequest(&weirv1.CreateKeyRequest{Name: "q"}))
+	key, err := srv.keyService().CreateKey(ctx, connect.NewRequest(&weirv1.CreateKeyRequest{Name: "q"}))
 	if err != nil {
 		b.Fatal(err)
 	}

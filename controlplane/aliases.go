@@ -2,7 +2,9 @@ package controlplane
 
 import (
 	"context"
+	"log/slog"
 	"slices"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -22,13 +24,16 @@ const maxAliasTargets = 16
 
 type aliasService struct {
 	weirv1connect.UnimplementedAliasServiceHandler
-	s *Server
+	q     *db.Queries
+	now   func() time.Time
+	log   *slog.Logger
+	watch *poolWatch
 }
 
 func (a aliasService) ListAliases(ctx context.Context, _ *connect.Request[weirv1.ListAliasesRequest]) (*connect.Response[weirv1.ListAliasesResponse], error) {
-	rows, err := a.s.q.ListModelAliases(ctx)
+	rows, err := a.q.ListModelAliases(ctx)
 	if err != nil {
-		return nil, a.s.fail(ctx, "list aliases", err)
+		return nil, err
 	}
 	out := make([]*weirv1.Alias, 0, len(rows))
 	for _, r := range rows {
@@ -40,41 +45,41 @@ func (a aliasService) ListAliases(ctx context.Context, _ *connect.Request[weirv1
 func (a aliasService) SetAlias(ctx context.Context, req *connect.Request[weirv1.SetAliasRequest]) (*connect.Response[weirv1.SetAliasResponse], error) {
 	m := req.Msg
 	if err := validModelID("alias", m.Alias); err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	if len(m.Targets) == 0 || len(m.Targets) > maxAliasTargets {
-		return nil, toConnect(invalidf("targets: 1 to %d concrete model ids", maxAliasTargets))
+		return nil, invalidf("targets: 1 to %d concrete model ids", maxAliasTargets)
 	}
 	for i, t := range m.Targets {
 		if err := validModelID("targets", t); err != nil {
-			return nil, toConnect(err)
+			return nil, err
 		}
 		if t == m.Alias {
-			return nil, toConnect(invalidf("targets: an alias cannot name itself"))
+			return nil, invalidf("targets: an alias cannot name itself")
 		}
 		if slices.Contains(m.Targets[:i], t) {
-			return nil, toConnect(invalidf("targets: %q appears twice", t))
+			return nil, invalidf("targets: %q appears twice", t)
 		}
 	}
-	row, err := a.s.q.SetModelAlias(ctx, db.SetModelAliasParams{Alias: m.Alias, Targets: m.Targets, Now: a.s.now()})
+	row, err := a.q.SetModelAlias(ctx, db.SetModelAliasParams{Alias: m.Alias, Targets: m.Targets, Now: a.now()})
 	if err != nil {
-		return nil, a.s.fail(ctx, "set alias", err)
+		return nil, err
 	}
-	a.s.log.InfoContext(ctx, "model alias set", "alias", row.Alias, "targets", row.Targets)
-	a.s.watch.announce(ctx)
+	a.log.InfoContext(ctx, "model alias set", "alias", row.Alias, "targets", row.Targets)
+	a.watch.announce(ctx)
 	return connect.NewResponse(&weirv1.SetAliasResponse{Alias: aliasProto(row)}), nil
 }
 
 func (a aliasService) DeleteAlias(ctx context.Context, req *connect.Request[weirv1.DeleteAliasRequest]) (*connect.Response[weirv1.DeleteAliasResponse], error) {
-	n, err := a.s.q.DeleteModelAlias(ctx, req.Msg.Alias)
+	n, err := a.q.DeleteModelAlias(ctx, req.Msg.Alias)
 	if err != nil {
-		return nil, a.s.fail(ctx, "delete alias", err)
+		return nil, err
 	}
 	if n == 0 {
-		return nil, toConnect(ErrNotFound)
+		return nil, ErrNotFound
 	}
-	a.s.log.InfoContext(ctx, "model alias deleted", "alias", req.Msg.Alias)
-	a.s.watch.announce(ctx)
+	a.log.InfoContext(ctx, "model alias deleted", "alias", req.Msg.Alias)
+	a.watch.announce(ctx)
 	return connect.NewResponse(&weirv1.DeleteAliasResponse{}), nil
 }
 

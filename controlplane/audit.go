@@ -240,7 +240,7 @@ func stringField(m proto.Message, names ...protoreflect.Name) string {
 
 type auditService struct {
 	weirv1connect.UnimplementedAuditServiceHandler
-	s *Server
+	q *db.Queries
 }
 
 func (h auditService) ListAuditEvents(ctx context.Context, req *connect.Request[weirv1.ListAuditEventsRequest]) (*connect.Response[weirv1.ListAuditEventsResponse], error) {
@@ -248,7 +248,7 @@ func (h auditService) ListAuditEvents(ctx context.Context, req *connect.Request[
 	size := m.PageSize
 	switch {
 	case size < 0:
-		return nil, toConnect(invalidf("page_size: must not be negative"))
+		return nil, invalidf("page_size: must not be negative")
 	case size == 0:
 		size = 50
 	case size > 500:
@@ -272,13 +272,13 @@ func (h auditService) ListAuditEvents(ctx context.Context, req *connect.Request[
 	if m.PageToken != "" {
 		at, id, err := parseAuditCursor(m.PageToken)
 		if err != nil {
-			return nil, toConnect(err)
+			return nil, err
 		}
 		p.BeforeAt, p.BeforeID = &at, pgtype.Int8{Int64: id, Valid: true}
 	}
-	rows, err := h.s.q.ListAuditEvents(ctx, p)
+	rows, err := h.q.ListAuditEvents(ctx, p)
 	if err != nil {
-		return nil, h.s.fail(ctx, "list audit events", err)
+		return nil, err
 	}
 	out := &weirv1.ListAuditEventsResponse{}
 	if len(rows) > int(size) {

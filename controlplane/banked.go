@@ -411,7 +411,7 @@ func (s *Server) postResetClaim(ctx context.Context, acct db.Account, row db.Res
 	if acct.OrgID == nil || *acct.OrgID == "" {
 		return "", "", errors.New("the account has no org_id")
 	}
-	token, err := s.seal.open(acct.ID, acct.CredentialRevision, acct.CredentialSealed)
+	token, err := s.seal.Open(acct.ID, acct.CredentialRevision, acct.CredentialSealed)
 	if err != nil {
 		return "", "", errors.New("credential unreadable under this secret key")
 	}
@@ -473,17 +473,17 @@ func bankedUpdate(p *db.SetBankedResetsParams, path string, m *weirv1.UpdateAcco
 
 // ListResetGrants lists an account's grants as last read and its claims.
 func (a accountService) ListResetGrants(ctx context.Context, req *connect.Request[weirv1.ListResetGrantsRequest]) (*connect.Response[weirv1.ListResetGrantsResponse], error) {
-	row, err := a.s.findAccount(ctx, req.Msg.Id)
+	row, err := a.findAccount(ctx, req.Msg.Id)
 	if err != nil {
-		return nil, a.s.fail(ctx, "list reset grants", err)
+		return nil, err
 	}
-	grants, err := a.s.q.ListResetGrants(ctx, row.ID)
+	grants, err := a.q.ListResetGrants(ctx, row.ID)
 	if err != nil {
-		return nil, a.s.fail(ctx, "list reset grants", err)
+		return nil, err
 	}
-	claims, err := a.s.q.ListResetClaims(ctx, row.ID)
+	claims, err := a.q.ListResetClaims(ctx, row.ID)
 	if err != nil {
-		return nil, a.s.fail(ctx, "list reset grants", err)
+		return nil, err
 	}
 	out := &weirv1.ListResetGrantsResponse{Grants: []*weirv1.ResetGrant{}, Claims: []*weirv1.ResetClaim{}}
 	for _, g := range grants {
@@ -504,13 +504,13 @@ func (a accountService) ClaimResetGrant(ctx context.Context, req *connect.Reques
 	if req.Msg.GrantId == "" {
 		return nil, toConnect(invalidf("grant_id: required"))
 	}
-	row, err := a.s.findAccount(ctx, req.Msg.Id)
+	row, err := a.findAccount(ctx, req.Msg.Id)
 	if err != nil {
-		return nil, a.s.fail(ctx, "claim reset grant", err)
+		return nil, err
 	}
-	out, err := a.s.bankedReset(ctx, row.ID, req.Msg.GrantId)
+	out, err := a.bankedReset(ctx, row.ID, req.Msg.GrantId)
 	if err != nil {
-		return nil, a.s.fail(ctx, "claim reset grant", err)
+		return nil, err
 	}
 	resp := &weirv1.ClaimResetGrantResponse{Sent: out.sent, Reason: out.why}
 	if out.claim != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"github.com/weirhq/weir/controlplane/upstream"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/pgtest"
 	"github.com/weirhq/weir/internal/sim"
@@ -231,10 +232,10 @@ func TestCreateCodexAccount(t *testing.T) {
 	if !sameTime(row.AccessExpiresAt, &exp) {
 		t.Errorf("access_expires_at %v, want the JWT's exp %v", row.AccessExpiresAt, exp)
 	}
-	if got, err := e.srv.seal.openRefresh(row.ID, 1, row.RefreshSealed); err != nil || got != refresh {
+	if got, err := e.srv.seal.OpenRefresh(row.ID, 1, row.RefreshSealed); err != nil || got != refresh {
 		t.Errorf("refresh_sealed does not open to the refresh token: %v", err)
 	}
-	if got, err := e.srv.seal.open(row.ID, 1, row.CredentialSealed); err != nil || got != access {
+	if got, err := e.srv.seal.Open(row.ID, 1, row.CredentialSealed); err != nil || got != access {
 		t.Errorf("credential_sealed does not open to the access token: %v", err)
 	}
 
@@ -353,7 +354,7 @@ func TestCodexTokenRefresh(t *testing.T) {
 		t.Fatalf("%d refreshes reached the simulator, want 1", n)
 	}
 	row := c.accountRow(a.Id)
-	access, err := c.srv.seal.open(row.ID, 2, row.CredentialSealed)
+	access, err := c.srv.seal.Open(row.ID, 2, row.CredentialSealed)
 	if err != nil || access == sa.Credential {
 		t.Fatalf("revision %d: new access token stored: %v", row.CredentialRevision, err)
 	}
@@ -361,7 +362,7 @@ func TestCodexTokenRefresh(t *testing.T) {
 	if !ok || claims.expiresAt == nil || !sameTime(row.AccessExpiresAt, claims.expiresAt) || !row.AccessExpiresAt.After(epoch) {
 		t.Errorf("access_expires_at %v, want the new token's exp %v", row.AccessExpiresAt, claims.expiresAt)
 	}
-	if refresh, err := c.srv.seal.openRefresh(row.ID, 2, row.RefreshSealed); err != nil || refresh == sa.RefreshToken {
+	if refresh, err := c.srv.seal.OpenRefresh(row.ID, 2, row.RefreshSealed); err != nil || refresh == sa.RefreshToken {
 		t.Errorf("the rotated refresh token was not stored: %v", err)
 	}
 	// The new token reads the account's usage (the simulator checks it and
@@ -407,7 +408,7 @@ func TestCodexTokenRefreshRequest(t *testing.T) {
 	if n, err := e.srv.RefreshDue(t.Context()); n != 1 || err != nil {
 		t.Fatalf("RefreshDue: %d, %v", n, err)
 	}
-	want := map[string]string{"client_id": defaultCodexClientID, "grant_type": "refresh_token", "refresh_token": refresh, "scope": "openid profile email"}
+	want := map[string]string{"client_id": upstream.CodexClientID, "grant_type": "refresh_token", "refresh_token": refresh, "scope": "openid profile email"}
 	if path != "/oauth/token" || contentType != "application/json" || len(got) != len(want) {
 		t.Errorf("token request to %q (%s) with %d fields", path, contentType, len(got))
 	}
@@ -420,10 +421,10 @@ func TestCodexTokenRefreshRequest(t *testing.T) {
 	if !sameTime(row.AccessExpiresAt, &exp) {
 		t.Errorf("expires %v, want the JWT's %v", row.AccessExpiresAt, exp)
 	}
-	if r, err := e.srv.seal.openRefresh(row.ID, 2, row.RefreshSealed); err != nil || r != nextRefresh {
+	if r, err := e.srv.seal.OpenRefresh(row.ID, 2, row.RefreshSealed); err != nil || r != nextRefresh {
 		t.Errorf("rotated refresh token not stored: %v", err)
 	}
-	srv := &Server{cfg: Config{OAuthTokenURL: defaultOAuthTokenURL, CodexTokenURL: defaultCodexTokenURL}}
+	srv := &Server{cfg: Config{OAuthTokenURL: upstream.AnthropicTokenURL, CodexTokenURL: upstream.CodexTokenURL}}
 	if u := srv.tokenURL(row); u != endpoint.URL+"/oauth/token" {
 		t.Errorf("token URL %q for a codex account with a base URL", u)
 	}
@@ -451,124 +452,6 @@ func TestCodexConfig(t *testing.T) {
 		if got := defaultBaseURL(p); got != want {
 			t.Errorf("defaultBaseURL(%q) = %q, want %q", p, got, want)
 		}
-	}
-}
-
-func TestCodexHeaderReadings(t *testing.T) {
-	t.Parallel()
-	now := epoch
-	soon, later := now.Add(3*time.Hour), now.Add(100*time.Hour)
-	at := func(t time.Time) string { return strconv.FormatInt(t.Unix(), 10) }
-	hdr := func(kv ...string) map[string]string {
-		m := map[string]string{}
-		for i := 0; i < len(kv); i += 2 {
-			m["x-codex-"+kv[i]] = kv[i+1]
-		}
-		return m
-	}
-	for _, tc := range []struct {
-		name string
-		h    map[string]string
-		want []usageReading
-	}{
-		{
-			name: "both windows",
-			h: hdr("primary-used-percent", "45", "primary-window-minutes", "300", "primary-reset-at", at(soon),
-				"secondary-used-percent", "94.5", "secondary-window-minutes", "10080", "secondary-reset-at", at(later)),
-			want: []usageReading{
-				{window: windowFiveHour, utilization: f64(0.45), resetsAt: &soon},
-				{window: windowSevenDay, utilization: f64(0.945), resetsAt: &later},
-			},
-		},
-		{
-			name: "named by length, not position",
-			h: hdr("primary-used-percent", "10", "primary-window-minutes", "10080", "primary-reset-at", at(later),
-				"secondary-used-percent", "20", "secondary-window-minutes", "300", "secondary-reset-at", at(soon)),
-			want: []usageReading{
-				{window: windowSevenDay, utilization: f64(0.1), resetsAt: &later},
-				{window: windowFiveHour, utilization: f64(0.2), resetsAt: &soon},
-			},
-		},
-		{
-			name: "unknown lengths go by position",
-			h: hdr("primary-used-percent", "10", "primary-window-minutes", "60", "primary-reset-at", at(soon),
-				"secondary-used-percent", "20", "secondary-reset-at", at(later)),
-			want: []usageReading{
-				{window: windowFiveHour, utilization: f64(0.1), resetsAt: &soon},
-				{window: windowSevenDay, utilization: f64(0.2), resetsAt: &later},
-			},
-		},
-		{name: "100 is a reading", h: hdr("primary-used-percent", "100", "primary-window-minutes", "300", "primary-reset-at", at(soon)),
-			want: []usageReading{{window: windowFiveHour, utilization: f64(1), resetsAt: &soon}}},
-		{name: "0 is a reading", h: hdr("primary-used-percent", "0", "primary-window-minutes", "300", "primary-reset-at", at(soon)),
-			want: []usageReading{{window: windowFiveHour, utilization: f64(0), resetsAt: &soon}}},
-		{name: "above 100", h: hdr("primary-used-percent", "101", "primary-reset-at", at(soon))},
-		{name: "negative", h: hdr("primary-used-percent", "-1", "primary-reset-at", at(soon))},
-		{name: "not a number", h: hdr("primary-used-percent", "NaN", "primary-reset-at", at(soon))},
-		{name: "reset in the past", h: hdr("primary-used-percent", "5", "primary-reset-at", at(now.Add(-time.Second)))},
-		{name: "reset exactly now", h: hdr("primary-used-percent", "5", "primary-reset-at", at(now))},
-		{name: "no reset", h: hdr("primary-used-percent", "5", "primary-window-minutes", "300")},
-		{name: "two windows of one length: the first counts",
-			h: hdr("primary-used-percent", "5", "primary-window-minutes", "300", "primary-reset-at", at(soon),
-				"secondary-used-percent", "9", "secondary-window-minutes", "300", "secondary-reset-at", at(soon)),
-			want: []usageReading{{window: windowFiveHour, utilization: f64(0.05), resetsAt: &soon}}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			requireReadings(t, headerReadings(tc.h, now), tc.want)
-		})
-	}
-}
-
-func TestParseCodexUsage(t *testing.T) {
-	t.Parallel()
-	now := epoch
-	soon, later := now.Add(3*time.Hour), now.Add(100*time.Hour)
-	win := func(pct float64, secs int64, resetAt time.Time) string {
-		return fmt.Sprintf(`{"used_percent":%v,"limit_window_seconds":%d,"reset_after_seconds":%d,"reset_at":%d}`,
-			pct, secs, int64(resetAt.Sub(now)/time.Second), resetAt.Unix())
-	}
-	body := func(primary, secondary string) string {
-		return `{"plan_type":"plus","rate_limit":{"allowed":true,"limit_reached":false,"primary_window":` + primary + `,"secondary_window":` + secondary + `},"credits":null}`
-	}
-	for _, tc := range []struct {
-		name    string
-		body    string
-		want    []usageReading
-		wantErr bool
-	}{
-		{name: "both windows", body: body(win(25, 18000, soon), win(62, 604800, later)), want: []usageReading{
-			{window: windowFiveHour, utilization: f64(0.25), resetsAt: &soon},
-			{window: windowSevenDay, utilization: f64(0.62), resetsAt: &later},
-		}},
-		{name: "by length: a weekly primary", body: body(win(40, 604800, later), "null"), want: []usageReading{
-			{window: windowSevenDay, utilization: f64(0.4), resetsAt: &later},
-		}},
-		{name: "unknown length by position", body: body("null", win(10, 3600, soon)), want: []usageReading{
-			{window: windowSevenDay, utilization: f64(0.1), resetsAt: &soon},
-		}},
-		{name: "null windows", body: body("null", "null")},
-		{name: "no rate_limit", body: `{"plan_type":"free"}`},
-		{name: "reset_after_seconds without reset_at", body: body(`{"used_percent":5,"limit_window_seconds":18000,"reset_after_seconds":60}`, "null"),
-			want: []usageReading{{window: windowFiveHour, utilization: f64(0.05), resetsAt: tm(now.Add(time.Minute))}}},
-		{name: "above 100 is spent", body: body(win(130, 18000, soon), "null"), want: []usageReading{
-			{window: windowFiveHour, utilization: f64(1), resetsAt: &soon},
-		}},
-		{name: "not JSON", body: `<html>`, wantErr: true},
-		{name: "a window that is not one", body: body(`"x"`, "null"), wantErr: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseCodexUsage([]byte(tc.body), now)
-			if tc.wantErr {
-				if err == nil {
-					t.Fatal("want an error")
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			requireReadings(t, got, tc.want)
-		})
 	}
 }
 

@@ -1,8 +1,6 @@
 package controlplane
 
 import (
-	"github.com/weirhq/weir/internal/defaults"
-
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +10,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/weirhq/weir/controlplane/upstream"
+	"github.com/weirhq/weir/internal/defaults"
 )
 
 // Config configures a control-plane replica. Zero values take the defaults
@@ -224,16 +225,16 @@ func (c *Config) setDefaults() {
 		c.MetricsAccountLabelsMax = 50
 	}
 	if c.OAuthTokenURL == "" {
-		c.OAuthTokenURL = defaultOAuthTokenURL
+		c.OAuthTokenURL = upstream.AnthropicTokenURL
 	}
 	if c.OAuthClientID == "" {
-		c.OAuthClientID = defaultOAuthClientID
+		c.OAuthClientID = upstream.AnthropicClientID
 	}
 	if c.CodexTokenURL == "" {
-		c.CodexTokenURL = defaultCodexTokenURL
+		c.CodexTokenURL = upstream.CodexTokenURL
 	}
 	if c.CodexClientID == "" {
-		c.CodexClientID = defaultCodexClientID
+		c.CodexClientID = upstream.CodexClientID
 	}
 	if c.OAuthClient == nil {
 		c.OAuthClient = &http.Client{Timeout: 15 * time.Second}

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/seal"
 	"github.com/weirhq/weir/jobs"
 )
 
@@ -69,7 +70,7 @@ func (s *Server) settleCredentials(ctx context.Context) error {
 		return err
 	}
 	if len(c.opened) == 0 && len(c.unreadable) > 0 {
-		return &WrongKeyError{Accounts: len(c.unreadable), KeyID: KeyID(s.cfg.SecretKey)}
+		return &WrongKeyError{Accounts: len(c.unreadable), KeyID: seal.KeyID(s.cfg.SecretKey)}
 	}
 	if len(c.unreadable) > 0 {
 		s.log.WarnContext(ctx, "credentials this control plane cannot open", "kind", jobs.FindingUnreadableCredential,

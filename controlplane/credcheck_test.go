@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"github.com/weirhq/weir/controlplane/seal"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
 
@@ -20,9 +21,9 @@ func (e *env) sealElsewhere(id, plaintext string, refresh bool) {
 	e.t.Helper()
 	row := e.accountRow(id)
 	s := mustSealer(e.t, randBytes(32))
-	col, sealed := "credential_sealed", s.seal(row.ID, row.CredentialRevision, plaintext)
+	col, sealed := "credential_sealed", s.Seal(row.ID, row.CredentialRevision, plaintext)
 	if refresh {
-		col, sealed = "refresh_sealed", s.sealRefresh(row.ID, row.CredentialRevision, plaintext)
+		col, sealed = "refresh_sealed", s.SealRefresh(row.ID, row.CredentialRevision, plaintext)
 	}
 	if _, err := e.pool.Exec(e.t.Context(), `UPDATE accounts SET `+col+` = $2 WHERE id = $1`, row.ID, sealed); err != nil {
 		e.t.Fatal(err)
@@ -103,7 +104,7 @@ func TestStartRefusesWrongKey(t *testing.T) {
 	if !errors.As(err, &wk) || wk.Accounts != 2 {
 		t.Fatalf("Start with the wrong key: %v; want a WrongKeyError over 2 accounts", err)
 	}
-	for _, want := range []string{"refusing to start", "WEIR_SECRET_KEY (key id " + KeyID(wrong) + ") is not the key these credentials were sealed with",
+	for _, want := range []string{"refusing to start", "WEIR_SECRET_KEY (key id " + seal.KeyID(wrong) + ") is not the key these credentials were sealed with",
 		"set the key that sealed them as WEIR_SECRET_KEY", "add it to WEIR_SECRET_KEY_PREVIOUS and run 'weir secrets rotate'"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -119,22 +120,25 @@ func (b *bufferedResponse) Write(p []byte) (int, error) {
 
 type dashboardService struct {
 	weirv1connect.UnimplementedDashboardServiceHandler
-	s *Server
+	store
+	now   func() time.Time
+	log   *slog.Logger
+	views accountViews
 }
 
 func (d dashboardService) ClearCooldown(ctx context.Context, req *connect.Request[weirv1.ClearCooldownRequest]) (*connect.Response[weirv1.ClearCooldownResponse], error) {
-	row, err := d.s.findAccount(ctx, req.Msg.Id)
+	row, err := d.findAccount(ctx, req.Msg.Id)
 	if err != nil {
-		return nil, d.s.fail(ctx, "clear cooldown", err)
+		return nil, err
 	}
-	n, err := d.s.q.ClearAccountCooldowns(ctx, row.ID)
+	n, err := d.q.ClearAccountCooldowns(ctx, row.ID)
 	if err != nil {
-		return nil, d.s.fail(ctx, "clear cooldown", err)
+		return nil, err
 	}
-	d.s.log.InfoContext(ctx, "account cooldown cleared", "account_id", row.ID, "cooldowns", n.Cooldowns, "family_gates", n.Gates)
-	acct, err := d.s.accountView(ctx, row)
+	d.log.InfoContext(ctx, "account cooldown cleared", "account_id", row.ID, "cooldowns", n.Cooldowns, "family_gates", n.Gates)
+	acct, err := d.views.accountView(ctx, row)
 	if err != nil {
-		return nil, d.s.fail(ctx, "clear cooldown", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.ClearCooldownResponse{Account: acct, ClearedCooldown: n.Cooldowns > 0, ClearedGates: n.Gates}), nil
 }
@@ -144,7 +148,7 @@ func (d dashboardService) SearchRouteEvents(ctx context.Context, req *connect.Re
 	limit := m.Limit
 	switch {
 	case limit < 0:
-		return nil, toConnect(invalidf("limit: must not be negative"))
+		return nil, invalidf("limit: must not be negative")
 	case limit == 0:
 		limit = 50
 	case limit > 1000:
@@ -152,9 +156,9 @@ func (d dashboardService) SearchRouteEvents(ctx context.Context, req *connect.Re
 	}
 	p := db.SearchRouteEventsParams{MaxRows: limit}
 	if m.AccountId != "" {
-		acct, err := d.s.findAccount(ctx, m.AccountId)
+		acct, err := d.findAccount(ctx, m.AccountId)
 		if err != nil {
-			return nil, d.s.fail(ctx, "search route events", err)
+			return nil, err
 		}
 		p.AccountID = uuid.NullUUID{UUID: acct.ID, Valid: true}
 	}
@@ -162,12 +166,12 @@ func (d dashboardService) SearchRouteEvents(ctx context.Context, req *connect.Re
 		var key db.ClientKey
 		var err error
 		if id, perr := uuid.Parse(m.KeyId); perr == nil {
-			key, err = d.s.q.GetKey(ctx, id)
+			key, err = d.q.GetKey(ctx, id)
 		} else {
-			key, err = d.s.q.GetKeyByName(ctx, m.KeyId)
+			key, err = d.q.GetKeyByName(ctx, m.KeyId)
 		}
 		if err != nil {
-			return nil, d.s.fail(ctx, "search route events", storeErr(err))
+			return nil, storeErr(err)
 		}
 		p.KeyID = uuid.NullUUID{UUID: key.ID, Valid: true}
 	}
@@ -176,7 +180,7 @@ func (d dashboardService) SearchRouteEvents(ctx context.Context, req *connect.Re
 	}
 	if m.Status != 0 {
 		if m.Status < 100 || m.Status > 599 {
-			return nil, toConnect(invalidf("status: %d is not an HTTP status", m.Status))
+			return nil, invalidf("status: %d is not an HTTP status", m.Status)
 		}
 		p.Status = &m.Status
 	}
@@ -186,15 +190,15 @@ func (d dashboardService) SearchRouteEvents(ctx context.Context, req *connect.Re
 		o := enumName(m.Outcome)
 		p.Outcome = &o
 	default:
-		return nil, toConnect(invalidf("outcome: unknown value %d", int32(m.Outcome)))
+		return nil, invalidf("outcome: unknown value %d", int32(m.Outcome))
 	}
-	rows, err := d.s.q.SearchRouteEvents(ctx, p)
+	rows, err := d.q.SearchRouteEvents(ctx, p)
 	if err != nil {
-		return nil, d.s.fail(ctx, "search route events", err)
+		return nil, err
 	}
 	out, err := routeEventProtos(rows)
 	if err != nil {
-		return nil, d.s.fail(ctx, "search route events", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.SearchRouteEventsResponse{Events: out}), nil
 }
@@ -202,19 +206,19 @@ func (d dashboardService) SearchRouteEvents(ctx context.Context, req *connect.Re
 func (d dashboardService) UsageHistory(ctx context.Context, req *connect.Request[weirv1.UsageHistoryRequest]) (*connect.Response[weirv1.UsageHistoryResponse], error) {
 	rng, bucket, err := historyRange(req.Msg.Range)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
-	p := db.UsageHistoryParams{BucketSeconds: bucket.Seconds(), Since: d.s.now().Add(-rng)}
+	p := db.UsageHistoryParams{BucketSeconds: bucket.Seconds(), Since: d.now().Add(-rng)}
 	if req.Msg.AccountId != "" {
-		acct, err := d.s.findAccount(ctx, req.Msg.AccountId)
+		acct, err := d.findAccount(ctx, req.Msg.AccountId)
 		if err != nil {
-			return nil, d.s.fail(ctx, "usage history", err)
+			return nil, err
 		}
 		p.AccountID = uuid.NullUUID{UUID: acct.ID, Valid: true}
 	}
-	rows, err := d.s.q.UsageHistory(ctx, p)
+	rows, err := d.q.UsageHistory(ctx, p)
 	if err != nil {
-		return nil, d.s.fail(ctx, "usage history", err)
+		return nil, err
 	}
 	out := &weirv1.UsageHistoryResponse{Bucket: durationpb.New(bucket)}
 	var cur *weirv1.UsageSeries
@@ -232,11 +236,11 @@ func (d dashboardService) UsageHistory(ctx context.Context, req *connect.Request
 func (d dashboardService) RouteStats(ctx context.Context, req *connect.Request[weirv1.RouteStatsRequest]) (*connect.Response[weirv1.RouteStatsResponse], error) {
 	rng, bucket, err := historyRange(req.Msg.Range)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
-	rows, err := d.s.q.RouteEventBuckets(ctx, db.RouteEventBucketsParams{BucketSeconds: bucket.Seconds(), Since: d.s.now().Add(-rng)})
+	rows, err := d.q.RouteEventBuckets(ctx, db.RouteEventBucketsParams{BucketSeconds: bucket.Seconds(), Since: d.now().Add(-rng)})
 	if err != nil {
-		return nil, d.s.fail(ctx, "route stats", err)
+		return nil, err
 	}
 	out := &weirv1.RouteStatsResponse{Bucket: durationpb.New(bucket)}
 	for _, r := range rows {

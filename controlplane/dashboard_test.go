@@ -305,7 +305,7 @@ func TestDashboardSettings(t *testing.T) {
 	wantStatus(t, "good deadline", p, http.StatusSeeOther)
 	p = b.post("/dashboard/settings", url.Values{"csrf": {csrf}, "name": {"quota_response_mode"}, "value": {"usage_limit"}})
 	wantStatus(t, "quota mode", p, http.StatusSeeOther)
-	st, err := settingsService{s: e.srv}.GetSettings(t.Context(), connect.NewRequest(&weirv1.GetSettingsRequest{}))
+	st, err := e.srv.settingsService().GetSettings(t.Context(), connect.NewRequest(&weirv1.GetSettingsRequest{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,7 +441,7 @@ func TestDashboardHistoryRPCs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dash := dashboardService{s: e.srv}
+	dash := e.srv.dashboardService()
 	u, err := dash.UsageHistory(t.Context(), connect.NewRequest(&weirv1.UsageHistoryRequest{Range: durationpb.New(6 * time.Hour)}))
 	if err != nil {
 		t.Fatal(err)

@@ -40,8 +40,9 @@ type errConflict struct{ constraint string }
 
 func (e errConflict) Error() string { return "already exists (" + e.constraint + ")" }
 
-// toConnect is the one place domain errors become Connect codes. Internal
-// errors are logged by the caller and reach the client without detail.
+// toConnect is the one place domain errors become Connect codes (the error
+// interceptor applies it to every handler's error). Internal errors are
+// logged there and reach the client without detail.
 func toConnect(err error) error {
 	if err == nil {
 		return nil

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/seal"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
 
@@ -44,6 +46,8 @@ const (
 	// unreachable endpoint costs the operator this much, then the token's
 	// hash names the account.
 	profileTimeout = 5 * time.Second
+	// maxProfileBody bounds the profile's answer.
+	maxProfileBody = 64 << 10
 	// identityIndex is the unique index of 0011.
 	identityIndex = "accounts_provider_identity"
 )
@@ -60,15 +64,24 @@ func hashIdentity(secret string) string {
 // which outlives access tokens, else its access token's.
 func tokenIdentity(in credentialInput) string { return hashIdentity(cmp.Or(in.refresh, in.access)) }
 
+// identities names accounts' upstream identities: from a Claude login's
+// profile, from a stored credential, or a hash.
+type identities struct {
+	q       *db.Queries
+	seal    *seal.Sealer
+	log     *slog.Logger
+	profile *http.Client
+}
+
 // identityFor is the identity of a new account with credential in.
-func (s *Server) identityFor(ctx context.Context, p weirv1.Provider, k weirv1.AuthKind, baseURL, upstreamID string, in credentialInput) string {
+func (ids identities) identityFor(ctx context.Context, p weirv1.Provider, k weirv1.AuthKind, baseURL, upstreamID string, in credentialInput) string {
 	switch {
 	case p == weirv1.Provider_PROVIDER_CODEX:
 		return upstreamID
 	case k == weirv1.AuthKind_AUTH_KIND_API_KEY:
 		return hashIdentity(in.access)
 	}
-	if id := s.profileUUID(ctx, accountBaseURL(providerAnthropic, baseURL), in.access); id != "" {
+	if id := ids.profileUUID(ctx, accountBaseURL(providerAnthropic, baseURL), in.access); id != "" {
 		return id
 	}
 	return tokenIdentity(in)
@@ -76,17 +89,17 @@ func (s *Server) identityFor(ctx context.Context, p weirv1.Provider, k weirv1.Au
 
 // storedIdentity is the identity of an existing account, from its stored
 // credential, without asking the provider.
-func (s *Server) storedIdentity(r db.Account) (string, error) {
+func (ids identities) storedIdentity(r db.Account) (string, error) {
 	if r.Provider == providerCodex {
 		return r.UpstreamAccountID, nil
 	}
-	access, err := s.seal.open(r.ID, r.CredentialRevision, r.CredentialSealed)
+	access, err := ids.seal.Open(r.ID, r.CredentialRevision, r.CredentialSealed)
 	if err != nil {
 		return "", err
 	}
 	in := credentialInput{access: access}
 	if r.RefreshSealed != nil {
-		if in.refresh, err = s.seal.openRefresh(r.ID, r.CredentialRevision, r.RefreshSealed); err != nil {
+		if in.refresh, err = ids.seal.OpenRefresh(r.ID, r.CredentialRevision, r.RefreshSealed); err != nil {
 			return "", err
 		}
 	}
@@ -98,7 +111,7 @@ func (s *Server) storedIdentity(r db.Account) (string, error) {
 
 // profileUUID reads the account uuid of a Claude login from the profile
 // endpoint; "" when it does not answer with one.
-func (s *Server) profileUUID(ctx context.Context, base, access string) string {
+func (ids identities) profileUUID(ctx context.Context, base, access string) string {
 	ctx, cancel := context.WithTimeout(ctx, profileTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+profilePath, nil)
@@ -108,9 +121,9 @@ func (s *Server) profileUUID(ctx context.Context, base, access string) string {
 	req.Header.Set("Authorization", "Bearer "+access)
 	req.Header.Set("anthropic-beta", "oauth-2025-04-20")
 	req.Header.Set("Accept", "application/json")
-	resp, err := s.cfg.ProfileClient.Do(req)
+	resp, err := ids.profile.Do(req)
 	if err != nil {
-		s.log.InfoContext(ctx, "oauth profile unreachable; naming the account by its token's hash")
+		ids.log.InfoContext(ctx, "oauth profile unreachable; naming the account by its token's hash")
 		return ""
 	}
 	defer resp.Body.Close()
@@ -119,9 +132,9 @@ func (s *Server) profileUUID(ctx context.Context, base, access string) string {
 			UUID string `json:"uuid"`
 		} `json:"account"`
 	}
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxTokenBody))
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxProfileBody))
 	if err != nil || resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &body) != nil || validUpstreamAccountID(body.Account.UUID) != nil {
-		s.log.InfoContext(ctx, "oauth profile gave no account uuid; naming the account by its token's hash", "status", resp.StatusCode)
+		ids.log.InfoContext(ctx, "oauth profile gave no account uuid; naming the account by its token's hash", "status", resp.StatusCode)
 		return ""
 	}
 	return body.Account.UUID
@@ -173,25 +186,25 @@ func findDuplicate(ctx context.Context, q *db.Queries, provider string, self db.
 // stored credential has, so a new account can be compared with them. An
 // account whose identity another already has stays unnamed (both are in
 // the pool already; the log names them).
-func (s *Server) nameUnnamed(ctx context.Context, provider string) error {
-	rows, err := s.q.AccountsWithoutIdentity(ctx, provider)
+func (ids identities) nameUnnamed(ctx context.Context, provider string) error {
+	rows, err := ids.q.AccountsWithoutIdentity(ctx, provider)
 	if err != nil {
 		return fmt.Errorf("accounts without identity: %w", err)
 	}
 	for _, r := range rows {
-		id, err := s.storedIdentity(r)
+		id, err := ids.storedIdentity(r)
 		if err != nil || id == "" {
 			continue // unreadable credentials are the integrity check's
 		}
-		if dup := findDuplicate(ctx, s.q, provider, r, id); dup != nil {
+		if dup := findDuplicate(ctx, ids.q, provider, r, id); dup != nil {
 			var d errDuplicate
 			if errors.As(dup, &d) {
-				s.log.WarnContext(ctx, "two accounts share an upstream identity", "account_id", r.ID, "label", r.Label, "other_label", d.existing.Label)
+				ids.log.WarnContext(ctx, "two accounts share an upstream identity", "account_id", r.ID, "label", r.Label, "other_label", d.existing.Label)
 				continue
 			}
 			return dup
 		}
-		if _, err := s.q.SetAccountIdentity(ctx, db.SetAccountIdentityParams{ID: r.ID, Identity: id}); err != nil && !isIdentityConflict(err) {
+		if _, err := ids.q.SetAccountIdentity(ctx, db.SetAccountIdentityParams{ID: r.ID, Identity: id}); err != nil && !isIdentityConflict(err) {
 			return fmt.Errorf("set identity: %w", err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/weirhq/weir/controlplane/db"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/jobs"
 )
@@ -51,9 +52,9 @@ func (s *Server) openSealed(ctx context.Context) (sealedCheck, error) {
 	}
 	var c sealedCheck
 	for _, r := range rows {
-		_, err := s.seal.open(r.ID, r.CredentialRevision, r.CredentialSealed)
+		_, err := s.seal.Open(r.ID, r.CredentialRevision, r.CredentialSealed)
 		if err == nil && r.RefreshSealed != nil {
-			_, err = s.seal.openRefresh(r.ID, r.CredentialRevision, r.RefreshSealed)
+			_, err = s.seal.OpenRefresh(r.ID, r.CredentialRevision, r.RefreshSealed)
 		}
 		ref := sealedRef{id: r.ID, label: r.Label, revision: r.CredentialRevision}
 		if err != nil {
@@ -85,21 +86,21 @@ func (m *integrityMetrics) count(kind, action string, n int) {
 }
 
 // opsService serves OpsService.
-type opsService struct{ s *Server }
+type opsService struct{ q *db.Queries }
 
 // LastIntegrityReport answers the integrity check's last stored report, or
 // no report when it has not run yet.
 func (o opsService) LastIntegrityReport(ctx context.Context, _ *connect.Request[weirv1.LastIntegrityReportRequest]) (*connect.Response[weirv1.LastIntegrityReportResponse], error) {
-	row, err := o.s.q.LastIntegrityReport(ctx)
+	row, err := o.q.LastIntegrityReport(ctx)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return connect.NewResponse(&weirv1.LastIntegrityReportResponse{}), nil
 	}
 	if err != nil {
-		return nil, o.s.fail(ctx, "last integrity report", err)
+		return nil, err
 	}
 	var findings []jobs.Finding
 	if err := json.Unmarshal(row.Findings, &findings); err != nil {
-		return nil, o.s.fail(ctx, "last integrity report", fmt.Errorf("decode report %d: %w", row.ID, err))
+		return nil, fmt.Errorf("decode report %d: %w", row.ID, err)
 	}
 	rep := &weirv1.IntegrityReport{RanAt: timestamppb.New(row.RanAt)}
 	for _, f := range findings {

@@ -72,7 +72,7 @@ func validMetered(m weirv1.MeteredAccounts) (*string, error) {
 
 // resolvePins turns account ids or labels into ids, refusing any that does
 // not name an account.
-func (s *Server) resolvePins(ctx context.Context, refs []string) ([]uuid.UUID, error) {
+func (st store) resolvePins(ctx context.Context, refs []string) ([]uuid.UUID, error) {
 	if len(refs) > maxKeyPins {
 		return nil, invalidf("pinned_accounts: at most %d accounts, got %d", maxKeyPins, len(refs))
 	}
@@ -81,7 +81,7 @@ func (s *Server) resolvePins(ctx context.Context, refs []string) ([]uuid.UUID, e
 		if ref == "" {
 			return nil, invalidf("pinned_accounts[%d]: empty (an account id or label)", i)
 		}
-		a, err := s.findAccount(ctx, ref)
+		a, err := st.findAccount(ctx, ref)
 		if errors.Is(err, ErrNotFound) {
 			return nil, invalidf("pinned_accounts[%d]: no account %q", i, ref)
 		}
@@ -180,7 +180,7 @@ func (l leaseService) TakeRequestToken(ctx context.Context, req *connect.Request
 		if errors.Is(storeErr(err), ErrNotFound) {
 			return nil, connect.NewError(connect.CodePermissionDenied, errKeyRejected)
 		}
-		return nil, l.s.fail(ctx, "take request token", err)
+		return nil, err
 	}
 	limit := orZero(row.RateLimitPerMinute)
 	out := &weirv1.TakeRequestTokenResponse{Admitted: limit == 0 || row.Admitted, RateLimitPerMinute: limit}

@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"log/slog"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
@@ -25,7 +27,10 @@ const keyRestrictionNames = "allowed_models, pinned_accounts, rate_limit_per_min
 
 type keyService struct {
 	weirv1connect.UnimplementedKeyServiceHandler
-	s *Server
+	store
+	now   func() time.Time
+	log   *slog.Logger
+	watch *poolWatch
 }
 
 // HashKey is how client keys are stored and looked up: hex SHA-256. The
@@ -45,35 +50,35 @@ func (k keyService) CreateKey(ctx context.Context, req *connect.Request[weirv1.C
 	m := req.Msg
 	name := m.Name
 	if name == "" || len(name) > 64 || strings.TrimSpace(name) != name {
-		return nil, toConnect(invalidf("name: required, at most 64 characters, no surrounding spaces"))
+		return nil, invalidf("name: required, at most 64 characters, no surrounding spaces")
 	}
 	if _, err := uuid.Parse(name); err == nil {
-		return nil, toConnect(invalidf("name: must not look like a key id"))
+		return nil, invalidf("name: must not look like a key id")
 	}
 	models, err := validModels(m.AllowedModels)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	rate, err := validRateLimit(m.RateLimitPerMinute)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	metered, err := validMetered(m.MeteredAccounts)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
-	pins, err := k.s.resolvePins(ctx, m.PinnedAccounts)
+	pins, err := k.resolvePins(ctx, m.PinnedAccounts)
 	if err != nil {
-		return nil, k.s.fail(ctx, "create key", err)
+		return nil, err
 	}
 	secret := newKeySecret()
 	var row db.ClientKey
-	err = k.s.tx(ctx, func(q *db.Queries) error {
+	err = k.tx(ctx, func(q *db.Queries) error {
 		if row, err = q.CreateKey(ctx, db.CreateKeyParams{
 			Name:               name,
 			KeyHash:            HashKey(secret),
 			Prefix:             secret[:len(clientKeyPrefix)+6],
-			Now:                k.s.now(),
+			Now:                k.now(),
 			AllowedModels:      models,
 			Pinned:             len(pins) > 0,
 			RateLimitPerMinute: rate,
@@ -84,12 +89,12 @@ func (k keyService) CreateKey(ctx context.Context, req *connect.Request[weirv1.C
 		return q.AddKeyAccounts(ctx, db.AddKeyAccountsParams{KeyID: row.ID, AccountIds: pins})
 	})
 	if err != nil {
-		return nil, k.s.fail(ctx, "create key", err)
+		return nil, err
 	}
-	k.s.log.InfoContext(ctx, "client key created", "key_id", row.ID, "name", row.Name)
-	out, err := k.s.keyProtos(ctx, []db.ClientKey{row})
+	k.log.InfoContext(ctx, "client key created", "key_id", row.ID, "name", row.Name)
+	out, err := k.keyProtos(ctx, []db.ClientKey{row})
 	if err != nil {
-		return nil, k.s.fail(ctx, "create key", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.CreateKeyResponse{Key: out[0], Secret: secret}), nil
 }
@@ -99,13 +104,13 @@ func (k keyService) CreateKey(ctx context.Context, req *connect.Request[weirv1.C
 // call returns once this replica's streams were sent it.
 func (k keyService) UpdateKey(ctx context.Context, req *connect.Request[weirv1.UpdateKeyRequest]) (*connect.Response[weirv1.UpdateKeyResponse], error) {
 	m := req.Msg
-	row, err := k.s.findKey(ctx, m.Id)
+	row, err := k.findKey(ctx, m.Id)
 	if err != nil {
-		return nil, k.s.fail(ctx, "update key", err)
+		return nil, err
 	}
 	paths := m.GetUpdateMask().GetPaths()
 	if len(paths) == 0 {
-		return nil, toConnect(invalidf("update_mask: name at least one of %s", keyRestrictionNames))
+		return nil, invalidf("update_mask: name at least one of %s", keyRestrictionNames)
 	}
 	p := db.UpdateKeyLimitsParams{ID: row.ID}
 	var pins []uuid.UUID
@@ -113,29 +118,29 @@ func (k keyService) UpdateKey(ctx context.Context, req *connect.Request[weirv1.U
 		switch path {
 		case "allowed_models":
 			if p.AllowedModels, err = validModels(m.AllowedModels); err != nil {
-				return nil, toConnect(err)
+				return nil, err
 			}
 			p.SetModels = true
 		case "pinned_accounts":
-			if pins, err = k.s.resolvePins(ctx, m.PinnedAccounts); err != nil {
-				return nil, k.s.fail(ctx, "update key", err)
+			if pins, err = k.resolvePins(ctx, m.PinnedAccounts); err != nil {
+				return nil, err
 			}
 			p.SetPinned, p.Pinned = true, len(pins) > 0
 		case "rate_limit_per_minute":
 			if p.RateLimitPerMinute, err = validRateLimit(m.RateLimitPerMinute); err != nil {
-				return nil, toConnect(err)
+				return nil, err
 			}
 			p.SetRateLimit = true
 		case "metered_accounts":
 			if p.MeteredAccounts, err = validMetered(m.MeteredAccounts); err != nil {
-				return nil, toConnect(err)
+				return nil, err
 			}
 			p.SetMetered = true
 		default:
-			return nil, toConnect(invalidf("update_mask: unknown field %q (%s)", path, keyRestrictionNames))
+			return nil, invalidf("update_mask: unknown field %q (%s)", path, keyRestrictionNames)
 		}
 	}
-	err = k.s.tx(ctx, func(q *db.Queries) error {
+	err = k.tx(ctx, func(q *db.Queries) error {
 		before := row.RateLimitPerMinute
 		if row, err = q.UpdateKeyLimits(ctx, p); err != nil {
 			return storeErr(err)
@@ -156,62 +161,62 @@ func (k keyService) UpdateKey(ctx context.Context, req *connect.Request[weirv1.U
 		return nil
 	})
 	if err != nil {
-		return nil, k.s.fail(ctx, "update key", err)
+		return nil, err
 	}
-	k.s.log.InfoContext(ctx, "client key updated", "key_id", row.ID, "fields", strings.Join(paths, ","))
-	k.s.watch.announce(ctx) // every worker applies it to its next request
-	out, err := k.s.keyProtos(ctx, []db.ClientKey{row})
+	k.log.InfoContext(ctx, "client key updated", "key_id", row.ID, "fields", strings.Join(paths, ","))
+	k.watch.announce(ctx) // every worker applies it to its next request
+	out, err := k.keyProtos(ctx, []db.ClientKey{row})
 	if err != nil {
-		return nil, k.s.fail(ctx, "update key", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.UpdateKeyResponse{Key: out[0]}), nil
 }
 
 func (k keyService) ListKeys(ctx context.Context, req *connect.Request[weirv1.ListKeysRequest]) (*connect.Response[weirv1.ListKeysResponse], error) {
-	rows, err := k.s.q.ListKeys(ctx, req.Msg.IncludeRevoked)
+	rows, err := k.q.ListKeys(ctx, req.Msg.IncludeRevoked)
 	if err != nil {
-		return nil, k.s.fail(ctx, "list keys", err)
+		return nil, err
 	}
-	out, err := k.s.keyProtos(ctx, rows)
+	out, err := k.keyProtos(ctx, rows)
 	if err != nil {
-		return nil, k.s.fail(ctx, "list keys", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.ListKeysResponse{Keys: out}), nil
 }
 
 func (k keyService) RevokeKey(ctx context.Context, req *connect.Request[weirv1.RevokeKeyRequest]) (*connect.Response[weirv1.RevokeKeyResponse], error) {
-	row, err := k.s.findKey(ctx, req.Msg.Id)
+	row, err := k.findKey(ctx, req.Msg.Id)
 	if err != nil {
-		return nil, k.s.fail(ctx, "revoke key", err)
+		return nil, err
 	}
-	if row, err = k.s.q.RevokeKey(ctx, db.RevokeKeyParams{ID: row.ID, Now: k.s.now()}); err != nil {
-		return nil, k.s.fail(ctx, "revoke key", storeErr(err))
+	if row, err = k.q.RevokeKey(ctx, db.RevokeKeyParams{ID: row.ID, Now: k.now()}); err != nil {
+		return nil, storeErr(err)
 	}
-	k.s.log.InfoContext(ctx, "client key revoked", "key_id", row.ID)
-	k.s.watch.announce(ctx) // no worker serves the key once this returns
-	out, err := k.s.keyProtos(ctx, []db.ClientKey{row})
+	k.log.InfoContext(ctx, "client key revoked", "key_id", row.ID)
+	k.watch.announce(ctx) // no worker serves the key once this returns
+	out, err := k.keyProtos(ctx, []db.ClientKey{row})
 	if err != nil {
-		return nil, k.s.fail(ctx, "revoke key", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.RevokeKeyResponse{Key: out[0]}), nil
 }
 
 // findKey resolves a key id or name.
-func (s *Server) findKey(ctx context.Context, ref string) (db.ClientKey, error) {
+func (st store) findKey(ctx context.Context, ref string) (db.ClientKey, error) {
 	if ref == "" {
 		return db.ClientKey{}, invalidf("id: required (a key id or name)")
 	}
 	if id, err := uuid.Parse(ref); err == nil {
-		row, err := s.q.GetKey(ctx, id)
+		row, err := st.q.GetKey(ctx, id)
 		return row, storeErr(err)
 	}
-	row, err := s.q.GetKeyByName(ctx, ref)
+	row, err := st.q.GetKeyByName(ctx, ref)
 	return row, storeErr(err)
 }
 
 // keyProtos is rows as operators see them, with their pinned accounts
 // (one query for all).
-func (s *Server) keyProtos(ctx context.Context, rows []db.ClientKey) ([]*weirv1.Key, error) {
+func (st store) keyProtos(ctx context.Context, rows []db.ClientKey) ([]*weirv1.Key, error) {
 	ids := make([]uuid.UUID, 0, len(rows))
 	for _, r := range rows {
 		if r.Pinned {
@@ -220,7 +225,7 @@ func (s *Server) keyProtos(ctx context.Context, rows []db.ClientKey) ([]*weirv1.
 	}
 	pins := map[uuid.UUID][]*weirv1.KeyAccount{}
 	if len(ids) > 0 {
-		accts, err := s.q.KeyAccounts(ctx, ids)
+		accts, err := st.q.KeyAccounts(ctx, ids)
 		if err != nil {
 			return nil, err
 		}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/seal"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/modelpattern"
@@ -36,7 +37,7 @@ func (l leaseService) VerifyKey(ctx context.Context, req *connect.Request[weirv1
 		if errors.Is(storeErr(err), ErrNotFound) {
 			return nil, connect.NewError(connect.CodePermissionDenied, errKeyRejected)
 		}
-		return nil, l.s.fail(ctx, "verify key", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.VerifyKeyResponse{KeyId: row.ID.String(), KeyName: row.Name,
 		AllowedModels: row.AllowedModels, RateLimitPerMinute: orZero(row.RateLimitPerMinute)}), nil
@@ -50,7 +51,7 @@ func (l leaseService) Acquire(ctx context.Context, req *connect.Request[weirv1.A
 		// now, not by its last settings poll.
 		st, serr := l.s.effectiveSettings(ctx)
 		if serr != nil {
-			return nil, l.s.fail(ctx, "acquire", serr)
+			return nil, serr
 		}
 		none.QuotaResponseMode = st.QuotaResponseMode
 	}
@@ -87,7 +88,7 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (re
 	// routing view for a concrete model; the lease's claim is the second.
 	v, err := l.s.routingView(ctx, m.KeyHash, m.Model, m.SessionKey, modelFamily(m.Model), l.s.now())
 	if err != nil {
-		return nil, l.s.fail(ctx, "acquire", err)
+		return nil, err
 	}
 	key, aliasTargets := v.key, v.aliasTargets
 	if len(v.cands) == 0 {
@@ -97,7 +98,7 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (re
 		case errors.Is(storeErr(err), ErrNotFound):
 			key.id = uuid.Nil
 		case err != nil:
-			return nil, l.s.fail(ctx, "acquire", err)
+			return nil, err
 		default:
 			// Nothing to route: the global metered setting does not matter.
 			key = keyGrant{id: row.KeyID, models: row.AllowedModels, pinned: row.Pinned, pins: row.Pins}.
@@ -172,7 +173,7 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 	if first == nil {
 		v, err := l.s.routingView(ctx, "", "", m.SessionKey, family, l.s.now())
 		if err != nil {
-			return nil, l.s.fail(ctx, "acquire", err)
+			return nil, err
 		}
 		first = &v
 	}
@@ -198,7 +199,7 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 			}
 			none, probe, probed, err := l.s.breakerGate(ctx, provider, family, l.s.now())
 			if err != nil {
-				return nil, l.s.fail(ctx, "acquire", err)
+				return nil, err
 			}
 			if none != nil {
 				if breakerOpen == nil {
@@ -244,7 +245,7 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 			// The last view lost every claim: read it again.
 			fresh, err := l.s.routingView(ctx, "", "", m.SessionKey, family, now)
 			if err != nil {
-				return nil, l.s.fail(ctx, "acquire", err)
+				return nil, err
 			}
 			v = &fresh
 		}
@@ -268,7 +269,7 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		spill := spillFrom(cands, order, rr)
 		for i, c := range order {
 			lease, err := l.claim(ctx, c, key.id, m, now, reusable(m), probing[c.account.Provider])
-			if errors.Is(err, errUnseal) {
+			if errors.Is(err, seal.ErrUnseal) {
 				// Unusable until an operator re-enters the credential under
 				// this key; the rest of the pool can still serve. When none
 				// of it can, the answer is permanent (route).
@@ -277,7 +278,7 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 				continue
 			}
 			if err != nil {
-				return nil, l.s.fail(ctx, "acquire", err)
+				return nil, err
 			}
 			if lease != nil {
 				// Metered, because no subscription could serve: a spill,
@@ -375,7 +376,7 @@ func (l leaseService) claim(ctx context.Context, c candidate, keyID uuid.UUID, m
 	if leaseID == uuid.Nil {
 		return nil, nil
 	}
-	credential, err := l.s.seal.open(c.account.ID, c.account.CredentialRevision, c.account.CredentialSealed)
+	credential, err := l.s.seal.Open(c.account.ID, c.account.CredentialRevision, c.account.CredentialSealed)
 	if err != nil {
 		// Give the lease back at once.
 		if _, rerr := l.s.q.ReleaseLease(ctx, leaseID); rerr != nil {
@@ -502,12 +503,12 @@ func (l leaseService) RenewBatch(ctx context.Context, req *connect.Request[weirv
 	if len(ids) > 0 {
 		var err error
 		if renewed, err = l.s.q.RenewLeases(ctx, db.RenewLeasesParams{Ids: ids, Now: now, ExpiresAt: exp}); err != nil {
-			return nil, l.s.fail(ctx, "renew leases", err)
+			return nil, err
 		}
 	}
 	if len(req.Msg.RequestIds) > 0 {
 		if err := l.s.q.RenewPendingRoutes(ctx, db.RenewPendingRoutesParams{RequestIds: req.Msg.RequestIds, Until: exp}); err != nil {
-			return nil, l.s.fail(ctx, "renew pending route events", err)
+			return nil, err
 		}
 	}
 	out := &weirv1.RenewBatchResponse{RenewedLeaseIds: make([]string, 0, len(renewed)), ExpiresAt: timestamppb.New(exp)}
@@ -643,7 +644,7 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 		return l.s.mergeUsageHeaders(ctx, q, row.AccountID, row.CredentialRevision, o.Headers, now)
 	})
 	if err != nil {
-		return nil, l.s.fail(ctx, "release lease", err)
+		return nil, err
 	}
 	l.s.metrics.releases.WithLabelValues(enumName(o.Class)).Inc()
 	out := &weirv1.Decision{Action: d.action, Rung: string(d.rung)}
@@ -682,11 +683,11 @@ const maxReportDelay = 10 * time.Minute
 func (l leaseService) releaseSuccess(ctx context.Context, id uuid.UUID, o *weirv1.Outcome) (*connect.Response[weirv1.ReleaseResponse], error) {
 	row, err := l.s.q.ReleaseLease(ctx, id)
 	if err != nil {
-		return nil, l.s.fail(ctx, "release lease", storeErr(err))
+		return nil, storeErr(err)
 	}
 	now := l.s.now()
 	if err := l.s.recordSuccesses(ctx, []success{{row: row, outcome: o, admittedAt: row.AcquiredAt}}, now); err != nil {
-		return nil, l.s.fail(ctx, "release lease", err)
+		return nil, err
 	}
 	l.s.metrics.releases.WithLabelValues(enumName(weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS)).Inc()
 	return connect.NewResponse(&weirv1.ReleaseResponse{Decision: &weirv1.Decision{Action: weirv1.Action_ACTION_RESPOND}}), nil
@@ -706,7 +707,7 @@ func (l leaseService) PoolQuota(ctx context.Context, req *connect.Request[weirv1
 		if errors.Is(storeErr(err), ErrNotFound) {
 			return nil, connect.NewError(connect.CodePermissionDenied, errKeyRejected)
 		}
-		return nil, l.s.fail(ctx, "pool quota", err)
+		return nil, err
 	}
 	models := key.AliasTargets
 	if m.Model == "" || models == nil {
@@ -717,7 +718,7 @@ func (l leaseService) PoolQuota(ctx context.Context, req *connect.Request[weirv1
 	}
 	st, err := l.s.effectiveSettings(ctx)
 	if err != nil {
-		return nil, l.s.fail(ctx, "pool quota", err)
+		return nil, err
 	}
 	kg := keyGrant{pinned: key.Pinned, pins: key.Pins}.withMetered(orZero(key.MeteredAccounts), enumName(st.MeteredAccounts))
 	now := l.s.now()
@@ -725,7 +726,7 @@ func (l leaseService) PoolQuota(ctx context.Context, req *connect.Request[weirv1
 	for _, model := range models {
 		v, err := l.s.routingView(ctx, "", "", "", modelFamily(model), now)
 		if err != nil {
-			return nil, l.s.fail(ctx, "pool quota", err)
+			return nil, err
 		}
 		qb := quotaBlock(kg.pinnedOnly(v.cands), kg.route(routeRequest{model: model, surface: m.Surface}), now)
 		if qb == nil {

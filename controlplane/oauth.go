@@ -1,15 +1,11 @@
 package controlplane
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/seal"
+	"github.com/weirhq/weir/controlplane/upstream"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/backoff"
 )
@@ -27,7 +25,7 @@ import (
 // An OAuth account's credential is an access token, and may come with a
 // refresh token and the access token's expiry. credential_sealed holds the
 // access token (leases read it as before); refresh_sealed holds the refresh
-// token, sealed under its own associated data (seal.go). Refresh tokens
+// token, sealed under its own associated data (package seal). Refresh tokens
 // rotate on use, so two refreshes of one account racing lose the account:
 // a refresh is claimed first with a compare-and-set on the credential
 // revision (ClaimTokenRefresh: one replica wins, for refreshClaim), and the
@@ -36,22 +34,6 @@ import (
 // through the 0004 trigger).
 
 const (
-	defaultOAuthTokenURL = "https://platform.claude.com/v1/oauth/token"
-	// defaultOAuthClientID is Claude Code's public OAuth client id.
-	defaultOAuthClientID = "9d1c250a-e61b-44d9-88ed-5944d1962f5e"
-	// oauthTokenPath is the token endpoint under an account's base URL
-	// override (the simulator, a proxy).
-	oauthTokenPath = "/v1/oauth/token"
-	// defaultCodexTokenURL refreshes ChatGPT logins (Codex accounts).
-	defaultCodexTokenURL = "https://auth.openai.com/oauth/token"
-	// defaultCodexClientID is Codex CLI's public OAuth client id.
-	defaultCodexClientID = "app_EMoamEEZ73f0CkXaXp7hrann"
-	// codexTokenPath is the Codex token endpoint under the scheme and host
-	// of a Codex account's base URL override (the simulator serves it
-	// there, beside /backend-api).
-	codexTokenPath = "/oauth/token"
-	// codexTokenScope is the scope Codex CLI asks for on a refresh.
-	codexTokenScope = "openid profile email"
 	// refreshAhead: an access token expiring within it is refreshed.
 	refreshAhead = 10 * time.Minute
 	// refreshClaim is how long a replica holds an account's refresh. It
@@ -65,7 +47,6 @@ const (
 	// expires_in: short enough that the token is refreshed again in time.
 	defaultAccessLifetime = time.Hour
 	maxCredentialJSON     = 64 << 10
-	maxTokenBody          = 64 << 10
 )
 
 // credentialInput is a credential as an operator enters it: for an OAuth
@@ -120,7 +101,7 @@ func parseCredentialText(provider weirv1.Provider, kind weirv1.AuthKind, raw str
 	return parseCredentialJSON(provider, kind, trimmed)
 }
 
-func parseCredentialJSON(provider weirv1.Provider, kind weirv1.AuthKind, trimmed string) (credentialInput, string, error) {
+func parseCredentialJSON(p weirv1.Provider, kind weirv1.AuthKind, trimmed string) (credentialInput, string, error) {
 	if kind != weirv1.AuthKind_AUTH_KIND_OAUTH {
 		return credentialInput{}, "", invalidf("credential: a JSON credential (access and refresh token) is for oauth accounts only")
 	}
@@ -157,7 +138,7 @@ func parseCredentialJSON(provider weirv1.Provider, kind weirv1.AuthKind, trimmed
 			return credentialInput{}, "", invalidf("credential: must be a JSON object")
 		}
 	}
-	codex := provider == weirv1.Provider_PROVIDER_CODEX
+	codex := p == weirv1.Provider_PROVIDER_CODEX
 	accessName, refreshName, expiresName := "access_token", "refresh_token", "expires_at"
 	access, refresh, expires, millis := doc.AccessToken, doc.RefreshToken, doc.ExpiresAt, false
 	var in credentialInput
@@ -189,12 +170,12 @@ func parseCredentialJSON(provider weirv1.Provider, kind weirv1.AuthKind, trimmed
 	if access == nil || *access == "" {
 		return credentialInput{}, "", invalidf("credential: %s: required", accessName)
 	}
-	if !tokenShaped(*access) {
+	if !upstream.TokenShaped(*access) {
 		return credentialInput{}, "", invalidf("credential: %s: 8 to 8192 printable ASCII characters", accessName)
 	}
 	in.access = *access
 	if refresh != nil && *refresh != "" {
-		if !tokenShaped(*refresh) {
+		if !upstream.TokenShaped(*refresh) {
 			return credentialInput{}, "", invalidf("credential: %s: 8 to 8192 printable ASCII characters", refreshName)
 		}
 		in.refresh = *refresh
@@ -227,9 +208,6 @@ func jsonKind(goType string) string {
 	return goType
 }
 
-// tokenShaped is validCredential as a predicate.
-func tokenShaped(s string) bool { return validCredential(s) == nil }
-
 // parseExpiry reads an expiry: a JSON number (Unix milliseconds when
 // millis, else seconds, or milliseconds when it is too large for seconds)
 // or an RFC 3339 string.
@@ -251,10 +229,10 @@ func parseExpiry(raw json.RawMessage, millis bool) (time.Time, bool) {
 
 // setOAuthTokens writes the refresh half of in, for the credential just
 // written at revision rev, in the caller's transaction.
-func (s *Server) setOAuthTokens(ctx context.Context, q *db.Queries, id uuid.UUID, rev int64, in credentialInput) (db.Account, error) {
+func setOAuthTokens(ctx context.Context, q *db.Queries, sl *seal.Sealer, id uuid.UUID, rev int64, in credentialInput) (db.Account, error) {
 	var sealed []byte
 	if in.refresh != "" {
-		sealed = s.seal.sealRefresh(id, rev, in.refresh)
+		sealed = sl.SealRefresh(id, rev, in.refresh)
 	}
 	return q.SetOAuthTokens(ctx, db.SetOAuthTokensParams{
 		RefreshSealed: sealed, AccessExpiresAt: in.expiresAt, ID: id, CredentialRevision: rev,
@@ -283,14 +261,6 @@ func (s *Server) RefreshDue(ctx context.Context) (int, error) {
 	})
 }
 
-// errRefreshRejected is the token endpoint refusing the refresh token: it
-// will not work again.
-type errRefreshRejected struct{ code string }
-
-func (e errRefreshRejected) Error() string {
-	return "refresh token rejected by the provider: " + e.code
-}
-
 // refreshToken refreshes one account's credential at revision rev, if it
 // wins the claim. The error is for the database and our own shutdown; the
 // token endpoint's failures are recorded on the account (backoff, or
@@ -307,8 +277,8 @@ func (s *Server) refreshToken(ctx context.Context, id uuid.UUID, rev int64) (boo
 	if err != nil {
 		return false, fmt.Errorf("claim: %w", err)
 	}
-	var tok tokenAnswer
-	refresh, err := s.seal.openRefresh(acct.ID, acct.CredentialRevision, acct.RefreshSealed)
+	var tok upstream.Tokens
+	refresh, err := s.seal.OpenRefresh(acct.ID, acct.CredentialRevision, acct.RefreshSealed)
 	if err == nil {
 		// Within the claim, whatever the client's own timeout: a call still
 		// running when the claim lapses could race another replica's.
@@ -317,7 +287,7 @@ func (s *Server) refreshToken(ctx context.Context, id uuid.UUID, rev int64) (boo
 		cancel()
 	}
 	now = s.now()
-	var rejected errRefreshRejected
+	var rejected upstream.RefreshRejected
 	switch {
 	case err == nil:
 	case errors.Is(err, context.Canceled):
@@ -369,9 +339,9 @@ func (s *Server) refreshToken(ctx context.Context, id uuid.UUID, rev int64) (boo
 	err = s.tx(ctx, func(q *db.Queries) error {
 		var err error
 		row, err = q.StoreRefreshedTokens(ctx, db.StoreRefreshedTokensParams{
-			CredentialSealed:   s.seal.seal(id, next, tok.AccessToken),
-			RefreshSealed:      s.seal.sealRefresh(id, next, newRefresh),
-			CredentialHint:     credentialHint(tok.AccessToken),
+			CredentialSealed:   s.seal.Seal(id, next, tok.AccessToken),
+			RefreshSealed:      s.seal.SealRefresh(id, next, newRefresh),
+			CredentialHint:     seal.Hint(tok.AccessToken),
 			AccessExpiresAt:    &expires,
 			Now:                now,
 			ID:                 id,
@@ -405,113 +375,29 @@ func refreshBackoff(failures int32) time.Duration {
 	return backoff.Capped(30*time.Second, 10*time.Minute, int(failures)-1)
 }
 
-// tokenAnswer is the token endpoint's answer to a refresh. Codex's has an
-// id_token and no expires_in.
-type tokenAnswer struct {
-	AccessToken  string `json:"access_token"`
-	RefreshToken string `json:"refresh_token"`
-	ExpiresIn    int64  `json:"expires_in"`
-	IDToken      string `json:"id_token"`
-}
-
 // tokenURL is where acct's credential is refreshed.
 func (s *Server) tokenURL(acct db.Account) string {
 	if acct.Provider == providerCodex {
-		if u, err := url.Parse(acct.BaseUrl); acct.BaseUrl != "" && err == nil {
-			return u.Scheme + "://" + u.Host + codexTokenPath
+		if u, ok := upstream.CodexTokenURLUnder(acct.BaseUrl); acct.BaseUrl != "" && ok {
+			return u
 		}
 		return s.cfg.CodexTokenURL
 	}
 	if acct.BaseUrl != "" {
-		return acct.BaseUrl + oauthTokenPath
+		return acct.BaseUrl + upstream.AnthropicTokenPath
 	}
 	return s.cfg.OAuthTokenURL
 }
 
-// tokenRequest is the body of a refresh of acct's credential.
-func (s *Server) tokenRequest(acct db.Account, refresh string) []byte {
-	if acct.Provider == providerCodex {
-		body, _ := json.Marshal(map[string]string{
-			"client_id":     s.cfg.CodexClientID,
-			"grant_type":    "refresh_token",
-			"refresh_token": refresh,
-			"scope":         codexTokenScope,
-		})
-		return body
-	}
-	body, _ := json.Marshal(map[string]string{
-		"grant_type":    "refresh_token",
-		"refresh_token": refresh,
-		"client_id":     s.cfg.OAuthClientID,
-	})
-	return body
-}
-
-// callTokenEndpoint spends refresh for new tokens. Its errors never hold a
-// token: errRefreshRejected when the endpoint refused the refresh token,
+// callTokenEndpoint spends refresh for new tokens at acct's provider
+// (package upstream). Its errors never hold a token:
+// upstream.RefreshRejected when the endpoint refused the refresh token,
 // anything else is transient.
-func (s *Server) callTokenEndpoint(ctx context.Context, acct db.Account, refresh string) (tokenAnswer, error) {
-	body := s.tokenRequest(acct, refresh)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.tokenURL(acct), bytes.NewReader(body))
-	if err != nil {
-		return tokenAnswer{}, fmt.Errorf("token request: %w", err)
+func (s *Server) callTokenEndpoint(ctx context.Context, acct db.Account, refresh string) (upstream.Tokens, error) {
+	if acct.Provider == providerCodex {
+		return upstream.RefreshCodex(ctx, s.cfg.OAuthClient, s.tokenURL(acct), s.cfg.CodexClientID, refresh)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	resp, err := s.cfg.OAuthClient.Do(req)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return tokenAnswer{}, fmt.Errorf("token endpoint unreachable: %w", scrubbed{err, refresh})
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxTokenBody))
-	if resp.StatusCode != http.StatusOK {
-		var oe struct {
-			Error string `json:"error"`
-		}
-		_ = json.Unmarshal(raw, &oe)
-		code := oauthErrorCode(oe.Error)
-		switch {
-		case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-			if code == "" {
-				code = strconv.Itoa(resp.StatusCode)
-			}
-			return tokenAnswer{}, errRefreshRejected{code}
-		case resp.StatusCode == http.StatusBadRequest && (code == "invalid_grant" || code == "invalid_client" || code == "unauthorized_client"):
-			return tokenAnswer{}, errRefreshRejected{code}
-		case code != "":
-			return tokenAnswer{}, fmt.Errorf("token endpoint answered %d (%s)", resp.StatusCode, code)
-		}
-		return tokenAnswer{}, fmt.Errorf("token endpoint answered %d", resp.StatusCode)
-	}
-	if err != nil {
-		return tokenAnswer{}, fmt.Errorf("token endpoint: read answer: %w", scrubbed{err, refresh})
-	}
-	var tok tokenAnswer
-	if err := json.Unmarshal(raw, &tok); err != nil {
-		return tokenAnswer{}, errors.New("token endpoint: the answer is not a token JSON object")
-	}
-	if !tokenShaped(tok.AccessToken) || (tok.RefreshToken != "" && !tokenShaped(tok.RefreshToken)) {
-		return tokenAnswer{}, errors.New("token endpoint: the answer has no usable access_token")
-	}
-	return tok, nil
-}
-
-// oauthErrorCode keeps an OAuth error code when it looks like one (letters
-// and underscores), so that nothing else from the answer reaches a log.
-func oauthErrorCode(s string) string {
-	if s == "" || len(s) > 64 {
-		return ""
-	}
-	for _, r := range s {
-		if (r < 'a' || r > 'z') && r != '_' {
-			return ""
-		}
-	}
-	return s
+	return upstream.RefreshAnthropic(ctx, s.cfg.OAuthClient, s.tokenURL(acct), s.cfg.OAuthClientID, refresh)
 }
 
 func stringOr(s *string) string {

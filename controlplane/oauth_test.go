@@ -17,6 +17,8 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"github.com/weirhq/weir/controlplane/seal"
+	"github.com/weirhq/weir/controlplane/upstream"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/pgtest"
 	"github.com/weirhq/weir/internal/sim"
@@ -119,7 +121,7 @@ func (s secretsTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	var tok tokenAnswer
+	var tok upstream.Tokens
 	if json.Unmarshal(b, &tok) == nil {
 		for _, v := range []string{tok.AccessToken, tok.RefreshToken} {
 			if v != "" {
@@ -185,7 +187,7 @@ func (u *oauthEnv) simAccepts(token string) bool {
 func (u *oauthEnv) tokenCalls() int {
 	n := 0
 	for _, a := range u.sim.Attempts() {
-		if a.Path == oauthTokenPath {
+		if a.Path == upstream.AnthropicTokenPath {
 			n++
 		}
 	}
@@ -223,17 +225,17 @@ func TestCreateAccountOAuthJSON(t *testing.T) {
 			t.Errorf("hint %q: want the access token's", a.CredentialHint)
 		}
 		row := e.accountRow(a.Id)
-		if got, err := e.srv.seal.open(row.ID, 1, row.CredentialSealed); err != nil || got != access {
+		if got, err := e.srv.seal.Open(row.ID, 1, row.CredentialSealed); err != nil || got != access {
 			t.Errorf("credential_sealed does not open to the access token: %v", err)
 		}
-		if got, err := e.srv.seal.openRefresh(row.ID, 1, row.RefreshSealed); err != nil || got != refresh {
+		if got, err := e.srv.seal.OpenRefresh(row.ID, 1, row.RefreshSealed); err != nil || got != refresh {
 			t.Errorf("refresh_sealed does not open to the refresh token: %v", err)
 		}
 		// Distinct associated data: neither ciphertext opens as the other.
-		if _, err := e.srv.seal.openRefresh(row.ID, 1, row.CredentialSealed); err == nil {
+		if _, err := e.srv.seal.OpenRefresh(row.ID, 1, row.CredentialSealed); err == nil {
 			t.Error("the access ciphertext opened as a refresh token")
 		}
-		if _, err := e.srv.seal.open(row.ID, 1, row.RefreshSealed); err == nil {
+		if _, err := e.srv.seal.Open(row.ID, 1, row.RefreshSealed); err == nil {
 			t.Error("the refresh ciphertext opened as an access token")
 		}
 		if !sameTime(row.AccessExpiresAt, &expires) {
@@ -282,7 +284,7 @@ func TestCreateAccountOAuthJSON(t *testing.T) {
 	}
 	update(oauthJSON(access2, refresh2, expires))
 	row := e.accountRow(a.Id)
-	if got, err := e.srv.seal.openRefresh(row.ID, 2, row.RefreshSealed); err != nil || got != refresh2 || row.CredentialRevision != 2 {
+	if got, err := e.srv.seal.OpenRefresh(row.ID, 2, row.RefreshSealed); err != nil || got != refresh2 || row.CredentialRevision != 2 {
 		t.Fatalf("after the update: revision %d, refresh opens: %v", row.CredentialRevision, err)
 	}
 	update(oauthToken())
@@ -322,15 +324,15 @@ func TestTokenRefresh(t *testing.T) {
 	if want := epoch.Add(8 * time.Hour); !sameTime(row.AccessExpiresAt, &want) {
 		t.Errorf("access_expires_at %v, want %v (expires_in)", row.AccessExpiresAt, want)
 	}
-	access, err := u.srv.seal.open(row.ID, 2, row.CredentialSealed)
+	access, err := u.srv.seal.Open(row.ID, 2, row.CredentialSealed)
 	if err != nil || access == sa.Credential {
 		t.Fatalf("new access token: %v (unchanged: %v)", err, access == sa.Credential)
 	}
-	refresh, err := u.srv.seal.openRefresh(row.ID, 2, row.RefreshSealed)
+	refresh, err := u.srv.seal.OpenRefresh(row.ID, 2, row.RefreshSealed)
 	if err != nil || refresh == sa.RefreshToken {
 		t.Fatalf("new refresh token: %v (unchanged: %v)", err, refresh == sa.RefreshToken)
 	}
-	if row.CredentialHint != credentialHint(access) {
+	if row.CredentialHint != seal.Hint(access) {
 		t.Errorf("hint %q is not the new token's", row.CredentialHint)
 	}
 	if p, err := u.q.GetUsagePoll(t.Context(), row.ID); err != nil || p.Epoch != epochBefore.Epoch+1 || p.CredentialRevision != 2 {
@@ -413,7 +415,7 @@ func TestTokenRefreshSingleFlightAcrossReplicas(t *testing.T) {
 	}
 	// The token the winner stored works.
 	row := u.accountRow(a.Id)
-	access, err := r.srv.seal.open(row.ID, row.CredentialRevision, row.CredentialSealed)
+	access, err := r.srv.seal.Open(row.ID, row.CredentialRevision, row.CredentialSealed)
 	if err != nil || !u.simAccepts(access) {
 		t.Fatalf("the stored token: %v", err)
 	}
@@ -454,7 +456,7 @@ func TestTokenRefreshTransientBackoff(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32
 	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == oauthTokenPath { // not the profile read at create
+		if r.URL.Path == upstream.AnthropicTokenPath { // not the profile read at create
 			calls.Add(1)
 		}
 		w.Header().Set("content-type", "application/json")
@@ -526,7 +528,7 @@ func TestTokenRefreshLosesToANewCredential(t *testing.T) {
 		t.Fatalf("refreshed %d", n)
 	}
 	row := u.accountRow(a.Id)
-	got, err := u.srv.seal.open(row.ID, row.CredentialRevision, row.CredentialSealed)
+	got, err := u.srv.seal.Open(row.ID, row.CredentialRevision, row.CredentialSealed)
 	if err != nil || got != replacement || row.CredentialRevision != 2 || row.RefreshSealed != nil {
 		t.Fatalf("revision %d: the operator's credential was overwritten (%v)", row.CredentialRevision, err)
 	}
@@ -575,7 +577,7 @@ func TestTokenRefreshKeepsTheRefreshTokenWhenNoneComesBack(t *testing.T) {
 	next := oauthToken()
 	var got map[string]string
 	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != oauthTokenPath || r.Method != http.MethodPost {
+		if r.URL.Path != upstream.AnthropicTokenPath || r.Method != http.MethodPost {
 			http.NotFound(w, r)
 			return
 		}
@@ -594,20 +596,20 @@ func TestTokenRefreshKeepsTheRefreshTokenWhenNoneComesBack(t *testing.T) {
 	if n, err := e.srv.RefreshDue(t.Context()); n != 1 || err != nil {
 		t.Fatalf("RefreshDue: %d, %v", n, err)
 	}
-	if got["grant_type"] != "refresh_token" || got["refresh_token"] != refresh || got["client_id"] != defaultOAuthClientID {
+	if got["grant_type"] != "refresh_token" || got["refresh_token"] != refresh || got["client_id"] != upstream.AnthropicClientID {
 		t.Errorf("token request grant %q, client %q, refresh token sent: %v", got["grant_type"], got["client_id"], got["refresh_token"] == refresh)
 	}
 	row := e.accountRow(a.Id)
-	if r, err := e.srv.seal.openRefresh(row.ID, 2, row.RefreshSealed); err != nil || r != refresh {
+	if r, err := e.srv.seal.OpenRefresh(row.ID, 2, row.RefreshSealed); err != nil || r != refresh {
 		t.Fatalf("the refresh token was not kept: %v", err)
 	}
-	if c, err := e.srv.seal.open(row.ID, 2, row.CredentialSealed); err != nil || c != next {
+	if c, err := e.srv.seal.Open(row.ID, 2, row.CredentialSealed); err != nil || c != next {
 		t.Fatalf("the new access token was not stored: %v", err)
 	}
 	if want := epoch.Add(time.Hour); !sameTime(row.AccessExpiresAt, &want) {
 		t.Errorf("expires %v, want %v", row.AccessExpiresAt, want)
 	}
-	if u := (&Server{cfg: Config{OAuthTokenURL: defaultOAuthTokenURL}}); u.tokenURL(row) != endpoint.URL+oauthTokenPath {
+	if u := (&Server{cfg: Config{OAuthTokenURL: upstream.AnthropicTokenURL}}); u.tokenURL(row) != endpoint.URL+upstream.AnthropicTokenPath {
 		t.Errorf("token URL %q for an account with a base URL", u.tokenURL(row))
 	} else if row.BaseUrl = ""; u.tokenURL(row) != "https://platform.claude.com/v1/oauth/token" {
 		t.Errorf("default token URL %q", u.tokenURL(row))

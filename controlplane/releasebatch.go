@@ -208,7 +208,7 @@ func (l leaseService) ReleaseBatch(ctx context.Context, req *connect.Request[wei
 		Now: now, Ids: p.ids, EndIds: p.end, SessionLeaseIds: p.sessionLeases, SessionKeys: p.sessionKeys,
 	})
 	if err != nil {
-		return nil, l.s.fail(ctx, "release batch", err)
+		return nil, err
 	}
 	found := make(map[uuid.UUID]db.SettleLeasesRow, len(rows))
 	for _, r := range rows {
@@ -235,7 +235,7 @@ func (l leaseService) ReleaseBatch(ctx context.Context, req *connect.Request[wei
 		successes = append(successes, success{row: settledRow(r), outcome: it.Outcome, admittedAt: admitted})
 	}
 	if err := l.s.recordSuccesses(ctx, successes, now); err != nil {
-		return nil, l.s.fail(ctx, "release batch", err)
+		return nil, err
 	}
 	l.s.metrics.releases.WithLabelValues(enumName(weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS)).Add(float64(len(successes)))
 	return connect.NewResponse(out), nil

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/seal"
 )
 
 // ResealReport is what a key rotation found and did.
@@ -56,17 +57,17 @@ func (e *UnreadableError) Error() string {
 // stale. When a credential opens with no key it returns an
 // *UnreadableError and writes nothing. With dryRun it only counts.
 func Reseal(ctx context.Context, pool *pgxpool.Pool, current []byte, previous [][]byte, dryRun bool) (ResealReport, error) {
-	s, err := newSealer(current, previous...)
+	s, err := seal.New(current, previous...)
 	if err != nil {
 		return ResealReport{}, err
 	}
-	rep := ResealReport{KeyID: KeyID(current)}
+	rep := ResealReport{KeyID: seal.KeyID(current)}
 	rows, err := db.New(pool).SealedCredentials(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("read sealed credentials: %w", err)
 	}
 	rep.Accounts = len(rows)
-	stale, err := s.staleRows(rows)
+	stale, err := staleRows(s, rows)
 	rep.Stale = len(stale)
 	if err != nil || dryRun || len(stale) == 0 {
 		return rep, err
@@ -86,7 +87,7 @@ func Reseal(ctx context.Context, pool *pgxpool.Pool, current []byte, previous []
 		for i, r := range locked {
 			rows[i] = db.SealedCredentialsRow(r)
 		}
-		stale, err := s.staleRows(rows)
+		stale, err := staleRows(s, rows)
 		if err != nil {
 			return err
 		}
@@ -94,10 +95,10 @@ func Reseal(ctx context.Context, pool *pgxpool.Pool, current []byte, previous []
 		for _, r := range stale {
 			p.Ids = append(p.Ids, r.ID)
 			p.Revisions = append(p.Revisions, r.CredentialRevision)
-			p.CredentialSealed = append(p.CredentialSealed, s.seal(r.ID, r.CredentialRevision, r.access))
+			p.CredentialSealed = append(p.CredentialSealed, s.Seal(r.ID, r.CredentialRevision, r.access))
 			var refresh []byte
 			if r.RefreshSealed != nil {
-				refresh = s.sealRefresh(r.ID, r.CredentialRevision, r.refresh)
+				refresh = s.SealRefresh(r.ID, r.CredentialRevision, r.refresh)
 			}
 			p.RefreshSealed = append(p.RefreshSealed, refresh)
 		}
@@ -122,19 +123,21 @@ type staleRow struct {
 
 // staleRows opens every row and returns those not sealed under the
 // current key, or an *UnreadableError naming every row that does not open.
-func (s *sealer) staleRows(rows []db.SealedCredentialsRow) ([]staleRow, error) {
+func staleRows(s *seal.Sealer, rows []db.SealedCredentialsRow) ([]staleRow, error) {
 	var stale []staleRow
 	var bad []AccountRef
 	for _, r := range rows {
-		access, accessCurrent, err := s.openWith(sealAD(r.ID, r.CredentialRevision), r.CredentialSealed)
-		refresh, refreshCurrent := "", true
+		access, err := s.Open(r.ID, r.CredentialRevision, r.CredentialSealed)
+		current := s.Current(r.CredentialSealed)
+		refresh := ""
 		if err == nil && r.RefreshSealed != nil {
-			refresh, refreshCurrent, err = s.openWith(refreshAD(r.ID, r.CredentialRevision), r.RefreshSealed)
+			refresh, err = s.OpenRefresh(r.ID, r.CredentialRevision, r.RefreshSealed)
+			current = current && s.Current(r.RefreshSealed)
 		}
 		switch {
 		case err != nil:
 			bad = append(bad, AccountRef{ID: r.ID, Label: r.Label})
-		case !accessCurrent || !refreshCurrent:
+		case !current:
 			stale = append(stale, staleRow{SealedCredentialsRow: r, access: access, refresh: refresh})
 		}
 	}

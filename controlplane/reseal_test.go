@@ -2,6 +2,9 @@ package controlplane
 
 import (
 	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
+	"encoding/binary"
 	"errors"
 	"strings"
 	"testing"
@@ -10,8 +13,36 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/seal"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
+
+func mustSealer(t *testing.T, current []byte, previous ...[]byte) *seal.Sealer {
+	t.Helper()
+	s, err := seal.New(current, previous...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// sealV1 seals an account's credential as weir did before key ids, a
+// format seal still opens: version 1, nonce, AES-256-GCM ciphertext whose
+// associated data is the account id and the revision alone.
+func sealV1(t *testing.T, key []byte, account uuid.UUID, revision int64, plaintext string) []byte {
+	t.Helper()
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nonce := randBytes(aead.NonceSize())
+	ad := binary.BigEndian.AppendUint64(bytes.Clone(account[:]), uint64(revision))
+	return aead.Seal(append([]byte{1}, nonce...), nonce, []byte(plaintext), ad)
+}
 
 // sealedRows reads every account's sealed columns, by label.
 func (e *env) sealedRows() map[string]db.SealedCredentialsRow {
@@ -48,7 +79,7 @@ func TestResealRotatesKey(t *testing.T) {
 	// "old" was sealed before key ids existed.
 	oldRow := e.accountRow(old.Id)
 	if _, err := e.pool.Exec(ctx, `UPDATE accounts SET credential_sealed = $2 WHERE id = $1`,
-		old.Id, sealV1(t, a, sealAD(oldRow.ID, oldRow.CredentialRevision), oldCred)); err != nil {
+		old.Id, sealV1(t, a, oldRow.ID, oldRow.CredentialRevision, oldCred)); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string][2]string{"api": {apiCred, ""}, "max": {access, refresh}, "old": {oldCred, ""}}
@@ -56,7 +87,7 @@ func TestResealRotatesKey(t *testing.T) {
 	before := e.sealedRows()
 
 	rep, err := Reseal(ctx, e.pool, b, [][]byte{a}, true)
-	if err != nil || rep != (ResealReport{KeyID: KeyID(b), Accounts: 3, Stale: 3}) {
+	if err != nil || rep != (ResealReport{KeyID: seal.KeyID(b), Accounts: 3, Stale: 3}) {
 		t.Fatalf("dry run: %+v, %v", rep, err)
 	}
 	for label, r := range e.sealedRows() {
@@ -66,7 +97,7 @@ func TestResealRotatesKey(t *testing.T) {
 	}
 
 	rep, err = Reseal(ctx, e.pool, b, [][]byte{a}, false)
-	if err != nil || rep != (ResealReport{KeyID: KeyID(b), Accounts: 3, Stale: 3, Resealed: 3}) {
+	if err != nil || rep != (ResealReport{KeyID: seal.KeyID(b), Accounts: 3, Stale: 3, Resealed: 3}) {
 		t.Fatalf("rotate: %+v, %v", rep, err)
 	}
 	onlyB := mustSealer(t, b)
@@ -75,7 +106,8 @@ func TestResealRotatesKey(t *testing.T) {
 		if r.CredentialRevision != before[label].CredentialRevision {
 			t.Errorf("%s: revision %d, was %d", label, r.CredentialRevision, before[label].CredentialRevision)
 		}
-		got, current, err := onlyB.openWith(sealAD(r.ID, r.CredentialRevision), r.CredentialSealed)
+		got, err := onlyB.Open(r.ID, r.CredentialRevision, r.CredentialSealed)
+		current := onlyB.Current(r.CredentialSealed)
 		if err != nil || !current || got != want[label][0] {
 			t.Errorf("%s: B alone opens the credential: %v, current %v, matches %v", label, err, current, got == want[label][0])
 		}
@@ -85,7 +117,8 @@ func TestResealRotatesKey(t *testing.T) {
 			}
 			continue
 		}
-		got, current, err = onlyB.openWith(refreshAD(r.ID, r.CredentialRevision), r.RefreshSealed)
+		got, err = onlyB.OpenRefresh(r.ID, r.CredentialRevision, r.RefreshSealed)
+		current = onlyB.Current(r.RefreshSealed)
 		if err != nil || !current || got != want[label][1] {
 			t.Errorf("%s: B alone opens the refresh token: %v, current %v, matches %v", label, err, current, got == want[label][1])
 		}
@@ -95,7 +128,7 @@ func TestResealRotatesKey(t *testing.T) {
 	}
 
 	rep, err = Reseal(ctx, e.pool, b, [][]byte{a}, false)
-	if err != nil || rep != (ResealReport{KeyID: KeyID(b), Accounts: 3}) {
+	if err != nil || rep != (ResealReport{KeyID: seal.KeyID(b), Accounts: 3}) {
 		t.Fatalf("second run: %+v, %v; want nothing stale", rep, err)
 	}
 	for label, r := range e.sealedRows() {
@@ -131,7 +164,7 @@ func TestResealUnreadable(t *testing.T) {
 	lostRow := e.accountRow(lost.Id)
 	elsewhere := mustSealer(t, randBytes(32))
 	if _, err := e.pool.Exec(ctx, `UPDATE accounts SET credential_sealed = $2 WHERE id = $1`,
-		lost.Id, elsewhere.seal(lostRow.ID, lostRow.CredentialRevision, lostCred)); err != nil {
+		lost.Id, elsewhere.Seal(lostRow.ID, lostRow.CredentialRevision, lostCred)); err != nil {
 		t.Fatal(err)
 	}
 	before := e.sealedRows()
@@ -209,7 +242,7 @@ func TestResealWaitsForConcurrentWrite(t *testing.T) {
 	}
 	// The refresh of an old-key replica lands first.
 	if _, err := tx.Exec(ctx, `UPDATE accounts SET credential_sealed = $2, credential_revision = credential_revision + 1 WHERE id = $1`,
-		acc.Id, mustSealer(t, a).seal(row.ID, row.CredentialRevision+1, fresh)); err != nil {
+		acc.Id, mustSealer(t, a).Seal(row.ID, row.CredentialRevision+1, fresh)); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -220,7 +253,9 @@ func TestResealWaitsForConcurrentWrite(t *testing.T) {
 		t.Fatalf("rotate: %+v, %v", r.rep, r.err)
 	}
 	now := e.accountRow(acc.Id)
-	got, current, err := mustSealer(t, b).openWith(sealAD(now.ID, now.CredentialRevision), now.CredentialSealed)
+	onlyB := mustSealer(t, b)
+	got, err := onlyB.Open(now.ID, now.CredentialRevision, now.CredentialSealed)
+	current := onlyB.Current(now.CredentialSealed)
 	if now.CredentialRevision != row.CredentialRevision+1 || err != nil || !current || got != fresh {
 		t.Fatalf("revision %d, open under B alone: %v, current %v, the refreshed credential %v", now.CredentialRevision, err, current, got == fresh)
 	}

@@ -26,14 +26,14 @@ const (
 
 type routeService struct {
 	weirv1connect.UnimplementedRouteServiceHandler
-	s *Server
+	store
 }
 
 func (r routeService) ListRouteEvents(ctx context.Context, req *connect.Request[weirv1.ListRouteEventsRequest]) (*connect.Response[weirv1.ListRouteEventsResponse], error) {
 	limit := req.Msg.Limit
 	switch {
 	case limit < 0:
-		return nil, toConnect(invalidf("limit: must not be negative"))
+		return nil, invalidf("limit: must not be negative")
 	case limit == 0:
 		limit = 50
 	case limit > 1000:
@@ -41,19 +41,19 @@ func (r routeService) ListRouteEvents(ctx context.Context, req *connect.Request[
 	}
 	p := db.ListRouteEventsParams{MaxRows: limit, SpilledOnly: req.Msg.SpilledOnly}
 	if req.Msg.AccountId != "" {
-		acct, err := r.s.findAccount(ctx, req.Msg.AccountId)
+		acct, err := r.findAccount(ctx, req.Msg.AccountId)
 		if err != nil {
-			return nil, r.s.fail(ctx, "list route events", err)
+			return nil, err
 		}
 		p.AccountID = uuid.NullUUID{UUID: acct.ID, Valid: true}
 	}
-	rows, err := r.s.q.ListRouteEvents(ctx, p)
+	rows, err := r.q.ListRouteEvents(ctx, p)
 	if err != nil {
-		return nil, r.s.fail(ctx, "list route events", err)
+		return nil, err
 	}
 	out, err := routeEventProtos(rows)
 	if err != nil {
-		return nil, r.s.fail(ctx, "list route events", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.ListRouteEventsResponse{Events: out}), nil
 }
@@ -61,15 +61,15 @@ func (r routeService) ListRouteEvents(ctx context.Context, req *connect.Request[
 func (r routeService) GetRouteEvent(ctx context.Context, req *connect.Request[weirv1.GetRouteEventRequest]) (*connect.Response[weirv1.GetRouteEventResponse], error) {
 	id := req.Msg.RequestId
 	if id == "" {
-		return nil, toConnect(invalidf("request_id: required"))
+		return nil, invalidf("request_id: required")
 	}
-	row, err := r.s.q.GetRouteEvent(ctx, id)
+	row, err := r.q.GetRouteEvent(ctx, id)
 	if err != nil {
-		return nil, r.s.fail(ctx, "get route event", fmt.Errorf("route event %q: %w", id, storeErr(err)))
+		return nil, fmt.Errorf("route event %q: %w", id, storeErr(err))
 	}
 	ev, err := routeEventProto(row)
 	if err != nil {
-		return nil, r.s.fail(ctx, "get route event", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.GetRouteEventResponse{Event: ev}), nil
 }
@@ -186,7 +186,7 @@ const maxRouteBatch = 500
 
 func (l leaseService) ReportRoutes(ctx context.Context, req *connect.Request[weirv1.ReportRoutesRequest]) (*connect.Response[weirv1.ReportRoutesResponse], error) {
 	if n := len(req.Msg.Events); n > maxRouteBatch {
-		return nil, toConnect(invalidf("events: at most %d per call, got %d", maxRouteBatch, n))
+		return nil, invalidf("events: at most %d per call, got %d", maxRouteBatch, n)
 	}
 	if err := l.storeRoutes(ctx, req.Msg.Events); err != nil {
 		return nil, err
@@ -205,7 +205,7 @@ func (l leaseService) storeRoutes(ctx context.Context, events []*weirv1.RouteEve
 	for i, e := range events {
 		r, err := routeEventParams(fmt.Sprintf("events[%d]", i), e, now)
 		if err != nil {
-			return toConnect(err)
+			return err
 		}
 		if r.KeyID.Valid {
 			keys[r.KeyID.UUID] = true
@@ -227,7 +227,7 @@ func (l leaseService) storeRoutes(ctx context.Context, events []*weirv1.RouteEve
 		return nil
 	})
 	if err != nil {
-		return l.s.fail(ctx, "report route", err)
+		return err
 	}
 	return nil
 }

@@ -6,7 +6,6 @@ package controlplane
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -20,6 +19,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/seal"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/serve"
 	"github.com/weirhq/weir/internal/telemetry"
@@ -28,15 +28,15 @@ import (
 
 // Server is one control-plane replica.
 type Server struct {
-	cfg     Config
-	pool    *pgxpool.Pool
-	q       *db.Queries
-	seal    *sealer
-	log     *slog.Logger
-	now     func() time.Time
-	metrics *metrics
-	integ   *integrityMetrics
-	river   *river.Client[pgx.Tx]
+	store
+	cfg      Config
+	settings settingsSource
+	seal     *seal.Sealer
+	log      *slog.Logger
+	now      func() time.Time
+	metrics  *metrics
+	integ    *integrityMetrics
+	river    *river.Client[pgx.Tx]
 	// watch feeds WatchPool from Postgres notifications.
 	watch *poolWatch
 	// creds checks the stored credentials with this replica's keys.
@@ -53,21 +53,22 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	seal, err := newSealer(cfg.SecretKey, cfg.PreviousSecretKeys...)
+	sealer, err := seal.New(cfg.SecretKey, cfg.PreviousSecretKeys...)
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: %w", err)
 	}
+	q := db.New(pool)
 	s := &Server{
-		cfg:     cfg,
-		pool:    pool,
-		q:       db.New(pool),
-		seal:    seal,
-		log:     cfg.Logger,
-		now:     cfg.Now,
-		metrics: newMetrics(cfg.Registry),
-		integ:   newIntegrityMetrics(cfg.Registry),
-		jitter:  defaultJitter,
-		watch:   newPoolWatch(pool, cfg.Logger),
+		store:    store{pool: pool, q: q},
+		cfg:      cfg,
+		settings: newSettingsSource(q, cfg),
+		seal:     sealer,
+		log:      cfg.Logger,
+		now:      cfg.Now,
+		metrics:  newMetrics(cfg.Registry),
+		integ:    newIntegrityMetrics(cfg.Registry),
+		jitter:   defaultJitter,
+		watch:    newPoolWatch(pool, cfg.Logger),
 	}
 	cfg.Registry.MustRegister(newPoolCollector(s))
 	if !cfg.DisableJobs {
@@ -171,14 +172,14 @@ func (s *Server) Handler() http.Handler {
 
 // rpcHandler serves every Connect service: the network's calls and, in
 // process, the dashboard's, through the same interceptors (token, then
-// audit), and the services' paths.
+// audit, then errors), and the services' paths.
 func (s *Server) rpcHandler() (http.Handler, []string) {
 	opts := connect.WithHandlerOptions(
 		connect.WithInterceptors(tokenInterceptor{
 			admin:     []byte(s.cfg.AdminToken),
 			dataplane: []byte(s.cfg.DataplaneToken),
 			refused:   s.metrics.unauthenticated,
-		}, auditInterceptor{s: s}),
+		}, auditInterceptor{s: s}, errorInterceptor(s.log)),
 		// Leases and decisions are a few hundred bytes: gzip would cost
 		// both sides CPU on every call and save nothing worth having.
 		connect.WithCompressMinBytes(16<<10),
@@ -189,36 +190,57 @@ func (s *Server) rpcHandler() (http.Handler, []string) {
 		mux.Handle(path, h)
 		paths = append(paths, path)
 	}
-	handle(weirv1connect.NewAccountServiceHandler(accountService{s: s}, opts))
-	handle(weirv1connect.NewKeyServiceHandler(keyService{s: s}, opts))
+	handle(weirv1connect.NewAccountServiceHandler(s.accountService(), opts))
+	handle(weirv1connect.NewKeyServiceHandler(s.keyService(), opts))
 	leasePath, leaseHandler := weirv1connect.NewLeaseServiceHandler(leaseService{s: s}, opts)
 	if s.cfg.LeaseClientCert {
 		leaseHandler = requireClientCert(leaseHandler)
 	}
 	handle(leasePath, leaseHandler)
-	handle(weirv1connect.NewRouteServiceHandler(routeService{s: s}, opts))
-	handle(weirv1connect.NewSettingsServiceHandler(settingsService{s: s}, opts))
-	handle(weirv1connect.NewAliasServiceHandler(aliasService{s: s}, opts))
-	handle(weirv1connect.NewOpsServiceHandler(opsService{s: s}, opts))
-	handle(weirv1connect.NewDashboardServiceHandler(dashboardService{s: s}, opts))
-	handle(weirv1connect.NewAuditServiceHandler(auditService{s: s}, opts))
+	handle(weirv1connect.NewRouteServiceHandler(routeService{store: s.store}, opts))
+	handle(weirv1connect.NewSettingsServiceHandler(s.settingsService(), opts))
+	handle(weirv1connect.NewAliasServiceHandler(aliasService{q: s.q, now: s.now, log: s.log, watch: s.watch}, opts))
+	handle(weirv1connect.NewOpsServiceHandler(opsService{q: s.q}, opts))
+	handle(weirv1connect.NewDashboardServiceHandler(s.dashboardService(), opts))
+	handle(weirv1connect.NewAuditServiceHandler(auditService{q: s.q}, opts))
 	return mux, paths
 }
 
-// tx runs fn in a transaction.
-func (s *Server) tx(ctx context.Context, fn func(q *db.Queries) error) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(s.q.WithTx(tx)) })
+// The services hold what they use of the replica; these build them.
+
+func (s *Server) accountService() accountService {
+	return accountService{store: s.store, now: s.now, log: s.log, seal: s.seal, watch: s.watch,
+		views:      s.accountViews(),
+		identities: identities{q: s.q, seal: s.seal, log: s.log, profile: s.cfg.ProfileClient},
+		readUsage:  s.readUsage, bankedReset: s.bankedReset}
 }
 
-// fail logs errors the client cannot act on and maps every error to its
-// Connect code without internal detail.
-func (s *Server) fail(ctx context.Context, op string, err error) error {
-	var inv errInvalid
-	var conflict errConflict
-	if !errors.Is(err, ErrNotFound) && !errors.As(err, &inv) && !errors.As(err, &conflict) && !errors.Is(err, context.Canceled) {
-		s.log.ErrorContext(ctx, "rpc failed", "op", op, "err", err)
-	}
-	return toConnect(err)
+func (s *Server) keyService() keyService {
+	return keyService{store: s.store, now: s.now, log: s.log, watch: s.watch}
+}
+
+func (s *Server) settingsService() settingsService {
+	return settingsService{store: s.store, settings: s.settings, now: s.now, log: s.log}
+}
+
+func (s *Server) dashboardService() dashboardService {
+	return dashboardService{store: s.store, now: s.now, log: s.log, views: s.accountViews()}
+}
+
+func (s *Server) accountViews() accountViews {
+	return accountViews{store: s.store, now: s.now, forecasts: s.forecasts}
+}
+
+// store is the database: the pool, its queries, and the lookups the
+// services share.
+type store struct {
+	pool *pgxpool.Pool
+	q    *db.Queries
+}
+
+// tx runs fn in a transaction.
+func (st store) tx(ctx context.Context, fn func(q *db.Queries) error) error {
+	return pgx.BeginFunc(ctx, st.pool, func(tx pgx.Tx) error { return fn(st.q.WithTx(tx)) })
 }
 
 // levelFloor drops records below a level before they reach a handler.

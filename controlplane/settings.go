@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -65,13 +66,29 @@ const (
 
 type settingsService struct {
 	weirv1connect.UnimplementedSettingsServiceHandler
-	s *Server
+	store
+	settings settingsSource
+	now      func() time.Time
+	log      *slog.Logger
+}
+
+// settingsSource reads the runtime settings: the stored rows over this
+// replica's defaults (Config's).
+type settingsSource struct {
+	q                                              *db.Queries
+	capacityHold, unreachableHold, requestDeadline time.Duration
+	bodyBuffer, bodyBufferPerKey                   int64
+}
+
+func newSettingsSource(q *db.Queries, cfg Config) settingsSource {
+	return settingsSource{q: q, capacityHold: cfg.CapacityHold, unreachableHold: cfg.UnreachableHold,
+		requestDeadline: cfg.RequestDeadline, bodyBuffer: cfg.BodyBuffer, bodyBufferPerKey: cfg.BodyBufferPerKey}
 }
 
 func (h settingsService) GetSettings(ctx context.Context, _ *connect.Request[weirv1.GetSettingsRequest]) (*connect.Response[weirv1.GetSettingsResponse], error) {
-	st, err := h.s.effectiveSettings(ctx)
+	st, err := h.settings.effective(ctx)
 	if err != nil {
-		return nil, h.s.fail(ctx, "get settings", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.GetSettingsResponse{Settings: st}), nil
 }
@@ -80,16 +97,16 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 	m := req.Msg
 	paths := m.GetUpdateMask().GetPaths()
 	if len(paths) == 0 {
-		return nil, toConnect(invalidf("update_mask: name at least one field (%s)", settingNames))
+		return nil, invalidf("update_mask: name at least one field (%s)", settingNames)
 	}
-	now := h.s.now()
+	now := h.now()
 	// Every field is checked before anything is written: a request with one
 	// bad value changes nothing.
 	puts := make([]db.PutSettingParams, 0, len(paths))
 	named := map[string]bool{}
 	for _, path := range paths {
 		if named[path] {
-			return nil, toConnect(invalidf("update_mask: %q is named more than once", path))
+			return nil, invalidf("update_mask: %q is named more than once", path)
 		}
 		named[path] = true
 		var value string
@@ -97,32 +114,32 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 		case settingCapacityHold:
 			d, err := durationSetting("settings.capacity_hold", m.GetSettings().GetCapacityHold(), 0, maxCapacityHold)
 			if err != nil {
-				return nil, toConnect(err)
+				return nil, err
 			}
 			value = d.String()
 		case settingUnreachableHold:
 			d, err := durationSetting("settings.unreachable_hold", m.GetSettings().GetUnreachableHold(), 0, maxCapacityHold)
 			if err != nil {
-				return nil, toConnect(err)
+				return nil, err
 			}
 			value = d.String()
 		case settingRequestDeadline:
 			d, err := durationSetting("settings.request_deadline", m.GetSettings().GetRequestDeadline(), minRequestDeadline, maxRequestDeadline)
 			if err != nil {
-				return nil, toConnect(err)
+				return nil, err
 			}
 			value = d.String()
 		case settingQuotaResponseMode:
 			mode, err := enumSetting("settings.quota_response_mode", m.GetSettings().GetQuotaResponseMode(),
 				weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE, weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT)
 			if err != nil {
-				return nil, toConnect(err)
+				return nil, err
 			}
 			value = mode
 		case settingMeteredAccounts:
 			mode, err := enumSetting("settings.metered_accounts", m.GetSettings().GetMeteredAccounts(), meteredModes...)
 			if err != nil {
-				return nil, toConnect(err)
+				return nil, err
 			}
 			value = mode
 		case settingBodyBuffer, settingBodyBufferPerKey:
@@ -131,17 +148,17 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 				n = m.GetSettings().GetBodyBufferPerKeyBytes()
 			}
 			if n < minBodyBuffer || n > maxBodyBuffer {
-				return nil, toConnect(invalidf("settings.%s: %d is out of range; must be between %s and %s", path, n,
-					bytesize.Format(minBodyBuffer), bytesize.Format(maxBodyBuffer)))
+				return nil, invalidf("settings.%s: %d is out of range; must be between %s and %s", path, n,
+					bytesize.Format(minBodyBuffer), bytesize.Format(maxBodyBuffer))
 			}
 			value = bytesize.Format(n)
 		default:
-			return nil, toConnect(invalidf("update_mask: unknown field %q (want %s)", path, settingNames))
+			return nil, invalidf("update_mask: unknown field %q (want %s)", path, settingNames)
 		}
 		puts = append(puts, db.PutSettingParams{Name: path, Value: value, Now: now})
 	}
 	var st *weirv1.Settings
-	err := h.s.tx(ctx, func(q *db.Queries) error {
+	err := h.tx(ctx, func(q *db.Queries) error {
 		before, err := q.ListSettings(ctx)
 		if err != nil {
 			return fmt.Errorf("list settings: %w", err)
@@ -167,13 +184,13 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 		if err != nil {
 			return fmt.Errorf("list settings: %w", err)
 		}
-		st, err = h.s.settingsFrom(rows)
+		st, err = h.settings.from(rows)
 		return err
 	})
 	if err != nil {
-		return nil, h.s.fail(ctx, "update settings", err)
+		return nil, err
 	}
-	h.s.log.InfoContext(ctx, "settings updated", "fields", paths,
+	h.log.InfoContext(ctx, "settings updated", "fields", paths,
 		"capacity_hold", st.CapacityHold.AsDuration(), "unreachable_hold", st.UnreachableHold.AsDuration(),
 		"request_deadline", st.RequestDeadline.AsDuration(),
 		"quota_response_mode", enumName(st.QuotaResponseMode), "metered_accounts", enumName(st.MeteredAccounts),
@@ -185,29 +202,34 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 func (l leaseService) WorkerSettings(ctx context.Context, _ *connect.Request[weirv1.WorkerSettingsRequest]) (*connect.Response[weirv1.WorkerSettingsResponse], error) {
 	st, err := l.s.effectiveSettings(ctx)
 	if err != nil {
-		return nil, l.s.fail(ctx, "worker settings", err)
+		return nil, err
 	}
 	return connect.NewResponse(&weirv1.WorkerSettingsResponse{Settings: st}), nil
 }
 
-// effectiveSettings is what operators set, else this replica's Config.
+// effectiveSettings is the settings in force, for the lease service.
 func (s *Server) effectiveSettings(ctx context.Context) (*weirv1.Settings, error) {
-	rows, err := s.q.ListSettings(ctx)
+	return s.settings.effective(ctx)
+}
+
+// effective is what operators set, else this replica's defaults.
+func (ss settingsSource) effective(ctx context.Context) (*weirv1.Settings, error) {
+	rows, err := ss.q.ListSettings(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list settings: %w", err)
 	}
-	return s.settingsFrom(rows)
+	return ss.from(rows)
 }
 
-// settingsFrom overlays stored rows on the Config defaults. Names it does
+// from overlays stored rows on the Config defaults. Names it does
 // not know are skipped: a newer replica may have written them during a
 // rolling upgrade. A value it cannot read is an error rather than a silent
 // fall back to a default the operator did not choose.
-func (s *Server) settingsFrom(rows []db.Setting) (*weirv1.Settings, error) {
-	hold, unreachable, deadline := s.cfg.CapacityHold, s.cfg.UnreachableHold, s.cfg.RequestDeadline
+func (ss settingsSource) from(rows []db.Setting) (*weirv1.Settings, error) {
+	hold, unreachable, deadline := ss.capacityHold, ss.unreachableHold, ss.requestDeadline
 	mode := weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE
 	metered := weirv1.MeteredAccounts_METERED_ACCOUNTS_NORMAL
-	bodyBuffer, bodyBufferPerKey := s.cfg.BodyBuffer, s.cfg.BodyBufferPerKey
+	bodyBuffer, bodyBufferPerKey := ss.bodyBuffer, ss.bodyBufferPerKey
 	for _, r := range rows {
 		var dst *time.Duration
 		var lo, hi time.Duration
@@ -290,13 +312,13 @@ func (h settingsService) ListSettingChanges(ctx context.Context, req *connect.Re
 	limit := req.Msg.GetLimit()
 	switch {
 	case limit < 0 || limit > 500:
-		return nil, toConnect(invalidf("limit: %d is out of range; must be between 0 and 500", limit))
+		return nil, invalidf("limit: %d is out of range; must be between 0 and 500", limit)
 	case limit == 0:
 		limit = 50
 	}
-	rows, err := h.s.q.ListSettingChanges(ctx, limit)
+	rows, err := h.q.ListSettingChanges(ctx, limit)
 	if err != nil {
-		return nil, h.s.fail(ctx, "list setting changes", err)
+		return nil, err
 	}
 	out := &weirv1.ListSettingChangesResponse{}
 	for _, r := range rows {

@@ -218,9 +218,9 @@ func FuzzSettingsFrom(f *testing.F) {
 	} {
 		f.Add(r[0], r[1], settingCapacityHold, "0s")
 	}
-	s := &Server{cfg: Config{CapacityHold: 20 * time.Minute, RequestDeadline: 25 * time.Minute}}
+	s := newSettingsSource(nil, Config{CapacityHold: 20 * time.Minute, RequestDeadline: 25 * time.Minute})
 	f.Fuzz(func(t *testing.T, name1, value1, name2, value2 string) {
-		st, err := s.settingsFrom([]db.Setting{{Name: name1, Value: value1}, {Name: name2, Value: value2}})
+		st, err := s.from([]db.Setting{{Name: name1, Value: value1}, {Name: name2, Value: value2}})
 		if err != nil {
 			if !strings.Contains(err.Error(), "setting ") {
 				t.Errorf("error %q does not name the setting", err)

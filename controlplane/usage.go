@@ -2,17 +2,9 @@ package controlplane
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"math"
 	"math/rand/v2"
-	"net/http"
-	"net/url"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -22,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/upstream"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/backoff"
 )
@@ -32,18 +25,15 @@ import (
 // poller and operator at once; the unified rate-limit headers of every
 // released response are merged in between polls.
 
-// Usage window names, as the usage endpoint spells them, in the one order
+// Usage window names (package upstream reads them), in the one order
 // they are written (a fixed order keeps concurrent writers from
 // deadlocking on each other's rows).
 const (
-	windowFiveHour          = "five_hour"
-	windowSevenDay          = "seven_day"
-	windowSevenDayOAuthApps = "seven_day_oauth_apps"
-	windowSevenDayOpus      = "seven_day_opus"
-	windowSevenDaySonnet    = "seven_day_sonnet"
+	windowFiveHour = upstream.FiveHour
+	windowSevenDay = upstream.SevenDay
 )
 
-var usageWindows = []string{windowFiveHour, windowSevenDay, windowSevenDayOAuthApps, windowSevenDayOpus, windowSevenDaySonnet}
+var usageWindows = upstream.Windows
 
 // Reading sources.
 const (
@@ -52,15 +42,9 @@ const (
 )
 
 const (
-	// usagePath is the usage endpoint, under the account's base URL.
-	usagePath = "/api/oauth/usage"
-	// codexUsagePath is a Codex account's usage endpoint, under its base
-	// URL (https://chatgpt.com/backend-api by default).
-	codexUsagePath = "/wham/usage"
-	// oauthBeta is the anthropic-beta value the OAuth endpoints require.
-	oauthBeta = "oauth-2025-04-20"
-	// maxUsageBody bounds what a usage answer may weigh.
-	maxUsageBody = 1 << 20
+	// oauthBeta is the anthropic-beta value the OAuth endpoints require
+	// (the reset claim's too).
+	oauthBeta = upstream.AnthropicOAuthBeta
 
 	// Poll cadence: busy accounts (used in the last usageBusyFor) about
 	// every usageBusyEvery, idle ones about every usageIdleEvery, each
@@ -252,7 +236,7 @@ func rearmUsage(ctx context.Context, q *db.Queries, id uuid.UUID, at time.Time) 
 // response into the usage view, under the lease's credential revision and
 // the current epoch. Release calls it inside its transaction.
 func (s *Server) mergeUsageHeaders(ctx context.Context, q *db.Queries, accountID uuid.UUID, revision int64, headers map[string]string, now time.Time) error {
-	for _, r := range headerReadings(headers, now) {
+	for _, r := range readingsOf(upstream.HeaderReadings(headers, now)) {
 		if _, err := q.UpsertUsageWindow(ctx, db.UpsertUsageWindowParams{
 			AccountID: accountID, WindowName: r.window, Utilization: r.utilization, ResetsAt: r.resetsAt,
 			Source: sourceHeader, Now: now, CredentialRevision: revision,
@@ -263,279 +247,52 @@ func (s *Server) mergeUsageHeaders(ctx context.Context, q *db.Queries, accountID
 	return nil
 }
 
-// fetchUsage GETs the account's usage endpoint. Only readUsage may call
-// it, after claiming the read (a test holds every other caller out). It
-// returns the readings (and, for an account with banked resets enabled,
-// the reset grants: nil when not asked for or not answered), or an error
-// without the credential in it and how long the endpoint asked us to wait
-// (0: it did not say).
+// fetchUsage reads the account's usage endpoint (package upstream). Only
+// readUsage may call it, after claiming the read (a test holds every
+// other caller out). It returns the readings (and, for an account with
+// banked resets enabled, the reset grants: nil when not asked for or not
+// answered), or an error without the credential in it and how long the
+// endpoint asked us to wait (0: it did not say).
 func (s *Server) fetchUsage(ctx context.Context, acct db.Account) ([]usageReading, *[]resetGrant, time.Duration, error) {
-	token, err := s.seal.open(acct.ID, acct.CredentialRevision, acct.CredentialSealed)
+	token, err := s.seal.Open(acct.ID, acct.CredentialRevision, acct.CredentialSealed)
 	if err != nil {
 		return nil, nil, 0, errors.New("credential unreadable under this secret key")
 	}
-	codex := acct.Provider == providerCodex
 	base := accountBaseURL(acct.Provider, acct.BaseUrl)
-	target := base + usagePath
-	switch {
-	case codex:
-		target = base + codexUsagePath
-	case acct.BankedResetsEnabled:
-		target += "?include_grants=true"
+	if acct.Provider == providerCodex {
+		readings, wait, err := upstream.ReadCodexUsage(ctx, s.cfg.UsageClient, base, token, acct.UpstreamAccountID, s.now)
+		return readingsOf(readings), nil, wait, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	u, wait, err := upstream.ReadAnthropicUsage(ctx, s.cfg.UsageClient, base, token, acct.BankedResetsEnabled)
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("usage request: %w", err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	if codex {
-		req.Header.Set("chatgpt-account-id", acct.UpstreamAccountID)
-	} else {
-		req.Header.Set("anthropic-beta", oauthBeta)
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := s.cfg.UsageClient.Do(req)
-	if err != nil {
-		// url.Error names the URL, which carries no secret; the rest is the
-		// transport's own words. The token is scrubbed all the same.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, nil, 0, fmt.Errorf("usage endpoint unreachable: %w", scrubbed{err, token})
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxUsageBody))
-	if resp.StatusCode != http.StatusOK {
-		return nil, nil, usageRetryAfter(resp.Header.Get("retry-after")), fmt.Errorf("usage endpoint answered %d", resp.StatusCode)
-	}
-	if err != nil {
-		return nil, nil, 0, fmt.Errorf("usage endpoint: read answer: %w", scrubbed{err, token})
-	}
-	if codex {
-		readings, err := parseCodexUsage(body, s.now())
-		return readings, nil, 0, err
-	}
-	readings, err := parseUsage(body)
-	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, wait, err
 	}
 	var grants *[]resetGrant
 	if acct.BankedResetsEnabled {
-		grants = parseResetGrants(body)
+		grants = parseResetGrants(u.Body)
 	}
-	return readings, grants, 0, nil
+	return readingsOf(u.Readings), grants, 0, nil
 }
 
-// scrubbed is an error whose text never holds the secret.
+// readingsOf is provider readings as the control plane keeps them.
+func readingsOf(rs []upstream.Reading) []usageReading {
+	var out []usageReading
+	for _, r := range rs {
+		out = append(out, usageReading{window: r.Window, utilization: r.Utilization, resetsAt: r.ResetsAt})
+	}
+	return out
+}
+
+// scrubbed is upstream.Scrub as a value, for the control plane's own
+// upstream calls and logs.
 type scrubbed struct {
 	err    error
 	secret string
 }
 
-func (e scrubbed) Error() string {
-	msg := e.err.Error()
-	if e.secret != "" {
-		msg = strings.ReplaceAll(msg, e.secret, "[credential]")
-	}
-	return msg
-}
+func (e scrubbed) Error() string { return upstream.Scrub(e.err, e.secret).Error() }
 
 func (e scrubbed) Unwrap() error { return e.err }
-
-// usageWindowJSON is one window of the usage endpoint's answer.
-type usageWindowJSON struct {
-	// Utilization is a percent, 0..100.
-	Utilization *float64 `json:"utilization"`
-	ResetsAt    *string  `json:"resets_at"`
-}
-
-// parseUsage reads the usage endpoint's answer: the windows it reports, as
-// fractions, in usageWindows order. A null window, or one with neither a
-// utilization nor a reset, is absent.
-func parseUsage(body []byte) ([]usageReading, error) {
-	var doc map[string]json.RawMessage
-	if err := json.Unmarshal(body, &doc); err != nil {
-		return nil, errors.New("usage endpoint: answer is not a JSON object")
-	}
-	var out []usageReading
-	for _, name := range usageWindows {
-		raw, ok := doc[name]
-		if !ok {
-			continue
-		}
-		var w *usageWindowJSON
-		if err := json.Unmarshal(raw, &w); err != nil {
-			return nil, fmt.Errorf("usage endpoint: %s: not a window", name)
-		}
-		if w == nil {
-			continue
-		}
-		r := usageReading{window: name, utilization: percentFraction(w.Utilization)}
-		if w.ResetsAt != nil {
-			if t, err := time.Parse(time.RFC3339Nano, *w.ResetsAt); err == nil {
-				t = t.UTC()
-				r.resetsAt = &t
-			}
-		}
-		if r.utilization == nil && r.resetsAt == nil {
-			continue
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
-// percentFraction turns the endpoint's percent into a fraction: above 100
-// is spent (1); negative or not a number is no evidence (nil).
-func percentFraction(p *float64) *float64 {
-	if p == nil || math.IsNaN(*p) || *p < 0 {
-		return nil
-	}
-	f := min(*p/100, 1)
-	return &f
-}
-
-// codexWindowJSON is one window of the Codex usage endpoint's answer.
-type codexWindowJSON struct {
-	// UsedPercent is a percent, 0..100.
-	UsedPercent        *float64 `json:"used_percent"`
-	LimitWindowSeconds *int64   `json:"limit_window_seconds"`
-	ResetAfterSeconds  *int64   `json:"reset_after_seconds"`
-	// ResetAt is in Unix seconds.
-	ResetAt *int64 `json:"reset_at"`
-}
-
-// parseCodexUsage reads the Codex usage endpoint's answer, read at now:
-// rate_limit.primary_window and secondary_window, either of which may be
-// null, named by their length (codexWindow).
-func parseCodexUsage(body []byte, now time.Time) ([]usageReading, error) {
-	var doc struct {
-		RateLimit *struct {
-			Primary   *codexWindowJSON `json:"primary_window"`
-			Secondary *codexWindowJSON `json:"secondary_window"`
-		} `json:"rate_limit"`
-	}
-	if err := json.Unmarshal(body, &doc); err != nil {
-		return nil, errors.New("usage endpoint: answer is not a Codex usage object")
-	}
-	if doc.RateLimit == nil {
-		return nil, nil
-	}
-	var out []usageReading
-	for i, w := range []*codexWindowJSON{doc.RateLimit.Primary, doc.RateLimit.Secondary} {
-		if w == nil {
-			continue
-		}
-		var minutes int64
-		if w.LimitWindowSeconds != nil {
-			minutes = *w.LimitWindowSeconds / 60
-		}
-		r := usageReading{window: codexWindow(i == 0, minutes), utilization: percentFraction(w.UsedPercent)}
-		switch {
-		case w.ResetAt != nil && *w.ResetAt > 0:
-			t := time.Unix(*w.ResetAt, 0).UTC()
-			r.resetsAt = &t
-		case w.ResetAfterSeconds != nil && *w.ResetAfterSeconds >= 0:
-			t := now.Add(time.Duration(*w.ResetAfterSeconds) * time.Second).UTC()
-			r.resetsAt = &t
-		}
-		if (r.utilization == nil && r.resetsAt == nil) || slices.ContainsFunc(out, func(o usageReading) bool { return o.window == r.window }) {
-			continue
-		}
-		out = append(out, r)
-	}
-	// Stored in usageWindows order, as every writer does.
-	slices.SortFunc(out, func(a, b usageReading) int {
-		return slices.Index(usageWindows, a.window) - slices.Index(usageWindows, b.window)
-	})
-	return out, nil
-}
-
-// codexWindow names a Codex rate-limit window by its length: 300 minutes
-// is the five_hour window and 10080 the seven_day one; a length weir does
-// not know goes by position (primary five_hour, secondary seven_day).
-func codexWindow(primary bool, minutes int64) string {
-	switch {
-	case minutes == 300:
-		return windowFiveHour
-	case minutes == 10080:
-		return windowSevenDay
-	case primary:
-		return windowFiveHour
-	}
-	return windowSevenDay
-}
-
-// headerWindows maps the unified headers' window infixes to window names.
-var headerWindows = []struct{ infix, window string }{
-	{"5h", windowFiveHour},
-	{"7d", windowSevenDay},
-}
-
-// headerReadings reads the rate-limit headers (lower-cased) of a response
-// that arrived at now: Anthropic's unified headers, and Codex's
-// x-codex-{primary,secondary}-* (codexHeaderReadings). A unified window
-// counts only when its status is allowed or allowed_warning (a rejection's
-// 1.0 says why this request failed, not how full the window is), its
-// utilization is within 0..1, and its reset is after now.
-func headerReadings(h map[string]string, now time.Time) []usageReading {
-	out := codexHeaderReadings(h, now)
-	for _, hw := range headerWindows {
-		prefix := "anthropic-ratelimit-unified-" + hw.infix + "-"
-		switch strings.TrimSpace(h[prefix+"status"]) {
-		case "allowed", "allowed_warning":
-		default:
-			continue
-		}
-		u, err := strconv.ParseFloat(strings.TrimSpace(h[prefix+"utilization"]), 64)
-		if err != nil || math.IsNaN(u) || u < 0 || u > 1 {
-			continue
-		}
-		secs, err := strconv.ParseInt(strings.TrimSpace(h[prefix+"reset"]), 10, 64)
-		if err != nil {
-			continue
-		}
-		reset := time.Unix(secs, 0).UTC()
-		if !reset.After(now) {
-			continue
-		}
-		out = append(out, usageReading{window: hw.window, utilization: &u, resetsAt: &reset})
-	}
-	return out
-}
-
-// codexHeaderReadings reads x-codex-{primary,secondary}-used-percent (a
-// percent 0..100), -window-minutes and -reset-at (Unix seconds). A window
-// counts only when its percent is within 0..100 and its reset is after
-// now; it is named by its length (codexWindow). Codex sends no status: a
-// spent window's 100 is a reading like any other.
-func codexHeaderReadings(h map[string]string, now time.Time) []usageReading {
-	var out []usageReading
-	for _, name := range []string{"primary", "secondary"} {
-		prefix := "x-codex-" + name + "-"
-		p, err := strconv.ParseFloat(strings.TrimSpace(h[prefix+"used-percent"]), 64)
-		if err != nil || math.IsNaN(p) || p < 0 || p > 100 {
-			continue
-		}
-		secs, err := strconv.ParseInt(strings.TrimSpace(h[prefix+"reset-at"]), 10, 64)
-		if err != nil {
-			continue
-		}
-		reset := time.Unix(secs, 0).UTC()
-		if !reset.After(now) {
-			continue
-		}
-		minutes, _ := strconv.ParseInt(strings.TrimSpace(h[prefix+"window-minutes"]), 10, 64)
-		w := codexWindow(name == "primary", minutes)
-		if slices.ContainsFunc(out, func(r usageReading) bool { return r.window == w }) {
-			continue
-		}
-		u := p / 100
-		out = append(out, usageReading{window: w, utilization: &u, resetsAt: &reset})
-	}
-	return out
-}
 
 // usageCadence is when the poller reads an account next: about 90 s from
 // now while it is busy (used within the last 10 minutes), about 10 minutes
@@ -560,15 +317,6 @@ func usageBackoff(failures int32, retryAfter time.Duration) time.Duration {
 	return backoff.Capped(usageBackoffBase, usageBackoffMax, int(failures)-1)
 }
 
-// usageRetryAfter reads a retry-after in seconds; 0 when absent or not seconds.
-func usageRetryAfter(v string) time.Duration {
-	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-	if err != nil || n <= 0 {
-		return 0
-	}
-	return time.Duration(min(n, int64(usageBackoffMax/time.Second))) * time.Second
-}
-
 // defaultJitter is uniform in [-1, 1).
 func defaultJitter() float64 { return rand.Float64()*2 - 1 }
 
@@ -584,8 +332,8 @@ func (u accountUsage) fill(a *weirv1.Account) {
 }
 
 // usageView reads every account's usage windows in one query.
-func (s *Server) usageView(ctx context.Context) (map[uuid.UUID]accountUsage, error) {
-	rows, err := s.q.UsageView(ctx, uuid.NullUUID{})
+func (st store) usageView(ctx context.Context) (map[uuid.UUID]accountUsage, error) {
+	rows, err := st.q.UsageView(ctx, uuid.NullUUID{})
 	if err != nil {
 		return nil, fmt.Errorf("usage view: %w", err)
 	}
@@ -613,20 +361,20 @@ func (s *Server) usageView(ctx context.Context) (map[uuid.UUID]accountUsage, err
 // RefreshUsage reads an account's usage endpoint now, through the same
 // budget as the poller.
 func (a accountService) RefreshUsage(ctx context.Context, req *connect.Request[weirv1.RefreshUsageRequest]) (*connect.Response[weirv1.RefreshUsageResponse], error) {
-	row, err := a.s.findAccount(ctx, req.Msg.Id)
+	row, err := a.findAccount(ctx, req.Msg.Id)
 	if err != nil {
-		return nil, a.s.fail(ctx, "refresh usage", err)
+		return nil, err
 	}
-	res, err := a.s.readUsage(ctx, row.ID)
+	res, err := a.readUsage(ctx, row.ID)
 	if err != nil {
-		return nil, a.s.fail(ctx, "refresh usage", err)
+		return nil, err
 	}
-	if row, err = a.s.q.GetAccount(ctx, row.ID); err != nil {
-		return nil, a.s.fail(ctx, "refresh usage", storeErr(err))
+	if row, err = a.q.GetAccount(ctx, row.ID); err != nil {
+		return nil, storeErr(err)
 	}
-	acct, err := a.s.accountView(ctx, row)
+	acct, err := a.views.accountView(ctx, row)
 	if err != nil {
-		return nil, a.s.fail(ctx, "refresh usage", err)
+		return nil, err
 	}
 	out := &weirv1.RefreshUsageResponse{Read: res.read, NextReadAllowedAt: timestamppb.New(res.nextAllowed), Account: acct}
 	if res.failure != nil {

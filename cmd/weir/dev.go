@@ -19,6 +19,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/weirhq/weir/controlplane"
+	"github.com/weirhq/weir/controlplane/seal"
 	"github.com/weirhq/weir/dataplane"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
@@ -300,7 +301,7 @@ func devSecrets(e env, dataDir string, prev devInfo) (secretSet, error) {
 		return s, err
 	}
 	if raw := e.getenv("WEIR_SECRET_KEY"); raw != "" {
-		k, err := controlplane.ParseSecretKey(raw)
+		k, err := seal.ParseSecretKey(raw)
 		if err != nil {
 			return s, fmt.Errorf("WEIR_SECRET_KEY: %w", err)
 		}
@@ -309,7 +310,7 @@ func devSecrets(e env, dataDir string, prev devInfo) (secretSet, error) {
 	}
 	path := filepath.Join(dataDir, "secret.key")
 	if raw, err := os.ReadFile(path); err == nil {
-		k, err := controlplane.ParseSecretKey(string(raw))
+		k, err := seal.ParseSecretKey(string(raw))
 		if err != nil {
 			return s, fmt.Errorf("%s: %w", path, err)
 		}

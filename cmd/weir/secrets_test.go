@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weirhq/weir/controlplane"
+	"github.com/weirhq/weir/controlplane/seal"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/pgtest"
@@ -27,7 +28,7 @@ func sealedUnder(t *testing.T, dbURL, key string, labels ...string) (ids, creds 
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	k, _ := controlplane.ParseSecretKey(key)
+	k, _ := seal.ParseSecretKey(key)
 	admin := "admin-" + randomHex(12)
 	cp, err := controlplane.New(controlplane.Config{AdminToken: admin, DataplaneToken: "dp-" + randomHex(12), SecretKey: k, DisableJobs: true}, pool)
 	if err != nil {
@@ -65,8 +66,8 @@ func TestSecretsRotateCommand(t *testing.T) {
 	dbURL := pgtest.NewURL(t)
 	keyA, keyB := randomHex(32), randomHex(32)
 	ids, creds := sealedUnder(t, dbURL, keyA, "one", "two")
-	rawB, _ := controlplane.ParseSecretKey(keyB)
-	idB := controlplane.KeyID(rawB)
+	rawB, _ := seal.ParseSecretKey(keyB)
+	idB := seal.KeyID(rawB)
 
 	rotate := func(vars map[string]string, args ...string) (string, string, error) {
 		t.Helper()
@@ -166,11 +167,11 @@ func TestPreviousSecretKeysConfig(t *testing.T) {
 	}
 	e, _, _ := testEnv(vars, "")
 	cfg, err := controlPlaneConfig(e, newLogger(e))
-	if err != nil || len(cfg.PreviousSecretKeys) != 2 || controlplane.KeyID(cfg.PreviousSecretKeys[1]) != keyIDOf(p2) {
+	if err != nil || len(cfg.PreviousSecretKeys) != 2 || seal.KeyID(cfg.PreviousSecretKeys[1]) != keyIDOf(p2) {
 		t.Fatalf("controlplane: %d previous keys, %v", len(cfg.PreviousSecretKeys), err)
 	}
 	s, err := devSecrets(e, t.TempDir(), devInfo{})
-	if err != nil || len(s.previous) != 2 || controlplane.KeyID(s.previous[0]) != keyIDOf(p1) {
+	if err != nil || len(s.previous) != 2 || seal.KeyID(s.previous[0]) != keyIDOf(p1) {
 		t.Fatalf("dev: %d previous keys, %v", len(s.previous), err)
 	}
 	vars["WEIR_SECRET_KEY_PREVIOUS"] = p1 + "," + p2[:20]
@@ -186,8 +187,8 @@ func TestPreviousSecretKeysConfig(t *testing.T) {
 }
 
 func keyIDOf(hexKey string) string {
-	k, _ := controlplane.ParseSecretKey(hexKey)
-	return controlplane.KeyID(k)
+	k, _ := seal.ParseSecretKey(hexKey)
+	return seal.KeyID(k)
 }
 
 // TestControlPlaneStartChecksKey: `weir controlplane` and `weir dev` over

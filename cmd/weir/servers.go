@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/weirhq/weir/controlplane"
+	"github.com/weirhq/weir/controlplane/seal"
 	"github.com/weirhq/weir/dataplane"
 	"github.com/weirhq/weir/internal/bytesize"
 	"github.com/weirhq/weir/internal/migrate"
@@ -130,7 +131,7 @@ func secretKeys(e env) (current []byte, previous [][]byte, err error) {
 	if raw == "" {
 		return nil, nil, errors.New("WEIR_SECRET_KEY is required (32 bytes, hex or base64; e.g. openssl rand -hex 32)")
 	}
-	if current, err = controlplane.ParseSecretKey(raw); err != nil {
+	if current, err = seal.ParseSecretKey(raw); err != nil {
 		return nil, nil, fmt.Errorf("WEIR_SECRET_KEY: %w", err)
 	}
 	previous, err = previousSecretKeys(e)
@@ -144,7 +145,7 @@ func previousSecretKeys(e env) ([][]byte, error) {
 		if strings.TrimSpace(raw) == "" {
 			continue
 		}
-		k, err := controlplane.ParseSecretKey(raw)
+		k, err := seal.ParseSecretKey(raw)
 		if err != nil {
 			return nil, fmt.Errorf("WEIR_SECRET_KEY_PREVIOUS: key %d: %w", i+1, err)
 		}

@@ -1,4 +1,8 @@
-package controlplane
+// Package seal encrypts account credentials at rest (AES-256-GCM, each
+// seal bound to its account and credential revision and naming its key),
+// opens them under the current key or a previous one, and masks them for
+// display. It knows nothing of where the seals are stored.
+package seal
 
 import (
 	"bytes"
@@ -17,7 +21,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// sealer encrypts account credentials at rest with AES-256-GCM. The
+// Sealer encrypts account credentials at rest with AES-256-GCM. The
 // associated data binds a ciphertext to its account and credential revision,
 // so a sealed credential copied onto another row, or replayed after a
 // rotation, fails to open.
@@ -25,7 +29,7 @@ import (
 // It seals under the current key and opens under the current key or any
 // previous one, so the key can change while credentials sealed under the
 // old one are still stored ('weir secrets rotate' re-seals them).
-type sealer struct {
+type Sealer struct {
 	current sealKey
 	// keys is every key that opens: the current one first.
 	keys []sealKey
@@ -85,10 +89,9 @@ func ParseSecretKey(s string) ([]byte, error) {
 	return nil, errors.New("secret key must be 32 bytes, as 64 hex characters or base64")
 }
 
-// newSealer seals under current and opens under current or any of
-// previous.
-func newSealer(current []byte, previous ...[]byte) (*sealer, error) {
-	s := &sealer{}
+// New seals under current and opens under current or any of previous.
+func New(current []byte, previous ...[]byte) (*Sealer, error) {
+	s := &Sealer{}
 	for i, key := range append([][]byte{current}, previous...) {
 		k, err := newSealKey(key)
 		if err != nil {
@@ -136,16 +139,18 @@ func refreshAD(account uuid.UUID, revision int64) []byte {
 	return append([]byte(refreshADPrefix), sealAD(account, revision)...)
 }
 
-func (s *sealer) seal(account uuid.UUID, revision int64, plaintext string) []byte {
+// Seal seals an account's credential (its access token or API key) at a
+// credential revision.
+func (s *Sealer) Seal(account uuid.UUID, revision int64, plaintext string) []byte {
 	return s.sealWith(sealAD(account, revision), plaintext)
 }
 
-// sealRefresh seals an OAuth refresh token.
-func (s *sealer) sealRefresh(account uuid.UUID, revision int64, plaintext string) []byte {
+// SealRefresh seals an OAuth refresh token.
+func (s *Sealer) SealRefresh(account uuid.UUID, revision int64, plaintext string) []byte {
 	return s.sealWith(refreshAD(account, revision), plaintext)
 }
 
-func (s *sealer) sealWith(ad []byte, plaintext string) []byte {
+func (s *Sealer) sealWith(ad []byte, plaintext string) []byte {
 	k := s.current
 	out := make([]byte, 0, 1+keyIDLen+k.aead.NonceSize()+len(plaintext)+k.aead.Overhead())
 	out = append(out, sealVersion)
@@ -162,49 +167,55 @@ func v2AD(header, ad []byte) []byte {
 	return append(bytes.Clone(header), ad...)
 }
 
-// errUnseal never carries detail: the ciphertext may be an attacker's probe.
-var errUnseal = errors.New("credential cannot be decrypted (wrong WEIR_SECRET_KEY?)")
+// ErrUnseal is every failure to open: it never carries detail, as the
+// ciphertext may be an attacker's probe.
+var ErrUnseal = errors.New("credential cannot be decrypted (wrong WEIR_SECRET_KEY?)")
 
-func (s *sealer) open(account uuid.UUID, revision int64, sealed []byte) (string, error) {
-	plain, _, err := s.openWith(sealAD(account, revision), sealed)
-	return plain, err
+// Open opens a credential sealed by Seal for the same account and
+// revision, under any of the keys.
+func (s *Sealer) Open(account uuid.UUID, revision int64, sealed []byte) (string, error) {
+	return s.openWith(sealAD(account, revision), sealed)
 }
 
-// openRefresh opens a refresh token sealed by sealRefresh.
-func (s *sealer) openRefresh(account uuid.UUID, revision int64, sealed []byte) (string, error) {
-	plain, _, err := s.openWith(refreshAD(account, revision), sealed)
-	return plain, err
+// OpenRefresh opens a refresh token sealed by SealRefresh.
+func (s *Sealer) OpenRefresh(account uuid.UUID, revision int64, sealed []byte) (string, error) {
+	return s.openWith(refreshAD(account, revision), sealed)
 }
 
-// openWith opens sealed and says whether it is sealed as a new seal would
-// be: version 2 under the current key.
-func (s *sealer) openWith(ad, sealed []byte) (plain string, current bool, err error) {
+// Current says whether sealed is sealed as a new seal would be: version 2
+// under the current key. Of a seal that opens, the others are what a key
+// rotation re-seals.
+func (s *Sealer) Current(sealed []byte) bool {
+	return len(sealed) >= 1+keyIDLen && sealed[0] == sealVersion && bytes.Equal(sealed[1:1+keyIDLen], s.current.id[:])
+}
+
+func (s *Sealer) openWith(ad, sealed []byte) (string, error) {
 	if len(sealed) == 0 {
-		return "", false, errUnseal
+		return "", ErrUnseal
 	}
 	switch sealed[0] {
 	case sealVersion:
 		if len(sealed) < 1+keyIDLen {
-			return "", false, errUnseal
+			return "", ErrUnseal
 		}
 		header := sealed[:1+keyIDLen]
 		i := slices.IndexFunc(s.keys, func(k sealKey) bool { return bytes.Equal(k.id[:], header[1:]) })
 		if i < 0 {
-			return "", false, errUnseal
+			return "", ErrUnseal
 		}
 		p, ok := openGCM(s.keys[i].aead, v2AD(header, ad), sealed[len(header):])
 		if !ok {
-			return "", false, errUnseal
+			return "", ErrUnseal
 		}
-		return p, i == 0, nil
+		return p, nil
 	case sealVersion1:
 		for _, k := range s.keys {
 			if p, ok := openGCM(k.aead, ad, sealed[1:]); ok {
-				return p, false, nil
+				return p, nil
 			}
 		}
 	}
-	return "", false, errUnseal
+	return "", ErrUnseal
 }
 
 // openGCM opens nonce and ciphertext.
@@ -220,9 +231,9 @@ func openGCM(aead cipher.AEAD, ad, body []byte) (string, bool) {
 	return string(plain), true
 }
 
-// credentialHint masks a credential for display: a recognisable prefix and
-// the last four characters, e.g. "sk-ant-api03-…wxyz".
-func credentialHint(secret string) string {
+// Hint masks a credential for display: a recognisable prefix and the last
+// four characters, e.g. "sk-ant-api03-…wxyz".
+func Hint(secret string) string {
 	const tail = 4
 	if len(secret) < 16 {
 		return "…" + strings.Repeat("*", 4)
