@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/policy"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/modelpattern"
@@ -85,7 +86,7 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (re
 	}
 	// One round trip answers the key check, the alias question and the
 	// routing view for a concrete model; the lease's claim is the second.
-	v, err := l.s.routingView(ctx, m.KeyHash, m.Model, m.SessionKey, modelFamily(m.Model), l.s.now())
+	v, err := l.s.routingView(ctx, m.KeyHash, m.Model, m.SessionKey, policy.ModelFamily(m.Model), l.s.now())
 	if err != nil {
 		return nil, l.s.fail(ctx, "acquire", err)
 	}
@@ -168,7 +169,7 @@ func aliasNoAccount(nones []*weirv1.NoAccount) *weirv1.NoAccount {
 // acquireModel leases an account for m.Model, a concrete model. first,
 // when set, is the routing view already read for it.
 func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.AcquireRequest, exclude map[uuid.UUID]bool, prefer uuid.UUID, first *view) (resp *weirv1.AcquireResponse, err error) {
-	family := modelFamily(m.Model)
+	family := policy.ModelFamily(m.Model)
 	if first == nil {
 		v, err := l.s.routingView(ctx, "", "", m.SessionKey, family, l.s.now())
 		if err != nil {
@@ -176,10 +177,10 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		}
 		first = &v
 	}
-	var breakerOpen map[string]bool
+	var breakerOpen map[weirv1.Provider]bool
 	// probing names the providers whose breaker probe this request holds:
 	// a probe reports back once, so its lease is never reused.
-	probing := map[string]bool{}
+	probing := map[weirv1.Provider]bool{}
 	// avoid names the accounts a probe already failed on since the
 	// breaker opened: the probe goes elsewhere while it can.
 	var avoid map[uuid.UUID]bool
@@ -190,10 +191,10 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		// Each provider of the surface has its own breaker per family: an
 		// overloaded Codex backend does not stop OpenAI keys, and the
 		// reverse. The view says which are open; only those are asked.
-		providers := providersFor(m.Surface)
+		providers := policy.ProvidersFor(m.Surface)
 		for _, p := range providers {
 			provider := enumName(p)
-			if !first.breakerOpen[provider] {
+			if !first.breakerOpen[p] {
 				continue
 			}
 			none, probe, probed, err := l.s.breakerGate(ctx, provider, family, l.s.now())
@@ -202,16 +203,16 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 			}
 			if none != nil {
 				if breakerOpen == nil {
-					breakerOpen = map[string]bool{}
+					breakerOpen = map[weirv1.Provider]bool{}
 				}
-				breakerOpen[provider] = true
+				breakerOpen[p] = true
 				if breakerNone == nil || none.RetryAt.AsTime().Before(breakerNone.RetryAt.AsTime()) {
 					breakerNone = none
 				}
 				continue
 			}
 			if probe {
-				probing[provider] = true
+				probing[p] = true
 				for _, id := range probed {
 					if avoid == nil {
 						avoid = map[uuid.UUID]bool{}
@@ -250,13 +251,13 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		}
 		// A pinned key routes among its pinned accounts only: a session
 		// bound to another account is not followed there.
-		rr := key.route(routeRequest{model: m.Model, surface: m.Surface, breakerOpen: breakerOpen,
-			exclude: exclude, unreadable: unreadable, sessionAccount: v.session, preferAccount: prefer})
+		rr := key.route(policy.RouteRequest{Model: m.Model, Surface: m.Surface, BreakerOpen: breakerOpen,
+			Exclude: exclude, Unreadable: unreadable, SessionAccount: v.session, PreferAccount: prefer})
 		cands := key.pinnedOnly(v.cands)
-		order, none := route(cands, withAvoided(rr, avoid), now)
+		order, none := policy.Route(cands, withAvoided(rr, avoid), now)
 		if none != nil && avoid != nil {
 			// Every account left was probed already: round the pool again.
-			order, none = route(cands, rr, now)
+			order, none = policy.Route(cands, rr, now)
 		}
 		if none != nil && breakerNone != nil {
 			none = withBreaker(none, breakerNone)
@@ -265,15 +266,16 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 			key.pinnedNone(none)
 			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: none}}, nil
 		}
-		spill := spillFrom(cands, order, rr)
+		spill := policy.SpillFrom(cands, order, rr)
 		for i, c := range order {
-			lease, err := l.claim(ctx, c, key.id, m, now, reusable(m), probing[c.account.Provider])
+			a := v.accounts[c.Account.ID]
+			lease, err := l.claim(ctx, a, key.id, m, now, reusable(m), probing[c.Account.Provider])
 			if errors.Is(err, errUnseal) {
 				// Unusable until an operator re-enters the credential under
 				// this key; the rest of the pool can still serve. When none
 				// of it can, the answer is permanent (route).
-				unreadable[c.account.ID] = true
-				unopened = append(unopened, sealedRef{id: c.account.ID, label: c.account.Label, revision: c.account.CredentialRevision})
+				unreadable[a.ID] = true
+				unopened = append(unopened, sealedRef{id: a.ID, label: a.Label, revision: a.CredentialRevision})
 				continue
 			}
 			if err != nil {
@@ -282,7 +284,7 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 			if lease != nil {
 				// Metered, because no subscription could serve: a spill,
 				// recorded on the route event and counted by the worker.
-				lease.SpilledToMetered = isMetered(c.account) && i >= spill
+				lease.SpilledToMetered = policy.IsMetered(c.Account) && i >= spill
 				if len(unopened) > 0 {
 					// This replica opened a credential, so its keys are
 					// right: those it could not open are marked broken and
@@ -323,16 +325,16 @@ func withBreaker(none, breaker *weirv1.NoAccount) *weirv1.NoAccount {
 }
 
 // withAvoided is rr with the avoided accounts excluded as well.
-func withAvoided(rr routeRequest, avoid map[uuid.UUID]bool) routeRequest {
+func withAvoided(rr policy.RouteRequest, avoid map[uuid.UUID]bool) policy.RouteRequest {
 	if len(avoid) == 0 {
 		return rr
 	}
-	ex := maps.Clone(rr.exclude)
+	ex := maps.Clone(rr.Exclude)
 	if ex == nil {
 		ex = map[uuid.UUID]bool{}
 	}
 	maps.Copy(ex, avoid)
-	rr.exclude = ex
+	rr.Exclude = ex
 	return rr
 }
 
@@ -351,17 +353,17 @@ func reuseFor(reuse time.Duration, id uuid.UUID) time.Duration {
 	return reuse - reuse/4*time.Duration(id[15])/255
 }
 
-// claim leases c's account, or returns nil when it was claimed away, its
+// claim leases account a, or returns nil when it was claimed away, its
 // credential changed, or it stopped being eligible since the view was read.
 // reuse offers the lease for reuse (Lease.reuse_until) unless reuse is off
 // or the lease is a probe (breakerProbe: this request holds its provider's
 // breaker probe; or the account is on its recovery probe): a probe must
 // report back before the account takes more.
-func (l leaseService) claim(ctx context.Context, c candidate, keyID uuid.UUID, m *weirv1.AcquireRequest, now time.Time, reuse, breakerProbe bool) (*weirv1.Lease, error) {
+func (l leaseService) claim(ctx context.Context, a db.Account, keyID uuid.UUID, m *weirv1.AcquireRequest, now time.Time, reuse, breakerProbe bool) (*weirv1.Lease, error) {
 	expires := now.Add(l.s.cfg.LeaseTTL)
 	leaseID, err := l.s.q.ClaimLease(ctx, db.ClaimLeaseParams{
-		AccountID:  c.account.ID,
-		Revision:   c.account.CredentialRevision,
+		AccountID:  a.ID,
+		Revision:   a.CredentialRevision,
 		KeyID:      uuid.NullUUID{UUID: keyID, Valid: true},
 		RequestID:  m.RequestId,
 		Model:      m.Model,
@@ -375,33 +377,33 @@ func (l leaseService) claim(ctx context.Context, c candidate, keyID uuid.UUID, m
 	if leaseID == uuid.Nil {
 		return nil, nil
 	}
-	credential, err := l.s.seal.open(c.account.ID, c.account.CredentialRevision, c.account.CredentialSealed)
+	credential, err := l.s.seal.open(a.ID, a.CredentialRevision, a.CredentialSealed)
 	if err != nil {
 		// Give the lease back at once.
 		if _, rerr := l.s.q.ReleaseLease(ctx, leaseID); rerr != nil {
 			l.s.log.ErrorContext(ctx, "release unusable lease", "lease_id", leaseID, "err", rerr)
 		}
-		l.s.log.ErrorContext(ctx, "credential unreadable", "account_id", c.account.ID, "err", err)
+		l.s.log.ErrorContext(ctx, "credential unreadable", "account_id", a.ID, "err", err)
 		return nil, err
 	}
-	base := c.account.BaseUrl
+	base := a.BaseUrl
 	if base == "" {
-		base = defaultBaseURL(c.account.Provider)
+		base = defaultBaseURL(a.Provider)
 	}
 	lease := &weirv1.Lease{
 		Id:           leaseID.String(),
-		AccountId:    c.account.ID.String(),
-		AccountLabel: c.account.Label,
-		Provider:     enumValue[weirv1.Provider](c.account.Provider),
-		AuthKind:     enumValue[weirv1.AuthKind](c.account.AuthKind),
+		AccountId:    a.ID.String(),
+		AccountLabel: a.Label,
+		Provider:     enumValue[weirv1.Provider](a.Provider),
+		AuthKind:     enumValue[weirv1.AuthKind](a.AuthKind),
 		BaseUrl:      base,
 		Credential:   credential,
 		ExpiresAt:    timestamppb.New(expires),
 		Ttl:          durationpb.New(l.s.cfg.LeaseTTL),
 		// Codex sends the ChatGPT account id with every request.
-		UpstreamAccountId: c.account.UpstreamAccountID,
+		UpstreamAccountId: a.UpstreamAccountID,
 	}
-	lease.Probe = breakerProbe || c.account.RecoveryProbe
+	lease.Probe = breakerProbe || a.RecoveryProbe
 	if reuse && l.s.cfg.LeaseReuse > 0 && !lease.Probe {
 		lease.ReuseUntil = timestamppb.New(now.Add(reuseFor(l.s.cfg.LeaseReuse, leaseID)))
 	}
@@ -410,7 +412,9 @@ func (l leaseService) claim(ctx context.Context, c candidate, keyID uuid.UUID, m
 
 // view is one read of the routing view.
 type view struct {
-	cands []candidate
+	cands []policy.Candidate
+	// accounts are the candidates' rows, by id: what a claim reads.
+	accounts map[uuid.UUID]db.Account
 	// session is the account the session is bound to; uuid.Nil when none.
 	session uuid.UUID
 	// key is the client key when it is live (id uuid.Nil: unknown or
@@ -420,7 +424,7 @@ type view struct {
 	aliasTargets []string
 	// breakerOpen names the providers whose breaker for the family is open
 	// or probing: Acquire asks only those.
-	breakerOpen map[string]bool
+	breakerOpen map[weirv1.Provider]bool
 }
 
 // routingView reads every account with its live leases, cooldown and gate
@@ -433,20 +437,21 @@ func (s *Server) routingView(ctx context.Context, keyHash, model, sessionKey, fa
 	if err != nil {
 		return view{}, err
 	}
-	v := view{cands: make([]candidate, 0, len(rows))}
+	v := view{cands: make([]policy.Candidate, 0, len(rows)), accounts: make(map[uuid.UUID]db.Account, len(rows))}
 	for _, r := range rows {
 		v.key = keyGrant{id: r.KeyID, models: r.KeyAllowedModels, pinned: r.KeyPinned, pins: r.KeyPins}.
 			withMetered(r.KeyMeteredAccounts, r.MeteredSetting)
 		v.aliasTargets = r.AliasTargets
 		if r.BreakerOpenUntil != nil {
 			if v.breakerOpen == nil {
-				v.breakerOpen = map[string]bool{}
+				v.breakerOpen = map[weirv1.Provider]bool{}
 			}
-			v.breakerOpen[r.Account.Provider] = true
+			v.breakerOpen[enumValue[weirv1.Provider](r.Account.Provider)] = true
 		}
-		c := candidate{account: r.Account, live: r.Live}
+		c := policy.Candidate{Account: policyAccount(r.Account), Live: r.Live}
+		v.accounts[r.Account.ID] = r.Account
 		if r.CooldownUntil != nil {
-			c.cooldown = &db.Cooldown{
+			cd := policyCooldown(db.Cooldown{
 				AccountID: r.Account.ID,
 				Reason:    *r.CooldownReason,
 				Transient: r.CooldownTransient.Bool,
@@ -458,17 +463,19 @@ func (s *Server) routingView(ctx context.Context, keyHash, model, sessionKey, fa
 				QuotaResetsAt:      r.CooldownQuotaResetsAt,
 				QuotaWindowMinutes: orZero(r.CooldownQuotaWindowMinutes),
 				QuotaMessage:       orZero(r.CooldownQuotaMessage),
-			}
+			})
+			c.Cooldown = &cd
 		}
 		if r.GateUntil != nil {
-			c.gate = &db.FamilyGate{AccountID: r.Account.ID, Family: family, Until: *r.GateUntil,
-				WrittenAt: *r.GateWrittenAt, Evidence: r.GateEvidence}
+			g := policyGate(db.FamilyGate{AccountID: r.Account.ID, Family: family, Until: *r.GateUntil,
+				WrittenAt: *r.GateWrittenAt, Evidence: r.GateEvidence})
+			c.Gate = &g
 		}
 		if r.FiveHourUtilization != nil && r.FiveHourResetsAt != nil {
-			c.fiveHour = &windowReading{utilization: *r.FiveHourUtilization, resetsAt: *r.FiveHourResetsAt}
+			c.FiveHour = &policy.Window{Utilization: *r.FiveHourUtilization, ResetsAt: *r.FiveHourResetsAt}
 		}
 		if r.SevenDayUtilization != nil && r.SevenDayResetsAt != nil {
-			c.sevenDay = &windowReading{utilization: *r.SevenDayUtilization, resetsAt: *r.SevenDayResetsAt}
+			c.SevenDay = &policy.Window{Utilization: *r.SevenDayUtilization, ResetsAt: *r.SevenDayResetsAt}
 		}
 		if r.SessionBound && sessionKey != "" {
 			v.session = r.Account.ID
@@ -530,7 +537,7 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 		return l.releaseSuccess(ctx, id, o)
 	}
 	var (
-		d       decision
+		d       policy.Effects
 		inForce *db.Cooldown // the cooldown after merging, as routing sees it
 	)
 	err = l.s.tx(ctx, func(q *db.Queries) error {
@@ -547,7 +554,7 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 				ID:                 row.AccountID,
 				CredentialRevision: row.CredentialRevision,
 				Threshold:          int32(l.s.cfg.AuthFailureThreshold),
-				Reason:             "credential rejected by the upstream (" + evidenceSummary(evidenceJSON(o)) + ")",
+				Reason:             "credential rejected by the upstream (" + policy.EvidenceSummary(policy.EvidenceOf(o)) + ")",
 				Now:                now,
 			})
 			switch {
@@ -564,32 +571,32 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 				}
 			}
 		}
-		family := modelFamily(row.Model)
-		var spent []claimEvidence
+		family := policy.ModelFamily(row.Model)
+		var spent []policy.Claim
 		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED {
 			if spent, err = spentWindows(ctx, q, row.AccountID, now); err != nil {
 				return err
 			}
 		}
-		d = decide(o, attemptFacts{authFailures: failures, oauth: row.AuthKind == enumName(weirv1.AuthKind_AUTH_KIND_OAUTH),
-			family: family, quotaBackoffs: row.QuotaBackoffs, recoveryProbe: row.RecoveryProbe, spent: spent}, at)
+		d = policy.Decide(o, policy.Facts{AuthFailures: failures, OAuth: row.AuthKind == enumName(weirv1.AuthKind_AUTH_KIND_OAUTH),
+			Family: family, QuotaBackoffs: row.QuotaBackoffs, RecoveryProbe: row.RecoveryProbe, Spent: spent}, at)
 		if stale {
-			d.cooldown, d.authFailure = nil, false
+			d.Cooldown, d.AuthFailure = nil, false
 		}
-		if d.cooldown != nil && !d.cooldown.until.After(now) {
+		if d.Cooldown != nil && !d.Cooldown.Until.After(now) {
 			// A redelivered report whose cooldown is already over.
-			d.cooldown = nil
+			d.Cooldown = nil
 		}
 		// An overload answer from before an outage says nothing of the
 		// upstream now: the breakers take only fresh evidence.
 		fresh := now.Sub(at) <= freshOverload
 		// Successes take releaseSuccess and never reach this point.
-		if row.Model != "" && !d.overload && fresh {
+		if row.Model != "" && !d.Overload && fresh {
 			if err := settleBreaker(ctx, q, row.Provider, family, o.Class, now); err != nil {
 				return err
 			}
 		}
-		if d.overload && row.Model != "" && fresh {
+		if d.Overload && row.Model != "" && fresh {
 			before, _ := q.GetBreaker(ctx, db.GetBreakerParams{Provider: row.Provider, Family: family})
 			b, err := recordOverload(ctx, q, row.Provider, family, row.AccountID, now)
 			if err != nil {
@@ -601,31 +608,31 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 					"until", *b.OpenUntil, "open_count", b.OpenCount)
 			}
 		}
-		if cw := d.cooldown; cw != nil {
-			if cw.reason == weirv1.CooldownReason_COOLDOWN_REASON_TRANSPORT {
+		if cw := d.Cooldown; cw != nil {
+			if cw.Reason == weirv1.CooldownReason_COOLDOWN_REASON_TRANSPORT {
 				// Read under the lock WriteCooldown takes next, and no
 				// sooner: the breaker's rows are locked before it.
 				prior, err := q.TransportRun(ctx, row.AccountID)
 				switch {
 				case err == nil:
-					cw.evidence = continueRun(cw.evidence, prior)
+					cw.Evidence = policy.ContinueRun(cw.Evidence, policyCooldown(prior))
 				case !errors.Is(storeErr(err), ErrNotFound):
 					return err
 				}
 			}
 			merged, err := q.WriteCooldown(ctx, withQuota(db.WriteCooldownParams{
 				AccountID: row.AccountID,
-				Reason:    enumName(cw.reason),
-				Transient: transientReason(cw.reason),
-				Until:     cw.until,
+				Reason:    enumName(cw.Reason),
+				Transient: transientReason(cw.Reason),
+				Until:     cw.Until,
 				Now:       now,
-				Evidence:  cw.evidence,
-			}, cw.quota))
+				Evidence:  cw.Evidence,
+			}, cw.Quota))
 			if err != nil {
 				return err
 			}
 			inForce = &merged
-			l.s.metrics.cooldowns.WithLabelValues(enumName(cw.reason)).Inc()
+			l.s.metrics.cooldowns.WithLabelValues(enumName(cw.Reason)).Inc()
 			l.s.log.InfoContext(ctx, "cooldown written", "account_id", row.AccountID,
 				"reason", merged.Reason, "until", merged.Until)
 			if merged.Reason == enumName(weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED) &&
@@ -646,14 +653,28 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 		return nil, l.s.fail(ctx, "release lease", err)
 	}
 	l.s.metrics.releases.WithLabelValues(enumName(o.Class)).Inc()
-	out := &weirv1.Decision{Action: d.action, Rung: string(d.rung)}
-	if d.retryAfter > 0 {
-		out.RetryAfter = durationpb.New(d.retryAfter)
+	out := &weirv1.Decision{Action: d.Action, Rung: string(d.Rung)}
+	if d.RetryAfter > 0 {
+		out.RetryAfter = durationpb.New(d.RetryAfter)
 	}
 	if inForce != nil {
 		out.Cooldown = cooldownProto(*inForce)
 	}
 	return connect.NewResponse(&weirv1.ReleaseResponse{Decision: out}), nil
+}
+
+// withQuota adds a cooldown's quota evidence to its write.
+func withQuota(p db.WriteCooldownParams, q *policy.QuotaRecord) db.WriteCooldownParams {
+	if q == nil {
+		return p
+	}
+	kind := enumName(q.Kind)
+	p.QuotaKind, p.QuotaWindowMinutes, p.QuotaMessage = &kind, q.WindowMinutes, q.Message
+	if !q.ResetsAt.IsZero() {
+		t := q.ResetsAt
+		p.QuotaResetsAt = &t
+	}
+	return p
 }
 
 // freshOverload is how old an overload answer may be and still move a
@@ -723,15 +744,15 @@ func (l leaseService) PoolQuota(ctx context.Context, req *connect.Request[weirv1
 	now := l.s.now()
 	var first *weirv1.QuotaBlock
 	for _, model := range models {
-		v, err := l.s.routingView(ctx, "", "", "", modelFamily(model), now)
+		v, err := l.s.routingView(ctx, "", "", "", policy.ModelFamily(model), now)
 		if err != nil {
 			return nil, l.s.fail(ctx, "pool quota", err)
 		}
-		qb := quotaBlock(kg.pinnedOnly(v.cands), kg.route(routeRequest{model: model, surface: m.Surface}), now)
+		qb := policy.QuotaBlock(kg.pinnedOnly(v.cands), kg.route(policy.RouteRequest{Model: model, Surface: m.Surface}), now)
 		if qb == nil {
 			return connect.NewResponse(&weirv1.PoolQuotaResponse{}), nil
 		}
-		if first == nil || reopensFirst(qb, first) {
+		if first == nil || policy.ReopensFirst(qb, first) {
 			first = qb
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/policy"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
 
@@ -66,7 +67,7 @@ func successGroups(successes []success, now time.Time) []db.RecordReleaseSuccess
 		if admitted.After(now) {
 			admitted = now
 		}
-		k := key{sc.row.AccountID, modelFamily(sc.row.Model)}
+		k := key{sc.row.AccountID, policy.ModelFamily(sc.row.Model)}
 		if i, ok := at[k]; ok {
 			if admitted.After(out[i].AdmittedAt) {
 				out[i].AdmittedAt = admitted

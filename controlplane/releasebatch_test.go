@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/weirhq/weir/controlplane/policy"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
 
@@ -270,7 +271,7 @@ func TestSuccessGroups(t *testing.T) {
 	}
 	for _, g := range groups {
 		switch {
-		case g.AccountID == a && g.Family == modelFamily("claude-sonnet-4-5"):
+		case g.AccountID == a && g.Family == policy.ModelFamily("claude-sonnet-4-5"):
 			if !g.AdmittedAt.Equal(now.Add(-2 * time.Second)) {
 				t.Errorf("a sonnet admitted %v, want the latest", g.AdmittedAt)
 			}

@@ -1,4 +1,4 @@
-package controlplane
+package policy
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/vocab"
 )
 
 // TestDecide: every class on an API-key account with no model family, so
@@ -91,31 +92,31 @@ func TestDecide(t *testing.T) {
 		{"bytes: success", &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, BytesToClient: true}, 0, respond, none, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := decide(tc.o, attemptFacts{authFailures: tc.failures}, now)
-			if d.action != tc.action {
-				t.Errorf("action %v, want %v", d.action, tc.action)
+			d := Decide(tc.o, Facts{AuthFailures: tc.failures}, now)
+			if d.Action != tc.action {
+				t.Errorf("action %v, want %v", d.Action, tc.action)
 			}
-			if d.success != tc.success {
-				t.Errorf("success %v", d.success)
+			if d.Success != tc.success {
+				t.Errorf("success %v", d.Success)
 			}
-			if d.authFailure != (tc.o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR) {
-				t.Errorf("authFailure %v", d.authFailure)
+			if d.AuthFailure != (tc.o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR) {
+				t.Errorf("authFailure %v", d.AuthFailure)
 			}
 			if tc.reason == none {
-				if d.cooldown != nil {
-					t.Errorf("cooldown %v until now+%v", d.cooldown.reason, d.cooldown.until.Sub(now))
+				if d.Cooldown != nil {
+					t.Errorf("cooldown %v until now+%v", d.Cooldown.Reason, d.Cooldown.Until.Sub(now))
 				}
 				return
 			}
-			if d.cooldown == nil {
+			if d.Cooldown == nil {
 				t.Fatalf("no cooldown, want %v", tc.reason)
 			}
-			if d.cooldown.reason != tc.reason || !d.cooldown.until.Equal(now.Add(tc.until)) {
-				t.Errorf("cooldown %v until now+%v, want %v until now+%v", d.cooldown.reason, d.cooldown.until.Sub(now), tc.reason, tc.until)
+			if d.Cooldown.Reason != tc.reason || !d.Cooldown.Until.Equal(now.Add(tc.until)) {
+				t.Errorf("cooldown %v until now+%v, want %v until now+%v", d.Cooldown.Reason, d.Cooldown.Until.Sub(now), tc.reason, tc.until)
 			}
-			var ev storedEvidence
-			if err := json.Unmarshal(d.cooldown.evidence, &ev); err != nil || ev.Class != enumName(tc.o.Class) {
-				t.Errorf("evidence %s (%v)", d.cooldown.evidence, err)
+			var ev Evidence
+			if err := json.Unmarshal(d.Cooldown.Evidence, &ev); err != nil || ev.Class != vocab.Name(tc.o.Class) {
+				t.Errorf("evidence %s (%v)", d.Cooldown.Evidence, err)
 			}
 		})
 	}
@@ -134,9 +135,9 @@ func TestDecideAbsurdRetryAfter(t *testing.T) {
 		{"retry-after": "99999999999"},
 		{"retry-after-ms": "1e300"},
 	} {
-		d := decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, Headers: h}, attemptFacts{}, now)
-		if d.cooldown == nil || !d.cooldown.until.After(now) {
-			t.Errorf("%v: cooldown until %v is not in the future", h, d.cooldown.until)
+		d := Decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, Headers: h}, Facts{}, now)
+		if d.Cooldown == nil || !d.Cooldown.Until.After(now) {
+			t.Errorf("%v: cooldown until %v is not in the future", h, d.Cooldown.Until)
 		}
 	}
 }
@@ -150,8 +151,8 @@ func TestEvidence(t *testing.T) {
 		},
 		InputTokens: 5,
 	}
-	raw := evidenceJSON(o)
-	var ev storedEvidence
+	raw := EvidenceOf(o)
+	var ev Evidence
 	if err := json.Unmarshal(raw, &ev); err != nil {
 		t.Fatal(err)
 	}
@@ -163,19 +164,19 @@ func TestEvidence(t *testing.T) {
 		want string
 	}{
 		{raw, "rate_limited, status 429, rate_limit_error, retry-after 30, unified rejected"},
-		{evidenceJSON(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, TransportError: "read: connection reset"}),
+		{EvidenceOf(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, TransportError: "read: connection reset"}),
 			"transport_error, read: connection reset"},
-		{evidenceJSON(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, TransportError: "no such host",
+		{EvidenceOf(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, TransportError: "no such host",
 			TransportCause: weirv1.TransportCause_TRANSPORT_CAUSE_DNS}), "transport_error, dns: no such host"},
-		{evidenceJSON(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, TransportError: "odd",
+		{EvidenceOf(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, TransportError: "odd",
 			TransportCause: weirv1.TransportCause(99)}), "transport_error, other: odd"},
-		{evidenceJSON(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR, Status: 401}), "auth_error, status 401"},
+		{EvidenceOf(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR, Status: 401}), "auth_error, status 401"},
 		{[]byte(`{"class":"x"}`), "x"},
 		{[]byte(`not json`), ""},
 		{nil, ""},
 	} {
-		if got := evidenceSummary(tc.raw); got != tc.want {
-			t.Errorf("evidenceSummary(%s) = %q, want %q", tc.raw, got, tc.want)
+		if got := EvidenceSummary(tc.raw); got != tc.want {
+			t.Errorf("EvidenceSummary(%s) = %q, want %q", tc.raw, got, tc.want)
 		}
 	}
 }
@@ -187,14 +188,14 @@ func TestDecideOverloadLadder(t *testing.T) {
 	t.Parallel()
 	want := []time.Duration{time.Second}
 	for prior, wait := range want {
-		d := decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, Status: 529, PriorOverloads: int32(prior)}, attemptFacts{}, epoch)
-		if d.action != weirv1.Action_ACTION_RETRY_SAME || d.retryAfter != wait || d.cooldown != nil || !d.overload {
+		d := Decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, Status: 529, PriorOverloads: int32(prior)}, Facts{}, epoch)
+		if d.Action != weirv1.Action_ACTION_RETRY_SAME || d.RetryAfter != wait || d.Cooldown != nil || !d.Overload {
 			t.Errorf("prior %d: %+v, want retry same after %v without cooldown", prior, d, wait)
 		}
 	}
 	for _, prior := range []int32{int32(len(want)), 2, 7} {
-		d := decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, PriorOverloads: prior}, attemptFacts{}, epoch)
-		if d.action != weirv1.Action_ACTION_FAILOVER || d.retryAfter != 0 || !d.overload {
+		d := Decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, PriorOverloads: prior}, Facts{}, epoch)
+		if d.Action != weirv1.Action_ACTION_FAILOVER || d.RetryAfter != 0 || !d.Overload {
 			t.Errorf("after %d overloads: %+v, want failover", prior, d)
 		}
 	}

@@ -1,24 +1,23 @@
-package controlplane
+package policy
 
 import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/weirhq/weir/controlplane/db"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/backoff"
 	"github.com/weirhq/weir/internal/failpolicy"
+	"github.com/weirhq/weir/internal/vocab"
 )
 
 // Cooldown lengths when the upstream gives no deadline of its own.
 const (
-	transportCooldown        = 10 * time.Second
+	TransportCooldown        = 10 * time.Second
 	defaultRateLimitCooldown = 60 * time.Second
 	authCooldownBase         = time.Minute
 	authCooldownMax          = time.Hour
@@ -36,80 +35,88 @@ const (
 	overloadRetryMax  = 8 * time.Second
 )
 
-// decision is what the control plane concludes from one attempt.
-type decision struct {
-	action   weirv1.Action
-	cooldown *cooldownWrite
-	// gate excludes the account for one model family only.
-	gate *gateWrite
-	// retryAfter is the wait before ACTION_RETRY_SAME.
-	retryAfter time.Duration
-	// success and authFailure update the account's record; overload feeds
-	// the family's breaker; quotaBackoff counts an account-wide quota
+// Effects is what the control plane concludes from one attempt: what it
+// writes (the cooldown, the family gate, the breaker change, the ladder
+// state, the quota record with the cooldown) and what it answers the
+// worker (the action, its wait, the rung).
+type Effects struct {
+	Action weirv1.Action
+	// RetryAfter is the wait before ACTION_RETRY_SAME.
+	RetryAfter time.Duration
+	// Rung is the 429 ladder's rung that decided a rate limit.
+	Rung     Rung
+	Cooldown *CooldownWrite
+	// Gate excludes the account for one model family only.
+	Gate *GateWrite
+	// Success and AuthFailure update the account's record; Overload feeds
+	// the family's breaker; QuotaBackoff counts an account-wide quota
 	// rejection that had no usable reset.
-	success, authFailure, overload, quotaBackoff bool
-	// rung is the 429 ladder's rung that decided a rate limit.
-	rung rung
+	Success, AuthFailure, Overload, QuotaBackoff bool
 }
 
-type cooldownWrite struct {
-	reason   weirv1.CooldownReason
-	until    time.Time
-	evidence []byte
-	// quota is the quota evidence behind until, when quota is the reason.
-	quota *quotaRecord
+// CooldownWrite is a cooldown to write.
+type CooldownWrite struct {
+	Reason   weirv1.CooldownReason
+	Until    time.Time
+	Evidence []byte
+	// Quota is the quota evidence behind Until, when quota is the reason.
+	Quota *QuotaRecord
 }
 
-// quotaRecord is the quota evidence stored with the cooldown it justified.
-type quotaRecord struct {
-	kind weirv1.QuotaKind
-	// resetsAt is the reset the evidence names; zero when it named none
+// QuotaRecord is the quota evidence stored with the cooldown it justified.
+type QuotaRecord struct {
+	Kind weirv1.QuotaKind
+	// ResetsAt is the reset the evidence names; zero when it named none
 	// (insufficient_quota, out of credits, a rejection without a usable
 	// reset): such evidence blocks the account with no known end (routing,
 	// quotaUntil).
-	resetsAt time.Time
-	// windowMinutes is the exhausted window (300, 10080); 0 when unknown.
-	windowMinutes int32
-	// message is the upstream's error, one line.
-	message string
+	ResetsAt time.Time
+	// WindowMinutes is the exhausted window (300, 10080); 0 when unknown.
+	WindowMinutes int32
+	// Message is the upstream's error, one line.
+	Message string
 }
 
-type gateWrite struct {
-	family   string
-	until    time.Time
-	evidence []byte
+// GateWrite is a family gate to write.
+type GateWrite struct {
+	Family   string
+	Until    time.Time
+	Evidence []byte
 }
 
-// attemptFacts is what decide knows of an attempt beyond its outcome: the
+// Facts is what Decide knows of an attempt beyond its outcome: the
 // account's state and the request's model family.
-type attemptFacts struct {
-	// authFailures is the account's count of consecutive credential
+type Facts struct {
+	// AuthFailures is the account's count of consecutive credential
 	// rejections including this one (it sets how long an invalid
 	// credential is kept out).
-	authFailures int32
-	oauth        bool
-	// family is modelFamily of the lease's model.
-	family string
-	// quotaBackoffs is the account's count of consecutive account-wide
+	AuthFailures int32
+	OAuth        bool
+	// Family is ModelFamily of the lease's model.
+	Family string
+	// QuotaBackoffs is the account's count of consecutive account-wide
 	// quota rejections without a usable reset, before this attempt.
-	quotaBackoffs int32
-	// recoveryProbe and spent: see ladderInput.
-	recoveryProbe bool
-	spent         []claimEvidence
+	QuotaBackoffs int32
+	// RecoveryProbe: the lease was the recovery probe of an account whose
+	// quota cooldown a reading lifted. Spent are the account-wide windows
+	// the usage view shows spent (utilization at SpentAt or above, reset
+	// ahead), as claims (SpentClaim).
+	RecoveryProbe bool
+	Spent         []Claim
 }
 
-// decide turns an attempt's evidence into a decision: the class's default
+// Decide turns an attempt's evidence into its effects: the class's default
 // action (failpolicy, the table a worker also acts on when it cannot ask),
-// refined by the evidence. Pure.
-func decide(o *weirv1.Outcome, f attemptFacts, now time.Time) decision {
-	d := decision{action: failpolicy.Default(o.GetClass())}
+// refined by the evidence.
+func Decide(o *weirv1.Outcome, f Facts, now time.Time) Effects {
+	d := Effects{Action: failpolicy.Default(o.GetClass())}
 	switch o.GetClass() {
 	case weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS:
-		d.success = true
+		d.Success = true
 	case weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR:
-		d.authFailure = true
-		wait := backoff.Capped(authCooldownBase, authCooldownMax, int(f.authFailures)-1)
-		d.cooldown = newCooldown(weirv1.CooldownReason_COOLDOWN_REASON_INVALID_CREDENTIAL, now.Add(wait), o)
+		d.AuthFailure = true
+		wait := backoff.Capped(authCooldownBase, authCooldownMax, int(f.AuthFailures)-1)
+		d.Cooldown = newCooldown(weirv1.CooldownReason_COOLDOWN_REASON_INVALID_CREDENTIAL, now.Add(wait), o)
 	case weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED:
 		if q := o.GetQuota(); knownQuota(q) {
 			// The upstream said outright that the account's quota is spent
@@ -118,29 +125,29 @@ func decide(o *weirv1.Outcome, f attemptFacts, now time.Time) decision {
 			d = providerQuota(o, q, f, now)
 			break
 		}
-		l := ladder(ladderInput{headers: o.GetHeaders(), oauth: f.oauth, family: f.family,
-			priorBursts: o.GetPriorBursts(), quotaBackoffs: f.quotaBackoffs,
-			recoveryProbe: f.recoveryProbe, spent: f.spent, now: now})
-		d.action, d.retryAfter, d.quotaBackoff, d.rung = l.action, l.retryAfter, l.quotaBackoff, l.rung
+		l := ladder(ladderInput{headers: o.GetHeaders(), oauth: f.OAuth, family: f.Family,
+			priorBursts: o.GetPriorBursts(), quotaBackoffs: f.QuotaBackoffs,
+			recoveryProbe: f.RecoveryProbe, spent: f.Spent, now: now})
+		d.Action, d.RetryAfter, d.QuotaBackoff, d.Rung = l.action, l.retryAfter, l.quotaBackoff, l.rung
 		switch {
 		case l.gate:
-			d.gate = &gateWrite{family: f.family, until: l.until, evidence: ladderEvidenceJSON(o, l, f.family)}
+			d.Gate = &GateWrite{Family: f.Family, Until: l.until, Evidence: ladderEvidenceJSON(o, l, f.Family)}
 		case l.reason != weirv1.CooldownReason_COOLDOWN_REASON_UNSPECIFIED:
-			d.cooldown = &cooldownWrite{reason: l.reason, until: l.until, evidence: ladderEvidenceJSON(o, l, ""),
-				quota: ladderQuota(l, o)}
+			d.Cooldown = &CooldownWrite{Reason: l.reason, Until: l.until, Evidence: ladderEvidenceJSON(o, l, ""),
+				Quota: ladderQuota(l, o)}
 		}
 	case weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR:
 		// A run of one, until Release finds the run it continues.
 		e := newEvidence(o)
 		e.Since, e.Attempts = &now, 1
 		b, _ := json.Marshal(e)
-		d.cooldown = &cooldownWrite{reason: weirv1.CooldownReason_COOLDOWN_REASON_TRANSPORT, until: now.Add(transportCooldown), evidence: b}
+		d.Cooldown = &CooldownWrite{Reason: weirv1.CooldownReason_COOLDOWN_REASON_TRANSPORT, Until: now.Add(TransportCooldown), Evidence: b}
 	case weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED:
 		// The provider's condition, not the account's: no cooldown.
-		d.overload = true
+		d.Overload = true
 		if prior := o.GetPriorOverloads(); prior < overloadRetries {
-			d.action = weirv1.Action_ACTION_RETRY_SAME
-			d.retryAfter = min(overloadRetryBase<<prior, overloadRetryMax)
+			d.Action = weirv1.Action_ACTION_RETRY_SAME
+			d.RetryAfter = min(overloadRetryBase<<prior, overloadRetryMax)
 		}
 	case weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR:
 		if q := o.GetQuota(); knownQuota(q) {
@@ -154,7 +161,7 @@ func decide(o *weirv1.Outcome, f attemptFacts, now time.Time) decision {
 	}
 	if o.GetBytesToClient() {
 		// Once the client has bytes, nothing can be replayed.
-		d.action, d.retryAfter = weirv1.Action_ACTION_RESPOND, 0
+		d.Action, d.RetryAfter = weirv1.Action_ACTION_RESPOND, 0
 	}
 	return d
 }
@@ -163,33 +170,33 @@ func decide(o *weirv1.Outcome, f attemptFacts, now time.Time) decision {
 // the account until the reset the upstream named (resets_at, else
 // resets_in_seconds or retryDelay), or back off like an Anthropic
 // rejection without a usable reset. insufficient_quota names no reset: it
-// is a billing matter, kept out for the out-of-credits floor. Pure.
-func providerQuota(o *weirv1.Outcome, q *weirv1.QuotaEvidence, f attemptFacts, now time.Time) decision {
-	d := decision{action: weirv1.Action_ACTION_FAILOVER, rung: rungProviderQuota}
-	rec := &quotaRecord{kind: q.GetKind(), windowMinutes: q.GetWindowMinutes(), message: oneLine(q.GetMessage())}
-	if rec.message == "" {
-		rec.message = oneLine(o.GetErrorMessage())
+// is a billing matter, kept out for the out-of-credits floor.
+func providerQuota(o *weirv1.Outcome, q *weirv1.QuotaEvidence, f Facts, now time.Time) Effects {
+	d := Effects{Action: weirv1.Action_ACTION_FAILOVER, Rung: rungProviderQuota}
+	rec := &QuotaRecord{Kind: q.GetKind(), WindowMinutes: q.GetWindowMinutes(), Message: oneLine(q.GetMessage())}
+	if rec.Message == "" {
+		rec.Message = oneLine(o.GetErrorMessage())
 	}
 	e := newEvidence(o)
 	e.Rung = rungProviderQuota
 	if q.GetKind() == weirv1.QuotaKind_QUOTA_KIND_OPENAI_INSUFFICIENT_QUOTA {
 		b, _ := json.Marshal(e)
-		d.cooldown = &cooldownWrite{reason: weirv1.CooldownReason_COOLDOWN_REASON_OUT_OF_CREDITS,
-			until: now.Add(outOfCreditsFloor), evidence: b, quota: rec}
+		d.Cooldown = &CooldownWrite{Reason: weirv1.CooldownReason_COOLDOWN_REASON_OUT_OF_CREDITS,
+			Until: now.Add(OutOfCreditsFloor), Evidence: b, Quota: rec}
 		return d
 	}
 	if reset, ok := quotaReset(q, now); ok {
-		rec.resetsAt = reset
+		rec.ResetsAt = reset
 		b, _ := json.Marshal(e)
-		d.cooldown = &cooldownWrite{reason: weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED,
-			until: reset, evidence: b, quota: rec}
+		d.Cooldown = &CooldownWrite{Reason: weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED,
+			Until: reset, Evidence: b, Quota: rec}
 		return d
 	}
-	d.quotaBackoff = true
-	e.BackoffStep = f.quotaBackoffs + 1
+	d.QuotaBackoff = true
+	e.BackoffStep = f.QuotaBackoffs + 1
 	b, _ := json.Marshal(e)
-	d.cooldown = &cooldownWrite{reason: weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED,
-		until: now.Add(min(quotaBackoffBase<<min(max(f.quotaBackoffs, 0), 10), quotaBackoffMax)), evidence: b, quota: rec}
+	d.Cooldown = &CooldownWrite{Reason: weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED,
+		Until: now.Add(min(quotaBackoffBase<<min(max(f.QuotaBackoffs, 0), 10), quotaBackoffMax)), Evidence: b, Quota: rec}
 	return d
 }
 
@@ -225,48 +232,25 @@ func quotaReset(q *weirv1.QuotaEvidence, now time.Time) (time.Time, bool) {
 // operator adds credits), or its spent windows (rungs 3 and 4), the window
 // whose reset is the deadline kept. A backoff without a usable reset names
 // no reset.
-func ladderQuota(l ladderDecision, o *weirv1.Outcome) *quotaRecord {
+func ladderQuota(l ladderDecision, o *weirv1.Outcome) *QuotaRecord {
 	switch l.rung {
 	case rungOutOfCredits:
-		return &quotaRecord{kind: weirv1.QuotaKind_QUOTA_KIND_ANTHROPIC_OUT_OF_CREDITS, message: oneLine(o.GetErrorMessage())}
+		return &QuotaRecord{Kind: weirv1.QuotaKind_QUOTA_KIND_ANTHROPIC_OUT_OF_CREDITS, Message: oneLine(o.GetErrorMessage())}
 	case rungAccountQuota, rungCachedQuota:
 	default:
 		return nil
 	}
-	rec := &quotaRecord{kind: weirv1.QuotaKind_QUOTA_KIND_ANTHROPIC_WINDOW, message: oneLine(o.GetErrorMessage())}
+	rec := &QuotaRecord{Kind: weirv1.QuotaKind_QUOTA_KIND_ANTHROPIC_WINDOW, Message: oneLine(o.GetErrorMessage())}
 	if l.quotaBackoff {
 		return rec
 	}
-	rec.resetsAt = l.until
+	rec.ResetsAt = l.until
 	for _, c := range l.claims {
-		if c.Reset == l.until.Unix() && int32(c.Minutes) > rec.windowMinutes {
-			rec.windowMinutes = int32(c.Minutes)
+		if c.Reset == l.until.Unix() && int32(c.Minutes) > rec.WindowMinutes {
+			rec.WindowMinutes = int32(c.Minutes)
 		}
 	}
 	return rec
-}
-
-// withQuota adds a cooldown's quota evidence to its write.
-func withQuota(p db.WriteCooldownParams, q *quotaRecord) db.WriteCooldownParams {
-	if q == nil {
-		return p
-	}
-	kind := enumName(q.kind)
-	p.QuotaKind, p.QuotaWindowMinutes, p.QuotaMessage = &kind, q.windowMinutes, q.message
-	if !q.resetsAt.IsZero() {
-		t := q.resetsAt
-		p.QuotaResetsAt = &t
-	}
-	return p
-}
-
-// orZero is *p, or the zero value for nil.
-func orZero[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
 }
 
 // oneLine collapses s to one line of at most 300 bytes.
@@ -282,8 +266,8 @@ func oneLine(s string) string {
 	return s[:cut]
 }
 
-func newCooldown(reason weirv1.CooldownReason, until time.Time, o *weirv1.Outcome) *cooldownWrite {
-	return &cooldownWrite{reason: reason, until: until, evidence: evidenceJSON(o)}
+func newCooldown(reason weirv1.CooldownReason, until time.Time, o *weirv1.Outcome) *CooldownWrite {
+	return &CooldownWrite{Reason: reason, Until: until, Evidence: EvidenceOf(o)}
 }
 
 // maxRetryAfter caps what an upstream can ask for: a weekly window plus a
@@ -313,14 +297,14 @@ func retryAfter(h map[string]string, now time.Time) (time.Duration, bool) {
 		}
 		return 0, false
 	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+	if t, ok := httpDate(v); ok && t.After(now) {
 		return min(t.Sub(now), maxRetryAfter), true
 	}
 	return 0, false
 }
 
-// storedEvidence is the JSON kept with every cooldown and family gate.
-type storedEvidence struct {
+// Evidence is the JSON kept with every cooldown and family gate.
+type Evidence struct {
 	Class          string            `json:"class"`
 	Status         int32             `json:"status,omitempty"`
 	ErrorType      string            `json:"error_type,omitempty"`
@@ -330,10 +314,10 @@ type storedEvidence struct {
 	// unified claims it read (which windows, their resets); Family the
 	// gated model family; BackoffStep the consecutive account-wide
 	// rejections without a usable reset, this one included.
-	Rung        rung            `json:"rung,omitempty"`
-	Claims      []claimEvidence `json:"claims,omitempty"`
-	Family      string          `json:"family,omitempty"`
-	BackoffStep int32           `json:"backoff_step,omitempty"`
+	Rung        Rung    `json:"rung,omitempty"`
+	Claims      []Claim `json:"claims,omitempty"`
+	Family      string  `json:"family,omitempty"`
+	BackoffStep int32   `json:"backoff_step,omitempty"`
 	// Cause is a transport failure's (TransportCause: "dns", "refused",
 	// …); Since and Attempts its run: when the first failure with no
 	// success since came, and how many there were (unreachable.go).
@@ -342,9 +326,9 @@ type storedEvidence struct {
 	Attempts int32      `json:"attempts,omitempty"`
 }
 
-func newEvidence(o *weirv1.Outcome) storedEvidence {
-	return storedEvidence{
-		Class:          enumName(o.GetClass()),
+func newEvidence(o *weirv1.Outcome) Evidence {
+	return Evidence{
+		Class:          vocab.Name(o.GetClass()),
 		Status:         o.GetStatus(),
 		ErrorType:      o.GetErrorType(),
 		TransportError: o.GetTransportError(),
@@ -353,7 +337,8 @@ func newEvidence(o *weirv1.Outcome) storedEvidence {
 	}
 }
 
-func evidenceJSON(o *weirv1.Outcome) []byte {
+// EvidenceOf is the stored evidence of an outcome, JSON.
+func EvidenceOf(o *weirv1.Outcome) []byte {
 	b, _ := json.Marshal(newEvidence(o))
 	return b
 }
@@ -366,9 +351,9 @@ func ladderEvidenceJSON(o *weirv1.Outcome, l ladderDecision, family string) []by
 	return b
 }
 
-// evidenceSummary renders stored evidence as one line for operators.
-func evidenceSummary(raw []byte) string {
-	var e storedEvidence
+// EvidenceSummary renders stored evidence as one line for operators.
+func EvidenceSummary(raw []byte) string {
+	var e Evidence
 	if json.Unmarshal(raw, &e) != nil {
 		return ""
 	}
@@ -408,4 +393,15 @@ func evidenceSummary(raw []byte) string {
 		parts = append(parts, fmt.Sprintf("%d attempts since %s", e.Attempts, e.Since.UTC().Format(time.RFC3339)))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// httpDate reads an HTTP date in the three forms RFC 9110 admits (as
+// net/http's ParseTime does).
+func httpDate(v string) (time.Time, bool) {
+	for _, layout := range []string{"Mon, 02 Jan 2006 15:04:05 GMT", time.RFC850, time.ANSIC} {
+		if t, err := time.Parse(layout, v); err == nil {
+			return t, true
+		}
+	}
+	return time.Time{}, false
 }
