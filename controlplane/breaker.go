@@ -78,17 +78,3 @@ func (s *Server) breakerGate(ctx context.Context, provider, family string, now t
 	}
 	return nil, false, nil, err
 }
-
-// settleBreaker applies an answer that was not an overload. Any real answer
-// from the provider (a success, a rate limit, a client error) shows it is
-// serving again and closes the family's breaker; an attempt that ended
-// without one (a dropped connection, a gateway error, a client that left)
-// only gives back the probe slot it may have held.
-func settleBreaker(ctx context.Context, q *db.Queries, provider, family string, class weirv1.OutcomeClass, now time.Time) error {
-	switch class {
-	case weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, weirv1.OutcomeClass_OUTCOME_CLASS_GATEWAY_ERROR,
-		weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR, weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED:
-		return q.FreeProbe(ctx, db.FreeProbeParams{Provider: provider, Family: family, Now: now})
-	}
-	return q.ResetBreaker(ctx, db.ResetBreakerParams{Provider: provider, Family: family, Now: now})
-}

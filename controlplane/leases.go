@@ -536,181 +536,88 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 	if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS {
 		return l.releaseSuccess(ctx, id, o)
 	}
-	var (
-		d       policy.Effects
-		inForce *db.Cooldown // the cooldown after merging, as routing sees it
-	)
+	var out *weirv1.Decision
 	err = l.s.tx(ctx, func(q *db.Queries) error {
 		row, err := q.ReleaseLease(ctx, id)
 		if err != nil {
 			return storeErr(err)
 		}
 		now := l.s.now()
-		at := attemptEnded(o, now)
-		var failures int32
-		stale := false
-		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR {
-			r, err := q.RecordAuthFailure(ctx, db.RecordAuthFailureParams{
-				ID:                 row.AccountID,
-				CredentialRevision: row.CredentialRevision,
-				Threshold:          int32(l.s.cfg.AuthFailureThreshold),
-				Reason:             "credential rejected by the upstream (" + policy.EvidenceSummary(policy.EvidenceOf(o)) + ")",
-				Now:                now,
-			})
-			switch {
-			case errors.Is(storeErr(err), ErrNotFound):
-				// The credential was replaced while this attempt ran: the
-				// rejection was of the old one and says nothing of the new.
-				stale = true
-			case err != nil:
-				return err
-			default:
-				failures = r.AuthFailures
-				if r.Broken {
-					l.s.log.WarnContext(ctx, "account broken", "account_id", row.AccountID, "auth_failures", failures)
-				}
-			}
-		}
-		family := policy.ModelFamily(row.Model)
-		var spent []policy.Claim
-		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED {
-			if spent, err = spentWindows(ctx, q, row.AccountID, now); err != nil {
-				return err
-			}
-		}
-		d = policy.Decide(o, policy.Facts{AuthFailures: failures, OAuth: row.AuthKind == enumName(weirv1.AuthKind_AUTH_KIND_OAUTH),
-			Family: family, QuotaBackoffs: row.QuotaBackoffs, RecoveryProbe: row.RecoveryProbe, Spent: spent}, at)
-		if stale {
-			d.Cooldown, d.AuthFailure = nil, false
-		}
-		if d.Cooldown != nil && !d.Cooldown.Until.After(now) {
-			// A redelivered report whose cooldown is already over.
-			d.Cooldown = nil
-		}
-		// An overload answer from before an outage says nothing of the
-		// upstream now: the breakers take only fresh evidence.
-		fresh := now.Sub(at) <= freshOverload
-		// Successes take releaseSuccess and never reach this point.
-		if row.Model != "" && !d.Overload && fresh {
-			if err := settleBreaker(ctx, q, row.Provider, family, o.Class, now); err != nil {
-				return err
-			}
-		}
-		if d.Overload && row.Model != "" && fresh {
-			before, _ := q.GetBreaker(ctx, db.GetBreakerParams{Provider: row.Provider, Family: family})
-			b, err := recordOverload(ctx, q, row.Provider, family, row.AccountID, now)
-			if err != nil {
-				return err
-			}
-			if b.OpenCount > before.OpenCount {
-				l.s.metrics.breakerOpens.Inc()
-				l.s.log.WarnContext(ctx, "overload breaker opened", "provider", row.Provider, "family", family,
-					"until", *b.OpenUntil, "open_count", b.OpenCount)
-			}
-		}
-		if cw := d.Cooldown; cw != nil {
-			if cw.Reason == weirv1.CooldownReason_COOLDOWN_REASON_TRANSPORT {
-				// Read under the lock WriteCooldown takes next, and no
-				// sooner: the breaker's rows are locked before it.
-				prior, err := q.TransportRun(ctx, row.AccountID)
-				switch {
-				case err == nil:
-					cw.Evidence = policy.ContinueRun(cw.Evidence, policyCooldown(prior))
-				case !errors.Is(storeErr(err), ErrNotFound):
-					return err
-				}
-			}
-			merged, err := q.WriteCooldown(ctx, withQuota(db.WriteCooldownParams{
-				AccountID: row.AccountID,
-				Reason:    enumName(cw.Reason),
-				Transient: transientReason(cw.Reason),
-				Until:     cw.Until,
-				Now:       now,
-				Evidence:  cw.Evidence,
-			}, cw.Quota))
-			if err != nil {
-				return err
-			}
-			inForce = &merged
-			l.s.metrics.cooldowns.WithLabelValues(enumName(cw.Reason)).Inc()
-			l.s.log.InfoContext(ctx, "cooldown written", "account_id", row.AccountID,
-				"reason", merged.Reason, "until", merged.Until)
-			if merged.Reason == enumName(weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED) &&
-				row.AuthKind == enumName(weirv1.AuthKind_AUTH_KIND_OAUTH) {
-				// The poller reads right after the reset, under a new epoch:
-				// a read claimed before the cooldown never lands.
-				if _, err := rearmUsage(ctx, q, row.AccountID, merged.Until); err != nil {
-					return err
-				}
-			}
-		}
-		if err := l.s.applyLadderState(ctx, q, row, d, now); err != nil {
+		facts, err := l.s.releaseFacts(ctx, q, row, o, now)
+		if err != nil {
 			return err
 		}
-		return l.s.mergeUsageHeaders(ctx, q, row.AccountID, row.CredentialRevision, o.Headers, now)
+		answers, err := l.s.applyEffects(ctx, q, []released{{row: row, outcome: o, effects: policy.Decide(o, facts, now)}}, now)
+		if err != nil {
+			return err
+		}
+		out = answers[0]
+		return nil
 	})
 	if err != nil {
 		return nil, l.s.fail(ctx, "release lease", err)
 	}
 	l.s.metrics.releases.WithLabelValues(enumName(o.Class)).Inc()
-	out := &weirv1.Decision{Action: d.Action, Rung: string(d.Rung)}
-	if d.RetryAfter > 0 {
-		out.RetryAfter = durationpb.New(d.RetryAfter)
-	}
-	if inForce != nil {
-		out.Cooldown = cooldownProto(*inForce)
-	}
 	return connect.NewResponse(&weirv1.ReleaseResponse{Decision: out}), nil
 }
 
-// withQuota adds a cooldown's quota evidence to its write.
-func withQuota(p db.WriteCooldownParams, q *policy.QuotaRecord) db.WriteCooldownParams {
-	if q == nil {
-		return p
+// releaseFacts reads what policy.Decide needs of a failure beyond its
+// outcome, in Release's transaction: the account's state from the lease's
+// row, the spent windows of the usage view for a rate limit, and for a
+// credential rejection the count of them, which it records (the account
+// breaks at the threshold) unless the credential was replaced meanwhile.
+func (s *Server) releaseFacts(ctx context.Context, q *db.Queries, row db.ReleaseLeaseRow, o *weirv1.Outcome, now time.Time) (policy.Facts, error) {
+	f := policy.Facts{OAuth: row.AuthKind == enumName(weirv1.AuthKind_AUTH_KIND_OAUTH), Family: policy.ModelFamily(row.Model),
+		QuotaBackoffs: row.QuotaBackoffs, RecoveryProbe: row.RecoveryProbe}
+	switch o.Class {
+	case weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR:
+		r, err := q.RecordAuthFailure(ctx, db.RecordAuthFailureParams{
+			ID:                 row.AccountID,
+			CredentialRevision: row.CredentialRevision,
+			Threshold:          int32(s.cfg.AuthFailureThreshold),
+			Reason:             "credential rejected by the upstream (" + policy.EvidenceSummary(policy.EvidenceOf(o)) + ")",
+			Now:                now,
+		})
+		switch {
+		case errors.Is(storeErr(err), ErrNotFound):
+			// The credential was replaced while this attempt ran: the
+			// rejection was of the old one and says nothing of the new.
+			f.Stale = true
+		case err != nil:
+			return f, err
+		default:
+			f.AuthFailures = r.AuthFailures
+			if r.Broken {
+				s.log.WarnContext(ctx, "account broken", "account_id", row.AccountID, "auth_failures", f.AuthFailures)
+			}
+		}
+	case weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED:
+		spent, err := spentWindows(ctx, q, row.AccountID, now)
+		if err != nil {
+			return f, err
+		}
+		f.Spent = spent
 	}
-	kind := enumName(q.Kind)
-	p.QuotaKind, p.QuotaWindowMinutes, p.QuotaMessage = &kind, q.WindowMinutes, q.Message
-	if !q.ResetsAt.IsZero() {
-		t := q.ResetsAt
-		p.QuotaResetsAt = &t
-	}
-	return p
+	return f, nil
 }
-
-// freshOverload is how old an overload answer may be and still move a
-// breaker.
-const freshOverload = 10 * time.Second
-
-// attemptEnded dates an outcome: now, or for a report a worker redelivers
-// after an outage, now less its delay, by at most maxReportDelay (a
-// lease row outlives its expiry by the reaper's grace, 10 minutes; an
-// older report finds no lease).
-func attemptEnded(o *weirv1.Outcome, now time.Time) time.Time {
-	d := o.GetDelay().AsDuration()
-	if d <= 0 {
-		return now
-	}
-	return now.Add(-min(d, maxReportDelay))
-}
-
-const maxReportDelay = 10 * time.Minute
 
 // releaseSuccess is Release for a success, in two statements (and the
 // usage headers' upserts when they carry a reading) instead of a
 // transaction: nothing needs them atomic, a lease gone without its
 // success record (a crash between the two) only misses a last-success
-// time. It records the success exactly as ReleaseBatch does.
+// time. It applies the success exactly as ReleaseBatch does.
 func (l leaseService) releaseSuccess(ctx context.Context, id uuid.UUID, o *weirv1.Outcome) (*connect.Response[weirv1.ReleaseResponse], error) {
 	row, err := l.s.q.ReleaseLease(ctx, id)
 	if err != nil {
 		return nil, l.s.fail(ctx, "release lease", storeErr(err))
 	}
 	now := l.s.now()
-	if err := l.s.recordSuccesses(ctx, []success{{row: row, outcome: o, admittedAt: row.AcquiredAt}}, now); err != nil {
+	answers, err := l.s.applyEffects(ctx, l.s.q, []released{releasedSuccess(row, o, row.AcquiredAt, now)}, now)
+	if err != nil {
 		return nil, l.s.fail(ctx, "release lease", err)
 	}
 	l.s.metrics.releases.WithLabelValues(enumName(weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS)).Inc()
-	return connect.NewResponse(&weirv1.ReleaseResponse{Decision: &weirv1.Decision{Action: weirv1.Action_ACTION_RESPOND}}), nil
+	return connect.NewResponse(&weirv1.ReleaseResponse{Decision: answers[0]}), nil
 }
 
 func durationMillis(d *durationpb.Duration) float64 {

@@ -36,23 +36,49 @@ const (
 )
 
 // Effects is what the control plane concludes from one attempt: what it
-// writes (the cooldown, the family gate, the breaker change, the ladder
-// state, the quota record with the cooldown) and what it answers the
-// worker (the action, its wait, the rung).
+// writes (the cooldown with its quota record, the family gate, the
+// breaker change, the ladder state, the success record) and what it
+// answers the worker (the action, its wait, the rung). The control plane
+// applies them in one place (applyEffects).
 type Effects struct {
 	Action weirv1.Action
 	// RetryAfter is the wait before ACTION_RETRY_SAME.
 	RetryAfter time.Duration
 	// Rung is the 429 ladder's rung that decided a rate limit.
-	Rung     Rung
+	Rung Rung
+	// Cooldown is the cooldown to write; nil for none.
 	Cooldown *CooldownWrite
 	// Gate excludes the account for one model family only.
 	Gate *GateWrite
-	// Success and AuthFailure update the account's record; Overload feeds
-	// the family's breaker; QuotaBackoff counts an account-wide quota
-	// rejection that had no usable reset.
+	// Breaker is what the attempt does to its provider and family's
+	// overload breaker.
+	Breaker BreakerChange
+	// Success records the account's success (which ends a recovery probe,
+	// clears an out-of-credits cooldown written before the attempt and
+	// the ladder's state); AuthFailure is a credential rejection the
+	// account's record counts; Overload feeds the family's breaker;
+	// QuotaBackoff counts an account-wide quota rejection that had no
+	// usable reset (the ladder's state).
 	Success, AuthFailure, Overload, QuotaBackoff bool
 }
+
+// BreakerChange is what an attempt does to its family's overload breaker.
+type BreakerChange int
+
+const (
+	// BreakerUnchanged: a call with no model family, or evidence too old
+	// to say anything of the provider now.
+	BreakerUnchanged BreakerChange = iota
+	// BreakerClose: a real answer from the provider (a success, a rate
+	// limit, a client error) shows it serving again.
+	BreakerClose
+	// BreakerFreeProbe: the attempt ended without an answer (a dropped
+	// connection, a gateway error, a broken stream, a client that left);
+	// it only gives back the probe slot it may have held.
+	BreakerFreeProbe
+	// BreakerOverload: one more overload answer (AfterOverload).
+	BreakerOverload
+)
 
 // CooldownWrite is a cooldown to write.
 type CooldownWrite struct {
@@ -103,12 +129,76 @@ type Facts struct {
 	// ahead), as claims (SpentClaim).
 	RecoveryProbe bool
 	Spent         []Claim
+	// Stale: the account's credential was replaced while the attempt ran,
+	// so a rejection was of the old one and says nothing of the new.
+	Stale bool
 }
 
-// Decide turns an attempt's evidence into its effects: the class's default
-// action (failpolicy, the table a worker also acts on when it cannot ask),
-// refined by the evidence.
+// freshOverload is how old an overload answer may be and still move a
+// breaker.
+const freshOverload = 10 * time.Second
+
+// maxReportDelay bounds how far back a redelivered report is dated: a
+// lease row outlives its expiry by the reaper's grace, 10 minutes; an
+// older report finds no lease.
+const maxReportDelay = 10 * time.Minute
+
+// attemptEnded dates an outcome: now, or for a report a worker redelivers
+// after an outage, now less its delay, by at most maxReportDelay.
+func attemptEnded(o *weirv1.Outcome, now time.Time) time.Time {
+	d := o.GetDelay().AsDuration()
+	if d <= 0 {
+		return now
+	}
+	return now.Add(-min(d, maxReportDelay))
+}
+
+// Decide turns an attempt's evidence into its effects at now: the class's
+// default action (failpolicy, the table a worker also acts on when it
+// cannot ask), refined by the evidence as of when the attempt ended (a
+// redelivered report's is earlier). What a stale credential's rejection
+// would write is dropped, so is a cooldown already over, and only fresh
+// evidence moves a breaker.
 func Decide(o *weirv1.Outcome, f Facts, now time.Time) Effects {
+	at := attemptEnded(o, now)
+	d := decideAt(o, f, at)
+	if f.Stale {
+		d.Cooldown, d.AuthFailure = nil, false
+	}
+	if d.Cooldown != nil && !d.Cooldown.Until.After(now) {
+		// A redelivered report whose cooldown is already over.
+		d.Cooldown = nil
+	}
+	d.Breaker = breakerChange(o.GetClass(), d.Overload, f.Family, now.Sub(at) <= freshOverload)
+	return d
+}
+
+// breakerChange is what an attempt of class does to family's breaker. A
+// success closes it (its record does, whenever it is reported); an
+// overload answer from before an outage says nothing of the upstream now,
+// so any other evidence moves the breaker only while fresh.
+func breakerChange(class weirv1.OutcomeClass, overload bool, family string, fresh bool) BreakerChange {
+	switch {
+	case family == "":
+		return BreakerUnchanged
+	case class == weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS:
+		return BreakerClose
+	case !fresh:
+		return BreakerUnchanged
+	case overload:
+		return BreakerOverload
+	}
+	switch class {
+	case weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, weirv1.OutcomeClass_OUTCOME_CLASS_GATEWAY_ERROR,
+		weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR, weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED:
+		return BreakerFreeProbe
+	}
+	return BreakerClose
+}
+
+// decideAt is Decide's verdict on the evidence alone, for an attempt that
+// ended at now.
+func decideAt(o *weirv1.Outcome, f Facts, now time.Time) Effects {
 	d := Effects{Action: failpolicy.Default(o.GetClass())}
 	switch o.GetClass() {
 	case weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS:

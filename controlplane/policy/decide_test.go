@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/vocab"
 )
@@ -197,6 +199,62 @@ func TestDecideOverloadLadder(t *testing.T) {
 		d := Decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, PriorOverloads: prior}, Facts{}, epoch)
 		if d.Action != weirv1.Action_ACTION_FAILOVER || d.RetryAfter != 0 || !d.Overload {
 			t.Errorf("after %d overloads: %+v, want failover", prior, d)
+		}
+	}
+}
+
+// TestDecideRedeliveredAndStale: Decide dates a redelivered report by its
+// delay, drops a cooldown already over and a stale credential's
+// rejection, and lets only fresh evidence (or any success) move a
+// breaker.
+func TestDecideRedeliveredAndStale(t *testing.T) {
+	t.Parallel()
+	now := epoch
+	late := func(o *weirv1.Outcome, d time.Duration) *weirv1.Outcome { o.Delay = durationpb.New(d); return o }
+	rl := func() *weirv1.Outcome {
+		return &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429,
+			Headers: map[string]string{"retry-after": "60"}}
+	}
+	if d := Decide(late(rl(), 20*time.Second), Facts{Family: "opus"}, now); d.Cooldown == nil ||
+		!d.Cooldown.Until.Equal(now.Add(40*time.Second)) || d.Breaker != BreakerUnchanged {
+		t.Errorf("20 s late: cooldown %+v breaker %v, want until now+40s from the attempt's end, breaker unchanged", d.Cooldown, d.Breaker)
+	}
+	if d := Decide(late(rl(), 2*time.Minute), Facts{Family: "opus"}, now); d.Cooldown != nil {
+		t.Errorf("2 min late: cooldown %+v, want none (already over)", d.Cooldown)
+	}
+	if d := Decide(late(rl(), time.Hour), Facts{}, now); d.Cooldown != nil {
+		t.Errorf("an hour late (dated at most 10 min back): cooldown %+v, want none", d.Cooldown)
+	}
+	auth := &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR, Status: 401}
+	if d := Decide(auth, Facts{AuthFailures: 1, Stale: true, Family: "opus"}, now); d.Cooldown != nil || d.AuthFailure || d.Action != actFailover {
+		t.Errorf("stale rejection: %+v, want no cooldown, no auth failure, failover", d)
+	}
+	if d := Decide(auth, Facts{AuthFailures: 1}, now); d.Cooldown == nil || !d.AuthFailure {
+		t.Errorf("rejection: %+v, want a cooldown and an auth failure", d)
+	}
+	for _, tc := range []struct {
+		class  weirv1.OutcomeClass
+		delay  time.Duration
+		family string
+		want   BreakerChange
+	}{
+		{weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, 0, "opus", BreakerClose},
+		{weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, time.Minute, "opus", BreakerClose},
+		{weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, 0, "", BreakerUnchanged},
+		{weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, 0, "opus", BreakerClose},
+		{weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_ERROR, 10 * time.Second, "opus", BreakerClose},
+		{weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_ERROR, 11 * time.Second, "opus", BreakerUnchanged},
+		{weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, 0, "opus", BreakerOverload},
+		{weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, 30 * time.Second, "opus", BreakerUnchanged},
+		{weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, 0, "", BreakerUnchanged},
+		{weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, 0, "opus", BreakerFreeProbe},
+		{weirv1.OutcomeClass_OUTCOME_CLASS_GATEWAY_ERROR, 0, "opus", BreakerFreeProbe},
+		{weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR, 0, "opus", BreakerFreeProbe},
+		{weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED, 0, "opus", BreakerFreeProbe},
+	} {
+		o := late(&weirv1.Outcome{Class: tc.class}, tc.delay)
+		if got := Decide(o, Facts{Family: tc.family}, now).Breaker; got != tc.want {
+			t.Errorf("%v %v late, family %q: breaker %v, want %v", tc.class, tc.delay, tc.family, got, tc.want)
 		}
 	}
 }
