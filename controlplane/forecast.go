@@ -27,7 +27,7 @@ func (s *Server) forecasts(ctx context.Context, now time.Time) (map[uuid.UUID][]
 		j := i
 		var samples []policy.Sample
 		for ; j < len(rows) && rows[j].AccountID == rows[i].AccountID && rows[j].WindowName == rows[i].WindowName; j++ {
-			samples = append(samples, policy.Sample{At: rows[j].TakenAt, Utilization: rows[j].Utilization, ResetsAt: rows[j].ResetsAt})
+			samples = append(samples, policySample(rows[j]))
 		}
 		if f, ok := policy.ForecastWindow(rows[i].WindowName, samples, now); ok {
 			out[rows[i].AccountID] = append(out[rows[i].AccountID], f)

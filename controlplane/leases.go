@@ -446,7 +446,7 @@ func (s *Server) routingView(ctx context.Context, keyHash, model, sessionKey, fa
 			if v.breakerOpen == nil {
 				v.breakerOpen = map[weirv1.Provider]bool{}
 			}
-			v.breakerOpen[enumValue[weirv1.Provider](r.Account.Provider)] = true
+			v.breakerOpen[storedProviders.value(r.Account.Provider)] = true
 		}
 		c := policy.Candidate{Account: policyAccount(r.Account), Live: r.Live}
 		v.accounts[r.Account.ID] = r.Account
@@ -471,12 +471,8 @@ func (s *Server) routingView(ctx context.Context, keyHash, model, sessionKey, fa
 				WrittenAt: *r.GateWrittenAt, Evidence: r.GateEvidence})
 			c.Gate = &g
 		}
-		if r.FiveHourUtilization != nil && r.FiveHourResetsAt != nil {
-			c.FiveHour = &policy.Window{Utilization: *r.FiveHourUtilization, ResetsAt: *r.FiveHourResetsAt}
-		}
-		if r.SevenDayUtilization != nil && r.SevenDayResetsAt != nil {
-			c.SevenDay = &policy.Window{Utilization: *r.SevenDayUtilization, ResetsAt: *r.SevenDayResetsAt}
-		}
+		c.FiveHour = policyWindow(r.FiveHourUtilization, r.FiveHourResetsAt)
+		c.SevenDay = policyWindow(r.SevenDayUtilization, r.SevenDayResetsAt)
 		if r.SessionBound && sessionKey != "" {
 			v.session = r.Account.ID
 		}

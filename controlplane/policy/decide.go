@@ -227,7 +227,8 @@ func decideAt(o *weirv1.Outcome, f Facts, now time.Time) Effects {
 				Quota: ladderQuota(l, o)}
 		}
 	case weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR:
-		// A run of one, until Release finds the run it continues.
+		// A run of one, until the control plane finds the run it continues
+		// (ContinueRun).
 		e := newEvidence(o)
 		e.Since, e.Attempts = &now, 1
 		b, _ := json.Marshal(e)

@@ -124,7 +124,7 @@ func ladder(in ladderInput) ladderDecision {
 	// a residual's full cooldown, nor a burst retry that would keep the
 	// probe slot. Real evidence (a rejection, a spent window) falls to
 	// the rungs below. A probe's success ends the probe and lifts an
-	// out-of-credits cooldown (ladderstate.go).
+	// out-of-credits cooldown (its success record, RecordReleaseSuccess).
 	if in.recoveryProbe && !u.anyRejected && len(in.spent) == 0 {
 		return ladderDecision{rung: rungRecovery, action: weirv1.Action_ACTION_FAILOVER,
 			reason: weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED, until: in.now.Add(RecoveryReprobe)}
@@ -163,7 +163,8 @@ func ladder(in ladderInput) ladderDecision {
 	// Its counterpart, a reading that shows a window recovered, may lift
 	// only quota_exhausted cooldowns: per-IP burst cooldowns
 	// (rate_limited) are never released on account-quota evidence, and
-	// out_of_credits never by a reading (usage.go, recoverQuota).
+	// out_of_credits never by a reading (Recovered, and the control
+	// plane's recoverQuota).
 	if reset, ok := latestReset(in.spent); ok {
 		return ladderDecision{rung: rungCachedQuota, action: weirv1.Action_ACTION_FAILOVER,
 			reason: weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED, until: reset, claims: in.spent}
