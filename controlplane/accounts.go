@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/policy"
 	"github.com/weirhq/weir/controlplane/seal"
 	"github.com/weirhq/weir/controlplane/upstream"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
@@ -509,7 +510,7 @@ func cooldownProto(c db.Cooldown) *weirv1.Cooldown {
 		Until:     timestamppb.New(c.Until),
 		WrittenAt: timestamppb.New(c.WrittenAt),
 		Transient: c.Transient,
-		Evidence:  evidenceSummary(c.Evidence),
+		Evidence:  policy.EvidenceSummary(c.Evidence),
 		Quota:     quotaProto(c),
 	}
 }
@@ -533,7 +534,7 @@ func familyGateProto(g db.FamilyGate) *weirv1.FamilyGate {
 		Family:    g.Family,
 		Until:     timestamppb.New(g.Until),
 		WrittenAt: timestamppb.New(g.WrittenAt),
-		Evidence:  evidenceSummary(g.Evidence),
+		Evidence:  policy.EvidenceSummary(g.Evidence),
 	}
 }
 

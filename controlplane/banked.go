@@ -20,13 +20,14 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/policy"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
 
 // Banked resets (issue 4): an OAuth account with banked resets enabled may
 // hold reset grants that empty its weekly windows once. The applier reads
 // the grants through the usage budget (readUsage asks for them), decides
-// whether to claim one (decideBankedReset, pure), writes a pending ledger
+// whether to claim one (policy.DecideBankedReset), writes a pending ledger
 // row before the call and replays a pending row with the same request_id,
 // and after a reset lands re-arms the usage read so the fenced refetch and
 // recoverQuota restore capacity, exactly as polling would.
@@ -38,17 +39,6 @@ import (
 const (
 	// resetClaimPath is the claim endpoint, under the account's base URL.
 	resetClaimPath = "/api/organizations/%s/reset_rate_limits"
-	// bankedClaimEvery: at most one claim per account per hour, whatever
-	// asked for it (the applier or an operator).
-	bankedClaimEvery = time.Hour
-	// bankedExpiringWithin: a grant expiring this soon is used rather than
-	// lost...
-	bankedExpiringWithin = 2 * time.Hour
-	// bankedExpiringMinWeek: ...when the account has used at least this
-	// much of its week. A reset of a mostly unused week buys little, and
-	// the provider may answer not_limited (or, unverified, spend the grant
-	// for nothing) on an account far from its limit.
-	bankedExpiringMinWeek = 0.5
 	// bankedGrantsStale: the applier reads the grants itself (through the
 	// budget) only when the account's last answered usage read is older
 	// than this; the poller keeps them fresh otherwise.
@@ -61,8 +51,8 @@ const (
 const (
 	grantResultReset       = "reset"
 	grantResultAlreadyUsed = "already_used"
-	grantStatusAvailable   = "available"
-	grantStatusUsed        = "used"
+	grantStatusAvailable   = policy.GrantAvailable
+	grantStatusUsed        = policy.GrantUsed
 )
 
 // resetGrant is one grant as the usage endpoint reported it.
@@ -119,78 +109,6 @@ func storeResetGrants(ctx context.Context, q *db.Queries, id uuid.UUID, grants [
 	return nil
 }
 
-// bankedInput is what decideBankedReset decides on.
-type bankedInput struct {
-	now time.Time
-	// weeklyLimited: a quota_exhausted cooldown on a 7d claim, or the
-	// usage view's seven_day at spentAt or above.
-	weeklyLimited bool
-	// sevenDay is the usage view's weekly utilization; nil: no evidence.
-	sevenDay *float64
-	grants   []resetGrant
-	// lastClaim is when the account's last claim was written; nil: never.
-	lastClaim *time.Time
-	// manualGrant, when set, is an operator's claim of that grant: it
-	// overrides the weekly-limit condition, not the once-an-hour rule.
-	manualGrant string
-}
-
-// bankedDecision says which grant to claim, if any, and why.
-type bankedDecision struct {
-	claim bool
-	grant resetGrant
-	why   string
-}
-
-// decideBankedReset decides whether to claim a grant now: never within an
-// hour of the last claim; an operator's named grant when it is available;
-// else the soonest-expiring available grant when the account is at its
-// weekly limit; else a grant expiring within 2 hours when at least half
-// the week is used.
-func decideBankedReset(in bankedInput) bankedDecision {
-	if in.lastClaim != nil && in.now.Sub(*in.lastClaim) < bankedClaimEvery {
-		return bankedDecision{why: "a grant was claimed within the hour"}
-	}
-	var avail []resetGrant
-	for _, g := range in.grants {
-		if g.status == grantStatusAvailable && (g.expiresAt == nil || g.expiresAt.After(in.now)) {
-			avail = append(avail, g)
-		}
-	}
-	// Soonest expiry first; grants that never expire last.
-	slices.SortStableFunc(avail, func(a, b resetGrant) int {
-		switch {
-		case a.expiresAt == nil && b.expiresAt == nil:
-			return 0
-		case a.expiresAt == nil:
-			return 1
-		case b.expiresAt == nil:
-			return -1
-		}
-		return a.expiresAt.Compare(*b.expiresAt)
-	})
-	if in.manualGrant != "" {
-		for _, g := range avail {
-			if g.id == in.manualGrant {
-				return bankedDecision{claim: true, grant: g, why: "claimed by an operator"}
-			}
-		}
-		return bankedDecision{why: "the grant is not available"}
-	}
-	if len(avail) == 0 {
-		return bankedDecision{why: "no grant available"}
-	}
-	if in.weeklyLimited {
-		return bankedDecision{claim: true, grant: avail[0], why: "at the weekly limit"}
-	}
-	g := avail[0]
-	if g.expiresAt != nil && g.expiresAt.Sub(in.now) <= bankedExpiringWithin &&
-		in.sevenDay != nil && *in.sevenDay >= bankedExpiringMinWeek {
-		return bankedDecision{claim: true, grant: g, why: "the grant expires within 2 hours"}
-	}
-	return bankedDecision{why: "not at the weekly limit"}
-}
-
 // ApplyBankedResets is the applier's tick (jobs.BankedResetter): for each
 // OAuth account with banked resets enabled, it replays a pending claim or
 // decides on a new one. It says how many claims it sent.
@@ -230,7 +148,7 @@ type bankedOutcome struct {
 
 // bankedReset looks at one account: replays its pending claim, or reads
 // its grants (within the usage budget, when stale) and claims one if
-// decideBankedReset says so. manualGrant is an operator's claim.
+// policy.DecideBankedReset says so. manualGrant is an operator's claim.
 func (s *Server) bankedReset(ctx context.Context, id uuid.UUID, manualGrant string) (bankedOutcome, error) {
 	pending, err := s.q.PendingResetClaim(ctx, id)
 	switch {
@@ -276,26 +194,23 @@ func (s *Server) bankedReset(ctx context.Context, id uuid.UUID, manualGrant stri
 		}
 		now = s.now()
 	}
-	in := bankedInput{now: now, manualGrant: manualGrant}
-	for _, g := range grants {
-		in.grants = append(in.grants, resetGrant{id: g.GrantID, program: g.Program, status: g.Status, expiresAt: g.ExpiresAt})
-	}
-	if in.weeklyLimited, in.sevenDay, err = s.weeklyLimited(ctx, id, now); err != nil {
+	in := policy.BankedInput{Now: now, ManualGrant: manualGrant, Grants: policyGrants(grants)}
+	if in.WeeklyLimited, in.SevenDay, err = s.weeklyLimited(ctx, id, now); err != nil {
 		return bankedOutcome{}, err
 	}
 	last, err := s.q.LastResetClaimAt(ctx, id)
 	switch {
 	case err == nil:
-		in.lastClaim = &last
+		in.LastClaim = &last
 	case !errors.Is(err, pgx.ErrNoRows):
 		return bankedOutcome{}, err
 	}
-	d := decideBankedReset(in)
-	if !d.claim {
-		return bankedOutcome{why: d.why}, nil
+	d := policy.DecideBankedReset(in)
+	if !d.Claim {
+		return bankedOutcome{why: d.Why}, nil
 	}
 	row, err := s.q.InsertResetClaim(ctx, db.InsertResetClaimParams{
-		AccountID: id, GrantID: d.grant.id, Program: d.grant.program, RequestID: uuid.New(), Now: now,
+		AccountID: id, GrantID: d.Grant.ID, Program: d.Grant.Program, RequestID: uuid.New(), Now: now,
 	})
 	if errors.Is(err, pgx.ErrNoRows) || errors.As(storeErr(err), new(errConflict)) {
 		// Another replica claimed first: its claim is the hour's.
@@ -304,9 +219,9 @@ func (s *Server) bankedReset(ctx context.Context, id uuid.UUID, manualGrant stri
 	if err != nil {
 		return bankedOutcome{}, err
 	}
-	s.log.InfoContext(ctx, "claiming a reset grant", "account_id", id, "grant_id", row.GrantID, "request_id", row.RequestID, "why", d.why)
+	s.log.InfoContext(ctx, "claiming a reset grant", "account_id", id, "grant_id", row.GrantID, "request_id", row.RequestID, "why", d.Why)
 	row, err = s.sendResetClaim(ctx, row)
-	return bankedOutcome{sent: true, claim: &row, why: d.why}, err
+	return bankedOutcome{sent: true, claim: &row, why: d.Why}, err
 }
 
 // grantsStale says whether the applier should read the grants itself: the
@@ -324,12 +239,10 @@ func (s *Server) grantsStale(ctx context.Context, id uuid.UUID, grants []db.Rese
 	return now.Sub(*p.LastOkAt) >= bankedGrantsStale
 }
 
-// weeklyLimited says whether the account is at its weekly limit: a live
-// quota_exhausted cooldown on a 7d claim, or the usage view's seven_day at
-// spentAt or above. It also returns the view's weekly utilization.
+// weeklyLimited says whether the account is at its weekly limit
+// (policy.WeeklyLimited), and the usage view's weekly utilization.
 func (s *Server) weeklyLimited(ctx context.Context, id uuid.UUID, now time.Time) (bool, *float64, error) {
 	var sevenDay *float64
-	limited := false
 	rows, err := s.q.AccountWideUsage(ctx, db.AccountWideUsageParams{AccountID: id, Now: now})
 	if err != nil {
 		return false, nil, err
@@ -338,24 +251,19 @@ func (s *Server) weeklyLimited(ctx context.Context, id uuid.UUID, now time.Time)
 		if r.WindowName == windowSevenDay {
 			u := r.Utilization
 			sevenDay = &u
-			limited = u >= spentAt
 		}
 	}
+	var live *policy.Cooldown
 	cd, err := s.q.GetLiveCooldown(ctx, db.GetLiveCooldownParams{AccountID: id, Now: now})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
 		return false, nil, err
-	case cd.Reason == enumName(weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED):
-		var e storedEvidence
-		_ = json.Unmarshal(cd.Evidence, &e)
-		for _, c := range e.Claims {
-			if c.Claim == "7d" {
-				limited = true
-			}
-		}
+	default:
+		c := policyCooldown(cd)
+		live = &c
 	}
-	return limited, sevenDay, nil
+	return policy.WeeklyLimited(sevenDay, live), sevenDay, nil
 }
 
 // sendResetClaim sends (or resends) a pending ledger row's claim and

@@ -17,52 +17,6 @@ import (
 	"github.com/weirhq/weir/internal/sim"
 )
 
-func TestDecideBankedReset(t *testing.T) {
-	t.Parallel()
-	now := epoch
-	in := func(d time.Duration) *time.Time { v := now.Add(d); return &v }
-	avail := func(id string, exp *time.Time) resetGrant {
-		return resetGrant{id: id, program: "max-resets", status: grantStatusAvailable, expiresAt: exp}
-	}
-	for _, tc := range []struct {
-		name  string
-		in    bankedInput
-		claim string // "": no claim
-	}{
-		{"no grants", bankedInput{weeklyLimited: true}, ""},
-		{"at the limit: the soonest-expiring grant", bankedInput{weeklyLimited: true,
-			grants: []resetGrant{avail("never", nil), avail("late", in(100*time.Hour)), avail("soon", in(50*time.Hour))}}, "soon"},
-		{"used and expired grants are skipped", bankedInput{weeklyLimited: true,
-			grants: []resetGrant{{id: "u", status: grantStatusUsed}, avail("x", in(-time.Minute)), avail("ok", nil)}}, "ok"},
-		{"not at the limit", bankedInput{sevenDay: f64(0.98), grants: []resetGrant{avail("g", in(100*time.Hour))}}, ""},
-		{"within the hour of the last claim", bankedInput{weeklyLimited: true, lastClaim: in(-59 * time.Minute),
-			grants: []resetGrant{avail("g", nil)}}, ""},
-		{"an hour after the last claim", bankedInput{weeklyLimited: true, lastClaim: in(-time.Hour),
-			grants: []resetGrant{avail("g", nil)}}, "g"},
-		{"expiring, half the week used", bankedInput{sevenDay: f64(0.5), grants: []resetGrant{avail("g", in(2*time.Hour))}}, "g"},
-		{"expiring, week mostly unused", bankedInput{sevenDay: f64(0.49), grants: []resetGrant{avail("g", in(time.Hour))}}, ""},
-		{"expiring, no evidence of the week", bankedInput{grants: []resetGrant{avail("g", in(time.Hour))}}, ""},
-		{"not expiring soon enough", bankedInput{sevenDay: f64(0.9), grants: []resetGrant{avail("g", in(2*time.Hour+time.Second))}}, ""},
-		{"manual overrides the weekly limit", bankedInput{manualGrant: "b", sevenDay: f64(0.1),
-			grants: []resetGrant{avail("a", in(time.Hour)), avail("b", nil)}}, "b"},
-		{"manual keeps the hourly rule", bankedInput{manualGrant: "b", lastClaim: in(-time.Minute),
-			grants: []resetGrant{avail("b", nil)}}, ""},
-		{"manual of an unavailable grant", bankedInput{manualGrant: "b", grants: []resetGrant{{id: "b", status: grantStatusUsed}}}, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tc.in.now = now
-			d := decideBankedReset(tc.in)
-			got := ""
-			if d.claim {
-				got = d.grant.id
-			}
-			if got != tc.claim || d.why == "" {
-				t.Errorf("claim %q (%s), want %q", got, d.why, tc.claim)
-			}
-		})
-	}
-}
-
 func TestParseResetGrants(t *testing.T) {
 	t.Parallel()
 	if g := parseResetGrants([]byte(`{"seven_day":null}`)); g != nil {

@@ -1,7 +1,6 @@
 package controlplane
 
 import (
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -11,186 +10,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/policy"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
-
-func TestModelFamily(t *testing.T) {
-	t.Parallel()
-	for model, want := range map[string]string{
-		"claude-opus-4-1-20250805":   "opus",
-		"claude-opus-4-20250514":     "opus",
-		"claude-3-opus-20240229":     "opus",
-		"claude-opus-4-1":            "opus",
-		"opus":                       "opus",
-		"Claude-Opus-4-1":            "opus",
-		"CLAUDE-3-OPUS-LATEST":       "opus",
-		"claude-sonnet-4-5-20250929": "sonnet",
-		"claude-sonnet-4-5":          "sonnet",
-		"claude-3-7-sonnet-20250219": "sonnet",
-		"claude-3-7-sonnet-latest":   "sonnet",
-		"sonnet":                     "sonnet",
-		"Claude-Sonnet-4-5[1m]":      "sonnet",
-		"claude-3-5-haiku-20241022":  "haiku",
-		"claude-haiku-4-5-20251001":  "haiku",
-		"claude-3-5-haiku-latest":    "haiku",
-		"HAIKU":                      "haiku",
-		// Unknown models are their own family, lower-cased so that case
-		// variants share one breaker.
-		"gpt-5-codex":      "gpt-5-codex",
-		"Mystery-Model-X":  "mystery-model-x",
-		"claude-2.1":       "claude-2.1",
-		"":                 "",
-		"CLAUDE-INSTANT-1": "claude-instant-1",
-	} {
-		if got := modelFamily(model); got != want {
-			t.Errorf("modelFamily(%q) = %q, want %q", model, got, want)
-		}
-	}
-}
-
-// brkAt is the breaker's clock in these pure tests.
-var brkAt = epoch
-
-func tp(t time.Time) *time.Time { return &t }
-
-func TestBreakerThreshold(t *testing.T) {
-	t.Parallel()
-	for serving, want := range map[int32]int{-1: 1, 0: 1, 1: 1, 2: 2, 3: 2, 4: 2, 5: 3, 6: 3, 10: 5, 11: 6} {
-		if got := breakerThreshold(serving); got != want {
-			t.Errorf("breakerThreshold(%d) = %d, want %d", serving, got, want)
-		}
-	}
-}
-
-var accts = []uuid.UUID{uuid.MustParse("00000000-0000-0000-0000-00000000000a"),
-	uuid.MustParse("00000000-0000-0000-0000-00000000000b"), uuid.MustParse("00000000-0000-0000-0000-00000000000c")}
-
-// TestAfterOverloadJudgesPerAccount: however often one account of three
-// answers overloaded, the breaker stays closed (that account's requests
-// fail over); a second account judged overloaded (two answers in the
-// window) opens it. A pool whose one serving account is judged opens it
-// too: it is every account that can serve.
-func TestAfterOverloadJudgesPerAccount(t *testing.T) {
-	t.Parallel()
-	var b db.OverloadBreaker
-	for i := range 20 {
-		b = afterOverload(b, accts[0], 3, brkAt.Add(time.Duration(i)*100*time.Millisecond))
-		if b.OpenUntil != nil {
-			t.Fatalf("one account's overload %d opened the breaker: %+v", i+1, b)
-		}
-	}
-	if b.Overloads != 20 || !b.WindowStart.Equal(brkAt) || len(b.JudgedAccounts) != 1 || len(b.SeenAccounts) != 0 {
-		t.Fatalf("after 20 overloads of one account: %+v", b)
-	}
-	now := brkAt.Add(3 * time.Second)
-	b = afterOverload(b, accts[1], 3, now)
-	if b.OpenUntil != nil || !slices.Equal(b.SeenAccounts, accts[1:2]) {
-		t.Fatalf("a second account's first overload: %+v, want seen, still closed", b)
-	}
-	// The last one lands exactly breakerWindow after the first: still inside.
-	now = brkAt.Add(breakerWindow)
-	b = afterOverload(b, accts[1], 3, now)
-	if b.OpenUntil == nil || !b.OpenUntil.Equal(now.Add(breakerProbeEvery)) || b.OpenCount != 1 || b.ProbeUntil != nil ||
-		!slices.Equal(b.JudgedAccounts, accts[:2]) || len(b.SeenAccounts) != 0 {
-		t.Fatalf("two of three accounts judged: %+v, want open until now+%v with open_count 1", b, breakerProbeEvery)
-	}
-
-	// One serving account: its second overload opens.
-	one := afterOverload(db.OverloadBreaker{}, accts[0], 1, brkAt)
-	if one.OpenUntil != nil {
-		t.Fatalf("a lone account's first overload opened: %+v", one)
-	}
-	if one = afterOverload(one, accts[0], 1, brkAt.Add(time.Second)); one.OpenUntil == nil {
-		t.Fatalf("a lone account judged overloaded: %+v, want open", one)
-	}
-	// Three accounts seen once each judge none: closed.
-	var seen db.OverloadBreaker
-	for _, id := range accts {
-		seen = afterOverload(seen, id, 3, brkAt)
-	}
-	if seen.OpenUntil != nil || len(seen.SeenAccounts) != 3 {
-		t.Fatalf("three accounts overloaded once: %+v, want closed", seen)
-	}
-}
-
-func TestAfterOverloadWindowResets(t *testing.T) {
-	t.Parallel()
-	b := db.OverloadBreaker{Overloads: 3, WindowStart: brkAt, JudgedAccounts: accts[:1], SeenAccounts: accts[1:2]}
-	now := brkAt.Add(breakerWindow + time.Millisecond)
-	b = afterOverload(b, accts[1], 3, now)
-	if b.Overloads != 1 || !b.WindowStart.Equal(now) || b.OpenUntil != nil || b.OpenCount != 0 ||
-		len(b.JudgedAccounts) != 0 || !slices.Equal(b.SeenAccounts, accts[1:2]) {
-		t.Fatalf("after the window: %+v, want a fresh window holding this one overload, closed", b)
-	}
-	// A zero window start (a new row) starts a window too.
-	b = afterOverload(db.OverloadBreaker{Overloads: 7}, accts[0], 3, now)
-	if b.Overloads != 1 || !b.WindowStart.Equal(now) || b.OpenUntil != nil {
-		t.Fatalf("new breaker: %+v", b)
-	}
-}
-
-func TestAfterOverloadWhileOpen(t *testing.T) {
-	t.Parallel()
-	until := brkAt.Add(breakerProbeEvery)
-	probe := brkAt.Add(probeTTL)
-	open := db.OverloadBreaker{Overloads: 4, WindowStart: brkAt, OpenUntil: tp(until), OpenCount: 1, ProbeUntil: tp(probe),
-		JudgedAccounts: accts[:2]}
-	// Stragglers from before the opening: counted, but nothing moves.
-	b := open
-	for _, d := range []time.Duration{0, time.Millisecond, breakerProbeEvery - time.Nanosecond} {
-		b = afterOverload(b, accts[2], 3, brkAt.Add(d))
-		if !b.OpenUntil.Equal(until) || b.OpenCount != 1 || b.ProbeUntil == nil || !b.ProbeUntil.Equal(probe) || len(b.ProbedAccounts) != 0 {
-			t.Fatalf("overload at +%v while open: %+v, want open_until and open_count unchanged", d, b)
-		}
-	}
-	if b.Overloads != 7 {
-		t.Errorf("overloads %d, want 7", b.Overloads)
-	}
-	// At open_until the wait is over: an overload now is the probe
-	// failing. The next probe waits breakerProbeEvery, however many failed.
-	now := until
-	for i, id := range []uuid.UUID{accts[1], accts[2], accts[0], accts[1]} {
-		b = afterOverload(b, id, 3, now)
-		if !b.OpenUntil.Equal(now.Add(breakerProbeEvery)) || b.OpenCount != int32(i+2) || b.ProbeUntil != nil {
-			t.Fatalf("probe %d failed: %+v, want reopened until now+%v, open_count %d, probe slot free", i+1, b, breakerProbeEvery, i+2)
-		}
-		now = *b.OpenUntil
-	}
-	// The probed accounts go round the pool: after all three, start over.
-	if !slices.Equal(b.ProbedAccounts, accts[1:2]) {
-		t.Errorf("probed %v after a round of three and one more, want [%v]", b.ProbedAccounts, accts[1])
-	}
-	// A failed probe reopens even when the window has long rolled over.
-	later := db.OverloadBreaker{Overloads: 1, WindowStart: brkAt, OpenUntil: tp(brkAt.Add(time.Second)), OpenCount: 1}
-	now = brkAt.Add(time.Hour)
-	b = afterOverload(later, accts[0], 3, now)
-	if b.Overloads != 1 || !b.OpenUntil.Equal(now.Add(breakerProbeEvery)) || b.OpenCount != 2 {
-		t.Fatalf("probe failed an hour later: %+v", b)
-	}
-}
-
-// TestBreakerStormLoad: the upstream load the breaker lets through during
-// an hour-long storm on every account, when probes are taken the moment
-// they are allowed: one attempt per breakerProbeEvery, 30 a minute.
-func TestBreakerStormLoad(t *testing.T) {
-	t.Parallel()
-	var b db.OverloadBreaker
-	now := brkAt
-	attempts := 0
-	for i := 0; b.OpenUntil == nil; i++ {
-		// Before it opens: two answers from each of two accounts.
-		b = afterOverload(b, accts[i/2], 3, now)
-		attempts++
-	}
-	end := now.Add(time.Hour)
-	for now = *b.OpenUntil; now.Before(end); now = *b.OpenUntil {
-		b = afterOverload(b, accts[attempts%3], 3, now)
-		attempts++
-	}
-	if perMinute := float64(attempts) / 60; perMinute > 31 || perMinute < 29 {
-		t.Errorf("%d attempts in an hour (%.1f a minute), want 30 a minute", attempts, perMinute)
-	}
-}
 
 // Models of three families for the RPC tests.
 const (
@@ -246,8 +68,8 @@ func openSonnet(t *testing.T) (e *env, keyHash string, a *weirv1.Account, opened
 		e.release(l.Id, overloaded(0))
 	}
 	openedAt = e.clock.Now()
-	if b := e.breaker("sonnet"); b == nil || b.OpenUntil == nil || !b.OpenUntil.Equal(openedAt.Add(breakerProbeEvery)) || b.OpenCount != 1 {
-		t.Fatalf("after 2 overloads: breaker %+v, want open until now+%v", b, breakerProbeEvery)
+	if b := e.breaker("sonnet"); b == nil || b.OpenUntil == nil || !b.OpenUntil.Equal(openedAt.Add(policy.BreakerProbeEvery)) || b.OpenCount != 1 {
+		t.Fatalf("after 2 overloads: breaker %+v, want open until now+%v", b, policy.BreakerProbeEvery)
 	}
 	return e, keyHash, a, openedAt
 }
@@ -297,7 +119,7 @@ func TestBreakerOpensPerFamily(t *testing.T) {
 	if d.Action != weirv1.Action_ACTION_FAILOVER || d.Cooldown != nil {
 		t.Errorf("the opening overload: decision %v", d)
 	}
-	openUntil := now.Add(breakerProbeEvery)
+	openUntil := now.Add(policy.BreakerProbeEvery)
 	none := e.wantBreakerOpen(sonnetAlias, keyHash, openUntil)
 	if !strings.Contains(none.Message, "sonnet") {
 		t.Errorf("message %q does not name the family", none.Message)
@@ -314,7 +136,7 @@ func TestBreakerOpensPerFamily(t *testing.T) {
 	if b := e.breaker("sonnet"); !b.OpenUntil.Equal(openUntil) || b.OpenCount != 1 {
 		t.Errorf("after a straggler: %+v, want open until %v, open_count 1", b, openUntil)
 	}
-	e.clock.Advance(breakerProbeEvery - time.Millisecond)
+	e.clock.Advance(policy.BreakerProbeEvery - time.Millisecond)
 	e.wantBreakerOpen(sonnet, keyHash, openUntil)
 	// No account is cooling: overload is not an account's fault.
 	for _, acc := range []*weirv1.Account{a, b2} {
@@ -371,8 +193,8 @@ func probing(t *testing.T) (*env, string, *weirv1.Lease) {
 	t.Helper()
 	e, keyHash, _, openedAt := openSonnet(t)
 	r := e.replica()
-	now := e.clock.Advance(breakerProbeEvery)
-	if !now.Equal(openedAt.Add(breakerProbeEvery)) {
+	now := e.clock.Advance(policy.BreakerProbeEvery)
+	if !now.Equal(openedAt.Add(policy.BreakerProbeEvery)) {
 		t.Fatal("clock")
 	}
 	const n = 12
@@ -382,12 +204,12 @@ func probing(t *testing.T) (*env, string, *weirv1.Lease) {
 	}
 	for _, none := range nones {
 		if none.Reason != weirv1.NoAccountReason_NO_ACCOUNT_REASON_BREAKER_OPEN || none.RetryAt == nil ||
-			!none.RetryAt.AsTime().Equal(now.Add(breakerPoll)) {
-			t.Fatalf("refusal %v retry_at %v, want BREAKER_OPEN retrying at now+%v while the probe runs", none.Reason, none.RetryAt.AsTime(), breakerPoll)
+			!none.RetryAt.AsTime().Equal(now.Add(policy.BreakerPoll)) {
+			t.Fatalf("refusal %v retry_at %v, want BREAKER_OPEN retrying at now+%v while the probe runs", none.Reason, none.RetryAt.AsTime(), policy.BreakerPoll)
 		}
 	}
-	if b := e.breaker("sonnet"); b.ProbeUntil == nil || !b.ProbeUntil.Equal(now.Add(probeTTL)) {
-		t.Fatalf("probe_until %v, want now+%v", b.ProbeUntil, probeTTL)
+	if b := e.breaker("sonnet"); b.ProbeUntil == nil || !b.ProbeUntil.Equal(now.Add(policy.ProbeTTL)) {
+		t.Fatalf("probe_until %v, want now+%v", b.ProbeUntil, policy.ProbeTTL)
 	}
 	if body := scrape(t, e) + scrape(t, r); !strings.Contains(body, "weir_controlplane_breaker_probes_total 1") {
 		t.Error("/metrics: want one probe counted")
@@ -417,11 +239,11 @@ func TestBreakerProbeSuccessCloses(t *testing.T) {
 	e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet})
 	l = e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnetAlias})
 	e.release(l.Id, overloaded(0))
-	e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(breakerProbeEvery))
+	e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(policy.BreakerProbeEvery))
 }
 
 // TestBreakerProbesSpreadAcrossAccounts: while the breaker is open a probe
-// goes every breakerProbeEvery, however many failed, and each goes to an
+// goes every policy.BreakerProbeEvery, however many failed, and each goes to an
 // account the breaker has not probed since it opened, round the pool.
 func TestBreakerProbesSpreadAcrossAccounts(t *testing.T) {
 	t.Parallel()
@@ -438,10 +260,10 @@ func TestBreakerProbesSpreadAcrossAccounts(t *testing.T) {
 			e.release(l.Id, overloaded(0))
 		}
 	}
-	e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(breakerProbeEvery))
+	e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(policy.BreakerProbeEvery))
 	var probed []string
 	for i := range 6 {
-		e.clock.Advance(breakerProbeEvery - time.Millisecond)
+		e.clock.Advance(policy.BreakerProbeEvery - time.Millisecond)
 		e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(time.Millisecond))
 		e.clock.Advance(time.Millisecond)
 		// The probe's own request prefers the account it tried last: the
@@ -454,12 +276,12 @@ func TestBreakerProbesSpreadAcrossAccounts(t *testing.T) {
 		if !probe.Probe {
 			t.Fatalf("probe %d: the lease is not marked a probe", i+1)
 		}
-		e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(breakerPoll))
+		e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(policy.BreakerPoll))
 		probed = append(probed, probe.AccountId)
 		now := e.clock.Now()
 		e.release(probe.Id, overloaded(0))
-		if b := e.breaker("sonnet"); !b.OpenUntil.Equal(now.Add(breakerProbeEvery)) || b.ProbeUntil != nil {
-			t.Fatalf("failed probe %d: %+v, want reopened until now+%v, probe slot free", i+1, b, breakerProbeEvery)
+		if b := e.breaker("sonnet"); !b.OpenUntil.Equal(now.Add(policy.BreakerProbeEvery)) || b.ProbeUntil != nil {
+			t.Fatalf("failed probe %d: %+v, want reopened until now+%v, probe slot free", i+1, b, policy.BreakerProbeEvery)
 		}
 	}
 	for _, round := range [][]string{probed[:3], probed[3:]} {
@@ -476,13 +298,13 @@ func TestBreakerProbesSpreadAcrossAccounts(t *testing.T) {
 func TestBreakerProbeTTL(t *testing.T) {
 	t.Parallel()
 	e, keyHash, probe := probing(t)
-	// The probe never reports. Its slot is held for probeTTL...
-	e.clock.Advance(probeTTL - time.Millisecond)
-	e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(breakerPoll))
+	// The probe never reports. Its slot is held for policy.ProbeTTL...
+	e.clock.Advance(policy.ProbeTTL - time.Millisecond)
+	e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(policy.BreakerPoll))
 	// ...then the next request probes.
 	e.clock.Advance(time.Millisecond)
 	next := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet})
-	e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(breakerPoll))
+	e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(policy.BreakerPoll))
 	// The lost probe's late success still closes the breaker.
 	e.release(probe.Id, &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200})
 	e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet})
@@ -490,7 +312,7 @@ func TestBreakerProbeTTL(t *testing.T) {
 }
 
 // TestBreakerProbeOtherOutcomes: a probe that reports back with an answer
-// that is not an overload never keeps the slot until probeTTL. A real
+// that is not an overload never keeps the slot until policy.ProbeTTL. A real
 // answer from the provider (a rate limit, a client error) shows it serves
 // again and closes the breaker; an attempt that got no answer (a dropped
 // connection, a gateway error, a cut stream, a client that left) only
@@ -530,7 +352,7 @@ func TestBreakerProbeOtherOutcomes(t *testing.T) {
 				e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet, ExcludeAccountIds: []string{probe.AccountId}})
 			} else {
 				// That lease is the new probe: the rest still wait for it.
-				e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(breakerPoll))
+				e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(policy.BreakerPoll))
 			}
 		})
 	}
@@ -561,7 +383,7 @@ func TestBreakerProbeSlotNotTakenWithoutLease(t *testing.T) {
 	for range 2 {
 		opusLeases = append(opusLeases, e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: opus}))
 	}
-	e.clock.Advance(breakerProbeEvery)
+	e.clock.Advance(policy.BreakerProbeEvery)
 	e.mustNoAccount(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet}, weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY)
 	// A slot frees a second later: the sonnet request that comes back
 	// must be able to probe.
@@ -713,7 +535,7 @@ func TestBreakerOpenOnOneProviderOfTheSurface(t *testing.T) {
 		e.release(l.Id, overloaded(0))
 	}
 	none := e.mustNoAccount(req, weirv1.NoAccountReason_NO_ACCOUNT_REASON_BREAKER_OPEN)
-	if none.Permanent || none.RetryAt == nil || !none.RetryAt.AsTime().Equal(e.clock.Now().Add(breakerProbeEvery)) {
+	if none.Permanent || none.RetryAt == nil || !none.RetryAt.AsTime().Equal(e.clock.Now().Add(policy.BreakerProbeEvery)) {
 		t.Fatalf("answer %v, want the breaker's, retrying at its next probe", none)
 	}
 	// A retry that excludes the account it tried is told the same.

@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/policy"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
 
@@ -74,9 +75,9 @@ func TestWriteCooldownMerge(t *testing.T) {
 			got := write(tc.next)
 			w := tc.want
 			if got.Reason != w.reason || got.Transient != w.transient || !got.Until.Equal(t0.Add(w.until)) ||
-				!got.WrittenAt.Equal(t0.Add(w.at)) || evidenceSummary(got.Evidence) != w.evidence {
+				!got.WrittenAt.Equal(t0.Add(w.at)) || policy.EvidenceSummary(got.Evidence) != w.evidence {
 				t.Errorf("in force: %s transient=%v until t0+%v written t0+%v evidence %s\nwant:      %s transient=%v until t0+%v written t0+%v evidence %s",
-					got.Reason, got.Transient, got.Until.Sub(t0), got.WrittenAt.Sub(t0), evidenceSummary(got.Evidence),
+					got.Reason, got.Transient, got.Until.Sub(t0), got.WrittenAt.Sub(t0), policy.EvidenceSummary(got.Evidence),
 					w.reason, w.transient, w.until, w.at, w.evidence)
 			}
 			// The returned row is the stored row.

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/policy"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/modelpattern"
 )
@@ -122,8 +123,8 @@ func (k keyGrant) withMetered(own, global string) keyGrant {
 }
 
 // route is rr under the key's metered_accounts setting.
-func (k keyGrant) route(rr routeRequest) routeRequest {
-	rr.metered, rr.meteredByKey = k.metered, k.byKey
+func (k keyGrant) route(rr policy.RouteRequest) policy.RouteRequest {
+	rr.Metered, rr.MeteredByKey = k.metered, k.byKey
 	return rr
 }
 
@@ -131,13 +132,13 @@ func (k keyGrant) route(rr routeRequest) routeRequest {
 func (k keyGrant) allows(id uuid.UUID) bool { return !k.pinned || slices.Contains(k.pins, id) }
 
 // pinnedOnly is cands less the accounts the key may not use.
-func (k keyGrant) pinnedOnly(cands []candidate) []candidate {
+func (k keyGrant) pinnedOnly(cands []policy.Candidate) []policy.Candidate {
 	if !k.pinned {
 		return cands
 	}
-	out := make([]candidate, 0, len(k.pins))
+	out := make([]policy.Candidate, 0, len(k.pins))
 	for _, c := range cands {
-		if k.allows(c.account.ID) {
+		if k.allows(c.Account.ID) {
 			out = append(out, c)
 		}
 	}
@@ -148,7 +149,7 @@ func (k keyGrant) pinnedOnly(cands []candidate) []candidate {
 // pin, not the pool, is why, and only an operator can change it.
 func (k keyGrant) pinnedNone(none *weirv1.NoAccount) {
 	if !k.pinned || none == nil || none.Reason != weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED ||
-		strings.Contains(none.Message, meteredNever) {
+		strings.Contains(none.Message, policy.MeteredNever) {
 		return
 	}
 	if len(k.pins) == 0 {

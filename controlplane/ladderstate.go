@@ -5,27 +5,28 @@ import (
 	"time"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/policy"
 )
 
 // applyLadderState writes what a decision keeps besides the cooldown: the
 // family gate and the step of the adaptive quota backoff (a success's
 // writes are recordSuccess's). It runs inside Release's transaction.
-func (s *Server) applyLadderState(ctx context.Context, q *db.Queries, row db.ReleaseLeaseRow, d decision, now time.Time) error {
-	if d.rung != "" {
-		s.metrics.rateLimits.WithLabelValues(string(d.rung)).Inc()
+func (s *Server) applyLadderState(ctx context.Context, q *db.Queries, row db.ReleaseLeaseRow, d policy.Effects, now time.Time) error {
+	if d.Rung != "" {
+		s.metrics.rateLimits.WithLabelValues(string(d.Rung)).Inc()
 	}
-	if d.quotaBackoff {
+	if d.QuotaBackoff {
 		if err := q.RecordQuotaBackoff(ctx, row.AccountID); err != nil {
 			return err
 		}
 	}
-	if g := d.gate; g != nil {
+	if g := d.Gate; g != nil {
 		merged, err := q.WriteFamilyGate(ctx, db.WriteFamilyGateParams{
 			AccountID: row.AccountID,
-			Family:    g.family,
-			Until:     g.until,
+			Family:    g.Family,
+			Until:     g.Until,
 			Now:       now,
-			Evidence:  g.evidence,
+			Evidence:  g.Evidence,
 		})
 		if err != nil {
 			return err

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,8 +11,27 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/policy"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
+
+// hdr builds a 429's decision headers from pairs; every name but
+// retry-after, retry-after-ms and x-should-retry is a unified header and
+// is given its prefix (as policy/ladder_test.go's).
+func hdr(kv ...string) map[string]string {
+	h := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		k := kv[i]
+		if !strings.HasPrefix(k, "retry-after") && !strings.HasPrefix(k, "x-") {
+			k = "anthropic-ratelimit-unified-" + k
+		}
+		h[k] = kv[i+1]
+	}
+	return h
+}
+
+// at is an epoch-seconds reset d after the test epoch.
+func at(d time.Duration) string { return strconv.FormatInt(epoch.Add(d).Unix(), 10) }
 
 // The 429 ladder through Release and Acquire, on a real Postgres: what it
 // writes, and what routing makes of it.
@@ -115,8 +135,8 @@ func TestFamilyGateExcludesOnlyThatFamily(t *testing.T) {
 	if len(gates) != 1 || gates[0].Family != "opus" || !gates[0].Until.Equal(until) || !gates[0].WrittenAt.Equal(now) {
 		t.Fatalf("gates %+v, want opus until now+51811s", gates)
 	}
-	var ev storedEvidence
-	if err := json.Unmarshal(gates[0].Evidence, &ev); err != nil || ev.Rung != rungFamilyGate || ev.Family != "opus" ||
+	var ev policy.Evidence
+	if err := json.Unmarshal(gates[0].Evidence, &ev); err != nil || ev.Rung != "family_gate" || ev.Family != "opus" ||
 		len(ev.Claims) != 1 || ev.Claims[0].Claim != "7d_oi" || ev.Claims[0].Reset != until.Unix() || ev.Headers["retry-after"] != "51811" {
 		t.Errorf("gate evidence %+v (%v)", ev, err)
 	}
@@ -189,8 +209,8 @@ func TestWriteFamilyGateMerge(t *testing.T) {
 	}
 	check := func(g db.FamilyGate, until time.Duration, ev string) {
 		t.Helper()
-		if !g.Until.Equal(epoch.Add(until)) || evidenceSummary(g.Evidence) != ev {
-			t.Errorf("gate until t0+%v evidence %s, want t0+%v %s", g.Until.Sub(epoch), evidenceSummary(g.Evidence), until, ev)
+		if !g.Until.Equal(epoch.Add(until)) || policy.EvidenceSummary(g.Evidence) != ev {
+			t.Errorf("gate until t0+%v evidence %s, want t0+%v %s", g.Until.Sub(epoch), policy.EvidenceSummary(g.Evidence), until, ev)
 		}
 	}
 	check(write("opus", time.Hour, 0, "1"), time.Hour, "1")
@@ -226,7 +246,7 @@ func TestQuotaCooldownUntilLatestReset(t *testing.T) {
 	if cd == nil || cd.Reason != "quota_exhausted" || !cd.Transient || !cd.Until.Equal(until) {
 		t.Fatalf("stored cooldown %+v", cd)
 	}
-	var ev storedEvidence
+	var ev policy.Evidence
 	if err := json.Unmarshal(cd.Evidence, &ev); err != nil || len(ev.Claims) != 2 || ev.Claims[0].Minutes != 300 || ev.Claims[1].Minutes != 10080 {
 		t.Errorf("evidence %+v (%v), want the 5h and 7d windows", ev, err)
 	}
@@ -295,7 +315,7 @@ func TestOutOfCreditsClearedOnlyByLaterSuccess(t *testing.T) {
 	d := e.release(l.Id, rateLimited(hdr("status", "rejected", "overage-status", "rejected", "overage-disabled-reason", "out_of_credits",
 		"representative-claim", "five_hour", "reset", epochAfter(now, time.Hour), "retry-after", "2", "x-should-retry", "true")))
 	if d.Action != weirv1.Action_ACTION_FAILOVER || d.Cooldown.GetReason() != weirv1.CooldownReason_COOLDOWN_REASON_OUT_OF_CREDITS ||
-		!d.Cooldown.Transient || !d.Cooldown.Until.AsTime().Equal(now.Add(outOfCreditsFloor)) {
+		!d.Cooldown.Transient || !d.Cooldown.Until.AsTime().Equal(now.Add(policy.OutOfCreditsFloor)) {
 		t.Fatalf("decision %v, want out_of_credits for 6h, no burst retry", d)
 	}
 	none := e.mustNoAccount(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnetModel}, weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_COOLING)
@@ -363,12 +383,12 @@ func TestBurstThroughRelease(t *testing.T) {
 	t.Parallel()
 	e, a, keyHash := subscription(t)
 	burst := hdr("retry-after", "1", "x-should-retry", "true")
-	for prior := range int32(burstRetries) {
+	for prior := range int32(policy.BurstRetries) {
 		l := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnetModel, PreferAccountId: a.Id})
 		o := rateLimited(burst)
 		o.PriorBursts = prior
 		d := e.release(l.Id, o)
-		if d.Action != weirv1.Action_ACTION_RETRY_SAME || d.RetryAfter.AsDuration() != burstRetryMin || d.Cooldown != nil {
+		if d.Action != weirv1.Action_ACTION_RETRY_SAME || d.RetryAfter.AsDuration() != policy.BurstRetryMin || d.Cooldown != nil {
 			t.Fatalf("burst %d: decision %v, want the same account after 2s", prior, d)
 		}
 		if cd := e.cooldownRow(a.Id); cd != nil {
@@ -377,12 +397,12 @@ func TestBurstThroughRelease(t *testing.T) {
 	}
 	l := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnetModel})
 	o := rateLimited(burst)
-	o.PriorBursts = burstRetries
+	o.PriorBursts = policy.BurstRetries
 	now := e.clock.Now()
 	d := e.release(l.Id, o)
 	if d.Action != weirv1.Action_ACTION_FAILOVER || d.Cooldown.GetReason() != weirv1.CooldownReason_COOLDOWN_REASON_RATE_LIMITED ||
 		!d.Cooldown.Until.AsTime().Equal(now.Add(time.Second)) {
-		t.Fatalf("after %d bursts: %v, want a rate_limited cooldown for retry-after", burstRetries, d)
+		t.Fatalf("after %d bursts: %v, want a rate_limited cooldown for retry-after", policy.BurstRetries, d)
 	}
 
 	k, _ := e.createAccount(acct{label: "key"})

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/policy"
 	"github.com/weirhq/weir/controlplane/seal"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
@@ -86,7 +87,7 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (re
 	}
 	// One round trip answers the key check, the alias question and the
 	// routing view for a concrete model; the lease's claim is the second.
-	v, err := l.s.routingView(ctx, m.KeyHash, m.Model, m.SessionKey, modelFamily(m.Model), l.s.now())
+	v, err := l.s.routingView(ctx, m.KeyHash, m.Model, m.SessionKey, policy.ModelFamily(m.Model), l.s.now())
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +170,7 @@ func aliasNoAccount(nones []*weirv1.NoAccount) *weirv1.NoAccount {
 // acquireModel leases an account for m.Model, a concrete model. first,
 // when set, is the routing view already read for it.
 func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.AcquireRequest, exclude map[uuid.UUID]bool, prefer uuid.UUID, first *view) (resp *weirv1.AcquireResponse, err error) {
-	family := modelFamily(m.Model)
+	family := policy.ModelFamily(m.Model)
 	if first == nil {
 		v, err := l.s.routingView(ctx, "", "", m.SessionKey, family, l.s.now())
 		if err != nil {
@@ -177,10 +178,10 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		}
 		first = &v
 	}
-	var breakerOpen map[string]bool
+	var breakerOpen map[weirv1.Provider]bool
 	// probing names the providers whose breaker probe this request holds:
 	// a probe reports back once, so its lease is never reused.
-	probing := map[string]bool{}
+	probing := map[weirv1.Provider]bool{}
 	// avoid names the accounts a probe already failed on since the
 	// breaker opened: the probe goes elsewhere while it can.
 	var avoid map[uuid.UUID]bool
@@ -191,10 +192,10 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		// Each provider of the surface has its own breaker per family: an
 		// overloaded Codex backend does not stop OpenAI keys, and the
 		// reverse. The view says which are open; only those are asked.
-		providers := providersFor(m.Surface)
+		providers := policy.ProvidersFor(m.Surface)
 		for _, p := range providers {
 			provider := enumName(p)
-			if !first.breakerOpen[provider] {
+			if !first.breakerOpen[p] {
 				continue
 			}
 			none, probe, probed, err := l.s.breakerGate(ctx, provider, family, l.s.now())
@@ -203,16 +204,16 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 			}
 			if none != nil {
 				if breakerOpen == nil {
-					breakerOpen = map[string]bool{}
+					breakerOpen = map[weirv1.Provider]bool{}
 				}
-				breakerOpen[provider] = true
+				breakerOpen[p] = true
 				if breakerNone == nil || none.RetryAt.AsTime().Before(breakerNone.RetryAt.AsTime()) {
 					breakerNone = none
 				}
 				continue
 			}
 			if probe {
-				probing[provider] = true
+				probing[p] = true
 				for _, id := range probed {
 					if avoid == nil {
 						avoid = map[uuid.UUID]bool{}
@@ -251,13 +252,13 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		}
 		// A pinned key routes among its pinned accounts only: a session
 		// bound to another account is not followed there.
-		rr := key.route(routeRequest{model: m.Model, surface: m.Surface, breakerOpen: breakerOpen,
-			exclude: exclude, unreadable: unreadable, sessionAccount: v.session, preferAccount: prefer})
+		rr := key.route(policy.RouteRequest{Model: m.Model, Surface: m.Surface, BreakerOpen: breakerOpen,
+			Exclude: exclude, Unreadable: unreadable, SessionAccount: v.session, PreferAccount: prefer})
 		cands := key.pinnedOnly(v.cands)
-		order, none := route(cands, withAvoided(rr, avoid), now)
+		order, none := policy.Route(cands, withAvoided(rr, avoid), now)
 		if none != nil && avoid != nil {
 			// Every account left was probed already: round the pool again.
-			order, none = route(cands, rr, now)
+			order, none = policy.Route(cands, rr, now)
 		}
 		if none != nil && breakerNone != nil {
 			none = withBreaker(none, breakerNone)
@@ -266,15 +267,16 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 			key.pinnedNone(none)
 			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: none}}, nil
 		}
-		spill := spillFrom(cands, order, rr)
+		spill := policy.SpillFrom(cands, order, rr)
 		for i, c := range order {
-			lease, err := l.claim(ctx, c, key.id, m, now, reusable(m), probing[c.account.Provider])
+			a := v.accounts[c.Account.ID]
+			lease, err := l.claim(ctx, a, key.id, m, now, reusable(m), probing[c.Account.Provider])
 			if errors.Is(err, seal.ErrUnseal) {
 				// Unusable until an operator re-enters the credential under
 				// this key; the rest of the pool can still serve. When none
 				// of it can, the answer is permanent (route).
-				unreadable[c.account.ID] = true
-				unopened = append(unopened, sealedRef{id: c.account.ID, label: c.account.Label, revision: c.account.CredentialRevision})
+				unreadable[a.ID] = true
+				unopened = append(unopened, sealedRef{id: a.ID, label: a.Label, revision: a.CredentialRevision})
 				continue
 			}
 			if err != nil {
@@ -283,7 +285,7 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 			if lease != nil {
 				// Metered, because no subscription could serve: a spill,
 				// recorded on the route event and counted by the worker.
-				lease.SpilledToMetered = isMetered(c.account) && i >= spill
+				lease.SpilledToMetered = policy.IsMetered(c.Account) && i >= spill
 				if len(unopened) > 0 {
 					// This replica opened a credential, so its keys are
 					// right: those it could not open are marked broken and
@@ -324,16 +326,16 @@ func withBreaker(none, breaker *weirv1.NoAccount) *weirv1.NoAccount {
 }
 
 // withAvoided is rr with the avoided accounts excluded as well.
-func withAvoided(rr routeRequest, avoid map[uuid.UUID]bool) routeRequest {
+func withAvoided(rr policy.RouteRequest, avoid map[uuid.UUID]bool) policy.RouteRequest {
 	if len(avoid) == 0 {
 		return rr
 	}
-	ex := maps.Clone(rr.exclude)
+	ex := maps.Clone(rr.Exclude)
 	if ex == nil {
 		ex = map[uuid.UUID]bool{}
 	}
 	maps.Copy(ex, avoid)
-	rr.exclude = ex
+	rr.Exclude = ex
 	return rr
 }
 
@@ -352,17 +354,17 @@ func reuseFor(reuse time.Duration, id uuid.UUID) time.Duration {
 	return reuse - reuse/4*time.Duration(id[15])/255
 }
 
-// claim leases c's account, or returns nil when it was claimed away, its
+// claim leases account a, or returns nil when it was claimed away, its
 // credential changed, or it stopped being eligible since the view was read.
 // reuse offers the lease for reuse (Lease.reuse_until) unless reuse is off
 // or the lease is a probe (breakerProbe: this request holds its provider's
 // breaker probe; or the account is on its recovery probe): a probe must
 // report back before the account takes more.
-func (l leaseService) claim(ctx context.Context, c candidate, keyID uuid.UUID, m *weirv1.AcquireRequest, now time.Time, reuse, breakerProbe bool) (*weirv1.Lease, error) {
+func (l leaseService) claim(ctx context.Context, a db.Account, keyID uuid.UUID, m *weirv1.AcquireRequest, now time.Time, reuse, breakerProbe bool) (*weirv1.Lease, error) {
 	expires := now.Add(l.s.cfg.LeaseTTL)
 	leaseID, err := l.s.q.ClaimLease(ctx, db.ClaimLeaseParams{
-		AccountID:  c.account.ID,
-		Revision:   c.account.CredentialRevision,
+		AccountID:  a.ID,
+		Revision:   a.CredentialRevision,
 		KeyID:      uuid.NullUUID{UUID: keyID, Valid: true},
 		RequestID:  m.RequestId,
 		Model:      m.Model,
@@ -376,33 +378,33 @@ func (l leaseService) claim(ctx context.Context, c candidate, keyID uuid.UUID, m
 	if leaseID == uuid.Nil {
 		return nil, nil
 	}
-	credential, err := l.s.seal.Open(c.account.ID, c.account.CredentialRevision, c.account.CredentialSealed)
+	credential, err := l.s.seal.Open(a.ID, a.CredentialRevision, a.CredentialSealed)
 	if err != nil {
 		// Give the lease back at once.
 		if _, rerr := l.s.q.ReleaseLease(ctx, leaseID); rerr != nil {
 			l.s.log.ErrorContext(ctx, "release unusable lease", "lease_id", leaseID, "err", rerr)
 		}
-		l.s.log.ErrorContext(ctx, "credential unreadable", "account_id", c.account.ID, "err", err)
+		l.s.log.ErrorContext(ctx, "credential unreadable", "account_id", a.ID, "err", err)
 		return nil, err
 	}
-	base := c.account.BaseUrl
+	base := a.BaseUrl
 	if base == "" {
-		base = defaultBaseURL(c.account.Provider)
+		base = defaultBaseURL(a.Provider)
 	}
 	lease := &weirv1.Lease{
 		Id:           leaseID.String(),
-		AccountId:    c.account.ID.String(),
-		AccountLabel: c.account.Label,
-		Provider:     enumValue[weirv1.Provider](c.account.Provider),
-		AuthKind:     enumValue[weirv1.AuthKind](c.account.AuthKind),
+		AccountId:    a.ID.String(),
+		AccountLabel: a.Label,
+		Provider:     enumValue[weirv1.Provider](a.Provider),
+		AuthKind:     enumValue[weirv1.AuthKind](a.AuthKind),
 		BaseUrl:      base,
 		Credential:   credential,
 		ExpiresAt:    timestamppb.New(expires),
 		Ttl:          durationpb.New(l.s.cfg.LeaseTTL),
 		// Codex sends the ChatGPT account id with every request.
-		UpstreamAccountId: c.account.UpstreamAccountID,
+		UpstreamAccountId: a.UpstreamAccountID,
 	}
-	lease.Probe = breakerProbe || c.account.RecoveryProbe
+	lease.Probe = breakerProbe || a.RecoveryProbe
 	if reuse && l.s.cfg.LeaseReuse > 0 && !lease.Probe {
 		lease.ReuseUntil = timestamppb.New(now.Add(reuseFor(l.s.cfg.LeaseReuse, leaseID)))
 	}
@@ -411,7 +413,9 @@ func (l leaseService) claim(ctx context.Context, c candidate, keyID uuid.UUID, m
 
 // view is one read of the routing view.
 type view struct {
-	cands []candidate
+	cands []policy.Candidate
+	// accounts are the candidates' rows, by id: what a claim reads.
+	accounts map[uuid.UUID]db.Account
 	// session is the account the session is bound to; uuid.Nil when none.
 	session uuid.UUID
 	// key is the client key when it is live (id uuid.Nil: unknown or
@@ -421,7 +425,7 @@ type view struct {
 	aliasTargets []string
 	// breakerOpen names the providers whose breaker for the family is open
 	// or probing: Acquire asks only those.
-	breakerOpen map[string]bool
+	breakerOpen map[weirv1.Provider]bool
 }
 
 // routingView reads every account with its live leases, cooldown and gate
@@ -434,20 +438,21 @@ func (s *Server) routingView(ctx context.Context, keyHash, model, sessionKey, fa
 	if err != nil {
 		return view{}, err
 	}
-	v := view{cands: make([]candidate, 0, len(rows))}
+	v := view{cands: make([]policy.Candidate, 0, len(rows)), accounts: make(map[uuid.UUID]db.Account, len(rows))}
 	for _, r := range rows {
 		v.key = keyGrant{id: r.KeyID, models: r.KeyAllowedModels, pinned: r.KeyPinned, pins: r.KeyPins}.
 			withMetered(r.KeyMeteredAccounts, r.MeteredSetting)
 		v.aliasTargets = r.AliasTargets
 		if r.BreakerOpenUntil != nil {
 			if v.breakerOpen == nil {
-				v.breakerOpen = map[string]bool{}
+				v.breakerOpen = map[weirv1.Provider]bool{}
 			}
-			v.breakerOpen[r.Account.Provider] = true
+			v.breakerOpen[storedProviders.value(r.Account.Provider)] = true
 		}
-		c := candidate{account: r.Account, live: r.Live}
+		c := policy.Candidate{Account: policyAccount(r.Account), Live: r.Live}
+		v.accounts[r.Account.ID] = r.Account
 		if r.CooldownUntil != nil {
-			c.cooldown = &db.Cooldown{
+			cd := policyCooldown(db.Cooldown{
 				AccountID: r.Account.ID,
 				Reason:    *r.CooldownReason,
 				Transient: r.CooldownTransient.Bool,
@@ -459,18 +464,16 @@ func (s *Server) routingView(ctx context.Context, keyHash, model, sessionKey, fa
 				QuotaResetsAt:      r.CooldownQuotaResetsAt,
 				QuotaWindowMinutes: orZero(r.CooldownQuotaWindowMinutes),
 				QuotaMessage:       orZero(r.CooldownQuotaMessage),
-			}
+			})
+			c.Cooldown = &cd
 		}
 		if r.GateUntil != nil {
-			c.gate = &db.FamilyGate{AccountID: r.Account.ID, Family: family, Until: *r.GateUntil,
-				WrittenAt: *r.GateWrittenAt, Evidence: r.GateEvidence}
+			g := policyGate(db.FamilyGate{AccountID: r.Account.ID, Family: family, Until: *r.GateUntil,
+				WrittenAt: *r.GateWrittenAt, Evidence: r.GateEvidence})
+			c.Gate = &g
 		}
-		if r.FiveHourUtilization != nil && r.FiveHourResetsAt != nil {
-			c.fiveHour = &windowReading{utilization: *r.FiveHourUtilization, resetsAt: *r.FiveHourResetsAt}
-		}
-		if r.SevenDayUtilization != nil && r.SevenDayResetsAt != nil {
-			c.sevenDay = &windowReading{utilization: *r.SevenDayUtilization, resetsAt: *r.SevenDayResetsAt}
-		}
+		c.FiveHour = policyWindow(r.FiveHourUtilization, r.FiveHourResetsAt)
+		c.SevenDay = policyWindow(r.SevenDayUtilization, r.SevenDayResetsAt)
 		if r.SessionBound && sessionKey != "" {
 			v.session = r.Account.ID
 		}
@@ -530,167 +533,88 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 	if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS {
 		return l.releaseSuccess(ctx, id, o)
 	}
-	var (
-		d       decision
-		inForce *db.Cooldown // the cooldown after merging, as routing sees it
-	)
+	var out *weirv1.Decision
 	err = l.s.tx(ctx, func(q *db.Queries) error {
 		row, err := q.ReleaseLease(ctx, id)
 		if err != nil {
 			return storeErr(err)
 		}
 		now := l.s.now()
-		at := attemptEnded(o, now)
-		var failures int32
-		stale := false
-		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR {
-			r, err := q.RecordAuthFailure(ctx, db.RecordAuthFailureParams{
-				ID:                 row.AccountID,
-				CredentialRevision: row.CredentialRevision,
-				Threshold:          int32(l.s.cfg.AuthFailureThreshold),
-				Reason:             "credential rejected by the upstream (" + evidenceSummary(evidenceJSON(o)) + ")",
-				Now:                now,
-			})
-			switch {
-			case errors.Is(storeErr(err), ErrNotFound):
-				// The credential was replaced while this attempt ran: the
-				// rejection was of the old one and says nothing of the new.
-				stale = true
-			case err != nil:
-				return err
-			default:
-				failures = r.AuthFailures
-				if r.Broken {
-					l.s.log.WarnContext(ctx, "account broken", "account_id", row.AccountID, "auth_failures", failures)
-				}
-			}
-		}
-		family := modelFamily(row.Model)
-		var spent []claimEvidence
-		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED {
-			if spent, err = spentWindows(ctx, q, row.AccountID, now); err != nil {
-				return err
-			}
-		}
-		d = decide(o, attemptFacts{authFailures: failures, oauth: row.AuthKind == enumName(weirv1.AuthKind_AUTH_KIND_OAUTH),
-			family: family, quotaBackoffs: row.QuotaBackoffs, recoveryProbe: row.RecoveryProbe, spent: spent}, at)
-		if stale {
-			d.cooldown, d.authFailure = nil, false
-		}
-		if d.cooldown != nil && !d.cooldown.until.After(now) {
-			// A redelivered report whose cooldown is already over.
-			d.cooldown = nil
-		}
-		// An overload answer from before an outage says nothing of the
-		// upstream now: the breakers take only fresh evidence.
-		fresh := now.Sub(at) <= freshOverload
-		// Successes take releaseSuccess and never reach this point.
-		if row.Model != "" && !d.overload && fresh {
-			if err := settleBreaker(ctx, q, row.Provider, family, o.Class, now); err != nil {
-				return err
-			}
-		}
-		if d.overload && row.Model != "" && fresh {
-			before, _ := q.GetBreaker(ctx, db.GetBreakerParams{Provider: row.Provider, Family: family})
-			b, err := recordOverload(ctx, q, row.Provider, family, row.AccountID, now)
-			if err != nil {
-				return err
-			}
-			if b.OpenCount > before.OpenCount {
-				l.s.metrics.breakerOpens.Inc()
-				l.s.log.WarnContext(ctx, "overload breaker opened", "provider", row.Provider, "family", family,
-					"until", *b.OpenUntil, "open_count", b.OpenCount)
-			}
-		}
-		if cw := d.cooldown; cw != nil {
-			if cw.reason == weirv1.CooldownReason_COOLDOWN_REASON_TRANSPORT {
-				// Read under the lock WriteCooldown takes next, and no
-				// sooner: the breaker's rows are locked before it.
-				prior, err := q.TransportRun(ctx, row.AccountID)
-				switch {
-				case err == nil:
-					cw.evidence = continueRun(cw.evidence, prior)
-				case !errors.Is(storeErr(err), ErrNotFound):
-					return err
-				}
-			}
-			merged, err := q.WriteCooldown(ctx, withQuota(db.WriteCooldownParams{
-				AccountID: row.AccountID,
-				Reason:    enumName(cw.reason),
-				Transient: transientReason(cw.reason),
-				Until:     cw.until,
-				Now:       now,
-				Evidence:  cw.evidence,
-			}, cw.quota))
-			if err != nil {
-				return err
-			}
-			inForce = &merged
-			l.s.metrics.cooldowns.WithLabelValues(enumName(cw.reason)).Inc()
-			l.s.log.InfoContext(ctx, "cooldown written", "account_id", row.AccountID,
-				"reason", merged.Reason, "until", merged.Until)
-			if merged.Reason == enumName(weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED) &&
-				row.AuthKind == enumName(weirv1.AuthKind_AUTH_KIND_OAUTH) {
-				// The poller reads right after the reset, under a new epoch:
-				// a read claimed before the cooldown never lands.
-				if _, err := rearmUsage(ctx, q, row.AccountID, merged.Until); err != nil {
-					return err
-				}
-			}
-		}
-		if err := l.s.applyLadderState(ctx, q, row, d, now); err != nil {
+		facts, err := l.s.releaseFacts(ctx, q, row, o, now)
+		if err != nil {
 			return err
 		}
-		return l.s.mergeUsageHeaders(ctx, q, row.AccountID, row.CredentialRevision, o.Headers, now)
+		answers, err := l.s.applyEffects(ctx, q, []released{{row: row, outcome: o, effects: policy.Decide(o, facts, now)}}, now)
+		if err != nil {
+			return err
+		}
+		out = answers[0]
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	l.s.metrics.releases.WithLabelValues(enumName(o.Class)).Inc()
-	out := &weirv1.Decision{Action: d.action, Rung: string(d.rung)}
-	if d.retryAfter > 0 {
-		out.RetryAfter = durationpb.New(d.retryAfter)
-	}
-	if inForce != nil {
-		out.Cooldown = cooldownProto(*inForce)
-	}
 	return connect.NewResponse(&weirv1.ReleaseResponse{Decision: out}), nil
 }
 
-// freshOverload is how old an overload answer may be and still move a
-// breaker.
-const freshOverload = 10 * time.Second
-
-// attemptEnded dates an outcome: now, or for a report a worker redelivers
-// after an outage, now less its delay, by at most maxReportDelay (a
-// lease row outlives its expiry by the reaper's grace, 10 minutes; an
-// older report finds no lease).
-func attemptEnded(o *weirv1.Outcome, now time.Time) time.Time {
-	d := o.GetDelay().AsDuration()
-	if d <= 0 {
-		return now
+// releaseFacts reads what policy.Decide needs of a failure beyond its
+// outcome, in Release's transaction: the account's state from the lease's
+// row, the spent windows of the usage view for a rate limit, and for a
+// credential rejection the count of them, which it records (the account
+// breaks at the threshold) unless the credential was replaced meanwhile.
+func (s *Server) releaseFacts(ctx context.Context, q *db.Queries, row db.ReleaseLeaseRow, o *weirv1.Outcome, now time.Time) (policy.Facts, error) {
+	f := policy.Facts{OAuth: row.AuthKind == enumName(weirv1.AuthKind_AUTH_KIND_OAUTH), Family: policy.ModelFamily(row.Model),
+		QuotaBackoffs: row.QuotaBackoffs, RecoveryProbe: row.RecoveryProbe}
+	switch o.Class {
+	case weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR:
+		r, err := q.RecordAuthFailure(ctx, db.RecordAuthFailureParams{
+			ID:                 row.AccountID,
+			CredentialRevision: row.CredentialRevision,
+			Threshold:          int32(s.cfg.AuthFailureThreshold),
+			Reason:             "credential rejected by the upstream (" + policy.EvidenceSummary(policy.EvidenceOf(o)) + ")",
+			Now:                now,
+		})
+		switch {
+		case errors.Is(storeErr(err), ErrNotFound):
+			// The credential was replaced while this attempt ran: the
+			// rejection was of the old one and says nothing of the new.
+			f.Stale = true
+		case err != nil:
+			return f, err
+		default:
+			f.AuthFailures = r.AuthFailures
+			if r.Broken {
+				s.log.WarnContext(ctx, "account broken", "account_id", row.AccountID, "auth_failures", f.AuthFailures)
+			}
+		}
+	case weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED:
+		spent, err := spentWindows(ctx, q, row.AccountID, now)
+		if err != nil {
+			return f, err
+		}
+		f.Spent = spent
 	}
-	return now.Add(-min(d, maxReportDelay))
+	return f, nil
 }
-
-const maxReportDelay = 10 * time.Minute
 
 // releaseSuccess is Release for a success, in two statements (and the
 // usage headers' upserts when they carry a reading) instead of a
 // transaction: nothing needs them atomic, a lease gone without its
 // success record (a crash between the two) only misses a last-success
-// time. It records the success exactly as ReleaseBatch does.
+// time. It applies the success exactly as ReleaseBatch does.
 func (l leaseService) releaseSuccess(ctx context.Context, id uuid.UUID, o *weirv1.Outcome) (*connect.Response[weirv1.ReleaseResponse], error) {
 	row, err := l.s.q.ReleaseLease(ctx, id)
 	if err != nil {
 		return nil, storeErr(err)
 	}
 	now := l.s.now()
-	if err := l.s.recordSuccesses(ctx, []success{{row: row, outcome: o, admittedAt: row.AcquiredAt}}, now); err != nil {
+	answers, err := l.s.applyEffects(ctx, l.s.q, []released{releasedSuccess(row, o, row.AcquiredAt, now)}, now)
+	if err != nil {
 		return nil, err
 	}
 	l.s.metrics.releases.WithLabelValues(enumName(weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS)).Inc()
-	return connect.NewResponse(&weirv1.ReleaseResponse{Decision: &weirv1.Decision{Action: weirv1.Action_ACTION_RESPOND}}), nil
+	return connect.NewResponse(&weirv1.ReleaseResponse{Decision: answers[0]}), nil
 }
 
 func durationMillis(d *durationpb.Duration) float64 {
@@ -724,15 +648,15 @@ func (l leaseService) PoolQuota(ctx context.Context, req *connect.Request[weirv1
 	now := l.s.now()
 	var first *weirv1.QuotaBlock
 	for _, model := range models {
-		v, err := l.s.routingView(ctx, "", "", "", modelFamily(model), now)
+		v, err := l.s.routingView(ctx, "", "", "", policy.ModelFamily(model), now)
 		if err != nil {
 			return nil, err
 		}
-		qb := quotaBlock(kg.pinnedOnly(v.cands), kg.route(routeRequest{model: model, surface: m.Surface}), now)
+		qb := policy.QuotaBlock(kg.pinnedOnly(v.cands), kg.route(policy.RouteRequest{Model: model, Surface: m.Surface}), now)
 		if qb == nil {
 			return connect.NewResponse(&weirv1.PoolQuotaResponse{}), nil
 		}
-		if first == nil || reopensFirst(qb, first) {
+		if first == nil || policy.ReopensFirst(qb, first) {
 			first = qb
 		}
 	}

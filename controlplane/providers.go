@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/weirhq/weir/controlplane/policy"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/jwtclaims"
 )
@@ -53,20 +54,12 @@ func accountBaseURL(provider, override string) string {
 }
 
 // validProviderAuth admits the provider and auth kind pairs weir can
-// serve: Anthropic API keys and OAuth logins, OpenAI API keys (and
-// OpenAI-compatible endpoints), and ChatGPT logins on the Codex backend.
-// The error names the field that is wrong and every allowed pair.
+// serve (policy.AuthKinds). The error names the field that is wrong and
+// every allowed pair.
 func validProviderAuth(p weirv1.Provider, k weirv1.AuthKind) error {
 	const allowed = "anthropic with api_key or oauth, openai with api_key, or codex with oauth"
-	var kinds []weirv1.AuthKind
-	switch p {
-	case weirv1.Provider_PROVIDER_ANTHROPIC:
-		kinds = []weirv1.AuthKind{weirv1.AuthKind_AUTH_KIND_API_KEY, weirv1.AuthKind_AUTH_KIND_OAUTH}
-	case weirv1.Provider_PROVIDER_OPENAI:
-		kinds = []weirv1.AuthKind{weirv1.AuthKind_AUTH_KIND_API_KEY}
-	case weirv1.Provider_PROVIDER_CODEX:
-		kinds = []weirv1.AuthKind{weirv1.AuthKind_AUTH_KIND_OAUTH}
-	default:
+	kinds := policy.AuthKinds(p)
+	if kinds == nil {
 		return invalidf("provider: must be anthropic, openai or codex (accounts are %s)", allowed)
 	}
 	if !slices.Contains(kinds, k) {

@@ -13,7 +13,14 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/policy"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+const (
+	actFailover = weirv1.Action_ACTION_FAILOVER
+	reasonRL    = weirv1.CooldownReason_COOLDOWN_REASON_RATE_LIMITED
+	reasonQuota = weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED
 )
 
 // Quota evidence through Postgres: Release stores it with the cooldown,
@@ -222,7 +229,7 @@ func TestQuotaCooldownMerge(t *testing.T) {
 	// A rate limit without quota evidence: two prior bursts, so the
 	// residual (Retry-After) rather than a same-account retry.
 	rateLimit := func(retryAfter string) *weirv1.Outcome {
-		return &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, PriorBursts: burstRetries,
+		return &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, PriorBursts: policy.BurstRetries,
 			Headers: map[string]string{"retry-after": retryAfter}}
 	}
 	e.clock.Advance(time.Second)
@@ -242,7 +249,7 @@ func TestQuotaCooldownMerge(t *testing.T) {
 	now = e.clock.Advance(time.Second)
 	weekly := now.Add(100 * time.Hour)
 	merged, err := e.q.WriteCooldown(t.Context(), withQuota(dbCooldown(a.Id, "quota_exhausted", weekly, now),
-		&quotaRecord{kind: kindCodex, resetsAt: weekly, windowMinutes: 10080, message: "weekly"}))
+		&policy.QuotaRecord{Kind: kindCodex, ResetsAt: weekly, WindowMinutes: 10080, Message: "weekly"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +264,7 @@ func TestQuotaCooldownMerge(t *testing.T) {
 	now = e.clock.Advance(time.Second)
 	far := now.Add(101 * time.Hour)
 	if _, err := e.q.WriteCooldown(t.Context(), withQuota(dbCooldown(a.Id, "out_of_credits", far, now),
-		&quotaRecord{kind: kindInsufficient, message: "billing"})); err != nil {
+		&policy.QuotaRecord{Kind: kindInsufficient, Message: "billing"})); err != nil {
 		t.Fatal(err)
 	}
 	check("after insufficient_quota", "out_of_credits", far, "openai_insufficient_quota", nil, 0, "billing")

@@ -10,7 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
 
-	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/policy"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
 
@@ -36,42 +36,6 @@ func (e *env) setRecoveryProbe(id string) {
 	}
 }
 
-func TestLadderRungsOneAndFour(t *testing.T) {
-	t.Parallel()
-	week := epoch.Add(30 * time.Hour)
-	spent := []claimEvidence{{Claim: "7d", Minutes: 10080, Reset: week.Unix()}}
-	for _, tc := range []struct {
-		name   string
-		in     ladderInput
-		rung   rung
-		reason weirv1.CooldownReason
-		until  time.Time
-	}{
-		{"cached exhaustion outranks a burst", ladderInput{headers: hdr("retry-after", "3"), oauth: true, spent: spent},
-			rungCachedQuota, weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED, week},
-		{"cached exhaustion outranks a scoped claim", ladderInput{headers: hdr("7d_oi-status", "rejected", "7d_oi-reset", at(90*time.Hour)), oauth: true, family: "opus", spent: spent},
-			rungCachedQuota, weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED, week},
-		{"a live claim outranks the cache", ladderInput{headers: hdr("5h-status", "rejected", "5h-reset", at(2*time.Hour)), oauth: true, spent: spent},
-			rungAccountQuota, weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED, epoch.Add(2 * time.Hour)},
-		{"the latest spent reset", ladderInput{headers: nil, spent: append([]claimEvidence{{Claim: "5h", Minutes: 300, Reset: epoch.Add(time.Hour).Unix()}}, spent...)},
-			rungCachedQuota, weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED, week},
-		{"a probe's transient failure re-cools briefly", ladderInput{headers: hdr("retry-after", "600", "status", "allowed", "5h-status", "allowed", "5h-utilization", "0.2"), oauth: true, recoveryProbe: true},
-			rungRecovery, weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED, epoch.Add(recoveryReprobe)},
-		{"a probe that meets a rejection is no re-probe", ladderInput{headers: hdr("status", "rejected", "7d-status", "rejected", "7d-reset", at(50*time.Hour)), oauth: true, recoveryProbe: true},
-			rungAccountQuota, weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED, epoch.Add(50 * time.Hour)},
-		{"out of credits outranks the cache", ladderInput{headers: hdr("status", "rejected", "overage-disabled-reason", "out_of_credits"), spent: spent},
-			rungOutOfCredits, weirv1.CooldownReason_COOLDOWN_REASON_OUT_OF_CREDITS, epoch.Add(outOfCreditsFloor)},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tc.in.now = epoch
-			d := ladder(tc.in)
-			if d.rung != tc.rung || d.reason != tc.reason || !d.until.Equal(tc.until) || d.action != weirv1.Action_ACTION_FAILOVER {
-				t.Errorf("rung %s %v until %v action %v, want %s %v until %v", d.rung, d.reason, d.until, d.action, tc.rung, tc.reason, tc.until)
-			}
-		})
-	}
-}
-
 // TestCachedExhaustionThroughRelease: a 429 without a live rejection on an
 // account whose view shows the week spent cools it until the weekly reset
 // and re-arms the poller for right after it; a rejected answer's own
@@ -89,8 +53,8 @@ func TestCachedExhaustionThroughRelease(t *testing.T) {
 		!d.Cooldown.Until.AsTime().Equal(week) {
 		t.Fatalf("decision %v, want quota_exhausted until the weekly reset", d)
 	}
-	var ev storedEvidence
-	if err := json.Unmarshal(e.cooldownRow(a.Id).Evidence, &ev); err != nil || ev.Rung != rungCachedQuota || len(ev.Claims) != 1 || ev.Claims[0].Claim != "7d" {
+	var ev policy.Evidence
+	if err := json.Unmarshal(e.cooldownRow(a.Id).Evidence, &ev); err != nil || ev.Rung != "cached_quota" || len(ev.Claims) != 1 || ev.Claims[0].Claim != "7d" {
 		t.Errorf("evidence %+v (%v)", ev, err)
 	}
 	p, err := e.q.GetUsagePoll(t.Context(), uuid.MustParse(a.Id))
@@ -215,13 +179,13 @@ func TestRecoveryProbeReprobe(t *testing.T) {
 	now := e.clock.Now()
 	d := e.release(l.Id, rateLimited(hdr("retry-after", "900", "x-should-retry", "true")))
 	if d.Action != weirv1.Action_ACTION_FAILOVER || d.Cooldown.GetReason() != weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED ||
-		!d.Cooldown.Until.AsTime().Equal(now.Add(recoveryReprobe)) {
-		t.Fatalf("decision %v, want quota_exhausted for %v", d, recoveryReprobe)
+		!d.Cooldown.Until.AsTime().Equal(now.Add(policy.RecoveryReprobe)) {
+		t.Fatalf("decision %v, want quota_exhausted for %v", d, policy.RecoveryReprobe)
 	}
 	if !e.accountRow(a.Id).RecoveryProbe {
 		t.Fatal("the failed probe ended the probe")
 	}
-	e.clock.Advance(recoveryReprobe)
+	e.clock.Advance(policy.RecoveryReprobe)
 	e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnetModel})
 	e.mustNoAccount(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnetModel}, weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY)
 }
@@ -272,41 +236,5 @@ func TestExactlyOneRecoveryProbe(t *testing.T) {
 	r.release(leases[0].Id, succeeded())
 	for range 8 {
 		e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnetModel})
-	}
-}
-
-func TestRecoveredReading(t *testing.T) {
-	t.Parallel()
-	f := func(v float64) *float64 { return &v }
-	ts := func(d time.Duration) *time.Time { x := epoch.Add(d); return &x }
-	ev := func(claims ...claimEvidence) []byte {
-		b, _ := json.Marshal(storedEvidence{Class: "OUTCOME_CLASS_RATE_LIMITED", Claims: claims})
-		return b
-	}
-	weekClaim := claimEvidence{Claim: "7d", Minutes: 10080, Reset: epoch.Add(2 * time.Hour).Unix()}
-	fiveClaim := claimEvidence{Claim: "5h", Minutes: 300, Reset: epoch.Add(time.Hour).Unix()}
-	newWeek := usageReading{window: windowSevenDay, utilization: f(0.1), resetsAt: ts(170 * time.Hour)}
-	for _, tc := range []struct {
-		name     string
-		evidence []byte
-		readings []usageReading
-		want     bool
-	}{
-		{"the rejected week rolled over", ev(weekClaim), []usageReading{newWeek}, true},
-		{"the same week, whatever it reads", ev(weekClaim), []usageReading{{window: windowSevenDay, utilization: f(0.1), resetsAt: ts(2 * time.Hour)}}, false},
-		{"a new week, still spent", ev(weekClaim), []usageReading{{window: windowSevenDay, utilization: f(0.99), resetsAt: ts(170 * time.Hour)}}, false},
-		{"no utilization is no evidence", ev(weekClaim), []usageReading{{window: windowSevenDay, resetsAt: ts(170 * time.Hour)}}, false},
-		{"both claims must recover", ev(fiveClaim, weekClaim), []usageReading{newWeek}, false},
-		{"both recovered", ev(fiveClaim, weekClaim), []usageReading{{window: windowFiveHour, utilization: f(0), resetsAt: ts(6 * time.Hour)}, newWeek}, true},
-		{"a scoped claim is not the account's", ev(claimEvidence{Claim: "7d_oi", Reset: epoch.Add(time.Hour).Unix()}), []usageReading{newWeek}, true},
-		{"no claims: every window read must have room", ev(), []usageReading{newWeek, {window: windowFiveHour, utilization: f(0.995), resetsAt: ts(time.Hour)}}, false},
-		{"no claims, nothing read", ev(), nil, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cd := db.Cooldown{Reason: "quota_exhausted", Evidence: tc.evidence}
-			if got := recovered(cd, tc.readings, epoch, false); got != tc.want {
-				t.Errorf("recovered = %v, want %v", got, tc.want)
-			}
-		})
 	}
 }

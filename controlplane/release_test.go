@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"github.com/weirhq/weir/controlplane/policy"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
 
@@ -197,7 +198,7 @@ func TestReleaseRateLimited(t *testing.T) {
 				t.Fatalf("stored cooldown %+v", cd)
 			}
 			// The evidence is stored as JSON with the headers that justified it.
-			var ev storedEvidence
+			var ev policy.Evidence
 			if err := json.Unmarshal(cd.Evidence, &ev); err != nil {
 				t.Fatalf("evidence: %v", err)
 			}

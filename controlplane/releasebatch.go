@@ -14,59 +14,36 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/policy"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
 
 // maxReleaseBatch bounds one ReleaseBatch call.
 const maxReleaseBatch = 10000
 
-// success is one successful attempt to record: Release's and
-// ReleaseBatch's successes both go through recordSuccesses.
-type success struct {
-	row     db.ReleaseLeaseRow
-	outcome *weirv1.Outcome
-	// admittedAt is when the attempt started: an out-of-credits cooldown
-	// written before it is cleared.
-	admittedAt time.Time
-}
-
-// recordSuccesses writes successes' state: the account-side record
-// (RecordReleaseSuccess, once per account and model family, pipelined in
-// one round trip) and the usage readings their headers carry. A success
-// decides nothing else: decide() answers RESPOND with no cooldown, gate
-// or ladder step.
-func (s *Server) recordSuccesses(ctx context.Context, successes []success, now time.Time) error {
-	if err := s.writeSuccessRecords(ctx, successGroups(successes, now)); err != nil {
-		return err
-	}
-	for _, sc := range successes {
-		if err := s.mergeUsageHeaders(ctx, s.q, sc.row.AccountID, sc.row.CredentialRevision, sc.outcome.GetHeaders(), now); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// successGroups folds successes into one success record per account and
-// model family (the family names the breaker a success closes). A group's
-// admitted time is its latest: a success admitted after an out-of-credits
-// cooldown proves the credits, whichever of the group's it was. Times
-// ahead of now (a worker's clock running fast) count as now, so no
-// cooldown written after the call is cleared by it. Sorted by account,
-// so concurrent batches lock accounts in one order.
-func successGroups(successes []success, now time.Time) []db.RecordReleaseSuccessParams {
+// successGroups folds the successes among rs into one success record per
+// account and model family (the family names the breaker a success
+// closes). A group's admitted time is its latest: a success admitted
+// after an out-of-credits cooldown proves the credits, whichever of the
+// group's it was. Times ahead of now (a worker's clock running fast)
+// count as now, so no cooldown written after the call is cleared by it.
+// Sorted by account, so concurrent batches lock accounts in one order.
+func successGroups(rs []released, now time.Time) []db.RecordReleaseSuccessParams {
 	type key struct {
 		account uuid.UUID
 		family  string
 	}
 	at := map[key]int{}
 	var out []db.RecordReleaseSuccessParams
-	for _, sc := range successes {
+	for _, sc := range rs {
+		if !sc.effects.Success {
+			continue
+		}
 		admitted := sc.admittedAt
 		if admitted.After(now) {
 			admitted = now
 		}
-		k := key{sc.row.AccountID, modelFamily(sc.row.Model)}
+		k := key{sc.row.AccountID, policy.ModelFamily(sc.row.Model)}
 		if i, ok := at[k]; ok {
 			if admitted.After(out[i].AdmittedAt) {
 				out[i].AdmittedAt = admitted
@@ -76,7 +53,7 @@ func successGroups(successes []success, now time.Time) []db.RecordReleaseSuccess
 		at[k] = len(out)
 		out = append(out, db.RecordReleaseSuccessParams{
 			Now: now, AccountID: sc.row.AccountID, AdmittedAt: admitted, RewriteBefore: now.Add(-successRewrite),
-			HasFamily: sc.row.Model != "", Provider: sc.row.Provider, Family: k.family,
+			HasFamily: sc.effects.Breaker == policy.BreakerClose, Provider: sc.row.Provider, Family: k.family,
 		})
 	}
 	slices.SortFunc(out, func(a, b db.RecordReleaseSuccessParams) int {
@@ -100,12 +77,12 @@ const successRecordAttempts = 3
 
 // writeSuccessRecords runs RecordReleaseSuccess for each group in one
 // pipelined round trip, logging what the successes changed.
-func (s *Server) writeSuccessRecords(ctx context.Context, groups []db.RecordReleaseSuccessParams) error {
+func (s *Server) writeSuccessRecords(ctx context.Context, q *db.Queries, groups []db.RecordReleaseSuccessParams) error {
 	if len(groups) == 0 {
 		return nil
 	}
 	for attempt := 1; ; attempt++ {
-		results, err := s.writeSuccessRecordsOnce(ctx, groups)
+		results, err := writeSuccessRecordsOnce(ctx, q, groups)
 		var pgErr *pgconn.PgError
 		if err != nil && attempt < successRecordAttempts && errors.As(err, &pgErr) && pgErr.Code == "40P01" { // deadlock_detected
 			continue
@@ -126,10 +103,10 @@ func (s *Server) writeSuccessRecords(ctx context.Context, groups []db.RecordRele
 	}
 }
 
-func (s *Server) writeSuccessRecordsOnce(ctx context.Context, groups []db.RecordReleaseSuccessParams) ([]db.RecordReleaseSuccessRow, error) {
+func writeSuccessRecordsOnce(ctx context.Context, q *db.Queries, groups []db.RecordReleaseSuccessParams) ([]db.RecordReleaseSuccessRow, error) {
 	results := make([]db.RecordReleaseSuccessRow, len(groups))
 	var berr error
-	s.q.RecordReleaseSuccess(ctx, groups).QueryRow(func(i int, res db.RecordReleaseSuccessRow, err error) {
+	q.RecordReleaseSuccess(ctx, groups).QueryRow(func(i int, res db.RecordReleaseSuccessRow, err error) {
 		if err != nil {
 			if berr == nil {
 				berr = err
@@ -214,7 +191,7 @@ func (l leaseService) ReleaseBatch(ctx context.Context, req *connect.Request[wei
 	for _, r := range rows {
 		found[r.ID] = r
 	}
-	var successes []success
+	var successes []released
 	missing := map[uuid.UUID]bool{}
 	for i, it := range items {
 		id := p.ids[i]
@@ -232,9 +209,9 @@ func (l leaseService) ReleaseBatch(ctx context.Context, req *connect.Request[wei
 		if it.AdmittedAt != nil {
 			admitted = it.AdmittedAt.AsTime()
 		}
-		successes = append(successes, success{row: settledRow(r), outcome: it.Outcome, admittedAt: admitted})
+		successes = append(successes, releasedSuccess(settledRow(r), it.Outcome, admitted, now))
 	}
-	if err := l.s.recordSuccesses(ctx, successes, now); err != nil {
+	if _, err := l.s.applyEffects(ctx, l.s.q, successes, now); err != nil {
 		return nil, err
 	}
 	l.s.metrics.releases.WithLabelValues(enumName(weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS)).Add(float64(len(successes)))
@@ -242,7 +219,7 @@ func (l leaseService) ReleaseBatch(ctx context.Context, req *connect.Request[wei
 }
 
 // settledRow is a SettleLeases row in the shape Release's success path
-// reads, so both record successes through the same code.
+// reads, so both apply successes through the same code.
 func settledRow(r db.SettleLeasesRow) db.ReleaseLeaseRow {
 	return db.ReleaseLeaseRow{
 		AccountID: r.AccountID, KeyID: r.KeyID, Model: r.Model, CredentialRevision: r.CredentialRevision,

@@ -11,6 +11,8 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/policy"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
 
@@ -254,12 +256,11 @@ func TestSuccessGroups(t *testing.T) {
 	t.Parallel()
 	a, b := uuid.New(), uuid.New()
 	now := epoch
-	mk := func(id uuid.UUID, model string, admitted time.Time) success {
-		s := success{admittedAt: admitted, outcome: succeeded200()}
-		s.row.AccountID, s.row.Model, s.row.Provider = id, model, "anthropic"
-		return s
+	mk := func(id uuid.UUID, model string, admitted time.Time) released {
+		row := db.ReleaseLeaseRow{AccountID: id, Model: model, Provider: "anthropic"}
+		return releasedSuccess(row, succeeded200(), admitted, now)
 	}
-	groups := successGroups([]success{
+	groups := successGroups([]released{
 		mk(a, "claude-sonnet-4-5", now.Add(-3*time.Second)),
 		mk(b, "claude-sonnet-4-5", now.Add(-time.Second)),
 		mk(a, "claude-sonnet-4-5", now.Add(-2*time.Second)),
@@ -270,7 +271,7 @@ func TestSuccessGroups(t *testing.T) {
 	}
 	for _, g := range groups {
 		switch {
-		case g.AccountID == a && g.Family == modelFamily("claude-sonnet-4-5"):
+		case g.AccountID == a && g.Family == policy.ModelFamily("claude-sonnet-4-5"):
 			if !g.AdmittedAt.Equal(now.Add(-2 * time.Second)) {
 				t.Errorf("a sonnet admitted %v, want the latest", g.AdmittedAt)
 			}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/weirhq/weir/controlplane/policy"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/pgtest"
 )
@@ -32,7 +33,7 @@ func TestLeaseReuseUntil(t *testing.T) {
 	}
 
 	// A breaker whose open interval passed lets one probe through.
-	family := modelFamily("claude-sonnet-4-5")
+	family := policy.ModelFamily("claude-sonnet-4-5")
 	if _, err := e.pool.Exec(t.Context(), `INSERT INTO overload_breakers (provider, family, overloads, window_start, open_until, open_count, updated_at)
 		VALUES ('anthropic', $1, 0, $2, $3, 1, $2)`, family, now, now.Add(-time.Second)); err != nil {
 		t.Fatal(err)

@@ -18,8 +18,8 @@ import (
 
 // Upstream answers kept as raw HTTP/1.1 captures (status line, headers,
 // blank line, body) in testdata/captures, built from the wire facts in
-// docs/wire.md. controlplane/captures_test.go feeds the same decision headers
-// to decide(); keep the two tables in step.
+// docs/wire.md. controlplane/policy/captures_test.go feeds the same decision headers
+// to Decide(); keep the two tables in step.
 
 // capture is what the worker must read from one captured answer.
 type capture struct {

@@ -1,4 +1,4 @@
-package controlplane
+package policy
 
 import (
 	"encoding/json"
@@ -14,7 +14,7 @@ import (
 
 // The 429 decision ladder, one table per rung, built from real header
 // sets: the production weekly capture (captureOutcomes[0]) and the shapes
-// docs/wire.md records. Every case runs through decide(), the one entry point.
+// docs/wire.md records. Every case runs through Decide(), the one entry point.
 
 const (
 	actFailover  = weirv1.Action_ACTION_FAILOVER
@@ -51,7 +51,7 @@ type ladderCase struct {
 	bursts   int32  // prior burst retries of the request on the account
 	backoffs int32  // the account's prior quota backoffs
 
-	rung   rung
+	rung   Rung
 	action weirv1.Action
 	reason weirv1.CooldownReason // UNSPECIFIED: no cooldown
 	gate   bool                  // a family gate instead of a cooldown
@@ -72,44 +72,44 @@ func runLadder(t *testing.T, cases []ladderCase) {
 
 func checkLadder(t *testing.T, tc ladderCase, now time.Time) {
 	t.Helper()
-	f := attemptFacts{oauth: !tc.apiKey, family: tc.family, quotaBackoffs: tc.backoffs}
-	switch f.family {
+	f := Facts{OAuth: !tc.apiKey, Family: tc.family, QuotaBackoffs: tc.backoffs}
+	switch f.Family {
 	case "":
-		f.family = "opus"
+		f.Family = "opus"
 	case "-":
-		f.family = ""
+		f.Family = ""
 	}
 	o := &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, ErrorType: "rate_limit_error",
 		Headers: tc.h, PriorBursts: tc.bursts}
-	d := decide(o, f, now)
-	if d.rung != tc.rung || d.action != tc.action || d.retryAfter != tc.retry {
-		t.Fatalf("rung %s action %v retry %v, want %s %v %v", d.rung, d.action, d.retryAfter, tc.rung, tc.action, tc.retry)
+	d := Decide(o, f, now)
+	if d.Rung != tc.rung || d.Action != tc.action || d.RetryAfter != tc.retry {
+		t.Fatalf("rung %s action %v retry %v, want %s %v %v", d.Rung, d.Action, d.RetryAfter, tc.rung, tc.action, tc.retry)
 	}
 	var evidence []byte
 	switch {
 	case tc.gate:
-		if d.cooldown != nil {
-			t.Fatalf("cooldown %v until now+%v, want a family gate and no account-wide cooldown", d.cooldown.reason, d.cooldown.until.Sub(now))
+		if d.Cooldown != nil {
+			t.Fatalf("cooldown %v until now+%v, want a family gate and no account-wide cooldown", d.Cooldown.Reason, d.Cooldown.Until.Sub(now))
 		}
-		if d.gate == nil || d.gate.family != f.family || !d.gate.until.Equal(now.Add(tc.until)) {
-			t.Fatalf("gate %+v, want %s until now+%v", d.gate, f.family, tc.until)
+		if d.Gate == nil || d.Gate.Family != f.Family || !d.Gate.Until.Equal(now.Add(tc.until)) {
+			t.Fatalf("gate %+v, want %s until now+%v", d.Gate, f.Family, tc.until)
 		}
-		evidence = d.gate.evidence
+		evidence = d.Gate.Evidence
 	case tc.reason == reasonNone:
-		if d.cooldown != nil || d.gate != nil {
-			t.Fatalf("cooldown %+v gate %+v, want neither", d.cooldown, d.gate)
+		if d.Cooldown != nil || d.Gate != nil {
+			t.Fatalf("cooldown %+v gate %+v, want neither", d.Cooldown, d.Gate)
 		}
 		return
 	default:
-		if d.gate != nil {
-			t.Errorf("gate %+v, want none", d.gate)
+		if d.Gate != nil {
+			t.Errorf("gate %+v, want none", d.Gate)
 		}
-		if d.cooldown == nil || d.cooldown.reason != tc.reason || !d.cooldown.until.Equal(now.Add(tc.until)) {
-			t.Fatalf("cooldown %+v (until now+%v), want %v until now+%v", d.cooldown, untilOf(d.cooldown, now), tc.reason, tc.until)
+		if d.Cooldown == nil || d.Cooldown.Reason != tc.reason || !d.Cooldown.Until.Equal(now.Add(tc.until)) {
+			t.Fatalf("cooldown %+v (until now+%v), want %v until now+%v", d.Cooldown, untilOf(d.Cooldown, now), tc.reason, tc.until)
 		}
-		evidence = d.cooldown.evidence
+		evidence = d.Cooldown.Evidence
 	}
-	var ev storedEvidence
+	var ev Evidence
 	if err := json.Unmarshal(evidence, &ev); err != nil {
 		t.Fatal(err)
 	}
@@ -122,11 +122,11 @@ func checkLadder(t *testing.T, tc ladderCase, now time.Time) {
 	}
 }
 
-func untilOf(c *cooldownWrite, now time.Time) time.Duration {
+func untilOf(c *CooldownWrite, now time.Time) time.Duration {
 	if c == nil {
 		return 0
 	}
-	return c.until.Sub(now)
+	return c.Until.Sub(now)
 }
 
 // TestLadderOutOfCredits: rung 2. A rejection the account's extra usage
@@ -137,19 +137,19 @@ func TestLadderOutOfCredits(t *testing.T) {
 	runLadder(t, []ladderCase{
 		{name: "rejected, out of credits: the floor", h: hdr("status", "rejected", "overage-disabled-reason", ooc, "overage-status", "rejected",
 			"reset", at(time.Hour), "representative-claim", "five_hour"),
-			rung: rungOutOfCredits, action: actFailover, reason: reasonOOC, until: outOfCreditsFloor, claims: "5h"},
+			rung: rungOutOfCredits, action: actFailover, reason: reasonOOC, until: OutOfCreditsFloor, claims: "5h"},
 		{name: "a later reset outlasts the floor", h: hdr("status", "rejected", "overage-disabled-reason", ooc,
 			"reset", at(72*time.Hour), "7d-status", "rejected", "7d-reset", at(72*time.Hour)),
 			rung: rungOutOfCredits, action: actFailover, reason: reasonOOC, until: 72 * time.Hour, claims: "7d"},
 		{name: "an absurd reset does not", h: hdr("status", "rejected", "overage-disabled-reason", ooc, "reset", at(30*24*time.Hour)),
-			rung: rungOutOfCredits, action: actFailover, reason: reasonOOC, until: outOfCreditsFloor},
+			rung: rungOutOfCredits, action: actFailover, reason: reasonOOC, until: OutOfCreditsFloor},
 		{name: "no burst retry even with a burst's headers", h: hdr("status", "rejected", "overage-disabled-reason", ooc,
 			"retry-after", "2", "x-should-retry", "true"),
-			rung: rungOutOfCredits, action: actFailover, reason: reasonOOC, until: outOfCreditsFloor},
+			rung: rungOutOfCredits, action: actFailover, reason: reasonOOC, until: OutOfCreditsFloor},
 		{name: "API key too", apiKey: true, h: hdr("status", "rejected", "overage-disabled-reason", ooc),
-			rung: rungOutOfCredits, action: actFailover, reason: reasonOOC, until: outOfCreditsFloor},
+			rung: rungOutOfCredits, action: actFailover, reason: reasonOOC, until: OutOfCreditsFloor},
 		{name: "case and spaces", h: hdr("status", " Rejected ", "overage-disabled-reason", "OUT_OF_CREDITS "),
-			rung: rungOutOfCredits, action: actFailover, reason: reasonOOC, until: outOfCreditsFloor},
+			rung: rungOutOfCredits, action: actFailover, reason: reasonOOC, until: OutOfCreditsFloor},
 		// Without a rejection the reason only says overage is unavailable:
 		// the plan windows have room, and a 429 is a burst.
 		{name: "out of credits, allowed: a burst", h: hdr("status", "allowed", "overage-disabled-reason", ooc, "retry-after", "3"),
@@ -222,25 +222,25 @@ func TestLadderQuotaBackoff(t *testing.T) {
 	t.Parallel()
 	h := hdr("status", "rejected", "7d-status", "rejected", "retry-after", "3", "x-should-retry", "true")
 	for prior, want := range []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 4 * time.Minute, 5 * time.Minute, 5 * time.Minute, 5 * time.Minute} {
-		d := decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, Headers: h},
-			attemptFacts{oauth: true, family: "sonnet", quotaBackoffs: int32(prior)}, epoch)
-		if d.cooldown == nil || d.cooldown.reason != reasonQuota || d.cooldown.until.Sub(epoch) != want || !d.quotaBackoff || d.action != actFailover {
-			t.Fatalf("after %d: %+v (until now+%v), want quota_exhausted for %v, counted", prior, d, untilOf(d.cooldown, epoch), want)
+		d := Decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, Headers: h},
+			Facts{OAuth: true, Family: "sonnet", QuotaBackoffs: int32(prior)}, epoch)
+		if d.Cooldown == nil || d.Cooldown.Reason != reasonQuota || d.Cooldown.Until.Sub(epoch) != want || !d.QuotaBackoff || d.Action != actFailover {
+			t.Fatalf("after %d: %+v (until now+%v), want quota_exhausted for %v, counted", prior, d, untilOf(d.Cooldown, epoch), want)
 		}
-		var ev storedEvidence
-		if err := json.Unmarshal(d.cooldown.evidence, &ev); err != nil || ev.BackoffStep != int32(prior+1) {
+		var ev Evidence
+		if err := json.Unmarshal(d.Cooldown.Evidence, &ev); err != nil || ev.BackoffStep != int32(prior+1) {
 			t.Errorf("after %d: evidence backoff step %d (%v), want %d", prior, ev.BackoffStep, err, prior+1)
 		}
 	}
-	d := decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Headers: h}, attemptFacts{quotaBackoffs: 1 << 30}, epoch)
-	if d.cooldown.until.Sub(epoch) != quotaBackoffMax {
-		t.Errorf("after many: %v, want the 5 min cap", d.cooldown.until.Sub(epoch))
+	d := Decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Headers: h}, Facts{QuotaBackoffs: 1 << 30}, epoch)
+	if d.Cooldown.Until.Sub(epoch) != quotaBackoffMax {
+		t.Errorf("after many: %v, want the 5 min cap", d.Cooldown.Until.Sub(epoch))
 	}
 	// A valid reset is no backoff, and is not counted.
-	d = decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED,
-		Headers: hdr("7d-status", "rejected", "7d-reset", at(time.Hour))}, attemptFacts{quotaBackoffs: 3}, epoch)
-	if d.quotaBackoff || d.cooldown.until.Sub(epoch) != time.Hour {
-		t.Errorf("valid reset: counted %v, until now+%v", d.quotaBackoff, d.cooldown.until.Sub(epoch))
+	d = Decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED,
+		Headers: hdr("7d-status", "rejected", "7d-reset", at(time.Hour))}, Facts{QuotaBackoffs: 3}, epoch)
+	if d.QuotaBackoff || d.Cooldown.Until.Sub(epoch) != time.Hour {
+		t.Errorf("valid reset: counted %v, until now+%v", d.QuotaBackoff, d.Cooldown.Until.Sub(epoch))
 	}
 }
 
@@ -287,19 +287,19 @@ func TestLadderBurst(t *testing.T) {
 	t.Parallel()
 	runLadder(t, []ladderCase{
 		{name: "no unified status", h: hdr("retry-after", "2", "x-should-retry", "true"), rung: rungBurst, action: actRetrySame, retry: 2 * time.Second},
-		{name: "no retry-after", h: hdr(), rung: rungBurst, action: actRetrySame, retry: burstRetryMin},
-		{name: "short retry-after is a floor of 2 s", h: hdr("retry-after", "1"), rung: rungBurst, action: actRetrySame, retry: burstRetryMin},
+		{name: "no retry-after", h: hdr(), rung: rungBurst, action: actRetrySame, retry: BurstRetryMin},
+		{name: "short retry-after is a floor of 2 s", h: hdr("retry-after", "1"), rung: rungBurst, action: actRetrySame, retry: BurstRetryMin},
 		{name: "retry-after-ms", h: hdr("retry-after-ms", "3500"), rung: rungBurst, action: actRetrySame, retry: 3500 * time.Millisecond},
 		{name: "retry-after 10 s", h: hdr("retry-after", "10"), rung: rungBurst, action: actRetrySame, retry: 10 * time.Second},
-		{name: "retry-after over 10 s is not a burst's", h: hdr("retry-after", "11"), rung: rungBurst, action: actRetrySame, retry: burstRetryMin},
+		{name: "retry-after over 10 s is not a burst's", h: hdr("retry-after", "11"), rung: rungBurst, action: actRetrySame, retry: BurstRetryMin},
 		{name: "retry-after date", h: hdr("retry-after", epoch.Add(7*time.Second).Format(http.TimeFormat)), rung: rungBurst, action: actRetrySame, retry: 7 * time.Second},
 		{name: "allowed with headroom", h: hdr("status", "allowed", "5h-status", "allowed", "5h-utilization", "0.4", "7d-utilization", "0.2"),
-			rung: rungBurst, action: actRetrySame, retry: burstRetryMin},
+			rung: rungBurst, action: actRetrySame, retry: BurstRetryMin},
 		{name: "allowed_warning at the 0.99 saturation", h: hdr("status", "allowed_warning", "5h-status", "allowed_warning", "5h-utilization", "0.99"),
-			rung: rungBurst, action: actRetrySame, retry: burstRetryMin},
+			rung: rungBurst, action: actRetrySame, retry: BurstRetryMin},
 		{name: "second retry", bursts: 1, h: hdr("retry-after", "2"), rung: rungBurst, action: actRetrySame, retry: 2 * time.Second},
 		// Not a burst: the residual rung.
-		{name: "retries spent", bursts: burstRetries, h: hdr("retry-after", "2"),
+		{name: "retries spent", bursts: BurstRetries, h: hdr("retry-after", "2"),
 			rung: rungResidual, action: actFailover, reason: reasonRL, until: 2 * time.Second},
 		{name: "API key", apiKey: true, h: hdr("retry-after", "2"),
 			rung: rungResidual, action: actFailover, reason: reasonRL, until: 2 * time.Second},
@@ -345,10 +345,10 @@ func TestLadderOrder(t *testing.T) {
 			rung: rungFamilyGate, action: actFailover, gate: true, until: time.Hour, claims: "7d_oi"},
 		{name: "out of credits outranks a live claim", h: hdr("status", "rejected", "overage-disabled-reason", "out_of_credits",
 			"5h-status", "rejected", "5h-reset", at(time.Hour)),
-			rung: rungOutOfCredits, action: actFailover, reason: reasonOOC, until: outOfCreditsFloor, claims: "5h"},
+			rung: rungOutOfCredits, action: actFailover, reason: reasonOOC, until: OutOfCreditsFloor, claims: "5h"},
 		{name: "out of credits outranks a scoped claim", h: hdr("status", "rejected", "overage-disabled-reason", "out_of_credits",
 			"7d_oi-status", "rejected", "7d_oi-reset", at(time.Hour)),
-			rung: rungOutOfCredits, action: actFailover, reason: reasonOOC, until: outOfCreditsFloor},
+			rung: rungOutOfCredits, action: actFailover, reason: reasonOOC, until: OutOfCreditsFloor},
 		{name: "account-wide outranks scoped", h: hdr("status", "rejected", "representative-claim", "seven_day_overage_included",
 			"7d-status", "rejected", "7d-reset", at(30*time.Hour), "7d_oi-status", "rejected", "7d_oi-reset", at(40*time.Hour)),
 			rung: rungAccountQuota, action: actFailover, reason: reasonQuota, until: 30 * time.Hour, claims: "7d"},
@@ -399,41 +399,41 @@ func TestLadderEvidence(t *testing.T) {
 	t.Parallel()
 	o := &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, ErrorType: "rate_limit_error",
 		Headers: hdr("status", "rejected", "5h-status", "rejected", "5h-reset", at(time.Hour), "7d-status", "rejected", "7d-reset", at(48*time.Hour))}
-	d := decide(o, attemptFacts{oauth: true, family: "opus"}, epoch)
-	var ev storedEvidence
-	if err := json.Unmarshal(d.cooldown.evidence, &ev); err != nil {
+	d := Decide(o, Facts{OAuth: true, Family: "opus"}, epoch)
+	var ev Evidence
+	if err := json.Unmarshal(d.Cooldown.Evidence, &ev); err != nil {
 		t.Fatal(err)
 	}
-	want := []claimEvidence{{Claim: "5h", Minutes: 300, Reset: epoch.Add(time.Hour).Unix()}, {Claim: "7d", Minutes: 10080, Reset: epoch.Add(48 * time.Hour).Unix()}}
+	want := []Claim{{Claim: "5h", Minutes: 300, Reset: epoch.Add(time.Hour).Unix()}, {Claim: "7d", Minutes: 10080, Reset: epoch.Add(48 * time.Hour).Unix()}}
 	if len(ev.Claims) != 2 || ev.Claims[0] != want[0] || ev.Claims[1] != want[1] || ev.Rung != rungAccountQuota || ev.Family != "" {
 		t.Errorf("evidence %+v, want claims %+v", ev, want)
 	}
-	if got := evidenceSummary(d.cooldown.evidence); got != "rate_limited, status 429, rate_limit_error, unified rejected, 5h+7d rejected" {
+	if got := EvidenceSummary(d.Cooldown.Evidence); got != "rate_limited, status 429, rate_limit_error, unified rejected, 5h+7d rejected" {
 		t.Errorf("summary %q", got)
 	}
 
 	o.Headers = hdr("status", "rejected", "7d-status", "rejected")
-	d = decide(o, attemptFacts{quotaBackoffs: 2}, epoch)
-	if got := evidenceSummary(d.cooldown.evidence); got != "rate_limited, status 429, rate_limit_error, unified rejected, 7d rejected, no valid reset, backoff step 3" {
+	d = Decide(o, Facts{QuotaBackoffs: 2}, epoch)
+	if got := EvidenceSummary(d.Cooldown.Evidence); got != "rate_limited, status 429, rate_limit_error, unified rejected, 7d rejected, no valid reset, backoff step 3" {
 		t.Errorf("summary %q", got)
 	}
 
 	o.Headers = hdr("status", "rejected", "overage-disabled-reason", "out_of_credits", "retry-after", "20")
-	d = decide(o, attemptFacts{}, epoch)
-	if got := evidenceSummary(d.cooldown.evidence); got != "rate_limited, status 429, rate_limit_error, retry-after 20, unified rejected, out of credits" {
+	d = Decide(o, Facts{}, epoch)
+	if got := EvidenceSummary(d.Cooldown.Evidence); got != "rate_limited, status 429, rate_limit_error, retry-after 20, unified rejected, out of credits" {
 		t.Errorf("summary %q", got)
 	}
 
 	o.Headers = hdr("status", "rejected", "7d_oi-status", "rejected")
-	d = decide(o, attemptFacts{family: "opus"}, epoch)
-	if err := json.Unmarshal(d.gate.evidence, &ev); err != nil || ev.Family != "opus" || ev.Rung != rungFamilyGate {
+	d = Decide(o, Facts{Family: "opus"}, epoch)
+	if err := json.Unmarshal(d.Gate.Evidence, &ev); err != nil || ev.Family != "opus" || ev.Rung != rungFamilyGate {
 		t.Errorf("gate evidence %+v (%v)", ev, err)
 	}
 
 	// A burst writes nothing; bytes already sent turn it into an answer.
 	o = &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, BytesToClient: true}
-	d = decide(o, attemptFacts{oauth: true}, epoch)
-	if d.action != weirv1.Action_ACTION_RESPOND || d.retryAfter != 0 || d.cooldown != nil || d.rung != rungBurst {
+	d = Decide(o, Facts{OAuth: true}, epoch)
+	if d.Action != weirv1.Action_ACTION_RESPOND || d.RetryAfter != 0 || d.Cooldown != nil || d.Rung != rungBurst {
 		t.Errorf("burst after bytes: %+v", d)
 	}
 }
@@ -449,28 +449,28 @@ func FuzzLadder(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ra, status, st5h, reset5h, stScoped, rep, reset string, oauth bool, bursts int32) {
 		h := hdr("retry-after", ra, "status", status, "5h-status", st5h, "5h-reset", reset5h, "7d_oi-status", stScoped,
 			"representative-claim", rep, "reset", reset)
-		d := decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Headers: h, PriorBursts: bursts},
-			attemptFacts{oauth: oauth, family: "opus", quotaBackoffs: bursts}, epoch)
-		switch d.action {
+		d := Decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Headers: h, PriorBursts: bursts},
+			Facts{OAuth: oauth, Family: "opus", QuotaBackoffs: bursts}, epoch)
+		switch d.Action {
 		case actRetrySame:
-			if d.cooldown != nil || d.gate != nil || d.retryAfter < burstRetryMin || d.retryAfter > burstRetryAfterMax {
+			if d.Cooldown != nil || d.Gate != nil || d.RetryAfter < BurstRetryMin || d.RetryAfter > burstRetryAfterMax {
 				t.Fatalf("burst %+v", d)
 			}
 		case actFailover:
 			var until time.Time
 			switch {
-			case d.gate != nil && d.cooldown == nil:
-				until = d.gate.until
-			case d.cooldown != nil && d.gate == nil:
-				until = d.cooldown.until
+			case d.Gate != nil && d.Cooldown == nil:
+				until = d.Gate.Until
+			case d.Cooldown != nil && d.Gate == nil:
+				until = d.Cooldown.Until
 			default:
-				t.Fatalf("failover with cooldown %+v and gate %+v", d.cooldown, d.gate)
+				t.Fatalf("failover with cooldown %+v and gate %+v", d.Cooldown, d.Gate)
 			}
 			if !until.After(epoch) || until.After(epoch.Add(maxClaimReset)) {
 				t.Fatalf("deadline now%+v", until.Sub(epoch))
 			}
 		default:
-			t.Fatalf("action %v", d.action)
+			t.Fatalf("action %v", d.Action)
 		}
 	})
 }

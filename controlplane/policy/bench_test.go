@@ -1,4 +1,4 @@
-package controlplane
+package policy
 
 import (
 	"fmt"
@@ -12,13 +12,13 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/weirhq/weir/controlplane/db"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/vocab"
 )
 
 // Benchmarks of the control plane's pure decisions: selection over pools
 // of 10, 100 and 1,000 accounts, the pool-wide quota block, and the 429
-// ladder and decide() on representative answers. No database. Results and
+// ladder and Decide() on representative answers. No database. Results and
 // method: docs/benchmarks.md.
 
 var benchPoolSizes = []int{10, 100, 1000}
@@ -29,10 +29,10 @@ var benchPoolSizes = []int{10, 100, 1000}
 // reserve, one without usage evidence, and three healthy with assorted
 // weekly readings; priorities, live leases and last use vary. It also
 // returns a session-bound account among the eligible ones.
-func benchPool(n int) ([]candidate, uuid.UUID) {
-	cands := make([]candidate, 0, n)
+func benchPool(n int) ([]Candidate, uuid.UUID) {
+	cands := make([]Candidate, 0, n)
 	for i := range n {
-		opts := []func(*candidate){
+		opts := []func(*Candidate){
 			usedAt(-time.Duration(i%37) * time.Minute),
 			live(int32(i % 3)),
 		}
@@ -60,25 +60,26 @@ func benchPool(n int) ([]candidate, uuid.UUID) {
 		}
 		cands = append(cands, c(fmt.Sprintf("acct-%04d", i), opts...))
 	}
-	return cands, cands[len(cands)/20*10+7].account.ID // an i%10 == 7 account: healthy
+	return cands, cands[len(cands)/20*10+7].Account.ID // an i%10 == 7 account: healthy
 }
 
 // benchBlockedPool is a pool of n accounts every one of which is out on
 // quota evidence covering its deadline (a quota cooldown, a spent window,
 // a family gate on its claim's reset): the no-account path, where route
 // calls quotaBlock over the whole pool.
-func benchBlockedPool(n int) []candidate {
-	cands := make([]candidate, 0, n)
+func benchBlockedPool(n int) []Candidate {
+	cands := make([]Candidate, 0, n)
 	for i := range n {
-		var opt func(*candidate)
+		var opt func(*Candidate)
 		reset := time.Duration(1+i%90) * time.Hour
 		switch i % 3 {
 		case 0:
-			opt = func(x *candidate) {
-				kind, resets := "anthropic_unified", epoch.Add(reset)
-				x.cooldown = &db.Cooldown{AccountID: x.account.ID, Reason: "quota_exhausted", Transient: true,
-					Until: resets, WrittenAt: epoch, QuotaKind: &kind, QuotaResetsAt: &resets, QuotaWindowMinutes: 300,
-					QuotaMessage: "This request would exceed your account's rate limit. Please try again later."}
+			opt = func(x *Candidate) {
+				resets := epoch.Add(reset)
+				x.Cooldown = &Cooldown{Reason: weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED, Transient: true,
+					Until: resets, WrittenAt: epoch, Quota: &QuotaRecord{Kind: vocab.Value[weirv1.QuotaKind]("anthropic_unified"),
+						ResetsAt: resets, WindowMinutes: 300,
+						Message: "This request would exceed your account's rate limit. Please try again later."}}
 			}
 		case 1:
 			opt = weekly(1.0, reset)
@@ -90,9 +91,9 @@ func benchBlockedPool(n int) []candidate {
 	return cands
 }
 
-func benchRouteRequest(session uuid.UUID) routeRequest {
-	return routeRequest{model: "claude-opus-4-1", surface: weirv1.Surface_SURFACE_MESSAGES,
-		breakerOpen: map[string]bool{}, exclude: map[uuid.UUID]bool{}, sessionAccount: session}
+func benchRouteRequest(session uuid.UUID) RouteRequest {
+	return RouteRequest{Model: "claude-opus-4-1", Surface: weirv1.Surface_SURFACE_MESSAGES,
+		BreakerOpen: map[weirv1.Provider]bool{}, Exclude: map[uuid.UUID]bool{}, SessionAccount: session}
 }
 
 func BenchmarkRoute(b *testing.B) {
@@ -100,12 +101,12 @@ func BenchmarkRoute(b *testing.B) {
 		cands, session := benchPool(n)
 		req := benchRouteRequest(session)
 		b.Run(fmt.Sprintf("mixed/%d", n), func(b *testing.B) {
-			order, none := route(cands, req, epoch)
-			if none != nil || order[0].account.ID != session {
-				b.Fatalf("route: %v, first %v", none, order[0].account.Label)
+			order, none := Route(cands, req, epoch)
+			if none != nil || order[0].Account.ID != session {
+				b.Fatalf("route: %v, first %v", none, order[0].Account.Label)
 			}
 			for b.Loop() {
-				route(cands, req, epoch)
+				Route(cands, req, epoch)
 			}
 		})
 	}
@@ -113,11 +114,11 @@ func BenchmarkRoute(b *testing.B) {
 		cands := benchBlockedPool(n)
 		req := benchRouteRequest(uuid.Nil)
 		b.Run(fmt.Sprintf("all_quota_blocked/%d", n), func(b *testing.B) {
-			if _, none := route(cands, req, epoch); none == nil || none.QuotaBlock == nil || none.QuotaBlock.Accounts != int32(n) {
+			if _, none := Route(cands, req, epoch); none == nil || none.QuotaBlock == nil || none.QuotaBlock.Accounts != int32(n) {
 				b.Fatalf("route: %v", none)
 			}
 			for b.Loop() {
-				route(cands, req, epoch)
+				Route(cands, req, epoch)
 			}
 		})
 	}
@@ -131,11 +132,11 @@ func BenchmarkQuotaBlock(b *testing.B) {
 		cands, _ := benchPool(n)
 		req := benchRouteRequest(uuid.Nil)
 		b.Run(fmt.Sprintf("mixed/%d", n), func(b *testing.B) {
-			if q := quotaBlock(cands, req, epoch); q != nil {
+			if q := QuotaBlock(cands, req, epoch); q != nil {
 				b.Fatalf("quotaBlock = %v on a pool that can serve", q)
 			}
 			for b.Loop() {
-				quotaBlock(cands, req, epoch)
+				QuotaBlock(cands, req, epoch)
 			}
 		})
 	}
@@ -143,11 +144,11 @@ func BenchmarkQuotaBlock(b *testing.B) {
 		cands := benchBlockedPool(n)
 		req := benchRouteRequest(uuid.Nil)
 		b.Run(fmt.Sprintf("all_quota_blocked/%d", n), func(b *testing.B) {
-			if q := quotaBlock(cands, req, epoch); q == nil || q.Accounts != int32(n) {
+			if q := QuotaBlock(cands, req, epoch); q == nil || q.Accounts != int32(n) {
 				b.Fatalf("quotaBlock = %v", q)
 			}
 			for b.Loop() {
-				quotaBlock(cands, req, epoch)
+				QuotaBlock(cands, req, epoch)
 			}
 		})
 	}
@@ -161,7 +162,7 @@ type benchLadderCase struct {
 	oauth   bool
 	family  string
 	now     time.Time
-	rung    rung
+	rung    Rung
 }
 
 func benchLadderCases(b *testing.B) []benchLadderCase {
@@ -207,9 +208,9 @@ func BenchmarkDecide(b *testing.B) {
 	type decideCase struct {
 		name string
 		o    *weirv1.Outcome
-		f    attemptFacts
+		f    Facts
 		now  time.Time
-		rung rung
+		rung Rung
 	}
 	var cases []decideCase
 	for _, tc := range benchLadderCases(b) {
@@ -217,7 +218,7 @@ func BenchmarkDecide(b *testing.B) {
 			Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, ErrorType: "rate_limit_error",
 			ErrorMessage: "This request would exceed your account's rate limit. Please try again later.",
 			Headers:      tc.headers, Duration: durationMs(412), TimeToFirstByte: durationMs(398),
-		}, attemptFacts{oauth: tc.oauth, family: tc.family}, tc.now, tc.rung})
+		}, Facts{OAuth: tc.oauth, Family: tc.family}, tc.now, tc.rung})
 	}
 	codexReset := epoch.Add(36800 * time.Second)
 	cases = append(cases, decideCase{"codex_usage_limit_reached", &weirv1.Outcome{
@@ -237,14 +238,14 @@ func BenchmarkDecide(b *testing.B) {
 		Quota: &weirv1.QuotaEvidence{Kind: weirv1.QuotaKind_QUOTA_KIND_CODEX_USAGE_LIMIT, ResetsAt: timestamppb.New(codexReset),
 			WindowMinutes: 300, Message: "The usage limit has been reached"},
 		Duration: durationMs(180), TimeToFirstByte: durationMs(175),
-	}, attemptFacts{oauth: true}, epoch, rungProviderQuota})
+	}, Facts{OAuth: true}, epoch, rungProviderQuota})
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
-			if got := decide(tc.o, tc.f, tc.now).rung; got != tc.rung {
+			if got := Decide(tc.o, tc.f, tc.now).Rung; got != tc.rung {
 				b.Fatalf("rung %s, want %s", got, tc.rung)
 			}
 			for b.Loop() {
-				decide(tc.o, tc.f, tc.now)
+				Decide(tc.o, tc.f, tc.now)
 			}
 		})
 	}

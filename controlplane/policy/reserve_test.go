@@ -1,4 +1,4 @@
-package controlplane
+package policy
 
 import (
 	"testing"
@@ -15,25 +15,25 @@ func TestRouteReserve(t *testing.T) {
 	const day = 24 * time.Hour
 	for _, tc := range []struct {
 		name  string
-		cands []candidate
+		cands []Candidate
 		want  string
 	}{
 		{"low weekly headroom is held back while others can serve",
-			[]candidate{c("low", weekly(0.85, day)), c("fresh", weekly(0.3, 5*day))}, "fresh,low"},
+			[]Candidate{c("low", weekly(0.85, day)), c("fresh", weekly(0.3, 5*day))}, "fresh,low"},
 		{"exactly the reserve's headroom is not held",
-			[]candidate{c("edge", weekly(0.8, day)), c("fresh", weekly(0.3, 5*day))}, "edge,fresh"},
+			[]Candidate{c("edge", weekly(0.8, day)), c("fresh", weekly(0.3, 5*day))}, "edge,fresh"},
 		{"released within the release horizon: use it or lose it",
-			[]candidate{c("low", weekly(0.85, 11*time.Hour)), c("fresh", weekly(0.3, 5*day))}, "low,fresh"},
+			[]Candidate{c("low", weekly(0.85, 11*time.Hour)), c("fresh", weekly(0.3, 5*day))}, "low,fresh"},
 		{"held just outside the release horizon",
-			[]candidate{c("low", weekly(0.85, 13*time.Hour)), c("fresh", weekly(0.3, 5*day))}, "fresh,low"},
+			[]Candidate{c("low", weekly(0.85, 13*time.Hour)), c("fresh", weekly(0.3, 5*day))}, "fresh,low"},
 		{"behind unknown accounts too",
-			[]candidate{c("low", weekly(0.85, day)), c("unknown")}, "unknown,low"},
+			[]Candidate{c("low", weekly(0.85, day)), c("unknown")}, "unknown,low"},
 		{"the only account still serves",
-			[]candidate{c("low", weekly(0.85, 3*day))}, "low"},
+			[]Candidate{c("low", weekly(0.85, 3*day))}, "low"},
 		{"serves when every other account is full, cooling or tried",
-			[]candidate{c("low", weekly(0.85, 3*day)), c("full", live(4), weekly(0.1, day)), c("cool", cooling(time.Hour, true)), c("tried", weekly(0.1, day))}, "low"},
+			[]Candidate{c("low", weekly(0.85, 3*day)), c("full", live(4), weekly(0.1, day)), c("cool", cooling(time.Hour, true)), c("tried", weekly(0.1, day))}, "low"},
 		{"one partition with near limit, by when each stops being demoted",
-			[]candidate{
+			[]Candidate{
 				c("reserve3d", weekly(0.85, 3*day)),                          // released at 3d-12h
 				c("near5h", weekly(0.2, 6*day), fiveHour(0.95, 2*time.Hour)), // near until 2h; weekly 0.2 not reserved
 				c("near7d", weekly(0.95, 2*day)),                             // near until 2d
@@ -41,16 +41,16 @@ func TestRouteReserve(t *testing.T) {
 				c("fresh", weekly(0.5, 6*day)),
 			}, "fresh,near5h,reserve1d,near7d,reserve3d"},
 		{"a near-limit weekly window is not released by the horizon",
-			[]candidate{c("near", weekly(0.95, 6*time.Hour)), c("fresh", weekly(0.3, 5*day))}, "fresh,near"},
+			[]Candidate{c("near", weekly(0.95, 6*time.Hour)), c("fresh", weekly(0.3, 5*day))}, "fresh,near"},
 		{"an expired weekly reading holds nothing",
-			[]candidate{c("stale", weekly(0.85, -time.Minute)), c("fresh", weekly(0.3, 5*day))}, "fresh,stale"},
+			[]Candidate{c("stale", weekly(0.85, -time.Minute)), c("fresh", weekly(0.3, 5*day))}, "fresh,stale"},
 		{"session affinity and priority still come first",
-			[]candidate{c("low", prio(1), weekly(0.85, 3*day)), c("fresh", weekly(0.3, 5*day))}, "low,fresh"},
+			[]Candidate{c("low", prio(1), weekly(0.85, 3*day)), c("fresh", weekly(0.3, 5*day))}, "low,fresh"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			req := routeRequest{model: "claude-sonnet-4-5", exclude: map[uuid.UUID]bool{c("tried").account.ID: true}}
-			order, none := route(tc.cands, req, epoch)
+			req := RouteRequest{Model: "claude-sonnet-4-5", Exclude: map[uuid.UUID]bool{c("tried").Account.ID: true}}
+			order, none := Route(tc.cands, req, epoch)
 			if none != nil {
 				t.Fatalf("no account: %v %q", none.Reason, none.Message)
 			}

@@ -1,4 +1,4 @@
-package controlplane
+package policy
 
 import (
 	"encoding/json"
@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/vocab"
 )
 
 // TestDecide: every class on an API-key account with no model family, so
@@ -91,31 +94,31 @@ func TestDecide(t *testing.T) {
 		{"bytes: success", &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, BytesToClient: true}, 0, respond, none, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := decide(tc.o, attemptFacts{authFailures: tc.failures}, now)
-			if d.action != tc.action {
-				t.Errorf("action %v, want %v", d.action, tc.action)
+			d := Decide(tc.o, Facts{AuthFailures: tc.failures}, now)
+			if d.Action != tc.action {
+				t.Errorf("action %v, want %v", d.Action, tc.action)
 			}
-			if d.success != tc.success {
-				t.Errorf("success %v", d.success)
+			if d.Success != tc.success {
+				t.Errorf("success %v", d.Success)
 			}
-			if d.authFailure != (tc.o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR) {
-				t.Errorf("authFailure %v", d.authFailure)
+			if d.AuthFailure != (tc.o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR) {
+				t.Errorf("authFailure %v", d.AuthFailure)
 			}
 			if tc.reason == none {
-				if d.cooldown != nil {
-					t.Errorf("cooldown %v until now+%v", d.cooldown.reason, d.cooldown.until.Sub(now))
+				if d.Cooldown != nil {
+					t.Errorf("cooldown %v until now+%v", d.Cooldown.Reason, d.Cooldown.Until.Sub(now))
 				}
 				return
 			}
-			if d.cooldown == nil {
+			if d.Cooldown == nil {
 				t.Fatalf("no cooldown, want %v", tc.reason)
 			}
-			if d.cooldown.reason != tc.reason || !d.cooldown.until.Equal(now.Add(tc.until)) {
-				t.Errorf("cooldown %v until now+%v, want %v until now+%v", d.cooldown.reason, d.cooldown.until.Sub(now), tc.reason, tc.until)
+			if d.Cooldown.Reason != tc.reason || !d.Cooldown.Until.Equal(now.Add(tc.until)) {
+				t.Errorf("cooldown %v until now+%v, want %v until now+%v", d.Cooldown.Reason, d.Cooldown.Until.Sub(now), tc.reason, tc.until)
 			}
-			var ev storedEvidence
-			if err := json.Unmarshal(d.cooldown.evidence, &ev); err != nil || ev.Class != enumName(tc.o.Class) {
-				t.Errorf("evidence %s (%v)", d.cooldown.evidence, err)
+			var ev Evidence
+			if err := json.Unmarshal(d.Cooldown.Evidence, &ev); err != nil || ev.Class != vocab.Name(tc.o.Class) {
+				t.Errorf("evidence %s (%v)", d.Cooldown.Evidence, err)
 			}
 		})
 	}
@@ -134,9 +137,9 @@ func TestDecideAbsurdRetryAfter(t *testing.T) {
 		{"retry-after": "99999999999"},
 		{"retry-after-ms": "1e300"},
 	} {
-		d := decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, Headers: h}, attemptFacts{}, now)
-		if d.cooldown == nil || !d.cooldown.until.After(now) {
-			t.Errorf("%v: cooldown until %v is not in the future", h, d.cooldown.until)
+		d := Decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, Headers: h}, Facts{}, now)
+		if d.Cooldown == nil || !d.Cooldown.Until.After(now) {
+			t.Errorf("%v: cooldown until %v is not in the future", h, d.Cooldown.Until)
 		}
 	}
 }
@@ -150,8 +153,8 @@ func TestEvidence(t *testing.T) {
 		},
 		InputTokens: 5,
 	}
-	raw := evidenceJSON(o)
-	var ev storedEvidence
+	raw := EvidenceOf(o)
+	var ev Evidence
 	if err := json.Unmarshal(raw, &ev); err != nil {
 		t.Fatal(err)
 	}
@@ -163,19 +166,19 @@ func TestEvidence(t *testing.T) {
 		want string
 	}{
 		{raw, "rate_limited, status 429, rate_limit_error, retry-after 30, unified rejected"},
-		{evidenceJSON(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, TransportError: "read: connection reset"}),
+		{EvidenceOf(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, TransportError: "read: connection reset"}),
 			"transport_error, read: connection reset"},
-		{evidenceJSON(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, TransportError: "no such host",
+		{EvidenceOf(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, TransportError: "no such host",
 			TransportCause: weirv1.TransportCause_TRANSPORT_CAUSE_DNS}), "transport_error, dns: no such host"},
-		{evidenceJSON(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, TransportError: "odd",
+		{EvidenceOf(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, TransportError: "odd",
 			TransportCause: weirv1.TransportCause(99)}), "transport_error, other: odd"},
-		{evidenceJSON(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR, Status: 401}), "auth_error, status 401"},
+		{EvidenceOf(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR, Status: 401}), "auth_error, status 401"},
 		{[]byte(`{"class":"x"}`), "x"},
 		{[]byte(`not json`), ""},
 		{nil, ""},
 	} {
-		if got := evidenceSummary(tc.raw); got != tc.want {
-			t.Errorf("evidenceSummary(%s) = %q, want %q", tc.raw, got, tc.want)
+		if got := EvidenceSummary(tc.raw); got != tc.want {
+			t.Errorf("EvidenceSummary(%s) = %q, want %q", tc.raw, got, tc.want)
 		}
 	}
 }
@@ -187,15 +190,71 @@ func TestDecideOverloadLadder(t *testing.T) {
 	t.Parallel()
 	want := []time.Duration{time.Second}
 	for prior, wait := range want {
-		d := decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, Status: 529, PriorOverloads: int32(prior)}, attemptFacts{}, epoch)
-		if d.action != weirv1.Action_ACTION_RETRY_SAME || d.retryAfter != wait || d.cooldown != nil || !d.overload {
+		d := Decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, Status: 529, PriorOverloads: int32(prior)}, Facts{}, epoch)
+		if d.Action != weirv1.Action_ACTION_RETRY_SAME || d.RetryAfter != wait || d.Cooldown != nil || !d.Overload {
 			t.Errorf("prior %d: %+v, want retry same after %v without cooldown", prior, d, wait)
 		}
 	}
 	for _, prior := range []int32{int32(len(want)), 2, 7} {
-		d := decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, PriorOverloads: prior}, attemptFacts{}, epoch)
-		if d.action != weirv1.Action_ACTION_FAILOVER || d.retryAfter != 0 || !d.overload {
+		d := Decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, PriorOverloads: prior}, Facts{}, epoch)
+		if d.Action != weirv1.Action_ACTION_FAILOVER || d.RetryAfter != 0 || !d.Overload {
 			t.Errorf("after %d overloads: %+v, want failover", prior, d)
+		}
+	}
+}
+
+// TestDecideRedeliveredAndStale: Decide dates a redelivered report by its
+// delay, drops a cooldown already over and a stale credential's
+// rejection, and lets only fresh evidence (or any success) move a
+// breaker.
+func TestDecideRedeliveredAndStale(t *testing.T) {
+	t.Parallel()
+	now := epoch
+	late := func(o *weirv1.Outcome, d time.Duration) *weirv1.Outcome { o.Delay = durationpb.New(d); return o }
+	rl := func() *weirv1.Outcome {
+		return &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429,
+			Headers: map[string]string{"retry-after": "60"}}
+	}
+	if d := Decide(late(rl(), 20*time.Second), Facts{Family: "opus"}, now); d.Cooldown == nil ||
+		!d.Cooldown.Until.Equal(now.Add(40*time.Second)) || d.Breaker != BreakerUnchanged {
+		t.Errorf("20 s late: cooldown %+v breaker %v, want until now+40s from the attempt's end, breaker unchanged", d.Cooldown, d.Breaker)
+	}
+	if d := Decide(late(rl(), 2*time.Minute), Facts{Family: "opus"}, now); d.Cooldown != nil {
+		t.Errorf("2 min late: cooldown %+v, want none (already over)", d.Cooldown)
+	}
+	if d := Decide(late(rl(), time.Hour), Facts{}, now); d.Cooldown != nil {
+		t.Errorf("an hour late (dated at most 10 min back): cooldown %+v, want none", d.Cooldown)
+	}
+	auth := &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR, Status: 401}
+	if d := Decide(auth, Facts{AuthFailures: 1, Stale: true, Family: "opus"}, now); d.Cooldown != nil || d.AuthFailure || d.Action != actFailover {
+		t.Errorf("stale rejection: %+v, want no cooldown, no auth failure, failover", d)
+	}
+	if d := Decide(auth, Facts{AuthFailures: 1}, now); d.Cooldown == nil || !d.AuthFailure {
+		t.Errorf("rejection: %+v, want a cooldown and an auth failure", d)
+	}
+	for _, tc := range []struct {
+		class  weirv1.OutcomeClass
+		delay  time.Duration
+		family string
+		want   BreakerChange
+	}{
+		{weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, 0, "opus", BreakerClose},
+		{weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, time.Minute, "opus", BreakerClose},
+		{weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, 0, "", BreakerUnchanged},
+		{weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, 0, "opus", BreakerClose},
+		{weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_ERROR, 10 * time.Second, "opus", BreakerClose},
+		{weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_ERROR, 11 * time.Second, "opus", BreakerUnchanged},
+		{weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, 0, "opus", BreakerOverload},
+		{weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, 30 * time.Second, "opus", BreakerUnchanged},
+		{weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, 0, "", BreakerUnchanged},
+		{weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, 0, "opus", BreakerFreeProbe},
+		{weirv1.OutcomeClass_OUTCOME_CLASS_GATEWAY_ERROR, 0, "opus", BreakerFreeProbe},
+		{weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR, 0, "opus", BreakerFreeProbe},
+		{weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED, 0, "opus", BreakerFreeProbe},
+	} {
+		o := late(&weirv1.Outcome{Class: tc.class}, tc.delay)
+		if got := Decide(o, Facts{Family: tc.family}, now).Breaker; got != tc.want {
+			t.Errorf("%v %v late, family %q: breaker %v, want %v", tc.class, tc.delay, tc.family, got, tc.want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package controlplane
+package policy
 
 import (
 	"maps"
@@ -21,8 +21,8 @@ import (
 
 // Lengths the ladder chooses when the evidence gives none.
 const (
-	// outOfCreditsFloor is the least an out-of-credits account is kept out.
-	outOfCreditsFloor = 6 * time.Hour
+	// OutOfCreditsFloor is the least an out-of-credits account is kept out.
+	OutOfCreditsFloor = 6 * time.Hour
 	// An account-wide rejection without a usable reset backs off 30 s,
 	// doubling with each consecutive one, to 5 min.
 	quotaBackoffBase = 30 * time.Second
@@ -30,35 +30,35 @@ const (
 	// familyGateDefault gates a family when the scoped claim has no usable
 	// reset and the answer no retry-after.
 	familyGateDefault = time.Hour
-	// A burst is retried on the same account at most burstRetries times
+	// A burst is retried on the same account at most BurstRetries times
 	// per request, after max(retry-after if at most burstRetryAfterMax,
-	// burstRetryMin).
-	burstRetries       = 2
-	burstRetryMin      = 2 * time.Second
+	// BurstRetryMin).
+	BurstRetries       = 2
+	BurstRetryMin      = 2 * time.Second
 	burstRetryAfterMax = 10 * time.Second
-	// recoveryReprobe re-cools a recovering account whose probe failed
+	// RecoveryReprobe re-cools a recovering account whose probe failed
 	// transiently: briefly, under the quota reason, then one more probe.
-	recoveryReprobe = 60 * time.Second
+	RecoveryReprobe = 60 * time.Second
 	// maxClaimReset is the furthest a believable reset lies ahead: a weekly
 	// window plus a day. Further is a bug or a unit mix-up, not a reset.
 	maxClaimReset = 8 * 24 * time.Hour
 )
 
-// rung names the ladder's rung that decided a 429; it is stored in the
+// Rung names the ladder's rung that decided a 429; it is stored in the
 // evidence and labels the metric.
-type rung string
+type Rung string
 
 const (
-	rungRecovery     rung = "recovery_reprobe"
-	rungOutOfCredits rung = "out_of_credits"
-	rungAccountQuota rung = "account_quota"
-	rungCachedQuota  rung = "cached_quota"
-	rungFamilyGate   rung = "family_gate"
-	rungBurst        rung = "burst"
-	rungResidual     rung = "residual"
+	rungRecovery     Rung = "recovery_reprobe"
+	rungOutOfCredits Rung = "out_of_credits"
+	rungAccountQuota Rung = "account_quota"
+	rungCachedQuota  Rung = "cached_quota"
+	rungFamilyGate   Rung = "family_gate"
+	rungBurst        Rung = "burst"
+	rungResidual     Rung = "residual"
 	// rungProviderQuota is not a rung of the Anthropic ladder: an OpenAI-side
-	// answer that named its quota outright (decide.go, providerQuota).
-	rungProviderQuota rung = "provider_quota"
+	// answer that named its quota outright (providerQuota).
+	rungProviderQuota Rung = "provider_quota"
 )
 
 // ladderInput is what the ladder reads: the 429's headers and what the
@@ -76,14 +76,14 @@ type ladderInput struct {
 	// quota cooldown a reading lifted.
 	recoveryProbe bool
 	// spent are the account-wide windows the usage view shows spent
-	// (utilization at spentAt or above, reset ahead), as claims.
-	spent []claimEvidence
+	// (utilization at SpentAt or above, reset ahead), as claims.
+	spent []Claim
 	now   time.Time
 }
 
 // ladderDecision is the ladder's verdict on one 429.
 type ladderDecision struct {
-	rung   rung
+	rung   Rung
 	action weirv1.Action
 	// reason is the cooldown's; UNSPECIFIED means no cooldown.
 	reason weirv1.CooldownReason
@@ -94,15 +94,15 @@ type ladderDecision struct {
 	// retryAfter is the wait before ACTION_RETRY_SAME.
 	retryAfter time.Duration
 	// claims are the rejecting claims that decided it.
-	claims []claimEvidence
+	claims []Claim
 	// quotaBackoff: an account-wide rejection without a usable reset, to be
 	// counted; backoffStep is its count including this one.
 	quotaBackoff bool
 	backoffStep  int32
 }
 
-// claimEvidence is one rejecting unified claim, as the evidence records it.
-type claimEvidence struct {
+// Claim is one rejecting unified claim, as the evidence records it.
+type Claim struct {
 	// Claim is the header infix (5h, 7d, 7d_oi) or the representative
 	// claim (seven_day_opus) that said rejected.
 	Claim string `json:"claim"`
@@ -124,16 +124,16 @@ func ladder(in ladderInput) ladderDecision {
 	// a residual's full cooldown, nor a burst retry that would keep the
 	// probe slot. Real evidence (a rejection, a spent window) falls to
 	// the rungs below. A probe's success ends the probe and lifts an
-	// out-of-credits cooldown (ladderstate.go).
+	// out-of-credits cooldown (its success record, RecordReleaseSuccess).
 	if in.recoveryProbe && !u.anyRejected && len(in.spent) == 0 {
 		return ladderDecision{rung: rungRecovery, action: weirv1.Action_ACTION_FAILOVER,
-			reason: weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED, until: in.now.Add(recoveryReprobe)}
+			reason: weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED, until: in.now.Add(RecoveryReprobe)}
 	}
 
 	// Rung 2: out of credits. No burst retry, and a long floor: the
 	// account cannot pay for what its plan windows reject.
 	if u.outOfCredits() {
-		until := in.now.Add(outOfCreditsFloor)
+		until := in.now.Add(OutOfCreditsFloor)
 		if u.reset.After(until) {
 			until = u.reset
 		}
@@ -163,7 +163,8 @@ func ladder(in ladderInput) ladderDecision {
 	// Its counterpart, a reading that shows a window recovered, may lift
 	// only quota_exhausted cooldowns: per-IP burst cooldowns
 	// (rate_limited) are never released on account-quota evidence, and
-	// out_of_credits never by a reading (usage.go, recoverQuota).
+	// out_of_credits never by a reading (Recovered, and the control
+	// plane's recoverQuota).
 	if reset, ok := latestReset(in.spent); ok {
 		return ladderDecision{rung: rungCachedQuota, action: weirv1.Action_ACTION_FAILOVER,
 			reason: weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED, until: reset, claims: in.spent}
@@ -186,10 +187,10 @@ func ladder(in ladderInput) ladderDecision {
 	// Rung 6: a burst. A subscription account whose answer rejects no claim
 	// and shows headroom is retried in place after a short wait: no
 	// cooldown, nothing recorded as exhaustion.
-	if in.oauth && u.headroom() && in.priorBursts < burstRetries {
-		wait := burstRetryMin
+	if in.oauth && u.headroom() && in.priorBursts < BurstRetries {
+		wait := BurstRetryMin
 		if ra, ok := retryAfter(in.headers, in.now); ok && ra <= burstRetryAfterMax {
-			wait = max(ra, burstRetryMin)
+			wait = max(ra, BurstRetryMin)
 		}
 		return ladderDecision{rung: rungBurst, action: weirv1.Action_ACTION_RETRY_SAME, retryAfter: wait}
 	}
@@ -242,7 +243,7 @@ type unified struct {
 	// reset is the overall (representative) reset when valid, else zero.
 	reset time.Time
 	// accountWide and scoped are the rejecting claims.
-	accountWide, scoped []claimEvidence
+	accountWide, scoped []Claim
 	// anyRejected: some claim, or the overall status, says rejected.
 	anyRejected bool
 	// spent: an account-wide window reports a utilization of 1 or more,
@@ -267,7 +268,7 @@ func readUnified(h map[string]string, now time.Time) unified {
 		// header of its own.
 		isRep := rep == w.claim && raw == ""
 		if trustedStatus(raw) == statusRejected || isRep {
-			c := claimEvidence{Claim: w.key, Minutes: w.minutes}
+			c := Claim{Claim: w.key, Minutes: w.minutes}
 			if t, ok := validReset(h[unifiedPrefix+w.key+"-reset"], now); ok {
 				c.Reset = t.Unix()
 			} else if isRep && !u.reset.IsZero() {
@@ -296,7 +297,7 @@ func readUnified(h map[string]string, now time.Time) unified {
 			continue
 		}
 		seen[key] = true
-		c := claimEvidence{Claim: key}
+		c := Claim{Claim: key}
 		if t, ok := validReset(h[unifiedPrefix+key+"-reset"], now); ok {
 			c.Reset = t.Unix()
 		} else if repKey, ok := scopedClaims[rep]; ok && repKey == key && !u.reset.IsZero() {
@@ -306,7 +307,7 @@ func readUnified(h map[string]string, now time.Time) unified {
 		u.scoped = append(u.scoped, c)
 	}
 	if key, ok := scopedClaims[rep]; ok && (key == "" || !seen[key]) {
-		c := claimEvidence{Claim: rep}
+		c := Claim{Claim: rep}
 		if !u.reset.IsZero() {
 			c.Reset = u.reset.Unix()
 		}
@@ -352,7 +353,7 @@ func validReset(v string, now time.Time) (time.Time, bool) {
 }
 
 // latestReset is the latest valid reset among claims.
-func latestReset(claims []claimEvidence) (time.Time, bool) {
+func latestReset(claims []Claim) (time.Time, bool) {
 	var latest int64
 	for _, c := range claims {
 		latest = max(latest, c.Reset)

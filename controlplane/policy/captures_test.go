@@ -1,4 +1,4 @@
-package controlplane
+package policy
 
 import (
 	"maps"
@@ -144,40 +144,40 @@ func TestDecideCaptures(t *testing.T) {
 			}
 			now := date(c.date)
 			o := &weirv1.Outcome{Class: c.class, Status: c.status, ErrorType: c.errType, Headers: maps.Clone(c.headers)}
-			d := decide(o, captureFacts(c.headers), now)
-			if d.action != w.action || d.retryAfter != w.retryAfter || d.success != w.success || d.overload != w.overload {
+			d := Decide(o, captureFacts(c.headers), now)
+			if d.Action != w.action || d.RetryAfter != w.retryAfter || d.Success != w.success || d.Overload != w.overload {
 				t.Errorf("decision %v retry_after %v success %v overload %v, want %v %v %v %v",
-					d.action, d.retryAfter, d.success, d.overload, w.action, w.retryAfter, w.success, w.overload)
+					d.Action, d.RetryAfter, d.Success, d.Overload, w.action, w.retryAfter, w.success, w.overload)
 			}
 			if w.gate {
-				if d.cooldown != nil {
-					t.Errorf("cooldown %v until %v, want a family gate only", d.cooldown.reason, d.cooldown.until)
+				if d.Cooldown != nil {
+					t.Errorf("cooldown %v until %v, want a family gate only", d.Cooldown.Reason, d.Cooldown.Until)
 				}
-				if d.gate == nil || d.gate.family != "opus" || !d.gate.until.Equal(w.until) {
-					t.Fatalf("gate %+v, want opus until %v", d.gate, w.until)
+				if d.Gate == nil || d.Gate.Family != "opus" || !d.Gate.Until.Equal(w.until) {
+					t.Fatalf("gate %+v, want opus until %v", d.Gate, w.until)
 				}
-				if got := evidenceSummary(d.gate.evidence); got != w.summary {
+				if got := EvidenceSummary(d.Gate.Evidence); got != w.summary {
 					t.Errorf("evidence %q, want %q", got, w.summary)
 				}
 				return
 			}
-			if d.gate != nil {
-				t.Errorf("gate %+v, want none", d.gate)
+			if d.Gate != nil {
+				t.Errorf("gate %+v, want none", d.Gate)
 			}
 			if w.reason == weirv1.CooldownReason_COOLDOWN_REASON_UNSPECIFIED {
-				if d.cooldown != nil {
-					t.Errorf("cooldown %v until %v, want none", d.cooldown.reason, d.cooldown.until)
+				if d.Cooldown != nil {
+					t.Errorf("cooldown %v until %v, want none", d.Cooldown.Reason, d.Cooldown.Until)
 				}
 				return
 			}
-			if d.cooldown == nil {
+			if d.Cooldown == nil {
 				t.Fatalf("no cooldown, want %v until %v", w.reason, w.until)
 			}
-			if d.cooldown.reason != w.reason || !d.cooldown.until.Equal(w.until) {
-				t.Errorf("cooldown %v until %v (now%+v), want %v until %v", d.cooldown.reason, d.cooldown.until,
-					d.cooldown.until.Sub(now), w.reason, w.until)
+			if d.Cooldown.Reason != w.reason || !d.Cooldown.Until.Equal(w.until) {
+				t.Errorf("cooldown %v until %v (now%+v), want %v until %v", d.Cooldown.Reason, d.Cooldown.Until,
+					d.Cooldown.Until.Sub(now), w.reason, w.until)
 			}
-			if got := evidenceSummary(d.cooldown.evidence); got != w.summary {
+			if got := EvidenceSummary(d.Cooldown.Evidence); got != w.summary {
 				t.Errorf("evidence %q, want %q", got, w.summary)
 			}
 		})
@@ -187,9 +187,9 @@ func TestDecideCaptures(t *testing.T) {
 // captureFacts is the account a capture came from: the unified headers
 // come only from subscription (OAuth) accounts; the weekly capture was a
 // request for an opus model.
-func captureFacts(h map[string]string) attemptFacts {
+func captureFacts(h map[string]string) Facts {
 	_, oauth := h["anthropic-ratelimit-unified-status"]
-	return attemptFacts{authFailures: 1, oauth: oauth, family: "opus"}
+	return Facts{AuthFailures: 1, OAuth: oauth, Family: "opus"}
 }
 
 // TestDecideWeeklyCaptureWithoutRetryAfter: if something on the way drops
@@ -209,11 +209,11 @@ func TestDecideWeeklyCaptureWithoutRetryAfter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := decide(&weirv1.Outcome{Class: c.class, Status: c.status, Headers: h}, captureFacts(h), now)
-	if d.cooldown != nil || d.gate == nil || !d.gate.until.Equal(time.Unix(1785736800, 0)) {
-		t.Fatalf("cooldown %+v gate %+v, want an opus gate until the unified reset 1785736800", d.cooldown, d.gate)
+	d := Decide(&weirv1.Outcome{Class: c.class, Status: c.status, Headers: h}, captureFacts(h), now)
+	if d.Cooldown != nil || d.Gate == nil || !d.Gate.Until.Equal(time.Unix(1785736800, 0)) {
+		t.Fatalf("cooldown %+v gate %+v, want an opus gate until the unified reset 1785736800", d.Cooldown, d.Gate)
 	}
-	if d.gate.until.Sub(now) != 51811*time.Second {
-		t.Errorf("gate of %v, want 51811s", d.gate.until.Sub(now))
+	if d.Gate.Until.Sub(now) != 51811*time.Second {
+		t.Errorf("gate of %v, want 51811s", d.Gate.Until.Sub(now))
 	}
 }

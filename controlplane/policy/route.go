@@ -1,4 +1,4 @@
-package controlplane
+package policy
 
 import (
 	"cmp"
@@ -10,60 +10,102 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/weirhq/weir/controlplane/db"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
 
-// candidate is one account as routing sees it at one instant.
-type candidate struct {
-	account  db.Account
-	live     int32        // unexpired leases
-	cooldown *db.Cooldown // live cooldown, if any
-	// gate is the live gate for the request's model family, if any: the
+// Candidate is one account as routing sees it at one instant.
+type Candidate struct {
+	Account  Account
+	Live     int32     // unexpired leases
+	Cooldown *Cooldown // live cooldown, if any
+	// Gate is the live gate for the request's model family, if any: the
 	// account is cooling for that family only. Unlike a cooldown, the
 	// claim does not re-check it under the row lock: a gate written between
 	// the view and the claim costs at most one more 429 of that family.
-	gate *db.FamilyGate
-	// fiveHour and sevenDay are the account's current account-wide
+	Gate *Gate
+	// FiveHour and SevenDay are the account's current account-wide
 	// readings from the usage view; nil is no evidence (no reading, no
 	// utilization, or a reset already passed), never 0.
-	fiveHour, sevenDay *windowReading
+	FiveHour, SevenDay *Window
 }
 
-// windowReading is one account-wide usage window as routing reads it.
-type windowReading struct {
-	utilization float64
-	resetsAt    time.Time
+// Account is what routing reads of an account.
+type Account struct {
+	ID uuid.UUID
+	// Label is the operator's name for the account; routing never reads
+	// it.
+	Label    string
+	Provider weirv1.Provider
+	AuthKind weirv1.AuthKind
+	// BaseURL is where the account's requests go: its override, else its
+	// provider's default.
+	BaseURL string
+	// Paused: by an operator; Broken: marked broken (a credential the
+	// upstream rejected, or one no replica could open).
+	Paused, Broken bool
+	// RecoveryProbe: the account is on its one recovery probe.
+	RecoveryProbe  bool
+	MaxConcurrency int32
+	Priority       int32
+	LastUsedAt     *time.Time
+}
+
+// Cooldown is an account's live cooldown.
+type Cooldown struct {
+	Reason weirv1.CooldownReason
+	// Transient: it passes on its own (every reason but a rejected
+	// credential).
+	Transient bool
+	Until     time.Time
+	WrittenAt time.Time
+	// Evidence is the stored evidence, JSON (Evidence).
+	Evidence []byte
+	// Quota is the quota evidence behind the deadline; nil when none.
+	Quota *QuotaRecord
+}
+
+// Gate is an account's live gate for one model family.
+type Gate struct {
+	Family    string
+	Until     time.Time
+	WrittenAt time.Time
+	Evidence  []byte
+}
+
+// Window is one account-wide usage window as routing reads it.
+type Window struct {
+	Utilization float64
+	ResetsAt    time.Time
 }
 
 // Usage thresholds. The unified headers saturate at 0.99, so a window at
-// spentAt or above is spent; at nearLimitAt or above the account is near
+// SpentAt or above is spent; at nearLimitAt or above the account is near
 // its limit and demoted.
 const (
-	spentAt     = 0.99
+	SpentAt     = 0.99
 	nearLimitAt = 0.9
 )
 
 // live says whether the reading is still evidence at now.
-func (w *windowReading) live(now time.Time) bool { return w != nil && w.resetsAt.After(now) }
+func (w *Window) live(now time.Time) bool { return w != nil && w.ResetsAt.After(now) }
 
 // spentUntil is the latest reset among the account's spent account-wide
 // windows (both must pass before it can serve), or zero when none is spent.
-func (c candidate) spentUntil(now time.Time) time.Time { return c.latestResetAtOrAbove(spentAt, now) }
+func (c Candidate) spentUntil(now time.Time) time.Time { return c.latestResetAtOrAbove(SpentAt, now) }
 
 // nearUntil is when the account stops being near its limit: the latest
 // reset among its windows at nearLimitAt or above; zero when it is not near.
-func (c candidate) nearUntil(now time.Time) time.Time {
+func (c Candidate) nearUntil(now time.Time) time.Time {
 	return c.latestResetAtOrAbove(nearLimitAt, now)
 }
 
 // latestResetAtOrAbove is the latest reset among the live 5-hour and weekly
 // readings at or above utilization u; zero when none is.
-func (c candidate) latestResetAtOrAbove(u float64, now time.Time) time.Time {
+func (c Candidate) latestResetAtOrAbove(u float64, now time.Time) time.Time {
 	var until time.Time
-	for _, w := range []*windowReading{c.fiveHour, c.sevenDay} {
-		if w.live(now) && w.utilization >= u && w.resetsAt.After(until) {
-			until = w.resetsAt
+	for _, w := range []*Window{c.FiveHour, c.SevenDay} {
+		if w.live(now) && w.Utilization >= u && w.ResetsAt.After(until) {
+			until = w.ResetsAt
 		}
 	}
 	return until
@@ -84,12 +126,12 @@ const (
 
 // reserveUntil is when the account's reserve is released (its weekly reset
 // less reserveRelease); zero when it is not held in reserve.
-func (c candidate) reserveUntil(now time.Time) time.Time {
-	w := c.sevenDay
-	if !w.live(now) || w.utilization <= 1-reserveHeadroom {
+func (c Candidate) reserveUntil(now time.Time) time.Time {
+	w := c.SevenDay
+	if !w.live(now) || w.Utilization <= 1-reserveHeadroom {
 		return time.Time{}
 	}
-	release := w.resetsAt.Add(-reserveRelease)
+	release := w.ResetsAt.Add(-reserveRelease)
 	if !release.After(now) {
 		return time.Time{}
 	}
@@ -98,7 +140,7 @@ func (c candidate) reserveUntil(now time.Time) time.Time {
 
 // demotedUntil is when the account stops being softly demoted (near its
 // limit or held in reserve): the later of the two; zero when it is not.
-func (c candidate) demotedUntil(now time.Time) time.Time {
+func (c Candidate) demotedUntil(now time.Time) time.Time {
 	near, reserve := c.nearUntil(now), c.reserveUntil(now)
 	if reserve.After(near) {
 		return reserve
@@ -108,37 +150,37 @@ func (c candidate) demotedUntil(now time.Time) time.Time {
 
 // capacity is the account's concurrency cap as the claim enforces it: one
 // lease while a recovery probe is out.
-func (c candidate) capacity() int32 {
-	if c.account.RecoveryProbe {
+func (c Candidate) capacity() int32 {
+	if c.Account.RecoveryProbe {
 		return 1
 	}
-	return c.account.MaxConcurrency
+	return c.Account.MaxConcurrency
 }
 
-// routeRequest is what one Acquire asks for.
-type routeRequest struct {
-	model   string
-	surface weirv1.Surface
-	// breakerOpen are the providers whose overload breaker keeps this
+// RouteRequest is what one Acquire asks for.
+type RouteRequest struct {
+	Model   string
+	Surface weirv1.Surface
+	// BreakerOpen are the providers whose overload breaker keeps this
 	// request away (another provider of the surface may still serve).
-	breakerOpen map[string]bool
-	exclude     map[uuid.UUID]bool
-	// unreadable are the accounts whose credential this Acquire could not
+	BreakerOpen map[weirv1.Provider]bool
+	Exclude     map[uuid.UUID]bool
+	// Unreadable are the accounts whose credential this Acquire could not
 	// open: out of the pool, like a broken account.
-	unreadable     map[uuid.UUID]bool
-	sessionAccount uuid.UUID // uuid.Nil when the session is unbound
-	// preferAccount goes first when eligible: a retry after an overload
+	Unreadable     map[uuid.UUID]bool
+	SessionAccount uuid.UUID // uuid.Nil when the session is unbound
+	// PreferAccount goes first when eligible: a retry after an overload
 	// returns to the account that has the conversation's prompt cache.
-	preferAccount uuid.UUID
-	// metered is how metered accounts may be spent: the key's setting
-	// (meteredByKey), else the global one; UNSPECIFIED is normal.
-	metered      weirv1.MeteredAccounts
-	meteredByKey bool
+	PreferAccount uuid.UUID
+	// Metered is how metered accounts may be spent: the key's setting
+	// (MeteredByKey), else the global one; UNSPECIFIED is normal.
+	Metered      weirv1.MeteredAccounts
+	MeteredByKey bool
 }
 
-// isMetered says whether an account is pay-per-token (an API key: Anthropic
+// IsMetered says whether an account is pay-per-token (an API key: Anthropic
 // and OpenAI keys) rather than a subscription (an OAuth login).
-func isMetered(a db.Account) bool { return a.AuthKind == enumName(weirv1.AuthKind_AUTH_KIND_API_KEY) }
+func IsMetered(a Account) bool { return a.AuthKind == weirv1.AuthKind_AUTH_KIND_API_KEY }
 
 // subscriptionSurfaces are the surfaces a subscription can serve: those
 // with a provider that takes OAuth logins (Messages: Claude subscriptions;
@@ -147,7 +189,7 @@ var subscriptionSurfaces = func() map[weirv1.Surface]bool {
 	out := map[weirv1.Surface]bool{}
 	for sf, ps := range surfaceProviders {
 		for _, p := range ps {
-			if validProviderAuth(p, weirv1.AuthKind_AUTH_KIND_OAUTH) == nil {
+			if slices.Contains(AuthKinds(p), weirv1.AuthKind_AUTH_KIND_OAUTH) {
 				out[sf] = true
 			}
 		}
@@ -158,38 +200,54 @@ var subscriptionSurfaces = func() map[weirv1.Surface]bool {
 
 // withheld says whether metered_accounts=never keeps account a out of
 // this request: a metered account, on a surface a subscription can serve.
-func (req routeRequest) withheld(a db.Account) bool {
-	return req.metered == weirv1.MeteredAccounts_METERED_ACCOUNTS_NEVER && isMetered(a) && subscriptionSurfaces[req.surface]
+func (req RouteRequest) withheld(a Account) bool {
+	return req.Metered == weirv1.MeteredAccounts_METERED_ACCOUNTS_NEVER && IsMetered(a) && subscriptionSurfaces[req.Surface]
 }
 
 // lastResort says whether metered_accounts=last_resort ranks account a
 // below every subscription for this request.
-func (req routeRequest) lastResort(a db.Account) bool {
-	return req.metered == weirv1.MeteredAccounts_METERED_ACCOUNTS_LAST_RESORT && isMetered(a) && subscriptionSurfaces[req.surface]
+func (req RouteRequest) lastResort(a Account) bool {
+	return req.Metered == weirv1.MeteredAccounts_METERED_ACCOUNTS_LAST_RESORT && IsMetered(a) && subscriptionSurfaces[req.Surface]
 }
 
-// meteredNever names the setting in a refusal it caused.
-const meteredNever = "metered_accounts=never"
+// MeteredNever names the setting in a refusal it caused.
+const MeteredNever = "metered_accounts=never"
 
-// spillFrom is where, in an order route() returned for req, leasing a
+// SpillFrom is where, in an order Route returned for req, leasing a
 // metered account is a spill: past the last subscription account in the
 // order, since every subscription before it (if any) could then not be
 // claimed, and only when the surface is one a subscription serves and
 // the pool as the key sees it (cands) has a subscription account for it
 // at all, in whatever state. len(order) when nothing there is a spill.
-func spillFrom(cands, order []candidate, req routeRequest) int {
-	if !subscriptionSurfaces[req.surface] || !slices.ContainsFunc(cands, func(c candidate) bool {
-		return serves(c.account.Provider, req.surface) && !isMetered(c.account)
+func SpillFrom(cands, order []Candidate, req RouteRequest) int {
+	if !subscriptionSurfaces[req.Surface] || !slices.ContainsFunc(cands, func(c Candidate) bool {
+		return Serves(c.Account.Provider, req.Surface) && !IsMetered(c.Account)
 	}) {
 		return len(order)
 	}
 	from := 0
 	for i, c := range order {
-		if !isMetered(c.account) {
+		if !IsMetered(c.Account) {
 			from = i + 1
 		}
 	}
 	return from
+}
+
+// AuthKinds are the kinds of account weir can serve for provider:
+// Anthropic API keys and OAuth logins, OpenAI API keys (and
+// OpenAI-compatible endpoints), and ChatGPT logins on the Codex backend.
+// None for a provider it does not know.
+func AuthKinds(p weirv1.Provider) []weirv1.AuthKind {
+	switch p {
+	case weirv1.Provider_PROVIDER_ANTHROPIC:
+		return []weirv1.AuthKind{weirv1.AuthKind_AUTH_KIND_API_KEY, weirv1.AuthKind_AUTH_KIND_OAUTH}
+	case weirv1.Provider_PROVIDER_OPENAI:
+		return []weirv1.AuthKind{weirv1.AuthKind_AUTH_KIND_API_KEY}
+	case weirv1.Provider_PROVIDER_CODEX:
+		return []weirv1.AuthKind{weirv1.AuthKind_AUTH_KIND_OAUTH}
+	}
+	return nil
 }
 
 // surfaceProviders are the providers that serve each client protocol.
@@ -199,40 +257,40 @@ var surfaceProviders = map[weirv1.Surface][]weirv1.Provider{
 	weirv1.Surface_SURFACE_CHAT_COMPLETIONS: {weirv1.Provider_PROVIDER_OPENAI},
 }
 
-// providersFor is the providers serving a surface; an unspecified surface
+// ProvidersFor is the providers serving a surface; an unspecified surface
 // is Anthropic's messages (workers older than the field).
-func providersFor(sf weirv1.Surface) []weirv1.Provider {
+func ProvidersFor(sf weirv1.Surface) []weirv1.Provider {
 	if sf == weirv1.Surface_SURFACE_UNSPECIFIED {
 		sf = weirv1.Surface_SURFACE_MESSAGES
 	}
 	return surfaceProviders[sf]
 }
 
-// surfaceProviderNames is surfaceProviders by the providers' stored names,
-// built once: serves runs for every account of every Acquire.
-var surfaceProviderNames = func() map[weirv1.Surface]map[string]bool {
-	out := map[weirv1.Surface]map[string]bool{}
+// servedBy is surfaceProviders as sets, built once: Serves runs for every
+// account of every Acquire.
+var servedBy = func() map[weirv1.Surface]map[weirv1.Provider]bool {
+	out := map[weirv1.Surface]map[weirv1.Provider]bool{}
 	for sf, ps := range surfaceProviders {
-		out[sf] = map[string]bool{}
+		out[sf] = map[weirv1.Provider]bool{}
 		for _, p := range ps {
-			out[sf][enumName(p)] = true
+			out[sf][p] = true
 		}
 	}
 	out[weirv1.Surface_SURFACE_UNSPECIFIED] = out[weirv1.Surface_SURFACE_MESSAGES]
 	return out
 }()
 
-// serves says whether an account's provider serves a request on surface.
-func serves(provider string, sf weirv1.Surface) bool {
-	return surfaceProviderNames[sf][provider]
+// Serves says whether an account of provider serves a request on surface.
+func Serves(provider weirv1.Provider, sf weirv1.Surface) bool {
+	return servedBy[sf][provider]
 }
 
-// route orders the accounts that may serve req, best first, or says why
+// Route orders the accounts that may serve req, best first, or says why
 // there are none and when that may change. It is pure: the claim that
 // follows re-checks eligibility under a row lock, so a stale view costs a
 // retry, never a broken cap.
-func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *weirv1.NoAccount) {
-	eligible := make([]candidate, 0, len(cands))
+func Route(cands []Candidate, req RouteRequest, now time.Time) ([]Candidate, *weirv1.NoAccount) {
+	eligible := make([]Candidate, 0, len(cands))
 	var (
 		serving, disabled, tried, full, cooling int
 		gated                                   int // cooling for the request's family only
@@ -245,14 +303,14 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 		// a transport failure (or was tried and does not cool: the worker
 		// judges those by its own attempts); run is the one written last.
 		unreachable = true
-		run         *candidate
+		run         *Candidate
 	)
 	for _, c := range cands {
-		a := c.account
-		if !serves(a.Provider, req.surface) {
+		a := c.Account
+		if !Serves(a.Provider, req.Surface) {
 			continue
 		}
-		if req.breakerOpen[a.Provider] {
+		if req.BreakerOpen[a.Provider] {
 			// Its accounts answer, overloaded: the pool is not unreachable.
 			unreachable = false
 			continue
@@ -262,11 +320,11 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 			continue
 		}
 		serving++
-		if a.Paused || a.BrokenAt != nil {
+		if a.Paused || a.Broken {
 			disabled++
 			continue
 		}
-		if req.unreadable[a.ID] {
+		if req.Unreadable[a.ID] {
 			unreadable++
 			continue
 		}
@@ -275,10 +333,10 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 			recoverable++
 			switch {
 			case c.transportCooling(now):
-				if run == nil || c.cooldown.WrittenAt.After(run.cooldown.WrittenAt) {
+				if run == nil || c.Cooldown.WrittenAt.After(run.Cooldown.WrittenAt) {
 					run = &c
 				}
-			case req.exclude[a.ID] && !coolingNow:
+			case req.Exclude[a.ID] && !coolingNow:
 			default:
 				unreachable = false
 			}
@@ -290,14 +348,14 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 			soonest = back
 		}
 		switch {
-		case req.exclude[a.ID]:
+		case req.Exclude[a.ID]:
 			tried++
 		case coolingNow:
 			cooling++
-			if (c.cooldown == nil || !c.cooldown.Until.After(now)) && c.spentUntil(now).IsZero() {
+			if (c.Cooldown == nil || !c.Cooldown.Until.After(now)) && c.spentUntil(now).IsZero() {
 				gated++
 			}
-		case c.live >= c.capacity():
+		case c.Live >= c.capacity():
 			full++
 		default:
 			eligible = append(eligible, c)
@@ -306,9 +364,9 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 	if len(eligible) > 0 {
 		return rank(eligible, req, now), nil
 	}
-	none := &weirv1.NoAccount{Permanent: recoverable == 0, QuotaBlock: quotaBlock(cands, req, now)}
+	none := &weirv1.NoAccount{Permanent: recoverable == 0, QuotaBlock: QuotaBlock(cands, req, now)}
 	if unreachable && run != nil {
-		none.Unreachable = unreachableOf(*run.cooldown, run.account.Provider, run.account.BaseUrl)
+		none.Unreachable = Unreachable(*run.Cooldown, run.Account.BaseURL)
 	}
 	if !soonest.IsZero() {
 		none.RetryAt = timestamppb.New(soonest)
@@ -331,7 +389,7 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_COOLING
 		none.Message = fmt.Sprintf("all %d accounts are cooling down", cooling)
 		if gated > 0 {
-			none.Message += fmt.Sprintf(" (%d gated for %s models only)", gated, modelFamily(req.model))
+			none.Message += fmt.Sprintf(" (%d gated for %s models only)", gated, ModelFamily(req.Model))
 		}
 		if none.Permanent {
 			none.Message += " with rejected credentials"
@@ -357,10 +415,10 @@ func route(cands []candidate, req routeRequest, now time.Time) ([]candidate, *we
 	}
 	if withheld > 0 {
 		whose := "the pool's setting"
-		if req.meteredByKey {
+		if req.MeteredByKey {
 			whose = "this key's setting"
 		}
-		none.Message += fmt.Sprintf("; %d metered accounts are not used where a subscription can serve (%s, %s)", withheld, meteredNever, whose)
+		none.Message += fmt.Sprintf("; %d metered accounts are not used where a subscription can serve (%s, %s)", withheld, MeteredNever, whose)
 	}
 	if none.RetryAt != nil && none.Reason != weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY {
 		none.Message += "; the first recovers at " + none.RetryAt.AsTime().UTC().Format(time.RFC3339)
@@ -378,10 +436,10 @@ const unreadableFix = " (WEIR_SECRET_KEY is not the key they were sealed with: s
 // that shows its 5-hour or weekly window spent), whether that passes on
 // its own, and when it is expected to: the latest of the deadlines, since
 // all must pass.
-func (c candidate) blockedUntil(now time.Time) (until time.Time, blocked, transient bool) {
+func (c Candidate) blockedUntil(now time.Time) (until time.Time, blocked, transient bool) {
 	transient = true
-	if c.cooldown != nil && c.cooldown.Until.After(now) {
-		until, blocked, transient = c.cooldown.Until, true, c.cooldown.Transient
+	if c.Cooldown != nil && c.Cooldown.Until.After(now) {
+		until, blocked, transient = c.Cooldown.Until, true, c.Cooldown.Transient
 	}
 	if spent := c.spentUntil(now); !spent.IsZero() {
 		// Routing stops sending into a wall of 429s: a spent window is a
@@ -391,10 +449,10 @@ func (c candidate) blockedUntil(now time.Time) (until time.Time, blocked, transi
 			until = spent
 		}
 	}
-	if c.gate != nil && c.gate.Until.After(now) {
+	if c.Gate != nil && c.Gate.Until.After(now) {
 		blocked = true
-		if c.gate.Until.After(until) {
-			until = c.gate.Until
+		if c.Gate.Until.After(until) {
+			until = c.Gate.Until
 		}
 	}
 	return until, blocked, transient
@@ -432,18 +490,17 @@ func (e quotaEvidence) text() string {
 // windows and family gate, as blockedUntil reads them). A cooldown that
 // outlasts its quota (a backoff, a burst's Retry-After) is not covered:
 // waiting for the quota would not be enough.
-func (c candidate) quotaUntil(now time.Time) (quotaEvidence, bool) {
+func (c Candidate) quotaUntil(now time.Time) (quotaEvidence, bool) {
 	until, blocked, transient := c.blockedUntil(now)
 	if !blocked || !transient {
 		return quotaEvidence{}, false
 	}
-	cd := c.cooldown
-	if cd != nil && (!cd.Until.After(now) || cd.QuotaKind == nil) {
+	cd := c.Cooldown
+	if cd != nil && (!cd.Until.After(now) || cd.Quota == nil) {
 		cd = nil
 	}
-	if cd != nil && cd.QuotaResetsAt == nil {
-		return quotaEvidence{windowMinutes: cd.QuotaWindowMinutes, kind: enumValue[weirv1.QuotaKind](*cd.QuotaKind),
-			message: cd.QuotaMessage}, true
+	if cd != nil && cd.Quota.ResetsAt.IsZero() {
+		return quotaEvidence{windowMinutes: cd.Quota.WindowMinutes, kind: cd.Quota.Kind, message: cd.Quota.Message}, true
 	}
 	var best quotaEvidence
 	consider := func(e quotaEvidence) {
@@ -452,19 +509,19 @@ func (c candidate) quotaUntil(now time.Time) (quotaEvidence, bool) {
 		}
 	}
 	if cd != nil {
-		consider(quotaEvidence{resetsAt: *cd.QuotaResetsAt, windowMinutes: cd.QuotaWindowMinutes,
-			kind: enumValue[weirv1.QuotaKind](*cd.QuotaKind), message: cd.QuotaMessage})
+		consider(quotaEvidence{resetsAt: cd.Quota.ResetsAt, windowMinutes: cd.Quota.WindowMinutes,
+			kind: cd.Quota.Kind, message: cd.Quota.Message})
 	}
 	for _, w := range []struct {
-		r       *windowReading
+		r       *Window
 		minutes int32
-	}{{c.fiveHour, 300}, {c.sevenDay, 10080}} {
-		if w.r.live(now) && w.r.utilization >= spentAt {
-			consider(quotaEvidence{resetsAt: w.r.resetsAt, windowMinutes: w.minutes, spent: w.r.utilization,
-				kind: usageViewKind(c.account.Provider)})
+	}{{c.FiveHour, 300}, {c.SevenDay, 10080}} {
+		if w.r.live(now) && w.r.Utilization >= SpentAt {
+			consider(quotaEvidence{resetsAt: w.r.ResetsAt, windowMinutes: w.minutes, spent: w.r.Utilization,
+				kind: usageViewKind(c.Account.Provider)})
 		}
 	}
-	if g := c.gate; g != nil && g.Until.After(now) && gateOnReset(g) {
+	if g := c.Gate; g != nil && g.Until.After(now) && gateOnReset(g) {
 		consider(quotaEvidence{resetsAt: g.Until, windowMinutes: 10080, kind: weirv1.QuotaKind_QUOTA_KIND_FAMILY_WINDOW,
 			message: "model family weekly window spent (" + g.Family + ")"})
 	}
@@ -478,8 +535,8 @@ func (c candidate) quotaUntil(now time.Time) (quotaEvidence, bool) {
 
 // usageViewKind is the quota kind of a spent window the usage view shows
 // for an account of provider.
-func usageViewKind(provider string) weirv1.QuotaKind {
-	if provider == providerCodex {
+func usageViewKind(provider weirv1.Provider) weirv1.QuotaKind {
+	if provider == weirv1.Provider_PROVIDER_CODEX {
 		return weirv1.QuotaKind_QUOTA_KIND_CODEX_USAGE_LIMIT
 	}
 	return weirv1.QuotaKind_QUOTA_KIND_ANTHROPIC_WINDOW
@@ -488,8 +545,8 @@ func usageViewKind(provider string) weirv1.QuotaKind {
 // gateOnReset says whether a family gate ends on the reset of the scoped
 // claim that set it; a gate that ends on a Retry-After or the default has
 // no quota reset behind it.
-func gateOnReset(g *db.FamilyGate) bool {
-	var e storedEvidence
+func gateOnReset(g *Gate) bool {
+	var e Evidence
 	if json.Unmarshal(g.Evidence, &e) != nil {
 		return false
 	}
@@ -501,7 +558,7 @@ func gateOnReset(g *db.FamilyGate) bool {
 	return false
 }
 
-// quotaBlock says whether every eligible account for the request (the
+// QuotaBlock says whether every eligible account for the request (the
 // whole pool under the same filters as selection: provider, breaker,
 // metered_accounts=never; not
 // the accounts paused, broken or holding a rejected credential, which are
@@ -509,16 +566,16 @@ func gateOnReset(g *db.FamilyGate) bool {
 // the one that reopens first: the earliest known reset, or when none is
 // known, the first account. Any account that could serve, is busy, or is
 // out for another reason means no.
-func quotaBlock(cands []candidate, req routeRequest, now time.Time) *weirv1.QuotaBlock {
+func QuotaBlock(cands []Candidate, req RouteRequest, now time.Time) *weirv1.QuotaBlock {
 	var (
 		first        quotaEvidence
-		firstOf      candidate
+		firstOf      Candidate
 		n, noReset   int32
 		firstUnknown = true
 	)
 	for _, c := range cands {
-		a := c.account
-		if !serves(a.Provider, req.surface) || req.breakerOpen[a.Provider] || req.withheld(a) || a.Paused || a.BrokenAt != nil || req.unreadable[a.ID] {
+		a := c.Account
+		if !Serves(a.Provider, req.Surface) || req.BreakerOpen[a.Provider] || req.withheld(a) || a.Paused || a.Broken || req.Unreadable[a.ID] {
 			continue
 		}
 		if _, blocked, transient := c.blockedUntil(now); blocked && !transient {
@@ -542,7 +599,7 @@ func quotaBlock(cands []candidate, req routeRequest, now time.Time) *weirv1.Quot
 	}
 	qb := &weirv1.QuotaBlock{
 		WindowMinutes:        first.windowMinutes,
-		Provider:             enumValue[weirv1.Provider](firstOf.account.Provider),
+		Provider:             firstOf.Account.Provider,
 		LastUpstreamError:    first.text(),
 		Accounts:             n,
 		Kind:                 first.kind,
@@ -554,9 +611,9 @@ func quotaBlock(cands []candidate, req routeRequest, now time.Time) *weirv1.Quot
 	return qb
 }
 
-// reopensFirst says whether block a reopens before b: a known reset before
+// ReopensFirst says whether block a reopens before b: a known reset before
 // a later one, any known reset before none.
-func reopensFirst(a, b *weirv1.QuotaBlock) bool {
+func ReopensFirst(a, b *weirv1.QuotaBlock) bool {
 	switch {
 	case a.ResetsAt == nil:
 		return false
@@ -566,7 +623,7 @@ func reopensFirst(a, b *weirv1.QuotaBlock) bool {
 	return a.ResetsAt.AsTime().Before(b.ResetsAt.AsTime())
 }
 
-// rankKey is one candidate's place in the ranking, computed once: the
+// rankKey is one Candidate's place in the ranking, computed once: the
 // comparison then reads small values instead of recomputing the usage
 // view's deadlines, and the sort moves indices instead of whole accounts.
 type rankKey struct {
@@ -586,28 +643,28 @@ type rankKey struct {
 	lastUsed    *time.Time
 }
 
-// rank orders the eligible candidates by compareRankKeys, stably.
-func rank(cands []candidate, req routeRequest, now time.Time) []candidate {
+// rank orders the eligible Candidates by compareRankKeys, stably.
+func rank(cands []Candidate, req RouteRequest, now time.Time) []Candidate {
 	keys := make([]rankKey, len(cands))
 	for i, c := range cands {
-		k := rankKey{idx: i, lastResort: req.lastResort(c.account), first: 2, priority: c.account.Priority,
-			tier: harvestTier(c, now), live: c.live, cap: c.account.MaxConcurrency, lastUsed: c.account.LastUsedAt}
+		k := rankKey{idx: i, lastResort: req.lastResort(c.Account), first: 2, priority: c.Account.Priority,
+			tier: harvestTier(c, now), live: c.Live, cap: c.Account.MaxConcurrency, lastUsed: c.Account.LastUsedAt}
 		switch {
-		case req.preferAccount != uuid.Nil && c.account.ID == req.preferAccount:
+		case req.PreferAccount != uuid.Nil && c.Account.ID == req.PreferAccount:
 			k.first = 0
-		case req.sessionAccount != uuid.Nil && c.account.ID == req.sessionAccount:
+		case req.SessionAccount != uuid.Nil && c.Account.ID == req.SessionAccount:
 			k.first = 1
 		}
 		switch k.tier {
 		case tierWeekly:
-			k.weeklyReset, k.weeklyUtil = c.sevenDay.resetsAt, c.sevenDay.utilization
+			k.weeklyReset, k.weeklyUtil = c.SevenDay.ResetsAt, c.SevenDay.Utilization
 		case tierDemoted:
 			k.demoted = c.demotedUntil(now)
 		}
 		keys[i] = k
 	}
 	slices.SortStableFunc(keys, compareRankKeys)
-	out := make([]candidate, len(cands))
+	out := make([]Candidate, len(cands))
 	for i, k := range keys {
 		out[i] = cands[k.idx]
 	}
@@ -672,11 +729,11 @@ const (
 	tierDemoted        // near the limit or held in reserve (the soft demotions)
 )
 
-func harvestTier(c candidate, now time.Time) int {
+func harvestTier(c Candidate, now time.Time) int {
 	switch {
 	case !c.demotedUntil(now).IsZero():
 		return tierDemoted
-	case c.sevenDay.live(now):
+	case c.SevenDay.live(now):
 		return tierWeekly
 	}
 	return tierUnknown

@@ -1,0 +1,51 @@
+// Package vocab translates the proto enums of types.proto to and from the
+// short lower-case names the database and stored evidence spell them by
+// ("anthropic", "oauth", "rate_limited"): the vocabulary is defined once,
+// in proto/weir/v1/types.proto, and these functions are its only
+// translation.
+package vocab
+
+import (
+	"strings"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// Enum is a generated proto enum.
+type Enum interface {
+	~int32
+	Descriptor() protoreflect.EnumDescriptor
+	Number() protoreflect.EnumNumber
+}
+
+// Name is "rate_limited" for COOLDOWN_REASON_RATE_LIMITED.
+func Name[E Enum](v E) string {
+	d := v.Descriptor()
+	full := string(d.Values().ByNumber(v.Number()).Name())
+	return strings.ToLower(strings.TrimPrefix(full, Prefix(d)))
+}
+
+// Value parses a short name back; unknown names give the zero value.
+func Value[E Enum](name string) E {
+	var zero E
+	d := zero.Descriptor()
+	v := d.Values().ByName(protoreflect.Name(Prefix(d) + strings.ToUpper(name)))
+	if v == nil || name == "" {
+		return zero
+	}
+	return E(v.Number())
+}
+
+// Prefix is "COOLDOWN_REASON_" for CooldownReason, following buf's
+// STANDARD lint rule that every value is prefixed with the enum's name.
+func Prefix(d protoreflect.EnumDescriptor) string {
+	name := string(d.Name())
+	var b strings.Builder
+	for i, r := range name {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+	}
+	return strings.ToUpper(b.String()) + "_"
+}
