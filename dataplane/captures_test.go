@@ -3,13 +3,18 @@ package dataplane
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
+	"flag"
 	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,8 +23,8 @@ import (
 
 // Upstream answers kept as raw HTTP/1.1 captures (status line, headers,
 // blank line, body) in testdata/captures, built from the wire facts in
-// docs/wire.md. controlplane/policy/captures_test.go feeds the same decision headers
-// to Decide(); keep the two tables in step.
+// docs/wire.md. What the worker reports for each is in
+// testdata/captures/outcomes.json (see reported).
 
 // capture is what the worker must read from one captured answer.
 type capture struct {
@@ -27,8 +32,6 @@ type capture struct {
 	status    int
 	class     weirv1.OutcomeClass // classify(status, "")
 	errorType string              // errorTypeOf(body)
-	// headers is decisionHeaders' exact result.
-	headers map[string]string
 	// sent says whether attempt() hands the answer to the client at once
 	// (a success, or an error no other account would fix) rather than
 	// holding it for a replay.
@@ -36,97 +39,56 @@ type capture struct {
 }
 
 var captures = []capture{
-	{
-		file: "429-weekly-rejected.txt", status: 429, class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, errorType: "rate_limit_error",
-		headers: map[string]string{
-			"retry-after":                        "51811",
-			"x-should-retry":                     "true",
-			"request-id":                         "req_011CUqT6mF3x9wZ7yKp2VdQe",
-			"anthropic-ratelimit-unified-status": "rejected",
-			"anthropic-ratelimit-unified-reset":  "1785736800",
-			"anthropic-ratelimit-unified-representative-claim":    "seven_day_overage_included",
-			"anthropic-ratelimit-unified-fallback-percentage":     "0.5",
-			"anthropic-ratelimit-unified-5h-status":               "allowed",
-			"anthropic-ratelimit-unified-5h-utilization":          "0.21",
-			"anthropic-ratelimit-unified-5h-reset":                "1785700800",
-			"anthropic-ratelimit-unified-7d-status":               "allowed_warning",
-			"anthropic-ratelimit-unified-7d-utilization":          "0.94",
-			"anthropic-ratelimit-unified-7d-reset":                "1785736800",
-			"anthropic-ratelimit-unified-7d-surpassed-threshold":  "0.75",
-			"anthropic-ratelimit-unified-7d_oi-status":            "rejected",
-			"anthropic-ratelimit-unified-7d_oi-utilization":       "1.0",
-			"anthropic-ratelimit-unified-7d_oi-reset":             "1785736800",
-			"anthropic-ratelimit-unified-overage-status":          "rejected",
-			"anthropic-ratelimit-unified-overage-disabled-reason": "org_level_disabled",
-		},
-	},
-	{
-		file: "429-burst.txt", status: 429, class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, errorType: "rate_limit_error",
-		headers: map[string]string{"retry-after": "2", "x-should-retry": "true", "request-id": "req_011CUqTb4s2GkV1nZpR8oYwA"},
-	},
-	{
-		file: "529-overloaded.txt", status: 529, class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, errorType: "overloaded_error",
-		headers: map[string]string{"x-should-retry": "true", "request-id": "req_011CUqTh7NwQ2rLzX5cV9mBe"},
-	},
-	{
-		file: "503-api-error.txt", status: 503, class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, errorType: "api_error",
-		headers: map[string]string{"x-should-retry": "true", "request-id": "req_011CUqTm1aYbZc3dEf4gHi5j"},
-	},
-	{
-		// The status says success; the stream's error event says overload
-		// (relayStream finds it, TestCaptureStreamOverloadedEvent).
-		file: "200-stream-overloaded-event.txt", status: 200, class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS,
-		headers: map[string]string{
-			"request-id":                                          "req_011CUqTr9kLmNoPqRsTuVwXy",
-			"anthropic-ratelimit-unified-status":                  "allowed",
-			"anthropic-ratelimit-unified-reset":                   "1785700800",
-			"anthropic-ratelimit-unified-representative-claim":    "five_hour",
-			"anthropic-ratelimit-unified-fallback-percentage":     "0.5",
-			"anthropic-ratelimit-unified-5h-status":               "allowed",
-			"anthropic-ratelimit-unified-5h-utilization":          "0.31",
-			"anthropic-ratelimit-unified-5h-reset":                "1785700800",
-			"anthropic-ratelimit-unified-7d-status":               "allowed",
-			"anthropic-ratelimit-unified-7d-utilization":          "0.58",
-			"anthropic-ratelimit-unified-7d-reset":                "1785736800",
-			"anthropic-ratelimit-unified-overage-status":          "rejected",
-			"anthropic-ratelimit-unified-overage-disabled-reason": "org_level_disabled",
-		},
-	},
-	{
-		file: "200-api-key-ratelimit.txt", status: 200, class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, sent: true,
-		headers: map[string]string{
-			"request-id":                                  "req_011CUqTw2bCdEfGhIjKlMnOp",
-			"anthropic-ratelimit-requests-limit":          "4000",
-			"anthropic-ratelimit-requests-remaining":      "3999",
-			"anthropic-ratelimit-requests-reset":          "2026-08-02T15:44:11Z",
-			"anthropic-ratelimit-tokens-limit":            "2400000",
-			"anthropic-ratelimit-tokens-remaining":        "2399000",
-			"anthropic-ratelimit-tokens-reset":            "2026-08-02T15:44:11Z",
-			"anthropic-ratelimit-input-tokens-limit":      "2000000",
-			"anthropic-ratelimit-input-tokens-remaining":  "1999000",
-			"anthropic-ratelimit-input-tokens-reset":      "2026-08-02T15:44:11Z",
-			"anthropic-ratelimit-output-tokens-limit":     "400000",
-			"anthropic-ratelimit-output-tokens-remaining": "400000",
-			"anthropic-ratelimit-output-tokens-reset":     "2026-08-02T15:44:10Z",
-		},
-	},
-	{
-		file: "401-authentication-error.txt", status: 401, class: weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR, errorType: "authentication_error",
-		headers: map[string]string{"x-should-retry": "false", "request-id": "req_011CUqU1dEfGhIjKlMnOpQrS"},
-	},
-	{
-		file: "400-invalid-request.txt", status: 400, class: weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_ERROR, errorType: "invalid_request_error", sent: true,
-		headers: map[string]string{"x-should-retry": "false", "request-id": "req_011CUqU4gHiJkLmNoPqRsTuV"},
-	},
-	{
-		// A gateway's own page: no Anthropic headers, no Anthropic body.
-		file: "502-gateway-html.txt", status: 502, class: weirv1.OutcomeClass_OUTCOME_CLASS_GATEWAY_ERROR,
-		headers: map[string]string{},
-	},
-	{
-		file: "429-retry-after-date.txt", status: 429, class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, errorType: "rate_limit_error",
-		headers: map[string]string{"retry-after": "Sun, 02 Aug 2026 15:38:00 GMT", "x-should-retry": "true", "request-id": "req_011CUqU9jKlMnOpQrStUvWxY"},
-	},
+	{file: "429-weekly-rejected.txt", status: 429, class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, errorType: "rate_limit_error"},
+	{file: "429-burst.txt", status: 429, class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, errorType: "rate_limit_error"},
+	{file: "529-overloaded.txt", status: 529, class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, errorType: "overloaded_error"},
+	{file: "503-api-error.txt", status: 503, class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, errorType: "api_error"},
+	// The status says success; the stream's error event says overload
+	// (relayStream finds it, TestCaptureStreamOverloadedEvent), and that is
+	// what the worker reports (outcomes.json).
+	{file: "200-stream-overloaded-event.txt", status: 200, class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS},
+	{file: "200-api-key-ratelimit.txt", status: 200, class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, sent: true},
+	{file: "401-authentication-error.txt", status: 401, class: weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR, errorType: "authentication_error"},
+	{file: "400-invalid-request.txt", status: 400, class: weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_ERROR, errorType: "invalid_request_error", sent: true},
+	// A gateway's own page: no Anthropic headers, no Anthropic body.
+	{file: "502-gateway-html.txt", status: 502, class: weirv1.OutcomeClass_OUTCOME_CLASS_GATEWAY_ERROR},
+	{file: "429-retry-after-date.txt", status: 429, class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, errorType: "rate_limit_error"},
+}
+
+// reported is one entry of testdata/captures/outcomes.json: the outcome
+// attempt() reports to the control plane for a capture, and the capture's
+// Date. controlplane/policy/captures_test.go feeds the same file to
+// Decide(), so the worker's reading of an answer and the control plane's
+// decision on it are checked against one table. TestCapturesThroughAttempt
+// checks it against attempt() and rewrites it under -update-captures.
+type reported struct {
+	Capture   string            `json:"capture"`
+	Date      string            `json:"date"`
+	Class     string            `json:"class"`
+	Status    int32             `json:"status"`
+	ErrorType string            `json:"error_type,omitempty"`
+	Headers   map[string]string `json:"headers"`
+}
+
+var updateCaptures = flag.Bool("update-captures", false, "rewrite testdata/captures/outcomes.json from attempt()'s outcomes")
+
+const outcomesFile = "testdata/captures/outcomes.json"
+
+func readReported(t *testing.T) map[string]reported {
+	t.Helper()
+	raw, err := os.ReadFile(outcomesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list []reported
+	if err := json.Unmarshal(raw, &list); err != nil {
+		t.Fatalf("%s: %v", outcomesFile, err)
+	}
+	out := map[string]reported{}
+	for _, r := range list {
+		out[r.Capture+".txt"] = r
+	}
+	return out
 }
 
 // readCapture parses a capture; the returned response's body is unread.
@@ -163,6 +125,10 @@ func TestCapturesAreAllListed(t *testing.T) {
 	for _, c := range captures {
 		listed[c.file] = true
 	}
+	inFile := readReported(t)
+	if !*updateCaptures && !maps.EqualFunc(listed, inFile, func(bool, reported) bool { return true }) {
+		t.Errorf("%s lists %d captures, the table %d", outcomesFile, len(inFile), len(listed))
+	}
 	if len(files) != len(listed) {
 		t.Errorf("%d capture files, %d in the table", len(files), len(listed))
 	}
@@ -175,6 +141,7 @@ func TestCapturesAreAllListed(t *testing.T) {
 
 func TestCaptures(t *testing.T) {
 	t.Parallel()
+	want := readReported(t)
 	for _, c := range captures {
 		t.Run(strings.TrimSuffix(c.file, ".txt"), func(t *testing.T) {
 			t.Parallel()
@@ -194,15 +161,15 @@ func TestCaptures(t *testing.T) {
 					t.Errorf("classify(%d, %q) = %v, want %v", resp.StatusCode, errorTypeOf(body), got, c.class)
 				}
 			}
-			got := decisionHeaders(resp.Header)
-			if !maps.Equal(got, c.headers) {
-				for k, v := range c.headers {
+			got, wantHeaders := decisionHeaders(resp.Header), want[c.file].Headers
+			if !maps.Equal(got, wantHeaders) {
+				for k, v := range wantHeaders {
 					if got[k] != v {
 						t.Errorf("decision header %s = %q, want %q", k, got[k], v)
 					}
 				}
 				for k, v := range got {
-					if _, ok := c.headers[k]; !ok {
+					if _, ok := wantHeaders[k]; !ok {
 						t.Errorf("unexpected decision header %s = %q", k, v)
 					}
 				}
@@ -252,6 +219,24 @@ func TestCaptureStreamOverloadedEvent(t *testing.T) {
 // client got the answer or it was held for a replay.
 func TestCapturesThroughAttempt(t *testing.T) {
 	t.Parallel()
+	want := readReported(t)
+	var (
+		mu  sync.Mutex
+		got []reported
+	)
+	t.Cleanup(func() {
+		if !*updateCaptures || t.Failed() {
+			return
+		}
+		slices.SortFunc(got, func(a, b reported) int { return strings.Compare(a.Capture, b.Capture) })
+		raw, err := json.MarshalIndent(got, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(outcomesFile, append(raw, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
 	for _, c := range captures {
 		t.Run(strings.TrimSuffix(c.file, ".txt"), func(t *testing.T) {
 			t.Parallel()
@@ -277,15 +262,16 @@ func TestCapturesThroughAttempt(t *testing.T) {
 			res := s.attempt(t.Context(), tw, r, in, lease, 0)
 			o := res.outcome
 
-			wantClass, wantType := c.class, c.errorType
-			if c.file == "200-stream-overloaded-event.txt" {
-				wantClass, wantType = weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, "overloaded_error"
+			rep := reported{Capture: strings.TrimSuffix(c.file, ".txt"), Date: resp.Header.Get("Date"),
+				Class: o.Class.String(), Status: o.Status, ErrorType: o.ErrorType, Headers: o.Headers}
+			mu.Lock()
+			got = append(got, rep)
+			mu.Unlock()
+			if w := want[c.file]; !*updateCaptures && !reflect.DeepEqual(rep, w) {
+				t.Errorf("reported %+v\nwant (%s) %+v", rep, outcomesFile, w)
 			}
-			if o.Class != wantClass || o.ErrorType != wantType || o.Status != int32(c.status) {
-				t.Errorf("outcome class %v type %q status %d, want %v %q %d", o.Class, o.ErrorType, o.Status, wantClass, wantType, c.status)
-			}
-			if !maps.Equal(o.Headers, c.headers) {
-				t.Errorf("outcome headers %v, want %v", o.Headers, c.headers)
+			if o.Status != int32(c.status) {
+				t.Errorf("outcome status %d, want %d", o.Status, c.status)
 			}
 			if o.Duration == nil || o.TimeToFirstByte == nil {
 				t.Error("outcome without duration or time to first byte")

@@ -166,7 +166,7 @@ type benchLadderCase struct {
 }
 
 func benchLadderCases(b *testing.B) []benchLadderCase {
-	weekly := captureOutcomes[0]
+	weekly := captureNamed(b, "429-weekly-rejected")
 	weeklyNow, err := http.ParseTime(weekly.date)
 	if err != nil {
 		b.Fatal(err)

@@ -1,90 +1,74 @@
 package policy
 
 import (
+	"encoding/json"
 	"maps"
 	"net/http"
+	"os"
 	"testing"
 	"time"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
 
-// The upstream captures in dataplane/testdata/captures, as the control
-// plane receives them: the outcome class the worker reports and the
-// decision headers it picked (copied from dataplane/captures_test.go; the
-// control plane does not import the worker). now is each capture's Date.
-var captureOutcomes = []struct {
+// captureOutcome is one upstream capture (dataplane/testdata/captures) as
+// the control plane receives it: the outcome the worker reports and the
+// capture's Date, which is now for the decision. The worker's test of the
+// same captures (dataplane/captures_test.go TestCapturesThroughAttempt)
+// checks outcomes.json against what attempt() reports, so the two sides
+// read one table.
+type captureOutcome struct {
 	name    string
 	date    string
 	class   weirv1.OutcomeClass
 	status  int32
 	errType string
 	headers map[string]string
-}{
-	{"429-weekly-rejected", "Sun, 02 Aug 2026 15:36:29 GMT", weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, 429, "rate_limit_error", map[string]string{
-		"retry-after":                        "51811",
-		"x-should-retry":                     "true",
-		"request-id":                         "req_011CUqT6mF3x9wZ7yKp2VdQe",
-		"anthropic-ratelimit-unified-status": "rejected",
-		"anthropic-ratelimit-unified-reset":  "1785736800",
-		"anthropic-ratelimit-unified-representative-claim":    "seven_day_overage_included",
-		"anthropic-ratelimit-unified-fallback-percentage":     "0.5",
-		"anthropic-ratelimit-unified-5h-status":               "allowed",
-		"anthropic-ratelimit-unified-5h-utilization":          "0.21",
-		"anthropic-ratelimit-unified-5h-reset":                "1785700800",
-		"anthropic-ratelimit-unified-7d-status":               "allowed_warning",
-		"anthropic-ratelimit-unified-7d-utilization":          "0.94",
-		"anthropic-ratelimit-unified-7d-reset":                "1785736800",
-		"anthropic-ratelimit-unified-7d-surpassed-threshold":  "0.75",
-		"anthropic-ratelimit-unified-7d_oi-status":            "rejected",
-		"anthropic-ratelimit-unified-7d_oi-utilization":       "1.0",
-		"anthropic-ratelimit-unified-7d_oi-reset":             "1785736800",
-		"anthropic-ratelimit-unified-overage-status":          "rejected",
-		"anthropic-ratelimit-unified-overage-disabled-reason": "org_level_disabled",
-	}},
-	{"429-burst", "Sun, 02 Aug 2026 15:40:00 GMT", weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, 429, "rate_limit_error",
-		map[string]string{"retry-after": "2", "x-should-retry": "true", "request-id": "req_011CUqTb4s2GkV1nZpR8oYwA"}},
-	{"529-overloaded", "Sun, 02 Aug 2026 15:41:12 GMT", weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, 529, "overloaded_error",
-		map[string]string{"x-should-retry": "true", "request-id": "req_011CUqTh7NwQ2rLzX5cV9mBe"}},
-	{"503-api-error", "Sun, 02 Aug 2026 15:42:03 GMT", weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, 503, "api_error",
-		map[string]string{"x-should-retry": "true", "request-id": "req_011CUqTm1aYbZc3dEf4gHi5j"}},
-	{"200-stream-overloaded-event", "Sun, 02 Aug 2026 15:43:45 GMT", weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, 200, "overloaded_error", map[string]string{
-		"request-id":                                          "req_011CUqTr9kLmNoPqRsTuVwXy",
-		"anthropic-ratelimit-unified-status":                  "allowed",
-		"anthropic-ratelimit-unified-reset":                   "1785700800",
-		"anthropic-ratelimit-unified-representative-claim":    "five_hour",
-		"anthropic-ratelimit-unified-fallback-percentage":     "0.5",
-		"anthropic-ratelimit-unified-5h-status":               "allowed",
-		"anthropic-ratelimit-unified-5h-utilization":          "0.31",
-		"anthropic-ratelimit-unified-5h-reset":                "1785700800",
-		"anthropic-ratelimit-unified-7d-status":               "allowed",
-		"anthropic-ratelimit-unified-7d-utilization":          "0.58",
-		"anthropic-ratelimit-unified-7d-reset":                "1785736800",
-		"anthropic-ratelimit-unified-overage-status":          "rejected",
-		"anthropic-ratelimit-unified-overage-disabled-reason": "org_level_disabled",
-	}},
-	{"200-api-key-ratelimit", "Sun, 02 Aug 2026 15:44:10 GMT", weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, 200, "", map[string]string{
-		"request-id":                                  "req_011CUqTw2bCdEfGhIjKlMnOp",
-		"anthropic-ratelimit-requests-limit":          "4000",
-		"anthropic-ratelimit-requests-remaining":      "3999",
-		"anthropic-ratelimit-requests-reset":          "2026-08-02T15:44:11Z",
-		"anthropic-ratelimit-tokens-limit":            "2400000",
-		"anthropic-ratelimit-tokens-remaining":        "2399000",
-		"anthropic-ratelimit-tokens-reset":            "2026-08-02T15:44:11Z",
-		"anthropic-ratelimit-input-tokens-limit":      "2000000",
-		"anthropic-ratelimit-input-tokens-remaining":  "1999000",
-		"anthropic-ratelimit-input-tokens-reset":      "2026-08-02T15:44:11Z",
-		"anthropic-ratelimit-output-tokens-limit":     "400000",
-		"anthropic-ratelimit-output-tokens-remaining": "400000",
-		"anthropic-ratelimit-output-tokens-reset":     "2026-08-02T15:44:10Z",
-	}},
-	{"401-authentication-error", "Sun, 02 Aug 2026 15:45:00 GMT", weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR, 401, "authentication_error",
-		map[string]string{"x-should-retry": "false", "request-id": "req_011CUqU1dEfGhIjKlMnOpQrS"}},
-	{"400-invalid-request", "Sun, 02 Aug 2026 15:45:30 GMT", weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_ERROR, 400, "invalid_request_error",
-		map[string]string{"x-should-retry": "false", "request-id": "req_011CUqU4gHiJkLmNoPqRsTuV"}},
-	{"502-gateway-html", "Sun, 02 Aug 2026 15:46:00 GMT", weirv1.OutcomeClass_OUTCOME_CLASS_GATEWAY_ERROR, 502, "", map[string]string{}},
-	{"429-retry-after-date", "Sun, 02 Aug 2026 15:36:29 GMT", weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, 429, "rate_limit_error",
-		map[string]string{"retry-after": "Sun, 02 Aug 2026 15:38:00 GMT", "x-should-retry": "true", "request-id": "req_011CUqU9jKlMnOpQrStUvWxY"}},
+}
+
+const outcomesFile = "../../dataplane/testdata/captures/outcomes.json"
+
+func readCaptureOutcomes(t testing.TB) []captureOutcome {
+	t.Helper()
+	raw, err := os.ReadFile(outcomesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list []struct {
+		Capture   string            `json:"capture"`
+		Date      string            `json:"date"`
+		Class     string            `json:"class"`
+		Status    int32             `json:"status"`
+		ErrorType string            `json:"error_type"`
+		Headers   map[string]string `json:"headers"`
+	}
+	if err := json.Unmarshal(raw, &list); err != nil {
+		t.Fatalf("%s: %v", outcomesFile, err)
+	}
+	if len(list) == 0 {
+		t.Fatalf("%s lists no captures", outcomesFile)
+	}
+	out := make([]captureOutcome, 0, len(list))
+	for _, r := range list {
+		class, ok := weirv1.OutcomeClass_value[r.Class]
+		if !ok {
+			t.Fatalf("%s: %s: unknown class %q", outcomesFile, r.Capture, r.Class)
+		}
+		out = append(out, captureOutcome{r.Capture, r.Date, weirv1.OutcomeClass(class), r.Status, r.ErrorType, r.Headers})
+	}
+	return out
+}
+
+// captureNamed is one capture of outcomes.json.
+func captureNamed(t testing.TB, name string) captureOutcome {
+	t.Helper()
+	for _, c := range readCaptureOutcomes(t) {
+		if c.name == name {
+			return c
+		}
+	}
+	t.Fatalf("no %s in %s", name, outcomesFile)
+	return captureOutcome{}
 }
 
 func TestDecideCaptures(t *testing.T) {
@@ -133,6 +117,7 @@ func TestDecideCaptures(t *testing.T) {
 		"429-retry-after-date": {action: failover, reason: limited, until: date("Sun, 02 Aug 2026 15:38:00 GMT"),
 			summary: "rate_limited, status 429, rate_limit_error, retry-after Sun, 02 Aug 2026 15:38:00 GMT"},
 	}
+	captureOutcomes := readCaptureOutcomes(t)
 	if len(wants) != len(captureOutcomes) {
 		t.Fatalf("%d expectations for %d captures", len(wants), len(captureOutcomes))
 	}
@@ -198,10 +183,7 @@ func captureFacts(h map[string]string) Facts {
 // ends, not for the one-hour default.
 func TestDecideWeeklyCaptureWithoutRetryAfter(t *testing.T) {
 	t.Parallel()
-	c := captureOutcomes[0]
-	if c.name != "429-weekly-rejected" {
-		t.Fatalf("first capture is %s", c.name)
-	}
+	c := captureNamed(t, "429-weekly-rejected")
 	h := maps.Clone(c.headers)
 	delete(h, "retry-after")
 	delete(h, "anthropic-ratelimit-unified-7d_oi-reset")

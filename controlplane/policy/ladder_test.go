@@ -13,7 +13,7 @@ import (
 )
 
 // The 429 decision ladder, one table per rung, built from real header
-// sets: the production weekly capture (captureOutcomes[0]) and the shapes
+// sets: the production weekly capture (429-weekly-rejected) and the shapes
 // docs/wire.md records. Every case runs through Decide(), the one entry point.
 
 const (
@@ -363,7 +363,7 @@ func TestLadderOrder(t *testing.T) {
 // account-wide cooldown: 5h and 7d are not rejected.
 func TestLadderProductionCapture(t *testing.T) {
 	t.Parallel()
-	c := captureOutcomes[0]
+	c := captureNamed(t, "429-weekly-rejected")
 	now, err := http.ParseTime(c.date)
 	if err != nil {
 		t.Fatal(err)
@@ -381,7 +381,7 @@ func TestLadderProductionCapture(t *testing.T) {
 		rung: rungAccountQuota, action: actFailover, reason: reasonQuota, until: 51811 * time.Second, claims: "7d"}, now)
 
 	// The burst captures, on a subscription account: retried in place.
-	for _, c := range captureOutcomes {
+	for _, c := range readCaptureOutcomes(t) {
 		if c.name != "429-burst" && c.name != "429-retry-after-date" {
 			continue
 		}
@@ -442,7 +442,7 @@ func TestLadderEvidence(t *testing.T) {
 // one past the 8-day bound (the out-of-credits floor aside), or a burst
 // retry with a cooldown.
 func FuzzLadder(f *testing.F) {
-	for _, c := range captureOutcomes {
+	for _, c := range readCaptureOutcomes(f) {
 		f.Add(c.headers["retry-after"], c.headers[unifiedPrefix+"status"], c.headers[unifiedPrefix+"5h-status"], c.headers[unifiedPrefix+"5h-reset"],
 			c.headers[unifiedPrefix+"7d_oi-status"], c.headers[unifiedPrefix+"representative-claim"], c.headers[unifiedPrefix+"reset"], true, int32(0))
 	}
