@@ -103,11 +103,11 @@ func BenchmarkAcquireQueries(b *testing.B) {
 		b.Fatal(err)
 	}
 	hash := HashKey(key.Msg.Secret)
-	l := leaseService{s: srv}
+	l := srv.leases()
 	var view, claim, release time.Duration
 	for b.Loop() {
 		t0 := time.Now()
-		v, err := srv.routingView(ctx, hash, "claude-sonnet-4-5", "s", "sonnet", time.Now())
+		v, err := srv.leases().routingView(ctx, hash, "claude-sonnet-4-5", "s", "sonnet", time.Now())
 		if err != nil {
 			b.Fatal(err)
 		}

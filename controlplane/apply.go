@@ -40,32 +40,32 @@ func releasedSuccess(row db.ReleaseLeaseRow, o *weirv1.Outcome, admittedAt time.
 // inside its transaction (q is the transaction's); successes are applied
 // outside one, on the pool, since a success record that lost a deadlock
 // is run again whole.
-func (s *Server) applyEffects(ctx context.Context, q *db.Queries, rs []released, now time.Time) ([]*weirv1.Decision, error) {
+func (l leaseService) applyEffects(ctx context.Context, q *db.Queries, rs []released, now time.Time) ([]*weirv1.Decision, error) {
 	answers := make([]*weirv1.Decision, len(rs))
 	for i, r := range rs {
 		if r.effects.Success {
 			continue
 		}
-		if err := s.applyBreaker(ctx, q, r, now); err != nil {
+		if err := l.applyBreaker(ctx, q, r, now); err != nil {
 			return nil, err
 		}
-		inForce, err := s.applyCooldown(ctx, q, r, now)
+		inForce, err := l.applyCooldown(ctx, q, r, now)
 		if err != nil {
 			return nil, err
 		}
-		if err := s.applyLadderState(ctx, q, r.row, r.effects, now); err != nil {
+		if err := l.applyLadderState(ctx, q, r.row, r.effects, now); err != nil {
 			return nil, err
 		}
 		answers[i] = answer(r.effects, inForce)
 	}
-	if err := s.writeSuccessRecords(ctx, q, successGroups(rs, now)); err != nil {
+	if err := l.writeSuccessRecords(ctx, q, successGroups(rs, now)); err != nil {
 		return nil, err
 	}
 	for i, r := range rs {
 		if r.effects.Success {
 			answers[i] = answer(r.effects, nil)
 		}
-		if err := s.mergeUsageHeaders(ctx, q, r.row.AccountID, r.row.CredentialRevision, r.outcome.GetHeaders(), now); err != nil {
+		if err := l.mergeUsageHeaders(ctx, q, r.row.AccountID, r.row.CredentialRevision, r.outcome.GetHeaders(), now); err != nil {
 			return nil, err
 		}
 	}
@@ -87,7 +87,7 @@ func answer(e policy.Effects, inForce *db.Cooldown) *weirv1.Decision {
 
 // applyBreaker writes a failure's change to its family's breaker (a
 // success's is its record's).
-func (s *Server) applyBreaker(ctx context.Context, q *db.Queries, r released, now time.Time) error {
+func (l leaseService) applyBreaker(ctx context.Context, q *db.Queries, r released, now time.Time) error {
 	provider, family := r.row.Provider, policy.ModelFamily(r.row.Model)
 	switch r.effects.Breaker {
 	case policy.BreakerClose:
@@ -101,8 +101,8 @@ func (s *Server) applyBreaker(ctx context.Context, q *db.Queries, r released, no
 			return err
 		}
 		if b.OpenCount > before.OpenCount {
-			s.metrics.breakerOpens.Inc()
-			s.log.WarnContext(ctx, "overload breaker opened", "provider", provider, "family", family,
+			l.metrics.breakerOpens.Inc()
+			l.log.WarnContext(ctx, "overload breaker opened", "provider", provider, "family", family,
 				"until", *b.OpenUntil, "open_count", b.OpenCount)
 		}
 	}
@@ -111,7 +111,7 @@ func (s *Server) applyBreaker(ctx context.Context, q *db.Queries, r released, no
 
 // applyCooldown writes a failure's cooldown, if it has one, and returns
 // the cooldown in force after merging, as routing sees it.
-func (s *Server) applyCooldown(ctx context.Context, q *db.Queries, r released, now time.Time) (*db.Cooldown, error) {
+func (l leaseService) applyCooldown(ctx context.Context, q *db.Queries, r released, now time.Time) (*db.Cooldown, error) {
 	cw := r.effects.Cooldown
 	if cw == nil {
 		return nil, nil
@@ -139,8 +139,8 @@ func (s *Server) applyCooldown(ctx context.Context, q *db.Queries, r released, n
 	if err != nil {
 		return nil, err
 	}
-	s.metrics.cooldowns.WithLabelValues(enumName(cw.Reason)).Inc()
-	s.log.InfoContext(ctx, "cooldown written", "account_id", r.row.AccountID,
+	l.metrics.cooldowns.WithLabelValues(enumName(cw.Reason)).Inc()
+	l.log.InfoContext(ctx, "cooldown written", "account_id", r.row.AccountID,
 		"reason", merged.Reason, "until", merged.Until)
 	if merged.Reason == enumName(weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED) &&
 		r.row.AuthKind == enumName(weirv1.AuthKind_AUTH_KIND_OAUTH) {

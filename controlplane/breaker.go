@@ -49,8 +49,8 @@ func orEmpty(ids []uuid.UUID) []uuid.UUID {
 // must give the slot back if it grants no lease); avoid names the
 // accounts already probed since it opened, which the probe should not
 // go to while another account can serve.
-func (s *Server) breakerGate(ctx context.Context, provider, family string, now time.Time) (none *weirv1.NoAccount, probe bool, avoid []uuid.UUID, err error) {
-	b, err := s.q.GetBreaker(ctx, db.GetBreakerParams{Provider: provider, Family: family})
+func (l leaseService) breakerGate(ctx context.Context, provider, family string, now time.Time) (none *weirv1.NoAccount, probe bool, avoid []uuid.UUID, err error) {
+	b, err := l.q.GetBreaker(ctx, db.GetBreakerParams{Provider: provider, Family: family})
 	if errors.Is(storeErr(err), ErrNotFound) || (err == nil && b.OpenUntil == nil) {
 		return nil, false, nil, nil
 	}
@@ -68,10 +68,10 @@ func (s *Server) breakerGate(ctx context.Context, provider, family string, now t
 		return closed(*b.OpenUntil), false, nil, nil
 	}
 	until := now.Add(policy.ProbeTTL)
-	_, err = s.q.ClaimProbe(ctx, db.ClaimProbeParams{Provider: provider, Family: family, ProbeUntil: &until, Now: now})
+	_, err = l.q.ClaimProbe(ctx, db.ClaimProbeParams{Provider: provider, Family: family, ProbeUntil: &until, Now: now})
 	switch {
 	case err == nil:
-		s.metrics.probes.Inc()
+		l.metrics.probes.Inc()
 		return nil, true, b.ProbedAccounts, nil // this request is the probe
 	case errors.Is(storeErr(err), ErrNotFound):
 		return closed(now.Add(policy.BreakerPoll)), false, nil, nil

@@ -175,8 +175,8 @@ func modelNotAllowed(model string) error {
 // statement against the key's bucket row, so that the limit is the key's
 // total across every worker and control-plane replica.
 func (l leaseService) TakeRequestToken(ctx context.Context, req *connect.Request[weirv1.TakeRequestTokenRequest]) (*connect.Response[weirv1.TakeRequestTokenResponse], error) {
-	now := l.s.now()
-	row, err := l.s.q.TakeKeyToken(ctx, db.TakeKeyTokenParams{KeyHash: req.Msg.KeyHash, Now: now})
+	now := l.now()
+	row, err := l.q.TakeKeyToken(ctx, db.TakeKeyTokenParams{KeyHash: req.Msg.KeyHash, Now: now})
 	if err != nil {
 		if errors.Is(storeErr(err), ErrNotFound) {
 			return nil, connect.NewError(connect.CodePermissionDenied, errKeyRejected)
@@ -187,7 +187,7 @@ func (l leaseService) TakeRequestToken(ctx context.Context, req *connect.Request
 	out := &weirv1.TakeRequestTokenResponse{Admitted: limit == 0 || row.Admitted, RateLimitPerMinute: limit}
 	if !out.Admitted {
 		out.RetryAfter = durationpb.New(tokenWait(row.Tat, limit, now))
-		l.s.metrics.keyRateLimited.Inc()
+		l.metrics.keyRateLimited.Inc()
 	}
 	return connect.NewResponse(out), nil
 }

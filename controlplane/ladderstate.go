@@ -11,9 +11,9 @@ import (
 // applyLadderState writes what a decision keeps besides the cooldown: the
 // family gate and the step of the adaptive quota backoff (a success's
 // writes are recordSuccess's). It runs inside Release's transaction.
-func (s *Server) applyLadderState(ctx context.Context, q *db.Queries, row db.ReleaseLeaseRow, d policy.Effects, now time.Time) error {
+func (l leaseService) applyLadderState(ctx context.Context, q *db.Queries, row db.ReleaseLeaseRow, d policy.Effects, now time.Time) error {
 	if d.Rung != "" {
-		s.metrics.rateLimits.WithLabelValues(string(d.Rung)).Inc()
+		l.metrics.rateLimits.WithLabelValues(string(d.Rung)).Inc()
 	}
 	if d.QuotaBackoff {
 		if err := q.RecordQuotaBackoff(ctx, row.AccountID); err != nil {
@@ -31,7 +31,7 @@ func (s *Server) applyLadderState(ctx context.Context, q *db.Queries, row db.Rel
 		if err != nil {
 			return err
 		}
-		s.log.InfoContext(ctx, "family gate written", "account_id", row.AccountID, "family", merged.Family, "until", merged.Until)
+		l.log.InfoContext(ctx, "family gate written", "account_id", row.AccountID, "family", merged.Family, "until", merged.Until)
 	}
 	return nil
 }

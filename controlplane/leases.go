@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"maps"
 	"slices"
 	"time"
@@ -25,15 +26,31 @@ import (
 // claimed away between the view and the claim.
 const claimAttempts = 4
 
+// leaseService is the workers' API: keys, leases, outcomes, route events,
+// settings and the pool's invalidations. It is the request path, so it
+// holds only what that path uses.
 type leaseService struct {
 	weirv1connect.UnimplementedLeaseServiceHandler
-	s *Server
+	store
+	cfg      Config
+	settings settingsSource
+	seal     *seal.Sealer
+	log      *slog.Logger
+	now      func() time.Time
+	metrics  *metrics
+	watch    *poolWatch
+	// mergeUsageHeaders folds a released answer's usage headers into the
+	// usage view (usage.go), which the usage poller writes too.
+	mergeUsageHeaders func(ctx context.Context, q *db.Queries, accountID uuid.UUID, revision int64, headers map[string]string, now time.Time) error
+	// markUnreadable marks the credentials this replica cannot open
+	// broken (credcheck.go), as its periodic check does.
+	markUnreadable func(ctx context.Context, refs []sealedRef) error
 }
 
 var errKeyRejected = errors.New("client key is unknown or revoked")
 
 func (l leaseService) VerifyKey(ctx context.Context, req *connect.Request[weirv1.VerifyKeyRequest]) (*connect.Response[weirv1.VerifyKeyResponse], error) {
-	row, err := l.s.q.ActiveKeyByHash(ctx, req.Msg.KeyHash)
+	row, err := l.q.ActiveKeyByHash(ctx, req.Msg.KeyHash)
 	if err != nil {
 		if errors.Is(storeErr(err), ErrNotFound) {
 			return nil, connect.NewError(connect.CodePermissionDenied, errKeyRejected)
@@ -50,7 +67,7 @@ func (l leaseService) Acquire(ctx context.Context, req *connect.Request[weirv1.A
 	if none := resp.GetNoAccount(); err == nil && none.GetQuotaBlock() != nil {
 		// The pool is out of quota: the worker answers by the mode in force
 		// now, not by its last settings poll.
-		st, serr := l.s.effectiveSettings(ctx)
+		st, serr := l.settings.effective(ctx)
 		if serr != nil {
 			return nil, serr
 		}
@@ -63,7 +80,7 @@ func (l leaseService) Acquire(ctx context.Context, req *connect.Request[weirv1.A
 	case resp.GetNoAccount() != nil:
 		outcome = enumName(resp.GetNoAccount().Reason)
 	}
-	l.s.metrics.acquireSeconds.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+	l.metrics.acquireSeconds.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
 	if err != nil {
 		return nil, err
 	}
@@ -87,14 +104,14 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (re
 	}
 	// One round trip answers the key check, the alias question and the
 	// routing view for a concrete model; the lease's claim is the second.
-	v, err := l.s.routingView(ctx, m.KeyHash, m.Model, m.SessionKey, policy.ModelFamily(m.Model), l.s.now())
+	v, err := l.routingView(ctx, m.KeyHash, m.Model, m.SessionKey, policy.ModelFamily(m.Model), l.now())
 	if err != nil {
 		return nil, err
 	}
 	key, aliasTargets := v.key, v.aliasTargets
 	if len(v.cands) == 0 {
 		// No account at all: the view had no row to carry the key's answer.
-		row, err := l.s.q.ActiveKeyAndAlias(ctx, db.ActiveKeyAndAliasParams{KeyHash: m.KeyHash, Model: m.Model})
+		row, err := l.q.ActiveKeyAndAlias(ctx, db.ActiveKeyAndAliasParams{KeyHash: m.KeyHash, Model: m.Model})
 		switch {
 		case errors.Is(storeErr(err), ErrNotFound):
 			key.id = uuid.Nil
@@ -172,7 +189,7 @@ func aliasNoAccount(nones []*weirv1.NoAccount) *weirv1.NoAccount {
 func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.AcquireRequest, exclude map[uuid.UUID]bool, prefer uuid.UUID, first *view) (resp *weirv1.AcquireResponse, err error) {
 	family := policy.ModelFamily(m.Model)
 	if first == nil {
-		v, err := l.s.routingView(ctx, "", "", m.SessionKey, family, l.s.now())
+		v, err := l.routingView(ctx, "", "", m.SessionKey, family, l.now())
 		if err != nil {
 			return nil, err
 		}
@@ -198,7 +215,7 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 			if !first.breakerOpen[p] {
 				continue
 			}
-			none, probe, probed, err := l.s.breakerGate(ctx, provider, family, l.s.now())
+			none, probe, probed, err := l.breakerGate(ctx, provider, family, l.now())
 			if err != nil {
 				return nil, err
 			}
@@ -226,8 +243,8 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 					}
 					// No account of this provider to probe with: the slot
 					// goes back at once.
-					if ferr := l.s.q.FreeProbe(context.WithoutCancel(ctx), db.FreeProbeParams{Provider: provider, Family: family, Now: l.s.now()}); ferr != nil {
-						l.s.log.ErrorContext(ctx, "free probe slot", "family", family, "err", ferr)
+					if ferr := l.q.FreeProbe(context.WithoutCancel(ctx), db.FreeProbeParams{Provider: provider, Family: family, Now: l.now()}); ferr != nil {
+						l.log.ErrorContext(ctx, "free probe slot", "family", family, "err", ferr)
 					}
 				}()
 			}
@@ -241,10 +258,10 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 	unreadable := map[uuid.UUID]bool{}
 	var unopened []sealedRef
 	for attempt := range claimAttempts {
-		now := l.s.now()
+		now := l.now()
 		if attempt > 0 {
 			// The last view lost every claim: read it again.
-			fresh, err := l.s.routingView(ctx, "", "", m.SessionKey, family, now)
+			fresh, err := l.routingView(ctx, "", "", m.SessionKey, family, now)
 			if err != nil {
 				return nil, err
 			}
@@ -292,8 +309,8 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 					// the next Acquire does not try them (the rule in
 					// credcheck.go). Opening none proves nothing: the
 					// periodic check decides then.
-					if err := l.s.markUnreadable(ctx, unopened); err != nil {
-						l.s.log.ErrorContext(ctx, "acquire", "err", err)
+					if err := l.markUnreadable(ctx, unopened); err != nil {
+						l.log.ErrorContext(ctx, "acquire", "err", err)
 					}
 				}
 				return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_Lease{Lease: lease}}, nil
@@ -304,7 +321,7 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 	return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: &weirv1.NoAccount{
 		Reason:  weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY,
 		Message: "every eligible account was claimed by concurrent requests",
-		RetryAt: timestamppb.New(l.s.now().Add(time.Second)),
+		RetryAt: timestamppb.New(l.now().Add(time.Second)),
 	}}}, nil
 }
 
@@ -361,8 +378,8 @@ func reuseFor(reuse time.Duration, id uuid.UUID) time.Duration {
 // breaker probe; or the account is on its recovery probe): a probe must
 // report back before the account takes more.
 func (l leaseService) claim(ctx context.Context, a db.Account, keyID uuid.UUID, m *weirv1.AcquireRequest, now time.Time, reuse, breakerProbe bool) (*weirv1.Lease, error) {
-	expires := now.Add(l.s.cfg.LeaseTTL)
-	leaseID, err := l.s.q.ClaimLease(ctx, db.ClaimLeaseParams{
+	expires := now.Add(l.cfg.LeaseTTL)
+	leaseID, err := l.q.ClaimLease(ctx, db.ClaimLeaseParams{
 		AccountID:  a.ID,
 		Revision:   a.CredentialRevision,
 		KeyID:      uuid.NullUUID{UUID: keyID, Valid: true},
@@ -378,13 +395,13 @@ func (l leaseService) claim(ctx context.Context, a db.Account, keyID uuid.UUID, 
 	if leaseID == uuid.Nil {
 		return nil, nil
 	}
-	credential, err := l.s.seal.Open(a.ID, a.CredentialRevision, a.CredentialSealed)
+	credential, err := l.seal.Open(a.ID, a.CredentialRevision, a.CredentialSealed)
 	if err != nil {
 		// Give the lease back at once.
-		if _, rerr := l.s.q.ReleaseLease(ctx, leaseID); rerr != nil {
-			l.s.log.ErrorContext(ctx, "release unusable lease", "lease_id", leaseID, "err", rerr)
+		if _, rerr := l.q.ReleaseLease(ctx, leaseID); rerr != nil {
+			l.log.ErrorContext(ctx, "release unusable lease", "lease_id", leaseID, "err", rerr)
 		}
-		l.s.log.ErrorContext(ctx, "credential unreadable", "account_id", a.ID, "err", err)
+		l.log.ErrorContext(ctx, "credential unreadable", "account_id", a.ID, "err", err)
 		return nil, err
 	}
 	base := a.BaseUrl
@@ -400,13 +417,13 @@ func (l leaseService) claim(ctx context.Context, a db.Account, keyID uuid.UUID, 
 		BaseUrl:      base,
 		Credential:   credential,
 		ExpiresAt:    timestamppb.New(expires),
-		Ttl:          durationpb.New(l.s.cfg.LeaseTTL),
+		Ttl:          durationpb.New(l.cfg.LeaseTTL),
 		// Codex sends the ChatGPT account id with every request.
 		UpstreamAccountId: a.UpstreamAccountID,
 	}
 	lease.Probe = breakerProbe || a.RecoveryProbe
-	if reuse && l.s.cfg.LeaseReuse > 0 && !lease.Probe {
-		lease.ReuseUntil = timestamppb.New(now.Add(reuseFor(l.s.cfg.LeaseReuse, leaseID)))
+	if reuse && l.cfg.LeaseReuse > 0 && !lease.Probe {
+		lease.ReuseUntil = timestamppb.New(now.Add(reuseFor(l.cfg.LeaseReuse, leaseID)))
 	}
 	return lease, nil
 }
@@ -432,9 +449,9 @@ type view struct {
 // for the model family, the account the session is bound to, if it is
 // still bound, the family's breakers, and the key and alias answers: one
 // query.
-func (s *Server) routingView(ctx context.Context, keyHash, model, sessionKey, family string, now time.Time) (view, error) {
-	rows, err := s.q.RoutingView(ctx, db.RoutingViewParams{KeyHash: keyHash, Model: model, Now: now, SessionKey: sessionKey,
-		BoundSince: now.Add(-s.cfg.SessionTTL), Family: family})
+func (l leaseService) routingView(ctx context.Context, keyHash, model, sessionKey, family string, now time.Time) (view, error) {
+	rows, err := l.q.RoutingView(ctx, db.RoutingViewParams{KeyHash: keyHash, Model: model, Now: now, SessionKey: sessionKey,
+		BoundSince: now.Add(-l.cfg.SessionTTL), Family: family})
 	if err != nil {
 		return view{}, err
 	}
@@ -500,17 +517,17 @@ func (l leaseService) RenewBatch(ctx context.Context, req *connect.Request[weirv
 		}
 		ids = append(ids, id)
 	}
-	now := l.s.now()
-	exp := now.Add(l.s.cfg.LeaseTTL)
+	now := l.now()
+	exp := now.Add(l.cfg.LeaseTTL)
 	var renewed []uuid.UUID
 	if len(ids) > 0 {
 		var err error
-		if renewed, err = l.s.q.RenewLeases(ctx, db.RenewLeasesParams{Ids: ids, Now: now, ExpiresAt: exp}); err != nil {
+		if renewed, err = l.q.RenewLeases(ctx, db.RenewLeasesParams{Ids: ids, Now: now, ExpiresAt: exp}); err != nil {
 			return nil, err
 		}
 	}
 	if len(req.Msg.RequestIds) > 0 {
-		if err := l.s.q.RenewPendingRoutes(ctx, db.RenewPendingRoutesParams{RequestIds: req.Msg.RequestIds, Until: exp}); err != nil {
+		if err := l.q.RenewPendingRoutes(ctx, db.RenewPendingRoutesParams{RequestIds: req.Msg.RequestIds, Until: exp}); err != nil {
 			return nil, err
 		}
 	}
@@ -534,17 +551,17 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 		return l.releaseSuccess(ctx, id, o)
 	}
 	var out *weirv1.Decision
-	err = l.s.tx(ctx, func(q *db.Queries) error {
+	err = l.tx(ctx, func(q *db.Queries) error {
 		row, err := q.ReleaseLease(ctx, id)
 		if err != nil {
 			return storeErr(err)
 		}
-		now := l.s.now()
-		facts, err := l.s.releaseFacts(ctx, q, row, o, now)
+		now := l.now()
+		facts, err := l.releaseFacts(ctx, q, row, o, now)
 		if err != nil {
 			return err
 		}
-		answers, err := l.s.applyEffects(ctx, q, []released{{row: row, outcome: o, effects: policy.Decide(o, facts, now)}}, now)
+		answers, err := l.applyEffects(ctx, q, []released{{row: row, outcome: o, effects: policy.Decide(o, facts, now)}}, now)
 		if err != nil {
 			return err
 		}
@@ -554,7 +571,7 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 	if err != nil {
 		return nil, err
 	}
-	l.s.metrics.releases.WithLabelValues(enumName(o.Class)).Inc()
+	l.metrics.releases.WithLabelValues(enumName(o.Class)).Inc()
 	return connect.NewResponse(&weirv1.ReleaseResponse{Decision: out}), nil
 }
 
@@ -563,7 +580,7 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 // row, the spent windows of the usage view for a rate limit, and for a
 // credential rejection the count of them, which it records (the account
 // breaks at the threshold) unless the credential was replaced meanwhile.
-func (s *Server) releaseFacts(ctx context.Context, q *db.Queries, row db.ReleaseLeaseRow, o *weirv1.Outcome, now time.Time) (policy.Facts, error) {
+func (l leaseService) releaseFacts(ctx context.Context, q *db.Queries, row db.ReleaseLeaseRow, o *weirv1.Outcome, now time.Time) (policy.Facts, error) {
 	f := policy.Facts{OAuth: row.AuthKind == enumName(weirv1.AuthKind_AUTH_KIND_OAUTH), Family: policy.ModelFamily(row.Model),
 		QuotaBackoffs: row.QuotaBackoffs, RecoveryProbe: row.RecoveryProbe}
 	switch o.Class {
@@ -571,7 +588,7 @@ func (s *Server) releaseFacts(ctx context.Context, q *db.Queries, row db.Release
 		r, err := q.RecordAuthFailure(ctx, db.RecordAuthFailureParams{
 			ID:                 row.AccountID,
 			CredentialRevision: row.CredentialRevision,
-			Threshold:          int32(s.cfg.AuthFailureThreshold),
+			Threshold:          int32(l.cfg.AuthFailureThreshold),
 			Reason:             "credential rejected by the upstream (" + policy.EvidenceSummary(policy.EvidenceOf(o)) + ")",
 			Now:                now,
 		})
@@ -585,7 +602,7 @@ func (s *Server) releaseFacts(ctx context.Context, q *db.Queries, row db.Release
 		default:
 			f.AuthFailures = r.AuthFailures
 			if r.Broken {
-				s.log.WarnContext(ctx, "account broken", "account_id", row.AccountID, "auth_failures", f.AuthFailures)
+				l.log.WarnContext(ctx, "account broken", "account_id", row.AccountID, "auth_failures", f.AuthFailures)
 			}
 		}
 	case weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED:
@@ -604,16 +621,16 @@ func (s *Server) releaseFacts(ctx context.Context, q *db.Queries, row db.Release
 // success record (a crash between the two) only misses a last-success
 // time. It applies the success exactly as ReleaseBatch does.
 func (l leaseService) releaseSuccess(ctx context.Context, id uuid.UUID, o *weirv1.Outcome) (*connect.Response[weirv1.ReleaseResponse], error) {
-	row, err := l.s.q.ReleaseLease(ctx, id)
+	row, err := l.q.ReleaseLease(ctx, id)
 	if err != nil {
 		return nil, storeErr(err)
 	}
-	now := l.s.now()
-	answers, err := l.s.applyEffects(ctx, l.s.q, []released{releasedSuccess(row, o, row.AcquiredAt, now)}, now)
+	now := l.now()
+	answers, err := l.applyEffects(ctx, l.q, []released{releasedSuccess(row, o, row.AcquiredAt, now)}, now)
 	if err != nil {
 		return nil, err
 	}
-	l.s.metrics.releases.WithLabelValues(enumName(weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS)).Inc()
+	l.metrics.releases.WithLabelValues(enumName(weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS)).Inc()
 	return connect.NewResponse(&weirv1.ReleaseResponse{Decision: answers[0]}), nil
 }
 
@@ -626,7 +643,7 @@ func durationMillis(d *durationpb.Duration) float64 {
 // must be blocked; the block that reopens first is named.
 func (l leaseService) PoolQuota(ctx context.Context, req *connect.Request[weirv1.PoolQuotaRequest]) (*connect.Response[weirv1.PoolQuotaResponse], error) {
 	m := req.Msg
-	key, err := l.s.q.ActiveKeyAndAlias(ctx, db.ActiveKeyAndAliasParams{KeyHash: m.KeyHash, Model: m.Model})
+	key, err := l.q.ActiveKeyAndAlias(ctx, db.ActiveKeyAndAliasParams{KeyHash: m.KeyHash, Model: m.Model})
 	if err != nil {
 		if errors.Is(storeErr(err), ErrNotFound) {
 			return nil, connect.NewError(connect.CodePermissionDenied, errKeyRejected)
@@ -640,15 +657,15 @@ func (l leaseService) PoolQuota(ctx context.Context, req *connect.Request[weirv1
 		// As Acquire routes it: only the targets the key may use.
 		models = slices.DeleteFunc(slices.Clone(models), func(t string) bool { return !modelpattern.Match(key.AllowedModels, t) })
 	}
-	st, err := l.s.effectiveSettings(ctx)
+	st, err := l.settings.effective(ctx)
 	if err != nil {
 		return nil, err
 	}
 	kg := keyGrant{pinned: key.Pinned, pins: key.Pins}.withMetered(orZero(key.MeteredAccounts), enumName(st.MeteredAccounts))
-	now := l.s.now()
+	now := l.now()
 	var first *weirv1.QuotaBlock
 	for _, model := range models {
-		v, err := l.s.routingView(ctx, "", "", "", policy.ModelFamily(model), now)
+		v, err := l.routingView(ctx, "", "", "", policy.ModelFamily(model), now)
 		if err != nil {
 			return nil, err
 		}

@@ -422,7 +422,7 @@ func (s *poolSub) take() (_ *weirv1.WatchPoolResponse, upTo uint64, lost bool) {
 // no heartbeat; each message is flushed as it is sent. It ends when the
 // worker leaves or the replica stops (Unavailable: watch another one).
 func (l leaseService) WatchPool(ctx context.Context, _ *connect.Request[weirv1.WatchPoolRequest], stream *connect.ServerStream[weirv1.WatchPoolResponse]) error {
-	w := l.s.watch
+	w := l.watch
 	// Subscribed before ready, so nothing committed after ready is missed.
 	sub := w.subscribe()
 	defer w.unsubscribe(sub)

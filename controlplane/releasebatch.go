@@ -77,7 +77,7 @@ const successRecordAttempts = 3
 
 // writeSuccessRecords runs RecordReleaseSuccess for each group in one
 // pipelined round trip, logging what the successes changed.
-func (s *Server) writeSuccessRecords(ctx context.Context, q *db.Queries, groups []db.RecordReleaseSuccessParams) error {
+func (l leaseService) writeSuccessRecords(ctx context.Context, q *db.Queries, groups []db.RecordReleaseSuccessParams) error {
 	if len(groups) == 0 {
 		return nil
 	}
@@ -93,10 +93,10 @@ func (s *Server) writeSuccessRecords(ctx context.Context, q *db.Queries, groups 
 		// Logged once the batch committed: a rolled-back one changed nothing.
 		for i, res := range results {
 			if res.ProbeEnded {
-				s.log.InfoContext(ctx, "recovery probe succeeded", "account_id", groups[i].AccountID)
+				l.log.InfoContext(ctx, "recovery probe succeeded", "account_id", groups[i].AccountID)
 			}
 			if res.CreditsCleared > 0 {
-				s.log.InfoContext(ctx, "out-of-credits cooldown cleared by a success", "account_id", groups[i].AccountID)
+				l.log.InfoContext(ctx, "out-of-credits cooldown cleared by a success", "account_id", groups[i].AccountID)
 			}
 		}
 		return nil
@@ -180,8 +180,8 @@ func (l leaseService) ReleaseBatch(ctx context.Context, req *connect.Request[wei
 	if len(items) == 0 {
 		return connect.NewResponse(out), nil
 	}
-	now := l.s.now()
-	rows, err := l.s.q.SettleLeases(ctx, db.SettleLeasesParams{
+	now := l.now()
+	rows, err := l.q.SettleLeases(ctx, db.SettleLeasesParams{
 		Now: now, Ids: p.ids, EndIds: p.end, SessionLeaseIds: p.sessionLeases, SessionKeys: p.sessionKeys,
 	})
 	if err != nil {
@@ -211,10 +211,10 @@ func (l leaseService) ReleaseBatch(ctx context.Context, req *connect.Request[wei
 		}
 		successes = append(successes, releasedSuccess(settledRow(r), it.Outcome, admitted, now))
 	}
-	if _, err := l.s.applyEffects(ctx, l.s.q, successes, now); err != nil {
+	if _, err := l.applyEffects(ctx, l.q, successes, now); err != nil {
 		return nil, err
 	}
-	l.s.metrics.releases.WithLabelValues(enumName(weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS)).Add(float64(len(successes)))
+	l.metrics.releases.WithLabelValues(enumName(weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS)).Add(float64(len(successes)))
 	return connect.NewResponse(out), nil
 }
 

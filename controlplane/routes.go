@@ -198,7 +198,7 @@ func (l leaseService) ReportRoutes(ctx context.Context, req *connect.Request[wei
 // naming it) and stores them in one transaction: one insert statement for
 // the batch, then one touch per key.
 func (l leaseService) storeRoutes(ctx context.Context, events []*weirv1.RouteEvent) error {
-	now := l.s.now()
+	now := l.now()
 	rows := make([]db.RouteEvent, 0, len(events))
 	keys := map[uuid.UUID]bool{}
 	events = finalEvents(events)
@@ -215,8 +215,8 @@ func (l leaseService) storeRoutes(ctx context.Context, events []*weirv1.RouteEve
 	if len(rows) == 0 {
 		return nil
 	}
-	err := l.s.tx(ctx, func(q *db.Queries) error {
-		if err := q.InsertRouteEvents(ctx, routeColumns(rows, now, now.Add(l.s.cfg.LeaseTTL))); err != nil {
+	err := l.tx(ctx, func(q *db.Queries) error {
+		if err := q.InsertRouteEvents(ctx, routeColumns(rows, now, now.Add(l.cfg.LeaseTTL))); err != nil {
 			return err
 		}
 		for id := range keys {

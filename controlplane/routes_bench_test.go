@@ -16,7 +16,7 @@ import (
 // batch sizes a worker sends at 50, 500 and 5,000 requests a second
 // (one call per 20ms). It reports the cost per event (event-µs).
 func BenchmarkStoreRoutes(b *testing.B) {
-	l := leaseService{s: benchServer(b)}
+	l := benchServer(b).leases()
 	for _, size := range []int{1, 10, 100} {
 		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
 			events := make([]*weirv1.RouteEvent, size)

@@ -192,7 +192,7 @@ func (s *Server) rpcHandler() (http.Handler, []string) {
 	}
 	handle(weirv1connect.NewAccountServiceHandler(s.accountService(), opts))
 	handle(weirv1connect.NewKeyServiceHandler(s.keyService(), opts))
-	leasePath, leaseHandler := weirv1connect.NewLeaseServiceHandler(leaseService{s: s}, opts)
+	leasePath, leaseHandler := weirv1connect.NewLeaseServiceHandler(s.leases(), opts)
 	if s.cfg.LeaseClientCert {
 		leaseHandler = requireClientCert(leaseHandler)
 	}
@@ -213,6 +213,11 @@ func (s *Server) accountService() accountService {
 		views:      s.accountViews(),
 		identities: identities{q: s.q, seal: s.seal, log: s.log, profile: s.cfg.ProfileClient},
 		readUsage:  s.readUsage, bankedReset: s.bankedReset}
+}
+
+func (s *Server) leases() leaseService {
+	return leaseService{store: s.store, cfg: s.cfg, settings: s.settings, seal: s.seal, log: s.log, now: s.now,
+		metrics: s.metrics, watch: s.watch, mergeUsageHeaders: s.mergeUsageHeaders, markUnreadable: s.markUnreadable}
 }
 
 func (s *Server) keyService() keyService {

@@ -200,16 +200,11 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 
 // WorkerSettings is what data planes poll; one small query, no locks.
 func (l leaseService) WorkerSettings(ctx context.Context, _ *connect.Request[weirv1.WorkerSettingsRequest]) (*connect.Response[weirv1.WorkerSettingsResponse], error) {
-	st, err := l.s.effectiveSettings(ctx)
+	st, err := l.settings.effective(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&weirv1.WorkerSettingsResponse{Settings: st}), nil
-}
-
-// effectiveSettings is the settings in force, for the lease service.
-func (s *Server) effectiveSettings(ctx context.Context) (*weirv1.Settings, error) {
-	return s.settings.effective(ctx)
 }
 
 // effective is what operators set, else this replica's defaults.
