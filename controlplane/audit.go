@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -79,7 +80,12 @@ func audited(spec connect.Spec) bool {
 }
 
 // auditInterceptor writes the audit row of every audited call.
-type auditInterceptor struct{ s *Server }
+type auditInterceptor struct {
+	q      *db.Queries
+	now    func() time.Time
+	log    *slog.Logger
+	failed func() // counts a row that could not be written
+}
 
 func (a auditInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
@@ -91,7 +97,7 @@ func (a auditInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if resp != nil {
 			out = resp.Any()
 		}
-		a.s.recordAudit(ctx, req, out, err)
+		a.record(ctx, req, out, err)
 		return resp, err
 	}
 }
@@ -107,9 +113,9 @@ func (a auditInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc
 	return next
 }
 
-// recordAudit writes one call's row; a failure is logged and counted,
+// record writes one call's row; a failure is logged and counted,
 // never returned (see the top of this file).
-func (s *Server) recordAudit(ctx context.Context, req connect.AnyRequest, resp any, callErr error) {
+func (a auditInterceptor) record(ctx context.Context, req connect.AnyRequest, resp any, callErr error) {
 	spec := req.Spec()
 	outcome := "ok"
 	if callErr != nil {
@@ -118,7 +124,7 @@ func (s *Server) recordAudit(ctx context.Context, req connect.AnyRequest, resp a
 	msg, _ := req.Any().(proto.Message)
 	out, _ := resp.(proto.Message)
 	row := db.RecordAuditEventParams{
-		At:         s.now(),
+		At:         a.now(),
 		Actor:      cleanActor(req.Header().Get(ActorHeader)),
 		Credential: adminCredential,
 		Procedure:  spec.Procedure,
@@ -129,9 +135,9 @@ func (s *Server) recordAudit(ctx context.Context, req connect.AnyRequest, resp a
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditWriteTimeout)
 	defer cancel()
-	if err := s.q.RecordAuditEvent(wctx, row); err != nil {
-		s.metrics.auditFailures.Inc()
-		s.log.ErrorContext(ctx, "audit write failed", "procedure", spec.Procedure, "outcome", outcome,
+	if err := a.q.RecordAuditEvent(wctx, row); err != nil {
+		a.failed()
+		a.log.ErrorContext(ctx, "audit write failed", "procedure", spec.Procedure, "outcome", outcome,
 			"actor", row.Actor, "target", row.Target, "err", err)
 	}
 }

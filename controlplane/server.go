@@ -179,7 +179,7 @@ func (s *Server) rpcHandler() (http.Handler, []string) {
 			admin:     []byte(s.cfg.AdminToken),
 			dataplane: []byte(s.cfg.DataplaneToken),
 			refused:   s.metrics.unauthenticated,
-		}, auditInterceptor{s: s}, errorInterceptor(s.log)),
+		}, auditInterceptor{q: s.q, now: s.now, log: s.log, failed: s.metrics.auditFailures.Inc}, errorInterceptor(s.log)),
 		// Leases and decisions are a few hundred bytes: gzip would cost
 		// both sides CPU on every call and save nothing worth having.
 		connect.WithCompressMinBytes(16<<10),
