@@ -4,20 +4,21 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	manual "github.com/weirhq/weir/internal/clock"
 )
 
 // fakeClock never sleeps: SleepUntil jumps to the due time unless the
 // clock is already past it (the sender is late).
 type fakeClock struct {
-	now    time.Time
+	*manual.Manual
 	sleeps int
 }
 
-func (c *fakeClock) Now() time.Time { return c.now }
+func newFakeClock(start time.Time) *fakeClock { return &fakeClock{Manual: manual.NewManual(start)} }
 
 func (c *fakeClock) SleepUntil(ctx context.Context, t time.Time) bool {
-	if t.After(c.now) {
-		c.now = t
+	if c.AdvanceTo(t) {
 		c.sleeps++
 	}
 	return ctx.Err() == nil
@@ -37,7 +38,7 @@ func TestPlanFiresEachRequestAtItsDueTime(t *testing.T) {
 		{3, time.Second, 3, 333333333},
 	} {
 		start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-		clk := &fakeClock{now: start}
+		clk := newFakeClock(start)
 		p := newPlan(start, tc.rate, tc.d)
 		if p.n != tc.n || p.interval != tc.interval {
 			t.Fatalf("rate %d over %v: n=%d interval=%v, want %d and %v", tc.rate, tc.d, p.n, p.interval, tc.n, tc.interval)
@@ -67,13 +68,13 @@ func TestPlanFiresEachRequestAtItsDueTime(t *testing.T) {
 func TestPlanIsOpenLoop(t *testing.T) {
 	t.Parallel()
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clk := &fakeClock{now: start}
+	clk := newFakeClock(start)
 	p := newPlan(start, 100, time.Second)
 	var dues []time.Time
 	p.run(t.Context(), clk, func(i int, due time.Time) {
 		dues = append(dues, due)
 		if i == 10 {
-			clk.now = clk.now.Add(55 * time.Millisecond) // the sender stalls
+			clk.Advance(55 * time.Millisecond) // the sender stalls
 		}
 	})
 	if len(dues) != 100 {
@@ -94,7 +95,7 @@ func TestPlanStopsWithContext(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(t.Context())
 	start := time.Now()
-	clk := &fakeClock{now: start}
+	clk := newFakeClock(start)
 	p := newPlan(start, 100, time.Second)
 	n := p.run(ctx, clk, func(i int, _ time.Time) {
 		if i == 41 {

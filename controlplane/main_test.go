@@ -24,6 +24,7 @@ import (
 	"github.com/weirhq/weir/controlplane/db"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/internal/clock"
 	"github.com/weirhq/weir/internal/pgtest"
 	"github.com/weirhq/weir/internal/rpcclient"
 	"github.com/weirhq/weir/internal/syncbuf"
@@ -35,26 +36,8 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // Postgres' microsecond precision and HTTP dates' second precision intact.
 var epoch = time.Date(2030, time.March, 4, 5, 6, 7, 0, time.UTC)
 
-// testClock is the injected clock; tests move it, never sleep.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *testClock { return &testClock{t: epoch} }
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) Advance(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-	return c.t
-}
+// newClock is the injected clock; tests move it, never sleep.
+func newClock() *clock.Manual { return clock.NewManual(epoch) }
 
 // syncBuffer collects log output so a test can prove no secret was logged.
 type syncBuffer = syncbuf.Buffer
@@ -73,7 +56,7 @@ type env struct {
 	t     *testing.T
 	pool  *pgxpool.Pool
 	q     *db.Queries
-	clock *testClock
+	clock *clock.Manual
 	cfg   Config
 	srv   *Server
 	ts    *httptest.Server
@@ -105,7 +88,7 @@ func (s *secretSet) all() []string {
 	return append([]string(nil), s.list...)
 }
 
-func testConfig(clock *testClock) Config {
+func testConfig(clock *clock.Manual) Config {
 	return Config{
 		AdminToken:     "admin-" + randHex(16),
 		DataplaneToken: "dataplane-" + randHex(16),
@@ -135,7 +118,7 @@ func (e *env) replica() *env {
 	return r
 }
 
-func newEnv(t *testing.T, pool *pgxpool.Pool, cfg Config, clock *testClock) *env {
+func newEnv(t *testing.T, pool *pgxpool.Pool, cfg Config, clock *clock.Manual) *env {
 	t.Helper()
 	e := &env{t: t, pool: pool, q: db.New(pool), clock: clock, logs: &syncBuffer{}, secrets: &secretSet{}}
 	// Registered first, so it runs last: after every request has finished.

@@ -9,19 +9,7 @@ import (
 // --simulate`: set, list, replace, remove.
 func TestAliasesCommands(t *testing.T) {
 	t.Parallel()
-	dataDir := t.TempDir()
-	_, stop, done := startDev(t, dataDir)
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("weir dev did not stop cleanly: %v", err)
-		}
-	}()
-	admin := func(args ...string) (string, error) {
-		e, out, errOut := testEnv(map[string]string{"WEIR_DATA_DIR": dataDir}, "")
-		err := run(t.Context(), args, e)
-		return out.String() + errOut.String(), err
-	}
+	admin := sharedDev(t).admin
 	if out, err := admin("aliases", "set", "best", "claude-opus-4-1, claude-sonnet-4-5"); err != nil || !strings.Contains(out, "claude-opus-4-1, claude-sonnet-4-5") {
 		t.Fatalf("aliases set: %v: %s", err, out)
 	}

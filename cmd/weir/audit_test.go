@@ -14,22 +14,15 @@ import (
 // reads are not.
 func TestAuditCommand(t *testing.T) {
 	t.Parallel()
-	dataDir := t.TempDir()
-	_, stop, done := startDev(t, dataDir)
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("weir dev did not stop cleanly: %v", err)
-		}
-	}()
+	// Its own stack: it reads the whole audit log, newest row first.
+	dev := startDev(t, t.TempDir())
 	cli := func(vars map[string]string, args ...string) string {
 		t.Helper()
-		vars["WEIR_DATA_DIR"] = dataDir
-		e, out, errOut := testEnv(vars, "")
-		if err := run(t.Context(), args, e); err != nil {
+		out, errOut, err := dev.command(vars, "", args...)
+		if err != nil {
 			t.Fatalf("weir %s: %v: %s%s", strings.Join(args, " "), err, out, errOut)
 		}
-		return out.String()
+		return out
 	}
 	alice := map[string]string{"WEIR_ACTOR": "alice@ops"}
 	created := cli(alice, "keys", "create", "audited-key")

@@ -10,20 +10,9 @@ import (
 // lists them (none here) and claim-grant goes through the manual claim.
 func TestAccountsBankedResets(t *testing.T) {
 	t.Parallel()
-	dataDir := t.TempDir()
-	info, stop, done := startDev(t, dataDir)
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("weir dev did not stop cleanly: %v", err)
-		}
-	}()
-	admin := func(stdin string, args ...string) (string, error) {
-		e, out, errOut := testEnv(map[string]string{"WEIR_DATA_DIR": dataDir}, stdin)
-		err := run(t.Context(), args, e)
-		return out.String() + errOut.String(), err
-	}
-	out, err := admin("sk-ant-oat01-banked-resets-00000000000000000000abcd", "accounts", "add", "--label", "banked", "--auth", "oauth", "--secret-stdin", "--base-url", info.SimulatorURL)
+	dev := sharedDev(t)
+	admin := dev.adminIn
+	out, err := admin("sk-ant-oat01-banked-resets-00000000000000000000abcd", "accounts", "add", "--label", "banked", "--auth", "oauth", "--secret-stdin", "--base-url", dev.SimulatorURL)
 	if err != nil {
 		t.Fatalf("accounts add: %v: %s", err, out)
 	}

@@ -12,19 +12,8 @@ import (
 // the data plane applies what the commands set.
 func TestKeysRestrictions(t *testing.T) {
 	t.Parallel()
-	dataDir := t.TempDir()
-	info, stop, done := startDev(t, dataDir)
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("weir dev did not stop cleanly: %v", err)
-		}
-	}()
-	admin := func(args ...string) (string, error) {
-		e, out, errOut := testEnv(map[string]string{"WEIR_DATA_DIR": dataDir}, "")
-		err := run(t.Context(), args, e)
-		return out.String() + errOut.String(), err
-	}
+	dev := sharedDev(t)
+	admin := dev.admin
 
 	out, err := admin("keys", "create", "limited", "--models", "claude-haiku-*, gpt-5*", "--accounts", "demo-api-key", "--rate-limit", "60/m", "--json")
 	if err != nil {
@@ -48,7 +37,7 @@ func TestKeysRestrictions(t *testing.T) {
 		t.Fatalf("created key: %s", out)
 	}
 	// The allowlist applies at once: the demo's sonnet model is refused.
-	resp, body := postMessage(t, info.DataplaneURL, created.Secret, hello)
+	resp, body := postMessage(t, dev.DataplaneURL, created.Secret, hello)
 	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "permission_error") ||
 		!strings.Contains(string(body), `model \"claude-sonnet-4-5\" is not allowed`) {
 		t.Fatalf("disallowed model: %d %s", resp.StatusCode, body)
@@ -86,7 +75,7 @@ func TestKeysRestrictions(t *testing.T) {
 	} else if l := line(out, "limited"); !strings.Contains(l, "any") || !strings.Contains(l, "demo-api-key") || strings.Contains(l, "60/m") {
 		t.Errorf("after lifting models and rate: %q", l)
 	}
-	resp, body = postMessage(t, info.DataplaneURL, created.Secret, hello)
+	resp, body = postMessage(t, dev.DataplaneURL, created.Secret, hello)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("after lifting the allowlist: %d %s", resp.StatusCode, body)
 	}

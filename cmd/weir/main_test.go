@@ -1,26 +1,33 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/weirhq/weir/bench"
 	"github.com/weirhq/weir/internal/pgtest"
 	"github.com/weirhq/weir/internal/syncbuf"
 )
 
-// TestMain stops the shared test cluster that tests using pgtest start.
+// TestMain stops the shared test cluster that tests using pgtest start,
+// and the shared weir dev (sharedDev).
 func TestMain(m *testing.M) {
 	bench.ServeChild() // the bench test re-executes this binary as its workers
-	pgtest.Main(m)
+	code := pgtest.Run(m)
+	if err := stopSharedDev(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // syncBuffer is a command's output, written while a test reads it.
@@ -35,41 +42,6 @@ func testEnv(vars map[string]string, stdin string) (env, *syncBuffer, *syncBuffe
 		stdout: out,
 		stderr: errOut,
 	}, out, errOut
-}
-
-// startDev runs `weir dev --simulate` in-process on free ports and waits
-// for its dev.json.
-func startDev(t *testing.T, dataDir string) (devInfo, context.CancelFunc, <-chan error) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(t.Context())
-	e, out, errOut := testEnv(nil, "")
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"dev", "--simulate", "--data-dir", dataDir,
-			"--listen", "127.0.0.1:0", "--controlplane-listen", "127.0.0.1:0", "--sim-listen", "127.0.0.1:0"}, e)
-	}()
-	deadline := time.After(60 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-done:
-			cancel()
-			t.Fatalf("weir dev exited early: %v\nstderr:\n%s", err, errOut.String())
-		case <-deadline:
-			cancel()
-			t.Fatalf("weir dev did not start within 60s\nstderr:\n%s", errOut.String())
-		case <-tick.C:
-		}
-		if !strings.Contains(out.String(), "weir dev is running") {
-			continue
-		}
-		info, err := readDevInfo(dataDir)
-		if err != nil {
-			t.Fatalf("read dev.json: %v", err)
-		}
-		return info, cancel, done
-	}
 }
 
 func postMessage(t *testing.T, url, key, body string) (*http.Response, []byte) {
@@ -97,11 +69,13 @@ const hello = `{"model":"claude-sonnet-4-5","max_tokens":32,"messages":[{"role":
 // and a restart that keeps its state.
 func TestDevEndToEnd(t *testing.T) {
 	t.Parallel()
+	// Its own stack: it counts the demo accounts, stops the stack and
+	// starts it again on the same data directory.
 	dataDir := t.TempDir()
-	info, stop, done := startDev(t, dataDir)
+	dev := startDev(t, dataDir)
 
-	if info.ClientKey == "" || info.AdminToken == "" || info.DataplaneToken == "" {
-		t.Fatalf("dev.json incomplete: %+v", info)
+	if dev.ClientKey == "" || dev.AdminToken == "" || dev.DataplaneToken == "" {
+		t.Fatalf("dev.json incomplete: %+v", dev.devInfo)
 	}
 	st, err := os.Stat(filepath.Join(dataDir, "secret.key"))
 	if err != nil || st.Mode().Perm() != 0o600 {
@@ -111,19 +85,12 @@ func TestDevEndToEnd(t *testing.T) {
 		t.Fatalf("dev.json must be 0600: %v", err)
 	}
 
-	resp, body := postMessage(t, info.DataplaneURL, info.ClientKey, hello)
+	resp, body := postMessage(t, dev.DataplaneURL, dev.ClientKey, hello)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"type":"message"`) {
 		t.Fatalf("agent request: %d %s", resp.StatusCode, body)
 	}
 
-	admin := func(stdin string, args ...string) (string, error) {
-		e, out, errOut := testEnv(map[string]string{"WEIR_DATA_DIR": dataDir}, stdin)
-		err := run(t.Context(), args, e)
-		if err != nil {
-			return out.String() + errOut.String(), err
-		}
-		return out.String(), nil
-	}
+	admin := dev.adminIn
 
 	out, err := admin("", "accounts", "list", "--json")
 	if err != nil {
@@ -173,7 +140,7 @@ func TestDevEndToEnd(t *testing.T) {
 	if out, err := admin("", "accounts", "add", "--label", "x", "sk-ant-api03-secret-on-the-command-line"); err == nil {
 		t.Fatalf("accounts add accepted a positional credential: %s", out)
 	}
-	if out, err := admin("sk-ant-api03-from-stdin-123456\n", "accounts", "add", "--label", "piped", "--secret-stdin", "--base-url", info.SimulatorURL); err != nil {
+	if out, err := admin("sk-ant-api03-from-stdin-123456\n", "accounts", "add", "--label", "piped", "--secret-stdin", "--base-url", dev.SimulatorURL); err != nil {
 		t.Fatalf("accounts add --secret-stdin: %v: %s", err, out)
 	} else if strings.Contains(out, "from-stdin") {
 		t.Fatal("accounts add echoed the credential")
@@ -197,25 +164,24 @@ func TestDevEndToEnd(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &created); err != nil || !strings.HasPrefix(created.Secret, "weir_sk_") {
 		t.Fatalf("keys create --json: %v: %s", err, out)
 	}
-	if resp, body := postMessage(t, info.DataplaneURL, created.Secret, hello); resp.StatusCode != http.StatusOK {
+	if resp, body := postMessage(t, dev.DataplaneURL, created.Secret, hello); resp.StatusCode != http.StatusOK {
 		t.Fatalf("second key: %d %s", resp.StatusCode, body)
 	}
 	if out, err := admin("", "keys", "revoke", "second"); err != nil {
 		t.Fatalf("keys revoke: %v: %s", err, out)
 	}
-	if resp, body := postMessage(t, info.DataplaneURL, created.Secret, hello); resp.StatusCode != http.StatusUnauthorized ||
+	if resp, body := postMessage(t, dev.DataplaneURL, created.Secret, hello); resp.StatusCode != http.StatusUnauthorized ||
 		!strings.Contains(string(body), "authentication_error") {
 		t.Fatalf("revoked key: %d %s", resp.StatusCode, body)
 	}
-	if resp, _ := postMessage(t, info.DataplaneURL, info.ClientKey, hello); resp.StatusCode != http.StatusOK {
+	if resp, _ := postMessage(t, dev.DataplaneURL, dev.ClientKey, hello); resp.StatusCode != http.StatusOK {
 		t.Fatalf("first key after revoking the second: %d", resp.StatusCode)
 	}
 	if out, err := admin("", "routes", "--limit", "5"); err != nil || !strings.Contains(out, "claude-sonnet-4-5") {
 		t.Fatalf("routes: %v: %s", err, out)
 	}
 
-	stop()
-	if err := <-done; err != nil {
+	if err := dev.stop(); err != nil {
 		t.Fatalf("weir dev did not stop cleanly: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(dataDir, "postgres", "pgdata", "postmaster.pid")); !errors.Is(err, os.ErrNotExist) {
@@ -223,20 +189,16 @@ func TestDevEndToEnd(t *testing.T) {
 	}
 
 	// A restart keeps accounts, tokens and the client key.
-	info2, stop2, done2 := startDev(t, dataDir)
-	if info2.ClientKey != info.ClientKey || info2.AdminToken != info.AdminToken {
+	dev2 := startDev(t, dataDir)
+	if dev2.ClientKey != dev.ClientKey || dev2.AdminToken != dev.AdminToken {
 		t.Fatal("restart did not keep the client key and admin token")
 	}
-	if resp, body := postMessage(t, info2.DataplaneURL, info2.ClientKey, hello); resp.StatusCode != http.StatusOK {
+	if resp, body := postMessage(t, dev2.DataplaneURL, dev2.ClientKey, hello); resp.StatusCode != http.StatusOK {
 		t.Fatalf("after restart: %d %s", resp.StatusCode, body)
 	}
 	out, err = admin("", "accounts", "list", "--json")
 	if err != nil || strings.Count(out, `"label"`) != len(demoAccounts) {
 		t.Fatalf("after restart: want %d accounts: %v: %s", len(demoAccounts), err, out)
-	}
-	stop2()
-	if err := <-done2; err != nil {
-		t.Fatalf("second stop: %v", err)
 	}
 }
 

@@ -14,19 +14,8 @@ import (
 // Code's credentials file, as docs/operate.md shows, against a real `weir dev`.
 func TestAccountsAddClaudeCodeCredentials(t *testing.T) {
 	t.Parallel()
-	dataDir := t.TempDir()
-	info, stop, done := startDev(t, dataDir)
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("weir dev did not stop cleanly: %v", err)
-		}
-	}()
-	admin := func(args ...string) (string, error) {
-		e, out, errOut := testEnv(map[string]string{"WEIR_DATA_DIR": dataDir}, "")
-		err := run(t.Context(), args, e)
-		return out.String() + errOut.String(), err
-	}
+	dev := sharedDev(t)
+	admin := dev.admin
 
 	const (
 		access  = "sk-ant-oat01-claude-code-access-0000000000000000wxyz"
@@ -44,7 +33,7 @@ func TestAccountsAddClaudeCodeCredentials(t *testing.T) {
 	if err := os.WriteFile(file, creds, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err := admin("accounts", "add", "--label", "claude-code", "--auth", "oauth", "--secret-file", file, "--base-url", info.SimulatorURL)
+	out, err := admin("accounts", "add", "--label", "claude-code", "--auth", "oauth", "--secret-file", file, "--base-url", dev.SimulatorURL)
 	if err != nil {
 		t.Fatalf("accounts add --secret-file: %v: %s", err, out)
 	}
@@ -89,19 +78,8 @@ func TestAccountsAddClaudeCodeCredentials(t *testing.T) {
 // provider, and a Codex account without a ChatGPT account id is refused.
 func TestAccountsAddProviders(t *testing.T) {
 	t.Parallel()
-	dataDir := t.TempDir()
-	info, stop, done := startDev(t, dataDir)
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("weir dev did not stop cleanly: %v", err)
-		}
-	}()
-	admin := func(stdin string, args ...string) (string, error) {
-		e, out, errOut := testEnv(map[string]string{"WEIR_DATA_DIR": dataDir}, stdin)
-		err := run(t.Context(), args, e)
-		return out.String() + errOut.String(), err
-	}
+	dev := sharedDev(t)
+	admin := dev.adminIn
 	jwt := func(claims map[string]any) string {
 		b, _ := json.Marshal(claims)
 		enc := base64.RawURLEncoding
@@ -123,7 +101,7 @@ func TestAccountsAddProviders(t *testing.T) {
 	}
 
 	out, err := admin("", "accounts", "add", "--label", "codex", "--provider", "codex", "--secret-file", authJSON("chatgpt-acct-7"),
-		"--base-url", info.SimulatorURL+"/backend-api")
+		"--base-url", dev.SimulatorURL+"/backend-api")
 	if err != nil {
 		t.Fatalf("accounts add --provider codex: %v: %s", err, out)
 	}

@@ -16,22 +16,6 @@ import (
 	"time"
 )
 
-// devAdmin runs operator commands against the `weir dev` in dataDir.
-func devAdmin(t *testing.T, dataDir string) func(stdin string, args ...string) (string, error) {
-	return func(stdin string, args ...string) (string, error) {
-		e, out, errOut := testEnv(map[string]string{"WEIR_DATA_DIR": dataDir}, stdin)
-		err := run(t.Context(), args, e)
-		return out.String() + errOut.String(), err
-	}
-}
-
-func stopDev(t *testing.T, stop func(), done <-chan error) {
-	stop()
-	if err := <-done; err != nil {
-		t.Errorf("weir dev did not stop cleanly: %v", err)
-	}
-}
-
 func writeFile(t *testing.T, name, content string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), name)
@@ -53,10 +37,7 @@ func fakeJWT(claims map[string]any) string {
 // batch; no credential is ever printed.
 func TestAccountsImport(t *testing.T) {
 	t.Parallel()
-	dataDir := t.TempDir()
-	_, stop, done := startDev(t, dataDir)
-	defer stopDev(t, stop, done)
-	admin := devAdmin(t, dataDir)
+	admin := sharedDev(t).adminIn
 
 	const (
 		claudeAccess  = "sk-ant-oat01-import-access-00000000000000000001"
@@ -186,10 +167,12 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 	}
 }
 
-// login runs `weir login` with the simulator's endpoints; answer gets the
-// authorize URL the command printed and returns what to paste.
-func login(t *testing.T, dataDir, simURL, provider string, extra url.Values, answer func(authorize *url.URL) string, args ...string) (string, error) {
+// login runs `weir login` against dev with its simulator's endpoints;
+// answer gets the authorize URL the command printed and returns what to
+// paste.
+func login(t *testing.T, dev *devStack, provider string, extra url.Values, answer func(authorize *url.URL) string, args ...string) (string, error) {
 	t.Helper()
+	simURL := dev.SimulatorURL
 	tokenPath := "/v1/oauth/token"
 	if provider == "codex" {
 		tokenPath = "/oauth/token"
@@ -202,7 +185,7 @@ func login(t *testing.T, dataDir, simURL, provider string, extra url.Values, ans
 	out := &syncBuffer{}
 	errOut := &lineWriter{lines: make(chan string, 100)}
 	e := env{
-		getenv: func(k string) string { return map[string]string{"WEIR_DATA_DIR": dataDir}[k] },
+		getenv: func(k string) string { return map[string]string{"WEIR_DATA_DIR": dev.dataDir}[k] },
 		stdin:  pr, stdout: out, stderr: errOut,
 	}
 	done := make(chan error, 1)
@@ -259,17 +242,15 @@ func approve(t *testing.T, u *url.URL) (code, state, redirect string) {
 // token endpoint.
 func TestLogin(t *testing.T) {
 	t.Parallel()
-	dataDir := t.TempDir()
-	info, stop, done := startDev(t, dataDir)
-	defer stopDev(t, stop, done)
-	admin := devAdmin(t, dataDir)
+	dev := sharedDev(t)
+	admin := dev.adminIn
 
 	var params url.Values
-	out, err := login(t, dataDir, info.SimulatorURL, "claude", nil, func(u *url.URL) string {
+	out, err := login(t, dev, "claude", nil, func(u *url.URL) string {
 		params = u.Query()
 		code, state, _ := approve(t, u)
 		return code + "#" + state
-	}, "--base-url", info.SimulatorURL)
+	}, "--base-url", dev.SimulatorURL)
 	if err != nil {
 		t.Fatalf("login claude: %v\n%s", err, out)
 	}
@@ -295,11 +276,11 @@ func TestLogin(t *testing.T) {
 	}
 
 	// Codex: the pasted answer is the URL the browser landed on.
-	out, err = login(t, dataDir, info.SimulatorURL, "codex", nil, func(u *url.URL) string {
+	out, err = login(t, dev, "codex", nil, func(u *url.URL) string {
 		params = u.Query()
 		_, _, redirect := approve(t, u)
 		return redirect
-	}, "--base-url", info.SimulatorURL+"/backend-api", "--label", "codex-login")
+	}, "--base-url", dev.SimulatorURL+"/backend-api", "--label", "codex-login")
 	if err != nil || !strings.Contains(out, "logged in: added codex-login") {
 		t.Fatalf("login codex: %v\n%s", err, out)
 	}
@@ -312,16 +293,16 @@ func TestLogin(t *testing.T) {
 	}
 
 	// Logging in to a demo account again: it is in the pool already.
-	out, err = login(t, dataDir, info.SimulatorURL, "claude", url.Values{"account": {"demo-max-1"}}, func(u *url.URL) string {
+	out, err = login(t, dev, "claude", url.Values{"account": {"demo-max-1"}}, func(u *url.URL) string {
 		code, state, _ := approve(t, u)
 		return code + "#" + state
-	}, "--base-url", info.SimulatorURL)
+	}, "--base-url", dev.SimulatorURL)
 	if err != nil || !strings.Contains(out, "already in the pool as demo-max-1") {
 		t.Fatalf("login to demo-max-1: %v\n%s", err, out)
 	}
 
 	// A code with another login's state is refused before any exchange.
-	out, err = login(t, dataDir, info.SimulatorURL, "claude", nil, func(u *url.URL) string {
+	out, err = login(t, dev, "claude", nil, func(u *url.URL) string {
 		code, _, _ := approve(t, u)
 		return code + "#not-this-login"
 	})
@@ -330,7 +311,7 @@ func TestLogin(t *testing.T) {
 	}
 	// A code issued for another challenge: the simulator refuses weir's
 	// verifier.
-	out, err = login(t, dataDir, info.SimulatorURL, "claude", nil, func(u *url.URL) string {
+	out, err = login(t, dev, "claude", nil, func(u *url.URL) string {
 		q := u.Query()
 		q.Set("code_challenge", pkceS256("someone-else's-verifier"))
 		u.RawQuery = q.Encode()
@@ -346,10 +327,10 @@ func TestLogin(t *testing.T) {
 // account and one cooled by a rate limit, as text and as JSON.
 func TestStatus(t *testing.T) {
 	t.Parallel()
-	dataDir := t.TempDir()
-	info, stop, done := startDev(t, dataDir)
-	defer stopDev(t, stop, done)
-	admin := devAdmin(t, dataDir)
+	// Its own stack: it pauses demo accounts, cools one with a fault,
+	// fails fast for every request and counts the whole pool.
+	dev := startDev(t, t.TempDir())
+	admin := dev.adminIn
 
 	for _, args := range [][]string{
 		{"settings", "set", "capacity_hold=0s"},
@@ -361,7 +342,7 @@ func TestStatus(t *testing.T) {
 		}
 	}
 	// The API key, alone now, meets a long rate limit.
-	resp, err := http.Post(info.SimulatorURL+"/_sim/accounts/demo-api-key/faults", "application/json",
+	resp, err := http.Post(dev.SimulatorURL+"/_sim/accounts/demo-api-key/faults", "application/json",
 		strings.NewReader(`[{"kind":"rate_limit","retry_after":600}]`))
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("add fault: %v %v", err, resp)
@@ -373,8 +354,8 @@ func TestStatus(t *testing.T) {
 	sent := make(chan struct{})
 	go func() {
 		defer close(sent)
-		req, _ := http.NewRequestWithContext(reqCtx, http.MethodPost, info.DataplaneURL+"/v1/messages", strings.NewReader(hello))
-		req.Header.Set("x-api-key", info.ClientKey)
+		req, _ := http.NewRequestWithContext(reqCtx, http.MethodPost, dev.DataplaneURL+"/v1/messages", strings.NewReader(hello))
+		req.Header.Set("x-api-key", dev.ClientKey)
 		req.Header.Set("anthropic-version", "2023-06-01")
 		req.Header.Set("content-type", "application/json")
 		if resp, err := http.DefaultClient.Do(req); err == nil {

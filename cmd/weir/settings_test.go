@@ -14,19 +14,10 @@ import (
 // explain a request an agent made.
 func TestSettingsAndExplain(t *testing.T) {
 	t.Parallel()
-	dataDir := t.TempDir()
-	info, stop, done := startDev(t, dataDir)
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("weir dev did not stop cleanly: %v", err)
-		}
-	}()
-	admin := func(args ...string) (string, error) {
-		e, out, errOut := testEnv(map[string]string{"WEIR_DATA_DIR": dataDir}, "")
-		err := run(t.Context(), args, e)
-		return out.String() + errOut.String(), err
-	}
+	// Its own stack: it reads the settings' defaults and history, and
+	// changes settings every request of the stack follows.
+	dev := startDev(t, t.TempDir())
+	admin := dev.admin
 
 	out, err := admin("settings", "get")
 	if err != nil || !regexp.MustCompile(`capacity_hold\s+20m\n`).MatchString(out) || !regexp.MustCompile(`request_deadline\s+25m\n`).MatchString(out) {
@@ -89,7 +80,7 @@ func TestSettingsAndExplain(t *testing.T) {
 		}
 	}
 
-	resp, body := postMessage(t, info.DataplaneURL, info.ClientKey, hello)
+	resp, body := postMessage(t, dev.DataplaneURL, dev.ClientKey, hello)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("agent request: %d %s", resp.StatusCode, body)
 	}

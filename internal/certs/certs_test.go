@@ -11,31 +11,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/weirhq/weir/internal/certs/certtest"
+	"github.com/weirhq/weir/internal/clock"
 	"github.com/weirhq/weir/internal/serve"
 	"github.com/weirhq/weir/internal/syncbuf"
 )
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // replace writes a leaf over the files as a rotation does (write aside,
 // rename), its modification time a second on so that it differs even on
@@ -71,7 +54,7 @@ func TestKeypairServesRotatedCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &clock{t: time.Now()}
+	clk := clock.NewManual(time.Now())
 	kp.now = clk.Now
 	kp.checked = clk.Now()
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/weirhq/weir/internal/clock"
 	"github.com/weirhq/weir/internal/migrate"
 	"github.com/weirhq/weir/internal/rpcclient"
 )
@@ -34,7 +35,7 @@ func TestCapAcrossOutage(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			clk := &clock{t: time.Now().Truncate(time.Second)}
+			clk := clock.NewManual(time.Now().Truncate(time.Second))
 			opts := options{
 				accounts:    []account{{label: "capped", maxConc: 2}},
 				leaseTTL:    ttl,
@@ -124,7 +125,7 @@ func TestCapAcrossOutage(t *testing.T) {
 func TestLeaseLostWhenCutOffAlone(t *testing.T) {
 	t.Parallel()
 	const ttl = 3 * time.Second
-	clk := &clock{t: time.Now().Truncate(time.Second)}
+	clk := clock.NewManual(time.Now().Truncate(time.Second))
 	e := setup(t, options{
 		accounts:    []account{{label: "solo", maxConc: 1}},
 		leaseTTL:    ttl,

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/internal/clock"
 	"github.com/weirhq/weir/internal/sim"
 )
 
@@ -63,7 +64,7 @@ func TestHoldOneAccountOverloadedFailsOver(t *testing.T) {
 // turns runs agents that never retry, each sending n streaming turns one
 // after another, all agents at once on the scheduler's virtual time, and
 // returns every turn's duration.
-func turns(t *testing.T, e *env, v *clock, sched *scheduler, agents, n int) []time.Duration {
+func turns(t *testing.T, e *env, v *clock.Manual, sched *scheduler, agents, n int) []time.Duration {
 	t.Helper()
 	var (
 		mu   sync.Mutex

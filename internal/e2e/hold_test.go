@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/clock"
 	"github.com/weirhq/weir/internal/sim"
 )
 
@@ -20,7 +21,9 @@ import (
 // worker's wait advances it at once: minutes of storm take milliseconds,
 // and the simulator's attempt times are on the same clock as cooldowns.
 
-func virtualClock() *clock { return &clock{t: time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)} }
+func virtualClock() *clock.Manual {
+	return clock.NewManual(time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC))
+}
 
 // heldFor reads the request's route event.
 func heldFor(t *testing.T, e *env, r response) *weirv1.RouteEvent {
@@ -271,7 +274,7 @@ func TestHoldBudgetZeroFailsFast(t *testing.T) {
 // storm answers 529 overloaded_error while the virtual clock is before
 // until, and records when each upstream attempt arrived.
 type storm struct {
-	clock *clock
+	clock *clock.Manual
 	until time.Time
 	next  http.Handler
 
@@ -396,7 +399,7 @@ func holdThroughStorm(t *testing.T, length time.Duration) {
 // waiting, then the clock jumps to the earliest wake-up. Concurrent waits
 // overlap as they would in real time, in milliseconds.
 type scheduler struct {
-	clock *clock
+	clock *clock.Manual
 
 	mu      sync.Mutex
 	active  int // requests in flight

@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/weirhq/weir/internal/clock"
 	"github.com/weirhq/weir/internal/rpcclient"
 	"github.com/weirhq/weir/jobs"
 )
@@ -56,7 +57,7 @@ func (e *env) runReaper() {
 func TestKilledWorkerRequestsRecorded(t *testing.T) {
 	t.Parallel()
 	const ttl = 3 * time.Second
-	clk := &clock{t: time.Now().Truncate(time.Second)}
+	clk := clock.NewManual(time.Now().Truncate(time.Second))
 	e := setup(t, options{
 		accounts:    []account{{label: "capped", maxConc: 2}},
 		leaseTTL:    ttl,

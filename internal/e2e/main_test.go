@@ -28,6 +28,7 @@ import (
 	"github.com/weirhq/weir/dataplane"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/internal/clock"
 	"github.com/weirhq/weir/internal/pgtest"
 	"github.com/weirhq/weir/internal/rpcclient"
 	"github.com/weirhq/weir/internal/sim"
@@ -95,7 +96,7 @@ type options struct {
 	// virtual, when set, is one clock for the control plane, the workers
 	// and the simulator, and a worker's wait advances it at once: a
 	// 20-minute storm runs in milliseconds.
-	virtual *clock
+	virtual *clock.Manual
 	// maxAttempts is the worker's attempts per routing round.
 	maxAttempts int
 	// sleep, with virtual, replaces the workers' wait (a scheduler that
@@ -790,39 +791,12 @@ func usageOf(t *testing.T, body []byte, stream bool) (input, output int64) {
 	return input, output
 }
 
-// clock is a control-plane clock the test moves by hand.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// AdvanceTo moves the clock to t unless it is already past it.
-func (c *clock) AdvanceTo(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if t.After(c.t) {
-		c.t = t
-	}
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // advanceAlive moves clk by d the way time passes while the control
 // plane is up: in steps shorter than the lease clock's gap (a third of the
 // TTL), each taken by the control plane's heartbeat
 // (controlplane/leaseclock.go) before the next, so that no stretch of d
 // reads as an outage in which leases keep their places.
-func (e *env) advanceAlive(clk *clock, d time.Duration) {
+func (e *env) advanceAlive(clk *clock.Manual, d time.Duration) {
 	e.t.Helper()
 	ttl := e.opts.leaseTTL
 	if ttl == 0 {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/weirhq/weir/controlplane"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/clock"
 	"github.com/weirhq/weir/internal/rpcclient"
 )
 
@@ -63,7 +64,7 @@ func TestControlPlaneDown(t *testing.T) {
 // passes, and then the account serves again.
 func TestDeadWorkerLeaseExpires(t *testing.T) {
 	t.Parallel()
-	clk := &clock{t: time.Now().Truncate(time.Second)}
+	clk := clock.NewManual(time.Now().Truncate(time.Second))
 	e := setup(t, options{
 		accounts:    []account{{label: "solo", maxConc: 1}},
 		leaseTTL:    2 * time.Second,

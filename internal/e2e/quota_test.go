@@ -9,6 +9,7 @@ import (
 	"time"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/clock"
 	"github.com/weirhq/weir/internal/sim"
 )
 
@@ -53,7 +54,7 @@ func errorFields(t *testing.T, r response) map[string]any {
 
 // answeredAtOnce checks that a request was answered without waiting: the
 // virtual clock did not move, and its route event shows no hold.
-func answeredAtOnce(t *testing.T, e *env, v *clock, start time.Time, r response) {
+func answeredAtOnce(t *testing.T, e *env, v *clock.Manual, start time.Time, r response) {
 	t.Helper()
 	if v.Now() != start {
 		t.Errorf("the worker waited %v for quota that cannot recover within the hold", v.Now().Sub(start))

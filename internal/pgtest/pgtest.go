@@ -66,7 +66,12 @@ func shared() *server {
 // Main runs the package's tests and then stops the shared cluster. Use:
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
-func Main(m *testing.M) {
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run is Main for a TestMain with more to stop after the tests: it runs
+// them, stops the shared cluster and returns the exit code instead of
+// exiting.
+func Run(m *testing.M) int {
 	code := m.Run()
 	// Marks the once done if no test used a database, so teardown never
 	// races a late setup and has nothing to do.
@@ -77,7 +82,7 @@ func Main(m *testing.M) {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // NewPool returns a pgxpool connected to a fresh database created from the

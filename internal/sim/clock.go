@@ -4,32 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 )
 
 // errNoManualClock is returned by Advance when the simulator runs on
 // Config.Now rather than its own virtual time.
 var errNoManualClock = errors.New("the simulator has no manual clock (Config.ManualClock is false)")
-
-// manualClock is virtual time that moves only when advanced.
-type manualClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *manualClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *manualClock) advance(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-	return c.t
-}
 
 // Now is the simulator's clock: Config.Now, or the virtual time of a
 // manual clock.
@@ -46,7 +26,7 @@ func (s *Server) Advance(d time.Duration) error {
 	if d < 0 {
 		return fmt.Errorf("advance: %v is negative; the clock only moves forward", d)
 	}
-	now := s.clock.advance(d)
+	now := s.clock.Advance(d)
 	s.log.Info("sim clock advanced", "by", d, "now", now)
 	return nil
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/weirhq/weir/internal/clock"
 )
 
 // maxBodyBytes is the real API's request size limit.
@@ -65,7 +67,7 @@ func (c Config) Validate() error {
 type Server struct {
 	log        *slog.Logger
 	now        func() time.Time
-	clock      *manualClock // nil unless Config.ManualClock
+	clock      *clock.Manual // nil unless Config.ManualClock
 	deltaDelay time.Duration
 	latency    time.Duration
 	reply      reply
@@ -103,8 +105,8 @@ func New(cfg Config) *Server {
 		s.now = time.Now
 	}
 	if cfg.ManualClock {
-		s.clock = &manualClock{t: s.now()}
-		s.now = s.clock.now
+		s.clock = clock.NewManual(s.now())
+		s.now = s.clock.Now
 	}
 	s.reg = newRegistryAt(cfg.Script, s.now())
 	deltas := cfg.Deltas
