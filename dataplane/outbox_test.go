@@ -25,9 +25,8 @@ func TestOutboxIsBounded(t *testing.T) {
 			t.Fatalf("release %d: %v (code %v), want an error to send again", i, err, connect.CodeOf(err))
 		}
 	}
-	p.mu.Lock()
-	n, oldest := len(p.redeliver), p.redeliver[0].req.LeaseId
-	p.mu.Unlock()
+	queued := p.releases.queued()
+	n, oldest := len(queued), queued[0].req.LeaseId
 	if n != maxRedeliveries || oldest != fmt.Sprint(extra) {
 		t.Errorf("outbox holds %d Releases from %s, want %d from %d", n, oldest, maxRedeliveries, extra)
 	}

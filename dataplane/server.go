@@ -59,15 +59,16 @@ func New(cfg Config) (*Server, error) {
 	m := newMetrics(cfg.Registry)
 	pending := newPendingRequests()
 	s := &Server{
-		cfg:      cfg,
-		leases:   leases,
-		keys:     &keyCache{client: leases, ttl: cfg.KeyCacheTTL, now: cfg.Now, entries: map[string]keyEntry{}},
-		pending:  pending,
-		reporter: newReporter(leases, pending, cfg.Logger, cfg.ReportInterval, m.routesDropped.Inc, m.redelivered.WithLabelValues("route_events").Inc),
-		keeper:   newKeeper(leases, pending.reported, cfg.Logger),
-		metrics:  m,
-		bodies:   newBodyBudget(m),
-		tracer:   telemetry.TracerProvider(cfg.TracerProvider).Tracer(tracerName),
+		cfg:     cfg,
+		leases:  leases,
+		keys:    &keyCache{client: leases, ttl: cfg.KeyCacheTTL, now: cfg.Now, entries: map[string]keyEntry{}},
+		pending: pending,
+		reporter: newReporter(leases, pending, cfg.Logger, cfg.ReportInterval,
+			func(n int) { m.routesDropped.Add(float64(n)) }, m.redelivered.WithLabelValues("route_events").Inc),
+		keeper:  newKeeper(leases, pending.reported, cfg.Logger),
+		metrics: m,
+		bodies:  newBodyBudget(m),
+		tracer:  telemetry.TracerProvider(cfg.TracerProvider).Tracer(tracerName),
 	}
 	s.pool = newLeasePool(leases, cfg.Logger, cfg.Now, cfg.Sleep, m, cfg.LeaseIdle, cfg.ReportInterval, s.keys.forgetAll)
 	s.settings = newSettingsPoller(s)

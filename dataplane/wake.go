@@ -127,8 +127,6 @@ func (c observedClient) WorkerSettings(ctx context.Context, req *connect.Request
 // control plane closes the family's breaker on it, and the notification
 // wakes every held request.
 func (p *leasePool) probeServed(lease *weirv1.Lease) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.enqueueLocked(&weirv1.ReleaseItem{LeaseId: lease.Id, Keep: true,
+	p.settle.put(&weirv1.ReleaseItem{LeaseId: lease.Id, Keep: true,
 		Outcome: &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200}})
 }
