@@ -1,8 +1,15 @@
 package dataplane
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"connectrpc.com/connect"
 	dto "github.com/prometheus/client_model/go"
@@ -52,4 +59,220 @@ func TestUndelivered(t *testing.T) {
 			t.Errorf("undelivered(%v) = %v, want %v", code, got, want)
 		}
 	}
+}
+
+// outboxTest is an outbox of ints whose control plane the test scripts:
+// each call takes the next of fails (nil: taken), then takes everything.
+type outboxTest struct {
+	out *outbox[int]
+
+	mu          sync.Mutex
+	fails       []error
+	calls       []outboxCall
+	dropped     int
+	redelivered int
+}
+
+type outboxCall struct {
+	at    time.Duration // since the test began
+	items []int
+	err   error
+}
+
+func newOutboxTest(batch, limit int, pace time.Duration, fails ...error) *outboxTest {
+	ot := &outboxTest{fails: fails}
+	start := time.Now()
+	ot.out = (&outbox[int]{what: "ints", log: slog.New(slog.DiscardHandler), batch: batch, limit: limit, pace: pace,
+		send: func(_ context.Context, batch []int) error {
+			ot.mu.Lock()
+			defer ot.mu.Unlock()
+			var err error
+			if len(ot.fails) > 0 {
+				err, ot.fails = ot.fails[0], ot.fails[1:]
+			}
+			ot.calls = append(ot.calls, outboxCall{at: time.Since(start), items: slices.Clone(batch), err: err})
+			return err
+		},
+		dropped:     func(n int) { ot.mu.Lock(); ot.dropped += n; ot.mu.Unlock() },
+		redelivered: func() { ot.mu.Lock(); ot.redelivered++; ot.mu.Unlock() },
+	}).start()
+	return ot
+}
+
+func (ot *outboxTest) sent() []outboxCall {
+	ot.mu.Lock()
+	defer ot.mu.Unlock()
+	return slices.Clone(ot.calls)
+}
+
+var errDown = connect.NewError(connect.CodeUnavailable, errors.New("control plane down"))
+
+// TestOutboxBatchesAndPaces: what is queued when a call can go goes in
+// it, up to batch items; calls start at most once per pace unless the
+// last was full; after a quiet spell an item goes at once.
+func TestOutboxBatchesAndPaces(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const pace = time.Second
+		ot := newOutboxTest(3, 100, pace)
+		ot.out.put(1, 2)
+		synctest.Wait()
+		ot.out.put(3)
+		ot.out.put(4, 5, 6, 7, 8)
+		time.Sleep(10 * time.Second) // a quiet spell
+		ot.out.put(9)
+		synctest.Wait()
+		ot.out.close(t.Context())
+		want := []outboxCall{
+			{at: 0, items: []int{1, 2}},
+			{at: pace, items: []int{3, 4, 5}}, // paced
+			{at: pace, items: []int{6, 7, 8}}, // the last was full: at once
+			{at: 2 * pace, items: nil},        // (not sent: see below)
+			{at: 10 * time.Second, items: []int{9}},
+		}
+		want = slices.Delete(want, 3, 4)
+		if got := ot.sent(); !slices.EqualFunc(got, want, sameCall) {
+			t.Errorf("calls %v, want %v", got, want)
+		}
+	})
+}
+
+func sameCall(a, b outboxCall) bool {
+	return a.at == b.at && slices.Equal(a.items, b.items) && errors.Is(a.err, b.err)
+}
+
+// TestOutboxRedelivers: a batch the control plane did not take stays
+// first in the queue and goes again, with what queued meanwhile, after a
+// pause that doubles (100 ms on) up to 5 s; a refusal is final.
+func TestOutboxRedelivers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fails := make([]error, 8)
+		for i := range fails {
+			fails[i] = errDown
+		}
+		refused := connect.NewError(connect.CodeInvalidArgument, errors.New("refused"))
+		ot := newOutboxTest(10, 100, 0, append(fails, nil, refused)...)
+		ot.out.put(1)
+		synctest.Wait()
+		ot.out.put(2)
+		time.Sleep(time.Minute)
+		ot.out.put(3)
+		synctest.Wait()
+		ot.out.put(4)
+		synctest.Wait()
+		ot.out.close(t.Context())
+
+		var at time.Duration
+		var want []outboxCall
+		for i, wait := range []time.Duration{0, 100, 200, 400, 800, 1600, 3200, 5000, 5000} {
+			at += wait * time.Millisecond
+			items := []int{1, 2}
+			if i == 0 {
+				items = []int{1}
+			}
+			var err error
+			if i < len(fails) {
+				err = errDown
+			}
+			want = append(want, outboxCall{at: at, items: items, err: err})
+		}
+		want = append(want, outboxCall{at: time.Minute, items: []int{3}, err: refused}, outboxCall{at: time.Minute, items: []int{4}})
+		if got := ot.sent(); !slices.EqualFunc(got, want, sameCall) {
+			t.Errorf("calls\n%v\nwant\n%v", got, want)
+		}
+		if ot.redelivered != 1 {
+			t.Errorf("counted %d redeliveries, want 1 (the batch taken after failed tries)", ot.redelivered)
+		}
+	})
+}
+
+// TestOutboxDropsOldestWhenFull: past its bound the outbox drops its
+// oldest items and counts them, even one in flight.
+func TestOutboxDropsOldestWhenFull(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ot := newOutboxTest(2, 4, 0, errDown)
+		ot.out.put(1, 2)
+		synctest.Wait() // 1 and 2 failed: they wait to go again
+		ot.out.put(3, 4, 5)
+		if got := ot.out.queued(); !slices.Equal(got, []int{2, 3, 4, 5}) {
+			t.Errorf("queued %v, want [2 3 4 5]", got)
+		}
+		ot.out.put(6, 7)
+		if ot.dropped != 3 {
+			t.Errorf("dropped %d, want 3", ot.dropped)
+		}
+		time.Sleep(time.Second)
+		ot.out.close(t.Context())
+		var got []int
+		for _, c := range ot.sent()[1:] {
+			got = append(got, c.items...)
+		}
+		if !slices.Equal(got, []int{4, 5, 6, 7}) {
+			t.Errorf("sent %v after the failure, want [4 5 6 7]", got)
+		}
+	})
+}
+
+// TestOutboxCloseDrains: close sends what is queued, cutting short a
+// pause to send again; what the control plane then does not take is
+// given up, not tried again.
+func TestOutboxCloseDrains(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ot := newOutboxTest(2, 100, time.Hour)
+		ot.out.put(1)
+		synctest.Wait()
+		ot.out.put(2, 3, 4)
+		ot.out.close(t.Context())
+		if got := ot.sent(); len(got) != 3 || got[2].at != 0 {
+			t.Errorf("calls %v, want [1] then [2 3] and [4] at once on close", got)
+		}
+
+		ot = newOutboxTest(2, 100, 0, errDown, errDown)
+		ot.out.put(1)
+		synctest.Wait() // failed once: waiting 100 ms to send again
+		ot.out.close(t.Context())
+		if got := ot.sent(); len(got) != 2 || got[1].at != 0 {
+			t.Errorf("calls %v, want one try on close, at once", got)
+		}
+		if got := ot.out.queued(); !slices.Equal(got, []int{1}) {
+			t.Errorf("queued %v after close, want [1] (given up)", got)
+		}
+	})
+}
+
+// TestOutboxDue: what is due when a batch goes joins it, up to batch, and
+// a nudge wakes the outbox for it.
+func TestOutboxDue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nudge := make(chan struct{}, 1)
+		var mu sync.Mutex
+		due := []int{10, 11, 12}
+		var calls [][]int
+		out := (&outbox[int]{what: "ints", log: slog.New(slog.DiscardHandler), batch: 2, limit: 100,
+			send: func(_ context.Context, batch []int) error {
+				mu.Lock()
+				calls = append(calls, slices.Clone(batch))
+				mu.Unlock()
+				return nil
+			},
+			due: func(n int) []int {
+				mu.Lock()
+				defer mu.Unlock()
+				k := min(n, len(due))
+				out := due[:k]
+				due = due[k:]
+				return out
+			},
+			nudge:   nudge,
+			dropped: func(int) {},
+		}).start()
+		out.put(1)
+		synctest.Wait()
+		nudge <- struct{}{}
+		synctest.Wait()
+		out.close(t.Context())
+		want := [][]int{{1, 10}, {11, 12}}
+		if !slices.EqualFunc(calls, want, slices.Equal) {
+			t.Errorf("calls %v, want %v", calls, want)
+		}
+	})
 }
