@@ -163,6 +163,8 @@ func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *wei
 
 // routing is one request's state across rounds and holds.
 type routing struct {
+	w   *trackingWriter
+	r   *http.Request
 	in  *inbound
 	rec *weirv1.RouteEvent
 	// holdEnd is when the hold budget (capped by the request's deadline)
@@ -257,203 +259,240 @@ func increment(m map[string]int32, k string) map[string]int32 {
 func (s *Server) route(ctx context.Context, w *trackingWriter, r *http.Request, in *inbound, rec *weirv1.RouteEvent) {
 	st := s.settings.get()
 	end := in.start.Add(min(st.capacityHold, st.requestDeadline))
-	rt := &routing{in: in, rec: rec, holdEnd: end, capacityEnd: end, unreachableHold: st.unreachableHold, roundStart: in.start}
+	rt := &routing{w: w, r: r, in: in, rec: rec, holdEnd: end, capacityEnd: end, unreachableHold: st.unreachableHold, roundStart: in.start}
 	// From here the request may be held or leased: it is recorded as in
 	// progress until its final event (pending.go).
 	s.pending.begin(rec)
 	defer s.pending.end(in.requestID)
-	for {
-		if ctx.Err() != nil {
-			return // the client left
-		}
-		rt.changed = s.pool.changes()
-		asked := s.cfg.Now()
-		resp, parked, err := s.pool.acquire(ctx, &weirv1.AcquireRequest{
-			KeyHash:           in.keyHash,
-			Model:             in.model,
-			SessionKey:        in.session,
-			ExcludeAccountIds: rt.excluded,
-			RequestId:         in.requestID,
-			PreferAccountId:   rt.prefer,
-			Surface:           in.sf.api,
-		}, rt.rounds > 0, rt.holdEnd)
-		if parked > 0 {
-			// Parked with the other held requests of its class.
-			s.recordHold(ctx, rt, s.cfg.Now().Add(-parked), parked, "waiting with this worker's held requests of the model for the pool to serve again")
-		}
-		if waited := s.cfg.Now().Sub(asked) - parked; waited >= slowAcquire {
-			// A control plane that does not answer (hung, or its Postgres
-			// slow) holds the request as surely as a refusal does.
-			s.recordHold(ctx, rt, asked, waited, "waiting for the control plane to answer")
-		}
-		if err != nil {
-			switch {
-			case connect.CodeOf(err) == connect.CodePermissionDenied:
-				if model, ok := modelNotAllowedIn(err); ok {
-					// The worker's cached allowlist was older than the key.
-					in.outcome = outcomeModelForbidden
-					s.keys.forget(in.keyHash)
-					s.fail(w, rt, nil, errModelNotAllowed(model))
-					return
-				}
-				s.keys.forget(in.keyHash)
-				s.fail(w, rt, nil, errAuthentication("invalid API key"))
-				return
-			case ctx.Err() != nil:
-				return
-			}
-			s.cfg.Logger.WarnContext(ctx, "acquire failed", "request_id", in.requestID, "err", err)
-			// The control plane may be restarting: hold like any other
-			// transient condition.
-			if !s.hold(ctx, rt, time.Time{}, true, "control plane unreachable") {
-				if rt.unreachableCut() {
-					s.failUnreachable(w, rt)
-					return
-				}
-				if rt.last == nil {
-					in.outcome = outcomeUnavailable
-				}
-				s.fail(w, rt, rt.last, errControlPlane())
-				return
-			}
-			continue
-		}
-		lease := resp.GetLease()
-		if lease == nil {
-			none := resp.GetNoAccount()
-			now := s.cfg.Now()
-			final := noAccountError(none, in.sf, in.model, now, maxTime(rt.holdEnd, now.Add(usageLimitMinWait)))
-			if none.GetPermanent() || none.GetReason() == weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED ||
-				none.GetReason() == weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_DISABLED {
-				s.failNoAccount(w, rt, final)
-				return
-			}
-			if qb := none.GetQuotaBlock(); qb != nil && !recoversBy(qb, rt.holdEnd) {
-				// Out of quota past the hold budget (or with no known
-				// reset at all): no wait can help, so the client hears now.
-				s.failOutOfQuota(w, rt, none, final)
-				return
-			}
-			var retryAt time.Time
-			if none.GetRetryAt() != nil {
-				retryAt = none.GetRetryAt().AsTime()
-			}
-			backoff := true
-			if none.GetReason() == weirv1.NoAccountReason_NO_ACCOUNT_REASON_BREAKER_OPEN {
-				// The shared breaker already paces every worker: wait for
-				// its next probe, and no longer.
-				backoff = false
-			}
-			rt.judge(none)
-			reason := none.GetMessage()
-			if rt.unreach.run != nil {
-				reason = unreachableMessage(rt.unreach.run)
-			}
-			if !s.hold(ctx, rt, retryAt, backoff, reason) {
-				if rt.unreachableCut() {
-					s.failUnreachable(w, rt)
-					return
-				}
-				s.failOutOfQuota(w, rt, none, final)
-				return
-			}
-			continue
-		}
-
-		rt.round++
-		rec.Attempts++
-		rec.AccountId = lease.AccountId
-		in.spilledTo = ""
-		if lease.SpilledToMetered {
-			in.spilledTo = providerName(lease.Provider)
-		}
-		admitted := s.cfg.Now()
-		at := admitted.Sub(in.start)
-		actx, span := s.startAttemptSpan(ctx, lease, int(rec.Attempts))
-		res := s.attempt(actx, w, r, in, lease, rt.overloads[lease.AccountId])
-		o := res.outcome
-		in.lastClass = o.Class
-		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR {
-			rt.roundTransport++
-		}
-		rt.judge(nil) // an account that answered ends the unreachable hold
-		o.PriorBursts = rt.bursts[lease.AccountId]
-		if o.InputTokens > 0 || o.OutputTokens > 0 {
-			rec.InputTokens, rec.OutputTokens = o.InputTokens, o.OutputTokens
-		}
-		s.metrics.attempts.WithLabelValues(providerName(lease.Provider), statusClass(int(o.Status)), shortClass(o.Class), causeName(o.TransportCause)).Inc()
-		d := s.release(actx, in, lease, o, admitted)
-		endAttemptSpan(span, o, d)
-		rt.addRecord(&weirv1.AttemptRecord{
-			At: durationpb.New(at), AccountId: lease.AccountId, Class: o.Class, Status: o.Status,
-			ErrorType: o.ErrorType, Action: d.GetAction(), Duration: o.Duration, Rung: d.GetRung(),
-			SpilledToMetered: lease.SpilledToMetered,
-			TransportCause:   o.TransportCause,
-		})
-		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED {
-			rt.overloads = increment(rt.overloads, lease.AccountId)
-		} else {
-			delete(rt.overloads, lease.AccountId)
-		}
-		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED && d.GetAction() == weirv1.Action_ACTION_RETRY_SAME {
-			rt.bursts = increment(rt.bursts, lease.AccountId)
-		} else {
-			delete(rt.bursts, lease.AccountId)
-		}
-		if res.terminal != nil {
-			s.finishTerminal(ctx, w, in, res.terminal)
-		}
-		if res.failure == nil {
-			// The answer, good or bad, went to the client.
-			rec.ErrorType = o.ErrorType
-			if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR {
-				rec.FailureStage = weirv1.FailureStage_FAILURE_STAGE_AFTER_OUTPUT
-			}
-			return
-		}
-		if o.Class != weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR {
-			// An upstream 401 names the account's credential; passed on, it
-			// would tell the agent its own weir key is wrong.
-			rt.last = res.failure
-		}
-		rt.prefer = ""
-		switch d.GetAction() {
-		case weirv1.Action_ACTION_RETRY_SAME:
-			// Overload or a rate-limit burst: back to the same account after
-			// a short wait, which counts against the hold budget like any
-			// other.
-			wait := d.GetRetryAfter().AsDuration()
-			why := "overloaded; retrying the same account"
-			if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED {
-				why = "rate-limit burst; retrying the same account"
-			}
-			if s.holdFor(ctx, rt, wait, why) {
-				rt.prefer = lease.AccountId
-				continue
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			rt.excluded = append(rt.excluded, lease.AccountId)
-		case weirv1.Action_ACTION_FAILOVER:
-			rt.excluded = append(rt.excluded, lease.AccountId)
-		default:
-			rec.ErrorType = o.ErrorType
-			s.fail(w, rt, rt.last, nil)
-			return
-		}
-		if rt.round >= s.cfg.MaxAttempts {
-			// Enough for one round: wait before trying the pool again.
-			if !s.hold(ctx, rt, time.Time{}, true, "every attempt of the round failed") {
-				if rt.unreachableCut() {
-					s.failUnreachable(w, rt)
-					return
-				}
-				s.fail(w, rt, rt.last, nil)
-				return
-			}
-		}
+	for ctx.Err() == nil && !s.step(ctx, rt) { // until the client leaves or is answered
 	}
+}
+
+// step is one turn of the routing loop: it leases an account and tries
+// it, or holds, or answers. It reports whether the request is done.
+func (s *Server) step(ctx context.Context, rt *routing) (done bool) {
+	rt.changed = s.pool.changes()
+	resp, err := s.lease(ctx, rt)
+	switch {
+	case err != nil:
+		return s.acquireFailed(ctx, rt, err)
+	case resp.GetLease() == nil:
+		return s.noAccount(ctx, rt, resp.GetNoAccount())
+	}
+	return s.tryLease(ctx, rt, resp.GetLease())
+}
+
+// lease asks the pool for an account, and records the time the request
+// waited for the answer as held.
+func (s *Server) lease(ctx context.Context, rt *routing) (*weirv1.AcquireResponse, error) {
+	in := rt.in
+	asked := s.cfg.Now()
+	resp, parked, err := s.pool.acquire(ctx, &weirv1.AcquireRequest{
+		KeyHash:           in.keyHash,
+		Model:             in.model,
+		SessionKey:        in.session,
+		ExcludeAccountIds: rt.excluded,
+		RequestId:         in.requestID,
+		PreferAccountId:   rt.prefer,
+		Surface:           in.sf.api,
+	}, rt.rounds > 0, rt.holdEnd)
+	if parked > 0 {
+		// Parked with the other held requests of its class.
+		s.recordHold(ctx, rt, s.cfg.Now().Add(-parked), parked, "waiting with this worker's held requests of the model for the pool to serve again")
+	}
+	if waited := s.cfg.Now().Sub(asked) - parked; waited >= slowAcquire {
+		// A control plane that does not answer (hung, or its Postgres
+		// slow) holds the request as surely as a refusal does.
+		s.recordHold(ctx, rt, asked, waited, "waiting for the control plane to answer")
+	}
+	return resp, err
+}
+
+// acquireFailed acts on an Acquire that got no answer, or a refusal of
+// the key.
+func (s *Server) acquireFailed(ctx context.Context, rt *routing, err error) (done bool) {
+	in := rt.in
+	switch {
+	case connect.CodeOf(err) == connect.CodePermissionDenied:
+		s.keys.forget(in.keyHash)
+		if model, ok := modelNotAllowedIn(err); ok {
+			// The worker's cached allowlist was older than the key.
+			in.outcome = outcomeModelForbidden
+			s.fail(rt.w, rt, nil, errModelNotAllowed(model))
+			return true
+		}
+		s.fail(rt.w, rt, nil, errAuthentication("invalid API key"))
+		return true
+	case ctx.Err() != nil:
+		return true
+	}
+	s.cfg.Logger.WarnContext(ctx, "acquire failed", "request_id", in.requestID, "err", err)
+	// The control plane may be restarting: hold like any other transient
+	// condition.
+	if s.hold(ctx, rt, time.Time{}, true, "control plane unreachable") {
+		return false
+	}
+	if rt.unreachableCut() {
+		s.failUnreachable(rt.w, rt)
+		return true
+	}
+	if rt.last == nil {
+		in.outcome = outcomeUnavailable
+	}
+	s.fail(rt.w, rt, rt.last, errControlPlane())
+	return true
+}
+
+// noAccount acts on the control plane's answer that no account can serve
+// now: it answers at once what no wait can help, else holds.
+func (s *Server) noAccount(ctx context.Context, rt *routing, none *weirv1.NoAccount) (done bool) {
+	in := rt.in
+	now := s.cfg.Now()
+	final := noAccountError(none, in.sf, in.model, now, maxTime(rt.holdEnd, now.Add(usageLimitMinWait)))
+	if none.GetPermanent() || none.GetReason() == weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED ||
+		none.GetReason() == weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_DISABLED {
+		s.failNoAccount(rt.w, rt, final)
+		return true
+	}
+	if qb := none.GetQuotaBlock(); qb != nil && !recoversBy(qb, rt.holdEnd) {
+		// Out of quota past the hold budget (or with no known reset at
+		// all): no wait can help, so the client hears now.
+		s.failOutOfQuota(rt.w, rt, none, final)
+		return true
+	}
+	var retryAt time.Time
+	if none.GetRetryAt() != nil {
+		retryAt = none.GetRetryAt().AsTime()
+	}
+	// The shared breaker already paces every worker: wait for its next
+	// probe, and no longer.
+	backoff := none.GetReason() != weirv1.NoAccountReason_NO_ACCOUNT_REASON_BREAKER_OPEN
+	rt.judge(none)
+	reason := none.GetMessage()
+	if rt.unreach.run != nil {
+		reason = unreachableMessage(rt.unreach.run)
+	}
+	if s.hold(ctx, rt, retryAt, backoff, reason) {
+		return false
+	}
+	if rt.unreachableCut() {
+		s.failUnreachable(rt.w, rt)
+		return true
+	}
+	s.failOutOfQuota(rt.w, rt, none, final)
+	return true
+}
+
+// tryLease makes one attempt on lease and acts on the control plane's
+// decision: the answer went to the client, or the request fails over,
+// retries the same account, or is answered with the last failure. Once a
+// byte reached the client nothing is replayed: such an attempt's answer
+// is the client's (res.failure is nil).
+func (s *Server) tryLease(ctx context.Context, rt *routing, lease *weirv1.Lease) (done bool) {
+	in, rec := rt.in, rt.rec
+	o, d, res := s.tryOnce(ctx, rt, lease)
+	if res.terminal != nil {
+		s.finishTerminal(ctx, rt.w, in, res.terminal)
+	}
+	if res.failure == nil {
+		// The answer, good or bad, went to the client.
+		rec.ErrorType = o.ErrorType
+		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR {
+			rec.FailureStage = weirv1.FailureStage_FAILURE_STAGE_AFTER_OUTPUT
+		}
+		return true
+	}
+	if o.Class != weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR {
+		// An upstream 401 names the account's credential; passed on, it
+		// would tell the agent its own weir key is wrong.
+		rt.last = res.failure
+	}
+	rt.prefer = ""
+	switch d.GetAction() {
+	case weirv1.Action_ACTION_RETRY_SAME:
+		// Overload or a rate-limit burst: back to the same account after a
+		// short wait, which counts against the hold budget like any other.
+		why := "overloaded; retrying the same account"
+		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED {
+			why = "rate-limit burst; retrying the same account"
+		}
+		if s.holdFor(ctx, rt, d.GetRetryAfter().AsDuration(), why) {
+			rt.prefer = lease.AccountId
+			return false
+		}
+		if ctx.Err() != nil {
+			return true
+		}
+		rt.excluded = append(rt.excluded, lease.AccountId)
+	case weirv1.Action_ACTION_FAILOVER:
+		rt.excluded = append(rt.excluded, lease.AccountId)
+	default:
+		rec.ErrorType = o.ErrorType
+		s.fail(rt.w, rt, rt.last, nil)
+		return true
+	}
+	if rt.round < s.cfg.MaxAttempts {
+		return false
+	}
+	// Enough for one round: wait before trying the pool again.
+	if s.hold(ctx, rt, time.Time{}, true, "every attempt of the round failed") {
+		return false
+	}
+	if rt.unreachableCut() {
+		s.failUnreachable(rt.w, rt)
+		return true
+	}
+	s.fail(rt.w, rt, rt.last, nil)
+	return true
+}
+
+// tryOnce runs the attempt on lease, settles it with the control plane,
+// and records it: in the route event, the request's routing state and
+// the metrics. It returns the outcome, the control plane's decision and
+// the attempt's result.
+func (s *Server) tryOnce(ctx context.Context, rt *routing, lease *weirv1.Lease) (*weirv1.Outcome, *weirv1.Decision, attemptResult) {
+	in, rec := rt.in, rt.rec
+	rt.round++
+	rec.Attempts++
+	rec.AccountId = lease.AccountId
+	in.spilledTo = ""
+	if lease.SpilledToMetered {
+		in.spilledTo = providerName(lease.Provider)
+	}
+	admitted := s.cfg.Now()
+	at := admitted.Sub(in.start)
+	actx, span := s.startAttemptSpan(ctx, lease, int(rec.Attempts))
+	res := s.attempt(actx, rt.w, rt.r, in, lease, rt.overloads[lease.AccountId])
+	o := res.outcome
+	in.lastClass = o.Class
+	if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR {
+		rt.roundTransport++
+	}
+	rt.judge(nil) // an account that answered ends the unreachable hold
+	o.PriorBursts = rt.bursts[lease.AccountId]
+	if o.InputTokens > 0 || o.OutputTokens > 0 {
+		rec.InputTokens, rec.OutputTokens = o.InputTokens, o.OutputTokens
+	}
+	s.metrics.attempts.WithLabelValues(providerName(lease.Provider), statusClass(int(o.Status)), shortClass(o.Class), causeName(o.TransportCause)).Inc()
+	d := s.release(actx, in, lease, o, admitted)
+	endAttemptSpan(span, o, d)
+	rt.addRecord(&weirv1.AttemptRecord{
+		At: durationpb.New(at), AccountId: lease.AccountId, Class: o.Class, Status: o.Status,
+		ErrorType: o.ErrorType, Action: d.GetAction(), Duration: o.Duration, Rung: d.GetRung(),
+		SpilledToMetered: lease.SpilledToMetered,
+		TransportCause:   o.TransportCause,
+	})
+	if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED {
+		rt.overloads = increment(rt.overloads, lease.AccountId)
+	} else {
+		delete(rt.overloads, lease.AccountId)
+	}
+	if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED && d.GetAction() == weirv1.Action_ACTION_RETRY_SAME {
+		rt.bursts = increment(rt.bursts, lease.AccountId)
+	} else {
+		delete(rt.bursts, lease.AccountId)
+	}
+	return o, d, res
 }
 
 // hold waits before the next routing round, or says that waiting cannot
