@@ -51,12 +51,13 @@ type outbox[T any] struct {
 	// number of queue[0], so that a batch in flight is taken off the queue
 	// once taken, and only what of it is still there (the bound may have
 	// dropped part of it meanwhile).
-	queue   []T
-	head    uint64
-	kick    chan struct{}
-	closing chan struct{}
-	closed  sync.Once
-	done    chan struct{}
+	queue []T
+	head  uint64
+	kick  chan struct{}
+	// life ends when close is called.
+	life context.Context
+	stop context.CancelFunc
+	done chan struct{}
 }
 
 // outboxSendTimeout bounds one call.
@@ -65,7 +66,7 @@ const outboxSendTimeout = 5 * time.Second
 // start starts the loop; o's fields are set.
 func (o *outbox[T]) start() *outbox[T] {
 	o.kick = make(chan struct{}, 1)
-	o.closing = make(chan struct{})
+	o.life, o.stop = context.WithCancel(context.Background())
 	o.done = make(chan struct{})
 	go o.run()
 	return o
@@ -136,10 +137,10 @@ func (o *outbox[T]) run() {
 			select {
 			case <-o.kick:
 			case <-o.nudge:
-			case <-o.closing:
+			case <-o.life.Done():
 				closing = true
 			}
-			if !full && !closing && !o.sleep(time.Until(last.Add(o.pace))) {
+			if !full && !closing && !sleepCtx(o.life, time.Until(last.Add(o.pace))) {
 				closing = true
 			}
 		}
@@ -168,7 +169,7 @@ func (o *outbox[T]) run() {
 		case undelivered(err):
 			wait = backoff.Next(wait, 100*time.Millisecond, 5*time.Second)
 			o.log.Warn("reports not delivered; sending them again", "what", o.what, "items", len(batch), "in", wait, "err", err)
-			if !o.sleep(wait) {
+			if !sleepCtx(o.life, wait) {
 				closing = true
 			}
 			continue // still queued
@@ -182,24 +183,9 @@ func (o *outbox[T]) run() {
 	}
 }
 
-// sleep waits d; false if the outbox closes first.
-func (o *outbox[T]) sleep(d time.Duration) bool {
-	if d <= 0 {
-		return true
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-o.closing:
-		return false
-	}
-}
-
 // close sends what is queued, waiting until that is done or ctx ends.
 func (o *outbox[T]) close(ctx context.Context) {
-	o.closed.Do(func() { close(o.closing) })
+	o.stop()
 	select {
 	case <-o.done:
 	case <-ctx.Done():
