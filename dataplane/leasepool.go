@@ -60,6 +60,8 @@ type leasePool struct {
 	settle   *outbox[*weirv1.ReleaseItem]
 	releases *outbox[redelivery]
 
+	// mu guards what the pool itself keeps: closed, prefetching and the
+	// change signal's transitions (the parts have locks of their own).
 	mu     sync.Mutex
 	closed bool
 	// prefetching counts each class's prefetches in flight.
