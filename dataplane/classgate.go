@@ -43,7 +43,9 @@ import (
 //     for the probe's report.
 //
 // The gate calls the control plane only through the func it is given,
-// never with its lock held.
+// never with its lock held. Its methods named ...Locked are called with
+// g.mu held and return with it held, whatever they return; they release
+// it only while they wait or call.
 type classGate struct {
 	now func() time.Time
 	// sleep waits d or until ctx ends (Config.Sleep, so that a test's
