@@ -14,7 +14,7 @@ import (
 // window would be exhausted at that rate, from the usage snapshots (a copy
 // of usage_windows every two minutes). The estimator is pure; the backtest
 // in forecast_test.go measures its error on simulated histories and
-// docs/architecture.md keeps the numbers.
+// docs/accounts.md keeps the numbers.
 
 const (
 	// forecastSameWindow: two snapshots belong to the same window when

@@ -115,7 +115,7 @@ func TestEstimateForecast(t *testing.T) {
 // the true remaining time; a forecast of "not before the reset" counts as
 // predicting the reset.
 //
-// The bounds are the measured values (recorded in docs/architecture.md)
+// The bounds are the measured values (recorded in docs/accounts.md)
 // with headroom for a change of seed, not targets: the estimator is a
 // linear fit, and a history that changes pace (idle then burst) is where
 // it is worst, by construction.
