@@ -402,8 +402,11 @@ func (e *env) newDataplane(cpClient *http.Client) (*dataplane.Server, *httptest.
 }
 
 // closeServer ends every connection first: Close alone waits for handlers
-// that are parked on a stream.
+// that are parked on a stream. The listener closes before the connections
+// do, or a client that reconnects at once (a worker's WatchPool) opens a
+// stream between the two that Close then waits for forever.
 func closeServer(s *httptest.Server) {
+	s.Listener.Close() //nolint:errcheck // Close closes it again
 	s.CloseClientConnections()
 	s.Close()
 }
