@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/weirhq/weir/controlplane/db"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/pgtest"
@@ -183,4 +184,15 @@ func BenchmarkTakeRequestToken(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkPolicyInputs: converting one account and its cooldown for
+// policy, which the routing view does for every account of every Acquire.
+func BenchmarkPolicyInputs(b *testing.B) {
+	a := db.Account{Provider: "anthropic", AuthKind: "oauth"}
+	c := db.Cooldown{Reason: "rate_limited"}
+	for b.Loop() {
+		_ = policyAccount(a)
+		_ = policyCooldown(c)
+	}
 }

@@ -464,7 +464,7 @@ func (l leaseService) routingView(ctx context.Context, keyHash, model, sessionKe
 			if v.breakerOpen == nil {
 				v.breakerOpen = map[weirv1.Provider]bool{}
 			}
-			v.breakerOpen[storedProviders.value(r.Account.Provider)] = true
+			v.breakerOpen[enumValue[weirv1.Provider](r.Account.Provider)] = true
 		}
 		c := policy.Candidate{Account: policyAccount(r.Account), Live: r.Live}
 		v.accounts[r.Account.ID] = r.Account

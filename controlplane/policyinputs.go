@@ -11,44 +11,13 @@ import (
 // The stored rows as policy reads them: one conversion per type, and the
 // only place that knows both shapes.
 
-// stored indexes an enum's values by their stored names, built once: the
-// routing view converts every account of every Acquire, and a map read is
-// far cheaper than parsing the name each time.
-type stored[E protoEnum] map[string]E
-
-func index[E protoEnum]() stored[E] {
-	var zero E
-	vals := zero.Descriptor().Values()
-	m := make(stored[E], vals.Len())
-	for i := range vals.Len() {
-		v := E(vals.Get(i).Number())
-		m[enumName(v)] = v
-	}
-	return m
-}
-
-// value is enumValue(name), from the index when name is spelled as stored.
-func (m stored[E]) value(name string) E {
-	if v, ok := m[name]; ok {
-		return v
-	}
-	return enumValue[E](name)
-}
-
-var (
-	storedProviders = index[weirv1.Provider]()
-	storedAuthKinds = index[weirv1.AuthKind]()
-	storedReasons   = index[weirv1.CooldownReason]()
-	storedQuotaKind = index[weirv1.QuotaKind]()
-)
-
 // policyAccount is an account as routing reads it.
 func policyAccount(a db.Account) policy.Account {
 	return policy.Account{
 		ID:             a.ID,
 		Label:          a.Label,
-		Provider:       storedProviders.value(a.Provider),
-		AuthKind:       storedAuthKinds.value(a.AuthKind),
+		Provider:       enumValue[weirv1.Provider](a.Provider),
+		AuthKind:       enumValue[weirv1.AuthKind](a.AuthKind),
 		BaseURL:        accountBaseURL(a.Provider, a.BaseUrl),
 		Paused:         a.Paused,
 		Broken:         a.BrokenAt != nil,
@@ -62,14 +31,14 @@ func policyAccount(a db.Account) policy.Account {
 // policyCooldown is a cooldown with its quota evidence, if any.
 func policyCooldown(c db.Cooldown) policy.Cooldown {
 	out := policy.Cooldown{
-		Reason:    storedReasons.value(c.Reason),
+		Reason:    enumValue[weirv1.CooldownReason](c.Reason),
 		Transient: c.Transient,
 		Until:     c.Until,
 		WrittenAt: c.WrittenAt,
 		Evidence:  c.Evidence,
 	}
 	if c.QuotaKind != nil {
-		out.Quota = &policy.QuotaRecord{Kind: storedQuotaKind.value(*c.QuotaKind),
+		out.Quota = &policy.QuotaRecord{Kind: enumValue[weirv1.QuotaKind](*c.QuotaKind),
 			WindowMinutes: c.QuotaWindowMinutes, Message: c.QuotaMessage}
 		if c.QuotaResetsAt != nil {
 			out.Quota.ResetsAt = *c.QuotaResetsAt

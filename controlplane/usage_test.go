@@ -24,8 +24,6 @@ import (
 	"github.com/weirhq/weir/internal/sim"
 )
 
-func f64(v float64) *float64 { return &v }
-
 func tm(t time.Time) *time.Time { return &t }
 
 func sameTime(a, b *time.Time) bool {

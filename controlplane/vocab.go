@@ -1,8 +1,6 @@
 package controlplane
 
 import (
-	"google.golang.org/protobuf/reflect/protoreflect"
-
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/vocab"
 )
@@ -18,9 +16,6 @@ func enumName[E protoEnum](v E) string { return vocab.Name(v) }
 
 // enumValue parses a short name back; unknown names give the zero value.
 func enumValue[E protoEnum](name string) E { return vocab.Value[E](name) }
-
-// enumPrefix is "COOLDOWN_REASON_" for CooldownReason.
-func enumPrefix(d protoreflect.EnumDescriptor) string { return vocab.Prefix(d) }
 
 // transientReason says whether a cooldown reason can pass on its own. Only
 // a rejected credential needs an operator. The quota reasons are transient

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/vocab"
 )
 
 // checkEnum round-trips every value of E through its short name and
@@ -16,7 +17,7 @@ func checkEnum[E protoEnum](t *testing.T) protoreflect.FullName {
 	t.Helper()
 	var zero E
 	d := zero.Descriptor()
-	prefix := enumPrefix(d)
+	prefix := vocab.Prefix(d)
 	seen := map[string]bool{}
 	values := d.Values()
 	for i := range values.Len() {

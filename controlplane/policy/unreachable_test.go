@@ -22,8 +22,6 @@ func unreachableSince(written, since time.Duration, attempts int32, cause string
 	}
 }
 
-func baseURL(u string) func(*Candidate) { return func(x *Candidate) { x.Account.BaseURL = u } }
-
 // TestRouteUnreachable: NoAccount.unreachable is set exactly when every
 // account that could serve without an operator cools on a transport
 // failure (or was tried and does not cool), and names the run of the one

@@ -308,17 +308,6 @@ func (v *view) checkCap() []Violation {
 	return out
 }
 
-// controlDown says whether the control side was unusable at some time
-// in [from, to].
-func (v *view) controlDown(from, to time.Duration) bool {
-	for _, s := range v.control {
-		if s.from <= to && s.to >= from {
-			return true
-		}
-	}
-	return false
-}
-
 // checkNoReplay: invariant 2. No attempt of a request started after
 // another of its attempts had sent output.
 func (v *view) checkNoReplay() []Violation {

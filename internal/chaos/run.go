@@ -202,7 +202,6 @@ type run struct {
 	cps, workers []*slot
 	cpProxy      *Proxy
 	pgProxy      *Proxy
-	env          []string // the control planes' and workers' shared settings
 
 	mu      sync.Mutex
 	applied []Applied

@@ -7,6 +7,7 @@ package vocab
 
 import (
 	"strings"
+	"sync"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
@@ -25,15 +26,42 @@ func Name[E Enum](v E) string {
 	return strings.ToLower(strings.TrimPrefix(full, Prefix(d)))
 }
 
-// Value parses a short name back; unknown names give the zero value.
+// Value parses a short name back; unknown names give the zero value. A
+// name spelled as stored is one map read (the routing view converts every
+// account of every Acquire); another spelling is parsed.
 func Value[E Enum](name string) E {
 	var zero E
+	if name == "" {
+		return zero
+	}
 	d := zero.Descriptor()
+	if n, ok := stored(d)[name]; ok {
+		return E(n)
+	}
 	v := d.Values().ByName(protoreflect.Name(Prefix(d) + strings.ToUpper(name)))
-	if v == nil || name == "" {
+	if v == nil {
 		return zero
 	}
 	return E(v.Number())
+}
+
+// tables holds each enum's values by their stored names, built on first
+// use: protoreflect.FullName → map[string]protoreflect.EnumNumber.
+var tables sync.Map
+
+func stored(d protoreflect.EnumDescriptor) map[string]protoreflect.EnumNumber {
+	if t, ok := tables.Load(d.FullName()); ok {
+		return t.(map[string]protoreflect.EnumNumber)
+	}
+	vals := d.Values()
+	t := make(map[string]protoreflect.EnumNumber, vals.Len())
+	prefix := Prefix(d)
+	for i := range vals.Len() {
+		v := vals.Get(i)
+		t[strings.ToLower(strings.TrimPrefix(string(v.Name()), prefix))] = v.Number()
+	}
+	tables.Store(d.FullName(), t)
+	return t
 }
 
 // Prefix is "COOLDOWN_REASON_" for CooldownReason, following buf's
