@@ -10,7 +10,7 @@ import (
 // embedded migrations pass.
 func TestFunctionsNotRedefined(t *testing.T) {
 	t.Parallel()
-	if _, err := load(); err != nil {
+	if _, _, err := load(); err != nil {
 		t.Fatalf("the embedded migrations: %v", err)
 	}
 	fns := []function{{name: "weir_claim_lease"}}

@@ -40,10 +40,14 @@ func Up(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", lockID) //nolint:errcheck // the session ends with the connection anyway
 
-	if err := applyOwn(ctx, conn.Conn()); err != nil {
+	all, fns, err := load()
+	if err != nil {
 		return err
 	}
-	if err := applyFunctions(ctx, conn.Conn()); err != nil {
+	if err := applyOwn(ctx, conn.Conn(), all); err != nil {
+		return err
+	}
+	if err := applyFunctions(ctx, conn.Conn(), fns); err != nil {
 		return err
 	}
 	migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)
@@ -69,21 +73,23 @@ func (m migration) checksum() string {
 	return hex.EncodeToString(sum[:])
 }
 
-func load() ([]migration, error) {
+// load reads the embedded migrations and functions, and checks them
+// against each other.
+func load() ([]migration, []function, error) {
 	entries, err := fs.Glob(migrations.FS, "*.sql")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make([]migration, 0, len(entries))
 	for _, name := range entries {
 		prefix, _, ok := strings.Cut(name, "_")
 		v, err := strconv.Atoi(prefix)
 		if !ok || err != nil {
-			return nil, fmt.Errorf("migrate: %s: name must start with a version number", name)
+			return nil, nil, fmt.Errorf("migrate: %s: name must start with a version number", name)
 		}
 		body, err := fs.ReadFile(migrations.FS, name)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, migration{version: v, name: name, sql: string(body)})
 	}
@@ -93,16 +99,16 @@ func load() ([]migration, error) {
 		versions[i] = m.version
 	}
 	if err := checkSequence(versions, retired); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	fns, err := loadFunctions()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := checkNotRedefined(out, fns); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return out, nil
+	return out, fns, nil
 }
 
 // retired are version numbers given up before any release used them:
@@ -130,11 +136,7 @@ func checkSequence(versions []int, retired map[int]bool) error {
 	return nil
 }
 
-func applyOwn(ctx context.Context, conn *pgx.Conn) error {
-	all, err := load()
-	if err != nil {
-		return err
-	}
+func applyOwn(ctx context.Context, conn *pgx.Conn, all []migration) error {
 	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS weir_migrations (
 		version integer PRIMARY KEY,
 		name text NOT NULL,
@@ -234,11 +236,7 @@ func checkNotRedefined(ms []migration, fns []function) error {
 
 // applyFunctions runs each function file whose text differs from the one
 // this database last ran, each in a transaction with its record.
-func applyFunctions(ctx context.Context, conn *pgx.Conn) error {
-	fns, err := loadFunctions()
-	if err != nil {
-		return err
-	}
+func applyFunctions(ctx context.Context, conn *pgx.Conn, fns []function) error {
 	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS weir_functions (
 		name text PRIMARY KEY,
 		checksum text NOT NULL,

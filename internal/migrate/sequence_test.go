@@ -26,7 +26,7 @@ func TestCheckSequence(t *testing.T) {
 			t.Errorf("checkSequence(%v) = %v, want %q", tc.versions, err, tc.want)
 		}
 	}
-	if _, err := load(); err != nil {
+	if _, _, err := load(); err != nil {
 		t.Errorf("the embedded migrations: %v", err)
 	}
 }
