@@ -6,10 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/weirhq/weir/internal/clock"
-	"github.com/weirhq/weir/internal/migrate"
 	"github.com/weirhq/weir/internal/rpcclient"
 )
 
@@ -48,19 +45,7 @@ func TestCapAcrossOutage(t *testing.T) {
 				dir := t.TempDir()
 				cluster := privateCluster(t, dir, 0)
 				port := cluster.Port()
-				cfg, err := pgxpool.ParseConfig(cluster.URL())
-				if err != nil {
-					t.Fatal(err)
-				}
-				pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(pool.Close)
-				if err := migrate.Up(t.Context(), pool); err != nil {
-					t.Fatal(err)
-				}
-				opts.db = pool
+				opts.db = migratedPool(t, cluster, 0)
 				down = func() {
 					if err := cluster.Stop(t.Context()); err != nil {
 						t.Fatalf("stop postgres: %v", err)

@@ -32,6 +32,28 @@ func privateCluster(t *testing.T, dir string, port int) *pgembed.Cluster {
 	return c
 }
 
+// migratedPool is a pool on cluster's database, migrated; maxConns 0 keeps
+// pgx's default.
+func migratedPool(t *testing.T, cluster *pgembed.Cluster, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(cluster.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := migrate.Up(t.Context(), pool); err != nil {
+		t.Fatal(err)
+	}
+	return pool
+}
+
 // TestPostgresRestartUnderLoad: Postgres is shut down under load from two
 // workers and started again on the same address.
 //   - The control plane answers "unavailable" meanwhile: streams in flight
@@ -44,19 +66,7 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	dir := t.TempDir()
 	cluster := privateCluster(t, dir, 0)
 	port := cluster.Port()
-	cfg, err := pgxpool.ParseConfig(cluster.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := migrate.Up(t.Context(), pool); err != nil {
-		t.Fatal(err)
-	}
+	pool := migratedPool(t, cluster, 8)
 
 	dpReg := prometheus.NewRegistry()
 	e := setup(t, options{
