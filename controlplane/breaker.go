@@ -23,13 +23,14 @@ func recordOverload(ctx context.Context, q *db.Queries, provider, family string,
 	if err != nil && !errors.Is(storeErr(err), ErrNotFound) {
 		return policy.Breaker{}, err
 	}
-	serving, err := q.CountServingAccounts(ctx, provider)
+	serving, err := q.CountServingAccounts(ctx, db.CountServingAccountsParams{Provider: provider, Family: family, Now: now})
 	if err != nil {
 		return policy.Breaker{}, err
 	}
 	b := policy.AfterOverload(policyBreaker(row), account, serving, now)
 	return b, q.PutBreaker(ctx, db.PutBreakerParams{
 		Provider: provider, Family: family, Overloads: b.Overloads, WindowStart: b.WindowStart,
+		ProbeEveryMs: int32(b.ProbeEvery / time.Millisecond),
 		OpenUntil: b.OpenUntil, OpenCount: b.OpenCount, ProbeUntil: b.ProbeUntil, Now: now,
 		SeenAccounts: orEmpty(b.SeenAccounts), JudgedAccounts: orEmpty(b.JudgedAccounts), ProbedAccounts: orEmpty(b.ProbedAccounts),
 	})
@@ -45,10 +46,10 @@ func orEmpty(ids []uuid.UUID) []uuid.UUID {
 
 // breakerGate says whether an Acquire for this family may proceed. When
 // the breaker is open it answers the NoAccount to return, unless this
-// request takes the one probe slot (probe is then true, and the caller
-// must give the slot back if it grants no lease); avoid names the
-// accounts already probed since it opened, which the probe should not
-// go to while another account can serve.
+// request takes the next probe (probe is then true, and the caller must
+// give the turn back if it grants no lease, and else mark the account
+// probed); avoid names the accounts already probed in this round, which
+// the probe should not go to while another account can serve.
 func (l leaseService) breakerGate(ctx context.Context, provider, family string, now time.Time) (none *weirv1.NoAccount, probe bool, avoid []uuid.UUID, err error) {
 	b, err := l.q.GetBreaker(ctx, db.GetBreakerParams{Provider: provider, Family: family})
 	if errors.Is(storeErr(err), ErrNotFound) || (err == nil && b.OpenUntil == nil) {
@@ -68,13 +69,15 @@ func (l leaseService) breakerGate(ctx context.Context, provider, family string, 
 		return closed(*b.OpenUntil), false, nil, nil
 	}
 	until := now.Add(policy.ProbeTTL)
-	_, err = l.q.ClaimProbe(ctx, db.ClaimProbeParams{Provider: provider, Family: family, ProbeUntil: &until, Now: now})
+	next := now.Add(time.Duration(max(b.ProbeEveryMs, 1)) * time.Millisecond)
+	probed, err := l.q.ClaimProbe(ctx, db.ClaimProbeParams{Provider: provider, Family: family, ProbeUntil: &until, NextProbe: &next, Now: now})
 	switch {
 	case err == nil:
 		l.metrics.probes.Inc()
-		return nil, true, b.ProbedAccounts, nil // this request is the probe
+		return nil, true, probed, nil // this request is the probe
 	case errors.Is(storeErr(err), ErrNotFound):
-		return closed(now.Add(policy.BreakerPoll)), false, nil, nil
+		// Another request took this turn: the next comes one pace on.
+		return closed(next), false, nil, nil
 	}
 	return nil, false, nil, err
 }

@@ -119,7 +119,9 @@ func TestBreakerOpensPerFamily(t *testing.T) {
 	if d.Action != weirv1.Action_ACTION_FAILOVER || d.Cooldown != nil {
 		t.Errorf("the opening overload: decision %v", d)
 	}
-	openUntil := now.Add(policy.BreakerProbeEvery)
+	// Two accounts can serve: each is probed every BreakerProbeEvery, so
+	// a probe goes every half of it.
+	openUntil := now.Add(policy.ProbeEvery(2))
 	none := e.wantBreakerOpen(sonnetAlias, keyHash, openUntil)
 	if !strings.Contains(none.Message, "sonnet") {
 		t.Errorf("message %q does not name the family", none.Message)
@@ -136,7 +138,7 @@ func TestBreakerOpensPerFamily(t *testing.T) {
 	if b := e.breaker("sonnet"); !b.OpenUntil.Equal(openUntil) || b.OpenCount != 1 {
 		t.Errorf("after a straggler: %+v, want open until %v, open_count 1", b, openUntil)
 	}
-	e.clock.Advance(policy.BreakerProbeEvery - time.Millisecond)
+	e.clock.Advance(policy.ProbeEvery(2) - time.Millisecond)
 	e.wantBreakerOpen(sonnet, keyHash, openUntil)
 	// No account is cooling: overload is not an account's fault.
 	for _, acc := range []*weirv1.Account{a, b2} {
@@ -242,9 +244,11 @@ func TestBreakerProbeSuccessCloses(t *testing.T) {
 	e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(policy.BreakerProbeEvery))
 }
 
-// TestBreakerProbesSpreadAcrossAccounts: while the breaker is open a probe
-// goes every policy.BreakerProbeEvery, however many failed, and each goes to an
-// account the breaker has not probed since it opened, round the pool.
+// TestBreakerProbesSpreadAcrossAccounts: while the breaker is open a
+// probe goes every ProbeEvery(3), however many failed, so that each of
+// the three accounts is probed every BreakerProbeEvery; each goes to an
+// account not probed yet in this round, even while the probes before it
+// are still out.
 func TestBreakerProbesSpreadAcrossAccounts(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -260,10 +264,12 @@ func TestBreakerProbesSpreadAcrossAccounts(t *testing.T) {
 			e.release(l.Id, overloaded(0))
 		}
 	}
-	e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(policy.BreakerProbeEvery))
+	pace := policy.ProbeEvery(3)
+	e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(pace))
 	var probed []string
+	var out []*weirv1.Lease
 	for i := range 6 {
-		e.clock.Advance(policy.BreakerProbeEvery - time.Millisecond)
+		e.clock.Advance(pace - time.Millisecond)
 		e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(time.Millisecond))
 		e.clock.Advance(time.Millisecond)
 		// The probe's own request prefers the account it tried last: the
@@ -276,12 +282,19 @@ func TestBreakerProbesSpreadAcrossAccounts(t *testing.T) {
 		if !probe.Probe {
 			t.Fatalf("probe %d: the lease is not marked a probe", i+1)
 		}
-		e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(policy.BreakerPoll))
+		e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(pace))
 		probed = append(probed, probe.AccountId)
-		now := e.clock.Now()
-		e.release(probe.Id, overloaded(0))
-		if b := e.breaker("sonnet"); !b.OpenUntil.Equal(now.Add(policy.BreakerProbeEvery)) || b.ProbeUntil != nil {
-			t.Fatalf("failed probe %d: %+v, want reopened until now+%v, probe slot free", i+1, b, policy.BreakerProbeEvery)
+		if i%2 == 0 {
+			// Half the probes answer only after the next one went out.
+			out = append(out, probe)
+			continue
+		}
+		for _, l := range append(out, probe) {
+			e.release(l.Id, overloaded(0))
+		}
+		out = nil
+		if b := e.breaker("sonnet"); b.OpenUntil == nil || b.OpenCount != 1 {
+			t.Fatalf("failed probe %d: %+v, want still open, never reopened", i+1, b)
 		}
 	}
 	for _, round := range [][]string{probed[:3], probed[3:]} {
@@ -295,17 +308,17 @@ func TestBreakerProbesSpreadAcrossAccounts(t *testing.T) {
 	}
 }
 
-func TestBreakerProbeTTL(t *testing.T) {
+// TestBreakerProbeNeverReports: a probe that never reports back does not
+// hold the others up: the next goes one pace later all the same, and the
+// lost probe's late success still closes the breaker.
+func TestBreakerProbeNeverReports(t *testing.T) {
 	t.Parallel()
 	e, keyHash, probe := probing(t)
-	// The probe never reports. Its slot is held for policy.ProbeTTL...
-	e.clock.Advance(policy.ProbeTTL - time.Millisecond)
-	e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(policy.BreakerPoll))
-	// ...then the next request probes.
+	e.clock.Advance(policy.ProbeEvery(1) - time.Millisecond)
+	e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(time.Millisecond))
 	e.clock.Advance(time.Millisecond)
 	next := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet})
-	e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(policy.BreakerPoll))
-	// The lost probe's late success still closes the breaker.
+	e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(policy.ProbeEvery(1)))
 	e.release(probe.Id, &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200})
 	e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet})
 	e.release(next.Id, &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200})

@@ -205,6 +205,9 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 	// breakerNone is the soonest open breaker's answer, when one keeps
 	// a provider's accounts out of this Acquire.
 	var breakerNone *weirv1.NoAccount
+	// newRound: every account was probed in this round, and this probe
+	// begins the next.
+	var newRound bool
 	if m.Model != "" {
 		// Each provider of the surface has its own breaker per family: an
 		// overloaded Codex backend does not stop OpenAI keys, and the
@@ -238,7 +241,14 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 					avoid[id] = true
 				}
 				defer func() {
-					if resp.GetLease() != nil && resp.GetLease().Provider == p {
+					if lease := resp.GetLease(); lease != nil && lease.Provider == p {
+						// The next probe, which may go before this one
+						// answers, goes to another account.
+						id, _ := uuid.Parse(lease.AccountId)
+						if merr := l.q.MarkProbed(context.WithoutCancel(ctx), db.MarkProbedParams{Provider: provider, Family: family,
+							AccountID: id, Restart: newRound, Now: l.now()}); merr != nil {
+							l.log.ErrorContext(ctx, "mark probed", "family", family, "err", merr)
+						}
 						return
 					}
 					// No account of this provider to probe with: the slot
@@ -276,6 +286,7 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		if none != nil && avoid != nil {
 			// Every account left was probed already: round the pool again.
 			order, none = policy.Route(cands, rr, now)
+			newRound = true
 		}
 		if none != nil && breakerNone != nil {
 			none = withBreaker(none, breakerNone)
@@ -611,6 +622,13 @@ func (l leaseService) releaseFacts(ctx context.Context, q *db.Queries, row db.Re
 			return f, err
 		}
 		f.Spent = spent
+	case weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED:
+		answering, err := q.OthersAnswering(ctx, db.OthersAnsweringParams{Provider: row.Provider, AccountID: row.AccountID,
+			Since: now.Add(-policy.AnsweringWindow)})
+		if err != nil {
+			return f, err
+		}
+		f.OthersAnswering = answering
 	}
 	return f, nil
 }

@@ -71,6 +71,7 @@ func policyBreaker(b db.OverloadBreaker) policy.Breaker {
 	return policy.Breaker{
 		Overloads: b.Overloads, WindowStart: b.WindowStart, OpenUntil: b.OpenUntil, OpenCount: b.OpenCount,
 		ProbeUntil: b.ProbeUntil, SeenAccounts: b.SeenAccounts, JudgedAccounts: b.JudgedAccounts, ProbedAccounts: b.ProbedAccounts,
+		ProbeEvery: time.Duration(b.ProbeEveryMs) * time.Millisecond,
 	}
 }
 

@@ -13,49 +13,64 @@ import (
 )
 
 const claimProbe = `-- name: ClaimProbe :one
-UPDATE overload_breakers SET probe_until = $1, updated_at = $2
-WHERE provider = $3 AND family = $4
+UPDATE overload_breakers
+SET probe_until = $1, updated_at = $2, open_until = $3
+WHERE provider = $4 AND family = $5
   AND open_until IS NOT NULL AND open_until <= $2
-  AND (probe_until IS NULL OR probe_until <= $2)
-RETURNING probe_until
+RETURNING probed_accounts
 `
 
 type ClaimProbeParams struct {
 	ProbeUntil *time.Time
 	Now        time.Time
+	NextProbe  *time.Time
 	Provider   string
 	Family     string
 }
 
-// Takes the one probe slot of an open breaker whose wait has passed.
-func (q *Queries) ClaimProbe(ctx context.Context, arg ClaimProbeParams) (*time.Time, error) {
+// Takes the next probe of an open breaker whose wait has passed: the one
+// after it may go at next_probe, probe_every_ms on (probes already out
+// keep going).
+func (q *Queries) ClaimProbe(ctx context.Context, arg ClaimProbeParams) ([]uuid.UUID, error) {
 	row := q.db.QueryRow(ctx, claimProbe,
 		arg.ProbeUntil,
 		arg.Now,
+		arg.NextProbe,
 		arg.Provider,
 		arg.Family,
 	)
-	var probe_until *time.Time
-	err := row.Scan(&probe_until)
-	return probe_until, err
+	var probed_accounts []uuid.UUID
+	err := row.Scan(&probed_accounts)
+	return probed_accounts, err
 }
 
 const countServingAccounts = `-- name: CountServingAccounts :one
-SELECT count(*)::integer FROM accounts WHERE provider = $1 AND NOT paused AND broken_at IS NULL
+SELECT count(*)::integer FROM accounts a
+WHERE a.provider = $1 AND NOT a.paused AND a.broken_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM cooldowns c WHERE c.account_id = a.id AND c.until > $2)
+  AND NOT EXISTS (SELECT 1 FROM family_gates g WHERE g.account_id = a.id AND g.family = $3 AND g.until > $2)
 `
 
-// How many accounts of a provider could serve at all (not paused, not
-// broken): the breaker's measure of "every account that can serve".
-func (q *Queries) CountServingAccounts(ctx context.Context, provider string) (int32, error) {
-	row := q.db.QueryRow(ctx, countServingAccounts, provider)
+type CountServingAccountsParams struct {
+	Provider string
+	Now      time.Time
+	Family   string
+}
+
+// How many accounts of a provider could serve the family now (not
+// paused, not broken, not cooling, not gated for it): the breaker's
+// measure of "every account that can serve". An account spent for the
+// week does not make a storm on the others look like one account's.
+func (q *Queries) CountServingAccounts(ctx context.Context, arg CountServingAccountsParams) (int32, error) {
+	row := q.db.QueryRow(ctx, countServingAccounts, arg.Provider, arg.Now, arg.Family)
 	var column_1 int32
 	err := row.Scan(&column_1)
 	return column_1, err
 }
 
 const freeProbe = `-- name: FreeProbe :exec
-UPDATE overload_breakers SET probe_until = NULL, updated_at = $1
-WHERE provider = $2 AND family = $3 AND probe_until IS NOT NULL
+UPDATE overload_breakers SET probe_until = NULL, updated_at = $1, open_until = least(open_until, $1)
+WHERE provider = $2 AND family = $3 AND probe_until IS NOT NULL AND open_until IS NOT NULL
 `
 
 type FreeProbeParams struct {
@@ -65,14 +80,15 @@ type FreeProbeParams struct {
 }
 
 // A probe that ended without a verdict on the provider's load (a dropped
-// connection, a client that left) gives its slot back.
+// connection, a client that left), or got no lease, gives its turn back:
+// the next request may probe at once.
 func (q *Queries) FreeProbe(ctx context.Context, arg FreeProbeParams) error {
 	_, err := q.db.Exec(ctx, freeProbe, arg.Now, arg.Provider, arg.Family)
 	return err
 }
 
 const getBreaker = `-- name: GetBreaker :one
-SELECT provider, family, overloads, window_start, open_until, open_count, probe_until, updated_at, seen_accounts, judged_accounts, probed_accounts FROM overload_breakers WHERE provider = $1 AND family = $2
+SELECT provider, family, overloads, window_start, open_until, open_count, probe_until, updated_at, seen_accounts, judged_accounts, probed_accounts, probe_every_ms FROM overload_breakers WHERE provider = $1 AND family = $2
 `
 
 type GetBreakerParams struct {
@@ -95,12 +111,13 @@ func (q *Queries) GetBreaker(ctx context.Context, arg GetBreakerParams) (Overloa
 		&i.SeenAccounts,
 		&i.JudgedAccounts,
 		&i.ProbedAccounts,
+		&i.ProbeEveryMs,
 	)
 	return i, err
 }
 
 const lockBreaker = `-- name: LockBreaker :one
-SELECT provider, family, overloads, window_start, open_until, open_count, probe_until, updated_at, seen_accounts, judged_accounts, probed_accounts FROM overload_breakers WHERE provider = $1 AND family = $2 FOR UPDATE
+SELECT provider, family, overloads, window_start, open_until, open_count, probe_until, updated_at, seen_accounts, judged_accounts, probed_accounts, probe_every_ms FROM overload_breakers WHERE provider = $1 AND family = $2 FOR UPDATE
 `
 
 type LockBreakerParams struct {
@@ -123,16 +140,71 @@ func (q *Queries) LockBreaker(ctx context.Context, arg LockBreakerParams) (Overl
 		&i.SeenAccounts,
 		&i.JudgedAccounts,
 		&i.ProbedAccounts,
+		&i.ProbeEveryMs,
 	)
 	return i, err
 }
 
+const markProbed = `-- name: MarkProbed :exec
+UPDATE overload_breakers
+SET probed_accounts = CASE WHEN $1::boolean THEN ARRAY[$2::uuid]
+        ELSE array_append(array_remove(probed_accounts, $2::uuid), $2::uuid) END,
+    updated_at = $3
+WHERE provider = $4 AND family = $5 AND open_until IS NOT NULL
+`
+
+type MarkProbedParams struct {
+	Restart   bool
+	AccountID uuid.UUID
+	Now       time.Time
+	Provider  string
+	Family    string
+}
+
+// A probe's account, recorded when its lease is granted so that the next
+// probe, which may go before this one answers, goes elsewhere. restart
+// begins a new round of the pool.
+func (q *Queries) MarkProbed(ctx context.Context, arg MarkProbedParams) error {
+	_, err := q.db.Exec(ctx, markProbed,
+		arg.Restart,
+		arg.AccountID,
+		arg.Now,
+		arg.Provider,
+		arg.Family,
+	)
+	return err
+}
+
+const othersAnswering = `-- name: OthersAnswering :one
+SELECT EXISTS (
+    SELECT 1 FROM accounts a
+    WHERE a.provider = $1 AND a.id <> $2 AND NOT a.paused AND a.broken_at IS NULL
+      AND a.last_success_at >= $3::timestamptz
+)::boolean
+`
+
+type OthersAnsweringParams struct {
+	Provider  string
+	AccountID uuid.UUID
+	Since     time.Time
+}
+
+// Whether another account of the provider answered since: an overloaded
+// account's request then fails over at once instead of retrying it.
+func (q *Queries) OthersAnswering(ctx context.Context, arg OthersAnsweringParams) (bool, error) {
+	row := q.db.QueryRow(ctx, othersAnswering, arg.Provider, arg.AccountID, arg.Since)
+	var column_1 bool
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
 const putBreaker = `-- name: PutBreaker :exec
-INSERT INTO overload_breakers (provider, family, overloads, window_start, open_until, open_count, probe_until, updated_at,
+INSERT INTO overload_breakers (provider, family, overloads, probe_every_ms, window_start, open_until, open_count, probe_until, updated_at,
     seen_accounts, judged_accounts, probed_accounts)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
-    $9::uuid[], $10::uuid[], $11::uuid[])
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
+    $10::uuid[], $11::uuid[], $12::uuid[])
 ON CONFLICT (provider, family) DO UPDATE SET
+    probe_every_ms = EXCLUDED.probe_every_ms,
     overloads = EXCLUDED.overloads,
     seen_accounts = EXCLUDED.seen_accounts,
     judged_accounts = EXCLUDED.judged_accounts,
@@ -148,6 +220,7 @@ type PutBreakerParams struct {
 	Provider       string
 	Family         string
 	Overloads      int32
+	ProbeEveryMs   int32
 	WindowStart    time.Time
 	OpenUntil      *time.Time
 	OpenCount      int32
@@ -163,6 +236,7 @@ func (q *Queries) PutBreaker(ctx context.Context, arg PutBreakerParams) error {
 		arg.Provider,
 		arg.Family,
 		arg.Overloads,
+		arg.ProbeEveryMs,
 		arg.WindowStart,
 		arg.OpenUntil,
 		arg.OpenCount,

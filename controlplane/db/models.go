@@ -142,6 +142,7 @@ type OverloadBreaker struct {
 	SeenAccounts   []uuid.UUID
 	JudgedAccounts []uuid.UUID
 	ProbedAccounts []uuid.UUID
+	ProbeEveryMs   int32
 }
 
 type ResetClaim struct {

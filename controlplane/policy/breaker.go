@@ -10,32 +10,51 @@ import (
 
 // The overload breaker. Overload (503/529, overloaded events) is judged
 // per account first: an account that answers overloaded is retried once
-// and the request then fails over (Decide), and nothing is gated for
-// anyone. Only when several of the accounts that can serve are judged
-// overloaded within breakerWindow, and none answered in between, is it the
-// provider's condition for the model family: then one breaker per provider
-// and family, shared through Postgres, opens, and every worker's requests
-// wait while one probe at a time, every BreakerProbeEvery, asks the
-// provider, each on an account the breaker has not probed yet. The first
-// real answer closes it (a success as soon as its output starts), and its
-// notification wakes every held request. During a storm that lasts, the
-// upstream sees one attempt per provider and family every
-// BreakerProbeEvery (30 a minute), plus the requests already in flight when
-// it opened; the end of the storm is noticed within BreakerProbeEvery and
-// one answer's time to first output.
+// (unless another account answered within the last seconds: then the
+// request fails over at once) and the request then fails over (Decide),
+// and nothing is gated for anyone. Only when several of the accounts that
+// can serve now (not paused, broken, cooling or gated for the family) are
+// judged overloaded within breakerWindow, and none answered in between,
+// is it the provider's condition for the model family: then one breaker
+// per provider and family, shared through Postgres, opens, and every
+// worker's requests wait while probes ask the provider. The first real
+// answer closes it (a success as soon as its output starts), and its
+// notification wakes every held request.
+//
+// Probes go per account, not one at a time round the pool: each probe
+// claimed moves the next one on by ProbeEvery(n), so that each of the n
+// accounts that can serve is probed once every BreakerProbeEvery, within
+// the family's budget of BreakerProbeBudget probes a second; each goes to
+// an account not probed yet in this round. An account that recovers is
+// therefore probed within max(BreakerProbeEvery, n/BreakerProbeBudget)
+// (2 s up to 16 accounts, n/8 s beyond) and served one answer's time to
+// first output later; while a storm lasts the upstream sees at most
+// min(n/2, BreakerProbeBudget) probes a second per provider and family,
+// each of them a held request that wanted to go anyway.
 const (
 	breakerWindow = 10 * time.Second
-	// BreakerProbeEvery is the wait between probes while the breaker is
-	// open: short, so that a storm's end is noticed within seconds; fixed,
-	// because a probe is one request across all workers, whatever the
-	// storm's length.
+	// BreakerProbeEvery is the least time between two probes of one
+	// account while the breaker is open: short, so that a storm's end is
+	// noticed within seconds.
 	BreakerProbeEvery = 2 * time.Second
-	// ProbeTTL frees the probe slot when a probe never reports back.
+	// BreakerProbeBudget is the most probes a second per provider and
+	// family, whatever the pool's size: it bounds what a storm on a large
+	// pool sends the provider.
+	BreakerProbeBudget = 8
+	// ProbeTTL frees a probe's turn when it never reports back.
 	ProbeTTL = 30 * time.Second
-	// BreakerPoll is how soon a request waiting behind a running probe
-	// asks again: the probe's success closes the breaker for everyone.
+	// BreakerPoll is how soon a request that found the next probe taken
+	// asks again.
 	BreakerPoll = BreakerProbeEvery
 )
+
+// ProbeEvery is the wait between two probes of a family whose breaker
+// is open with serving accounts that can serve: every account once per
+// BreakerProbeEvery, no faster than the budget, in whole milliseconds
+// (as stored). Pure.
+func ProbeEvery(serving int32) time.Duration {
+	return max(BreakerProbeEvery/time.Duration(max(serving, 1)), time.Second/BreakerProbeBudget).Truncate(time.Millisecond)
+}
 
 // Breaker is one provider and family's overload breaker.
 type Breaker struct {
@@ -45,8 +64,12 @@ type Breaker struct {
 	// OpenUntil is when the next probe may go; nil while closed.
 	OpenUntil *time.Time
 	OpenCount int32
-	// ProbeUntil holds the probe slot; nil when it is free.
+	// ProbeUntil is when the latest probe's turn lapses if it never
+	// reports back; nil when none is out.
 	ProbeUntil *time.Time
+	// ProbeEvery is the wait between two probes (ProbeEvery()), set from
+	// the accounts that can serve at the latest overload.
+	ProbeEvery time.Duration
 	// SeenAccounts answered overloaded once within the window,
 	// JudgedAccounts twice (judged overloaded); ProbedAccounts were
 	// probed since the breaker opened.
@@ -74,12 +97,14 @@ func ModelFamily(model string) string {
 }
 
 // AfterOverload is the breaker after one more overload answer, from
-// account, with serving accounts of the provider able to serve.
+// account, with serving accounts of the provider able to serve the family
+// now.
 func AfterOverload(b Breaker, account uuid.UUID, serving int32, now time.Time) Breaker {
 	if now.Sub(b.WindowStart) > breakerWindow || b.WindowStart.IsZero() {
 		b.Overloads, b.WindowStart, b.SeenAccounts, b.JudgedAccounts = 0, now, nil, nil
 	}
 	b.Overloads++
+	b.ProbeEvery = ProbeEvery(serving)
 	switch {
 	case slices.Contains(b.JudgedAccounts, account):
 	case slices.Contains(b.SeenAccounts, account):
@@ -89,28 +114,31 @@ func AfterOverload(b Breaker, account uuid.UUID, serving int32, now time.Time) B
 		b.SeenAccounts = append(slices.Clone(b.SeenAccounts), account)
 	}
 	switch {
-	case b.OpenUntil != nil && now.Before(*b.OpenUntil):
-		// Still waiting for the next probe: a straggler sent before the
-		// breaker opened, not a probe.
 	case b.OpenUntil != nil:
-		// The probe (or whatever went through after the wait) failed: the
-		// next one goes to an account not probed yet, round the pool.
-		probed := b.ProbedAccounts
-		if int32(len(probed)) >= max(serving, 1) {
-			probed = nil
-		}
-		if !slices.Contains(probed, account) {
-			b.ProbedAccounts = append(slices.Clone(probed), account)
-		}
-		b = openBreaker(b, now)
+		// A probe failed (or a request sent before the breaker opened):
+		// the account is probed for this round. Probes are paced as they
+		// are claimed, so nothing else moves.
+		b.ProbedAccounts = Probed(b.ProbedAccounts, account, serving)
 	case len(b.JudgedAccounts) >= breakerThreshold(serving):
 		b = openBreaker(b, now)
 	}
 	return b
 }
 
+// Probed is the round's probed accounts once account was probed: a new
+// round begins when every account that can serve was. Pure.
+func Probed(probed []uuid.UUID, account uuid.UUID, serving int32) []uuid.UUID {
+	if int32(len(probed)) >= max(serving, 1) {
+		probed = nil
+	}
+	if slices.Contains(probed, account) {
+		return probed
+	}
+	return append(slices.Clone(probed), account)
+}
+
 func openBreaker(b Breaker, now time.Time) Breaker {
-	until := now.Add(BreakerProbeEvery)
-	b.OpenUntil, b.OpenCount, b.ProbeUntil = &until, b.OpenCount+1, nil
+	until := now.Add(b.ProbeEvery)
+	b.OpenUntil, b.OpenCount, b.ProbeUntil, b.ProbedAccounts = &until, b.OpenCount+1, nil, nil
 	return b
 }

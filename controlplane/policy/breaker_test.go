@@ -84,9 +84,9 @@ func TestAfterOverloadJudgesPerAccount(t *testing.T) {
 	// The last one lands exactly breakerWindow after the first: still inside.
 	now = brkAt.Add(breakerWindow)
 	b = AfterOverload(b, accts[1], 3, now)
-	if b.OpenUntil == nil || !b.OpenUntil.Equal(now.Add(BreakerProbeEvery)) || b.OpenCount != 1 || b.ProbeUntil != nil ||
+	if b.OpenUntil == nil || !b.OpenUntil.Equal(now.Add(ProbeEvery(3))) || b.OpenCount != 1 || b.ProbeUntil != nil ||
 		!slices.Equal(b.JudgedAccounts, accts[:2]) || len(b.SeenAccounts) != 0 {
-		t.Fatalf("two of three accounts judged: %+v, want open until now+%v with open_count 1", b, BreakerProbeEvery)
+		t.Fatalf("two of three accounts judged: %+v, want open until now+%v with open_count 1", b, ProbeEvery(3))
 	}
 
 	// One serving account: its second overload opens.
@@ -129,59 +129,108 @@ func TestAfterOverloadWhileOpen(t *testing.T) {
 	probe := brkAt.Add(ProbeTTL)
 	open := Breaker{Overloads: 4, WindowStart: brkAt, OpenUntil: tp(until), OpenCount: 1, ProbeUntil: tp(probe),
 		JudgedAccounts: accts[:2]}
-	// Stragglers from before the opening: counted, but nothing moves.
+	// Overloads while open (stragglers from before the opening, probes
+	// failing, before or after the next probe is due) mark their account
+	// probed for the round; probes are paced as they are claimed, so no
+	// time moves and the breaker does not open again.
 	b := open
-	for _, d := range []time.Duration{0, time.Millisecond, BreakerProbeEvery - time.Nanosecond} {
-		b = AfterOverload(b, accts[2], 3, brkAt.Add(d))
-		if !b.OpenUntil.Equal(until) || b.OpenCount != 1 || b.ProbeUntil == nil || !b.ProbeUntil.Equal(probe) || len(b.ProbedAccounts) != 0 {
-			t.Fatalf("overload at +%v while open: %+v, want open_until and open_count unchanged", d, b)
+	for i, d := range []time.Duration{0, time.Millisecond, BreakerProbeEvery, time.Hour} {
+		b = AfterOverload(b, accts[i%3], 3, brkAt.Add(d))
+		if !b.OpenUntil.Equal(until) || b.OpenCount != 1 || b.ProbeUntil == nil || !b.ProbeUntil.Equal(probe) {
+			t.Fatalf("overload at +%v while open: %+v, want open_until, open_count and the probe unchanged", d, b)
 		}
 	}
-	if b.Overloads != 7 {
-		t.Errorf("overloads %d, want 7", b.Overloads)
-	}
-	// At open_until the wait is over: an overload now is the probe
-	// failing. The next probe waits BreakerProbeEvery, however many failed.
-	now := until
-	for i, id := range []uuid.UUID{accts[1], accts[2], accts[0], accts[1]} {
-		b = AfterOverload(b, id, 3, now)
-		if !b.OpenUntil.Equal(now.Add(BreakerProbeEvery)) || b.OpenCount != int32(i+2) || b.ProbeUntil != nil {
-			t.Fatalf("probe %d failed: %+v, want reopened until now+%v, open_count %d, probe slot free", i+1, b, BreakerProbeEvery, i+2)
-		}
-		now = *b.OpenUntil
+	if b.Overloads != 1 {
+		// The window rolled over at +1h.
+		t.Errorf("overloads %d, want 1", b.Overloads)
 	}
 	// The probed accounts go round the pool: after all three, start over.
-	if !slices.Equal(b.ProbedAccounts, accts[1:2]) {
-		t.Errorf("probed %v after a round of three and one more, want [%v]", b.ProbedAccounts, accts[1])
-	}
-	// A failed probe reopens even when the window has long rolled over.
-	later := Breaker{Overloads: 1, WindowStart: brkAt, OpenUntil: tp(brkAt.Add(time.Second)), OpenCount: 1}
-	now = brkAt.Add(time.Hour)
-	b = AfterOverload(later, accts[0], 3, now)
-	if b.Overloads != 1 || !b.OpenUntil.Equal(now.Add(BreakerProbeEvery)) || b.OpenCount != 2 {
-		t.Fatalf("probe failed an hour later: %+v", b)
+	if !slices.Equal(b.ProbedAccounts, accts[:1]) {
+		t.Errorf("probed %v after a round of three and one more, want [%v]", b.ProbedAccounts, accts[0])
 	}
 }
 
-// TestBreakerStormLoad: the upstream load the breaker lets through during
-// an hour-long storm on every account, when probes are taken the moment
-// they are allowed: one attempt per BreakerProbeEvery, 30 a minute.
-func TestBreakerStormLoad(t *testing.T) {
+// TestProbeEvery: each account that can serve is probed once every
+// BreakerProbeEvery, within the family's budget of BreakerProbeBudget a
+// second.
+func TestProbeEvery(t *testing.T) {
 	t.Parallel()
+	for serving, want := range map[int32]time.Duration{
+		0: 2 * time.Second, 1: 2 * time.Second, 2: time.Second, 4: 500 * time.Millisecond, 8: 250 * time.Millisecond,
+		16: 125 * time.Millisecond, 17: 125 * time.Millisecond, 50: 125 * time.Millisecond,
+	} {
+		if got := ProbeEvery(serving); got != want {
+			t.Errorf("ProbeEvery(%d) = %v, want %v", serving, got, want)
+		}
+	}
+}
+
+// stormProbes runs an hour-long storm on every one of n accounts with the
+// breaker open, probes claimed the moment they are allowed (the claim
+// moves the next probe on by the pace, as ClaimProbe does), each to the
+// account probed least recently, each failing at once. It returns the
+// probes sent and the longest time an account went unprobed.
+func stormProbes(n int) (probes int, longestGap time.Duration) {
+	ids := make([]uuid.UUID, n)
+	for i := range ids {
+		ids[i] = uuid.New()
+	}
+	serving := int32(n)
 	var b Breaker
 	now := brkAt
-	attempts := 0
 	for i := 0; b.OpenUntil == nil; i++ {
-		// Before it opens: two answers from each of two accounts.
-		b = AfterOverload(b, accts[i/2], 3, now)
-		attempts++
+		b = AfterOverload(b, ids[(i/2)%n], serving, now)
+	}
+	last := map[uuid.UUID]time.Time{}
+	for _, id := range ids {
+		last[id] = now
 	}
 	end := now.Add(time.Hour)
 	for now = *b.OpenUntil; now.Before(end); now = *b.OpenUntil {
-		b = AfterOverload(b, accts[attempts%3], 3, now)
-		attempts++
+		next := now.Add(b.ProbeEvery)
+		b.OpenUntil = &next
+		var target uuid.UUID
+		for _, id := range ids {
+			if !slices.Contains(b.ProbedAccounts, id) {
+				target = id
+				break
+			}
+		}
+		if target == uuid.Nil {
+			b.ProbedAccounts, target = nil, ids[0]
+		}
+		longestGap = max(longestGap, now.Sub(last[target]))
+		last[target] = now
+		b = AfterOverload(b, target, serving, now)
+		probes++
 	}
-	if perMinute := float64(attempts) / 60; perMinute > 31 || perMinute < 29 {
-		t.Errorf("%d attempts in an hour (%.1f a minute), want 30 a minute", attempts, perMinute)
+	return probes, longestGap
+}
+
+// TestBreakerStormLoad: the upstream load the breaker lets through during
+// an hour-long storm on every account, and how soon each account is asked
+// again: every account every BreakerProbeEvery up to the budget, then the
+// budget, BreakerProbeBudget a second, and each account every
+// n/BreakerProbeBudget.
+func TestBreakerStormLoad(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		n         int
+		perSecond float64
+		gap       time.Duration
+	}{
+		{1, 0.5, 2 * time.Second},
+		{3, 1.5, 2 * time.Second},
+		{8, 4, 2 * time.Second},
+		{16, 8, 2 * time.Second},
+		{50, 8, 50 * time.Second / BreakerProbeBudget},
+	} {
+		probes, gap := stormProbes(tc.n)
+		if rate := float64(probes) / 3600; rate > tc.perSecond*1.01 || rate < tc.perSecond*0.99 {
+			t.Errorf("%d accounts: %d probes in an hour (%.2f a second), want %.2f", tc.n, probes, rate, tc.perSecond)
+		}
+		if gap > tc.gap+time.Millisecond {
+			t.Errorf("%d accounts: an account went %v unprobed, want at most %v", tc.n, gap, tc.gap)
+		}
 	}
 }

@@ -25,7 +25,8 @@ const (
 
 // An overloaded answer is retried once on the same account, after 1 s (a
 // blip: switching accounts throws away the prompt cache), then the request
-// fails over to an account that answers. Each further retry would double
+// fails over to an account that answers; when another account is known
+// to be answering (Facts.OthersAnswering), it fails over at once. Each further retry would double
 // the wait, to at most 8 s; one keeps a healthy account at most a second
 // away. When every account is overloaded, the shared breaker paces the
 // provider (breaker.go).
@@ -132,7 +133,16 @@ type Facts struct {
 	// Stale: the account's credential was replaced while the attempt ran,
 	// so a rejection was of the old one and says nothing of the new.
 	Stale bool
+	// OthersAnswering: another account of the provider answered within
+	// AnsweringWindow. An overloaded account's request then fails over at
+	// once: a peer serves it in milliseconds, where a same-account retry
+	// costs a second.
+	OthersAnswering bool
 }
+
+// AnsweringWindow is how recent another account's answer must be for an
+// overload to fail over at once.
+const AnsweringWindow = 10 * time.Second
 
 // freshOverload is how old an overload answer may be and still move a
 // breaker.
@@ -236,7 +246,7 @@ func decideAt(o *weirv1.Outcome, f Facts, now time.Time) Effects {
 	case weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED:
 		// The provider's condition, not the account's: no cooldown.
 		d.Overload = true
-		if prior := o.GetPriorOverloads(); prior < overloadRetries {
+		if prior := o.GetPriorOverloads(); prior < overloadRetries && !f.OthersAnswering {
 			d.Action = weirv1.Action_ACTION_RETRY_SAME
 			d.RetryAfter = min(overloadRetryBase<<prior, overloadRetryMax)
 		}

@@ -201,6 +201,12 @@ func TestDecideOverloadLadder(t *testing.T) {
 			t.Errorf("after %d overloads: %+v, want failover", prior, d)
 		}
 	}
+	// Another account answered within the last seconds: the first
+	// overload fails over at once, a peer serves it in milliseconds.
+	d := Decide(&weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, Status: 529}, Facts{OthersAnswering: true}, epoch)
+	if d.Action != weirv1.Action_ACTION_FAILOVER || d.RetryAfter != 0 || d.Cooldown != nil || !d.Overload {
+		t.Errorf("others answering: %+v, want failover at once without cooldown", d)
+	}
 }
 
 // TestDecideRedeliveredAndStale: Decide dates a redelivered report by its

@@ -378,9 +378,14 @@ func TestQuotaBlock(t *testing.T) {
 		{name: "messages ignores codex and openai accounts", surface: messages, cands: []Candidate{
 			c("a", gated(2*time.Hour)), c("b", codex()), c("d", openai()),
 		}, want: &want{2 * time.Hour, 10080, weirv1.Provider_PROVIDER_ANTHROPIC, "model family weekly window spent (opus)", 1, 0}},
-		{name: "a provider behind its open breaker is ignored", surface: responses, breaker: "openai", cands: []Candidate{
+		// Its account serves again when the breaker closes: overloaded
+		// is not out of quota.
+		{name: "an account behind its open breaker is not out of quota", surface: responses, breaker: "openai", cands: []Candidate{
 			c("a", codex(), quotaCooling(time.Hour, time.Hour, 300, "x")), c("b", openai()),
-		}, want: &want{time.Hour, 300, weirv1.Provider_PROVIDER_CODEX, "x", 1, 0}},
+		}},
+		{name: "a spent account behind its open breaker is", surface: responses, breaker: "openai", cands: []Candidate{
+			c("a", codex(), quotaCooling(time.Hour, time.Hour, 300, "x")), c("b", openai(), quotaCooling(2*time.Hour, 2*time.Hour, 300, "y")),
+		}, want: &want{time.Hour, 300, weirv1.Provider_PROVIDER_CODEX, "x", 2, 0}},
 		{name: "the other provider's breaker: its free account counts", surface: responses, breaker: "codex", cands: []Candidate{
 			c("a", codex(), quotaCooling(time.Hour, time.Hour, 300, "x")), c("b", openai()),
 		}},

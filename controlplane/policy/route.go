@@ -304,6 +304,10 @@ func Route(cands []Candidate, req RouteRequest, now time.Time) ([]Candidate, *we
 		// judges those by its own attempts); run is the one written last.
 		unreachable = true
 		run         *Candidate
+		// againNow: an account this request tried answered, and nothing
+		// keeps it out: it may serve the next round, so no cooling
+		// account's deadline is the pool's soonest recovery.
+		againNow bool
 	)
 	for _, c := range cands {
 		a := c.Account
@@ -350,6 +354,7 @@ func Route(cands []Candidate, req RouteRequest, now time.Time) ([]Candidate, *we
 		switch {
 		case req.Exclude[a.ID]:
 			tried++
+			againNow = againNow || !coolingNow
 		case coolingNow:
 			cooling++
 			if (c.Cooldown == nil || !c.Cooldown.Until.After(now)) && c.spentUntil(now).IsZero() {
@@ -368,7 +373,10 @@ func Route(cands []Candidate, req RouteRequest, now time.Time) ([]Candidate, *we
 	if unreachable && run != nil {
 		none.Unreachable = Unreachable(*run.Cooldown, run.Account.BaseURL)
 	}
-	if !soonest.IsZero() {
+	if !soonest.IsZero() && !againNow {
+		// The pool's verdict, never one account's: the soonest any account
+		// that could serve recovers. A tried account that does not cool
+		// recovers after the worker's backoff, whatever the others wait for.
 		none.RetryAt = timestamppb.New(soonest)
 	}
 	switch {
@@ -559,8 +567,9 @@ func gateOnReset(g *Gate) bool {
 }
 
 // QuotaBlock says whether every eligible account for the request (the
-// whole pool under the same filters as selection: provider, breaker,
-// metered_accounts=never; not
+// whole pool under the same filters as selection: provider,
+// metered_accounts=never; an open breaker does not take an account out,
+// since it serves again when the breaker closes; not
 // the accounts paused, broken or holding a rejected credential, which are
 // not eligible at all) is blocked by quota evidence, and if so describes
 // the one that reopens first: the earliest known reset, or when none is
@@ -575,7 +584,10 @@ func QuotaBlock(cands []Candidate, req RouteRequest, now time.Time) *weirv1.Quot
 	)
 	for _, c := range cands {
 		a := c.Account
-		if !Serves(a.Provider, req.Surface) || req.BreakerOpen[a.Provider] || req.withheld(a) || a.Paused || a.Broken || req.Unreadable[a.ID] {
+		// An account behind an open breaker counts like any other: unless
+		// its own quota is spent, it serves again when the breaker closes,
+		// so the pool is not out of quota.
+		if !Serves(a.Provider, req.Surface) || req.withheld(a) || a.Paused || a.Broken || req.Unreadable[a.ID] {
 			continue
 		}
 		if _, blocked, transient := c.blockedUntil(now); blocked && !transient {

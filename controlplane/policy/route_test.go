@@ -133,8 +133,13 @@ func TestRouteNoAccount(t *testing.T) {
 		{"capacity before cooling", []Candidate{c("a", live(4)), c("b", cooling(time.Minute, true))}, nil, atCapacity, "all 1 eligible accounts are at their concurrency cap", time.Second},
 		{"capacity before tried", []Candidate{c("a", live(4)), c("b")}, []string{"b"}, atCapacity, "all 1 eligible accounts are at their concurrency cap", time.Second},
 		{"all tried", []Candidate{c("a"), c("b")}, []string{"a", "b"}, allTried, "all 2 eligible accounts were tried for this request", -1},
+		// The tried account may serve the next round: the cooling one's
+		// deadline is not the pool's (a hold backs off instead of giving up
+		// on a deadline past its budget).
 		{"tried before cooling", []Candidate{c("a"), c("b", cooling(time.Minute, true))}, []string{"a"}, allTried,
-			"all 1 eligible accounts were tried for this request; the first recovers at " + epoch.Add(time.Minute).Format(time.RFC3339), time.Minute},
+			"all 1 eligible accounts were tried for this request", -1},
+		{"tried before spent for hours", []Candidate{c("a"), c("b", cooling(5*time.Hour, true))}, []string{"a"}, allTried,
+			"all 1 eligible accounts were tried for this request", -1},
 		{"tried and cooling: a hold waits for the tried one", []Candidate{c("a", cooling(30*time.Second, true))}, []string{"a"}, allTried,
 			"all 1 eligible accounts were tried for this request; the first recovers at " + epoch.Add(30*time.Second).Format(time.RFC3339), 30 * time.Second},
 		{"tried before disabled", []Candidate{c("a"), c("b", paused())}, []string{"a"}, allTried, "all 1 eligible accounts were tried for this request", -1},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/weirhq/weir/controlplane/policy"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/clock"
 	"github.com/weirhq/weir/internal/sim"
@@ -299,7 +300,7 @@ func (s *storm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // TestHoldThroughStormWithSharedBreaker: three workers under concurrent
 // load through 529 storms of 10 s, a minute and five minutes. Every request
 // succeeds within 3 s of the storm's end, and the shared breaker keeps the
-// upstream to one probe every 2 s during it.
+// upstream to one probe of each account every 2 s during it.
 func TestHoldThroughStormWithSharedBreaker(t *testing.T) {
 	t.Parallel()
 	for _, length := range []time.Duration{10 * time.Second, time.Minute, 5 * time.Minute} {
@@ -360,8 +361,8 @@ func holdThroughStorm(t *testing.T, length time.Duration) {
 	// retry, then failover and backoff): dozens of attempts per request in
 	// a minute, hundreds for 18 requests. With it, after the first wave
 	// (every request's first attempt, sent before any answer came back)
-	// one probe every 2 s reaches the upstream: 30 a minute, whatever the
-	// number of requests held.
+	// each of the three accounts is probed once every 2 s: 90 a minute,
+	// whatever the number of requests held.
 	requests := perWorker * len(workers)
 	var offs []string
 	afterFirstWave := 0
@@ -373,11 +374,11 @@ func holdThroughStorm(t *testing.T, length time.Duration) {
 	}
 	t.Logf("%d requests, %d upstream attempts during the %v storm at %v; all served %v after it began",
 		requests, len(during), length, offs, v.Now().Sub(start))
-	probes := int(length / (2 * time.Second))
+	probes := int(length / policy.ProbeEvery(3))
 	if afterFirstWave > probes {
-		t.Errorf("%d upstream attempts after the first wave of the storm, want at most %d (one probe every 2 s)", afterFirstWave, probes)
+		t.Errorf("%d upstream attempts after the first wave of the storm, want at most %d (each account probed every 2 s)", afterFirstWave, probes)
 	}
-	// A probe every 2 s notices the end of the storm within that.
+	// Each account probed every 2 s notices the end of the storm within that.
 	if done := v.Now().Sub(st.until); done > 3*time.Second {
 		t.Errorf("the last request was served %v after the storm, want within 3s", done)
 	}
