@@ -31,7 +31,7 @@ func recordOverload(ctx context.Context, q *db.Queries, provider, family string,
 	return b, q.PutBreaker(ctx, db.PutBreakerParams{
 		Provider: provider, Family: family, Overloads: b.Overloads, WindowStart: b.WindowStart,
 		ProbeEveryMs: int32(b.ProbeEvery / time.Millisecond),
-		OpenUntil: b.OpenUntil, OpenCount: b.OpenCount, ProbeUntil: b.ProbeUntil, Now: now,
+		OpenUntil:    b.OpenUntil, OpenCount: b.OpenCount, ProbeUntil: b.ProbeUntil, Now: now,
 		SeenAccounts: orEmpty(b.SeenAccounts), JudgedAccounts: orEmpty(b.JudgedAccounts), ProbedAccounts: orEmpty(b.ProbedAccounts),
 	})
 }
