@@ -25,6 +25,7 @@ func policyAccount(a db.Account) policy.Account {
 		MaxConcurrency: a.MaxConcurrency,
 		Priority:       a.Priority,
 		LastUsedAt:     a.LastUsedAt,
+		OverloadedAt:   a.OverloadedAt,
 	}
 }
 

@@ -408,7 +408,14 @@ func (s *Server) tryLease(ctx context.Context, rt *routing, lease *weirv1.Lease)
 		rt.last = res.failure
 	}
 	rt.prefer = ""
-	switch d.GetAction() {
+	action := d.GetAction()
+	if action == weirv1.Action_ACTION_RETRY_SAME && lease.Probe {
+		// A breaker's probe that failed: the breaker paces the next probe,
+		// on another account, and waiting a second to ask this one again
+		// would only keep this request from taking it.
+		action = weirv1.Action_ACTION_FAILOVER
+	}
+	switch action {
 	case weirv1.Action_ACTION_RETRY_SAME:
 		// Overload or a rate-limit burst: back to the same account after a
 		// short wait, which counts against the hold budget like any other.

@@ -21,7 +21,7 @@ INSERT INTO accounts (
     $1, $2, $3, $4, $5, $6, $7,
     $8, $9, $10, $11, $11
 )
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at
 `
 
 type CreateAccountParams struct {
@@ -85,6 +85,7 @@ func (q *Queries) CreateAccount(ctx context.Context, arg CreateAccountParams) (A
 		&i.RecoveryProbeSeenAt,
 		&i.UpstreamAccountID,
 		&i.Identity,
+		&i.OverloadedAt,
 	)
 	return i, err
 }
@@ -102,7 +103,7 @@ func (q *Queries) DeleteAccount(ctx context.Context, id uuid.UUID) (int64, error
 }
 
 const getAccount = `-- name: GetAccount :one
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity FROM accounts WHERE id = $1
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at FROM accounts WHERE id = $1
 `
 
 func (q *Queries) GetAccount(ctx context.Context, id uuid.UUID) (Account, error) {
@@ -140,12 +141,13 @@ func (q *Queries) GetAccount(ctx context.Context, id uuid.UUID) (Account, error)
 		&i.RecoveryProbeSeenAt,
 		&i.UpstreamAccountID,
 		&i.Identity,
+		&i.OverloadedAt,
 	)
 	return i, err
 }
 
 const getAccountByLabel = `-- name: GetAccountByLabel :one
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity FROM accounts WHERE label = $1
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at FROM accounts WHERE label = $1
 `
 
 func (q *Queries) GetAccountByLabel(ctx context.Context, label string) (Account, error) {
@@ -183,6 +185,7 @@ func (q *Queries) GetAccountByLabel(ctx context.Context, label string) (Account,
 		&i.RecoveryProbeSeenAt,
 		&i.UpstreamAccountID,
 		&i.Identity,
+		&i.OverloadedAt,
 	)
 	return i, err
 }
@@ -215,7 +218,7 @@ func (q *Queries) GetLiveCooldown(ctx context.Context, arg GetLiveCooldownParams
 }
 
 const listAccounts = `-- name: ListAccounts :many
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity FROM accounts ORDER BY label
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at FROM accounts ORDER BY label
 `
 
 func (q *Queries) ListAccounts(ctx context.Context) ([]Account, error) {
@@ -259,6 +262,7 @@ func (q *Queries) ListAccounts(ctx context.Context) ([]Account, error) {
 			&i.RecoveryProbeSeenAt,
 			&i.UpstreamAccountID,
 			&i.Identity,
+			&i.OverloadedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -394,7 +398,7 @@ UPDATE accounts SET
     broken_at = NULL,
     updated_at = $4
 WHERE id = $5
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at
 `
 
 type ReplaceCredentialParams struct {
@@ -447,6 +451,7 @@ func (q *Queries) ReplaceCredential(ctx context.Context, arg ReplaceCredentialPa
 		&i.RecoveryProbeSeenAt,
 		&i.UpstreamAccountID,
 		&i.Identity,
+		&i.OverloadedAt,
 	)
 	return i, err
 }
@@ -460,7 +465,7 @@ UPDATE accounts SET
     quota_backoffs = 0,
     updated_at = $1
 WHERE id = $2
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at
 `
 
 type ResumeAccountParams struct {
@@ -503,12 +508,13 @@ func (q *Queries) ResumeAccount(ctx context.Context, arg ResumeAccountParams) (A
 		&i.RecoveryProbeSeenAt,
 		&i.UpstreamAccountID,
 		&i.Identity,
+		&i.OverloadedAt,
 	)
 	return i, err
 }
 
 const routingView = `-- name: RoutingView :many
-SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.priority, a.paused, a.broken_reason, a.broken_at, a.auth_failures, a.credential_sealed, a.credential_revision, a.credential_hint, a.last_used_at, a.last_success_at, a.created_at, a.updated_at, a.quota_backoffs, a.recovery_probe, a.refresh_sealed, a.access_expires_at, a.refreshing_until, a.refresh_failures, a.refresh_blocked_until, a.refresh_rejected_at, a.banked_resets_enabled, a.org_id, a.recovery_probe_seen_at, a.upstream_account_id, a.identity,
+SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.priority, a.paused, a.broken_reason, a.broken_at, a.auth_failures, a.credential_sealed, a.credential_revision, a.credential_hint, a.last_used_at, a.last_success_at, a.created_at, a.updated_at, a.quota_backoffs, a.recovery_probe, a.refresh_sealed, a.access_expires_at, a.refreshing_until, a.refresh_failures, a.refresh_blocked_until, a.refresh_rejected_at, a.banked_resets_enabled, a.org_id, a.recovery_probe_seen_at, a.upstream_account_id, a.identity, a.overloaded_at,
     (SELECT k.id FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::uuid AS key_id,
     (SELECT k.allowed_models FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::text[] AS key_allowed_models,
     coalesce((SELECT k.pinned FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL), false)::boolean AS key_pinned,
@@ -642,6 +648,7 @@ func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]Rou
 			&i.Account.RecoveryProbeSeenAt,
 			&i.Account.UpstreamAccountID,
 			&i.Account.Identity,
+			&i.Account.OverloadedAt,
 			&i.KeyID,
 			&i.KeyAllowedModels,
 			&i.KeyPinned,
@@ -680,7 +687,7 @@ func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]Rou
 }
 
 const setPaused = `-- name: SetPaused :one
-UPDATE accounts SET paused = $1, updated_at = $2 WHERE id = $3 RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity
+UPDATE accounts SET paused = $1, updated_at = $2 WHERE id = $3 RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at
 `
 
 type SetPausedParams struct {
@@ -724,6 +731,7 @@ func (q *Queries) SetPaused(ctx context.Context, arg SetPausedParams) (Account, 
 		&i.RecoveryProbeSeenAt,
 		&i.UpstreamAccountID,
 		&i.Identity,
+		&i.OverloadedAt,
 	)
 	return i, err
 }
@@ -737,7 +745,7 @@ UPDATE accounts SET
     upstream_account_id = coalesce($5, upstream_account_id),
     updated_at = $6
 WHERE id = $7
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at
 `
 
 type UpdateAccountParams struct {
@@ -793,6 +801,7 @@ func (q *Queries) UpdateAccount(ctx context.Context, arg UpdateAccountParams) (A
 		&i.RecoveryProbeSeenAt,
 		&i.UpstreamAccountID,
 		&i.Identity,
+		&i.OverloadedAt,
 	)
 	return i, err
 }

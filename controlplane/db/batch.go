@@ -21,11 +21,11 @@ var (
 const recordReleaseSuccess = `-- name: RecordReleaseSuccess :batchone
 WITH acct AS (
     UPDATE accounts a SET last_success_at = $1::timestamptz, auth_failures = 0, quota_backoffs = 0,
-        recovery_probe = false
+        recovery_probe = false, overloaded_at = NULL
     FROM (SELECT s.id, s.recovery_probe AS was_probe FROM accounts s
           WHERE s.id = $2::uuid
             AND (s.last_success_at IS NULL OR s.last_success_at < $3::timestamptz
-                 OR s.auth_failures <> 0 OR s.quota_backoffs <> 0 OR s.recovery_probe)
+                 OR s.auth_failures <> 0 OR s.quota_backoffs <> 0 OR s.recovery_probe OR s.overloaded_at IS NOT NULL)
           FOR NO KEY UPDATE) old
     WHERE a.id = old.id
     RETURNING old.was_probe

@@ -145,6 +145,21 @@ func (q *Queries) LockBreaker(ctx context.Context, arg LockBreakerParams) (Overl
 	return i, err
 }
 
+const markOverloaded = `-- name: MarkOverloaded :exec
+UPDATE accounts SET overloaded_at = $1 WHERE id = $2
+`
+
+type MarkOverloadedParams struct {
+	Now *time.Time
+	ID  uuid.UUID
+}
+
+// An overload answer's account, remembered until its next success.
+func (q *Queries) MarkOverloaded(ctx context.Context, arg MarkOverloadedParams) error {
+	_, err := q.db.Exec(ctx, markOverloaded, arg.Now, arg.ID)
+	return err
+}
+
 const markProbed = `-- name: MarkProbed :exec
 UPDATE overload_breakers
 SET probed_accounts = CASE WHEN $1::boolean THEN ARRAY[$2::uuid]

@@ -42,6 +42,7 @@ type Account struct {
 	RecoveryProbeSeenAt *time.Time
 	UpstreamAccountID   string
 	Identity            string
+	OverloadedAt        *time.Time
 }
 
 type AuditEvent struct {

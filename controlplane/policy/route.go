@@ -48,6 +48,16 @@ type Account struct {
 	MaxConcurrency int32
 	Priority       int32
 	LastUsedAt     *time.Time
+	// OverloadedAt is when the account last answered overloaded, nil once
+	// it succeeded since.
+	OverloadedAt *time.Time
+}
+
+// overloadedRecently says whether the account answered overloaded within
+// AnsweringWindow and not since succeeded: routing tries it after the
+// accounts that answer.
+func (a Account) overloadedRecently(now time.Time) bool {
+	return a.OverloadedAt != nil && now.Sub(*a.OverloadedAt) < AnsweringWindow
 }
 
 // Cooldown is an account's live cooldown.
@@ -643,7 +653,11 @@ type rankKey struct {
 	// lastResort: a metered account under metered_accounts=last_resort,
 	// ranked after every subscription.
 	lastResort bool
-	first      int // 0: the preferred account, 1: the session's, 2: any other
+	// preferred: the request's preferred account (a same-account retry).
+	preferred bool
+	// overloaded: it answered overloaded within the last seconds.
+	overloaded bool
+	first      int // 0: the session's, 1: any other
 	priority   int32
 	tier       int
 	// weeklyReset and weeklyUtil order tierWeekly; demoted orders
@@ -659,13 +673,14 @@ type rankKey struct {
 func rank(cands []Candidate, req RouteRequest, now time.Time) []Candidate {
 	keys := make([]rankKey, len(cands))
 	for i, c := range cands {
-		k := rankKey{idx: i, lastResort: req.lastResort(c.Account), first: 2, priority: c.Account.Priority,
-			tier: harvestTier(c, now), live: c.Live, cap: c.Account.MaxConcurrency, lastUsed: c.Account.LastUsedAt}
+		k := rankKey{idx: i, lastResort: req.lastResort(c.Account), first: 1, priority: c.Account.Priority,
+			tier: harvestTier(c, now), live: c.Live, cap: c.Account.MaxConcurrency, lastUsed: c.Account.LastUsedAt,
+			overloaded: c.Account.overloadedRecently(now)}
 		switch {
 		case req.PreferAccount != uuid.Nil && c.Account.ID == req.PreferAccount:
-			k.first = 0
+			k.preferred = true
 		case req.SessionAccount != uuid.Nil && c.Account.ID == req.SessionAccount:
-			k.first = 1
+			k.first = 0
 		}
 		switch k.tier {
 		case tierWeekly:
@@ -686,8 +701,11 @@ func rank(cands []Candidate, req RouteRequest, now time.Time) []Candidate {
 // compareRankKeys ranks: under metered_accounts=last_resort, every
 // subscription before every metered account (even a session's own, which
 // a subscription takes back as soon as one can serve); the request's
-// preferred account, then the session's own (its prompt cache lives
-// there); then operator priority, an
+// preferred account; then the accounts that did not answer overloaded
+// within the last seconds (a storm on some accounts sends turns to the
+// ones that answer, the session's own included: it would fail over
+// anyway); then the session's own (its prompt cache lives there); then
+// operator priority, an
 // override applied before HARVEST (an operator who ranks accounts means it,
 // whatever their windows); then one stable partition over the soft
 // demotions at once (near limit: a 5-hour or weekly window at 0.9 or
@@ -702,6 +720,18 @@ func rank(cands []Candidate, req RouteRequest, now time.Time) []Candidate {
 func compareRankKeys(x, y rankKey) int {
 	if x.lastResort != y.lastResort {
 		if x.lastResort {
+			return 1
+		}
+		return -1
+	}
+	if x.preferred != y.preferred {
+		if x.preferred {
+			return -1
+		}
+		return 1
+	}
+	if x.overloaded != y.overloaded {
+		if x.overloaded {
 			return 1
 		}
 		return -1

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"testing"
@@ -82,4 +83,44 @@ func TestMixedPoolIsHeld(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestPartialRecoveryFoundInSeconds: every account of eight answers
+// overloaded, one recovers after 15 s while the rest stay overloaded for
+// minutes. The breaker probes each account every 2 s, so the held turns
+// of four agents on two workers are served within 3 s of that account's
+// recovery, not after a probe has gone round the pool.
+func TestPartialRecoveryFoundInSeconds(t *testing.T) {
+	t.Parallel()
+	const recovers = 15 * time.Second
+	v := virtualClock()
+	sched := &scheduler{clock: v}
+	start := v.Now()
+	back := start.Add(recovers)
+	var accounts []account
+	for i := range 8 {
+		until := start.Add(5 * time.Minute)
+		if i == 5 {
+			until = back
+		}
+		accounts = append(accounts, account{label: "acct-" + string(rune('a'+i)), maxConc: 8,
+			faults: []sim.Fault{{Kind: sim.FaultOverloaded, Until: until}}})
+	}
+	e := setup(t, options{virtual: v, sleep: sched.Sleep, hold: 20 * time.Minute, accounts: accounts})
+	took := turns(t, e, v, sched, 4, 1)
+	for _, a := range e.sim.Attempts() {
+		if a.Status == http.StatusOK && a.Account != "acct-f" {
+			t.Errorf("%s served during its storm", a.Account)
+		}
+	}
+	if slowest := took[len(took)-1]; start.Add(slowest).Sub(back) > 3*time.Second {
+		t.Errorf("turns took %v; the last was served %v after acct-f recovered, want within 3s", took, start.Add(slowest).Sub(back))
+	}
+	var after []string
+	for _, a := range e.sim.Attempts() {
+		if a.Time.After(back.Add(-3 * time.Second)) {
+			after = append(after, fmt.Sprintf("%v %s %d", a.Time.Sub(start), a.Account, a.Status))
+		}
+	}
+	t.Logf("turns %v, %d upstream attempts; around the recovery: %v", took, len(e.sim.Attempts()), after)
 }

@@ -15,3 +15,9 @@ CREATE TRIGGER overload_breakers_notify_pool_update
     FOR EACH ROW
     WHEN ((OLD.open_until IS NULL) IS DISTINCT FROM (NEW.open_until IS NULL))
     EXECUTE FUNCTION weir_notify_pool_wide();
+
+-- When an account last answered overloaded, cleared by its next success:
+-- routing tries an account that answers before one overloaded within the
+-- last seconds. Written with every overload, read by routing only, so it
+-- announces nothing (0012_pool_notify.sql lists the columns that do).
+ALTER TABLE accounts ADD COLUMN overloaded_at timestamptz;

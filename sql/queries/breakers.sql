@@ -74,3 +74,7 @@ SELECT EXISTS (
     WHERE a.provider = @provider AND a.id <> @account_id AND NOT a.paused AND a.broken_at IS NULL
       AND a.last_success_at >= @since::timestamptz
 )::boolean;
+
+-- An overload answer's account, remembered until its next success.
+-- name: MarkOverloaded :exec
+UPDATE accounts SET overloaded_at = @now WHERE id = @id;
