@@ -37,6 +37,9 @@ func provider(p string) func(*Candidate) {
 	return func(x *Candidate) { x.Account.Provider = vocab.Value[weirv1.Provider](p) }
 }
 func broken() func(*Candidate) { return func(x *Candidate) { x.Account.Broken = true } }
+func overloadedAgo(d time.Duration) func(*Candidate) {
+	return func(x *Candidate) { t := epoch.Add(-d); x.Account.OverloadedAt = &t }
+}
 func usedAt(d time.Duration) func(*Candidate) {
 	return func(x *Candidate) { t := epoch.Add(d); x.Account.LastUsedAt = &t }
 }
@@ -79,6 +82,9 @@ func TestRouteOrder(t *testing.T) {
 			c("excluded"), c("openai", provider("openai")),
 		}, "", []string{"excluded"}, "ok"},
 		{"expired cooldown is no cooldown", []Candidate{c("a", cooling(-time.Second, true)), c("b", cooling(0, true))}, "", nil, "a,b"},
+		{"overloaded a moment ago after the ones that answer, the session's and priority's too",
+			[]Candidate{c("a", prio(9), overloadedAgo(time.Second)), c("b", overloadedAgo(5*time.Second)), c("c", live(3))}, "b", nil, "c,b,a"},
+		{"an overload long ago is forgotten", []Candidate{c("a", prio(1), overloadedAgo(AnsweringWindow)), c("b")}, "", nil, "a,b"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := RouteRequest{Model: "claude-sonnet-4-5", Exclude: map[uuid.UUID]bool{}}
