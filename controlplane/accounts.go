@@ -473,6 +473,7 @@ func accountProto(r db.Account, cd *db.Cooldown, inFlight int32) *weirv1.Account
 		CredentialRevision: r.CredentialRevision,
 		InFlight:           inFlight,
 		LastUsedAt:         timestampOrNil(r.LastUsedAt),
+		OverloadedAt:       timestampOrNil(r.OverloadedAt),
 		LastSuccessAt:      timestampOrNil(r.LastSuccessAt),
 		CreatedAt:          timestamppb.New(r.CreatedAt),
 		UpdatedAt:          timestamppb.New(r.UpdatedAt),

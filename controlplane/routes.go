@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
@@ -22,7 +23,20 @@ import (
 const (
 	maxRequestIDLen   = 128
 	maxAttemptRecords = 100
+	// maxReasonLen bounds a hold reason and a verdict: one line each.
+	maxReasonLen = 1024
 )
+
+// truncateText is s cut to at most n bytes, on a rune boundary.
+func truncateText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
 
 type routeService struct {
 	weirv1connect.UnimplementedRouteServiceHandler
@@ -39,7 +53,7 @@ func (r routeService) ListRouteEvents(ctx context.Context, req *connect.Request[
 	case limit > 1000:
 		limit = 1000
 	}
-	p := db.ListRouteEventsParams{MaxRows: limit, SpilledOnly: req.Msg.SpilledOnly}
+	p := db.ListRouteEventsParams{MaxRows: limit, SpilledOnly: req.Msg.SpilledOnly, HeldOnly: req.Msg.HeldOnly}
 	if req.Msg.AccountId != "" {
 		acct, err := r.findAccount(ctx, req.Msg.AccountId)
 		if err != nil {
@@ -117,6 +131,13 @@ func routeEventProto(e db.RouteEvent) (*weirv1.RouteEvent, error) {
 	}
 	if e.HeldMs > 0 {
 		ev.Held = millisDuration(e.HeldMs)
+	}
+	ev.HoldReason, ev.Verdict = e.HoldReason, e.Verdict
+	if e.HeldSince != nil {
+		ev.HeldSince = timestamppb.New(*e.HeldSince)
+	}
+	if e.NextTryAt != nil {
+		ev.NextTryAt = timestamppb.New(*e.NextTryAt)
 	}
 	recs, err := decodeAttempts(e.AttemptsJson)
 	if err != nil {
@@ -245,7 +266,8 @@ func finalEvents(events []*weirv1.RouteEvent) []*weirv1.RouteEvent {
 		case !seen:
 			at[e.GetRequestId()] = len(out)
 			out = append(out, e)
-		case out[i].GetPending() && !e.GetPending():
+		case out[i].GetPending():
+			// The final event, or the hold going on.
 			out[i] = e
 		}
 	}
@@ -263,7 +285,8 @@ func routeColumns(rows []db.RouteEvent, now, pendingUntil time.Time) db.InsertRo
 		HasTtfb: make([]bool, n), TtfbsMs: make([]float64, n), InputTokens: make([]int64, n),
 		OutputTokens: make([]int64, n), StartedAts: make([]time.Time, n), HeldsMs: make([]float64, n),
 		HoldCounts: make([]int32, n), FailureStages: make([]string, n), AttemptsJsons: make([]string, n),
-		Spilled: make([]bool, n),
+		Spilled: make([]bool, n), Held: make([]bool, n), HeldSinces: make([]time.Time, n), HoldReasons: make([]string, n),
+		NextTryAts: make([]time.Time, n), Verdicts: make([]string, n),
 	}
 	for i, r := range rows {
 		p.RequestIds[i], p.KeyIds[i], p.AccountIds[i] = r.RequestID, r.KeyID.UUID, r.AccountID.UUID
@@ -276,6 +299,12 @@ func routeColumns(rows []db.RouteEvent, now, pendingUntil time.Time) db.InsertRo
 		p.HeldsMs[i], p.HoldCounts[i], p.FailureStages[i] = r.HeldMs, r.HoldCount, r.FailureStage
 		p.AttemptsJsons[i], p.Spilled[i] = string(r.AttemptsJson), r.SpilledToMetered
 		p.Pendings[i] = r.PendingUntil != nil
+		p.HoldReasons[i], p.Verdicts[i] = r.HoldReason, r.Verdict
+		if r.HeldSince != nil && r.NextTryAt != nil {
+			p.Held[i], p.HeldSinces[i], p.NextTryAts[i] = true, *r.HeldSince, *r.NextTryAt
+		} else {
+			p.HeldSinces[i], p.NextTryAts[i] = now, now
+		}
 	}
 	return p
 }
@@ -320,7 +349,12 @@ func routeEventParams(field string, e *weirv1.RouteEvent, now time.Time) (db.Rou
 	if e.Pending {
 		// In progress: routeColumns sets until when it is kept open.
 		p.PendingUntil, p.ErrorType = &now, "in_progress"
+		if e.HeldSince != nil && e.NextTryAt != nil {
+			since, next := e.HeldSince.AsTime(), e.NextTryAt.AsTime()
+			p.HeldSince, p.NextTryAt, p.HoldReason = &since, &next, truncateText(e.HoldReason, maxReasonLen)
+		}
 	}
+	p.Verdict = truncateText(e.Verdict, maxReasonLen)
 	if e.StartedAt != nil {
 		p.StartedAt = e.StartedAt.AsTime()
 	}

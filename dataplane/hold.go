@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"fmt"
 	"net/http"
 	"time"
 
@@ -129,4 +130,27 @@ func unreachableMessage(u *weirv1.Unreachable) string {
 // or could soon, keeps the capacity hold).
 func errUnreachable(u *weirv1.Unreachable) *apiError {
 	return &apiError{status: http.StatusServiceUnavailable, typ: "api_error", message: "weir: " + unreachableMessage(u), final: true}
+}
+
+// heldText says how long a request was held, and how long it could have
+// been: "held 20m0s of a 20m0s budget".
+func heldText(rt *routing) string {
+	held := rt.rec.GetHeld().AsDuration().Round(time.Millisecond)
+	return "held " + held.String() + " of a " + rt.holdEnd.Sub(rt.in.start).Round(time.Second).String() + " budget"
+}
+
+// quotaVerdict is a pool out of quota past the hold, in one line: every
+// account that could serve the model is out of quota, the first back at
+// its reset (or at no known time).
+func quotaVerdict(qb *weirv1.QuotaBlock, model string) string {
+	msg := fmt.Sprintf("every account that serves %s is out of quota past the hold budget (%d accounts", model, qb.GetAccounts())
+	if qb.GetResetsAt() != nil {
+		msg += ", the first back at " + qb.GetResetsAt().AsTime().UTC().Format(time.RFC3339) + ")"
+	} else {
+		msg += ", none with a known reset)"
+	}
+	if qb.GetLastUpstreamError() != "" {
+		msg += ": " + qb.GetLastUpstreamError()
+	}
+	return msg
 }

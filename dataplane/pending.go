@@ -2,6 +2,10 @@ package dataplane
 
 import (
 	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
@@ -31,7 +35,16 @@ type pendingRequests struct {
 type pendingRequest struct {
 	ev       *weirv1.RouteEvent
 	reported bool
+	// queued: in fresh, not yet taken by a batch; queuedAt is when it was
+	// queued last.
+	queued   bool
+	queuedAt time.Time
 }
+
+// heldReportEvery is how often at most a held request's pending event is
+// reported again while its hold goes on and its reason stays the same: a
+// long hold is seen as it goes on without a write per backoff step.
+const heldReportEvery = 2 * time.Second
 
 func newPendingRequests() *pendingRequests {
 	return &pendingRequests{m: map[string]*pendingRequest{}, nudge: make(chan struct{}, 1)}
@@ -42,11 +55,46 @@ func newPendingRequests() *pendingRequests {
 func (p *pendingRequests) begin(rec *weirv1.RouteEvent) {
 	ev := &weirv1.RouteEvent{RequestId: rec.RequestId, KeyId: rec.KeyId, Surface: rec.Surface, Model: rec.Model,
 		Stream: rec.Stream, StartedAt: rec.StartedAt, Pending: true}
-	r := &pendingRequest{ev: ev}
+	r := &pendingRequest{ev: ev, queued: true}
 	p.mu.Lock()
 	p.m[rec.RequestId] = r
 	p.fresh = append(p.fresh, r)
 	p.mu.Unlock()
+	select {
+	case p.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// held records that the request rec describes is held now: its pending
+// event becomes a snapshot of rec (the attempts so far) with since, why
+// and next, the hold's state, and goes out again with the next batch: at
+// once when the reason changed or the hold state is new, else at most
+// every heldReportEvery. With since zero the request is no longer held:
+// the state is cleared, and reported at once if it had been.
+func (p *pendingRequests) held(rec *weirv1.RouteEvent, since, next time.Time, why string, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.m[rec.RequestId]
+	if r == nil {
+		return
+	}
+	was := r.ev
+	if since.IsZero() && was.HeldSince == nil {
+		return
+	}
+	ev := proto.CloneOf(rec)
+	ev.Pending, ev.Status, ev.Duration, ev.Verdict = true, 0, nil, ""
+	if !since.IsZero() {
+		ev.HeldSince, ev.NextTryAt, ev.HoldReason = timestamppb.New(since), timestamppb.New(next), why
+	}
+	r.ev = ev
+	changed := (was.HeldSince == nil) != (ev.HeldSince == nil) || was.HoldReason != ev.HoldReason
+	if r.queued || (!changed && now.Sub(r.queuedAt) < heldReportEvery) {
+		return
+	}
+	r.queued, r.queuedAt = true, now
+	p.fresh = append(p.fresh, r)
 	select {
 	case p.nudge <- struct{}{}:
 	default:
@@ -75,6 +123,7 @@ func (p *pendingRequests) due(n int) []*weirv1.RouteEvent {
 			break
 		}
 		taken++
+		r.queued = false
 		if p.m[r.ev.RequestId] == r { // still in progress
 			r.reported = true
 			out = append(out, r.ev)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -87,7 +88,9 @@ func (s *Server) proxyHandler(sf surface) http.HandlerFunc {
 			s.metrics.ttfb.WithLabelValues(surface).Observe(ttfb.Seconds())
 		}
 		s.metrics.requests.WithLabelValues(surface, outcome).Inc()
-		if rec.SpilledToMetered = in.spilledTo != ""; rec.SpilledToMetered {
+		// A spill is a request a metered account served: one whose metered
+		// attempt failed (a 401, a cut stream) spent nothing worth counting.
+		if rec.SpilledToMetered = in.spilledTo != "" && outcome == outcomeSuccess; rec.SpilledToMetered {
 			s.metrics.meteredSpills.WithLabelValues(in.spilledTo, surface).Inc()
 		}
 		if in.keyID != "" || in.unverified {
@@ -195,6 +198,11 @@ type routing struct {
 	changed context.Context
 	// omitted counts the records addRecord left out.
 	omitted int
+	// why is the one-line verdict a failure is answered with
+	// (RouteEvent.verdict).
+	why string
+	// heldSince is when the request was first held; zero before.
+	heldSince time.Time
 }
 
 // A route event carries at most maxRouteRecords attempt and hold records
@@ -318,9 +326,11 @@ func (s *Server) acquireFailed(ctx context.Context, rt *routing, err error) (don
 		if model, ok := modelNotAllowedIn(err); ok {
 			// The worker's cached allowlist was older than the key.
 			in.outcome = outcomeModelForbidden
+			rt.why = "the key may not use model " + model
 			s.fail(rt.w, rt, nil, errModelNotAllowed(model))
 			return true
 		}
+		rt.why = "the control plane refused the key"
 		s.fail(rt.w, rt, nil, errAuthentication("invalid API key"))
 		return true
 	case ctx.Err() != nil:
@@ -339,6 +349,7 @@ func (s *Server) acquireFailed(ctx context.Context, rt *routing, err error) (don
 	if rt.last == nil {
 		in.outcome = outcomeUnavailable
 	}
+	rt.why = "the control plane did not answer within the hold budget (" + heldText(rt) + ")"
 	s.fail(rt.w, rt, rt.last, errControlPlane())
 	return true
 }
@@ -351,12 +362,14 @@ func (s *Server) noAccount(ctx context.Context, rt *routing, none *weirv1.NoAcco
 	final := noAccountError(none, in.sf, in.model, now, maxTime(rt.holdEnd, now.Add(usageLimitMinWait)))
 	if none.GetPermanent() || none.GetReason() == weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED ||
 		none.GetReason() == weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_DISABLED {
+		rt.why = "no account can serve until an operator acts: " + none.GetMessage()
 		s.failNoAccount(rt.w, rt, final)
 		return true
 	}
 	if qb := none.GetQuotaBlock(); qb != nil && !recoversBy(qb, rt.holdEnd) {
 		// Out of quota past the hold budget (or with no known reset at
 		// all): no wait can help, so the client hears now.
+		rt.why = quotaVerdict(qb, in.model)
 		s.failOutOfQuota(rt.w, rt, none, final)
 		return true
 	}
@@ -378,6 +391,12 @@ func (s *Server) noAccount(ctx context.Context, rt *routing, none *weirv1.NoAcco
 	if rt.unreachableCut() {
 		s.failUnreachable(rt.w, rt)
 		return true
+	}
+	switch {
+	case !retryAt.IsZero() && retryAt.After(rt.holdEnd):
+		rt.why = "no account can serve within the hold budget: " + reason
+	default:
+		rt.why = "the hold budget ran out (" + heldText(rt) + ") with no account able to serve: " + reason
 	}
 	s.failOutOfQuota(rt.w, rt, none, final)
 	return true
@@ -435,6 +454,7 @@ func (s *Server) tryLease(ctx context.Context, rt *routing, lease *weirv1.Lease)
 		rt.excluded = append(rt.excluded, lease.AccountId)
 	default:
 		rec.ErrorType = o.ErrorType
+		rt.why = fmt.Sprintf("the upstream's answer is the client's: %d %s (%s)", o.Status, o.ErrorType, shortClass(o.Class))
 		s.fail(rt.w, rt, rt.last, nil)
 		return true
 	}
@@ -449,6 +469,7 @@ func (s *Server) tryLease(ctx context.Context, rt *routing, lease *weirv1.Lease)
 		s.failUnreachable(rt.w, rt)
 		return true
 	}
+	rt.why = fmt.Sprintf("the hold budget ran out (%s); the last attempt: %d %s (%s)", heldText(rt), o.Status, o.ErrorType, shortClass(o.Class))
 	s.fail(rt.w, rt, rt.last, nil)
 	return true
 }
@@ -468,6 +489,7 @@ func (s *Server) tryOnce(ctx context.Context, rt *routing, lease *weirv1.Lease) 
 	}
 	admitted := s.cfg.Now()
 	at := admitted.Sub(in.start)
+	s.pending.held(rec, time.Time{}, time.Time{}, "", admitted) // not held while it tries
 	actx, span := s.startAttemptSpan(ctx, lease, int(rec.Attempts))
 	res := s.attempt(actx, rt.w, rt.r, in, lease, rt.overloads[lease.AccountId])
 	o := res.outcome
@@ -534,6 +556,11 @@ func (s *Server) holdFor(ctx context.Context, rt *routing, d time.Duration, reas
 // and the next round may be served. It is false when the client left.
 func (s *Server) sleep(ctx context.Context, rt *routing, d time.Duration, wake context.Context, reason string) bool {
 	start := s.cfg.Now()
+	if rt.heldSince.IsZero() {
+		rt.heldSince = start
+	}
+	// Seen while it waits: weir routes, explain and status read it.
+	s.pending.held(rt.rec, rt.heldSince, start.Add(d), reason, start)
 	wctx := ctx
 	if wake != nil {
 		var cancel context.CancelFunc
@@ -582,6 +609,7 @@ func (s *Server) failOutOfQuota(w http.ResponseWriter, rt *routing, none *weirv1
 // 502.
 func (s *Server) failUnreachable(w http.ResponseWriter, rt *routing) {
 	rt.in.outcome = outcomeUpstreamUnreachable
+	rt.why = unreachableMessage(rt.unreach.run)
 	s.fail(w, rt, nil, errUnreachable(rt.unreach.run))
 }
 
@@ -599,6 +627,7 @@ func (s *Server) failNoAccount(w http.ResponseWriter, rt *routing, final *apiErr
 // own error.
 func (s *Server) fail(w http.ResponseWriter, rt *routing, last *bufferedResponse, fallback *apiError) {
 	rt.rec.FailureStage = weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT
+	rt.rec.Verdict = rt.why
 	if last != nil {
 		rt.rec.ErrorType = errorTypeFor(last.body)
 	} else if fallback != nil {

@@ -80,7 +80,13 @@ func printExplain(w io.Writer, ev *weirv1.RouteEvent, accounts, keys map[string]
 	fmt.Fprintf(tw, "request\t%s\n", ev.RequestId)
 	fmt.Fprintf(tw, "started\t%s\n", started)
 	fmt.Fprintf(tw, "model\t%s\n", model)
-	fmt.Fprintf(tw, "status\t%d\n", ev.Status)
+	fmt.Fprintf(tw, "status\t%s\n", statusText(ev))
+	if ev.Verdict != "" {
+		fmt.Fprintf(tw, "why\t%s\n", ev.Verdict)
+	}
+	if ev.Pending && ev.HeldSince != nil {
+		fmt.Fprintf(tw, "held now\t%s\n", heldNowText(ev, now))
+	}
 	fmt.Fprintf(tw, "error\t%s\n", orDash(ev.ErrorType))
 	fmt.Fprintf(tw, "failure stage\t%s\n", failure)
 	fmt.Fprintf(tw, "attempts\t%d\n", ev.Attempts)
@@ -98,9 +104,11 @@ func printExplain(w io.Writer, ev *weirv1.RouteEvent, accounts, keys map[string]
 		return err
 	}
 	switch {
-	case ev.Pending:
+	case ev.Pending && len(ev.AttemptRecords) == 0:
 		_, err := fmt.Fprintln(w, "\nin progress: the request is still being served (or held); its record is complete once it ends")
 		return err
+	case ev.Pending:
+		fmt.Fprintln(w, "\nin progress: the timeline so far; the record is complete once the request ends")
 	case ev.ErrorType == "worker_lost":
 		_, err := fmt.Fprintln(w, "\nlost: the worker serving the request stopped reporting (it died, or was cut off from every control plane) before the request ended")
 		return err
@@ -111,10 +119,105 @@ func printExplain(w io.Writer, ev *weirv1.RouteEvent, accounts, keys map[string]
 	fmt.Fprintln(w, "\ntimeline")
 	tw = table(w)
 	fmt.Fprintln(tw, "AT\tACCOUNT\tOUTCOME\tSTATUS\tERROR\tDECISION\tDURATION\tREASON")
-	for _, r := range ev.AttemptRecords {
-		at := "+" + roundDuration(r.At.AsDuration()).String()
+	for _, row := range foldTimeline(timelineRows(ev.AttemptRecords, accounts)) {
+		fmt.Fprintln(tw, row.text())
+	}
+	return tw.Flush()
+}
+
+// timelineRow is one attempt or hold of the timeline, as printed.
+type timelineRow struct {
+	at       time.Duration
+	account  string
+	accounts map[string]bool // the accounts a folded row covers
+	// cols are OUTCOME, STATUS, ERROR and DECISION.
+	cols     [4]string
+	duration time.Duration
+	timed    bool // duration is known
+	reason   string
+	// times counts the repeats a folded row stands for (0 or 1: one).
+	times int
+}
+
+// same says whether two rows repeat each other, whatever their time and,
+// for attempts, their account: a storm's probes go round the pool.
+func (r timelineRow) same(o timelineRow) bool {
+	return (r.account == "hold") == (o.account == "hold") && r.cols == o.cols && r.reason == o.reason
+}
+
+func (r timelineRow) text() string {
+	account, duration, reason := r.account, "-", r.reason
+	if len(r.accounts) > 1 {
+		account = fmt.Sprintf("%d accounts", len(r.accounts))
+	}
+	if r.timed {
+		duration = roundDuration(r.duration).String()
+	}
+	if r.times > 1 {
+		reason = fmt.Sprintf("%s (×%d)", reason, r.times)
+	}
+	return fmt.Sprintf("+%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", roundDuration(r.at), account,
+		r.cols[0], r.cols[1], r.cols[2], r.cols[3], duration, reason)
+}
+
+// foldTimeline folds repeats, so that a long hold reads in a screen: a
+// run of rows that repeat one row, or a pair of rows (a probe and the
+// hold after it), becomes that row or pair once, counted, with the
+// durations summed and the accounts counted. Pure.
+func foldTimeline(rows []timelineRow) []timelineRow {
+	var out []timelineRow
+	for i := 0; i < len(rows); {
+		folded, used := foldAt(rows, i)
+		out = append(out, folded...)
+		i += used
+	}
+	return out
+}
+
+// foldAt folds the repeats that begin at rows[i], trying a single row
+// first, then a pair; it returns the rows to print and how many it used.
+func foldAt(rows []timelineRow, i int) ([]timelineRow, int) {
+	for period := 1; period <= 2; period++ {
+		n := 1 // repeats of rows[i:i+period]
+		for i+(n+1)*period <= len(rows) && repeats(rows[i:i+period], rows[i+n*period:i+(n+1)*period]) {
+			n++
+		}
+		if n < 2 {
+			continue
+		}
+		folded := make([]timelineRow, period)
+		for p := range period {
+			f := rows[i+p]
+			f.accounts, f.times, f.duration = map[string]bool{}, n, 0
+			for k := range n {
+				r := rows[i+k*period+p]
+				f.accounts[r.account] = true
+				f.duration += r.duration
+			}
+			folded[p] = f
+		}
+		return folded, n * period
+	}
+	return rows[i : i+1], 1
+}
+
+func repeats(a, b []timelineRow) bool {
+	for k := range a {
+		if !a[k].same(b[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+// timelineRows turns a request's records into rows.
+func timelineRows(recs []*weirv1.AttemptRecord, accounts map[string]string) []timelineRow {
+	rows := make([]timelineRow, 0, len(recs))
+	for _, r := range recs {
+		row := timelineRow{at: r.At.AsDuration(), duration: r.Duration.AsDuration(), timed: r.Duration != nil}
 		if r.AccountId == "" { // a hold
-			fmt.Fprintf(tw, "%s\thold\t-\t-\t-\t-\t%s\t%s\n", at, optDuration(r.Duration), orDash(r.HoldReason))
+			row.account, row.cols, row.reason = "hold", [4]string{"-", "-", "-", "-"}, orDash(r.HoldReason)
+			rows = append(rows, row)
 			continue
 		}
 		status := "-"
@@ -141,10 +244,42 @@ func printExplain(w io.Writer, ev *weirv1.RouteEvent, accounts, keys map[string]
 			// The error of an attempt that got no answer is its cause.
 			errText = shortEnum(r.TransportCause.String(), "TRANSPORT_CAUSE_")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", at, accountName(accounts, r.AccountId), outcome, status,
-			orDash(errText), action, optDuration(r.Duration), reason)
+		row.account, row.cols, row.reason = accountName(accounts, r.AccountId), [4]string{outcome, status, orDash(errText), action}, reason
+		rows = append(rows, row)
 	}
-	return tw.Flush()
+	return rows
+}
+
+// statusText is the status the client saw, and for a stream that failed
+// after output that it did: such a request is a failure, not a 200.
+func statusText(ev *weirv1.RouteEvent) string {
+	switch {
+	case ev.Pending && ev.HeldSince != nil:
+		return "held"
+	case ev.Pending:
+		return "in progress"
+	case ev.FailureStage == weirv1.FailureStage_FAILURE_STAGE_AFTER_OUTPUT:
+		return fmt.Sprintf("%d, failed mid-stream", ev.Status)
+	}
+	return fmt.Sprint(ev.Status)
+}
+
+// heldNowText is a held request's hold: for how long, why, and its next
+// try.
+func heldNowText(ev *weirv1.RouteEvent, now time.Time) string {
+	text := fmt.Sprintf("for %s (since %s), %d attempts so far", roundDuration(now.Sub(ev.HeldSince.AsTime())),
+		ev.HeldSince.AsTime().UTC().Format(time.RFC3339), ev.Attempts)
+	if ev.NextTryAt != nil {
+		if d := ev.NextTryAt.AsTime().Sub(now); d > 0 {
+			text += fmt.Sprintf(", next try in %s", roundDuration(d))
+		} else {
+			text += ", trying again now"
+		}
+	}
+	if ev.HoldReason != "" {
+		text += ": " + ev.HoldReason
+	}
+	return text
 }
 
 // heldText is a request's time in capacity holds, "-" when it had none.

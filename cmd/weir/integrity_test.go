@@ -19,6 +19,7 @@ import (
 
 // fakeOps serves OpsService with a report a test sets, behind a token.
 type fakeOps struct {
+	weirv1connect.UnimplementedOpsServiceHandler
 	token string
 	mu    sync.Mutex
 	rep   *weirv1.IntegrityReport

@@ -341,7 +341,19 @@ func TestStatus(t *testing.T) {
 			t.Fatalf("%v: %v\n%s", args, err, out)
 		}
 	}
-	// The API key, alone now, meets a long rate limit.
+	// The API key, alone now, serves a request: a spill.
+	{
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, dev.DataplaneURL+"/v1/messages", strings.NewReader(hello))
+		req.Header.Set("x-api-key", dev.ClientKey)
+		req.Header.Set("anthropic-version", "2023-06-01")
+		req.Header.Set("content-type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("a request on the API key: %v %v", err, resp)
+		}
+		resp.Body.Close()
+	}
+	// Then it meets a long rate limit; a failed request is no spill.
 	resp, err := http.Post(dev.SimulatorURL+"/_sim/accounts/demo-api-key/faults", "application/json",
 		strings.NewReader(`[{"kind":"rate_limit","retry_after":600}]`))
 	if err != nil || resp.StatusCode != http.StatusOK {
@@ -418,7 +430,7 @@ func TestStatus(t *testing.T) {
 		"cooling     demo-api-key: rate_limited",
 		"(until in ",
 		"paused      demo-max-1: paused by an operator",
-		// Both subscriptions paused, the API key served: a spill.
+		// Both subscriptions paused, the API key served one: a spill.
 		"Spills to metered accounts in the last 24h: 1 requests",
 	} {
 		if !strings.Contains(out, want) {

@@ -18,6 +18,7 @@ func runRoutes(ctx context.Context, args []string, e env) error {
 	af.register(fs, e)
 	limit := fs.Int("limit", 20, "how many, newest first (max 1000)")
 	account := fs.String("account", "", "only requests served by this account (id or label)")
+	held := fs.Bool("held", false, "only requests held now: since when, why, attempts so far and the next try")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -25,7 +26,7 @@ func runRoutes(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	resp, err := c.routes.ListRouteEvents(ctx, connect.NewRequest(&weirv1.ListRouteEventsRequest{Limit: int32(*limit), AccountId: *account}))
+	resp, err := c.routes.ListRouteEvents(ctx, connect.NewRequest(&weirv1.ListRouteEventsRequest{Limit: int32(*limit), AccountId: *account, HeldOnly: *held}))
 	if err != nil {
 		return rpcError("list routes", err)
 	}
@@ -40,16 +41,44 @@ func runRoutes(ctx context.Context, args []string, e env) error {
 	}
 	now := time.Now()
 	tw := table(e.stdout)
+	if *held {
+		fmt.Fprintln(tw, "WHEN\tREQUEST\tMODEL\tHELD FOR\tATTEMPTS\tNEXT TRY\tWHY")
+		for _, r := range resp.Msg.Events {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", ago(r.StartedAt, now), r.RequestId, r.Model,
+				roundDuration(now.Sub(r.HeldSince.AsTime())), r.Attempts, nextTry(r, now), orDash(r.HoldReason))
+		}
+		return tw.Flush()
+	}
 	fmt.Fprintln(tw, "WHEN\tREQUEST\tMODEL\tSTATUS\tATTEMPTS\tDURATION\tTTFB\tHELD\tTOKENS IN/OUT\tACCOUNT")
 	for _, r := range resp.Msg.Events {
 		ttfb := "-"
 		if r.TimeToFirstByte != nil {
 			ttfb = roundDuration(r.TimeToFirstByte.AsDuration()).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%d/%d\t%s\n", ago(r.StartedAt, now), r.RequestId, r.Model, r.Status,
-			r.Attempts, roundDuration(r.Duration.AsDuration()), ttfb, heldText(r), r.InputTokens, r.OutputTokens, accountName(labels, r.AccountId))
+		duration, heldFor := roundDuration(r.Duration.AsDuration()).String(), heldText(r)
+		if r.Pending {
+			// In progress: how long so far, and for a held request how long
+			// it has been held.
+			duration = roundDuration(now.Sub(r.StartedAt.AsTime())).String() + " so far"
+			if r.HeldSince != nil {
+				heldFor = roundDuration(now.Sub(r.HeldSince.AsTime())).String() + " now"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d/%d\t%s\n", ago(r.StartedAt, now), r.RequestId, r.Model, statusText(r),
+			r.Attempts, duration, ttfb, heldFor, r.InputTokens, r.OutputTokens, accountName(labels, r.AccountId))
 	}
 	return tw.Flush()
+}
+
+// nextTry is when a held request tries again, from now.
+func nextTry(r *weirv1.RouteEvent, now time.Time) string {
+	if r.NextTryAt == nil {
+		return "-"
+	}
+	if d := r.NextTryAt.AsTime().Sub(now); d > 0 {
+		return "in " + roundDuration(d).String()
+	}
+	return "now"
 }
 
 // accountName prefers an account's label; a deleted account shows its id.

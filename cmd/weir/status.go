@@ -34,7 +34,37 @@ type poolStatus struct {
 	// account because no subscription could, per account and surface,
 	// most first.
 	Spills []spillStatus `json:"spills"`
+	// Breakers are the overload breakers open now: a provider-wide storm
+	// for a model family, and how it is probed.
+	Breakers []breakerStatus `json:"breakers"`
+	// Held are the requests held now, per model and reason, the longest
+	// held first.
+	Held []heldStatus `json:"held"`
 }
+
+// breakerStatus is one open overload breaker.
+type breakerStatus struct {
+	Provider    string        `json:"provider"`
+	Family      string        `json:"family"`
+	NextProbeAt time.Time     `json:"next_probe_at"`
+	ProbeEvery  time.Duration `json:"probe_every_ns"`
+	Overloads   int32         `json:"overloads"`
+}
+
+// heldStatus sums up the requests held now for one model and reason.
+type heldStatus struct {
+	Model    string `json:"model"`
+	Reason   string `json:"reason"`
+	Requests int    `json:"requests"`
+	// Longest is how long the longest of them has been held.
+	Longest time.Duration `json:"longest_ns"`
+	// Request is the longest held one's id, for weir explain.
+	Request string `json:"request_id"`
+}
+
+// overloadedShown is how recent an account's overload answer must be for
+// `weir status` to name it.
+const overloadedShown = time.Minute
 
 // spillWindow is how far back `weir status` looks for spills.
 const spillWindow = 24 * time.Hour
@@ -120,8 +150,18 @@ func runStatus(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return rpcError("list route events", err)
 	}
+	held, err := c.routes.ListRouteEvents(ctx, connect.NewRequest(&weirv1.ListRouteEventsRequest{Limit: 1000, HeldOnly: true}))
+	if err != nil {
+		return rpcError("list held requests", err)
+	}
+	breakers, err := c.ops.ListBreakers(ctx, connect.NewRequest(&weirv1.ListBreakersRequest{}))
+	if err != nil {
+		return rpcError("list breakers", err)
+	}
 	st := buildStatus(accts.Msg.Accounts, settings.Msg.Settings, integrity.Msg.Report, time.Now())
 	st.Spills = sumSpills(spills.Msg.Events, accts.Msg.Accounts, st.At)
+	st.Held = sumHeld(held.Msg.Events, st.At)
+	st.Breakers = breakerStatuses(breakers.Msg.Breakers)
 	if af.json {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
@@ -134,6 +174,7 @@ func runStatus(ctx context.Context, args []string, e env) error {
 // buildStatus sums up the pool at now.
 func buildStatus(accts []*weirv1.Account, settings *weirv1.Settings, rep *weirv1.IntegrityReport, now time.Time) poolStatus {
 	st := poolStatus{At: now.UTC(), Accounts: len(accts), Problems: []statusProblem{}, Providers: []providerStatus{}, Spills: []spillStatus{},
+		Breakers: []breakerStatus{}, Held: []heldStatus{},
 		QuotaResponseMode: shortEnum(settings.GetQuotaResponseMode().String(), "QUOTA_RESPONSE_MODE_")}
 	byProvider := map[string]*providerStatus{}
 	windows := map[string]map[string][]*weirv1.UsageWindow{}
@@ -193,7 +234,7 @@ func buildStatus(accts []*weirv1.Account, settings *weirv1.Settings, rep *weirv1
 			st.Problems = append(st.Problems, statusProblem{Kind: "integrity", Detail: detail})
 		}
 	}
-	rank := map[string]int{"broken": 0, "integrity": 1, "unreachable": 2, "expiring": 3, "cooling": 4, "gated": 5, "paused": 6}
+	rank := map[string]int{"broken": 0, "integrity": 1, "unreachable": 2, "overloaded": 3, "expiring": 4, "cooling": 5, "gated": 6, "paused": 7}
 	slices.SortStableFunc(st.Problems, func(a, b statusProblem) int { return rank[a.Kind] - rank[b.Kind] })
 	return st
 }
@@ -244,6 +285,10 @@ func accountProblems(a *weirv1.Account, now time.Time) []statusProblem {
 	u := a.Unreachable
 	if u != nil {
 		out = append(out, unreachableProblem(a.Label, u, now))
+	}
+	if o := a.OverloadedAt; o != nil && now.Sub(o.AsTime()) < overloadedShown {
+		out = append(out, statusProblem{Kind: "overloaded", Account: a.Label,
+			Detail: "answered overloaded " + relTime(o.AsTime(), now) + ", no success since", Since: at(o)})
 	}
 	if cd := a.Cooldown; cd != nil && (u == nil || cd.Reason != weirv1.CooldownReason_COOLDOWN_REASON_TRANSPORT) {
 		// A transport cooldown is the unreachable line's.
@@ -347,14 +392,20 @@ func printStatus(w io.Writer, st poolStatus, color bool) error {
 	if err := printSpills(w, st, paint); err != nil {
 		return err
 	}
-	if len(st.Problems) == 0 {
+	if err := printStorm(w, st, paint); err != nil {
+		return err
+	}
+	if len(st.Problems) == 0 && len(st.Breakers) == 0 && len(st.Held) == 0 {
 		_, err := fmt.Fprintln(w, paint(ansiGreen, "Nothing is wrong."))
 		return err
+	}
+	if len(st.Problems) == 0 {
+		return nil
 	}
 	fmt.Fprintln(w, paint(ansiBold, "What is wrong:"))
 	for _, p := range st.Problems {
 		c := ansiYellow
-		if p.Kind == "broken" || p.Kind == "integrity" || p.Kind == "unreachable" {
+		if p.Kind == "broken" || p.Kind == "integrity" || p.Kind == "unreachable" || p.Kind == "overloaded" {
 			c = ansiRed
 		}
 		line := p.Detail
@@ -374,6 +425,71 @@ func printStatus(w io.Writer, st poolStatus, color bool) error {
 		fmt.Fprintln(w, "  (the integrity check has not reported yet)")
 	}
 	return nil
+}
+
+// printStorm prints the open breakers and the requests held now, when
+// there are any: a storm shown as what it is.
+func printStorm(w io.Writer, st poolStatus, paint func(code, s string) string) error {
+	if len(st.Breakers) > 0 {
+		fmt.Fprintln(w, paint(ansiBold, "Overloaded providers (breaker open: requests wait while weir probes):"))
+		for _, b := range st.Breakers {
+			fmt.Fprintf(w, "  %s %s: %s; probing an account every %s, the next %s; %d overload answers in the window\n",
+				paint(ansiRed, b.Provider), b.Family, "breaker open", roundDuration(b.ProbeEvery), relTime(b.NextProbeAt, st.At), b.Overloads)
+		}
+		fmt.Fprintln(w)
+	}
+	if len(st.Held) == 0 {
+		return nil
+	}
+	n := 0
+	for _, h := range st.Held {
+		n += h.Requests
+	}
+	fmt.Fprintf(w, "%s: %d requests waiting for capacity (weir routes --held)\n", paint(ansiBold, "Held now"), n)
+	tw := table(w)
+	fmt.Fprintln(tw, "  MODEL\tREQUESTS\tLONGEST\tREQUEST\tWHY")
+	for _, h := range st.Held {
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\n", h.Model, h.Requests, roundDuration(h.Longest), h.Request, h.Reason)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w)
+	return err
+}
+
+// sumHeld sums up the requests held now per model and reason, the
+// longest held first.
+func sumHeld(events []*weirv1.RouteEvent, now time.Time) []heldStatus {
+	out := []heldStatus{}
+	at := map[[2]string]int{}
+	for _, ev := range events {
+		if !ev.Pending || ev.HeldSince == nil {
+			continue
+		}
+		k := [2]string{ev.Model, ev.HoldReason}
+		i, ok := at[k]
+		if !ok {
+			i, at[k] = len(out), len(out)
+			out = append(out, heldStatus{Model: ev.Model, Reason: ev.HoldReason})
+		}
+		out[i].Requests++
+		if d := now.Sub(ev.HeldSince.AsTime()); d > out[i].Longest || out[i].Request == "" {
+			out[i].Longest, out[i].Request = max(d, 0), ev.RequestId
+		}
+	}
+	slices.SortStableFunc(out, func(a, b heldStatus) int { return int(b.Longest - a.Longest) })
+	return out
+}
+
+// breakerStatuses are the open breakers as status shows them.
+func breakerStatuses(bs []*weirv1.Breaker) []breakerStatus {
+	out := make([]breakerStatus, 0, len(bs))
+	for _, b := range bs {
+		out = append(out, breakerStatus{Provider: b.Provider, Family: b.Family, NextProbeAt: b.NextProbeAt.AsTime().UTC(),
+			ProbeEvery: b.ProbeEvery.AsDuration(), Overloads: b.Overloads})
+	}
+	return out
 }
 
 // printSpills prints the recent spills to metered accounts, or that there

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
@@ -56,5 +57,47 @@ func TestStatusSpills(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), "No spills to metered accounts in the last 24h.") {
 		t.Errorf("no spills:\n%s", b.String())
+	}
+}
+
+// TestStatusShowsAStorm: a storm is what status shows, not "Nothing is
+// wrong": the open breaker, the accounts that answered overloaded, and
+// the requests held now by model and reason, the longest first.
+func TestStatusShowsAStorm(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	ago := func(d time.Duration) *timestamppb.Timestamp { return timestamppb.New(now.Add(-d)) }
+	accts := []*weirv1.Account{
+		{Label: "max-1", Provider: weirv1.Provider_PROVIDER_ANTHROPIC, State: weirv1.AccountState_ACCOUNT_STATE_ACTIVE, OverloadedAt: ago(3 * time.Second)},
+		{Label: "max-2", Provider: weirv1.Provider_PROVIDER_ANTHROPIC, State: weirv1.AccountState_ACCOUNT_STATE_ACTIVE, OverloadedAt: ago(time.Hour)},
+	}
+	st := buildStatus(accts, &weirv1.Settings{}, nil, now)
+	const why = "the provider is overloaded for sonnet models; weir is probing it before sending more"
+	st.Held = sumHeld([]*weirv1.RouteEvent{
+		{RequestId: "weir_1", Model: "claude-sonnet-4-5", Pending: true, HeldSince: ago(20 * time.Second), HoldReason: why},
+		{RequestId: "weir_2", Model: "claude-sonnet-4-5", Pending: true, HeldSince: ago(50 * time.Second), HoldReason: why},
+		{RequestId: "weir_3", Model: "claude-opus-4-1", Pending: true, HeldSince: ago(5 * time.Second), HoldReason: "all 2 eligible accounts were tried for this request"},
+		{RequestId: "weir_4", Model: "claude-opus-4-1", Pending: true}, // in progress, not held
+	}, now)
+	st.Breakers = breakerStatuses([]*weirv1.Breaker{{Provider: "anthropic", Family: "sonnet", NextProbeAt: timestamppb.New(now.Add(time.Second)),
+		ProbeEvery: durationpb.New(time.Second), Overloads: 7}})
+	if len(st.Held) != 2 || st.Held[0].Requests != 2 || st.Held[0].Longest != 50*time.Second || st.Held[0].Request != "weir_2" {
+		t.Errorf("held %+v, want sonnet's two first, the longest 50s (weir_2)", st.Held)
+	}
+	var b strings.Builder
+	if err := printStatus(&b, st, false); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"anthropic sonnet: breaker open", "Held now: 3 requests", "weir_2", why,
+		"overloaded  max-1: answered overloaded 3s ago"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	for _, unwanted := range []string{"Nothing is wrong", "max-2"} {
+		if strings.Contains(out, unwanted) {
+			t.Errorf("status says %q during a storm:\n%s", unwanted, out)
+		}
 	}
 }

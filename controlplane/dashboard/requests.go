@@ -48,6 +48,46 @@ type eventView struct {
 	Duration, TTFB, Held                           string
 	InputTokens, OutputTokens                      int64
 	Stream, OK                                     bool
+	// StatusText is the status as shown: "held" or "in progress" while
+	// the request goes on, "200, failed mid-stream" for a stream cut
+	// after output (a failure, not a 200).
+	StatusText string
+	// Pending: still in progress. HeldNow says how long it has been held,
+	// why and its next try, while it is held. Verdict is why a failure
+	// was answered.
+	Pending          bool
+	HeldNow, Verdict string
+}
+
+// newEventView is one route event as the pages show it, at now.
+func newEventView(e *weirv1.RouteEvent, n names, now time.Time) eventView {
+	v := eventView{
+		RequestID: e.RequestId, Key: n.key(e.KeyId), Account: n.account(e.AccountId), Model: e.Model,
+		Surface: e.Surface, Error: e.ErrorType, Status: e.Status, Attempts: e.Attempts, Holds: e.HoldCount,
+		Started: e.StartedAt.AsTime(), Duration: durText(e.Duration), TTFB: durText(e.TimeToFirstByte), Held: durText(e.Held),
+		InputTokens: e.InputTokens, OutputTokens: e.OutputTokens, Stream: e.Stream, Pending: e.Pending, Verdict: e.Verdict,
+		StatusText: fmt.Sprint(e.Status),
+	}
+	cut := e.FailureStage == weirv1.FailureStage_FAILURE_STAGE_AFTER_OUTPUT
+	v.OK = e.Status >= 200 && e.Status < 300 && !cut && !e.Pending
+	switch {
+	case e.Pending && e.HeldSince != nil:
+		v.StatusText, v.Error = "held", ""
+		v.HeldNow = fmt.Sprintf("for %s, %d attempts so far", now.Sub(e.HeldSince.AsTime()).Round(time.Second), e.Attempts)
+		if e.NextTryAt != nil {
+			if d := e.NextTryAt.AsTime().Sub(now); d > 0 {
+				v.HeldNow += ", next try in " + d.Round(100*time.Millisecond).String()
+			}
+		}
+		if e.HoldReason != "" {
+			v.HeldNow += ": " + e.HoldReason
+		}
+	case e.Pending:
+		v.StatusText, v.Error = "in progress", ""
+	case cut:
+		v.StatusText = fmt.Sprintf("%d, failed mid-stream", e.Status)
+	}
+	return v
 }
 
 type option struct{ Value, Label string }
@@ -138,12 +178,7 @@ func (h *Handler) requestsData(r *http.Request) (requestsData, int, error) {
 		return d, 0, err
 	}
 	for _, e := range res.Msg.Events {
-		d.Events = append(d.Events, eventView{
-			RequestID: e.RequestId, Key: n.key(e.KeyId), Account: n.account(e.AccountId), Model: e.Model,
-			Surface: e.Surface, Error: e.ErrorType, Status: e.Status, Attempts: e.Attempts, Holds: e.HoldCount,
-			Started: e.StartedAt.AsTime(), Duration: durText(e.Duration), TTFB: durText(e.TimeToFirstByte), Held: durText(e.Held),
-			InputTokens: e.InputTokens, OutputTokens: e.OutputTokens, Stream: e.Stream, OK: e.Status >= 200 && e.Status < 300,
-		})
+		d.Events = append(d.Events, newEventView(e, n, h.cfg.Now()))
 	}
 	return d, http.StatusOK, nil
 }
@@ -193,12 +228,7 @@ func (h *Handler) explainPage(w http.ResponseWriter, r *http.Request, s session)
 	}
 	e := res.Msg.Event
 	d := explainData{
-		Event: eventView{
-			RequestID: e.RequestId, Key: n.key(e.KeyId), Account: n.account(e.AccountId), Model: e.Model,
-			Surface: e.Surface, Error: e.ErrorType, Status: e.Status, Attempts: e.Attempts, Holds: e.HoldCount,
-			Started: e.StartedAt.AsTime(), Duration: durText(e.Duration), TTFB: durText(e.TimeToFirstByte), Held: durText(e.Held),
-			InputTokens: e.InputTokens, OutputTokens: e.OutputTokens, Stream: e.Stream, OK: e.Status >= 200 && e.Status < 300,
-		},
+		Event: newEventView(e, n, h.cfg.Now()),
 		Stage: enumText(e.FailureStage.String(), "FAILURE_STAGE_"),
 	}
 	for _, a := range e.AttemptRecords {

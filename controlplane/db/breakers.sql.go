@@ -116,6 +116,44 @@ func (q *Queries) GetBreaker(ctx context.Context, arg GetBreakerParams) (Overloa
 	return i, err
 }
 
+const listOpenBreakers = `-- name: ListOpenBreakers :many
+SELECT provider, family, overloads, window_start, open_until, open_count, probe_until, updated_at, seen_accounts, judged_accounts, probed_accounts, probe_every_ms FROM overload_breakers WHERE open_until IS NOT NULL ORDER BY provider, family
+`
+
+// The open breakers, for operators.
+func (q *Queries) ListOpenBreakers(ctx context.Context) ([]OverloadBreaker, error) {
+	rows, err := q.db.Query(ctx, listOpenBreakers)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OverloadBreaker{}
+	for rows.Next() {
+		var i OverloadBreaker
+		if err := rows.Scan(
+			&i.Provider,
+			&i.Family,
+			&i.Overloads,
+			&i.WindowStart,
+			&i.OpenUntil,
+			&i.OpenCount,
+			&i.ProbeUntil,
+			&i.UpdatedAt,
+			&i.SeenAccounts,
+			&i.JudgedAccounts,
+			&i.ProbedAccounts,
+			&i.ProbeEveryMs,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const lockBreaker = `-- name: LockBreaker :one
 SELECT provider, family, overloads, window_start, open_until, open_count, probe_until, updated_at, seen_accounts, judged_accounts, probed_accounts, probe_every_ms FROM overload_breakers WHERE provider = $1 AND family = $2 FOR UPDATE
 `

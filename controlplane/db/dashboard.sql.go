@@ -88,15 +88,17 @@ func (q *Queries) RouteEventBuckets(ctx context.Context, arg RouteEventBucketsPa
 }
 
 const searchRouteEvents = `-- name: SearchRouteEvents :many
-SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until FROM route_events
+SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until, held_since, hold_reason, next_try_at, verdict FROM route_events
 WHERE ($1::uuid IS NULL OR account_id = $1)
   AND ($2::uuid IS NULL OR key_id = $2)
   AND ($3::text IS NULL OR model = $3)
   AND ($4::integer IS NULL OR status = $4)
   AND ($5::text IS NULL
-       OR ($5 = 'success' AND status BETWEEN 200 AND 299)
-       OR ($5 = 'error' AND status NOT BETWEEN 200 AND 299)
-       OR ($5 = 'held' AND hold_count > 0))
+       OR ($5 = 'success' AND status BETWEEN 200 AND 299 AND failure_stage <> 'after_output'
+           AND pending_until IS NULL)
+       OR ($5 = 'error' AND pending_until IS NULL
+           AND (status NOT BETWEEN 200 AND 299 OR failure_stage = 'after_output'))
+       OR ($5 = 'held' AND (hold_count > 0 OR (pending_until IS NOT NULL AND held_since IS NOT NULL))))
 ORDER BY id DESC
 LIMIT $6
 `
@@ -111,7 +113,8 @@ type SearchRouteEventsParams struct {
 }
 
 // Route events, newest first, each filter applying when set. The outcome
-// is 'success' (2xx), 'error' (anything else) or 'held' (at least one hold).
+// is 'success' (2xx, whole), 'error' (anything else, a stream cut after
+// output included) or 'held' (at least one hold, or held now).
 func (q *Queries) SearchRouteEvents(ctx context.Context, arg SearchRouteEventsParams) ([]RouteEvent, error) {
 	rows, err := q.db.Query(ctx, searchRouteEvents,
 		arg.AccountID,
@@ -151,6 +154,10 @@ func (q *Queries) SearchRouteEvents(ctx context.Context, arg SearchRouteEventsPa
 			&i.AttemptsJson,
 			&i.SpilledToMetered,
 			&i.PendingUntil,
+			&i.HeldSince,
+			&i.HoldReason,
+			&i.NextTryAt,
+			&i.Verdict,
 		); err != nil {
 			return nil, err
 		}

@@ -190,6 +190,10 @@ type RouteEvent struct {
 	AttemptsJson     []byte
 	SpilledToMetered bool
 	PendingUntil     *time.Time
+	HeldSince        *time.Time
+	HoldReason       string
+	NextTryAt        *time.Time
+	Verdict          string
 }
 
 type SessionBinding struct {

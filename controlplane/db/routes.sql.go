@@ -34,7 +34,7 @@ func (q *Queries) CloseLostRequests(ctx context.Context, now time.Time) (int64, 
 }
 
 const getRouteEvent = `-- name: GetRouteEvent :one
-SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until FROM route_events WHERE request_id = $1 ORDER BY id DESC LIMIT 1
+SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until, held_since, hold_reason, next_try_at, verdict FROM route_events WHERE request_id = $1 ORDER BY id DESC LIMIT 1
 `
 
 func (q *Queries) GetRouteEvent(ctx context.Context, requestID string) (RouteEvent, error) {
@@ -63,6 +63,10 @@ func (q *Queries) GetRouteEvent(ctx context.Context, requestID string) (RouteEve
 		&i.AttemptsJson,
 		&i.SpilledToMetered,
 		&i.PendingUntil,
+		&i.HeldSince,
+		&i.HoldReason,
+		&i.NextTryAt,
+		&i.Verdict,
 	)
 	return i, err
 }
@@ -71,12 +75,14 @@ const insertRouteEvents = `-- name: InsertRouteEvents :exec
 INSERT INTO route_events (
     request_id, key_id, account_id, surface, model, stream, status, error_type,
     attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at,
-    held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until
+    held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until,
+    held_since, hold_reason, next_try_at, verdict
 )
 SELECT e.request_id, k.id, a.id, e.surface, e.model, e.stream, e.status, e.error_type,
     e.attempts, e.duration_ms, CASE WHEN e.has_ttfb THEN e.ttfb_ms END, e.input_tokens, e.output_tokens,
     e.started_at, $1::timestamptz, e.held_ms, e.hold_count, e.failure_stage, e.attempts_json::jsonb,
-    e.spilled_to_metered, CASE WHEN e.pending THEN $2::timestamptz END
+    e.spilled_to_metered, CASE WHEN e.pending THEN $2::timestamptz END,
+    CASE WHEN e.held THEN e.held_since END, e.hold_reason, CASE WHEN e.held THEN e.next_try_at END, e.verdict
 FROM ROWS FROM (
     unnest($3::text[]), unnest($4::uuid[]), unnest($5::uuid[]),
     unnest($6::text[]), unnest($7::text[]), unnest($8::boolean[]),
@@ -84,10 +90,13 @@ FROM ROWS FROM (
     unnest($12::float8[]), unnest($13::boolean[]), unnest($14::float8[]),
     unnest($15::bigint[]), unnest($16::bigint[]), unnest($17::timestamptz[]),
     unnest($18::float8[]), unnest($19::integer[]), unnest($20::text[]),
-    unnest($21::text[]), unnest($22::boolean[]), unnest($23::boolean[])
+    unnest($21::text[]), unnest($22::boolean[]), unnest($23::boolean[]),
+    unnest($24::boolean[]), unnest($25::timestamptz[]), unnest($26::text[]),
+    unnest($27::timestamptz[]), unnest($28::text[])
 ) WITH ORDINALITY AS e(request_id, key_id, account_id, surface, model, stream, status, error_type,
     attempts, duration_ms, has_ttfb, ttfb_ms, input_tokens, output_tokens, started_at, held_ms,
-    hold_count, failure_stage, attempts_json, spilled_to_metered, pending, ord)
+    hold_count, failure_stage, attempts_json, spilled_to_metered, pending, held, held_since, hold_reason,
+    next_try_at, verdict, ord)
 LEFT JOIN client_keys k ON k.id = e.key_id
 LEFT JOIN accounts a ON a.id = e.account_id
 ORDER BY e.ord
@@ -99,9 +108,11 @@ ON CONFLICT (request_id) DO UPDATE SET
     started_at = EXCLUDED.started_at, recorded_at = EXCLUDED.recorded_at, held_ms = EXCLUDED.held_ms,
     hold_count = EXCLUDED.hold_count, failure_stage = EXCLUDED.failure_stage,
     attempts_json = EXCLUDED.attempts_json, spilled_to_metered = EXCLUDED.spilled_to_metered,
-    pending_until = NULL
-WHERE EXCLUDED.pending_until IS NULL
-  AND (route_events.pending_until IS NOT NULL OR route_events.error_type = 'worker_lost')
+    pending_until = EXCLUDED.pending_until, held_since = EXCLUDED.held_since, hold_reason = EXCLUDED.hold_reason,
+    next_try_at = EXCLUDED.next_try_at, verdict = EXCLUDED.verdict
+WHERE (EXCLUDED.pending_until IS NULL
+       AND (route_events.pending_until IS NOT NULL OR route_events.error_type = 'worker_lost'))
+   OR (EXCLUDED.pending_until IS NOT NULL AND route_events.pending_until IS NOT NULL)
 `
 
 type InsertRouteEventsParams struct {
@@ -128,6 +139,11 @@ type InsertRouteEventsParams struct {
 	AttemptsJsons []string
 	Spilled       []bool
 	Pendings      []bool
+	Held          []bool
+	HeldSinces    []time.Time
+	HoldReasons   []string
+	NextTryAts    []time.Time
+	Verdicts      []string
 }
 
 // One statement for a worker's whole batch of events: each column comes
@@ -140,6 +156,8 @@ type InsertRouteEventsParams struct {
 // is the 'worker_lost' record the reaper made of one; anything else with
 // the same request id is a redelivery, stored once. A batch holds one
 // event per request id (the control plane keeps the final one).
+// A final event replaces a pending one (or the reaper's worker_lost); a
+// pending one, the hold going on, replaces a pending one still open.
 func (q *Queries) InsertRouteEvents(ctx context.Context, arg InsertRouteEventsParams) error {
 	_, err := q.db.Exec(ctx, insertRouteEvents,
 		arg.Now,
@@ -165,26 +183,38 @@ func (q *Queries) InsertRouteEvents(ctx context.Context, arg InsertRouteEventsPa
 		arg.AttemptsJsons,
 		arg.Spilled,
 		arg.Pendings,
+		arg.Held,
+		arg.HeldSinces,
+		arg.HoldReasons,
+		arg.NextTryAts,
+		arg.Verdicts,
 	)
 	return err
 }
 
 const listRouteEvents = `-- name: ListRouteEvents :many
-SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until FROM route_events
+SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until, held_since, hold_reason, next_try_at, verdict FROM route_events
 WHERE ($1::uuid IS NULL OR account_id = $1)
   AND (NOT $2::boolean OR spilled_to_metered)
+  AND (NOT $3::boolean OR (pending_until IS NOT NULL AND held_since IS NOT NULL))
 ORDER BY id DESC
-LIMIT $3
+LIMIT $4
 `
 
 type ListRouteEventsParams struct {
 	AccountID   uuid.NullUUID
 	SpilledOnly bool
+	HeldOnly    bool
 	MaxRows     int32
 }
 
 func (q *Queries) ListRouteEvents(ctx context.Context, arg ListRouteEventsParams) ([]RouteEvent, error) {
-	rows, err := q.db.Query(ctx, listRouteEvents, arg.AccountID, arg.SpilledOnly, arg.MaxRows)
+	rows, err := q.db.Query(ctx, listRouteEvents,
+		arg.AccountID,
+		arg.SpilledOnly,
+		arg.HeldOnly,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -215,6 +245,10 @@ func (q *Queries) ListRouteEvents(ctx context.Context, arg ListRouteEventsParams
 			&i.AttemptsJson,
 			&i.SpilledToMetered,
 			&i.PendingUntil,
+			&i.HeldSince,
+			&i.HoldReason,
+			&i.NextTryAt,
+			&i.Verdict,
 		); err != nil {
 			return nil, err
 		}

@@ -152,6 +152,7 @@ type env struct {
 	leases   weirv1connect.LeaseServiceClient
 	aliases  weirv1connect.AliasServiceClient
 	settings weirv1connect.SettingsServiceClient
+	ops      weirv1connect.OpsServiceClient
 
 	key    string // the client's weir key
 	keyID  string
@@ -229,6 +230,7 @@ func setup(t *testing.T, opts options) *env {
 	e.routes = weirv1connect.NewRouteServiceClient(hc, e.cpSrv.URL, adminOpt)
 	e.aliases = weirv1connect.NewAliasServiceClient(hc, e.cpSrv.URL, adminOpt)
 	e.settings = weirv1connect.NewSettingsServiceClient(hc, e.cpSrv.URL, adminOpt)
+	e.ops = weirv1connect.NewOpsServiceClient(hc, e.cpSrv.URL, adminOpt)
 	e.leases = weirv1connect.NewLeaseServiceClient(hc, e.cpSrv.URL, connect.WithInterceptors(rpcclient.Token(e.dpToken)))
 
 	ctx := t.Context()

@@ -1,11 +1,15 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
+	"sync"
 	"testing"
 	"time"
+
+	"connectrpc.com/connect"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/sim"
@@ -123,4 +127,61 @@ func TestPartialRecoveryFoundInSeconds(t *testing.T) {
 		}
 	}
 	t.Logf("turns %v, %d upstream attempts; around the recovery: %v", took, len(e.sim.Attempts()), after)
+}
+
+// TestHoldIsSeenWhileItWaits: a request held through a storm is reported
+// as held while it waits, with since when, why, its attempts so far (with
+// their timeline) and its next try; the open breaker is listed; once the
+// request is served its record is final and no longer held.
+func TestHoldIsSeenWhileItWaits(t *testing.T) {
+	t.Parallel()
+	v := virtualClock()
+	start := v.Now()
+	storm := []sim.Fault{{Kind: sim.FaultOverloaded, Until: start.Add(time.Minute)}}
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	e := setup(t, options{virtual: v, hold: 20 * time.Minute, accounts: []account{
+		{label: "a", faults: storm}, {label: "b", faults: storm},
+	}, sleep: func(ctx context.Context, d time.Duration) bool {
+		if v.Now().Sub(start) > 5*time.Second {
+			// Well into the storm: the test looks before the wait ends.
+			once.Do(func() { close(held); <-release })
+		}
+		v.AdvanceTo(v.Now().Add(d))
+		return ctx.Err() == nil
+	}})
+	done := make(chan response, 1)
+	go func() { done <- e.post(false) }()
+	<-held
+	var ev *weirv1.RouteEvent
+	eventually(t, "the held request to be reported", func() bool {
+		resp, err := e.routes.ListRouteEvents(t.Context(), connect.NewRequest(&weirv1.ListRouteEventsRequest{HeldOnly: true}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Msg.Events) == 1 && resp.Msg.Events[0].Attempts >= 2 {
+			ev = resp.Msg.Events[0]
+			return true
+		}
+		return false
+	})
+	if !ev.Pending || ev.HeldSince == nil || ev.NextTryAt == nil || ev.HoldReason == "" || len(ev.AttemptRecords) < 2 {
+		t.Errorf("held request reported as %v", ev)
+	}
+	if since := ev.HeldSince.AsTime().Sub(start); since < 0 || since > 2*time.Second {
+		t.Errorf("held since %v after the start, want its first hold", since)
+	}
+	breakers, err := e.ops.ListBreakers(t.Context(), connect.NewRequest(&weirv1.ListBreakersRequest{}))
+	if err != nil || len(breakers.Msg.Breakers) != 1 || breakers.Msg.Breakers[0].Family != "sonnet" {
+		t.Errorf("open breakers %v (%v), want sonnet's", breakers.Msg.GetBreakers(), err)
+	}
+	close(release)
+	r := <-done
+	if r.status != http.StatusOK {
+		t.Fatalf("status %d after the storm: %s", r.status, r.body)
+	}
+	final := e.routeEvent(r.header.Get("Weir-Request-Id"))
+	if final.Pending || final.HeldSince != nil || final.Verdict != "" || final.HoldCount == 0 {
+		t.Errorf("final event %v, want served, not held, with its holds counted", final)
+	}
 }

@@ -78,3 +78,7 @@ SELECT EXISTS (
 -- An overload answer's account, remembered until its next success.
 -- name: MarkOverloaded :exec
 UPDATE accounts SET overloaded_at = @now WHERE id = @id;
+
+-- The open breakers, for operators.
+-- name: ListOpenBreakers :many
+SELECT * FROM overload_breakers WHERE open_until IS NOT NULL ORDER BY provider, family;

@@ -9,7 +9,8 @@ SELECT (SELECT count(*) FROM c)::integer AS cooldowns,
        (SELECT count(*) FROM g)::integer AS gates;
 
 -- Route events, newest first, each filter applying when set. The outcome
--- is 'success' (2xx), 'error' (anything else) or 'held' (at least one hold).
+-- is 'success' (2xx, whole), 'error' (anything else, a stream cut after
+-- output included) or 'held' (at least one hold, or held now).
 -- name: SearchRouteEvents :many
 SELECT * FROM route_events
 WHERE (sqlc.narg('account_id')::uuid IS NULL OR account_id = sqlc.narg('account_id'))
@@ -17,9 +18,11 @@ WHERE (sqlc.narg('account_id')::uuid IS NULL OR account_id = sqlc.narg('account_
   AND (sqlc.narg('model')::text IS NULL OR model = sqlc.narg('model'))
   AND (sqlc.narg('status')::integer IS NULL OR status = sqlc.narg('status'))
   AND (sqlc.narg('outcome')::text IS NULL
-       OR (sqlc.narg('outcome') = 'success' AND status BETWEEN 200 AND 299)
-       OR (sqlc.narg('outcome') = 'error' AND status NOT BETWEEN 200 AND 299)
-       OR (sqlc.narg('outcome') = 'held' AND hold_count > 0))
+       OR (sqlc.narg('outcome') = 'success' AND status BETWEEN 200 AND 299 AND failure_stage <> 'after_output'
+           AND pending_until IS NULL)
+       OR (sqlc.narg('outcome') = 'error' AND pending_until IS NULL
+           AND (status NOT BETWEEN 200 AND 299 OR failure_stage = 'after_output'))
+       OR (sqlc.narg('outcome') = 'held' AND (hold_count > 0 OR (pending_until IS NOT NULL AND held_since IS NOT NULL))))
 ORDER BY id DESC
 LIMIT @max_rows;
 

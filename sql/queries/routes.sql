@@ -12,12 +12,14 @@
 INSERT INTO route_events (
     request_id, key_id, account_id, surface, model, stream, status, error_type,
     attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at,
-    held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until
+    held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until,
+    held_since, hold_reason, next_try_at, verdict
 )
 SELECT e.request_id, k.id, a.id, e.surface, e.model, e.stream, e.status, e.error_type,
     e.attempts, e.duration_ms, CASE WHEN e.has_ttfb THEN e.ttfb_ms END, e.input_tokens, e.output_tokens,
     e.started_at, @now::timestamptz, e.held_ms, e.hold_count, e.failure_stage, e.attempts_json::jsonb,
-    e.spilled_to_metered, CASE WHEN e.pending THEN @pending_until::timestamptz END
+    e.spilled_to_metered, CASE WHEN e.pending THEN @pending_until::timestamptz END,
+    CASE WHEN e.held THEN e.held_since END, e.hold_reason, CASE WHEN e.held THEN e.next_try_at END, e.verdict
 FROM ROWS FROM (
     unnest(@request_ids::text[]), unnest(@key_ids::uuid[]), unnest(@account_ids::uuid[]),
     unnest(@surfaces::text[]), unnest(@models::text[]), unnest(@streams::boolean[]),
@@ -25,10 +27,13 @@ FROM ROWS FROM (
     unnest(@durations_ms::float8[]), unnest(@has_ttfb::boolean[]), unnest(@ttfbs_ms::float8[]),
     unnest(@input_tokens::bigint[]), unnest(@output_tokens::bigint[]), unnest(@started_ats::timestamptz[]),
     unnest(@helds_ms::float8[]), unnest(@hold_counts::integer[]), unnest(@failure_stages::text[]),
-    unnest(@attempts_jsons::text[]), unnest(@spilled::boolean[]), unnest(@pendings::boolean[])
+    unnest(@attempts_jsons::text[]), unnest(@spilled::boolean[]), unnest(@pendings::boolean[]),
+    unnest(@held::boolean[]), unnest(@held_sinces::timestamptz[]), unnest(@hold_reasons::text[]),
+    unnest(@next_try_ats::timestamptz[]), unnest(@verdicts::text[])
 ) WITH ORDINALITY AS e(request_id, key_id, account_id, surface, model, stream, status, error_type,
     attempts, duration_ms, has_ttfb, ttfb_ms, input_tokens, output_tokens, started_at, held_ms,
-    hold_count, failure_stage, attempts_json, spilled_to_metered, pending, ord)
+    hold_count, failure_stage, attempts_json, spilled_to_metered, pending, held, held_since, hold_reason,
+    next_try_at, verdict, ord)
 LEFT JOIN client_keys k ON k.id = e.key_id
 LEFT JOIN accounts a ON a.id = e.account_id
 ORDER BY e.ord
@@ -40,9 +45,13 @@ ON CONFLICT (request_id) DO UPDATE SET
     started_at = EXCLUDED.started_at, recorded_at = EXCLUDED.recorded_at, held_ms = EXCLUDED.held_ms,
     hold_count = EXCLUDED.hold_count, failure_stage = EXCLUDED.failure_stage,
     attempts_json = EXCLUDED.attempts_json, spilled_to_metered = EXCLUDED.spilled_to_metered,
-    pending_until = NULL
-WHERE EXCLUDED.pending_until IS NULL
-  AND (route_events.pending_until IS NOT NULL OR route_events.error_type = 'worker_lost');
+    pending_until = EXCLUDED.pending_until, held_since = EXCLUDED.held_since, hold_reason = EXCLUDED.hold_reason,
+    next_try_at = EXCLUDED.next_try_at, verdict = EXCLUDED.verdict
+-- A final event replaces a pending one (or the reaper's worker_lost); a
+-- pending one, the hold going on, replaces a pending one still open.
+WHERE (EXCLUDED.pending_until IS NULL
+       AND (route_events.pending_until IS NOT NULL OR route_events.error_type = 'worker_lost'))
+   OR (EXCLUDED.pending_until IS NOT NULL AND route_events.pending_until IS NOT NULL);
 
 -- Keeps the given requests' pending events open until @until (the
 -- worker that serves them renews them with its leases).
@@ -70,5 +79,6 @@ SELECT * FROM route_events WHERE request_id = @request_id ORDER BY id DESC LIMIT
 SELECT * FROM route_events
 WHERE (sqlc.narg('account_id')::uuid IS NULL OR account_id = sqlc.narg('account_id'))
   AND (NOT @spilled_only::boolean OR spilled_to_metered)
+  AND (NOT @held_only::boolean OR (pending_until IS NOT NULL AND held_since IS NOT NULL))
 ORDER BY id DESC
 LIMIT @max_rows;

@@ -84,7 +84,10 @@ type Account struct {
 	// Set while the account's last transport failures had no success since
 	// (its latest cooldown, live or not, was a transport failure's): the
 	// run's cause, since when and how many attempts.
-	Unreachable   *Unreachable `protobuf:"bytes,36,opt,name=unreachable,proto3" json:"unreachable,omitempty"`
+	Unreachable *Unreachable `protobuf:"bytes,36,opt,name=unreachable,proto3" json:"unreachable,omitempty"`
+	// When the account last answered overloaded (529, 503, an overloaded
+	// or at-capacity event); unset once it succeeded since.
+	OverloadedAt  *timestamppb.Timestamp `protobuf:"bytes,37,opt,name=overloaded_at,json=overloadedAt,proto3" json:"overloaded_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -311,6 +314,13 @@ func (x *Account) GetForecasts() []*Forecast {
 func (x *Account) GetUnreachable() *Unreachable {
 	if x != nil {
 		return x.Unreachable
+	}
+	return nil
+}
+
+func (x *Account) GetOverloadedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OverloadedAt
 	}
 	return nil
 }
@@ -1786,7 +1796,8 @@ var File_weir_v1_account_proto protoreflect.FileDescriptor
 
 const file_weir_v1_account_proto_rawDesc = "" +
 	"\n" +
-	"\x15weir/v1/account.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"\xec\t\n" +
+	"\x15weir/v1/account.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"\xad\n" +
+	"\n" +
 	"\aAccount\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
 	"\bprovider\x18\x02 \x01(\x0e2\x11.weir.v1.ProviderR\bprovider\x12.\n" +
@@ -1819,7 +1830,8 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"\x11access_expires_at\x18\" \x01(\v2\x1a.google.protobuf.TimestampR\x0faccessExpiresAt\x12 \n" +
 	"\vrefreshable\x18# \x01(\bR\vrefreshable\x12/\n" +
 	"\tforecasts\x18\x15 \x03(\v2\x11.weir.v1.ForecastR\tforecasts\x126\n" +
-	"\vunreachable\x18$ \x01(\v2\x14.weir.v1.UnreachableR\vunreachable\"\x98\x01\n" +
+	"\vunreachable\x18$ \x01(\v2\x14.weir.v1.UnreachableR\vunreachable\x12?\n" +
+	"\roverloaded_at\x18% \x01(\v2\x1a.google.protobuf.TimestampR\foverloadedAt\"\x98\x01\n" +
 	"\bForecast\x12\x16\n" +
 	"\x06window\x18\x01 \x01(\tR\x06window\x12\"\n" +
 	"\rburn_per_hour\x18\x02 \x01(\x01R\vburnPerHour\x12@\n" +
@@ -2003,52 +2015,53 @@ var file_weir_v1_account_proto_depIdxs = []int32{
 	30, // 11: weir.v1.Account.access_expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 12: weir.v1.Account.forecasts:type_name -> weir.v1.Forecast
 	32, // 13: weir.v1.Account.unreachable:type_name -> weir.v1.Unreachable
-	30, // 14: weir.v1.Forecast.exhausts_at:type_name -> google.protobuf.Timestamp
-	30, // 15: weir.v1.UsageWindow.resets_at:type_name -> google.protobuf.Timestamp
-	30, // 16: weir.v1.UsageWindow.observed_at:type_name -> google.protobuf.Timestamp
-	26, // 17: weir.v1.CreateAccountRequest.provider:type_name -> weir.v1.Provider
-	27, // 18: weir.v1.CreateAccountRequest.auth_kind:type_name -> weir.v1.AuthKind
-	0,  // 19: weir.v1.CreateAccountResponse.account:type_name -> weir.v1.Account
-	0,  // 20: weir.v1.ListAccountsResponse.accounts:type_name -> weir.v1.Account
-	0,  // 21: weir.v1.GetAccountResponse.account:type_name -> weir.v1.Account
-	33, // 22: weir.v1.UpdateAccountRequest.update_mask:type_name -> google.protobuf.FieldMask
-	0,  // 23: weir.v1.UpdateAccountResponse.account:type_name -> weir.v1.Account
-	0,  // 24: weir.v1.PauseAccountResponse.account:type_name -> weir.v1.Account
-	0,  // 25: weir.v1.ResumeAccountResponse.account:type_name -> weir.v1.Account
-	30, // 26: weir.v1.RefreshUsageResponse.next_read_allowed_at:type_name -> google.protobuf.Timestamp
-	0,  // 27: weir.v1.RefreshUsageResponse.account:type_name -> weir.v1.Account
-	30, // 28: weir.v1.ResetGrant.expires_at:type_name -> google.protobuf.Timestamp
-	30, // 29: weir.v1.ResetGrant.seen_at:type_name -> google.protobuf.Timestamp
-	30, // 30: weir.v1.ResetClaim.created_at:type_name -> google.protobuf.Timestamp
-	30, // 31: weir.v1.ResetClaim.finished_at:type_name -> google.protobuf.Timestamp
-	20, // 32: weir.v1.ListResetGrantsResponse.grants:type_name -> weir.v1.ResetGrant
-	21, // 33: weir.v1.ListResetGrantsResponse.claims:type_name -> weir.v1.ResetClaim
-	21, // 34: weir.v1.ClaimResetGrantResponse.claim:type_name -> weir.v1.ResetClaim
-	3,  // 35: weir.v1.AccountService.CreateAccount:input_type -> weir.v1.CreateAccountRequest
-	6,  // 36: weir.v1.AccountService.ListAccounts:input_type -> weir.v1.ListAccountsRequest
-	8,  // 37: weir.v1.AccountService.GetAccount:input_type -> weir.v1.GetAccountRequest
-	10, // 38: weir.v1.AccountService.UpdateAccount:input_type -> weir.v1.UpdateAccountRequest
-	12, // 39: weir.v1.AccountService.PauseAccount:input_type -> weir.v1.PauseAccountRequest
-	14, // 40: weir.v1.AccountService.ResumeAccount:input_type -> weir.v1.ResumeAccountRequest
-	16, // 41: weir.v1.AccountService.DeleteAccount:input_type -> weir.v1.DeleteAccountRequest
-	18, // 42: weir.v1.AccountService.RefreshUsage:input_type -> weir.v1.RefreshUsageRequest
-	22, // 43: weir.v1.AccountService.ListResetGrants:input_type -> weir.v1.ListResetGrantsRequest
-	24, // 44: weir.v1.AccountService.ClaimResetGrant:input_type -> weir.v1.ClaimResetGrantRequest
-	4,  // 45: weir.v1.AccountService.CreateAccount:output_type -> weir.v1.CreateAccountResponse
-	7,  // 46: weir.v1.AccountService.ListAccounts:output_type -> weir.v1.ListAccountsResponse
-	9,  // 47: weir.v1.AccountService.GetAccount:output_type -> weir.v1.GetAccountResponse
-	11, // 48: weir.v1.AccountService.UpdateAccount:output_type -> weir.v1.UpdateAccountResponse
-	13, // 49: weir.v1.AccountService.PauseAccount:output_type -> weir.v1.PauseAccountResponse
-	15, // 50: weir.v1.AccountService.ResumeAccount:output_type -> weir.v1.ResumeAccountResponse
-	17, // 51: weir.v1.AccountService.DeleteAccount:output_type -> weir.v1.DeleteAccountResponse
-	19, // 52: weir.v1.AccountService.RefreshUsage:output_type -> weir.v1.RefreshUsageResponse
-	23, // 53: weir.v1.AccountService.ListResetGrants:output_type -> weir.v1.ListResetGrantsResponse
-	25, // 54: weir.v1.AccountService.ClaimResetGrant:output_type -> weir.v1.ClaimResetGrantResponse
-	45, // [45:55] is the sub-list for method output_type
-	35, // [35:45] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	30, // 14: weir.v1.Account.overloaded_at:type_name -> google.protobuf.Timestamp
+	30, // 15: weir.v1.Forecast.exhausts_at:type_name -> google.protobuf.Timestamp
+	30, // 16: weir.v1.UsageWindow.resets_at:type_name -> google.protobuf.Timestamp
+	30, // 17: weir.v1.UsageWindow.observed_at:type_name -> google.protobuf.Timestamp
+	26, // 18: weir.v1.CreateAccountRequest.provider:type_name -> weir.v1.Provider
+	27, // 19: weir.v1.CreateAccountRequest.auth_kind:type_name -> weir.v1.AuthKind
+	0,  // 20: weir.v1.CreateAccountResponse.account:type_name -> weir.v1.Account
+	0,  // 21: weir.v1.ListAccountsResponse.accounts:type_name -> weir.v1.Account
+	0,  // 22: weir.v1.GetAccountResponse.account:type_name -> weir.v1.Account
+	33, // 23: weir.v1.UpdateAccountRequest.update_mask:type_name -> google.protobuf.FieldMask
+	0,  // 24: weir.v1.UpdateAccountResponse.account:type_name -> weir.v1.Account
+	0,  // 25: weir.v1.PauseAccountResponse.account:type_name -> weir.v1.Account
+	0,  // 26: weir.v1.ResumeAccountResponse.account:type_name -> weir.v1.Account
+	30, // 27: weir.v1.RefreshUsageResponse.next_read_allowed_at:type_name -> google.protobuf.Timestamp
+	0,  // 28: weir.v1.RefreshUsageResponse.account:type_name -> weir.v1.Account
+	30, // 29: weir.v1.ResetGrant.expires_at:type_name -> google.protobuf.Timestamp
+	30, // 30: weir.v1.ResetGrant.seen_at:type_name -> google.protobuf.Timestamp
+	30, // 31: weir.v1.ResetClaim.created_at:type_name -> google.protobuf.Timestamp
+	30, // 32: weir.v1.ResetClaim.finished_at:type_name -> google.protobuf.Timestamp
+	20, // 33: weir.v1.ListResetGrantsResponse.grants:type_name -> weir.v1.ResetGrant
+	21, // 34: weir.v1.ListResetGrantsResponse.claims:type_name -> weir.v1.ResetClaim
+	21, // 35: weir.v1.ClaimResetGrantResponse.claim:type_name -> weir.v1.ResetClaim
+	3,  // 36: weir.v1.AccountService.CreateAccount:input_type -> weir.v1.CreateAccountRequest
+	6,  // 37: weir.v1.AccountService.ListAccounts:input_type -> weir.v1.ListAccountsRequest
+	8,  // 38: weir.v1.AccountService.GetAccount:input_type -> weir.v1.GetAccountRequest
+	10, // 39: weir.v1.AccountService.UpdateAccount:input_type -> weir.v1.UpdateAccountRequest
+	12, // 40: weir.v1.AccountService.PauseAccount:input_type -> weir.v1.PauseAccountRequest
+	14, // 41: weir.v1.AccountService.ResumeAccount:input_type -> weir.v1.ResumeAccountRequest
+	16, // 42: weir.v1.AccountService.DeleteAccount:input_type -> weir.v1.DeleteAccountRequest
+	18, // 43: weir.v1.AccountService.RefreshUsage:input_type -> weir.v1.RefreshUsageRequest
+	22, // 44: weir.v1.AccountService.ListResetGrants:input_type -> weir.v1.ListResetGrantsRequest
+	24, // 45: weir.v1.AccountService.ClaimResetGrant:input_type -> weir.v1.ClaimResetGrantRequest
+	4,  // 46: weir.v1.AccountService.CreateAccount:output_type -> weir.v1.CreateAccountResponse
+	7,  // 47: weir.v1.AccountService.ListAccounts:output_type -> weir.v1.ListAccountsResponse
+	9,  // 48: weir.v1.AccountService.GetAccount:output_type -> weir.v1.GetAccountResponse
+	11, // 49: weir.v1.AccountService.UpdateAccount:output_type -> weir.v1.UpdateAccountResponse
+	13, // 50: weir.v1.AccountService.PauseAccount:output_type -> weir.v1.PauseAccountResponse
+	15, // 51: weir.v1.AccountService.ResumeAccount:output_type -> weir.v1.ResumeAccountResponse
+	17, // 52: weir.v1.AccountService.DeleteAccount:output_type -> weir.v1.DeleteAccountResponse
+	19, // 53: weir.v1.AccountService.RefreshUsage:output_type -> weir.v1.RefreshUsageResponse
+	23, // 54: weir.v1.AccountService.ListResetGrants:output_type -> weir.v1.ListResetGrantsResponse
+	25, // 55: weir.v1.AccountService.ClaimResetGrant:output_type -> weir.v1.ClaimResetGrantResponse
+	46, // [46:56] is the sub-list for method output_type
+	36, // [36:46] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_account_proto_init() }

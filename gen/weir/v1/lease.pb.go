@@ -1877,7 +1877,17 @@ type RouteEvent struct {
 	// request when it is first held or leased, so that it is not missing if
 	// the worker dies. Its final event replaces it; one whose worker stops
 	// renewing it (RenewBatchRequest.request_ids) is closed as "worker_lost".
-	Pending       bool `protobuf:"varint,20,opt,name=pending,proto3" json:"pending,omitempty"`
+	Pending bool `protobuf:"varint,20,opt,name=pending,proto3" json:"pending,omitempty"`
+	// While a pending request is held: since when (its first hold), why it
+	// waits now, and when it tries again. A worker reports them as the hold
+	// goes on, so that a hold is seen while it waits.
+	HeldSince  *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=held_since,json=heldSince,proto3" json:"held_since,omitempty"`
+	HoldReason string                 `protobuf:"bytes,22,opt,name=hold_reason,json=holdReason,proto3" json:"hold_reason,omitempty"`
+	NextTryAt  *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=next_try_at,json=nextTryAt,proto3" json:"next_try_at,omitempty"`
+	// Why weir answered with a failure, in one line: the pool's verdict
+	// (nothing could serve within the hold budget, and why), not only the
+	// last attempt's error.
+	Verdict       string `protobuf:"bytes,24,opt,name=verdict,proto3" json:"verdict,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2050,6 +2060,34 @@ func (x *RouteEvent) GetPending() bool {
 		return x.Pending
 	}
 	return false
+}
+
+func (x *RouteEvent) GetHeldSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.HeldSince
+	}
+	return nil
+}
+
+func (x *RouteEvent) GetHoldReason() string {
+	if x != nil {
+		return x.HoldReason
+	}
+	return ""
+}
+
+func (x *RouteEvent) GetNextTryAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextTryAt
+	}
+	return nil
+}
+
+func (x *RouteEvent) GetVerdict() string {
+	if x != nil {
+		return x.Verdict
+	}
+	return ""
 }
 
 // AttemptRecord is one upstream attempt, or one hold, of a request.
@@ -2403,7 +2441,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\vaccount_ids\x18\x02 \x03(\tR\n" +
 	"accountIds\x12\x10\n" +
 	"\x03all\x18\x03 \x01(\bR\x03all\x12\x12\n" +
-	"\x04keys\x18\x04 \x01(\bR\x04keys\"\x91\x06\n" +
+	"\x04keys\x18\x04 \x01(\bR\x04keys\"\xc3\a\n" +
 	"\n" +
 	"RouteEvent\x12\x1d\n" +
 	"\n" +
@@ -2431,7 +2469,13 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\rfailure_stage\x18\x11 \x01(\x0e2\x15.weir.v1.FailureStageR\ffailureStage\x12?\n" +
 	"\x0fattempt_records\x18\x12 \x03(\v2\x16.weir.v1.AttemptRecordR\x0eattemptRecords\x12,\n" +
 	"\x12spilled_to_metered\x18\x13 \x01(\bR\x10spilledToMetered\x12\x18\n" +
-	"\apending\x18\x14 \x01(\bR\apending\"\xc2\x03\n" +
+	"\apending\x18\x14 \x01(\bR\apending\x129\n" +
+	"\n" +
+	"held_since\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\theldSince\x12\x1f\n" +
+	"\vhold_reason\x18\x16 \x01(\tR\n" +
+	"holdReason\x12:\n" +
+	"\vnext_try_at\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\tnextTryAt\x12\x18\n" +
+	"\averdict\x18\x18 \x01(\tR\averdict\"\xc2\x03\n" +
 	"\rAttemptRecord\x12)\n" +
 	"\x02at\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x02at\x12\x1d\n" +
 	"\n" +
@@ -2580,37 +2624,39 @@ var file_weir_v1_lease_proto_depIdxs = []int32{
 	33, // 37: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
 	1,  // 38: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
 	27, // 39: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
-	33, // 40: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
-	39, // 41: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
-	44, // 42: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
-	33, // 43: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
-	41, // 44: weir.v1.AttemptRecord.transport_cause:type_name -> weir.v1.TransportCause
-	26, // 45: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
-	4,  // 46: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
-	6,  // 47: weir.v1.LeaseService.TakeRequestToken:input_type -> weir.v1.TakeRequestTokenRequest
-	9,  // 48: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
-	17, // 49: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
-	14, // 50: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
-	19, // 51: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
-	21, // 52: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
-	24, // 53: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
-	28, // 54: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
-	2,  // 55: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
-	5,  // 56: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
-	7,  // 57: weir.v1.LeaseService.TakeRequestToken:output_type -> weir.v1.TakeRequestTokenResponse
-	10, // 58: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
-	18, // 59: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
-	15, // 60: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
-	20, // 61: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
-	23, // 62: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
-	25, // 63: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
-	29, // 64: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
-	3,  // 65: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
-	56, // [56:66] is the sub-list for method output_type
-	46, // [46:56] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	36, // 40: weir.v1.RouteEvent.held_since:type_name -> google.protobuf.Timestamp
+	36, // 41: weir.v1.RouteEvent.next_try_at:type_name -> google.protobuf.Timestamp
+	33, // 42: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
+	39, // 43: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
+	44, // 44: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
+	33, // 45: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
+	41, // 46: weir.v1.AttemptRecord.transport_cause:type_name -> weir.v1.TransportCause
+	26, // 47: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
+	4,  // 48: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
+	6,  // 49: weir.v1.LeaseService.TakeRequestToken:input_type -> weir.v1.TakeRequestTokenRequest
+	9,  // 50: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
+	17, // 51: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
+	14, // 52: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
+	19, // 53: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
+	21, // 54: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
+	24, // 55: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
+	28, // 56: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
+	2,  // 57: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
+	5,  // 58: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
+	7,  // 59: weir.v1.LeaseService.TakeRequestToken:output_type -> weir.v1.TakeRequestTokenResponse
+	10, // 60: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
+	18, // 61: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
+	15, // 62: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
+	20, // 63: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
+	23, // 64: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
+	25, // 65: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
+	29, // 66: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
+	3,  // 67: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
+	58, // [58:68] is the sub-list for method output_type
+	48, // [48:58] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_lease_proto_init() }

@@ -9,6 +9,7 @@ package weirv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -22,6 +23,177 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ListBreakersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBreakersRequest) Reset() {
+	*x = ListBreakersRequest{}
+	mi := &file_weir_v1_ops_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBreakersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBreakersRequest) ProtoMessage() {}
+
+func (x *ListBreakersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_ops_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBreakersRequest.ProtoReflect.Descriptor instead.
+func (*ListBreakersRequest) Descriptor() ([]byte, []int) {
+	return file_weir_v1_ops_proto_rawDescGZIP(), []int{0}
+}
+
+type ListBreakersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Breakers      []*Breaker             `protobuf:"bytes,1,rep,name=breakers,proto3" json:"breakers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBreakersResponse) Reset() {
+	*x = ListBreakersResponse{}
+	mi := &file_weir_v1_ops_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBreakersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBreakersResponse) ProtoMessage() {}
+
+func (x *ListBreakersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_ops_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBreakersResponse.ProtoReflect.Descriptor instead.
+func (*ListBreakersResponse) Descriptor() ([]byte, []int) {
+	return file_weir_v1_ops_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ListBreakersResponse) GetBreakers() []*Breaker {
+	if x != nil {
+		return x.Breakers
+	}
+	return nil
+}
+
+// Breaker is one provider and model family's open overload breaker.
+type Breaker struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// anthropic, codex or openai.
+	Provider string `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
+	Family   string `protobuf:"bytes,2,opt,name=family,proto3" json:"family,omitempty"`
+	// When the next probe may go.
+	NextProbeAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=next_probe_at,json=nextProbeAt,proto3" json:"next_probe_at,omitempty"`
+	// The wait between two probes: each account that can serve is probed
+	// once every two seconds, within the family's probe budget.
+	ProbeEvery *durationpb.Duration `protobuf:"bytes,4,opt,name=probe_every,json=probeEvery,proto3" json:"probe_every,omitempty"`
+	// The accounts probed in this round of the pool.
+	ProbedAccounts int32 `protobuf:"varint,5,opt,name=probed_accounts,json=probedAccounts,proto3" json:"probed_accounts,omitempty"`
+	// Overload answers in the current window.
+	Overloads     int32 `protobuf:"varint,6,opt,name=overloads,proto3" json:"overloads,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Breaker) Reset() {
+	*x = Breaker{}
+	mi := &file_weir_v1_ops_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Breaker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Breaker) ProtoMessage() {}
+
+func (x *Breaker) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_ops_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Breaker.ProtoReflect.Descriptor instead.
+func (*Breaker) Descriptor() ([]byte, []int) {
+	return file_weir_v1_ops_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Breaker) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *Breaker) GetFamily() string {
+	if x != nil {
+		return x.Family
+	}
+	return ""
+}
+
+func (x *Breaker) GetNextProbeAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextProbeAt
+	}
+	return nil
+}
+
+func (x *Breaker) GetProbeEvery() *durationpb.Duration {
+	if x != nil {
+		return x.ProbeEvery
+	}
+	return nil
+}
+
+func (x *Breaker) GetProbedAccounts() int32 {
+	if x != nil {
+		return x.ProbedAccounts
+	}
+	return 0
+}
+
+func (x *Breaker) GetOverloads() int32 {
+	if x != nil {
+		return x.Overloads
+	}
+	return 0
+}
+
 type LastIntegrityReportRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -30,7 +202,7 @@ type LastIntegrityReportRequest struct {
 
 func (x *LastIntegrityReportRequest) Reset() {
 	*x = LastIntegrityReportRequest{}
-	mi := &file_weir_v1_ops_proto_msgTypes[0]
+	mi := &file_weir_v1_ops_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -42,7 +214,7 @@ func (x *LastIntegrityReportRequest) String() string {
 func (*LastIntegrityReportRequest) ProtoMessage() {}
 
 func (x *LastIntegrityReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_ops_proto_msgTypes[0]
+	mi := &file_weir_v1_ops_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -55,7 +227,7 @@ func (x *LastIntegrityReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastIntegrityReportRequest.ProtoReflect.Descriptor instead.
 func (*LastIntegrityReportRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_ops_proto_rawDescGZIP(), []int{0}
+	return file_weir_v1_ops_proto_rawDescGZIP(), []int{3}
 }
 
 type LastIntegrityReportResponse struct {
@@ -68,7 +240,7 @@ type LastIntegrityReportResponse struct {
 
 func (x *LastIntegrityReportResponse) Reset() {
 	*x = LastIntegrityReportResponse{}
-	mi := &file_weir_v1_ops_proto_msgTypes[1]
+	mi := &file_weir_v1_ops_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -80,7 +252,7 @@ func (x *LastIntegrityReportResponse) String() string {
 func (*LastIntegrityReportResponse) ProtoMessage() {}
 
 func (x *LastIntegrityReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_ops_proto_msgTypes[1]
+	mi := &file_weir_v1_ops_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -93,7 +265,7 @@ func (x *LastIntegrityReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastIntegrityReportResponse.ProtoReflect.Descriptor instead.
 func (*LastIntegrityReportResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_ops_proto_rawDescGZIP(), []int{1}
+	return file_weir_v1_ops_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LastIntegrityReportResponse) GetReport() *IntegrityReport {
@@ -115,7 +287,7 @@ type IntegrityReport struct {
 
 func (x *IntegrityReport) Reset() {
 	*x = IntegrityReport{}
-	mi := &file_weir_v1_ops_proto_msgTypes[2]
+	mi := &file_weir_v1_ops_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -127,7 +299,7 @@ func (x *IntegrityReport) String() string {
 func (*IntegrityReport) ProtoMessage() {}
 
 func (x *IntegrityReport) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_ops_proto_msgTypes[2]
+	mi := &file_weir_v1_ops_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -140,7 +312,7 @@ func (x *IntegrityReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntegrityReport.ProtoReflect.Descriptor instead.
 func (*IntegrityReport) Descriptor() ([]byte, []int) {
-	return file_weir_v1_ops_proto_rawDescGZIP(), []int{2}
+	return file_weir_v1_ops_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *IntegrityReport) GetRanAt() *timestamppb.Timestamp {
@@ -174,7 +346,7 @@ type IntegrityFinding struct {
 
 func (x *IntegrityFinding) Reset() {
 	*x = IntegrityFinding{}
-	mi := &file_weir_v1_ops_proto_msgTypes[3]
+	mi := &file_weir_v1_ops_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -186,7 +358,7 @@ func (x *IntegrityFinding) String() string {
 func (*IntegrityFinding) ProtoMessage() {}
 
 func (x *IntegrityFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_ops_proto_msgTypes[3]
+	mi := &file_weir_v1_ops_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -199,7 +371,7 @@ func (x *IntegrityFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntegrityFinding.ProtoReflect.Descriptor instead.
 func (*IntegrityFinding) Descriptor() ([]byte, []int) {
-	return file_weir_v1_ops_proto_rawDescGZIP(), []int{3}
+	return file_weir_v1_ops_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *IntegrityFinding) GetKind() string {
@@ -241,7 +413,7 @@ type IntegrityAccount struct {
 
 func (x *IntegrityAccount) Reset() {
 	*x = IntegrityAccount{}
-	mi := &file_weir_v1_ops_proto_msgTypes[4]
+	mi := &file_weir_v1_ops_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -253,7 +425,7 @@ func (x *IntegrityAccount) String() string {
 func (*IntegrityAccount) ProtoMessage() {}
 
 func (x *IntegrityAccount) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_ops_proto_msgTypes[4]
+	mi := &file_weir_v1_ops_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -266,7 +438,7 @@ func (x *IntegrityAccount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntegrityAccount.ProtoReflect.Descriptor instead.
 func (*IntegrityAccount) Descriptor() ([]byte, []int) {
-	return file_weir_v1_ops_proto_rawDescGZIP(), []int{4}
+	return file_weir_v1_ops_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *IntegrityAccount) GetLabel() string {
@@ -287,7 +459,18 @@ var File_weir_v1_ops_proto protoreflect.FileDescriptor
 
 const file_weir_v1_ops_proto_rawDesc = "" +
 	"\n" +
-	"\x11weir/v1/ops.proto\x12\aweir.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x1c\n" +
+	"\x11weir/v1/ops.proto\x12\aweir.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x15\n" +
+	"\x13ListBreakersRequest\"D\n" +
+	"\x14ListBreakersResponse\x12,\n" +
+	"\bbreakers\x18\x01 \x03(\v2\x10.weir.v1.BreakerR\bbreakers\"\x80\x02\n" +
+	"\aBreaker\x12\x1a\n" +
+	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x16\n" +
+	"\x06family\x18\x02 \x01(\tR\x06family\x12>\n" +
+	"\rnext_probe_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vnextProbeAt\x12:\n" +
+	"\vprobe_every\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"probeEvery\x12'\n" +
+	"\x0fprobed_accounts\x18\x05 \x01(\x05R\x0eprobedAccounts\x12\x1c\n" +
+	"\toverloads\x18\x06 \x01(\x05R\toverloads\"\x1c\n" +
 	"\x1aLastIntegrityReportRequest\"O\n" +
 	"\x1bLastIntegrityReportResponse\x120\n" +
 	"\x06report\x18\x01 \x01(\v2\x18.weir.v1.IntegrityReportR\x06report\"{\n" +
@@ -301,10 +484,11 @@ const file_weir_v1_ops_proto_rawDesc = "" +
 	"\baccounts\x18\x04 \x03(\v2\x19.weir.v1.IntegrityAccountR\baccounts\"@\n" +
 	"\x10IntegrityAccount\x12\x14\n" +
 	"\x05label\x18\x01 \x01(\tR\x05label\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason2s\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason2\xc5\x01\n" +
 	"\n" +
 	"OpsService\x12e\n" +
-	"\x13LastIntegrityReport\x12#.weir.v1.LastIntegrityReportRequest\x1a$.weir.v1.LastIntegrityReportResponse\"\x03\x90\x02\x01B\x7f\n" +
+	"\x13LastIntegrityReport\x12#.weir.v1.LastIntegrityReportRequest\x1a$.weir.v1.LastIntegrityReportResponse\"\x03\x90\x02\x01\x12P\n" +
+	"\fListBreakers\x12\x1c.weir.v1.ListBreakersRequest\x1a\x1d.weir.v1.ListBreakersResponse\"\x03\x90\x02\x01B\x7f\n" +
 	"\vcom.weir.v1B\bOpsProtoP\x01Z)github.com/weirhq/weir/gen/weir/v1;weirv1\xa2\x02\x03WXX\xaa\x02\aWeir.V1\xca\x02\aWeir\\V1\xe2\x02\x13Weir\\V1\\GPBMetadata\xea\x02\bWeir::V1b\x06proto3"
 
 var (
@@ -319,27 +503,36 @@ func file_weir_v1_ops_proto_rawDescGZIP() []byte {
 	return file_weir_v1_ops_proto_rawDescData
 }
 
-var file_weir_v1_ops_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_weir_v1_ops_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_weir_v1_ops_proto_goTypes = []any{
-	(*LastIntegrityReportRequest)(nil),  // 0: weir.v1.LastIntegrityReportRequest
-	(*LastIntegrityReportResponse)(nil), // 1: weir.v1.LastIntegrityReportResponse
-	(*IntegrityReport)(nil),             // 2: weir.v1.IntegrityReport
-	(*IntegrityFinding)(nil),            // 3: weir.v1.IntegrityFinding
-	(*IntegrityAccount)(nil),            // 4: weir.v1.IntegrityAccount
-	(*timestamppb.Timestamp)(nil),       // 5: google.protobuf.Timestamp
+	(*ListBreakersRequest)(nil),         // 0: weir.v1.ListBreakersRequest
+	(*ListBreakersResponse)(nil),        // 1: weir.v1.ListBreakersResponse
+	(*Breaker)(nil),                     // 2: weir.v1.Breaker
+	(*LastIntegrityReportRequest)(nil),  // 3: weir.v1.LastIntegrityReportRequest
+	(*LastIntegrityReportResponse)(nil), // 4: weir.v1.LastIntegrityReportResponse
+	(*IntegrityReport)(nil),             // 5: weir.v1.IntegrityReport
+	(*IntegrityFinding)(nil),            // 6: weir.v1.IntegrityFinding
+	(*IntegrityAccount)(nil),            // 7: weir.v1.IntegrityAccount
+	(*timestamppb.Timestamp)(nil),       // 8: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 9: google.protobuf.Duration
 }
 var file_weir_v1_ops_proto_depIdxs = []int32{
-	2, // 0: weir.v1.LastIntegrityReportResponse.report:type_name -> weir.v1.IntegrityReport
-	5, // 1: weir.v1.IntegrityReport.ran_at:type_name -> google.protobuf.Timestamp
-	3, // 2: weir.v1.IntegrityReport.findings:type_name -> weir.v1.IntegrityFinding
-	4, // 3: weir.v1.IntegrityFinding.accounts:type_name -> weir.v1.IntegrityAccount
-	0, // 4: weir.v1.OpsService.LastIntegrityReport:input_type -> weir.v1.LastIntegrityReportRequest
-	1, // 5: weir.v1.OpsService.LastIntegrityReport:output_type -> weir.v1.LastIntegrityReportResponse
-	5, // [5:6] is the sub-list for method output_type
-	4, // [4:5] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	2, // 0: weir.v1.ListBreakersResponse.breakers:type_name -> weir.v1.Breaker
+	8, // 1: weir.v1.Breaker.next_probe_at:type_name -> google.protobuf.Timestamp
+	9, // 2: weir.v1.Breaker.probe_every:type_name -> google.protobuf.Duration
+	5, // 3: weir.v1.LastIntegrityReportResponse.report:type_name -> weir.v1.IntegrityReport
+	8, // 4: weir.v1.IntegrityReport.ran_at:type_name -> google.protobuf.Timestamp
+	6, // 5: weir.v1.IntegrityReport.findings:type_name -> weir.v1.IntegrityFinding
+	7, // 6: weir.v1.IntegrityFinding.accounts:type_name -> weir.v1.IntegrityAccount
+	3, // 7: weir.v1.OpsService.LastIntegrityReport:input_type -> weir.v1.LastIntegrityReportRequest
+	0, // 8: weir.v1.OpsService.ListBreakers:input_type -> weir.v1.ListBreakersRequest
+	4, // 9: weir.v1.OpsService.LastIntegrityReport:output_type -> weir.v1.LastIntegrityReportResponse
+	1, // 10: weir.v1.OpsService.ListBreakers:output_type -> weir.v1.ListBreakersResponse
+	9, // [9:11] is the sub-list for method output_type
+	7, // [7:9] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_ops_proto_init() }
@@ -353,7 +546,7 @@ func file_weir_v1_ops_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_ops_proto_rawDesc), len(file_weir_v1_ops_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

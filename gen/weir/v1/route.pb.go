@@ -116,7 +116,9 @@ type ListRouteEventsRequest struct {
 	// Only events served by this account id, when set.
 	AccountId string `protobuf:"bytes,2,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
 	// Only events whose last attempt spilled to a metered account.
-	SpilledOnly   bool `protobuf:"varint,3,opt,name=spilled_only,json=spilledOnly,proto3" json:"spilled_only,omitempty"`
+	SpilledOnly bool `protobuf:"varint,3,opt,name=spilled_only,json=spilledOnly,proto3" json:"spilled_only,omitempty"`
+	// Only requests held now (pending, with held_since set).
+	HeldOnly      bool `protobuf:"varint,4,opt,name=held_only,json=heldOnly,proto3" json:"held_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -168,6 +170,13 @@ func (x *ListRouteEventsRequest) GetAccountId() string {
 func (x *ListRouteEventsRequest) GetSpilledOnly() bool {
 	if x != nil {
 		return x.SpilledOnly
+	}
+	return false
+}
+
+func (x *ListRouteEventsRequest) GetHeldOnly() bool {
+	if x != nil {
+		return x.HeldOnly
 	}
 	return false
 }
@@ -225,12 +234,13 @@ const file_weir_v1_route_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\"B\n" +
 	"\x15GetRouteEventResponse\x12)\n" +
-	"\x05event\x18\x01 \x01(\v2\x13.weir.v1.RouteEventR\x05event\"p\n" +
+	"\x05event\x18\x01 \x01(\v2\x13.weir.v1.RouteEventR\x05event\"\x8d\x01\n" +
 	"\x16ListRouteEventsRequest\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x05R\x05limit\x12\x1d\n" +
 	"\n" +
 	"account_id\x18\x02 \x01(\tR\taccountId\x12!\n" +
-	"\fspilled_only\x18\x03 \x01(\bR\vspilledOnly\"F\n" +
+	"\fspilled_only\x18\x03 \x01(\bR\vspilledOnly\x12\x1b\n" +
+	"\theld_only\x18\x04 \x01(\bR\bheldOnly\"F\n" +
 	"\x17ListRouteEventsResponse\x12+\n" +
 	"\x06events\x18\x01 \x03(\v2\x13.weir.v1.RouteEventR\x06events2\xbe\x01\n" +
 	"\fRouteService\x12Y\n" +

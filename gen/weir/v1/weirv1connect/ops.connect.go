@@ -36,12 +36,17 @@ const (
 	// OpsServiceLastIntegrityReportProcedure is the fully-qualified name of the OpsService's
 	// LastIntegrityReport RPC.
 	OpsServiceLastIntegrityReportProcedure = "/weir.v1.OpsService/LastIntegrityReport"
+	// OpsServiceListBreakersProcedure is the fully-qualified name of the OpsService's ListBreakers RPC.
+	OpsServiceListBreakersProcedure = "/weir.v1.OpsService/ListBreakers"
 )
 
 // OpsServiceClient is a client for the weir.v1.OpsService service.
 type OpsServiceClient interface {
 	// The integrity check's last report (it runs every 5 minutes).
 	LastIntegrityReport(context.Context, *connect.Request[v1.LastIntegrityReportRequest]) (*connect.Response[v1.LastIntegrityReportResponse], error)
+	// The overload breakers that are open now: the provider's condition for
+	// a model family, and how weir probes it.
+	ListBreakers(context.Context, *connect.Request[v1.ListBreakersRequest]) (*connect.Response[v1.ListBreakersResponse], error)
 }
 
 // NewOpsServiceClient constructs a client for the weir.v1.OpsService service. By default, it uses
@@ -62,12 +67,20 @@ func NewOpsServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		listBreakers: connect.NewClient[v1.ListBreakersRequest, v1.ListBreakersResponse](
+			httpClient,
+			baseURL+OpsServiceListBreakersProcedure,
+			connect.WithSchema(opsServiceMethods.ByName("ListBreakers")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // opsServiceClient implements OpsServiceClient.
 type opsServiceClient struct {
 	lastIntegrityReport *connect.Client[v1.LastIntegrityReportRequest, v1.LastIntegrityReportResponse]
+	listBreakers        *connect.Client[v1.ListBreakersRequest, v1.ListBreakersResponse]
 }
 
 // LastIntegrityReport calls weir.v1.OpsService.LastIntegrityReport.
@@ -75,10 +88,18 @@ func (c *opsServiceClient) LastIntegrityReport(ctx context.Context, req *connect
 	return c.lastIntegrityReport.CallUnary(ctx, req)
 }
 
+// ListBreakers calls weir.v1.OpsService.ListBreakers.
+func (c *opsServiceClient) ListBreakers(ctx context.Context, req *connect.Request[v1.ListBreakersRequest]) (*connect.Response[v1.ListBreakersResponse], error) {
+	return c.listBreakers.CallUnary(ctx, req)
+}
+
 // OpsServiceHandler is an implementation of the weir.v1.OpsService service.
 type OpsServiceHandler interface {
 	// The integrity check's last report (it runs every 5 minutes).
 	LastIntegrityReport(context.Context, *connect.Request[v1.LastIntegrityReportRequest]) (*connect.Response[v1.LastIntegrityReportResponse], error)
+	// The overload breakers that are open now: the provider's condition for
+	// a model family, and how weir probes it.
+	ListBreakers(context.Context, *connect.Request[v1.ListBreakersRequest]) (*connect.Response[v1.ListBreakersResponse], error)
 }
 
 // NewOpsServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -95,10 +116,19 @@ func NewOpsServiceHandler(svc OpsServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	opsServiceListBreakersHandler := connect.NewUnaryHandler(
+		OpsServiceListBreakersProcedure,
+		svc.ListBreakers,
+		connect.WithSchema(opsServiceMethods.ByName("ListBreakers")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/weir.v1.OpsService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case OpsServiceLastIntegrityReportProcedure:
 			opsServiceLastIntegrityReportHandler.ServeHTTP(w, r)
+		case OpsServiceListBreakersProcedure:
+			opsServiceListBreakersHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -110,4 +140,8 @@ type UnimplementedOpsServiceHandler struct{}
 
 func (UnimplementedOpsServiceHandler) LastIntegrityReport(context.Context, *connect.Request[v1.LastIntegrityReportRequest]) (*connect.Response[v1.LastIntegrityReportResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.OpsService.LastIntegrityReport is not implemented"))
+}
+
+func (UnimplementedOpsServiceHandler) ListBreakers(context.Context, *connect.Request[v1.ListBreakersRequest]) (*connect.Response[v1.ListBreakersResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.OpsService.ListBreakers is not implemented"))
 }

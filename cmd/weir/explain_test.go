@@ -1,0 +1,91 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+// TestExplainFoldsAHold: a minute's hold through a storm, a probe and a
+// wait every 2 s round three accounts, reads in a few rows: the probes and
+// waits folded into one counted pair, the accounts counted, the waits
+// summed; what differs (the first same-account retry, the success) stays.
+func TestExplainFoldsAHold(t *testing.T) {
+	t.Parallel()
+	at := func(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
+	overloaded := func(d time.Duration, acct string, action weirv1.Action) *weirv1.AttemptRecord {
+		return &weirv1.AttemptRecord{At: at(d), AccountId: acct, Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, Status: 529,
+			ErrorType: "overloaded_error", Action: action, Duration: at(10 * time.Millisecond)}
+	}
+	hold := func(d, held time.Duration, why string) *weirv1.AttemptRecord {
+		return &weirv1.AttemptRecord{At: at(d), HoldReason: why, Duration: at(held)}
+	}
+	recs := []*weirv1.AttemptRecord{
+		overloaded(0, "a", weirv1.Action_ACTION_RETRY_SAME),
+		hold(0, time.Second, "overloaded; retrying the same account"),
+	}
+	const breaker = "the provider is overloaded for sonnet models; weir is probing it before sending more"
+	for i := range 30 {
+		d := time.Second + time.Duration(i)*2*time.Second
+		recs = append(recs, overloaded(d, []string{"a", "b", "c"}[i%3], weirv1.Action_ACTION_FAILOVER), hold(d, 2*time.Second, breaker))
+	}
+	recs = append(recs, &weirv1.AttemptRecord{At: at(61 * time.Second), AccountId: "b", Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS,
+		Status: 200, Action: weirv1.Action_ACTION_RESPOND})
+	ev := &weirv1.RouteEvent{RequestId: "weir_x", Model: "claude-sonnet-4-5", Status: 200, Attempts: 32, HoldCount: 31,
+		Held: at(61 * time.Second), AttemptRecords: recs}
+	var out bytes.Buffer
+	if err := printExplain(&out, ev, map[string]string{"a": "max-a", "b": "max-b", "c": "max-c"}, nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	timeline := text[strings.Index(text, "timeline"):]
+	if rows := strings.Count(timeline, "\n") - 2; rows != 5 {
+		t.Errorf("timeline of %d rows, want 5 (retry, its wait, the folded probe and wait, the success):\n%s", rows, timeline)
+	}
+	for _, want := range []string{"3 accounts", "(×30)", "1m0s", breaker, "max-b"} {
+		if !strings.Contains(timeline, want) {
+			t.Errorf("timeline lacks %q:\n%s", want, timeline)
+		}
+	}
+}
+
+// TestExplainHeldNow: a request held now says so, since when, why, its
+// attempts so far and its next try, with its timeline so far; a stream
+// that failed after output says that, not a plain 200; a failure says why
+// in one line.
+func TestExplainHeldNow(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 1, 1, 12, 0, 30, 0, time.UTC)
+	ev := &weirv1.RouteEvent{RequestId: "weir_held", Model: "gpt-5-codex", Pending: true, Attempts: 3,
+		StartedAt: timestamppb.New(now.Add(-30 * time.Second)), HeldSince: timestamppb.New(now.Add(-29 * time.Second)),
+		NextTryAt: timestamppb.New(now.Add(2 * time.Second)), HoldReason: "all 2 eligible accounts were tried for this request",
+		AttemptRecords: []*weirv1.AttemptRecord{{At: durationpb.New(0), AccountId: "a", Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED,
+			Status: 503, Action: weirv1.Action_ACTION_FAILOVER}}}
+	var out bytes.Buffer
+	if err := printExplain(&out, ev, nil, nil, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"held\n", "for 29s", "3 attempts so far", "next try in 2s", "all 2 eligible accounts were tried", "timeline so far", "overloaded"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("explain of a held request lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	cut := &weirv1.RouteEvent{RequestId: "weir_cut", Status: 200, FailureStage: weirv1.FailureStage_FAILURE_STAGE_AFTER_OUTPUT,
+		Verdict: "the upstream's answer is the client's: 200 overloaded_error (stream_error)"}
+	out.Reset()
+	if err := printExplain(&out, cut, nil, nil, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"200, failed mid-stream", "why", cut.Verdict} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("explain of a cut stream lacks %q:\n%s", want, out.String())
+		}
+	}
+}
