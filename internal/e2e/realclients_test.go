@@ -61,10 +61,20 @@ func runClientWithin(t *testing.T, within time.Duration, bin string, env []strin
 // codexHome writes Codex's config: weir as a Responses provider.
 func codexHome(t *testing.T, baseURL string, websockets bool) string {
 	t.Helper()
+	return codexHomeModel(t, baseURL, websockets, codexModel)
+}
+
+// codexHomeModel is codexHome with a model; "" leaves Codex's default.
+func codexHomeModel(t *testing.T, baseURL string, websockets bool, model string) string {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := `model_provider = "weir"
-model = "` + codexModel + `"
-check_for_update_on_startup = false
+`
+	if model != "" {
+		cfg += `model = "` + model + `"
+`
+	}
+	cfg += `check_for_update_on_startup = false
 
 [analytics]
 enabled = false
@@ -92,32 +102,44 @@ stream_max_retries = 1
 func TestRealCodexCLI(t *testing.T) {
 	t.Parallel()
 	bin := clientBinary(t, "WEIR_CODEX_BIN", "codex")
-	for _, ws := range []bool{false, true} {
-		name := "http"
-		if ws {
-			name = "websocket"
-		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			e := setup(t, options{accounts: []account{{label: "codex", provider: "codex"}}})
-			out, err := runClient(t, bin, []string{"CODEX_HOME=" + codexHome(t, e.dpSrv.URL, ws), "WEIR_KEY=" + e.key},
-				"exec", "--skip-git-repo-check", "Say hello.")
-			if err != nil || !strings.Contains(out, "weir upstream simulator") {
-				t.Fatalf("codex exec: %v\n%s", err, out)
+	// Codex's default model (no model in the config) gets its tools in
+	// the input and calls the shell through code mode's exec; gpt-5-codex
+	// gets top-level function tools. Each turn is three tool calls, whose
+	// echo Codex shows, then the text.
+	for _, model := range []string{"", codexModel} {
+		for _, ws := range []bool{false, true} {
+			name := "http"
+			if ws {
+				name = "websocket"
 			}
-			if strings.Contains(out, "failed to connect to Responses WebSocket") {
-				t.Errorf("codex fell back from the WebSocket:\n%s", out)
+			if model == "" {
+				name += ", default model"
 			}
-			served := 0
-			for _, x := range e.upstream.exchanges() {
-				if x.path == "/backend-api/codex/responses" && x.status == 200 {
-					served++
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				e := setup(t, options{accounts: []account{{label: "codex", provider: "codex"}}})
+				out, err := runClient(t, bin, []string{"CODEX_HOME=" + codexHomeModel(t, e.dpSrv.URL, ws, model), "WEIR_KEY=" + e.key},
+					"exec", "--skip-git-repo-check", "Say hello.")
+				if err != nil || !strings.Contains(out, "weir upstream simulator") {
+					t.Fatalf("codex exec: %v\n%s", err, out)
 				}
-			}
-			if served == 0 {
-				t.Errorf("the Codex account served nothing")
-			}
-		})
+				if strings.Contains(out, "failed to connect to Responses WebSocket") {
+					t.Errorf("codex fell back from the WebSocket:\n%s", out)
+				}
+				if got := strings.Count(out, "echo weir-sim"); got < 3 {
+					t.Errorf("codex ran echo weir-sim %d times, want 3:\n%s", got, out)
+				}
+				served := 0
+				for _, x := range e.upstream.exchanges() {
+					if x.path == "/backend-api/codex/responses" && x.status == 200 {
+						served++
+					}
+				}
+				if served != 4 {
+					t.Errorf("the Codex account served %d answers, want three tool calls and the text", served)
+				}
+			})
+		}
 	}
 	// A pool out of quota in the usage_limit mode: Codex stops at once with
 	// the reset time, instead of retrying for hours. Both ChatGPT logins
