@@ -170,6 +170,55 @@ func TestRealCodexCLI(t *testing.T) {
 	}
 }
 
+// TestRealCodexRetryableQuota: in the default retryable mode, weir answers
+// a pool out of quota on Responses with a 429 usage_limit_reached and a
+// Retry-After, saying retry (X-Should-Retry: true) when the first reset
+// comes within the hold budget or 5 minutes, and not when it comes later.
+// Codex 0.171 stops at once either way ("You've hit your usage limit. Try
+// again later.", no time: weir's retryable body has no resets_at) instead
+// of retrying on Retry-After. A first request meets the upstream's own
+// 429, so that Codex meets weir's answer.
+func TestRealCodexRetryableQuota(t *testing.T) {
+	t.Parallel()
+	bin := clientBinary(t, "WEIR_CODEX_BIN", "codex")
+	for _, tt := range []struct {
+		name        string
+		hold        time.Duration
+		resetIn     time.Duration
+		shouldRetry string
+	}{
+		{"reset within 5 minutes, fail fast", 0, 3 * time.Minute, "true"},
+		{"reset past the hold budget", 20 * time.Minute, 2 * time.Hour, "false"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, options{hold: tt.hold, accounts: []account{spentCodex("a", tt.resetIn)}})
+			if r := e.responses(false); r.status != http.StatusTooManyRequests {
+				t.Fatalf("first request: status %d, want the upstream's 429: %s", r.status, r.body)
+			}
+			r := e.responses(false)
+			if r.status != http.StatusTooManyRequests || !strings.Contains(string(r.body), `"type":"usage_limit_reached"`) ||
+				r.header.Get("X-Should-Retry") != tt.shouldRetry || r.header.Get("Retry-After") == "" {
+				t.Fatalf("weir's answer: status %d, X-Should-Retry %q, Retry-After %q: %s; want 429 usage_limit_reached, %s and a Retry-After",
+					r.status, r.header.Get("X-Should-Retry"), r.header.Get("Retry-After"), r.body, tt.shouldRetry)
+			}
+			before := len(e.sim.Attempts())
+			start := time.Now()
+			out, err := runClient(t, bin, []string{"CODEX_HOME=" + codexHome(t, e.dpSrv.URL, false), "WEIR_KEY=" + e.key},
+				"exec", "--skip-git-repo-check", "Say hello.")
+			if err == nil || !strings.Contains(out, "hit your usage limit. Try again later.") {
+				t.Fatalf("codex exec: %v, want it to stop on the usage limit:\n%s", err, out)
+			}
+			if d := time.Since(start); d > 15*time.Second {
+				t.Errorf("codex took %v to give up, want it to stop at once", d)
+			}
+			if n := len(e.sim.Attempts()) - before; n != 0 {
+				t.Errorf("the upstream saw %d attempts during codex's run, want weir's own answer", n)
+			}
+		})
+	}
+}
+
 func TestRealClaudeCode(t *testing.T) {
 	t.Parallel()
 	bin := clientBinary(t, "WEIR_CLAUDE_BIN", "claude")
