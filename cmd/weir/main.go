@@ -76,7 +76,7 @@ var commands = []command{
 	{name: "health", synopsis: "URL", summary: "exit 0 when URL answers 2xx (container health checks)", run: runHealth},
 	{name: "bench", synopsis: "[--rates R,R] [--duration D]", summary: "load harness: weir against a bare proxy (docs/performance.md)", run: runBench},
 	{name: "soak", synopsis: "[--duration 10m] [--rate 100]", summary: "bounded soak under mixed traffic and storms: do goroutines, FDs, memory, leases grow?", run: runSoak},
-	{name: "holds", synopsis: "[--runs N] [--storm 20s]", summary: "hold scenarios against a running weir dev --simulate: how long turns wait", run: runHolds},
+	{name: "holds", synopsis: "[--runs N] [--storm 20s] [--recovery 15s]", summary: "hold scenarios against a running weir dev --simulate: how long turns wait", run: runHolds},
 	{name: "chaos", synopsis: "[--seeds 1-100] [--duration 15s]", summary: "seeded fault runs (kills, pauses, cuts, upstream faults), invariants checked", run: runChaos},
 
 	{name: "status", summary: "the pool at a glance, and what is wrong", run: runStatus, operator: true},

@@ -61,10 +61,20 @@ func runClientWithin(t *testing.T, within time.Duration, bin string, env []strin
 // codexHome writes Codex's config: weir as a Responses provider.
 func codexHome(t *testing.T, baseURL string, websockets bool) string {
 	t.Helper()
+	return codexHomeModel(t, baseURL, websockets, codexModel)
+}
+
+// codexHomeModel is codexHome with a model; "" leaves Codex's default.
+func codexHomeModel(t *testing.T, baseURL string, websockets bool, model string) string {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := `model_provider = "weir"
-model = "` + codexModel + `"
-check_for_update_on_startup = false
+`
+	if model != "" {
+		cfg += `model = "` + model + `"
+`
+	}
+	cfg += `check_for_update_on_startup = false
 
 [analytics]
 enabled = false
@@ -92,32 +102,44 @@ stream_max_retries = 1
 func TestRealCodexCLI(t *testing.T) {
 	t.Parallel()
 	bin := clientBinary(t, "WEIR_CODEX_BIN", "codex")
-	for _, ws := range []bool{false, true} {
-		name := "http"
-		if ws {
-			name = "websocket"
-		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			e := setup(t, options{accounts: []account{{label: "codex", provider: "codex"}}})
-			out, err := runClient(t, bin, []string{"CODEX_HOME=" + codexHome(t, e.dpSrv.URL, ws), "WEIR_KEY=" + e.key},
-				"exec", "--skip-git-repo-check", "Say hello.")
-			if err != nil || !strings.Contains(out, "weir upstream simulator") {
-				t.Fatalf("codex exec: %v\n%s", err, out)
+	// Codex's default model (no model in the config) gets its tools in
+	// the input and calls the shell through code mode's exec; gpt-5-codex
+	// gets top-level function tools. Each turn is three tool calls, whose
+	// echo Codex shows, then the text.
+	for _, model := range []string{"", codexModel} {
+		for _, ws := range []bool{false, true} {
+			name := "http"
+			if ws {
+				name = "websocket"
 			}
-			if strings.Contains(out, "failed to connect to Responses WebSocket") {
-				t.Errorf("codex fell back from the WebSocket:\n%s", out)
+			if model == "" {
+				name += ", default model"
 			}
-			served := 0
-			for _, x := range e.upstream.exchanges() {
-				if x.path == "/backend-api/codex/responses" && x.status == 200 {
-					served++
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				e := setup(t, options{accounts: []account{{label: "codex", provider: "codex"}}})
+				out, err := runClient(t, bin, []string{"CODEX_HOME=" + codexHomeModel(t, e.dpSrv.URL, ws, model), "WEIR_KEY=" + e.key},
+					"exec", "--skip-git-repo-check", "Say hello.")
+				if err != nil || !strings.Contains(out, "weir upstream simulator") {
+					t.Fatalf("codex exec: %v\n%s", err, out)
 				}
-			}
-			if served == 0 {
-				t.Errorf("the Codex account served nothing")
-			}
-		})
+				if strings.Contains(out, "failed to connect to Responses WebSocket") {
+					t.Errorf("codex fell back from the WebSocket:\n%s", out)
+				}
+				if got := strings.Count(out, "echo weir-sim"); got < 3 {
+					t.Errorf("codex ran echo weir-sim %d times, want 3:\n%s", got, out)
+				}
+				served := 0
+				for _, x := range e.upstream.exchanges() {
+					if x.path == "/backend-api/codex/responses" && x.status == 200 {
+						served++
+					}
+				}
+				if served != 4 {
+					t.Errorf("the Codex account served %d answers, want three tool calls and the text", served)
+				}
+			})
+		}
 	}
 	// A pool out of quota in the usage_limit mode: Codex stops at once with
 	// the reset time, instead of retrying for hours. Both ChatGPT logins
@@ -143,6 +165,55 @@ func TestRealCodexCLI(t *testing.T) {
 			}
 			if d := time.Since(start); d > 30*time.Second {
 				t.Errorf("codex took %v to give up, want it to stop at once", d)
+			}
+		})
+	}
+}
+
+// TestRealCodexRetryableQuota: in the default retryable mode, weir answers
+// a pool out of quota on Responses with a 429 usage_limit_reached and a
+// Retry-After, saying retry (X-Should-Retry: true) when the first reset
+// comes within the hold budget or 5 minutes, and not when it comes later.
+// Codex 0.171 stops at once either way ("You've hit your usage limit. Try
+// again later.", no time: weir's retryable body has no resets_at) instead
+// of retrying on Retry-After. A first request meets the upstream's own
+// 429, so that Codex meets weir's answer.
+func TestRealCodexRetryableQuota(t *testing.T) {
+	t.Parallel()
+	bin := clientBinary(t, "WEIR_CODEX_BIN", "codex")
+	for _, tt := range []struct {
+		name        string
+		hold        time.Duration
+		resetIn     time.Duration
+		shouldRetry string
+	}{
+		{"reset within 5 minutes, fail fast", 0, 3 * time.Minute, "true"},
+		{"reset past the hold budget", 20 * time.Minute, 2 * time.Hour, "false"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, options{hold: tt.hold, accounts: []account{spentCodex("a", tt.resetIn)}})
+			if r := e.responses(false); r.status != http.StatusTooManyRequests {
+				t.Fatalf("first request: status %d, want the upstream's 429: %s", r.status, r.body)
+			}
+			r := e.responses(false)
+			if r.status != http.StatusTooManyRequests || !strings.Contains(string(r.body), `"type":"usage_limit_reached"`) ||
+				r.header.Get("X-Should-Retry") != tt.shouldRetry || r.header.Get("Retry-After") == "" {
+				t.Fatalf("weir's answer: status %d, X-Should-Retry %q, Retry-After %q: %s; want 429 usage_limit_reached, %s and a Retry-After",
+					r.status, r.header.Get("X-Should-Retry"), r.header.Get("Retry-After"), r.body, tt.shouldRetry)
+			}
+			before := len(e.sim.Attempts())
+			start := time.Now()
+			out, err := runClient(t, bin, []string{"CODEX_HOME=" + codexHome(t, e.dpSrv.URL, false), "WEIR_KEY=" + e.key},
+				"exec", "--skip-git-repo-check", "Say hello.")
+			if err == nil || !strings.Contains(out, "hit your usage limit. Try again later.") {
+				t.Fatalf("codex exec: %v, want it to stop on the usage limit:\n%s", err, out)
+			}
+			if d := time.Since(start); d > 15*time.Second {
+				t.Errorf("codex took %v to give up, want it to stop at once", d)
+			}
+			if n := len(e.sim.Attempts()) - before; n != 0 {
+				t.Errorf("the upstream saw %d attempts during codex's run, want weir's own answer", n)
 			}
 		})
 	}

@@ -245,10 +245,13 @@
 // # Tool calls
 //
 // A request that offers tools the client runs (Messages tools, without a
-// server tool's versioned type; Responses and Chat Completions tools of
-// type function) is answered with a call of one of them instead of text,
-// so that an agent's turn takes several requests, each of which meets the
-// account's faults as a text answer would (tools.go):
+// server tool's versioned type; Responses tools of type function or
+// custom, also inside a namespace and in the input's additional_tools
+// items, where Codex 0.171 puts them for its default model; Chat
+// Completions tools of type function) is answered with a call of one of
+// them instead of text, whatever the model, so that an agent's turn takes
+// several requests, each of which meets the account's faults as a text
+// answer would (tools.go):
 //
 //   - /v1/messages: one tool_use block {"type":"tool_use","id":"toolu_…",
 //     "name","input"} and stop_reason tool_use; streamed, content_block_start
@@ -260,7 +263,11 @@
 //     streamed, response.output_item.added (arguments ""),
 //     response.function_call_arguments.delta pieces,
 //     response.function_call_arguments.done, response.output_item.done and
-//     response.completed with the item in its output.
+//     response.completed with the item in its output. A custom tool gets a
+//     custom_tool_call item {"type":"custom_tool_call","id":"ctc_…",
+//     "call_id":"call_…","name","input"} with
+//     response.custom_tool_call_input.delta and .done events instead. A
+//     tool declared in a namespace is called with its "namespace".
 //   - /v1/chat/completions: message.tool_calls and finish_reason
 //     tool_calls; streamed, after the role-only chunk one names the call
 //     (index, id, type function, function.name, arguments ""), the next
@@ -268,13 +275,15 @@
 //
 // The tool called is the one tool_choice names, else the first of
 // prefer_tools that is offered (default Bash, Read, LS, Glob,
-// exec_command, shell_command, shell), else the first offered; tool_choice
-// "none" gets text. Its input fills the required properties of the tool's
-// schema with harmless values: "echo weir-sim" for a command (["echo",
-// "weir-sim"] where the schema wants an array, as Codex's shell does),
-// README.md for a file path, "." for another path, "weir-sim" for other
-// strings, 1, false, the first enum value; and a description where the
-// schema has one. A turn (what follows the last user message that answers
+// exec_command, shell_command, shell, exec), else the first offered;
+// tool_choice "none" gets text. A custom tool's input is free text:
+// JavaScript that runs "echo weir-sim" through exec_command for exec
+// (Codex's code mode), "weir-sim" for others. A function's input fills
+// the required properties of the tool's schema with harmless values:
+// "echo weir-sim" for a command (["echo", "weir-sim"] where the schema
+// wants an array, as Codex's shell does), README.md for a file path, "."
+// for another path, "weir-sim" for other strings, 1, false, the first
+// enum value; and a description where the schema has one. A turn (what follows the last user message that answers
 // no tool call) gets tool_calls_per_turn calls (default 3; 0: never): once
 // it holds that many tool results (tool_result blocks, *_call_output
 // items, role tool messages), or when the conversation does not end with a

@@ -427,7 +427,7 @@ type (
 		CreatedAt int64            `json:"created_at"`
 		Status    string           `json:"status"`
 		Model     string           `json:"model"`
-		Output    []any            `json:"output"` // a responseItem or a functionCall
+		Output    []any            `json:"output"` // a responseItem, functionCall or customToolCall
 		Usage     *responseUsage   `json:"usage"`
 		Error     *responseErrBody `json:"error"`
 	}
@@ -481,10 +481,10 @@ func (x *exchange) response(status string, done bool) responseObject {
 }
 
 // outputItem is the answer's output item: the text message, or the
-// function call.
+// tool call.
 func (x *exchange) outputItem(status string) any {
 	if x.tool != nil {
-		return x.functionCallItem(status)
+		return x.toolCallItem(status)
 	}
 	return x.responseItem(status, x.s.reply.text)
 }
@@ -524,7 +524,8 @@ func (sw *sseWriter) data(payload string) {
 
 // responsesStream streams the reply as Responses API events, each with its
 // sequence_number: the text as output_text deltas, or the tool call's
-// arguments as function_call_arguments deltas. at_capacity_event,
+// arguments as function_call_arguments deltas (a custom tool's input as
+// custom_tool_call_input deltas). at_capacity_event,
 // overloaded_event and usage_limit_event fail (response.failed) and at_capacity_error_event
 // sends an error event right after response.created; error_after_content,
 // at_capacity_after_output and drop_mid_stream come after f.afterDeltas()
@@ -566,7 +567,8 @@ func (x *exchange) responsesStream(f *Fault) {
 	}
 	deltaEvent, chunks := "response.output_text.delta", x.s.reply.chunks
 	if x.tool != nil {
-		deltaEvent, chunks = "response.function_call_arguments.delta", x.tool.pieces(len(chunks))
+		deltaEvent, _, _ = x.tool.responsesToolEvents()
+		chunks = x.tool.pieces(len(chunks))
 	}
 	if x.misbehaveStream(sw, f, false, deltaEvent) {
 		return
@@ -605,7 +607,8 @@ func (x *exchange) responsesStream(f *Fault) {
 		}
 	}
 	if x.tool != nil {
-		emit("response.function_call_arguments.done", map[string]any{"item_id": x.itemID, "output_index": 0, "arguments": x.tool.args})
+		_, doneEvent, field := x.tool.responsesToolEvents()
+		emit(doneEvent, map[string]any{"item_id": x.itemID, "output_index": 0, field: x.tool.args})
 	}
 	emit("response.output_item.done", map[string]any{"output_index": 0, "item": x.outputItem("completed")})
 	done := x.response("completed", true)

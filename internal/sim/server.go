@@ -76,10 +76,11 @@ type Server struct {
 
 	mu  sync.Mutex
 	reg *registry
-	// turns is each recent Responses answer's tool results in its turn, for
-	// a request that continues it by previous_response_id (Codex over its
+	// turns is each recent Responses answer's turn (its tool results so
+	// far, and the tools its conversation's input items offered), for a
+	// request that continues it by previous_response_id (Codex over its
 	// WebSocket) and so sends only the items since.
-	turns map[string]int
+	turns map[string]turn
 
 	// onAttempt, when set before the server is used, is called after each
 	// attempt is logged; tests wait on it instead of sleeping.

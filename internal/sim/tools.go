@@ -18,10 +18,12 @@ import (
 const defaultToolCallsPerTurn = 3
 
 // defaultPreferTools are the tools called first when a request offers
-// them, in this order: Claude Code's shell and read-only file tools, then
-// Codex's shell tools. A request offering none of them gets its first tool
-// called.
-var defaultPreferTools = []string{"Bash", "Read", "LS", "Glob", "exec_command", "shell_command", "shell"}
+// them, in this order: Claude Code's shell and read-only file tools,
+// Codex's shell tools, then Codex's code-mode exec (the custom tool that
+// runs the nested tools from JavaScript, all that Codex 0.171 offers its
+// default model besides a few function tools). A request offering none of
+// them gets its first tool called.
+var defaultPreferTools = []string{"Bash", "Read", "LS", "Glob", "exec_command", "shell_command", "shell", "exec"}
 
 // toolWire is the wire format a request's tools and conversation are in.
 type toolWire int
@@ -77,9 +79,11 @@ func validateToolSettings(prefix string, perTurn *int, prefer []string) []error 
 
 // toolCall is the tool call a request is answered with.
 type toolCall struct {
-	name   string
-	args   string // the input (arguments) as a JSON object
-	callID string // toolu_… on Messages, call_… on the OpenAI wires
+	name      string
+	namespace string // the Responses namespace that declares the tool, if any
+	custom    bool   // a Responses custom tool: args is its freeform input
+	args      string // the input (arguments) as a JSON object, or a custom tool's text
+	callID    string // toolu_… on Messages, call_… on the OpenAI wires
 }
 
 func (tc *toolCall) outputTokens() int { return approxTokens(len(tc.args)) }
@@ -92,42 +96,79 @@ func (tc *toolCall) pieces(n int) []string { return splitRunes(tc.args, n) }
 // the request offers a tool and does not turn tools off with tool_choice,
 // its conversation waits for the assistant, and its turn has had fewer
 // tool results than the account allows. Otherwise x.tool stays nil and
-// the answer is text.
+// the answer is text. The model named plays no part.
 func (x *exchange) planToolCall(w toolWire) {
-	if len(x.req.tools) == 0 || x.acct == nil || x.acct.tools.perTurn == 0 {
+	if x.acct == nil || x.acct.tools.perTurn == 0 {
 		return
 	}
-	tools := offeredTools(x.req.tools, w)
+	tools, inInput := offeredTools(x.req, w)
 	none, forced := toolChoice(x.req.toolChoice)
-	if len(tools) == 0 || none {
-		return
-	}
 	results, waiting, prompted := turnResults(x.req.conversation, w)
 	if w == toolWireResponses {
-		if x.req.previousResponse != "" && !prompted {
-			results += x.s.turnResults(x.req.previousResponse)
+		// A continued conversation keeps its earlier input items, the
+		// tools they offered among them (Codex over its WebSocket sends
+		// its additional_tools once, then only the items since).
+		if x.req.previousResponse != "" {
+			prev := x.s.turn(x.req.previousResponse)
+			if !prompted {
+				results += prev.results
+			}
+			inInput = slices.Concat(prev.tools, inInput)
+			tools = append(tools, prev.tools...)
+		}
+		if len(tools) == 0 {
+			return
 		}
 		x.respID = newID("resp_", x.s.now())
-		x.s.rememberTurn(x.respID, results)
+		x.s.rememberTurn(x.respID, turn{results: results, tools: compactTools(inInput)})
 	}
-	if !waiting || results >= x.acct.tools.perTurn {
+	if len(tools) == 0 || none || !waiting || results >= x.acct.tools.perTurn {
 		return
 	}
 	t := pickTool(tools, forced, x.acct.tools.prefer)
 	now := x.s.now()
-	x.tool = &toolCall{name: t.name, args: toolInput(t.schema), callID: newID("call_", now)}
-	switch w {
-	case toolWireMessages:
+	x.tool = &toolCall{name: t.name, namespace: t.namespace, custom: t.custom, args: t.args(), callID: newID("call_", now)}
+	switch {
+	case w == toolWireMessages:
 		x.tool.callID = newID("toolu_", now)
-	case toolWireResponses:
+	case w == toolWireResponses && t.custom:
+		x.itemID = newID("ctc_", now)
+	case w == toolWireResponses:
 		x.itemID = newID("fc_", now)
 	}
 }
 
 // offeredTool is a tool a request offers the model.
 type offeredTool struct {
-	name   string
-	schema json.RawMessage
+	name      string
+	namespace string          // the Responses namespace that declares it, if any
+	custom    bool            // a Responses custom tool (freeform input, no schema)
+	schema    json.RawMessage // the input's JSON Schema
+	input     string          // the call's input once made (compactTools); "": from the schema
+}
+
+// args is the input of a call of the tool.
+func (t offeredTool) args() string {
+	switch {
+	case t.input != "":
+		return t.input
+	case t.custom:
+		return customInput(t.name)
+	}
+	return toolInput(t.schema)
+}
+
+// compactTools are the tools, each once, with each call's input made and
+// the schema dropped, to be kept for later requests without the schemas'
+// size.
+func compactTools(tools []offeredTool) []offeredTool {
+	var out []offeredTool
+	for _, t := range tools {
+		if !slices.ContainsFunc(out, func(o offeredTool) bool { return o.name == t.name && o.namespace == t.namespace }) {
+			out = append(out, offeredTool{name: t.name, namespace: t.namespace, custom: t.custom, input: t.args()})
+		}
+	}
+	return out
 }
 
 // toolDefinition is an entry of a request's tools, in any wire's form.
@@ -140,13 +181,36 @@ type toolDefinition struct {
 		Name       string          `json:"name"`
 		Parameters json.RawMessage `json:"parameters"`
 	} `json:"function"`
+	Tools json.RawMessage `json:"tools"` // a Responses namespace's own tools
 }
 
-// offeredTools reads a request's tools in its wire's form. Only tools the
-// client runs itself count: server tools on Messages (a versioned type
-// such as web_search_20250305) and OpenAI's built-in and custom tools are
-// skipped.
-func offeredTools(raw json.RawMessage, w toolWire) []offeredTool {
+// offeredTools reads a request's tools in its wire's form: its tools and,
+// on Responses, those of its input's additional_tools items (where Codex
+// 0.171 puts its tools for its default model, with no top-level tools);
+// inInput are the latter. Only tools the client runs itself count: server
+// tools on Messages (a versioned type such as web_search_20250305) and
+// OpenAI's built-in tools are skipped. Responses function and custom tools
+// count, also inside a namespace.
+func offeredTools(req messagesRequest, w toolWire) (tools, inInput []offeredTool) {
+	tools = readTools(req.tools, w, "")
+	if w == toolWireResponses {
+		var items []struct {
+			Type  string          `json:"type"`
+			Tools json.RawMessage `json:"tools"`
+		}
+		json.Unmarshal(req.conversation, &items) //nolint:errcheck // a string input has no items
+		for _, it := range items {
+			if it.Type == "additional_tools" {
+				inInput = append(inInput, readTools(it.Tools, w, "")...)
+			}
+		}
+	}
+	return append(tools, inInput...), inInput
+}
+
+// readTools reads a list of tool definitions in the wire's form; ns is the
+// Responses namespace that holds the list ("" at the top).
+func readTools(raw json.RawMessage, w toolWire, ns string) []offeredTool {
 	var list []toolDefinition
 	json.Unmarshal(raw, &list) //nolint:errcheck // what parses is offered; the rest is not
 	var tools []offeredTool
@@ -154,17 +218,36 @@ func offeredTools(raw json.RawMessage, w toolWire) []offeredTool {
 		var ot offeredTool
 		switch {
 		case w == toolWireMessages && (t.Type == "" || t.Type == "custom"):
-			ot = offeredTool{t.Name, t.InputSchema}
+			ot = offeredTool{name: t.Name, schema: t.InputSchema}
 		case w == toolWireResponses && t.Type == "function":
-			ot = offeredTool{t.Name, t.Parameters}
+			ot = offeredTool{name: t.Name, namespace: ns, schema: t.Parameters}
+		case w == toolWireResponses && t.Type == "custom":
+			ot = offeredTool{name: t.Name, namespace: ns, custom: true}
+		case w == toolWireResponses && t.Type == "namespace" && t.Name != "":
+			tools = append(tools, readTools(t.Tools, w, t.Name)...)
 		case w == toolWireChat && t.Type == "function":
-			ot = offeredTool{t.Function.Name, t.Function.Parameters}
+			ot = offeredTool{name: t.Function.Name, schema: t.Function.Parameters}
 		}
 		if ot.name != "" {
 			tools = append(tools, ot)
 		}
 	}
 	return tools
+}
+
+// codeModeInput is the input of a custom tool named exec: Codex's code
+// mode, whose input is JavaScript that calls the nested tools. It runs
+// "echo weir-sim" through exec_command and returns the output.
+const codeModeInput = `const r = await tools.exec_command({cmd: "echo weir-sim"}); text(r.output);`
+
+// customInput is a harmless freeform input for a Responses custom tool:
+// codeModeInput for exec, else "weir-sim" (which a client's grammar, such
+// as apply_patch's, may refuse; the refusal is the tool's result).
+func customInput(name string) string {
+	if name == "exec" {
+		return codeModeInput
+	}
+	return "weir-sim"
 }
 
 // toolChoice reads tool_choice in any wire's form: "none" or
@@ -246,20 +329,25 @@ func turnResults(raw json.RawMessage, w toolWire) (results int, waiting, prompte
 // (a continued conversation then counts from its latest items only).
 const maxTurns = 10000
 
-// rememberTurn records that Responses answer id ends a turn with results
-// tool results so far.
-func (s *Server) rememberTurn(id string, results int) {
+// turn is what a Responses answer leaves for a request that continues it.
+type turn struct {
+	results int           // the tool results of its turn so far
+	tools   []offeredTool // offered by its conversation's input items, compacted
+}
+
+// rememberTurn records the turn that Responses answer id ends.
+func (s *Server) rememberTurn(id string, t turn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.turns == nil || len(s.turns) >= maxTurns {
-		s.turns = map[string]int{}
+		s.turns = map[string]turn{}
 	}
-	s.turns[id] = results
+	s.turns[id] = t
 }
 
-// turnResults is the tool results of the turn that Responses answer id
-// ended, 0 when it is unknown.
-func (s *Server) turnResults(id string) int {
+// turn is the turn that Responses answer id ended, zero when it is
+// unknown.
+func (s *Server) turn(id string) turn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.turns[id]
@@ -433,16 +521,41 @@ type functionCall struct {
 	Arguments string `json:"arguments"`
 	CallID    string `json:"call_id"`
 	Name      string `json:"name"`
+	Namespace string `json:"namespace,omitempty"`
 }
 
-// functionCallItem is the call as a Responses output item; the arguments
-// are there once it is completed.
-func (x *exchange) functionCallItem(status string) functionCall {
-	fc := functionCall{ID: x.itemID, Type: "function_call", Status: status, CallID: x.tool.callID, Name: x.tool.name}
+// customToolCall is the Responses custom_tool_call output item (it has no
+// status).
+type customToolCall struct {
+	ID        string `json:"id"`
+	Type      string `json:"type"`
+	CallID    string `json:"call_id"`
+	Name      string `json:"name"`
+	Namespace string `json:"namespace,omitempty"`
+	Input     string `json:"input"`
+}
+
+// toolCallItem is the call as a Responses output item, a function_call
+// or a custom_tool_call; the arguments (input) are there once it is
+// completed.
+func (x *exchange) toolCallItem(status string) any {
+	args := ""
 	if status == "completed" {
-		fc.Arguments = x.tool.args
+		args = x.tool.args
 	}
-	return fc
+	if x.tool.custom {
+		return customToolCall{ID: x.itemID, Type: "custom_tool_call", CallID: x.tool.callID, Name: x.tool.name, Namespace: x.tool.namespace, Input: args}
+	}
+	return functionCall{ID: x.itemID, Type: "function_call", Status: status, CallID: x.tool.callID, Name: x.tool.name, Namespace: x.tool.namespace, Arguments: args}
+}
+
+// responsesToolEvents are the stream events of the call's input: its
+// deltas and its done event, and the field the done event carries it in.
+func (tc *toolCall) responsesToolEvents() (delta, done, field string) {
+	if tc.custom {
+		return "response.custom_tool_call_input.delta", "response.custom_tool_call_input.done", "input"
+	}
+	return "response.function_call_arguments.delta", "response.function_call_arguments.done", "arguments"
 }
 
 // Chat Completions shapes of a tool call.

@@ -51,6 +51,8 @@ func toolChatBody(stream bool, tools, messages string) string {
 // toolAnswer is what a client reads of a tool call, on any wire.
 type toolAnswer struct {
 	name, id, args string
+	namespace      string // a Responses call's namespace
+	custom         bool   // a Responses custom tool call: args is its input
 	outputTokens   int
 }
 
@@ -187,17 +189,30 @@ func readMessagesTool(t *testing.T, data []byte, stream bool) toolAnswer {
 	return toolAnswer{name: c.Name, id: c.ID, args: args.String(), outputTokens: md.Usage.OutputTokens}
 }
 
-// functionCallJSON is a Responses function_call item as a client reads it.
+// functionCallJSON is a Responses function_call or custom_tool_call item
+// as a client reads it.
 type functionCallJSON struct {
 	ID        string `json:"id"`
 	Type      string `json:"type"`
 	Status    string `json:"status"`
 	CallID    string `json:"call_id"`
 	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
 	Arguments string `json:"arguments"`
+	Input     string `json:"input"`
 }
 
-// completedCall checks a completed response holding one function call.
+// args is the call's arguments, or a custom tool's input.
+func (fc functionCallJSON) args() string {
+	if fc.Type == "custom_tool_call" {
+		return fc.Input
+	}
+	return fc.Arguments
+}
+
+// completedCall checks a completed response holding one tool call: a
+// function_call (fc_…, status completed) or a custom_tool_call (ctc_…,
+// no status).
 func completedCall(t *testing.T, data []byte) (functionCallJSON, int) {
 	t.Helper()
 	var r struct {
@@ -212,7 +227,13 @@ func completedCall(t *testing.T, data []byte) (functionCallJSON, int) {
 		t.Fatalf("response %s", data)
 	}
 	fc := r.Output[0]
-	if fc.Type != "function_call" || fc.Status != "completed" || !strings.HasPrefix(fc.ID, "fc_") || !strings.HasPrefix(fc.CallID, "call_") {
+	switch {
+	case fc.Type == "function_call" && fc.Status == "completed" && strings.HasPrefix(fc.ID, "fc_") && fc.Input == "":
+	case fc.Type == "custom_tool_call" && fc.Status == "" && strings.HasPrefix(fc.ID, "ctc_") && fc.Arguments == "":
+	default:
+		t.Errorf("item %+v", fc)
+	}
+	if !strings.HasPrefix(fc.CallID, "call_") {
 		t.Errorf("item %+v", fc)
 	}
 	if r.Usage.TotalTokens != r.Usage.InputTokens+r.Usage.OutputTokens {
@@ -222,34 +243,47 @@ func completedCall(t *testing.T, data []byte) (functionCallJSON, int) {
 }
 
 // readResponsesTool reads a Responses tool answer, checking its shape and,
-// streamed, the real event order.
+// streamed, the real event order: function_call_arguments events for a
+// function, custom_tool_call_input events for a custom tool.
 func readResponsesTool(t *testing.T, data []byte, stream bool) toolAnswer {
 	t.Helper()
 	if !stream {
 		fc, out := completedCall(t, data)
-		return toolAnswer{name: fc.Name, id: fc.CallID, args: fc.Arguments, outputTokens: out}
+		return toolAnswer{name: fc.Name, namespace: fc.Namespace, custom: fc.Type == "custom_tool_call", id: fc.CallID, args: fc.args(), outputTokens: out}
 	}
 	events, err := readEvents(strings.NewReader(string(data)))
 	if err != nil {
 		t.Fatalf("%v in %s", err, data)
 	}
 	checkSequence(t, events)
-	names := eventNames(events)
-	n := len(names) - 5
-	want := []string{"response.created", "response.output_item.added"}
-	for range n {
-		want = append(want, "response.function_call_arguments.delta")
-	}
-	want = append(want, "response.function_call_arguments.done", "response.output_item.done", "response.completed")
-	if n < 1 || !slices.Equal(names, want) {
-		t.Fatalf("events %v, want %v", names, want)
+	if len(events) < 2 {
+		t.Fatalf("events %v", eventNames(events))
 	}
 	var added struct {
 		OutputIndex int              `json:"output_index"`
 		Item        functionCallJSON `json:"item"`
 	}
 	json.Unmarshal([]byte(events[1].data), &added) //nolint:errcheck // checked by readEvents
-	if it := added.Item; it.Type != "function_call" || it.Status != "in_progress" || it.Arguments != "" || it.Name == "" {
+	custom := added.Item.Type == "custom_tool_call"
+	deltaName, doneName, field := "response.function_call_arguments.delta", "response.function_call_arguments.done", "arguments"
+	if custom {
+		deltaName, doneName, field = "response.custom_tool_call_input.delta", "response.custom_tool_call_input.done", "input"
+	}
+	names := eventNames(events)
+	n := len(names) - 5
+	want := []string{"response.created", "response.output_item.added"}
+	for range n {
+		want = append(want, deltaName)
+	}
+	want = append(want, doneName, "response.output_item.done", "response.completed")
+	if n < 1 || !slices.Equal(names, want) {
+		t.Fatalf("events %v, want %v", names, want)
+	}
+	wantStatus := "in_progress"
+	if custom {
+		wantStatus = ""
+	}
+	if it := added.Item; it.Status != wantStatus || it.args() != "" || it.Name == "" {
 		t.Errorf("output_item.added %s", events[1].data)
 	}
 	var args strings.Builder
@@ -261,10 +295,7 @@ func readResponsesTool(t *testing.T, data []byte, stream bool) toolAnswer {
 		}
 		args.WriteString(d["delta"].(string))
 	}
-	var done struct {
-		ItemID    string `json:"item_id"`
-		Arguments string `json:"arguments"`
-	}
+	var done map[string]any
 	json.Unmarshal([]byte(events[2+n].data), &done) //nolint:errcheck // as above
 	var itemDone struct {
 		Item functionCallJSON `json:"item"`
@@ -276,11 +307,15 @@ func readResponsesTool(t *testing.T, data []byte, stream bool) toolAnswer {
 	json.Unmarshal([]byte(events[4+n].data), &completed) //nolint:errcheck // as above
 	fc, out := completedCall(t, completed.Response)
 	whole := added.Item
-	whole.Status, whole.Arguments = "completed", args.String()
-	if done.ItemID != whole.ID || done.Arguments != whole.Arguments || itemDone.Item != whole || fc != whole {
-		t.Errorf("arguments done %+v, item done %+v, completed %+v; want %+v", done, itemDone.Item, fc, whole)
+	if custom {
+		whole.Input = args.String()
+	} else {
+		whole.Status, whole.Arguments = "completed", args.String()
 	}
-	return toolAnswer{name: whole.Name, id: whole.CallID, args: whole.Arguments, outputTokens: out}
+	if done["item_id"] != whole.ID || done[field] != whole.args() || itemDone.Item != whole || fc != whole {
+		t.Errorf("%s %v, item done %+v, completed %+v; want %+v", doneName, done, itemDone.Item, fc, whole)
+	}
+	return toolAnswer{name: whole.Name, namespace: whole.Namespace, custom: custom, id: whole.CallID, args: whole.args(), outputTokens: out}
 }
 
 // chatToolJSON is a chat completion's tool call as a client reads it.
@@ -437,11 +472,104 @@ func TestToolCallAnswers(t *testing.T) {
 	}
 }
 
+// Codex 0.171's request for its default model (gpt-6.2-sol), trimmed: no
+// top-level tools; they come in an additional_tools input item, grouped in
+// namespaces, with the shell reachable only through exec, a custom tool
+// whose input is JavaScript (code mode). Captured from codex exec.
+const (
+	codexDefaultModel = "gpt-6.2-sol"
+	codeModeTools     = `{"type":"additional_tools","id":"at_1","role":"developer","tools":[
+	 {"type":"namespace","name":"functions","description":"","tools":[
+	  {"type":"custom","name":"exec","description":"Run JavaScript code to orchestrate/compose tool calls","format":{"type":"grammar","syntax":"lark","definition":"start: SOURCE\nSOURCE: /[\\s\\S]+/\n"}},
+	  {"type":"function","name":"wait","description":"Waits","strict":false,"parameters":{"type":"object","properties":{"cell_id":{"type":"string"}},"required":["cell_id"]}}]},
+	 {"type":"namespace","name":"clock","description":"Tools for reading and waiting on time.","tools":[
+	  {"type":"function","name":"sleep","description":"Sleeps","strict":false,"parameters":{"type":"object","properties":{"duration_ms":{"type":"number"}},"required":["duration_ms"],"additionalProperties":false}}]}]}`
+	codeModePrompt = `{"type":"message","role":"developer","content":[{"type":"input_text","text":"You are Codex."}]},{"type":"message","role":"user","content":[{"type":"input_text","text":"hello"}]}`
+)
+
+// codeModeBody is a Responses Lite body: the tools in the input.
+func codeModeBody(model string, stream bool, items ...string) string {
+	return fmt.Sprintf(`{"model":%q,"stream":%t,"store":false,"tool_choice":"auto","parallel_tool_calls":false,"input":[%s]}`, model, stream, strings.Join(items, ","))
+}
+
+// TestToolCallCodexDefaultModel: Codex 0.171's default model offers its
+// tools only in the input's additional_tools, in namespaces; the first
+// turn still gets a tool call: exec, the custom tool of code mode, with
+// JavaScript that runs echo through exec_command, as a custom_tool_call
+// naming its namespace, streamed and not, on both OpenAI paths. A request
+// offering only a namespaced function gets a function_call naming the
+// namespace (Codex answers "unsupported call" to one without).
+func TestToolCallCodexDefaultModel(t *testing.T) {
+	t.Parallel()
+	clockOnly := `{"type":"additional_tools","role":"developer","tools":[{"type":"namespace","name":"clock","tools":[{"type":"function","name":"sleep","parameters":{"type":"object","properties":{"duration_ms":{"type":"number"}},"required":["duration_ms"]}}]}]}`
+	for _, tc := range []struct {
+		name, path string
+		h          http.Header
+		tools      string
+		want       toolAnswer // name, namespace, custom, args
+	}{
+		{"codex code mode", codexPath, chatgptHeaders(tokChatGPT), codeModeTools, toolAnswer{name: "exec", namespace: "functions", custom: true, args: codeModeInput}},
+		{"responses code mode", responsesURL, openAIKeyHeaders(keyOpenAI), codeModeTools, toolAnswer{name: "exec", namespace: "functions", custom: true, args: codeModeInput}},
+		{"namespaced function", codexPath, chatgptHeaders(tokChatGPT), clockOnly, toolAnswer{name: "sleep", namespace: "clock", args: `{"duration_ms":1}`}},
+	} {
+		for _, stream := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s stream=%t", tc.name, stream), func(t *testing.T) {
+				t.Parallel()
+				b := setup(t, Config{Script: openAIScript(), Deltas: 5})
+				resp, data := b.call(t, "POST", tc.path, tc.h, codeModeBody(codexDefaultModel, stream, tc.tools, codeModePrompt))
+				if resp.StatusCode != 200 {
+					t.Fatalf("status %d: %s", resp.StatusCode, data)
+				}
+				got := readResponsesTool(t, data, stream)
+				if got.name != tc.want.name || got.namespace != tc.want.namespace || got.custom != tc.want.custom || got.args != tc.want.args {
+					t.Errorf("called %q in %q (custom %t) with %q, want %q in %q (custom %t) with %q",
+						got.name, got.namespace, got.custom, got.args, tc.want.name, tc.want.namespace, tc.want.custom, tc.want.args)
+				}
+				if got.outputTokens != approxTokens(len(got.args)) {
+					t.Errorf("output tokens %d, want %d", got.outputTokens, approxTokens(len(got.args)))
+				}
+			})
+		}
+	}
+}
+
+// TestToolCallAnyModel: whether the first turn of a request offering tools
+// gets a tool call does not depend on the model it names, on any wire.
+func TestToolCallAnyModel(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Script: openAIScript()})
+	for _, model := range []string{gptModel, codexDefaultModel, "claude-opus-4-8", sonnet, "no-such-model"} {
+		for _, tc := range []struct {
+			wire, path string
+			h          http.Header
+			body       string
+		}{
+			{"messages", "/v1/messages", apiKeyHeaders(keyA), toolMessagesBody(false, claudeTools, claudePrompt)},
+			{"codex", codexPath, chatgptHeaders(tokChatGPT), toolResponsesBody(false, codexTools, codexPrompt)},
+			{"codex code mode", codexPath, chatgptHeaders(tokChatGPT), codeModeBody(gptModel, false, codeModeTools, codeModePrompt)},
+			{"responses", responsesURL, openAIKeyHeaders(keyOpenAI), toolResponsesBody(false, codexTools, `"List the files."`)},
+			{"chat", chatURL, openAIKeyHeaders(keyOpenAI), toolChatBody(false, chatTools, chatPrompt)},
+		} {
+			body := strings.Replace(strings.Replace(tc.body, `"`+sonnet+`"`, `"`+model+`"`, 1), `"`+gptModel+`"`, `"`+model+`"`, 1)
+			if !strings.Contains(body, `"model":"`+model+`"`) {
+				t.Fatalf("%s: the body does not name %s: %s", tc.wire, model, body)
+			}
+			resp, data := b.call(t, "POST", tc.path, tc.h, body)
+			if resp.StatusCode != 200 {
+				t.Fatalf("%s, %s: status %d: %s", tc.wire, model, resp.StatusCode, data)
+			}
+			if !isToolAnswer(t, data) {
+				t.Errorf("%s, %s: text, want a tool call: %s", tc.wire, model, data)
+			}
+		}
+	}
+}
+
 // isToolAnswer tells a tool answer from a text one on any wire.
 func isToolAnswer(t *testing.T, data []byte) bool {
 	t.Helper()
 	s := string(data)
-	tool := strings.Contains(s, `"tool_use"`) || strings.Contains(s, `"function_call"`) || strings.Contains(s, `"tool_calls"`)
+	tool := strings.Contains(s, `"tool_use"`) || strings.Contains(s, `"function_call"`) || strings.Contains(s, `"custom_tool_call"`) || strings.Contains(s, `"tool_calls"`)
 	if text := strings.Contains(s, replyText); tool == text {
 		t.Fatalf("neither a tool call nor the text: %s", data)
 	}
@@ -464,6 +592,8 @@ func TestToolCallsPerTurn(t *testing.T) {
 	user := `{"role":"user","content":"List the files."}`
 	asked := `{"role":"assistant","tool_calls":[{"id":"call_1","type":"function","function":{"name":"exec_command","arguments":"{}"}}]}`
 	answered := `{"role":"tool","tool_call_id":"call_1","content":"README.md"}`
+	ccall := `{"type":"custom_tool_call","call_id":"call_1","name":"exec","input":"text(1)"}`
+	coutput := `{"type":"custom_tool_call_output","call_id":"call_1","output":[{"type":"input_text","text":"weir-sim"}]}`
 	for _, tc := range []struct {
 		name, path string
 		h          http.Header
@@ -486,6 +616,10 @@ func TestToolCallsPerTurn(t *testing.T) {
 		{"responses three outputs", responsesURL, openAIKeyHeaders(keyOpenAI), toolResponsesBody(false, codexTools, turn(user, call, output, call, output, call, output)), false},
 		{"responses tool_choice none", responsesURL, openAIKeyHeaders(keyOpenAI), strings.Replace(toolResponsesBody(false, codexTools, codexPrompt), `"auto"`, `"none"`, 1), false},
 		{"responses built-in tools only", responsesURL, openAIKeyHeaders(keyOpenAI), toolResponsesBody(false, `[{"type":"web_search"}]`, codexPrompt), false},
+		{"code mode two outputs", codexPath, chatgptHeaders(tokChatGPT), codeModeBody(codexDefaultModel, false, codeModeTools, codeModePrompt, ccall, coutput, ccall, coutput), true},
+		{"code mode three outputs", codexPath, chatgptHeaders(tokChatGPT), codeModeBody(codexDefaultModel, false, codeModeTools, codeModePrompt, ccall, coutput, ccall, coutput, ccall, coutput), false},
+		{"code mode ends with the assistant", codexPath, chatgptHeaders(tokChatGPT), codeModeBody(codexDefaultModel, false, codeModeTools, codeModePrompt, `{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Hi"}]}`), false},
+		{"additional_tools of built-in tools only", codexPath, chatgptHeaders(tokChatGPT), codeModeBody(codexDefaultModel, false, `{"type":"additional_tools","tools":[{"type":"web_search"}]}`, codeModePrompt), false},
 		{"chat two tool messages", chatURL, openAIKeyHeaders(keyOpenAI), toolChatBody(false, chatTools, turn(user, asked, answered, asked, answered)), true},
 		{"chat three tool messages", chatURL, openAIKeyHeaders(keyOpenAI), toolChatBody(false, chatTools, turn(user, asked, answered, asked, answered, asked, answered)), false},
 	} {
@@ -504,40 +638,59 @@ func TestToolCallsPerTurn(t *testing.T) {
 // TestToolCallsPerTurnContinued: a Responses request that continues an
 // answer by previous_response_id (Codex over its WebSocket) sends only the
 // items since; the turn's earlier results still count, so the turn ends
-// with text after three calls instead of calling tools forever.
+// with text after three calls instead of calling tools forever. The tools
+// that the conversation's input items offered (Codex's additional_tools,
+// sent once) are still offered; top-level tools are sent again each time.
 func TestToolCallsPerTurnContinued(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{Script: openAIScript()})
-	output := `[{"type":"function_call_output","call_id":"call_1","output":"README.md"}]`
-	body := func(prev, input string) string {
-		s := toolResponsesBody(false, codexTools, input)
-		if prev == "" {
-			return s
-		}
-		return strings.Replace(s, `{`, `{"previous_response_id":"`+prev+`",`, 1)
-	}
-	prev := ""
-	input := codexPrompt
-	for i, want := range []bool{true, true, true, false} {
-		resp, data := b.call(t, "POST", responsesURL, openAIKeyHeaders(keyOpenAI), body(prev, input))
-		if resp.StatusCode != 200 {
-			t.Fatalf("request %d: status %d: %s", i+1, resp.StatusCode, data)
-		}
-		if got := isToolAnswer(t, data); got != want {
-			t.Fatalf("request %d: tool call %t, want %t: %s", i+1, got, want, data)
-		}
-		var ro struct {
-			ID string `json:"id"`
-		}
-		if err := json.Unmarshal(data, &ro); err != nil || ro.ID == "" {
-			t.Fatalf("request %d: no response id: %v %s", i+1, err, data)
-		}
-		prev, input = ro.ID, output
-	}
-	// A new prompt on the chain starts a new turn.
-	resp, data := b.call(t, "POST", responsesURL, openAIKeyHeaders(keyOpenAI), body(prev, `[{"role":"user","content":"And now?"}]`))
-	if resp.StatusCode != 200 || !isToolAnswer(t, data) {
-		t.Fatalf("a new prompt after the chain: %d, want a tool call: %s", resp.StatusCode, data)
+	for _, tc := range []struct {
+		name         string
+		first, later func(input string) string
+		output       string
+		tool         string
+	}{
+		{"top-level tools",
+			func(in string) string { return toolResponsesBody(false, codexTools, "["+in+"]") },
+			func(in string) string { return toolResponsesBody(false, codexTools, "["+in+"]") },
+			`{"type":"function_call_output","call_id":"call_1","output":"README.md"}`, `"name":"shell"`},
+		{"tools in the input",
+			func(in string) string { return codeModeBody(codexDefaultModel, false, codeModeTools, in) },
+			func(in string) string { return codeModeBody(codexDefaultModel, false, in) },
+			`{"type":"custom_tool_call_output","call_id":"call_1","output":[{"type":"input_text","text":"weir-sim"}]}`, `"name":"exec"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, Config{Script: openAIScript()})
+			continued := func(prev, body string) string {
+				return strings.Replace(body, `{`, `{"previous_response_id":"`+prev+`",`, 1)
+			}
+			body := tc.first(strings.Trim(codexPrompt, "[]"))
+			for i, want := range []bool{true, true, true, false} {
+				resp, data := b.call(t, "POST", responsesURL, openAIKeyHeaders(keyOpenAI), body)
+				if resp.StatusCode != 200 {
+					t.Fatalf("request %d: status %d: %s", i+1, resp.StatusCode, data)
+				}
+				if got := isToolAnswer(t, data); got != want {
+					t.Fatalf("request %d: tool call %t, want %t: %s", i+1, got, want, data)
+				}
+				if want && !strings.Contains(string(data), tc.tool) {
+					t.Errorf("request %d: not a call of %s: %s", i+1, tc.tool, data)
+				}
+				var ro struct {
+					ID string `json:"id"`
+				}
+				if err := json.Unmarshal(data, &ro); err != nil || ro.ID == "" {
+					t.Fatalf("request %d: no response id: %v %s", i+1, err, data)
+				}
+				body = continued(ro.ID, tc.later(tc.output))
+			}
+			// A new prompt on the chain starts a new turn.
+			body = strings.Replace(body, tc.output, `{"role":"user","content":"And now?"}`, 1)
+			resp, data := b.call(t, "POST", responsesURL, openAIKeyHeaders(keyOpenAI), body)
+			if resp.StatusCode != 200 || !isToolAnswer(t, data) {
+				t.Fatalf("a new prompt after the chain: %d, want a tool call: %s", resp.StatusCode, data)
+			}
+		})
 	}
 }
 
