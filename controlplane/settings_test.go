@@ -273,13 +273,13 @@ func TestUnreachableHoldSetting(t *testing.T) {
 	}
 }
 
-// TestBodyBufferSettings: 1GiB and 256MiB unless configured or set,
+// TestBodyBufferSettings: 1GiB and 128MiB unless configured or set,
 // checked against their range, stored as sizes, audited, and what workers
 // are sent.
 func TestBodyBufferSettings(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	if st := e.getSettings(); st.GetBodyBufferBytes() != 1<<30 || st.GetBodyBufferPerKeyBytes() != 256<<20 {
+	if st := e.getSettings(); st.GetBodyBufferBytes() != 1<<30 || st.GetBodyBufferPerKeyBytes() != 128<<20 {
 		t.Fatalf("defaults %d, %d", st.GetBodyBufferBytes(), st.GetBodyBufferPerKeyBytes())
 	}
 	clock := newClock()

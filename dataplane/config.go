@@ -64,7 +64,8 @@ type Config struct {
 	// worker buffers at once, in all and for one key (bodybudget.go),
 	// until the control plane's body_buffer_bytes and
 	// body_buffer_per_key_bytes settings arrive. Defaults 1 GiB and
-	// 256 MiB.
+	// 128 MiB; the last quarter of the buffer is kept for keys that hold
+	// no body on this worker (bodybudget.go).
 	BodyBuffer       int64
 	BodyBufferPerKey int64
 	// SettingsPoll is how often the worker reads the control plane's

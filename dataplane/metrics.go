@@ -124,9 +124,9 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	})
 	m.bodyRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "weir_dataplane_request_body_buffer_refusals_total",
-		Help: "Requests refused because their body did not fit the worker's body buffer, by scope: key (its key's bound, a 429), worker (the worker's, a 503) or over_bound (the body alone is larger than a bound, a 413).",
+		Help: "Requests refused because their body did not fit the worker's body buffer, by scope: key (its key's bound, a 429), worker (the worker's, a 503), reserve (the key holds other bodies and only the part kept for keys that hold none is left, a 503) or over_bound (the body alone is larger than a bound, a 413).",
 	}, []string{"scope"})
-	for _, k := range []string{"key", "worker", "over_bound"} {
+	for _, k := range []string{"key", "worker", "reserve", "over_bound"} {
 		m.bodyRefused.WithLabelValues(k)
 	}
 	for _, k := range []string{"release", "success"} {

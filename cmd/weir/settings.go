@@ -39,7 +39,7 @@ const settingsUsage = `Usage:
                        request may be retried or is held); past it a request gets a 503 with
                        Retry-After before its body is read (1MiB to 1TiB, default 1GiB)
   body_buffer_per_key_bytes
-                       the same for one key's requests on one worker; past it a 429 (default 256MiB)
+                       the same for one key's requests on one worker; past it a 429 (default 128MiB)
 
 Data planes pick changes up without restart. Every command takes --json,
 --controlplane and --data-dir.
