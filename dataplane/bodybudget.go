@@ -191,6 +191,53 @@ func readReserved(r io.Reader, length, limit int64, h *bodyHold) ([]byte, error)
 	}
 }
 
+// bodyClock bounds the reading of one body (or WebSocket message): each
+// read must bring bytes within idle (BodyIdleTimeout), and the whole body
+// come by end (BodyReadTimeout from the start, never renewed). A body
+// that stopped arriving is cut in seconds; one that trickles, at the
+// overall bound.
+type bodyClock struct {
+	idle, overall time.Duration
+	end           time.Time
+	// idleCut: the deadline set last was the idle one.
+	idleCut bool
+}
+
+func (s *Server) newBodyClock() *bodyClock {
+	return &bodyClock{idle: s.cfg.BodyIdleTimeout, overall: s.cfg.BodyReadTimeout, end: time.Now().Add(s.cfg.BodyReadTimeout)}
+}
+
+// next is the deadline of the next read, from now. Deadlines are the
+// network's, so they are real time, not the injected clock.
+func (c *bodyClock) next() time.Time {
+	d := time.Now().Add(c.idle)
+	if c.idleCut = d.Before(c.end); !c.idleCut {
+		d = c.end
+	}
+	return d
+}
+
+// err is the client's answer to a read that passed its deadline.
+func (c *bodyClock) err() *apiError {
+	if c.idleCut {
+		return errBodyIdle(c.idle)
+	}
+	return errBodyTimeout(c.overall)
+}
+
+// deadlineReader sets the connection's read deadline before each read
+// of the body.
+type deadlineReader struct {
+	r     io.Reader
+	rc    *http.ResponseController
+	clock *bodyClock
+}
+
+func (d *deadlineReader) Read(p []byte) (int, error) {
+	d.rc.SetReadDeadline(d.clock.next()) //nolint:errcheck // supported: set once before it is used
+	return d.r.Read(p)
+}
+
 // bodyBufferRetry is the Retry-After of a body the buffer cannot take
 // now: bodies are let go as requests start their output, within seconds.
 const bodyBufferRetry = 2 * time.Second

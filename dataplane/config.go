@@ -32,10 +32,18 @@ type Config struct {
 	// and is never held whole. Default 64 MiB.
 	MaxResponseBytes int64
 	// BodyReadTimeout bounds reading a request's body once its headers
-	// arrived (the server's ReadHeaderTimeout bounds those): a client that
-	// stalls or trickles gets a 408 instead of holding a handler. It does
-	// not bound the response, however long a stream runs. Default 2m.
+	// arrived (the server's ReadHeaderTimeout bounds those), and a
+	// Responses WebSocket message once its first frame arrived: a client
+	// that trickles gets a 408 instead of holding a handler and its
+	// reserved bytes. It is counted from the start, never renewed, and
+	// does not bound the response, however long a stream runs. Default 2m.
 	BodyReadTimeout time.Duration
+	// BodyIdleTimeout cuts a body (or a WebSocket message) that makes no
+	// progress for this long, within BodyReadTimeout: a client that stops
+	// sending gets a 408 at once rather than at the overall bound. Every
+	// read that brings a byte starts it again. Default 10s; a value above
+	// BodyReadTimeout leaves the overall bound alone.
+	BodyIdleTimeout time.Duration
 	// MaxAttempts caps upstream attempts (across accounts) per request.
 	// Default 5.
 	MaxAttempts int
@@ -138,8 +146,8 @@ func (c *Config) Validate() error {
 	if c.KeyCacheTTL < 0 {
 		return errors.New("dataplane: KeyCacheTTL must not be negative")
 	}
-	if c.RequestDeadline < 0 || c.SettingsPoll < 0 || c.StreamIdleTimeout < 0 || c.BodyReadTimeout < 0 {
-		return errors.New("dataplane: RequestDeadline, SettingsPoll, StreamIdleTimeout and BodyReadTimeout must not be negative")
+	if c.RequestDeadline < 0 || c.SettingsPoll < 0 || c.StreamIdleTimeout < 0 || c.BodyReadTimeout < 0 || c.BodyIdleTimeout < 0 {
+		return errors.New("dataplane: RequestDeadline, SettingsPoll, StreamIdleTimeout, BodyReadTimeout and BodyIdleTimeout must not be negative")
 	}
 	if c.UpstreamHeaderTimeout < 0 {
 		return errors.New("dataplane: UpstreamHeaderTimeout must not be negative")
@@ -159,6 +167,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.BodyReadTimeout == 0 {
 		c.BodyReadTimeout = 2 * time.Minute
+	}
+	if c.BodyIdleTimeout == 0 {
+		c.BodyIdleTimeout = 10 * time.Second
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 5

@@ -634,11 +634,18 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, in *inbound) *
 		return errTooLarge(s.cfg.MaxBodyBytes)
 	}
 	in.hold = &bodyHold{b: s.bodies, key: in.keyHash, lim: s.settings.get().body}
-	// The body has a deadline of its own, lifted once it is read: the
-	// response (a stream may run for many minutes) has none.
+	// The body has deadlines of its own, lifted once it is read: the
+	// response (a stream may run for many minutes) has none. Each read
+	// must bring bytes within the idle timeout, and the whole body come
+	// within the overall one.
 	rc := http.NewResponseController(w)
-	deadline := rc.SetReadDeadline(time.Now().Add(s.cfg.BodyReadTimeout)) == nil
-	body, err := readReserved(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), r.ContentLength, s.cfg.MaxBodyBytes, in.hold)
+	clock := s.newBodyClock()
+	deadline := rc.SetReadDeadline(clock.next()) == nil
+	var rd io.Reader = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	if deadline {
+		rd = &deadlineReader{r: rd, rc: rc, clock: clock}
+	}
+	body, err := readReserved(rd, r.ContentLength, s.cfg.MaxBodyBytes, in.hold)
 	if deadline && err == nil {
 		// After a failed read the deadline stays: net/http reads on to
 		// drain what is left before it answers, and a stalled client
@@ -659,7 +666,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, in *inbound) *
 		case errors.As(err, &tooLarge):
 			return errTooLarge(s.cfg.MaxBodyBytes)
 		case errors.As(err, &netErr) && netErr.Timeout():
-			return errBodyTimeout(s.cfg.BodyReadTimeout)
+			return clock.err()
 		}
 		return errInvalidRequest("could not read the request body")
 	}

@@ -80,8 +80,9 @@ type options struct {
 	// reuses of sequential requests sets it longer: on a loaded machine a
 	// gap between two requests can exceed 100ms.
 	leaseIdle time.Duration
-	// bodyReadTimeout is the workers' BodyReadTimeout; default 2m.
-	bodyReadTimeout time.Duration
+	// bodyReadTimeout and bodyIdleTimeout are the workers'
+	// BodyReadTimeout and BodyIdleTimeout; defaults 2m and 10s.
+	bodyReadTimeout, bodyIdleTimeout time.Duration
 	// streamIdleTimeout and upstreamHeaderTimeout are the workers'
 	// StreamIdleTimeout and UpstreamHeaderTimeout; defaults 3m and 10m.
 	streamIdleTimeout, upstreamHeaderTimeout time.Duration
@@ -360,6 +361,7 @@ func (e *env) newDataplane(cpClient *http.Client) (*dataplane.Server, *httptest.
 		ReportInterval:        e.opts.reportInterval,
 		LeaseIdle:             e.opts.leaseIdle,
 		BodyReadTimeout:       e.opts.bodyReadTimeout,
+		BodyIdleTimeout:       e.opts.bodyIdleTimeout,
 		ControlPlane:          cpClient,
 		StreamIdleTimeout:     e.opts.streamIdleTimeout,
 		UpstreamHeaderTimeout: e.opts.upstreamHeaderTimeout,
