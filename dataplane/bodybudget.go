@@ -169,10 +169,18 @@ func readReserved(r io.Reader, length, limit int64, h *bodyHold) ([]byte, error)
 		}
 		return buf, nil
 	}
+	return readGrowing(r, limit, 0, h)
+}
+
+// readGrowing reads r whole into a buffer that doubles (from
+// chunkedStep) while fewer than slack bytes are free past what it holds,
+// each growth reserved in h before it is made; the old buffer is let go
+// at once. limit is the largest body taken (r refuses more).
+func readGrowing(r io.Reader, limit int64, slack int, h *bodyHold) ([]byte, error) {
 	var buf []byte
 	for {
-		if len(buf) == cap(buf) {
-			next := min(max(2*int64(cap(buf)), chunkedStep), limit+1)
+		if cap(buf)-len(buf) <= slack {
+			next := min(max(2*int64(cap(buf)), chunkedStep), limit+1+int64(slack))
 			if err := h.grow(next - int64(cap(buf))); err != nil {
 				return nil, err
 			}

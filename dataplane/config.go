@@ -44,6 +44,18 @@ type Config struct {
 	// read that brings a byte starts it again. Default 10s; a value above
 	// BodyReadTimeout leaves the overall bound alone.
 	BodyIdleTimeout time.Duration
+	// MaxWebSocketsPerKey bounds the Responses WebSocket connections one
+	// client key holds open on this worker at once; past it the handshake
+	// gets a 429 in the OpenAI format (Codex then speaks HTTP). Each
+	// connection's messages count against the body buffer like HTTP
+	// bodies. Default 32.
+	MaxWebSocketsPerKey int
+	// RefusalInterval is the span over which the worker counts requests
+	// refused before routing (bad keys, rate limits, the body buffer, bad
+	// input), per key and reason, before it reports the count: a flood of
+	// refusals costs the database one row per worker, key, reason and
+	// interval. Default 1m; at least 1s.
+	RefusalInterval time.Duration
 	// MaxAttempts caps upstream attempts (across accounts) per request.
 	// Default 5.
 	MaxAttempts int
@@ -155,6 +167,12 @@ func (c *Config) Validate() error {
 	if c.ReadHeaderTimeout < 0 {
 		return errors.New("dataplane: ReadHeaderTimeout must not be negative")
 	}
+	if c.MaxWebSocketsPerKey < 0 {
+		return errors.New("dataplane: MaxWebSocketsPerKey must not be negative")
+	}
+	if c.RefusalInterval != 0 && c.RefusalInterval < time.Second {
+		return errors.New("dataplane: RefusalInterval must be at least 1s")
+	}
 	return nil
 }
 
@@ -170,6 +188,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.BodyIdleTimeout == 0 {
 		c.BodyIdleTimeout = 10 * time.Second
+	}
+	if c.MaxWebSocketsPerKey == 0 {
+		c.MaxWebSocketsPerKey = 32
+	}
+	if c.RefusalInterval == 0 {
+		c.RefusalInterval = time.Minute
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 5

@@ -144,6 +144,15 @@ type OverloadBreaker struct {
 	ProbedAccounts []uuid.UUID
 }
 
+type RefusalCount struct {
+	IntervalStart time.Time
+	KeyID         uuid.UUID
+	Reason        string
+	WorkerID      string
+	Count         int64
+	RecordedAt    time.Time
+}
+
 type ResetClaim struct {
 	ID         uuid.UUID
 	AccountID  uuid.UUID
