@@ -196,6 +196,7 @@ func (s *Server) readWSMessage(ctx context.Context, c *websocket.Conn, keyHash, 
 		mu.Lock()
 		if !answered {
 			answered = true
+			s.refusals.add(surfaceResp.name, keyID, refusalBodyTimeout)
 			wctx, done := context.WithTimeout(ctx, 5*time.Second)
 			sendAPIError(wctx, c, newRequestID(), clock.err()) //nolint:errcheck // closing anyway
 			done()

@@ -503,9 +503,13 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // worker and surface.
 func (e *env) refusalMetric(reason string) float64 {
 	e.t.Helper()
+	var labels map[string]string
+	if reason != "" { // "": every reason
+		labels = map[string]string{"reason": reason}
+	}
 	var n float64
 	for _, reg := range e.workerRegs {
-		n += metricValue(e.t, reg, "weir_dataplane_refusals_total", map[string]string{"reason": reason})
+		n += metricValue(e.t, reg, "weir_dataplane_refusals_total", labels)
 	}
 	return n
 }
