@@ -86,9 +86,11 @@ type Config struct {
 	BodyBuffer int64
 	// BodyBufferPerKey is the same bound for one client key's requests on
 	// one worker (body_buffer_per_key_bytes); past it the key's request
-	// gets a 429. Default 256MiB, a quarter of the total: one key cannot
-	// take a worker's whole buffer, and a developer's agents (a few MB a
-	// request, tens at once) stay well under it.
+	// gets a 429. Default 128MiB, an eighth of the total: one key, or a
+	// handful, cannot take a worker's whole buffer (the last quarter of it
+	// is kept for keys that hold nothing there, dataplane/bodybudget.go),
+	// and a developer's agents (a few MB a request, tens at once) stay
+	// well under it.
 	// Env: WEIR_BODY_BUFFER_PER_KEY.
 	BodyBufferPerKey int64
 	// Logger defaults to slog.Default().

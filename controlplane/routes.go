@@ -23,8 +23,8 @@ import (
 const (
 	maxRequestIDLen   = 128
 	maxAttemptRecords = 100
-	// maxReasonLen bounds a hold reason and a verdict: one line each.
-	maxReasonLen = 1024
+	// maxLineLen bounds a hold reason and a verdict: one line each.
+	maxLineLen = 1024
 )
 
 // truncateText is s cut to at most n bytes, on a rune boundary.
@@ -209,16 +209,121 @@ func (l leaseService) ReportRoutes(ctx context.Context, req *connect.Request[wei
 	if n := len(req.Msg.Events); n > maxRouteBatch {
 		return nil, invalidf("events: at most %d per call, got %d", maxRouteBatch, n)
 	}
-	if err := l.storeRoutes(ctx, req.Msg.Events); err != nil {
+	if n := len(req.Msg.Refusals); n > maxRouteBatch {
+		return nil, invalidf("refusals: at most %d per call, got %d", maxRouteBatch, n)
+	}
+	refusals, err := refusalColumns(req.Msg.Refusals, l.now())
+	if err != nil {
+		return nil, err
+	}
+	if err := l.storeRoutes(ctx, req.Msg.Events, refusals); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&weirv1.ReportRoutesResponse{}), nil
 }
 
+// Bounds on a refusal count's fields: a worker's id is short, a reason
+// one of its fixed set (a word).
+const (
+	maxWorkerIDLen = 64
+	maxReasonLen   = 32
+)
+
+// refusalColumns checks a batch's refusal counts and lays them out as
+// UpsertRefusalCounts' columns; nil when there are none. Repeats of a
+// row within the batch (one statement cannot update a row twice) keep
+// the larger count, as the upsert does across batches.
+func refusalColumns(counts []*weirv1.RefusalCount, now time.Time) (*db.UpsertRefusalCountsParams, error) {
+	if len(counts) == 0 {
+		return nil, nil
+	}
+	type rowKey struct {
+		start          time.Time
+		key            uuid.UUID
+		reason, worker string
+	}
+	at := map[rowKey]int{}
+	p := &db.UpsertRefusalCountsParams{Now: now}
+	for i, c := range counts {
+		field := fmt.Sprintf("refusals[%d]", i)
+		switch {
+		case c.GetWorkerId() == "" || len(c.GetWorkerId()) > maxWorkerIDLen:
+			return nil, invalidf("%s.worker_id: required, at most %d characters", field, maxWorkerIDLen)
+		case c.GetReason() == "" || len(c.GetReason()) > maxReasonLen:
+			return nil, invalidf("%s.reason: required, at most %d characters", field, maxReasonLen)
+		case c.GetIntervalStart() == nil || c.GetIntervalStart().CheckValid() != nil:
+			return nil, invalidf("%s.interval_start: required", field)
+		case c.GetCount() < 0:
+			return nil, invalidf("%s.count: must not be negative", field)
+		}
+		var key uuid.UUID // the nil uuid: no key known
+		if c.GetKeyId() != "" {
+			id, err := uuid.Parse(c.GetKeyId())
+			if err != nil {
+				return nil, invalidf("%s.key_id: not a key id", field)
+			}
+			key = id
+		}
+		k := rowKey{c.GetIntervalStart().AsTime(), key, c.GetReason(), c.GetWorkerId()}
+		if j, seen := at[k]; seen {
+			p.Counts[j] = max(p.Counts[j], c.GetCount())
+			continue
+		}
+		at[k] = len(p.Counts)
+		p.IntervalStarts = append(p.IntervalStarts, k.start)
+		p.KeyIds = append(p.KeyIds, key)
+		p.Reasons = append(p.Reasons, k.reason)
+		p.WorkerIds = append(p.WorkerIds, k.worker)
+		p.Counts = append(p.Counts, c.GetCount())
+	}
+	return p, nil
+}
+
+// ListRefusals sums the workers' refusal counts.
+func (r routeService) ListRefusals(ctx context.Context, req *connect.Request[weirv1.ListRefusalsRequest]) (*connect.Response[weirv1.ListRefusalsResponse], error) {
+	limit := req.Msg.GetLimit()
+	switch {
+	case limit < 0:
+		return nil, invalidf("limit: must not be negative")
+	case limit == 0:
+		limit = 100
+	case limit > 1000:
+		limit = 1000
+	}
+	since := time.Now().Add(-time.Hour)
+	if s := req.Msg.GetSince(); s != nil {
+		if s.CheckValid() != nil {
+			return nil, invalidf("since: not a valid time")
+		}
+		since = s.AsTime()
+	}
+	p := db.ListRefusalsParams{Since: since, MaxRows: limit}
+	if k := req.Msg.GetKeyId(); k != "" {
+		id, err := uuid.Parse(k)
+		if err != nil {
+			return nil, invalidf("key_id: not a key id")
+		}
+		p.KeyID = uuid.NullUUID{UUID: id, Valid: true}
+	}
+	rows, err := r.q.ListRefusals(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	out := &weirv1.ListRefusalsResponse{Refusals: make([]*weirv1.Refusals, 0, len(rows))}
+	for _, row := range rows {
+		ref := &weirv1.Refusals{IntervalStart: timestamppb.New(row.IntervalStart), Reason: row.Reason, Count: row.Count}
+		if row.KeyID != uuid.Nil {
+			ref.KeyId = row.KeyID.String()
+		}
+		out.Refusals = append(out.Refusals, ref)
+	}
+	return connect.NewResponse(out), nil
+}
+
 // storeRoutes checks every event first (one bad event refuses the call,
 // naming it) and stores them in one transaction: one insert statement for
 // the batch, then one touch per key.
-func (l leaseService) storeRoutes(ctx context.Context, events []*weirv1.RouteEvent) error {
+func (l leaseService) storeRoutes(ctx context.Context, events []*weirv1.RouteEvent, refusals *db.UpsertRefusalCountsParams) error {
 	now := l.now()
 	rows := make([]db.RouteEvent, 0, len(events))
 	keys := map[uuid.UUID]bool{}
@@ -233,10 +338,18 @@ func (l leaseService) storeRoutes(ctx context.Context, events []*weirv1.RouteEve
 		}
 		rows = append(rows, r)
 	}
-	if len(rows) == 0 {
+	if len(rows) == 0 && refusals == nil {
 		return nil
 	}
 	err := l.tx(ctx, func(q *db.Queries) error {
+		if refusals != nil {
+			if err := q.UpsertRefusalCounts(ctx, *refusals); err != nil {
+				return err
+			}
+		}
+		if len(rows) == 0 {
+			return nil
+		}
 		if err := q.InsertRouteEvents(ctx, routeColumns(rows, now, now.Add(l.cfg.LeaseTTL))); err != nil {
 			return err
 		}
@@ -351,10 +464,10 @@ func routeEventParams(field string, e *weirv1.RouteEvent, now time.Time) (db.Rou
 		p.PendingUntil, p.ErrorType = &now, "in_progress"
 		if e.HeldSince != nil && e.NextTryAt != nil {
 			since, next := e.HeldSince.AsTime(), e.NextTryAt.AsTime()
-			p.HeldSince, p.NextTryAt, p.HoldReason = &since, &next, truncateText(e.HoldReason, maxReasonLen)
+			p.HeldSince, p.NextTryAt, p.HoldReason = &since, &next, truncateText(e.HoldReason, maxLineLen)
 		}
 	}
-	p.Verdict = truncateText(e.Verdict, maxReasonLen)
+	p.Verdict = truncateText(e.Verdict, maxLineLen)
 	if e.StartedAt != nil {
 		p.StartedAt = e.StartedAt.AsTime()
 	}

@@ -33,7 +33,7 @@ func BenchmarkStoreRoutes(b *testing.B) {
 							Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Duration: durationpb.New(39 * time.Millisecond)}},
 					}
 				}
-				if err := l.storeRoutes(b.Context(), events); err != nil {
+				if err := l.storeRoutes(b.Context(), events, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -263,3 +263,80 @@ func TestReportRoutesBatch(t *testing.T) {
 		t.Errorf("a batch of %d: %v, want invalid_argument", len(ids), err)
 	}
 }
+
+// TestReportRefusals: refusal counts are stored one row per interval,
+// key, reason and worker; a count sent again (a redelivered batch) or an
+// older, smaller one changes nothing, a larger one replaces it; repeats
+// within a batch are merged; ListRefusals sums the workers' rows, newest
+// interval first, filtered by key.
+func TestReportRefusals(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key, _ := e.createKey("")
+	minute := epoch.Truncate(time.Minute)
+	count := func(worker, keyID, reason string, start time.Time, n int64) *weirv1.RefusalCount {
+		return &weirv1.RefusalCount{WorkerId: worker, KeyId: keyID, Reason: reason, IntervalStart: timestamppb.New(start), Count: n}
+	}
+	send := func(counts ...*weirv1.RefusalCount) error {
+		_, err := e.dp.leases.ReportRoutes(t.Context(), connect.NewRequest(&weirv1.ReportRoutesRequest{Refusals: counts}))
+		return err
+	}
+	batch := []*weirv1.RefusalCount{
+		count("w1", key.Id, "key_rate_limit", minute, 500),
+		count("w2", key.Id, "key_rate_limit", minute, 250),
+		count("w1", "", "invalid_key", minute, 7),
+		count("w1", key.Id, "key_rate_limit", minute.Add(-time.Minute), 40),
+		count("w1", key.Id, "key_rate_limit", minute, 480), // a repeat: the larger stays
+	}
+	for range 2 { // the second time, a redelivery
+		if err := send(batch...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := send(count("w2", key.Id, "key_rate_limit", minute, 100)); err != nil { // older, smaller
+		t.Fatal(err)
+	}
+	var rows int
+	if err := e.pool.QueryRow(t.Context(), "SELECT count(*) FROM refusal_counts").Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 4 {
+		t.Errorf("%d rows, want one per interval, key, reason and worker (4)", rows)
+	}
+	list := func(req *weirv1.ListRefusalsRequest) []*weirv1.Refusals {
+		t.Helper()
+		res, err := e.admin.routes.ListRefusals(t.Context(), connect.NewRequest(req))
+		if err != nil {
+			t.Fatalf("ListRefusals: %v", err)
+		}
+		return res.Msg.Refusals
+	}
+	got := list(&weirv1.ListRefusalsRequest{Since: timestamppb.New(minute.Add(-time.Hour))})
+	want := []string{
+		fmt.Sprintf("%v %s key_rate_limit 750", minute, key.Id),
+		fmt.Sprintf("%v  invalid_key 7", minute),
+		fmt.Sprintf("%v %s key_rate_limit 40", minute.Add(-time.Minute), key.Id),
+	}
+	var have []string
+	for _, r := range got {
+		have = append(have, fmt.Sprintf("%v %s %s %d", r.IntervalStart.AsTime(), r.KeyId, r.Reason, r.Count))
+	}
+	if !slices.Equal(have, want) {
+		t.Errorf("refusals\n got %q\nwant %q", have, want)
+	}
+	if got := list(&weirv1.ListRefusalsRequest{Since: timestamppb.New(minute), KeyId: key.Id}); len(got) != 1 || got[0].Count != 750 {
+		t.Errorf("one key, since the minute: %v", got)
+	}
+	// A bad count refuses the batch, naming it.
+	for _, bad := range []*weirv1.RefusalCount{
+		count("", key.Id, "x", minute, 1),
+		count("w1", "not-a-uuid", "x", minute, 1),
+		count("w1", key.Id, "", minute, 1),
+		{WorkerId: "w1", Reason: "x", Count: 1},
+		count("w1", key.Id, "x", minute, -1),
+	} {
+		if err := send(bad); connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "refusals[0]") {
+			t.Errorf("%v: %v, want invalid_argument naming refusals[0]", bad, err)
+		}
+	}
+}

@@ -79,6 +79,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 			Now:        cfg.Now,
 			LeaseGrace: 10 * time.Minute,
 			LeaseTTL:   cfg.LeaseTTL,
+			Retention:  s.RouteRetention,
 			SessionTTL: cfg.SessionTTL,
 			Usage:      s,
 			Tokens:     s,

@@ -30,11 +30,12 @@ const (
 	settingMeteredAccounts   = "metered_accounts"
 	settingBodyBuffer        = "body_buffer_bytes"
 	settingBodyBufferPerKey  = "body_buffer_per_key_bytes"
+	settingRouteRetention    = "route_events_retention"
 )
 
 // settingNames are the fields UpdateSettings takes, as errors list them.
 const settingNames = "capacity_hold, unreachable_hold, request_deadline, quota_response_mode, metered_accounts, " +
-	"body_buffer_bytes or body_buffer_per_key_bytes"
+	"body_buffer_bytes, body_buffer_per_key_bytes or route_events_retention"
 
 // settingsActor names who changes settings in the audit: the admin token
 // is the one credential allowed to.
@@ -62,6 +63,17 @@ const (
 const (
 	minBodyBuffer = 1 << 20
 	maxBodyBuffer = 1 << 40
+)
+
+// Route events (and refusal counts) are kept route_events_retention, 30
+// days unless an operator says otherwise: long enough to explain last
+// month's requests, short enough that the table stays a bounded size
+// (jobs/retention.go deletes what is older). Under an hour would delete
+// what an operator is still looking into; ten years is forever.
+const (
+	defaultRouteRetention = 30 * 24 * time.Hour
+	minRouteRetention     = time.Hour
+	maxRouteRetention     = 10 * 365 * 24 * time.Hour
 )
 
 type settingsService struct {
@@ -125,6 +137,12 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 			value = d.String()
 		case settingRequestDeadline:
 			d, err := durationSetting("settings.request_deadline", m.GetSettings().GetRequestDeadline(), minRequestDeadline, maxRequestDeadline)
+			if err != nil {
+				return nil, err
+			}
+			value = d.String()
+		case settingRouteRetention:
+			d, err := durationSetting("settings.route_events_retention", m.GetSettings().GetRouteEventsRetention(), minRouteRetention, maxRouteRetention)
 			if err != nil {
 				return nil, err
 			}
@@ -194,7 +212,8 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 		"capacity_hold", st.CapacityHold.AsDuration(), "unreachable_hold", st.UnreachableHold.AsDuration(),
 		"request_deadline", st.RequestDeadline.AsDuration(),
 		"quota_response_mode", enumName(st.QuotaResponseMode), "metered_accounts", enumName(st.MeteredAccounts),
-		"body_buffer_bytes", st.BodyBufferBytes, "body_buffer_per_key_bytes", st.BodyBufferPerKeyBytes)
+		"body_buffer_bytes", st.BodyBufferBytes, "body_buffer_per_key_bytes", st.BodyBufferPerKeyBytes,
+		"route_events_retention", st.RouteEventsRetention.AsDuration())
 	return connect.NewResponse(&weirv1.UpdateSettingsResponse{Settings: st}), nil
 }
 
@@ -221,7 +240,7 @@ func (ss settingsSource) effective(ctx context.Context) (*weirv1.Settings, error
 // rolling upgrade. A value it cannot read is an error rather than a silent
 // fall back to a default the operator did not choose.
 func (ss settingsSource) from(rows []db.Setting) (*weirv1.Settings, error) {
-	hold, unreachable, deadline := ss.capacityHold, ss.unreachableHold, ss.requestDeadline
+	hold, unreachable, deadline, retention := ss.capacityHold, ss.unreachableHold, ss.requestDeadline, defaultRouteRetention
 	mode := weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE
 	metered := weirv1.MeteredAccounts_METERED_ACCOUNTS_NORMAL
 	bodyBuffer, bodyBufferPerKey := ss.bodyBuffer, ss.bodyBufferPerKey
@@ -235,6 +254,8 @@ func (ss settingsSource) from(rows []db.Setting) (*weirv1.Settings, error) {
 			dst, lo, hi = &unreachable, 0, maxCapacityHold
 		case settingRequestDeadline:
 			dst, lo, hi = &deadline, minRequestDeadline, maxRequestDeadline
+		case settingRouteRetention:
+			dst, lo, hi = &retention, minRouteRetention, maxRouteRetention
 		case settingQuotaResponseMode:
 			m, ok := quotamode.Parse(r.Value)
 			if !ok {
@@ -278,7 +299,17 @@ func (ss settingsSource) from(rows []db.Setting) (*weirv1.Settings, error) {
 	}
 	return &weirv1.Settings{CapacityHold: durationpb.New(hold), UnreachableHold: durationpb.New(unreachable),
 		RequestDeadline: durationpb.New(deadline), QuotaResponseMode: mode, MeteredAccounts: metered,
-		BodyBufferBytes: bodyBuffer, BodyBufferPerKeyBytes: bodyBufferPerKey}, nil
+		BodyBufferBytes: bodyBuffer, BodyBufferPerKeyBytes: bodyBufferPerKey, RouteEventsRetention: durationpb.New(retention)}, nil
+}
+
+// RouteRetention is the route_events_retention setting in effect (the
+// retention job's, jobs.Deps.RouteRetention).
+func (s *Server) RouteRetention(ctx context.Context) (time.Duration, error) {
+	st, err := s.settings.effective(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return st.GetRouteEventsRetention().AsDuration(), nil
 }
 
 // meteredModes are the values metered_accounts takes, globally and per key.

@@ -273,13 +273,13 @@ func TestUnreachableHoldSetting(t *testing.T) {
 	}
 }
 
-// TestBodyBufferSettings: 1GiB and 256MiB unless configured or set,
+// TestBodyBufferSettings: 1GiB and 128MiB unless configured or set,
 // checked against their range, stored as sizes, audited, and what workers
 // are sent.
 func TestBodyBufferSettings(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	if st := e.getSettings(); st.GetBodyBufferBytes() != 1<<30 || st.GetBodyBufferPerKeyBytes() != 256<<20 {
+	if st := e.getSettings(); st.GetBodyBufferBytes() != 1<<30 || st.GetBodyBufferPerKeyBytes() != 128<<20 {
 		t.Fatalf("defaults %d, %d", st.GetBodyBufferBytes(), st.GetBodyBufferPerKeyBytes())
 	}
 	clock := newClock()
@@ -304,6 +304,33 @@ func TestBodyBufferSettings(t *testing.T) {
 		t.Fatalf("WorkerSettings: %v, %v", ws, err)
 	}
 	if n := e.count(`SELECT count(*) FROM setting_changes WHERE name = 'body_buffer_bytes' AND new_value = '2GiB'`); n != 1 {
+		t.Errorf("%d audit rows for the change", n)
+	}
+}
+
+// TestRouteRetentionSetting: 30 days unless set, checked against its
+// range (1h to ten years), stored as a duration, audited, and what the
+// retention job reads.
+func TestRouteRetentionSetting(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	if st := e.getSettings(); st.GetRouteEventsRetention().AsDuration() != 30*24*time.Hour {
+		t.Fatalf("default %v", st.GetRouteEventsRetention().AsDuration())
+	}
+	for _, bad := range []time.Duration{0, 59 * time.Minute, 10*365*24*time.Hour + time.Hour} {
+		_, err := e.updateSettings(&weirv1.Settings{RouteEventsRetention: durationpb.New(bad)}, "route_events_retention")
+		if ce := wantCode(t, err, connect.CodeInvalidArgument); !strings.Contains(ce.Message(), "settings.route_events_retention") {
+			t.Errorf("%v: %v", bad, ce)
+		}
+	}
+	got, err := e.updateSettings(&weirv1.Settings{RouteEventsRetention: durationpb.New(7 * 24 * time.Hour)}, "route_events_retention")
+	if err != nil || got.GetRouteEventsRetention().AsDuration() != 7*24*time.Hour {
+		t.Fatalf("UpdateSettings: %v, %v", got, err)
+	}
+	if d, err := e.srv.RouteRetention(t.Context()); err != nil || d != 7*24*time.Hour {
+		t.Errorf("RouteRetention: %v, %v", d, err)
+	}
+	if n := e.count(`SELECT count(*) FROM setting_changes WHERE name = 'route_events_retention' AND new_value = '168h0m0s'`); n != 1 {
 		t.Errorf("%d audit rows for the change", n)
 	}
 }

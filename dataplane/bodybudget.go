@@ -20,10 +20,33 @@ import (
 // every body's bytes are reserved before they are read, against a bound
 // for the whole worker (body_buffer_bytes) and one for each client key
 // (body_buffer_per_key_bytes): a body with a Content-Length reserves it
-// up front, a chunked one grows its reservation with its buffer. A
-// request that does not fit is refused before its bytes are read: 429
-// when its key holds too much, 503 when the worker does; nothing is
-// leased for it.
+// up front, a chunked one (and a Responses WebSocket message) grows its
+// reservation with its buffer. A request that does not fit is refused
+// before its bytes are read: 429 when its key holds too much, 503 when
+// the worker does; nothing is leased for it.
+//
+// The rule, with T = body_buffer_bytes and K = body_buffer_per_key_bytes:
+//
+//   - one key holds at most K (default T/8), so a single key takes an
+//     eighth of the worker, never all of it;
+//   - the last T/reserveShare of the buffer (a quarter: 256 MiB of the
+//     default 1 GiB) is kept for keys that hold nothing on this worker:
+//     a request whose key already holds other bytes may reserve only while
+//     the total stays within T - T/4, the shared part. A key that holds
+//     nothing may use all of T, so its first body fits while bodies of
+//     other keys fill the shared part.
+//
+// Filling the shared part then takes (T - T/4)/K keys (6 at the
+// defaults), and filling the reserve on top of it one more key per body
+// it holds, each taking at most one body (T/4 ÷ the 32 MiB body limit: 8
+// keys): a handful of keys cannot shut every other client out, and a key
+// that holds nothing is refused only when the whole buffer is full.
+// The per-key bound may exceed the total (an operator's setting): the
+// smaller applies, and the reserve rule still holds.
+
+// reserveShare is the fraction (1/reserveShare) of the worker's buffer
+// kept for keys that hold nothing.
+const reserveShare = 4
 
 // bodyBudget is the worker's account of reserved body bytes.
 type bodyBudget struct {
@@ -43,7 +66,7 @@ type bodyLimits struct{ total, perKey int64 }
 
 // errBodyBuffer refuses a body that does not fit now.
 type errBodyBuffer struct {
-	scope string // "key" or "worker"
+	scope string // "key", "worker" or "reserve"
 	limit int64
 }
 
@@ -64,13 +87,19 @@ func (b *bodyBudget) reserve(key string, had, n int64, lim bodyLimits) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch k := b.perKey[key]; {
+	k := b.perKey[key]
+	shared := lim.total - lim.total/reserveShare
+	switch {
 	case k+n > lim.perKey:
 		b.refuse.WithLabelValues("key").Inc()
 		return &errBodyBuffer{scope: "key", limit: lim.perKey}
 	case b.total+n > lim.total:
 		b.refuse.WithLabelValues("worker").Inc()
 		return &errBodyBuffer{scope: "worker", limit: lim.total}
+	case k > had && b.total+n > shared:
+		// The key holds other bodies: the reserve is not for it.
+		b.refuse.WithLabelValues("reserve").Inc()
+		return &errBodyBuffer{scope: "reserve", limit: shared}
 	}
 	b.total += n
 	b.perKey[key] += n
@@ -140,10 +169,18 @@ func readReserved(r io.Reader, length, limit int64, h *bodyHold) ([]byte, error)
 		}
 		return buf, nil
 	}
+	return readGrowing(r, limit, 0, h)
+}
+
+// readGrowing reads r whole into a buffer that doubles (from
+// chunkedStep) while fewer than slack bytes are free past what it holds,
+// each growth reserved in h before it is made; the old buffer is let go
+// at once. limit is the largest body taken (r refuses more).
+func readGrowing(r io.Reader, limit int64, slack int, h *bodyHold) ([]byte, error) {
 	var buf []byte
 	for {
-		if len(buf) == cap(buf) {
-			next := min(max(2*int64(cap(buf)), chunkedStep), limit+1)
+		if cap(buf)-len(buf) <= slack {
+			next := min(max(2*int64(cap(buf)), chunkedStep), limit+1+int64(slack))
 			if err := h.grow(next - int64(cap(buf))); err != nil {
 				return nil, err
 			}
@@ -160,6 +197,53 @@ func readReserved(r io.Reader, length, limit int64, h *bodyHold) ([]byte, error)
 			return nil, err
 		}
 	}
+}
+
+// bodyClock bounds the reading of one body (or WebSocket message): each
+// read must bring bytes within idle (BodyIdleTimeout), and the whole body
+// come by end (BodyReadTimeout from the start, never renewed). A body
+// that stopped arriving is cut in seconds; one that trickles, at the
+// overall bound.
+type bodyClock struct {
+	idle, overall time.Duration
+	end           time.Time
+	// idleCut: the deadline set last was the idle one.
+	idleCut bool
+}
+
+func (s *Server) newBodyClock() *bodyClock {
+	return &bodyClock{idle: s.cfg.BodyIdleTimeout, overall: s.cfg.BodyReadTimeout, end: time.Now().Add(s.cfg.BodyReadTimeout)}
+}
+
+// next is the deadline of the next read, from now. Deadlines are the
+// network's, so they are real time, not the injected clock.
+func (c *bodyClock) next() time.Time {
+	d := time.Now().Add(c.idle)
+	if c.idleCut = d.Before(c.end); !c.idleCut {
+		d = c.end
+	}
+	return d
+}
+
+// err is the client's answer to a read that passed its deadline.
+func (c *bodyClock) err() *apiError {
+	if c.idleCut {
+		return errBodyIdle(c.idle)
+	}
+	return errBodyTimeout(c.overall)
+}
+
+// deadlineReader sets the connection's read deadline before each read
+// of the body.
+type deadlineReader struct {
+	r     io.Reader
+	rc    *http.ResponseController
+	clock *bodyClock
+}
+
+func (d *deadlineReader) Read(p []byte) (int, error) {
+	d.rc.SetReadDeadline(d.clock.next()) //nolint:errcheck // supported: set once before it is used
+	return d.r.Read(p)
 }
 
 // bodyBufferRetry is the Retry-After of a body the buffer cannot take
@@ -181,6 +265,11 @@ func bodyBufferError(err error) *apiError {
 		return &apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "rate_limit_exceeded",
 			retryAfter: bodyBufferRetry, message: fmt.Sprintf("weir: this weir key's requests already hold %d bytes of request bodies "+
 				"on this worker, its bound; retry in %ss. It is weir's bound, not the provider's.", full.limit, retryAfterSeconds(bodyBufferRetry))}
+	case full.scope == "reserve":
+		return &apiError{status: http.StatusServiceUnavailable, typ: "overloaded_error", code: "server_is_overloaded",
+			retryAfter: bodyBufferRetry, message: fmt.Sprintf("weir: this worker already holds %d bytes of request bodies of keys "+
+				"that hold some, its bound for them (the rest is kept for keys that hold none); retry in %ss",
+				full.limit, retryAfterSeconds(bodyBufferRetry))}
 	}
 	return &apiError{status: http.StatusServiceUnavailable, typ: "overloaded_error", code: "server_is_overloaded",
 		retryAfter: bodyBufferRetry, message: fmt.Sprintf("weir: this worker already holds %d bytes of request bodies, "+

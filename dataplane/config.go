@@ -32,10 +32,30 @@ type Config struct {
 	// and is never held whole. Default 64 MiB.
 	MaxResponseBytes int64
 	// BodyReadTimeout bounds reading a request's body once its headers
-	// arrived (the server's ReadHeaderTimeout bounds those): a client that
-	// stalls or trickles gets a 408 instead of holding a handler. It does
-	// not bound the response, however long a stream runs. Default 2m.
+	// arrived (the server's ReadHeaderTimeout bounds those), and a
+	// Responses WebSocket message once its first frame arrived: a client
+	// that trickles gets a 408 instead of holding a handler and its
+	// reserved bytes. It is counted from the start, never renewed, and
+	// does not bound the response, however long a stream runs. Default 2m.
 	BodyReadTimeout time.Duration
+	// BodyIdleTimeout cuts a body (or a WebSocket message) that makes no
+	// progress for this long, within BodyReadTimeout: a client that stops
+	// sending gets a 408 at once rather than at the overall bound. Every
+	// read that brings a byte starts it again. Default 10s; a value above
+	// BodyReadTimeout leaves the overall bound alone.
+	BodyIdleTimeout time.Duration
+	// MaxWebSocketsPerKey bounds the Responses WebSocket connections one
+	// client key holds open on this worker at once; past it the handshake
+	// gets a 429 in the OpenAI format (Codex then speaks HTTP). Each
+	// connection's messages count against the body buffer like HTTP
+	// bodies. Default 32.
+	MaxWebSocketsPerKey int
+	// RefusalInterval is the span over which the worker counts requests
+	// refused before routing (bad keys, rate limits, the body buffer, bad
+	// input), per key and reason, before it reports the count: a flood of
+	// refusals costs the database one row per worker, key, reason and
+	// interval. Default 1m; at least 1s.
+	RefusalInterval time.Duration
 	// MaxAttempts caps upstream attempts (across accounts) per request.
 	// Default 5.
 	MaxAttempts int
@@ -64,7 +84,8 @@ type Config struct {
 	// worker buffers at once, in all and for one key (bodybudget.go),
 	// until the control plane's body_buffer_bytes and
 	// body_buffer_per_key_bytes settings arrive. Defaults 1 GiB and
-	// 256 MiB.
+	// 128 MiB; the last quarter of the buffer is kept for keys that hold
+	// no body on this worker (bodybudget.go).
 	BodyBuffer       int64
 	BodyBufferPerKey int64
 	// SettingsPoll is how often the worker reads the control plane's
@@ -137,14 +158,20 @@ func (c *Config) Validate() error {
 	if c.KeyCacheTTL < 0 {
 		return errors.New("dataplane: KeyCacheTTL must not be negative")
 	}
-	if c.RequestDeadline < 0 || c.SettingsPoll < 0 || c.StreamIdleTimeout < 0 || c.BodyReadTimeout < 0 {
-		return errors.New("dataplane: RequestDeadline, SettingsPoll, StreamIdleTimeout and BodyReadTimeout must not be negative")
+	if c.RequestDeadline < 0 || c.SettingsPoll < 0 || c.StreamIdleTimeout < 0 || c.BodyReadTimeout < 0 || c.BodyIdleTimeout < 0 {
+		return errors.New("dataplane: RequestDeadline, SettingsPoll, StreamIdleTimeout, BodyReadTimeout and BodyIdleTimeout must not be negative")
 	}
 	if c.UpstreamHeaderTimeout < 0 {
 		return errors.New("dataplane: UpstreamHeaderTimeout must not be negative")
 	}
 	if c.ReadHeaderTimeout < 0 {
 		return errors.New("dataplane: ReadHeaderTimeout must not be negative")
+	}
+	if c.MaxWebSocketsPerKey < 0 {
+		return errors.New("dataplane: MaxWebSocketsPerKey must not be negative")
+	}
+	if c.RefusalInterval != 0 && c.RefusalInterval < time.Second {
+		return errors.New("dataplane: RefusalInterval must be at least 1s")
 	}
 	return nil
 }
@@ -158,6 +185,15 @@ func (c *Config) setDefaults() {
 	}
 	if c.BodyReadTimeout == 0 {
 		c.BodyReadTimeout = 2 * time.Minute
+	}
+	if c.BodyIdleTimeout == 0 {
+		c.BodyIdleTimeout = 10 * time.Second
+	}
+	if c.MaxWebSocketsPerKey == 0 {
+		c.MaxWebSocketsPerKey = 32
+	}
+	if c.RefusalInterval == 0 {
+		c.RefusalInterval = time.Minute
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 5

@@ -40,6 +40,12 @@ func errBodyTimeout(limit time.Duration) *apiError {
 		message: "request body not received within " + limit.String(), retryAfter: time.Second}
 }
 
+// errBodyIdle answers a client whose body stopped arriving.
+func errBodyIdle(idle time.Duration) *apiError {
+	return &apiError{status: http.StatusRequestTimeout, typ: "request_timeout",
+		message: "request body stopped arriving: nothing received for " + idle.String(), retryAfter: time.Second}
+}
+
 func errTooLarge(limit int64) *apiError {
 	size := strconv.FormatInt(limit, 10) + " bytes"
 	if limit >= 1<<20 && limit%(1<<20) == 0 {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -21,7 +22,7 @@ import (
 // without an Acquire.
 func (s *Server) admitModel(in *inbound, k verifiedKey) *apiError {
 	if !modelpattern.Match(k.allowedModels, in.model) {
-		in.outcome = outcomeModelForbidden
+		in.outcome, in.refusal = outcomeModelForbidden, refusalModelForbidden
 		return errModelNotAllowed(in.model)
 	}
 	return nil
@@ -32,25 +33,76 @@ func (s *Server) admitModel(in *inbound, k verifiedKey) *apiError {
 // worker's memory with bodies it may not send. A key with a limit takes
 // one token per request from the control plane's bucket, shared by every
 // worker; a key without one costs nothing here.
+//
+// A refusal says when the key's next request is admitted; until then the
+// worker refuses the key's requests itself (limitedKeys), without asking:
+// a client hammering past its limit costs the control plane one call per
+// retry-after, not one per request.
 func (s *Server) admitKey(ctx context.Context, in *inbound, k verifiedKey) *apiError {
 	if k.ratePerMinute == 0 {
 		return nil
+	}
+	now := s.cfg.Now()
+	if until, perMinute, ok := s.limited.until(in.keyHash, now); ok {
+		in.outcome, in.refusal = outcomeKeyRateLimited, refusalKeyRateLimit
+		return errKeyRateLimited(perMinute, until.Sub(now))
 	}
 	resp, err := s.leases.TakeRequestToken(ctx, connect.NewRequest(&weirv1.TakeRequestTokenRequest{KeyHash: in.keyHash}))
 	switch {
 	case connect.CodeOf(err) == connect.CodePermissionDenied:
 		s.keys.forget(in.keyHash)
-		in.outcome = outcomeUnauthenticated
+		in.outcome, in.refusal = outcomeUnauthenticated, refusalInvalidKey
 		return errAuthentication("invalid API key")
 	case err != nil:
-		s.cfg.Logger.WarnContext(ctx, "take request token failed", "request_id", in.requestID, "err", err)
-		in.outcome = outcomeUnavailable
+		if ctx.Err() == nil {
+			s.cfg.Logger.WarnContext(ctx, "take request token failed", "request_id", in.requestID, "err", err)
+		}
+		in.outcome, in.refusal = outcomeUnavailable, refusalControlPlane
 		return errControlPlane()
 	case !resp.Msg.Admitted:
-		in.outcome = outcomeKeyRateLimited
-		return errKeyRateLimited(resp.Msg.RateLimitPerMinute, resp.Msg.RetryAfter.AsDuration())
+		in.outcome, in.refusal = outcomeKeyRateLimited, refusalKeyRateLimit
+		wait := resp.Msg.RetryAfter.AsDuration()
+		s.limited.set(in.keyHash, now.Add(wait), resp.Msg.RateLimitPerMinute)
+		return errKeyRateLimited(resp.Msg.RateLimitPerMinute, wait)
 	}
 	return nil
+}
+
+// limitedKeys are the keys whose rate limit refused a request, until
+// when the control plane said their next request is admitted. Only
+// verified keys with a limit are in it; an entry goes when it is past.
+type limitedKeys struct {
+	mu sync.Mutex
+	m  map[string]limitedKey // by key hash
+}
+
+type limitedKey struct {
+	until     time.Time
+	perMinute int32
+}
+
+func (l *limitedKeys) until(key string, now time.Time) (time.Time, int32, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.m[key]
+	if ok && !now.Before(e.until) {
+		delete(l.m, key)
+		ok = false
+	}
+	return e.until, e.perMinute, ok
+}
+
+// clear forgets every entry: a key changed (its limit lifted, say).
+func (l *limitedKeys) clear() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	clear(l.m)
+}
+
+func (l *limitedKeys) set(key string, until time.Time, perMinute int32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.m[key] = limitedKey{until: until, perMinute: perMinute}
 }
 
 // errModelNotAllowed names the model, never the key.

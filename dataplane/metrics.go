@@ -29,6 +29,7 @@ type metrics struct {
 	// The body buffer (bodybudget.go).
 	bodyBuffered prometheus.Gauge
 	bodyRefused  *prometheus.CounterVec
+	refusals     *prometheus.CounterVec
 }
 
 // Request outcomes: how a client request ended, one fixed set.
@@ -124,9 +125,18 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	})
 	m.bodyRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "weir_dataplane_request_body_buffer_refusals_total",
-		Help: "Requests refused because their body did not fit the worker's body buffer, by scope: key (its key's bound, a 429), worker (the worker's, a 503) or over_bound (the body alone is larger than a bound, a 413).",
+		Help: "Requests refused because their body did not fit the worker's body buffer, by scope: key (its key's bound, a 429), worker (the worker's, a 503), reserve (the key holds other bodies and only the part kept for keys that hold none is left, a 503) or over_bound (the body alone is larger than a bound, a 413).",
 	}, []string{"scope"})
-	for _, k := range []string{"key", "worker", "over_bound"} {
+	m.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "weir_dataplane_refusals_total",
+		Help: "Requests refused before routing (no account leased, no route event: counted per key and reason in the control plane's refusal counts), by surface and reason (missing_key, invalid_key, unverified, bad_request, key_rate_limit, control_plane, body_buffer, body_too_large, body_timeout, invalid_body, model_forbidden, websocket_limit, canceled).",
+	}, []string{"surface", "reason"})
+	for _, sf := range surfaceNames {
+		for _, r := range refusalReasons {
+			m.refusals.WithLabelValues(sf, r)
+		}
+	}
+	for _, k := range []string{"key", "worker", "reserve", "over_bound"} {
 		m.bodyRefused.WithLabelValues(k)
 	}
 	for _, k := range []string{"release", "success"} {
@@ -154,7 +164,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	}
 	reg.MustRegister(m.requests, m.attempts, m.ttfb, m.routesDropped, m.holds, m.holdSeconds, m.usageLimits, m.meteredSpills,
 		m.leasePool, m.poolReady, m.poolEvents,
-		m.reportsDropped, m.redelivered, m.bodyBuffered, m.bodyRefused,
+		m.reportsDropped, m.redelivered, m.bodyBuffered, m.bodyRefused, m.refusals,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

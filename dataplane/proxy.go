@@ -53,6 +53,10 @@ type inbound struct {
 	// spilledTo is the provider of the last attempt's account when its
 	// lease was a spill to a metered account; "" otherwise.
 	spilledTo string
+	// routed: the request reached routing (it is recorded by a route
+	// event); else it was refused, for refusal (refusals.go).
+	routed  bool
+	refusal string
 }
 
 // letGo drops the body once nothing will replay it, and gives its
@@ -93,11 +97,12 @@ func (s *Server) proxyHandler(sf surface) http.HandlerFunc {
 		if rec.SpilledToMetered = in.spilledTo != "" && outcome == outcomeSuccess; rec.SpilledToMetered {
 			s.metrics.meteredSpills.WithLabelValues(in.spilledTo, surface).Inc()
 		}
-		if in.keyID != "" || in.unverified {
-			// Unauthenticated noise is not a route; it would only flood the
-			// table. A key that could not be checked is not noise.
-			s.reporter.report(rec)
+		if !in.routed {
+			// Refused before routing: counted, not recorded one by one.
+			s.refusals.add(surface, in.keyID, refusalReason(in, r))
+			return
 		}
+		s.reporter.report(rec)
 	}
 }
 
@@ -107,6 +112,12 @@ func (s *Server) proxyHandler(sf surface) http.HandlerFunc {
 // gets to), the model allowlist after (it needs the model).
 func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *weirv1.RouteEvent) {
 	defer in.letGo()
+	refuse := func(reason string, apiErr *apiError) {
+		if in.refusal == "" {
+			in.refusal = reason
+		}
+		writeError(w, in.sf.wire, in.requestID, apiErr)
+	}
 	unread := r.ContentLength != 0 && r.ProtoMajor == 1
 	if unread {
 		// An answer before the body was read whole closes the connection:
@@ -118,50 +129,60 @@ func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *wei
 	ctx := r.Context()
 	secret := clientKey(r)
 	if secret == "" {
-		writeError(w, in.sf.wire, in.requestID, errAuthentication("missing API key: send your weir key as x-api-key or Authorization: Bearer"))
+		refuse(refusalMissingKey, errAuthentication("missing API key: send your weir key as x-api-key or Authorization: Bearer"))
 		return
 	}
 	if apiErr := checkHeaders(r); apiErr != nil {
-		writeError(w, in.sf.wire, in.requestID, apiErr)
+		refuse(refusalBadRequest, apiErr)
 		return
 	}
 	in.keyHash = hashKey(secret)
 	key, err := s.keys.verify(ctx, in.keyHash)
 	if err != nil {
 		if errors.Is(err, errKeyRejected) {
-			writeError(w, in.sf.wire, in.requestID, errAuthentication("invalid API key"))
+			refuse(refusalInvalidKey, errAuthentication("invalid API key"))
 		} else {
-			s.cfg.Logger.WarnContext(ctx, "verify key failed", "request_id", in.requestID, "err", err)
+			if ctx.Err() == nil {
+				s.cfg.Logger.WarnContext(ctx, "verify key failed", "request_id", in.requestID, "err", err)
+			}
 			in.outcome = outcomeUnavailable
-			// The key may well be valid: the request is recorded (with no
+			// The key may well be valid: the refusal is counted (with no
 			// key) so that an outage's refusals are not missing.
 			in.unverified = true
-			apiErr := errControlPlane()
-			rec.ErrorType, rec.FailureStage = apiErr.typ, weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT
-			writeError(w, in.sf.wire, in.requestID, apiErr)
+			refuse(refusalUnverified, errControlPlane())
 		}
 		return
 	}
 	in.keyID, in.allowedModels = key.id, key.allowedModels
 	rec.KeyId = key.id
 	if apiErr := s.admitKey(ctx, in, key); apiErr != nil {
-		rec.ErrorType = apiErr.typ
-		rec.FailureStage = weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT
-		writeError(w, in.sf.wire, in.requestID, apiErr)
+		refuse(refusalKeyRateLimit, apiErr)
 		return
 	}
 	if apiErr := s.readBody(w, r, in); apiErr != nil {
-		writeError(w, in.sf.wire, in.requestID, apiErr)
+		refuse(refusalInvalidBody, apiErr)
 		return
 	}
 	rec.Model, rec.Stream = in.model, in.stream
 	if apiErr := s.admitModel(in, key); apiErr != nil {
-		rec.ErrorType = apiErr.typ
-		rec.FailureStage = weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT
-		writeError(w, in.sf.wire, in.requestID, apiErr)
+		refuse(refusalModelForbidden, apiErr)
 		return
 	}
+	in.routed = true
 	s.route(ctx, w, r, in, rec)
+}
+
+// refusalReason is why a request was refused before routing: the reason
+// serve gave, unless the client had left first (a canceled check, an
+// HTTP/2 stream reset).
+func refusalReason(in *inbound, r *http.Request) string {
+	if r.Context().Err() != nil && (in.refusal == refusalControlPlane || in.refusal == refusalUnverified || in.refusal == "") {
+		return refusalCanceled
+	}
+	if in.refusal == "" {
+		return refusalBadRequest
+	}
+	return in.refusal
 }
 
 // routing is one request's state across rounds and holds.
@@ -667,38 +688,14 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, in *inbound) *
 		return nil
 	}
 	if r.ContentLength > s.cfg.MaxBodyBytes {
+		in.refusal = refusalBodyTooLarge
 		return errTooLarge(s.cfg.MaxBodyBytes)
 	}
-	in.hold = &bodyHold{b: s.bodies, key: in.keyHash, lim: s.settings.get().body}
-	// The body has a deadline of its own, lifted once it is read: the
-	// response (a stream may run for many minutes) has none.
-	rc := http.NewResponseController(w)
-	deadline := rc.SetReadDeadline(time.Now().Add(s.cfg.BodyReadTimeout)) == nil
-	body, err := readReserved(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), r.ContentLength, s.cfg.MaxBodyBytes, in.hold)
-	if deadline && err == nil {
-		// After a failed read the deadline stays: net/http reads on to
-		// drain what is left before it answers, and a stalled client
-		// would hold that read (and its answer) forever.
-		rc.SetReadDeadline(time.Time{}) //nolint:errcheck // set above, so supported
+	body, apiErr := s.bodyOf(w, r, in)
+	if apiErr != nil {
+		return apiErr
 	}
-	if err == nil {
-		w.Header().Del("Connection") // read whole: the connection may serve on (serve)
-	}
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		var netErr net.Error
-		if apiErr := bodyBufferError(err); apiErr != nil {
-			in.outcome = outcomeBodyBuffer
-			return apiErr
-		}
-		switch {
-		case errors.As(err, &tooLarge):
-			return errTooLarge(s.cfg.MaxBodyBytes)
-		case errors.As(err, &netErr) && netErr.Timeout():
-			return errBodyTimeout(s.cfg.BodyReadTimeout)
-		}
-		return errInvalidRequest("could not read the request body")
-	}
+	w.Header().Del("Connection") // read whole: the connection may serve on (serve)
 	if !utf8.Valid(body) {
 		// JSON is UTF-8; the upstream would refuse it after an account was
 		// leased and a round trip spent (encoding/json would not: it turns
@@ -725,6 +722,53 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, in *inbound) *
 	in.body, in.model, in.stream = body, *head.model, head.stream
 	in.session = sessionKey(r, in.sf, head.userID, head.promptCacheKey)
 	return nil
+}
+
+// bodyOf reads the request's body, each byte reserved first in the body
+// buffer (bodybudget.go), within the body timeouts; a Responses WebSocket
+// message's body comes read and reserved already (websocket.go).
+func (s *Server) bodyOf(w http.ResponseWriter, r *http.Request, in *inbound) ([]byte, *apiError) {
+	if pre, ok := r.Context().Value(wsPrereadKey{}).(*wsPreread); ok {
+		in.hold = pre.hold
+		return pre.body, nil
+	}
+	in.hold = &bodyHold{b: s.bodies, key: in.keyHash, lim: s.settings.get().body}
+	// The body has deadlines of its own, lifted once it is read: the
+	// response (a stream may run for many minutes) has none. Each read
+	// must bring bytes within the idle timeout, and the whole body come
+	// within the overall one.
+	rc := http.NewResponseController(w)
+	clock := s.newBodyClock()
+	deadline := rc.SetReadDeadline(clock.next()) == nil
+	var rd io.Reader = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	if deadline {
+		rd = &deadlineReader{r: rd, rc: rc, clock: clock}
+	}
+	body, err := readReserved(rd, r.ContentLength, s.cfg.MaxBodyBytes, in.hold)
+	if deadline && err == nil {
+		// After a failed read the deadline stays: net/http reads on to
+		// drain what is left before it answers, and a stalled client
+		// would hold that read (and its answer) forever.
+		rc.SetReadDeadline(time.Time{}) //nolint:errcheck // set above, so supported
+	}
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		var netErr net.Error
+		if apiErr := bodyBufferError(err); apiErr != nil {
+			in.outcome, in.refusal = outcomeBodyBuffer, refusalBodyBuffer
+			return nil, apiErr
+		}
+		switch {
+		case errors.As(err, &tooLarge):
+			in.refusal = refusalBodyTooLarge
+			return nil, errTooLarge(s.cfg.MaxBodyBytes)
+		case errors.As(err, &netErr) && netErr.Timeout():
+			in.refusal = refusalBodyTimeout
+			return nil, clock.err()
+		}
+		return nil, errInvalidRequest("could not read the request body")
+	}
+	return body, nil
 }
 
 // sessionKey is the conversation's affinity key: Claude Code's session id

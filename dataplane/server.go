@@ -35,7 +35,14 @@ type Server struct {
 	settings *settingsPoller
 	metrics  *metrics
 	bodies   *bodyBudget
-	tracer   trace.Tracer
+	// sockets counts each key's Responses WebSocket connections.
+	sockets *socketCount
+	// refusals counts the requests refused before routing (refusals.go).
+	refusals *refusalCounter
+	// limited remembers, per key hash, until when its rate limit refuses
+	// (keylimits.go).
+	limited *limitedKeys
+	tracer  trace.Tracer
 }
 
 // New builds a worker.
@@ -68,9 +75,15 @@ func New(cfg Config) (*Server, error) {
 		keeper:  newKeeper(leases, pending.reported, cfg.Logger),
 		metrics: m,
 		bodies:  newBodyBudget(m),
+		sockets: &socketCount{m: map[string]int{}},
+		limited: &limitedKeys{m: map[string]limitedKey{}},
 		tracer:  telemetry.TracerProvider(cfg.TracerProvider).Tracer(tracerName),
 	}
-	s.pool = newLeasePool(leases, cfg.Logger, cfg.Now, cfg.Sleep, m, cfg.LeaseIdle, cfg.ReportInterval, s.keys.forgetAll)
+	s.refusals = newRefusalCounter(cfg.RefusalInterval, cfg.Now, m.refusals, s.reporter.reportRefusals)
+	s.pool = newLeasePool(leases, cfg.Logger, cfg.Now, cfg.Sleep, m, cfg.LeaseIdle, cfg.ReportInterval, func() {
+		s.keys.forgetAll()
+		s.limited.clear()
+	})
 	s.settings = newSettingsPoller(s)
 	return s, nil
 }
@@ -195,5 +208,6 @@ func (s *Server) Close(ctx context.Context) {
 	s.settings.close()
 	s.pool.close()
 	s.keeper.close()
+	s.refusals.close()
 	s.reporter.close(ctx)
 }

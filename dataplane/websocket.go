@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/coder/websocket"
 )
@@ -35,62 +38,91 @@ func isWebSocket(r *http.Request) bool {
 var wsHandshakeHeaders = []string{"Upgrade", "Connection", "Sec-Websocket-Key", "Sec-Websocket-Version",
 	"Sec-Websocket-Extensions", "Sec-Websocket-Protocol"}
 
+// A connection's messages are bounded like HTTP bodies: each is read
+// frame by frame into a buffer whose every growth is reserved first in
+// the worker's body buffer (bodybudget.go), under the handshake's key,
+// within the idle and overall body timeouts (bodyClock); the reservation
+// is the request's and is let go with its body. A message the buffer
+// cannot take is answered (429, 503 or 413, as a wrapped error event)
+// at once and the rest of it read and dropped, so the connection serves
+// on; one that stops arriving is answered 408 and the connection closed.
+// A connection holds at most two messages: one in service and the next,
+// read meanwhile. And one key may hold at most MaxWebSocketsPerKey
+// connections on a worker: past it the handshake gets a 429.
+
 // serveResponsesWebSocket runs one Responses WebSocket connection.
 func (s *Server) serveResponsesWebSocket(w http.ResponseWriter, r *http.Request) {
 	requestID := newRequestID()
+	refuse := func(reason string, apiErr *apiError, keyID string) {
+		s.refusals.add(surfaceResp.name, keyID, reason)
+		writeError(w, wireOpenAI, requestID, apiErr)
+	}
 	// The key is checked before the upgrade, so that a client with a wrong
 	// key gets a plain 401 it can show, not a socket that closes.
 	secret := clientKey(r)
 	if secret == "" {
-		writeError(w, wireOpenAI, requestID, errAuthentication("missing API key: send your weir key as Authorization: Bearer"))
+		refuse(refusalMissingKey, errAuthentication("missing API key: send your weir key as Authorization: Bearer"), "")
 		return
 	}
-	if _, err := s.keys.verify(r.Context(), hashKey(secret)); err != nil {
+	keyHash := hashKey(secret)
+	key, err := s.keys.verify(r.Context(), keyHash)
+	if err != nil {
 		if errors.Is(err, errKeyRejected) {
-			writeError(w, wireOpenAI, requestID, errAuthentication("invalid API key"))
+			refuse(refusalInvalidKey, errAuthentication("invalid API key"), "")
 		} else {
-			writeError(w, wireOpenAI, requestID, errControlPlane())
+			refuse(refusalUnverified, errControlPlane(), "")
 		}
 		return
 	}
 	// The handshake's headers go with every request made over the
 	// connection: refused once, before the upgrade, as a plain answer.
 	if apiErr := checkHeaders(r); apiErr != nil {
-		writeError(w, wireOpenAI, requestID, apiErr)
+		refuse(refusalBadRequest, apiErr, key.id)
 		return
 	}
+	if !s.sockets.open(keyHash, s.cfg.MaxWebSocketsPerKey) {
+		refuse(refusalWebSocketLimit, errTooManySockets(s.cfg.MaxWebSocketsPerKey), key.id)
+		return
+	}
+	defer s.sockets.close(keyHash)
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		// Agents connect from anywhere they run; the key, not the origin,
 		// is what authenticates.
 		InsecureSkipVerify: true,
-		CompressionMode:    websocket.CompressionContextTakeover,
+		// Without context takeover a connection keeps no compressor of its
+		// own between messages (with it, a 1.2 MB flate writer and a 32 KB
+		// window for its whole life): what it compresses is the events
+		// weir sends, most of them deltas too small to compress anyway.
+		CompressionMode: websocket.CompressionNoContextTakeover,
 	})
 	if err != nil {
 		return // Accept has answered the client
 	}
 	defer c.CloseNow() //nolint:errcheck // best effort
+	// The library's own bound on a message, past which it closes the
+	// connection (1009); the body buffer bounds what is held.
 	c.SetReadLimit(s.cfg.MaxBodyBytes)
 
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	// One reader for the connection's life: it notices a client that left
-	// while a response is under way (and cancels it), and queues the next
+	// while a response is under way (and cancels it), and reads the next
 	// request meanwhile.
-	msgs := make(chan []byte)
+	msgs := make(chan wsMessage)
 	go func() {
 		defer cancel()
 		for {
-			typ, data, err := c.Read(ctx)
-			if err != nil {
+			msg, ok := s.readWSMessage(ctx, c, keyHash, key.id)
+			if !ok {
 				return
 			}
-			if typ != websocket.MessageText {
-				c.Close(websocket.StatusUnsupportedData, "text messages only") //nolint:errcheck // closing
-				return
+			if msg.data == nil {
+				continue // refused, answered already
 			}
 			select {
-			case msgs <- data:
+			case msgs <- msg:
 			case <-ctx.Done():
+				msg.hold.release()
 				return
 			}
 		}
@@ -116,18 +148,154 @@ func (s *Server) serveResponsesWebSocket(w http.ResponseWriter, r *http.Request)
 		case <-ctx.Done():
 			c.Close(websocket.StatusNormalClosure, "") //nolint:errcheck // closing
 			return
-		case data := <-msgs:
-			if !s.serveWebSocketMessage(ctx, c, r, header, data) {
+		case msg := <-msgs:
+			ok := s.serveWebSocketMessage(ctx, c, r, header, msg)
+			msg.hold.release()
+			if !ok {
 				return
 			}
 		}
 	}
 }
 
+// wsMessage is one message read whole, with its reservation.
+type wsMessage struct {
+	data []byte
+	hold *bodyHold
+}
+
+// wsSlack is the room a message's buffer keeps past its bytes for the
+// envelope's rewrite into the POST body (wsRequestBody), done in place.
+const wsSlack = len(`,"stream":true}`)
+
+// readWSMessage reads the connection's next message against the body
+// buffer; false when the connection is done (the client left or closed,
+// a message too large for the library, or one that stopped arriving,
+// answered 408 first). A message the buffer refused is answered here, at
+// once, and comes back without data.
+func (s *Server) readWSMessage(ctx context.Context, c *websocket.Conn, keyHash, keyID string) (wsMessage, bool) {
+	// The wait for a message has no timeout (a connection idles between
+	// turns); its bytes, once the first frame came, have the body's.
+	mctx, cut := context.WithCancel(ctx)
+	defer cut()
+	typ, rd, err := c.Reader(mctx)
+	if err != nil {
+		return wsMessage{}, false
+	}
+	if typ != websocket.MessageText {
+		c.Close(websocket.StatusUnsupportedData, "text messages only") //nolint:errcheck // closing
+		return wsMessage{}, false
+	}
+	clock := s.newBodyClock()
+	var mu sync.Mutex
+	answered := false
+	timer := time.AfterFunc(time.Until(clock.next()), func() {
+		// Stopped arriving, or trickled past the overall bound: answer,
+		// then cut the read, which closes the connection (a message half
+		// read leaves nothing to serve on).
+		mu.Lock()
+		if !answered {
+			answered = true
+			s.refusals.add(surfaceResp.name, keyID, refusalBodyTimeout)
+			wctx, done := context.WithTimeout(ctx, 5*time.Second)
+			sendAPIError(wctx, c, newRequestID(), clock.err()) //nolint:errcheck // closing anyway
+			done()
+		}
+		mu.Unlock()
+		cut()
+	})
+	defer timer.Stop()
+	pr := &progressReader{r: rd, progress: func() { timer.Reset(time.Until(clock.next())) }}
+	hold := &bodyHold{b: s.bodies, key: keyHash, lim: s.settings.get().body}
+	data, err := readGrowing(pr, s.cfg.MaxBodyBytes, wsSlack, hold)
+	mu.Lock()
+	late := answered // the timer fired as the last bytes came
+	answered = true
+	mu.Unlock()
+	if apiErr := bodyBufferError(err); apiErr != nil && !late {
+		hold.release()
+		// Answered at once; the rest of the message is read and dropped
+		// (within the same timeouts, no byte kept), so that the
+		// connection serves on.
+		s.refusals.add(surfaceResp.name, keyID, refusalBodyBuffer)
+		if sendAPIError(ctx, c, newRequestID(), apiErr) != nil {
+			return wsMessage{}, false
+		}
+		if _, err := io.Copy(io.Discard, pr); err != nil {
+			return wsMessage{}, false
+		}
+		return wsMessage{}, true
+	}
+	if err != nil || late {
+		hold.release()
+		return wsMessage{}, false
+	}
+	return wsMessage{data: data, hold: hold}, true
+}
+
+// progressReader calls progress after each read that brought bytes.
+type progressReader struct {
+	r        io.Reader
+	progress func()
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.progress()
+	}
+	return n, err
+}
+
+// errTooManySockets refuses a handshake past the key's connection bound.
+func errTooManySockets(limit int) *apiError {
+	return &apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "rate_limit_exceeded",
+		retryAfter: wsRetry, message: fmt.Sprintf("weir: this weir key already has %d Responses WebSocket connections open "+
+			"on this worker, its bound; close one, or send the request over HTTP. It is weir's bound, not the provider's.", limit)}
+}
+
+// wsRetry is the Retry-After of a refused handshake: connections close
+// as their sessions end.
+const wsRetry = 5 * time.Second
+
+// socketCount counts each key's open WebSocket connections.
+type socketCount struct {
+	mu sync.Mutex
+	m  map[string]int // by key hash
+}
+
+// open takes one of key's limit connections; false when none is left.
+func (sc *socketCount) open(key string, limit int) bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.m[key] >= limit {
+		return false
+	}
+	sc.m[key]++
+	return true
+}
+
+func (sc *socketCount) close(key string) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.m[key]--; sc.m[key] <= 0 {
+		delete(sc.m, key)
+	}
+}
+
+// wsPrereadKey carries a message's body, already read and reserved, to
+// readBody (proxy.go), which takes it instead of reading a body.
+type wsPrereadKey struct{}
+
+type wsPreread struct {
+	body []byte
+	hold *bodyHold
+}
+
 // serveWebSocketMessage serves one response.create; false ends the
 // connection.
-func (s *Server) serveWebSocketMessage(ctx context.Context, c *websocket.Conn, r *http.Request, header http.Header, data []byte) bool {
-	body, model, warmup, err := wsRequestBody(data)
+func (s *Server) serveWebSocketMessage(ctx context.Context, c *websocket.Conn, r *http.Request, header http.Header, msg wsMessage) bool {
+	body, model, warmup, err := wsRequestBody(msg.data)
 	if err != nil {
 		return sendWSError(ctx, c, http.StatusBadRequest, map[string]any{
 			"type": "invalid_request_error", "message": err.Error(), "param": nil, "code": nil}, nil) == nil
@@ -135,10 +303,12 @@ func (s *Server) serveWebSocketMessage(ctx context.Context, c *websocket.Conn, r
 	if warmup {
 		return sendWarmup(ctx, c, model) == nil
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL.Path, bytes.NewReader(body))
+	pctx := context.WithValue(ctx, wsPrereadKey{}, &wsPreread{body: body, hold: msg.hold})
+	req, err := http.NewRequestWithContext(pctx, http.MethodPost, r.URL.Path, http.NoBody)
 	if err != nil {
 		return false
 	}
+	req.ContentLength = int64(len(body))
 	req.Header = header.Clone()
 	req.Header.Set("Content-Type", "application/json")
 	req.RemoteAddr, req.Host = r.RemoteAddr, r.Host
@@ -150,9 +320,19 @@ func (s *Server) serveWebSocketMessage(ctx context.Context, c *websocket.Conn, r
 	return ctx.Err() == nil
 }
 
+// sendAPIError sends weir's own error as a wrapped error event, in the
+// OpenAI format a POST would have got.
+func sendAPIError(ctx context.Context, c *websocket.Conn, requestID string, e *apiError) error {
+	ww := &wsResponseWriter{ctx: ctx, c: c, header: http.Header{}}
+	writeError(ww, wireOpenAI, requestID, e)
+	return ww.finish()
+}
+
 // wsRequestBody turns a response.create message into the POST body: the
 // same top-level fields, less the envelope, streamed. warmup is a message
-// with "generate": false, which only prepares a connection.
+// with "generate": false, which only prepares a connection. The body is
+// made in data's own buffer (wsSlack past its end is room enough), so a
+// message costs no second copy of itself.
 func wsRequestBody(data []byte) (body []byte, model string, warmup bool, err error) {
 	// The envelope's fields are read exactly, as readBody reads the body's
 	// (jsonhead.go): a second "type" or a "Generate" could mean one thing
@@ -186,15 +366,99 @@ func wsRequestBody(data []byte) (body []byte, model string, warmup bool, err err
 	if generate != nil && !*generate {
 		return nil, model, true, nil
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(data, &fields); err != nil {
-		return nil, "", false, errors.New("message is not valid JSON")
+	return withoutEnvelope(data), model, false, nil
+}
+
+// withoutEnvelope rewrites data, a JSON object scanTop accepted, in
+// place: its members less type, stream_id and stream, then
+// "stream":true. The members keep their order and bytes. Each kept
+// member moves left or stays (it was preceded by at least the '{' or ','
+// the output writes), so the copy never overtakes what it reads; the
+// one tail it adds may pass data's end by wsSlack at most.
+func withoutEnvelope(data []byte) []byte {
+	out := data[:0]
+	i := bytes.IndexByte(data, '{') + 1
+	for {
+		i = skipSpace(data, i)
+		if i >= len(data) || data[i] == '}' {
+			break
+		}
+		start := i
+		keyEnd := stringEnd(data, i)
+		var key string
+		if err := json.Unmarshal(data[start:keyEnd], &key); err != nil {
+			key = "" // scanTop read it; cannot happen
+		}
+		i = valueEnd(data, skipSpace(data, skipSpace(data, keyEnd)+1))
+		member := data[start:i]
+		i = skipSpace(data, i)
+		if i < len(data) && data[i] == ',' {
+			i++
+		}
+		if key == "type" || key == "stream_id" || key == "stream" {
+			continue
+		}
+		if len(out) == 0 {
+			out = append(out, '{')
+		} else {
+			out = append(out, ',')
+		}
+		out = append(out, member...) // a forward copy within the same array
 	}
-	delete(fields, "type")
-	delete(fields, "stream_id")
-	fields["stream"] = json.RawMessage("true")
-	body, err = json.Marshal(fields)
-	return body, model, false, err
+	if len(out) == 0 {
+		return append(out, `{"stream":true}`...)
+	}
+	return append(out, `,"stream":true}`...)
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// stringEnd is the index past the JSON string that starts at b[i].
+func stringEnd(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// valueEnd is the index past the JSON value that starts at b[i].
+func valueEnd(b []byte, i int) int {
+	depth := 0
+	for i < len(b) {
+		switch b[i] {
+		case '"':
+			i = stringEnd(b, i)
+			if depth == 0 {
+				return i
+			}
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i // the enclosing object's end
+			}
+			if depth--; depth == 0 {
+				return i + 1
+			}
+		case ',', ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return i
+			}
+		}
+		i++
+	}
+	return i
 }
 
 // sendWarmup answers a "generate": false message (Codex sends one to

@@ -4,6 +4,7 @@
 package jobs
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -37,6 +38,10 @@ type Deps struct {
 	// Creds checks that sealed credentials open with the current
 	// key, for the integrity check; nil leaves that check out.
 	Creds CredentialChecker
+	// Retention reads how long route events and refusal counts are kept
+	// (the route_events_retention setting); nil leaves the retention job
+	// out.
+	Retention func(ctx context.Context) (time.Duration, error)
 	// Findings counts the integrity check's findings (a metrics hook:
 	// kind, repaired|reported, how many); nil counts nothing.
 	Findings func(kind, action string, n int)
@@ -71,6 +76,12 @@ func Register(workers *river.Workers, d Deps) []*river.PeriodicJob {
 		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(BankedResetInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return BankedResetArgs{}, nil }, nil))
 	}
+	if d.Retention != nil {
+		river.AddWorker(workers, &RetentionWorker{deps: d})
+		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(RetentionInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return RetentionArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true}))
+	}
 	if d.Tokens != nil {
 		river.AddWorker(workers, &TokenRefreshWorker{deps: d})
 		// On start too: a token may have expired while no replica ran.
@@ -86,6 +97,6 @@ func Register(workers *river.Workers, d Deps) []*river.PeriodicJob {
 func Kinds() []string {
 	return []string{
 		LeaseReaperArgs{}.Kind(), UsageSnapshotArgs{}.Kind(), IntegrityArgs{}.Kind(),
-		UsagePollArgs{}.Kind(), BankedResetArgs{}.Kind(), TokenRefreshArgs{}.Kind(),
+		UsagePollArgs{}.Kind(), BankedResetArgs{}.Kind(), TokenRefreshArgs{}.Kind(), RetentionArgs{}.Kind(),
 	}
 }

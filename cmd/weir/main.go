@@ -83,7 +83,7 @@ var commands = []command{
 	{name: "accounts", synopsis: "add|import|set|list|get|pause|resume|rm|usage|grants|claim-grant", summary: "manage upstream accounts", run: runAccounts, operator: true},
 	{name: "login", synopsis: "claude|codex", summary: "sign in to an account and add it to the pool", run: runLogin, operator: true},
 	{name: "keys", synopsis: "create|update|list|revoke", summary: "manage client API keys", run: runKeys, operator: true},
-	{name: "routes", synopsis: "[--limit N] [--held]", summary: "recent requests and where they went; --held: the requests held now", run: runRoutes, operator: true},
+	{name: "routes", synopsis: "[--limit N] [--held | --refusals]", summary: "recent requests and where they went, the ones held now, or the refused ones' counts", run: runRoutes, operator: true},
 	{name: "explain", synopsis: "REQUEST_ID", summary: "one request's attempts and holds", run: runExplain, operator: true},
 	{name: "settings", synopsis: "get|set|history [KEY=VALUE ...]", summary: "runtime settings: holds, deadline, quota answers, metered accounts, body buffer", run: runSettings, operator: true},
 	{name: "aliases", synopsis: "list|set|rm", summary: "model aliases (an alias → concrete models)", run: runAliases, operator: true},

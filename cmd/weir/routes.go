@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
@@ -19,12 +20,17 @@ func runRoutes(ctx context.Context, args []string, e env) error {
 	limit := fs.Int("limit", 20, "how many, newest first (max 1000)")
 	account := fs.String("account", "", "only requests served by this account (id or label)")
 	held := fs.Bool("held", false, "only requests held now: since when, why, attempts so far and the next try")
+	refusals := fs.Bool("refusals", false, "requests refused before routing instead (bad keys, rate limits, body buffer, bad input): counts per minute, key and reason")
+	since := fs.Duration("since", time.Hour, "with --refusals: the last DURATION")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	c, err := af.clients()
 	if err != nil {
 		return err
+	}
+	if *refusals {
+		return printRefusals(ctx, c, e, af.json, *limit, *since)
 	}
 	resp, err := c.routes.ListRouteEvents(ctx, connect.NewRequest(&weirv1.ListRouteEventsRequest{Limit: int32(*limit), AccountId: *account, HeldOnly: *held}))
 	if err != nil {
@@ -79,6 +85,39 @@ func nextTry(r *weirv1.RouteEvent, now time.Time) string {
 		return "in " + roundDuration(d).String()
 	}
 	return "now"
+}
+
+// printRefusals lists the refusal counts (RouteService.ListRefusals):
+// refused requests leave no route event, only these.
+func printRefusals(ctx context.Context, c *clients, e env, asJSON bool, limit int, since time.Duration) error {
+	if since <= 0 {
+		return fmt.Errorf("weir routes: --since must be positive")
+	}
+	now := time.Now()
+	resp, err := c.routes.ListRefusals(ctx, connect.NewRequest(&weirv1.ListRefusalsRequest{
+		Since: timestamppb.New(now.Add(-since)), Limit: int32(limit)}))
+	if err != nil {
+		return rpcError("list refusals", err)
+	}
+	if asJSON {
+		return printJSON(e.stdout, resp.Msg)
+	}
+	keys := map[string]string{}
+	if r, err := c.keys.ListKeys(ctx, connect.NewRequest(&weirv1.ListKeysRequest{IncludeRevoked: true})); err == nil {
+		for _, k := range r.Msg.Keys {
+			keys[k.Id] = k.Name
+		}
+	}
+	tw := table(e.stdout)
+	fmt.Fprintln(tw, "INTERVAL\tKEY\tREASON\tREFUSED")
+	for _, r := range resp.Msg.Refusals {
+		key := "(none)"
+		if r.KeyId != "" {
+			key = accountName(keys, r.KeyId)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", ago(r.IntervalStart, now), key, r.Reason, r.Count)
+	}
+	return tw.Flush()
 }
 
 // accountName prefers an account's label; a deleted account shows its id.

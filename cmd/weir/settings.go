@@ -39,7 +39,9 @@ const settingsUsage = `Usage:
                        request may be retried or is held); past it a request gets a 503 with
                        Retry-After before its body is read (1MiB to 1TiB, default 1GiB)
   body_buffer_per_key_bytes
-                       the same for one key's requests on one worker; past it a 429 (default 256MiB)
+                       the same for one key's requests on one worker; past it a 429 (default 128MiB)
+  route_events_retention
+                       how long route events and refusal counts are kept (1h to 87600h, default 720h)
 
 Data planes pick changes up without restart. Every command takes --json,
 --controlplane and --data-dir.
@@ -48,7 +50,7 @@ Data planes pick changes up without restart. Every command takes --json,
 // settingKeys are the names `weir settings set` accepts, as the API's
 // update_mask spells them.
 var settingKeys = []string{"capacity_hold", "unreachable_hold", "request_deadline", "quota_response_mode", "metered_accounts",
-	"body_buffer_bytes", "body_buffer_per_key_bytes"}
+	"body_buffer_bytes", "body_buffer_per_key_bytes", "route_events_retention"}
 
 func runSettings(ctx context.Context, args []string, e env) error {
 	if len(args) == 0 {
@@ -163,6 +165,8 @@ func settingsUpdate(pairs []string) (*weirv1.UpdateSettingsRequest, error) {
 			dst = &req.Settings.UnreachableHold
 		case "request_deadline":
 			dst = &req.Settings.RequestDeadline
+		case "route_events_retention":
+			dst = &req.Settings.RouteEventsRetention
 		case "quota_response_mode":
 			m, ok := quotamode.Parse(value)
 			if !ok {
@@ -218,6 +222,9 @@ func printSettings(w io.Writer, st *weirv1.Settings) error {
 	fmt.Fprintf(tw, "metered_accounts\t%s\n", meteredName(st.GetMeteredAccounts()))
 	fmt.Fprintf(tw, "body_buffer_bytes\t%s\n", bytesize.Format(st.GetBodyBufferBytes()))
 	fmt.Fprintf(tw, "body_buffer_per_key_bytes\t%s\n", bytesize.Format(st.GetBodyBufferPerKeyBytes()))
+	if r := st.GetRouteEventsRetention(); r != nil { // nil: a control plane older than the setting
+		fmt.Fprintf(tw, "route_events_retention\t%s\n", shortDuration(r.AsDuration()))
+	}
 	return tw.Flush()
 }
 

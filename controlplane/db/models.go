@@ -146,6 +146,15 @@ type OverloadBreaker struct {
 	ProbeEveryMs   int32
 }
 
+type RefusalCount struct {
+	IntervalStart time.Time
+	KeyID         uuid.UUID
+	Reason        string
+	WorkerID      string
+	Count         int64
+	RecordedAt    time.Time
+}
+
 type ResetClaim struct {
 	ID         uuid.UUID
 	AccountID  uuid.UUID

@@ -33,6 +33,60 @@ func (q *Queries) CloseLostRequests(ctx context.Context, now time.Time) (int64, 
 	return closed, err
 }
 
+const deleteRefusalCountsBefore = `-- name: DeleteRefusalCountsBefore :one
+WITH doomed AS (
+    SELECT interval_start, key_id, reason, worker_id FROM refusal_counts
+    WHERE interval_start < $1::timestamptz
+    ORDER BY interval_start
+    LIMIT $2
+), gone AS (
+    DELETE FROM refusal_counts r USING doomed d
+    WHERE r.interval_start = d.interval_start AND r.key_id = d.key_id AND r.reason = d.reason AND r.worker_id = d.worker_id
+    RETURNING 1
+)
+SELECT count(*)::bigint AS deleted FROM gone
+`
+
+type DeleteRefusalCountsBeforeParams struct {
+	Before time.Time
+	Batch  int32
+}
+
+// The same for refusal counts of intervals that started before @before.
+func (q *Queries) DeleteRefusalCountsBefore(ctx context.Context, arg DeleteRefusalCountsBeforeParams) (int64, error) {
+	row := q.db.QueryRow(ctx, deleteRefusalCountsBefore, arg.Before, arg.Batch)
+	var deleted int64
+	err := row.Scan(&deleted)
+	return deleted, err
+}
+
+const deleteRouteEventsBefore = `-- name: DeleteRouteEventsBefore :one
+WITH doomed AS (
+    SELECT id FROM route_events
+    WHERE recorded_at < $1::timestamptz AND pending_until IS NULL
+    ORDER BY recorded_at
+    LIMIT $2
+), gone AS (
+    DELETE FROM route_events r USING doomed d WHERE r.id = d.id RETURNING 1
+)
+SELECT count(*)::bigint AS deleted FROM gone
+`
+
+type DeleteRouteEventsBeforeParams struct {
+	Before time.Time
+	Batch  int32
+}
+
+// Retention (jobs/retention.go): at most @batch finished route events
+// recorded before @before, oldest first; returns how many went. Pending
+// events (requests in progress) stay.
+func (q *Queries) DeleteRouteEventsBefore(ctx context.Context, arg DeleteRouteEventsBeforeParams) (int64, error) {
+	row := q.db.QueryRow(ctx, deleteRouteEventsBefore, arg.Before, arg.Batch)
+	var deleted int64
+	err := row.Scan(&deleted)
+	return deleted, err
+}
+
 const getRouteEvent = `-- name: GetRouteEvent :one
 SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until, held_since, hold_reason, next_try_at, verdict FROM route_events WHERE request_id = $1 ORDER BY id DESC LIMIT 1
 `
@@ -192,6 +246,55 @@ func (q *Queries) InsertRouteEvents(ctx context.Context, arg InsertRouteEventsPa
 	return err
 }
 
+const listRefusals = `-- name: ListRefusals :many
+SELECT interval_start, key_id, reason, sum(count)::bigint AS count
+FROM refusal_counts
+WHERE interval_start >= $1::timestamptz
+  AND ($2::uuid IS NULL OR key_id = $2)
+GROUP BY interval_start, key_id, reason
+ORDER BY interval_start DESC, sum(count) DESC, reason
+LIMIT $3
+`
+
+type ListRefusalsParams struct {
+	Since   time.Time
+	KeyID   uuid.NullUUID
+	MaxRows int32
+}
+
+type ListRefusalsRow struct {
+	IntervalStart time.Time
+	KeyID         uuid.UUID
+	Reason        string
+	Count         int64
+}
+
+// Every worker's refusals summed by interval, key and reason.
+func (q *Queries) ListRefusals(ctx context.Context, arg ListRefusalsParams) ([]ListRefusalsRow, error) {
+	rows, err := q.db.Query(ctx, listRefusals, arg.Since, arg.KeyID, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ListRefusalsRow{}
+	for rows.Next() {
+		var i ListRefusalsRow
+		if err := rows.Scan(
+			&i.IntervalStart,
+			&i.KeyID,
+			&i.Reason,
+			&i.Count,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listRouteEvents = `-- name: ListRouteEvents :many
 SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until, held_since, hold_reason, next_try_at, verdict FROM route_events
 WHERE ($1::uuid IS NULL OR account_id = $1)
@@ -274,5 +377,40 @@ type RenewPendingRoutesParams struct {
 // worker that serves them renews them with its leases).
 func (q *Queries) RenewPendingRoutes(ctx context.Context, arg RenewPendingRoutesParams) error {
 	_, err := q.db.Exec(ctx, renewPendingRoutes, arg.Until, arg.RequestIds)
+	return err
+}
+
+const upsertRefusalCounts = `-- name: UpsertRefusalCounts :exec
+INSERT INTO refusal_counts (interval_start, key_id, reason, worker_id, count, recorded_at)
+SELECT r.interval_start, r.key_id, r.reason, r.worker_id, r.count, $1::timestamptz
+FROM ROWS FROM (
+    unnest($2::timestamptz[]), unnest($3::uuid[]), unnest($4::text[]),
+    unnest($5::text[]), unnest($6::bigint[])
+) AS r(interval_start, key_id, reason, worker_id, count)
+ON CONFLICT (interval_start, key_id, reason, worker_id) DO UPDATE
+    SET count = greatest(refusal_counts.count, EXCLUDED.count), recorded_at = EXCLUDED.recorded_at
+`
+
+type UpsertRefusalCountsParams struct {
+	Now            time.Time
+	IntervalStarts []time.Time
+	KeyIds         []uuid.UUID
+	Reasons        []string
+	WorkerIds      []string
+	Counts         []int64
+}
+
+// A worker's refusal counts (0023_refusal_counts.sql), one row per
+// interval, key, reason and worker: a count sent again keeps the larger.
+// A batch holds each row once (the control plane merges repeats).
+func (q *Queries) UpsertRefusalCounts(ctx context.Context, arg UpsertRefusalCountsParams) error {
+	_, err := q.db.Exec(ctx, upsertRefusalCounts,
+		arg.Now,
+		arg.IntervalStarts,
+		arg.KeyIds,
+		arg.Reasons,
+		arg.WorkerIds,
+		arg.Counts,
+	)
 	return err
 }

@@ -19,10 +19,12 @@ const (
 	// BodyBuffer and BodyBufferPerKey bound the request-body bytes one
 	// worker buffers at once, in all and per client key
 	// (body_buffer_bytes, body_buffer_per_key_bytes): thirty bodies of
-	// the 32 MiB maximum, or a thousand held requests of 1 MiB; a quarter
-	// of that per key.
+	// the 32 MiB maximum, or a thousand held requests of 1 MiB; an eighth
+	// of that per key, so that it takes six keys to fill the part of the
+	// buffer that keys already holding bodies may use
+	// (dataplane/bodybudget.go).
 	BodyBuffer       = 1 << 30
-	BodyBufferPerKey = 256 << 20
+	BodyBufferPerKey = 128 << 20
 	// LeaseTTL is how long a lease lives without renewal.
 	LeaseTTL = 30 * time.Second
 )

@@ -204,6 +204,88 @@ func TestStalledBodyTimesOut(t *testing.T) {
 	}
 }
 
+// TestBodyIdleTimeout: a body that stops arriving is cut at the idle
+// timeout, not at the overall bound; one that trickles, a byte at a time
+// well within the idle timeout, is cut at the overall bound. Both are
+// answered 408 in the client's wire format, their reservations given
+// back, and nothing leased.
+func TestBodyIdleTimeout(t *testing.T) {
+	t.Parallel()
+	const idle, overall = 400 * time.Millisecond, 2 * time.Second
+	cpReg := prometheus.NewRegistry()
+	e := setup(t, options{cpRegistry: cpReg, bodyReadTimeout: overall, bodyIdleTimeout: idle, accounts: []account{{label: "api-1"}}})
+	body := `{"model":"` + model + `","max_tokens":8,"messages":[{"role":"user","content":"` + strings.Repeat("a", 4000) + `"}]}`
+	open := func(path string) (net.Conn, *bufio.Reader) {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(e.dpSrv.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		head := "POST " + path + " HTTP/1.1\r\nHost: weir\r\nContent-Type: application/json\r\nAuthorization: Bearer " + e.key +
+			"\r\nAnthropic-Version: 2023-06-01\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n"
+		if _, err := io.WriteString(conn, head+body[:10]); err != nil {
+			t.Fatal(err)
+		}
+		conn.SetReadDeadline(time.Now().Add(30 * time.Second)) //nolint:errcheck // a bound on the test, not the behaviour
+		return conn, bufio.NewReader(conn)
+	}
+	answer := func(br *bufio.Reader) (int, string) {
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("no answer: %v", err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+
+	// Stalled: cut at the idle timeout, in the OpenAI shape on /v1/responses.
+	start := time.Now()
+	_, br := open("/v1/responses")
+	status, b := answer(br)
+	waited := time.Since(start)
+	if status != http.StatusRequestTimeout || !strings.Contains(b, "stopped arriving") || !strings.Contains(b, `"error":{`) {
+		t.Errorf("stalled body: %d %s, want 408 in the OpenAI shape naming the idle timeout", status, b)
+	}
+	if waited < idle/2 || waited >= overall {
+		t.Errorf("stalled body answered after %v, want the %v idle timeout, before the %v bound", waited, idle, overall)
+	}
+
+	// Trickling: a byte every 20 ms never trips the idle timeout; the
+	// overall bound ends it.
+	start = time.Now()
+	conn, br := open("/v1/messages")
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for i := 10; i < len(body); i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			if _, err := conn.Write([]byte{body[i]}); err != nil {
+				return
+			}
+		}
+	}()
+	status, b = answer(br)
+	waited = time.Since(start)
+	if status != http.StatusRequestTimeout || !strings.Contains(b, "not received within "+overall.String()) || !strings.Contains(b, `"type":"request_timeout"`) {
+		t.Errorf("trickled body: %d %s, want 408 request_timeout naming the overall bound", status, b)
+	}
+	if waited < overall*3/4 {
+		t.Errorf("trickled body answered after %v, before the %v bound", waited, overall)
+	}
+	eventually(t, "the reservations given back", func() bool {
+		return metricValue(t, e.dpReg, "weir_dataplane_request_body_buffer_bytes", nil) == 0
+	})
+	if n := metricValue(t, cpReg, "weir_controlplane_acquire_seconds", nil); n != 0 {
+		t.Errorf("%v Acquires for bodies that never came", n)
+	}
+}
+
 // TestHeaderInjection: values a client controls that the worker forwards
 // or derives (session ids, anthropic-beta, the model, a request id, its
 // key) cannot smuggle a header or a byte the upstream or Postgres would

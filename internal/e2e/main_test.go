@@ -3,11 +3,13 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -23,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/weirhq/weir/controlplane"
 	"github.com/weirhq/weir/dataplane"
@@ -80,8 +83,15 @@ type options struct {
 	// reuses of sequential requests sets it longer: on a loaded machine a
 	// gap between two requests can exceed 100ms.
 	leaseIdle time.Duration
-	// bodyReadTimeout is the workers' BodyReadTimeout; default 2m.
-	bodyReadTimeout time.Duration
+	// bodyReadTimeout and bodyIdleTimeout are the workers'
+	// BodyReadTimeout and BodyIdleTimeout; defaults 2m and 10s.
+	bodyReadTimeout, bodyIdleTimeout time.Duration
+	// refusalInterval is the workers' RefusalInterval; default 1s, so
+	// that refusal counts reach the control plane within a second or two
+	// (with a virtual clock, once it passes an interval's end).
+	refusalInterval time.Duration
+	// maxWebSocketsPerKey is the workers' MaxWebSocketsPerKey; default 32.
+	maxWebSocketsPerKey int
 	// streamIdleTimeout and upstreamHeaderTimeout are the workers'
 	// StreamIdleTimeout and UpstreamHeaderTimeout; defaults 3m and 10m.
 	streamIdleTimeout, upstreamHeaderTimeout time.Duration
@@ -362,6 +372,9 @@ func (e *env) newDataplane(cpClient *http.Client) (*dataplane.Server, *httptest.
 		ReportInterval:        e.opts.reportInterval,
 		LeaseIdle:             e.opts.leaseIdle,
 		BodyReadTimeout:       e.opts.bodyReadTimeout,
+		BodyIdleTimeout:       e.opts.bodyIdleTimeout,
+		RefusalInterval:       cmp.Or(e.opts.refusalInterval, time.Second),
+		MaxWebSocketsPerKey:   e.opts.maxWebSocketsPerKey,
 		ControlPlane:          cpClient,
 		StreamIdleTimeout:     e.opts.streamIdleTimeout,
 		UpstreamHeaderTimeout: e.opts.upstreamHeaderTimeout,
@@ -484,6 +497,63 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		case <-deadline.C:
 			t.Fatalf("timed out after %v waiting for %s", waitFor, what)
 		case <-tick.C:
+		}
+	}
+}
+
+// refusalMetric sums weir_dataplane_refusals_total for reason over every
+// worker and surface.
+func (e *env) refusalMetric(reason string) float64 {
+	e.t.Helper()
+	var labels map[string]string
+	if reason != "" { // "": every reason
+		labels = map[string]string{"reason": reason}
+	}
+	var n float64
+	for _, reg := range e.workerRegs {
+		n += metricValue(e.t, reg, "weir_dataplane_refusals_total", labels)
+	}
+	return n
+}
+
+// refusalRows waits until the control plane's refusal counts for reason
+// (and keyID, "" for requests with no known key) add up to want, and
+// returns how many rows hold them.
+func (e *env) refusalRows(keyID, reason string, want int64) int {
+	e.t.Helper()
+	var rows int
+	eventually(e.t, fmt.Sprintf("%d %s refusals stored", want, reason), func() bool {
+		res, err := e.routes.ListRefusals(e.t.Context(), connect.NewRequest(&weirv1.ListRefusalsRequest{
+			Since: timestamppb.New(time.Unix(0, 0)), Limit: 1000}))
+		if err != nil {
+			e.t.Fatalf("list refusals: %v", err)
+		}
+		var sum int64
+		rows = 0
+		for _, r := range res.Msg.Refusals {
+			if r.KeyId == keyID && r.Reason == reason {
+				sum += r.Count
+				rows++
+			}
+		}
+		return sum == want
+	})
+	return rows
+}
+
+// noRouteEvents checks that none of the requests left a route event,
+// once every event reported so far is stored (the reporters are idle).
+func (e *env) noRouteEvents(ids []string) {
+	e.t.Helper()
+	res, err := e.routes.ListRouteEvents(e.t.Context(), connect.NewRequest(&weirv1.ListRouteEventsRequest{Limit: 1000}))
+	if err != nil {
+		e.t.Fatalf("list route events: %v", err)
+	}
+	for _, ev := range res.Msg.Events {
+		for _, id := range ids {
+			if ev.RequestId == id {
+				e.t.Errorf("refused request %s has a route event: %v", id, ev)
+			}
 		}
 	}
 }

@@ -82,3 +82,54 @@ WHERE (sqlc.narg('account_id')::uuid IS NULL OR account_id = sqlc.narg('account_
   AND (NOT @held_only::boolean OR (pending_until IS NOT NULL AND held_since IS NOT NULL))
 ORDER BY id DESC
 LIMIT @max_rows;
+
+-- A worker's refusal counts (0023_refusal_counts.sql), one row per
+-- interval, key, reason and worker: a count sent again keeps the larger.
+-- A batch holds each row once (the control plane merges repeats).
+-- name: UpsertRefusalCounts :exec
+INSERT INTO refusal_counts (interval_start, key_id, reason, worker_id, count, recorded_at)
+SELECT r.interval_start, r.key_id, r.reason, r.worker_id, r.count, @now::timestamptz
+FROM ROWS FROM (
+    unnest(@interval_starts::timestamptz[]), unnest(@key_ids::uuid[]), unnest(@reasons::text[]),
+    unnest(@worker_ids::text[]), unnest(@counts::bigint[])
+) AS r(interval_start, key_id, reason, worker_id, count)
+ON CONFLICT (interval_start, key_id, reason, worker_id) DO UPDATE
+    SET count = greatest(refusal_counts.count, EXCLUDED.count), recorded_at = EXCLUDED.recorded_at;
+
+-- Every worker's refusals summed by interval, key and reason.
+-- name: ListRefusals :many
+SELECT interval_start, key_id, reason, sum(count)::bigint AS count
+FROM refusal_counts
+WHERE interval_start >= @since::timestamptz
+  AND (sqlc.narg('key_id')::uuid IS NULL OR key_id = sqlc.narg('key_id'))
+GROUP BY interval_start, key_id, reason
+ORDER BY interval_start DESC, sum(count) DESC, reason
+LIMIT @max_rows;
+
+-- Retention (jobs/retention.go): at most @batch finished route events
+-- recorded before @before, oldest first; returns how many went. Pending
+-- events (requests in progress) stay.
+-- name: DeleteRouteEventsBefore :one
+WITH doomed AS (
+    SELECT id FROM route_events
+    WHERE recorded_at < @before::timestamptz AND pending_until IS NULL
+    ORDER BY recorded_at
+    LIMIT @batch
+), gone AS (
+    DELETE FROM route_events r USING doomed d WHERE r.id = d.id RETURNING 1
+)
+SELECT count(*)::bigint AS deleted FROM gone;
+
+-- The same for refusal counts of intervals that started before @before.
+-- name: DeleteRefusalCountsBefore :one
+WITH doomed AS (
+    SELECT interval_start, key_id, reason, worker_id FROM refusal_counts
+    WHERE interval_start < @before::timestamptz
+    ORDER BY interval_start
+    LIMIT @batch
+), gone AS (
+    DELETE FROM refusal_counts r USING doomed d
+    WHERE r.interval_start = d.interval_start AND r.key_id = d.key_id AND r.reason = d.reason AND r.worker_id = d.worker_id
+    RETURNING 1
+)
+SELECT count(*)::bigint AS deleted FROM gone;

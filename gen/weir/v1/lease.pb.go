@@ -2223,8 +2223,11 @@ func (x *AttemptRecord) GetTransportCause() TransportCause {
 }
 
 type ReportRoutesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Events        []*RouteEvent          `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Events []*RouteEvent          `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// Requests refused before routing (no route event for them), counted by
+	// the worker per interval: at most 500 per call.
+	Refusals      []*RefusalCount `protobuf:"bytes,2,rep,name=refusals,proto3" json:"refusals,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2266,6 +2269,107 @@ func (x *ReportRoutesRequest) GetEvents() []*RouteEvent {
 	return nil
 }
 
+func (x *ReportRoutesRequest) GetRefusals() []*RefusalCount {
+	if x != nil {
+		return x.Refusals
+	}
+	return nil
+}
+
+// RefusalCount is how many requests of one key one worker refused for one
+// reason in one interval, before anything was leased for them (a missing,
+// invalid or unverifiable key, the key's rate limit, the body buffer, a
+// body that did not come in time, bad input, a model the key may not use,
+// too many WebSocket connections). Such a request leaves no route event:
+// a flood of them costs the database one row per worker, key, reason and
+// interval, however many there were.
+type RefusalCount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The worker that counted, an id for its process's life: each worker's
+	// count is a row of its own, so that a count sent twice (a batch
+	// redelivered) is stored once.
+	WorkerId string `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// The key, when the worker knew it ("" for a missing, unknown or
+	// unverifiable key).
+	KeyId string `protobuf:"bytes,2,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	// Why: missing_key, invalid_key, unverified, bad_request,
+	// key_rate_limit, control_plane, body_buffer, body_too_large,
+	// body_timeout, invalid_body, model_forbidden, websocket_limit, canceled.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The interval's start; the worker's intervals are of equal length
+	// (a minute by default).
+	IntervalStart *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=interval_start,json=intervalStart,proto3" json:"interval_start,omitempty"`
+	// The worker's whole count for the interval, key and reason.
+	Count         int64 `protobuf:"varint,5,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefusalCount) Reset() {
+	*x = RefusalCount{}
+	mi := &file_weir_v1_lease_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefusalCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefusalCount) ProtoMessage() {}
+
+func (x *RefusalCount) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefusalCount.ProtoReflect.Descriptor instead.
+func (*RefusalCount) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RefusalCount) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *RefusalCount) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *RefusalCount) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RefusalCount) GetIntervalStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.IntervalStart
+	}
+	return nil
+}
+
+func (x *RefusalCount) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 type ReportRoutesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2274,7 +2378,7 @@ type ReportRoutesResponse struct {
 
 func (x *ReportRoutesResponse) Reset() {
 	*x = ReportRoutesResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[27]
+	mi := &file_weir_v1_lease_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2286,7 +2390,7 @@ func (x *ReportRoutesResponse) String() string {
 func (*ReportRoutesResponse) ProtoMessage() {}
 
 func (x *ReportRoutesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[27]
+	mi := &file_weir_v1_lease_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2299,7 +2403,7 @@ func (x *ReportRoutesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRoutesResponse.ProtoReflect.Descriptor instead.
 func (*ReportRoutesResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{27}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{28}
 }
 
 var File_weir_v1_lease_proto protoreflect.FileDescriptor
@@ -2491,9 +2595,16 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x04rung\x18\t \x01(\tR\x04rung\x12,\n" +
 	"\x12spilled_to_metered\x18\n" +
 	" \x01(\bR\x10spilledToMetered\x12@\n" +
-	"\x0ftransport_cause\x18\v \x01(\x0e2\x17.weir.v1.TransportCauseR\x0etransportCause\"B\n" +
+	"\x0ftransport_cause\x18\v \x01(\x0e2\x17.weir.v1.TransportCauseR\x0etransportCause\"u\n" +
 	"\x13ReportRoutesRequest\x12+\n" +
-	"\x06events\x18\x01 \x03(\v2\x13.weir.v1.RouteEventR\x06events\"\x16\n" +
+	"\x06events\x18\x01 \x03(\v2\x13.weir.v1.RouteEventR\x06events\x121\n" +
+	"\brefusals\x18\x02 \x03(\v2\x15.weir.v1.RefusalCountR\brefusals\"\xb3\x01\n" +
+	"\fRefusalCount\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x15\n" +
+	"\x06key_id\x18\x02 \x01(\tR\x05keyId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12A\n" +
+	"\x0einterval_start\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\rintervalStart\x12\x14\n" +
+	"\x05count\x18\x05 \x01(\x03R\x05count\"\x16\n" +
 	"\x14ReportRoutesResponse*\x8a\x02\n" +
 	"\x0fNoAccountReason\x12!\n" +
 	"\x1dNO_ACCOUNT_REASON_UNSPECIFIED\x10\x00\x12%\n" +
@@ -2535,7 +2646,7 @@ func file_weir_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_weir_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_weir_v1_lease_proto_goTypes = []any{
 	(NoAccountReason)(0),             // 0: weir.v1.NoAccountReason
 	(FailureStage)(0),                // 1: weir.v1.FailureStage
@@ -2566,97 +2677,100 @@ var file_weir_v1_lease_proto_goTypes = []any{
 	(*RouteEvent)(nil),               // 26: weir.v1.RouteEvent
 	(*AttemptRecord)(nil),            // 27: weir.v1.AttemptRecord
 	(*ReportRoutesRequest)(nil),      // 28: weir.v1.ReportRoutesRequest
-	(*ReportRoutesResponse)(nil),     // 29: weir.v1.ReportRoutesResponse
-	nil,                              // 30: weir.v1.Outcome.HeadersEntry
-	(Surface)(0),                     // 31: weir.v1.Surface
-	(QuotaResponseMode)(0),           // 32: weir.v1.QuotaResponseMode
-	(*durationpb.Duration)(nil),      // 33: google.protobuf.Duration
-	(Provider)(0),                    // 34: weir.v1.Provider
-	(AuthKind)(0),                    // 35: weir.v1.AuthKind
-	(*timestamppb.Timestamp)(nil),    // 36: google.protobuf.Timestamp
-	(*Unreachable)(nil),              // 37: weir.v1.Unreachable
-	(QuotaKind)(0),                   // 38: weir.v1.QuotaKind
-	(OutcomeClass)(0),                // 39: weir.v1.OutcomeClass
-	(*QuotaEvidence)(nil),            // 40: weir.v1.QuotaEvidence
-	(TransportCause)(0),              // 41: weir.v1.TransportCause
-	(*Settings)(nil),                 // 42: weir.v1.Settings
-	(*Decision)(nil),                 // 43: weir.v1.Decision
-	(Action)(0),                      // 44: weir.v1.Action
+	(*RefusalCount)(nil),             // 29: weir.v1.RefusalCount
+	(*ReportRoutesResponse)(nil),     // 30: weir.v1.ReportRoutesResponse
+	nil,                              // 31: weir.v1.Outcome.HeadersEntry
+	(Surface)(0),                     // 32: weir.v1.Surface
+	(QuotaResponseMode)(0),           // 33: weir.v1.QuotaResponseMode
+	(*durationpb.Duration)(nil),      // 34: google.protobuf.Duration
+	(Provider)(0),                    // 35: weir.v1.Provider
+	(AuthKind)(0),                    // 36: weir.v1.AuthKind
+	(*timestamppb.Timestamp)(nil),    // 37: google.protobuf.Timestamp
+	(*Unreachable)(nil),              // 38: weir.v1.Unreachable
+	(QuotaKind)(0),                   // 39: weir.v1.QuotaKind
+	(OutcomeClass)(0),                // 40: weir.v1.OutcomeClass
+	(*QuotaEvidence)(nil),            // 41: weir.v1.QuotaEvidence
+	(TransportCause)(0),              // 42: weir.v1.TransportCause
+	(*Settings)(nil),                 // 43: weir.v1.Settings
+	(*Decision)(nil),                 // 44: weir.v1.Decision
+	(Action)(0),                      // 45: weir.v1.Action
 }
 var file_weir_v1_lease_proto_depIdxs = []int32{
-	31, // 0: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
+	32, // 0: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
 	13, // 1: weir.v1.PoolQuotaResponse.quota_block:type_name -> weir.v1.QuotaBlock
-	32, // 2: weir.v1.PoolQuotaResponse.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	33, // 3: weir.v1.TakeRequestTokenResponse.retry_after:type_name -> google.protobuf.Duration
-	31, // 4: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
+	33, // 2: weir.v1.PoolQuotaResponse.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	34, // 3: weir.v1.TakeRequestTokenResponse.retry_after:type_name -> google.protobuf.Duration
+	32, // 4: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
 	11, // 5: weir.v1.AcquireResponse.lease:type_name -> weir.v1.Lease
 	12, // 6: weir.v1.AcquireResponse.no_account:type_name -> weir.v1.NoAccount
-	34, // 7: weir.v1.Lease.provider:type_name -> weir.v1.Provider
-	35, // 8: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
-	36, // 9: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	33, // 10: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	36, // 11: weir.v1.Lease.reuse_until:type_name -> google.protobuf.Timestamp
+	35, // 7: weir.v1.Lease.provider:type_name -> weir.v1.Provider
+	36, // 8: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
+	37, // 9: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	34, // 10: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	37, // 11: weir.v1.Lease.reuse_until:type_name -> google.protobuf.Timestamp
 	0,  // 12: weir.v1.NoAccount.reason:type_name -> weir.v1.NoAccountReason
-	36, // 13: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
+	37, // 13: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
 	13, // 14: weir.v1.NoAccount.quota_block:type_name -> weir.v1.QuotaBlock
-	32, // 15: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	37, // 16: weir.v1.NoAccount.unreachable:type_name -> weir.v1.Unreachable
-	36, // 17: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
-	34, // 18: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
-	38, // 19: weir.v1.QuotaBlock.kind:type_name -> weir.v1.QuotaKind
-	36, // 20: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
-	39, // 21: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
-	30, // 22: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
-	33, // 23: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
-	33, // 24: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
-	40, // 25: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
-	33, // 26: weir.v1.Outcome.delay:type_name -> google.protobuf.Duration
-	41, // 27: weir.v1.Outcome.transport_cause:type_name -> weir.v1.TransportCause
-	42, // 28: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
+	33, // 15: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	38, // 16: weir.v1.NoAccount.unreachable:type_name -> weir.v1.Unreachable
+	37, // 17: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
+	35, // 18: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
+	39, // 19: weir.v1.QuotaBlock.kind:type_name -> weir.v1.QuotaKind
+	37, // 20: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
+	40, // 21: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
+	31, // 22: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
+	34, // 23: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
+	34, // 24: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
+	41, // 25: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
+	34, // 26: weir.v1.Outcome.delay:type_name -> google.protobuf.Duration
+	42, // 27: weir.v1.Outcome.transport_cause:type_name -> weir.v1.TransportCause
+	43, // 28: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
 	16, // 29: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
-	43, // 30: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
+	44, // 30: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
 	22, // 31: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
 	16, // 32: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
-	36, // 33: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
-	33, // 34: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
-	33, // 35: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
-	36, // 36: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
-	33, // 37: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
+	37, // 33: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
+	34, // 34: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
+	34, // 35: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
+	37, // 36: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
+	34, // 37: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
 	1,  // 38: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
 	27, // 39: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
-	36, // 40: weir.v1.RouteEvent.held_since:type_name -> google.protobuf.Timestamp
-	36, // 41: weir.v1.RouteEvent.next_try_at:type_name -> google.protobuf.Timestamp
-	33, // 42: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
-	39, // 43: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
-	44, // 44: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
-	33, // 45: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
-	41, // 46: weir.v1.AttemptRecord.transport_cause:type_name -> weir.v1.TransportCause
+	37, // 40: weir.v1.RouteEvent.held_since:type_name -> google.protobuf.Timestamp
+	37, // 41: weir.v1.RouteEvent.next_try_at:type_name -> google.protobuf.Timestamp
+	34, // 42: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
+	40, // 43: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
+	45, // 44: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
+	34, // 45: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
+	42, // 46: weir.v1.AttemptRecord.transport_cause:type_name -> weir.v1.TransportCause
 	26, // 47: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
-	4,  // 48: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
-	6,  // 49: weir.v1.LeaseService.TakeRequestToken:input_type -> weir.v1.TakeRequestTokenRequest
-	9,  // 50: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
-	17, // 51: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
-	14, // 52: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
-	19, // 53: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
-	21, // 54: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
-	24, // 55: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
-	28, // 56: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
-	2,  // 57: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
-	5,  // 58: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
-	7,  // 59: weir.v1.LeaseService.TakeRequestToken:output_type -> weir.v1.TakeRequestTokenResponse
-	10, // 60: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
-	18, // 61: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
-	15, // 62: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
-	20, // 63: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
-	23, // 64: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
-	25, // 65: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
-	29, // 66: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
-	3,  // 67: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
-	58, // [58:68] is the sub-list for method output_type
-	48, // [48:58] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	29, // 48: weir.v1.ReportRoutesRequest.refusals:type_name -> weir.v1.RefusalCount
+	37, // 49: weir.v1.RefusalCount.interval_start:type_name -> google.protobuf.Timestamp
+	4,  // 50: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
+	6,  // 51: weir.v1.LeaseService.TakeRequestToken:input_type -> weir.v1.TakeRequestTokenRequest
+	9,  // 52: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
+	17, // 53: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
+	14, // 54: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
+	19, // 55: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
+	21, // 56: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
+	24, // 57: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
+	28, // 58: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
+	2,  // 59: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
+	5,  // 60: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
+	7,  // 61: weir.v1.LeaseService.TakeRequestToken:output_type -> weir.v1.TakeRequestTokenResponse
+	10, // 62: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
+	18, // 63: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
+	15, // 64: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
+	20, // 65: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
+	23, // 66: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
+	25, // 67: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
+	30, // 68: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
+	3,  // 69: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
+	60, // [60:70] is the sub-list for method output_type
+	50, // [50:60] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_lease_proto_init() }
@@ -2675,7 +2789,7 @@ func file_weir_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_lease_proto_rawDesc), len(file_weir_v1_lease_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

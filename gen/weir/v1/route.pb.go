@@ -9,6 +9,7 @@ package weirv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -21,6 +22,184 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ListRefusalsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Intervals that started at or after since; unset means the last hour.
+	Since *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=since,proto3" json:"since,omitempty"`
+	// Only this key's refusals, when set.
+	KeyId string `protobuf:"bytes,2,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	// At most this many rows; 0 means 100, capped at 1000.
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRefusalsRequest) Reset() {
+	*x = ListRefusalsRequest{}
+	mi := &file_weir_v1_route_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRefusalsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRefusalsRequest) ProtoMessage() {}
+
+func (x *ListRefusalsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_route_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRefusalsRequest.ProtoReflect.Descriptor instead.
+func (*ListRefusalsRequest) Descriptor() ([]byte, []int) {
+	return file_weir_v1_route_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ListRefusalsRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *ListRefusalsRequest) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *ListRefusalsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListRefusalsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Refusals      []*Refusals            `protobuf:"bytes,1,rep,name=refusals,proto3" json:"refusals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRefusalsResponse) Reset() {
+	*x = ListRefusalsResponse{}
+	mi := &file_weir_v1_route_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRefusalsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRefusalsResponse) ProtoMessage() {}
+
+func (x *ListRefusalsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_route_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRefusalsResponse.ProtoReflect.Descriptor instead.
+func (*ListRefusalsResponse) Descriptor() ([]byte, []int) {
+	return file_weir_v1_route_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ListRefusalsResponse) GetRefusals() []*Refusals {
+	if x != nil {
+		return x.Refusals
+	}
+	return nil
+}
+
+// Refusals is every worker's count of one key's refusals for one reason
+// in one interval.
+type Refusals struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	IntervalStart *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=interval_start,json=intervalStart,proto3" json:"interval_start,omitempty"`
+	// "" for requests whose key was not known.
+	KeyId         string `protobuf:"bytes,2,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Count         int64  `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Refusals) Reset() {
+	*x = Refusals{}
+	mi := &file_weir_v1_route_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Refusals) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Refusals) ProtoMessage() {}
+
+func (x *Refusals) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_route_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Refusals.ProtoReflect.Descriptor instead.
+func (*Refusals) Descriptor() ([]byte, []int) {
+	return file_weir_v1_route_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Refusals) GetIntervalStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.IntervalStart
+	}
+	return nil
+}
+
+func (x *Refusals) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *Refusals) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Refusals) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 type GetRouteEventRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -30,7 +209,7 @@ type GetRouteEventRequest struct {
 
 func (x *GetRouteEventRequest) Reset() {
 	*x = GetRouteEventRequest{}
-	mi := &file_weir_v1_route_proto_msgTypes[0]
+	mi := &file_weir_v1_route_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -42,7 +221,7 @@ func (x *GetRouteEventRequest) String() string {
 func (*GetRouteEventRequest) ProtoMessage() {}
 
 func (x *GetRouteEventRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_route_proto_msgTypes[0]
+	mi := &file_weir_v1_route_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -55,7 +234,7 @@ func (x *GetRouteEventRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRouteEventRequest.ProtoReflect.Descriptor instead.
 func (*GetRouteEventRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_route_proto_rawDescGZIP(), []int{0}
+	return file_weir_v1_route_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GetRouteEventRequest) GetRequestId() string {
@@ -74,7 +253,7 @@ type GetRouteEventResponse struct {
 
 func (x *GetRouteEventResponse) Reset() {
 	*x = GetRouteEventResponse{}
-	mi := &file_weir_v1_route_proto_msgTypes[1]
+	mi := &file_weir_v1_route_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -86,7 +265,7 @@ func (x *GetRouteEventResponse) String() string {
 func (*GetRouteEventResponse) ProtoMessage() {}
 
 func (x *GetRouteEventResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_route_proto_msgTypes[1]
+	mi := &file_weir_v1_route_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -99,7 +278,7 @@ func (x *GetRouteEventResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRouteEventResponse.ProtoReflect.Descriptor instead.
 func (*GetRouteEventResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_route_proto_rawDescGZIP(), []int{1}
+	return file_weir_v1_route_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GetRouteEventResponse) GetEvent() *RouteEvent {
@@ -125,7 +304,7 @@ type ListRouteEventsRequest struct {
 
 func (x *ListRouteEventsRequest) Reset() {
 	*x = ListRouteEventsRequest{}
-	mi := &file_weir_v1_route_proto_msgTypes[2]
+	mi := &file_weir_v1_route_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -137,7 +316,7 @@ func (x *ListRouteEventsRequest) String() string {
 func (*ListRouteEventsRequest) ProtoMessage() {}
 
 func (x *ListRouteEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_route_proto_msgTypes[2]
+	mi := &file_weir_v1_route_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -150,7 +329,7 @@ func (x *ListRouteEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRouteEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListRouteEventsRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_route_proto_rawDescGZIP(), []int{2}
+	return file_weir_v1_route_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListRouteEventsRequest) GetLimit() int32 {
@@ -190,7 +369,7 @@ type ListRouteEventsResponse struct {
 
 func (x *ListRouteEventsResponse) Reset() {
 	*x = ListRouteEventsResponse{}
-	mi := &file_weir_v1_route_proto_msgTypes[3]
+	mi := &file_weir_v1_route_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -202,7 +381,7 @@ func (x *ListRouteEventsResponse) String() string {
 func (*ListRouteEventsResponse) ProtoMessage() {}
 
 func (x *ListRouteEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_route_proto_msgTypes[3]
+	mi := &file_weir_v1_route_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -215,7 +394,7 @@ func (x *ListRouteEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRouteEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListRouteEventsResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_route_proto_rawDescGZIP(), []int{3}
+	return file_weir_v1_route_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListRouteEventsResponse) GetEvents() []*RouteEvent {
@@ -229,7 +408,18 @@ var File_weir_v1_route_proto protoreflect.FileDescriptor
 
 const file_weir_v1_route_proto_rawDesc = "" +
 	"\n" +
-	"\x13weir/v1/route.proto\x12\aweir.v1\x1a\x13weir/v1/lease.proto\"5\n" +
+	"\x13weir/v1/route.proto\x12\aweir.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/lease.proto\"t\n" +
+	"\x13ListRefusalsRequest\x120\n" +
+	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x15\n" +
+	"\x06key_id\x18\x02 \x01(\tR\x05keyId\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"E\n" +
+	"\x14ListRefusalsResponse\x12-\n" +
+	"\brefusals\x18\x01 \x03(\v2\x11.weir.v1.RefusalsR\brefusals\"\x92\x01\n" +
+	"\bRefusals\x12A\n" +
+	"\x0einterval_start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\rintervalStart\x12\x15\n" +
+	"\x06key_id\x18\x02 \x01(\tR\x05keyId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x03R\x05count\"5\n" +
 	"\x14GetRouteEventRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\"B\n" +
@@ -242,10 +432,11 @@ const file_weir_v1_route_proto_rawDesc = "" +
 	"\fspilled_only\x18\x03 \x01(\bR\vspilledOnly\x12\x1b\n" +
 	"\theld_only\x18\x04 \x01(\bR\bheldOnly\"F\n" +
 	"\x17ListRouteEventsResponse\x12+\n" +
-	"\x06events\x18\x01 \x03(\v2\x13.weir.v1.RouteEventR\x06events2\xbe\x01\n" +
+	"\x06events\x18\x01 \x03(\v2\x13.weir.v1.RouteEventR\x06events2\x90\x02\n" +
 	"\fRouteService\x12Y\n" +
 	"\x0fListRouteEvents\x12\x1f.weir.v1.ListRouteEventsRequest\x1a .weir.v1.ListRouteEventsResponse\"\x03\x90\x02\x01\x12S\n" +
-	"\rGetRouteEvent\x12\x1d.weir.v1.GetRouteEventRequest\x1a\x1e.weir.v1.GetRouteEventResponse\"\x03\x90\x02\x01B\x81\x01\n" +
+	"\rGetRouteEvent\x12\x1d.weir.v1.GetRouteEventRequest\x1a\x1e.weir.v1.GetRouteEventResponse\"\x03\x90\x02\x01\x12P\n" +
+	"\fListRefusals\x12\x1c.weir.v1.ListRefusalsRequest\x1a\x1d.weir.v1.ListRefusalsResponse\"\x03\x90\x02\x01B\x81\x01\n" +
 	"\vcom.weir.v1B\n" +
 	"RouteProtoP\x01Z)github.com/weirhq/weir/gen/weir/v1;weirv1\xa2\x02\x03WXX\xaa\x02\aWeir.V1\xca\x02\aWeir\\V1\xe2\x02\x13Weir\\V1\\GPBMetadata\xea\x02\bWeir::V1b\x06proto3"
 
@@ -261,26 +452,35 @@ func file_weir_v1_route_proto_rawDescGZIP() []byte {
 	return file_weir_v1_route_proto_rawDescData
 }
 
-var file_weir_v1_route_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_weir_v1_route_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_weir_v1_route_proto_goTypes = []any{
-	(*GetRouteEventRequest)(nil),    // 0: weir.v1.GetRouteEventRequest
-	(*GetRouteEventResponse)(nil),   // 1: weir.v1.GetRouteEventResponse
-	(*ListRouteEventsRequest)(nil),  // 2: weir.v1.ListRouteEventsRequest
-	(*ListRouteEventsResponse)(nil), // 3: weir.v1.ListRouteEventsResponse
-	(*RouteEvent)(nil),              // 4: weir.v1.RouteEvent
+	(*ListRefusalsRequest)(nil),     // 0: weir.v1.ListRefusalsRequest
+	(*ListRefusalsResponse)(nil),    // 1: weir.v1.ListRefusalsResponse
+	(*Refusals)(nil),                // 2: weir.v1.Refusals
+	(*GetRouteEventRequest)(nil),    // 3: weir.v1.GetRouteEventRequest
+	(*GetRouteEventResponse)(nil),   // 4: weir.v1.GetRouteEventResponse
+	(*ListRouteEventsRequest)(nil),  // 5: weir.v1.ListRouteEventsRequest
+	(*ListRouteEventsResponse)(nil), // 6: weir.v1.ListRouteEventsResponse
+	(*timestamppb.Timestamp)(nil),   // 7: google.protobuf.Timestamp
+	(*RouteEvent)(nil),              // 8: weir.v1.RouteEvent
 }
 var file_weir_v1_route_proto_depIdxs = []int32{
-	4, // 0: weir.v1.GetRouteEventResponse.event:type_name -> weir.v1.RouteEvent
-	4, // 1: weir.v1.ListRouteEventsResponse.events:type_name -> weir.v1.RouteEvent
-	2, // 2: weir.v1.RouteService.ListRouteEvents:input_type -> weir.v1.ListRouteEventsRequest
-	0, // 3: weir.v1.RouteService.GetRouteEvent:input_type -> weir.v1.GetRouteEventRequest
-	3, // 4: weir.v1.RouteService.ListRouteEvents:output_type -> weir.v1.ListRouteEventsResponse
-	1, // 5: weir.v1.RouteService.GetRouteEvent:output_type -> weir.v1.GetRouteEventResponse
-	4, // [4:6] is the sub-list for method output_type
-	2, // [2:4] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	7, // 0: weir.v1.ListRefusalsRequest.since:type_name -> google.protobuf.Timestamp
+	2, // 1: weir.v1.ListRefusalsResponse.refusals:type_name -> weir.v1.Refusals
+	7, // 2: weir.v1.Refusals.interval_start:type_name -> google.protobuf.Timestamp
+	8, // 3: weir.v1.GetRouteEventResponse.event:type_name -> weir.v1.RouteEvent
+	8, // 4: weir.v1.ListRouteEventsResponse.events:type_name -> weir.v1.RouteEvent
+	5, // 5: weir.v1.RouteService.ListRouteEvents:input_type -> weir.v1.ListRouteEventsRequest
+	3, // 6: weir.v1.RouteService.GetRouteEvent:input_type -> weir.v1.GetRouteEventRequest
+	0, // 7: weir.v1.RouteService.ListRefusals:input_type -> weir.v1.ListRefusalsRequest
+	6, // 8: weir.v1.RouteService.ListRouteEvents:output_type -> weir.v1.ListRouteEventsResponse
+	4, // 9: weir.v1.RouteService.GetRouteEvent:output_type -> weir.v1.GetRouteEventResponse
+	1, // 10: weir.v1.RouteService.ListRefusals:output_type -> weir.v1.ListRefusalsResponse
+	8, // [8:11] is the sub-list for method output_type
+	5, // [5:8] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_route_proto_init() }
@@ -295,7 +495,7 @@ func file_weir_v1_route_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_route_proto_rawDesc), len(file_weir_v1_route_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -922,8 +922,11 @@ type Settings struct {
 	// The same bound for one client key's requests on one worker; beyond it
 	// the key's request is answered 429. 0: the worker's own default.
 	BodyBufferPerKeyBytes int64 `protobuf:"varint,7,opt,name=body_buffer_per_key_bytes,json=bodyBufferPerKeyBytes,proto3" json:"body_buffer_per_key_bytes,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// How long route events and refusal counts are kept; older ones are
+	// deleted by the control plane's retention job, in bounded batches.
+	RouteEventsRetention *durationpb.Duration `protobuf:"bytes,8,opt,name=route_events_retention,json=routeEventsRetention,proto3" json:"route_events_retention,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Settings) Reset() {
@@ -1003,6 +1006,13 @@ func (x *Settings) GetBodyBufferPerKeyBytes() int64 {
 		return x.BodyBufferPerKeyBytes
 	}
 	return 0
+}
+
+func (x *Settings) GetRouteEventsRetention() *durationpb.Duration {
+	if x != nil {
+		return x.RouteEventsRetention
+	}
+	return nil
 }
 
 // Cooldown is a live exclusion of an account from routing.
@@ -1258,7 +1268,7 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\x04host\x18\x03 \x01(\tR\x04host\x120\n" +
 	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x123\n" +
 	"\alast_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x06lastAt\x12\x1a\n" +
-	"\battempts\x18\x06 \x01(\x05R\battempts\"\xcd\x03\n" +
+	"\battempts\x18\x06 \x01(\x05R\battempts\"\x9e\x04\n" +
 	"\bSettings\x12>\n" +
 	"\rcapacity_hold\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\fcapacityHold\x12D\n" +
 	"\x10request_deadline\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0frequestDeadline\x12J\n" +
@@ -1266,7 +1276,8 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\x10metered_accounts\x18\x04 \x01(\x0e2\x18.weir.v1.MeteredAccountsR\x0fmeteredAccounts\x12D\n" +
 	"\x10unreachable_hold\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x0funreachableHold\x12*\n" +
 	"\x11body_buffer_bytes\x18\x06 \x01(\x03R\x0fbodyBufferBytes\x128\n" +
-	"\x19body_buffer_per_key_bytes\x18\a \x01(\x03R\x15bodyBufferPerKeyBytes\"\x90\x02\n" +
+	"\x19body_buffer_per_key_bytes\x18\a \x01(\x03R\x15bodyBufferPerKeyBytes\x12O\n" +
+	"\x16route_events_retention\x18\b \x01(\v2\x19.google.protobuf.DurationR\x14routeEventsRetention\"\x90\x02\n" +
 	"\bCooldown\x12/\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x17.weir.v1.CooldownReasonR\x06reason\x120\n" +
 	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x129\n" +
@@ -1409,20 +1420,21 @@ var file_weir_v1_types_proto_depIdxs = []int32{
 	2,  // 8: weir.v1.Settings.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
 	3,  // 9: weir.v1.Settings.metered_accounts:type_name -> weir.v1.MeteredAccounts
 	18, // 10: weir.v1.Settings.unreachable_hold:type_name -> google.protobuf.Duration
-	7,  // 11: weir.v1.Cooldown.reason:type_name -> weir.v1.CooldownReason
-	17, // 12: weir.v1.Cooldown.until:type_name -> google.protobuf.Timestamp
-	17, // 13: weir.v1.Cooldown.written_at:type_name -> google.protobuf.Timestamp
-	11, // 14: weir.v1.Cooldown.quota:type_name -> weir.v1.QuotaEvidence
-	17, // 15: weir.v1.FamilyGate.until:type_name -> google.protobuf.Timestamp
-	17, // 16: weir.v1.FamilyGate.written_at:type_name -> google.protobuf.Timestamp
-	10, // 17: weir.v1.Decision.action:type_name -> weir.v1.Action
-	14, // 18: weir.v1.Decision.cooldown:type_name -> weir.v1.Cooldown
-	18, // 19: weir.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	18, // 11: weir.v1.Settings.route_events_retention:type_name -> google.protobuf.Duration
+	7,  // 12: weir.v1.Cooldown.reason:type_name -> weir.v1.CooldownReason
+	17, // 13: weir.v1.Cooldown.until:type_name -> google.protobuf.Timestamp
+	17, // 14: weir.v1.Cooldown.written_at:type_name -> google.protobuf.Timestamp
+	11, // 15: weir.v1.Cooldown.quota:type_name -> weir.v1.QuotaEvidence
+	17, // 16: weir.v1.FamilyGate.until:type_name -> google.protobuf.Timestamp
+	17, // 17: weir.v1.FamilyGate.written_at:type_name -> google.protobuf.Timestamp
+	10, // 18: weir.v1.Decision.action:type_name -> weir.v1.Action
+	14, // 19: weir.v1.Decision.cooldown:type_name -> weir.v1.Cooldown
+	18, // 20: weir.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_types_proto_init() }

@@ -39,6 +39,9 @@ const (
 	// RouteServiceGetRouteEventProcedure is the fully-qualified name of the RouteService's
 	// GetRouteEvent RPC.
 	RouteServiceGetRouteEventProcedure = "/weir.v1.RouteService/GetRouteEvent"
+	// RouteServiceListRefusalsProcedure is the fully-qualified name of the RouteService's ListRefusals
+	// RPC.
+	RouteServiceListRefusalsProcedure = "/weir.v1.RouteService/ListRefusals"
 )
 
 // RouteServiceClient is a client for the weir.v1.RouteService service.
@@ -46,6 +49,9 @@ type RouteServiceClient interface {
 	ListRouteEvents(context.Context, *connect.Request[v1.ListRouteEventsRequest]) (*connect.Response[v1.ListRouteEventsResponse], error)
 	// GetRouteEvent returns one request's event with its attempts and holds.
 	GetRouteEvent(context.Context, *connect.Request[v1.GetRouteEventRequest]) (*connect.Response[v1.GetRouteEventResponse], error)
+	// ListRefusals sums the workers' refusal counts (RefusalCount) by
+	// interval, key and reason, newest interval first.
+	ListRefusals(context.Context, *connect.Request[v1.ListRefusalsRequest]) (*connect.Response[v1.ListRefusalsResponse], error)
 }
 
 // NewRouteServiceClient constructs a client for the weir.v1.RouteService service. By default, it
@@ -73,6 +79,13 @@ func NewRouteServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		listRefusals: connect.NewClient[v1.ListRefusalsRequest, v1.ListRefusalsResponse](
+			httpClient,
+			baseURL+RouteServiceListRefusalsProcedure,
+			connect.WithSchema(routeServiceMethods.ByName("ListRefusals")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -80,6 +93,7 @@ func NewRouteServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 type routeServiceClient struct {
 	listRouteEvents *connect.Client[v1.ListRouteEventsRequest, v1.ListRouteEventsResponse]
 	getRouteEvent   *connect.Client[v1.GetRouteEventRequest, v1.GetRouteEventResponse]
+	listRefusals    *connect.Client[v1.ListRefusalsRequest, v1.ListRefusalsResponse]
 }
 
 // ListRouteEvents calls weir.v1.RouteService.ListRouteEvents.
@@ -92,11 +106,19 @@ func (c *routeServiceClient) GetRouteEvent(ctx context.Context, req *connect.Req
 	return c.getRouteEvent.CallUnary(ctx, req)
 }
 
+// ListRefusals calls weir.v1.RouteService.ListRefusals.
+func (c *routeServiceClient) ListRefusals(ctx context.Context, req *connect.Request[v1.ListRefusalsRequest]) (*connect.Response[v1.ListRefusalsResponse], error) {
+	return c.listRefusals.CallUnary(ctx, req)
+}
+
 // RouteServiceHandler is an implementation of the weir.v1.RouteService service.
 type RouteServiceHandler interface {
 	ListRouteEvents(context.Context, *connect.Request[v1.ListRouteEventsRequest]) (*connect.Response[v1.ListRouteEventsResponse], error)
 	// GetRouteEvent returns one request's event with its attempts and holds.
 	GetRouteEvent(context.Context, *connect.Request[v1.GetRouteEventRequest]) (*connect.Response[v1.GetRouteEventResponse], error)
+	// ListRefusals sums the workers' refusal counts (RefusalCount) by
+	// interval, key and reason, newest interval first.
+	ListRefusals(context.Context, *connect.Request[v1.ListRefusalsRequest]) (*connect.Response[v1.ListRefusalsResponse], error)
 }
 
 // NewRouteServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -120,12 +142,21 @@ func NewRouteServiceHandler(svc RouteServiceHandler, opts ...connect.HandlerOpti
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	routeServiceListRefusalsHandler := connect.NewUnaryHandler(
+		RouteServiceListRefusalsProcedure,
+		svc.ListRefusals,
+		connect.WithSchema(routeServiceMethods.ByName("ListRefusals")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/weir.v1.RouteService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case RouteServiceListRouteEventsProcedure:
 			routeServiceListRouteEventsHandler.ServeHTTP(w, r)
 		case RouteServiceGetRouteEventProcedure:
 			routeServiceGetRouteEventHandler.ServeHTTP(w, r)
+		case RouteServiceListRefusalsProcedure:
+			routeServiceListRefusalsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -141,4 +172,8 @@ func (UnimplementedRouteServiceHandler) ListRouteEvents(context.Context, *connec
 
 func (UnimplementedRouteServiceHandler) GetRouteEvent(context.Context, *connect.Request[v1.GetRouteEventRequest]) (*connect.Response[v1.GetRouteEventResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.RouteService.GetRouteEvent is not implemented"))
+}
+
+func (UnimplementedRouteServiceHandler) ListRefusals(context.Context, *connect.Request[v1.ListRefusalsRequest]) (*connect.Response[v1.ListRefusalsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.RouteService.ListRefusals is not implemented"))
 }

@@ -1,0 +1,90 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/weirhq/weir/controlplane/db"
+)
+
+// RetentionInterval is how often route events and refusal counts older
+// than the route_events_retention setting are deleted.
+const RetentionInterval = 10 * time.Minute
+
+// retentionBatch bounds one delete statement, and retentionBatches one
+// run: a run deletes at most a million rows of each table in statements
+// that each hold their locks for a moment, and a backlog larger than
+// that (a retention just shortened) goes over the next runs.
+const (
+	retentionBatch   = 5000
+	retentionBatches = 200
+)
+
+// RetentionArgs is the periodic job that deletes old route events and
+// refusal counts.
+type RetentionArgs struct{}
+
+// Kind names the job in River's tables and UI.
+func (RetentionArgs) Kind() string { return "route_retention" }
+
+// InsertOpts keeps one run queued at a time.
+func (RetentionArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByPeriod: RetentionInterval}}
+}
+
+// RetentionWorker runs RetentionArgs.
+type RetentionWorker struct {
+	river.WorkerDefaults[RetentionArgs]
+	deps Deps
+}
+
+// Work deletes what is older than the retention.
+func (w *RetentionWorker) Work(ctx context.Context, _ *river.Job[RetentionArgs]) error {
+	_, _, err := EnforceRetention(ctx, w.deps)
+	return err
+}
+
+// EnforceRetention deletes route events recorded, and refusal counts of
+// intervals begun, before now less the retention, in batches of
+// retentionBatch rows, at most retentionBatches of each a run; it
+// returns how many rows of each went. Route events still pending (their
+// request in progress) stay.
+func EnforceRetention(ctx context.Context, d Deps) (events, refusals int64, err error) {
+	return enforceRetention(ctx, d, retentionBatch, retentionBatches)
+}
+
+func enforceRetention(ctx context.Context, d Deps, batch int32, batches int) (events, refusals int64, err error) {
+	keep, err := d.Retention(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("retention: read the setting: %w", err)
+	}
+	before := d.Now().Add(-keep)
+	p := db.DeleteRouteEventsBeforeParams{Before: before, Batch: batch}
+	for range batches {
+		n, err := d.Queries.DeleteRouteEventsBefore(ctx, p)
+		if err != nil {
+			return events, refusals, fmt.Errorf("retention: route events: %w", err)
+		}
+		if events += n; n < int64(batch) {
+			break
+		}
+	}
+	rp := db.DeleteRefusalCountsBeforeParams{Before: before, Batch: batch}
+	for range batches {
+		n, err := d.Queries.DeleteRefusalCountsBefore(ctx, rp)
+		if err != nil {
+			return events, refusals, fmt.Errorf("retention: refusal counts: %w", err)
+		}
+		if refusals += n; n < int64(batch) {
+			break
+		}
+	}
+	if events > 0 || refusals > 0 {
+		d.Logger.InfoContext(ctx, "route events past their retention deleted", "route_events", events,
+			"refusal_counts", refusals, "retention", keep)
+	}
+	return events, refusals, nil
+}

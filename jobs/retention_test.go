@@ -1,0 +1,94 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// TestRetention: route events recorded, and refusal counts of intervals
+// begun, before the retention are deleted, in batches, at most so many a
+// run (the rest goes in the next); newer rows and pending events (their
+// request still in progress) stay. The setting is read each run.
+func TestRetention(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	keep := 30 * 24 * time.Hour
+	d := Deps{Queries: f.q, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return now },
+		Retention: func(context.Context) (time.Duration, error) { return keep, nil }}
+	old, recent := now.Add(-keep-time.Hour), now.Add(-keep+time.Hour)
+	event := func(id string, at time.Time, pending bool) {
+		t.Helper()
+		var until any
+		if pending {
+			until = now.Add(time.Minute)
+		}
+		if _, err := f.pool.Exec(ctx, `INSERT INTO route_events (request_id, surface, model, stream, status, error_type,
+			attempts, duration_ms, input_tokens, output_tokens, started_at, recorded_at, pending_until)
+			VALUES ($1, 'messages', 'm', false, 200, '', 1, 1, 0, 0, $2, $2, $3)`, id, at, until); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refusal := func(at time.Time, reason string) {
+		t.Helper()
+		if _, err := f.pool.Exec(ctx, `INSERT INTO refusal_counts (interval_start, key_id, reason, worker_id, count, recorded_at)
+			VALUES ($1, $2, $3, 'w1', 5, $1)`, at, uuid.Nil, reason); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 12 {
+		event(fmt.Sprintf("old-%d", i), old.Add(-time.Duration(i)*time.Minute), false)
+		refusal(old.Add(-time.Duration(i)*time.Minute), "key_rate_limit")
+	}
+	event("old-pending", old, true)
+	event("recent", recent, false)
+	refusal(recent, "key_rate_limit")
+	count := func(table string) int {
+		t.Helper()
+		var n int
+		if err := f.pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	// Batches of 5, two a run: ten of the twelve old rows go.
+	events, refusals, err := enforceRetention(ctx, d, 5, 2)
+	if err != nil || events != 10 || refusals != 10 {
+		t.Fatalf("first run: %d events, %d refusal counts, %v; want 10 and 10", events, refusals, err)
+	}
+	events, refusals, err = enforceRetention(ctx, d, 5, 2)
+	if err != nil || events != 2 || refusals != 2 {
+		t.Fatalf("second run: %d events, %d refusal counts, %v; want the last 2 and 2", events, refusals, err)
+	}
+	if n, m := count("route_events"), count("refusal_counts"); n != 2 || m != 1 {
+		t.Errorf("%d route events and %d refusal counts left, want the recent and the pending one, and the recent count", n, m)
+	}
+	var ids []string
+	rows, err := f.pool.Query(ctx, "SELECT request_id FROM route_events ORDER BY request_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if fmt.Sprint(ids) != "[old-pending recent]" {
+		t.Errorf("left %v", ids)
+	}
+
+	// A shorter retention takes the recent rows too, at the next run.
+	keep = time.Hour
+	if events, refusals, err := EnforceRetention(ctx, d); err != nil || events != 1 || refusals != 1 {
+		t.Errorf("after shortening: %d events, %d refusal counts, %v; want 1 and 1", events, refusals, err)
+	}
+}
