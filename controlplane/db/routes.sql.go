@@ -136,7 +136,8 @@ SELECT e.request_id, k.id, a.id, e.surface, e.model, e.stream, e.status, e.error
     e.attempts, e.duration_ms, CASE WHEN e.has_ttfb THEN e.ttfb_ms END, e.input_tokens, e.output_tokens,
     e.started_at, $1::timestamptz, e.held_ms, e.hold_count, e.failure_stage, e.attempts_json::jsonb,
     e.spilled_to_metered, CASE WHEN e.pending THEN $2::timestamptz END,
-    CASE WHEN e.held THEN e.held_since END, e.hold_reason, CASE WHEN e.held THEN e.next_try_at END, e.verdict
+    CASE WHEN e.held THEN e.held_since END, coalesce(e.hold_reason, ''), CASE WHEN e.held THEN e.next_try_at END,
+    coalesce(e.verdict, '')
 FROM ROWS FROM (
     unnest($3::text[]), unnest($4::uuid[]), unnest($5::uuid[]),
     unnest($6::text[]), unnest($7::text[]), unnest($8::boolean[]),
