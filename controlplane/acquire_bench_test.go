@@ -108,7 +108,7 @@ func BenchmarkAcquireQueries(b *testing.B) {
 	var view, claim, release time.Duration
 	for b.Loop() {
 		t0 := time.Now()
-		v, err := srv.leases().routingView(ctx, hash, "claude-sonnet-4-5", "s", "sonnet", time.Now())
+		v, err := srv.leases().routingView(ctx, hash, "claude-sonnet-4-5", "s", "sonnet", waiter{}, time.Now())
 		if err != nil {
 			b.Fatal(err)
 		}

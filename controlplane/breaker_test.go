@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/weirhq/weir/controlplane/db"
 	"github.com/weirhq/weir/controlplane/policy"
@@ -397,12 +398,13 @@ func TestBreakerProbeSlotNotTakenWithoutLease(t *testing.T) {
 		opusLeases = append(opusLeases, e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: opus}))
 	}
 	e.clock.Advance(policy.BreakerProbeEvery)
-	e.mustNoAccount(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet}, weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY)
-	// A slot frees a second later: the sonnet request that comes back
-	// must be able to probe.
+	refused := e.clock.Now()
+	e.mustNoAccount(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet, RequestId: "held"}, weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY)
+	// A slot frees a second later: the sonnet request that comes back,
+	// held since its refusal, must be able to probe.
 	e.clock.Advance(time.Second)
 	e.release(opusLeases[0].Id, &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200})
-	resp := e.acquire(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet})
+	resp := e.acquire(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet, RequestId: "held", WaitingSince: timestamppb.New(refused)})
 	if resp.GetLease() == nil {
 		t.Fatalf("no probe after a slot freed: %v (%q), retry at %v", resp.GetNoAccount().GetReason(), resp.GetNoAccount().GetMessage(),
 			resp.GetNoAccount().GetRetryAt().AsTime())

@@ -104,7 +104,7 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (re
 	}
 	// One round trip answers the key check, the alias question and the
 	// routing view for a concrete model; the lease's claim is the second.
-	v, err := l.routingView(ctx, m.KeyHash, m.Model, m.SessionKey, policy.ModelFamily(m.Model), l.now())
+	v, err := l.routingView(ctx, m.KeyHash, m.Model, m.SessionKey, policy.ModelFamily(m.Model), waiterOf(m), l.now())
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +189,7 @@ func aliasNoAccount(nones []*weirv1.NoAccount) *weirv1.NoAccount {
 func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.AcquireRequest, exclude map[uuid.UUID]bool, prefer uuid.UUID, first *view) (resp *weirv1.AcquireResponse, err error) {
 	family := policy.ModelFamily(m.Model)
 	if first == nil {
-		v, err := l.routingView(ctx, "", "", m.SessionKey, family, l.now())
+		v, err := l.routingView(ctx, "", "", m.SessionKey, family, waiterOf(m), l.now())
 		if err != nil {
 			return nil, err
 		}
@@ -271,7 +271,7 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		now := l.now()
 		if attempt > 0 {
 			// The last view lost every claim: read it again.
-			fresh, err := l.routingView(ctx, "", "", m.SessionKey, family, now)
+			fresh, err := l.routingView(ctx, "", "", m.SessionKey, family, waiterOf(m), now)
 			if err != nil {
 				return nil, err
 			}
@@ -292,13 +292,24 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 			none = withBreaker(none, breakerNone)
 		}
 		if none != nil {
+			if none.Reason == weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY && m.RequestId != "" && m.WaitingSince != nil {
+				// A held request waits for a place, in turn with every
+				// worker's requests. (One not held yet may not come back:
+				// a client that fails fast, capacity_hold 0. It takes its
+				// turn when it does, from its first hold.)
+				if err := l.waitFor(ctx, m, policy.WaitingFor(cands, rr, now), now); err != nil {
+					return nil, err
+				}
+			}
 			key.pinnedNone(none)
 			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: none}}, nil
 		}
 		spill := policy.SpillFrom(cands, order, rr)
 		for i, c := range order {
 			a := v.accounts[c.Account.ID]
-			lease, err := l.claim(ctx, a, key.id, m, now, reusable(m), probing[c.Account.Provider])
+			// While requests wait for the account's places, its lease is not
+			// kept for reuse: a worker would hand it to a later arrival.
+			lease, err := l.claim(ctx, a, key.id, m, now, reusable(m) && c.Waiting == 0, probing[c.Account.Provider])
 			if errors.Is(err, seal.ErrUnseal) {
 				// Unusable until an operator re-enters the credential under
 				// this key; the rest of the pool can still serve. When none
@@ -309,6 +320,12 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 			}
 			if err != nil {
 				return nil, err
+			}
+			if lease != nil && m.WaitingSince != nil {
+				// It waited its turn: it waits no more.
+				if err := l.q.StopWaiting(context.WithoutCancel(ctx), m.RequestId); err != nil {
+					l.log.ErrorContext(ctx, "stop waiting", "request_id", m.RequestId, "err", err)
+				}
 			}
 			if lease != nil {
 				// Metered, because no subscription could serve: a spill,
@@ -334,6 +351,43 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		Message: "every eligible account was claimed by concurrent requests",
 		RetryAt: timestamppb.New(l.now().Add(time.Second)),
 	}}}, nil
+}
+
+// waiterTTL is how long a waiter that stopped asking keeps its place in
+// the queue: a held request asks again within policy.WaitPoll (its
+// worker's parked class within that too, for its longest waiter), so a
+// waiter not seen for a few of them has left.
+const waiterTTL = 3 * policy.WaitPoll
+
+// waiter is a request as the queue of waiters knows it.
+type waiter struct {
+	requestID string
+	// since is when it began to wait; zero for a request not held yet,
+	// which waits behind every waiter.
+	since time.Time
+}
+
+func waiterOf(m *weirv1.AcquireRequest) waiter {
+	w := waiter{requestID: m.RequestId}
+	if m.WaitingSince != nil {
+		w.since = m.WaitingSince.AsTime()
+	}
+	return w
+}
+
+// waitFor records that m's request, held, waits for a place on accounts: a place
+// that frees there goes to the request that waited longest, across
+// workers (routing counts the waiters ahead as places promised). A new
+// waiter on an account makes workers give its idle leases back.
+func (l leaseService) waitFor(ctx context.Context, m *weirv1.AcquireRequest, accounts []uuid.UUID, now time.Time) error {
+	if len(accounts) == 0 {
+		return nil
+	}
+	since := now
+	if t := m.WaitingSince.AsTime(); t.Before(now) {
+		since = t
+	}
+	return l.q.WaitFor(ctx, db.WaitForParams{AccountIds: accounts, RequestID: m.RequestId, Since: since, Now: now})
 }
 
 // withBreaker is the answer when the other providers' accounts cannot
@@ -460,9 +514,14 @@ type view struct {
 // for the model family, the account the session is bound to, if it is
 // still bound, the family's breakers, and the key and alias answers: one
 // query.
-func (l leaseService) routingView(ctx context.Context, keyHash, model, sessionKey, family string, now time.Time) (view, error) {
+func (l leaseService) routingView(ctx context.Context, keyHash, model, sessionKey, family string, w waiter, now time.Time) (view, error) {
+	since := w.since
+	if since.IsZero() {
+		since = now // a request not held yet waits behind every waiter
+	}
 	rows, err := l.q.RoutingView(ctx, db.RoutingViewParams{KeyHash: keyHash, Model: model, Now: now, SessionKey: sessionKey,
-		BoundSince: now.Add(-l.cfg.SessionTTL), Family: family})
+		BoundSince: now.Add(-l.cfg.SessionTTL), Family: family, RequestID: w.requestID, WaitingSince: since,
+		WaitersSeenSince: now.Add(-waiterTTL)})
 	if err != nil {
 		return view{}, err
 	}
@@ -477,7 +536,7 @@ func (l leaseService) routingView(ctx context.Context, keyHash, model, sessionKe
 			}
 			v.breakerOpen[enumValue[weirv1.Provider](r.Account.Provider)] = true
 		}
-		c := policy.Candidate{Account: policyAccount(r.Account), Live: r.Live}
+		c := policy.Candidate{Account: policyAccount(r.Account), Live: r.Live, WaitingAhead: r.WaitingAhead, Waiting: r.Waiting}
 		v.accounts[r.Account.ID] = r.Account
 		if r.CooldownUntil != nil {
 			cd := policyCooldown(db.Cooldown{
@@ -689,7 +748,7 @@ func (l leaseService) PoolQuota(ctx context.Context, req *connect.Request[weirv1
 	now := l.now()
 	var first *weirv1.QuotaBlock
 	for _, model := range models {
-		v, err := l.routingView(ctx, "", "", "", policy.ModelFamily(model), now)
+		v, err := l.routingView(ctx, "", "", "", policy.ModelFamily(model), waiter{}, now)
 		if err != nil {
 			return nil, err
 		}

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"slices"
 	"strings"
+
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
@@ -599,4 +601,53 @@ func TestRenewBatch(t *testing.T) {
 	}
 	_, err = e.dp.leases.RenewBatch(t.Context(), connect.NewRequest(&weirv1.RenewBatchRequest{LeaseIds: []string{a.Id, "nope"}}))
 	wantCode(t, err, connect.CodeInvalidArgument)
+}
+
+// TestHeldRequestsServedInTurn: a place that frees goes to the request
+// held longest for it, whichever replica a later arrival asks; while
+// requests wait for an account its leases are not kept for reuse; a
+// waiter that stopped asking drops out of the queue.
+func TestHeldRequestsServedInTurn(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	r := e.replica()
+	_, keyHash := e.createKey("")
+	a, _ := e.createAccount(acct{maxConc: 1})
+	busy := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet, RequestId: "busy"})
+
+	// Two requests, held since different times, wait; the later one asks
+	// first, on another replica.
+	first, second := e.clock.Now().Add(-2*time.Second), e.clock.Now().Add(-time.Second)
+	held := func(id string, since time.Time) *weirv1.AcquireRequest {
+		return &weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet, RequestId: id, WaitingSince: timestamppb.New(since)}
+	}
+	r.mustNoAccount(held("second", second), weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY)
+	e.mustNoAccount(held("first", first), weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY)
+	e.release(busy.Id, &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200})
+
+	// The place is free, but promised: a newcomer and the second waiter are
+	// refused, and told why.
+	none := r.mustNoAccount(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet, RequestId: "newcomer"}, weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY)
+	if !strings.Contains(none.Message, "2 requests held longer wait for their places first") {
+		t.Errorf("newcomer refused with %q", none.Message)
+	}
+	r.mustNoAccount(held("second", second), weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY)
+	l := e.mustLease(held("first", first))
+	if l.AccountId != a.Id || l.ReuseUntil != nil {
+		t.Errorf("first's lease %v: want the account, not kept for reuse while another request waits", l)
+	}
+	if n := e.count(`SELECT count(*) FROM lease_waiters WHERE request_id = 'first'`); n != 0 {
+		t.Errorf("first still waits on %d accounts after its lease", n)
+	}
+	e.release(l.Id, &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200})
+	r.mustNoAccount(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet, RequestId: "newcomer"}, weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY)
+	e.release(r.mustLease(held("second", second)).Id, &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200})
+
+	// A waiter that stops asking holds no place past the waiter TTL.
+	busy = e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet, RequestId: "busy2"})
+	e.mustNoAccount(held("gone", e.clock.Now()), weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY)
+	e.release(busy.Id, &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200})
+	e.mustNoAccount(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet, RequestId: "newcomer"}, weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY)
+	e.clock.Advance(waiterTTL)
+	e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet, RequestId: "newcomer"})
 }

@@ -65,8 +65,10 @@ type classGate struct {
 }
 
 // askFunc makes one Acquire for the request; why is the lease pool
-// metric's label for it (askFirst, askForAll, askRetry).
-type askFunc func(ctx context.Context, why string) (*weirv1.AcquireResponse, error)
+// metric's label for it (askFirst, askForAll, askRetry). since, when set,
+// is when the class's longest-parked request began to wait: a parked
+// class's leader asks in that request's turn.
+type askFunc func(ctx context.Context, why string, since time.Time) (*weirv1.AcquireResponse, error)
 
 const (
 	askFirst  = "acquired"    // a request's own Acquire
@@ -107,6 +109,8 @@ type sharedNone struct {
 
 // waiter is one parked request.
 type waiter struct {
+	// since is when the request began to wait (gateRequest.since).
+	since time.Time
 	wake chan waitResult // buffered 1; written once per wait
 	// stop ends the request's current sleep.
 	stop context.CancelFunc
@@ -153,6 +157,9 @@ type gateRequest struct {
 	// refused class parks on it until it is served again or holdEnd.
 	held    bool
 	holdEnd time.Time
+	// since is when the request began to wait for capacity; zero when it
+	// has not.
+	since time.Time
 	// limit says the class's limit applies (its leases are reused);
 	// cameBack says whether a lease of the class came back since the
 	// request looked (then it looks again rather than wait for one). The
@@ -174,7 +181,7 @@ func (g *classGate) ask(ctx context.Context, r gateRequest, call askFunc) (resp 
 	prev := c.none
 	refused := prev != nil
 	if refused && r.held && now.Before(r.holdEnd) && !g.closed {
-		resp, err := g.parkLocked(ctx, c, r.holdEnd, call)
+		resp, err := g.parkLocked(ctx, c, r.holdEnd, r.since, call)
 		return resp, g.now().Sub(now), err
 	}
 	if refused && r.held && prev.gen == g.gen && now.Before(prev.until) {
@@ -210,7 +217,7 @@ func (g *classGate) ask(ctx context.Context, r gateRequest, call askFunc) (resp 
 	gen := g.gen
 	c.asking++
 	g.mu.Unlock()
-	resp, err = call(ctx, askFirst)
+	resp, err = call(ctx, askFirst, time.Time{})
 	g.mu.Lock()
 	c.asking--
 	g.wakeQueuedLocked(c)
@@ -257,7 +264,7 @@ func (g *classGate) retry(ctx context.Context, cls leaseClass, call askFunc) (*w
 	gen := g.gen
 	g.tidyLocked(cls, c)
 	g.mu.Unlock()
-	resp, err := call(ctx, askRetry)
+	resp, err := call(ctx, askRetry, time.Time{})
 	if err != nil {
 		return nil, err
 	}
@@ -319,8 +326,8 @@ func (g *classGate) wakeQueuedLocked(c *gateClass) {
 // served again or deadline, asking the control plane for every parked
 // request while it leads. It returns a lease (the request's own), the
 // class's shared answer at the deadline, or neither: ask as usual.
-func (g *classGate) parkLocked(ctx context.Context, c *gateClass, deadline time.Time, call askFunc) (*weirv1.AcquireResponse, error) {
-	w := &waiter{wake: make(chan waitResult, 1), stop: func() {}}
+func (g *classGate) parkLocked(ctx context.Context, c *gateClass, deadline, since time.Time, call askFunc) (*weirv1.AcquireResponse, error) {
+	w := &waiter{wake: make(chan waitResult, 1), stop: func() {}, since: since}
 	if c.waiters == nil {
 		c.waiters, c.poke = map[*waiter]struct{}{}, func() {}
 	}
@@ -390,8 +397,14 @@ func (g *classGate) parkLocked(ctx context.Context, c *gateClass, deadline time.
 // answer; it returns the leader's lease if it got one.
 func (g *classGate) leadLocked(ctx context.Context, c *gateClass, call askFunc) (*weirv1.AcquireResponse, error) {
 	gen, prev := g.gen, c.none
+	var since time.Time
+	for w := range c.waiters {
+		if !w.since.IsZero() && (since.IsZero() || w.since.Before(since)) {
+			since = w.since
+		}
+	}
 	g.mu.Unlock()
-	resp, err := call(ctx, askForAll)
+	resp, err := call(ctx, askForAll, since)
 	g.mu.Lock()
 	switch {
 	case err != nil:

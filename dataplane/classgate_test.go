@@ -24,6 +24,7 @@ type gateTest struct {
 	mu     sync.Mutex
 	counts map[string]int
 	whys   []string
+	sinces []time.Time
 	answer func(why string) (*weirv1.AcquireResponse, error)
 }
 
@@ -37,10 +38,11 @@ func newGateTest() *gateTest {
 	return gt
 }
 
-func (gt *gateTest) call(ctx context.Context, why string) (*weirv1.AcquireResponse, error) {
+func (gt *gateTest) call(ctx context.Context, why string, since time.Time) (*weirv1.AcquireResponse, error) {
 	gt.calls.Add(1)
 	gt.mu.Lock()
 	gt.whys = append(gt.whys, why)
+	gt.sinces = append(gt.sinces, since)
 	answer := gt.answer
 	gt.mu.Unlock()
 	return answer(why)
@@ -90,9 +92,13 @@ func TestGateManyHeldRequestsOneCall(t *testing.T) {
 		const held = 50
 		var wg sync.WaitGroup
 		var leases, again atomic.Int32
-		for range held {
+		start := time.Now()
+		for i := range held {
 			wg.Go(func() {
-				resp, parked, err := gt.gate.ask(t.Context(), gateRequest{class: testClass, held: true, holdEnd: time.Now().Add(time.Minute)}, gt.call)
+				// Each began to wait at its own time; the one call for all
+				// asks in the turn of the one that waited longest.
+				since := start.Add(-time.Duration(i+1) * time.Second)
+				resp, parked, err := gt.gate.ask(t.Context(), gateRequest{class: testClass, held: true, holdEnd: time.Now().Add(time.Minute), since: since}, gt.call)
 				switch {
 				case err != nil:
 					t.Errorf("ask: %v", err)
@@ -119,6 +125,9 @@ func TestGateManyHeldRequestsOneCall(t *testing.T) {
 		}
 		if gt.whys[1] != askForAll {
 			t.Errorf("the held requests' call was counted as %q, want %q", gt.whys[1], askForAll)
+		}
+		if want := start.Add(-held * time.Second); !gt.sinces[1].Equal(want) {
+			t.Errorf("the call for all asked in the turn of a request waiting since %v, want the longest's, %v", gt.sinces[1], want)
 		}
 	})
 }

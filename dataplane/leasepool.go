@@ -131,10 +131,16 @@ func newLeasePool(client weirv1connect.LeaseServiceClient, log *slog.Logger, now
 // with its class's other held requests.
 func (p *leasePool) acquire(ctx context.Context, req *weirv1.AcquireRequest, held bool, holdEnd time.Time) (_ *weirv1.AcquireResponse, parked time.Duration, err error) {
 	cls := leaseClass{keyHash: req.KeyHash, surface: req.Surface, model: req.Model, sessioned: req.SessionKey != ""}
-	call := func(ctx context.Context, why string) (*weirv1.AcquireResponse, error) {
+	call := func(ctx context.Context, why string, since time.Time) (*weirv1.AcquireResponse, error) {
 		p.metrics.leasePool.WithLabelValues(why).Inc()
 		gen := p.cache.version()
-		resp, err := p.client.Acquire(ctx, connect.NewRequest(req))
+		ask := req
+		if !since.IsZero() && (req.WaitingSince == nil || since.Before(req.WaitingSince.AsTime())) {
+			// A parked class's leader asks in its longest waiter's turn.
+			ask = proto.CloneOf(req)
+			ask.WaitingSince = timestamppb.New(since)
+		}
+		resp, err := p.client.Acquire(ctx, connect.NewRequest(ask))
 		if err != nil {
 			return nil, err
 		}
@@ -160,7 +166,11 @@ func (p *leasePool) acquire(ctx context.Context, req *weirv1.AcquireRequest, hel
 			}
 			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_Lease{Lease: w.lease}}, parked, nil
 		}
-		resp, waited, err := p.gate.ask(ctx, gateRequest{class: cls, held: held, holdEnd: holdEnd, limit: p.cache.isReady(),
+		var since time.Time
+		if req.WaitingSince != nil {
+			since = req.WaitingSince.AsTime()
+		}
+		resp, waited, err := p.gate.ask(ctx, gateRequest{class: cls, held: held, holdEnd: holdEnd, since: since, limit: p.cache.isReady(),
 			cameBack: func() bool { return p.cache.has(cls, req.SessionKey) }}, call)
 		parked += waited
 		if resp != nil || err != nil {

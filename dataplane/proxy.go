@@ -324,6 +324,7 @@ func (s *Server) lease(ctx context.Context, rt *routing) (*weirv1.AcquireRespons
 		RequestId:         in.requestID,
 		PreferAccountId:   rt.prefer,
 		Surface:           in.sf.api,
+		WaitingSince:      waitingSince(rt.heldSince),
 	}, rt.rounds > 0, rt.holdEnd)
 	if parked > 0 {
 		// Parked with the other held requests of its class.
@@ -335,6 +336,15 @@ func (s *Server) lease(ctx context.Context, rt *routing) (*weirv1.AcquireRespons
 		s.recordHold(ctx, rt, asked, waited, "waiting for the control plane to answer")
 	}
 	return resp, err
+}
+
+// waitingSince is a held request's place in the queue of waiters: when it
+// was first held; nil before.
+func waitingSince(heldSince time.Time) *timestamppb.Timestamp {
+	if heldSince.IsZero() {
+		return nil
+	}
+	return timestamppb.New(heldSince)
 }
 
 // acquireFailed acts on an Acquire that got no answer, or a refusal of

@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/riverqueue/river"
 )
@@ -24,6 +25,10 @@ type LeaseReaper struct {
 	river.WorkerDefaults[LeaseReaperArgs]
 	deps Deps
 }
+
+// staleWaiter is how long after a held request last asked its place in
+// the queue of waiters is deleted.
+const staleWaiter = time.Minute
 
 // Work deletes what no longer matters and records what was lost.
 // Expired leases already stopped counting at their expiry; one reaped
@@ -50,8 +55,14 @@ func (w *LeaseReaper) Work(ctx context.Context, _ *river.Job[LeaseReaperArgs]) e
 	if err != nil {
 		return fmt.Errorf("reap sessions: %w", err)
 	}
-	if leases > 0 || sessions > 0 || lost > 0 {
-		w.deps.Logger.InfoContext(ctx, "reaped", "leases", leases, "sessions", sessions, "lost_requests", lost)
+	// Routing already ignores a waiter that stopped asking; its row goes
+	// once it is well past that.
+	waiters, err := w.deps.Queries.DeleteStaleWaiters(ctx, now.Add(-staleWaiter))
+	if err != nil {
+		return fmt.Errorf("reap waiters: %w", err)
+	}
+	if leases > 0 || sessions > 0 || lost > 0 || waiters > 0 {
+		w.deps.Logger.InfoContext(ctx, "reaped", "leases", leases, "sessions", sessions, "lost_requests", lost, "waiters", waiters)
 	}
 	return nil
 }

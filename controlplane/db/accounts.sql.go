@@ -525,6 +525,11 @@ SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.
     (SELECT ma.targets FROM model_aliases ma WHERE ma.alias = $2::text) AS alias_targets,
     ob.open_until AS breaker_open_until,
     (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > $3)::integer AS live,
+    (SELECT count(*) FROM lease_waiters w WHERE w.account_id = a.id AND w.seen_at > $4
+        AND w.request_id <> $5::text
+        AND (w.since < $6::timestamptz OR (w.since = $6::timestamptz AND w.request_id < $5::text)))::integer AS waiting_ahead,
+    (SELECT count(*) FROM lease_waiters w WHERE w.account_id = a.id AND w.seen_at > $4
+        AND w.request_id <> $5::text)::integer AS waiting,
     c.reason AS cooldown_reason,
     c.transient AS cooldown_transient,
     c.until AS cooldown_until,
@@ -538,29 +543,32 @@ SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.
     g.written_at AS gate_written_at,
     g.evidence AS gate_evidence,
     coalesce(a.id = (SELECT s.account_id FROM session_bindings s
-                     WHERE s.session_key = $4 AND s.last_seen_at > $5), false)::boolean AS session_bound,
+                     WHERE s.session_key = $7 AND s.last_seen_at > $8), false)::boolean AS session_bound,
     u5.utilization AS five_hour_utilization,
     u5.resets_at AS five_hour_resets_at,
     u7.utilization AS seven_day_utilization,
     u7.resets_at AS seven_day_resets_at
 FROM accounts a
 LEFT JOIN cooldowns c ON c.account_id = a.id AND c.until > $3
-LEFT JOIN family_gates g ON g.account_id = a.id AND g.family = $6 AND g.until > $3
+LEFT JOIN family_gates g ON g.account_id = a.id AND g.family = $9 AND g.until > $3
 LEFT JOIN usage_windows u5 ON u5.account_id = a.id AND u5.window_name = 'five_hour'
     AND u5.utilization IS NOT NULL AND u5.resets_at > $3
 LEFT JOIN usage_windows u7 ON u7.account_id = a.id AND u7.window_name = 'seven_day'
     AND u7.utilization IS NOT NULL AND u7.resets_at > $3
-LEFT JOIN overload_breakers ob ON ob.provider = a.provider AND ob.family = $6
+LEFT JOIN overload_breakers ob ON ob.provider = a.provider AND ob.family = $9
 ORDER BY a.label
 `
 
 type RoutingViewParams struct {
-	KeyHash    string
-	Model      string
-	Now        time.Time
-	SessionKey string
-	BoundSince time.Time
-	Family     string
+	KeyHash          string
+	Model            string
+	Now              time.Time
+	WaitersSeenSince time.Time
+	RequestID        string
+	WaitingSince     time.Time
+	SessionKey       string
+	BoundSince       time.Time
+	Family           string
 }
 
 type RoutingViewRow struct {
@@ -574,6 +582,8 @@ type RoutingViewRow struct {
 	AliasTargets               []string
 	BreakerOpenUntil           *time.Time
 	Live                       int32
+	WaitingAhead               int32
+	Waiting                    int32
 	CooldownReason             *string
 	CooldownTransient          pgtype.Bool
 	CooldownUntil              *time.Time
@@ -598,13 +608,17 @@ type RoutingViewRow struct {
 // model family if any, whether the session is bound to it, its current
 // five_hour and seven_day readings (none when there is no evidence: no
 // utilization, or a reset already passed) and its provider's overload
-// breaker for the family; and, the same on every row, the client key's id
+// breaker for the family, and the requests waiting for its places (ahead
+// of this one, and in all); and, the same on every row, the client key's id
 // when the key is live and the model's alias targets when it is an alias.
 func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]RoutingViewRow, error) {
 	rows, err := q.db.Query(ctx, routingView,
 		arg.KeyHash,
 		arg.Model,
 		arg.Now,
+		arg.WaitersSeenSince,
+		arg.RequestID,
+		arg.WaitingSince,
 		arg.SessionKey,
 		arg.BoundSince,
 		arg.Family,
@@ -658,6 +672,8 @@ func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]Rou
 			&i.AliasTargets,
 			&i.BreakerOpenUntil,
 			&i.Live,
+			&i.WaitingAhead,
+			&i.Waiting,
 			&i.CooldownReason,
 			&i.CooldownTransient,
 			&i.CooldownUntil,

@@ -76,6 +76,19 @@ func (q *Queries) DeleteSessionsIdleSince(ctx context.Context, since time.Time) 
 	return result.RowsAffected(), nil
 }
 
+const deleteStaleWaiters = `-- name: DeleteStaleWaiters :execrows
+DELETE FROM lease_waiters WHERE seen_at < $1
+`
+
+// Waiters that stopped asking long ago.
+func (q *Queries) DeleteStaleWaiters(ctx context.Context, before time.Time) (int64, error) {
+	result, err := q.db.Exec(ctx, deleteStaleWaiters, before)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const releaseLease = `-- name: ReleaseLease :one
 DELETE FROM leases WHERE leases.id = $1
 RETURNING account_id, key_id, model, credential_revision, acquired_at,
@@ -252,6 +265,16 @@ func (q *Queries) SettleLeases(ctx context.Context, arg SettleLeasesParams) ([]S
 	return items, nil
 }
 
+const stopWaiting = `-- name: StopWaiting :exec
+DELETE FROM lease_waiters WHERE request_id = $1
+`
+
+// The request got a place, or left: it waits no more.
+func (q *Queries) StopWaiting(ctx context.Context, requestID string) error {
+	_, err := q.db.Exec(ctx, stopWaiting, requestID)
+	return err
+}
+
 const tickLeaseClock = `-- name: TickLeaseClock :one
 SELECT weir_lease_clock($1::timestamptz, make_interval(secs => $2::float8),
     make_interval(secs => $3::float8))::bigint AS renewed
@@ -271,4 +294,30 @@ func (q *Queries) TickLeaseClock(ctx context.Context, arg TickLeaseClockParams) 
 	var renewed int64
 	err := row.Scan(&renewed)
 	return renewed, err
+}
+
+const waitFor = `-- name: WaitFor :exec
+INSERT INTO lease_waiters (account_id, request_id, since, seen_at)
+SELECT unnest($1::uuid[]), $2::text, $3::timestamptz, $4::timestamptz
+ON CONFLICT (account_id, request_id) DO UPDATE
+SET seen_at = EXCLUDED.seen_at, since = least(lease_waiters.since, EXCLUDED.since)
+`
+
+type WaitForParams struct {
+	AccountIds []uuid.UUID
+	RequestID  string
+	Since      time.Time
+	Now        time.Time
+}
+
+// A request waits for a place on these accounts, since @since (kept if
+// it waited earlier).
+func (q *Queries) WaitFor(ctx context.Context, arg WaitForParams) error {
+	_, err := q.db.Exec(ctx, waitFor,
+		arg.AccountIds,
+		arg.RequestID,
+		arg.Since,
+		arg.Now,
+	)
+	return err
 }

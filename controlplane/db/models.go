@@ -124,6 +124,13 @@ type LeaseClock struct {
 	AliveAt time.Time
 }
 
+type LeaseWaiter struct {
+	AccountID uuid.UUID
+	RequestID string
+	Since     time.Time
+	SeenAt    time.Time
+}
+
 type ModelAlias struct {
 	Alias     string
 	Targets   []string

@@ -15,9 +15,13 @@ import (
 
 // Candidate is one account as routing sees it at one instant.
 type Candidate struct {
-	Account  Account
-	Live     int32     // unexpired leases
-	Cooldown *Cooldown // live cooldown, if any
+	Account Account
+	Live    int32 // unexpired leases
+	// WaitingAhead counts the requests waiting for a place on the account
+	// since before this one (held requests are served in turn): places
+	// promised to them. Waiting counts every other live waiter.
+	WaitingAhead, Waiting int32
+	Cooldown              *Cooldown // live cooldown, if any
 	// Gate is the live gate for the request's model family, if any: the
 	// account is cooling for that family only. Unlike a cooldown, the
 	// claim does not re-check it under the row lock: a gate written between
@@ -295,6 +299,30 @@ func Serves(provider weirv1.Provider, sf weirv1.Surface) bool {
 	return servedBy[sf][provider]
 }
 
+// WaitPoll is how soon a request refused at capacity asks again: a place
+// that frees goes to the request that waited longest within about that.
+const WaitPoll = time.Second
+
+// WaitingFor are the accounts req waits for when Route answered that
+// every eligible account is at its cap: those Route counted full. Pure.
+func WaitingFor(cands []Candidate, req RouteRequest, now time.Time) []uuid.UUID {
+	var out []uuid.UUID
+	for _, c := range cands {
+		a := c.Account
+		if !Serves(a.Provider, req.Surface) || req.BreakerOpen[a.Provider] || req.withheld(a) || a.Paused || a.Broken ||
+			req.Unreadable[a.ID] || req.Exclude[a.ID] {
+			continue
+		}
+		if _, cooling, _ := c.blockedUntil(now); cooling {
+			continue
+		}
+		if c.Live+c.WaitingAhead >= c.capacity() {
+			out = append(out, a.ID)
+		}
+	}
+	return out
+}
+
 // Route orders the accounts that may serve req, best first, or says why
 // there are none and when that may change. It is pure: the claim that
 // follows re-checks eligibility under a row lock, so a stale view costs a
@@ -318,6 +346,9 @@ func Route(cands []Candidate, req RouteRequest, now time.Time) ([]Candidate, *we
 		// keeps it out: it may serve the next round, so no cooling
 		// account's deadline is the pool's soonest recovery.
 		againNow bool
+		// ahead counts the places at full accounts promised to requests
+		// held longer.
+		ahead int32
 	)
 	for _, c := range cands {
 		a := c.Account
@@ -370,8 +401,11 @@ func Route(cands []Candidate, req RouteRequest, now time.Time) ([]Candidate, *we
 			if (c.Cooldown == nil || !c.Cooldown.Until.After(now)) && c.spentUntil(now).IsZero() {
 				gated++
 			}
-		case c.Live >= c.capacity():
+		case c.Live+c.WaitingAhead >= c.capacity():
+			// At its cap, counting the places of the requests held longer:
+			// a place that frees goes to the one that waited longest.
 			full++
+			ahead += c.WaitingAhead
 		default:
 			eligible = append(eligible, c)
 		}
@@ -399,7 +433,10 @@ func Route(cands []Candidate, req RouteRequest, now time.Time) ([]Candidate, *we
 	case full > 0:
 		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY
 		none.Message = fmt.Sprintf("all %d eligible accounts are at their concurrency cap", full)
-		none.RetryAt = timestamppb.New(now.Add(time.Second))
+		if ahead > 0 {
+			none.Message += fmt.Sprintf("; %d requests held longer wait for their places first", ahead)
+		}
+		none.RetryAt = timestamppb.New(now.Add(WaitPoll))
 	case tried > 0:
 		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_TRIED
 		none.Message = fmt.Sprintf("all %d eligible accounts were tried for this request", tried)

@@ -37,6 +37,7 @@ func provider(p string) func(*Candidate) {
 	return func(x *Candidate) { x.Account.Provider = vocab.Value[weirv1.Provider](p) }
 }
 func broken() func(*Candidate) { return func(x *Candidate) { x.Account.Broken = true } }
+func ahead(n int32) func(*Candidate) { return func(x *Candidate) { x.WaitingAhead = n } }
 func overloadedAgo(d time.Duration) func(*Candidate) {
 	return func(x *Candidate) { t := epoch.Add(-d); x.Account.OverloadedAt = &t }
 }
@@ -82,6 +83,7 @@ func TestRouteOrder(t *testing.T) {
 			c("excluded"), c("openai", provider("openai")),
 		}, "", []string{"excluded"}, "ok"},
 		{"expired cooldown is no cooldown", []Candidate{c("a", cooling(-time.Second, true)), c("b", cooling(0, true))}, "", nil, "a,b"},
+		{"a free place promised to a request held longer", []Candidate{c("a", prio(5), live(3), ahead(1)), c("b", live(3), ahead(0))}, "", nil, "b"},
 		{"overloaded a moment ago after the ones that answer, the session's and priority's too",
 			[]Candidate{c("a", prio(9), overloadedAgo(time.Second)), c("b", overloadedAgo(5*time.Second)), c("c", live(3))}, "b", nil, "c,b,a"},
 		{"an overload long ago is forgotten", []Candidate{c("a", prio(1), overloadedAgo(AnsweringWindow)), c("b")}, "", nil, "a,b"},
@@ -137,6 +139,9 @@ func TestRouteNoAccount(t *testing.T) {
 			allCooling, "all 1 accounts are cooling down; the first recovers at " + epoch.Add(time.Minute).Format(time.RFC3339), time.Minute},
 		{"at capacity", []Candidate{c("a", live(4)), c("b", capOf(1), live(1))}, nil, atCapacity, "all 2 eligible accounts are at their concurrency cap", time.Second},
 		{"capacity before cooling", []Candidate{c("a", live(4)), c("b", cooling(time.Minute, true))}, nil, atCapacity, "all 1 eligible accounts are at their concurrency cap", time.Second},
+		// A free place promised to a request held longer is not free.
+		{"places promised to requests held longer", []Candidate{c("a", live(3), ahead(1)), c("b", live(2), ahead(3))}, nil, atCapacity,
+			"all 2 eligible accounts are at their concurrency cap; 4 requests held longer wait for their places first", time.Second},
 		{"capacity before tried", []Candidate{c("a", live(4)), c("b")}, []string{"b"}, atCapacity, "all 1 eligible accounts are at their concurrency cap", time.Second},
 		{"all tried", []Candidate{c("a"), c("b")}, []string{"a", "b"}, allTried, "all 2 eligible accounts were tried for this request", -1},
 		// The tried account may serve the next round: the cooling one's
@@ -256,5 +261,27 @@ func TestRouteFamilyGate(t *testing.T) {
 				t.Errorf("retry_at %v, want now+%v", none.RetryAt, tc.retryAt)
 			}
 		})
+	}
+}
+
+// TestWaitingFor: a request refused at capacity waits on exactly the
+// accounts Route counted full, not on those out for another reason.
+func TestWaitingFor(t *testing.T) {
+	t.Parallel()
+	cands := []Candidate{
+		c("full", live(4)), c("promised", live(3), ahead(1)), c("free", live(1)), c("cooling", live(4), cooling(time.Minute, true)),
+		c("paused", live(4), paused()), c("tried", live(4)), c("openai", live(4), provider("openai")),
+	}
+	req := RouteRequest{Model: "claude-sonnet-4-5", Exclude: map[uuid.UUID]bool{c("tried").Account.ID: true}}
+	var got []string
+	for _, id := range WaitingFor(cands, req, epoch) {
+		for _, x := range cands {
+			if x.Account.ID == id {
+				got = append(got, x.Account.Label)
+			}
+		}
+	}
+	if strings.Join(got, ",") != "full,promised" {
+		t.Errorf("waits for %v, want full,promised", got)
 	}
 }

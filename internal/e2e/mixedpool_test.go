@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -183,5 +184,59 @@ func TestHoldIsSeenWhileItWaits(t *testing.T) {
 	final := e.routeEvent(r.header.Get("Weir-Request-Id"))
 	if final.Pending || final.HeldSince != nil || final.Verdict != "" || final.HoldCount == 0 {
 		t.Errorf("final event %v, want served, not held, with its holds counted", final)
+	}
+}
+
+// TestHeldRequestsServedInTurn: one account capped at 2 whose places free
+// every half second or so, kept busy by two clients looping on one worker
+// (which reuses its leases); three requests held on another worker get
+// the places as they free, within a few seconds, instead of waiting until
+// the loopers stop while the loopers' later requests are served.
+func TestHeldRequestsServedInTurn(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{hold: 20 * time.Minute, deltaDelay: 40 * time.Millisecond, accounts: []account{{label: "capped", maxConc: 2}}})
+	_, other := e.newDataplane(nil)
+	stop := make(chan struct{})
+	var loopers sync.WaitGroup
+	var looped atomic.Int32
+	for range 2 {
+		loopers.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if r := e.doWith(http.DefaultClient, other.URL, http.MethodPost, "/v1/messages", messagesBody(true), nil); r.status != http.StatusOK {
+					t.Errorf("looper: %d %s", r.status, r.body)
+					return
+				}
+				looped.Add(1)
+			}
+		})
+	}
+	eventually(t, "the loopers to fill the account", func() bool { return e.account("capped").InFlight == 2 && looped.Load() >= 2 })
+	const loopFor = 10 * time.Second
+	deadline := time.AfterFunc(loopFor, func() { close(stop) })
+	defer deadline.Stop()
+	start := time.Now()
+	var held sync.WaitGroup
+	took := make([]time.Duration, 3)
+	for i := range took {
+		held.Go(func() {
+			r := e.doWith(http.DefaultClient, e.dpSrv.URL, http.MethodPost, "/v1/messages", messagesBody(true), nil)
+			took[i] = time.Since(start)
+			if r.status != http.StatusOK {
+				t.Errorf("held request %d: %d %s", i, r.status, r.body)
+			}
+		})
+	}
+	held.Wait()
+	loopers.Wait()
+	t.Logf("held requests served after %v; the loopers made %d requests in %v", took, looped.Load(), loopFor)
+	for i, d := range took {
+		if d > 5*time.Second {
+			t.Errorf("held request %d served after %v, want within a few seconds of a place freeing (the loopers ran %v)", i, d, loopFor)
+		}
 	}
 }

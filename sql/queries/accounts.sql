@@ -89,7 +89,8 @@ RETURNING auth_failures, (broken_at IS NOT NULL)::boolean AS broken;
 -- model family if any, whether the session is bound to it, its current
 -- five_hour and seven_day readings (none when there is no evidence: no
 -- utilization, or a reset already passed) and its provider's overload
--- breaker for the family; and, the same on every row, the client key's id
+-- breaker for the family, and the requests waiting for its places (ahead
+-- of this one, and in all); and, the same on every row, the client key's id
 -- when the key is live and the model's alias targets when it is an alias.
 -- name: RoutingView :many
 SELECT sqlc.embed(a),
@@ -103,6 +104,11 @@ SELECT sqlc.embed(a),
     (SELECT ma.targets FROM model_aliases ma WHERE ma.alias = @model::text) AS alias_targets,
     ob.open_until AS breaker_open_until,
     (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > @now)::integer AS live,
+    (SELECT count(*) FROM lease_waiters w WHERE w.account_id = a.id AND w.seen_at > @waiters_seen_since
+        AND w.request_id <> @request_id::text
+        AND (w.since < @waiting_since::timestamptz OR (w.since = @waiting_since::timestamptz AND w.request_id < @request_id::text)))::integer AS waiting_ahead,
+    (SELECT count(*) FROM lease_waiters w WHERE w.account_id = a.id AND w.seen_at > @waiters_seen_since
+        AND w.request_id <> @request_id::text)::integer AS waiting,
     c.reason AS cooldown_reason,
     c.transient AS cooldown_transient,
     c.until AS cooldown_until,

@@ -107,3 +107,19 @@ SELECT f.id, f.account_id, f.key_id, f.model, f.credential_revision, f.acquired_
     a.provider, a.auth_kind, a.quota_backoffs, a.recovery_probe
 FROM found f
 JOIN accounts a ON a.id = f.account_id;
+
+-- A request waits for a place on these accounts, since @since (kept if
+-- it waited earlier).
+-- name: WaitFor :exec
+INSERT INTO lease_waiters (account_id, request_id, since, seen_at)
+SELECT unnest(@account_ids::uuid[]), @request_id::text, @since::timestamptz, @now::timestamptz
+ON CONFLICT (account_id, request_id) DO UPDATE
+SET seen_at = EXCLUDED.seen_at, since = least(lease_waiters.since, EXCLUDED.since);
+
+-- The request got a place, or left: it waits no more.
+-- name: StopWaiting :exec
+DELETE FROM lease_waiters WHERE request_id = @request_id;
+
+-- Waiters that stopped asking long ago.
+-- name: DeleteStaleWaiters :execrows
+DELETE FROM lease_waiters WHERE seen_at < @before;

@@ -542,7 +542,12 @@ type AcquireRequest struct {
 	// overload goes back to the same account).
 	PreferAccountId string `protobuf:"bytes,6,opt,name=prefer_account_id,json=preferAccountId,proto3" json:"prefer_account_id,omitempty"`
 	// The protocol the request arrived on; it decides the providers.
-	Surface       Surface `protobuf:"varint,7,opt,name=surface,proto3,enum=weir.v1.Surface" json:"surface,omitempty"`
+	Surface Surface `protobuf:"varint,7,opt,name=surface,proto3,enum=weir.v1.Surface" json:"surface,omitempty"`
+	// When the request began to wait for capacity (its first hold); unset
+	// for a request not held yet. Held requests are served in turn: a place
+	// that frees goes to the one that has waited longest (for a parked
+	// class's leader, the longest of its class).
+	WaitingSince  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=waiting_since,json=waitingSince,proto3" json:"waiting_since,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -624,6 +629,13 @@ func (x *AcquireRequest) GetSurface() Surface {
 		return x.Surface
 	}
 	return Surface_SURFACE_UNSPECIFIED
+}
+
+func (x *AcquireRequest) GetWaitingSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.WaitingSince
+	}
+	return nil
 }
 
 type AcquireResponse struct {
@@ -2434,7 +2446,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"retryAfter\x121\n" +
 	"\x15rate_limit_per_minute\x18\x03 \x01(\x05R\x12rateLimitPerMinute\"'\n" +
 	"\x0fModelNotAllowed\x12\x14\n" +
-	"\x05model\x18\x01 \x01(\tR\x05model\"\x89\x02\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\"\xca\x02\n" +
 	"\x0eAcquireRequest\x12\x19\n" +
 	"\bkey_hash\x18\x01 \x01(\tR\akeyHash\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1f\n" +
@@ -2444,7 +2456,8 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x12*\n" +
 	"\x11prefer_account_id\x18\x06 \x01(\tR\x0fpreferAccountId\x12*\n" +
-	"\asurface\x18\a \x01(\x0e2\x10.weir.v1.SurfaceR\asurface\"x\n" +
+	"\asurface\x18\a \x01(\x0e2\x10.weir.v1.SurfaceR\asurface\x12?\n" +
+	"\rwaiting_since\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\fwaitingSince\"x\n" +
 	"\x0fAcquireResponse\x12&\n" +
 	"\x05lease\x18\x01 \x01(\v2\x0e.weir.v1.LeaseH\x00R\x05lease\x123\n" +
 	"\n" +
@@ -2683,9 +2696,9 @@ var file_weir_v1_lease_proto_goTypes = []any{
 	(Surface)(0),                     // 32: weir.v1.Surface
 	(QuotaResponseMode)(0),           // 33: weir.v1.QuotaResponseMode
 	(*durationpb.Duration)(nil),      // 34: google.protobuf.Duration
-	(Provider)(0),                    // 35: weir.v1.Provider
-	(AuthKind)(0),                    // 36: weir.v1.AuthKind
-	(*timestamppb.Timestamp)(nil),    // 37: google.protobuf.Timestamp
+	(*timestamppb.Timestamp)(nil),    // 35: google.protobuf.Timestamp
+	(Provider)(0),                    // 36: weir.v1.Provider
+	(AuthKind)(0),                    // 37: weir.v1.AuthKind
 	(*Unreachable)(nil),              // 38: weir.v1.Unreachable
 	(QuotaKind)(0),                   // 39: weir.v1.QuotaKind
 	(OutcomeClass)(0),                // 40: weir.v1.OutcomeClass
@@ -2701,76 +2714,77 @@ var file_weir_v1_lease_proto_depIdxs = []int32{
 	33, // 2: weir.v1.PoolQuotaResponse.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
 	34, // 3: weir.v1.TakeRequestTokenResponse.retry_after:type_name -> google.protobuf.Duration
 	32, // 4: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
-	11, // 5: weir.v1.AcquireResponse.lease:type_name -> weir.v1.Lease
-	12, // 6: weir.v1.AcquireResponse.no_account:type_name -> weir.v1.NoAccount
-	35, // 7: weir.v1.Lease.provider:type_name -> weir.v1.Provider
-	36, // 8: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
-	37, // 9: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	34, // 10: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	37, // 11: weir.v1.Lease.reuse_until:type_name -> google.protobuf.Timestamp
-	0,  // 12: weir.v1.NoAccount.reason:type_name -> weir.v1.NoAccountReason
-	37, // 13: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
-	13, // 14: weir.v1.NoAccount.quota_block:type_name -> weir.v1.QuotaBlock
-	33, // 15: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	38, // 16: weir.v1.NoAccount.unreachable:type_name -> weir.v1.Unreachable
-	37, // 17: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
-	35, // 18: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
-	39, // 19: weir.v1.QuotaBlock.kind:type_name -> weir.v1.QuotaKind
-	37, // 20: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
-	40, // 21: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
-	31, // 22: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
-	34, // 23: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
-	34, // 24: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
-	41, // 25: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
-	34, // 26: weir.v1.Outcome.delay:type_name -> google.protobuf.Duration
-	42, // 27: weir.v1.Outcome.transport_cause:type_name -> weir.v1.TransportCause
-	43, // 28: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
-	16, // 29: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
-	44, // 30: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
-	22, // 31: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
-	16, // 32: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
-	37, // 33: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
-	34, // 34: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
-	34, // 35: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
-	37, // 36: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
-	34, // 37: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
-	1,  // 38: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
-	27, // 39: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
-	37, // 40: weir.v1.RouteEvent.held_since:type_name -> google.protobuf.Timestamp
-	37, // 41: weir.v1.RouteEvent.next_try_at:type_name -> google.protobuf.Timestamp
-	34, // 42: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
-	40, // 43: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
-	45, // 44: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
-	34, // 45: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
-	42, // 46: weir.v1.AttemptRecord.transport_cause:type_name -> weir.v1.TransportCause
-	26, // 47: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
-	29, // 48: weir.v1.ReportRoutesRequest.refusals:type_name -> weir.v1.RefusalCount
-	37, // 49: weir.v1.RefusalCount.interval_start:type_name -> google.protobuf.Timestamp
-	4,  // 50: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
-	6,  // 51: weir.v1.LeaseService.TakeRequestToken:input_type -> weir.v1.TakeRequestTokenRequest
-	9,  // 52: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
-	17, // 53: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
-	14, // 54: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
-	19, // 55: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
-	21, // 56: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
-	24, // 57: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
-	28, // 58: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
-	2,  // 59: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
-	5,  // 60: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
-	7,  // 61: weir.v1.LeaseService.TakeRequestToken:output_type -> weir.v1.TakeRequestTokenResponse
-	10, // 62: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
-	18, // 63: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
-	15, // 64: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
-	20, // 65: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
-	23, // 66: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
-	25, // 67: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
-	30, // 68: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
-	3,  // 69: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
-	60, // [60:70] is the sub-list for method output_type
-	50, // [50:60] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	35, // 5: weir.v1.AcquireRequest.waiting_since:type_name -> google.protobuf.Timestamp
+	11, // 6: weir.v1.AcquireResponse.lease:type_name -> weir.v1.Lease
+	12, // 7: weir.v1.AcquireResponse.no_account:type_name -> weir.v1.NoAccount
+	36, // 8: weir.v1.Lease.provider:type_name -> weir.v1.Provider
+	37, // 9: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
+	35, // 10: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	34, // 11: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	35, // 12: weir.v1.Lease.reuse_until:type_name -> google.protobuf.Timestamp
+	0,  // 13: weir.v1.NoAccount.reason:type_name -> weir.v1.NoAccountReason
+	35, // 14: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
+	13, // 15: weir.v1.NoAccount.quota_block:type_name -> weir.v1.QuotaBlock
+	33, // 16: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	38, // 17: weir.v1.NoAccount.unreachable:type_name -> weir.v1.Unreachable
+	35, // 18: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
+	36, // 19: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
+	39, // 20: weir.v1.QuotaBlock.kind:type_name -> weir.v1.QuotaKind
+	35, // 21: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
+	40, // 22: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
+	31, // 23: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
+	34, // 24: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
+	34, // 25: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
+	41, // 26: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
+	34, // 27: weir.v1.Outcome.delay:type_name -> google.protobuf.Duration
+	42, // 28: weir.v1.Outcome.transport_cause:type_name -> weir.v1.TransportCause
+	43, // 29: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
+	16, // 30: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
+	44, // 31: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
+	22, // 32: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
+	16, // 33: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
+	35, // 34: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
+	34, // 35: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
+	34, // 36: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
+	35, // 37: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
+	34, // 38: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
+	1,  // 39: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
+	27, // 40: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
+	35, // 41: weir.v1.RouteEvent.held_since:type_name -> google.protobuf.Timestamp
+	35, // 42: weir.v1.RouteEvent.next_try_at:type_name -> google.protobuf.Timestamp
+	34, // 43: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
+	40, // 44: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
+	45, // 45: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
+	34, // 46: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
+	42, // 47: weir.v1.AttemptRecord.transport_cause:type_name -> weir.v1.TransportCause
+	26, // 48: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
+	29, // 49: weir.v1.ReportRoutesRequest.refusals:type_name -> weir.v1.RefusalCount
+	35, // 50: weir.v1.RefusalCount.interval_start:type_name -> google.protobuf.Timestamp
+	4,  // 51: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
+	6,  // 52: weir.v1.LeaseService.TakeRequestToken:input_type -> weir.v1.TakeRequestTokenRequest
+	9,  // 53: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
+	17, // 54: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
+	14, // 55: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
+	19, // 56: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
+	21, // 57: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
+	24, // 58: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
+	28, // 59: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
+	2,  // 60: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
+	5,  // 61: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
+	7,  // 62: weir.v1.LeaseService.TakeRequestToken:output_type -> weir.v1.TakeRequestTokenResponse
+	10, // 63: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
+	18, // 64: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
+	15, // 65: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
+	20, // 66: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
+	23, // 67: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
+	25, // 68: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
+	30, // 69: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
+	3,  // 70: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
+	61, // [61:71] is the sub-list for method output_type
+	51, // [51:61] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_lease_proto_init() }
