@@ -111,7 +111,7 @@ type sharedNone struct {
 type waiter struct {
 	// since is when the request began to wait (gateRequest.since).
 	since time.Time
-	wake chan waitResult // buffered 1; written once per wait
+	wake  chan waitResult // buffered 1; written once per wait
 	// stop ends the request's current sleep.
 	stop context.CancelFunc
 }

@@ -36,7 +36,7 @@ func paused() func(*Candidate)       { return func(x *Candidate) { x.Account.Pau
 func provider(p string) func(*Candidate) {
 	return func(x *Candidate) { x.Account.Provider = vocab.Value[weirv1.Provider](p) }
 }
-func broken() func(*Candidate) { return func(x *Candidate) { x.Account.Broken = true } }
+func broken() func(*Candidate)       { return func(x *Candidate) { x.Account.Broken = true } }
 func ahead(n int32) func(*Candidate) { return func(x *Candidate) { x.WaitingAhead = n } }
 func overloadedAgo(d time.Duration) func(*Candidate) {
 	return func(x *Candidate) { t := epoch.Add(-d); x.Account.OverloadedAt = &t }
