@@ -240,3 +240,32 @@ func TestHeldRequestsServedInTurn(t *testing.T) {
 		}
 	}
 }
+
+// TestMixedPoolIsHeldOnWebSocket: the same verdict on the Responses
+// WebSocket: a ChatGPT login spent while the other is at capacity, in the
+// usage_limit mode, is held and served once the storm passes.
+func TestMixedPoolIsHeldOnWebSocket(t *testing.T) {
+	t.Parallel()
+	v := virtualClock()
+	e := setup(t, options{virtual: v, hold: 20 * time.Minute, accounts: []account{
+		{label: "spent", provider: "codex", priority: 1, windows: &sim.Windows{FiveHour: &sim.Window{Limit: 1000, Used: 1000, ResetIn: sim.Duration(3 * time.Hour)}}},
+		{label: "storm", provider: "codex", faults: []sim.Fault{{Kind: sim.FaultAtCapacityEvent, Until: v.Now().Add(mixedStorm)}}},
+	}})
+	e.setQuotaMode(weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT)
+	c, _, err := e.dialResponses(e.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow() //nolint:errcheck // test
+	start := v.Now()
+	sendCreate(t, c, "")
+	evs := readResponse(t, c)
+	if last := evs[len(evs)-1]; last["type"] != "response.completed" {
+		t.Fatalf("last event %v, want response.completed once the storm passed (attempts %v)", last, e.attempts())
+	}
+	atts := e.sim.Attempts()
+	if served := atts[len(atts)-1]; served.Account != "storm" || served.Time.Sub(start.Add(mixedStorm)) > 3*time.Second {
+		t.Errorf("served by %s %v after the storm, want the stormed account within 3s (attempts %v)", served.Account,
+			served.Time.Sub(start.Add(mixedStorm)), e.attempts())
+	}
+}
