@@ -525,11 +525,8 @@ SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.
     (SELECT ma.targets FROM model_aliases ma WHERE ma.alias = $2::text) AS alias_targets,
     ob.open_until AS breaker_open_until,
     (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > $3)::integer AS live,
-    (SELECT count(*) FROM lease_waiters w WHERE w.account_id = a.id AND w.seen_at > $4
-        AND w.request_id <> $5::text
-        AND (w.since < $6::timestamptz OR (w.since = $6::timestamptz AND w.request_id < $5::text)))::integer AS waiting_ahead,
-    (SELECT count(*) FROM lease_waiters w WHERE w.account_id = a.id AND w.seen_at > $4
-        AND w.request_id <> $5::text)::integer AS waiting,
+    coalesce(wq.ahead, 0)::integer AS waiting_ahead,
+    coalesce(wq.waiting, 0)::integer AS waiting,
     c.reason AS cooldown_reason,
     c.transient AS cooldown_transient,
     c.until AS cooldown_until,
@@ -543,19 +540,27 @@ SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.
     g.written_at AS gate_written_at,
     g.evidence AS gate_evidence,
     coalesce(a.id = (SELECT s.account_id FROM session_bindings s
-                     WHERE s.session_key = $7 AND s.last_seen_at > $8), false)::boolean AS session_bound,
+                     WHERE s.session_key = $4 AND s.last_seen_at > $5), false)::boolean AS session_bound,
     u5.utilization AS five_hour_utilization,
     u5.resets_at AS five_hour_resets_at,
     u7.utilization AS seven_day_utilization,
     u7.resets_at AS seven_day_resets_at
 FROM accounts a
 LEFT JOIN cooldowns c ON c.account_id = a.id AND c.until > $3
-LEFT JOIN family_gates g ON g.account_id = a.id AND g.family = $9 AND g.until > $3
+LEFT JOIN family_gates g ON g.account_id = a.id AND g.family = $6 AND g.until > $3
 LEFT JOIN usage_windows u5 ON u5.account_id = a.id AND u5.window_name = 'five_hour'
     AND u5.utilization IS NOT NULL AND u5.resets_at > $3
 LEFT JOIN usage_windows u7 ON u7.account_id = a.id AND u7.window_name = 'seven_day'
     AND u7.utilization IS NOT NULL AND u7.resets_at > $3
-LEFT JOIN overload_breakers ob ON ob.provider = a.provider AND ob.family = $9
+LEFT JOIN overload_breakers ob ON ob.provider = a.provider AND ob.family = $6
+LEFT JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE w.since < $7::timestamptz
+                              OR (w.since = $7::timestamptz AND w.request_id < $8::text)) AS ahead,
+           count(*) AS waiting
+    FROM lease_waiters w
+    WHERE EXISTS (SELECT 1 FROM lease_waiters) AND w.account_id = a.id
+      AND w.seen_at > $9 AND w.request_id <> $8::text
+) wq ON true
 ORDER BY a.label
 `
 
@@ -563,12 +568,12 @@ type RoutingViewParams struct {
 	KeyHash          string
 	Model            string
 	Now              time.Time
-	WaitersSeenSince time.Time
-	RequestID        string
-	WaitingSince     time.Time
 	SessionKey       string
 	BoundSince       time.Time
 	Family           string
+	WaitingSince     time.Time
+	RequestID        string
+	WaitersSeenSince time.Time
 }
 
 type RoutingViewRow struct {
@@ -611,17 +616,19 @@ type RoutingViewRow struct {
 // breaker for the family, and the requests waiting for its places (ahead
 // of this one, and in all); and, the same on every row, the client key's id
 // when the key is live and the model's alias targets when it is an alias.
+// The waiters, read only when there are any (the common case: none, one
+// check for the whole query).
 func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]RoutingViewRow, error) {
 	rows, err := q.db.Query(ctx, routingView,
 		arg.KeyHash,
 		arg.Model,
 		arg.Now,
-		arg.WaitersSeenSince,
-		arg.RequestID,
-		arg.WaitingSince,
 		arg.SessionKey,
 		arg.BoundSince,
 		arg.Family,
+		arg.WaitingSince,
+		arg.RequestID,
+		arg.WaitersSeenSince,
 	)
 	if err != nil {
 		return nil, err

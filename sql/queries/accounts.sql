@@ -104,11 +104,8 @@ SELECT sqlc.embed(a),
     (SELECT ma.targets FROM model_aliases ma WHERE ma.alias = @model::text) AS alias_targets,
     ob.open_until AS breaker_open_until,
     (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > @now)::integer AS live,
-    (SELECT count(*) FROM lease_waiters w WHERE w.account_id = a.id AND w.seen_at > @waiters_seen_since
-        AND w.request_id <> @request_id::text
-        AND (w.since < @waiting_since::timestamptz OR (w.since = @waiting_since::timestamptz AND w.request_id < @request_id::text)))::integer AS waiting_ahead,
-    (SELECT count(*) FROM lease_waiters w WHERE w.account_id = a.id AND w.seen_at > @waiters_seen_since
-        AND w.request_id <> @request_id::text)::integer AS waiting,
+    coalesce(wq.ahead, 0)::integer AS waiting_ahead,
+    coalesce(wq.waiting, 0)::integer AS waiting,
     c.reason AS cooldown_reason,
     c.transient AS cooldown_transient,
     c.until AS cooldown_until,
@@ -135,4 +132,14 @@ LEFT JOIN usage_windows u5 ON u5.account_id = a.id AND u5.window_name = 'five_ho
 LEFT JOIN usage_windows u7 ON u7.account_id = a.id AND u7.window_name = 'seven_day'
     AND u7.utilization IS NOT NULL AND u7.resets_at > @now
 LEFT JOIN overload_breakers ob ON ob.provider = a.provider AND ob.family = @family
+-- The waiters, read only when there are any (the common case: none, one
+-- check for the whole query).
+LEFT JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE w.since < @waiting_since::timestamptz
+                              OR (w.since = @waiting_since::timestamptz AND w.request_id < @request_id::text)) AS ahead,
+           count(*) AS waiting
+    FROM lease_waiters w
+    WHERE EXISTS (SELECT 1 FROM lease_waiters) AND w.account_id = a.id
+      AND w.seen_at > @waiters_seen_since AND w.request_id <> @request_id::text
+) wq ON true
 ORDER BY a.label;
