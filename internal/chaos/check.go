@@ -3,6 +3,8 @@ package chaos
 import (
 	"cmp"
 	"fmt"
+	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -40,6 +42,13 @@ type Lease struct {
 	Expires   time.Time `json:"expires_at"`
 }
 
+// Cooldown is a row of cooldowns once the run was quiet.
+type Cooldown struct {
+	Account string    `json:"account"`
+	Reason  string    `json:"reason"`
+	Until   time.Time `json:"until"`
+}
+
 // Applied is a scheduled event as it ran: From and To are when it began
 // and when its component was back (a process serving again, Postgres
 // ready, a blackhole healed, a fault's end); Incarnation, for a kill,
@@ -71,6 +80,10 @@ type Record struct {
 	// Leases are those live (expires_at > now()) after the quiet wait.
 	Leases   []Lease       `json:"leases"`
 	LeaseTTL time.Duration `json:"lease_ttl"`
+	// Cooldowns are the accounts' cooldowns at the end; CapacityHold the
+	// hold budget.
+	Cooldowns    []Cooldown    `json:"cooldowns"`
+	CapacityHold time.Duration `json:"capacity_hold"`
 }
 
 // Invariant numbers, as docs/reliability.md lists them.
@@ -81,7 +94,10 @@ const (
 	InvOnce        = 4 // answered once, recorded once
 	InvNoLease     = 5 // no live lease once quiet
 	InvServable    = 6 // no failure while an account could serve
-	numInvariants  = 6
+	InvHeld        = 7 // no 429 while an account could serve, no failure in a storm the budget outlasts
+	InvCooled      = 8 // a spent account, once cooled, is left alone
+	InvReset       = 9 // a spent account is cooled until the reset it named
+	numInvariants  = 9
 	cancelGrace    = 100 * time.Millisecond
 	healthyStretch = 3 * time.Second
 	faultMargin    = 10 * time.Second
@@ -90,7 +106,8 @@ const (
 )
 
 // InvariantNames are short names, by number.
-var InvariantNames = [numInvariants + 1]string{"", "cap", "no replay after output", "same body and model", "answered and recorded once", "no live lease when quiet", "no failure while servable"}
+var InvariantNames = [numInvariants + 1]string{"", "cap", "no replay after output", "same body and model", "answered and recorded once", "no live lease when quiet", "no failure while servable",
+	"held while the pool can serve", "a spent account stays cooled", "cooled until the named reset"}
 
 // Known failures: violations weir is known to make, which a run may
 // tolerate (Config.TolerateKnown).
@@ -152,10 +169,13 @@ type view struct {
 	// plane killed or paused (a call to it hangs), its proxy cut or
 	// blackholed, Postgres stopped, cut or blackholed.
 	disturbed []span
+	// spent are the accounts spent for the whole run, by name.
+	spent map[string]Event
 }
 
 func newView(r *Record) *view {
-	v := &view{Record: r, byName: map[string]Account{}, bySHA: map[string]*Request{}, atts: map[string][]sim.Attempt{}, killed: map[[2]int]time.Duration{}}
+	v := &view{Record: r, byName: map[string]Account{}, bySHA: map[string]*Request{}, atts: map[string][]sim.Attempt{}, killed: map[[2]int]time.Duration{},
+		spent: map[string]Event{}}
 	v.rel = func(t time.Time) time.Duration { return t.Sub(r.Start) }
 	for _, a := range r.Accounts {
 		v.byName[a.Name] = a
@@ -176,6 +196,8 @@ func newView(r *Record) *view {
 	for _, a := range r.Applied {
 		s := span{a.From, a.To}
 		switch a.Event.Kind {
+		case Spent:
+			v.spent[r.Accounts[a.Event.Target].Name] = a.Event
 		case KillWorker:
 			v.killed[[2]int{a.Event.Target, a.Incarnation}] = a.From
 		case StopPostgres, BlackholePostgres:
@@ -208,6 +230,9 @@ func Check(r *Record) []Violation {
 	out = append(out, v.checkOnce()...)
 	out = append(out, v.checkNoLease()...)
 	out = append(out, v.checkServable()...)
+	out = append(out, v.checkHeld()...)
+	out = append(out, v.checkCooled()...)
+	out = append(out, v.checkReset()...)
 	slices.SortStableFunc(out, func(a, b Violation) int { return cmp.Compare(a.At, b.At) })
 	return out
 }
@@ -493,7 +518,7 @@ func (v *view) checkNoLease() []Violation {
 // cancellations, requests whose worker was killed or paused during
 // them, and requests that already had output (nothing may replay them).
 func (v *view) checkServable() []Violation {
-	var down []span // every component up outside these
+	down := v.down()
 	acctBad := map[string][]span{}
 	for _, a := range v.Applied {
 		switch a.Event.Kind {
@@ -510,19 +535,15 @@ func (v *view) checkServable() []Violation {
 					acctBad[acct.Name] = append(acctBad[acct.Name], span{a.From, a.To + faultMargin})
 				}
 			}
-		case PauseWorker:
-			down = append(down, span{a.From, a.To + restartMargin})
-		default:
-			// A killed worker's leases, and those whose Acquire answer a
-			// kill or a cut lost, hold their slots for a lease TTL.
-			down = append(down, span{a.From, a.To + v.LeaseTTL + restartMargin})
+		case Spent:
+			name := v.Accounts[a.Event.Target].Name
+			acctBad[name] = append(acctBad[name], span{a.From, a.To})
 		}
 	}
 	for _, acct := range v.Accounts {
 		atCap, _ := v.inFlight(acct.Name, acct.Cap)
 		acctBad[acct.Name] = union(append(acctBad[acct.Name], atCap...))
 	}
-	down = union(down)
 	var out []Violation
 	for i := range v.Requests {
 		q := &v.Requests[i]
@@ -551,6 +572,250 @@ func (v *view) checkServable() []Violation {
 			}
 		}
 	next:
+	}
+	return out
+}
+
+// down is when some component was not up: a scheduled event other than
+// an account's (Upstream, Storm, Spent) in force, or in the restartMargin
+// after a pause of a worker, or in the lease TTL and the restartMargin
+// after any other (a lease orphaned by a kill or a cut holds its slot
+// that long).
+func (v *view) down() []span {
+	var down []span
+	for _, a := range v.Applied {
+		switch a.Event.Kind {
+		case Upstream, Storm, Spent:
+		case PauseWorker:
+			down = append(down, span{a.From, a.To + restartMargin})
+		default:
+			down = append(down, span{a.From, a.To + v.LeaseTTL + restartMargin})
+		}
+	}
+	return union(down)
+}
+
+// rateLimited says whether q was answered as rate-limited or out of quota
+// before any output: a 429 (an upstream's passed on, weir's quota error,
+// a final usage limit), or an error event saying so.
+func (q *Request) rateLimited() bool {
+	if q.Outcome != OutcomeError || q.Output {
+		return false
+	}
+	switch q.ErrType {
+	case "rate_limit_error", "rate_limit_exceeded", "usage_limit_reached", "insufficient_quota":
+		return true
+	}
+	return q.Status == http.StatusTooManyRequests
+}
+
+// stormSettle is how long after a storm's end a request that failed
+// still failed in it: the storm's last 529 was answered just before.
+const stormSettle = time.Second
+
+// checkHeld: invariant 7, a pool's verdict over all its accounts. No
+// request was answered as rate-limited (rateLimited) unless, when it was
+// answered, every account of its surface was out on a 429 of its own:
+// spent, or under a rate_limit fault or within rateMargin after one. And
+// no Messages request failed during a storm (by stormSettle after it)
+// when its hold budget (CapacityHold from its start) outlasted the storm
+// by stormSettle, unless something else was down during it (down), its
+// worker was killed or paused, it had output or its client cancelled.
+func (v *view) checkHeld() []Violation {
+	limited := map[string][]span{} // account → when it was out on its own 429
+	var storms []span
+	for _, a := range v.Applied {
+		switch {
+		case a.Event.Kind == Spent:
+			name := v.Accounts[a.Event.Target].Name
+			limited[name] = append(limited[name], span{a.From, a.To})
+		case a.Event.Kind == Upstream && a.Event.Fault == "rate_limit":
+			name := v.Accounts[a.Event.Target].Name
+			limited[name] = append(limited[name], span{a.From, a.To + rateMargin})
+		case a.Event.Kind == Storm:
+			storms = append(storms, span{a.From, a.To})
+		}
+	}
+	within := func(t time.Duration, ss []span) bool {
+		return slices.ContainsFunc(ss, func(s span) bool { return s.from <= t && t <= s.to })
+	}
+	down := v.down()
+	var out []Violation
+	for i := range v.Requests {
+		q := &v.Requests[i]
+		if q.rateLimited() {
+			var servable []string
+			for _, acct := range v.Accounts {
+				if acct.Anthropic == (q.Surface == "messages") && !within(q.End, limited[acct.Name]) {
+					servable = append(servable, acct.Name)
+				}
+			}
+			if len(servable) > 0 {
+				what := fmt.Sprintf("request %d was answered %d %s", q.N, q.Status, q.ErrType)
+				switch {
+				case q.Final:
+					what += " (a final usage limit)"
+				case q.Claim != "":
+					what += fmt.Sprintf(" (an upstream's %s rejection passed on)", q.Claim)
+				}
+				out = append(out, Violation{Invariant: InvHeld, At: q.End, Requests: []int{q.N}, Accounts: servable,
+					What: fmt.Sprintf("%s though %s had no 429 of its own", what, strings.Join(servable, ", "))})
+			}
+			continue
+		}
+		if q.Surface != "messages" || !q.Retryable() || q.Output || q.Cancel != "" || v.workerTroubled(q) {
+			continue
+		}
+		for _, st := range storms {
+			if q.End < st.from || q.End > st.to+stormSettle || q.Start+v.CapacityHold <= st.to+stormSettle {
+				continue
+			}
+			if len(intersect([]span{{q.Start, q.End}}, down)) > 0 {
+				continue
+			}
+			out = append(out, Violation{Invariant: InvHeld, At: q.End, Requests: []int{q.N},
+				What: fmt.Sprintf("request %d failed (%d %s) in the storm %s→%s though its hold budget ran to %s",
+					q.N, q.Status, q.ErrType, fmtRel(st.from), fmtRel(st.to), fmtRel(q.Start+v.CapacityHold))})
+			break
+		}
+	}
+	return out
+}
+
+// coolSettle is how long after a spent account's 429 ended another
+// attempt on it may still start: the 429's Release, sent on the request
+// path as soon as the answer is read, writes the account's cooldown
+// within a round trip; the rest is room for a loaded machine.
+const coolSettle = time.Second
+
+// spentAttempts are the attempts on a spent account, by start.
+func (v *view) spentAttempts(name string) []sim.Attempt {
+	var out []sim.Attempt
+	for _, list := range v.atts {
+		for _, a := range list {
+			if a.Account == name {
+				out = append(out, a)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b sim.Attempt) int { return a.Time.Compare(b.Time) })
+	return out
+}
+
+// checkCooled: invariant 8. Once a spent account's 429 (attempt a) has
+// cooled it, it gets no attempt before its reset: an attempt b on it
+// that starts more than coolSettle after a ended is a violation, unless
+// a's Release may not have been written by then: a fault on the control
+// side (disturbed) in force between a's end (less reportHeldUp: a
+// Release waits that long before it is sent again) and b's start, or a's
+// worker killed or paused between a's start and b's start (its Release
+// died with it, or waited), or b's worker paused in that time (its lease
+// may predate the cooldown). So each attempt after the first on a spent
+// account is one a fault explains, or one of those racing the first
+// 429's Release.
+func (v *view) checkCooled() []Violation {
+	var out []Violation
+	for _, name := range slices.Sorted(maps.Keys(v.spent)) {
+		list := v.spentAttempts(name)
+		for j, b := range list {
+			for _, a := range list[:j] {
+				if a.Status != http.StatusTooManyRequests || a.Ended.IsZero() || v.rel(a.Ended)+coolSettle >= v.rel(b.Time) || v.releaseMayLag(a, b) {
+					continue
+				}
+				viol := Violation{Invariant: InvCooled, At: v.rel(b.Time), Accounts: []string{name},
+					What: fmt.Sprintf("spent account %s was tried at %s, %s after its 429 ended at %s had cooled it",
+						name, fmtRel(v.rel(b.Time)), b.Time.Sub(a.Ended).Round(time.Millisecond), fmtRel(v.rel(a.Ended)))}
+				for _, x := range []sim.Attempt{a, b} {
+					if q := v.bySHA[x.BodySHA256]; q != nil && !slices.Contains(viol.Requests, q.N) {
+						viol.Requests = append(viol.Requests, q.N)
+					}
+				}
+				out = append(out, viol)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// releaseMayLag says whether the Release of a spent account's 429 a may
+// not have been written when attempt b on the account started (checkCooled).
+func (v *view) releaseMayLag(a, b sim.Attempt) bool {
+	qa, qb := v.bySHA[a.BodySHA256], v.bySHA[b.BodySHA256]
+	if qa == nil || qb == nil {
+		return true // invariant 3 names it
+	}
+	from, ended, to := v.rel(a.Time), v.rel(a.Ended), v.rel(b.Time)
+	for _, s := range v.disturbed {
+		if s.from <= to && s.to+reportHeldUp >= ended {
+			return true
+		}
+	}
+	for _, x := range v.Applied {
+		overlaps := x.From <= to && x.To >= from
+		switch x.Event.Kind {
+		case KillWorker:
+			if x.Event.Target == qa.Worker && x.Incarnation == qa.Incarnation && overlaps {
+				return true
+			}
+		case PauseWorker:
+			if (x.Event.Target == qa.Worker || x.Event.Target == qb.Worker) && overlaps {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// resetSlack is how far a spent account's cooldown may end from the reset
+// its 429s named: the reset is sent in whole seconds.
+const resetSlack = 2 * time.Second
+
+// checkReset: invariant 9. A spent account tried at least once is, at
+// the end of the run, cooled for its quota (quota_exhausted) until the
+// reset its 429s named: ResetIn after one of them (the latest wins).
+// Without a cooldown it is a violation unless every 429 on it came from
+// a worker killed after it (its Release died in the worker's outbox).
+func (v *view) checkReset() []Violation {
+	var out []Violation
+	for _, name := range slices.Sorted(maps.Keys(v.spent)) {
+		e := v.spent[name]
+		var rejected []sim.Attempt
+		landed := false
+		for _, a := range v.spentAttempts(name) {
+			if a.Status != http.StatusTooManyRequests || a.Ended.IsZero() {
+				continue
+			}
+			rejected = append(rejected, a)
+			if q := v.bySHA[a.BodySHA256]; q != nil {
+				if k, killed := v.killed[[2]int{q.Worker, q.Incarnation}]; !killed || k < v.rel(a.Time) {
+					landed = true
+				}
+			}
+		}
+		if len(rejected) == 0 {
+			continue
+		}
+		lo := v.rel(rejected[0].Time) + e.ResetIn - resetSlack
+		hi := v.rel(rejected[len(rejected)-1].Ended) + e.ResetIn + resetSlack
+		i := slices.IndexFunc(v.Cooldowns, func(c Cooldown) bool { return c.Account == name })
+		viol := Violation{Invariant: InvReset, At: v.rel(rejected[0].Time), Accounts: []string{name}}
+		switch {
+		case i < 0 && landed:
+			viol.What = fmt.Sprintf("spent account %s answered %d 429s naming a reset %s away, and has no cooldown", name, len(rejected), e.ResetIn)
+		case i < 0:
+			continue
+		case v.Cooldowns[i].Reason != "quota_exhausted":
+			viol.What = fmt.Sprintf("spent account %s is cooled for %s, not its quota", name, v.Cooldowns[i].Reason)
+		default:
+			until := v.rel(v.Cooldowns[i].Until)
+			if until >= lo && until <= hi {
+				continue
+			}
+			viol.What = fmt.Sprintf("spent account %s is cooled until %s, its 429s named %s to %s",
+				name, fmtRel(until), fmtRel(lo+resetSlack), fmtRel(hi-resetSlack))
+		}
+		out = append(out, viol)
 	}
 	return out
 }

@@ -34,7 +34,8 @@ func att(account, sha string, from, to float64) sim.Attempt {
 
 // record builds a clean record of reqs, their events and attempts.
 func record(reqs []Request, atts ...sim.Attempt) *Record {
-	r := &Record{Start: t0, Stopped: sec(20), Collected: sec(30), Accounts: pool, Requests: reqs, Attempts: atts, LeaseTTL: 8 * time.Second}
+	r := &Record{Start: t0, Stopped: sec(20), Collected: sec(30), Accounts: pool, Requests: reqs, Attempts: atts, LeaseTTL: 8 * time.Second,
+		CapacityHold: 12 * time.Second}
 	for _, q := range reqs {
 		if q.RequestID != "" {
 			r.Events = append(r.Events, event(q))
@@ -217,6 +218,131 @@ func TestCheckServable(t *testing.T) {
 		}
 	}
 	none(t, Check(record(reqs, busy...)))
+	// Nor when the only account with a slot free was spent all along.
+	r = record(reqs[:1+1+2+2], busy[:1+2+2]...)
+	only(t, Check(r), InvServable, "anth-3 was healthy")
+	r.Applied = []Applied{{Event: Event{Kind: Spent, Target: 3, Claim: "seven_day", ResetIn: 30 * time.Hour}, From: sec(-2), To: sec(30)}}
+	none(t, Check(r))
+}
+
+// spentAnth0 is anth-0 spent for the whole of a hand-made record, its
+// 429s naming a reset 3 h after each answer.
+var spentAnth0 = Applied{Event: Event{Kind: Spent, Target: 0, Fault: "rate_limit", Claim: "five_hour", ResetIn: 3 * time.Hour}, From: sec(-2), To: sec(30)}
+
+// rejected is a 429 of spent anth-0 for sha's body from → to.
+func rejected(sha string, from, to float64) sim.Attempt {
+	a := att("anth-0", sha, from, to)
+	a.Outcome, a.Status = "rate_limit", 429
+	return a
+}
+
+// cooled is anth-0's cooldown until its reset, named by a 429 at s.
+func cooled(s float64) []Cooldown {
+	return []Cooldown{{Account: "anth-0", Reason: "quota_exhausted", Until: at(s).Add(3 * time.Hour)}}
+}
+
+func TestCheckHeld(t *testing.T) {
+	t.Parallel()
+	// The spent account's 429 passed on while anth-1..3 had none of their
+	// own: a violation, whether passed on or made a final usage limit.
+	limited := req(1, "a", 1, 1.2)
+	limited.Status, limited.Outcome, limited.Output, limited.ErrType, limited.Claim = 429, OutcomeError, false, "rate_limit_error", "five_hour"
+	r := record([]Request{limited}, rejected("a", 1, 1.1))
+	r.Applied, r.Cooldowns = []Applied{spentAnth0}, cooled(1)
+	v := only(t, Check(r), InvHeld, "five_hour rejection passed on) though anth-1, anth-2, anth-3 had no 429")
+	if len(v.Requests) != 1 || v.Requests[0] != 1 {
+		t.Errorf("violation %+v: want request 1 named", v)
+	}
+	final := limited
+	final.Claim, final.Final = "", true
+	r.Requests = []Request{final}
+	only(t, Check(r), InvHeld, "a final usage limit")
+	// Not when every other account was out on a 429 of its own, the last
+	// within the minute a rate limit may cool it.
+	for i := 1; i <= 3; i++ {
+		r.Applied = append(r.Applied, Applied{Event: Event{Kind: Upstream, Target: i, Fault: "rate_limit"}, From: sec(-10 * float64(i)), To: sec(-10*float64(i) + 1)})
+	}
+	none(t, Check(r))
+	// A 429 on Responses while oai-1 had none of its own.
+	resp := req(2, "b", 1, 1.2)
+	resp.Surface, resp.Model, resp.Status, resp.Outcome, resp.Output = "responses", responsesModel, 429, OutcomeError, false
+	r = record([]Request{resp})
+	r.Applied = []Applied{{Event: Event{Kind: Upstream, Target: 4, Fault: "rate_limit"}, From: sec(0.5), To: sec(2)}}
+	only(t, Check(r), InvHeld, "though oai-1 had no 429")
+
+	// A request failed in a storm on the others that its hold budget
+	// outlasted: not held.
+	stormed := req(3, "c", 1, 3)
+	stormed.Status, stormed.Outcome, stormed.Output, stormed.ErrType = 529, OutcomeError, false, "overloaded_error"
+	hit := att("anth-1", "c", 1, 1.1)
+	hit.Outcome, hit.Status = "overloaded", 529
+	r = record([]Request{stormed}, hit, rejected("c", 1.2, 1.3))
+	storm := Applied{Event: Event{Kind: Storm}, From: sec(0.5), To: sec(4)}
+	r.Applied, r.Cooldowns = []Applied{spentAnth0, storm}, cooled(1.2)
+	only(t, Check(r), InvHeld, "failed (529 overloaded_error) in the storm")
+	// Not when its budget ended with the storm, nor when a control plane
+	// was killed during it, nor when its client cancelled.
+	r.CapacityHold = 3 * time.Second
+	none(t, Check(r))
+	r.CapacityHold = 12 * time.Second
+	r.Applied = append(r.Applied, Applied{Event: Event{Kind: KillControlPlane}, From: sec(2), To: sec(2.5)})
+	none(t, Check(r))
+	r.Applied = r.Applied[:2]
+	cancelled := stormed
+	cancelled.Cancel = "mid_request"
+	r.Requests = []Request{cancelled}
+	none(t, Check(r))
+}
+
+func TestCheckSpentStaysCooled(t *testing.T) {
+	t.Parallel()
+	a, b := req(1, "a", 1, 1.5), req(2, "b", 3, 3.5)
+	b.Worker = 1
+	r := record([]Request{a, b}, rejected("a", 1, 1.1), att("anth-1", "a", 1.1, 1.5), rejected("b", 3, 3.1), att("anth-1", "b", 3.1, 3.5))
+	r.Applied, r.Cooldowns = []Applied{spentAnth0}, cooled(3)
+	v := only(t, Check(r), InvCooled, "spent account anth-0 was tried at +3.00s, 1.9s after its 429 ended at +1.10s")
+	if len(v.Requests) != 2 {
+		t.Errorf("violation %+v: want both requests named", v)
+	}
+	// Within a second of the 429, a Release may still be on its way.
+	b2 := req(2, "b", 1.15, 2)
+	r.Requests[1], r.Events[1] = b2, event(b2)
+	r.Attempts[2], r.Attempts[3] = rejected("b", 1.15, 1.2), att("anth-2", "b", 1.2, 2)
+	r.Cooldowns = cooled(1.15)
+	none(t, Check(r))
+	// Nor when a fault may have kept the first 429's Release from the
+	// database: its worker killed, Postgres stopped.
+	r = record([]Request{a, b}, rejected("a", 1, 1.1), att("anth-1", "a", 1.1, 1.5), rejected("b", 3, 3.1), att("anth-1", "b", 3.1, 3.5))
+	r.Cooldowns = cooled(3)
+	r.Applied = []Applied{spentAnth0, {Event: Event{Kind: KillWorker, Target: 0}, From: sec(1.6), To: sec(2)}}
+	none(t, Check(r))
+	r.Applied = []Applied{spentAnth0, {Event: Event{Kind: StopPostgres}, From: sec(1.3), To: sec(2)}}
+	none(t, Check(r))
+	// A pause of another worker explains nothing.
+	r.Applied = []Applied{spentAnth0, {Event: Event{Kind: PauseWorker, Target: 2}, From: sec(1.3), To: sec(2)}}
+	only(t, Check(r), InvCooled, "spent account anth-0 was tried")
+}
+
+func TestCheckSpentReset(t *testing.T) {
+	t.Parallel()
+	a := req(1, "a", 1, 1.5)
+	r := record([]Request{a}, rejected("a", 1, 1.1), att("anth-1", "a", 1.1, 1.5))
+	r.Applied, r.Cooldowns = []Applied{spentAnth0}, cooled(1.05)
+	none(t, Check(r))
+	r.Cooldowns = nil
+	only(t, Check(r), InvReset, "has no cooldown")
+	r.Cooldowns = []Cooldown{{Account: "anth-0", Reason: "rate_limited", Until: at(61)}}
+	only(t, Check(r), InvReset, "cooled for rate_limited, not its quota")
+	r.Cooldowns = []Cooldown{{Account: "anth-0", Reason: "quota_exhausted", Until: at(1).Add(time.Hour)}}
+	only(t, Check(r), InvReset, "its 429s named")
+	// A 429 whose worker died after it may take its Release along.
+	r.Cooldowns = nil
+	r.Applied = []Applied{spentAnth0, {Event: Event{Kind: KillWorker, Target: 0}, From: sec(1.6), To: sec(2)}}
+	none(t, Check(r))
+	// A spent account never tried has nothing to show.
+	r = record([]Request{a}, att("anth-1", "a", 1, 1.5))
+	r.Applied = []Applied{spentAnth0}
+	none(t, Check(r))
 }
 
 func TestSpans(t *testing.T) {

@@ -33,7 +33,22 @@ func (r *Result) events() map[Kind]int {
 	return out
 }
 
-// Summary is one line: requests by outcome, events, violations.
+// spentTries lists the spent accounts with the attempts each got
+// ("anth-1 3"), "-" when none was spent.
+func (r *Result) spentTries() string {
+	v := newView(r.Record)
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(v.spent)) {
+		parts = append(parts, fmt.Sprintf("%s %d", name, len(v.spentAttempts(name))))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Summary is one line: requests by outcome, events, the spent accounts'
+// attempts, violations.
 func (r *Result) Summary() string {
 	o := r.outcomes()
 	known := 0
@@ -42,8 +57,9 @@ func (r *Result) Summary() string {
 			known++
 		}
 	}
-	return fmt.Sprintf("%s, %d requests (%s), %d upstream attempts, %d events, %d violations (%d known)",
-		r.Elapsed.Round(100*time.Millisecond), len(r.Record.Requests), countList(o), len(r.Record.Attempts), len(r.Record.Applied), len(r.Violations), known)
+	return fmt.Sprintf("%s, %d requests (%s), %d upstream attempts, %d events, spent tried %s, %d violations (%d known)",
+		r.Elapsed.Round(100*time.Millisecond), len(r.Record.Requests), countList(o), len(r.Record.Attempts), len(r.Record.Applied),
+		r.spentTries(), len(r.Violations), known)
 }
 
 func countList(m map[string]int) string {
@@ -116,7 +132,7 @@ func (rep *Report) Markdown() string {
 		c := byInv[i]
 		fmt.Fprintf(&b, "| %d %s | %d | %d | %s |\n", i, InvariantNames[i], c[0], c[1], seedList(seedsByInv[i]))
 	}
-	b.WriteString("\n## Seeds\n\n| seed | wall | requests | events | violations (known) |\n| --- | --- | --- | --- | --- |\n")
+	b.WriteString("\n## Seeds\n\n| seed | wall | requests | events | spent accounts (attempts on them) | violations (known) |\n| --- | --- | --- | --- | --- | --- |\n")
 	for _, r := range rep.Results {
 		known := 0
 		for _, v := range r.Violations {
@@ -124,7 +140,8 @@ func (rep *Report) Markdown() string {
 				known++
 			}
 		}
-		fmt.Fprintf(&b, "| %d | %s | %d | %d | %d (%d) |\n", r.Seed, r.Elapsed.Round(100*time.Millisecond), len(r.Record.Requests), len(r.Record.Applied), len(r.Violations), known)
+		fmt.Fprintf(&b, "| %d | %s | %d | %d | %s | %d (%d) |\n", r.Seed, r.Elapsed.Round(100*time.Millisecond), len(r.Record.Requests), len(r.Record.Applied),
+			r.spentTries(), len(r.Violations), known)
 	}
 	for seed, e := range rep.Errors {
 		fmt.Fprintf(&b, "\nSeed %d could not run: %s\n", seed, e)

@@ -22,6 +22,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
@@ -203,6 +204,9 @@ type run struct {
 	cpProxy      *Proxy
 	pgProxy      *Proxy
 
+	// spent names the accounts spent for the whole run.
+	spent []string
+
 	mu      sync.Mutex
 	applied []Applied
 }
@@ -341,6 +345,25 @@ func (x *run) execute(ctx context.Context, db string) (*Record, error) {
 		return nil, fmt.Errorf("workers: %w", err)
 	}
 
+	plan := Plan(cfg.Seed, cfg.scheduleConfig(pool))
+	x.log.Info("chaos: seed", "seed", cfg.Seed, "events", len(plan))
+	// The spent accounts are spent before the first request.
+	var spent []Event
+	for _, e := range plan {
+		if e.Kind == Spent {
+			spent = append(spent, e)
+			x.spent = append(x.spent, pool[e.Target].Name)
+		}
+	}
+	spentAt := time.Now()
+	for _, e := range spent {
+		f := sim.Fault{Kind: sim.FaultRateLimit, Times: -1, RetryAfter: int(e.ResetIn / time.Second),
+			Unified: &sim.UnifiedRejection{Claim: e.Claim, ResetIn: sim.Duration(e.ResetIn)}}
+		if err := addFault(ctx, x.sim.URL, pool[e.Target].Name, f); err != nil {
+			return nil, fmt.Errorf("spend %s: %w", pool[e.Target].Name, err)
+		}
+	}
+
 	t := &traffic{seed: cfg.Seed, key: key, workers: x.workers, clients: map[string]*http.Client{}}
 	t.start = time.Now()
 	if err := t.prime(ctx); err != nil {
@@ -348,8 +371,6 @@ func (x *run) execute(ctx context.Context, db string) (*Record, error) {
 	}
 
 	// Traffic under the schedule.
-	plan := Plan(cfg.Seed, cfg.scheduleConfig(pool))
-	x.log.Info("chaos: seed", "seed", cfg.Seed, "events", len(plan))
 	x.start = time.Now()
 	t.shift(x.start.Sub(t.start))
 	t.start = x.start
@@ -357,12 +378,14 @@ func (x *run) execute(ctx context.Context, db string) (*Record, error) {
 	defer stopTraffic()
 	var faults sync.WaitGroup
 	for _, e := range plan {
-		faults.Go(func() { x.apply(ctx, e) })
+		if e.Kind != Spent {
+			faults.Go(func() { x.apply(ctx, e) })
+		}
 	}
 	t.run(tctx, cfg.Clients)
 	stopped := time.Since(x.start)
 	faults.Wait()
-	rec := &Record{Seed: cfg.Seed, Start: x.start, Stopped: stopped, Accounts: pool, LeaseTTL: cfg.LeaseTTL}
+	rec := &Record{Seed: cfg.Seed, Start: x.start, Stopped: stopped, Accounts: pool, LeaseTTL: cfg.LeaseTTL, CapacityHold: cfg.CapacityHold}
 	quietFrom := stopped
 	for _, a := range x.applied {
 		quietFrom = max(quietFrom, a.To)
@@ -398,11 +421,18 @@ func (x *run) execute(ctx context.Context, db string) (*Record, error) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+	if rec.Cooldowns, err = cooldowns(ctx, conn); err != nil {
+		return nil, err
+	}
 	if rec.Attempts, err = attempts(ctx, x.sim.URL); err != nil {
 		return nil, err
 	}
 	rec.Collected = time.Since(x.start)
 	rec.Applied = x.applied
+	for _, e := range spent {
+		// Spent from before priming to beyond the record.
+		rec.Applied = append(rec.Applied, Applied{Event: e, From: spentAt.Sub(x.start), To: rec.Collected})
+	}
 	slices.SortStableFunc(rec.Applied, func(a, b Applied) int { return cmp.Compare(a.From, b.From) })
 	return rec, nil
 }
@@ -488,9 +518,11 @@ func (x *run) apply(ctx context.Context, e Event) {
 		f := sim.Fault{Kind: e.Fault, Until: until, RetryAfter: e.RetryAfter}
 		targets := []Account{pool[e.Target]}
 		if e.Kind == Storm {
+			// A spent account's 429 comes first in its queue: the storm
+			// is for the rest.
 			f.Kind, targets = sim.FaultOverloaded, nil
 			for _, acct := range pool {
-				if acct.Anthropic {
+				if acct.Anthropic && !slices.Contains(x.spent, acct.Name) {
 					targets = append(targets, acct)
 				}
 			}
@@ -536,6 +568,14 @@ func seedPool(ctx context.Context, cpURL, admin, simURL string, creds map[string
 	k, err := weirv1connect.NewKeyServiceClient(hc, cpURL, opt).CreateKey(ctx, connect.NewRequest(&weirv1.CreateKeyRequest{Name: "chaos"}))
 	if err != nil {
 		return "", fmt.Errorf("create key: %w", err)
+	}
+	// A pool out of quota is answered with the final usage limit, the
+	// answer a mixed pool must never get while an account can serve.
+	if _, err := weirv1connect.NewSettingsServiceClient(hc, cpURL, opt).UpdateSettings(ctx, connect.NewRequest(&weirv1.UpdateSettingsRequest{
+		Settings:   &weirv1.Settings{QuotaResponseMode: weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"quota_response_mode"}},
+	})); err != nil {
+		return "", fmt.Errorf("quota response mode: %w", err)
 	}
 	return k.Msg.Secret, nil
 }
@@ -591,6 +631,17 @@ func liveLeases(ctx context.Context, conn *pgx.Conn) ([]Lease, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Lease, error) {
 		var l Lease
 		return l, row.Scan(&l.Account, &l.RequestID, &l.Acquired, &l.Expires)
+	})
+}
+
+func cooldowns(ctx context.Context, conn *pgx.Conn) ([]Cooldown, error) {
+	rows, err := conn.Query(ctx, `SELECT a.label, c.reason, c.until FROM cooldowns c JOIN accounts a ON a.id = c.account_id`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Cooldown, error) {
+		var c Cooldown
+		return c, row.Scan(&c.Account, &c.Reason, &c.Until)
 	})
 }
 

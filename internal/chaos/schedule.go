@@ -38,13 +38,20 @@ const (
 	// Upstream makes account Target answer with the simulator's fault
 	// Fault for For.
 	Upstream Kind = "upstream"
-	// Storm makes every Anthropic account answer 529 for For.
+	// Storm makes every Anthropic account answer 529 for For (a spent
+	// one goes on answering its 429).
 	Storm Kind = "storm"
+	// Spent makes Anthropic account Target spent for the whole run: from
+	// before the first request, every attempt on it is answered 429 with
+	// the unified rejection headers of window Claim, resetting ResetIn
+	// after the answer (and a retry-after that long), as a subscription
+	// spent for the week answers. At is 0 and For the whole of traffic.
+	Spent Kind = "spent"
 )
 
 // Kinds lists every kind, in the order reports show them.
 var Kinds = []Kind{KillWorker, KillControlPlane, StopPostgres, PauseWorker, PauseControlPlane,
-	CutControlPlanes, CutPostgres, BlackholeControlPlanes, BlackholePostgres, Upstream, Storm}
+	CutControlPlanes, CutPostgres, BlackholeControlPlanes, BlackholePostgres, Upstream, Storm, Spent}
 
 // Upstream fault kinds the schedule draws from (internal/sim's names),
 // with the retry-after a 429 or 529 carries.
@@ -66,6 +73,10 @@ type Event struct {
 	// retry-after in seconds (0: none).
 	Fault      string `json:"fault,omitempty"`
 	RetryAfter int    `json:"retry_after,omitempty"`
+	// Claim and ResetIn are, for Spent, the unified claim its 429s reject
+	// (five_hour or seven_day) and how long after each answer it resets.
+	Claim   string        `json:"claim,omitempty"`
+	ResetIn time.Duration `json:"reset_in,omitempty"`
 }
 
 // End is when the event is over.
@@ -83,6 +94,8 @@ func (e Event) String() string {
 		if e.RetryAfter > 0 {
 			s += fmt.Sprintf(" (retry-after %ds)", e.RetryAfter)
 		}
+	case Spent:
+		s += fmt.Sprintf(" account %d %s rejected, resets %s after each answer", e.Target, e.Claim, e.ResetIn)
 	}
 	if e.For > 0 {
 		s += " for " + e.For.Round(10*time.Millisecond).String()
@@ -129,7 +142,17 @@ var weights = []struct {
 // have nowhere to go), and at most one account of a provider misbehaving
 // at a time (a storm, every Anthropic account at once, apart), so that
 // some account of each surface is free of faults most of the time.
+//
+// First come the seed's Spent accounts (mixedPool), at 0 for the whole
+// run; no Upstream fault targets one (its 429 would hide the fault), so
+// outside storms two Anthropic accounts are never out at once beside
+// them, and some Anthropic account can serve once each storm is over.
 func Plan(seed uint64, c ScheduleConfig) []Event {
+	out := mixedPool(seed, c)
+	spent := map[int]bool{}
+	for _, e := range out {
+		spent[e.Target] = true
+	}
 	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	end := c.Duration - c.Quiet
 	total := 0
@@ -137,7 +160,6 @@ func Plan(seed uint64, c ScheduleConfig) []Event {
 		total += w.w
 	}
 	busy := map[string]time.Duration{} // target → when its last event ends
-	var out []Event
 	for at := c.Warmup + jitter(r, c.Every); at < end; at += jitter(r, c.Every) {
 		x := r.IntN(total)
 		var k Kind
@@ -188,13 +210,56 @@ func Plan(seed uint64, c ScheduleConfig) []Event {
 				continue
 			}
 		}
-		if busy[key] > e.At || !allowed(out, e, c) {
+		if busy[key] > e.At || (k == Upstream && spent[e.Target]) || !allowed(out, e, c) {
 			continue
 		}
 		busy[key] = e.End()
 		out = append(out, e)
 	}
 	slices.SortStableFunc(out, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
+	return out
+}
+
+// Mixed pools: the share of seeds (in percent) with one spent Anthropic
+// account, and with two; never every Anthropic account, nor more than
+// half of them.
+const (
+	mixedOnePercent = 45
+	mixedTwoPercent = 15
+)
+
+// mixedPool draws seed's Spent accounts from a stream of its own, so that
+// the rest of the schedule is drawn as before: none, one (mixedOnePercent
+// of seeds) or two (mixedTwoPercent), never more than half the Anthropic
+// accounts; each spent on five_hour (a reset 1–5 h away) or seven_day
+// (5–72 h), in order of account.
+func mixedPool(seed uint64, c ScheduleConfig) []Event {
+	r := rand.New(rand.NewPCG(seed, 0x3c6ef372fe94f82b))
+	var anth []int
+	for i, a := range c.Anthropic {
+		if a {
+			anth = append(anth, i)
+		}
+	}
+	n := 0
+	switch x := r.IntN(100); {
+	case x < mixedOnePercent:
+		n = 1
+	case x < mixedOnePercent+mixedTwoPercent:
+		n = 2
+	}
+	n = min(n, len(anth)/2)
+	r.Shuffle(len(anth), func(i, j int) { anth[i], anth[j] = anth[j], anth[i] })
+	picked := slices.Sorted(slices.Values(anth[:n]))
+	var out []Event
+	for _, i := range picked {
+		e := Event{Kind: Spent, Target: i, For: c.Duration, Fault: "rate_limit", Claim: "five_hour",
+			ResetIn: time.Duration(60+r.IntN(4*60)) * time.Minute}
+		if r.IntN(2) == 0 {
+			e.Claim, e.ResetIn = "seven_day", time.Duration(5*60+r.IntN(67*60))*time.Minute
+		}
+		out = append(out, e)
+	}
 	return out
 }
 

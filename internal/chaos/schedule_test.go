@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"testing"
 	"time"
@@ -36,6 +37,9 @@ func TestPlanBounds(t *testing.T) {
 		}
 		for i, e := range plan {
 			kinds[e.Kind]++
+			if e.Kind == Spent {
+				continue // the whole run: TestPlanMixedPool
+			}
 			if e.At < c.Warmup || e.End() > c.Duration-c.Quiet {
 				t.Errorf("seed %d: %s outside %v..%v", seed, e, c.Warmup, c.Duration-c.Quiet)
 			}
@@ -57,7 +61,7 @@ func TestPlanBounds(t *testing.T) {
 				}
 			}
 			for _, o := range plan {
-				if o.At >= e.End() || e.At >= o.End() || o == e {
+				if o.At >= e.End() || e.At >= o.End() || o == e || o.Kind == Spent {
 					continue
 				}
 				if targetKey(o) == targetKey(e) {
@@ -76,6 +80,59 @@ func TestPlanBounds(t *testing.T) {
 		if kinds[k] == 0 {
 			t.Errorf("no seed of 300 schedules %s", k)
 		}
+	}
+}
+
+// A good share of seeds spend one or two Anthropic accounts for the whole
+// run, never more than half of them; no other fault targets a spent
+// account, and outside storms some Anthropic account is neither spent nor
+// misbehaving.
+func TestPlanMixedPool(t *testing.T) {
+	t.Parallel()
+	c := testScheduleConfig()
+	const seeds = 300
+	bySpent := map[int]int{}
+	for seed := range uint64(seeds) {
+		plan := Plan(seed, c)
+		spent := map[int]bool{}
+		for _, e := range plan {
+			if e.Kind != Spent {
+				continue
+			}
+			if e.At != 0 || e.For != c.Duration || !pool[e.Target].Anthropic || spent[e.Target] {
+				t.Errorf("seed %d: %s: want a distinct Anthropic account spent from 0 for %v", seed, e, c.Duration)
+			}
+			if (e.Claim != "five_hour" && e.Claim != "seven_day") || e.ResetIn < time.Hour {
+				t.Errorf("seed %d: %s: want five_hour or seven_day resetting hours away", seed, e)
+			}
+			spent[e.Target] = true
+		}
+		bySpent[len(spent)]++
+		if len(spent) > 2 {
+			t.Errorf("seed %d: %d of 4 Anthropic accounts spent", seed, len(spent))
+		}
+		for _, e := range plan {
+			if e.Kind == Upstream && spent[e.Target] {
+				t.Errorf("seed %d: %s targets a spent account", seed, e)
+			}
+			// At each start outside a storm, some Anthropic account serves.
+			out := maps.Clone(spent)
+			storm := false
+			for _, o := range plan {
+				if o.At <= e.At && e.At < o.End() {
+					storm = storm || o.Kind == Storm
+					if o.Kind == Upstream && pool[o.Target].Anthropic {
+						out[o.Target] = true
+					}
+				}
+			}
+			if !storm && len(out) >= 4 {
+				t.Errorf("seed %d: every Anthropic account out at %s", seed, e)
+			}
+		}
+	}
+	if bySpent[1] < seeds*35/100 || bySpent[2] < seeds*10/100 || bySpent[0] < seeds*30/100 {
+		t.Errorf("seeds by spent accounts %v of %d: want about 45%% with one, 15%% with two", bySpent, seeds)
 	}
 }
 

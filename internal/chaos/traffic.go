@@ -69,6 +69,11 @@ type Request struct {
 	// Output: the client got some of the answer's content.
 	Output bool   `json:"output"`
 	Detail string `json:"detail,omitempty"`
+	// Claim is an error answer's anthropic-ratelimit-unified-
+	// representative-claim (an upstream's quota rejection passed on);
+	// Final says it carried X-Should-Retry: false (a final usage limit).
+	Claim string `json:"claim,omitempty"`
+	Final bool   `json:"final,omitempty"`
 }
 
 // Retryable says whether the request failed in a way a held request
@@ -97,6 +102,12 @@ func (q Request) String() string {
 	}
 	if q.ErrType != "" {
 		s += " " + q.ErrType
+	}
+	if q.Claim != "" {
+		s += " claim " + q.Claim
+	}
+	if q.Final {
+		s += " final"
 	}
 	s += fmt.Sprintf(" worker %d.%d %s→%s", q.Worker, q.Incarnation, fmtRel(q.Start), fmtRel(q.End))
 	if q.Cancel != "" {
@@ -292,6 +303,8 @@ func (t *traffic) send(url string, body []byte, q *Request, sessionInBody bool) 
 	defer res.Body.Close()
 	q.Status, q.RequestID = res.StatusCode, res.Header.Get("Weir-Request-Id")
 	if res.StatusCode != http.StatusOK {
+		q.Claim = res.Header.Get("Anthropic-Ratelimit-Unified-Representative-Claim")
+		q.Final = res.Header.Get("X-Should-Retry") == "false"
 		b, err := io.ReadAll(io.LimitReader(res.Body, 64<<10))
 		if err != nil {
 			t.transportFailure(q, err, cancelled.Load())
