@@ -203,8 +203,11 @@ type routing struct {
 	// until the first: most requests never see one, and a stream keeps
 	// its routing state for as long as it runs).
 	overloads map[string]int32
-	last      *bufferedResponse
-	round     int // attempts in this round
+	// last is the last upstream failure that was not an account's spent
+	// quota, lastQuota the last that was: a pool out of quota is answered
+	// with the latter, anything else with the former.
+	last, lastQuota *bufferedResponse
+	round           int // attempts in this round
 	// roundTransport counts the round's transport errors; roundStart is
 	// when it began.
 	roundTransport int
@@ -257,6 +260,28 @@ func (rt *routing) addRecord(r *weirv1.AttemptRecord) {
 		recs[keepHeadRecords].HoldReason = strconv.Itoa(rt.omitted) + " attempt and hold records left out"
 	}
 	rt.rec.AttemptRecords = append(recs, r)
+}
+
+// lastFailure is the upstream failure to answer with when weir gives up:
+// when the pool is out of quota the last quota failure (else the last
+// other), else only the last other one: an account's spent quota is not
+// the pool's, and weir's own error says more truly why it gave up.
+func (rt *routing) lastFailure(outOfQuota bool) *bufferedResponse {
+	if outOfQuota && rt.lastQuota != nil {
+		return rt.lastQuota
+	}
+	return rt.last
+}
+
+// quotaDecision says whether the control plane kept the account out on
+// its quota: a quota cooldown (a spent window, out of credits) or a
+// family's spent weekly window.
+func quotaDecision(d *weirv1.Decision) bool {
+	switch d.GetCooldown().GetReason() {
+	case weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED, weirv1.CooldownReason_COOLDOWN_REASON_OUT_OF_CREDITS:
+		return true
+	}
+	return d.GetRung() == "family_gate"
 }
 
 // judge updates the request's verdict on its pool (hold.go) from its
@@ -377,11 +402,11 @@ func (s *Server) acquireFailed(ctx context.Context, rt *routing, err error) (don
 		s.failUnreachable(rt.w, rt)
 		return true
 	}
-	if rt.last == nil {
+	if rt.lastFailure(false) == nil {
 		in.outcome = outcomeUnavailable
 	}
 	rt.why = "the control plane did not answer within the hold budget (" + heldText(rt) + ")"
-	s.fail(rt.w, rt, rt.last, errControlPlane())
+	s.fail(rt.w, rt, rt.lastFailure(false), errControlPlane())
 	return true
 }
 
@@ -424,8 +449,9 @@ func (s *Server) noAccount(ctx context.Context, rt *routing, none *weirv1.NoAcco
 		return true
 	}
 	switch {
-	case !retryAt.IsZero() && retryAt.After(rt.holdEnd):
-		rt.why = "no account can serve within the hold budget: " + reason
+	case !retryAt.IsZero() && retryAt.After(rt.holdEnd) && retryAt.Sub(s.cfg.Now()) > holdBackoffMax:
+		// Not the end of a long wait: the soonest recovery is far off.
+		rt.why = "no account can serve within the hold budget (the first back at " + retryAt.UTC().Format(time.RFC3339) + "): " + reason
 	default:
 		rt.why = "the hold budget ran out (" + heldText(rt) + ") with no account able to serve: " + reason
 	}
@@ -452,9 +478,16 @@ func (s *Server) tryLease(ctx context.Context, rt *routing, lease *weirv1.Lease)
 		}
 		return true
 	}
-	if o.Class != weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR {
+	switch {
+	case o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR:
 		// An upstream 401 names the account's credential; passed on, it
 		// would tell the agent its own weir key is wrong.
+	case quotaDecision(d):
+		// One account's spent quota is not the pool's: a client told a
+		// usage limit with a reset hours away stops, though another
+		// account may serve after a storm.
+		rt.lastQuota = res.failure
+	default:
 		rt.last = res.failure
 	}
 	rt.prefer = ""
@@ -486,7 +519,11 @@ func (s *Server) tryLease(ctx context.Context, rt *routing, lease *weirv1.Lease)
 	default:
 		rec.ErrorType = o.ErrorType
 		rt.why = fmt.Sprintf("the upstream's answer is the client's: %d %s (%s)", o.Status, o.ErrorType, shortClass(o.Class))
-		s.fail(rt.w, rt, rt.last, nil)
+		failure := res.failure
+		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_AUTH_ERROR {
+			failure = rt.lastFailure(false) // never the account's 401 (above)
+		}
+		s.fail(rt.w, rt, failure, nil)
 		return true
 	}
 	if rt.round < s.cfg.MaxAttempts {
@@ -501,7 +538,11 @@ func (s *Server) tryLease(ctx context.Context, rt *routing, lease *weirv1.Lease)
 		return true
 	}
 	rt.why = fmt.Sprintf("the hold budget ran out (%s); the last attempt: %d %s (%s)", heldText(rt), o.Status, o.ErrorType, shortClass(o.Class))
-	s.fail(rt.w, rt, rt.last, nil)
+	last := rt.lastFailure(false)
+	if last == nil {
+		last = rt.lastQuota // every attempt met a spent quota: it is all there is
+	}
+	s.fail(rt.w, rt, last, nil)
 	return true
 }
 
@@ -632,7 +673,11 @@ func (s *Server) failOutOfQuota(w http.ResponseWriter, rt *routing, none *weirv1
 		s.failUsageLimit(w, rt, ul)
 		return
 	}
-	s.failNoAccount(w, rt, final)
+	last := rt.lastFailure(none.GetQuotaBlock() != nil)
+	if last == nil {
+		rt.in.outcome = outcomeNoAccount
+	}
+	s.fail(w, rt, last, final)
 }
 
 // failUnreachable answers a request whose pool stayed unreachable for its
@@ -647,10 +692,11 @@ func (s *Server) failUnreachable(w http.ResponseWriter, rt *routing) {
 // failNoAccount answers a request that no account could serve: with
 // the last upstream failure when there is one, else final.
 func (s *Server) failNoAccount(w http.ResponseWriter, rt *routing, final *apiError) {
-	if rt.last == nil {
+	last := rt.lastFailure(false)
+	if last == nil {
 		rt.in.outcome = outcomeNoAccount
 	}
-	s.fail(w, rt, rt.last, final)
+	s.fail(w, rt, last, final)
 }
 
 // fail answers a request that could not be served: the last upstream

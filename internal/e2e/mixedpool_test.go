@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/weirhq/weir/controlplane"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/sim"
 )
@@ -267,5 +270,59 @@ func TestMixedPoolIsHeldOnWebSocket(t *testing.T) {
 	if served := atts[len(atts)-1]; served.Account != "storm" || served.Time.Sub(start.Add(mixedStorm)) > 3*time.Second {
 		t.Errorf("served by %s %v after the storm, want the stormed account within 3s (attempts %v)", served.Account,
 			served.Time.Sub(start.Add(mixedStorm)), e.attempts())
+	}
+}
+
+// TestMixedPoolBudgetSpentAnswersTheStorm: a spent account and a storm
+// that outlasts the hold budget. When the budget runs out the client hears
+// the storm (a retryable 529), not the spent account's usage limit with a
+// reset hours away: one account's quota is not the pool's.
+func TestMixedPoolBudgetSpentAnswersTheStorm(t *testing.T) {
+	t.Parallel()
+	v := virtualClock()
+	e := setup(t, options{virtual: v, hold: time.Minute, accounts: []account{
+		{label: "spent", oauth: true, priority: 1, windows: &sim.Windows{FiveHour: &sim.Window{Limit: 1000, Used: 1000, ResetIn: sim.Duration(3 * time.Hour)}}},
+		{label: "storm", oauth: true, faults: []sim.Fault{{Kind: sim.FaultOverloaded, Until: v.Now().Add(10 * time.Minute)}}},
+	}})
+	start := v.Now()
+	r := e.post(false)
+	if r.status != 529 || r.header.Get("Anthropic-Ratelimit-Unified-Status") != "" {
+		t.Fatalf("status %d, headers %v: %s; want the storm's 529 once the budget ran out", r.status, r.header, r.body)
+	}
+	if took := v.Now().Sub(start); took < time.Minute-2*time.Second {
+		t.Errorf("answered after %v, want held to the budget", took)
+	}
+	ev := e.routeEvent(r.header.Get("Weir-Request-Id"))
+	if !strings.Contains(ev.Verdict, "hold budget ran out") {
+		t.Errorf("verdict %q, want the budget named", ev.Verdict)
+	}
+}
+
+// TestMixedPoolAtCapacityAnswersWeirsOwn: a spent account and another at
+// its cap for longer than the hold budget. The answer when the budget
+// runs out is weir's own (every account busy, retryable), not the spent
+// account's usage limit with a reset hours away.
+func TestMixedPoolAtCapacityAnswersWeirsOwn(t *testing.T) {
+	t.Parallel()
+	v := virtualClock()
+	e := setup(t, options{virtual: v, hold: time.Minute, accounts: []account{
+		{label: "spent", oauth: true, priority: 1, windows: &sim.Windows{FiveHour: &sim.Window{Limit: 1000, Used: 1000, ResetIn: sim.Duration(3 * time.Hour)}}},
+		{label: "busy", oauth: true, maxConc: 1},
+	}})
+	// Another client holds busy's one place for the whole test.
+	if _, err := e.leases.Acquire(t.Context(), connect.NewRequest(&weirv1.AcquireRequest{KeyHash: controlplane.HashKey(e.key),
+		Model: model, PreferAccountId: e.ids["busy"], RequestId: "elsewhere"})); err != nil {
+		t.Fatal(err)
+	}
+	r := e.post(false)
+	var body struct {
+		Error struct{ Type, Message string } `json:"error"`
+	}
+	if json.Unmarshal(r.body, &body) != nil || r.status == http.StatusOK || r.status == http.StatusTooManyRequests ||
+		!strings.Contains(body.Error.Message, "concurrency cap") || r.header.Get("X-Should-Retry") == "false" {
+		t.Fatalf("status %d: %s; want weir's own retryable answer that every account is busy, not the spent account's 429", r.status, r.body)
+	}
+	if atts := e.attempts(); len(atts) != 1 {
+		t.Errorf("attempts %v, want the spent account's one 429", atts)
 	}
 }
