@@ -321,6 +321,11 @@ func (h *holds) run(ctx context.Context, sc scenario, accts map[string]*weirv1.A
 		return r, err
 	}
 	if sc.prefer != "" {
+		// From a clean account: an overload a run before would have
+		// routing try the others first for a few seconds.
+		if err := h.resume(accts[sc.prefer].GetId()); err != nil {
+			return r, err
+		}
 		restore, err := h.preferAccount(ctx, accts, sc.prefer)
 		if err != nil {
 			return r, err

@@ -364,14 +364,15 @@ func TestResumeClearsLadderState(t *testing.T) {
 	e.release(l.Id, rateLimited(weeklyOpusRejected(e.clock.Now())))
 	l = e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnetModel})
 	e.release(l.Id, rateLimited(hdr("status", "rejected", "overage-disabled-reason", "out_of_credits")))
-	if _, err := e.pool.Exec(t.Context(), `UPDATE accounts SET quota_backoffs = 3 WHERE id = $1`, a.Id); err != nil {
+	if _, err := e.pool.Exec(t.Context(), `UPDATE accounts SET quota_backoffs = 3, overloaded_at = now() WHERE id = $1`, a.Id); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.getAccount(a.Id); got.State != weirv1.AccountState_ACCOUNT_STATE_COOLING || len(got.FamilyGates) != 1 {
 		t.Fatalf("before resume: %v gates %v", got.State, got.FamilyGates)
 	}
 	got := e.resume(a.Id)
-	if got.State != weirv1.AccountState_ACCOUNT_STATE_ACTIVE || got.Cooldown != nil || len(got.FamilyGates) != 0 || e.accountRow(a.Id).QuotaBackoffs != 0 {
+	if got.State != weirv1.AccountState_ACCOUNT_STATE_ACTIVE || got.Cooldown != nil || len(got.FamilyGates) != 0 || e.accountRow(a.Id).QuotaBackoffs != 0 ||
+		got.OverloadedAt != nil {
 		t.Fatalf("after resume: %v cooldown %v gates %v", got.State, got.Cooldown, got.FamilyGates)
 	}
 	e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: opusModel})

@@ -463,6 +463,7 @@ UPDATE accounts SET
     broken_at = NULL,
     auth_failures = 0,
     quota_backoffs = 0,
+    overloaded_at = NULL,
     updated_at = $1
 WHERE id = $2
 RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at

@@ -63,6 +63,7 @@ UPDATE accounts SET
     broken_at = NULL,
     auth_failures = 0,
     quota_backoffs = 0,
+    overloaded_at = NULL,
     updated_at = @now
 WHERE id = @id
 RETURNING *;
