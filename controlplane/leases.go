@@ -685,7 +685,7 @@ func (l leaseService) releaseFacts(ctx context.Context, q *db.Queries, row db.Re
 		// Routing tries the accounts that answer first. Written here, before
 		// the breaker's row is locked: the account's row comes first, as in
 		// a success's record.
-		if err := q.MarkOverloaded(ctx, db.MarkOverloadedParams{ID: row.AccountID, Now: &now}); err != nil {
+		if err := q.MarkOverloaded(ctx, db.MarkOverloadedParams{ID: row.AccountID, Now: now, RewriteBefore: now.Add(-time.Second)}); err != nil {
 			return f, err
 		}
 		answering, err := q.OthersAnswering(ctx, db.OthersAnsweringParams{Provider: row.Provider, AccountID: row.AccountID,

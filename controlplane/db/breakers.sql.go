@@ -184,17 +184,21 @@ func (q *Queries) LockBreaker(ctx context.Context, arg LockBreakerParams) (Overl
 }
 
 const markOverloaded = `-- name: MarkOverloaded :exec
-UPDATE accounts SET overloaded_at = $1 WHERE id = $2
+UPDATE accounts SET overloaded_at = $1::timestamptz
+WHERE id = $2 AND (overloaded_at IS NULL OR overloaded_at < $3::timestamptz)
 `
 
 type MarkOverloadedParams struct {
-	Now *time.Time
-	ID  uuid.UUID
+	Now           time.Time
+	ID            uuid.UUID
+	RewriteBefore time.Time
 }
 
-// An overload answer's account, remembered until its next success.
+// An overload answer's account, remembered until its next success; an
+// account already marked within the last second is not written again (a
+// storm's probes would rewrite its row several times a second).
 func (q *Queries) MarkOverloaded(ctx context.Context, arg MarkOverloadedParams) error {
-	_, err := q.db.Exec(ctx, markOverloaded, arg.Now, arg.ID)
+	_, err := q.db.Exec(ctx, markOverloaded, arg.Now, arg.ID, arg.RewriteBefore)
 	return err
 }
 

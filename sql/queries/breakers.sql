@@ -75,9 +75,12 @@ SELECT EXISTS (
       AND a.last_success_at >= @since::timestamptz
 )::boolean;
 
--- An overload answer's account, remembered until its next success.
+-- An overload answer's account, remembered until its next success; an
+-- account already marked within the last second is not written again (a
+-- storm's probes would rewrite its row several times a second).
 -- name: MarkOverloaded :exec
-UPDATE accounts SET overloaded_at = @now WHERE id = @id;
+UPDATE accounts SET overloaded_at = @now::timestamptz
+WHERE id = @id AND (overloaded_at IS NULL OR overloaded_at < @rewrite_before::timestamptz);
 
 -- The open breakers, for operators.
 -- name: ListOpenBreakers :many
