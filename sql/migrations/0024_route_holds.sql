@@ -7,3 +7,7 @@ ALTER TABLE route_events
     ADD COLUMN hold_reason text NOT NULL DEFAULT '',
     ADD COLUMN next_try_at timestamptz,
     ADD COLUMN verdict     text NOT NULL DEFAULT '';
+
+-- The requests held now (weir status, weir routes --held): few rows of a
+-- large table, found without reading the rest.
+CREATE INDEX route_events_held ON route_events (id) WHERE pending_until IS NOT NULL AND held_since IS NOT NULL;
