@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -140,9 +141,12 @@ type timelineRow struct {
 }
 
 // same says whether two rows repeat each other, whatever their time and,
-// for attempts, their account: a storm's probes go round the pool.
+// for attempts, their account and its notes (a storm's probes go round
+// the pool, a metered account among them); a wait repeats a wait for the
+// same reason.
 func (r timelineRow) same(o timelineRow) bool {
-	return (r.account == "hold") == (o.account == "hold") && r.cols == o.cols && r.reason == o.reason
+	hold := r.account == "hold"
+	return hold == (o.account == "hold") && r.cols == o.cols && (!hold || r.reason == o.reason)
 }
 
 func (r timelineRow) text() string {
@@ -161,9 +165,9 @@ func (r timelineRow) text() string {
 }
 
 // foldTimeline folds repeats, so that a long hold reads in a screen: a
-// run of rows that repeat one row, or a pair of rows (a probe and the
-// hold after it), becomes that row or pair once, counted, with the
-// durations summed and the accounts counted. Pure.
+// run of rows that repeat one row, or a cycle of up to maxFoldCycle rows
+// (a probe and the waits after it), becomes that row or cycle once,
+// counted, with the durations summed and the accounts counted. Pure.
 func foldTimeline(rows []timelineRow) []timelineRow {
 	var out []timelineRow
 	for i := 0; i < len(rows); {
@@ -174,10 +178,16 @@ func foldTimeline(rows []timelineRow) []timelineRow {
 	return out
 }
 
+// maxFoldCycle is the longest cycle of rows foldTimeline folds: a probe,
+// the wait for the next, and the wait with the worker's other held
+// requests.
+const maxFoldCycle = 4
+
 // foldAt folds the repeats that begin at rows[i], trying a single row
-// first, then a pair; it returns the rows to print and how many it used.
+// first, then longer cycles; it returns the rows to print and how many it
+// used.
 func foldAt(rows []timelineRow, i int) ([]timelineRow, int) {
-	for period := 1; period <= 2; period++ {
+	for period := 1; period <= maxFoldCycle; period++ {
 		n := 1 // repeats of rows[i:i+period]
 		for i+(n+1)*period <= len(rows) && repeats(rows[i:i+period], rows[i+n*period:i+(n+1)*period]) {
 			n++
@@ -189,11 +199,16 @@ func foldAt(rows []timelineRow, i int) ([]timelineRow, int) {
 		for p := range period {
 			f := rows[i+p]
 			f.accounts, f.times, f.duration = map[string]bool{}, n, 0
+			var reasons []string
 			for k := range n {
 				r := rows[i+k*period+p]
 				f.accounts[r.account] = true
 				f.duration += r.duration
+				if r.reason != "-" && !slices.Contains(reasons, r.reason) {
+					reasons = append(reasons, r.reason)
+				}
 			}
+			f.reason = orDash(strings.Join(reasons, "; "))
 			folded[p] = f
 		}
 		return folded, n * period
