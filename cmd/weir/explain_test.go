@@ -89,3 +89,28 @@ func TestExplainHeldNow(t *testing.T) {
 		}
 	}
 }
+
+// TestFoldTimelineCycles: a probe and two waits repeating, the probes on
+// accounts of which one is metered, fold into one counted cycle; the
+// distinct notes are kept, the accounts counted, the waits summed.
+func TestFoldTimelineCycles(t *testing.T) {
+	t.Parallel()
+	var rows []timelineRow
+	for i := range 6 {
+		attempt := timelineRow{account: []string{"max-1", "api-key"}[i%2], cols: [4]string{"overloaded", "529", "overloaded_error", "failover"},
+			reason: []string{"-", "spill to a metered account"}[i%2], duration: time.Millisecond, timed: true}
+		probing := timelineRow{account: "hold", cols: [4]string{"-", "-", "-", "-"}, reason: "probing", duration: 250 * time.Millisecond, timed: true}
+		parked := timelineRow{account: "hold", cols: [4]string{"-", "-", "-", "-"}, reason: "parked", duration: time.Second, timed: true}
+		rows = append(rows, attempt, probing, parked)
+	}
+	got := foldTimeline(rows)
+	if len(got) != 3 {
+		t.Fatalf("%d rows, want the cycle of 3 once: %+v", len(got), got)
+	}
+	if a := got[0]; a.times != 6 || len(a.accounts) != 2 || a.reason != "spill to a metered account" || a.duration != 6*time.Millisecond {
+		t.Errorf("folded attempt %+v", a)
+	}
+	if w := got[2]; w.times != 6 || w.duration != 6*time.Second || w.reason != "parked" {
+		t.Errorf("folded wait %+v", w)
+	}
+}
