@@ -237,9 +237,12 @@ func TestHeldRequestsServedInTurn(t *testing.T) {
 	held.Wait()
 	loopers.Wait()
 	t.Logf("held requests served after %v; the loopers made %d requests in %v", took, looped.Load(), loopFor)
+	// Served while the loopers still ran (places free every half second
+	// or so: here 0.6-3.9 s, 5.4 s under the whole suite's load), not
+	// after they stopped (11-12 s before the queue).
 	for i, d := range took {
-		if d > 5*time.Second {
-			t.Errorf("held request %d served after %v, want within a few seconds of a place freeing (the loopers ran %v)", i, d, loopFor)
+		if d > loopFor-2*time.Second {
+			t.Errorf("held request %d served after %v, want while the loopers still ran (%v), within a few seconds of a place freeing", i, d, loopFor)
 		}
 	}
 }
