@@ -129,7 +129,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	}, []string{"scope"})
 	m.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "weir_dataplane_refusals_total",
-		Help: "Requests refused before routing (no account leased, no route event: counted per key and reason in the control plane's refusal counts), by surface and reason (missing_key, invalid_key, unverified, bad_request, key_rate_limit, control_plane, body_buffer, body_too_large, body_timeout, invalid_body, model_forbidden, websocket_limit, canceled).",
+		Help: "Requests refused before routing (no account leased, no route event: counted per key and reason in the control plane's refusal counts), by surface and reason (missing_key, invalid_key, bad_request, key_rate_limit, control_plane, body_buffer, body_too_large, body_timeout, invalid_body, model_forbidden, websocket_limit, canceled); a key the control plane could not check is recorded as a route event instead.",
 	}, []string{"surface", "reason"})
 	for _, sf := range surfaceNames {
 		for _, r := range refusalReasons {

@@ -97,8 +97,11 @@ func (s *Server) proxyHandler(sf surface) http.HandlerFunc {
 		if rec.SpilledToMetered = in.spilledTo != "" && outcome == outcomeSuccess; rec.SpilledToMetered {
 			s.metrics.meteredSpills.WithLabelValues(in.spilledTo, surface).Inc()
 		}
-		if !in.routed {
-			// Refused before routing: counted, not recorded one by one.
+		if !in.routed && !in.unverified {
+			// Refused before routing: counted, not recorded one by one. A
+			// key the control plane could not check is recorded: it may
+			// well be valid, and an outage's refusals must not go missing
+			// (its worker's outbox bounds them).
 			s.refusals.add(surface, in.keyID, refusalReason(in, r))
 			return
 		}
@@ -146,10 +149,13 @@ func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *wei
 				s.cfg.Logger.WarnContext(ctx, "verify key failed", "request_id", in.requestID, "err", err)
 			}
 			in.outcome = outcomeUnavailable
-			// The key may well be valid: the refusal is counted (with no
-			// key) so that an outage's refusals are not missing.
-			in.unverified = true
-			refuse(refusalUnverified, errControlPlane())
+			// The key may well be valid: the request is recorded (with no
+			// key) so that an outage's refusals are not missing. A client
+			// that left meanwhile is only counted.
+			in.unverified = ctx.Err() == nil
+			apiErr := errControlPlane()
+			rec.ErrorType, rec.FailureStage = apiErr.typ, weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT
+			refuse(refusalUnverified, apiErr)
 		}
 		return
 	}

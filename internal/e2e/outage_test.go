@@ -167,10 +167,13 @@ func TestUnverifiedRefusalRecorded(t *testing.T) {
 	r := e.do(http.MethodPost, "/v1/messages", messagesBody(false), func(r *http.Request) { r.Header.Set("X-Api-Key", "weir_sk_"+randHex(32)) })
 	weirError(t, r, http.StatusServiceUnavailable, "api_error")
 	e.startControlPlane(addr)
-	// Refused before routing: counted with no key, and the count reaches
-	// the control plane once it is back (the worker's outbox keeps it).
-	if rows := e.refusalRows("", "unverified", 1); rows != 1 {
-		t.Errorf("%d rows for one refusal", rows)
+	// Refused before routing, but not for anything the client did: the
+	// key may well be valid. Unlike a refusal of the client's own doing,
+	// it is recorded one by one (with no key), once the control plane is
+	// back: an outage's refusals must not go missing.
+	ev := e.routeEvent(r.header.Get("Weir-Request-Id"))
+	if ev.Status != http.StatusServiceUnavailable || ev.KeyId != "" || ev.ErrorType != "api_error" ||
+		ev.FailureStage != weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT || ev.Attempts != 0 {
+		t.Errorf("recorded as %v, want a 503 before output, no key, no attempt", ev)
 	}
-	e.noRouteEvents([]string{r.header.Get("Weir-Request-Id")})
 }
