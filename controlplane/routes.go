@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
@@ -14,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/policy"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 )
@@ -27,20 +27,10 @@ const (
 	maxLineLen = 1024
 )
 
-// truncateText is s cut to at most n bytes, on a rune boundary.
-func truncateText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
 type routeService struct {
 	weirv1connect.UnimplementedRouteServiceHandler
 	store
+	now func() time.Time
 }
 
 func (r routeService) ListRouteEvents(ctx context.Context, req *connect.Request[weirv1.ListRouteEventsRequest]) (*connect.Response[weirv1.ListRouteEventsResponse], error) {
@@ -290,7 +280,7 @@ func (r routeService) ListRefusals(ctx context.Context, req *connect.Request[wei
 	case limit > 1000:
 		limit = 1000
 	}
-	since := time.Now().Add(-time.Hour)
+	since := r.now().Add(-time.Hour)
 	if s := req.Msg.GetSince(); s != nil {
 		if s.CheckValid() != nil {
 			return nil, invalidf("since: not a valid time")
@@ -464,10 +454,10 @@ func routeEventParams(field string, e *weirv1.RouteEvent, now time.Time) (db.Rou
 		p.PendingUntil, p.ErrorType = &now, "in_progress"
 		if e.HeldSince != nil && e.NextTryAt != nil {
 			since, next := e.HeldSince.AsTime(), e.NextTryAt.AsTime()
-			p.HeldSince, p.NextTryAt, p.HoldReason = &since, &next, truncateText(e.HoldReason, maxLineLen)
+			p.HeldSince, p.NextTryAt, p.HoldReason = &since, &next, policy.Truncate(e.HoldReason, maxLineLen)
 		}
 	}
-	p.Verdict = truncateText(e.Verdict, maxLineLen)
+	p.Verdict = policy.Truncate(e.Verdict, maxLineLen)
 	if e.StartedAt != nil {
 		p.StartedAt = e.StartedAt.AsTime()
 	}

@@ -567,7 +567,9 @@ func (s *Server) tryOnce(ctx context.Context, rt *routing, lease *weirv1.Lease) 
 	}
 	admitted := s.cfg.Now()
 	at := admitted.Sub(in.start)
-	s.pending.held(rec, time.Time{}, time.Time{}, "", admitted) // not held while it tries
+	if !rt.heldSince.IsZero() {
+		s.pending.held(rec, time.Time{}, time.Time{}, "", admitted) // not held while it tries
+	}
 	actx, span := s.startAttemptSpan(ctx, lease, int(rec.Attempts))
 	res := s.attempt(actx, rt.w, rt.r, in, lease, rt.overloads[lease.AccountId])
 	o := res.outcome

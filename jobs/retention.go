@@ -56,31 +56,39 @@ func EnforceRetention(ctx context.Context, d Deps) (events, refusals int64, err 
 	return enforceRetention(ctx, d, retentionBatch, retentionBatches)
 }
 
+// inBatches runs del (one batch of deletes) until a batch comes back short
+// or batches ran, and returns how many rows it deleted.
+func inBatches(batch int32, batches int, del func() (int64, error)) (int64, error) {
+	var total int64
+	for range batches {
+		n, err := del()
+		if err != nil {
+			return total, err
+		}
+		if total += n; n < int64(batch) {
+			break
+		}
+	}
+	return total, nil
+}
+
 func enforceRetention(ctx context.Context, d Deps, batch int32, batches int) (events, refusals int64, err error) {
 	keep, err := d.Retention(ctx)
 	if err != nil {
 		return 0, 0, fmt.Errorf("retention: read the setting: %w", err)
 	}
 	before := d.Now().Add(-keep)
-	p := db.DeleteRouteEventsBeforeParams{Before: before, Batch: batch}
-	for range batches {
-		n, err := d.Queries.DeleteRouteEventsBefore(ctx, p)
-		if err != nil {
-			return events, refusals, fmt.Errorf("retention: route events: %w", err)
-		}
-		if events += n; n < int64(batch) {
-			break
-		}
+	events, err = inBatches(batch, batches, func() (int64, error) {
+		return d.Queries.DeleteRouteEventsBefore(ctx, db.DeleteRouteEventsBeforeParams{Before: before, Batch: batch})
+	})
+	if err != nil {
+		return events, 0, fmt.Errorf("retention: route events: %w", err)
 	}
-	rp := db.DeleteRefusalCountsBeforeParams{Before: before, Batch: batch}
-	for range batches {
-		n, err := d.Queries.DeleteRefusalCountsBefore(ctx, rp)
-		if err != nil {
-			return events, refusals, fmt.Errorf("retention: refusal counts: %w", err)
-		}
-		if refusals += n; n < int64(batch) {
-			break
-		}
+	refusals, err = inBatches(batch, batches, func() (int64, error) {
+		return d.Queries.DeleteRefusalCountsBefore(ctx, db.DeleteRefusalCountsBeforeParams{Before: before, Batch: batch})
+	})
+	if err != nil {
+		return events, refusals, fmt.Errorf("retention: refusal counts: %w", err)
 	}
 	if events > 0 || refusals > 0 {
 		d.Logger.InfoContext(ctx, "route events past their retention deleted", "route_events", events,

@@ -285,11 +285,7 @@ func heldNowText(ev *weirv1.RouteEvent, now time.Time) string {
 	text := fmt.Sprintf("for %s (since %s), %d attempts so far", roundDuration(now.Sub(ev.HeldSince.AsTime())),
 		ev.HeldSince.AsTime().UTC().Format(time.RFC3339), ev.Attempts)
 	if ev.NextTryAt != nil {
-		if d := ev.NextTryAt.AsTime().Sub(now); d > 0 {
-			text += fmt.Sprintf(", next try in %s", roundDuration(d))
-		} else {
-			text += ", trying again now"
-		}
+		text += ", next try " + nextTry(ev, now)
 	}
 	if ev.HoldReason != "" {
 		text += ": " + ev.HoldReason

@@ -356,15 +356,18 @@ func ladderQuota(l ladderDecision, o *weirv1.Outcome) *QuotaRecord {
 
 // oneLine collapses s to one line of at most 300 bytes.
 func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) <= 300 {
+	return Truncate(strings.Join(strings.Fields(s), " "), 300)
+}
+
+// Truncate is s cut to at most n bytes, on a rune boundary.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
 		return s
 	}
-	cut := 300
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
-	return s[:cut]
+	return s[:n]
 }
 
 func newCooldown(reason weirv1.CooldownReason, until time.Time, o *weirv1.Outcome) *CooldownWrite {
