@@ -307,19 +307,7 @@ const WaitPoll = time.Second
 // every eligible account is at its cap: those Route counted full. Pure.
 func WaitingFor(cands []Candidate, req RouteRequest, now time.Time) []uuid.UUID {
 	var out []uuid.UUID
-	for _, c := range cands {
-		a := c.Account
-		if !Serves(a.Provider, req.Surface) || req.BreakerOpen[a.Provider] || req.withheld(a) || a.Paused || a.Broken ||
-			req.Unreadable[a.ID] || req.Exclude[a.ID] {
-			continue
-		}
-		if _, cooling, _ := c.blockedUntil(now); cooling {
-			continue
-		}
-		if c.Live+c.WaitingAhead >= c.capacity() {
-			out = append(out, a.ID)
-		}
-	}
+	route(cands, req, now, func(c Candidate) { out = append(out, c.Account.ID) })
 	return out
 }
 
@@ -328,6 +316,11 @@ func WaitingFor(cands []Candidate, req RouteRequest, now time.Time) []uuid.UUID 
 // follows re-checks eligibility under a row lock, so a stale view costs a
 // retry, never a broken cap.
 func Route(cands []Candidate, req RouteRequest, now time.Time) ([]Candidate, *weirv1.NoAccount) {
+	return route(cands, req, now, nil)
+}
+
+// route is Route; onFull, when set, is told each account it counts full.
+func route(cands []Candidate, req RouteRequest, now time.Time, onFull func(Candidate)) ([]Candidate, *weirv1.NoAccount) {
 	eligible := make([]Candidate, 0, len(cands))
 	var (
 		serving, disabled, tried, full, cooling int
@@ -406,6 +399,9 @@ func Route(cands []Candidate, req RouteRequest, now time.Time) ([]Candidate, *we
 			// a place that frees goes to the one that waited longest.
 			full++
 			ahead += c.WaitingAhead
+			if onFull != nil {
+				onFull(c)
+			}
 		default:
 			eligible = append(eligible, c)
 		}
