@@ -207,8 +207,8 @@ func probing(t *testing.T) (*env, string, *weirv1.Lease) {
 	}
 	for _, none := range nones {
 		if none.Reason != weirv1.NoAccountReason_NO_ACCOUNT_REASON_BREAKER_OPEN || none.RetryAt == nil ||
-			!none.RetryAt.AsTime().Equal(now.Add(policy.BreakerPoll)) {
-			t.Fatalf("refusal %v retry_at %v, want BREAKER_OPEN retrying at now+%v while the probe runs", none.Reason, none.RetryAt.AsTime(), policy.BreakerPoll)
+			!none.RetryAt.AsTime().Equal(now.Add(policy.ProbeEvery(1))) {
+			t.Fatalf("refusal %v retry_at %v, want BREAKER_OPEN retrying at now+%v while the probe runs", none.Reason, none.RetryAt.AsTime(), policy.ProbeEvery(1))
 		}
 	}
 	if b := e.breaker("sonnet"); b.ProbeUntil == nil || !b.ProbeUntil.Equal(now.Add(policy.ProbeTTL)) {
@@ -366,7 +366,7 @@ func TestBreakerProbeOtherOutcomes(t *testing.T) {
 				e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: sonnet, ExcludeAccountIds: []string{probe.AccountId}})
 			} else {
 				// That lease is the new probe: the rest still wait for it.
-				e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(policy.BreakerPoll))
+				e.wantBreakerOpen(sonnet, keyHash, e.clock.Now().Add(policy.ProbeEvery(1)))
 			}
 		})
 	}

@@ -43,9 +43,6 @@ const (
 	BreakerProbeBudget = 8
 	// ProbeTTL frees a probe's turn when it never reports back.
 	ProbeTTL = 30 * time.Second
-	// BreakerPoll is how soon a request that found the next probe taken
-	// asks again.
-	BreakerPoll = BreakerProbeEvery
 )
 
 // ProbeEvery is the wait between two probes of a family whose breaker
