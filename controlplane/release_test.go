@@ -34,7 +34,7 @@ func TestReleaseSuccess(t *testing.T) {
 	}
 	now := e.clock.Advance(3 * time.Second)
 	d := e.release(l.Id, &weirv1.Outcome{
-		Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200, InputTokens: 10, OutputTokens: 20,
+		Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200, Usage: &weirv1.TokenUsage{InputTokens: 10, OutputTokens: 20},
 		Duration: durationpb.New(time.Second),
 	})
 	if d.Action != weirv1.Action_ACTION_RESPOND || d.Cooldown != nil || d.RetryAfter != nil {

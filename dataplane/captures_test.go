@@ -196,8 +196,8 @@ func TestCaptureStreamOverloadedEvent(t *testing.T) {
 	if res.outcome.Class != weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED || res.outcome.ErrorType != "overloaded_error" || res.outcome.BytesToClient {
 		t.Errorf("outcome %v, want overloaded, nothing sent", res.outcome)
 	}
-	if res.outcome.InputTokens != 2048 {
-		t.Errorf("input tokens %d, want message_start's 2048", res.outcome.InputTokens)
+	if res.outcome.GetUsage().GetInputTokens() != 2048 {
+		t.Errorf("input tokens %d, want message_start's 2048", res.outcome.GetUsage().GetInputTokens())
 	}
 	f := res.failure
 	if f == nil {

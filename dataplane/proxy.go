@@ -579,8 +579,8 @@ func (s *Server) tryOnce(ctx context.Context, rt *routing, lease *weirv1.Lease) 
 	}
 	rt.judge(nil) // an account that answered ends the unreachable hold
 	o.PriorBursts = rt.bursts[lease.AccountId]
-	if o.InputTokens > 0 || o.OutputTokens > 0 {
-		rec.InputTokens, rec.OutputTokens = o.InputTokens, o.OutputTokens
+	if u := o.GetUsage(); u != nil {
+		rec.InputTokens, rec.OutputTokens = u.InputTokens, u.OutputTokens
 	}
 	s.metrics.attempts.WithLabelValues(providerName(lease.Provider), statusClass(int(o.Status)), shortClass(o.Class), causeName(o.TransportCause)).Inc()
 	d := s.release(actx, in, lease, o, admitted)

@@ -180,12 +180,16 @@ func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.R
 		// One parse reads the token counts and proves the body is JSON
 		// (json.Unmarshal checks all of its input before decoding).
 		var perr error
+		var in0, out0 int64
 		if in.sf.wire == wireOpenAI {
-			o.InputTokens, o.OutputTokens, perr = openAIUsage(body)
+			in0, out0, perr = openAIUsage(body)
 		} else {
 			var u usage
 			perr = u.fromMessage(body)
-			o.InputTokens, o.OutputTokens = u.input, u.output
+			in0, out0 = u.input, u.output
+		}
+		if in0 > 0 || out0 > 0 {
+			o.Usage = &weirv1.TokenUsage{InputTokens: in0, OutputTokens: out0}
 		}
 		if syn := (*json.SyntaxError)(nil); errors.As(perr, &syn) {
 			err = errMalformedBody
@@ -283,11 +287,16 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 			break
 		}
 		sig := signal(ev)
-		if sig.inputTokens > 0 {
-			o.InputTokens = sig.inputTokens
-		}
-		if sig.outputTokens > 0 {
-			o.OutputTokens = sig.outputTokens
+		if sig.inputTokens > 0 || sig.outputTokens > 0 {
+			if o.Usage == nil {
+				o.Usage = &weirv1.TokenUsage{}
+			}
+			if sig.inputTokens > 0 {
+				o.Usage.InputTokens = sig.inputTokens
+			}
+			if sig.outputTokens > 0 {
+				o.Usage.OutputTokens = sig.outputTokens
+			}
 		}
 		if f := sig.failure; f != nil {
 			o.ErrorType, o.ErrorMessage, o.Quota = f.errorType, f.message, f.quota

@@ -60,7 +60,7 @@ func TestRelayStreamSuccess(t *testing.T) {
 	if rec.Body.String() != full {
 		t.Errorf("client got %q, want the upstream's bytes", rec.Body.String())
 	}
-	if !res.outcome.BytesToClient || res.outcome.InputTokens != 10 || res.outcome.OutputTokens != 7 {
+	if !res.outcome.BytesToClient || res.outcome.GetUsage().GetInputTokens() != 10 || res.outcome.GetUsage().GetOutputTokens() != 7 {
 		t.Errorf("outcome = %v", res.outcome)
 	}
 	if rec.Header().Get("Request-Id") != "req_up" || rec.Header().Get("Anthropic-Organization-Id") != "" {
@@ -216,7 +216,7 @@ func TestStreamLetsTheRequestBodyGo(t *testing.T) {
 	if !released {
 		t.Error("the request body is still held while the stream runs")
 	}
-	if res.outcome.Class != classSuccess || res.outcome.OutputTokens != 7 {
+	if res.outcome.Class != classSuccess || res.outcome.GetUsage().GetOutputTokens() != 7 {
 		t.Errorf("outcome = %v", res.outcome)
 	}
 }

@@ -1221,8 +1221,6 @@ type Outcome struct {
 	// Upstream response headers that matter to decisions (retry-after,
 	// x-should-retry, anthropic-ratelimit-*), lower-cased.
 	Headers         map[string]string    `protobuf:"bytes,4,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	InputTokens     int64                `protobuf:"varint,5,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
-	OutputTokens    int64                `protobuf:"varint,6,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
 	Duration        *durationpb.Duration `protobuf:"bytes,7,opt,name=duration,proto3" json:"duration,omitempty"`
 	TimeToFirstByte *durationpb.Duration `protobuf:"bytes,8,opt,name=time_to_first_byte,json=timeToFirstByte,proto3" json:"time_to_first_byte,omitempty"`
 	// Whether any byte of this attempt reached the client.
@@ -1249,8 +1247,12 @@ type Outcome struct {
 	// For transport errors (and streams cut after output): the cause, from
 	// the fixed set.
 	TransportCause TransportCause `protobuf:"varint,16,opt,name=transport_cause,json=transportCause,proto3,enum=weir.v1.TransportCause" json:"transport_cause,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// What the attempt used, as the upstream reported it (unset when it
+	// reported nothing). A stream cut midway reports what was delivered
+	// before the cut: its last usage report.
+	Usage         *TokenUsage `protobuf:"bytes,17,opt,name=usage,proto3" json:"usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Outcome) Reset() {
@@ -1309,20 +1311,6 @@ func (x *Outcome) GetHeaders() map[string]string {
 		return x.Headers
 	}
 	return nil
-}
-
-func (x *Outcome) GetInputTokens() int64 {
-	if x != nil {
-		return x.InputTokens
-	}
-	return 0
-}
-
-func (x *Outcome) GetOutputTokens() int64 {
-	if x != nil {
-		return x.OutputTokens
-	}
-	return 0
 }
 
 func (x *Outcome) GetDuration() *durationpb.Duration {
@@ -1393,6 +1381,13 @@ func (x *Outcome) GetTransportCause() TransportCause {
 		return x.TransportCause
 	}
 	return TransportCause_TRANSPORT_CAUSE_UNSPECIFIED
+}
+
+func (x *Outcome) GetUsage() *TokenUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
 }
 
 type WorkerSettingsRequest struct {
@@ -1899,7 +1894,18 @@ type RouteEvent struct {
 	// Why weir answered with a failure, in one line: the pool's verdict
 	// (nothing could serve within the hold budget, and why), not only the
 	// last attempt's error.
-	Verdict       string `protobuf:"bytes,24,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	Verdict string `protobuf:"bytes,24,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	// The request's affinity key (a Claude Code or Codex session, see
+	// AcquireRequest.session_key); empty when the client named none.
+	SessionKey string `protobuf:"bytes,25,opt,name=session_key,json=sessionKey,proto3" json:"session_key,omitempty"`
+	// What the request used over all its attempts (input_tokens and
+	// output_tokens above are its input_tokens and output_tokens, kept for
+	// older readers). Each attempt's own is in its AttemptRecord.
+	Usage *TokenUsage `protobuf:"bytes,26,opt,name=usage,proto3" json:"usage,omitempty"`
+	// The request's cost at API-equivalent prices, in US dollars: set by
+	// the control plane when it stores the event (the workers report
+	// tokens, not prices).
+	CostUsd       float64 `protobuf:"fixed64,27,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2102,6 +2108,27 @@ func (x *RouteEvent) GetVerdict() string {
 	return ""
 }
 
+func (x *RouteEvent) GetSessionKey() string {
+	if x != nil {
+		return x.SessionKey
+	}
+	return ""
+}
+
+func (x *RouteEvent) GetUsage() *TokenUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *RouteEvent) GetCostUsd() float64 {
+	if x != nil {
+		return x.CostUsd
+	}
+	return 0
+}
+
 // AttemptRecord is one upstream attempt, or one hold, of a request.
 type AttemptRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2123,8 +2150,13 @@ type AttemptRecord struct {
 	SpilledToMetered bool `protobuf:"varint,10,opt,name=spilled_to_metered,json=spilledToMetered,proto3" json:"spilled_to_metered,omitempty"`
 	// For a transport error: its cause.
 	TransportCause TransportCause `protobuf:"varint,11,opt,name=transport_cause,json=transportCause,proto3,enum=weir.v1.TransportCause" json:"transport_cause,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// What the attempt used (Outcome.usage), unset when it reported
+	// nothing, and the model it was sent upstream as (the alias's target
+	// when the client named an alias): usage is priced by it.
+	Usage         *TokenUsage `protobuf:"bytes,12,opt,name=usage,proto3" json:"usage,omitempty"`
+	Model         string      `protobuf:"bytes,13,opt,name=model,proto3" json:"model,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AttemptRecord) Reset() {
@@ -2232,6 +2264,20 @@ func (x *AttemptRecord) GetTransportCause() TransportCause {
 		return x.TransportCause
 	}
 	return TransportCause_TRANSPORT_CAUSE_UNSPECIFIED
+}
+
+func (x *AttemptRecord) GetUsage() *TokenUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *AttemptRecord) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
 }
 
 type ReportRoutesRequest struct {
@@ -2509,15 +2555,13 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x12RenewBatchResponse\x12*\n" +
 	"\x11renewed_lease_ids\x18\x01 \x03(\tR\x0frenewedLeaseIds\x129\n" +
 	"\n" +
-	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x8c\x06\n" +
+	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x98\x06\n" +
 	"\aOutcome\x12+\n" +
 	"\x05class\x18\x01 \x01(\x0e2\x15.weir.v1.OutcomeClassR\x05class\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\x05R\x06status\x12\x1d\n" +
 	"\n" +
 	"error_type\x18\x03 \x01(\tR\terrorType\x127\n" +
-	"\aheaders\x18\x04 \x03(\v2\x1d.weir.v1.Outcome.HeadersEntryR\aheaders\x12!\n" +
-	"\finput_tokens\x18\x05 \x01(\x03R\vinputTokens\x12#\n" +
-	"\routput_tokens\x18\x06 \x01(\x03R\foutputTokens\x125\n" +
+	"\aheaders\x18\x04 \x03(\v2\x1d.weir.v1.Outcome.HeadersEntryR\aheaders\x125\n" +
 	"\bduration\x18\a \x01(\v2\x19.google.protobuf.DurationR\bduration\x12F\n" +
 	"\x12time_to_first_byte\x18\b \x01(\v2\x19.google.protobuf.DurationR\x0ftimeToFirstByte\x12&\n" +
 	"\x0fbytes_to_client\x18\t \x01(\bR\rbytesToClient\x12'\n" +
@@ -2528,10 +2572,11 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x05quota\x18\r \x01(\v2\x16.weir.v1.QuotaEvidenceR\x05quota\x12#\n" +
 	"\rerror_message\x18\x0e \x01(\tR\ferrorMessage\x12/\n" +
 	"\x05delay\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12@\n" +
-	"\x0ftransport_cause\x18\x10 \x01(\x0e2\x17.weir.v1.TransportCauseR\x0etransportCause\x1a:\n" +
+	"\x0ftransport_cause\x18\x10 \x01(\x0e2\x17.weir.v1.TransportCauseR\x0etransportCause\x12)\n" +
+	"\x05usage\x18\x11 \x01(\v2\x13.weir.v1.TokenUsageR\x05usage\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x17\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x05\x10\x06J\x04\b\x06\x10\aR\finput_tokensR\routput_tokens\"\x17\n" +
 	"\x15WorkerSettingsRequest\"G\n" +
 	"\x16WorkerSettingsResponse\x12-\n" +
 	"\bsettings\x18\x01 \x01(\v2\x11.weir.v1.SettingsR\bsettings\"W\n" +
@@ -2558,7 +2603,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\vaccount_ids\x18\x02 \x03(\tR\n" +
 	"accountIds\x12\x10\n" +
 	"\x03all\x18\x03 \x01(\bR\x03all\x12\x12\n" +
-	"\x04keys\x18\x04 \x01(\bR\x04keys\"\xc3\a\n" +
+	"\x04keys\x18\x04 \x01(\bR\x04keys\"\xaa\b\n" +
 	"\n" +
 	"RouteEvent\x12\x1d\n" +
 	"\n" +
@@ -2592,7 +2637,11 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\vhold_reason\x18\x16 \x01(\tR\n" +
 	"holdReason\x12:\n" +
 	"\vnext_try_at\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\tnextTryAt\x12\x18\n" +
-	"\averdict\x18\x18 \x01(\tR\averdict\"\xc2\x03\n" +
+	"\averdict\x18\x18 \x01(\tR\averdict\x12\x1f\n" +
+	"\vsession_key\x18\x19 \x01(\tR\n" +
+	"sessionKey\x12)\n" +
+	"\x05usage\x18\x1a \x01(\v2\x13.weir.v1.TokenUsageR\x05usage\x12\x19\n" +
+	"\bcost_usd\x18\x1b \x01(\x01R\acostUsd\"\x83\x04\n" +
 	"\rAttemptRecord\x12)\n" +
 	"\x02at\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x02at\x12\x1d\n" +
 	"\n" +
@@ -2608,7 +2657,9 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x04rung\x18\t \x01(\tR\x04rung\x12,\n" +
 	"\x12spilled_to_metered\x18\n" +
 	" \x01(\bR\x10spilledToMetered\x12@\n" +
-	"\x0ftransport_cause\x18\v \x01(\x0e2\x17.weir.v1.TransportCauseR\x0etransportCause\"u\n" +
+	"\x0ftransport_cause\x18\v \x01(\x0e2\x17.weir.v1.TransportCauseR\x0etransportCause\x12)\n" +
+	"\x05usage\x18\f \x01(\v2\x13.weir.v1.TokenUsageR\x05usage\x12\x14\n" +
+	"\x05model\x18\r \x01(\tR\x05model\"u\n" +
 	"\x13ReportRoutesRequest\x12+\n" +
 	"\x06events\x18\x01 \x03(\v2\x13.weir.v1.RouteEventR\x06events\x121\n" +
 	"\brefusals\x18\x02 \x03(\v2\x15.weir.v1.RefusalCountR\brefusals\"\xb3\x01\n" +
@@ -2704,9 +2755,10 @@ var file_weir_v1_lease_proto_goTypes = []any{
 	(OutcomeClass)(0),                // 40: weir.v1.OutcomeClass
 	(*QuotaEvidence)(nil),            // 41: weir.v1.QuotaEvidence
 	(TransportCause)(0),              // 42: weir.v1.TransportCause
-	(*Settings)(nil),                 // 43: weir.v1.Settings
-	(*Decision)(nil),                 // 44: weir.v1.Decision
-	(Action)(0),                      // 45: weir.v1.Action
+	(*TokenUsage)(nil),               // 43: weir.v1.TokenUsage
+	(*Settings)(nil),                 // 44: weir.v1.Settings
+	(*Decision)(nil),                 // 45: weir.v1.Decision
+	(Action)(0),                      // 46: weir.v1.Action
 }
 var file_weir_v1_lease_proto_depIdxs = []int32{
 	32, // 0: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
@@ -2738,53 +2790,56 @@ var file_weir_v1_lease_proto_depIdxs = []int32{
 	41, // 26: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
 	34, // 27: weir.v1.Outcome.delay:type_name -> google.protobuf.Duration
 	42, // 28: weir.v1.Outcome.transport_cause:type_name -> weir.v1.TransportCause
-	43, // 29: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
-	16, // 30: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
-	44, // 31: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
-	22, // 32: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
-	16, // 33: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
-	35, // 34: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
-	34, // 35: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
-	34, // 36: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
-	35, // 37: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
-	34, // 38: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
-	1,  // 39: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
-	27, // 40: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
-	35, // 41: weir.v1.RouteEvent.held_since:type_name -> google.protobuf.Timestamp
-	35, // 42: weir.v1.RouteEvent.next_try_at:type_name -> google.protobuf.Timestamp
-	34, // 43: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
-	40, // 44: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
-	45, // 45: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
-	34, // 46: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
-	42, // 47: weir.v1.AttemptRecord.transport_cause:type_name -> weir.v1.TransportCause
-	26, // 48: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
-	29, // 49: weir.v1.ReportRoutesRequest.refusals:type_name -> weir.v1.RefusalCount
-	35, // 50: weir.v1.RefusalCount.interval_start:type_name -> google.protobuf.Timestamp
-	4,  // 51: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
-	6,  // 52: weir.v1.LeaseService.TakeRequestToken:input_type -> weir.v1.TakeRequestTokenRequest
-	9,  // 53: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
-	17, // 54: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
-	14, // 55: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
-	19, // 56: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
-	21, // 57: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
-	24, // 58: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
-	28, // 59: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
-	2,  // 60: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
-	5,  // 61: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
-	7,  // 62: weir.v1.LeaseService.TakeRequestToken:output_type -> weir.v1.TakeRequestTokenResponse
-	10, // 63: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
-	18, // 64: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
-	15, // 65: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
-	20, // 66: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
-	23, // 67: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
-	25, // 68: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
-	30, // 69: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
-	3,  // 70: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
-	61, // [61:71] is the sub-list for method output_type
-	51, // [51:61] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	43, // 29: weir.v1.Outcome.usage:type_name -> weir.v1.TokenUsage
+	44, // 30: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
+	16, // 31: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
+	45, // 32: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
+	22, // 33: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
+	16, // 34: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
+	35, // 35: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
+	34, // 36: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
+	34, // 37: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
+	35, // 38: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
+	34, // 39: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
+	1,  // 40: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
+	27, // 41: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
+	35, // 42: weir.v1.RouteEvent.held_since:type_name -> google.protobuf.Timestamp
+	35, // 43: weir.v1.RouteEvent.next_try_at:type_name -> google.protobuf.Timestamp
+	43, // 44: weir.v1.RouteEvent.usage:type_name -> weir.v1.TokenUsage
+	34, // 45: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
+	40, // 46: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
+	46, // 47: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
+	34, // 48: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
+	42, // 49: weir.v1.AttemptRecord.transport_cause:type_name -> weir.v1.TransportCause
+	43, // 50: weir.v1.AttemptRecord.usage:type_name -> weir.v1.TokenUsage
+	26, // 51: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
+	29, // 52: weir.v1.ReportRoutesRequest.refusals:type_name -> weir.v1.RefusalCount
+	35, // 53: weir.v1.RefusalCount.interval_start:type_name -> google.protobuf.Timestamp
+	4,  // 54: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
+	6,  // 55: weir.v1.LeaseService.TakeRequestToken:input_type -> weir.v1.TakeRequestTokenRequest
+	9,  // 56: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
+	17, // 57: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
+	14, // 58: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
+	19, // 59: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
+	21, // 60: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
+	24, // 61: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
+	28, // 62: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
+	2,  // 63: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
+	5,  // 64: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
+	7,  // 65: weir.v1.LeaseService.TakeRequestToken:output_type -> weir.v1.TakeRequestTokenResponse
+	10, // 66: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
+	18, // 67: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
+	15, // 68: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
+	20, // 69: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
+	23, // 70: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
+	25, // 71: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
+	30, // 72: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
+	3,  // 73: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
+	64, // [64:74] is the sub-list for method output_type
+	54, // [54:64] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_lease_proto_init() }

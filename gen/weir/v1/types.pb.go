@@ -1250,6 +1250,96 @@ func (x *Decision) GetRung() string {
 	return ""
 }
 
+// TokenUsage is what an upstream answer said it used, in one vocabulary
+// across providers, so that every provider's usage adds up the same way:
+// all the input a request sent is input_tokens + cache_read_tokens +
+// cache_creation_tokens.
+type TokenUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Input neither read from nor written to the prompt cache: Anthropic's
+	// input_tokens; OpenAI's and Codex's input_tokens (prompt_tokens on
+	// Chat Completions) less their cached tokens.
+	InputTokens int64 `protobuf:"varint,1,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	// Output, reasoning included (as every provider counts it).
+	OutputTokens int64 `protobuf:"varint,2,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	// Input read from the prompt cache: Anthropic's
+	// cache_read_input_tokens; OpenAI's and Codex's cached_tokens.
+	CacheReadTokens int64 `protobuf:"varint,3,opt,name=cache_read_tokens,json=cacheReadTokens,proto3" json:"cache_read_tokens,omitempty"`
+	// Input written to the prompt cache: Anthropic's
+	// cache_creation_input_tokens (OpenAI reports none).
+	CacheCreationTokens int64 `protobuf:"varint,4,opt,name=cache_creation_tokens,json=cacheCreationTokens,proto3" json:"cache_creation_tokens,omitempty"`
+	// The part of output_tokens spent reasoning (OpenAI's and Codex's
+	// reasoning_tokens; Anthropic does not report it apart).
+	ReasoningTokens int64 `protobuf:"varint,5,opt,name=reasoning_tokens,json=reasoningTokens,proto3" json:"reasoning_tokens,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *TokenUsage) Reset() {
+	*x = TokenUsage{}
+	mi := &file_weir_v1_types_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenUsage) ProtoMessage() {}
+
+func (x *TokenUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_types_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
+func (*TokenUsage) Descriptor() ([]byte, []int) {
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *TokenUsage) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *TokenUsage) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *TokenUsage) GetCacheReadTokens() int64 {
+	if x != nil {
+		return x.CacheReadTokens
+	}
+	return 0
+}
+
+func (x *TokenUsage) GetCacheCreationTokens() int64 {
+	if x != nil {
+		return x.CacheCreationTokens
+	}
+	return 0
+}
+
+func (x *TokenUsage) GetReasoningTokens() int64 {
+	if x != nil {
+		return x.ReasoningTokens
+	}
+	return 0
+}
+
 var File_weir_v1_types_proto protoreflect.FileDescriptor
 
 const file_weir_v1_types_proto_rawDesc = "" +
@@ -1298,7 +1388,14 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\bcooldown\x18\x02 \x01(\v2\x11.weir.v1.CooldownR\bcooldown\x12:\n" +
 	"\vretry_after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12\x12\n" +
-	"\x04rung\x18\x04 \x01(\tR\x04rung*e\n" +
+	"\x04rung\x18\x04 \x01(\tR\x04rung\"\xdf\x01\n" +
+	"\n" +
+	"TokenUsage\x12!\n" +
+	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12#\n" +
+	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\x12*\n" +
+	"\x11cache_read_tokens\x18\x03 \x01(\x03R\x0fcacheReadTokens\x122\n" +
+	"\x15cache_creation_tokens\x18\x04 \x01(\x03R\x13cacheCreationTokens\x12)\n" +
+	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens*e\n" +
 	"\bProvider\x12\x18\n" +
 	"\x14PROVIDER_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12PROVIDER_ANTHROPIC\x10\x01\x12\x13\n" +
@@ -1386,7 +1483,7 @@ func file_weir_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_weir_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_weir_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_weir_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_weir_v1_types_proto_goTypes = []any{
 	(Provider)(0),                 // 0: weir.v1.Provider
 	(Surface)(0),                  // 1: weir.v1.Surface
@@ -1405,31 +1502,32 @@ var file_weir_v1_types_proto_goTypes = []any{
 	(*Cooldown)(nil),              // 14: weir.v1.Cooldown
 	(*FamilyGate)(nil),            // 15: weir.v1.FamilyGate
 	(*Decision)(nil),              // 16: weir.v1.Decision
-	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
+	(*TokenUsage)(nil),            // 17: weir.v1.TokenUsage
+	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
 }
 var file_weir_v1_types_proto_depIdxs = []int32{
 	4,  // 0: weir.v1.QuotaEvidence.kind:type_name -> weir.v1.QuotaKind
-	17, // 1: weir.v1.QuotaEvidence.resets_at:type_name -> google.protobuf.Timestamp
-	18, // 2: weir.v1.QuotaEvidence.reset_after:type_name -> google.protobuf.Duration
+	18, // 1: weir.v1.QuotaEvidence.resets_at:type_name -> google.protobuf.Timestamp
+	19, // 2: weir.v1.QuotaEvidence.reset_after:type_name -> google.protobuf.Duration
 	8,  // 3: weir.v1.Unreachable.cause:type_name -> weir.v1.TransportCause
-	17, // 4: weir.v1.Unreachable.since:type_name -> google.protobuf.Timestamp
-	17, // 5: weir.v1.Unreachable.last_at:type_name -> google.protobuf.Timestamp
-	18, // 6: weir.v1.Settings.capacity_hold:type_name -> google.protobuf.Duration
-	18, // 7: weir.v1.Settings.request_deadline:type_name -> google.protobuf.Duration
+	18, // 4: weir.v1.Unreachable.since:type_name -> google.protobuf.Timestamp
+	18, // 5: weir.v1.Unreachable.last_at:type_name -> google.protobuf.Timestamp
+	19, // 6: weir.v1.Settings.capacity_hold:type_name -> google.protobuf.Duration
+	19, // 7: weir.v1.Settings.request_deadline:type_name -> google.protobuf.Duration
 	2,  // 8: weir.v1.Settings.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
 	3,  // 9: weir.v1.Settings.metered_accounts:type_name -> weir.v1.MeteredAccounts
-	18, // 10: weir.v1.Settings.unreachable_hold:type_name -> google.protobuf.Duration
-	18, // 11: weir.v1.Settings.route_events_retention:type_name -> google.protobuf.Duration
+	19, // 10: weir.v1.Settings.unreachable_hold:type_name -> google.protobuf.Duration
+	19, // 11: weir.v1.Settings.route_events_retention:type_name -> google.protobuf.Duration
 	7,  // 12: weir.v1.Cooldown.reason:type_name -> weir.v1.CooldownReason
-	17, // 13: weir.v1.Cooldown.until:type_name -> google.protobuf.Timestamp
-	17, // 14: weir.v1.Cooldown.written_at:type_name -> google.protobuf.Timestamp
+	18, // 13: weir.v1.Cooldown.until:type_name -> google.protobuf.Timestamp
+	18, // 14: weir.v1.Cooldown.written_at:type_name -> google.protobuf.Timestamp
 	11, // 15: weir.v1.Cooldown.quota:type_name -> weir.v1.QuotaEvidence
-	17, // 16: weir.v1.FamilyGate.until:type_name -> google.protobuf.Timestamp
-	17, // 17: weir.v1.FamilyGate.written_at:type_name -> google.protobuf.Timestamp
+	18, // 16: weir.v1.FamilyGate.until:type_name -> google.protobuf.Timestamp
+	18, // 17: weir.v1.FamilyGate.written_at:type_name -> google.protobuf.Timestamp
 	10, // 18: weir.v1.Decision.action:type_name -> weir.v1.Action
 	14, // 19: weir.v1.Decision.cooldown:type_name -> weir.v1.Cooldown
-	18, // 20: weir.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	19, // 20: weir.v1.Decision.retry_after:type_name -> google.protobuf.Duration
 	21, // [21:21] is the sub-list for method output_type
 	21, // [21:21] is the sub-list for method input_type
 	21, // [21:21] is the sub-list for extension type_name
@@ -1448,7 +1546,7 @@ func file_weir_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_types_proto_rawDesc), len(file_weir_v1_types_proto_rawDesc)),
 			NumEnums:      11,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
