@@ -35,7 +35,7 @@ func TestAccountLocksLetReferencingInsertsBe(t *testing.T) {
 	defer tx.Rollback(context.Background()) //nolint:errcheck // test cleanup
 	row := db.RouteEvent{RequestID: "weir_open", AccountID: uuid.NullUUID{UUID: id, Valid: true}, Surface: "messages",
 		Model: "m", Status: 200, StartedAt: now, AttemptsJson: []byte("[]")}
-	if err := db.New(tx).InsertRouteEvents(t.Context(), routeColumns([]db.RouteEvent{row}, now, now)); err != nil {
+	if _, err := db.New(tx).InsertRouteEvents(t.Context(), routeColumns([]db.RouteEvent{row}, now, now)); err != nil {
 		t.Fatal(err)
 	}
 

@@ -48,6 +48,7 @@ type clients struct {
 	keys     weirv1connect.KeyServiceClient
 	leases   weirv1connect.LeaseServiceClient
 	routes   weirv1connect.RouteServiceClient
+	usage    weirv1connect.UsageServiceClient
 }
 
 // env is the test bundle: a database, a replica over it, an h2c server
@@ -172,6 +173,7 @@ func (e *env) clients(token string, opts ...connect.ClientOption) clients {
 		keys:     weirv1connect.NewKeyServiceClient(hc, e.ts.URL, opts...),
 		leases:   weirv1connect.NewLeaseServiceClient(hc, e.ts.URL, opts...),
 		routes:   weirv1connect.NewRouteServiceClient(hc, e.ts.URL, opts...),
+		usage:    weirv1connect.NewUsageServiceClient(hc, e.ts.URL, opts...),
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/weirhq/weir/controlplane/policy"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/internal/pricing"
 )
 
 // Bounds on one route event, so a confused worker cannot store unbounded
@@ -110,6 +111,11 @@ func routeEventProto(e db.RouteEvent) (*weirv1.RouteEvent, error) {
 		SpilledToMetered: e.SpilledToMetered,
 	}
 	ev.Pending = e.PendingUntil != nil
+	ev.SessionKey, ev.CostUsd = e.SessionKey, pricing.USD(e.CostNanoUsd)
+	if e.InputTokens != 0 || e.OutputTokens != 0 || e.CacheReadTokens != 0 || e.CacheCreationTokens != 0 {
+		ev.Usage = &weirv1.TokenUsage{InputTokens: e.InputTokens, OutputTokens: e.OutputTokens,
+			CacheReadTokens: e.CacheReadTokens, CacheCreationTokens: e.CacheCreationTokens, ReasoningTokens: e.ReasoningTokens}
+	}
 	if e.KeyID.Valid {
 		ev.KeyId = e.KeyID.UUID.String()
 	}
@@ -340,8 +346,35 @@ func (l leaseService) storeRoutes(ctx context.Context, events []*weirv1.RouteEve
 		if len(rows) == 0 {
 			return nil
 		}
-		if err := q.InsertRouteEvents(ctx, routeColumns(rows, now, now.Add(l.cfg.LeaseTTL))); err != nil {
+		tab, err := priceTable(ctx, q)
+		if err != nil {
 			return err
+		}
+		priced := make([]pricedEvent, len(rows))
+		for i, e := range events {
+			priced[i] = price(tab, e)
+			setUsage(&rows[i], priced[i])
+		}
+		written, err := q.InsertRouteEvents(ctx, routeColumns(rows, now, now.Add(l.cfg.LeaseTTL)))
+		if err != nil {
+			return err
+		}
+		// Usage is rolled up once per request: from the final events this
+		// statement wrote, never from a redelivery it did not.
+		var roll usageRollup
+		at := make(map[string]int, len(rows))
+		for i, r := range rows {
+			at[r.RequestID] = i
+		}
+		for _, w := range written {
+			if i, ok := at[w.RequestID]; ok && w.Final {
+				roll.add(rows[i], events[i], priced[i])
+			}
+		}
+		if len(roll.keys) > 0 {
+			if err := q.AddUsageHourly(ctx, roll.params()); err != nil {
+				return err
+			}
 		}
 		for id := range keys {
 			if err := q.TouchKey(ctx, db.TouchKeyParams{ID: id, Now: now, StaleBefore: now.Add(-time.Minute)}); err != nil {
@@ -354,6 +387,17 @@ func (l leaseService) storeRoutes(ctx context.Context, events []*weirv1.RouteEve
 		return err
 	}
 	return nil
+}
+
+// setUsage puts a request's priced usage on its row.
+func setUsage(r *db.RouteEvent, p pricedEvent) {
+	t := p.total
+	if len(p.uses) == 0 {
+		return // nothing reported per attempt: the event's own totals stand
+	}
+	r.InputTokens, r.OutputTokens = t.input, t.output
+	r.CacheReadTokens, r.CacheCreationTokens, r.ReasoningTokens = t.cacheRead, t.cacheCreation, t.reasoning
+	r.CostNanoUsd = t.nano
 }
 
 // routeColumns lays rows out as InsertRouteEvents' column arrays.
@@ -389,7 +433,9 @@ func routeColumns(rows []db.RouteEvent, now, pendingUntil time.Time) db.InsertRo
 		OutputTokens: make([]int64, n), StartedAts: make([]time.Time, n), HeldsMs: make([]float64, n),
 		HoldCounts: make([]int32, n), FailureStages: make([]string, n), AttemptsJsons: make([]string, n),
 		Spilled: make([]bool, n), Held: make([]bool, n), HeldSinces: make([]time.Time, n), HoldReasons: make([]string, n),
-		NextTryAts: make([]time.Time, n), Verdicts: make([]string, n),
+		NextTryAts: make([]time.Time, n), Verdicts: make([]string, n), SessionKeys: make([]string, n),
+		CacheReadTokens: make([]int64, n), CacheCreationTokens: make([]int64, n), ReasoningTokens: make([]int64, n),
+		CostsNanoUsd: make([]int64, n),
 	}
 	for i, r := range rows {
 		p.RequestIds[i], p.KeyIds[i], p.AccountIds[i] = r.RequestID, r.KeyID.UUID, r.AccountID.UUID
@@ -403,6 +449,8 @@ func routeColumns(rows []db.RouteEvent, now, pendingUntil time.Time) db.InsertRo
 		p.AttemptsJsons[i], p.Spilled[i] = string(r.AttemptsJson), r.SpilledToMetered
 		p.Pendings[i] = r.PendingUntil != nil
 		p.HoldReasons[i], p.Verdicts[i] = r.HoldReason, r.Verdict
+		p.SessionKeys[i], p.CacheReadTokens[i], p.CacheCreationTokens[i] = r.SessionKey, r.CacheReadTokens, r.CacheCreationTokens
+		p.ReasoningTokens[i], p.CostsNanoUsd[i] = r.ReasoningTokens, r.CostNanoUsd
 		if r.HeldSince != nil && r.NextTryAt != nil {
 			p.Held[i], p.HeldSinces[i], p.NextTryAts[i] = true, *r.HeldSince, *r.NextTryAt
 		} else {
@@ -426,6 +474,16 @@ func routeEventParams(field string, e *weirv1.RouteEvent, now time.Time) (db.Rou
 		return db.RouteEvent{}, invalidf("%s.hold_count: must not be negative", field)
 	case e.Held.AsDuration() < 0:
 		return db.RouteEvent{}, invalidf("%s.held: must not be negative", field)
+	case len(e.SessionKey) > maxSessionKeyLen:
+		return db.RouteEvent{}, invalidf("%s.session_key: at most %d characters", field, maxSessionKeyLen)
+	}
+	if err := checkUsage(field+".usage", e.Usage); err != nil {
+		return db.RouteEvent{}, err
+	}
+	for i, a := range e.AttemptRecords {
+		if err := checkUsage(fmt.Sprintf("%s.attempt_records[%d].usage", field, i), a.GetUsage()); err != nil {
+			return db.RouteEvent{}, err
+		}
 	}
 	attempts, err := encodeAttempts(e.AttemptRecords)
 	if err != nil {
@@ -448,6 +506,11 @@ func routeEventParams(field string, e *weirv1.RouteEvent, now time.Time) (db.Rou
 		FailureStage:     failureStageName(e.FailureStage),
 		AttemptsJson:     attempts,
 		SpilledToMetered: e.SpilledToMetered,
+		SessionKey:       e.SessionKey,
+	}
+	if u := e.Usage; u != nil {
+		p.InputTokens, p.OutputTokens = u.InputTokens, u.OutputTokens
+		p.CacheReadTokens, p.CacheCreationTokens, p.ReasoningTokens = u.CacheReadTokens, u.CacheCreationTokens, u.ReasoningTokens
 	}
 	if e.Pending {
 		// In progress: routeColumns sets until when it is kept open.

@@ -280,7 +280,7 @@ func TestLeaseReaperAfterOutage(t *testing.T) {
 // worker records it) open until until.
 func (f *fixture) pendingEvent(t *testing.T, id string, started, until time.Time) {
 	t.Helper()
-	if err := f.q.InsertRouteEvents(t.Context(), db.InsertRouteEventsParams{
+	if _, err := f.q.InsertRouteEvents(t.Context(), db.InsertRouteEventsParams{
 		Now: started, PendingUntil: until, RequestIds: []string{id}, KeyIds: []uuid.UUID{uuid.Nil},
 		AccountIds: []uuid.UUID{uuid.Nil}, Surfaces: []string{"messages"}, Models: []string{"m"},
 		Streams: []bool{true}, Statuses: []int32{0}, ErrorTypes: []string{"in_progress"}, AttemptCounts: []int32{0},

@@ -88,7 +88,7 @@ func (q *Queries) RouteEventBuckets(ctx context.Context, arg RouteEventBucketsPa
 }
 
 const searchRouteEvents = `-- name: SearchRouteEvents :many
-SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until, held_since, hold_reason, next_try_at, verdict FROM route_events
+SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until, held_since, hold_reason, next_try_at, verdict, session_key, cache_read_tokens, cache_creation_tokens, reasoning_tokens, cost_nano_usd FROM route_events
 WHERE ($1::uuid IS NULL OR account_id = $1)
   AND ($2::uuid IS NULL OR key_id = $2)
   AND ($3::text IS NULL OR model = $3)
@@ -158,6 +158,11 @@ func (q *Queries) SearchRouteEvents(ctx context.Context, arg SearchRouteEventsPa
 			&i.HoldReason,
 			&i.NextTryAt,
 			&i.Verdict,
+			&i.SessionKey,
+			&i.CacheReadTokens,
+			&i.CacheCreationTokens,
+			&i.ReasoningTokens,
+			&i.CostNanoUsd,
 		); err != nil {
 			return nil, err
 		}

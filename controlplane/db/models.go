@@ -138,6 +138,15 @@ type ModelAlias struct {
 	UpdatedAt time.Time
 }
 
+type ModelPrice struct {
+	Pattern       string
+	InputUsd      float64
+	OutputUsd     float64
+	CacheReadUsd  float64
+	CacheWriteUsd float64
+	UpdatedAt     time.Time
+}
+
 type OverloadBreaker struct {
 	Provider       string
 	Family         string
@@ -184,32 +193,37 @@ type ResetGrant struct {
 }
 
 type RouteEvent struct {
-	ID               int64
-	RequestID        string
-	KeyID            uuid.NullUUID
-	AccountID        uuid.NullUUID
-	Surface          string
-	Model            string
-	Stream           bool
-	Status           int32
-	ErrorType        string
-	Attempts         int32
-	DurationMs       float64
-	TtfbMs           *float64
-	InputTokens      int64
-	OutputTokens     int64
-	StartedAt        time.Time
-	RecordedAt       time.Time
-	HeldMs           float64
-	HoldCount        int32
-	FailureStage     string
-	AttemptsJson     []byte
-	SpilledToMetered bool
-	PendingUntil     *time.Time
-	HeldSince        *time.Time
-	HoldReason       string
-	NextTryAt        *time.Time
-	Verdict          string
+	ID                  int64
+	RequestID           string
+	KeyID               uuid.NullUUID
+	AccountID           uuid.NullUUID
+	Surface             string
+	Model               string
+	Stream              bool
+	Status              int32
+	ErrorType           string
+	Attempts            int32
+	DurationMs          float64
+	TtfbMs              *float64
+	InputTokens         int64
+	OutputTokens        int64
+	StartedAt           time.Time
+	RecordedAt          time.Time
+	HeldMs              float64
+	HoldCount           int32
+	FailureStage        string
+	AttemptsJson        []byte
+	SpilledToMetered    bool
+	PendingUntil        *time.Time
+	HeldSince           *time.Time
+	HoldReason          string
+	NextTryAt           *time.Time
+	Verdict             string
+	SessionKey          string
+	CacheReadTokens     int64
+	CacheCreationTokens int64
+	ReasoningTokens     int64
+	CostNanoUsd         int64
 }
 
 type SessionBinding struct {
@@ -232,6 +246,22 @@ type SettingChange struct {
 	NewValue  string
 	Actor     string
 	ChangedAt time.Time
+}
+
+type UsageHourly struct {
+	Hour                time.Time
+	KeyID               uuid.UUID
+	AccountID           uuid.UUID
+	Model               string
+	SessionKey          string
+	Requests            int64
+	InputTokens         int64
+	OutputTokens        int64
+	CacheReadTokens     int64
+	CacheCreationTokens int64
+	ReasoningTokens     int64
+	CostNanoUsd         int64
+	UnpricedTokens      int64
 }
 
 type UsagePoll struct {

@@ -88,7 +88,7 @@ func (q *Queries) DeleteRouteEventsBefore(ctx context.Context, arg DeleteRouteEv
 }
 
 const getRouteEvent = `-- name: GetRouteEvent :one
-SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until, held_since, hold_reason, next_try_at, verdict FROM route_events WHERE request_id = $1 ORDER BY id DESC LIMIT 1
+SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until, held_since, hold_reason, next_try_at, verdict, session_key, cache_read_tokens, cache_creation_tokens, reasoning_tokens, cost_nano_usd FROM route_events WHERE request_id = $1 ORDER BY id DESC LIMIT 1
 `
 
 func (q *Queries) GetRouteEvent(ctx context.Context, requestID string) (RouteEvent, error) {
@@ -121,23 +121,30 @@ func (q *Queries) GetRouteEvent(ctx context.Context, requestID string) (RouteEve
 		&i.HoldReason,
 		&i.NextTryAt,
 		&i.Verdict,
+		&i.SessionKey,
+		&i.CacheReadTokens,
+		&i.CacheCreationTokens,
+		&i.ReasoningTokens,
+		&i.CostNanoUsd,
 	)
 	return i, err
 }
 
-const insertRouteEvents = `-- name: InsertRouteEvents :exec
+const insertRouteEvents = `-- name: InsertRouteEvents :many
 INSERT INTO route_events (
     request_id, key_id, account_id, surface, model, stream, status, error_type,
     attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at,
     held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until,
-    held_since, hold_reason, next_try_at, verdict
+    held_since, hold_reason, next_try_at, verdict, session_key, cache_read_tokens,
+    cache_creation_tokens, reasoning_tokens, cost_nano_usd
 )
 SELECT e.request_id, k.id, a.id, e.surface, e.model, e.stream, e.status, e.error_type,
     e.attempts, e.duration_ms, CASE WHEN e.has_ttfb THEN e.ttfb_ms END, e.input_tokens, e.output_tokens,
     e.started_at, $1::timestamptz, e.held_ms, e.hold_count, e.failure_stage, e.attempts_json::jsonb,
     e.spilled_to_metered, CASE WHEN e.pending THEN $2::timestamptz END,
     CASE WHEN e.held THEN e.held_since END, coalesce(e.hold_reason, ''), CASE WHEN e.held THEN e.next_try_at END,
-    coalesce(e.verdict, '')
+    coalesce(e.verdict, ''), e.session_key, e.cache_read_tokens, e.cache_creation_tokens,
+    e.reasoning_tokens, e.cost_nano_usd
 FROM ROWS FROM (
     unnest($3::text[]), unnest($4::uuid[]), unnest($5::uuid[]),
     unnest($6::text[]), unnest($7::text[]), unnest($8::boolean[]),
@@ -147,11 +154,14 @@ FROM ROWS FROM (
     unnest($18::float8[]), unnest($19::integer[]), unnest($20::text[]),
     unnest($21::text[]), unnest($22::boolean[]), unnest($23::boolean[]),
     unnest($24::boolean[]), unnest($25::timestamptz[]), unnest($26::text[]),
-    unnest($27::timestamptz[]), unnest($28::text[])
+    unnest($27::timestamptz[]), unnest($28::text[]), unnest($29::text[]),
+    unnest($30::bigint[]), unnest($31::bigint[]),
+    unnest($32::bigint[]), unnest($33::bigint[])
 ) WITH ORDINALITY AS e(request_id, key_id, account_id, surface, model, stream, status, error_type,
     attempts, duration_ms, has_ttfb, ttfb_ms, input_tokens, output_tokens, started_at, held_ms,
     hold_count, failure_stage, attempts_json, spilled_to_metered, pending, held, held_since, hold_reason,
-    next_try_at, verdict, ord)
+    next_try_at, verdict, session_key, cache_read_tokens, cache_creation_tokens, reasoning_tokens,
+    cost_nano_usd, ord)
 LEFT JOIN client_keys k ON k.id = e.key_id
 LEFT JOIN accounts a ON a.id = e.account_id
 ORDER BY e.ord
@@ -164,41 +174,54 @@ ON CONFLICT (request_id) DO UPDATE SET
     hold_count = EXCLUDED.hold_count, failure_stage = EXCLUDED.failure_stage,
     attempts_json = EXCLUDED.attempts_json, spilled_to_metered = EXCLUDED.spilled_to_metered,
     pending_until = EXCLUDED.pending_until, held_since = EXCLUDED.held_since, hold_reason = EXCLUDED.hold_reason,
-    next_try_at = EXCLUDED.next_try_at, verdict = EXCLUDED.verdict
+    next_try_at = EXCLUDED.next_try_at, verdict = EXCLUDED.verdict, session_key = EXCLUDED.session_key,
+    cache_read_tokens = EXCLUDED.cache_read_tokens, cache_creation_tokens = EXCLUDED.cache_creation_tokens,
+    reasoning_tokens = EXCLUDED.reasoning_tokens, cost_nano_usd = EXCLUDED.cost_nano_usd
 WHERE (EXCLUDED.pending_until IS NULL
        AND (route_events.pending_until IS NOT NULL OR route_events.error_type = 'worker_lost'))
    OR (EXCLUDED.pending_until IS NOT NULL AND route_events.pending_until IS NOT NULL)
+RETURNING request_id, (pending_until IS NULL)::boolean AS final
 `
 
 type InsertRouteEventsParams struct {
-	Now           time.Time
-	PendingUntil  time.Time
-	RequestIds    []string
-	KeyIds        []uuid.UUID
-	AccountIds    []uuid.UUID
-	Surfaces      []string
-	Models        []string
-	Streams       []bool
-	Statuses      []int32
-	ErrorTypes    []string
-	AttemptCounts []int32
-	DurationsMs   []float64
-	HasTtfb       []bool
-	TtfbsMs       []float64
-	InputTokens   []int64
-	OutputTokens  []int64
-	StartedAts    []time.Time
-	HeldsMs       []float64
-	HoldCounts    []int32
-	FailureStages []string
-	AttemptsJsons []string
-	Spilled       []bool
-	Pendings      []bool
-	Held          []bool
-	HeldSinces    []time.Time
-	HoldReasons   []string
-	NextTryAts    []time.Time
-	Verdicts      []string
+	Now                 time.Time
+	PendingUntil        time.Time
+	RequestIds          []string
+	KeyIds              []uuid.UUID
+	AccountIds          []uuid.UUID
+	Surfaces            []string
+	Models              []string
+	Streams             []bool
+	Statuses            []int32
+	ErrorTypes          []string
+	AttemptCounts       []int32
+	DurationsMs         []float64
+	HasTtfb             []bool
+	TtfbsMs             []float64
+	InputTokens         []int64
+	OutputTokens        []int64
+	StartedAts          []time.Time
+	HeldsMs             []float64
+	HoldCounts          []int32
+	FailureStages       []string
+	AttemptsJsons       []string
+	Spilled             []bool
+	Pendings            []bool
+	Held                []bool
+	HeldSinces          []time.Time
+	HoldReasons         []string
+	NextTryAts          []time.Time
+	Verdicts            []string
+	SessionKeys         []string
+	CacheReadTokens     []int64
+	CacheCreationTokens []int64
+	ReasoningTokens     []int64
+	CostsNanoUsd        []int64
+}
+
+type InsertRouteEventsRow struct {
+	RequestID string
+	Final     bool
 }
 
 // One statement for a worker's whole batch of events: each column comes
@@ -210,11 +233,13 @@ type InsertRouteEventsParams struct {
 // 0021_lease_clock.sql) is replaced by its request's final event, and so
 // is the 'worker_lost' record the reaper made of one; anything else with
 // the same request id is a redelivery, stored once. A batch holds one
-// event per request id (the control plane keeps the final one).
+// event per request id (the control plane keeps the final one). It
+// returns the rows it wrote, so that usage is rolled up once per request
+// (a redelivered final event writes nothing and returns nothing).
 // A final event replaces a pending one (or the reaper's worker_lost); a
 // pending one, the hold going on, replaces a pending one still open.
-func (q *Queries) InsertRouteEvents(ctx context.Context, arg InsertRouteEventsParams) error {
-	_, err := q.db.Exec(ctx, insertRouteEvents,
+func (q *Queries) InsertRouteEvents(ctx context.Context, arg InsertRouteEventsParams) ([]InsertRouteEventsRow, error) {
+	rows, err := q.db.Query(ctx, insertRouteEvents,
 		arg.Now,
 		arg.PendingUntil,
 		arg.RequestIds,
@@ -243,8 +268,28 @@ func (q *Queries) InsertRouteEvents(ctx context.Context, arg InsertRouteEventsPa
 		arg.HoldReasons,
 		arg.NextTryAts,
 		arg.Verdicts,
+		arg.SessionKeys,
+		arg.CacheReadTokens,
+		arg.CacheCreationTokens,
+		arg.ReasoningTokens,
+		arg.CostsNanoUsd,
 	)
-	return err
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []InsertRouteEventsRow{}
+	for rows.Next() {
+		var i InsertRouteEventsRow
+		if err := rows.Scan(&i.RequestID, &i.Final); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const listRefusals = `-- name: ListRefusals :many
@@ -297,7 +342,7 @@ func (q *Queries) ListRefusals(ctx context.Context, arg ListRefusalsParams) ([]L
 }
 
 const listRouteEvents = `-- name: ListRouteEvents :many
-SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until, held_since, hold_reason, next_try_at, verdict FROM route_events
+SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until, held_since, hold_reason, next_try_at, verdict, session_key, cache_read_tokens, cache_creation_tokens, reasoning_tokens, cost_nano_usd FROM route_events
 WHERE ($1::uuid IS NULL OR account_id = $1)
   AND (NOT $2::boolean OR spilled_to_metered)
   AND (NOT $3::boolean OR (pending_until IS NOT NULL AND held_since IS NOT NULL))
@@ -353,6 +398,11 @@ func (q *Queries) ListRouteEvents(ctx context.Context, arg ListRouteEventsParams
 			&i.HoldReason,
 			&i.NextTryAt,
 			&i.Verdict,
+			&i.SessionKey,
+			&i.CacheReadTokens,
+			&i.CacheCreationTokens,
+			&i.ReasoningTokens,
+			&i.CostNanoUsd,
 		); err != nil {
 			return nil, err
 		}

@@ -7,20 +7,24 @@
 -- 0021_lease_clock.sql) is replaced by its request's final event, and so
 -- is the 'worker_lost' record the reaper made of one; anything else with
 -- the same request id is a redelivery, stored once. A batch holds one
--- event per request id (the control plane keeps the final one).
--- name: InsertRouteEvents :exec
+-- event per request id (the control plane keeps the final one). It
+-- returns the rows it wrote, so that usage is rolled up once per request
+-- (a redelivered final event writes nothing and returns nothing).
+-- name: InsertRouteEvents :many
 INSERT INTO route_events (
     request_id, key_id, account_id, surface, model, stream, status, error_type,
     attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at,
     held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until,
-    held_since, hold_reason, next_try_at, verdict
+    held_since, hold_reason, next_try_at, verdict, session_key, cache_read_tokens,
+    cache_creation_tokens, reasoning_tokens, cost_nano_usd
 )
 SELECT e.request_id, k.id, a.id, e.surface, e.model, e.stream, e.status, e.error_type,
     e.attempts, e.duration_ms, CASE WHEN e.has_ttfb THEN e.ttfb_ms END, e.input_tokens, e.output_tokens,
     e.started_at, @now::timestamptz, e.held_ms, e.hold_count, e.failure_stage, e.attempts_json::jsonb,
     e.spilled_to_metered, CASE WHEN e.pending THEN @pending_until::timestamptz END,
     CASE WHEN e.held THEN e.held_since END, coalesce(e.hold_reason, ''), CASE WHEN e.held THEN e.next_try_at END,
-    coalesce(e.verdict, '')
+    coalesce(e.verdict, ''), e.session_key, e.cache_read_tokens, e.cache_creation_tokens,
+    e.reasoning_tokens, e.cost_nano_usd
 FROM ROWS FROM (
     unnest(@request_ids::text[]), unnest(@key_ids::uuid[]), unnest(@account_ids::uuid[]),
     unnest(@surfaces::text[]), unnest(@models::text[]), unnest(@streams::boolean[]),
@@ -30,11 +34,14 @@ FROM ROWS FROM (
     unnest(@helds_ms::float8[]), unnest(@hold_counts::integer[]), unnest(@failure_stages::text[]),
     unnest(@attempts_jsons::text[]), unnest(@spilled::boolean[]), unnest(@pendings::boolean[]),
     unnest(@held::boolean[]), unnest(@held_sinces::timestamptz[]), unnest(@hold_reasons::text[]),
-    unnest(@next_try_ats::timestamptz[]), unnest(@verdicts::text[])
+    unnest(@next_try_ats::timestamptz[]), unnest(@verdicts::text[]), unnest(@session_keys::text[]),
+    unnest(@cache_read_tokens::bigint[]), unnest(@cache_creation_tokens::bigint[]),
+    unnest(@reasoning_tokens::bigint[]), unnest(@costs_nano_usd::bigint[])
 ) WITH ORDINALITY AS e(request_id, key_id, account_id, surface, model, stream, status, error_type,
     attempts, duration_ms, has_ttfb, ttfb_ms, input_tokens, output_tokens, started_at, held_ms,
     hold_count, failure_stage, attempts_json, spilled_to_metered, pending, held, held_since, hold_reason,
-    next_try_at, verdict, ord)
+    next_try_at, verdict, session_key, cache_read_tokens, cache_creation_tokens, reasoning_tokens,
+    cost_nano_usd, ord)
 LEFT JOIN client_keys k ON k.id = e.key_id
 LEFT JOIN accounts a ON a.id = e.account_id
 ORDER BY e.ord
@@ -47,12 +54,15 @@ ON CONFLICT (request_id) DO UPDATE SET
     hold_count = EXCLUDED.hold_count, failure_stage = EXCLUDED.failure_stage,
     attempts_json = EXCLUDED.attempts_json, spilled_to_metered = EXCLUDED.spilled_to_metered,
     pending_until = EXCLUDED.pending_until, held_since = EXCLUDED.held_since, hold_reason = EXCLUDED.hold_reason,
-    next_try_at = EXCLUDED.next_try_at, verdict = EXCLUDED.verdict
+    next_try_at = EXCLUDED.next_try_at, verdict = EXCLUDED.verdict, session_key = EXCLUDED.session_key,
+    cache_read_tokens = EXCLUDED.cache_read_tokens, cache_creation_tokens = EXCLUDED.cache_creation_tokens,
+    reasoning_tokens = EXCLUDED.reasoning_tokens, cost_nano_usd = EXCLUDED.cost_nano_usd
 -- A final event replaces a pending one (or the reaper's worker_lost); a
 -- pending one, the hold going on, replaces a pending one still open.
 WHERE (EXCLUDED.pending_until IS NULL
        AND (route_events.pending_until IS NOT NULL OR route_events.error_type = 'worker_lost'))
-   OR (EXCLUDED.pending_until IS NOT NULL AND route_events.pending_until IS NOT NULL);
+   OR (EXCLUDED.pending_until IS NOT NULL AND route_events.pending_until IS NOT NULL)
+RETURNING request_id, (pending_until IS NULL)::boolean AS final;
 
 -- Keeps the given requests' pending events open until @until (the
 -- worker that serves them renews them with its leases).
