@@ -74,18 +74,19 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 	if !cfg.DisableJobs {
 		workers := river.NewWorkers()
 		periodic := jobs.Register(workers, jobs.Deps{
-			Queries:    s.q,
-			Logger:     cfg.Logger,
-			Now:        cfg.Now,
-			LeaseGrace: 10 * time.Minute,
-			LeaseTTL:   cfg.LeaseTTL,
-			Retention:  s.RouteRetention,
-			SessionTTL: cfg.SessionTTL,
-			Usage:      s,
-			Tokens:     s,
-			Banked:     s,
-			Creds:      s,
-			Findings:   s.integ.count,
+			Queries:        s.q,
+			Logger:         cfg.Logger,
+			Now:            cfg.Now,
+			LeaseGrace:     10 * time.Minute,
+			LeaseTTL:       cfg.LeaseTTL,
+			Retention:      s.RouteRetention,
+			UsageRetention: s.UsageRetention,
+			SessionTTL:     cfg.SessionTTL,
+			Usage:          s,
+			Tokens:         s,
+			Banked:         s,
+			Creds:          s,
+			Findings:       s.integ.count,
 		})
 		s.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
 			// River's own info lines (producer stats every few seconds) drown

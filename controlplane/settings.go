@@ -31,11 +31,13 @@ const (
 	settingBodyBuffer        = "body_buffer_bytes"
 	settingBodyBufferPerKey  = "body_buffer_per_key_bytes"
 	settingRouteRetention    = "route_events_retention"
+	settingUsageRetention    = "usage_retention"
+	settingBudgetTimeZone    = "budget_time_zone"
 )
 
 // settingNames are the fields UpdateSettings takes, as errors list them.
 const settingNames = "capacity_hold, unreachable_hold, request_deadline, quota_response_mode, metered_accounts, " +
-	"body_buffer_bytes, body_buffer_per_key_bytes or route_events_retention"
+	"body_buffer_bytes, body_buffer_per_key_bytes, route_events_retention, usage_retention or budget_time_zone"
 
 // settingsActor names who changes settings in the audit: the admin token
 // is the one credential allowed to.
@@ -74,6 +76,14 @@ const (
 	defaultRouteRetention = 30 * 24 * time.Hour
 	minRouteRetention     = time.Hour
 	maxRouteRetention     = 10 * 365 * 24 * time.Hour
+)
+
+// The usage rollup is kept usage_retention, 400 days unless an operator
+// says otherwise: a year's comparison with the month before. Under a day
+// would delete what today's budgets count.
+const (
+	defaultUsageRetention = 400 * 24 * time.Hour
+	minUsageRetention     = 24 * time.Hour
 )
 
 type settingsService struct {
@@ -147,6 +157,18 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 				return nil, err
 			}
 			value = d.String()
+		case settingUsageRetention:
+			d, err := durationSetting("settings.usage_retention", m.GetSettings().GetUsageRetention(), minUsageRetention, maxRouteRetention)
+			if err != nil {
+				return nil, err
+			}
+			value = d.String()
+		case settingBudgetTimeZone:
+			tz := m.GetSettings().GetBudgetTimeZone()
+			if _, err := time.LoadLocation(tz); err != nil || tz == "" || tz == "Local" {
+				return nil, invalidf("settings.budget_time_zone: %q is not an IANA time zone (for example UTC or Europe/Berlin)", tz)
+			}
+			value = tz
 		case settingQuotaResponseMode:
 			mode, err := enumSetting("settings.quota_response_mode", m.GetSettings().GetQuotaResponseMode(),
 				weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE, weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT)
@@ -213,7 +235,8 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 		"request_deadline", st.RequestDeadline.AsDuration(),
 		"quota_response_mode", enumName(st.QuotaResponseMode), "metered_accounts", enumName(st.MeteredAccounts),
 		"body_buffer_bytes", st.BodyBufferBytes, "body_buffer_per_key_bytes", st.BodyBufferPerKeyBytes,
-		"route_events_retention", st.RouteEventsRetention.AsDuration())
+		"route_events_retention", st.RouteEventsRetention.AsDuration(), "usage_retention", st.UsageRetention.AsDuration(),
+		"budget_time_zone", st.BudgetTimeZone)
 	return connect.NewResponse(&weirv1.UpdateSettingsResponse{Settings: st}), nil
 }
 
@@ -244,6 +267,7 @@ func (ss settingsSource) from(rows []db.Setting) (*weirv1.Settings, error) {
 	mode := weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE
 	metered := weirv1.MeteredAccounts_METERED_ACCOUNTS_NORMAL
 	bodyBuffer, bodyBufferPerKey := ss.bodyBuffer, ss.bodyBufferPerKey
+	usageRetention, tz := defaultUsageRetention, "UTC"
 	for _, r := range rows {
 		var dst *time.Duration
 		var lo, hi time.Duration
@@ -256,6 +280,14 @@ func (ss settingsSource) from(rows []db.Setting) (*weirv1.Settings, error) {
 			dst, lo, hi = &deadline, minRequestDeadline, maxRequestDeadline
 		case settingRouteRetention:
 			dst, lo, hi = &retention, minRouteRetention, maxRouteRetention
+		case settingUsageRetention:
+			dst, lo, hi = &usageRetention, minUsageRetention, maxRouteRetention
+		case settingBudgetTimeZone:
+			if _, err := time.LoadLocation(r.Value); err != nil {
+				return nil, fmt.Errorf("setting %s: %w", r.Name, err)
+			}
+			tz = r.Value
+			continue
 		case settingQuotaResponseMode:
 			m, ok := quotamode.Parse(r.Value)
 			if !ok {
@@ -299,7 +331,8 @@ func (ss settingsSource) from(rows []db.Setting) (*weirv1.Settings, error) {
 	}
 	return &weirv1.Settings{CapacityHold: durationpb.New(hold), UnreachableHold: durationpb.New(unreachable),
 		RequestDeadline: durationpb.New(deadline), QuotaResponseMode: mode, MeteredAccounts: metered,
-		BodyBufferBytes: bodyBuffer, BodyBufferPerKeyBytes: bodyBufferPerKey, RouteEventsRetention: durationpb.New(retention)}, nil
+		BodyBufferBytes: bodyBuffer, BodyBufferPerKeyBytes: bodyBufferPerKey, RouteEventsRetention: durationpb.New(retention),
+		UsageRetention: durationpb.New(usageRetention), BudgetTimeZone: tz}, nil
 }
 
 // RouteRetention is the route_events_retention setting in effect (the
@@ -310,6 +343,16 @@ func (s *Server) RouteRetention(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	return st.GetRouteEventsRetention().AsDuration(), nil
+}
+
+// UsageRetention is the usage_retention setting in effect (the retention
+// job's, jobs.Deps.UsageRetention).
+func (s *Server) UsageRetention(ctx context.Context) (time.Duration, error) {
+	st, err := s.settings.effective(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return st.GetUsageRetention().AsDuration(), nil
 }
 
 // meteredModes are the values metered_accounts takes, globally and per key.

@@ -42,6 +42,9 @@ type Deps struct {
 	// (the route_events_retention setting); nil leaves the retention job
 	// out.
 	Retention func(ctx context.Context) (time.Duration, error)
+	// UsageRetention reads how long the hourly usage rollup is kept (the
+	// usage_retention setting); nil keeps it forever.
+	UsageRetention func(ctx context.Context) (time.Duration, error)
 	// Findings counts the integrity check's findings (a metrics hook:
 	// kind, repaired|reported, how many); nil counts nothing.
 	Findings func(kind, action string, n int)

@@ -43,8 +43,35 @@ type RetentionWorker struct {
 
 // Work deletes what is older than the retention.
 func (w *RetentionWorker) Work(ctx context.Context, _ *river.Job[RetentionArgs]) error {
-	_, _, err := EnforceRetention(ctx, w.deps)
+	if _, _, err := EnforceRetention(ctx, w.deps); err != nil {
+		return err
+	}
+	_, err := EnforceUsageRetention(ctx, w.deps)
 	return err
+}
+
+// EnforceUsageRetention deletes the usage rollup's hours before now less
+// the usage_retention setting, in the same bounded batches; it returns
+// how many rows went.
+func EnforceUsageRetention(ctx context.Context, d Deps) (int64, error) {
+	if d.UsageRetention == nil {
+		return 0, nil
+	}
+	keep, err := d.UsageRetention(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("usage retention: read the setting: %w", err)
+	}
+	before := d.Now().Add(-keep)
+	n, err := inBatches(retentionBatch, retentionBatches, func() (int64, error) {
+		return d.Queries.DeleteUsageBefore(ctx, db.DeleteUsageBeforeParams{Before: before, Batch: retentionBatch})
+	})
+	if err != nil {
+		return n, fmt.Errorf("usage retention: %w", err)
+	}
+	if n > 0 {
+		d.Logger.InfoContext(ctx, "usage rollup past its retention deleted", "rows", n, "retention", keep)
+	}
+	return n, nil
 }
 
 // EnforceRetention deletes route events recorded, and refusal counts of

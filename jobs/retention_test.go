@@ -92,3 +92,30 @@ func TestRetention(t *testing.T) {
 		t.Errorf("after shortening: %d events, %d refusal counts, %v; want 1 and 1", events, refusals, err)
 	}
 }
+
+// TestUsageRetention: the usage rollup's hours past usage_retention go,
+// the rest stay; with no setting reader, nothing goes.
+func TestUsageRetention(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	keep := 400 * 24 * time.Hour
+	d := Deps{Queries: f.q, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return now }}
+	for i, at := range []time.Time{now.Add(-keep - 2*time.Hour), now.Add(-keep - time.Hour), now.Add(-keep + time.Hour), now.Truncate(time.Hour)} {
+		if _, err := f.pool.Exec(ctx, `INSERT INTO usage_hourly (hour, key_id, account_id, model, session_key, requests, input_tokens)
+			VALUES ($1, $2, $2, 'm', $3, 1, 10)`, at.Truncate(time.Hour), uuid.Nil, fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := EnforceUsageRetention(ctx, d); err != nil || n != 0 {
+		t.Fatalf("no retention reader: %d deleted, %v", n, err)
+	}
+	d.UsageRetention = func(context.Context) (time.Duration, error) { return keep, nil }
+	if n, err := EnforceUsageRetention(ctx, d); err != nil || n != 2 {
+		t.Fatalf("%d rows deleted, %v; want the 2 past the retention", n, err)
+	}
+	var left int
+	if err := f.pool.QueryRow(ctx, `SELECT count(*) FROM usage_hourly`).Scan(&left); err != nil || left != 2 {
+		t.Errorf("%d rows left (%v), want 2", left, err)
+	}
+}

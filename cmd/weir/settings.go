@@ -42,6 +42,10 @@ const settingsUsage = `Usage:
                        the same for one key's requests on one worker; past it a 429 (default 128MiB)
   route_events_retention
                        how long route events and refusal counts are kept (1h to 87600h, default 720h)
+  usage_retention      how long the hourly usage rollup (tokens, cost) is kept (24h to 87600h,
+                       default 9600h: 400 days)
+  budget_time_zone     the IANA time zone budgets' days, weeks (from Monday) and months begin in
+                       (default UTC), e.g. Europe/Berlin
 
 Data planes pick changes up without restart. Every command takes --json,
 --controlplane and --data-dir.
@@ -50,7 +54,7 @@ Data planes pick changes up without restart. Every command takes --json,
 // settingKeys are the names `weir settings set` accepts, as the API's
 // update_mask spells them.
 var settingKeys = []string{"capacity_hold", "unreachable_hold", "request_deadline", "quota_response_mode", "metered_accounts",
-	"body_buffer_bytes", "body_buffer_per_key_bytes", "route_events_retention"}
+	"body_buffer_bytes", "body_buffer_per_key_bytes", "route_events_retention", "usage_retention", "budget_time_zone"}
 
 func runSettings(ctx context.Context, args []string, e env) error {
 	if len(args) == 0 {
@@ -167,6 +171,10 @@ func settingsUpdate(pairs []string) (*weirv1.UpdateSettingsRequest, error) {
 			dst = &req.Settings.RequestDeadline
 		case "route_events_retention":
 			dst = &req.Settings.RouteEventsRetention
+		case "usage_retention":
+			dst = &req.Settings.UsageRetention
+		case "budget_time_zone":
+			req.Settings.BudgetTimeZone = value
 		case "quota_response_mode":
 			m, ok := quotamode.Parse(value)
 			if !ok {
@@ -224,6 +232,12 @@ func printSettings(w io.Writer, st *weirv1.Settings) error {
 	fmt.Fprintf(tw, "body_buffer_per_key_bytes\t%s\n", bytesize.Format(st.GetBodyBufferPerKeyBytes()))
 	if r := st.GetRouteEventsRetention(); r != nil { // nil: a control plane older than the setting
 		fmt.Fprintf(tw, "route_events_retention\t%s\n", shortDuration(r.AsDuration()))
+	}
+	if r := st.GetUsageRetention(); r != nil {
+		fmt.Fprintf(tw, "usage_retention\t%s\n", shortDuration(r.AsDuration()))
+	}
+	if tz := st.GetBudgetTimeZone(); tz != "" {
+		fmt.Fprintf(tw, "budget_time_zone\t%s\n", tz)
 	}
 	return tw.Flush()
 }
