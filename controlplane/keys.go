@@ -23,7 +23,7 @@ import (
 const clientKeyPrefix = "weir_sk_"
 
 // keyRestrictionNames are UpdateKey's mask paths, as errors list them.
-const keyRestrictionNames = "allowed_models, pinned_accounts, rate_limit_per_minute, metered_accounts"
+const keyRestrictionNames = "allowed_models, pinned_accounts, rate_limit_per_minute, metered_accounts, team, budgets"
 
 type keyService struct {
 	weirv1connect.UnimplementedKeyServiceHandler
@@ -71,6 +71,18 @@ func (k keyService) CreateKey(ctx context.Context, req *connect.Request[weirv1.C
 	if err != nil {
 		return nil, err
 	}
+	budgets, err := validBudgets("budgets", m.GetBudgets())
+	if err != nil {
+		return nil, err
+	}
+	var team uuid.NullUUID
+	if m.GetTeam() != "" {
+		t, err := k.findTeam(ctx, m.GetTeam())
+		if err != nil {
+			return nil, err
+		}
+		team = uuid.NullUUID{UUID: t.ID, Valid: true}
+	}
 	secret := newKeySecret()
 	var row db.ClientKey
 	err = k.tx(ctx, func(q *db.Queries) error {
@@ -86,13 +98,26 @@ func (k keyService) CreateKey(ctx context.Context, req *connect.Request[weirv1.C
 		}); err != nil {
 			return storeErr(err)
 		}
-		return q.AddKeyAccounts(ctx, db.AddKeyAccountsParams{KeyID: row.ID, AccountIds: pins})
+		if err := q.AddKeyAccounts(ctx, db.AddKeyAccountsParams{KeyID: row.ID, AccountIds: pins}); err != nil {
+			return err
+		}
+		if !team.Valid && len(budgets) == 0 {
+			return nil
+		}
+		if err := q.SetKeyTeam(ctx, db.SetKeyTeamParams{ID: row.ID, TeamID: team}); err != nil {
+			return err
+		}
+		if err := setBudgets(ctx, q, uuid.NullUUID{UUID: row.ID, Valid: true}, uuid.NullUUID{}, budgets, k.now()); err != nil {
+			return err
+		}
+		row, err = q.GetKey(ctx, row.ID)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	k.log.InfoContext(ctx, "client key created", "key_id", row.ID, "name", row.Name)
-	out, err := k.keyProtos(ctx, []db.ClientKey{row})
+	out, err := k.keyProtos(ctx, k.now(), []db.ClientKey{row})
 	if err != nil {
 		return nil, err
 	}
@@ -114,8 +139,25 @@ func (k keyService) UpdateKey(ctx context.Context, req *connect.Request[weirv1.U
 	}
 	p := db.UpdateKeyLimitsParams{ID: row.ID}
 	var pins []uuid.UUID
+	var budgets []storedBudget
+	var team uuid.NullUUID
+	setTeam, setBudget := false, false
 	for _, path := range paths {
 		switch path {
+		case "team":
+			setTeam = true
+			if m.GetTeam() != "" {
+				t, err := k.findTeam(ctx, m.GetTeam())
+				if err != nil {
+					return nil, err
+				}
+				team = uuid.NullUUID{UUID: t.ID, Valid: true}
+			}
+		case "budgets":
+			setBudget = true
+			if budgets, err = validBudgets("budgets", m.GetBudgets()); err != nil {
+				return nil, err
+			}
 		case "allowed_models":
 			if p.AllowedModels, err = validModels(m.AllowedModels); err != nil {
 				return nil, err
@@ -156,16 +198,34 @@ func (k keyService) UpdateKey(ctx context.Context, req *connect.Request[weirv1.U
 		if p.SetRateLimit && orZero(before) != orZero(row.RateLimitPerMinute) {
 			// A new limit starts full: the old one's state means nothing
 			// at another rate.
-			return q.ResetKeyBucket(ctx, row.ID)
+			if err := q.ResetKeyBucket(ctx, row.ID); err != nil {
+				return err
+			}
 		}
-		return nil
+		if setTeam {
+			if err := q.SetKeyTeam(ctx, db.SetKeyTeamParams{ID: row.ID, TeamID: team}); err != nil {
+				return err
+			}
+			if err := q.RefreshBudgeted(ctx); err != nil {
+				return err
+			}
+		}
+		if setBudget {
+			if err := setBudgets(ctx, q, uuid.NullUUID{UUID: row.ID, Valid: true}, uuid.NullUUID{}, budgets, k.now()); err != nil {
+				return err
+			}
+		}
+		if setTeam || setBudget {
+			row, err = q.GetKey(ctx, row.ID)
+		}
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	k.log.InfoContext(ctx, "client key updated", "key_id", row.ID, "fields", strings.Join(paths, ","))
 	k.watch.announce(ctx) // every worker applies it to its next request
-	out, err := k.keyProtos(ctx, []db.ClientKey{row})
+	out, err := k.keyProtos(ctx, k.now(), []db.ClientKey{row})
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +237,7 @@ func (k keyService) ListKeys(ctx context.Context, req *connect.Request[weirv1.Li
 	if err != nil {
 		return nil, err
 	}
-	out, err := k.keyProtos(ctx, rows)
+	out, err := k.keyProtos(ctx, k.now(), rows)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +254,7 @@ func (k keyService) RevokeKey(ctx context.Context, req *connect.Request[weirv1.R
 	}
 	k.log.InfoContext(ctx, "client key revoked", "key_id", row.ID)
 	k.watch.announce(ctx) // no worker serves the key once this returns
-	out, err := k.keyProtos(ctx, []db.ClientKey{row})
+	out, err := k.keyProtos(ctx, k.now(), []db.ClientKey{row})
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +276,7 @@ func (st store) findKey(ctx context.Context, ref string) (db.ClientKey, error) {
 
 // keyProtos is rows as operators see them, with their pinned accounts
 // (one query for all).
-func (st store) keyProtos(ctx context.Context, rows []db.ClientKey) ([]*weirv1.Key, error) {
+func (st store) keyProtos(ctx context.Context, now time.Time, rows []db.ClientKey) ([]*weirv1.Key, error) {
 	ids := make([]uuid.UUID, 0, len(rows))
 	for _, r := range rows {
 		if r.Pinned {
@@ -233,9 +293,25 @@ func (st store) keyProtos(ctx context.Context, rows []db.ClientKey) ([]*weirv1.K
 			pins[a.KeyID] = append(pins[a.KeyID], &weirv1.KeyAccount{Id: a.AccountID.String(), Label: a.Label})
 		}
 	}
+	budgets, err := st.budgetsByScope(ctx, now)
+	if err != nil {
+		return nil, err
+	}
+	teams := map[uuid.UUID]string{}
+	if ts, err := st.q.ListTeams(ctx); err == nil {
+		for _, t := range ts {
+			teams[t.ID] = t.Name
+		}
+	}
 	out := make([]*weirv1.Key, 0, len(rows))
 	for _, r := range rows {
+		var kb []*weirv1.Budget
+		for _, b := range budgets[r.ID] {
+			kb = append(kb, budgetProto("key", r.Name, b.Unit, b.Period, b.Amount, b.SpentTokens, b.SpentNanoUsd, b.PeriodStart, b.TimeZone))
+		}
 		out = append(out, &weirv1.Key{
+			Team:    teams[r.TeamID.UUID],
+			Budgets: kb,
 			Id:                 r.ID.String(),
 			Name:               r.Name,
 			Prefix:             r.Prefix,

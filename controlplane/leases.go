@@ -57,8 +57,12 @@ func (l leaseService) VerifyKey(ctx context.Context, req *connect.Request[weirv1
 		}
 		return nil, err
 	}
-	return connect.NewResponse(&weirv1.VerifyKeyResponse{KeyId: row.ID.String(), KeyName: row.Name,
-		AllowedModels: row.AllowedModels, RateLimitPerMinute: orZero(row.RateLimitPerMinute)}), nil
+	resp := &weirv1.VerifyKeyResponse{KeyId: row.ID.String(), KeyName: row.Name,
+		AllowedModels: row.AllowedModels, RateLimitPerMinute: orZero(row.RateLimitPerMinute), Budgeted: row.Budgeted}
+	if row.TeamID.Valid {
+		resp.TeamId = row.TeamID.UUID.String()
+	}
+	return connect.NewResponse(resp), nil
 }
 
 func (l leaseService) Acquire(ctx context.Context, req *connect.Request[weirv1.AcquireRequest]) (*connect.Response[weirv1.AcquireResponse], error) {
@@ -133,6 +137,18 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (re
 	// its list through an alias.
 	if !modelpattern.Match(key.models, m.Model) {
 		return nil, modelNotAllowed(m.Model)
+	}
+	// A budgeted key's request (the worker says so, from VerifyKey) is
+	// checked against its budgets, its team's and its session's before
+	// anything is leased.
+	if m.Unreported != nil {
+		block, err := l.checkBudgets(ctx, key.id, m.SessionKey, m.Unreported)
+		if err != nil {
+			return nil, err
+		}
+		if block != nil {
+			return budgetNoAccount(block), nil
+		}
 	}
 	if m.Model == "" || aliasTargets == nil {
 		return l.acquireModel(ctx, key, m, exclude, prefer, &v)
@@ -487,7 +503,8 @@ func (l leaseService) claim(ctx context.Context, a db.Account, keyID uuid.UUID, 
 		UpstreamAccountId: a.UpstreamAccountID,
 	}
 	lease.Probe = breakerProbe || a.RecoveryProbe
-	if reuse && l.cfg.LeaseReuse > 0 && !lease.Probe {
+	// A budgeted key's requests each ask (checkBudgets): none reuses a lease.
+	if reuse && l.cfg.LeaseReuse > 0 && !lease.Probe && m.Unreported == nil {
 		lease.ReuseUntil = timestamppb.New(now.Add(reuseFor(l.cfg.LeaseReuse, leaseID)))
 	}
 	return lease, nil

@@ -366,10 +366,19 @@ func (l leaseService) storeRoutes(ctx context.Context, events []*weirv1.RouteEve
 		for i, r := range rows {
 			at[r.RequestID] = i
 		}
+		final := make([]bool, len(rows))
 		for _, w := range written {
 			if i, ok := at[w.RequestID]; ok && w.Final {
 				roll.add(rows[i], events[i], priced[i])
+				final[i] = true
 			}
+		}
+		crossed, err := addSpend(ctx, q, rows, final, now)
+		if err != nil {
+			return err
+		}
+		for _, c := range crossed {
+			l.budgetCrossed(ctx, q, c)
 		}
 		if len(roll.keys) > 0 {
 			if err := q.AddUsageHourly(ctx, roll.params()); err != nil {

@@ -246,7 +246,15 @@ func (l leaseService) WorkerSettings(ctx context.Context, _ *connect.Request[wei
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&weirv1.WorkerSettingsResponse{Settings: st}), nil
+	prices, err := l.q.ListModelPrices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	resp := &weirv1.WorkerSettingsResponse{Settings: st}
+	for _, p := range prices {
+		resp.Prices = append(resp.Prices, modelPriceProto(p))
+	}
+	return connect.NewResponse(resp), nil
 }
 
 // effective is what operators set, else this replica's defaults.

@@ -59,6 +59,10 @@ type verifiedKey struct {
 	id            string
 	allowedModels []string
 	ratePerMinute int32
+	// budgeted: the key or its team has a budget (every request asks
+	// Acquire, with the worker's unreported spend); team is its team.
+	budgeted bool
+	team     string
 }
 
 // errKeyRejected is a key the control plane does not know or revoked.
@@ -90,7 +94,8 @@ func (c *keyCache) verify(ctx context.Context, hash string) (verifiedKey, error)
 		}
 		return verifiedKey{}, err
 	}
-	k := verifiedKey{id: resp.Msg.KeyId, allowedModels: resp.Msg.AllowedModels, ratePerMinute: resp.Msg.RateLimitPerMinute}
+	k := verifiedKey{id: resp.Msg.KeyId, allowedModels: resp.Msg.AllowedModels, ratePerMinute: resp.Msg.RateLimitPerMinute,
+		budgeted: resp.Msg.Budgeted, team: resp.Msg.TeamId}
 	c.mu.Lock()
 	if len(c.entries) > 10000 {
 		// Bounded: a flood of distinct valid keys cannot grow it forever.

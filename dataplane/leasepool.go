@@ -151,6 +151,13 @@ func (p *leasePool) acquire(ctx context.Context, req *weirv1.AcquireRequest, hel
 		}
 		return resp.Msg, nil
 	}
+	if req.Unreported != nil {
+		// A budgeted key's request asks on its own: its answer (a session
+		// over its cap) is not its class's to share, and no lease of it
+		// is reused.
+		resp, err := call(ctx, askFirst, time.Time{})
+		return resp, 0, err
+	}
 	if len(req.ExcludeAccountIds) > 0 || req.PreferAccountId != "" {
 		resp, err := p.gate.retry(ctx, cls, call)
 		return resp, 0, err

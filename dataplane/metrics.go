@@ -53,12 +53,14 @@ const (
 	outcomeUpstreamUnreachable = "upstream_unreachable"
 	// the worker's body buffer could not take the body (its key's bound or the worker's)
 	outcomeBodyBuffer = "body_buffer_full"
+	// the key, its team or its session is over a budget
+	outcomeBudget = "budget_exceeded"
 )
 
 var requestOutcomes = []string{outcomeSuccess, outcomeStreamError, outcomeClientError, outcomeUnauthenticated,
 	outcomeRateLimited, outcomeOverloaded, outcomeUsageLimit, outcomeUpstreamError, outcomeTransportError,
 	outcomeAuthError, outcomeNoAccount, outcomeUnavailable, outcomeCanceled, outcomeModelForbidden, outcomeKeyRateLimited,
-	outcomeUpstreamUnreachable, outcomeBodyBuffer}
+	outcomeUpstreamUnreachable, outcomeBodyBuffer, outcomeBudget}
 
 var surfaceNames = []string{surfaceMessages.name, surfaceCount.name, surfaceModels.name, surfaceResp.name, surfaceChat.name}
 

@@ -57,6 +57,10 @@ type inbound struct {
 	// event); else it was refused, for refusal (refusals.go).
 	routed  bool
 	refusal string
+	// budgeted: the key or its team has a budget (verifiedKey); team is
+	// the key's team.
+	budgeted bool
+	team     string
 }
 
 // letGo drops the body once nothing will replay it, and gives its
@@ -104,6 +108,9 @@ func (s *Server) proxyHandler(sf surface) http.HandlerFunc {
 			// (its worker's outbox bounds them).
 			s.refusals.add(surface, in.keyID, refusalReason(in, r))
 			return
+		}
+		if in.budgeted {
+			s.ledger.add(in.requestID, in.keyID, in.team, in.session, requestSpend(s.settings.get().prices, rec))
 		}
 		s.reporter.report(rec)
 	}
@@ -160,6 +167,7 @@ func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *wei
 		return
 	}
 	in.keyID, in.allowedModels = key.id, key.allowedModels
+	in.budgeted, in.team = key.budgeted, key.team
 	rec.KeyId = key.id
 	if apiErr := s.admitKey(ctx, in, key); apiErr != nil {
 		refuse(refusalKeyRateLimit, apiErr)
@@ -347,7 +355,7 @@ func (s *Server) step(ctx context.Context, rt *routing) (done bool) {
 func (s *Server) lease(ctx context.Context, rt *routing) (*weirv1.AcquireResponse, error) {
 	in := rt.in
 	asked := s.cfg.Now()
-	resp, parked, err := s.pool.acquire(ctx, &weirv1.AcquireRequest{
+	req := &weirv1.AcquireRequest{
 		KeyHash:           in.keyHash,
 		Model:             in.model,
 		SessionKey:        in.session,
@@ -356,7 +364,11 @@ func (s *Server) lease(ctx context.Context, rt *routing) (*weirv1.AcquireRespons
 		PreferAccountId:   rt.prefer,
 		Surface:           in.sf.api,
 		WaitingSince:      waitingSince(rt.heldSince),
-	}, rt.rounds > 0, rt.holdEnd)
+	}
+	if in.budgeted {
+		req.Unreported = s.ledger.unreported(in.keyID, in.team, in.session)
+	}
+	resp, parked, err := s.pool.acquire(ctx, req, rt.rounds > 0, rt.holdEnd)
 	if parked > 0 {
 		// Parked with the other held requests of its class.
 		s.recordHold(ctx, rt, s.cfg.Now().Add(-parked), parked, "waiting with this worker's held requests of the model for the pool to serve again")
@@ -421,6 +433,11 @@ func (s *Server) acquireFailed(ctx context.Context, rt *routing, err error) (don
 func (s *Server) noAccount(ctx context.Context, rt *routing, none *weirv1.NoAccount) (done bool) {
 	in := rt.in
 	now := s.cfg.Now()
+	if b := none.GetBudget(); b != nil {
+		rt.why = none.GetMessage()
+		s.failBudget(rt.w, rt, b, none.GetMessage())
+		return true
+	}
 	final := noAccountError(none, in.sf, in.model, now, maxTime(rt.holdEnd, now.Add(usageLimitMinWait)))
 	if none.GetPermanent() || none.GetReason() == weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED ||
 		none.GetReason() == weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_DISABLED {

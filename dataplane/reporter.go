@@ -38,7 +38,7 @@ const (
 	maxQueuedEvents = 4096
 )
 
-func newReporter(client weirv1connect.LeaseServiceClient, pending *pendingRequests, log *slog.Logger, pace time.Duration, dropped func(n int), redelivered func()) *reporter {
+func newReporter(client weirv1connect.LeaseServiceClient, pending *pendingRequests, log *slog.Logger, pace time.Duration, dropped func(n int), redelivered func(), taken func(requestIDs []string)) *reporter {
 	send := func(ctx context.Context, batch []reportItem) error {
 		req := &weirv1.ReportRoutesRequest{}
 		for _, it := range batch {
@@ -48,8 +48,18 @@ func newReporter(client weirv1connect.LeaseServiceClient, pending *pendingReques
 				req.Refusals = append(req.Refusals, it.refusal)
 			}
 		}
-		_, err := client.ReportRoutes(ctx, connect.NewRequest(req))
-		return err
+		if _, err := client.ReportRoutes(ctx, connect.NewRequest(req)); err != nil {
+			return err
+		}
+		// The control plane stored them: their spend is counted there now.
+		ids := make([]string, 0, len(req.Events))
+		for _, ev := range req.Events {
+			if !ev.GetPending() {
+				ids = append(ids, ev.GetRequestId())
+			}
+		}
+		taken(ids)
+		return nil
 	}
 	due := func(n int) []reportItem {
 		evs := pending.due(n)

@@ -28,6 +28,8 @@ type Server struct {
 	leases   weirv1connect.LeaseServiceClient
 	keys     *keyCache
 	reporter *reporter
+	// ledger is the spend of budgeted keys not reported yet.
+	ledger *ledger
 	// pending are the requests in progress, recorded as such (pending.go).
 	pending  *pendingRequests
 	keeper   *keeper
@@ -65,13 +67,15 @@ func New(cfg Config) (*Server, error) {
 		connect.WithInterceptors(rpcclient.Token(cfg.Token)))
 	m := newMetrics(cfg.Registry)
 	pending := newPendingRequests()
+	spent := newLedger(cfg.Now)
 	s := &Server{
 		cfg:     cfg,
 		leases:  leases,
 		keys:    &keyCache{client: leases, ttl: cfg.KeyCacheTTL, now: cfg.Now, entries: map[string]keyEntry{}},
 		pending: pending,
+		ledger:  spent,
 		reporter: newReporter(leases, pending, cfg.Logger, cfg.ReportInterval,
-			func(n int) { m.routesDropped.Add(float64(n)) }, m.redelivered.WithLabelValues("route_events").Inc),
+			func(n int) { m.routesDropped.Add(float64(n)) }, m.redelivered.WithLabelValues("route_events").Inc, spent.settle),
 		keeper:  newKeeper(leases, pending.reported, cfg.Logger),
 		metrics: m,
 		bodies:  newBodyBudget(m),

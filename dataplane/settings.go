@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/pricing"
 )
 
 // workerSettings are the control plane's runtime settings as this worker
@@ -18,6 +19,9 @@ type workerSettings struct {
 	requestDeadline time.Duration
 	quotaMode       weirv1.QuotaResponseMode
 	body            bodyLimits
+	// prices price the unreported spend of budgeted keys: the shipped
+	// table under the operator's prices.
+	prices *pricing.Table
 }
 
 // settingsPoller keeps workerSettings fresh, so an operator's change
@@ -32,7 +36,8 @@ type settingsPoller struct {
 func newSettingsPoller(s *Server) *settingsPoller {
 	p := &settingsPoller{s: s, done: make(chan struct{})}
 	p.current.Store(&workerSettings{capacityHold: s.cfg.CapacityHold, unreachableHold: s.cfg.UnreachableHold,
-		requestDeadline: s.cfg.RequestDeadline, body: bodyLimits{total: s.cfg.BodyBuffer, perKey: s.cfg.BodyBufferPerKey}})
+		requestDeadline: s.cfg.RequestDeadline, body: bodyLimits{total: s.cfg.BodyBuffer, perKey: s.cfg.BodyBufferPerKey},
+		prices: pricing.NewTable(nil)})
 	ctx, cancel := context.WithCancel(context.Background())
 	p.stop = cancel
 	go p.run(ctx)
@@ -68,7 +73,8 @@ func (p *settingsPoller) fetch(ctx context.Context) {
 	st := resp.Msg.GetSettings()
 	next := workerSettings{capacityHold: st.GetCapacityHold().AsDuration(), unreachableHold: st.GetUnreachableHold().AsDuration(),
 		requestDeadline: st.GetRequestDeadline().AsDuration(), quotaMode: st.GetQuotaResponseMode(),
-		body: bodyLimits{total: st.GetBodyBufferBytes(), perKey: st.GetBodyBufferPerKeyBytes()}}
+		body:   bodyLimits{total: st.GetBodyBufferBytes(), perKey: st.GetBodyBufferPerKeyBytes()},
+		prices: priceTable(resp.Msg.GetPrices())}
 	if next.requestDeadline <= 0 {
 		next.requestDeadline = p.s.cfg.RequestDeadline
 	}

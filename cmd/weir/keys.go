@@ -31,6 +31,14 @@ Restrictions (each optional):
   --metered MODE      how the key spends metered accounts (API keys) where a
                       subscription could serve: normal, last_resort or never;
                       "default" follows the global metered_accounts setting
+  --team NAME         the key's team (its budgets apply too); "" for none
+  --budget AMOUNT/PERIOD
+                      a budget of the key's own: 5usd/day, $100/month,
+                      2000000tok/week (repeatable; update replaces them all;
+                      "none" removes them). Over it, the key's requests get a
+                      final 429 naming the budget and its reset
+  --session-budget AMOUNT
+                      a cap on each of the key's agent sessions (1usd, 500ktok)
 Every command takes --json, --controlplane and --data-dir.
 `
 
@@ -48,12 +56,18 @@ func runKeys(ctx context.Context, args []string, e env) error {
 	case "create":
 		var lf keyLimitFlags
 		lf.register(fs)
+		var bf budgetFlags
+		bf.register(fs)
+		team := fs.String("team", "", "the key's team")
 		name, err := parseWithRef(fs, args)
 		if err != nil {
 			return err
 		}
-		req := &weirv1.CreateKeyRequest{Name: name}
+		req := &weirv1.CreateKeyRequest{Name: name, Team: *team}
 		if err := lf.apply(fs, &req.AllowedModels, &req.PinnedAccounts, &req.RateLimitPerMinute, &req.MeteredAccounts, nil); err != nil {
+			return err
+		}
+		if req.Budgets, err = bf.limits(); err != nil {
 			return err
 		}
 		c, err := af.clients()
@@ -71,10 +85,16 @@ func runKeys(ctx context.Context, args []string, e env) error {
 		if r := keyRestrictions(resp.Msg.Key); r != "" {
 			fmt.Fprintf(e.stdout, "Restricted to %s.\n", r)
 		}
+		if len(resp.Msg.Key.Budgets) > 0 {
+			fmt.Fprintf(e.stdout, "Budgets: %s.\n", budgetsText(resp.Msg.Key.Budgets))
+		}
 		return nil
 	case "update", "set":
 		var lf keyLimitFlags
 		lf.register(fs)
+		var bf budgetFlags
+		bf.register(fs)
+		team := fs.String("team", "", "the key's team (\"\" for none)")
 		ref, err := parseWithRef(fs, args)
 		if err != nil {
 			return err
@@ -83,8 +103,20 @@ func runKeys(ctx context.Context, args []string, e env) error {
 		if err := lf.apply(fs, &req.AllowedModels, &req.PinnedAccounts, &req.RateLimitPerMinute, &req.MeteredAccounts, &req.UpdateMask.Paths); err != nil {
 			return err
 		}
+		fs.Visit(func(fl *flag.Flag) {
+			if fl.Name == "team" {
+				req.Team = *team
+				addPath(&req.UpdateMask.Paths, "team")
+			}
+		})
+		if bf.given {
+			if req.Budgets, err = bf.limits(); err != nil {
+				return err
+			}
+			addPath(&req.UpdateMask.Paths, "budgets")
+		}
 		if len(req.UpdateMask.Paths) == 0 {
-			return errors.New("weir keys update: name something to change (--models, --accounts, --rate-limit, --metered)")
+			return errors.New("weir keys update: name something to change (--models, --accounts, --rate-limit, --metered, --team, --budget, --session-budget)")
 		}
 		c, err := af.clients()
 		if err != nil {
@@ -264,14 +296,14 @@ func keyRate(k *weirv1.Key) string {
 
 func printKeys(w io.Writer, keys []*weirv1.Key, now time.Time) {
 	tw := table(w)
-	fmt.Fprintln(tw, "NAME\tPREFIX\tMODELS\tACCOUNTS\tRATE\tMETERED\tCREATED\tLAST USED\tREVOKED\tID")
+	fmt.Fprintln(tw, "NAME\tPREFIX\tTEAM\tMODELS\tACCOUNTS\tRATE\tMETERED\tBUDGETS\tCREATED\tLAST USED\tREVOKED\tID")
 	for _, k := range keys {
 		revoked := "-"
 		if k.RevokedAt != nil {
 			revoked = ago(k.RevokedAt, now)
 		}
-		fmt.Fprintf(tw, "%s\t%s…\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.Name, k.Prefix, keyModels(k), keyAccounts(k), keyRate(k),
-			meteredName(k.MeteredAccounts), ago(k.CreatedAt, now), ago(k.LastUsedAt, now), revoked, k.Id)
+		fmt.Fprintf(tw, "%s\t%s…\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.Name, k.Prefix, orDash(k.Team), keyModels(k), keyAccounts(k), keyRate(k),
+			meteredName(k.MeteredAccounts), budgetsText(k.Budgets), ago(k.CreatedAt, now), ago(k.LastUsedAt, now), revoked, k.Id)
 	}
 	tw.Flush()
 }

@@ -83,6 +83,7 @@ var commands = []command{
 	{name: "accounts", synopsis: "add|import|set|list|get|pause|resume|rm|usage|grants|claim-grant", summary: "manage upstream accounts", run: runAccounts, operator: true},
 	{name: "login", synopsis: "claude|codex", summary: "sign in to an account and add it to the pool", run: runLogin, operator: true},
 	{name: "keys", synopsis: "create|update|list|revoke", summary: "manage client API keys", run: runKeys, operator: true},
+	{name: "teams", synopsis: "create|update|list|rm", summary: "teams of keys and their budgets", run: runTeams, operator: true},
 	{name: "routes", synopsis: "[--limit N] [--held | --refusals]", summary: "recent requests and where they went, the ones held now, or the refused ones' counts", run: runRoutes, operator: true},
 	{name: "usage", synopsis: "[--by key|account|model|session|day] [--since D]", summary: "who used what: tokens, cache hits and cost per key, account, model, session and day", run: runUsage, operator: true},
 	{name: "prices", synopsis: "list|set|rm", summary: "the prices usage is counted at (a dated table, an operator's over it)", run: runPrices, operator: true},

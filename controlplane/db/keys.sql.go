@@ -51,7 +51,7 @@ func (q *Queries) ActiveKeyAndAlias(ctx context.Context, arg ActiveKeyAndAliasPa
 }
 
 const activeKeyByHash = `-- name: ActiveKeyByHash :one
-SELECT id, name, allowed_models, rate_limit_per_minute FROM client_keys
+SELECT id, name, allowed_models, rate_limit_per_minute, budgeted, team_id FROM client_keys
 WHERE key_hash = $1 AND revoked_at IS NULL
 `
 
@@ -60,6 +60,8 @@ type ActiveKeyByHashRow struct {
 	Name               string
 	AllowedModels      []string
 	RateLimitPerMinute *int32
+	Budgeted           bool
+	TeamID             uuid.NullUUID
 }
 
 func (q *Queries) ActiveKeyByHash(ctx context.Context, keyHash string) (ActiveKeyByHashRow, error) {
@@ -70,6 +72,8 @@ func (q *Queries) ActiveKeyByHash(ctx context.Context, keyHash string) (ActiveKe
 		&i.Name,
 		&i.AllowedModels,
 		&i.RateLimitPerMinute,
+		&i.Budgeted,
+		&i.TeamID,
 	)
 	return i, err
 }
@@ -103,7 +107,7 @@ const createKey = `-- name: CreateKey :one
 INSERT INTO client_keys (name, key_hash, prefix, created_at, allowed_models, pinned, rate_limit_per_minute, metered_accounts)
 VALUES ($1, $2, $3, $4, $5::text[], $6,
     $7::integer, $8::text)
-RETURNING id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute, metered_accounts
+RETURNING id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute, metered_accounts, team_id, budgeted
 `
 
 type CreateKeyParams struct {
@@ -141,12 +145,14 @@ func (q *Queries) CreateKey(ctx context.Context, arg CreateKeyParams) (ClientKey
 		&i.Pinned,
 		&i.RateLimitPerMinute,
 		&i.MeteredAccounts,
+		&i.TeamID,
+		&i.Budgeted,
 	)
 	return i, err
 }
 
 const getKey = `-- name: GetKey :one
-SELECT id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute, metered_accounts FROM client_keys WHERE id = $1
+SELECT id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute, metered_accounts, team_id, budgeted FROM client_keys WHERE id = $1
 `
 
 func (q *Queries) GetKey(ctx context.Context, id uuid.UUID) (ClientKey, error) {
@@ -164,12 +170,14 @@ func (q *Queries) GetKey(ctx context.Context, id uuid.UUID) (ClientKey, error) {
 		&i.Pinned,
 		&i.RateLimitPerMinute,
 		&i.MeteredAccounts,
+		&i.TeamID,
+		&i.Budgeted,
 	)
 	return i, err
 }
 
 const getKeyByName = `-- name: GetKeyByName :one
-SELECT id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute, metered_accounts FROM client_keys WHERE name = $1
+SELECT id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute, metered_accounts, team_id, budgeted FROM client_keys WHERE name = $1
 `
 
 func (q *Queries) GetKeyByName(ctx context.Context, name string) (ClientKey, error) {
@@ -187,6 +195,8 @@ func (q *Queries) GetKeyByName(ctx context.Context, name string) (ClientKey, err
 		&i.Pinned,
 		&i.RateLimitPerMinute,
 		&i.MeteredAccounts,
+		&i.TeamID,
+		&i.Budgeted,
 	)
 	return i, err
 }
@@ -226,7 +236,7 @@ func (q *Queries) KeyAccounts(ctx context.Context, keyIds []uuid.UUID) ([]KeyAcc
 }
 
 const listKeys = `-- name: ListKeys :many
-SELECT id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute, metered_accounts FROM client_keys
+SELECT id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute, metered_accounts, team_id, budgeted FROM client_keys
 WHERE $1::boolean OR revoked_at IS NULL
 ORDER BY created_at
 `
@@ -252,6 +262,8 @@ func (q *Queries) ListKeys(ctx context.Context, includeRevoked bool) ([]ClientKe
 			&i.Pinned,
 			&i.RateLimitPerMinute,
 			&i.MeteredAccounts,
+			&i.TeamID,
+			&i.Budgeted,
 		); err != nil {
 			return nil, err
 		}
@@ -274,7 +286,7 @@ func (q *Queries) ResetKeyBucket(ctx context.Context, keyID uuid.UUID) error {
 }
 
 const revokeKey = `-- name: RevokeKey :one
-UPDATE client_keys SET revoked_at = coalesce(revoked_at, $1::timestamptz) WHERE id = $2 RETURNING id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute, metered_accounts
+UPDATE client_keys SET revoked_at = coalesce(revoked_at, $1::timestamptz) WHERE id = $2 RETURNING id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute, metered_accounts, team_id, budgeted
 `
 
 type RevokeKeyParams struct {
@@ -297,6 +309,8 @@ func (q *Queries) RevokeKey(ctx context.Context, arg RevokeKeyParams) (ClientKey
 		&i.Pinned,
 		&i.RateLimitPerMinute,
 		&i.MeteredAccounts,
+		&i.TeamID,
+		&i.Budgeted,
 	)
 	return i, err
 }
@@ -376,7 +390,7 @@ UPDATE client_keys SET
                                  ELSE rate_limit_per_minute END,
     metered_accounts = CASE WHEN $7::boolean THEN $8::text ELSE metered_accounts END
 WHERE id = $9
-RETURNING id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute, metered_accounts
+RETURNING id, name, key_hash, prefix, created_at, revoked_at, last_used_at, allowed_models, pinned, rate_limit_per_minute, metered_accounts, team_id, budgeted
 `
 
 type UpdateKeyLimitsParams struct {
@@ -417,6 +431,8 @@ func (q *Queries) UpdateKeyLimits(ctx context.Context, arg UpdateKeyLimitsParams
 		&i.Pinned,
 		&i.RateLimitPerMinute,
 		&i.MeteredAccounts,
+		&i.TeamID,
+		&i.Budgeted,
 	)
 	return i, err
 }

@@ -57,6 +57,26 @@ type AuditEvent struct {
 	Peer       string
 }
 
+type Budget struct {
+	ID        uuid.UUID
+	KeyID     uuid.NullUUID
+	TeamID    uuid.NullUUID
+	Unit      string
+	Period    string
+	Amount    int64
+	CreatedAt time.Time
+}
+
+type BudgetSpend struct {
+	BudgetID        uuid.UUID
+	PeriodStart     time.Time
+	SessionKey      string
+	Tokens          int64
+	NanoUsd         int64
+	NotifiedPercent int32
+	UpdatedAt       time.Time
+}
+
 type ClientKey struct {
 	ID                 uuid.UUID
 	Name               string
@@ -69,6 +89,8 @@ type ClientKey struct {
 	Pinned             bool
 	RateLimitPerMinute *int32
 	MeteredAccounts    *string
+	TeamID             uuid.NullUUID
+	Budgeted           bool
 }
 
 type ClientKeyAccount struct {
@@ -246,6 +268,12 @@ type SettingChange struct {
 	NewValue  string
 	Actor     string
 	ChangedAt time.Time
+}
+
+type Team struct {
+	ID        uuid.UUID
+	Name      string
+	CreatedAt time.Time
 }
 
 type UsageHourly struct {

@@ -74,7 +74,7 @@ SELECT * FROM client_keys WHERE name = @name;
 UPDATE client_keys SET revoked_at = coalesce(revoked_at, @now::timestamptz) WHERE id = @id RETURNING *;
 
 -- name: ActiveKeyByHash :one
-SELECT id, name, allowed_models, rate_limit_per_minute FROM client_keys
+SELECT id, name, allowed_models, rate_limit_per_minute, budgeted, team_id FROM client_keys
 WHERE key_hash = @key_hash AND revoked_at IS NULL;
 
 -- Throttled so a busy key costs one write a minute, not one per request.

@@ -23,6 +23,446 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Team is a group of keys with budgets of its own.
+type Team struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	Budgets   []*Budget              `protobuf:"bytes,4,rep,name=budgets,proto3" json:"budgets,omitempty"`
+	// How many keys belong to it.
+	Keys          int32 `protobuf:"varint,5,opt,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Team) Reset() {
+	*x = Team{}
+	mi := &file_weir_v1_key_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Team) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Team) ProtoMessage() {}
+
+func (x *Team) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_key_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Team.ProtoReflect.Descriptor instead.
+func (*Team) Descriptor() ([]byte, []int) {
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Team) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Team) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Team) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Team) GetBudgets() []*Budget {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
+}
+
+func (x *Team) GetKeys() int32 {
+	if x != nil {
+		return x.Keys
+	}
+	return 0
+}
+
+type CreateTeamRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Budgets       []*BudgetLimit         `protobuf:"bytes,2,rep,name=budgets,proto3" json:"budgets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTeamRequest) Reset() {
+	*x = CreateTeamRequest{}
+	mi := &file_weir_v1_key_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTeamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTeamRequest) ProtoMessage() {}
+
+func (x *CreateTeamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_key_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTeamRequest.ProtoReflect.Descriptor instead.
+func (*CreateTeamRequest) Descriptor() ([]byte, []int) {
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CreateTeamRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateTeamRequest) GetBudgets() []*BudgetLimit {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
+}
+
+type CreateTeamResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Team          *Team                  `protobuf:"bytes,1,opt,name=team,proto3" json:"team,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTeamResponse) Reset() {
+	*x = CreateTeamResponse{}
+	mi := &file_weir_v1_key_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTeamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTeamResponse) ProtoMessage() {}
+
+func (x *CreateTeamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_key_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTeamResponse.ProtoReflect.Descriptor instead.
+func (*CreateTeamResponse) Descriptor() ([]byte, []int) {
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CreateTeamResponse) GetTeam() *Team {
+	if x != nil {
+		return x.Team
+	}
+	return nil
+}
+
+type UpdateTeamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The team id or its name.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// budgets: replaces the team's budgets (empty removes them).
+	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	Budgets       []*BudgetLimit         `protobuf:"bytes,3,rep,name=budgets,proto3" json:"budgets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTeamRequest) Reset() {
+	*x = UpdateTeamRequest{}
+	mi := &file_weir_v1_key_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTeamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTeamRequest) ProtoMessage() {}
+
+func (x *UpdateTeamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_key_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTeamRequest.ProtoReflect.Descriptor instead.
+func (*UpdateTeamRequest) Descriptor() ([]byte, []int) {
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *UpdateTeamRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *UpdateTeamRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
+	if x != nil {
+		return x.UpdateMask
+	}
+	return nil
+}
+
+func (x *UpdateTeamRequest) GetBudgets() []*BudgetLimit {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
+}
+
+type UpdateTeamResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Team          *Team                  `protobuf:"bytes,1,opt,name=team,proto3" json:"team,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTeamResponse) Reset() {
+	*x = UpdateTeamResponse{}
+	mi := &file_weir_v1_key_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTeamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTeamResponse) ProtoMessage() {}
+
+func (x *UpdateTeamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_key_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTeamResponse.ProtoReflect.Descriptor instead.
+func (*UpdateTeamResponse) Descriptor() ([]byte, []int) {
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *UpdateTeamResponse) GetTeam() *Team {
+	if x != nil {
+		return x.Team
+	}
+	return nil
+}
+
+type ListTeamsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTeamsRequest) Reset() {
+	*x = ListTeamsRequest{}
+	mi := &file_weir_v1_key_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTeamsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTeamsRequest) ProtoMessage() {}
+
+func (x *ListTeamsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_key_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTeamsRequest.ProtoReflect.Descriptor instead.
+func (*ListTeamsRequest) Descriptor() ([]byte, []int) {
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{5}
+}
+
+type ListTeamsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Teams         []*Team                `protobuf:"bytes,1,rep,name=teams,proto3" json:"teams,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTeamsResponse) Reset() {
+	*x = ListTeamsResponse{}
+	mi := &file_weir_v1_key_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTeamsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTeamsResponse) ProtoMessage() {}
+
+func (x *ListTeamsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_key_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTeamsResponse.ProtoReflect.Descriptor instead.
+func (*ListTeamsResponse) Descriptor() ([]byte, []int) {
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ListTeamsResponse) GetTeams() []*Team {
+	if x != nil {
+		return x.Teams
+	}
+	return nil
+}
+
+type DeleteTeamRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteTeamRequest) Reset() {
+	*x = DeleteTeamRequest{}
+	mi := &file_weir_v1_key_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteTeamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteTeamRequest) ProtoMessage() {}
+
+func (x *DeleteTeamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_key_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteTeamRequest.ProtoReflect.Descriptor instead.
+func (*DeleteTeamRequest) Descriptor() ([]byte, []int) {
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *DeleteTeamRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type DeleteTeamResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteTeamResponse) Reset() {
+	*x = DeleteTeamResponse{}
+	mi := &file_weir_v1_key_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteTeamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteTeamResponse) ProtoMessage() {}
+
+func (x *DeleteTeamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_key_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteTeamResponse.ProtoReflect.Descriptor instead.
+func (*DeleteTeamResponse) Descriptor() ([]byte, []int) {
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{8}
+}
+
 // Key is a client API key as operators see it; the secret is not stored.
 type Key struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -47,13 +487,17 @@ type Key struct {
 	// How routing spends metered accounts for this key; UNSPECIFIED follows
 	// the global setting (Settings.metered_accounts).
 	MeteredAccounts MeteredAccounts `protobuf:"varint,11,opt,name=metered_accounts,json=meteredAccounts,proto3,enum=weir.v1.MeteredAccounts" json:"metered_accounts,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The team the key belongs to, by name; empty for none.
+	Team string `protobuf:"bytes,12,opt,name=team,proto3" json:"team,omitempty"`
+	// The key's own budgets (its team's are the team's).
+	Budgets       []*Budget `protobuf:"bytes,13,rep,name=budgets,proto3" json:"budgets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Key) Reset() {
 	*x = Key{}
-	mi := &file_weir_v1_key_proto_msgTypes[0]
+	mi := &file_weir_v1_key_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -65,7 +509,7 @@ func (x *Key) String() string {
 func (*Key) ProtoMessage() {}
 
 func (x *Key) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_key_proto_msgTypes[0]
+	mi := &file_weir_v1_key_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -78,7 +522,7 @@ func (x *Key) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Key.ProtoReflect.Descriptor instead.
 func (*Key) Descriptor() ([]byte, []int) {
-	return file_weir_v1_key_proto_rawDescGZIP(), []int{0}
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Key) GetId() string {
@@ -158,6 +602,20 @@ func (x *Key) GetMeteredAccounts() MeteredAccounts {
 	return MeteredAccounts_METERED_ACCOUNTS_UNSPECIFIED
 }
 
+func (x *Key) GetTeam() string {
+	if x != nil {
+		return x.Team
+	}
+	return ""
+}
+
+func (x *Key) GetBudgets() []*Budget {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
+}
+
 // KeyAccount is an account a key is pinned to.
 type KeyAccount struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -169,7 +627,7 @@ type KeyAccount struct {
 
 func (x *KeyAccount) Reset() {
 	*x = KeyAccount{}
-	mi := &file_weir_v1_key_proto_msgTypes[1]
+	mi := &file_weir_v1_key_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -181,7 +639,7 @@ func (x *KeyAccount) String() string {
 func (*KeyAccount) ProtoMessage() {}
 
 func (x *KeyAccount) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_key_proto_msgTypes[1]
+	mi := &file_weir_v1_key_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -194,7 +652,7 @@ func (x *KeyAccount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyAccount.ProtoReflect.Descriptor instead.
 func (*KeyAccount) Descriptor() ([]byte, []int) {
-	return file_weir_v1_key_proto_rawDescGZIP(), []int{1}
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *KeyAccount) GetId() string {
@@ -220,13 +678,16 @@ type CreateKeyRequest struct {
 	PinnedAccounts     []string        `protobuf:"bytes,3,rep,name=pinned_accounts,json=pinnedAccounts,proto3" json:"pinned_accounts,omitempty"`
 	RateLimitPerMinute int32           `protobuf:"varint,4,opt,name=rate_limit_per_minute,json=rateLimitPerMinute,proto3" json:"rate_limit_per_minute,omitempty"`
 	MeteredAccounts    MeteredAccounts `protobuf:"varint,5,opt,name=metered_accounts,json=meteredAccounts,proto3,enum=weir.v1.MeteredAccounts" json:"metered_accounts,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The team, by id or name; empty for none.
+	Team          string         `protobuf:"bytes,6,opt,name=team,proto3" json:"team,omitempty"`
+	Budgets       []*BudgetLimit `protobuf:"bytes,7,rep,name=budgets,proto3" json:"budgets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_weir_v1_key_proto_msgTypes[2]
+	mi := &file_weir_v1_key_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -238,7 +699,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_key_proto_msgTypes[2]
+	mi := &file_weir_v1_key_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -251,7 +712,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_key_proto_rawDescGZIP(), []int{2}
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateKeyRequest) GetName() string {
@@ -289,26 +750,43 @@ func (x *CreateKeyRequest) GetMeteredAccounts() MeteredAccounts {
 	return MeteredAccounts_METERED_ACCOUNTS_UNSPECIFIED
 }
 
+func (x *CreateKeyRequest) GetTeam() string {
+	if x != nil {
+		return x.Team
+	}
+	return ""
+}
+
+func (x *CreateKeyRequest) GetBudgets() []*BudgetLimit {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
+}
+
 type UpdateKeyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The key id or its name.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Restrictions to change: allowed_models, pinned_accounts,
-	// rate_limit_per_minute, metered_accounts. A named field left empty (or
-	// 0, or UNSPECIFIED) clears its restriction.
+	// rate_limit_per_minute, metered_accounts, team, budgets (the whole set
+	// of the key's budgets). A named field left empty (or 0, or
+	// UNSPECIFIED) clears its restriction.
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	AllowedModels []string               `protobuf:"bytes,3,rep,name=allowed_models,json=allowedModels,proto3" json:"allowed_models,omitempty"`
 	// Accounts by id or label.
 	PinnedAccounts     []string        `protobuf:"bytes,4,rep,name=pinned_accounts,json=pinnedAccounts,proto3" json:"pinned_accounts,omitempty"`
 	RateLimitPerMinute int32           `protobuf:"varint,5,opt,name=rate_limit_per_minute,json=rateLimitPerMinute,proto3" json:"rate_limit_per_minute,omitempty"`
 	MeteredAccounts    MeteredAccounts `protobuf:"varint,6,opt,name=metered_accounts,json=meteredAccounts,proto3,enum=weir.v1.MeteredAccounts" json:"metered_accounts,omitempty"`
+	Team               string          `protobuf:"bytes,7,opt,name=team,proto3" json:"team,omitempty"`
+	Budgets            []*BudgetLimit  `protobuf:"bytes,8,rep,name=budgets,proto3" json:"budgets,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
 
 func (x *UpdateKeyRequest) Reset() {
 	*x = UpdateKeyRequest{}
-	mi := &file_weir_v1_key_proto_msgTypes[3]
+	mi := &file_weir_v1_key_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -320,7 +798,7 @@ func (x *UpdateKeyRequest) String() string {
 func (*UpdateKeyRequest) ProtoMessage() {}
 
 func (x *UpdateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_key_proto_msgTypes[3]
+	mi := &file_weir_v1_key_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -333,7 +811,7 @@ func (x *UpdateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateKeyRequest.ProtoReflect.Descriptor instead.
 func (*UpdateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_key_proto_rawDescGZIP(), []int{3}
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UpdateKeyRequest) GetId() string {
@@ -378,6 +856,20 @@ func (x *UpdateKeyRequest) GetMeteredAccounts() MeteredAccounts {
 	return MeteredAccounts_METERED_ACCOUNTS_UNSPECIFIED
 }
 
+func (x *UpdateKeyRequest) GetTeam() string {
+	if x != nil {
+		return x.Team
+	}
+	return ""
+}
+
+func (x *UpdateKeyRequest) GetBudgets() []*BudgetLimit {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
+}
+
 type UpdateKeyResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           *Key                   `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -387,7 +879,7 @@ type UpdateKeyResponse struct {
 
 func (x *UpdateKeyResponse) Reset() {
 	*x = UpdateKeyResponse{}
-	mi := &file_weir_v1_key_proto_msgTypes[4]
+	mi := &file_weir_v1_key_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -399,7 +891,7 @@ func (x *UpdateKeyResponse) String() string {
 func (*UpdateKeyResponse) ProtoMessage() {}
 
 func (x *UpdateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_key_proto_msgTypes[4]
+	mi := &file_weir_v1_key_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -412,7 +904,7 @@ func (x *UpdateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateKeyResponse.ProtoReflect.Descriptor instead.
 func (*UpdateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_key_proto_rawDescGZIP(), []int{4}
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UpdateKeyResponse) GetKey() *Key {
@@ -433,7 +925,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_weir_v1_key_proto_msgTypes[5]
+	mi := &file_weir_v1_key_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -445,7 +937,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_key_proto_msgTypes[5]
+	mi := &file_weir_v1_key_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -458,7 +950,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_key_proto_rawDescGZIP(), []int{5}
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateKeyResponse) GetKey() *Key {
@@ -484,7 +976,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_weir_v1_key_proto_msgTypes[6]
+	mi := &file_weir_v1_key_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -496,7 +988,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_key_proto_msgTypes[6]
+	mi := &file_weir_v1_key_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -509,7 +1001,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_key_proto_rawDescGZIP(), []int{6}
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListKeysRequest) GetIncludeRevoked() bool {
@@ -528,7 +1020,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_weir_v1_key_proto_msgTypes[7]
+	mi := &file_weir_v1_key_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -540,7 +1032,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_key_proto_msgTypes[7]
+	mi := &file_weir_v1_key_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -553,7 +1045,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_key_proto_rawDescGZIP(), []int{7}
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListKeysResponse) GetKeys() []*Key {
@@ -573,7 +1065,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_weir_v1_key_proto_msgTypes[8]
+	mi := &file_weir_v1_key_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -585,7 +1077,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_key_proto_msgTypes[8]
+	mi := &file_weir_v1_key_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -598,7 +1090,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_key_proto_rawDescGZIP(), []int{8}
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RevokeKeyRequest) GetId() string {
@@ -617,7 +1109,7 @@ type RevokeKeyResponse struct {
 
 func (x *RevokeKeyResponse) Reset() {
 	*x = RevokeKeyResponse{}
-	mi := &file_weir_v1_key_proto_msgTypes[9]
+	mi := &file_weir_v1_key_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -629,7 +1121,7 @@ func (x *RevokeKeyResponse) String() string {
 func (*RevokeKeyResponse) ProtoMessage() {}
 
 func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_key_proto_msgTypes[9]
+	mi := &file_weir_v1_key_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -642,7 +1134,7 @@ func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeKeyResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_key_proto_rawDescGZIP(), []int{9}
+	return file_weir_v1_key_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RevokeKeyResponse) GetKey() *Key {
@@ -656,7 +1148,32 @@ var File_weir_v1_key_proto protoreflect.FileDescriptor
 
 const file_weir_v1_key_proto_rawDesc = "" +
 	"\n" +
-	"\x11weir/v1/key.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"\xea\x03\n" +
+	"\x11weir/v1/key.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"\xa4\x01\n" +
+	"\x04Team\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x129\n" +
+	"\n" +
+	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12)\n" +
+	"\abudgets\x18\x04 \x03(\v2\x0f.weir.v1.BudgetR\abudgets\x12\x12\n" +
+	"\x04keys\x18\x05 \x01(\x05R\x04keys\"W\n" +
+	"\x11CreateTeamRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
+	"\abudgets\x18\x02 \x03(\v2\x14.weir.v1.BudgetLimitR\abudgets\"7\n" +
+	"\x12CreateTeamResponse\x12!\n" +
+	"\x04team\x18\x01 \x01(\v2\r.weir.v1.TeamR\x04team\"\x90\x01\n" +
+	"\x11UpdateTeamRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12;\n" +
+	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
+	"updateMask\x12.\n" +
+	"\abudgets\x18\x03 \x03(\v2\x14.weir.v1.BudgetLimitR\abudgets\"7\n" +
+	"\x12UpdateTeamResponse\x12!\n" +
+	"\x04team\x18\x01 \x01(\v2\r.weir.v1.TeamR\x04team\"\x12\n" +
+	"\x10ListTeamsRequest\"8\n" +
+	"\x11ListTeamsResponse\x12#\n" +
+	"\x05teams\x18\x01 \x03(\v2\r.weir.v1.TeamR\x05teams\"#\n" +
+	"\x11DeleteTeamRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x14\n" +
+	"\x12DeleteTeamResponse\"\xa9\x04\n" +
 	"\x03Key\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -672,17 +1189,21 @@ const file_weir_v1_key_proto_rawDesc = "" +
 	"\x0fpinned_accounts\x18\t \x03(\v2\x13.weir.v1.KeyAccountR\x0epinnedAccounts\x121\n" +
 	"\x15rate_limit_per_minute\x18\n" +
 	" \x01(\x05R\x12rateLimitPerMinute\x12C\n" +
-	"\x10metered_accounts\x18\v \x01(\x0e2\x18.weir.v1.MeteredAccountsR\x0fmeteredAccounts\"2\n" +
+	"\x10metered_accounts\x18\v \x01(\x0e2\x18.weir.v1.MeteredAccountsR\x0fmeteredAccounts\x12\x12\n" +
+	"\x04team\x18\f \x01(\tR\x04team\x12)\n" +
+	"\abudgets\x18\r \x03(\v2\x0f.weir.v1.BudgetR\abudgets\"2\n" +
 	"\n" +
 	"KeyAccount\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
-	"\x05label\x18\x02 \x01(\tR\x05label\"\xee\x01\n" +
+	"\x05label\x18\x02 \x01(\tR\x05label\"\xb2\x02\n" +
 	"\x10CreateKeyRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
 	"\x0eallowed_models\x18\x02 \x03(\tR\rallowedModels\x12'\n" +
 	"\x0fpinned_accounts\x18\x03 \x03(\tR\x0epinnedAccounts\x121\n" +
 	"\x15rate_limit_per_minute\x18\x04 \x01(\x05R\x12rateLimitPerMinute\x12C\n" +
-	"\x10metered_accounts\x18\x05 \x01(\x0e2\x18.weir.v1.MeteredAccountsR\x0fmeteredAccounts\"\xa7\x02\n" +
+	"\x10metered_accounts\x18\x05 \x01(\x0e2\x18.weir.v1.MeteredAccountsR\x0fmeteredAccounts\x12\x12\n" +
+	"\x04team\x18\x06 \x01(\tR\x04team\x12.\n" +
+	"\abudgets\x18\a \x03(\v2\x14.weir.v1.BudgetLimitR\abudgets\"\xeb\x02\n" +
 	"\x10UpdateKeyRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12;\n" +
 	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
@@ -690,7 +1211,9 @@ const file_weir_v1_key_proto_rawDesc = "" +
 	"\x0eallowed_models\x18\x03 \x03(\tR\rallowedModels\x12'\n" +
 	"\x0fpinned_accounts\x18\x04 \x03(\tR\x0epinnedAccounts\x121\n" +
 	"\x15rate_limit_per_minute\x18\x05 \x01(\x05R\x12rateLimitPerMinute\x12C\n" +
-	"\x10metered_accounts\x18\x06 \x01(\x0e2\x18.weir.v1.MeteredAccountsR\x0fmeteredAccounts\"3\n" +
+	"\x10metered_accounts\x18\x06 \x01(\x0e2\x18.weir.v1.MeteredAccountsR\x0fmeteredAccounts\x12\x12\n" +
+	"\x04team\x18\a \x01(\tR\x04team\x12.\n" +
+	"\abudgets\x18\b \x03(\v2\x14.weir.v1.BudgetLimitR\abudgets\"3\n" +
 	"\x11UpdateKeyResponse\x12\x1e\n" +
 	"\x03key\x18\x01 \x01(\v2\f.weir.v1.KeyR\x03key\"K\n" +
 	"\x11CreateKeyResponse\x12\x1e\n" +
@@ -703,13 +1226,20 @@ const file_weir_v1_key_proto_rawDesc = "" +
 	"\x10RevokeKeyRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"3\n" +
 	"\x11RevokeKeyResponse\x12\x1e\n" +
-	"\x03key\x18\x01 \x01(\v2\f.weir.v1.KeyR\x03key2\xa4\x02\n" +
+	"\x03key\x18\x01 \x01(\v2\f.weir.v1.KeyR\x03key2\xc8\x04\n" +
 	"\n" +
 	"KeyService\x12D\n" +
 	"\tCreateKey\x12\x19.weir.v1.CreateKeyRequest\x1a\x1a.weir.v1.CreateKeyResponse\"\x00\x12D\n" +
 	"\bListKeys\x12\x18.weir.v1.ListKeysRequest\x1a\x19.weir.v1.ListKeysResponse\"\x03\x90\x02\x01\x12D\n" +
 	"\tRevokeKey\x12\x19.weir.v1.RevokeKeyRequest\x1a\x1a.weir.v1.RevokeKeyResponse\"\x00\x12D\n" +
-	"\tUpdateKey\x12\x19.weir.v1.UpdateKeyRequest\x1a\x1a.weir.v1.UpdateKeyResponse\"\x00B\x7f\n" +
+	"\tUpdateKey\x12\x19.weir.v1.UpdateKeyRequest\x1a\x1a.weir.v1.UpdateKeyResponse\"\x00\x12G\n" +
+	"\n" +
+	"CreateTeam\x12\x1a.weir.v1.CreateTeamRequest\x1a\x1b.weir.v1.CreateTeamResponse\"\x00\x12G\n" +
+	"\n" +
+	"UpdateTeam\x12\x1a.weir.v1.UpdateTeamRequest\x1a\x1b.weir.v1.UpdateTeamResponse\"\x00\x12G\n" +
+	"\tListTeams\x12\x19.weir.v1.ListTeamsRequest\x1a\x1a.weir.v1.ListTeamsResponse\"\x03\x90\x02\x01\x12G\n" +
+	"\n" +
+	"DeleteTeam\x12\x1a.weir.v1.DeleteTeamRequest\x1a\x1b.weir.v1.DeleteTeamResponse\"\x00B\x7f\n" +
 	"\vcom.weir.v1B\bKeyProtoP\x01Z)github.com/weirhq/weir/gen/weir/v1;weirv1\xa2\x02\x03WXX\xaa\x02\aWeir.V1\xca\x02\aWeir\\V1\xe2\x02\x13Weir\\V1\\GPBMetadata\xea\x02\bWeir::V1b\x06proto3"
 
 var (
@@ -724,48 +1254,78 @@ func file_weir_v1_key_proto_rawDescGZIP() []byte {
 	return file_weir_v1_key_proto_rawDescData
 }
 
-var file_weir_v1_key_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_weir_v1_key_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_weir_v1_key_proto_goTypes = []any{
-	(*Key)(nil),                   // 0: weir.v1.Key
-	(*KeyAccount)(nil),            // 1: weir.v1.KeyAccount
-	(*CreateKeyRequest)(nil),      // 2: weir.v1.CreateKeyRequest
-	(*UpdateKeyRequest)(nil),      // 3: weir.v1.UpdateKeyRequest
-	(*UpdateKeyResponse)(nil),     // 4: weir.v1.UpdateKeyResponse
-	(*CreateKeyResponse)(nil),     // 5: weir.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),       // 6: weir.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),      // 7: weir.v1.ListKeysResponse
-	(*RevokeKeyRequest)(nil),      // 8: weir.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),     // 9: weir.v1.RevokeKeyResponse
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
-	(MeteredAccounts)(0),          // 11: weir.v1.MeteredAccounts
-	(*fieldmaskpb.FieldMask)(nil), // 12: google.protobuf.FieldMask
+	(*Team)(nil),                  // 0: weir.v1.Team
+	(*CreateTeamRequest)(nil),     // 1: weir.v1.CreateTeamRequest
+	(*CreateTeamResponse)(nil),    // 2: weir.v1.CreateTeamResponse
+	(*UpdateTeamRequest)(nil),     // 3: weir.v1.UpdateTeamRequest
+	(*UpdateTeamResponse)(nil),    // 4: weir.v1.UpdateTeamResponse
+	(*ListTeamsRequest)(nil),      // 5: weir.v1.ListTeamsRequest
+	(*ListTeamsResponse)(nil),     // 6: weir.v1.ListTeamsResponse
+	(*DeleteTeamRequest)(nil),     // 7: weir.v1.DeleteTeamRequest
+	(*DeleteTeamResponse)(nil),    // 8: weir.v1.DeleteTeamResponse
+	(*Key)(nil),                   // 9: weir.v1.Key
+	(*KeyAccount)(nil),            // 10: weir.v1.KeyAccount
+	(*CreateKeyRequest)(nil),      // 11: weir.v1.CreateKeyRequest
+	(*UpdateKeyRequest)(nil),      // 12: weir.v1.UpdateKeyRequest
+	(*UpdateKeyResponse)(nil),     // 13: weir.v1.UpdateKeyResponse
+	(*CreateKeyResponse)(nil),     // 14: weir.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),       // 15: weir.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),      // 16: weir.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),      // 17: weir.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),     // 18: weir.v1.RevokeKeyResponse
+	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
+	(*Budget)(nil),                // 20: weir.v1.Budget
+	(*BudgetLimit)(nil),           // 21: weir.v1.BudgetLimit
+	(*fieldmaskpb.FieldMask)(nil), // 22: google.protobuf.FieldMask
+	(MeteredAccounts)(0),          // 23: weir.v1.MeteredAccounts
 }
 var file_weir_v1_key_proto_depIdxs = []int32{
-	10, // 0: weir.v1.Key.created_at:type_name -> google.protobuf.Timestamp
-	10, // 1: weir.v1.Key.revoked_at:type_name -> google.protobuf.Timestamp
-	10, // 2: weir.v1.Key.last_used_at:type_name -> google.protobuf.Timestamp
-	1,  // 3: weir.v1.Key.pinned_accounts:type_name -> weir.v1.KeyAccount
-	11, // 4: weir.v1.Key.metered_accounts:type_name -> weir.v1.MeteredAccounts
-	11, // 5: weir.v1.CreateKeyRequest.metered_accounts:type_name -> weir.v1.MeteredAccounts
-	12, // 6: weir.v1.UpdateKeyRequest.update_mask:type_name -> google.protobuf.FieldMask
-	11, // 7: weir.v1.UpdateKeyRequest.metered_accounts:type_name -> weir.v1.MeteredAccounts
-	0,  // 8: weir.v1.UpdateKeyResponse.key:type_name -> weir.v1.Key
-	0,  // 9: weir.v1.CreateKeyResponse.key:type_name -> weir.v1.Key
-	0,  // 10: weir.v1.ListKeysResponse.keys:type_name -> weir.v1.Key
-	0,  // 11: weir.v1.RevokeKeyResponse.key:type_name -> weir.v1.Key
-	2,  // 12: weir.v1.KeyService.CreateKey:input_type -> weir.v1.CreateKeyRequest
-	6,  // 13: weir.v1.KeyService.ListKeys:input_type -> weir.v1.ListKeysRequest
-	8,  // 14: weir.v1.KeyService.RevokeKey:input_type -> weir.v1.RevokeKeyRequest
-	3,  // 15: weir.v1.KeyService.UpdateKey:input_type -> weir.v1.UpdateKeyRequest
-	5,  // 16: weir.v1.KeyService.CreateKey:output_type -> weir.v1.CreateKeyResponse
-	7,  // 17: weir.v1.KeyService.ListKeys:output_type -> weir.v1.ListKeysResponse
-	9,  // 18: weir.v1.KeyService.RevokeKey:output_type -> weir.v1.RevokeKeyResponse
-	4,  // 19: weir.v1.KeyService.UpdateKey:output_type -> weir.v1.UpdateKeyResponse
-	16, // [16:20] is the sub-list for method output_type
-	12, // [12:16] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	19, // 0: weir.v1.Team.created_at:type_name -> google.protobuf.Timestamp
+	20, // 1: weir.v1.Team.budgets:type_name -> weir.v1.Budget
+	21, // 2: weir.v1.CreateTeamRequest.budgets:type_name -> weir.v1.BudgetLimit
+	0,  // 3: weir.v1.CreateTeamResponse.team:type_name -> weir.v1.Team
+	22, // 4: weir.v1.UpdateTeamRequest.update_mask:type_name -> google.protobuf.FieldMask
+	21, // 5: weir.v1.UpdateTeamRequest.budgets:type_name -> weir.v1.BudgetLimit
+	0,  // 6: weir.v1.UpdateTeamResponse.team:type_name -> weir.v1.Team
+	0,  // 7: weir.v1.ListTeamsResponse.teams:type_name -> weir.v1.Team
+	19, // 8: weir.v1.Key.created_at:type_name -> google.protobuf.Timestamp
+	19, // 9: weir.v1.Key.revoked_at:type_name -> google.protobuf.Timestamp
+	19, // 10: weir.v1.Key.last_used_at:type_name -> google.protobuf.Timestamp
+	10, // 11: weir.v1.Key.pinned_accounts:type_name -> weir.v1.KeyAccount
+	23, // 12: weir.v1.Key.metered_accounts:type_name -> weir.v1.MeteredAccounts
+	20, // 13: weir.v1.Key.budgets:type_name -> weir.v1.Budget
+	23, // 14: weir.v1.CreateKeyRequest.metered_accounts:type_name -> weir.v1.MeteredAccounts
+	21, // 15: weir.v1.CreateKeyRequest.budgets:type_name -> weir.v1.BudgetLimit
+	22, // 16: weir.v1.UpdateKeyRequest.update_mask:type_name -> google.protobuf.FieldMask
+	23, // 17: weir.v1.UpdateKeyRequest.metered_accounts:type_name -> weir.v1.MeteredAccounts
+	21, // 18: weir.v1.UpdateKeyRequest.budgets:type_name -> weir.v1.BudgetLimit
+	9,  // 19: weir.v1.UpdateKeyResponse.key:type_name -> weir.v1.Key
+	9,  // 20: weir.v1.CreateKeyResponse.key:type_name -> weir.v1.Key
+	9,  // 21: weir.v1.ListKeysResponse.keys:type_name -> weir.v1.Key
+	9,  // 22: weir.v1.RevokeKeyResponse.key:type_name -> weir.v1.Key
+	11, // 23: weir.v1.KeyService.CreateKey:input_type -> weir.v1.CreateKeyRequest
+	15, // 24: weir.v1.KeyService.ListKeys:input_type -> weir.v1.ListKeysRequest
+	17, // 25: weir.v1.KeyService.RevokeKey:input_type -> weir.v1.RevokeKeyRequest
+	12, // 26: weir.v1.KeyService.UpdateKey:input_type -> weir.v1.UpdateKeyRequest
+	1,  // 27: weir.v1.KeyService.CreateTeam:input_type -> weir.v1.CreateTeamRequest
+	3,  // 28: weir.v1.KeyService.UpdateTeam:input_type -> weir.v1.UpdateTeamRequest
+	5,  // 29: weir.v1.KeyService.ListTeams:input_type -> weir.v1.ListTeamsRequest
+	7,  // 30: weir.v1.KeyService.DeleteTeam:input_type -> weir.v1.DeleteTeamRequest
+	14, // 31: weir.v1.KeyService.CreateKey:output_type -> weir.v1.CreateKeyResponse
+	16, // 32: weir.v1.KeyService.ListKeys:output_type -> weir.v1.ListKeysResponse
+	18, // 33: weir.v1.KeyService.RevokeKey:output_type -> weir.v1.RevokeKeyResponse
+	13, // 34: weir.v1.KeyService.UpdateKey:output_type -> weir.v1.UpdateKeyResponse
+	2,  // 35: weir.v1.KeyService.CreateTeam:output_type -> weir.v1.CreateTeamResponse
+	4,  // 36: weir.v1.KeyService.UpdateTeam:output_type -> weir.v1.UpdateTeamResponse
+	6,  // 37: weir.v1.KeyService.ListTeams:output_type -> weir.v1.ListTeamsResponse
+	8,  // 38: weir.v1.KeyService.DeleteTeam:output_type -> weir.v1.DeleteTeamResponse
+	31, // [31:39] is the sub-list for method output_type
+	23, // [23:31] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_key_proto_init() }
@@ -780,7 +1340,7 @@ func file_weir_v1_key_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_key_proto_rawDesc), len(file_weir_v1_key_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -41,6 +41,8 @@ const (
 	// The provider is overloaded for this model family and its breaker is
 	// open; one probe at a time goes through.
 	NoAccountReason_NO_ACCOUNT_REASON_BREAKER_OPEN NoAccountReason = 6
+	// The key, its team or its session is over a budget (NoAccount.budget).
+	NoAccountReason_NO_ACCOUNT_REASON_BUDGET_EXHAUSTED NoAccountReason = 7
 )
 
 // Enum value maps for NoAccountReason.
@@ -53,15 +55,17 @@ var (
 		4: "NO_ACCOUNT_REASON_AT_CAPACITY",
 		5: "NO_ACCOUNT_REASON_ALL_TRIED",
 		6: "NO_ACCOUNT_REASON_BREAKER_OPEN",
+		7: "NO_ACCOUNT_REASON_BUDGET_EXHAUSTED",
 	}
 	NoAccountReason_value = map[string]int32{
-		"NO_ACCOUNT_REASON_UNSPECIFIED":     0,
-		"NO_ACCOUNT_REASON_NONE_CONFIGURED": 1,
-		"NO_ACCOUNT_REASON_ALL_DISABLED":    2,
-		"NO_ACCOUNT_REASON_ALL_COOLING":     3,
-		"NO_ACCOUNT_REASON_AT_CAPACITY":     4,
-		"NO_ACCOUNT_REASON_ALL_TRIED":       5,
-		"NO_ACCOUNT_REASON_BREAKER_OPEN":    6,
+		"NO_ACCOUNT_REASON_UNSPECIFIED":      0,
+		"NO_ACCOUNT_REASON_NONE_CONFIGURED":  1,
+		"NO_ACCOUNT_REASON_ALL_DISABLED":     2,
+		"NO_ACCOUNT_REASON_ALL_COOLING":      3,
+		"NO_ACCOUNT_REASON_AT_CAPACITY":      4,
+		"NO_ACCOUNT_REASON_ALL_TRIED":        5,
+		"NO_ACCOUNT_REASON_BREAKER_OPEN":     6,
+		"NO_ACCOUNT_REASON_BUDGET_EXHAUSTED": 7,
 	}
 )
 
@@ -312,8 +316,14 @@ type VerifyKeyResponse struct {
 	// Requests per minute across every worker; 0 is no limit. A key with a
 	// limit takes a TakeRequestToken for each request.
 	RateLimitPerMinute int32 `protobuf:"varint,4,opt,name=rate_limit_per_minute,json=rateLimitPerMinute,proto3" json:"rate_limit_per_minute,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The key or its team has a budget: every request of the key asks
+	// Acquire (no lease is reused for it), carrying what the worker knows it
+	// spent and has not reported yet (AcquireRequest.unreported).
+	Budgeted bool `protobuf:"varint,5,opt,name=budgeted,proto3" json:"budgeted,omitempty"`
+	// The key's team, if any.
+	TeamId        string `protobuf:"bytes,6,opt,name=team_id,json=teamId,proto3" json:"team_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VerifyKeyResponse) Reset() {
@@ -374,6 +384,110 @@ func (x *VerifyKeyResponse) GetRateLimitPerMinute() int32 {
 	return 0
 }
 
+func (x *VerifyKeyResponse) GetBudgeted() bool {
+	if x != nil {
+		return x.Budgeted
+	}
+	return false
+}
+
+func (x *VerifyKeyResponse) GetTeamId() string {
+	if x != nil {
+		return x.TeamId
+	}
+	return ""
+}
+
+// UnreportedSpend is what a worker's finished requests of a budgeted key
+// used that the control plane has not stored yet (their route events are
+// on their way): Acquire counts it with what is stored, so that a budget
+// holds to within the requests in flight.
+type UnreportedSpend struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	KeyTokens  int64                  `protobuf:"varint,1,opt,name=key_tokens,json=keyTokens,proto3" json:"key_tokens,omitempty"`
+	KeyNanoUsd int64                  `protobuf:"varint,2,opt,name=key_nano_usd,json=keyNanoUsd,proto3" json:"key_nano_usd,omitempty"`
+	// The worker's unreported spend of every key of the key's team.
+	TeamTokens  int64 `protobuf:"varint,3,opt,name=team_tokens,json=teamTokens,proto3" json:"team_tokens,omitempty"`
+	TeamNanoUsd int64 `protobuf:"varint,4,opt,name=team_nano_usd,json=teamNanoUsd,proto3" json:"team_nano_usd,omitempty"`
+	// The request's session's.
+	SessionTokens  int64 `protobuf:"varint,5,opt,name=session_tokens,json=sessionTokens,proto3" json:"session_tokens,omitempty"`
+	SessionNanoUsd int64 `protobuf:"varint,6,opt,name=session_nano_usd,json=sessionNanoUsd,proto3" json:"session_nano_usd,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *UnreportedSpend) Reset() {
+	*x = UnreportedSpend{}
+	mi := &file_weir_v1_lease_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnreportedSpend) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnreportedSpend) ProtoMessage() {}
+
+func (x *UnreportedSpend) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnreportedSpend.ProtoReflect.Descriptor instead.
+func (*UnreportedSpend) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *UnreportedSpend) GetKeyTokens() int64 {
+	if x != nil {
+		return x.KeyTokens
+	}
+	return 0
+}
+
+func (x *UnreportedSpend) GetKeyNanoUsd() int64 {
+	if x != nil {
+		return x.KeyNanoUsd
+	}
+	return 0
+}
+
+func (x *UnreportedSpend) GetTeamTokens() int64 {
+	if x != nil {
+		return x.TeamTokens
+	}
+	return 0
+}
+
+func (x *UnreportedSpend) GetTeamNanoUsd() int64 {
+	if x != nil {
+		return x.TeamNanoUsd
+	}
+	return 0
+}
+
+func (x *UnreportedSpend) GetSessionTokens() int64 {
+	if x != nil {
+		return x.SessionTokens
+	}
+	return 0
+}
+
+func (x *UnreportedSpend) GetSessionNanoUsd() int64 {
+	if x != nil {
+		return x.SessionNanoUsd
+	}
+	return 0
+}
+
 type TakeRequestTokenRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	KeyHash       string                 `protobuf:"bytes,1,opt,name=key_hash,json=keyHash,proto3" json:"key_hash,omitempty"`
@@ -383,7 +497,7 @@ type TakeRequestTokenRequest struct {
 
 func (x *TakeRequestTokenRequest) Reset() {
 	*x = TakeRequestTokenRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[4]
+	mi := &file_weir_v1_lease_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -395,7 +509,7 @@ func (x *TakeRequestTokenRequest) String() string {
 func (*TakeRequestTokenRequest) ProtoMessage() {}
 
 func (x *TakeRequestTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[4]
+	mi := &file_weir_v1_lease_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -408,7 +522,7 @@ func (x *TakeRequestTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeRequestTokenRequest.ProtoReflect.Descriptor instead.
 func (*TakeRequestTokenRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{4}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TakeRequestTokenRequest) GetKeyHash() string {
@@ -432,7 +546,7 @@ type TakeRequestTokenResponse struct {
 
 func (x *TakeRequestTokenResponse) Reset() {
 	*x = TakeRequestTokenResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[5]
+	mi := &file_weir_v1_lease_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -444,7 +558,7 @@ func (x *TakeRequestTokenResponse) String() string {
 func (*TakeRequestTokenResponse) ProtoMessage() {}
 
 func (x *TakeRequestTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[5]
+	mi := &file_weir_v1_lease_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -457,7 +571,7 @@ func (x *TakeRequestTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeRequestTokenResponse.ProtoReflect.Descriptor instead.
 func (*TakeRequestTokenResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{5}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TakeRequestTokenResponse) GetAdmitted() bool {
@@ -493,7 +607,7 @@ type ModelNotAllowed struct {
 
 func (x *ModelNotAllowed) Reset() {
 	*x = ModelNotAllowed{}
-	mi := &file_weir_v1_lease_proto_msgTypes[6]
+	mi := &file_weir_v1_lease_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -505,7 +619,7 @@ func (x *ModelNotAllowed) String() string {
 func (*ModelNotAllowed) ProtoMessage() {}
 
 func (x *ModelNotAllowed) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[6]
+	mi := &file_weir_v1_lease_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -518,7 +632,7 @@ func (x *ModelNotAllowed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelNotAllowed.ProtoReflect.Descriptor instead.
 func (*ModelNotAllowed) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{6}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ModelNotAllowed) GetModel() string {
@@ -547,14 +661,17 @@ type AcquireRequest struct {
 	// for a request not held yet. Held requests are served in turn: a place
 	// that frees goes to the one that has waited longest (for a parked
 	// class's leader, the longest of its class).
-	WaitingSince  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=waiting_since,json=waitingSince,proto3" json:"waiting_since,omitempty"`
+	WaitingSince *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=waiting_since,json=waitingSince,proto3" json:"waiting_since,omitempty"`
+	// Set for a budgeted key (VerifyKeyResponse.budgeted): Acquire checks
+	// its budgets, its team's and its session's before leasing anything.
+	Unreported    *UnreportedSpend `protobuf:"bytes,9,opt,name=unreported,proto3" json:"unreported,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[7]
+	mi := &file_weir_v1_lease_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -566,7 +683,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[7]
+	mi := &file_weir_v1_lease_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -579,7 +696,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{7}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AcquireRequest) GetKeyHash() string {
@@ -638,6 +755,13 @@ func (x *AcquireRequest) GetWaitingSince() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *AcquireRequest) GetUnreported() *UnreportedSpend {
+	if x != nil {
+		return x.Unreported
+	}
+	return nil
+}
+
 type AcquireResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Result:
@@ -651,7 +775,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[8]
+	mi := &file_weir_v1_lease_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +787,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[8]
+	mi := &file_weir_v1_lease_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +800,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{8}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AcquireResponse) GetResult() isAcquireResponse_Result {
@@ -762,7 +886,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_weir_v1_lease_proto_msgTypes[9]
+	mi := &file_weir_v1_lease_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -774,7 +898,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[9]
+	mi := &file_weir_v1_lease_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +911,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{9}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Lease) GetId() string {
@@ -914,14 +1038,17 @@ type NoAccount struct {
 	// tried by this request and is not cooling: the worker judges those by
 	// its own attempts), none behind an open breaker: the run of the one
 	// that failed last. The worker then holds for unreachable_hold only.
-	Unreachable   *Unreachable `protobuf:"bytes,7,opt,name=unreachable,proto3" json:"unreachable,omitempty"`
+	Unreachable *Unreachable `protobuf:"bytes,7,opt,name=unreachable,proto3" json:"unreachable,omitempty"`
+	// For BUDGET_EXHAUSTED: the budget the request is over. The worker
+	// answers a final 429 naming it.
+	Budget        *BudgetBlock `protobuf:"bytes,8,opt,name=budget,proto3" json:"budget,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NoAccount) Reset() {
 	*x = NoAccount{}
-	mi := &file_weir_v1_lease_proto_msgTypes[10]
+	mi := &file_weir_v1_lease_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +1060,7 @@ func (x *NoAccount) String() string {
 func (*NoAccount) ProtoMessage() {}
 
 func (x *NoAccount) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[10]
+	mi := &file_weir_v1_lease_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1073,7 @@ func (x *NoAccount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NoAccount.ProtoReflect.Descriptor instead.
 func (*NoAccount) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{10}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NoAccount) GetReason() NoAccountReason {
@@ -998,6 +1125,13 @@ func (x *NoAccount) GetUnreachable() *Unreachable {
 	return nil
 }
 
+func (x *NoAccount) GetBudget() *BudgetBlock {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
 // QuotaBlock describes a pool out of quota for one request.
 type QuotaBlock struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1023,7 +1157,7 @@ type QuotaBlock struct {
 
 func (x *QuotaBlock) Reset() {
 	*x = QuotaBlock{}
-	mi := &file_weir_v1_lease_proto_msgTypes[11]
+	mi := &file_weir_v1_lease_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1169,7 @@ func (x *QuotaBlock) String() string {
 func (*QuotaBlock) ProtoMessage() {}
 
 func (x *QuotaBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[11]
+	mi := &file_weir_v1_lease_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1182,7 @@ func (x *QuotaBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuotaBlock.ProtoReflect.Descriptor instead.
 func (*QuotaBlock) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{11}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *QuotaBlock) GetResetsAt() *timestamppb.Timestamp {
@@ -1113,7 +1247,7 @@ type RenewBatchRequest struct {
 
 func (x *RenewBatchRequest) Reset() {
 	*x = RenewBatchRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[12]
+	mi := &file_weir_v1_lease_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1125,7 +1259,7 @@ func (x *RenewBatchRequest) String() string {
 func (*RenewBatchRequest) ProtoMessage() {}
 
 func (x *RenewBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[12]
+	mi := &file_weir_v1_lease_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +1272,7 @@ func (x *RenewBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewBatchRequest.ProtoReflect.Descriptor instead.
 func (*RenewBatchRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{12}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RenewBatchRequest) GetLeaseIds() []string {
@@ -1168,7 +1302,7 @@ type RenewBatchResponse struct {
 
 func (x *RenewBatchResponse) Reset() {
 	*x = RenewBatchResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[13]
+	mi := &file_weir_v1_lease_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1314,7 @@ func (x *RenewBatchResponse) String() string {
 func (*RenewBatchResponse) ProtoMessage() {}
 
 func (x *RenewBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[13]
+	mi := &file_weir_v1_lease_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1327,7 @@ func (x *RenewBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewBatchResponse.ProtoReflect.Descriptor instead.
 func (*RenewBatchResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{13}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RenewBatchResponse) GetRenewedLeaseIds() []string {
@@ -1257,7 +1391,7 @@ type Outcome struct {
 
 func (x *Outcome) Reset() {
 	*x = Outcome{}
-	mi := &file_weir_v1_lease_proto_msgTypes[14]
+	mi := &file_weir_v1_lease_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1269,7 +1403,7 @@ func (x *Outcome) String() string {
 func (*Outcome) ProtoMessage() {}
 
 func (x *Outcome) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[14]
+	mi := &file_weir_v1_lease_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1282,7 +1416,7 @@ func (x *Outcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Outcome.ProtoReflect.Descriptor instead.
 func (*Outcome) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{14}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Outcome) GetClass() OutcomeClass {
@@ -1398,7 +1532,7 @@ type WorkerSettingsRequest struct {
 
 func (x *WorkerSettingsRequest) Reset() {
 	*x = WorkerSettingsRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[15]
+	mi := &file_weir_v1_lease_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1544,7 @@ func (x *WorkerSettingsRequest) String() string {
 func (*WorkerSettingsRequest) ProtoMessage() {}
 
 func (x *WorkerSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[15]
+	mi := &file_weir_v1_lease_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,19 +1557,22 @@ func (x *WorkerSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSettingsRequest.ProtoReflect.Descriptor instead.
 func (*WorkerSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{15}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{16}
 }
 
 type WorkerSettingsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Settings      *Settings              `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Settings *Settings              `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	// The operator's prices (over the table workers ship): a worker prices
+	// its unreported spend of budgeted keys with them.
+	Prices        []*ModelPrice `protobuf:"bytes,2,rep,name=prices,proto3" json:"prices,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerSettingsResponse) Reset() {
 	*x = WorkerSettingsResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[16]
+	mi := &file_weir_v1_lease_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +1584,7 @@ func (x *WorkerSettingsResponse) String() string {
 func (*WorkerSettingsResponse) ProtoMessage() {}
 
 func (x *WorkerSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[16]
+	mi := &file_weir_v1_lease_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,12 +1597,19 @@ func (x *WorkerSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSettingsResponse.ProtoReflect.Descriptor instead.
 func (*WorkerSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{16}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WorkerSettingsResponse) GetSettings() *Settings {
 	if x != nil {
 		return x.Settings
+	}
+	return nil
+}
+
+func (x *WorkerSettingsResponse) GetPrices() []*ModelPrice {
+	if x != nil {
+		return x.Prices
 	}
 	return nil
 }
@@ -1480,7 +1624,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[17]
+	mi := &file_weir_v1_lease_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1636,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[17]
+	mi := &file_weir_v1_lease_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1649,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{17}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReleaseRequest) GetLeaseId() string {
@@ -1531,7 +1675,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[18]
+	mi := &file_weir_v1_lease_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1687,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[18]
+	mi := &file_weir_v1_lease_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1700,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{18}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReleaseResponse) GetDecision() *Decision {
@@ -1576,7 +1720,7 @@ type ReleaseBatchRequest struct {
 
 func (x *ReleaseBatchRequest) Reset() {
 	*x = ReleaseBatchRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[19]
+	mi := &file_weir_v1_lease_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1732,7 @@ func (x *ReleaseBatchRequest) String() string {
 func (*ReleaseBatchRequest) ProtoMessage() {}
 
 func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[19]
+	mi := &file_weir_v1_lease_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1745,7 @@ func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseBatchRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseBatchRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{19}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReleaseBatchRequest) GetItems() []*ReleaseItem {
@@ -1633,7 +1777,7 @@ type ReleaseItem struct {
 
 func (x *ReleaseItem) Reset() {
 	*x = ReleaseItem{}
-	mi := &file_weir_v1_lease_proto_msgTypes[20]
+	mi := &file_weir_v1_lease_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1645,7 +1789,7 @@ func (x *ReleaseItem) String() string {
 func (*ReleaseItem) ProtoMessage() {}
 
 func (x *ReleaseItem) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[20]
+	mi := &file_weir_v1_lease_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1658,7 +1802,7 @@ func (x *ReleaseItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseItem.ProtoReflect.Descriptor instead.
 func (*ReleaseItem) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{20}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReleaseItem) GetLeaseId() string {
@@ -1707,7 +1851,7 @@ type ReleaseBatchResponse struct {
 
 func (x *ReleaseBatchResponse) Reset() {
 	*x = ReleaseBatchResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[21]
+	mi := &file_weir_v1_lease_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +1863,7 @@ func (x *ReleaseBatchResponse) String() string {
 func (*ReleaseBatchResponse) ProtoMessage() {}
 
 func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[21]
+	mi := &file_weir_v1_lease_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +1876,7 @@ func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseBatchResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseBatchResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{21}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReleaseBatchResponse) GetMissingLeaseIds() []string {
@@ -1750,7 +1894,7 @@ type WatchPoolRequest struct {
 
 func (x *WatchPoolRequest) Reset() {
 	*x = WatchPoolRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[22]
+	mi := &file_weir_v1_lease_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1762,7 +1906,7 @@ func (x *WatchPoolRequest) String() string {
 func (*WatchPoolRequest) ProtoMessage() {}
 
 func (x *WatchPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[22]
+	mi := &file_weir_v1_lease_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1775,7 +1919,7 @@ func (x *WatchPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPoolRequest.ProtoReflect.Descriptor instead.
 func (*WatchPoolRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{22}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{23}
 }
 
 // WatchPoolResponse is one invalidation, or the stream's ready signal.
@@ -1795,7 +1939,7 @@ type WatchPoolResponse struct {
 
 func (x *WatchPoolResponse) Reset() {
 	*x = WatchPoolResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[23]
+	mi := &file_weir_v1_lease_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1807,7 +1951,7 @@ func (x *WatchPoolResponse) String() string {
 func (*WatchPoolResponse) ProtoMessage() {}
 
 func (x *WatchPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[23]
+	mi := &file_weir_v1_lease_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1820,7 +1964,7 @@ func (x *WatchPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPoolResponse.ProtoReflect.Descriptor instead.
 func (*WatchPoolResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{23}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchPoolResponse) GetReady() bool {
@@ -1912,7 +2056,7 @@ type RouteEvent struct {
 
 func (x *RouteEvent) Reset() {
 	*x = RouteEvent{}
-	mi := &file_weir_v1_lease_proto_msgTypes[24]
+	mi := &file_weir_v1_lease_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2068,7 @@ func (x *RouteEvent) String() string {
 func (*RouteEvent) ProtoMessage() {}
 
 func (x *RouteEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[24]
+	mi := &file_weir_v1_lease_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2081,7 @@ func (x *RouteEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteEvent.ProtoReflect.Descriptor instead.
 func (*RouteEvent) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{24}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RouteEvent) GetRequestId() string {
@@ -2161,7 +2305,7 @@ type AttemptRecord struct {
 
 func (x *AttemptRecord) Reset() {
 	*x = AttemptRecord{}
-	mi := &file_weir_v1_lease_proto_msgTypes[25]
+	mi := &file_weir_v1_lease_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2317,7 @@ func (x *AttemptRecord) String() string {
 func (*AttemptRecord) ProtoMessage() {}
 
 func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[25]
+	mi := &file_weir_v1_lease_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2330,7 @@ func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptRecord.ProtoReflect.Descriptor instead.
 func (*AttemptRecord) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{25}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AttemptRecord) GetAt() *durationpb.Duration {
@@ -2292,7 +2436,7 @@ type ReportRoutesRequest struct {
 
 func (x *ReportRoutesRequest) Reset() {
 	*x = ReportRoutesRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[26]
+	mi := &file_weir_v1_lease_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2304,7 +2448,7 @@ func (x *ReportRoutesRequest) String() string {
 func (*ReportRoutesRequest) ProtoMessage() {}
 
 func (x *ReportRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[26]
+	mi := &file_weir_v1_lease_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2317,7 +2461,7 @@ func (x *ReportRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRoutesRequest.ProtoReflect.Descriptor instead.
 func (*ReportRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{26}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReportRoutesRequest) GetEvents() []*RouteEvent {
@@ -2365,7 +2509,7 @@ type RefusalCount struct {
 
 func (x *RefusalCount) Reset() {
 	*x = RefusalCount{}
-	mi := &file_weir_v1_lease_proto_msgTypes[27]
+	mi := &file_weir_v1_lease_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2377,7 +2521,7 @@ func (x *RefusalCount) String() string {
 func (*RefusalCount) ProtoMessage() {}
 
 func (x *RefusalCount) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[27]
+	mi := &file_weir_v1_lease_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2390,7 +2534,7 @@ func (x *RefusalCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefusalCount.ProtoReflect.Descriptor instead.
 func (*RefusalCount) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{27}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RefusalCount) GetWorkerId() string {
@@ -2436,7 +2580,7 @@ type ReportRoutesResponse struct {
 
 func (x *ReportRoutesResponse) Reset() {
 	*x = ReportRoutesResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[28]
+	mi := &file_weir_v1_lease_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2448,7 +2592,7 @@ func (x *ReportRoutesResponse) String() string {
 func (*ReportRoutesResponse) ProtoMessage() {}
 
 func (x *ReportRoutesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[28]
+	mi := &file_weir_v1_lease_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2461,14 +2605,14 @@ func (x *ReportRoutesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRoutesResponse.ProtoReflect.Descriptor instead.
 func (*ReportRoutesResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{28}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{29}
 }
 
 var File_weir_v1_lease_proto protoreflect.FileDescriptor
 
 const file_weir_v1_lease_proto_rawDesc = "" +
 	"\n" +
-	"\x13weir/v1/lease.proto\x12\aweir.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"o\n" +
+	"\x13weir/v1/lease.proto\x12\aweir.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\x1a\x13weir/v1/usage.proto\"o\n" +
 	"\x10PoolQuotaRequest\x12\x19\n" +
 	"\bkey_hash\x18\x01 \x01(\tR\akeyHash\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12*\n" +
@@ -2478,12 +2622,24 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"quotaBlock\x12J\n" +
 	"\x13quota_response_mode\x18\x02 \x01(\x0e2\x1a.weir.v1.QuotaResponseModeR\x11quotaResponseMode\"-\n" +
 	"\x10VerifyKeyRequest\x12\x19\n" +
-	"\bkey_hash\x18\x01 \x01(\tR\akeyHash\"\x9f\x01\n" +
+	"\bkey_hash\x18\x01 \x01(\tR\akeyHash\"\xd4\x01\n" +
 	"\x11VerifyKeyResponse\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x19\n" +
 	"\bkey_name\x18\x02 \x01(\tR\akeyName\x12%\n" +
 	"\x0eallowed_models\x18\x03 \x03(\tR\rallowedModels\x121\n" +
-	"\x15rate_limit_per_minute\x18\x04 \x01(\x05R\x12rateLimitPerMinute\"4\n" +
+	"\x15rate_limit_per_minute\x18\x04 \x01(\x05R\x12rateLimitPerMinute\x12\x1a\n" +
+	"\bbudgeted\x18\x05 \x01(\bR\bbudgeted\x12\x17\n" +
+	"\ateam_id\x18\x06 \x01(\tR\x06teamId\"\xe8\x01\n" +
+	"\x0fUnreportedSpend\x12\x1d\n" +
+	"\n" +
+	"key_tokens\x18\x01 \x01(\x03R\tkeyTokens\x12 \n" +
+	"\fkey_nano_usd\x18\x02 \x01(\x03R\n" +
+	"keyNanoUsd\x12\x1f\n" +
+	"\vteam_tokens\x18\x03 \x01(\x03R\n" +
+	"teamTokens\x12\"\n" +
+	"\rteam_nano_usd\x18\x04 \x01(\x03R\vteamNanoUsd\x12%\n" +
+	"\x0esession_tokens\x18\x05 \x01(\x03R\rsessionTokens\x12(\n" +
+	"\x10session_nano_usd\x18\x06 \x01(\x03R\x0esessionNanoUsd\"4\n" +
 	"\x17TakeRequestTokenRequest\x12\x19\n" +
 	"\bkey_hash\x18\x01 \x01(\tR\akeyHash\"\xa5\x01\n" +
 	"\x18TakeRequestTokenResponse\x12\x1a\n" +
@@ -2492,7 +2648,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"retryAfter\x121\n" +
 	"\x15rate_limit_per_minute\x18\x03 \x01(\x05R\x12rateLimitPerMinute\"'\n" +
 	"\x0fModelNotAllowed\x12\x14\n" +
-	"\x05model\x18\x01 \x01(\tR\x05model\"\xca\x02\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\"\x84\x03\n" +
 	"\x0eAcquireRequest\x12\x19\n" +
 	"\bkey_hash\x18\x01 \x01(\tR\akeyHash\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1f\n" +
@@ -2503,7 +2659,10 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x12*\n" +
 	"\x11prefer_account_id\x18\x06 \x01(\tR\x0fpreferAccountId\x12*\n" +
 	"\asurface\x18\a \x01(\x0e2\x10.weir.v1.SurfaceR\asurface\x12?\n" +
-	"\rwaiting_since\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\fwaitingSince\"x\n" +
+	"\rwaiting_since\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\fwaitingSince\x128\n" +
+	"\n" +
+	"unreported\x18\t \x01(\v2\x18.weir.v1.UnreportedSpendR\n" +
+	"unreported\"x\n" +
 	"\x0fAcquireResponse\x12&\n" +
 	"\x05lease\x18\x01 \x01(\v2\x0e.weir.v1.LeaseH\x00R\x05lease\x123\n" +
 	"\n" +
@@ -2529,7 +2688,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\vreuse_until\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"reuseUntil\x12\x14\n" +
 	"\x05probe\x18\r \x01(\bR\x05probe\x12,\n" +
-	"\x12spilled_to_metered\x18\x0e \x01(\bR\x10spilledToMetered\"\xe6\x02\n" +
+	"\x12spilled_to_metered\x18\x0e \x01(\bR\x10spilledToMetered\"\x94\x03\n" +
 	"\tNoAccount\x120\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x18.weir.v1.NoAccountReasonR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x125\n" +
@@ -2538,7 +2697,8 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\vquota_block\x18\x05 \x01(\v2\x13.weir.v1.QuotaBlockR\n" +
 	"quotaBlock\x12J\n" +
 	"\x13quota_response_mode\x18\x06 \x01(\x0e2\x1a.weir.v1.QuotaResponseModeR\x11quotaResponseMode\x126\n" +
-	"\vunreachable\x18\a \x01(\v2\x14.weir.v1.UnreachableR\vunreachable\"\xc5\x02\n" +
+	"\vunreachable\x18\a \x01(\v2\x14.weir.v1.UnreachableR\vunreachable\x12,\n" +
+	"\x06budget\x18\b \x01(\v2\x14.weir.v1.BudgetBlockR\x06budget\"\xc5\x02\n" +
 	"\n" +
 	"QuotaBlock\x127\n" +
 	"\tresets_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\bresetsAt\x12%\n" +
@@ -2577,9 +2737,10 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x05\x10\x06J\x04\b\x06\x10\aR\finput_tokensR\routput_tokens\"\x17\n" +
-	"\x15WorkerSettingsRequest\"G\n" +
+	"\x15WorkerSettingsRequest\"t\n" +
 	"\x16WorkerSettingsResponse\x12-\n" +
-	"\bsettings\x18\x01 \x01(\v2\x11.weir.v1.SettingsR\bsettings\"W\n" +
+	"\bsettings\x18\x01 \x01(\v2\x11.weir.v1.SettingsR\bsettings\x12+\n" +
+	"\x06prices\x18\x02 \x03(\v2\x13.weir.v1.ModelPriceR\x06prices\"W\n" +
 	"\x0eReleaseRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12*\n" +
 	"\aoutcome\x18\x02 \x01(\v2\x10.weir.v1.OutcomeR\aoutcome\"@\n" +
@@ -2669,7 +2830,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12A\n" +
 	"\x0einterval_start\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\rintervalStart\x12\x14\n" +
 	"\x05count\x18\x05 \x01(\x03R\x05count\"\x16\n" +
-	"\x14ReportRoutesResponse*\x8a\x02\n" +
+	"\x14ReportRoutesResponse*\xb2\x02\n" +
 	"\x0fNoAccountReason\x12!\n" +
 	"\x1dNO_ACCOUNT_REASON_UNSPECIFIED\x10\x00\x12%\n" +
 	"!NO_ACCOUNT_REASON_NONE_CONFIGURED\x10\x01\x12\"\n" +
@@ -2677,7 +2838,8 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x1dNO_ACCOUNT_REASON_ALL_COOLING\x10\x03\x12!\n" +
 	"\x1dNO_ACCOUNT_REASON_AT_CAPACITY\x10\x04\x12\x1f\n" +
 	"\x1bNO_ACCOUNT_REASON_ALL_TRIED\x10\x05\x12\"\n" +
-	"\x1eNO_ACCOUNT_REASON_BREAKER_OPEN\x10\x06*n\n" +
+	"\x1eNO_ACCOUNT_REASON_BREAKER_OPEN\x10\x06\x12&\n" +
+	"\"NO_ACCOUNT_REASON_BUDGET_EXHAUSTED\x10\a*n\n" +
 	"\fFailureStage\x12\x1d\n" +
 	"\x19FAILURE_STAGE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bFAILURE_STAGE_BEFORE_OUTPUT\x10\x01\x12\x1e\n" +
@@ -2710,7 +2872,7 @@ func file_weir_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_weir_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_weir_v1_lease_proto_goTypes = []any{
 	(NoAccountReason)(0),             // 0: weir.v1.NoAccountReason
 	(FailureStage)(0),                // 1: weir.v1.FailureStage
@@ -2718,128 +2880,134 @@ var file_weir_v1_lease_proto_goTypes = []any{
 	(*PoolQuotaResponse)(nil),        // 3: weir.v1.PoolQuotaResponse
 	(*VerifyKeyRequest)(nil),         // 4: weir.v1.VerifyKeyRequest
 	(*VerifyKeyResponse)(nil),        // 5: weir.v1.VerifyKeyResponse
-	(*TakeRequestTokenRequest)(nil),  // 6: weir.v1.TakeRequestTokenRequest
-	(*TakeRequestTokenResponse)(nil), // 7: weir.v1.TakeRequestTokenResponse
-	(*ModelNotAllowed)(nil),          // 8: weir.v1.ModelNotAllowed
-	(*AcquireRequest)(nil),           // 9: weir.v1.AcquireRequest
-	(*AcquireResponse)(nil),          // 10: weir.v1.AcquireResponse
-	(*Lease)(nil),                    // 11: weir.v1.Lease
-	(*NoAccount)(nil),                // 12: weir.v1.NoAccount
-	(*QuotaBlock)(nil),               // 13: weir.v1.QuotaBlock
-	(*RenewBatchRequest)(nil),        // 14: weir.v1.RenewBatchRequest
-	(*RenewBatchResponse)(nil),       // 15: weir.v1.RenewBatchResponse
-	(*Outcome)(nil),                  // 16: weir.v1.Outcome
-	(*WorkerSettingsRequest)(nil),    // 17: weir.v1.WorkerSettingsRequest
-	(*WorkerSettingsResponse)(nil),   // 18: weir.v1.WorkerSettingsResponse
-	(*ReleaseRequest)(nil),           // 19: weir.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),          // 20: weir.v1.ReleaseResponse
-	(*ReleaseBatchRequest)(nil),      // 21: weir.v1.ReleaseBatchRequest
-	(*ReleaseItem)(nil),              // 22: weir.v1.ReleaseItem
-	(*ReleaseBatchResponse)(nil),     // 23: weir.v1.ReleaseBatchResponse
-	(*WatchPoolRequest)(nil),         // 24: weir.v1.WatchPoolRequest
-	(*WatchPoolResponse)(nil),        // 25: weir.v1.WatchPoolResponse
-	(*RouteEvent)(nil),               // 26: weir.v1.RouteEvent
-	(*AttemptRecord)(nil),            // 27: weir.v1.AttemptRecord
-	(*ReportRoutesRequest)(nil),      // 28: weir.v1.ReportRoutesRequest
-	(*RefusalCount)(nil),             // 29: weir.v1.RefusalCount
-	(*ReportRoutesResponse)(nil),     // 30: weir.v1.ReportRoutesResponse
-	nil,                              // 31: weir.v1.Outcome.HeadersEntry
-	(Surface)(0),                     // 32: weir.v1.Surface
-	(QuotaResponseMode)(0),           // 33: weir.v1.QuotaResponseMode
-	(*durationpb.Duration)(nil),      // 34: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 35: google.protobuf.Timestamp
-	(Provider)(0),                    // 36: weir.v1.Provider
-	(AuthKind)(0),                    // 37: weir.v1.AuthKind
-	(*Unreachable)(nil),              // 38: weir.v1.Unreachable
-	(QuotaKind)(0),                   // 39: weir.v1.QuotaKind
-	(OutcomeClass)(0),                // 40: weir.v1.OutcomeClass
-	(*QuotaEvidence)(nil),            // 41: weir.v1.QuotaEvidence
-	(TransportCause)(0),              // 42: weir.v1.TransportCause
-	(*TokenUsage)(nil),               // 43: weir.v1.TokenUsage
-	(*Settings)(nil),                 // 44: weir.v1.Settings
-	(*Decision)(nil),                 // 45: weir.v1.Decision
-	(Action)(0),                      // 46: weir.v1.Action
+	(*UnreportedSpend)(nil),          // 6: weir.v1.UnreportedSpend
+	(*TakeRequestTokenRequest)(nil),  // 7: weir.v1.TakeRequestTokenRequest
+	(*TakeRequestTokenResponse)(nil), // 8: weir.v1.TakeRequestTokenResponse
+	(*ModelNotAllowed)(nil),          // 9: weir.v1.ModelNotAllowed
+	(*AcquireRequest)(nil),           // 10: weir.v1.AcquireRequest
+	(*AcquireResponse)(nil),          // 11: weir.v1.AcquireResponse
+	(*Lease)(nil),                    // 12: weir.v1.Lease
+	(*NoAccount)(nil),                // 13: weir.v1.NoAccount
+	(*QuotaBlock)(nil),               // 14: weir.v1.QuotaBlock
+	(*RenewBatchRequest)(nil),        // 15: weir.v1.RenewBatchRequest
+	(*RenewBatchResponse)(nil),       // 16: weir.v1.RenewBatchResponse
+	(*Outcome)(nil),                  // 17: weir.v1.Outcome
+	(*WorkerSettingsRequest)(nil),    // 18: weir.v1.WorkerSettingsRequest
+	(*WorkerSettingsResponse)(nil),   // 19: weir.v1.WorkerSettingsResponse
+	(*ReleaseRequest)(nil),           // 20: weir.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 21: weir.v1.ReleaseResponse
+	(*ReleaseBatchRequest)(nil),      // 22: weir.v1.ReleaseBatchRequest
+	(*ReleaseItem)(nil),              // 23: weir.v1.ReleaseItem
+	(*ReleaseBatchResponse)(nil),     // 24: weir.v1.ReleaseBatchResponse
+	(*WatchPoolRequest)(nil),         // 25: weir.v1.WatchPoolRequest
+	(*WatchPoolResponse)(nil),        // 26: weir.v1.WatchPoolResponse
+	(*RouteEvent)(nil),               // 27: weir.v1.RouteEvent
+	(*AttemptRecord)(nil),            // 28: weir.v1.AttemptRecord
+	(*ReportRoutesRequest)(nil),      // 29: weir.v1.ReportRoutesRequest
+	(*RefusalCount)(nil),             // 30: weir.v1.RefusalCount
+	(*ReportRoutesResponse)(nil),     // 31: weir.v1.ReportRoutesResponse
+	nil,                              // 32: weir.v1.Outcome.HeadersEntry
+	(Surface)(0),                     // 33: weir.v1.Surface
+	(QuotaResponseMode)(0),           // 34: weir.v1.QuotaResponseMode
+	(*durationpb.Duration)(nil),      // 35: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 36: google.protobuf.Timestamp
+	(Provider)(0),                    // 37: weir.v1.Provider
+	(AuthKind)(0),                    // 38: weir.v1.AuthKind
+	(*Unreachable)(nil),              // 39: weir.v1.Unreachable
+	(*BudgetBlock)(nil),              // 40: weir.v1.BudgetBlock
+	(QuotaKind)(0),                   // 41: weir.v1.QuotaKind
+	(OutcomeClass)(0),                // 42: weir.v1.OutcomeClass
+	(*QuotaEvidence)(nil),            // 43: weir.v1.QuotaEvidence
+	(TransportCause)(0),              // 44: weir.v1.TransportCause
+	(*TokenUsage)(nil),               // 45: weir.v1.TokenUsage
+	(*Settings)(nil),                 // 46: weir.v1.Settings
+	(*ModelPrice)(nil),               // 47: weir.v1.ModelPrice
+	(*Decision)(nil),                 // 48: weir.v1.Decision
+	(Action)(0),                      // 49: weir.v1.Action
 }
 var file_weir_v1_lease_proto_depIdxs = []int32{
-	32, // 0: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
-	13, // 1: weir.v1.PoolQuotaResponse.quota_block:type_name -> weir.v1.QuotaBlock
-	33, // 2: weir.v1.PoolQuotaResponse.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	34, // 3: weir.v1.TakeRequestTokenResponse.retry_after:type_name -> google.protobuf.Duration
-	32, // 4: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
-	35, // 5: weir.v1.AcquireRequest.waiting_since:type_name -> google.protobuf.Timestamp
-	11, // 6: weir.v1.AcquireResponse.lease:type_name -> weir.v1.Lease
-	12, // 7: weir.v1.AcquireResponse.no_account:type_name -> weir.v1.NoAccount
-	36, // 8: weir.v1.Lease.provider:type_name -> weir.v1.Provider
-	37, // 9: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
-	35, // 10: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	34, // 11: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	35, // 12: weir.v1.Lease.reuse_until:type_name -> google.protobuf.Timestamp
-	0,  // 13: weir.v1.NoAccount.reason:type_name -> weir.v1.NoAccountReason
-	35, // 14: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
-	13, // 15: weir.v1.NoAccount.quota_block:type_name -> weir.v1.QuotaBlock
-	33, // 16: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	38, // 17: weir.v1.NoAccount.unreachable:type_name -> weir.v1.Unreachable
-	35, // 18: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
-	36, // 19: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
-	39, // 20: weir.v1.QuotaBlock.kind:type_name -> weir.v1.QuotaKind
-	35, // 21: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
-	40, // 22: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
-	31, // 23: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
-	34, // 24: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
-	34, // 25: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
-	41, // 26: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
-	34, // 27: weir.v1.Outcome.delay:type_name -> google.protobuf.Duration
-	42, // 28: weir.v1.Outcome.transport_cause:type_name -> weir.v1.TransportCause
-	43, // 29: weir.v1.Outcome.usage:type_name -> weir.v1.TokenUsage
-	44, // 30: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
-	16, // 31: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
-	45, // 32: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
-	22, // 33: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
-	16, // 34: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
-	35, // 35: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
-	34, // 36: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
-	34, // 37: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
-	35, // 38: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
-	34, // 39: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
-	1,  // 40: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
-	27, // 41: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
-	35, // 42: weir.v1.RouteEvent.held_since:type_name -> google.protobuf.Timestamp
-	35, // 43: weir.v1.RouteEvent.next_try_at:type_name -> google.protobuf.Timestamp
-	43, // 44: weir.v1.RouteEvent.usage:type_name -> weir.v1.TokenUsage
-	34, // 45: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
-	40, // 46: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
-	46, // 47: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
-	34, // 48: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
-	42, // 49: weir.v1.AttemptRecord.transport_cause:type_name -> weir.v1.TransportCause
-	43, // 50: weir.v1.AttemptRecord.usage:type_name -> weir.v1.TokenUsage
-	26, // 51: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
-	29, // 52: weir.v1.ReportRoutesRequest.refusals:type_name -> weir.v1.RefusalCount
-	35, // 53: weir.v1.RefusalCount.interval_start:type_name -> google.protobuf.Timestamp
-	4,  // 54: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
-	6,  // 55: weir.v1.LeaseService.TakeRequestToken:input_type -> weir.v1.TakeRequestTokenRequest
-	9,  // 56: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
-	17, // 57: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
-	14, // 58: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
-	19, // 59: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
-	21, // 60: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
-	24, // 61: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
-	28, // 62: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
-	2,  // 63: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
-	5,  // 64: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
-	7,  // 65: weir.v1.LeaseService.TakeRequestToken:output_type -> weir.v1.TakeRequestTokenResponse
-	10, // 66: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
-	18, // 67: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
-	15, // 68: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
-	20, // 69: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
-	23, // 70: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
-	25, // 71: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
-	30, // 72: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
-	3,  // 73: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
-	64, // [64:74] is the sub-list for method output_type
-	54, // [54:64] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	33, // 0: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
+	14, // 1: weir.v1.PoolQuotaResponse.quota_block:type_name -> weir.v1.QuotaBlock
+	34, // 2: weir.v1.PoolQuotaResponse.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	35, // 3: weir.v1.TakeRequestTokenResponse.retry_after:type_name -> google.protobuf.Duration
+	33, // 4: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
+	36, // 5: weir.v1.AcquireRequest.waiting_since:type_name -> google.protobuf.Timestamp
+	6,  // 6: weir.v1.AcquireRequest.unreported:type_name -> weir.v1.UnreportedSpend
+	12, // 7: weir.v1.AcquireResponse.lease:type_name -> weir.v1.Lease
+	13, // 8: weir.v1.AcquireResponse.no_account:type_name -> weir.v1.NoAccount
+	37, // 9: weir.v1.Lease.provider:type_name -> weir.v1.Provider
+	38, // 10: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
+	36, // 11: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	35, // 12: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	36, // 13: weir.v1.Lease.reuse_until:type_name -> google.protobuf.Timestamp
+	0,  // 14: weir.v1.NoAccount.reason:type_name -> weir.v1.NoAccountReason
+	36, // 15: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
+	14, // 16: weir.v1.NoAccount.quota_block:type_name -> weir.v1.QuotaBlock
+	34, // 17: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	39, // 18: weir.v1.NoAccount.unreachable:type_name -> weir.v1.Unreachable
+	40, // 19: weir.v1.NoAccount.budget:type_name -> weir.v1.BudgetBlock
+	36, // 20: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
+	37, // 21: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
+	41, // 22: weir.v1.QuotaBlock.kind:type_name -> weir.v1.QuotaKind
+	36, // 23: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
+	42, // 24: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
+	32, // 25: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
+	35, // 26: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
+	35, // 27: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
+	43, // 28: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
+	35, // 29: weir.v1.Outcome.delay:type_name -> google.protobuf.Duration
+	44, // 30: weir.v1.Outcome.transport_cause:type_name -> weir.v1.TransportCause
+	45, // 31: weir.v1.Outcome.usage:type_name -> weir.v1.TokenUsage
+	46, // 32: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
+	47, // 33: weir.v1.WorkerSettingsResponse.prices:type_name -> weir.v1.ModelPrice
+	17, // 34: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
+	48, // 35: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
+	23, // 36: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
+	17, // 37: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
+	36, // 38: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
+	35, // 39: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
+	35, // 40: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
+	36, // 41: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
+	35, // 42: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
+	1,  // 43: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
+	28, // 44: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
+	36, // 45: weir.v1.RouteEvent.held_since:type_name -> google.protobuf.Timestamp
+	36, // 46: weir.v1.RouteEvent.next_try_at:type_name -> google.protobuf.Timestamp
+	45, // 47: weir.v1.RouteEvent.usage:type_name -> weir.v1.TokenUsage
+	35, // 48: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
+	42, // 49: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
+	49, // 50: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
+	35, // 51: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
+	44, // 52: weir.v1.AttemptRecord.transport_cause:type_name -> weir.v1.TransportCause
+	45, // 53: weir.v1.AttemptRecord.usage:type_name -> weir.v1.TokenUsage
+	27, // 54: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
+	30, // 55: weir.v1.ReportRoutesRequest.refusals:type_name -> weir.v1.RefusalCount
+	36, // 56: weir.v1.RefusalCount.interval_start:type_name -> google.protobuf.Timestamp
+	4,  // 57: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
+	7,  // 58: weir.v1.LeaseService.TakeRequestToken:input_type -> weir.v1.TakeRequestTokenRequest
+	10, // 59: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
+	18, // 60: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
+	15, // 61: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
+	20, // 62: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
+	22, // 63: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
+	25, // 64: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
+	29, // 65: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
+	2,  // 66: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
+	5,  // 67: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
+	8,  // 68: weir.v1.LeaseService.TakeRequestToken:output_type -> weir.v1.TakeRequestTokenResponse
+	11, // 69: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
+	19, // 70: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
+	16, // 71: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
+	21, // 72: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
+	24, // 73: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
+	26, // 74: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
+	31, // 75: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
+	3,  // 76: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
+	67, // [67:77] is the sub-list for method output_type
+	57, // [57:67] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_lease_proto_init() }
@@ -2848,7 +3016,8 @@ func file_weir_v1_lease_proto_init() {
 		return
 	}
 	file_weir_v1_types_proto_init()
-	file_weir_v1_lease_proto_msgTypes[8].OneofWrappers = []any{
+	file_weir_v1_usage_proto_init()
+	file_weir_v1_lease_proto_msgTypes[9].OneofWrappers = []any{
 		(*AcquireResponse_Lease)(nil),
 		(*AcquireResponse_NoAccount)(nil),
 	}
@@ -2858,7 +3027,7 @@ func file_weir_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_lease_proto_rawDesc), len(file_weir_v1_lease_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   30,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -725,6 +725,116 @@ func (Action) EnumDescriptor() ([]byte, []int) {
 	return file_weir_v1_types_proto_rawDescGZIP(), []int{10}
 }
 
+// BudgetUnit is what a budget counts: tokens (every token the upstream
+// reported: input, output, cache reads and writes) or US dollars at
+// API-equivalent prices.
+type BudgetUnit int32
+
+const (
+	BudgetUnit_BUDGET_UNIT_UNSPECIFIED BudgetUnit = 0
+	BudgetUnit_BUDGET_UNIT_TOKENS      BudgetUnit = 1
+	BudgetUnit_BUDGET_UNIT_USD         BudgetUnit = 2
+)
+
+// Enum value maps for BudgetUnit.
+var (
+	BudgetUnit_name = map[int32]string{
+		0: "BUDGET_UNIT_UNSPECIFIED",
+		1: "BUDGET_UNIT_TOKENS",
+		2: "BUDGET_UNIT_USD",
+	}
+	BudgetUnit_value = map[string]int32{
+		"BUDGET_UNIT_UNSPECIFIED": 0,
+		"BUDGET_UNIT_TOKENS":      1,
+		"BUDGET_UNIT_USD":         2,
+	}
+)
+
+func (x BudgetUnit) Enum() *BudgetUnit {
+	p := new(BudgetUnit)
+	*p = x
+	return p
+}
+
+func (x BudgetUnit) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BudgetUnit) Descriptor() protoreflect.EnumDescriptor {
+	return file_weir_v1_types_proto_enumTypes[11].Descriptor()
+}
+
+func (BudgetUnit) Type() protoreflect.EnumType {
+	return &file_weir_v1_types_proto_enumTypes[11]
+}
+
+func (x BudgetUnit) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BudgetUnit.Descriptor instead.
+func (BudgetUnit) EnumDescriptor() ([]byte, []int) {
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{11}
+}
+
+// BudgetPeriod is when a budget starts again: each calendar day, week
+// (from Monday) or month in the budget_time_zone setting's zone, or never
+// for SESSION (a cap on each agent session, for a runaway loop).
+type BudgetPeriod int32
+
+const (
+	BudgetPeriod_BUDGET_PERIOD_UNSPECIFIED BudgetPeriod = 0
+	BudgetPeriod_BUDGET_PERIOD_DAY         BudgetPeriod = 1
+	BudgetPeriod_BUDGET_PERIOD_WEEK        BudgetPeriod = 2
+	BudgetPeriod_BUDGET_PERIOD_MONTH       BudgetPeriod = 3
+	BudgetPeriod_BUDGET_PERIOD_SESSION     BudgetPeriod = 4
+)
+
+// Enum value maps for BudgetPeriod.
+var (
+	BudgetPeriod_name = map[int32]string{
+		0: "BUDGET_PERIOD_UNSPECIFIED",
+		1: "BUDGET_PERIOD_DAY",
+		2: "BUDGET_PERIOD_WEEK",
+		3: "BUDGET_PERIOD_MONTH",
+		4: "BUDGET_PERIOD_SESSION",
+	}
+	BudgetPeriod_value = map[string]int32{
+		"BUDGET_PERIOD_UNSPECIFIED": 0,
+		"BUDGET_PERIOD_DAY":         1,
+		"BUDGET_PERIOD_WEEK":        2,
+		"BUDGET_PERIOD_MONTH":       3,
+		"BUDGET_PERIOD_SESSION":     4,
+	}
+)
+
+func (x BudgetPeriod) Enum() *BudgetPeriod {
+	p := new(BudgetPeriod)
+	*p = x
+	return p
+}
+
+func (x BudgetPeriod) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BudgetPeriod) Descriptor() protoreflect.EnumDescriptor {
+	return file_weir_v1_types_proto_enumTypes[12].Descriptor()
+}
+
+func (BudgetPeriod) Type() protoreflect.EnumType {
+	return &file_weir_v1_types_proto_enumTypes[12]
+}
+
+func (x BudgetPeriod) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BudgetPeriod.Descriptor instead.
+func (BudgetPeriod) EnumDescriptor() ([]byte, []int) {
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{12}
+}
+
 // QuotaEvidence is what an upstream said about a spent quota.
 type QuotaEvidence struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1360,6 +1470,231 @@ func (x *TokenUsage) GetReasoningTokens() int64 {
 	return 0
 }
 
+// BudgetLimit is a budget as an operator sets it.
+type BudgetLimit struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Unit   BudgetUnit             `protobuf:"varint,1,opt,name=unit,proto3,enum=weir.v1.BudgetUnit" json:"unit,omitempty"`
+	Period BudgetPeriod           `protobuf:"varint,2,opt,name=period,proto3,enum=weir.v1.BudgetPeriod" json:"period,omitempty"`
+	// Tokens, or dollars; more than zero.
+	Amount        float64 `protobuf:"fixed64,3,opt,name=amount,proto3" json:"amount,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BudgetLimit) Reset() {
+	*x = BudgetLimit{}
+	mi := &file_weir_v1_types_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BudgetLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BudgetLimit) ProtoMessage() {}
+
+func (x *BudgetLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_types_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BudgetLimit.ProtoReflect.Descriptor instead.
+func (*BudgetLimit) Descriptor() ([]byte, []int) {
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *BudgetLimit) GetUnit() BudgetUnit {
+	if x != nil {
+		return x.Unit
+	}
+	return BudgetUnit_BUDGET_UNIT_UNSPECIFIED
+}
+
+func (x *BudgetLimit) GetPeriod() BudgetPeriod {
+	if x != nil {
+		return x.Period
+	}
+	return BudgetPeriod_BUDGET_PERIOD_UNSPECIFIED
+}
+
+func (x *BudgetLimit) GetAmount() float64 {
+	if x != nil {
+		return x.Amount
+	}
+	return 0
+}
+
+// Budget is a key's or a team's budget and where it stands now.
+type Budget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key or team.
+	Scope string `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	// The key's or the team's name.
+	ScopeName string       `protobuf:"bytes,2,opt,name=scope_name,json=scopeName,proto3" json:"scope_name,omitempty"`
+	Limit     *BudgetLimit `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Spent in the current period (for a session cap: unset, see
+	// BudgetBlock), in the limit's unit.
+	Spent float64 `protobuf:"fixed64,4,opt,name=spent,proto3" json:"spent,omitempty"`
+	// When the current period ends; unset for a session cap.
+	ResetsAt      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=resets_at,json=resetsAt,proto3" json:"resets_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Budget) Reset() {
+	*x = Budget{}
+	mi := &file_weir_v1_types_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Budget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Budget) ProtoMessage() {}
+
+func (x *Budget) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_types_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Budget.ProtoReflect.Descriptor instead.
+func (*Budget) Descriptor() ([]byte, []int) {
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Budget) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *Budget) GetScopeName() string {
+	if x != nil {
+		return x.ScopeName
+	}
+	return ""
+}
+
+func (x *Budget) GetLimit() *BudgetLimit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+func (x *Budget) GetSpent() float64 {
+	if x != nil {
+		return x.Spent
+	}
+	return 0
+}
+
+func (x *Budget) GetResetsAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResetsAt
+	}
+	return nil
+}
+
+// BudgetBlock is the budget a request is over.
+type BudgetBlock struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key, team or session.
+	Scope string `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	// The key's or the team's name (for a session, the key's).
+	ScopeName string       `protobuf:"bytes,2,opt,name=scope_name,json=scopeName,proto3" json:"scope_name,omitempty"`
+	Limit     *BudgetLimit `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Spent     float64      `protobuf:"fixed64,4,opt,name=spent,proto3" json:"spent,omitempty"`
+	// When it resets; unset for a session cap (a new session starts
+	// afresh).
+	ResetsAt      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=resets_at,json=resetsAt,proto3" json:"resets_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BudgetBlock) Reset() {
+	*x = BudgetBlock{}
+	mi := &file_weir_v1_types_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BudgetBlock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BudgetBlock) ProtoMessage() {}
+
+func (x *BudgetBlock) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_types_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BudgetBlock.ProtoReflect.Descriptor instead.
+func (*BudgetBlock) Descriptor() ([]byte, []int) {
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *BudgetBlock) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *BudgetBlock) GetScopeName() string {
+	if x != nil {
+		return x.ScopeName
+	}
+	return ""
+}
+
+func (x *BudgetBlock) GetLimit() *BudgetLimit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+func (x *BudgetBlock) GetSpent() float64 {
+	if x != nil {
+		return x.Spent
+	}
+	return 0
+}
+
+func (x *BudgetBlock) GetResetsAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResetsAt
+	}
+	return nil
+}
+
 var File_weir_v1_types_proto protoreflect.FileDescriptor
 
 const file_weir_v1_types_proto_rawDesc = "" +
@@ -1418,7 +1753,25 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\x12*\n" +
 	"\x11cache_read_tokens\x18\x03 \x01(\x03R\x0fcacheReadTokens\x122\n" +
 	"\x15cache_creation_tokens\x18\x04 \x01(\x03R\x13cacheCreationTokens\x12)\n" +
-	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens*e\n" +
+	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\"}\n" +
+	"\vBudgetLimit\x12'\n" +
+	"\x04unit\x18\x01 \x01(\x0e2\x13.weir.v1.BudgetUnitR\x04unit\x12-\n" +
+	"\x06period\x18\x02 \x01(\x0e2\x15.weir.v1.BudgetPeriodR\x06period\x12\x16\n" +
+	"\x06amount\x18\x03 \x01(\x01R\x06amount\"\xb8\x01\n" +
+	"\x06Budget\x12\x14\n" +
+	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x1d\n" +
+	"\n" +
+	"scope_name\x18\x02 \x01(\tR\tscopeName\x12*\n" +
+	"\x05limit\x18\x03 \x01(\v2\x14.weir.v1.BudgetLimitR\x05limit\x12\x14\n" +
+	"\x05spent\x18\x04 \x01(\x01R\x05spent\x127\n" +
+	"\tresets_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bresetsAt\"\xbd\x01\n" +
+	"\vBudgetBlock\x12\x14\n" +
+	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x1d\n" +
+	"\n" +
+	"scope_name\x18\x02 \x01(\tR\tscopeName\x12*\n" +
+	"\x05limit\x18\x03 \x01(\v2\x14.weir.v1.BudgetLimitR\x05limit\x12\x14\n" +
+	"\x05spent\x18\x04 \x01(\x01R\x05spent\x127\n" +
+	"\tresets_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bresetsAt*e\n" +
 	"\bProvider\x12\x18\n" +
 	"\x14PROVIDER_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12PROVIDER_ANTHROPIC\x10\x01\x12\x13\n" +
@@ -1489,7 +1842,18 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eACTION_RESPOND\x10\x01\x12\x13\n" +
 	"\x0fACTION_FAILOVER\x10\x02\x12\x15\n" +
-	"\x11ACTION_RETRY_SAME\x10\x03B\x81\x01\n" +
+	"\x11ACTION_RETRY_SAME\x10\x03*V\n" +
+	"\n" +
+	"BudgetUnit\x12\x1b\n" +
+	"\x17BUDGET_UNIT_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12BUDGET_UNIT_TOKENS\x10\x01\x12\x13\n" +
+	"\x0fBUDGET_UNIT_USD\x10\x02*\x90\x01\n" +
+	"\fBudgetPeriod\x12\x1d\n" +
+	"\x19BUDGET_PERIOD_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11BUDGET_PERIOD_DAY\x10\x01\x12\x16\n" +
+	"\x12BUDGET_PERIOD_WEEK\x10\x02\x12\x17\n" +
+	"\x13BUDGET_PERIOD_MONTH\x10\x03\x12\x19\n" +
+	"\x15BUDGET_PERIOD_SESSION\x10\x04B\x81\x01\n" +
 	"\vcom.weir.v1B\n" +
 	"TypesProtoP\x01Z)github.com/weirhq/weir/gen/weir/v1;weirv1\xa2\x02\x03WXX\xaa\x02\aWeir.V1\xca\x02\aWeir\\V1\xe2\x02\x13Weir\\V1\\GPBMetadata\xea\x02\bWeir::V1b\x06proto3"
 
@@ -1505,8 +1869,8 @@ func file_weir_v1_types_proto_rawDescGZIP() []byte {
 	return file_weir_v1_types_proto_rawDescData
 }
 
-var file_weir_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_weir_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_weir_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
+var file_weir_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_weir_v1_types_proto_goTypes = []any{
 	(Provider)(0),                 // 0: weir.v1.Provider
 	(Surface)(0),                  // 1: weir.v1.Surface
@@ -1519,44 +1883,55 @@ var file_weir_v1_types_proto_goTypes = []any{
 	(TransportCause)(0),           // 8: weir.v1.TransportCause
 	(OutcomeClass)(0),             // 9: weir.v1.OutcomeClass
 	(Action)(0),                   // 10: weir.v1.Action
-	(*QuotaEvidence)(nil),         // 11: weir.v1.QuotaEvidence
-	(*Unreachable)(nil),           // 12: weir.v1.Unreachable
-	(*Settings)(nil),              // 13: weir.v1.Settings
-	(*Cooldown)(nil),              // 14: weir.v1.Cooldown
-	(*FamilyGate)(nil),            // 15: weir.v1.FamilyGate
-	(*Decision)(nil),              // 16: weir.v1.Decision
-	(*TokenUsage)(nil),            // 17: weir.v1.TokenUsage
-	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
+	(BudgetUnit)(0),               // 11: weir.v1.BudgetUnit
+	(BudgetPeriod)(0),             // 12: weir.v1.BudgetPeriod
+	(*QuotaEvidence)(nil),         // 13: weir.v1.QuotaEvidence
+	(*Unreachable)(nil),           // 14: weir.v1.Unreachable
+	(*Settings)(nil),              // 15: weir.v1.Settings
+	(*Cooldown)(nil),              // 16: weir.v1.Cooldown
+	(*FamilyGate)(nil),            // 17: weir.v1.FamilyGate
+	(*Decision)(nil),              // 18: weir.v1.Decision
+	(*TokenUsage)(nil),            // 19: weir.v1.TokenUsage
+	(*BudgetLimit)(nil),           // 20: weir.v1.BudgetLimit
+	(*Budget)(nil),                // 21: weir.v1.Budget
+	(*BudgetBlock)(nil),           // 22: weir.v1.BudgetBlock
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
 }
 var file_weir_v1_types_proto_depIdxs = []int32{
 	4,  // 0: weir.v1.QuotaEvidence.kind:type_name -> weir.v1.QuotaKind
-	18, // 1: weir.v1.QuotaEvidence.resets_at:type_name -> google.protobuf.Timestamp
-	19, // 2: weir.v1.QuotaEvidence.reset_after:type_name -> google.protobuf.Duration
+	23, // 1: weir.v1.QuotaEvidence.resets_at:type_name -> google.protobuf.Timestamp
+	24, // 2: weir.v1.QuotaEvidence.reset_after:type_name -> google.protobuf.Duration
 	8,  // 3: weir.v1.Unreachable.cause:type_name -> weir.v1.TransportCause
-	18, // 4: weir.v1.Unreachable.since:type_name -> google.protobuf.Timestamp
-	18, // 5: weir.v1.Unreachable.last_at:type_name -> google.protobuf.Timestamp
-	19, // 6: weir.v1.Settings.capacity_hold:type_name -> google.protobuf.Duration
-	19, // 7: weir.v1.Settings.request_deadline:type_name -> google.protobuf.Duration
+	23, // 4: weir.v1.Unreachable.since:type_name -> google.protobuf.Timestamp
+	23, // 5: weir.v1.Unreachable.last_at:type_name -> google.protobuf.Timestamp
+	24, // 6: weir.v1.Settings.capacity_hold:type_name -> google.protobuf.Duration
+	24, // 7: weir.v1.Settings.request_deadline:type_name -> google.protobuf.Duration
 	2,  // 8: weir.v1.Settings.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
 	3,  // 9: weir.v1.Settings.metered_accounts:type_name -> weir.v1.MeteredAccounts
-	19, // 10: weir.v1.Settings.unreachable_hold:type_name -> google.protobuf.Duration
-	19, // 11: weir.v1.Settings.route_events_retention:type_name -> google.protobuf.Duration
-	19, // 12: weir.v1.Settings.usage_retention:type_name -> google.protobuf.Duration
+	24, // 10: weir.v1.Settings.unreachable_hold:type_name -> google.protobuf.Duration
+	24, // 11: weir.v1.Settings.route_events_retention:type_name -> google.protobuf.Duration
+	24, // 12: weir.v1.Settings.usage_retention:type_name -> google.protobuf.Duration
 	7,  // 13: weir.v1.Cooldown.reason:type_name -> weir.v1.CooldownReason
-	18, // 14: weir.v1.Cooldown.until:type_name -> google.protobuf.Timestamp
-	18, // 15: weir.v1.Cooldown.written_at:type_name -> google.protobuf.Timestamp
-	11, // 16: weir.v1.Cooldown.quota:type_name -> weir.v1.QuotaEvidence
-	18, // 17: weir.v1.FamilyGate.until:type_name -> google.protobuf.Timestamp
-	18, // 18: weir.v1.FamilyGate.written_at:type_name -> google.protobuf.Timestamp
+	23, // 14: weir.v1.Cooldown.until:type_name -> google.protobuf.Timestamp
+	23, // 15: weir.v1.Cooldown.written_at:type_name -> google.protobuf.Timestamp
+	13, // 16: weir.v1.Cooldown.quota:type_name -> weir.v1.QuotaEvidence
+	23, // 17: weir.v1.FamilyGate.until:type_name -> google.protobuf.Timestamp
+	23, // 18: weir.v1.FamilyGate.written_at:type_name -> google.protobuf.Timestamp
 	10, // 19: weir.v1.Decision.action:type_name -> weir.v1.Action
-	14, // 20: weir.v1.Decision.cooldown:type_name -> weir.v1.Cooldown
-	19, // 21: weir.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	16, // 20: weir.v1.Decision.cooldown:type_name -> weir.v1.Cooldown
+	24, // 21: weir.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	11, // 22: weir.v1.BudgetLimit.unit:type_name -> weir.v1.BudgetUnit
+	12, // 23: weir.v1.BudgetLimit.period:type_name -> weir.v1.BudgetPeriod
+	20, // 24: weir.v1.Budget.limit:type_name -> weir.v1.BudgetLimit
+	23, // 25: weir.v1.Budget.resets_at:type_name -> google.protobuf.Timestamp
+	20, // 26: weir.v1.BudgetBlock.limit:type_name -> weir.v1.BudgetLimit
+	23, // 27: weir.v1.BudgetBlock.resets_at:type_name -> google.protobuf.Timestamp
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_types_proto_init() }
@@ -1569,8 +1944,8 @@ func file_weir_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_types_proto_rawDesc), len(file_weir_v1_types_proto_rawDesc)),
-			NumEnums:      11,
-			NumMessages:   7,
+			NumEnums:      13,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -41,6 +41,14 @@ const (
 	KeyServiceRevokeKeyProcedure = "/weir.v1.KeyService/RevokeKey"
 	// KeyServiceUpdateKeyProcedure is the fully-qualified name of the KeyService's UpdateKey RPC.
 	KeyServiceUpdateKeyProcedure = "/weir.v1.KeyService/UpdateKey"
+	// KeyServiceCreateTeamProcedure is the fully-qualified name of the KeyService's CreateTeam RPC.
+	KeyServiceCreateTeamProcedure = "/weir.v1.KeyService/CreateTeam"
+	// KeyServiceUpdateTeamProcedure is the fully-qualified name of the KeyService's UpdateTeam RPC.
+	KeyServiceUpdateTeamProcedure = "/weir.v1.KeyService/UpdateTeam"
+	// KeyServiceListTeamsProcedure is the fully-qualified name of the KeyService's ListTeams RPC.
+	KeyServiceListTeamsProcedure = "/weir.v1.KeyService/ListTeams"
+	// KeyServiceDeleteTeamProcedure is the fully-qualified name of the KeyService's DeleteTeam RPC.
+	KeyServiceDeleteTeamProcedure = "/weir.v1.KeyService/DeleteTeam"
 )
 
 // KeyServiceClient is a client for the weir.v1.KeyService service.
@@ -51,6 +59,12 @@ type KeyServiceClient interface {
 	// UpdateKey sets or clears a key's restrictions. Workers apply the change
 	// to their next request.
 	UpdateKey(context.Context, *connect.Request[v1.UpdateKeyRequest]) (*connect.Response[v1.UpdateKeyResponse], error)
+	// Teams group keys under shared budgets.
+	CreateTeam(context.Context, *connect.Request[v1.CreateTeamRequest]) (*connect.Response[v1.CreateTeamResponse], error)
+	UpdateTeam(context.Context, *connect.Request[v1.UpdateTeamRequest]) (*connect.Response[v1.UpdateTeamResponse], error)
+	ListTeams(context.Context, *connect.Request[v1.ListTeamsRequest]) (*connect.Response[v1.ListTeamsResponse], error)
+	// DeleteTeam removes a team and its budgets; its keys stay, in no team.
+	DeleteTeam(context.Context, *connect.Request[v1.DeleteTeamRequest]) (*connect.Response[v1.DeleteTeamResponse], error)
 }
 
 // NewKeyServiceClient constructs a client for the weir.v1.KeyService service. By default, it uses
@@ -89,15 +103,44 @@ func NewKeyServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(keyServiceMethods.ByName("UpdateKey")),
 			connect.WithClientOptions(opts...),
 		),
+		createTeam: connect.NewClient[v1.CreateTeamRequest, v1.CreateTeamResponse](
+			httpClient,
+			baseURL+KeyServiceCreateTeamProcedure,
+			connect.WithSchema(keyServiceMethods.ByName("CreateTeam")),
+			connect.WithClientOptions(opts...),
+		),
+		updateTeam: connect.NewClient[v1.UpdateTeamRequest, v1.UpdateTeamResponse](
+			httpClient,
+			baseURL+KeyServiceUpdateTeamProcedure,
+			connect.WithSchema(keyServiceMethods.ByName("UpdateTeam")),
+			connect.WithClientOptions(opts...),
+		),
+		listTeams: connect.NewClient[v1.ListTeamsRequest, v1.ListTeamsResponse](
+			httpClient,
+			baseURL+KeyServiceListTeamsProcedure,
+			connect.WithSchema(keyServiceMethods.ByName("ListTeams")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		deleteTeam: connect.NewClient[v1.DeleteTeamRequest, v1.DeleteTeamResponse](
+			httpClient,
+			baseURL+KeyServiceDeleteTeamProcedure,
+			connect.WithSchema(keyServiceMethods.ByName("DeleteTeam")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // keyServiceClient implements KeyServiceClient.
 type keyServiceClient struct {
-	createKey *connect.Client[v1.CreateKeyRequest, v1.CreateKeyResponse]
-	listKeys  *connect.Client[v1.ListKeysRequest, v1.ListKeysResponse]
-	revokeKey *connect.Client[v1.RevokeKeyRequest, v1.RevokeKeyResponse]
-	updateKey *connect.Client[v1.UpdateKeyRequest, v1.UpdateKeyResponse]
+	createKey  *connect.Client[v1.CreateKeyRequest, v1.CreateKeyResponse]
+	listKeys   *connect.Client[v1.ListKeysRequest, v1.ListKeysResponse]
+	revokeKey  *connect.Client[v1.RevokeKeyRequest, v1.RevokeKeyResponse]
+	updateKey  *connect.Client[v1.UpdateKeyRequest, v1.UpdateKeyResponse]
+	createTeam *connect.Client[v1.CreateTeamRequest, v1.CreateTeamResponse]
+	updateTeam *connect.Client[v1.UpdateTeamRequest, v1.UpdateTeamResponse]
+	listTeams  *connect.Client[v1.ListTeamsRequest, v1.ListTeamsResponse]
+	deleteTeam *connect.Client[v1.DeleteTeamRequest, v1.DeleteTeamResponse]
 }
 
 // CreateKey calls weir.v1.KeyService.CreateKey.
@@ -120,6 +163,26 @@ func (c *keyServiceClient) UpdateKey(ctx context.Context, req *connect.Request[v
 	return c.updateKey.CallUnary(ctx, req)
 }
 
+// CreateTeam calls weir.v1.KeyService.CreateTeam.
+func (c *keyServiceClient) CreateTeam(ctx context.Context, req *connect.Request[v1.CreateTeamRequest]) (*connect.Response[v1.CreateTeamResponse], error) {
+	return c.createTeam.CallUnary(ctx, req)
+}
+
+// UpdateTeam calls weir.v1.KeyService.UpdateTeam.
+func (c *keyServiceClient) UpdateTeam(ctx context.Context, req *connect.Request[v1.UpdateTeamRequest]) (*connect.Response[v1.UpdateTeamResponse], error) {
+	return c.updateTeam.CallUnary(ctx, req)
+}
+
+// ListTeams calls weir.v1.KeyService.ListTeams.
+func (c *keyServiceClient) ListTeams(ctx context.Context, req *connect.Request[v1.ListTeamsRequest]) (*connect.Response[v1.ListTeamsResponse], error) {
+	return c.listTeams.CallUnary(ctx, req)
+}
+
+// DeleteTeam calls weir.v1.KeyService.DeleteTeam.
+func (c *keyServiceClient) DeleteTeam(ctx context.Context, req *connect.Request[v1.DeleteTeamRequest]) (*connect.Response[v1.DeleteTeamResponse], error) {
+	return c.deleteTeam.CallUnary(ctx, req)
+}
+
 // KeyServiceHandler is an implementation of the weir.v1.KeyService service.
 type KeyServiceHandler interface {
 	CreateKey(context.Context, *connect.Request[v1.CreateKeyRequest]) (*connect.Response[v1.CreateKeyResponse], error)
@@ -128,6 +191,12 @@ type KeyServiceHandler interface {
 	// UpdateKey sets or clears a key's restrictions. Workers apply the change
 	// to their next request.
 	UpdateKey(context.Context, *connect.Request[v1.UpdateKeyRequest]) (*connect.Response[v1.UpdateKeyResponse], error)
+	// Teams group keys under shared budgets.
+	CreateTeam(context.Context, *connect.Request[v1.CreateTeamRequest]) (*connect.Response[v1.CreateTeamResponse], error)
+	UpdateTeam(context.Context, *connect.Request[v1.UpdateTeamRequest]) (*connect.Response[v1.UpdateTeamResponse], error)
+	ListTeams(context.Context, *connect.Request[v1.ListTeamsRequest]) (*connect.Response[v1.ListTeamsResponse], error)
+	// DeleteTeam removes a team and its budgets; its keys stay, in no team.
+	DeleteTeam(context.Context, *connect.Request[v1.DeleteTeamRequest]) (*connect.Response[v1.DeleteTeamResponse], error)
 }
 
 // NewKeyServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -162,6 +231,31 @@ func NewKeyServiceHandler(svc KeyServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(keyServiceMethods.ByName("UpdateKey")),
 		connect.WithHandlerOptions(opts...),
 	)
+	keyServiceCreateTeamHandler := connect.NewUnaryHandler(
+		KeyServiceCreateTeamProcedure,
+		svc.CreateTeam,
+		connect.WithSchema(keyServiceMethods.ByName("CreateTeam")),
+		connect.WithHandlerOptions(opts...),
+	)
+	keyServiceUpdateTeamHandler := connect.NewUnaryHandler(
+		KeyServiceUpdateTeamProcedure,
+		svc.UpdateTeam,
+		connect.WithSchema(keyServiceMethods.ByName("UpdateTeam")),
+		connect.WithHandlerOptions(opts...),
+	)
+	keyServiceListTeamsHandler := connect.NewUnaryHandler(
+		KeyServiceListTeamsProcedure,
+		svc.ListTeams,
+		connect.WithSchema(keyServiceMethods.ByName("ListTeams")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	keyServiceDeleteTeamHandler := connect.NewUnaryHandler(
+		KeyServiceDeleteTeamProcedure,
+		svc.DeleteTeam,
+		connect.WithSchema(keyServiceMethods.ByName("DeleteTeam")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/weir.v1.KeyService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case KeyServiceCreateKeyProcedure:
@@ -172,6 +266,14 @@ func NewKeyServiceHandler(svc KeyServiceHandler, opts ...connect.HandlerOption) 
 			keyServiceRevokeKeyHandler.ServeHTTP(w, r)
 		case KeyServiceUpdateKeyProcedure:
 			keyServiceUpdateKeyHandler.ServeHTTP(w, r)
+		case KeyServiceCreateTeamProcedure:
+			keyServiceCreateTeamHandler.ServeHTTP(w, r)
+		case KeyServiceUpdateTeamProcedure:
+			keyServiceUpdateTeamHandler.ServeHTTP(w, r)
+		case KeyServiceListTeamsProcedure:
+			keyServiceListTeamsHandler.ServeHTTP(w, r)
+		case KeyServiceDeleteTeamProcedure:
+			keyServiceDeleteTeamHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -195,4 +297,20 @@ func (UnimplementedKeyServiceHandler) RevokeKey(context.Context, *connect.Reques
 
 func (UnimplementedKeyServiceHandler) UpdateKey(context.Context, *connect.Request[v1.UpdateKeyRequest]) (*connect.Response[v1.UpdateKeyResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.KeyService.UpdateKey is not implemented"))
+}
+
+func (UnimplementedKeyServiceHandler) CreateTeam(context.Context, *connect.Request[v1.CreateTeamRequest]) (*connect.Response[v1.CreateTeamResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.KeyService.CreateTeam is not implemented"))
+}
+
+func (UnimplementedKeyServiceHandler) UpdateTeam(context.Context, *connect.Request[v1.UpdateTeamRequest]) (*connect.Response[v1.UpdateTeamResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.KeyService.UpdateTeam is not implemented"))
+}
+
+func (UnimplementedKeyServiceHandler) ListTeams(context.Context, *connect.Request[v1.ListTeamsRequest]) (*connect.Response[v1.ListTeamsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.KeyService.ListTeams is not implemented"))
+}
+
+func (UnimplementedKeyServiceHandler) DeleteTeam(context.Context, *connect.Request[v1.DeleteTeamRequest]) (*connect.Response[v1.DeleteTeamResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.KeyService.DeleteTeam is not implemented"))
 }

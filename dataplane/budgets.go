@@ -1,0 +1,222 @@
+package dataplane
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync"
+	"time"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/pricing"
+)
+
+// spend is tokens and nano-dollars.
+type spend struct{ tokens, nano int64 }
+
+func (s *spend) add(o spend, sign int64) {
+	s.tokens += sign * o.tokens
+	s.nano += sign * o.nano
+}
+
+// ledger is what this worker's finished requests of budgeted keys spent
+// that the control plane has not stored yet: their route events are on
+// their way (the reporter's outbox). Acquire counts it with what is
+// stored (AcquireRequest.unreported), so that a budget holds across every
+// worker to within the requests in flight. An entry leaves when its
+// event's batch is taken, or after ledgerTTL (an event the outbox
+// dropped is spent the control plane never learns of: counting it here
+// for ever would refuse the key for nothing).
+type ledger struct {
+	mu        sync.Mutex
+	now       func() time.Time
+	byKey     map[string]spend
+	byTeam    map[string]spend
+	bySession map[string]spend
+	pending   map[string]ledgerEntry
+}
+
+// ledgerTTL bounds how long an unreported spend is counted: far longer
+// than a report takes while the control plane is up.
+const ledgerTTL = 2 * time.Minute
+
+type ledgerEntry struct {
+	key, team, session string
+	spent              spend
+	at                 time.Time
+}
+
+func newLedger(now func() time.Time) *ledger {
+	return &ledger{now: now, byKey: map[string]spend{}, byTeam: map[string]spend{}, bySession: map[string]spend{},
+		pending: map[string]ledgerEntry{}}
+}
+
+func sessionScope(key, session string) string { return key + "\x00" + session }
+
+// add counts a finished request's spend until its event is taken.
+func (l *ledger) add(requestID, key, team, session string, s spend) {
+	if s.tokens == 0 && s.nano == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.expireLocked()
+	if _, dup := l.pending[requestID]; dup {
+		return
+	}
+	e := ledgerEntry{key: key, team: team, session: session, spent: s, at: l.now()}
+	l.pending[requestID] = e
+	l.moveLocked(e, 1)
+}
+
+func (l *ledger) moveLocked(e ledgerEntry, sign int64) {
+	bump := func(m map[string]spend, k string) {
+		v := m[k]
+		v.add(e.spent, sign)
+		if v == (spend{}) {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+	}
+	bump(l.byKey, e.key)
+	if e.team != "" {
+		bump(l.byTeam, e.team)
+	}
+	if e.session != "" {
+		bump(l.bySession, sessionScope(e.key, e.session))
+	}
+}
+
+// settle forgets the requests whose events the control plane took.
+func (l *ledger) settle(requestIDs []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, id := range requestIDs {
+		if e, ok := l.pending[id]; ok {
+			delete(l.pending, id)
+			l.moveLocked(e, -1)
+		}
+	}
+}
+
+func (l *ledger) expireLocked() {
+	cutoff := l.now().Add(-ledgerTTL)
+	for id, e := range l.pending {
+		if e.at.Before(cutoff) {
+			delete(l.pending, id)
+			l.moveLocked(e, -1)
+		}
+	}
+}
+
+// unreported is what Acquire adds to the stored spend for a request.
+func (l *ledger) unreported(key, team, session string) *weirv1.UnreportedSpend {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.expireLocked()
+	k, t := l.byKey[key], l.byTeam[team]
+	var s spend
+	if session != "" {
+		s = l.bySession[sessionScope(key, session)]
+	}
+	return &weirv1.UnreportedSpend{KeyTokens: k.tokens, KeyNanoUsd: k.nano, TeamTokens: t.tokens, TeamNanoUsd: t.nano,
+		SessionTokens: s.tokens, SessionNanoUsd: s.nano}
+}
+
+// requestSpend is a finished request's spend: every token its attempts
+// reported, priced by the model each was sent as.
+func requestSpend(tab *pricing.Table, rec *weirv1.RouteEvent) spend {
+	var s spend
+	for _, a := range rec.GetAttemptRecords() {
+		u := a.GetUsage()
+		if u == nil {
+			continue
+		}
+		s.tokens += u.GetInputTokens() + u.GetOutputTokens() + u.GetCacheReadTokens() + u.GetCacheCreationTokens()
+		model := a.GetModel()
+		if model == "" {
+			model = rec.GetModel()
+		}
+		nano, _ := tab.Cost(model, pricing.Usage{InputTokens: u.GetInputTokens(), OutputTokens: u.GetOutputTokens(),
+			CacheReadTokens: u.GetCacheReadTokens(), CacheCreationTokens: u.GetCacheCreationTokens()})
+		s.nano += nano
+	}
+	return s
+}
+
+// priceTable is the shipped table under the operator's prices.
+func priceTable(prices []*weirv1.ModelPrice) *pricing.Table {
+	entries := make([]pricing.Entry, 0, len(prices))
+	for _, p := range prices {
+		entries = append(entries, pricing.Entry{Pattern: p.GetPattern(), Price: pricing.Price{Input: p.GetInputUsd(),
+			Output: p.GetOutputUsd(), CacheRead: p.GetCacheReadUsd(), CacheWrite: p.GetCacheWriteUsd()}})
+	}
+	return pricing.NewTable(entries)
+}
+
+// failBudget answers a request over a budget: a final 429 in the
+// client's own format naming the budget and when it resets
+// (X-Should-Retry: false). On Responses it is Codex's usage-limit form,
+// so that Codex stops and shows the reset.
+func (s *Server) failBudget(w http.ResponseWriter, rt *routing, b *weirv1.BudgetBlock, message string) {
+	rt.rec.FailureStage = weirv1.FailureStage_FAILURE_STAGE_BEFORE_OUTPUT
+	rt.rec.ErrorType = "budget_exceeded"
+	rt.rec.Verdict = message
+	rt.in.outcome = outcomeBudget
+	writeBudgetLimit(w, rt.in.sf, rt.in.requestID, b, message, s.cfg.Now())
+}
+
+// writeBudgetLimit writes a budget refusal. Nothing may have been
+// written to w before.
+func writeBudgetLimit(w http.ResponseWriter, sf surface, requestID string, b *weirv1.BudgetBlock, message string, now time.Time) {
+	h := w.Header()
+	h.Del("Retry-After")
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Should-Retry", "false")
+	detail := map[string]any{"scope": b.GetScope(), "name": b.GetScopeName(), "spent": b.GetSpent(),
+		"limit": b.GetLimit().GetAmount(), "unit": unitName(b.GetLimit().GetUnit()), "period": periodName(b.GetLimit().GetPeriod())}
+	var resets time.Time
+	if r := b.GetResetsAt(); r != nil {
+		resets = r.AsTime()
+		detail["resets_at"] = resets.Unix()
+	}
+	var body []byte
+	switch sf.api {
+	case weirv1.Surface_SURFACE_RESPONSES:
+		e := map[string]any{"type": "usage_limit_reached", "code": "budget_exceeded", "message": message,
+			"param": nil, "retryable": false, "budget": detail}
+		if !resets.IsZero() {
+			wait := resets.Sub(now).Round(time.Second)
+			e["resets_at"], e["reset_seconds"], e["reset_time"] = resets.Unix(), int64(wait/time.Second), wait.String()
+		}
+		body, _ = json.Marshal(map[string]any{"error": e})
+	case weirv1.Surface_SURFACE_CHAT_COMPLETIONS:
+		body, _ = json.Marshal(map[string]any{"error": map[string]any{"type": "insufficient_quota", "code": "budget_exceeded",
+			"message": message, "param": nil, "budget": detail}})
+	default:
+		body, _ = json.Marshal(map[string]any{"type": "error", "request_id": requestID,
+			"error": map[string]any{"type": "rate_limit_error", "message": message, "retryable": false, "budget": detail}})
+	}
+	w.WriteHeader(http.StatusTooManyRequests)
+	w.Write(body)                         //nolint:errcheck // the client may be gone
+	http.NewResponseController(w).Flush() //nolint:errcheck // as above
+}
+
+func unitName(u weirv1.BudgetUnit) string {
+	if u == weirv1.BudgetUnit_BUDGET_UNIT_USD {
+		return "usd"
+	}
+	return "tokens"
+}
+
+func periodName(p weirv1.BudgetPeriod) string {
+	switch p {
+	case weirv1.BudgetPeriod_BUDGET_PERIOD_DAY:
+		return "day"
+	case weirv1.BudgetPeriod_BUDGET_PERIOD_WEEK:
+		return "week"
+	case weirv1.BudgetPeriod_BUDGET_PERIOD_MONTH:
+		return "month"
+	}
+	return "session"
+}
