@@ -310,8 +310,8 @@ func (st store) keyProtos(ctx context.Context, now time.Time, rows []db.ClientKe
 			kb = append(kb, budgetProto("key", r.Name, b.Unit, b.Period, b.Amount, b.SpentTokens, b.SpentNanoUsd, b.PeriodStart, b.TimeZone))
 		}
 		out = append(out, &weirv1.Key{
-			Team:    teams[r.TeamID.UUID],
-			Budgets: kb,
+			Team:               teams[r.TeamID.UUID],
+			Budgets:            kb,
 			Id:                 r.ID.String(),
 			Name:               r.Name,
 			Prefix:             r.Prefix,
