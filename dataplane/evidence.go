@@ -166,8 +166,8 @@ type anthropicUsage struct {
 	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
 }
 
-// usage reads a (Anthropic's counts are already weir's; a negative count
-// is none).
+// usage is the object's counts, which are weir's already (Anthropic's
+// input_tokens leaves the cache out); a negative count is none.
 func (a *anthropicUsage) usage() usage {
 	return usage{input: max(a.InputTokens, 0), output: max(a.OutputTokens, 0),
 		cacheRead: max(a.CacheReadInputTokens, 0), cacheCreation: max(a.CacheCreationInputTokens, 0)}
