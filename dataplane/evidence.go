@@ -119,50 +119,90 @@ func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
-// usage reads token counts from a non-streamed message or from the
-// message_start / message_delta events of a stream.
+// usage is what an answer reported it used, in weirv1.TokenUsage's
+// vocabulary: input is the input neither read from nor written to the
+// prompt cache (the OpenAI wires count their cached tokens in their
+// input, and are read less them), output includes reasoning. All the
+// input a request sent is input + cacheRead + cacheCreation.
 type usage struct {
-	input, output int64
+	input, output, cacheRead, cacheCreation, reasoning int64
+}
+
+// zero reports an answer that reported nothing.
+func (u usage) zero() bool { return u == usage{} }
+
+// merge takes the latest report: each count v carries (nonzero) replaces
+// u's, the others stay. A Messages stream reports its input and cache
+// counts in message_start and its output in message_delta (which, in
+// newer API versions, repeats the input and cache counts, cumulative);
+// an OpenAI stream reports all of it once, at its end.
+func (u *usage) merge(v usage) {
+	for _, f := range []struct{ to, from *int64 }{
+		{&u.input, &v.input}, {&u.output, &v.output}, {&u.cacheRead, &v.cacheRead},
+		{&u.cacheCreation, &v.cacheCreation}, {&u.reasoning, &v.reasoning},
+	} {
+		if *f.from > 0 {
+			*f.to = *f.from
+		}
+	}
+}
+
+// proto is u as an Outcome's usage; nil when it reported nothing.
+func (u usage) proto() *weirv1.TokenUsage {
+	if u.zero() {
+		return nil
+	}
+	return &weirv1.TokenUsage{InputTokens: u.input, OutputTokens: u.output, CacheReadTokens: u.cacheRead,
+		CacheCreationTokens: u.cacheCreation, ReasoningTokens: u.reasoning}
+}
+
+// anthropicUsage is an Anthropic usage object: a message's, message_start's
+// (message.usage) or message_delta's (usage: output_tokens, and in newer
+// API versions the input and cache counts again, cumulative, or null).
+type anthropicUsage struct {
+	InputTokens              int64 `json:"input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+}
+
+// usage is the object's counts, which are weir's already (Anthropic's
+// input_tokens leaves the cache out); a negative count is none.
+func (a *anthropicUsage) usage() usage {
+	return usage{input: max(a.InputTokens, 0), output: max(a.OutputTokens, 0),
+		cacheRead: max(a.CacheReadInputTokens, 0), cacheCreation: max(a.CacheCreationInputTokens, 0)}
 }
 
 // fromMessage reads a non-streamed message's counts; the error is
 // json.Unmarshal's (a *json.SyntaxError: the body is not JSON at all).
 func (u *usage) fromMessage(body []byte) error {
 	var m struct {
-		Usage struct {
-			InputTokens  int64 `json:"input_tokens"`
-			OutputTokens int64 `json:"output_tokens"`
-		} `json:"usage"`
+		Usage anthropicUsage `json:"usage"`
 	}
 	err := json.Unmarshal(body, &m)
 	if err == nil {
-		u.input, u.output = m.Usage.InputTokens, m.Usage.OutputTokens
+		*u = m.Usage.usage()
 	}
 	return err
 }
 
+// fromEvent takes the counts of a Messages stream's message_start and
+// message_delta events, the latest of each (merge).
 func (u *usage) fromEvent(ev sseEvent) {
+	var m struct {
+		Message struct {
+			Usage anthropicUsage `json:"usage"`
+		} `json:"message"`
+		Usage anthropicUsage `json:"usage"`
+	}
 	switch ev.name {
 	case "message_start":
-		var m struct {
-			Message struct {
-				Usage struct {
-					InputTokens  int64 `json:"input_tokens"`
-					OutputTokens int64 `json:"output_tokens"`
-				} `json:"usage"`
-			} `json:"message"`
-		}
 		if json.Unmarshal(ev.data, &m) == nil {
-			u.input, u.output = m.Message.Usage.InputTokens, m.Message.Usage.OutputTokens
+			u.merge(m.Message.Usage.usage())
 		}
 	case "message_delta":
-		var m struct {
-			Usage struct {
-				OutputTokens int64 `json:"output_tokens"`
-			} `json:"usage"`
-		}
-		if json.Unmarshal(ev.data, &m) == nil && m.Usage.OutputTokens > 0 {
-			u.output = m.Usage.OutputTokens
+		if json.Unmarshal(ev.data, &m) == nil {
+			u.merge(m.Usage.usage())
 		}
 	}
 }
@@ -173,9 +213,7 @@ func (u *usage) fromEvent(ev sseEvent) {
 // message_stop ends it; an error event fails it.
 func anthropicSignal(ev sseEvent) streamSignal {
 	var sig streamSignal
-	var u usage
-	u.fromEvent(ev)
-	sig.inputTokens, sig.outputTokens = u.input, u.output
+	sig.usage.fromEvent(ev)
 	switch ev.name {
 	case "content_block_delta":
 		sig.output = true

@@ -190,52 +190,65 @@ func TestDecisionHeaders(t *testing.T) {
 func TestUsageFromMessage(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		body          string
-		input, output int64
+		body string
+		want usage
 	}{
-		{`{"type":"message","usage":{"input_tokens":25,"cache_read_input_tokens":3,"output_tokens":11}}`, 25, 11},
-		{`{"type":"message","usage":{"input_tokens":7}}`, 7, 0},
-		{`{"type":"message"}`, 0, 0},
+		{`{"type":"message","usage":{"input_tokens":25,"cache_read_input_tokens":3,"output_tokens":11}}`, usage{input: 25, output: 11, cacheRead: 3}},
+		{`{"type":"message","usage":{"input_tokens":12,"cache_creation_input_tokens":1536,"cache_read_input_tokens":20480,"cache_creation":{"ephemeral_5m_input_tokens":1536,"ephemeral_1h_input_tokens":0},"output_tokens":311,"service_tier":"standard"}}`,
+			usage{input: 12, output: 311, cacheRead: 20480, cacheCreation: 1536}},
+		{`{"type":"message","usage":{"input_tokens":7}}`, usage{input: 7}},
+		{`{"type":"message","usage":{"input_tokens":-7,"cache_read_input_tokens":-1,"output_tokens":2}}`, usage{output: 2}},
+		{`{"type":"message"}`, usage{}},
+		{`{"input_tokens":2095}`, usage{}}, // count_tokens: no usage object
 	}
 	for _, tt := range tests {
 		var u usage
 		u.fromMessage([]byte(tt.body))
-		if u.input != tt.input || u.output != tt.output {
-			t.Errorf("fromMessage(%s) = %d/%d, want %d/%d", tt.body, u.input, u.output, tt.input, tt.output)
+		if u != tt.want {
+			t.Errorf("fromMessage(%s) = %+v, want %+v", tt.body, u, tt.want)
 		}
 	}
 	// A body that is not JSON leaves earlier counts alone.
 	u := usage{input: 3, output: 4}
 	u.fromMessage([]byte("<html>"))
-	if u.input != 3 || u.output != 4 {
-		t.Errorf("fromMessage(non-JSON) changed the counts to %d/%d", u.input, u.output)
+	if u != (usage{input: 3, output: 4}) {
+		t.Errorf("fromMessage(non-JSON) changed the counts to %+v", u)
 	}
 }
 
+// TestUsageFromEvents: message_start gives the input and cache counts,
+// message_delta the output and, in newer API versions, the input and
+// cache counts again (cumulative, or null): the latest nonzero of each
+// stands.
 func TestUsageFromEvents(t *testing.T) {
 	t.Parallel()
 	ev := func(name, data string) sseEvent { return sseEvent{name: name, data: []byte(data)} }
 	var u usage
 	steps := []struct {
-		ev            sseEvent
-		input, output int64
+		ev   sseEvent
+		want usage
 	}{
-		{ev("message_start", `{"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":120,"output_tokens":1}}}`), 120, 1},
-		{ev("content_block_delta", `{"type":"content_block_delta","usage":{"output_tokens":999}}`), 120, 1},
-		{ev("ping", `{"type":"ping"}`), 120, 1},
-		{ev("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":57}}`), 120, 57},
-		// A later message_delta without usage keeps the count.
-		{ev("message_delta", `{"type":"message_delta","usage":{"output_tokens":0}}`), 120, 57},
-		{ev("message_delta", `not json`), 120, 57},
-		{ev("message_delta", `{"type":"message_delta","usage":{"output_tokens":60}}`), 120, 60},
-		{ev("message_stop", `{"type":"message_stop"}`), 120, 60},
+		{ev("message_start", `{"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":120,"cache_creation_input_tokens":2048,"cache_read_input_tokens":0,"output_tokens":1}}}`),
+			usage{input: 120, output: 1, cacheCreation: 2048}},
+		{ev("content_block_delta", `{"type":"content_block_delta","usage":{"output_tokens":999}}`), usage{input: 120, output: 1, cacheCreation: 2048}},
+		{ev("ping", `{"type":"ping"}`), usage{input: 120, output: 1, cacheCreation: 2048}},
+		{ev("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":57}}`), usage{input: 120, output: 57, cacheCreation: 2048}},
+		// A later message_delta without usage keeps the counts; null
+		// counts are none.
+		{ev("message_delta", `{"type":"message_delta","usage":{"output_tokens":0}}`), usage{input: 120, output: 57, cacheCreation: 2048}},
+		{ev("message_delta", `{"type":"message_delta","usage":{"input_tokens":null,"cache_read_input_tokens":null,"output_tokens":58}}`), usage{input: 120, output: 58, cacheCreation: 2048}},
+		{ev("message_delta", `not json`), usage{input: 120, output: 58, cacheCreation: 2048}},
+		// Cumulative counts (a server tool ran: the input grew).
+		{ev("message_delta", `{"type":"message_delta","usage":{"input_tokens":10682,"cache_creation_input_tokens":2048,"cache_read_input_tokens":512,"output_tokens":510,"server_tool_use":{"web_search_requests":1}}}`),
+			usage{input: 10682, output: 510, cacheRead: 512, cacheCreation: 2048}},
+		{ev("message_stop", `{"type":"message_stop"}`), usage{input: 10682, output: 510, cacheRead: 512, cacheCreation: 2048}},
 		// message_start data that is not JSON is ignored.
-		{ev("message_start", `{`), 120, 60},
+		{ev("message_start", `{`), usage{input: 10682, output: 510, cacheRead: 512, cacheCreation: 2048}},
 	}
 	for i, s := range steps {
 		u.fromEvent(s.ev)
-		if u.input != s.input || u.output != s.output {
-			t.Fatalf("after step %d (%s): %d/%d, want %d/%d", i, s.ev.name, u.input, u.output, s.input, s.output)
+		if u != s.want {
+			t.Fatalf("after step %d (%s): %+v, want %+v", i, s.ev.name, u, s.want)
 		}
 	}
 }

@@ -27,6 +27,8 @@ func FuzzAnthropicEvidence(f *testing.F) {
 		{200, `{"id":"msg_1","type":"message","usage":{"input_tokens":12,"output_tokens":7}}`},
 		{200, evStart + evBlock + evDelta + evMDel + evStop},
 		{200, evStart + evOver},
+		{200, `{"id":"msg_1","type":"message","usage":{"input_tokens":12,"cache_creation_input_tokens":1536,"cache_read_input_tokens":20480,"output_tokens":311}}`},
+		{200, "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"input_tokens\":-3,\"cache_read_input_tokens\":null,\"output_tokens\":5}}\n\n"},
 		{500, `{"error":{"type":42}}`},
 		{401, "\xff\xfe{"},
 	} {
@@ -57,8 +59,8 @@ func FuzzAnthropicEvidence(f *testing.F) {
 			}
 			u.fromEvent(ev)
 		}
-		if u.input < 0 || u.output < 0 {
-			t.Errorf("negative token counts %+v", u)
+		if u.input < 0 || u.output < 0 || u.cacheRead < 0 || u.cacheCreation < 0 || u.reasoning != 0 {
+			t.Errorf("token counts %+v: a negative one, or reasoning (Anthropic reports none apart)", u)
 		}
 	})
 }

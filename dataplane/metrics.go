@@ -30,6 +30,32 @@ type metrics struct {
 	bodyBuffered prometheus.Gauge
 	bodyRefused  *prometheus.CounterVec
 	refusals     *prometheus.CounterVec
+	// tokens are the tokens upstream answers reported using.
+	tokens *prometheus.CounterVec
+}
+
+// Token kinds, the label of weir_tokens_total: weirv1.TokenUsage's counts.
+const (
+	tokenInput         = "input"
+	tokenOutput        = "output"
+	tokenCacheRead     = "cache_read"
+	tokenCacheCreation = "cache_creation"
+	tokenReasoning     = "reasoning"
+)
+
+// countTokens adds an attempt's usage to weir_tokens_total, every kind
+// (a kind it reported none of at 0, so that the provider and family show
+// all five).
+func (m *metrics) countTokens(provider, family string, u *weirv1.TokenUsage) {
+	for _, k := range []struct {
+		kind string
+		n    int64
+	}{
+		{tokenInput, u.GetInputTokens()}, {tokenOutput, u.GetOutputTokens()}, {tokenCacheRead, u.GetCacheReadTokens()},
+		{tokenCacheCreation, u.GetCacheCreationTokens()}, {tokenReasoning, u.GetReasoningTokens()},
+	} {
+		m.tokens.WithLabelValues(provider, family, k.kind).Add(float64(max(k.n, 0)))
+	}
 }
 
 // Request outcomes: how a client request ended, one fixed set.
@@ -133,6 +159,10 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		Name: "weir_dataplane_refusals_total",
 		Help: "Requests refused before routing (no account leased, no route event: counted per key and reason in the control plane's refusal counts), by surface and reason (missing_key, invalid_key, bad_request, key_rate_limit, control_plane, body_buffer, body_too_large, body_timeout, invalid_body, model_forbidden, websocket_limit, canceled); a key the control plane could not check is recorded as a route event instead.",
 	}, []string{"surface", "reason"})
+	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "weir_tokens_total",
+		Help: "Tokens upstream answers reported using, per attempt that reported any, by provider (the account's), model family (of the model sent upstream: opus, sonnet, haiku, codex, gpt, o-series, other) and kind: input (neither read from nor written to the prompt cache), output (reasoning included), cache_read, cache_creation, reasoning (the part of output spent reasoning).",
+	}, []string{"provider", "family", "kind"})
 	for _, sf := range surfaceNames {
 		for _, r := range refusalReasons {
 			m.refusals.WithLabelValues(sf, r)
@@ -166,7 +196,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	}
 	reg.MustRegister(m.requests, m.attempts, m.ttfb, m.routesDropped, m.holds, m.holdSeconds, m.usageLimits, m.meteredSpills,
 		m.leasePool, m.poolReady, m.poolEvents,
-		m.reportsDropped, m.redelivered, m.bodyBuffered, m.bodyRefused, m.refusals,
+		m.reportsDropped, m.redelivered, m.bodyBuffered, m.bodyRefused, m.refusals, m.tokens,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -228,7 +258,8 @@ func requestOutcome(set string, status int, last weirv1.OutcomeClass) string {
 }
 
 // modelFamily maps a model name onto a small fixed set, for span
-// attributes: a model string is the client's and unbounded.
+// attributes and metric labels: a model string is the client's and
+// unbounded.
 func modelFamily(model string) string {
 	m := strings.ToLower(model)
 	for _, f := range []string{"opus", "sonnet", "haiku", "codex", "gpt"} {

@@ -357,19 +357,17 @@ func openAIStreamFailure(e *openAIError) *eventFailure {
 type responsesEvent struct {
 	Type     string `json:"type"`
 	Response *struct {
-		Usage *struct {
-			InputTokens  int64 `json:"input_tokens"`
-			OutputTokens int64 `json:"output_tokens"`
-		} `json:"usage"`
-		Error json.RawMessage `json:"error"`
+		Usage *openAIUsageObject `json:"usage"`
+		Error json.RawMessage    `json:"error"`
 	} `json:"response"`
 }
 
-func (r *responsesEvent) tokens() (input, output int64) {
+// usage is what the event's response reports it used.
+func (r *responsesEvent) usage() usage {
 	if r.Response == nil || r.Response.Usage == nil {
-		return 0, 0
+		return usage{}
 	}
-	return max(r.Response.Usage.InputTokens, 0), max(r.Response.Usage.OutputTokens, 0)
+	return r.Response.Usage.usage()
 }
 
 // responsesSignal reads one event of an OpenAI Responses stream (the Codex
@@ -396,8 +394,7 @@ func responsesSignal(ev sseEvent) streamSignal {
 		// content filter): the client has its answer.
 		var r responsesEvent
 		json.Unmarshal(ev.data, &r) //nolint:errcheck // unreadable: no token counts
-		in, out := r.tokens()
-		return streamSignal{done: true, inputTokens: in, outputTokens: out}
+		return streamSignal{done: true, usage: r.usage()}
 	case "response.failed":
 		var r responsesEvent
 		json.Unmarshal(ev.data, &r) //nolint:errcheck // unreadable: a failure without detail
@@ -405,8 +402,7 @@ func responsesSignal(ev sseEvent) streamSignal {
 		if r.Response != nil {
 			e, _ = parseOpenAIError(r.Response.Error)
 		}
-		in, out := r.tokens()
-		return streamSignal{failure: openAIStreamFailure(e), inputTokens: in, outputTokens: out}
+		return streamSignal{failure: openAIStreamFailure(e), usage: r.usage()}
 	case "error":
 		return streamSignal{failure: openAIStreamFailure(responsesErrorEvent(ev.data))}
 	case "response.created", "response.in_progress", "response.queued", "codex.rate_limits":
@@ -460,17 +456,16 @@ func chatSignal(ev sseEvent) streamSignal {
 			} `json:"delta"`
 			FinishReason json.RawMessage `json:"finish_reason"`
 		} `json:"choices"`
-		Usage *struct {
-			PromptTokens     int64 `json:"prompt_tokens"`
-			CompletionTokens int64 `json:"completion_tokens"`
-		} `json:"usage"`
+		// Usage is on the last chunk when the request set
+		// stream_options.include_usage (null on the others), else nowhere.
+		Usage *openAIUsageObject `json:"usage"`
 	}
 	if json.Unmarshal(data, &c) != nil {
 		return streamSignal{}
 	}
 	var s streamSignal
 	if c.Usage != nil {
-		s.inputTokens, s.outputTokens = max(c.Usage.PromptTokens, 0), max(c.Usage.CompletionTokens, 0)
+		s.usage = c.Usage.usage()
 	}
 	if e, ok := parseOpenAIError(c.Error); ok {
 		s.failure = openAIStreamFailure(e)
@@ -496,27 +491,55 @@ func nonEmptyJSON(v json.RawMessage) bool {
 	return true
 }
 
-// openAIUsage reads token counts from a non-streamed Responses body
-// (input_tokens/output_tokens) or Chat Completions body
-// (prompt_tokens/completion_tokens).
-func openAIUsage(body []byte) (input, output int64, err error) {
+// openAIUsageObject is the usage object of the OpenAI wires: the
+// Responses API's (input_tokens, output_tokens and their details), or
+// Chat Completions' (prompt_tokens, completion_tokens and theirs). Both
+// count cached tokens in the input and reasoning tokens in the output.
+type openAIUsageObject struct {
+	InputTokens        int64 `json:"input_tokens"`
+	OutputTokens       int64 `json:"output_tokens"`
+	InputTokensDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+	OutputTokensDetails struct {
+		ReasoningTokens int64 `json:"reasoning_tokens"`
+	} `json:"output_tokens_details"`
+	PromptTokens        int64 `json:"prompt_tokens"`
+	CompletionTokens    int64 `json:"completion_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails struct {
+		ReasoningTokens int64 `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details"`
+}
+
+// usage normalizes the counts: the input less its cached tokens (which
+// are the cache read; OpenAI reports no cache writes), the output with
+// its reasoning. A negative count is none, and a part is never more
+// than its whole (cached tokens past the input count as all of it).
+func (o *openAIUsageObject) usage() usage {
+	in, out := o.InputTokens, o.OutputTokens
+	cached, reasoning := o.InputTokensDetails.CachedTokens, o.OutputTokensDetails.ReasoningTokens
+	if in == 0 && out == 0 {
+		in, out = o.PromptTokens, o.CompletionTokens
+		cached, reasoning = o.PromptTokensDetails.CachedTokens, o.CompletionTokensDetails.ReasoningTokens
+	}
+	in, out = max(in, 0), max(out, 0)
+	cached, reasoning = min(max(cached, 0), in), min(max(reasoning, 0), out)
+	return usage{input: in - cached, output: out, cacheRead: cached, reasoning: reasoning}
+}
+
+// openAIUsage reads what a non-streamed Responses or Chat Completions
+// body reports it used; the error is json.Unmarshal's.
+func openAIUsage(body []byte) (usage, error) {
 	var m struct {
-		Usage struct {
-			InputTokens      int64 `json:"input_tokens"`
-			OutputTokens     int64 `json:"output_tokens"`
-			PromptTokens     int64 `json:"prompt_tokens"`
-			CompletionTokens int64 `json:"completion_tokens"`
-		} `json:"usage"`
+		Usage openAIUsageObject `json:"usage"`
 	}
 	if err := json.Unmarshal(body, &m); err != nil {
-		return 0, 0, err
+		return usage{}, err
 	}
-	u := m.Usage
-	input, output = u.InputTokens, u.OutputTokens
-	if input == 0 && output == 0 {
-		input, output = u.PromptTokens, u.CompletionTokens
-	}
-	return max(input, 0), max(output, 0), nil
+	return m.Usage.usage(), nil
 }
 
 // secretPattern finds what looks like a credential in an upstream

@@ -359,14 +359,14 @@ func TestResponsesSignal(t *testing.T) {
 		{"unknown response event", ev("response.web_search_call.searching", `{"type":"response.web_search_call.searching","sequence_number":3,"output_index":0,"item_id":"ws_1"}`), streamSignal{output: true}},
 		{"unknown non-response event", ev("keepalive", `{"type":"keepalive"}`), streamSignal{}},
 		{"named by data type", ev("message", `{"type":"response.output_text.delta","delta":"x"}`), streamSignal{output: true}},
-		{"completed with tokens", ev("response.completed", responsesCompleted), streamSignal{done: true, inputTokens: 1234, outputTokens: 56}},
+		{"completed with tokens", ev("response.completed", responsesCompleted), streamSignal{done: true, usage: usage{input: 210, output: 56, cacheRead: 1024, reasoning: 32}}},
 		{"completed without usage", ev("response.completed", `{"type":"response.completed","response":{"id":"resp_1","status":"completed","usage":null}}`), streamSignal{done: true}},
-		{"incomplete", ev("response.incomplete", `{"type":"response.incomplete","response":{"id":"resp_1","status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"usage":{"input_tokens":900,"output_tokens":4096}}}`), streamSignal{done: true, inputTokens: 900, outputTokens: 4096}},
+		{"incomplete", ev("response.incomplete", `{"type":"response.incomplete","response":{"id":"resp_1","status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"usage":{"input_tokens":900,"output_tokens":4096}}}`), streamSignal{done: true, usage: usage{input: 900, output: 4096}}},
 		{"completed not JSON", ev("response.completed", `{`), streamSignal{done: true}},
 	}
 	for _, tt := range tests {
 		if got := responsesSignal(tt.ev); got.output != tt.want.output || got.done != tt.want.done || got.failure != nil ||
-			got.inputTokens != tt.want.inputTokens || got.outputTokens != tt.want.outputTokens {
+			got.usage != tt.want.usage {
 			t.Errorf("%s: responsesSignal = %+v, want %+v", tt.name, got, tt.want)
 		}
 	}
@@ -485,7 +485,9 @@ func TestChatSignal(t *testing.T) {
 		{"tool call chunk", data(head + `"choices":[{"index":0,"delta":{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":""}}]},"finish_reason":null}]}`), streamSignal{output: true}},
 		{"function call chunk", data(head + `"choices":[{"index":0,"delta":{"function_call":{"name":"get_weather","arguments":""}},"finish_reason":null}]}`), streamSignal{output: true}},
 		{"finish chunk", data(head + `"choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}]}`), streamSignal{output: true}},
-		{"usage chunk", data(head + `"choices":[],"usage":{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29}}`), streamSignal{inputTokens: 19, outputTokens: 10}},
+		{"usage chunk", data(head + `"choices":[],"usage":{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29}}`), streamSignal{usage: usage{input: 19, output: 10}}},
+		{"usage chunk with details", data(head + `"choices":[],"usage":{"prompt_tokens":1117,"completion_tokens":55,"total_tokens":1172,"prompt_tokens_details":{"cached_tokens":1024,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":32,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}}`),
+			streamSignal{usage: usage{input: 93, output: 55, cacheRead: 1024, reasoning: 32}}},
 		{"usage null", data(head + `"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}],"usage":null}`), streamSignal{output: true}},
 		{"empty tool calls", data(head + `"choices":[{"index":0,"delta":{"tool_calls":[]},"finish_reason":null}]}`), streamSignal{}},
 		{"not JSON", data(`: keepalive`), streamSignal{}},
@@ -543,21 +545,40 @@ func TestChatSignalFailure(t *testing.T) {
 func TestOpenAIUsage(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name          string
-		body          string
-		input, output int64
+		name string
+		body string
+		want usage
 	}{
-		{"responses", `{"id":"resp_1","object":"response","status":"completed","usage":{"input_tokens":328,"input_tokens_details":{"cached_tokens":0},"output_tokens":52,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":380}}`, 328, 52},
-		{"chat", `{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29,"prompt_tokens_details":{"cached_tokens":0}}}`, 19, 10},
-		{"no usage", `{"id":"resp_1","object":"response"}`, 0, 0},
-		{"usage null", `{"usage":null}`, 0, 0},
-		{"negative", `{"usage":{"input_tokens":-5,"output_tokens":3}}`, 0, 3},
-		{"not JSON", `<html>`, 0, 0},
+		{"responses", `{"id":"resp_1","object":"response","status":"completed","usage":{"input_tokens":328,"input_tokens_details":{"cached_tokens":0},"output_tokens":52,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":380}}`,
+			usage{input: 328, output: 52}},
+		{"responses cached and reasoning", `{"usage":{"input_tokens":5230,"input_tokens_details":{"cached_tokens":4864},"output_tokens":412,"output_tokens_details":{"reasoning_tokens":256},"total_tokens":5642}}`,
+			usage{input: 366, output: 412, cacheRead: 4864, reasoning: 256}},
+		{"chat", `{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29,"prompt_tokens_details":{"cached_tokens":0}}}`,
+			usage{input: 19, output: 10}},
+		{"chat cached and reasoning", `{"usage":{"prompt_tokens":2006,"completion_tokens":300,"total_tokens":2306,"prompt_tokens_details":{"cached_tokens":1920,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":192,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}}`,
+			usage{input: 86, output: 300, cacheRead: 1920, reasoning: 192}},
+		// A part is never more than its whole.
+		{"cached past the input", `{"usage":{"input_tokens":100,"input_tokens_details":{"cached_tokens":150},"output_tokens":5,"output_tokens_details":{"reasoning_tokens":9}}}`,
+			usage{output: 5, cacheRead: 100, reasoning: 5}},
+		{"details null", `{"usage":{"prompt_tokens":7,"completion_tokens":3,"prompt_tokens_details":null,"completion_tokens_details":null}}`, usage{input: 7, output: 3}},
+		{"no usage", `{"id":"resp_1","object":"response"}`, usage{}},
+		{"usage null", `{"usage":null}`, usage{}},
+		{"negative", `{"usage":{"input_tokens":-5,"output_tokens":3,"input_tokens_details":{"cached_tokens":-2}}}`, usage{output: 3}},
+		{"not JSON", `<html>`, usage{}},
 	}
 	for _, tt := range tests {
-		if in, out, _ := openAIUsage([]byte(tt.body)); in != tt.input || out != tt.output {
-			t.Errorf("%s: openAIUsage = %d/%d, want %d/%d", tt.name, in, out, tt.input, tt.output)
+		if got, _ := openAIUsage([]byte(tt.body)); got != tt.want {
+			t.Errorf("%s: openAIUsage = %+v, want %+v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// checkUsageInvariants holds for every usage the readers make: no count
+// below zero, no part above its whole.
+func checkUsageInvariants(t *testing.T, u usage) {
+	t.Helper()
+	if u.input < 0 || u.output < 0 || u.cacheRead < 0 || u.cacheCreation < 0 || u.reasoning < 0 || u.reasoning > u.output {
+		t.Fatalf("usage %+v", u)
 	}
 }
 
@@ -623,6 +644,8 @@ func FuzzResponsesSignal(f *testing.F) {
 	f.Add("response.completed", responsesCompleted)
 	f.Add("error", `{"type":"error","code":"usage_limit_reached","message":"x","resets_at":"1785736800"}`)
 	f.Add("message", `{"type":"response.output_text.delta","delta":"x"}`)
+	f.Add("message", `{"object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":12},"completion_tokens_details":{"reasoning_tokens":9}}}`)
+	f.Add("response.incomplete", `{"type":"response.incomplete","response":{"usage":{"input_tokens":-1,"input_tokens_details":{"cached_tokens":5},"output_tokens":7,"output_tokens_details":{"reasoning_tokens":-2}}}}`)
 	f.Fuzz(func(t *testing.T, name, data string) {
 		for _, s := range []streamSignal{
 			responsesSignal(sseEvent{name: name, data: []byte(data)}),
@@ -631,9 +654,7 @@ func FuzzResponsesSignal(f *testing.F) {
 			if n := boolCount(s.output) + boolCount(s.done) + boolCount(s.failure != nil); n > 1 {
 				t.Fatalf("signal %+v is more than one of output, done, failure", s)
 			}
-			if s.inputTokens < 0 || s.outputTokens < 0 {
-				t.Fatalf("negative tokens %d/%d", s.inputTokens, s.outputTokens)
-			}
+			checkUsageInvariants(t, s.usage)
 			if s.failure != nil {
 				checkFailureInvariants(t, s.failure)
 				if s.failure.status != openAIStatusForClass(s.failure.class) {

@@ -51,10 +51,10 @@ func newPendingRequests() *pendingRequests {
 }
 
 // begin registers the request rec describes; what rec holds now (key,
-// surface, model, stream, start) is what its pending event says.
+// surface, model, stream, session, start) is what its pending event says.
 func (p *pendingRequests) begin(rec *weirv1.RouteEvent) {
 	ev := &weirv1.RouteEvent{RequestId: rec.RequestId, KeyId: rec.KeyId, Surface: rec.Surface, Model: rec.Model,
-		Stream: rec.Stream, StartedAt: rec.StartedAt, Pending: true}
+		Stream: rec.Stream, SessionKey: rec.SessionKey, StartedAt: rec.StartedAt, Pending: true}
 	r := &pendingRequest{ev: ev, queued: true}
 	p.mu.Lock()
 	p.m[rec.RequestId] = r

@@ -14,13 +14,13 @@ func TestPendingRequests(t *testing.T) {
 	t.Parallel()
 	p := newPendingRequests()
 	for _, id := range []string{"a", "b", "c", "d"} {
-		p.begin(&weirv1.RouteEvent{RequestId: id, Model: "m"})
+		p.begin(&weirv1.RouteEvent{RequestId: id, Model: "m", SessionKey: "session-" + id})
 	}
 	p.end("b") // over before any batch: its final event stands alone
 	ids := func(evs []*weirv1.RouteEvent) []string {
 		var out []string
 		for _, e := range evs {
-			if !e.Pending || e.Model != "m" {
+			if !e.Pending || e.Model != "m" || e.SessionKey != "session-"+e.RequestId {
 				t.Errorf("pending event %v", e)
 			}
 			out = append(out, e.RequestId)

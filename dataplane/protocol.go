@@ -17,8 +17,9 @@ type streamSignal struct {
 	done bool
 	// failure: the event ends the stream with an error.
 	failure *eventFailure
-	// Token counts when the event carries them (0: not carried).
-	inputTokens, outputTokens int64
+	// usage is what the event reports the answer used (zero: nothing);
+	// the relay keeps the latest of each count (usage.merge).
+	usage usage
 }
 
 // eventFailure is the evidence of an upstream error: an HTTP error body, or

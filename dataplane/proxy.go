@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -17,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -177,7 +179,7 @@ func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *wei
 		refuse(refusalInvalidBody, apiErr)
 		return
 	}
-	rec.Model, rec.Stream = in.model, in.stream
+	rec.Model, rec.Stream, rec.SessionKey = in.model, in.stream, in.session
 	if apiErr := s.admitModel(in, key); apiErr != nil {
 		refuse(refusalModelForbidden, apiErr)
 		return
@@ -596,8 +598,15 @@ func (s *Server) tryOnce(ctx context.Context, rt *routing, lease *weirv1.Lease) 
 	}
 	rt.judge(nil) // an account that answered ends the unreachable hold
 	o.PriorBursts = rt.bursts[lease.AccountId]
+	// The model the attempt went upstream as: an alias's target, which the
+	// body was rewritten to (upstream.go), else the client's.
+	model := cmp.Or(lease.Model, in.model)
+	var used *weirv1.TokenUsage
 	if u := o.GetUsage(); u != nil {
-		rec.InputTokens, rec.OutputTokens = u.InputTokens, u.OutputTokens
+		used = proto.CloneOf(u) // the route event's own: the outcome may still be on its way
+		rec.Usage = addUsage(rec.Usage, used)
+		rec.InputTokens, rec.OutputTokens = rec.Usage.InputTokens, rec.Usage.OutputTokens
+		s.metrics.countTokens(providerName(lease.Provider), modelFamily(model), used)
 	}
 	s.metrics.attempts.WithLabelValues(providerName(lease.Provider), statusClass(int(o.Status)), shortClass(o.Class), causeName(o.TransportCause)).Inc()
 	d := s.release(actx, in, lease, o, admitted)
@@ -607,6 +616,8 @@ func (s *Server) tryOnce(ctx context.Context, rt *routing, lease *weirv1.Lease) 
 		ErrorType: o.ErrorType, Action: d.GetAction(), Duration: o.Duration, Rung: d.GetRung(),
 		SpilledToMetered: lease.SpilledToMetered,
 		TransportCause:   o.TransportCause,
+		Usage:            used,
+		Model:            model,
 	})
 	if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED {
 		rt.overloads = increment(rt.overloads, lease.AccountId)
@@ -619,6 +630,20 @@ func (s *Server) tryOnce(ctx context.Context, rt *routing, lease *weirv1.Lease) 
 		delete(rt.bursts, lease.AccountId)
 	}
 	return o, d, res
+}
+
+// addUsage is sum plus u (a new sum when sum is nil): a request's usage
+// over its attempts.
+func addUsage(sum, u *weirv1.TokenUsage) *weirv1.TokenUsage {
+	if sum == nil {
+		sum = &weirv1.TokenUsage{}
+	}
+	sum.InputTokens += u.GetInputTokens()
+	sum.OutputTokens += u.GetOutputTokens()
+	sum.CacheReadTokens += u.GetCacheReadTokens()
+	sum.CacheCreationTokens += u.GetCacheCreationTokens()
+	sum.ReasoningTokens += u.GetReasoningTokens()
+	return sum
 }
 
 // hold waits before the next routing round, or says that waiting cannot

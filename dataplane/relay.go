@@ -179,17 +179,15 @@ func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.R
 	if err == nil {
 		// One parse reads the token counts and proves the body is JSON
 		// (json.Unmarshal checks all of its input before decoding).
+		var u usage
 		var perr error
-		var in0, out0 int64
 		if in.sf.wire == wireOpenAI {
-			in0, out0, perr = openAIUsage(body)
+			u, perr = openAIUsage(body)
 		} else {
-			var u usage
 			perr = u.fromMessage(body)
-			in0, out0 = u.input, u.output
 		}
-		if in0 > 0 || out0 > 0 {
-			o.Usage = &weirv1.TokenUsage{InputTokens: in0, OutputTokens: out0}
+		if in.sf.spendsTokens() {
+			o.Usage = u.proto()
 		}
 		if syn := (*json.SyntaxError)(nil); errors.As(perr, &syn) {
 			err = errMalformedBody
@@ -234,6 +232,10 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 		held      []byte
 		committed bool
 		finished  bool
+		// used is what the stream reported so far, the latest of each
+		// count. A stream cut midway, or one that fails, keeps what it
+		// reported before: that is what was delivered.
+		used usage
 	)
 	commit := func() error {
 		copyResponseHeaders(w.Header(), resp.Header)
@@ -287,16 +289,9 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 			break
 		}
 		sig := signal(ev)
-		if sig.inputTokens > 0 || sig.outputTokens > 0 {
-			if o.Usage == nil {
-				o.Usage = &weirv1.TokenUsage{}
-			}
-			if sig.inputTokens > 0 {
-				o.Usage.InputTokens = sig.inputTokens
-			}
-			if sig.outputTokens > 0 {
-				o.Usage.OutputTokens = sig.outputTokens
-			}
+		if !sig.usage.zero() {
+			used.merge(sig.usage)
+			o.Usage = used.proto()
 		}
 		if f := sig.failure; f != nil {
 			o.ErrorType, o.ErrorMessage, o.Quota = f.errorType, f.message, f.quota

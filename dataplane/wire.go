@@ -44,6 +44,11 @@ var (
 		suffix: "/chat/completions", signal: chatSignal}
 )
 
+// spendsTokens says whether the surface's answers use tokens (and report
+// them): the surfaces that generate, which are those that stream;
+// count_tokens and the model list use none.
+func (sf surface) spendsTokens() bool { return sf.signal != nil }
+
 // upstreamPath is where an attempt goes under the lease's base URL: the
 // client's own path for Anthropic; for OpenAI the surface's path under the
 // versioned base (https://api.openai.com/v1 + /responses); for Codex the

@@ -53,6 +53,9 @@ type account struct {
 	// chatgptID is a chatgpt account's account id; "" for other kinds and
 	// for discovered chatgpt accounts, which accept any.
 	chatgptID string
+	// promptCache is when each prompt prefix the account cached was last
+	// used (usage.go).
+	promptCache map[prefixKey]time.Time
 }
 
 // registry is the current script in lookup form. Guarded by Server.mu.

@@ -47,6 +47,11 @@ type Attempt struct {
 	// ClientGone: the client went away before the simulator was done, so
 	// Ended is when the simulator noticed, a little after the client left.
 	ClientGone bool `json:"client_gone,omitempty"`
+	// Usage is what the answer reported it used, as far as it was sent:
+	// a stream cut midway has only what came before the cut (a Messages
+	// stream its message_start's usage), an answer that reports none
+	// (an error, a chat stream that did not ask for its usage) zero.
+	Usage Usage `json:"usage,omitzero"`
 }
 
 // attemptLog is a bounded ring of attempts, oldest first. Attempt n of a

@@ -291,6 +291,48 @@
 // fields, and an account's own override the script's. The output tokens of
 // a tool call count its arguments as those of text count the text.
 //
+// # Token usage
+//
+// Every answer reports its tokens the way its wire does, streamed and not
+// (usage.go), counted by size (about four bytes a token; a request's
+// input is its body's), and the attempt log has what each reported
+// (Attempt.Usage, in one vocabulary: input neither read from nor written
+// to the cache, output with reasoning, cache reads and writes,
+// reasoning), as far as it went out: a stream cut midway logs what came
+// before the cut.
+//
+//   - /v1/messages: usage.input_tokens, cache_read_input_tokens,
+//     cache_creation_input_tokens and output_tokens; streamed,
+//     message_start's message.usage has the input and both cache fields
+//     (and output_tokens 1), message_delta's usage output_tokens alone.
+//   - the Responses paths: usage.input_tokens (cached tokens included),
+//     input_tokens_details.cached_tokens, output_tokens (reasoning
+//     included), output_tokens_details.reasoning_tokens, total_tokens;
+//     streamed, in response.completed's response.
+//   - /v1/chat/completions: usage.prompt_tokens (cached included),
+//     completion_tokens, total_tokens, prompt_tokens_details.cached_tokens,
+//     completion_tokens_details.reasoning_tokens; streamed only when the
+//     request sets stream_options.include_usage, as a last chunk with
+//     "choices":[] before [DONE], every chunk before it saying "usage":
+//     null.
+//
+// Each account has a prompt cache. A request's prefix is its model,
+// system prompt (instructions), tools and every message (input item) but
+// the last; an account remembers the prefixes of the requests it served
+// for 5 minutes of the sim clock from their last use. A request reads the
+// longest of its prefixes cut at a message that the account remembers
+// (the same request again reads all of it, the next turn of a
+// conversation what the turn before wrote) and writes its own. On
+// /v1/messages only a request that asks for caching (a cache_control in
+// its system, messages or tools) reads or writes, reporting what it wrote
+// as cache_creation_input_tokens; the OpenAI paths cache on their own and
+// report only what they read. The output of a reasoning model (gpt-5 and
+// later, the codex models, the o-series) or of a request asking for
+// reasoning (reasoning, reasoning_effort) includes reasoning tokens: 64,
+// or by effort 0 (none), 8 (minimal), 16 (low), 256 (high), 512 (xhigh).
+// Usage windows are charged the input and the answer's text or tool call,
+// reasoning left out.
+//
 // # Time
 //
 // Windows, token expiry, grant expiry, timed faults and the usage read

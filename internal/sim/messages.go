@@ -59,6 +59,20 @@ type messagesRequest struct {
 	// previousResponse is a Responses request's previous_response_id: its
 	// input then holds only what came after that response.
 	previousResponse string
+
+	// What the prompt cache and the usage read (usage.go): the system
+	// prompt (a Responses request's instructions), raw; the conversation's
+	// messages (input items) one by one, raw (a string input is one item);
+	// whether a Messages request asks for caching (a cache_control
+	// anywhere in its system, messages or tools); the reasoning effort a
+	// Responses or Chat Completions request asks for ("" when it asks
+	// none); and whether a chat stream asks for its usage
+	// (stream_options.include_usage).
+	system          json.RawMessage
+	items           []json.RawMessage
+	cacheControl    bool
+	reasoningEffort string
+	includeUsage    bool
 }
 
 // parseMessagesRequest reads model and stream even from an invalid body, so
@@ -77,6 +91,8 @@ func parseMessagesRequest(body []byte) (messagesRequest, string) {
 	json.Unmarshal(fields["model"], &req.Model)   //nolint:errcheck // checked below
 	json.Unmarshal(fields["stream"], &req.Stream) //nolint:errcheck // checked below
 	req.tools, req.toolChoice, req.conversation = fields["tools"], fields["tool_choice"], fields["messages"]
+	req.system = fields["system"]
+	req.cacheControl = hasCacheControl(req.system) || hasCacheControl(req.conversation) || hasCacheControl(req.tools)
 
 	var problems []string
 	if raw, ok := fields["model"]; !ok {
@@ -92,6 +108,8 @@ func parseMessagesRequest(body []byte) (messagesRequest, string) {
 		problems = append(problems, "messages: Input should be a valid list")
 	} else if len(msgs) == 0 {
 		problems = append(problems, "messages: at least one message is required")
+	} else {
+		req.items = msgs
 	}
 	if raw, ok := fields["stream"]; ok && !isJSON[bool](raw) {
 		problems = append(problems, "stream: Input should be a valid boolean")
@@ -189,7 +207,9 @@ func (x *exchange) succeed() {
 		return
 	}
 	x.setRateLimitHeaders()
-	writeJSON(x.w, http.StatusOK, x.message())
+	m := x.message()
+	x.reportUsage(x.usage())
+	writeJSON(x.w, http.StatusOK, m)
 	x.outputSent()
 }
 
@@ -250,13 +270,6 @@ func (b contentBlock) MarshalJSON() ([]byte, error) {
 	}{b.Type, b.Text})
 }
 
-type usage struct {
-	InputTokens              int `json:"input_tokens"`
-	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
-	OutputTokens             int `json:"output_tokens"`
-}
-
 // message is the complete non-streamed reply: the text, or the tool call.
 func (x *exchange) message() message {
 	stop, block := "end_turn", contentBlock{Type: "text", Text: x.s.reply.text}
@@ -270,7 +283,7 @@ func (x *exchange) message() message {
 		Model:      x.req.Model,
 		Content:    []contentBlock{block},
 		StopReason: &stop,
-		Usage:      usage{InputTokens: x.inputTokens(), OutputTokens: x.outputTokens()},
+		Usage:      x.usage().anthropic(),
 	}
 }
 
@@ -327,7 +340,12 @@ func (x *exchange) stream(f *Fault) {
 	start := x.message()
 	start.Content = []contentBlock{}
 	start.StopReason = nil
+	// message_start reports the input and a first output token; the
+	// output's count comes with message_delta.
 	start.Usage.OutputTokens = 1
+	reported := x.usage()
+	reported.OutputTokens = 1
+	x.reportUsage(reported)
 	sw.event("message_start", messageStartEvent{Type: "message_start", Message: start})
 	if f != nil && f.Kind == FaultOverloadedEvent {
 		sw.event("error", overloadedEvent)
@@ -389,10 +407,11 @@ func (x *exchange) stream(f *Fault) {
 		}
 	}
 	sw.event("content_block_stop", contentBlockStopEvent{Type: "content_block_stop"})
+	x.reportUsage(x.usage())
 	sw.event("message_delta", messageDeltaEvent{
 		Type:  "message_delta",
 		Delta: stopDelta{StopReason: stop},
-		Usage: outputTokens{OutputTokens: x.outputTokens()},
+		Usage: outputTokens{OutputTokens: x.usage().OutputTokens},
 	})
 	sw.event("message_stop", messageStopEvent{Type: "message_stop"})
 }

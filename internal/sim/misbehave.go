@@ -125,7 +125,9 @@ func (x *exchange) misbehave(f Fault, whole func() []byte, stream func(*Fault)) 
 		<-x.r.Context().Done()
 	case f.Kind == FaultBodyLongerThanLength:
 		x.record(f.Kind, http.StatusOK)
-		x.longerThanLength(whole(), f.size(defaultJunk))
+		body := whole()
+		x.reportUsage(x.usage()) // the whole answer goes out before the junk
+		x.longerThanLength(body, f.size(defaultJunk))
 	case f.Kind == FaultHugeBody:
 		status := f.Status
 		if status == 0 {

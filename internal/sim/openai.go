@@ -131,7 +131,15 @@ func parseOpenAIRequest(body []byte, sf openAISurface) (messagesRequest, string)
 	json.Unmarshal(fields["previous_response_id"], &req.previousResponse) //nolint:errcheck // optional
 	if sf == surfaceChat {
 		req.conversation = fields["messages"]
+	} else {
+		req.system = fields["instructions"]
 	}
+	req.reasoningEffort = reasoningEffort(fields)
+	var opts struct {
+		IncludeUsage bool `json:"include_usage"`
+	}
+	json.Unmarshal(fields["stream_options"], &opts) //nolint:errcheck // optional; unreadable is not asked
+	req.includeUsage = opts.IncludeUsage
 	var problems []string
 	if raw, ok := fields["model"]; !ok || !isJSON[string](raw) || req.Model == "" {
 		problems = append(problems, "Missing required parameter: 'model'.")
@@ -141,12 +149,20 @@ func parseOpenAIRequest(body []byte, sf openAISurface) (messagesRequest, string)
 			problems = append(problems, "Missing required parameter: 'messages'.")
 		} else if msgs, ok := decodeList(raw); !ok || len(msgs) == 0 {
 			problems = append(problems, "Invalid 'messages': expected a non-empty array.")
+		} else {
+			req.items = msgs
 		}
 	} else {
 		raw, ok := fields["input"]
-		if !ok {
+		items, isList := decodeList(raw)
+		switch {
+		case !ok:
 			problems = append(problems, "Missing required parameter: 'input'.")
-		} else if _, isList := decodeList(raw); !isList && !isJSON[string](raw) {
+		case isList:
+			req.items = items
+		case isJSON[string](raw):
+			req.items = []json.RawMessage{raw}
+		default:
 			problems = append(problems, "Invalid 'input': expected a string or an array.")
 		}
 	}
@@ -210,7 +226,7 @@ func revokedOpenAIMessage(a *account) string {
 // admitOpenAI reads the body and authenticates the request for surface sf.
 // When it returns false it has already answered and logged the attempt.
 func (s *Server) admitOpenAI(w http.ResponseWriter, r *http.Request, sf openAISurface) (*exchange, bool) {
-	x := &exchange{s: s, w: w, r: r}
+	x := &exchange{s: s, w: w, r: r, wire: sf.toolWire()}
 	if !x.readBody() {
 		return nil, false
 	}
@@ -402,12 +418,15 @@ func (x *exchange) succeedOpenAI(sf openAISurface, f *Fault) {
 	if f == nil {
 		x.s.charge(x.acct, x.req.Model, x.inputTokens()+x.outputTokens())
 	}
+	x.usage() // the prompt cache follows every request served
 	if sf == surfaceChat {
 		if x.req.Stream {
 			x.chatStream(f)
 			return
 		}
-		writeJSON(x.w, http.StatusOK, x.chatCompletion())
+		c := x.chatCompletion()
+		x.reportUsage(x.usage())
+		writeJSON(x.w, http.StatusOK, c)
 		x.outputSent()
 		return
 	}
@@ -415,7 +434,9 @@ func (x *exchange) succeedOpenAI(sf openAISurface, f *Fault) {
 		x.responsesStream(f)
 		return
 	}
-	writeJSON(x.w, http.StatusOK, x.response("completed", true))
+	ro := x.response("completed", true)
+	x.reportUsage(x.usage())
+	writeJSON(x.w, http.StatusOK, ro)
 	x.outputSent()
 }
 
@@ -443,11 +464,6 @@ type (
 		Text        string `json:"text"`
 		Annotations []any  `json:"annotations"`
 	}
-	responseUsage struct {
-		InputTokens  int `json:"input_tokens"`
-		OutputTokens int `json:"output_tokens"`
-		TotalTokens  int `json:"total_tokens"`
-	}
 	// responseErrBody is response.error. The usage limit event adds
 	// resets_at (epoch s) and resets_in_seconds beside code and message,
 	// as in the 429 usage_limit_reached body.
@@ -471,11 +487,7 @@ func (x *exchange) response(status string, done bool) responseObject {
 	}
 	if done {
 		ro.Output = []any{x.outputItem("completed")}
-		ro.Usage = &responseUsage{
-			InputTokens:  x.inputTokens(),
-			OutputTokens: x.outputTokens(),
-			TotalTokens:  x.inputTokens() + x.outputTokens(),
-		}
+		ro.Usage = x.usage().responses()
 	}
 	return ro
 }
@@ -613,6 +625,7 @@ func (x *exchange) responsesStream(f *Fault) {
 	emit("response.output_item.done", map[string]any{"output_index": 0, "item": x.outputItem("completed")})
 	done := x.response("completed", true)
 	done.ID, done.CreatedAt = resp.ID, resp.CreatedAt
+	x.reportUsage(x.usage())
 	emit("response.completed", map[string]any{"response": done})
 }
 
@@ -624,7 +637,12 @@ type (
 		Created int64        `json:"created"`
 		Model   string       `json:"model"`
 		Choices []chatChoice `json:"choices"`
-		Usage   *chatUsage   `json:"usage,omitempty"`
+		// Usage is a *chatUsage: a completion's; in a stream that asked
+		// for it (stream_options.include_usage), null on every chunk but
+		// the last, which has it; absent from a stream that did not ask.
+		// (A nil *chatUsage in it is written as null; only a nil Usage is
+		// left out.)
+		Usage any `json:"usage,omitempty"`
 	}
 	chatChoice struct {
 		Index        int          `json:"index"`
@@ -637,20 +655,7 @@ type (
 		Content   *string        `json:"content,omitempty"`
 		ToolCalls []chatToolCall `json:"tool_calls,omitempty"`
 	}
-	chatUsage struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
-		TotalTokens      int `json:"total_tokens"`
-	}
 )
-
-func (x *exchange) chatUsage() *chatUsage {
-	return &chatUsage{
-		PromptTokens:     x.inputTokens(),
-		CompletionTokens: x.outputTokens(),
-		TotalTokens:      x.inputTokens() + x.outputTokens(),
-	}
-}
 
 // chatCompletion is the complete non-streamed chat completion: the text,
 // or the tool call.
@@ -663,7 +668,7 @@ func (x *exchange) chatCompletion() chatCompletionObject {
 	return chatCompletionObject{
 		ID: newID("chatcmpl-", now), Object: "chat.completion", Created: now.Unix(), Model: x.req.Model,
 		Choices: []chatChoice{{Message: &msg, FinishReason: &finish}},
-		Usage:   x.chatUsage(),
+		Usage:   x.usage().chat(),
 	}
 }
 
@@ -711,11 +716,15 @@ func (x *exchange) chatStream(f *Fault) {
 	}
 	now := x.s.now()
 	id := newID("chatcmpl-", now)
-	chunk := func(delta chatMessage, finish *string, u *chatUsage) {
-		b, _ := json.Marshal(chatCompletionObject{
+	chunk := func(delta chatMessage, finish *string) {
+		c := chatCompletionObject{
 			ID: id, Object: "chat.completion.chunk", Created: now.Unix(), Model: x.req.Model,
-			Choices: []chatChoice{{Delta: &delta, FinishReason: finish}}, Usage: u,
-		})
+			Choices: []chatChoice{{Delta: &delta, FinishReason: finish}},
+		}
+		if x.req.includeUsage {
+			c.Usage = (*chatUsage)(nil)
+		}
+		b, _ := json.Marshal(c)
 		sw.data(string(b))
 	}
 	var deltas []chatMessage
@@ -727,7 +736,7 @@ func (x *exchange) chatStream(f *Fault) {
 			deltas = append(deltas, chatMessage{Content: strPtr(c)})
 		}
 	}
-	chunk(chatMessage{Role: "assistant", Content: strPtr("")}, nil, nil)
+	chunk(chatMessage{Role: "assistant", Content: strPtr("")}, nil)
 	if x.misbehaveStream(sw, f, false, "") {
 		return
 	}
@@ -738,7 +747,7 @@ func (x *exchange) chatStream(f *Fault) {
 		if i > 0 && !pause(x.r.Context(), x.s.deltaDelay) {
 			return
 		}
-		chunk(d, nil, nil)
+		chunk(d, nil)
 		if sw.err != nil {
 			return
 		}
@@ -759,7 +768,17 @@ func (x *exchange) chatStream(f *Fault) {
 			return
 		}
 	}
-	chunk(chatMessage{}, &finish, x.chatUsage())
+	chunk(chatMessage{}, &finish)
+	if x.req.includeUsage {
+		// The usage chunk: no choices, the whole answer's usage.
+		u := x.usage()
+		b, _ := json.Marshal(chatCompletionObject{
+			ID: id, Object: "chat.completion.chunk", Created: now.Unix(), Model: x.req.Model,
+			Choices: []chatChoice{}, Usage: u.chat(),
+		})
+		x.reportUsage(u)
+		sw.data(string(b))
+	}
 	sw.data("[DONE]")
 }
 

@@ -159,6 +159,8 @@ type exchange struct {
 	itemID  string    // the Responses output item's id, once made
 	respID  string    // the Responses response's id, once made
 	tool    *toolCall // the tool call answered instead of text; nil: text
+	wire    toolWire  // the request's wire format
+	counted *Usage    // the request's tokens, once counted (usage.go)
 }
 
 // identify adds what real upstreams send that names the account behind an

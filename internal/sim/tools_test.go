@@ -44,8 +44,14 @@ func toolResponsesBody(stream bool, tools, input string) string {
 	return fmt.Sprintf(`{"model":%q,"stream":%t,"tools":%s,"tool_choice":"auto","parallel_tool_calls":false,"input":%s}`, gptModel, stream, tools, input)
 }
 
+// toolChatBody is a Chat Completions body offering tools; a stream asks
+// for its usage.
 func toolChatBody(stream bool, tools, messages string) string {
-	return fmt.Sprintf(`{"model":%q,"stream":%t,"tools":%s,"messages":%s}`, gptModel, stream, tools, messages)
+	opts := ""
+	if stream {
+		opts = `,"stream_options":{"include_usage":true}`
+	}
+	return fmt.Sprintf(`{"model":%q,"stream":%t%s,"tools":%s,"messages":%s}`, gptModel, stream, opts, tools, messages)
 }
 
 // toolAnswer is what a client reads of a tool call, on any wire.
@@ -239,7 +245,7 @@ func completedCall(t *testing.T, data []byte) (functionCallJSON, int) {
 	if r.Usage.TotalTokens != r.Usage.InputTokens+r.Usage.OutputTokens {
 		t.Errorf("usage %+v", r.Usage)
 	}
-	return fc, r.Usage.OutputTokens
+	return fc, r.Usage.OutputTokens - r.Usage.OutputTokensDetails.ReasoningTokens
 }
 
 // readResponsesTool reads a Responses tool answer, checking its shape and,
@@ -365,14 +371,22 @@ func readChatTool(t *testing.T, data []byte, stream bool) toolAnswer {
 		if tc.Index != nil || tc.Type != "function" || tc.Function.Arguments == nil {
 			t.Errorf("tool call %s", data)
 		}
-		return toolAnswer{name: tc.Function.Name, id: tc.ID, args: *tc.Function.Arguments, outputTokens: c.Usage.CompletionTokens}
+		return toolAnswer{name: tc.Function.Name, id: tc.ID, args: *tc.Function.Arguments,
+			outputTokens: c.Usage.CompletionTokens - c.Usage.CompletionTokensDetails.ReasoningTokens}
 	}
 	payloads := chatLines(t, data)
-	if len(payloads) < 5 || payloads[len(payloads)-1] != "[DONE]" {
+	if len(payloads) < 6 || payloads[len(payloads)-1] != "[DONE]" {
 		t.Fatalf("payloads %q", payloads)
 	}
+	// The usage chunk (asked for) comes last: no choices, the usage.
+	last := decode[completion](t, []byte(payloads[len(payloads)-2]))
+	if len(last.Choices) != 0 || last.Usage == nil {
+		t.Fatalf("usage chunk %s", payloads[len(payloads)-2])
+	}
 	var ans toolAnswer
+	ans.outputTokens = last.Usage.CompletionTokens - last.Usage.CompletionTokensDetails.ReasoningTokens
 	var args strings.Builder
+	payloads = payloads[:len(payloads)-1]
 	for i, p := range payloads[:len(payloads)-1] {
 		c := decode[completion](t, []byte(p))
 		if len(c.Choices) != 1 || c.Choices[0].Delta == nil {
@@ -394,10 +408,9 @@ func readChatTool(t *testing.T, data []byte, stream bool) toolAnswer {
 			}
 			ans.name, ans.id = tc.Function.Name, tc.ID
 		case len(payloads) - 2:
-			if finish == nil || *finish != "tool_calls" || d.ToolCalls != nil || c.Usage == nil {
+			if finish == nil || *finish != "tool_calls" || d.ToolCalls != nil || c.Usage != nil {
 				t.Errorf("last chunk %s", p)
 			}
-			ans.outputTokens = c.Usage.CompletionTokens
 		default:
 			if len(d.ToolCalls) != 1 || finish != nil || d.Role != "" {
 				t.Fatalf("chunk %d: %s", i, p)
