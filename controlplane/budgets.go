@@ -185,27 +185,82 @@ func (l leaseService) checkBudgets(ctx context.Context, keyID uuid.UUID, session
 	if err != nil {
 		return nil, fmt.Errorf("read budgets: %w", err)
 	}
-	return overBudget(rows, session, un), nil
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	reqs := un.GetRequests()
+	if len(reqs) > maxUnreportedRequests {
+		return nil, invalidf("unreported.requests: at most %d", maxUnreportedRequests)
+	}
+	var stored map[string]bool
+	if len(reqs) > 0 {
+		ids := make([]string, len(reqs))
+		for i, r := range reqs {
+			ids[i] = r.GetRequestId()
+		}
+		got, err := l.q.StoredRequests(ctx, ids)
+		if err != nil {
+			return nil, err
+		}
+		stored = make(map[string]bool, len(got))
+		for _, id := range got {
+			stored[id] = true
+		}
+	}
+	return overBudget(rows, session, unreportedSums(reqs, stored)), nil
+}
+
+// maxUnreportedRequests bounds UnreportedSpend.requests.
+const maxUnreportedRequests = 1000
+
+// unreported is a worker's spend not stored yet, by scope.
+type unreported struct {
+	key, team, session struct{ tokens, nano int64 }
+}
+
+// unreportedSums adds up the requests the control plane has not stored:
+// one it stored (its report was taken before the worker heard so) is
+// counted there already.
+func unreportedSums(reqs []*weirv1.UnreportedRequest, stored map[string]bool) unreported {
+	var u unreported
+	for _, r := range reqs {
+		if stored[r.GetRequestId()] || r.GetTokens() < 0 || r.GetNanoUsd() < 0 {
+			continue
+		}
+		if r.GetKey() {
+			u.key.tokens += r.GetTokens()
+			u.key.nano += r.GetNanoUsd()
+		}
+		if r.GetTeam() {
+			u.team.tokens += r.GetTokens()
+			u.team.nano += r.GetNanoUsd()
+		}
+		if r.GetSession() {
+			u.session.tokens += r.GetTokens()
+			u.session.nano += r.GetNanoUsd()
+		}
+	}
+	return u
 }
 
 // overBudget is checkBudgets' rule. Pure.
-func overBudget(rows []db.KeyBudgetsRow, session string, un *weirv1.UnreportedSpend) *weirv1.BudgetBlock {
+func overBudget(rows []db.KeyBudgetsRow, session string, un unreported) *weirv1.BudgetBlock {
 	var over *weirv1.BudgetBlock
 	for _, r := range rows {
 		scope, name := "key", r.KeyName
-		tokens, nano := r.SpentTokens+un.GetKeyTokens(), r.SpentNanoUsd+un.GetKeyNanoUsd()
+		tokens, nano := r.SpentTokens+un.key.tokens, r.SpentNanoUsd+un.key.nano
 		switch {
 		case r.Period == "session":
 			if session == "" {
 				continue // a request in no session is under no session cap
 			}
-			scope, tokens, nano = "session", r.SpentTokens+un.GetSessionTokens(), r.SpentNanoUsd+un.GetSessionNanoUsd()
+			scope, tokens, nano = "session", r.SpentTokens+un.session.tokens, r.SpentNanoUsd+un.session.nano
 			if r.TeamID.Valid {
 				name = "team " + r.TeamName
 			}
 		case r.TeamID.Valid:
 			scope, name = "team", r.TeamName
-			tokens, nano = r.SpentTokens+un.GetTeamTokens(), r.SpentNanoUsd+un.GetTeamNanoUsd()
+			tokens, nano = r.SpentTokens+un.team.tokens, r.SpentNanoUsd+un.team.nano
 		}
 		spent := tokens
 		if r.Unit == "usd" {

@@ -16,13 +16,14 @@ import (
 
 // spend reports a finished request of key in session that used tokens
 // (all input) on account, started at at.
-func (e *env) spend(keyID, accountID, session string, tokens int64, at time.Time) {
+func (e *env) spend(keyID, accountID, session string, tokens int64, at time.Time) string {
 	e.t.Helper()
 	id := "req-" + randHex(6)
 	e.report(&weirv1.RouteEvent{RequestId: id, KeyId: keyID, AccountId: accountID, Model: "claude-sonnet-4-5", Status: 200,
 		Attempts: 1, StartedAt: timestamppb.New(at), SessionKey: session,
 		AttemptRecords: []*weirv1.AttemptRecord{{AccountId: accountID, Model: "claude-sonnet-4-5",
 			Usage: &weirv1.TokenUsage{InputTokens: tokens}}}})
+	return id
 }
 
 // budgetAnswer asks Acquire as a worker does for a budgeted key, gives
@@ -97,10 +98,17 @@ func TestBudgets(t *testing.T) {
 		t.Fatalf("2500 of the session's 3000: %v", blk)
 	}
 	// What the worker spent and has not reported counts.
-	if blk := e.budgetAnswer(hashA, "s1", &weirv1.UnreportedSpend{SessionTokens: 500}); blk == nil || blk.Scope != "session" {
+	un := &weirv1.UnreportedSpend{Requests: []*weirv1.UnreportedRequest{{RequestId: "req-unreported", Tokens: 500, Key: true, Session: true}}}
+	if blk := e.budgetAnswer(hashA, "s1", un); blk == nil || blk.Scope != "session" {
 		t.Errorf("2500 stored + 500 unreported: want the session cap, got %v", blk)
 	}
-	e.spend(a.Id, acctA.Id, "s1", 600, epoch.Add(time.Minute))
+	// A request the worker has not heard was stored counts once.
+	id := e.spend(a.Id, acctA.Id, "s1", 300, epoch.Add(time.Minute))
+	un = &weirv1.UnreportedSpend{Requests: []*weirv1.UnreportedRequest{{RequestId: id, Tokens: 300, Key: true, Session: true}}}
+	if blk := e.budgetAnswer(hashA, "s1", un); blk != nil {
+		t.Errorf("2800 stored, the unreported 300 among them: %v", blk)
+	}
+	e.spend(a.Id, acctA.Id, "s1", 300, epoch.Add(time.Minute))
 	blk := e.budgetAnswer(hashA, "s1", nil)
 	if blk == nil || blk.Scope != "session" || blk.Spent != 3100 || blk.ResetsAt != nil {
 		t.Fatalf("session s1 at 3100 of 3000: %v", blk)
@@ -205,18 +213,18 @@ func TestOverBudgetRule(t *testing.T) {
 		name    string
 		rows    []db.KeyBudgetsRow
 		session string
-		un      *weirv1.UnreportedSpend
+		un      []*weirv1.UnreportedRequest
 		scope   string
 	}{
 		{"under", []db.KeyBudgetsRow{row("day", "tokens", 100, 99, 0, false)}, "", nil, ""},
 		{"at the limit", []db.KeyBudgetsRow{row("day", "tokens", 100, 100, 0, false)}, "", nil, "key"},
 		{"usd counts dollars", []db.KeyBudgetsRow{row("day", "usd", 5e9, 1e9, 5e9, false)}, "", nil, "key"},
-		{"team", []db.KeyBudgetsRow{row("week", "tokens", 100, 50, 0, true)}, "", &weirv1.UnreportedSpend{TeamTokens: 50}, "team"},
-		{"key's unreported is not the team's", []db.KeyBudgetsRow{row("week", "tokens", 100, 50, 0, true)}, "", &weirv1.UnreportedSpend{KeyTokens: 50}, ""},
-		{"no session, no cap", []db.KeyBudgetsRow{row("session", "tokens", 10, 0, 0, false)}, "", &weirv1.UnreportedSpend{SessionTokens: 50}, ""},
+		{"team", []db.KeyBudgetsRow{row("week", "tokens", 100, 50, 0, true)}, "", []*weirv1.UnreportedRequest{{Tokens: 50, Team: true}}, "team"},
+		{"key's unreported is not the team's", []db.KeyBudgetsRow{row("week", "tokens", 100, 50, 0, true)}, "", []*weirv1.UnreportedRequest{{Tokens: 50, Key: true}}, ""},
+		{"no session, no cap", []db.KeyBudgetsRow{row("session", "tokens", 10, 0, 0, false)}, "", []*weirv1.UnreportedRequest{{Tokens: 50, Session: true}}, ""},
 		{"session first", []db.KeyBudgetsRow{row("day", "tokens", 10, 20, 0, false), row("session", "tokens", 10, 10, 0, false)}, "s", nil, "session"},
 	} {
-		got := overBudget(c.rows, c.session, c.un)
+		got := overBudget(c.rows, c.session, unreportedSums(c.un, nil))
 		if got.GetScope() != c.scope {
 			t.Errorf("%s: %v, want scope %q", c.name, got, c.scope)
 		}

@@ -66,6 +66,8 @@ func TestEnumRoundTrip(t *testing.T) {
 		checkEnum[weirv1.MeteredAccounts](t):   true,
 		checkEnum[weirv1.RouteOutcome](t):      true,
 		checkEnum[weirv1.TransportCause](t):    true,
+		checkEnum[weirv1.BudgetUnit](t):        true,
+		checkEnum[weirv1.BudgetPeriod](t):      true,
 	}
 	// Every enum the package defines is in the list above.
 	n := 0

@@ -13,31 +13,27 @@ import (
 // spend is tokens and nano-dollars.
 type spend struct{ tokens, nano int64 }
 
-func (s *spend) add(o spend, sign int64) {
-	s.tokens += sign * o.tokens
-	s.nano += sign * o.nano
-}
-
 // ledger is what this worker's finished requests of budgeted keys spent
-// that the control plane has not stored yet: their route events are on
-// their way (the reporter's outbox). Acquire counts it with what is
-// stored (AcquireRequest.unreported), so that a budget holds across every
-// worker to within the requests in flight. An entry leaves when its
-// event's batch is taken, or after ledgerTTL (an event the outbox
-// dropped is spent the control plane never learns of: counting it here
-// for ever would refuse the key for nothing).
+// that the control plane may not have stored yet: their route events are
+// on their way (the reporter's outbox). Acquire counts each it has not
+// stored with what it has (AcquireRequest.unreported), so that a budget
+// holds across every worker to within the requests in flight. An entry
+// leaves when its event's batch is taken, or after ledgerTTL (an event
+// the outbox dropped is spent the control plane never learns of:
+// counting it here for ever would refuse the key for nothing).
 type ledger struct {
-	mu        sync.Mutex
-	now       func() time.Time
-	byKey     map[string]spend
-	byTeam    map[string]spend
-	bySession map[string]spend
-	pending   map[string]ledgerEntry
+	mu      sync.Mutex
+	now     func() time.Time
+	pending map[string]ledgerEntry
 }
 
 // ledgerTTL bounds how long an unreported spend is counted: far longer
-// than a report takes while the control plane is up.
-const ledgerTTL = 2 * time.Minute
+// than a report takes while the control plane is up. maxUnreported
+// bounds what one Acquire carries.
+const (
+	ledgerTTL     = 2 * time.Minute
+	maxUnreported = 1000
+)
 
 type ledgerEntry struct {
 	key, team, session string
@@ -46,11 +42,8 @@ type ledgerEntry struct {
 }
 
 func newLedger(now func() time.Time) *ledger {
-	return &ledger{now: now, byKey: map[string]spend{}, byTeam: map[string]spend{}, bySession: map[string]spend{},
-		pending: map[string]ledgerEntry{}}
+	return &ledger{now: now, pending: map[string]ledgerEntry{}}
 }
-
-func sessionScope(key, session string) string { return key + "\x00" + session }
 
 // add counts a finished request's spend until its event is taken.
 func (l *ledger) add(requestID, key, team, session string, s spend) {
@@ -59,32 +52,7 @@ func (l *ledger) add(requestID, key, team, session string, s spend) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.expireLocked()
-	if _, dup := l.pending[requestID]; dup {
-		return
-	}
-	e := ledgerEntry{key: key, team: team, session: session, spent: s, at: l.now()}
-	l.pending[requestID] = e
-	l.moveLocked(e, 1)
-}
-
-func (l *ledger) moveLocked(e ledgerEntry, sign int64) {
-	bump := func(m map[string]spend, k string) {
-		v := m[k]
-		v.add(e.spent, sign)
-		if v == (spend{}) {
-			delete(m, k)
-		} else {
-			m[k] = v
-		}
-	}
-	bump(l.byKey, e.key)
-	if e.team != "" {
-		bump(l.byTeam, e.team)
-	}
-	if e.session != "" {
-		bump(l.bySession, sessionScope(e.key, e.session))
-	}
+	l.pending[requestID] = ledgerEntry{key: key, team: team, session: session, spent: s, at: l.now()}
 }
 
 // settle forgets the requests whose events the control plane took.
@@ -92,35 +60,31 @@ func (l *ledger) settle(requestIDs []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, id := range requestIDs {
-		if e, ok := l.pending[id]; ok {
-			delete(l.pending, id)
-			l.moveLocked(e, -1)
-		}
+		delete(l.pending, id)
 	}
 }
 
-func (l *ledger) expireLocked() {
-	cutoff := l.now().Add(-ledgerTTL)
-	for id, e := range l.pending {
-		if e.at.Before(cutoff) {
-			delete(l.pending, id)
-			l.moveLocked(e, -1)
-		}
-	}
-}
-
-// unreported is what Acquire adds to the stored spend for a request.
+// unreported is the spend Acquire adds to the stored spend for a request
+// of key (in team, session): each entry of the key or its team, with the
+// scopes it counts in.
 func (l *ledger) unreported(key, team, session string) *weirv1.UnreportedSpend {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.expireLocked()
-	k, t := l.byKey[key], l.byTeam[team]
-	var s spend
-	if session != "" {
-		s = l.bySession[sessionScope(key, session)]
+	cutoff := l.now().Add(-ledgerTTL)
+	out := &weirv1.UnreportedSpend{}
+	for id, e := range l.pending {
+		if e.at.Before(cutoff) {
+			delete(l.pending, id)
+			continue
+		}
+		sameKey, sameTeam := e.key == key, team != "" && e.team == team
+		if (!sameKey && !sameTeam) || len(out.Requests) >= maxUnreported {
+			continue
+		}
+		out.Requests = append(out.Requests, &weirv1.UnreportedRequest{RequestId: id, Tokens: e.spent.tokens,
+			NanoUsd: e.spent.nano, Key: sameKey, Team: sameTeam, Session: sameKey && session != "" && e.session == session})
 	}
-	return &weirv1.UnreportedSpend{KeyTokens: k.tokens, KeyNanoUsd: k.nano, TeamTokens: t.tokens, TeamNanoUsd: t.nano,
-		SessionTokens: s.tokens, SessionNanoUsd: s.nano}
+	return out
 }
 
 // requestSpend is a finished request's spend: every token its attempts

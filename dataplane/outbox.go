@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -58,6 +59,9 @@ type outbox[T any] struct {
 	life context.Context
 	stop context.CancelFunc
 	done chan struct{}
+	// urgent: something queued must not wait for the pace (a budgeted
+	// key's spend, which other workers' Acquires count).
+	urgent atomic.Bool
 }
 
 // outboxSendTimeout bounds one call.
@@ -83,6 +87,12 @@ func (o *outbox[T]) put(items ...T) {
 	}
 	o.mu.Unlock()
 	o.wake()
+}
+
+// putNow is put for items that must go without waiting for the pace.
+func (o *outbox[T]) putNow(items ...T) {
+	o.urgent.Store(true)
+	o.put(items...)
 }
 
 func (o *outbox[T]) wake() {
@@ -140,7 +150,7 @@ func (o *outbox[T]) run() {
 			case <-o.life.Done():
 				closing = true
 			}
-			if !full && !closing && !sleepCtx(o.life, time.Until(last.Add(o.pace))) {
+			if !full && !closing && !o.urgent.Swap(false) && !sleepCtx(o.life, time.Until(last.Add(o.pace))) {
 				closing = true
 			}
 		}

@@ -113,6 +113,8 @@ func (s *Server) proxyHandler(sf surface) http.HandlerFunc {
 		}
 		if in.budgeted {
 			s.ledger.add(in.requestID, in.keyID, in.team, in.session, requestSpend(s.settings.get().prices, rec))
+			s.reporter.reportNow(rec)
+			return
 		}
 		s.reporter.report(rec)
 	}

@@ -78,6 +78,12 @@ func (r *reporter) report(ev *weirv1.RouteEvent) {
 	r.out.put(reportItem{ev: ev})
 }
 
+// reportNow sends ev without waiting for the report pace: a budgeted
+// key's spend counts in every worker's next Acquire once it is stored.
+func (r *reporter) reportNow(ev *weirv1.RouteEvent) {
+	r.out.putNow(reportItem{ev: ev})
+}
+
 // reportRefusals queues refusal counts.
 func (r *reporter) reportRefusals(counts ...*weirv1.RefusalCount) {
 	items := make([]reportItem, len(counts))

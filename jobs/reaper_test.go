@@ -287,6 +287,8 @@ func (f *fixture) pendingEvent(t *testing.T, id string, started, until time.Time
 		DurationsMs: []float64{0}, HasTtfb: []bool{false}, TtfbsMs: []float64{0}, InputTokens: []int64{0},
 		OutputTokens: []int64{0}, StartedAts: []time.Time{started}, HeldsMs: []float64{0}, HoldCounts: []int32{0},
 		FailureStages: []string{""}, AttemptsJsons: []string{"[]"}, Spilled: []bool{false}, Pendings: []bool{true},
+		SessionKeys: []string{""}, CacheReadTokens: []int64{0}, CacheCreationTokens: []int64{0}, ReasoningTokens: []int64{0},
+		CostsNanoUsd: []int64{0},
 	}); err != nil {
 		t.Fatalf("pending event: %v", err)
 	}

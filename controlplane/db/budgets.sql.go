@@ -428,6 +428,33 @@ func (q *Queries) SetKeyTeam(ctx context.Context, arg SetKeyTeamParams) error {
 	return err
 }
 
+const storedRequests = `-- name: StoredRequests :many
+SELECT request_id FROM route_events
+WHERE request_id = ANY($1::text[]) AND pending_until IS NULL
+`
+
+// Which of these requests the control plane stored as finished: their
+// spend is counted already.
+func (q *Queries) StoredRequests(ctx context.Context, requestIds []string) ([]string, error) {
+	rows, err := q.db.Query(ctx, storedRequests, requestIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var request_id string
+		if err := rows.Scan(&request_id); err != nil {
+			return nil, err
+		}
+		items = append(items, request_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const teamByID = `-- name: TeamByID :one
 SELECT id, name, created_at FROM teams WHERE id = $1
 `

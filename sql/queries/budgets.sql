@@ -124,3 +124,9 @@ WHERE budget_id = @budget_id AND period_start = @period_start AND session_key = 
 -- Retention: spend rows not touched since @before.
 -- name: DeleteBudgetSpendBefore :execrows
 DELETE FROM budget_spend WHERE updated_at < @before::timestamptz;
+
+-- Which of these requests the control plane stored as finished: their
+-- spend is counted already.
+-- name: StoredRequests :many
+SELECT request_id FROM route_events
+WHERE request_id = ANY(@request_ids::text[]) AND pending_until IS NULL;

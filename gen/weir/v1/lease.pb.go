@@ -399,21 +399,15 @@ func (x *VerifyKeyResponse) GetTeamId() string {
 }
 
 // UnreportedSpend is what a worker's finished requests of a budgeted key
-// used that the control plane has not stored yet (their route events are
-// on their way): Acquire counts it with what is stored, so that a budget
-// holds to within the requests in flight.
+// (and of its team's keys) used that the control plane may not have
+// stored yet (their route events are on their way): Acquire counts each
+// it has not stored with what is stored, so that a budget holds to
+// within the requests in flight. At most 1,000 requests.
 type UnreportedSpend struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	KeyTokens  int64                  `protobuf:"varint,1,opt,name=key_tokens,json=keyTokens,proto3" json:"key_tokens,omitempty"`
-	KeyNanoUsd int64                  `protobuf:"varint,2,opt,name=key_nano_usd,json=keyNanoUsd,proto3" json:"key_nano_usd,omitempty"`
-	// The worker's unreported spend of every key of the key's team.
-	TeamTokens  int64 `protobuf:"varint,3,opt,name=team_tokens,json=teamTokens,proto3" json:"team_tokens,omitempty"`
-	TeamNanoUsd int64 `protobuf:"varint,4,opt,name=team_nano_usd,json=teamNanoUsd,proto3" json:"team_nano_usd,omitempty"`
-	// The request's session's.
-	SessionTokens  int64 `protobuf:"varint,5,opt,name=session_tokens,json=sessionTokens,proto3" json:"session_tokens,omitempty"`
-	SessionNanoUsd int64 `protobuf:"varint,6,opt,name=session_nano_usd,json=sessionNanoUsd,proto3" json:"session_nano_usd,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Requests      []*UnreportedRequest   `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UnreportedSpend) Reset() {
@@ -446,46 +440,98 @@ func (*UnreportedSpend) Descriptor() ([]byte, []int) {
 	return file_weir_v1_lease_proto_rawDescGZIP(), []int{4}
 }
 
-func (x *UnreportedSpend) GetKeyTokens() int64 {
+func (x *UnreportedSpend) GetRequests() []*UnreportedRequest {
 	if x != nil {
-		return x.KeyTokens
+		return x.Requests
+	}
+	return nil
+}
+
+// UnreportedRequest is one finished request's spend and the scopes it
+// counts in for the asking request.
+type UnreportedRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Tokens    int64                  `protobuf:"varint,2,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	NanoUsd   int64                  `protobuf:"varint,3,opt,name=nano_usd,json=nanoUsd,proto3" json:"nano_usd,omitempty"`
+	// Of the asking request's key; of its team; of its session.
+	Key           bool `protobuf:"varint,4,opt,name=key,proto3" json:"key,omitempty"`
+	Team          bool `protobuf:"varint,5,opt,name=team,proto3" json:"team,omitempty"`
+	Session       bool `protobuf:"varint,6,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnreportedRequest) Reset() {
+	*x = UnreportedRequest{}
+	mi := &file_weir_v1_lease_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnreportedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnreportedRequest) ProtoMessage() {}
+
+func (x *UnreportedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnreportedRequest.ProtoReflect.Descriptor instead.
+func (*UnreportedRequest) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *UnreportedRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *UnreportedRequest) GetTokens() int64 {
+	if x != nil {
+		return x.Tokens
 	}
 	return 0
 }
 
-func (x *UnreportedSpend) GetKeyNanoUsd() int64 {
+func (x *UnreportedRequest) GetNanoUsd() int64 {
 	if x != nil {
-		return x.KeyNanoUsd
+		return x.NanoUsd
 	}
 	return 0
 }
 
-func (x *UnreportedSpend) GetTeamTokens() int64 {
+func (x *UnreportedRequest) GetKey() bool {
 	if x != nil {
-		return x.TeamTokens
+		return x.Key
 	}
-	return 0
+	return false
 }
 
-func (x *UnreportedSpend) GetTeamNanoUsd() int64 {
+func (x *UnreportedRequest) GetTeam() bool {
 	if x != nil {
-		return x.TeamNanoUsd
+		return x.Team
 	}
-	return 0
+	return false
 }
 
-func (x *UnreportedSpend) GetSessionTokens() int64 {
+func (x *UnreportedRequest) GetSession() bool {
 	if x != nil {
-		return x.SessionTokens
+		return x.Session
 	}
-	return 0
-}
-
-func (x *UnreportedSpend) GetSessionNanoUsd() int64 {
-	if x != nil {
-		return x.SessionNanoUsd
-	}
-	return 0
+	return false
 }
 
 type TakeRequestTokenRequest struct {
@@ -497,7 +543,7 @@ type TakeRequestTokenRequest struct {
 
 func (x *TakeRequestTokenRequest) Reset() {
 	*x = TakeRequestTokenRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[5]
+	mi := &file_weir_v1_lease_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -509,7 +555,7 @@ func (x *TakeRequestTokenRequest) String() string {
 func (*TakeRequestTokenRequest) ProtoMessage() {}
 
 func (x *TakeRequestTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[5]
+	mi := &file_weir_v1_lease_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -522,7 +568,7 @@ func (x *TakeRequestTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeRequestTokenRequest.ProtoReflect.Descriptor instead.
 func (*TakeRequestTokenRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{5}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TakeRequestTokenRequest) GetKeyHash() string {
@@ -546,7 +592,7 @@ type TakeRequestTokenResponse struct {
 
 func (x *TakeRequestTokenResponse) Reset() {
 	*x = TakeRequestTokenResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[6]
+	mi := &file_weir_v1_lease_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +604,7 @@ func (x *TakeRequestTokenResponse) String() string {
 func (*TakeRequestTokenResponse) ProtoMessage() {}
 
 func (x *TakeRequestTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[6]
+	mi := &file_weir_v1_lease_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +617,7 @@ func (x *TakeRequestTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeRequestTokenResponse.ProtoReflect.Descriptor instead.
 func (*TakeRequestTokenResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{6}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TakeRequestTokenResponse) GetAdmitted() bool {
@@ -607,7 +653,7 @@ type ModelNotAllowed struct {
 
 func (x *ModelNotAllowed) Reset() {
 	*x = ModelNotAllowed{}
-	mi := &file_weir_v1_lease_proto_msgTypes[7]
+	mi := &file_weir_v1_lease_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -619,7 +665,7 @@ func (x *ModelNotAllowed) String() string {
 func (*ModelNotAllowed) ProtoMessage() {}
 
 func (x *ModelNotAllowed) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[7]
+	mi := &file_weir_v1_lease_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -632,7 +678,7 @@ func (x *ModelNotAllowed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelNotAllowed.ProtoReflect.Descriptor instead.
 func (*ModelNotAllowed) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{7}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ModelNotAllowed) GetModel() string {
@@ -671,7 +717,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[8]
+	mi := &file_weir_v1_lease_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -683,7 +729,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[8]
+	mi := &file_weir_v1_lease_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -696,7 +742,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{8}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AcquireRequest) GetKeyHash() string {
@@ -775,7 +821,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[9]
+	mi := &file_weir_v1_lease_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +833,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[9]
+	mi := &file_weir_v1_lease_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +846,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{9}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AcquireResponse) GetResult() isAcquireResponse_Result {
@@ -886,7 +932,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_weir_v1_lease_proto_msgTypes[10]
+	mi := &file_weir_v1_lease_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -898,7 +944,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[10]
+	mi := &file_weir_v1_lease_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -911,7 +957,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{10}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Lease) GetId() string {
@@ -1048,7 +1094,7 @@ type NoAccount struct {
 
 func (x *NoAccount) Reset() {
 	*x = NoAccount{}
-	mi := &file_weir_v1_lease_proto_msgTypes[11]
+	mi := &file_weir_v1_lease_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1060,7 +1106,7 @@ func (x *NoAccount) String() string {
 func (*NoAccount) ProtoMessage() {}
 
 func (x *NoAccount) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[11]
+	mi := &file_weir_v1_lease_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1073,7 +1119,7 @@ func (x *NoAccount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NoAccount.ProtoReflect.Descriptor instead.
 func (*NoAccount) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{11}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NoAccount) GetReason() NoAccountReason {
@@ -1157,7 +1203,7 @@ type QuotaBlock struct {
 
 func (x *QuotaBlock) Reset() {
 	*x = QuotaBlock{}
-	mi := &file_weir_v1_lease_proto_msgTypes[12]
+	mi := &file_weir_v1_lease_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1169,7 +1215,7 @@ func (x *QuotaBlock) String() string {
 func (*QuotaBlock) ProtoMessage() {}
 
 func (x *QuotaBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[12]
+	mi := &file_weir_v1_lease_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1182,7 +1228,7 @@ func (x *QuotaBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuotaBlock.ProtoReflect.Descriptor instead.
 func (*QuotaBlock) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{12}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *QuotaBlock) GetResetsAt() *timestamppb.Timestamp {
@@ -1247,7 +1293,7 @@ type RenewBatchRequest struct {
 
 func (x *RenewBatchRequest) Reset() {
 	*x = RenewBatchRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[13]
+	mi := &file_weir_v1_lease_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1305,7 @@ func (x *RenewBatchRequest) String() string {
 func (*RenewBatchRequest) ProtoMessage() {}
 
 func (x *RenewBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[13]
+	mi := &file_weir_v1_lease_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1318,7 @@ func (x *RenewBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewBatchRequest.ProtoReflect.Descriptor instead.
 func (*RenewBatchRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{13}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RenewBatchRequest) GetLeaseIds() []string {
@@ -1302,7 +1348,7 @@ type RenewBatchResponse struct {
 
 func (x *RenewBatchResponse) Reset() {
 	*x = RenewBatchResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[14]
+	mi := &file_weir_v1_lease_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1360,7 @@ func (x *RenewBatchResponse) String() string {
 func (*RenewBatchResponse) ProtoMessage() {}
 
 func (x *RenewBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[14]
+	mi := &file_weir_v1_lease_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1373,7 @@ func (x *RenewBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewBatchResponse.ProtoReflect.Descriptor instead.
 func (*RenewBatchResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{14}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RenewBatchResponse) GetRenewedLeaseIds() []string {
@@ -1391,7 +1437,7 @@ type Outcome struct {
 
 func (x *Outcome) Reset() {
 	*x = Outcome{}
-	mi := &file_weir_v1_lease_proto_msgTypes[15]
+	mi := &file_weir_v1_lease_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1449,7 @@ func (x *Outcome) String() string {
 func (*Outcome) ProtoMessage() {}
 
 func (x *Outcome) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[15]
+	mi := &file_weir_v1_lease_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1462,7 @@ func (x *Outcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Outcome.ProtoReflect.Descriptor instead.
 func (*Outcome) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{15}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Outcome) GetClass() OutcomeClass {
@@ -1532,7 +1578,7 @@ type WorkerSettingsRequest struct {
 
 func (x *WorkerSettingsRequest) Reset() {
 	*x = WorkerSettingsRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[16]
+	mi := &file_weir_v1_lease_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1544,7 +1590,7 @@ func (x *WorkerSettingsRequest) String() string {
 func (*WorkerSettingsRequest) ProtoMessage() {}
 
 func (x *WorkerSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[16]
+	mi := &file_weir_v1_lease_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1557,7 +1603,7 @@ func (x *WorkerSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSettingsRequest.ProtoReflect.Descriptor instead.
 func (*WorkerSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{16}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{17}
 }
 
 type WorkerSettingsResponse struct {
@@ -1572,7 +1618,7 @@ type WorkerSettingsResponse struct {
 
 func (x *WorkerSettingsResponse) Reset() {
 	*x = WorkerSettingsResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[17]
+	mi := &file_weir_v1_lease_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1584,7 +1630,7 @@ func (x *WorkerSettingsResponse) String() string {
 func (*WorkerSettingsResponse) ProtoMessage() {}
 
 func (x *WorkerSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[17]
+	mi := &file_weir_v1_lease_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1597,7 +1643,7 @@ func (x *WorkerSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSettingsResponse.ProtoReflect.Descriptor instead.
 func (*WorkerSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{17}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WorkerSettingsResponse) GetSettings() *Settings {
@@ -1624,7 +1670,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[18]
+	mi := &file_weir_v1_lease_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1636,7 +1682,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[18]
+	mi := &file_weir_v1_lease_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1649,7 +1695,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{18}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReleaseRequest) GetLeaseId() string {
@@ -1675,7 +1721,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[19]
+	mi := &file_weir_v1_lease_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1687,7 +1733,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[19]
+	mi := &file_weir_v1_lease_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1700,7 +1746,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{19}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReleaseResponse) GetDecision() *Decision {
@@ -1720,7 +1766,7 @@ type ReleaseBatchRequest struct {
 
 func (x *ReleaseBatchRequest) Reset() {
 	*x = ReleaseBatchRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[20]
+	mi := &file_weir_v1_lease_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +1778,7 @@ func (x *ReleaseBatchRequest) String() string {
 func (*ReleaseBatchRequest) ProtoMessage() {}
 
 func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[20]
+	mi := &file_weir_v1_lease_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +1791,7 @@ func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseBatchRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseBatchRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{20}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReleaseBatchRequest) GetItems() []*ReleaseItem {
@@ -1777,7 +1823,7 @@ type ReleaseItem struct {
 
 func (x *ReleaseItem) Reset() {
 	*x = ReleaseItem{}
-	mi := &file_weir_v1_lease_proto_msgTypes[21]
+	mi := &file_weir_v1_lease_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +1835,7 @@ func (x *ReleaseItem) String() string {
 func (*ReleaseItem) ProtoMessage() {}
 
 func (x *ReleaseItem) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[21]
+	mi := &file_weir_v1_lease_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +1848,7 @@ func (x *ReleaseItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseItem.ProtoReflect.Descriptor instead.
 func (*ReleaseItem) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{21}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReleaseItem) GetLeaseId() string {
@@ -1851,7 +1897,7 @@ type ReleaseBatchResponse struct {
 
 func (x *ReleaseBatchResponse) Reset() {
 	*x = ReleaseBatchResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[22]
+	mi := &file_weir_v1_lease_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1863,7 +1909,7 @@ func (x *ReleaseBatchResponse) String() string {
 func (*ReleaseBatchResponse) ProtoMessage() {}
 
 func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[22]
+	mi := &file_weir_v1_lease_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1876,7 +1922,7 @@ func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseBatchResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseBatchResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{22}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReleaseBatchResponse) GetMissingLeaseIds() []string {
@@ -1894,7 +1940,7 @@ type WatchPoolRequest struct {
 
 func (x *WatchPoolRequest) Reset() {
 	*x = WatchPoolRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[23]
+	mi := &file_weir_v1_lease_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +1952,7 @@ func (x *WatchPoolRequest) String() string {
 func (*WatchPoolRequest) ProtoMessage() {}
 
 func (x *WatchPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[23]
+	mi := &file_weir_v1_lease_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +1965,7 @@ func (x *WatchPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPoolRequest.ProtoReflect.Descriptor instead.
 func (*WatchPoolRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{23}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{24}
 }
 
 // WatchPoolResponse is one invalidation, or the stream's ready signal.
@@ -1939,7 +1985,7 @@ type WatchPoolResponse struct {
 
 func (x *WatchPoolResponse) Reset() {
 	*x = WatchPoolResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[24]
+	mi := &file_weir_v1_lease_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1951,7 +1997,7 @@ func (x *WatchPoolResponse) String() string {
 func (*WatchPoolResponse) ProtoMessage() {}
 
 func (x *WatchPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[24]
+	mi := &file_weir_v1_lease_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1964,7 +2010,7 @@ func (x *WatchPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPoolResponse.ProtoReflect.Descriptor instead.
 func (*WatchPoolResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{24}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WatchPoolResponse) GetReady() bool {
@@ -2056,7 +2102,7 @@ type RouteEvent struct {
 
 func (x *RouteEvent) Reset() {
 	*x = RouteEvent{}
-	mi := &file_weir_v1_lease_proto_msgTypes[25]
+	mi := &file_weir_v1_lease_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2068,7 +2114,7 @@ func (x *RouteEvent) String() string {
 func (*RouteEvent) ProtoMessage() {}
 
 func (x *RouteEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[25]
+	mi := &file_weir_v1_lease_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2081,7 +2127,7 @@ func (x *RouteEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteEvent.ProtoReflect.Descriptor instead.
 func (*RouteEvent) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{25}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RouteEvent) GetRequestId() string {
@@ -2305,7 +2351,7 @@ type AttemptRecord struct {
 
 func (x *AttemptRecord) Reset() {
 	*x = AttemptRecord{}
-	mi := &file_weir_v1_lease_proto_msgTypes[26]
+	mi := &file_weir_v1_lease_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2317,7 +2363,7 @@ func (x *AttemptRecord) String() string {
 func (*AttemptRecord) ProtoMessage() {}
 
 func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[26]
+	mi := &file_weir_v1_lease_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2330,7 +2376,7 @@ func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptRecord.ProtoReflect.Descriptor instead.
 func (*AttemptRecord) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{26}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AttemptRecord) GetAt() *durationpb.Duration {
@@ -2436,7 +2482,7 @@ type ReportRoutesRequest struct {
 
 func (x *ReportRoutesRequest) Reset() {
 	*x = ReportRoutesRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[27]
+	mi := &file_weir_v1_lease_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2448,7 +2494,7 @@ func (x *ReportRoutesRequest) String() string {
 func (*ReportRoutesRequest) ProtoMessage() {}
 
 func (x *ReportRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[27]
+	mi := &file_weir_v1_lease_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2461,7 +2507,7 @@ func (x *ReportRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRoutesRequest.ProtoReflect.Descriptor instead.
 func (*ReportRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{27}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReportRoutesRequest) GetEvents() []*RouteEvent {
@@ -2509,7 +2555,7 @@ type RefusalCount struct {
 
 func (x *RefusalCount) Reset() {
 	*x = RefusalCount{}
-	mi := &file_weir_v1_lease_proto_msgTypes[28]
+	mi := &file_weir_v1_lease_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2521,7 +2567,7 @@ func (x *RefusalCount) String() string {
 func (*RefusalCount) ProtoMessage() {}
 
 func (x *RefusalCount) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[28]
+	mi := &file_weir_v1_lease_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2534,7 +2580,7 @@ func (x *RefusalCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefusalCount.ProtoReflect.Descriptor instead.
 func (*RefusalCount) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{28}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RefusalCount) GetWorkerId() string {
@@ -2580,7 +2626,7 @@ type ReportRoutesResponse struct {
 
 func (x *ReportRoutesResponse) Reset() {
 	*x = ReportRoutesResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[29]
+	mi := &file_weir_v1_lease_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2592,7 +2638,7 @@ func (x *ReportRoutesResponse) String() string {
 func (*ReportRoutesResponse) ProtoMessage() {}
 
 func (x *ReportRoutesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[29]
+	mi := &file_weir_v1_lease_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2605,7 +2651,7 @@ func (x *ReportRoutesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRoutesResponse.ProtoReflect.Descriptor instead.
 func (*ReportRoutesResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{29}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{30}
 }
 
 var File_weir_v1_lease_proto protoreflect.FileDescriptor
@@ -2629,17 +2675,17 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x0eallowed_models\x18\x03 \x03(\tR\rallowedModels\x121\n" +
 	"\x15rate_limit_per_minute\x18\x04 \x01(\x05R\x12rateLimitPerMinute\x12\x1a\n" +
 	"\bbudgeted\x18\x05 \x01(\bR\bbudgeted\x12\x17\n" +
-	"\ateam_id\x18\x06 \x01(\tR\x06teamId\"\xe8\x01\n" +
-	"\x0fUnreportedSpend\x12\x1d\n" +
+	"\ateam_id\x18\x06 \x01(\tR\x06teamId\"I\n" +
+	"\x0fUnreportedSpend\x126\n" +
+	"\brequests\x18\x01 \x03(\v2\x1a.weir.v1.UnreportedRequestR\brequests\"\xa5\x01\n" +
+	"\x11UnreportedRequest\x12\x1d\n" +
 	"\n" +
-	"key_tokens\x18\x01 \x01(\x03R\tkeyTokens\x12 \n" +
-	"\fkey_nano_usd\x18\x02 \x01(\x03R\n" +
-	"keyNanoUsd\x12\x1f\n" +
-	"\vteam_tokens\x18\x03 \x01(\x03R\n" +
-	"teamTokens\x12\"\n" +
-	"\rteam_nano_usd\x18\x04 \x01(\x03R\vteamNanoUsd\x12%\n" +
-	"\x0esession_tokens\x18\x05 \x01(\x03R\rsessionTokens\x12(\n" +
-	"\x10session_nano_usd\x18\x06 \x01(\x03R\x0esessionNanoUsd\"4\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x16\n" +
+	"\x06tokens\x18\x02 \x01(\x03R\x06tokens\x12\x19\n" +
+	"\bnano_usd\x18\x03 \x01(\x03R\ananoUsd\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\bR\x03key\x12\x12\n" +
+	"\x04team\x18\x05 \x01(\bR\x04team\x12\x18\n" +
+	"\asession\x18\x06 \x01(\bR\asession\"4\n" +
 	"\x17TakeRequestTokenRequest\x12\x19\n" +
 	"\bkey_hash\x18\x01 \x01(\tR\akeyHash\"\xa5\x01\n" +
 	"\x18TakeRequestTokenResponse\x12\x1a\n" +
@@ -2872,7 +2918,7 @@ func file_weir_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_weir_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_weir_v1_lease_proto_goTypes = []any{
 	(NoAccountReason)(0),             // 0: weir.v1.NoAccountReason
 	(FailureStage)(0),                // 1: weir.v1.FailureStage
@@ -2881,133 +2927,135 @@ var file_weir_v1_lease_proto_goTypes = []any{
 	(*VerifyKeyRequest)(nil),         // 4: weir.v1.VerifyKeyRequest
 	(*VerifyKeyResponse)(nil),        // 5: weir.v1.VerifyKeyResponse
 	(*UnreportedSpend)(nil),          // 6: weir.v1.UnreportedSpend
-	(*TakeRequestTokenRequest)(nil),  // 7: weir.v1.TakeRequestTokenRequest
-	(*TakeRequestTokenResponse)(nil), // 8: weir.v1.TakeRequestTokenResponse
-	(*ModelNotAllowed)(nil),          // 9: weir.v1.ModelNotAllowed
-	(*AcquireRequest)(nil),           // 10: weir.v1.AcquireRequest
-	(*AcquireResponse)(nil),          // 11: weir.v1.AcquireResponse
-	(*Lease)(nil),                    // 12: weir.v1.Lease
-	(*NoAccount)(nil),                // 13: weir.v1.NoAccount
-	(*QuotaBlock)(nil),               // 14: weir.v1.QuotaBlock
-	(*RenewBatchRequest)(nil),        // 15: weir.v1.RenewBatchRequest
-	(*RenewBatchResponse)(nil),       // 16: weir.v1.RenewBatchResponse
-	(*Outcome)(nil),                  // 17: weir.v1.Outcome
-	(*WorkerSettingsRequest)(nil),    // 18: weir.v1.WorkerSettingsRequest
-	(*WorkerSettingsResponse)(nil),   // 19: weir.v1.WorkerSettingsResponse
-	(*ReleaseRequest)(nil),           // 20: weir.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),          // 21: weir.v1.ReleaseResponse
-	(*ReleaseBatchRequest)(nil),      // 22: weir.v1.ReleaseBatchRequest
-	(*ReleaseItem)(nil),              // 23: weir.v1.ReleaseItem
-	(*ReleaseBatchResponse)(nil),     // 24: weir.v1.ReleaseBatchResponse
-	(*WatchPoolRequest)(nil),         // 25: weir.v1.WatchPoolRequest
-	(*WatchPoolResponse)(nil),        // 26: weir.v1.WatchPoolResponse
-	(*RouteEvent)(nil),               // 27: weir.v1.RouteEvent
-	(*AttemptRecord)(nil),            // 28: weir.v1.AttemptRecord
-	(*ReportRoutesRequest)(nil),      // 29: weir.v1.ReportRoutesRequest
-	(*RefusalCount)(nil),             // 30: weir.v1.RefusalCount
-	(*ReportRoutesResponse)(nil),     // 31: weir.v1.ReportRoutesResponse
-	nil,                              // 32: weir.v1.Outcome.HeadersEntry
-	(Surface)(0),                     // 33: weir.v1.Surface
-	(QuotaResponseMode)(0),           // 34: weir.v1.QuotaResponseMode
-	(*durationpb.Duration)(nil),      // 35: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 36: google.protobuf.Timestamp
-	(Provider)(0),                    // 37: weir.v1.Provider
-	(AuthKind)(0),                    // 38: weir.v1.AuthKind
-	(*Unreachable)(nil),              // 39: weir.v1.Unreachable
-	(*BudgetBlock)(nil),              // 40: weir.v1.BudgetBlock
-	(QuotaKind)(0),                   // 41: weir.v1.QuotaKind
-	(OutcomeClass)(0),                // 42: weir.v1.OutcomeClass
-	(*QuotaEvidence)(nil),            // 43: weir.v1.QuotaEvidence
-	(TransportCause)(0),              // 44: weir.v1.TransportCause
-	(*TokenUsage)(nil),               // 45: weir.v1.TokenUsage
-	(*Settings)(nil),                 // 46: weir.v1.Settings
-	(*ModelPrice)(nil),               // 47: weir.v1.ModelPrice
-	(*Decision)(nil),                 // 48: weir.v1.Decision
-	(Action)(0),                      // 49: weir.v1.Action
+	(*UnreportedRequest)(nil),        // 7: weir.v1.UnreportedRequest
+	(*TakeRequestTokenRequest)(nil),  // 8: weir.v1.TakeRequestTokenRequest
+	(*TakeRequestTokenResponse)(nil), // 9: weir.v1.TakeRequestTokenResponse
+	(*ModelNotAllowed)(nil),          // 10: weir.v1.ModelNotAllowed
+	(*AcquireRequest)(nil),           // 11: weir.v1.AcquireRequest
+	(*AcquireResponse)(nil),          // 12: weir.v1.AcquireResponse
+	(*Lease)(nil),                    // 13: weir.v1.Lease
+	(*NoAccount)(nil),                // 14: weir.v1.NoAccount
+	(*QuotaBlock)(nil),               // 15: weir.v1.QuotaBlock
+	(*RenewBatchRequest)(nil),        // 16: weir.v1.RenewBatchRequest
+	(*RenewBatchResponse)(nil),       // 17: weir.v1.RenewBatchResponse
+	(*Outcome)(nil),                  // 18: weir.v1.Outcome
+	(*WorkerSettingsRequest)(nil),    // 19: weir.v1.WorkerSettingsRequest
+	(*WorkerSettingsResponse)(nil),   // 20: weir.v1.WorkerSettingsResponse
+	(*ReleaseRequest)(nil),           // 21: weir.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 22: weir.v1.ReleaseResponse
+	(*ReleaseBatchRequest)(nil),      // 23: weir.v1.ReleaseBatchRequest
+	(*ReleaseItem)(nil),              // 24: weir.v1.ReleaseItem
+	(*ReleaseBatchResponse)(nil),     // 25: weir.v1.ReleaseBatchResponse
+	(*WatchPoolRequest)(nil),         // 26: weir.v1.WatchPoolRequest
+	(*WatchPoolResponse)(nil),        // 27: weir.v1.WatchPoolResponse
+	(*RouteEvent)(nil),               // 28: weir.v1.RouteEvent
+	(*AttemptRecord)(nil),            // 29: weir.v1.AttemptRecord
+	(*ReportRoutesRequest)(nil),      // 30: weir.v1.ReportRoutesRequest
+	(*RefusalCount)(nil),             // 31: weir.v1.RefusalCount
+	(*ReportRoutesResponse)(nil),     // 32: weir.v1.ReportRoutesResponse
+	nil,                              // 33: weir.v1.Outcome.HeadersEntry
+	(Surface)(0),                     // 34: weir.v1.Surface
+	(QuotaResponseMode)(0),           // 35: weir.v1.QuotaResponseMode
+	(*durationpb.Duration)(nil),      // 36: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 37: google.protobuf.Timestamp
+	(Provider)(0),                    // 38: weir.v1.Provider
+	(AuthKind)(0),                    // 39: weir.v1.AuthKind
+	(*Unreachable)(nil),              // 40: weir.v1.Unreachable
+	(*BudgetBlock)(nil),              // 41: weir.v1.BudgetBlock
+	(QuotaKind)(0),                   // 42: weir.v1.QuotaKind
+	(OutcomeClass)(0),                // 43: weir.v1.OutcomeClass
+	(*QuotaEvidence)(nil),            // 44: weir.v1.QuotaEvidence
+	(TransportCause)(0),              // 45: weir.v1.TransportCause
+	(*TokenUsage)(nil),               // 46: weir.v1.TokenUsage
+	(*Settings)(nil),                 // 47: weir.v1.Settings
+	(*ModelPrice)(nil),               // 48: weir.v1.ModelPrice
+	(*Decision)(nil),                 // 49: weir.v1.Decision
+	(Action)(0),                      // 50: weir.v1.Action
 }
 var file_weir_v1_lease_proto_depIdxs = []int32{
-	33, // 0: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
-	14, // 1: weir.v1.PoolQuotaResponse.quota_block:type_name -> weir.v1.QuotaBlock
-	34, // 2: weir.v1.PoolQuotaResponse.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	35, // 3: weir.v1.TakeRequestTokenResponse.retry_after:type_name -> google.protobuf.Duration
-	33, // 4: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
-	36, // 5: weir.v1.AcquireRequest.waiting_since:type_name -> google.protobuf.Timestamp
-	6,  // 6: weir.v1.AcquireRequest.unreported:type_name -> weir.v1.UnreportedSpend
-	12, // 7: weir.v1.AcquireResponse.lease:type_name -> weir.v1.Lease
-	13, // 8: weir.v1.AcquireResponse.no_account:type_name -> weir.v1.NoAccount
-	37, // 9: weir.v1.Lease.provider:type_name -> weir.v1.Provider
-	38, // 10: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
-	36, // 11: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	35, // 12: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	36, // 13: weir.v1.Lease.reuse_until:type_name -> google.protobuf.Timestamp
-	0,  // 14: weir.v1.NoAccount.reason:type_name -> weir.v1.NoAccountReason
-	36, // 15: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
-	14, // 16: weir.v1.NoAccount.quota_block:type_name -> weir.v1.QuotaBlock
-	34, // 17: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	39, // 18: weir.v1.NoAccount.unreachable:type_name -> weir.v1.Unreachable
-	40, // 19: weir.v1.NoAccount.budget:type_name -> weir.v1.BudgetBlock
-	36, // 20: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
-	37, // 21: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
-	41, // 22: weir.v1.QuotaBlock.kind:type_name -> weir.v1.QuotaKind
-	36, // 23: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
-	42, // 24: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
-	32, // 25: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
-	35, // 26: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
-	35, // 27: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
-	43, // 28: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
-	35, // 29: weir.v1.Outcome.delay:type_name -> google.protobuf.Duration
-	44, // 30: weir.v1.Outcome.transport_cause:type_name -> weir.v1.TransportCause
-	45, // 31: weir.v1.Outcome.usage:type_name -> weir.v1.TokenUsage
-	46, // 32: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
-	47, // 33: weir.v1.WorkerSettingsResponse.prices:type_name -> weir.v1.ModelPrice
-	17, // 34: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
-	48, // 35: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
-	23, // 36: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
-	17, // 37: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
-	36, // 38: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
-	35, // 39: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
-	35, // 40: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
-	36, // 41: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
-	35, // 42: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
-	1,  // 43: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
-	28, // 44: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
-	36, // 45: weir.v1.RouteEvent.held_since:type_name -> google.protobuf.Timestamp
-	36, // 46: weir.v1.RouteEvent.next_try_at:type_name -> google.protobuf.Timestamp
-	45, // 47: weir.v1.RouteEvent.usage:type_name -> weir.v1.TokenUsage
-	35, // 48: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
-	42, // 49: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
-	49, // 50: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
-	35, // 51: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
-	44, // 52: weir.v1.AttemptRecord.transport_cause:type_name -> weir.v1.TransportCause
-	45, // 53: weir.v1.AttemptRecord.usage:type_name -> weir.v1.TokenUsage
-	27, // 54: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
-	30, // 55: weir.v1.ReportRoutesRequest.refusals:type_name -> weir.v1.RefusalCount
-	36, // 56: weir.v1.RefusalCount.interval_start:type_name -> google.protobuf.Timestamp
-	4,  // 57: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
-	7,  // 58: weir.v1.LeaseService.TakeRequestToken:input_type -> weir.v1.TakeRequestTokenRequest
-	10, // 59: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
-	18, // 60: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
-	15, // 61: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
-	20, // 62: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
-	22, // 63: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
-	25, // 64: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
-	29, // 65: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
-	2,  // 66: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
-	5,  // 67: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
-	8,  // 68: weir.v1.LeaseService.TakeRequestToken:output_type -> weir.v1.TakeRequestTokenResponse
-	11, // 69: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
-	19, // 70: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
-	16, // 71: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
-	21, // 72: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
-	24, // 73: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
-	26, // 74: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
-	31, // 75: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
-	3,  // 76: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
-	67, // [67:77] is the sub-list for method output_type
-	57, // [57:67] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	34, // 0: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
+	15, // 1: weir.v1.PoolQuotaResponse.quota_block:type_name -> weir.v1.QuotaBlock
+	35, // 2: weir.v1.PoolQuotaResponse.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	7,  // 3: weir.v1.UnreportedSpend.requests:type_name -> weir.v1.UnreportedRequest
+	36, // 4: weir.v1.TakeRequestTokenResponse.retry_after:type_name -> google.protobuf.Duration
+	34, // 5: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
+	37, // 6: weir.v1.AcquireRequest.waiting_since:type_name -> google.protobuf.Timestamp
+	6,  // 7: weir.v1.AcquireRequest.unreported:type_name -> weir.v1.UnreportedSpend
+	13, // 8: weir.v1.AcquireResponse.lease:type_name -> weir.v1.Lease
+	14, // 9: weir.v1.AcquireResponse.no_account:type_name -> weir.v1.NoAccount
+	38, // 10: weir.v1.Lease.provider:type_name -> weir.v1.Provider
+	39, // 11: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
+	37, // 12: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	36, // 13: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	37, // 14: weir.v1.Lease.reuse_until:type_name -> google.protobuf.Timestamp
+	0,  // 15: weir.v1.NoAccount.reason:type_name -> weir.v1.NoAccountReason
+	37, // 16: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
+	15, // 17: weir.v1.NoAccount.quota_block:type_name -> weir.v1.QuotaBlock
+	35, // 18: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	40, // 19: weir.v1.NoAccount.unreachable:type_name -> weir.v1.Unreachable
+	41, // 20: weir.v1.NoAccount.budget:type_name -> weir.v1.BudgetBlock
+	37, // 21: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
+	38, // 22: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
+	42, // 23: weir.v1.QuotaBlock.kind:type_name -> weir.v1.QuotaKind
+	37, // 24: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
+	43, // 25: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
+	33, // 26: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
+	36, // 27: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
+	36, // 28: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
+	44, // 29: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
+	36, // 30: weir.v1.Outcome.delay:type_name -> google.protobuf.Duration
+	45, // 31: weir.v1.Outcome.transport_cause:type_name -> weir.v1.TransportCause
+	46, // 32: weir.v1.Outcome.usage:type_name -> weir.v1.TokenUsage
+	47, // 33: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
+	48, // 34: weir.v1.WorkerSettingsResponse.prices:type_name -> weir.v1.ModelPrice
+	18, // 35: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
+	49, // 36: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
+	24, // 37: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
+	18, // 38: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
+	37, // 39: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
+	36, // 40: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
+	36, // 41: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
+	37, // 42: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
+	36, // 43: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
+	1,  // 44: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
+	29, // 45: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
+	37, // 46: weir.v1.RouteEvent.held_since:type_name -> google.protobuf.Timestamp
+	37, // 47: weir.v1.RouteEvent.next_try_at:type_name -> google.protobuf.Timestamp
+	46, // 48: weir.v1.RouteEvent.usage:type_name -> weir.v1.TokenUsage
+	36, // 49: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
+	43, // 50: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
+	50, // 51: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
+	36, // 52: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
+	45, // 53: weir.v1.AttemptRecord.transport_cause:type_name -> weir.v1.TransportCause
+	46, // 54: weir.v1.AttemptRecord.usage:type_name -> weir.v1.TokenUsage
+	28, // 55: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
+	31, // 56: weir.v1.ReportRoutesRequest.refusals:type_name -> weir.v1.RefusalCount
+	37, // 57: weir.v1.RefusalCount.interval_start:type_name -> google.protobuf.Timestamp
+	4,  // 58: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
+	8,  // 59: weir.v1.LeaseService.TakeRequestToken:input_type -> weir.v1.TakeRequestTokenRequest
+	11, // 60: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
+	19, // 61: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
+	16, // 62: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
+	21, // 63: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
+	23, // 64: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
+	26, // 65: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
+	30, // 66: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
+	2,  // 67: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
+	5,  // 68: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
+	9,  // 69: weir.v1.LeaseService.TakeRequestToken:output_type -> weir.v1.TakeRequestTokenResponse
+	12, // 70: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
+	20, // 71: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
+	17, // 72: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
+	22, // 73: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
+	25, // 74: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
+	27, // 75: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
+	32, // 76: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
+	3,  // 77: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
+	68, // [68:78] is the sub-list for method output_type
+	58, // [58:68] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_lease_proto_init() }
@@ -3017,7 +3065,7 @@ func file_weir_v1_lease_proto_init() {
 	}
 	file_weir_v1_types_proto_init()
 	file_weir_v1_usage_proto_init()
-	file_weir_v1_lease_proto_msgTypes[9].OneofWrappers = []any{
+	file_weir_v1_lease_proto_msgTypes[10].OneofWrappers = []any{
 		(*AcquireResponse_Lease)(nil),
 		(*AcquireResponse_NoAccount)(nil),
 	}
@@ -3027,7 +3075,7 @@ func file_weir_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_lease_proto_rawDesc), len(file_weir_v1_lease_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
