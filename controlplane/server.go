@@ -19,6 +19,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/notify"
 	"github.com/weirhq/weir/controlplane/seal"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/serve"
@@ -45,6 +46,8 @@ type Server struct {
 	clock ticking
 	// jitter spreads usage reads, uniform in [-1, 1).
 	jitter func() float64
+	// notifier raises notifications (notify.go).
+	notifier *notify.Notifier
 }
 
 // New builds a replica over a migrated database.
@@ -70,22 +73,27 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 		jitter:   defaultJitter,
 		watch:    newPoolWatch(pool, cfg.Logger),
 	}
+	if s.notifier, err = notify.NewNotifier(pool, cfg.Now); err != nil {
+		return nil, fmt.Errorf("controlplane: %w", err)
+	}
 	cfg.Registry.MustRegister(newPoolCollector(s))
 	if !cfg.DisableJobs {
 		workers := river.NewWorkers()
 		periodic := jobs.Register(workers, jobs.Deps{
-			Queries:    s.q,
-			Logger:     cfg.Logger,
-			Now:        cfg.Now,
-			LeaseGrace: 10 * time.Minute,
-			LeaseTTL:   cfg.LeaseTTL,
-			Retention:  s.RouteRetention,
-			SessionTTL: cfg.SessionTTL,
-			Usage:      s,
-			Tokens:     s,
-			Banked:     s,
-			Creds:      s,
-			Findings:   s.integ.count,
+			Queries:     s.q,
+			Logger:      cfg.Logger,
+			Now:         cfg.Now,
+			LeaseGrace:  10 * time.Minute,
+			LeaseTTL:    cfg.LeaseTTL,
+			Retention:   s.RouteRetention,
+			SessionTTL:  cfg.SessionTTL,
+			Usage:       s,
+			Tokens:      s,
+			Banked:      s,
+			Creds:       s,
+			Findings:    s.integ.count,
+			Notify:      s,
+			NotifyRetry: cfg.notifyRetry,
 		})
 		s.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
 			// River's own info lines (producer stats every few seconds) drown
@@ -204,6 +212,7 @@ func (s *Server) rpcHandler() (http.Handler, []string) {
 	handle(weirv1connect.NewOpsServiceHandler(opsService{q: s.q}, opts))
 	handle(weirv1connect.NewDashboardServiceHandler(s.dashboardService(), opts))
 	handle(weirv1connect.NewAuditServiceHandler(auditService{q: s.q}, opts))
+	handle(weirv1connect.NewNotifyServiceHandler(s.notifyService(), opts))
 	return mux, paths
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/notify"
 )
 
 // RetentionInterval is how often route events and refusal counts older
@@ -43,8 +44,33 @@ type RetentionWorker struct {
 
 // Work deletes what is older than the retention.
 func (w *RetentionWorker) Work(ctx context.Context, _ *river.Job[RetentionArgs]) error {
-	_, _, err := EnforceRetention(ctx, w.deps)
+	if _, _, err := EnforceRetention(ctx, w.deps); err != nil {
+		return err
+	}
+	_, err := EnforceNotifyRetention(ctx, w.deps)
 	return err
+}
+
+// EnforceNotifyRetention deletes notification events raised before now
+// less notify.Retention, with their deliveries, in batches as
+// EnforceRetention does; an event with a delivery still pending stays
+// until it ends. It returns how many events went.
+func EnforceNotifyRetention(ctx context.Context, d Deps) (int64, error) {
+	return enforceNotifyRetention(ctx, d, retentionBatch, retentionBatches)
+}
+
+func enforceNotifyRetention(ctx context.Context, d Deps, batch int32, batches int) (int64, error) {
+	before := d.Now().Add(-notify.Retention)
+	n, err := inBatches(batch, batches, func() (int64, error) {
+		return d.Queries.DeleteNotifyEventsBefore(ctx, db.DeleteNotifyEventsBeforeParams{Before: before, Batch: batch})
+	})
+	if err != nil {
+		return n, fmt.Errorf("retention: notification events: %w", err)
+	}
+	if n > 0 {
+		d.Logger.InfoContext(ctx, "notification events past their retention deleted", "events", n, "retention", notify.Retention)
+	}
+	return n, nil
 }
 
 // EnforceRetention deletes route events recorded, and refusal counts of

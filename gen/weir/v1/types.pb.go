@@ -925,8 +925,15 @@ type Settings struct {
 	// How long route events and refusal counts are kept; older ones are
 	// deleted by the control plane's retention job, in bounded batches.
 	RouteEventsRetention *durationpb.Duration `protobuf:"bytes,8,opt,name=route_events_retention,json=routeEventsRetention,proto3" json:"route_events_retention,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Notifications: a pool (a provider's accounts, or a provider's for one
+	// model family) of more than this many accounts is low (pool_low) when 1
+	// to this many can serve now; 0 never reports low. Default 1.
+	PoolLowAccounts int32 `protobuf:"varint,9,opt,name=pool_low_accounts,json=poolLowAccounts,proto3" json:"pool_low_accounts,omitempty"`
+	// Notifications: how long an overload breaker stays open before
+	// breaker_open_long is raised. Default 5m.
+	BreakerNotifyAfter *durationpb.Duration `protobuf:"bytes,10,opt,name=breaker_notify_after,json=breakerNotifyAfter,proto3" json:"breaker_notify_after,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Settings) Reset() {
@@ -1011,6 +1018,20 @@ func (x *Settings) GetBodyBufferPerKeyBytes() int64 {
 func (x *Settings) GetRouteEventsRetention() *durationpb.Duration {
 	if x != nil {
 		return x.RouteEventsRetention
+	}
+	return nil
+}
+
+func (x *Settings) GetPoolLowAccounts() int32 {
+	if x != nil {
+		return x.PoolLowAccounts
+	}
+	return 0
+}
+
+func (x *Settings) GetBreakerNotifyAfter() *durationpb.Duration {
+	if x != nil {
+		return x.BreakerNotifyAfter
 	}
 	return nil
 }
@@ -1358,7 +1379,7 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\x04host\x18\x03 \x01(\tR\x04host\x120\n" +
 	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x123\n" +
 	"\alast_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x06lastAt\x12\x1a\n" +
-	"\battempts\x18\x06 \x01(\x05R\battempts\"\x9e\x04\n" +
+	"\battempts\x18\x06 \x01(\x05R\battempts\"\x97\x05\n" +
 	"\bSettings\x12>\n" +
 	"\rcapacity_hold\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\fcapacityHold\x12D\n" +
 	"\x10request_deadline\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0frequestDeadline\x12J\n" +
@@ -1367,7 +1388,10 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\x10unreachable_hold\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x0funreachableHold\x12*\n" +
 	"\x11body_buffer_bytes\x18\x06 \x01(\x03R\x0fbodyBufferBytes\x128\n" +
 	"\x19body_buffer_per_key_bytes\x18\a \x01(\x03R\x15bodyBufferPerKeyBytes\x12O\n" +
-	"\x16route_events_retention\x18\b \x01(\v2\x19.google.protobuf.DurationR\x14routeEventsRetention\"\x90\x02\n" +
+	"\x16route_events_retention\x18\b \x01(\v2\x19.google.protobuf.DurationR\x14routeEventsRetention\x12*\n" +
+	"\x11pool_low_accounts\x18\t \x01(\x05R\x0fpoolLowAccounts\x12K\n" +
+	"\x14breaker_notify_after\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x12breakerNotifyAfter\"\x90\x02\n" +
 	"\bCooldown\x12/\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x17.weir.v1.CooldownReasonR\x06reason\x120\n" +
 	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x129\n" +
@@ -1519,20 +1543,21 @@ var file_weir_v1_types_proto_depIdxs = []int32{
 	3,  // 9: weir.v1.Settings.metered_accounts:type_name -> weir.v1.MeteredAccounts
 	19, // 10: weir.v1.Settings.unreachable_hold:type_name -> google.protobuf.Duration
 	19, // 11: weir.v1.Settings.route_events_retention:type_name -> google.protobuf.Duration
-	7,  // 12: weir.v1.Cooldown.reason:type_name -> weir.v1.CooldownReason
-	18, // 13: weir.v1.Cooldown.until:type_name -> google.protobuf.Timestamp
-	18, // 14: weir.v1.Cooldown.written_at:type_name -> google.protobuf.Timestamp
-	11, // 15: weir.v1.Cooldown.quota:type_name -> weir.v1.QuotaEvidence
-	18, // 16: weir.v1.FamilyGate.until:type_name -> google.protobuf.Timestamp
-	18, // 17: weir.v1.FamilyGate.written_at:type_name -> google.protobuf.Timestamp
-	10, // 18: weir.v1.Decision.action:type_name -> weir.v1.Action
-	14, // 19: weir.v1.Decision.cooldown:type_name -> weir.v1.Cooldown
-	19, // 20: weir.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	19, // 12: weir.v1.Settings.breaker_notify_after:type_name -> google.protobuf.Duration
+	7,  // 13: weir.v1.Cooldown.reason:type_name -> weir.v1.CooldownReason
+	18, // 14: weir.v1.Cooldown.until:type_name -> google.protobuf.Timestamp
+	18, // 15: weir.v1.Cooldown.written_at:type_name -> google.protobuf.Timestamp
+	11, // 16: weir.v1.Cooldown.quota:type_name -> weir.v1.QuotaEvidence
+	18, // 17: weir.v1.FamilyGate.until:type_name -> google.protobuf.Timestamp
+	18, // 18: weir.v1.FamilyGate.written_at:type_name -> google.protobuf.Timestamp
+	10, // 19: weir.v1.Decision.action:type_name -> weir.v1.Action
+	14, // 20: weir.v1.Decision.cooldown:type_name -> weir.v1.Cooldown
+	19, // 21: weir.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_types_proto_init() }
