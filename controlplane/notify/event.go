@@ -227,7 +227,7 @@ func (n *Notifier) enqueue(ctx context.Context, tx pgx.Tx, ev Event, only *uuid.
 	}
 	q := db.New(tx)
 	now := n.now()
-	if err := q.LockNotifyKey(ctx, ev.Kind+"\x00"+ev.DedupKey); err != nil {
+	if err := q.LockNotifyKey(ctx, ev.Kind+":"+ev.DedupKey); err != nil {
 		return Enqueued{}, fmt.Errorf("notify: lock: %w", err)
 	}
 	seen, err := q.RecentNotifyEvent(ctx, db.RecentNotifyEventParams{Kind: ev.Kind, DedupKey: ev.DedupKey, Since: now.Add(-window)})
