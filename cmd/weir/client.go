@@ -101,6 +101,7 @@ type clients struct {
 	ops      weirv1connect.OpsServiceClient
 	aliases  weirv1connect.AliasServiceClient
 	audit    weirv1connect.AuditServiceClient
+	notify   weirv1connect.NotifyServiceClient
 }
 
 func (a *adminFlags) clients() (*clients, error) {
@@ -134,6 +135,7 @@ func (a *adminFlags) clients() (*clients, error) {
 		ops:      weirv1connect.NewOpsServiceClient(hc, url, opt),
 		aliases:  weirv1connect.NewAliasServiceClient(hc, url, opt),
 		audit:    weirv1connect.NewAuditServiceClient(hc, url, opt),
+		notify:   weirv1connect.NewNotifyServiceClient(hc, url, opt),
 	}, nil
 }
 

@@ -201,9 +201,8 @@ func (n *Notifier) Enqueue(ctx context.Context, tx pgx.Tx, ev Event) (Enqueued, 
 // EnqueueTest raises a Test event for one target, whatever it subscribes
 // to; each call is a new event.
 func (n *Notifier) EnqueueTest(ctx context.Context, tx pgx.Tx, target uuid.UUID, targetName string) (Enqueued, error) {
-	at := n.now()
 	return n.enqueue(ctx, tx, Event{
-		Kind: Test, DedupKey: target.String() + "@" + at.Format(time.RFC3339Nano) + "/" + uuid.NewString(),
+		Kind: Test, DedupKey: target.String() + "/" + uuid.NewString(),
 		Severity: Info, Text: "test notification from weir to " + targetName,
 		Fields: map[string]any{"target": targetName},
 	}, &target)
