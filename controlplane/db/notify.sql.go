@@ -393,6 +393,44 @@ func (q *Queries) LockNotifyKey(ctx context.Context, key string) error {
 	return err
 }
 
+const lockNotifyTargetSeals = `-- name: LockNotifyTargetSeals :many
+SELECT id, name, url_sealed, secret_sealed FROM notify_targets ORDER BY id FOR UPDATE
+`
+
+type LockNotifyTargetSealsRow struct {
+	ID           uuid.UUID
+	Name         string
+	UrlSealed    []byte
+	SecretSealed []byte
+}
+
+// Key rotation ('weir secrets rotate', controlplane/reseal.go): every
+// target's seals, locked for the rotation's transaction.
+func (q *Queries) LockNotifyTargetSeals(ctx context.Context) ([]LockNotifyTargetSealsRow, error) {
+	rows, err := q.db.Query(ctx, lockNotifyTargetSeals)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LockNotifyTargetSealsRow{}
+	for rows.Next() {
+		var i LockNotifyTargetSealsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.UrlSealed,
+			&i.SecretSealed,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const lockNotifyWatch = `-- name: LockNotifyWatch :exec
 SELECT pg_advisory_xact_lock($1::bigint)
 `
@@ -549,6 +587,21 @@ func (q *Queries) RecordNotifyFailure(ctx context.Context, arg RecordNotifyFailu
 		arg.Now,
 		arg.ID,
 	)
+	return err
+}
+
+const resealNotifyTarget = `-- name: ResealNotifyTarget :exec
+UPDATE notify_targets SET url_sealed = $1, secret_sealed = $2 WHERE id = $3
+`
+
+type ResealNotifyTargetParams struct {
+	UrlSealed    []byte
+	SecretSealed []byte
+	ID           uuid.UUID
+}
+
+func (q *Queries) ResealNotifyTarget(ctx context.Context, arg ResealNotifyTargetParams) error {
+	_, err := q.db.Exec(ctx, resealNotifyTarget, arg.UrlSealed, arg.SecretSealed, arg.ID)
 	return err
 }
 

@@ -126,3 +126,11 @@ WITH doomed AS (
     DELETE FROM notify_events e USING doomed d WHERE e.id = d.id RETURNING 1
 )
 SELECT count(*)::bigint AS deleted FROM gone;
+
+-- Key rotation ('weir secrets rotate', controlplane/reseal.go): every
+-- target's seals, locked for the rotation's transaction.
+-- name: LockNotifyTargetSeals :many
+SELECT id, name, url_sealed, secret_sealed FROM notify_targets ORDER BY id FOR UPDATE;
+
+-- name: ResealNotifyTarget :exec
+UPDATE notify_targets SET url_sealed = @url_sealed, secret_sealed = @secret_sealed WHERE id = @id;
