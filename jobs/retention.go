@@ -12,7 +12,8 @@ import (
 )
 
 // RetentionInterval is how often route events and refusal counts older
-// than the route_events_retention setting are deleted.
+// than the route_events_retention setting, and notification events older
+// than notify.Retention, are deleted.
 const RetentionInterval = 10 * time.Minute
 
 // retentionBatch bounds one delete statement, and retentionBatches one
@@ -24,8 +25,8 @@ const (
 	retentionBatches = 200
 )
 
-// RetentionArgs is the periodic job that deletes old route events and
-// refusal counts.
+// RetentionArgs is the periodic job that deletes old route events,
+// refusal counts and notification events.
 type RetentionArgs struct{}
 
 // Kind names the job in River's tables and UI.
