@@ -54,8 +54,9 @@ func (w *RetentionWorker) Work(ctx context.Context, _ *river.Job[RetentionArgs])
 
 // EnforceNotifyRetention deletes notification events raised before now
 // less notify.Retention, with their deliveries, in batches as
-// EnforceRetention does; an event with a delivery still pending stays
-// until it ends. It returns how many events went.
+// EnforceRetention does; an event with a delivery still being tried
+// (pending, and attempted within the retention) stays until it ends. It
+// returns how many events went.
 func EnforceNotifyRetention(ctx context.Context, d Deps) (int64, error) {
 	return enforceNotifyRetention(ctx, d, retentionBatch, retentionBatches)
 }

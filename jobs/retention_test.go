@@ -97,7 +97,8 @@ func TestRetention(t *testing.T) {
 
 // TestNotifyRetention: notification events raised before notify.Retention
 // go with their deliveries, in batches; newer ones stay, and so does an
-// old one whose delivery is still pending.
+// old one whose delivery is still being tried; one pending but untouched
+// as long (its job lost) goes.
 func TestNotifyRetention(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -109,21 +110,23 @@ func TestNotifyRetention(t *testing.T) {
 		VALUES ($1, 'ops', 'slack', '\x01', 'https://hooks.example.com', $2)`, target, old); err != nil {
 		t.Fatal(err)
 	}
-	event := func(key string, at time.Time, status string) {
+	event := func(key string, at, updated time.Time, status string) {
 		t.Helper()
 		if _, err := f.pool.Exec(ctx, `WITH e AS (
 				INSERT INTO notify_events (kind, dedup_key, severity, text, fields, created_at)
 				VALUES ('pool_low', $1, 'warning', 'low', '{}', $2) RETURNING id)
 			INSERT INTO notify_deliveries (event_id, target_id, status, created_at, updated_at)
-			SELECT id, $3, $4, $2, $2 FROM e`, key, at, target, status); err != nil {
+			SELECT id, $3, $4, $2, $5 FROM e`, key, at, target, status, updated); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for i := range 7 {
-		event(fmt.Sprint("old-", i), old.Add(-time.Duration(i)*time.Minute), []string{"delivered", "failed"}[i%2])
+	for i := range 6 {
+		at := old.Add(-time.Duration(i) * time.Minute)
+		event(fmt.Sprint("old-", i), at, at, []string{"delivered", "failed"}[i%2])
 	}
-	event("old-pending", old, "pending")
-	event("recent", recent, "delivered")
+	event("old-lost", old, old, "pending")
+	event("old-pending", old, now.Add(-time.Minute), "pending")
+	event("recent", recent, recent, "delivered")
 	if n, err := enforceNotifyRetention(ctx, d, 5, 1); err != nil || n != 5 {
 		t.Fatalf("first run: %d events, %v; want a batch of 5", n, err)
 	}

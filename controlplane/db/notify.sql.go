@@ -62,7 +62,8 @@ const deleteNotifyEventsBefore = `-- name: DeleteNotifyEventsBefore :one
 WITH doomed AS (
     SELECT e.id FROM notify_events e
     WHERE e.created_at < $1::timestamptz
-      AND NOT EXISTS (SELECT 1 FROM notify_deliveries d WHERE d.event_id = e.id AND d.status = 'pending')
+      AND NOT EXISTS (SELECT 1 FROM notify_deliveries d
+                      WHERE d.event_id = e.id AND d.status = 'pending' AND d.updated_at >= $1::timestamptz)
     ORDER BY e.created_at
     LIMIT $2
 ), gone AS (
@@ -77,7 +78,8 @@ type DeleteNotifyEventsBeforeParams struct {
 }
 
 // Events raised before @before, with their deliveries, unless one is
-// still pending; at most @batch.
+// still being tried (pending, and attempted since @before: a pending
+// delivery untouched that long lost its job); at most @batch.
 func (q *Queries) DeleteNotifyEventsBefore(ctx context.Context, arg DeleteNotifyEventsBeforeParams) (int64, error) {
 	row := q.db.QueryRow(ctx, deleteNotifyEventsBefore, arg.Before, arg.Batch)
 	var deleted int64

@@ -114,12 +114,14 @@ ON CONFLICT (subject) DO UPDATE SET
 DELETE FROM notify_marks WHERE subject = ANY(@subjects::text[]);
 
 -- Events raised before @before, with their deliveries, unless one is
--- still pending; at most @batch.
+-- still being tried (pending, and attempted since @before: a pending
+-- delivery untouched that long lost its job); at most @batch.
 -- name: DeleteNotifyEventsBefore :one
 WITH doomed AS (
     SELECT e.id FROM notify_events e
     WHERE e.created_at < @before::timestamptz
-      AND NOT EXISTS (SELECT 1 FROM notify_deliveries d WHERE d.event_id = e.id AND d.status = 'pending')
+      AND NOT EXISTS (SELECT 1 FROM notify_deliveries d
+                      WHERE d.event_id = e.id AND d.status = 'pending' AND d.updated_at >= @before::timestamptz)
     ORDER BY e.created_at
     LIMIT @batch
 ), gone AS (
