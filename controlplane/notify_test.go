@@ -167,6 +167,9 @@ func TestNotifyDelivery(t *testing.T) {
 	hook, chat := newReceiver(t, true), newReceiver(t, false)
 	hookURL := hook.URL + "/hooks/T0SECRETPATH?token=SECRETQUERY"
 	chatURL := chat.URL + "/services/T000/B000/SLACKSECRET"
+	for _, part := range []string{"T0SECRETPATH", "SECRETQUERY", "SLACKSECRET"} {
+		e.secrets.add(part) // no log may show a part of a URL either
+	}
 	webhook := e.createTarget(&weirv1.CreateTargetRequest{Name: "hook", Kind: weirv1.NotifyTargetKind_NOTIFY_TARGET_KIND_WEBHOOK, Url: hookURL})
 	secret := webhook.Secret
 	if !strings.HasPrefix(secret, "whsec_") || webhook.Target.UrlHint != hook.URL || len(webhook.Target.Events) != 0 {
@@ -286,7 +289,7 @@ func TestNotifyDelivery(t *testing.T) {
 	if !strings.Contains(audit, `"redacted": ["url"]`) || !strings.Contains(audit, `"redacted": ["secret", "url"]`) || !strings.Contains(audit, `"name": "chat"`) {
 		t.Errorf("audit summaries: %s", audit)
 	}
-	for _, s := range append(e.secrets.all(), "T0SECRETPATH", "SECRETQUERY", "SLACKSECRET") {
+	for _, s := range e.secrets.all() {
 		for what, m := range map[string]proto.Message{"ListTargets": targets.Msg, "ListDeliveries": deliveries.Msg} {
 			requireAbsent(t, what, m, s)
 		}

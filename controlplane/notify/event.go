@@ -1,7 +1,7 @@
 // Package notify raises notifications for operators and renders them:
 // the events and their fan-out to targets (Event, Notifier.Enqueue), what
 // a target receives (WebhookBody, SlackBody, Sign), one delivery's POST
-// (Post), and the watch's pure transitions (Evaluate). The control plane
+// (Send), and the watch's pure transitions (Evaluate). The control plane
 // reads and writes the rest (controlplane/notify.go: NotifyService, the
 // delivery and the watch), and jobs/notify.go runs them as River jobs.
 // docs/notifications.md is the operators' account.
