@@ -75,6 +75,9 @@ var auditFields = map[protoreflect.FullName][]protoreflect.Name{
 	"weir.v1.SetAliasRequest":        {"alias", "targets"},
 	"weir.v1.DeleteAliasRequest":     {"alias"},
 	"weir.v1.ClearCooldownRequest":   {"id"},
+	"weir.v1.CreateTargetRequest":    {"name", "kind", "events"},
+	"weir.v1.DeleteTargetRequest":    {"id"},
+	"weir.v1.SendTestRequest":        {"id"},
 }
 
 // audited says whether calls of a procedure are written to the log.

@@ -10,9 +10,11 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/notify"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
 
@@ -404,16 +406,47 @@ func teamErr(ref string, err error) error {
 	return storeErr(err)
 }
 
-// budgetCrossed announces a budget reaching a threshold: in the log now,
-// once per period and threshold.
-func (l leaseService) budgetCrossed(ctx context.Context, _ *db.Queries, c budgetCrossing) {
-	scope, name := "key", c.row.KeyName
-	if c.row.TeamName != "" {
-		scope, name = "team", c.row.TeamName
+// budgetCrossed announces a budget reaching a threshold, once per period
+// and threshold: in the log, and to the notification targets
+// (budget_threshold; session_cap for a session's cap), in the
+// transaction that counted the spend.
+func (l leaseService) budgetCrossed(ctx context.Context, tx pgx.Tx, c budgetCrossing) error {
+	r := c.row
+	scope, name := "key", r.KeyName
+	if r.TeamName != "" {
+		scope, name = "team", r.TeamName
 	}
-	if c.row.Period == "session" {
-		scope = "session of " + scope
+	amount := func(n int64) string {
+		if r.Unit == "usd" {
+			return fmt.Sprintf("$%.2f", inUnit(r.Unit, n))
+		}
+		return fmt.Sprintf("%d tokens", n)
 	}
 	l.log.WarnContext(ctx, "budget threshold reached", "scope", scope, "name", name, "percent", c.percent,
-		"unit", c.row.Unit, "period", c.row.Period, "spent", inUnit(c.row.Unit, c.spent), "limit", inUnit(c.row.Unit, c.row.Amount))
+		"unit", r.Unit, "period", r.Period, "spent", inUnit(r.Unit, c.spent), "limit", inUnit(r.Unit, r.Amount))
+	if l.notifier == nil {
+		return nil
+	}
+	fields := map[string]any{"scope": scope, "name": name, "threshold_percent": c.percent, "unit": r.Unit,
+		"period": r.Period, "spent": inUnit(r.Unit, c.spent), "limit": inUnit(r.Unit, r.Amount)}
+	ev := notify.Event{Kind: notify.BudgetThreshold, Severity: notify.Warning,
+		DedupKey: fmt.Sprintf("%s:%d%%:%s", r.BudgetID, c.percent, r.PeriodStart.UTC().Format(time.RFC3339)),
+		Text:     fmt.Sprintf("%s %q spent %d%% of its %s budget per %s (%s of %s)", scope, name, c.percent, r.Unit, r.Period, amount(c.spent), amount(r.Amount)),
+		Fields:   fields, DedupWindow: notify.MaxDedupWindow}
+	if c.percent >= 100 {
+		ev.Severity = notify.Critical
+	}
+	if r.Period == "session" {
+		if c.percent < 100 {
+			return nil // a session is announced when it reaches its cap
+		}
+		fields["session"] = r.SessionKey
+		ev.Kind, ev.DedupKey = notify.SessionCap, fmt.Sprintf("%s:%s", r.BudgetID, r.SessionKey)
+		ev.Text = fmt.Sprintf("a session of %s %q reached its cap of %s", scope, name, amount(r.Amount))
+	}
+	if len(ev.DedupKey) > 200 {
+		ev.DedupKey = ev.DedupKey[:200]
+	}
+	_, err := l.notifier.Enqueue(ctx, tx, ev)
+	return err
 }

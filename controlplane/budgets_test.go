@@ -139,8 +139,21 @@ func TestBudgets(t *testing.T) {
 
 	// Each threshold of the team's day was announced once: 80% and 100%.
 	logs := e.logs.String()
-	if n := strings.Count(logs, "budget threshold reached"); n != 3 { // the team's 80 and 100, the session's 100
+	if n := strings.Count(logs, "budget threshold reached"); n != 3 { // the session's 80 and 100, the team's 100 (bob jumped past 80)
 		t.Errorf("%d threshold lines, want 3:\n%s", n, logs)
+	}
+	// And to the notification targets: the team's 100% (one request took
+	// it past 80% and 100% at once: the higher is announced), the
+	// session's cap (a session's 80% is not news).
+	for kind, want := range map[string]int{"budget_threshold": 1, "session_cap": 1} {
+		if n := e.count(`SELECT count(*) FROM notify_events WHERE kind = '` + kind + `'`); n != want {
+			t.Errorf("%d %s events, want %d", n, kind, want)
+		}
+	}
+	var text string
+	if err := e.pool.QueryRow(ctx, `SELECT text FROM notify_events WHERE kind = 'budget_threshold' ORDER BY id DESC LIMIT 1`).Scan(&text); err != nil ||
+		!strings.Contains(text, `team "platform" spent 100%`) {
+		t.Errorf("the 100%% event: %q, %v", text, err)
 	}
 	keys, err := e.admin.keys.ListKeys(ctx, connect.NewRequest(&weirv1.ListKeysRequest{}))
 	if err != nil {

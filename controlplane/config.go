@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/weirhq/weir/controlplane/notify"
 	"github.com/weirhq/weir/controlplane/upstream"
 	"github.com/weirhq/weir/internal/defaults"
 )
@@ -123,6 +124,13 @@ type Config struct {
 	// account's identity) when the account is created. Default: a client
 	// with a 5s overall timeout.
 	ProfileClient *http.Client
+	// NotifyClient posts notifications to their targets
+	// (docs/notifications.md). Default: a client with a 10s overall
+	// timeout that follows no redirect (notify.NewClient).
+	NotifyClient *http.Client
+	// notifyRetry replaces notify.RetryDelay, the wait after a failed
+	// delivery (tests retry in milliseconds).
+	notifyRetry func(attempt int) time.Duration
 	// Registry receives the control plane's metrics. Default: a new one.
 	Registry *prometheus.Registry
 	// MetricsToken, when set, is the bearer token /metrics needs (its
@@ -243,6 +251,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.UsageClient == nil {
 		c.UsageClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	if c.NotifyClient == nil {
+		c.NotifyClient = notify.NewClient()
+	}
+	if c.notifyRetry == nil {
+		c.notifyRetry = notify.RetryDelay
 	}
 	if c.ProfileClient == nil {
 		c.ProfileClient = &http.Client{Timeout: profileTimeout}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/notify"
 	"github.com/weirhq/weir/controlplane/policy"
 	"github.com/weirhq/weir/controlplane/seal"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
@@ -32,6 +33,8 @@ const claimAttempts = 4
 type leaseService struct {
 	weirv1connect.UnimplementedLeaseServiceHandler
 	store
+	// notifier announces budget thresholds (budgets.go).
+	notifier *notify.Notifier
 	cfg      Config
 	settings settingsSource
 	seal     *seal.Sealer

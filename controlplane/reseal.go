@@ -146,3 +146,67 @@ func staleRows(s *seal.Sealer, rows []db.SealedCredentialsRow) ([]staleRow, erro
 	}
 	return stale, nil
 }
+
+// TargetResealReport is what a key rotation found and did of the
+// notification targets.
+type TargetResealReport struct {
+	// Targets is how many targets there are; Stale how many had a seal
+	// (URL or signing secret) not under the current key; Resealed how many
+	// were re-sealed (0 in a dry run).
+	Targets, Stale, Resealed int
+}
+
+// ResealTargets re-seals, under current, every notification target's URL
+// and signing secret not yet sealed under it, as Reseal does credentials,
+// in one transaction holding the targets' rows. A target whose seal opens
+// with no key fails the rotation of the targets, naming it, and nothing of
+// them is written (remove the target and add it again). With dryRun it
+// only counts.
+func ResealTargets(ctx context.Context, pool *pgxpool.Pool, current []byte, previous [][]byte, dryRun bool) (TargetResealReport, error) {
+	s, err := seal.New(current, previous...)
+	if err != nil {
+		return TargetResealReport{}, err
+	}
+	var rep TargetResealReport
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		rows, err := q.LockNotifyTargetSeals(ctx)
+		if err != nil {
+			return fmt.Errorf("lock notification targets: %w", err)
+		}
+		rep.Targets = len(rows)
+		for _, r := range rows {
+			url, err := s.OpenTarget(r.ID, targetURLField, r.UrlSealed)
+			current := s.Current(r.UrlSealed)
+			secret := ""
+			if err == nil && r.SecretSealed != nil {
+				secret, err = s.OpenTarget(r.ID, targetSecretField, r.SecretSealed)
+				current = current && s.Current(r.SecretSealed)
+			}
+			if err != nil {
+				return fmt.Errorf("notification target %s (%s): its URL or signing secret opens with none of the keys; "+
+					"remove it and add it again (weir notify remove, weir notify add)", r.ID, r.Name)
+			}
+			if current {
+				continue
+			}
+			rep.Stale++
+			if dryRun {
+				continue
+			}
+			p := db.ResealNotifyTargetParams{ID: r.ID, UrlSealed: s.SealTarget(r.ID, targetURLField, url)}
+			if r.SecretSealed != nil {
+				p.SecretSealed = s.SealTarget(r.ID, targetSecretField, secret)
+			}
+			if err := q.ResealNotifyTarget(ctx, p); err != nil {
+				return fmt.Errorf("write re-sealed notification target %s: %w", r.Name, err)
+			}
+			rep.Resealed++
+		}
+		return nil
+	})
+	if err != nil {
+		rep.Resealed = 0
+	}
+	return rep, err
+}

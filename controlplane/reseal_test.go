@@ -260,3 +260,65 @@ func TestResealWaitsForConcurrentWrite(t *testing.T) {
 		t.Fatalf("revision %d, open under B alone: %v, current %v, the refreshed credential %v", now.CredentialRevision, err, current, got == fresh)
 	}
 }
+
+// TestResealTargets: notification targets sealed under key A are re-sealed
+// under B (A previous): their URL and secret then open with B alone; a
+// dry run first writes nothing, a second run finds nothing stale; a target
+// no key opens fails the rotation and names it.
+func TestResealTargets(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := t.Context()
+	a, b := e.cfg.SecretKey, randBytes(32)
+	hookURL, chatURL := "https://hooks.example.com/h/"+randHex(8), "https://hooks.slack.com/services/"+randHex(8)
+	hook := e.createTarget(&weirv1.CreateTargetRequest{Name: "hook", Url: hookURL})
+	e.createTarget(&weirv1.CreateTargetRequest{Name: "chat", Kind: weirv1.NotifyTargetKind_NOTIFY_TARGET_KIND_SLACK, Url: chatURL})
+	seals := func() map[string]db.LockNotifyTargetSealsRow {
+		t.Helper()
+		rows, err := e.q.LockNotifyTargetSeals(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]db.LockNotifyTargetSealsRow{}
+		for _, r := range rows {
+			out[r.Name] = r
+		}
+		return out
+	}
+	before := seals()
+	if rep, err := ResealTargets(ctx, e.pool, b, [][]byte{a}, true); err != nil || rep != (TargetResealReport{Targets: 2, Stale: 2}) {
+		t.Fatalf("dry run: %+v, %v", rep, err)
+	}
+	if !bytes.Equal(seals()["hook"].UrlSealed, before["hook"].UrlSealed) {
+		t.Fatal("the dry run wrote")
+	}
+	if rep, err := ResealTargets(ctx, e.pool, b, [][]byte{a}, false); err != nil || rep != (TargetResealReport{Targets: 2, Stale: 2, Resealed: 2}) {
+		t.Fatalf("rotation: %+v, %v", rep, err)
+	}
+	onlyB := mustSealer(t, b)
+	after := seals()
+	for name, want := range map[string]string{"hook": hookURL, "chat": chatURL} {
+		if got, err := onlyB.OpenTarget(after[name].ID, targetURLField, after[name].UrlSealed); err != nil || got != want {
+			t.Errorf("%s's URL under B alone: %v", name, err)
+		}
+	}
+	if got, err := onlyB.OpenTarget(after["hook"].ID, targetSecretField, after["hook"].SecretSealed); err != nil || got != hook.Secret {
+		t.Errorf("hook's secret under B alone: %v", err)
+	}
+	if after["chat"].SecretSealed != nil {
+		t.Error("the Slack target got a secret")
+	}
+	if rep, err := ResealTargets(ctx, e.pool, b, nil, false); err != nil || rep != (TargetResealReport{Targets: 2}) {
+		t.Errorf("second run: %+v, %v", rep, err)
+	}
+	// Sealed under a key the rotation lacks.
+	e.exec(`UPDATE notify_targets SET url_sealed = $1 WHERE name = 'chat'`,
+		mustSealer(t, randBytes(32)).SealTarget(after["chat"].ID, targetURLField, chatURL))
+	_, err := ResealTargets(ctx, e.pool, randBytes(32), [][]byte{b}, false)
+	if err == nil || !strings.Contains(err.Error(), "(chat)") || strings.Contains(err.Error(), chatURL) {
+		t.Errorf("an unreadable target: %v", err)
+	}
+	if !bytes.Equal(seals()["hook"].UrlSealed, after["hook"].UrlSealed) {
+		t.Error("a failed rotation wrote")
+	}
+}

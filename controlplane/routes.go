@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -337,7 +338,8 @@ func (l leaseService) storeRoutes(ctx context.Context, events []*weirv1.RouteEve
 	if len(rows) == 0 && refusals == nil {
 		return nil
 	}
-	err := l.tx(ctx, func(q *db.Queries) error {
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		q := l.q.WithTx(tx)
 		if refusals != nil {
 			if err := q.UpsertRefusalCounts(ctx, *refusals); err != nil {
 				return err
@@ -378,7 +380,9 @@ func (l leaseService) storeRoutes(ctx context.Context, events []*weirv1.RouteEve
 			return err
 		}
 		for _, c := range crossed {
-			l.budgetCrossed(ctx, q, c)
+			if err := l.budgetCrossed(ctx, tx, c); err != nil {
+				return err
+			}
 		}
 		if len(roll.keys) > 0 {
 			if err := q.AddUsageHourly(ctx, roll.params()); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/notify"
 	"github.com/weirhq/weir/controlplane/seal"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/serve"
@@ -45,6 +46,8 @@ type Server struct {
 	clock ticking
 	// jitter spreads usage reads, uniform in [-1, 1).
 	jitter func() float64
+	// notifier raises notifications (notify.go).
+	notifier *notify.Notifier
 }
 
 // New builds a replica over a migrated database.
@@ -70,6 +73,9 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 		jitter:   defaultJitter,
 		watch:    newPoolWatch(pool, cfg.Logger),
 	}
+	if s.notifier, err = notify.NewNotifier(pool, cfg.Now); err != nil {
+		return nil, fmt.Errorf("controlplane: %w", err)
+	}
 	cfg.Registry.MustRegister(newPoolCollector(s))
 	if !cfg.DisableJobs {
 		workers := river.NewWorkers()
@@ -87,6 +93,8 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 			Banked:         s,
 			Creds:          s,
 			Findings:       s.integ.count,
+			Notify:         s,
+			NotifyRetry:    cfg.notifyRetry,
 		})
 		s.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
 			// River's own info lines (producer stats every few seconds) drown
@@ -206,6 +214,7 @@ func (s *Server) rpcHandler() (http.Handler, []string) {
 	handle(weirv1connect.NewDashboardServiceHandler(s.dashboardService(), opts))
 	handle(weirv1connect.NewAuditServiceHandler(auditService{q: s.q}, opts))
 	handle(weirv1connect.NewUsageServiceHandler(usageService{store: s.store, now: s.now}, opts))
+	handle(weirv1connect.NewNotifyServiceHandler(s.notifyService(), opts))
 	return mux, paths
 }
 
@@ -219,7 +228,7 @@ func (s *Server) accountService() accountService {
 }
 
 func (s *Server) leases() leaseService {
-	return leaseService{store: s.store, cfg: s.cfg, settings: s.settings, seal: s.seal, log: s.log, now: s.now,
+	return leaseService{store: s.store, notifier: s.notifier, cfg: s.cfg, settings: s.settings, seal: s.seal, log: s.log, now: s.now,
 		metrics: s.metrics, watch: s.watch, mergeUsageHeaders: s.mergeUsageHeaders, markUnreadable: s.markUnreadable}
 }
 

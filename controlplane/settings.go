@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,11 +34,14 @@ const (
 	settingRouteRetention    = "route_events_retention"
 	settingUsageRetention    = "usage_retention"
 	settingBudgetTimeZone    = "budget_time_zone"
+	settingPoolLow           = "pool_low_accounts"
+	settingBreakerNotify     = "breaker_notify_after"
 )
 
 // settingNames are the fields UpdateSettings takes, as errors list them.
 const settingNames = "capacity_hold, unreachable_hold, request_deadline, quota_response_mode, metered_accounts, " +
-	"body_buffer_bytes, body_buffer_per_key_bytes, route_events_retention, usage_retention or budget_time_zone"
+	"body_buffer_bytes, body_buffer_per_key_bytes, route_events_retention, usage_retention, budget_time_zone, " +
+	"pool_low_accounts or breaker_notify_after"
 
 // settingsActor names who changes settings in the audit: the admin token
 // is the one credential allowed to.
@@ -84,6 +88,21 @@ const (
 const (
 	defaultUsageRetention = 400 * 24 * time.Hour
 	minUsageRetention     = 24 * time.Hour
+)
+
+// The notification thresholds (docs/notifications.md). A pool is low when
+// 1 to pool_low_accounts of more than that many accounts can serve: 1 by
+// default, so that losing the second-to-last account of a pool is news
+// before losing the last is; more than 100 would call every ordinary pool
+// low. A breaker open breaker_notify_after (5 minutes by default: a storm
+// that outlasts the holds' patience, while the short ones the breaker
+// rides out on its own stay quiet) is notified; 0 notifies the first
+// check that sees it open, a day is the longest wait that still tells.
+const (
+	defaultPoolLow      = 1
+	maxPoolLow          = 100
+	defaultBreakerAfter = 5 * time.Minute
+	maxBreakerAfter     = 24 * time.Hour
 )
 
 type settingsService struct {
@@ -163,12 +182,24 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 				return nil, err
 			}
 			value = d.String()
+		case settingBreakerNotify:
+			d, err := durationSetting("settings.breaker_notify_after", m.GetSettings().GetBreakerNotifyAfter(), 0, maxBreakerAfter)
+			if err != nil {
+				return nil, err
+			}
+			value = d.String()
 		case settingBudgetTimeZone:
 			tz := m.GetSettings().GetBudgetTimeZone()
 			if _, err := time.LoadLocation(tz); err != nil || tz == "" || tz == "Local" {
 				return nil, invalidf("settings.budget_time_zone: %q is not an IANA time zone (for example UTC or Europe/Berlin)", tz)
 			}
 			value = tz
+		case settingPoolLow:
+			n := m.GetSettings().GetPoolLowAccounts()
+			if n < 0 || n > maxPoolLow {
+				return nil, invalidf("settings.pool_low_accounts: %d is out of range; must be between 0 and %d", n, maxPoolLow)
+			}
+			value = strconv.Itoa(int(n))
 		case settingQuotaResponseMode:
 			mode, err := enumSetting("settings.quota_response_mode", m.GetSettings().GetQuotaResponseMode(),
 				weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE, weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT)
@@ -236,7 +267,8 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 		"quota_response_mode", enumName(st.QuotaResponseMode), "metered_accounts", enumName(st.MeteredAccounts),
 		"body_buffer_bytes", st.BodyBufferBytes, "body_buffer_per_key_bytes", st.BodyBufferPerKeyBytes,
 		"route_events_retention", st.RouteEventsRetention.AsDuration(), "usage_retention", st.UsageRetention.AsDuration(),
-		"budget_time_zone", st.BudgetTimeZone)
+		"budget_time_zone", st.BudgetTimeZone,
+		"pool_low_accounts", st.PoolLowAccounts, "breaker_notify_after", st.BreakerNotifyAfter.AsDuration())
 	return connect.NewResponse(&weirv1.UpdateSettingsResponse{Settings: st}), nil
 }
 
@@ -272,6 +304,7 @@ func (ss settingsSource) effective(ctx context.Context) (*weirv1.Settings, error
 // fall back to a default the operator did not choose.
 func (ss settingsSource) from(rows []db.Setting) (*weirv1.Settings, error) {
 	hold, unreachable, deadline, retention := ss.capacityHold, ss.unreachableHold, ss.requestDeadline, defaultRouteRetention
+	poolLow, breakerAfter := int32(defaultPoolLow), defaultBreakerAfter
 	mode := weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE
 	metered := weirv1.MeteredAccounts_METERED_ACCOUNTS_NORMAL
 	bodyBuffer, bodyBufferPerKey := ss.bodyBuffer, ss.bodyBufferPerKey
@@ -295,6 +328,18 @@ func (ss settingsSource) from(rows []db.Setting) (*weirv1.Settings, error) {
 				return nil, fmt.Errorf("setting %s: %w", r.Name, err)
 			}
 			tz = r.Value
+			continue
+		case settingBreakerNotify:
+			dst, lo, hi = &breakerAfter, 0, maxBreakerAfter
+		case settingPoolLow:
+			n, err := strconv.Atoi(r.Value)
+			if err == nil && (n < 0 || n > maxPoolLow) {
+				err = fmt.Errorf("%d is out of range", n)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("setting %s: %w", r.Name, err)
+			}
+			poolLow = int32(n)
 			continue
 		case settingQuotaResponseMode:
 			m, ok := quotamode.Parse(r.Value)
@@ -340,7 +385,8 @@ func (ss settingsSource) from(rows []db.Setting) (*weirv1.Settings, error) {
 	return &weirv1.Settings{CapacityHold: durationpb.New(hold), UnreachableHold: durationpb.New(unreachable),
 		RequestDeadline: durationpb.New(deadline), QuotaResponseMode: mode, MeteredAccounts: metered,
 		BodyBufferBytes: bodyBuffer, BodyBufferPerKeyBytes: bodyBufferPerKey, RouteEventsRetention: durationpb.New(retention),
-		UsageRetention: durationpb.New(usageRetention), BudgetTimeZone: tz}, nil
+		UsageRetention: durationpb.New(usageRetention), BudgetTimeZone: tz,
+		PoolLowAccounts: poolLow, BreakerNotifyAfter: durationpb.New(breakerAfter)}, nil
 }
 
 // RouteRetention is the route_events_retention setting in effect (the

@@ -334,3 +334,38 @@ func TestRouteRetentionSetting(t *testing.T) {
 		t.Errorf("%d audit rows for the change", n)
 	}
 }
+
+// TestNotifySettings: pool_low_accounts (1 unless set, 0 to 100; 0 turns
+// pool_low off) and breaker_notify_after (5m unless set, 0 to 24h), each
+// checked, stored and read back; an unreadable stored value fails reads.
+func TestNotifySettings(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	if st := e.getSettings(); st.GetPoolLowAccounts() != 1 || st.GetBreakerNotifyAfter().AsDuration() != 5*time.Minute {
+		t.Fatalf("defaults: pool_low_accounts %d, breaker_notify_after %v", st.GetPoolLowAccounts(), st.GetBreakerNotifyAfter().AsDuration())
+	}
+	for _, bad := range []int32{-1, 101} {
+		_, err := e.updateSettings(&weirv1.Settings{PoolLowAccounts: bad}, "pool_low_accounts")
+		if ce := wantCode(t, err, connect.CodeInvalidArgument); !strings.Contains(ce.Message(), "settings.pool_low_accounts") {
+			t.Errorf("%d: %v", bad, ce)
+		}
+	}
+	for _, bad := range []time.Duration{-time.Second, 25 * time.Hour} {
+		_, err := e.updateSettings(&weirv1.Settings{BreakerNotifyAfter: durationpb.New(bad)}, "breaker_notify_after")
+		if ce := wantCode(t, err, connect.CodeInvalidArgument); !strings.Contains(ce.Message(), "settings.breaker_notify_after") {
+			t.Errorf("%v: %v", bad, ce)
+		}
+	}
+	got, err := e.updateSettings(&weirv1.Settings{PoolLowAccounts: 0, BreakerNotifyAfter: durationpb.New(90 * time.Second)},
+		"pool_low_accounts", "breaker_notify_after")
+	if err != nil || got.GetPoolLowAccounts() != 0 || got.GetBreakerNotifyAfter().AsDuration() != 90*time.Second {
+		t.Fatalf("UpdateSettings: %v, %v", got, err)
+	}
+	if st := e.getSettings(); st.GetPoolLowAccounts() != 0 || st.GetBreakerNotifyAfter().AsDuration() != 90*time.Second {
+		t.Errorf("read back: %v", st)
+	}
+	e.exec(`UPDATE settings SET value = 'many' WHERE name = 'pool_low_accounts'`)
+	if err := e.srv.WatchNotifications(t.Context()); err == nil || !strings.Contains(err.Error(), "pool_low_accounts") {
+		t.Errorf("the watch over an unreadable setting: %v", err)
+	}
+}

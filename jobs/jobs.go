@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/notify"
 )
 
 // Deps is what the workers need from the control plane.
@@ -45,6 +46,12 @@ type Deps struct {
 	// UsageRetention reads how long the hourly usage rollup is kept (the
 	// usage_retention setting); nil keeps it forever.
 	UsageRetention func(ctx context.Context) (time.Duration, error)
+	// Notify delivers notifications and runs their watch; nil leaves both
+	// out.
+	Notify Notifications
+	// NotifyRetry is the wait after a failed delivery's attempt; nil is
+	// notify.RetryDelay.
+	NotifyRetry func(attempt int) time.Duration
 	// Findings counts the integrity check's findings (a metrics hook:
 	// kind, repaired|reported, how many); nil counts nothing.
 	Findings func(kind, action string, n int)
@@ -85,6 +92,14 @@ func Register(workers *river.Workers, d Deps) []*river.PeriodicJob {
 			func() (river.JobArgs, *river.InsertOpts) { return RetentionArgs{}, nil },
 			&river.PeriodicJobOpts{RunOnStart: true}))
 	}
+	if d.Notify != nil {
+		river.AddWorker(workers, &NotifyDeliveryWorker{deps: d})
+		river.AddWorker(workers, &NotifyWatchWorker{deps: d})
+		// On start too: a transition while no replica ran is told at once.
+		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(notify.WatchInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return NotifyWatchArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true}))
+	}
 	if d.Tokens != nil {
 		river.AddWorker(workers, &TokenRefreshWorker{deps: d})
 		// On start too: a token may have expired while no replica ran.
@@ -101,5 +116,6 @@ func Kinds() []string {
 	return []string{
 		LeaseReaperArgs{}.Kind(), UsageSnapshotArgs{}.Kind(), IntegrityArgs{}.Kind(),
 		UsagePollArgs{}.Kind(), BankedResetArgs{}.Kind(), TokenRefreshArgs{}.Kind(), RetentionArgs{}.Kind(),
+		notify.DeliveryArgs{}.Kind(), NotifyWatchArgs{}.Kind(),
 	}
 }

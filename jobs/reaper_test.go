@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/notify"
 	"github.com/weirhq/weir/internal/pgtest"
 	"github.com/weirhq/weir/internal/syncbuf"
 )
@@ -225,6 +226,15 @@ func TestRegister(t *testing.T) {
 	if len(withUsage) != 4 {
 		t.Fatalf("%d periodic jobs with a usage reader, want 4", len(withUsage))
 	}
+	if withNotify := Register(river.NewWorkers(), Deps{Now: time.Now, Notify: notifications{}}); len(withNotify) != 4 {
+		t.Fatalf("%d periodic jobs with notifications, want 4 (the watch too)", len(withNotify))
+	}
+	if opts := (NotifyWatchArgs{}).InsertOpts(); !opts.UniqueOpts.ByArgs || opts.UniqueOpts.ByPeriod != notify.WatchInterval {
+		t.Errorf("watch insert opts %+v: one run queued at a time", opts.UniqueOpts)
+	}
+	if opts := (notify.DeliveryArgs{}).InsertOpts(); !opts.UniqueOpts.ByArgs || opts.MaxAttempts != notify.MaxAttempts {
+		t.Errorf("delivery insert opts %+v: one job per delivery, %d attempts", opts, notify.MaxAttempts)
+	}
 	if (LeaseReaperArgs{}).Kind() != "lease_reaper" {
 		t.Errorf("kind %q", LeaseReaperArgs{}.Kind())
 	}
@@ -233,6 +243,12 @@ func TestRegister(t *testing.T) {
 		t.Errorf("insert opts %+v: the reaper must be unique per interval", opts.UniqueOpts)
 	}
 }
+
+// notifications is a jobs.Notifications that does nothing.
+type notifications struct{}
+
+func (notifications) DeliverNotification(context.Context, int64, int, bool) error { return nil }
+func (notifications) WatchNotifications(context.Context) error                    { return nil }
 
 // aliveAt sets the lease clock (0021_lease_clock.sql) as a control plane
 // touching it at t does: the history a test makes of claims in the past

@@ -8,10 +8,12 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/notify"
 )
 
 // RetentionInterval is how often route events and refusal counts older
-// than the route_events_retention setting are deleted.
+// than the route_events_retention setting, and notification events older
+// than notify.Retention, are deleted.
 const RetentionInterval = 10 * time.Minute
 
 // retentionBatch bounds one delete statement, and retentionBatches one
@@ -23,8 +25,8 @@ const (
 	retentionBatches = 200
 )
 
-// RetentionArgs is the periodic job that deletes old route events and
-// refusal counts.
+// RetentionArgs is the periodic job that deletes old route events,
+// refusal counts and notification events.
 type RetentionArgs struct{}
 
 // Kind names the job in River's tables and UI.
@@ -46,7 +48,10 @@ func (w *RetentionWorker) Work(ctx context.Context, _ *river.Job[RetentionArgs])
 	if _, _, err := EnforceRetention(ctx, w.deps); err != nil {
 		return err
 	}
-	_, err := EnforceUsageRetention(ctx, w.deps)
+	if _, err := EnforceUsageRetention(ctx, w.deps); err != nil {
+		return err
+	}
+	_, err := EnforceNotifyRetention(ctx, w.deps)
 	return err
 }
 
@@ -70,6 +75,32 @@ func EnforceUsageRetention(ctx context.Context, d Deps) (int64, error) {
 	}
 	if n > 0 {
 		d.Logger.InfoContext(ctx, "usage rollup past its retention deleted", "rows", n, "retention", keep)
+	}
+	if _, err := d.Queries.DeleteBudgetSpendBefore(ctx, before); err != nil {
+		return n, fmt.Errorf("usage retention: budget spend: %w", err)
+	}
+	return n, nil
+}
+
+// EnforceNotifyRetention deletes notification events raised before now
+// less notify.Retention, with their deliveries, in batches as
+// EnforceRetention does; an event with a delivery still being tried
+// (pending, and attempted within the retention) stays until it ends. It
+// returns how many events went.
+func EnforceNotifyRetention(ctx context.Context, d Deps) (int64, error) {
+	return enforceNotifyRetention(ctx, d, retentionBatch, retentionBatches)
+}
+
+func enforceNotifyRetention(ctx context.Context, d Deps, batch int32, batches int) (int64, error) {
+	before := d.Now().Add(-notify.Retention)
+	n, err := inBatches(batch, batches, func() (int64, error) {
+		return d.Queries.DeleteNotifyEventsBefore(ctx, db.DeleteNotifyEventsBeforeParams{Before: before, Batch: batch})
+	})
+	if err != nil {
+		return n, fmt.Errorf("retention: notification events: %w", err)
+	}
+	if n > 0 {
+		d.Logger.InfoContext(ctx, "notification events past their retention deleted", "events", n, "retention", notify.Retention)
 	}
 	return n, nil
 }

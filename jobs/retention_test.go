@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/weirhq/weir/controlplane/notify"
 )
 
 // TestRetention: route events recorded, and refusal counts of intervals
@@ -117,5 +119,53 @@ func TestUsageRetention(t *testing.T) {
 	var left int
 	if err := f.pool.QueryRow(ctx, `SELECT count(*) FROM usage_hourly`).Scan(&left); err != nil || left != 2 {
 		t.Errorf("%d rows left (%v), want 2", left, err)
+	}
+}
+
+// TestNotifyRetention: notification events raised before notify.Retention
+// go with their deliveries, in batches; newer ones stay, and so does an
+// old one whose delivery is still being tried; one pending but untouched
+// as long (its job lost) goes.
+func TestNotifyRetention(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	d := Deps{Queries: f.q, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return now }}
+	old, recent := now.Add(-notify.Retention-time.Hour), now.Add(-notify.Retention+time.Hour)
+	target := uuid.New()
+	if _, err := f.pool.Exec(ctx, `INSERT INTO notify_targets (id, name, kind, url_sealed, url_hint, created_at)
+		VALUES ($1, 'ops', 'slack', '\x01', 'https://hooks.example.com', $2)`, target, old); err != nil {
+		t.Fatal(err)
+	}
+	event := func(key string, at, updated time.Time, status string) {
+		t.Helper()
+		if _, err := f.pool.Exec(ctx, `WITH e AS (
+				INSERT INTO notify_events (kind, dedup_key, severity, text, fields, created_at)
+				VALUES ('pool_low', $1, 'warning', 'low', '{}', $2) RETURNING id)
+			INSERT INTO notify_deliveries (event_id, target_id, status, created_at, updated_at)
+			SELECT id, $3, $4, $2, $5 FROM e`, key, at, target, status, updated); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 6 {
+		at := old.Add(-time.Duration(i) * time.Minute)
+		event(fmt.Sprint("old-", i), at, at, []string{"delivered", "failed"}[i%2])
+	}
+	event("old-lost", old, old, "pending")
+	event("old-pending", old, now.Add(-time.Minute), "pending")
+	event("recent", recent, recent, "delivered")
+	if n, err := enforceNotifyRetention(ctx, d, 5, 1); err != nil || n != 5 {
+		t.Fatalf("first run: %d events, %v; want a batch of 5", n, err)
+	}
+	if n, err := EnforceNotifyRetention(ctx, d); err != nil || n != 2 {
+		t.Fatalf("second run: %d events, %v; want the last 2", n, err)
+	}
+	var keys string
+	if err := f.pool.QueryRow(ctx, `SELECT string_agg(e.dedup_key, ' ' ORDER BY e.dedup_key) FROM notify_events e
+		JOIN notify_deliveries d ON d.event_id = e.id`).Scan(&keys); err != nil {
+		t.Fatal(err)
+	}
+	if keys != "old-pending recent" {
+		t.Errorf("left %q, want the pending and the recent one, each with its delivery", keys)
 	}
 }

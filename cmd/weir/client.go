@@ -102,6 +102,7 @@ type clients struct {
 	aliases  weirv1connect.AliasServiceClient
 	audit    weirv1connect.AuditServiceClient
 	usage    weirv1connect.UsageServiceClient
+	notify   weirv1connect.NotifyServiceClient
 }
 
 func (a *adminFlags) clients() (*clients, error) {
@@ -136,6 +137,7 @@ func (a *adminFlags) clients() (*clients, error) {
 		aliases:  weirv1connect.NewAliasServiceClient(hc, url, opt),
 		audit:    weirv1connect.NewAuditServiceClient(hc, url, opt),
 		usage:    weirv1connect.NewUsageServiceClient(hc, url, opt),
+		notify:   weirv1connect.NewNotifyServiceClient(hc, url, opt),
 	}, nil
 }
 

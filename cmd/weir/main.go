@@ -92,6 +92,7 @@ var commands = []command{
 	{name: "aliases", synopsis: "list|set|rm", summary: "model aliases (an alias → concrete models)", run: runAliases, operator: true},
 	{name: "integrity", summary: "the integrity check's last report", run: runIntegrity, operator: true},
 	{name: "audit", synopsis: "[--since D] [--actor A]", summary: "who changed what, newest first (admin calls)", run: runAudit, operator: true},
+	{name: "notify", synopsis: "add|list|test|remove", summary: "webhook and Slack notifications: targets, deliveries, a test", run: runNotify, operator: true},
 }
 
 // usage is the binary's usage text, made from commands.

@@ -73,6 +73,19 @@ func runSecrets(ctx context.Context, args []string, e env) error {
 			fmt.Fprintf(e.stdout, "%d account(s) changed while rotating (a token refresh, a deletion): run it again to confirm\n", rep.Stale-rep.Resealed)
 		}
 	}
+	targets, err := controlplane.ResealTargets(ctx, pool, current, previous, *dryRun)
+	if err != nil {
+		return fmt.Errorf("weir secrets rotate: %w", err)
+	}
+	switch {
+	case targets.Targets == 0:
+	case targets.Stale == 0:
+		fmt.Fprintf(e.stdout, "all %d notification target(s) are sealed under the current key: nothing to do\n", targets.Targets)
+	case *dryRun:
+		fmt.Fprintf(e.stdout, "dry run: %d of %d notification target(s) would be re-sealed\n", targets.Stale, targets.Targets)
+	default:
+		fmt.Fprintf(e.stdout, "re-sealed %d of %d notification target(s)\n", targets.Resealed, targets.Targets)
+	}
 	if !*dryRun && len(previous) > 0 {
 		fmt.Fprintln(e.stdout, "once every control plane runs with this key, WEIR_SECRET_KEY_PREVIOUS can go")
 	}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,6 +47,10 @@ const settingsUsage = `Usage:
                        default 9600h: 400 days)
   budget_time_zone     the IANA time zone budgets' days, weeks (from Monday) and months begin in
                        (default UTC), e.g. Europe/Berlin
+  pool_low_accounts    notifications: a pool of more than this many accounts is low (pool_low) when
+                       1 to this many of them can serve now (0 to 100, default 1; 0 never reports low)
+  breaker_notify_after notifications: how long an overload breaker stays open before breaker_open_long
+                       (0s to 24h, default 5m)
 
 Data planes pick changes up without restart. Every command takes --json,
 --controlplane and --data-dir.
@@ -54,7 +59,8 @@ Data planes pick changes up without restart. Every command takes --json,
 // settingKeys are the names `weir settings set` accepts, as the API's
 // update_mask spells them.
 var settingKeys = []string{"capacity_hold", "unreachable_hold", "request_deadline", "quota_response_mode", "metered_accounts",
-	"body_buffer_bytes", "body_buffer_per_key_bytes", "route_events_retention", "usage_retention", "budget_time_zone"}
+	"body_buffer_bytes", "body_buffer_per_key_bytes", "route_events_retention", "usage_retention", "budget_time_zone",
+	"pool_low_accounts", "breaker_notify_after"}
 
 func runSettings(ctx context.Context, args []string, e env) error {
 	if len(args) == 0 {
@@ -175,6 +181,14 @@ func settingsUpdate(pairs []string) (*weirv1.UpdateSettingsRequest, error) {
 			dst = &req.Settings.UsageRetention
 		case "budget_time_zone":
 			req.Settings.BudgetTimeZone = value
+		case "breaker_notify_after":
+			dst = &req.Settings.BreakerNotifyAfter
+		case "pool_low_accounts":
+			n, err := strconv.ParseInt(value, 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("pool_low_accounts: %q is not a whole number", value)
+			}
+			req.Settings.PoolLowAccounts = int32(n)
 		case "quota_response_mode":
 			m, ok := quotamode.Parse(value)
 			if !ok {
@@ -238,6 +252,14 @@ func printSettings(w io.Writer, st *weirv1.Settings) error {
 	}
 	if tz := st.GetBudgetTimeZone(); tz != "" {
 		fmt.Fprintf(tw, "budget_time_zone\t%s\n", tz)
+	}
+	if b := st.GetBreakerNotifyAfter(); b != nil { // nil: a control plane older than the notifications
+		low := strconv.Itoa(int(st.GetPoolLowAccounts()))
+		if st.GetPoolLowAccounts() == 0 {
+			low += "  (pool_low is never raised)"
+		}
+		fmt.Fprintf(tw, "pool_low_accounts\t%s\n", low)
+		fmt.Fprintf(tw, "breaker_notify_after\t%s\n", shortDuration(b.AsDuration()))
 	}
 	return tw.Flush()
 }

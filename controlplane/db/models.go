@@ -169,6 +169,47 @@ type ModelPrice struct {
 	UpdatedAt     time.Time
 }
 
+type NotifyDelivery struct {
+	ID          int64
+	EventID     int64
+	TargetID    uuid.UUID
+	Status      string
+	Attempts    int32
+	LastError   string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	DeliveredAt *time.Time
+}
+
+type NotifyEvent struct {
+	ID        int64
+	Kind      string
+	DedupKey  string
+	Severity  string
+	Text      string
+	Fields    []byte
+	CreatedAt time.Time
+}
+
+type NotifyMark struct {
+	Subject   string
+	Level     string
+	Since     time.Time
+	Notified  bool
+	UpdatedAt time.Time
+}
+
+type NotifyTarget struct {
+	ID           uuid.UUID
+	Name         string
+	Kind         string
+	UrlSealed    []byte
+	UrlHint      string
+	SecretSealed []byte
+	Events       []string
+	CreatedAt    time.Time
+}
+
 type OverloadBreaker struct {
 	Provider       string
 	Family         string

@@ -150,6 +150,29 @@ func (s *Sealer) SealRefresh(account uuid.UUID, revision int64, plaintext string
 	return s.sealWith(refreshAD(account, revision), plaintext)
 }
 
+// targetADPrefix sets a notification target's seals apart from account
+// credentials': its URL and its signing secret are each bound to the
+// target's id and to which of the two they are, so neither opens as the
+// other, nor on another target.
+const targetADPrefix = "weir-notify-target\x00"
+
+func targetAD(target uuid.UUID, field string) []byte {
+	ad := append([]byte(targetADPrefix), field...)
+	ad = append(ad, 0)
+	return append(ad, target[:]...)
+}
+
+// SealTarget seals a notification target's secret material: field names
+// it ("url", "secret").
+func (s *Sealer) SealTarget(target uuid.UUID, field, plaintext string) []byte {
+	return s.sealWith(targetAD(target, field), plaintext)
+}
+
+// OpenTarget opens what SealTarget sealed for the same target and field.
+func (s *Sealer) OpenTarget(target uuid.UUID, field string, sealed []byte) (string, error) {
+	return s.openWith(targetAD(target, field), sealed)
+}
+
 func (s *Sealer) sealWith(ad []byte, plaintext string) []byte {
 	k := s.current
 	out := make([]byte, 0, 1+keyIDLen+k.aead.NonceSize()+len(plaintext)+k.aead.Overhead())

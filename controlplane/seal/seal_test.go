@@ -339,3 +339,35 @@ func TestNewSealerRefusesRepeatedKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestSealTargetBindsTargetAndField: a notification target's URL and
+// secret open only on their own target, each as itself, and never as an
+// account credential.
+func TestSealTargetBindsTargetAndField(t *testing.T) {
+	t.Parallel()
+	s, err := New(randBytes(32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, other := uuid.New(), uuid.New()
+	url := "https://hooks.example.com/services/" + randHex(16)
+	sealed := s.SealTarget(id, "url", url)
+	if bytes.Contains(sealed, []byte(url)) {
+		t.Fatal("sealed bytes hold the plaintext")
+	}
+	if got, err := s.OpenTarget(id, "url", sealed); err != nil || got != url {
+		t.Fatalf("open with the right target and field failed: %v", err)
+	}
+	for name, open := range map[string]func() (string, error){
+		"other target":    func() (string, error) { return s.OpenTarget(other, "url", sealed) },
+		"other field":     func() (string, error) { return s.OpenTarget(id, "secret", sealed) },
+		"as a credential": func() (string, error) { return s.Open(id, 1, sealed) },
+	} {
+		if got, err := open(); err != ErrUnseal || got != "" {
+			t.Errorf("%s: opened (%d bytes), %v", name, len(got), err)
+		}
+	}
+	if _, err := s.OpenTarget(id, "url", s.Seal(id, 1, url)); err != ErrUnseal {
+		t.Errorf("an account seal opened as a target's: %v", err)
+	}
+}

@@ -1041,8 +1041,15 @@ type Settings struct {
 	// The IANA time zone in which budgets' days, weeks (from Monday) and
 	// months begin; never empty when read (UTC by default).
 	BudgetTimeZone string `protobuf:"bytes,10,opt,name=budget_time_zone,json=budgetTimeZone,proto3" json:"budget_time_zone,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Notifications: a pool (a provider's accounts, or a provider's for one
+	// model family) of more than this many accounts is low (pool_low) when 1
+	// to this many can serve now; 0 never reports low. Default 1.
+	PoolLowAccounts int32 `protobuf:"varint,11,opt,name=pool_low_accounts,json=poolLowAccounts,proto3" json:"pool_low_accounts,omitempty"`
+	// Notifications: how long an overload breaker stays open before
+	// breaker_open_long is raised. Default 5m.
+	BreakerNotifyAfter *durationpb.Duration `protobuf:"bytes,12,opt,name=breaker_notify_after,json=breakerNotifyAfter,proto3" json:"breaker_notify_after,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Settings) Reset() {
@@ -1143,6 +1150,20 @@ func (x *Settings) GetBudgetTimeZone() string {
 		return x.BudgetTimeZone
 	}
 	return ""
+}
+
+func (x *Settings) GetPoolLowAccounts() int32 {
+	if x != nil {
+		return x.PoolLowAccounts
+	}
+	return 0
+}
+
+func (x *Settings) GetBreakerNotifyAfter() *durationpb.Duration {
+	if x != nil {
+		return x.BreakerNotifyAfter
+	}
+	return nil
 }
 
 // Cooldown is a live exclusion of an account from routing.
@@ -1713,7 +1734,7 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\x04host\x18\x03 \x01(\tR\x04host\x120\n" +
 	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x123\n" +
 	"\alast_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x06lastAt\x12\x1a\n" +
-	"\battempts\x18\x06 \x01(\x05R\battempts\"\x8c\x05\n" +
+	"\battempts\x18\x06 \x01(\x05R\battempts\"\x85\x06\n" +
 	"\bSettings\x12>\n" +
 	"\rcapacity_hold\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\fcapacityHold\x12D\n" +
 	"\x10request_deadline\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0frequestDeadline\x12J\n" +
@@ -1725,7 +1746,9 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\x16route_events_retention\x18\b \x01(\v2\x19.google.protobuf.DurationR\x14routeEventsRetention\x12B\n" +
 	"\x0fusage_retention\x18\t \x01(\v2\x19.google.protobuf.DurationR\x0eusageRetention\x12(\n" +
 	"\x10budget_time_zone\x18\n" +
-	" \x01(\tR\x0ebudgetTimeZone\"\x90\x02\n" +
+	" \x01(\tR\x0ebudgetTimeZone\x12*\n" +
+	"\x11pool_low_accounts\x18\v \x01(\x05R\x0fpoolLowAccounts\x12K\n" +
+	"\x14breaker_notify_after\x18\f \x01(\v2\x19.google.protobuf.DurationR\x12breakerNotifyAfter\"\x90\x02\n" +
 	"\bCooldown\x12/\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x17.weir.v1.CooldownReasonR\x06reason\x120\n" +
 	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x129\n" +
@@ -1912,26 +1935,27 @@ var file_weir_v1_types_proto_depIdxs = []int32{
 	24, // 10: weir.v1.Settings.unreachable_hold:type_name -> google.protobuf.Duration
 	24, // 11: weir.v1.Settings.route_events_retention:type_name -> google.protobuf.Duration
 	24, // 12: weir.v1.Settings.usage_retention:type_name -> google.protobuf.Duration
-	7,  // 13: weir.v1.Cooldown.reason:type_name -> weir.v1.CooldownReason
-	23, // 14: weir.v1.Cooldown.until:type_name -> google.protobuf.Timestamp
-	23, // 15: weir.v1.Cooldown.written_at:type_name -> google.protobuf.Timestamp
-	13, // 16: weir.v1.Cooldown.quota:type_name -> weir.v1.QuotaEvidence
-	23, // 17: weir.v1.FamilyGate.until:type_name -> google.protobuf.Timestamp
-	23, // 18: weir.v1.FamilyGate.written_at:type_name -> google.protobuf.Timestamp
-	10, // 19: weir.v1.Decision.action:type_name -> weir.v1.Action
-	16, // 20: weir.v1.Decision.cooldown:type_name -> weir.v1.Cooldown
-	24, // 21: weir.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	11, // 22: weir.v1.BudgetLimit.unit:type_name -> weir.v1.BudgetUnit
-	12, // 23: weir.v1.BudgetLimit.period:type_name -> weir.v1.BudgetPeriod
-	20, // 24: weir.v1.Budget.limit:type_name -> weir.v1.BudgetLimit
-	23, // 25: weir.v1.Budget.resets_at:type_name -> google.protobuf.Timestamp
-	20, // 26: weir.v1.BudgetBlock.limit:type_name -> weir.v1.BudgetLimit
-	23, // 27: weir.v1.BudgetBlock.resets_at:type_name -> google.protobuf.Timestamp
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	24, // 13: weir.v1.Settings.breaker_notify_after:type_name -> google.protobuf.Duration
+	7,  // 14: weir.v1.Cooldown.reason:type_name -> weir.v1.CooldownReason
+	23, // 15: weir.v1.Cooldown.until:type_name -> google.protobuf.Timestamp
+	23, // 16: weir.v1.Cooldown.written_at:type_name -> google.protobuf.Timestamp
+	13, // 17: weir.v1.Cooldown.quota:type_name -> weir.v1.QuotaEvidence
+	23, // 18: weir.v1.FamilyGate.until:type_name -> google.protobuf.Timestamp
+	23, // 19: weir.v1.FamilyGate.written_at:type_name -> google.protobuf.Timestamp
+	10, // 20: weir.v1.Decision.action:type_name -> weir.v1.Action
+	16, // 21: weir.v1.Decision.cooldown:type_name -> weir.v1.Cooldown
+	24, // 22: weir.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	11, // 23: weir.v1.BudgetLimit.unit:type_name -> weir.v1.BudgetUnit
+	12, // 24: weir.v1.BudgetLimit.period:type_name -> weir.v1.BudgetPeriod
+	20, // 25: weir.v1.Budget.limit:type_name -> weir.v1.BudgetLimit
+	23, // 26: weir.v1.Budget.resets_at:type_name -> google.protobuf.Timestamp
+	20, // 27: weir.v1.BudgetBlock.limit:type_name -> weir.v1.BudgetLimit
+	23, // 28: weir.v1.BudgetBlock.resets_at:type_name -> google.protobuf.Timestamp
+	29, // [29:29] is the sub-list for method output_type
+	29, // [29:29] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_types_proto_init() }
