@@ -45,6 +45,9 @@ type Server struct {
 	clock ticking
 	// jitter spreads usage reads, uniform in [-1, 1).
 	jitter func() float64
+	// egress are the clients of calls on an account's behalf, through its
+	// egress proxy (egress.go).
+	egress egressClients
 }
 
 // New builds a replica over a migrated database.
@@ -69,6 +72,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 		integ:    newIntegrityMetrics(cfg.Registry),
 		jitter:   defaultJitter,
 		watch:    newPoolWatch(pool, cfg.Logger),
+		egress:   newEgressClients(cfg),
 	}
 	cfg.Registry.MustRegister(newPoolCollector(s))
 	if !cfg.DisableJobs {
@@ -212,7 +216,7 @@ func (s *Server) rpcHandler() (http.Handler, []string) {
 func (s *Server) accountService() accountService {
 	return accountService{store: s.store, now: s.now, log: s.log, seal: s.seal, watch: s.watch,
 		views:      s.accountViews(),
-		identities: identities{q: s.q, seal: s.seal, log: s.log, profile: s.cfg.ProfileClient},
+		identities: identities{q: s.q, seal: s.seal, log: s.log, profile: s.egress.profile},
 		readUsage:  s.readUsage, bankedReset: s.bankedReset}
 }
 
@@ -226,7 +230,7 @@ func (s *Server) keyService() keyService {
 }
 
 func (s *Server) settingsService() settingsService {
-	return settingsService{store: s.store, settings: s.settings, now: s.now, log: s.log}
+	return settingsService{store: s.store, settings: s.settings, seal: s.seal, now: s.now, log: s.log}
 }
 
 func (s *Server) dashboardService() dashboardService {

@@ -86,7 +86,7 @@ func (c *Clients) Get(raw string) (*http.Client, func(), error) {
 		c.sweepLocked(now, 1)
 		t := Transport(base, u)
 		cl := *c.base
-		cl.Transport = t
+		cl.Transport = proxied{t: t, shown: Display(u), forwards: u.Scheme == "http" || u.Scheme == "https"}
 		e = &entry{client: &cl, t: t}
 		c.m[raw] = e
 	}
@@ -101,6 +101,44 @@ func (c *Clients) Get(raw string) (*http.Client, func(), error) {
 			e.last = c.now()
 		})
 	}, nil
+}
+
+// Error is a request's failure at its proxy (Failure): the proxy could not
+// be reached, or refused. Its text names the proxy by scheme://host:port.
+type Error struct {
+	// Proxy is the proxy as Display shows it; Text what went wrong there.
+	Proxy, Text string
+	err         error
+}
+
+func (e *Error) Error() string { return "egress proxy " + e.Proxy + " " + e.Text }
+
+// Unwrap is the transport's own error (nil for a refusal by status).
+func (e *Error) Unwrap() error { return e.err }
+
+// proxied is a transport through one proxy whose failures at the proxy
+// are *Error: a request that got no answer because of the proxy, and a
+// plain http:// request an HTTP proxy refused to forward (407: its
+// credentials), which net/http hands back as the proxy's answer.
+type proxied struct {
+	t        *http.Transport
+	shown    string
+	forwards bool
+}
+
+func (p proxied) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := p.t.RoundTrip(r)
+	if err != nil {
+		if text, ok := Failure(err); ok {
+			return nil, &Error{Proxy: p.shown, Text: text, err: err}
+		}
+		return nil, err
+	}
+	if p.forwards && r.URL.Scheme == "http" && resp.StatusCode == http.StatusProxyAuthRequired {
+		resp.Body.Close() //nolint:errcheck // the answer is the proxy's, not the upstream's
+		return nil, &Error{Proxy: p.shown, Text: RefusedStatus(resp.StatusCode)}
+	}
+	return resp, nil
 }
 
 func (c *Clients) baseTransport() (*http.Transport, error) {

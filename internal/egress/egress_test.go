@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -135,19 +136,26 @@ func TestFailureNamesTheProxy(t *testing.T) {
 		{"no password, socks5", "socks5://" + socks.Addr, up.URL, "refused the SOCKS5 handshake (its credentials were refused or missing)"},
 		{"upstream refused behind socks5", socks.URL, deadUpstream, "refused the SOCKS5 handshake (it could not open the tunnel: connection refused)"},
 		{"wrong password, http CONNECT", strings.Replace(httpProxy.URL, secret, "wrong", 1), tlsUp.URL, "refused: it answered CONNECT 407 Proxy Authentication Required"},
+		{"wrong password, http forwarding", strings.Replace(httpProxy.URL, secret, "wrong", 1), up.URL, "refused: it answered 407 Proxy Authentication Required"},
 	} {
 		_, err := get(t, c, tc.proxy, tc.target)
-		if err == nil {
-			t.Errorf("%s: no error", tc.name)
+		var pe *Error
+		if !errors.As(err, &pe) {
+			t.Errorf("%s: %v, want the proxy's failure", tc.name, err)
 			continue
 		}
-		text, ok := Failure(err)
-		if !ok || text != tc.want {
-			t.Errorf("%s: Failure(%v) = %q, %v; want %q", tc.name, err, text, ok, tc.want)
+		if pe.Text != tc.want || pe.Proxy != Redact(tc.proxy) {
+			t.Errorf("%s: %q at %q; want %q at %q", tc.name, pe.Text, pe.Proxy, tc.want, Redact(tc.proxy))
 		}
-		if strings.Contains(err.Error()+text, secret) {
+		if want := "egress proxy " + Redact(tc.proxy) + " " + tc.want; pe.Error() != want {
+			t.Errorf("%s: %q, want %q", tc.name, pe.Error(), want)
+		}
+		if strings.Contains(err.Error(), secret) {
 			t.Errorf("%s: the error holds the password", tc.name)
 		}
+	}
+	if got := httpProxy.Passed(); len(got) != 0 {
+		t.Errorf("the HTTP proxy passed %q with wrong credentials", got)
 	}
 	// Direct, a refused upstream is not a proxy's failure.
 	if _, err := get(t, c, "", deadUpstream); err == nil {
@@ -178,7 +186,7 @@ func TestClientsBounded(t *testing.T) {
 	if a1 != a2 || a1.Timeout != base.Timeout || a1.Transport == base.Transport {
 		t.Fatal("the same proxy's clients differ, or do not keep base's timeout")
 	}
-	tr := a1.Transport.(*http.Transport)
+	tr := a1.Transport.(proxied).t
 	if u, err := tr.Proxy(&http.Request{}); err != nil || u.String() != "socks5://a:1" {
 		t.Fatalf("proxy %v, %v", u, err)
 	}

@@ -108,7 +108,7 @@ type UpdateSettingsRequest struct {
 	Settings *Settings              `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
 	// Fields to change: capacity_hold, unreachable_hold, request_deadline,
 	// quota_response_mode, metered_accounts, body_buffer_bytes,
-	// body_buffer_per_key_bytes, route_events_retention.
+	// body_buffer_per_key_bytes, route_events_retention, egress_proxy.
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
