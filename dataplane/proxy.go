@@ -590,6 +590,7 @@ func (s *Server) tryOnce(ctx context.Context, rt *routing, lease *weirv1.Lease) 
 		ErrorType: o.ErrorType, Action: d.GetAction(), Duration: o.Duration, Rung: d.GetRung(),
 		SpilledToMetered: lease.SpilledToMetered,
 		TransportCause:   o.TransportCause,
+		TransportError:   o.TransportError,
 	})
 	if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED {
 		rt.overloads = increment(rt.overloads, lease.AccountId)

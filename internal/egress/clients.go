@@ -45,6 +45,8 @@ type Clients struct {
 
 	mu sync.Mutex
 	m  map[string]*entry
+	// swept is when the idle clients were last looked for.
+	swept time.Time
 }
 
 type entry struct {
@@ -73,6 +75,9 @@ func (c *Clients) Get(raw string) (*http.Client, func(), error) {
 	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if now.Sub(c.swept) >= c.idle/4 {
+		c.sweepLocked(now, 0)
+	}
 	e, ok := c.m[raw]
 	if !ok {
 		u, err := Parse(raw)
@@ -154,6 +159,7 @@ func (c *Clients) baseTransport() (*http.Transport, error) {
 // sweepLocked drops the clients idle past c.idle, then the least
 // recently used unused ones until room more fit under c.max.
 func (c *Clients) sweepLocked(now time.Time, room int) {
+	c.swept = now
 	for k, e := range c.m {
 		if e.users == 0 && now.Sub(e.last) >= c.idle {
 			c.dropLocked(k, e)
@@ -179,7 +185,8 @@ func (c *Clients) dropLocked(k string, e *entry) {
 	e.t.CloseIdleConnections()
 }
 
-// Sweep drops the clients idle past the idle time now.
+// Sweep drops the clients idle past the idle time now (Get does too, now
+// and then).
 func (c *Clients) Sweep() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
