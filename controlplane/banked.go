@@ -336,7 +336,7 @@ func (s *Server) postResetClaim(ctx context.Context, acct db.Account, row db.Res
 	req.Header.Set("anthropic-beta", oauthBeta)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
-	client, release, err := s.clientFor(ctx, s.egress.usage, acct)
+	client, release, err := s.clientFor(ctx, s.egress.usage, s.cfg.UsageClient, acct)
 	if err != nil {
 		return "", "", err
 	}

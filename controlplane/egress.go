@@ -126,10 +126,11 @@ func newEgressClients(cfg Config) egressClients {
 }
 
 // clientFor is the client of kind for a call on account a's behalf, and
-// its release: through the account's proxy, or direct. A proxy this
-// replica cannot open, or a client that cannot take one, is an error:
-// the call is not made direct instead.
-func (s *Server) clientFor(ctx context.Context, kind *egress.Clients, a db.Account) (*http.Client, func(), error) {
+// its release: through the account's proxy, or direct (then base, the
+// Config's client of that kind). A proxy this replica cannot open, or a
+// client that cannot take one, is an error: the call is not made direct
+// instead.
+func (s *Server) clientFor(ctx context.Context, kind *egress.Clients, base *http.Client, a db.Account) (*http.Client, func(), error) {
 	var def []byte
 	if a.EgressProxySealed == nil && a.EgressProxy != egress.Direct {
 		var err error
@@ -140,6 +141,9 @@ func (s *Server) clientFor(ctx context.Context, kind *egress.Clients, a db.Accou
 	raw, err := openEgress(s.seal, a, def)
 	if err != nil {
 		return nil, nil, errors.New("egress proxy unreadable under this secret key")
+	}
+	if raw == "" {
+		return base, func() {}, nil
 	}
 	c, release, err := kind.Get(raw)
 	if err != nil {

@@ -71,7 +71,9 @@ type identities struct {
 	q       *db.Queries
 	seal    *seal.Sealer
 	log     *slog.Logger
-	profile *egress.Clients
+	profile *http.Client
+	// proxied are the profile reads through an egress proxy.
+	proxied *egress.Clients
 }
 
 // identityFor is the identity of a new account with credential in, whose
@@ -116,7 +118,10 @@ func (ids identities) storedIdentity(r db.Account) (string, error) {
 func (ids identities) profileUUID(ctx context.Context, base, access, proxy string) string {
 	ctx, cancel := context.WithTimeout(ctx, profileTimeout)
 	defer cancel()
-	client, release, err := ids.profile.Get(proxy)
+	client, release, err := ids.profile, func() {}, error(nil)
+	if proxy != "" {
+		client, release, err = ids.proxied.Get(proxy)
+	}
 	if err != nil {
 		ids.log.InfoContext(ctx, "oauth profile not read; naming the account by its token's hash", "err", err)
 		return ""

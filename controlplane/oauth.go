@@ -395,7 +395,7 @@ func (s *Server) tokenURL(acct db.Account) string {
 // upstream.RefreshRejected when the endpoint refused the refresh token,
 // anything else is transient.
 func (s *Server) callTokenEndpoint(ctx context.Context, acct db.Account, refresh string) (upstream.Tokens, error) {
-	client, release, err := s.clientFor(ctx, s.egress.oauth, acct)
+	client, release, err := s.clientFor(ctx, s.egress.oauth, s.cfg.OAuthClient, acct)
 	if err != nil {
 		return upstream.Tokens{}, err
 	}

@@ -216,7 +216,7 @@ func (s *Server) rpcHandler() (http.Handler, []string) {
 func (s *Server) accountService() accountService {
 	return accountService{store: s.store, now: s.now, log: s.log, seal: s.seal, watch: s.watch,
 		views:      s.accountViews(),
-		identities: identities{q: s.q, seal: s.seal, log: s.log, profile: s.egress.profile},
+		identities: identities{q: s.q, seal: s.seal, log: s.log, profile: s.cfg.ProfileClient, proxied: s.egress.profile},
 		readUsage:  s.readUsage, bankedReset: s.bankedReset}
 }
 

@@ -258,7 +258,7 @@ func (s *Server) fetchUsage(ctx context.Context, acct db.Account) ([]usageReadin
 	if err != nil {
 		return nil, nil, 0, errors.New("credential unreadable under this secret key")
 	}
-	client, release, err := s.clientFor(ctx, s.egress.usage, acct)
+	client, release, err := s.clientFor(ctx, s.egress.usage, s.cfg.UsageClient, acct)
 	if err != nil {
 		return nil, nil, 0, err
 	}

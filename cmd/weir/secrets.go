@@ -50,18 +50,23 @@ func runSecrets(ctx context.Context, args []string, e env) error {
 	rep, err := controlplane.Reseal(ctx, pool, current, previous, *dryRun)
 	var unreadable *controlplane.UnreadableError
 	if errors.As(err, &unreadable) {
-		fmt.Fprintf(e.stderr, "these accounts' credentials open with none of the keys (WEIR_SECRET_KEY, WEIR_SECRET_KEY_PREVIOUS):\n")
-		tw := table(e.stderr)
-		fmt.Fprintln(tw, "  ID\tLABEL")
-		for _, a := range unreadable.Accounts {
-			fmt.Fprintf(tw, "  %s\t%s\n", a.ID, a.Label)
+		if len(unreadable.Accounts) > 0 {
+			fmt.Fprintf(e.stderr, "these accounts' credentials open with none of the keys (WEIR_SECRET_KEY, WEIR_SECRET_KEY_PREVIOUS):\n")
+			tw := table(e.stderr)
+			fmt.Fprintln(tw, "  ID\tLABEL")
+			for _, a := range unreadable.Accounts {
+				fmt.Fprintf(tw, "  %s\t%s\n", a.ID, a.Label)
+			}
+			tw.Flush() //nolint:errcheck // stderr
 		}
-		tw.Flush() //nolint:errcheck // stderr
 		for _, name := range unreadable.Settings {
 			fmt.Fprintf(e.stderr, "the setting %s opens with none of the keys (set it again: weir settings set %s=…)\n", name, name)
 		}
-		return fmt.Errorf("weir secrets rotate: %d account(s) and %d setting(s) unreadable; nothing was re-sealed (add the key that sealed them to WEIR_SECRET_KEY_PREVIOUS, or re-enter them)",
-			len(unreadable.Accounts), len(unreadable.Settings))
+		if len(unreadable.Settings) > 0 {
+			return fmt.Errorf("weir secrets rotate: %d account(s) and %d setting(s) unreadable; nothing was re-sealed (add the key that sealed them to WEIR_SECRET_KEY_PREVIOUS, or enter them again)",
+				len(unreadable.Accounts), len(unreadable.Settings))
+		}
+		return fmt.Errorf("weir secrets rotate: %d account(s) unreadable; nothing was re-sealed (add the key that sealed them to WEIR_SECRET_KEY_PREVIOUS, or re-enter their credentials)", len(unreadable.Accounts))
 	}
 	if err != nil {
 		return fmt.Errorf("weir secrets rotate: %w", err)
