@@ -121,7 +121,9 @@ type egressClients struct {
 }
 
 func newEgressClients(cfg Config) egressClients {
-	mk := func(c *http.Client) *egress.Clients { return egress.NewClients(c, cfg.Now, egressIdleClients, egressIdle) }
+	mk := func(c *http.Client) *egress.Clients {
+		return egress.NewClients(c, cfg.Now, egressIdleClients, egressIdle)
+	}
 	return egressClients{usage: mk(cfg.UsageClient), oauth: mk(cfg.OAuthClient), profile: mk(cfg.ProfileClient)}
 }
 

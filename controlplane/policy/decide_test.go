@@ -151,7 +151,7 @@ func TestEvidence(t *testing.T) {
 		Headers: map[string]string{
 			"retry-after": "30", "anthropic-ratelimit-unified-status": "rejected", "x-other": "1",
 		},
-		Usage:   &weirv1.TokenUsage{InputTokens: 5},
+		Usage: &weirv1.TokenUsage{InputTokens: 5},
 	}
 	raw := EvidenceOf(o)
 	var ev Evidence
