@@ -242,3 +242,37 @@ func TestResealEgressProxies(t *testing.T) {
 		t.Errorf("an unreadable default: %v", err)
 	}
 }
+
+// TestDashboardShowsEgress: the accounts page shows each account's egress
+// by host (its own, the default's, or direct when it bypasses one), and
+// never a proxy's password.
+func TestDashboardShowsEgress(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	pw, defPW := "dash-"+randHex(10), "dash-def-"+randHex(10)
+	e.secrets.add(pw)
+	e.secrets.add(defPW)
+	for label, proxy := range map[string]string{"own": "socks5h://u:" + pw + "@egress.example:1080", "follows": "", "bypass": "direct"} {
+		if _, err := e.createWithProxy(label, 0, proxy); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.setDefaultProxy("https://u:" + defPW + "@proxy.internal:8443"); err != nil {
+		t.Fatal(err)
+	}
+	b := e.browser()
+	b.login(e.cfg.AdminToken)
+	p := b.get("/dashboard/")
+	wantStatus(t, "accounts page", p, 200)
+	for _, want := range []string{"socks5h://egress.example:1080", "https://proxy.internal:8443 (default)", "direct (bypasses the default proxy)"} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("the accounts page does not show %q", want)
+		}
+	}
+	settings := b.get("/dashboard/settings")
+	for _, body := range []string{p.body, settings.body} {
+		if strings.Contains(body, pw) || strings.Contains(body, defPW) {
+			t.Error("a proxy's password is on a dashboard page")
+		}
+	}
+}
