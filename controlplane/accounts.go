@@ -80,10 +80,7 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 	}
 	provider := enumName(m.Provider)
 	// The profile read is the account's first call: through its proxy.
-	via, err := a.egressURL(ctx, proxy)
-	if err != nil {
-		return nil, err
-	}
+	via := func() (string, error) { return a.egressURL(ctx, proxy) }
 	identity := a.identities.identityFor(ctx, m.Provider, m.AuthKind, m.BaseUrl, upstreamID, cred, via)
 	// A Claude login first added while its profile did not answer is named
 	// by its token's hash.

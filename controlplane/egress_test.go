@@ -276,3 +276,40 @@ func TestDashboardShowsEgress(t *testing.T) {
 		}
 	}
 }
+
+// TestNewDefaultProxyClearsTransportCooldowns: a new default proxy voids
+// the transport cooldowns of the accounts that go through it, and only
+// theirs: an account with its own proxy keeps its verdict.
+func TestNewDefaultProxyClearsTransportCooldowns(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	_, keyHash := e.createKey("")
+	follows, err := e.createWithProxy("follows", 10, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := e.createWithProxy("own", 5, "socks5://127.0.0.1:1080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"follows", "own"} {
+		l := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash})
+		if l.AccountLabel != want {
+			t.Fatalf("leased %s, want %s", l.AccountLabel, want)
+		}
+		e.release(l.Id, &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR,
+			TransportCause: weirv1.TransportCause_TRANSPORT_CAUSE_PROXY, TransportError: "egress proxy socks5://127.0.0.1:1080 could not be reached (connection refused)"})
+	}
+	if e.cooldownRow(follows.Id) == nil || e.cooldownRow(own.Id) == nil {
+		t.Fatal("the transport failures cooled nothing")
+	}
+	if _, err := e.setDefaultProxy("socks5://10.0.0.9:1080"); err != nil {
+		t.Fatal(err)
+	}
+	if c := e.cooldownRow(follows.Id); c != nil {
+		t.Errorf("follows still cools (%s) after a new default", c.Reason)
+	}
+	if e.cooldownRow(own.Id) == nil {
+		t.Error("own's cooldown went with the default's change")
+	}
+}

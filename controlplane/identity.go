@@ -77,8 +77,9 @@ type identities struct {
 }
 
 // identityFor is the identity of a new account with credential in, whose
-// traffic goes through proxy (a whole proxy URL; "" direct).
-func (ids identities) identityFor(ctx context.Context, p weirv1.Provider, k weirv1.AuthKind, baseURL, upstreamID string, in credentialInput, proxy string) string {
+// traffic goes through proxy's answer (a whole proxy URL; "" direct),
+// asked only when the profile is read.
+func (ids identities) identityFor(ctx context.Context, p weirv1.Provider, k weirv1.AuthKind, baseURL, upstreamID string, in credentialInput, proxy func() (string, error)) string {
 	switch {
 	case p == weirv1.Provider_PROVIDER_CODEX:
 		return upstreamID
@@ -114,13 +115,15 @@ func (ids identities) storedIdentity(r db.Account) (string, error) {
 }
 
 // profileUUID reads the account uuid of a Claude login from the profile
-// endpoint, through proxy ("" direct); "" when it does not answer with one.
-func (ids identities) profileUUID(ctx context.Context, base, access, proxy string) string {
+// endpoint, through proxy's answer ("" direct); "" when it does not
+// answer with one, or the proxy cannot be used (never direct instead).
+func (ids identities) profileUUID(ctx context.Context, base, access string, proxy func() (string, error)) string {
 	ctx, cancel := context.WithTimeout(ctx, profileTimeout)
 	defer cancel()
-	client, release, err := ids.profile, func() {}, error(nil)
-	if proxy != "" {
-		client, release, err = ids.proxied.Get(proxy)
+	client, release := ids.profile, func() {}
+	via, err := proxy()
+	if err == nil && via != "" {
+		client, release, err = ids.proxied.Get(via)
 	}
 	if err != nil {
 		ids.log.InfoContext(ctx, "oauth profile not read; naming the account by its token's hash", "err", err)

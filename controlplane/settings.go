@@ -207,6 +207,12 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 			if err := q.PutSealedSetting(ctx, p); err != nil {
 				return fmt.Errorf("put setting %s: %w", p.Name, err)
 			}
+			if p.Name == settingEgressProxy {
+				// The old route's failures say nothing of the new one.
+				if _, err := q.ClearDefaultEgressTransportCooldowns(ctx); err != nil {
+					return fmt.Errorf("clear transport cooldowns: %w", err)
+				}
+			}
 			if old[p.Name] == p.Value && p.Sealed == nil {
 				// Not a change. (A sealed value is recorded whenever it is
 				// set: its host may stay while its credentials change.)
