@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -85,7 +86,10 @@ func TestEgressProxyCommands(t *testing.T) {
 		t.Errorf("history: %v\n%s", err, out)
 	}
 	out, err = weir("", "accounts", "get", "own", "--json")
-	if err != nil || !strings.Contains(out, `"egressProxy": "direct"`) {
+	var got struct {
+		EgressProxy string `json:"egressProxy"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &got) != nil || got.EgressProxy != "direct" {
 		t.Errorf("get --json: %v\n%s", err, out)
 	}
 }
