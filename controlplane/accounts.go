@@ -67,6 +67,10 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 	if err := validBaseURL(m.BaseUrl); err != nil {
 		return nil, err
 	}
+	proxy, err := parseEgress("egress_proxy", m.EgressProxy, true)
+	if err != nil {
+		return nil, err
+	}
 	maxConc := m.MaxConcurrency
 	if maxConc == 0 {
 		maxConc = defaultMaxConcurrency
@@ -75,7 +79,9 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 		return nil, invalidf("max_concurrency: must be between 1 and 10000")
 	}
 	provider := enumName(m.Provider)
-	identity := a.identities.identityFor(ctx, m.Provider, m.AuthKind, m.BaseUrl, upstreamID, cred)
+	// The profile read is the account's first call: through its proxy.
+	via := func() (string, error) { return a.egressURL(ctx, proxy) }
+	identity := a.identities.identityFor(ctx, m.Provider, m.AuthKind, m.BaseUrl, upstreamID, cred, via)
 	// A Claude login first added while its profile did not answer is named
 	// by its token's hash.
 	names := []string{identity}
@@ -103,6 +109,8 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 			CredentialSealed:  a.seal.Seal(id, 1, cred.access),
 			CredentialHint:    seal.Hint(cred.access),
 			UpstreamAccountID: upstreamID,
+			EgressProxy:       proxy.shown,
+			EgressProxySealed: proxy.sealed(a.seal, id),
 			Now:               a.now(),
 		})
 		if err != nil {
@@ -132,7 +140,8 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return nil, storeErr(err)
 	}
-	a.log.InfoContext(ctx, "account created", "account_id", id, "label", row.Label, "provider", row.Provider, "auth_kind", row.AuthKind)
+	a.log.InfoContext(ctx, "account created", "account_id", id, "label", row.Label, "provider", row.Provider, "auth_kind", row.AuthKind,
+		"egress_proxy", row.EgressProxy)
 	acct, err := a.views.accountView(ctx, row)
 	if err != nil {
 		return nil, err
@@ -182,6 +191,7 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 	p := db.UpdateAccountParams{ID: row.ID, Now: a.now()}
 	provider := enumValue[weirv1.Provider](row.Provider)
 	var newCredential *credentialInput
+	var newProxy *egressInput
 	banked := db.SetBankedResetsParams{ID: row.ID}
 	for _, path := range paths {
 		switch path {
@@ -220,6 +230,12 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 				return nil, err
 			}
 			newCredential = &cred
+		case "egress_proxy":
+			in, err := parseEgress("egress_proxy", m.EgressProxy, true)
+			if err != nil {
+				return nil, err
+			}
+			newProxy = &in
 		default:
 			return nil, invalidf("update_mask: unknown field %q", path)
 		}
@@ -265,6 +281,19 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 				return storeErr(err)
 			}
 		}
+		if newProxy != nil {
+			oldProxy := row.EgressProxy
+			if row, err = q.SetEgressProxy(ctx, db.SetEgressProxyParams{ID: row.ID, EgressProxy: newProxy.shown,
+				EgressProxySealed: newProxy.sealed(a.seal, row.ID), Now: p.Now}); err != nil {
+				return storeErr(err)
+			}
+			if newProxy.shown != oldProxy {
+				// The old route's failures say nothing of the new one.
+				if _, err := q.ClearTransportCooldown(ctx, row.ID); err != nil {
+					return err
+				}
+			}
+		}
 		if newCredential == nil {
 			return nil
 		}
@@ -292,6 +321,9 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 	}
 	if err != nil {
 		return nil, err
+	}
+	if newProxy != nil {
+		a.log.InfoContext(ctx, "account egress proxy set", "account_id", row.ID, "egress_proxy", row.EgressProxy)
 	}
 	acct, err := a.views.accountView(ctx, row)
 	if err != nil {
@@ -381,6 +413,8 @@ type liveAccounts struct {
 	usage map[uuid.UUID]accountUsage
 	// forecasts per account, by window.
 	forecasts map[uuid.UUID][]*weirv1.Forecast
+	// egressDefault is the default egress proxy as operators see it.
+	egressDefault string
 }
 
 // liveState reads live lease counts, cooldowns, family gates and usage
@@ -410,6 +444,10 @@ func (v accountViews) liveState(ctx context.Context, now time.Time) (liveAccount
 	if err != nil {
 		return liveAccounts{}, err
 	}
+	egressShown, _, err := egressDefault(ctx, v.q)
+	if err != nil {
+		return liveAccounts{}, err
+	}
 	st := liveAccounts{
 		live:    make(map[uuid.UUID]int32, len(counts)),
 		cooling: make(map[uuid.UUID]db.Cooldown, len(cds)),
@@ -417,7 +455,8 @@ func (v accountViews) liveState(ctx context.Context, now time.Time) (liveAccount
 		gates:   make(map[uuid.UUID][]db.FamilyGate),
 		usage:   usage,
 
-		forecasts: forecasts,
+		forecasts:     forecasts,
+		egressDefault: egressShown,
 	}
 	for _, c := range counts {
 		st.live[c.AccountID] = c.Live
@@ -449,6 +488,7 @@ func (st liveAccounts) account(r db.Account) *weirv1.Account {
 	}
 	st.usage[r.ID].fill(a)
 	a.Forecasts = st.forecasts[r.ID]
+	a.EgressVia = egressVia(r, st.egressDefault)
 	return a
 }
 
@@ -481,6 +521,7 @@ func accountProto(r db.Account, cd *db.Cooldown, inFlight int32) *weirv1.Account
 	a.BankedResetsEnabled = r.BankedResetsEnabled
 	a.UpstreamAccountId = r.UpstreamAccountID
 	a.Identity = r.Identity
+	a.EgressProxy = r.EgressProxy
 	a.AccessExpiresAt = timestampOrNil(r.AccessExpiresAt)
 	a.Refreshable = r.RefreshSealed != nil
 	if r.OrgID != nil {

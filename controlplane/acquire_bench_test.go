@@ -113,7 +113,7 @@ func BenchmarkAcquireQueries(b *testing.B) {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		lease, err := l.claim(ctx, v.accounts[v.cands[0].Account.ID], v.key.id, &weirv1.AcquireRequest{Model: "claude-sonnet-4-5", RequestId: "q"}, time.Now(), true, false)
+		lease, err := l.claim(ctx, v.accounts[v.cands[0].Account.ID], v.egressDefault, v.key.id, &weirv1.AcquireRequest{Model: "claude-sonnet-4-5", RequestId: "q"}, time.Now(), true, false)
 		if err != nil || lease == nil {
 			b.Fatalf("claim: %v", err)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/weirhq/weir/controlplane/db"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/internal/egress"
 )
 
 // The audit log: one audit_events row per admin call that could change
@@ -56,8 +57,8 @@ const (
 // credential, a token) must never be listed; TestAuditFields checks every
 // mutating admin procedure has an entry naming real fields.
 var auditFields = map[protoreflect.FullName][]protoreflect.Name{
-	"weir.v1.CreateAccountRequest":   {"provider", "auth_kind", "label", "base_url", "max_concurrency", "priority", "upstream_account_id"},
-	"weir.v1.UpdateAccountRequest":   {"id", "update_mask", "label", "base_url", "max_concurrency", "priority", "banked_resets_enabled", "org_id", "upstream_account_id"},
+	"weir.v1.CreateAccountRequest":   {"provider", "auth_kind", "label", "base_url", "max_concurrency", "priority", "upstream_account_id", "egress_proxy"},
+	"weir.v1.UpdateAccountRequest":   {"id", "update_mask", "label", "base_url", "max_concurrency", "priority", "banked_resets_enabled", "org_id", "upstream_account_id", "egress_proxy"},
 	"weir.v1.PauseAccountRequest":    {"id"},
 	"weir.v1.ResumeAccountRequest":   {"id"},
 	"weir.v1.DeleteAccountRequest":   {"id"},
@@ -78,6 +79,29 @@ var auditFields = map[protoreflect.FullName][]protoreflect.Name{
 	"weir.v1.CreateTargetRequest":    {"name", "kind", "events"},
 	"weir.v1.DeleteTargetRequest":    {"id"},
 	"weir.v1.SendTestRequest":        {"id"},
+}
+
+// proxyFields are the fields holding an egress proxy URL, which may carry
+// a password: a row keeps them as egress.Redact shows them
+// (scheme://host:port, "direct" or ""), never whole.
+var proxyFields = map[protoreflect.FullName]bool{
+	"weir.v1.CreateAccountRequest.egress_proxy": true,
+	"weir.v1.UpdateAccountRequest.egress_proxy": true,
+	"weir.v1.Settings.egress_proxy":             true,
+}
+
+// redactProxies rewrites m's proxy fields, at any depth, to their shown
+// form.
+func redactProxies(m protoreflect.Message) {
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case proxyFields[fd.FullName()] && fd.Kind() == protoreflect.StringKind && !fd.IsList():
+			m.Set(fd, protoreflect.ValueOfString(egress.Redact(v.String())))
+		case fd.Kind() == protoreflect.MessageKind && !fd.IsList() && !fd.IsMap():
+			redactProxies(v.Message())
+		}
+		return true
+	})
 }
 
 // audited says whether calls of a procedure are written to the log.
@@ -188,7 +212,10 @@ func auditSummary(m proto.Message) []byte {
 			return true
 		})
 		slices.Sort(summary.Redacted)
-		if b, err := (protojson.MarshalOptions{UseProtoNames: true}).Marshal(kept.Interface()); err == nil {
+		// A copy: kept shares its messages with the request.
+		shown := proto.Clone(kept.Interface())
+		redactProxies(shown.ProtoReflect())
+		if b, err := (protojson.MarshalOptions{UseProtoNames: true}).Marshal(shown); err == nil {
 			summary.Fields = b
 		}
 	}

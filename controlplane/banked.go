@@ -336,7 +336,12 @@ func (s *Server) postResetClaim(ctx context.Context, acct db.Account, row db.Res
 	req.Header.Set("anthropic-beta", oauthBeta)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
-	resp, err := s.cfg.UsageClient.Do(req)
+	client, release, err := s.clientFor(ctx, s.egress.usage, s.cfg.UsageClient, acct)
+	if err != nil {
+		return "", "", err
+	}
+	defer release()
+	resp, err := client.Do(req)
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {

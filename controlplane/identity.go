@@ -19,6 +19,7 @@ import (
 	"github.com/weirhq/weir/controlplane/db"
 	"github.com/weirhq/weir/controlplane/seal"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/egress"
 )
 
 // Upstream identities.
@@ -71,17 +72,21 @@ type identities struct {
 	seal    *seal.Sealer
 	log     *slog.Logger
 	profile *http.Client
+	// proxied are the profile reads through an egress proxy.
+	proxied *egress.Clients
 }
 
-// identityFor is the identity of a new account with credential in.
-func (ids identities) identityFor(ctx context.Context, p weirv1.Provider, k weirv1.AuthKind, baseURL, upstreamID string, in credentialInput) string {
+// identityFor is the identity of a new account with credential in, whose
+// traffic goes through proxy's answer (a whole proxy URL; "" direct),
+// asked only when the profile is read.
+func (ids identities) identityFor(ctx context.Context, p weirv1.Provider, k weirv1.AuthKind, baseURL, upstreamID string, in credentialInput, proxy func() (string, error)) string {
 	switch {
 	case p == weirv1.Provider_PROVIDER_CODEX:
 		return upstreamID
 	case k == weirv1.AuthKind_AUTH_KIND_API_KEY:
 		return hashIdentity(in.access)
 	}
-	if id := ids.profileUUID(ctx, accountBaseURL(providerAnthropic, baseURL), in.access); id != "" {
+	if id := ids.profileUUID(ctx, accountBaseURL(providerAnthropic, baseURL), in.access, proxy); id != "" {
 		return id
 	}
 	return tokenIdentity(in)
@@ -110,10 +115,21 @@ func (ids identities) storedIdentity(r db.Account) (string, error) {
 }
 
 // profileUUID reads the account uuid of a Claude login from the profile
-// endpoint; "" when it does not answer with one.
-func (ids identities) profileUUID(ctx context.Context, base, access string) string {
+// endpoint, through proxy's answer ("" direct); "" when it does not
+// answer with one, or the proxy cannot be used (never direct instead).
+func (ids identities) profileUUID(ctx context.Context, base, access string, proxy func() (string, error)) string {
 	ctx, cancel := context.WithTimeout(ctx, profileTimeout)
 	defer cancel()
+	client, release := ids.profile, func() {}
+	via, err := proxy()
+	if err == nil && via != "" {
+		client, release, err = ids.proxied.Get(via)
+	}
+	if err != nil {
+		ids.log.InfoContext(ctx, "oauth profile not read; naming the account by its token's hash", "err", err)
+		return ""
+	}
+	defer release()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+profilePath, nil)
 	if err != nil {
 		return ""
@@ -121,9 +137,14 @@ func (ids identities) profileUUID(ctx context.Context, base, access string) stri
 	req.Header.Set("Authorization", "Bearer "+access)
 	req.Header.Set("anthropic-beta", "oauth-2025-04-20")
 	req.Header.Set("Accept", "application/json")
-	resp, err := ids.profile.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
-		ids.log.InfoContext(ctx, "oauth profile unreachable; naming the account by its token's hash")
+		var pe *egress.Error
+		if errors.As(err, &pe) {
+			ids.log.InfoContext(ctx, "oauth profile unreachable; naming the account by its token's hash", "err", pe.Error())
+		} else {
+			ids.log.InfoContext(ctx, "oauth profile unreachable; naming the account by its token's hash")
+		}
 		return ""
 	}
 	defer resp.Body.Close()

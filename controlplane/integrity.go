@@ -42,8 +42,8 @@ type sealedCheck struct {
 	opened, unreadable []sealedRef
 }
 
-// openSealed tries every account's sealed credential and refresh token
-// with this replica's keys and sorts the accounts into those that open
+// openSealed tries every account's sealed credential, refresh token and
+// egress proxy with this replica's keys and sorts the accounts into those that open
 // and those that do not, by label.
 func (s *Server) openSealed(ctx context.Context) (sealedCheck, error) {
 	rows, err := s.q.SealedCredentials(ctx)
@@ -55,6 +55,9 @@ func (s *Server) openSealed(ctx context.Context) (sealedCheck, error) {
 		_, err := s.seal.Open(r.ID, r.CredentialRevision, r.CredentialSealed)
 		if err == nil && r.RefreshSealed != nil {
 			_, err = s.seal.OpenRefresh(r.ID, r.CredentialRevision, r.RefreshSealed)
+		}
+		if err == nil && r.EgressProxySealed != nil {
+			_, err = s.seal.OpenProxy(r.ID, r.EgressProxySealed)
 		}
 		ref := sealedRef{id: r.ID, label: r.Label, revision: r.CredentialRevision}
 		if err != nil {

@@ -328,7 +328,7 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 			a := v.accounts[c.Account.ID]
 			// While requests wait for the account's places, its lease is not
 			// kept for reuse: a worker would hand it to a later arrival.
-			lease, err := l.claim(ctx, a, key.id, m, now, reusable(m) && c.Waiting == 0, probing[c.Account.Provider])
+			lease, err := l.claim(ctx, a, v.egressDefault, key.id, m, now, reusable(m) && c.Waiting == 0, probing[c.Account.Provider])
 			if errors.Is(err, seal.ErrUnseal) {
 				// Unusable until an operator re-enters the credential under
 				// this key; the rest of the pool can still serve. When none
@@ -460,8 +460,11 @@ func reuseFor(reuse time.Duration, id uuid.UUID) time.Duration {
 // reuse offers the lease for reuse (Lease.reuse_until) unless reuse is off
 // or the lease is a probe (breakerProbe: this request holds its provider's
 // breaker probe; or the account is on its recovery probe): a probe must
-// report back before the account takes more.
-func (l leaseService) claim(ctx context.Context, a db.Account, keyID uuid.UUID, m *weirv1.AcquireRequest, now time.Time, reuse, breakerProbe bool) (*weirv1.Lease, error) {
+// report back before the account takes more. The lease carries the
+// account's egress proxy, its own or egressDefault's (sealed), opened
+// like the credential: one that does not open fails the claim as an
+// unopened credential does.
+func (l leaseService) claim(ctx context.Context, a db.Account, egressDefault []byte, keyID uuid.UUID, m *weirv1.AcquireRequest, now time.Time, reuse, breakerProbe bool) (*weirv1.Lease, error) {
 	expires := now.Add(l.cfg.LeaseTTL)
 	leaseID, err := l.q.ClaimLease(ctx, db.ClaimLeaseParams{
 		AccountID:  a.ID,
@@ -480,12 +483,16 @@ func (l leaseService) claim(ctx context.Context, a db.Account, keyID uuid.UUID, 
 		return nil, nil
 	}
 	credential, err := l.seal.Open(a.ID, a.CredentialRevision, a.CredentialSealed)
+	var proxy string
+	if err == nil {
+		proxy, err = openEgress(l.seal, a, egressDefault)
+	}
 	if err != nil {
 		// Give the lease back at once.
 		if _, rerr := l.q.ReleaseLease(ctx, leaseID); rerr != nil {
 			l.log.ErrorContext(ctx, "release unusable lease", "lease_id", leaseID, "err", rerr)
 		}
-		l.log.ErrorContext(ctx, "credential unreadable", "account_id", a.ID, "err", err)
+		l.log.ErrorContext(ctx, "credential or egress proxy unreadable", "account_id", a.ID, "err", err)
 		return nil, err
 	}
 	base := a.BaseUrl
@@ -504,6 +511,7 @@ func (l leaseService) claim(ctx context.Context, a db.Account, keyID uuid.UUID, 
 		Ttl:          durationpb.New(l.cfg.LeaseTTL),
 		// Codex sends the ChatGPT account id with every request.
 		UpstreamAccountId: a.UpstreamAccountID,
+		EgressProxy:       proxy,
 	}
 	lease.Probe = breakerProbe || a.RecoveryProbe
 	// A budgeted key's requests each ask (checkBudgets): none reuses a lease.
@@ -528,6 +536,8 @@ type view struct {
 	// breakerOpen names the providers whose breaker for the family is open
 	// or probing: Acquire asks only those.
 	breakerOpen map[weirv1.Provider]bool
+	// egressDefault is the default egress proxy, sealed; nil when none.
+	egressDefault []byte
 }
 
 // routingView reads every account with its live leases, cooldown and gate
@@ -550,6 +560,7 @@ func (l leaseService) routingView(ctx context.Context, keyHash, model, sessionKe
 		v.key = keyGrant{id: r.KeyID, models: r.KeyAllowedModels, pinned: r.KeyPinned, pins: r.KeyPins}.
 			withMetered(r.KeyMeteredAccounts, r.MeteredSetting)
 		v.aliasTargets = r.AliasTargets
+		v.egressDefault = r.EgressDefaultSealed
 		if r.BreakerOpenUntil != nil {
 			if v.breakerOpen == nil {
 				v.breakerOpen = map[weirv1.Provider]bool{}

@@ -390,14 +390,20 @@ func (s *Server) tokenURL(acct db.Account) string {
 }
 
 // callTokenEndpoint spends refresh for new tokens at acct's provider
-// (package upstream). Its errors never hold a token:
+// (package upstream), through the account's egress proxy. Its errors never
+// hold a token:
 // upstream.RefreshRejected when the endpoint refused the refresh token,
 // anything else is transient.
 func (s *Server) callTokenEndpoint(ctx context.Context, acct db.Account, refresh string) (upstream.Tokens, error) {
-	if acct.Provider == providerCodex {
-		return upstream.RefreshCodex(ctx, s.cfg.OAuthClient, s.tokenURL(acct), s.cfg.CodexClientID, refresh)
+	client, release, err := s.clientFor(ctx, s.egress.oauth, s.cfg.OAuthClient, acct)
+	if err != nil {
+		return upstream.Tokens{}, err
 	}
-	return upstream.RefreshAnthropic(ctx, s.cfg.OAuthClient, s.tokenURL(acct), s.cfg.OAuthClientID, refresh)
+	defer release()
+	if acct.Provider == providerCodex {
+		return upstream.RefreshCodex(ctx, client, s.tokenURL(acct), s.cfg.CodexClientID, refresh)
+	}
+	return upstream.RefreshAnthropic(ctx, client, s.tokenURL(acct), s.cfg.OAuthClientID, refresh)
 }
 
 func stringOr(s *string) string {

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -26,6 +27,9 @@ type ResealReport struct {
 	// Resealed is how many were re-sealed under the current key (0 in a
 	// dry run).
 	Resealed int
+	// StaleSettings and ResealedSettings are the same for the sealed
+	// settings (the default egress proxy).
+	StaleSettings, ResealedSettings int
 }
 
 // AccountRef names an account without anything secret: its id and label.
@@ -34,10 +38,13 @@ type AccountRef struct {
 	Label string
 }
 
-// UnreadableError lists the accounts whose credential or refresh token
-// opens with none of the keys. A rotation that finds one changes nothing.
+// UnreadableError lists the accounts whose credential, refresh token or
+// egress proxy opens with none of the keys, and the sealed settings that
+// do not. A rotation that finds one changes nothing.
 type UnreadableError struct {
 	Accounts []AccountRef
+	// Settings are the names of sealed settings (egress_proxy).
+	Settings []string
 }
 
 func (e *UnreadableError) Error() string {
@@ -45,7 +52,16 @@ func (e *UnreadableError) Error() string {
 	for i, a := range e.Accounts {
 		names[i] = fmt.Sprintf("%s (%s)", a.ID, a.Label)
 	}
-	return fmt.Sprintf("%d account(s) have a credential that opens with none of the keys: %s", len(e.Accounts), strings.Join(names, ", "))
+	msg := fmt.Sprintf("%d account(s) have a credential that opens with none of the keys: %s", len(e.Accounts), strings.Join(names, ", "))
+	if len(e.Settings) > 0 {
+		if len(e.Accounts) == 0 {
+			msg = ""
+		} else {
+			msg += "; "
+		}
+		msg += "the setting(s) " + strings.Join(e.Settings, ", ") + " open with none of the keys"
+	}
+	return msg
 }
 
 // Reseal re-seals, under current, every account credential and refresh
@@ -67,10 +83,18 @@ func Reseal(ctx context.Context, pool *pgxpool.Pool, current []byte, previous []
 		return rep, fmt.Errorf("read sealed credentials: %w", err)
 	}
 	rep.Accounts = len(rows)
+	settings, err := db.New(pool).SealedSettings(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("read sealed settings: %w", err)
+	}
 	stale, err := staleRows(s, rows)
-	rep.Stale = len(stale)
-	if err != nil || dryRun || len(stale) == 0 {
+	staleSet, serr := staleSettings(s, settings)
+	if err = joinUnreadable(err, serr); err != nil {
 		return rep, err
+	}
+	rep.Stale, rep.StaleSettings = len(stale), len(staleSet)
+	if dryRun || len(stale)+len(staleSet) == 0 {
+		return rep, nil
 	}
 	ids := make([]uuid.UUID, len(stale))
 	for i, r := range stale {
@@ -91,6 +115,9 @@ func Reseal(ctx context.Context, pool *pgxpool.Pool, current []byte, previous []
 		if err != nil {
 			return err
 		}
+		if err := resealSettings(ctx, q, s, &rep); err != nil {
+			return err
+		}
 		p := db.ResealCredentialsParams{}
 		for _, r := range stale {
 			p.Ids = append(p.Ids, r.ID)
@@ -101,6 +128,11 @@ func Reseal(ctx context.Context, pool *pgxpool.Pool, current []byte, previous []
 				refresh = s.SealRefresh(r.ID, r.CredentialRevision, r.refresh)
 			}
 			p.RefreshSealed = append(p.RefreshSealed, refresh)
+			var proxy []byte
+			if r.EgressProxySealed != nil {
+				proxy = s.SealProxy(r.ID, r.proxy)
+			}
+			p.EgressProxySealed = append(p.EgressProxySealed, proxy)
 		}
 		n, err := q.ResealCredentials(ctx, p)
 		if err != nil {
@@ -110,15 +142,86 @@ func Reseal(ctx context.Context, pool *pgxpool.Pool, current []byte, previous []
 		return nil
 	})
 	if err != nil {
-		rep.Resealed = 0
+		rep.Resealed, rep.ResealedSettings = 0, 0
 	}
 	return rep, err
+}
+
+// resealSettings re-seals, under the lock, the sealed settings not sealed
+// under the current key.
+func resealSettings(ctx context.Context, q *db.Queries, s *seal.Sealer, rep *ResealReport) error {
+	locked, err := q.LockSealedSettings(ctx)
+	if err != nil {
+		return fmt.Errorf("lock sealed settings: %w", err)
+	}
+	rows := make([]db.SealedSettingsRow, len(locked))
+	for i, r := range locked {
+		rows[i] = db.SealedSettingsRow(r)
+	}
+	stale, err := staleSettings(s, rows)
+	if err != nil {
+		return err
+	}
+	for _, r := range stale {
+		n, err := q.ResealSetting(ctx, db.ResealSettingParams{Name: r.name, Sealed: s.SealProxy(uuid.Nil, r.plain)})
+		if err != nil {
+			return fmt.Errorf("write re-sealed setting %s: %w", r.name, err)
+		}
+		rep.ResealedSettings += int(n)
+	}
+	return nil
+}
+
+// staleSetting is a sealed setting that needs re-sealing, opened.
+type staleSetting struct{ name, plain string }
+
+// staleSettings opens every sealed setting (the default egress proxy,
+// bound to uuid.Nil) and returns those not sealed under the current key,
+// or an *UnreadableError naming those that do not open.
+func staleSettings(s *seal.Sealer, rows []db.SealedSettingsRow) ([]staleSetting, error) {
+	var stale []staleSetting
+	var bad []string
+	for _, r := range rows {
+		plain, err := s.OpenProxy(uuid.Nil, r.Sealed)
+		switch {
+		case err != nil:
+			bad = append(bad, r.Name)
+		case !s.Current(r.Sealed):
+			stale = append(stale, staleSetting{name: r.Name, plain: plain})
+		}
+	}
+	if len(bad) > 0 {
+		return nil, &UnreadableError{Settings: bad}
+	}
+	return stale, nil
+}
+
+// joinUnreadable is one *UnreadableError of the accounts' and the
+// settings' (either may be nil), or the first other error.
+func joinUnreadable(accounts, settings error) error {
+	var a, st *UnreadableError
+	switch {
+	case accounts != nil && !errors.As(accounts, &a):
+		return accounts
+	case settings != nil && !errors.As(settings, &st):
+		return settings
+	case a == nil && st == nil:
+		return nil
+	}
+	out := &UnreadableError{}
+	if a != nil {
+		out.Accounts = a.Accounts
+	}
+	if st != nil {
+		out.Settings = st.Settings
+	}
+	return out
 }
 
 // staleRow is an account whose credential needs re-sealing, opened.
 type staleRow struct {
 	db.SealedCredentialsRow
-	access, refresh string
+	access, refresh, proxy string
 }
 
 // staleRows opens every row and returns those not sealed under the
@@ -129,16 +232,20 @@ func staleRows(s *seal.Sealer, rows []db.SealedCredentialsRow) ([]staleRow, erro
 	for _, r := range rows {
 		access, err := s.Open(r.ID, r.CredentialRevision, r.CredentialSealed)
 		current := s.Current(r.CredentialSealed)
-		refresh := ""
+		refresh, proxy := "", ""
 		if err == nil && r.RefreshSealed != nil {
 			refresh, err = s.OpenRefresh(r.ID, r.CredentialRevision, r.RefreshSealed)
 			current = current && s.Current(r.RefreshSealed)
+		}
+		if err == nil && r.EgressProxySealed != nil {
+			proxy, err = s.OpenProxy(r.ID, r.EgressProxySealed)
+			current = current && s.Current(r.EgressProxySealed)
 		}
 		switch {
 		case err != nil:
 			bad = append(bad, AccountRef{ID: r.ID, Label: r.Label})
 		case !current:
-			stale = append(stale, staleRow{SealedCredentialsRow: r, access: access, refresh: refresh})
+			stale = append(stale, staleRow{SealedCredentialsRow: r, access: access, refresh: refresh, proxy: proxy})
 		}
 	}
 	if len(bad) > 0 {

@@ -48,6 +48,9 @@ type Server struct {
 	jitter func() float64
 	// notifier raises notifications (notify.go).
 	notifier *notify.Notifier
+	// egress are the clients of calls on an account's behalf, through its
+	// egress proxy (egress.go).
+	egress egressClients
 }
 
 // New builds a replica over a migrated database.
@@ -72,6 +75,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 		integ:    newIntegrityMetrics(cfg.Registry),
 		jitter:   defaultJitter,
 		watch:    newPoolWatch(pool, cfg.Logger),
+		egress:   newEgressClients(cfg),
 	}
 	if s.notifier, err = notify.NewNotifier(pool, cfg.Now); err != nil {
 		return nil, fmt.Errorf("controlplane: %w", err)
@@ -223,7 +227,7 @@ func (s *Server) rpcHandler() (http.Handler, []string) {
 func (s *Server) accountService() accountService {
 	return accountService{store: s.store, now: s.now, log: s.log, seal: s.seal, watch: s.watch,
 		views:      s.accountViews(),
-		identities: identities{q: s.q, seal: s.seal, log: s.log, profile: s.cfg.ProfileClient},
+		identities: identities{q: s.q, seal: s.seal, log: s.log, profile: s.cfg.ProfileClient, proxied: s.egress.profile},
 		readUsage:  s.readUsage, bankedReset: s.bankedReset}
 }
 
@@ -237,7 +241,7 @@ func (s *Server) keyService() keyService {
 }
 
 func (s *Server) settingsService() settingsService {
-	return settingsService{store: s.store, settings: s.settings, now: s.now, log: s.log}
+	return settingsService{store: s.store, settings: s.settings, seal: s.seal, now: s.now, log: s.log}
 }
 
 func (s *Server) dashboardService() dashboardService {

@@ -10,13 +10,16 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/seal"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/bytesize"
+	"github.com/weirhq/weir/internal/egress"
 	"github.com/weirhq/weir/internal/quotamode"
 )
 
@@ -36,12 +39,15 @@ const (
 	settingBudgetTimeZone    = "budget_time_zone"
 	settingPoolLow           = "pool_low_accounts"
 	settingBreakerNotify     = "breaker_notify_after"
+	// settingEgressProxy's value is the default proxy as operators see it
+	// (scheme://host:port, "" for none); the whole URL is sealed beside it.
+	settingEgressProxy = "egress_proxy"
 )
 
 // settingNames are the fields UpdateSettings takes, as errors list them.
 const settingNames = "capacity_hold, unreachable_hold, request_deadline, quota_response_mode, metered_accounts, " +
 	"body_buffer_bytes, body_buffer_per_key_bytes, route_events_retention, usage_retention, budget_time_zone, " +
-	"pool_low_accounts or breaker_notify_after"
+	"pool_low_accounts, breaker_notify_after or egress_proxy"
 
 // settingsActor names who changes settings in the audit: the admin token
 // is the one credential allowed to.
@@ -109,6 +115,7 @@ type settingsService struct {
 	weirv1connect.UnimplementedSettingsServiceHandler
 	store
 	settings settingsSource
+	seal     *seal.Sealer
 	now      func() time.Time
 	log      *slog.Logger
 }
@@ -143,7 +150,7 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 	now := h.now()
 	// Every field is checked before anything is written: a request with one
 	// bad value changes nothing.
-	puts := make([]db.PutSettingParams, 0, len(paths))
+	puts := make([]db.PutSealedSettingParams, 0, len(paths))
 	named := map[string]bool{}
 	for _, path := range paths {
 		if named[path] {
@@ -151,6 +158,7 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 		}
 		named[path] = true
 		var value string
+		var sealed []byte
 		switch path {
 		case settingCapacityHold:
 			d, err := durationSetting("settings.capacity_hold", m.GetSettings().GetCapacityHold(), 0, maxCapacityHold)
@@ -223,10 +231,20 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 					bytesize.Format(minBodyBuffer), bytesize.Format(maxBodyBuffer))
 			}
 			value = bytesize.Format(n)
+		case settingEgressProxy:
+			raw := m.GetSettings().GetEgressProxy()
+			if raw == egress.Direct {
+				raw = "" // the default's direct is no default
+			}
+			in, err := parseEgress("settings.egress_proxy", raw, false)
+			if err != nil {
+				return nil, err
+			}
+			value, sealed = in.shown, in.sealed(h.seal, uuid.Nil)
 		default:
 			return nil, invalidf("update_mask: unknown field %q (want %s)", path, settingNames)
 		}
-		puts = append(puts, db.PutSettingParams{Name: path, Value: value, Now: now})
+		puts = append(puts, db.PutSealedSettingParams{Name: path, Value: value, Sealed: sealed, Now: now})
 	}
 	var st *weirv1.Settings
 	err := h.tx(ctx, func(q *db.Queries) error {
@@ -239,11 +257,19 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 			old[r.Name] = r.Value
 		}
 		for _, p := range puts {
-			if err := q.PutSetting(ctx, p); err != nil {
+			if err := q.PutSealedSetting(ctx, p); err != nil {
 				return fmt.Errorf("put setting %s: %w", p.Name, err)
 			}
-			if old[p.Name] == p.Value {
-				continue // not a change
+			if p.Name == settingEgressProxy {
+				// The old route's failures say nothing of the new one.
+				if _, err := q.ClearDefaultEgressTransportCooldowns(ctx); err != nil {
+					return fmt.Errorf("clear transport cooldowns: %w", err)
+				}
+			}
+			if old[p.Name] == p.Value && p.Sealed == nil {
+				// Not a change. (A sealed value is recorded whenever it is
+				// set: its host may stay while its credentials change.)
+				continue
 			}
 			if err := q.RecordSettingChange(ctx, db.RecordSettingChangeParams{
 				Name: p.Name, OldValue: old[p.Name], NewValue: p.Value, Actor: settingsActor, Now: now,
@@ -268,7 +294,8 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 		"body_buffer_bytes", st.BodyBufferBytes, "body_buffer_per_key_bytes", st.BodyBufferPerKeyBytes,
 		"route_events_retention", st.RouteEventsRetention.AsDuration(), "usage_retention", st.UsageRetention.AsDuration(),
 		"budget_time_zone", st.BudgetTimeZone,
-		"pool_low_accounts", st.PoolLowAccounts, "breaker_notify_after", st.BreakerNotifyAfter.AsDuration())
+		"pool_low_accounts", st.PoolLowAccounts, "breaker_notify_after", st.BreakerNotifyAfter.AsDuration(),
+		"egress_proxy", st.EgressProxy)
 	return connect.NewResponse(&weirv1.UpdateSettingsResponse{Settings: st}), nil
 }
 
@@ -309,6 +336,7 @@ func (ss settingsSource) from(rows []db.Setting) (*weirv1.Settings, error) {
 	metered := weirv1.MeteredAccounts_METERED_ACCOUNTS_NORMAL
 	bodyBuffer, bodyBufferPerKey := ss.bodyBuffer, ss.bodyBufferPerKey
 	usageRetention, tz := defaultUsageRetention, "UTC"
+	var egressProxy string
 	for _, r := range rows {
 		var dst *time.Duration
 		var lo, hi time.Duration
@@ -367,6 +395,9 @@ func (ss settingsSource) from(rows []db.Setting) (*weirv1.Settings, error) {
 				bodyBufferPerKey = n
 			}
 			continue
+		case settingEgressProxy:
+			egressProxy = r.Value // its shown form: the URL is sealed
+			continue
 		default:
 			continue
 		}
@@ -386,7 +417,8 @@ func (ss settingsSource) from(rows []db.Setting) (*weirv1.Settings, error) {
 		RequestDeadline: durationpb.New(deadline), QuotaResponseMode: mode, MeteredAccounts: metered,
 		BodyBufferBytes: bodyBuffer, BodyBufferPerKeyBytes: bodyBufferPerKey, RouteEventsRetention: durationpb.New(retention),
 		UsageRetention: durationpb.New(usageRetention), BudgetTimeZone: tz,
-		PoolLowAccounts: poolLow, BreakerNotifyAfter: durationpb.New(breakerAfter)}, nil
+		PoolLowAccounts: poolLow, BreakerNotifyAfter: durationpb.New(breakerAfter),
+		EgressProxy: egressProxy}, nil
 }
 
 // RouteRetention is the route_events_retention setting in effect (the

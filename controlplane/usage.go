@@ -258,12 +258,17 @@ func (s *Server) fetchUsage(ctx context.Context, acct db.Account) ([]usageReadin
 	if err != nil {
 		return nil, nil, 0, errors.New("credential unreadable under this secret key")
 	}
+	client, release, err := s.clientFor(ctx, s.egress.usage, s.cfg.UsageClient, acct)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer release()
 	base := accountBaseURL(acct.Provider, acct.BaseUrl)
 	if acct.Provider == providerCodex {
-		readings, wait, err := upstream.ReadCodexUsage(ctx, s.cfg.UsageClient, base, token, acct.UpstreamAccountID, s.now)
+		readings, wait, err := upstream.ReadCodexUsage(ctx, client, base, token, acct.UpstreamAccountID, s.now)
 		return readingsOf(readings), nil, wait, err
 	}
-	u, wait, err := upstream.ReadAnthropicUsage(ctx, s.cfg.UsageClient, base, token, acct.BankedResetsEnabled)
+	u, wait, err := upstream.ReadAnthropicUsage(ctx, client, base, token, acct.BankedResetsEnabled)
 	if err != nil {
 		return nil, nil, wait, err
 	}

@@ -116,7 +116,12 @@ func (u unreachableState) cut(capacityEnd time.Time, hold time.Duration) bool {
 // unreachable: dns: no such host for api.example.invalid".
 func unreachableMessage(u *weirv1.Unreachable) string {
 	msg := "every account's upstream is unreachable: " + causeName(u.GetCause())
-	if u.GetError() != "" {
+	switch {
+	case u.GetCause() == weirv1.TransportCause_TRANSPORT_CAUSE_PROXY && u.GetError() != "":
+		// The error names the proxy itself: "egress proxy
+		// socks5://10.0.0.7:1080 could not be reached (connection refused)".
+		msg = "every account's upstream is unreachable: " + u.GetError()
+	case u.GetError() != "":
 		msg += ": " + u.GetError()
 	}
 	if u.GetHost() != "" {

@@ -288,6 +288,11 @@ func TestErrUnreachable(t *testing.T) {
 	if got := unreachableMessage(&weirv1.Unreachable{Cause: weirv1.TransportCause_TRANSPORT_CAUSE_TLS}); got != "every account's upstream is unreachable: tls" {
 		t.Errorf("without text or host: %q", got)
 	}
+	proxy := &weirv1.Unreachable{Cause: weirv1.TransportCause_TRANSPORT_CAUSE_PROXY, Host: "api.anthropic.com",
+		Error: "egress proxy socks5://10.0.0.7:1080 could not be reached (connection refused)"}
+	if got := unreachableMessage(proxy); got != "every account's upstream is unreachable: egress proxy socks5://10.0.0.7:1080 could not be reached (connection refused) for api.anthropic.com" {
+		t.Errorf("a proxy's failure: %q", got)
+	}
 	for _, tc := range []struct {
 		wire wire
 		body string

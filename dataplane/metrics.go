@@ -98,7 +98,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		}, []string{"surface", "outcome"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weir_dataplane_upstream_attempts_total",
-			Help: "Upstream attempts, by provider, HTTP status class, reason (the attempt's outcome class) and cause (a transport failure's: dns, refused, tls, timeout, reset or other; none for an answer).",
+			Help: "Upstream attempts, by provider, HTTP status class, reason (the attempt's outcome class) and cause (a transport failure's: dns, refused, tls, timeout, reset, proxy (its egress proxy failed) or other; none for an answer).",
 		}, []string{"provider", "status_class", "reason", "cause"}),
 		ttfb: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "weir_dataplane_time_to_first_byte_seconds",

@@ -620,6 +620,7 @@ func (s *Server) tryOnce(ctx context.Context, rt *routing, lease *weirv1.Lease) 
 		TransportCause:   o.TransportCause,
 		Usage:            used,
 		Model:            model,
+		TransportError:   o.TransportError,
 	})
 	if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED {
 		rt.overloads = increment(rt.overloads, lease.AccountId)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/egress"
 )
 
 // maxErrorBody bounds how much of an upstream error body is kept.
@@ -95,11 +96,25 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 		o.TransportError = "build request: invalid base URL"
 		return attemptResult{outcome: o, failure: gatewayFailure(in, "upstream request could not be built")}
 	}
-	resp, err := s.cfg.Upstream.Do(req)
+	client, release, err := s.upstreamClient(lease)
+	if err != nil {
+		// A proxy this worker cannot use: never direct instead.
+		o.Class, o.TransportCause = weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, weirv1.TransportCause_TRANSPORT_CAUSE_PROXY
+		o.TransportError = "egress proxy " + egress.Redact(lease.EgressProxy) + " unusable: " + err.Error()
+		return attemptResult{outcome: o, failure: gatewayFailure(in, "upstream unreachable: its egress proxy failed")}
+	}
+	defer release()
+	resp, err := client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED
 			return attemptResult{outcome: o}
+		}
+		if text, ok := proxyFailure(err); ok {
+			// The upstream was never asked: the proxy's failure, named.
+			o.Class, o.TransportCause, o.TransportError = weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR,
+				weirv1.TransportCause_TRANSPORT_CAUSE_PROXY, text
+			return attemptResult{outcome: o, failure: gatewayFailure(in, "upstream unreachable: its egress proxy failed")}
 		}
 		setTransport(o, weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, "", err)
 		return attemptResult{outcome: o, failure: gatewayFailure(in, "upstream unreachable")}

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/internal/egress"
 	"github.com/weirhq/weir/internal/rpcclient"
 	"github.com/weirhq/weir/internal/serve"
 	"github.com/weirhq/weir/internal/telemetry"
@@ -45,6 +46,8 @@ type Server struct {
 	// (keylimits.go).
 	limited *limitedKeys
 	tracer  trace.Tracer
+	// egress keeps the clients through egress proxies (egress.go).
+	egress *egress.Clients
 }
 
 // New builds a worker.
@@ -82,6 +85,7 @@ func New(cfg Config) (*Server, error) {
 		sockets: &socketCount{m: map[string]int{}},
 		limited: &limitedKeys{m: map[string]limitedKey{}},
 		tracer:  telemetry.TracerProvider(cfg.TracerProvider).Tracer(tracerName),
+		egress:  newEgressClients(cfg),
 	}
 	s.refusals = newRefusalCounter(cfg.RefusalInterval, cfg.Now, m.refusals, s.reporter.reportRefusals)
 	s.pool = newLeasePool(leases, cfg.Logger, cfg.Now, cfg.Sleep, m, cfg.LeaseIdle, cfg.ReportInterval, func() {
@@ -214,4 +218,5 @@ func (s *Server) Close(ctx context.Context) {
 	s.keeper.close()
 	s.refusals.close()
 	s.reporter.close(ctx)
+	s.egress.Close()
 }

@@ -19,7 +19,7 @@ import (
 
 const accountsUsage = `Usage:
   weir accounts add --label L [--provider anthropic|openai|codex] [--auth api_key|oauth] (--secret-stdin | --secret-file F)
-      [--base-url U] [--max-concurrency N] [--priority N] [--upstream-account-id ID]
+      [--base-url U] [--max-concurrency N] [--priority N] [--upstream-account-id ID] [--proxy URL|direct]
       an OAuth secret is an access token, or JSON with a refresh token that weir keeps fresh:
       --secret-file ~/.claude/.credentials.json, or {"access_token","refresh_token","expires_at"};
       a codex account (a ChatGPT login) takes --secret-file ~/.codex/auth.json, which names its account
@@ -32,7 +32,9 @@ const accountsUsage = `Usage:
   weir accounts resume ID|LABEL
   weir accounts rm ID|LABEL
   weir accounts set ID|LABEL [--label L] [--base-url U] [--max-concurrency N] [--priority N] [--secret-stdin | --secret-file F]
-      [--banked-resets=on|off] [--org ORG] [--upstream-account-id ID]
+      [--banked-resets=on|off] [--org ORG] [--upstream-account-id ID] [--proxy URL|direct|""]   (also: weir accounts update)
+      --proxy: the account's egress proxy, http://, https://, socks5:// or socks5h://[user:pass@]host:port;
+      direct bypasses the default (weir settings set egress_proxy=URL); "" follows it
   weir accounts grants ID|LABEL     list an OAuth account's banked-reset grants and claims
   weir accounts claim-grant ID|LABEL GRANT   claim a grant now (at most one claim an hour)
   weir accounts usage ID|LABEL      read an OAuth account's usage now, if its read budget allows
@@ -54,7 +56,7 @@ func runAccounts(ctx context.Context, args []string, e env) error {
 		return accountsAdd(ctx, fs, &af, args, e)
 	case "import":
 		return accountsImport(ctx, fs, &af, args, e)
-	case "set":
+	case "set", "update":
 		return accountsSet(ctx, fs, &af, args, e)
 	case "usage":
 		return accountsRefreshUsage(ctx, fs, &af, args, e)
@@ -120,6 +122,7 @@ func runAccounts(ctx context.Context, args []string, e env) error {
 		printAccounts(e.stdout, []*weirv1.Account{acct}, time.Now())
 		if sub == "get" {
 			printIdentity(e.stdout, acct)
+			printEgress(e.stdout, acct)
 			printForecasts(e.stdout, acct, time.Now())
 		}
 		return nil
@@ -197,6 +200,7 @@ func accountsAdd(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []s
 	var (
 		label, auth, baseURL     string
 		providerName, upstreamID string
+		proxy                    string
 		maxConc, priority        int
 		sf                       secretFlags
 	)
@@ -207,6 +211,7 @@ func accountsAdd(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []s
 	fs.StringVar(&upstreamID, "upstream-account-id", "", "codex: the ChatGPT account id (default: from the auth.json)")
 	fs.IntVar(&maxConc, "max-concurrency", 0, "concurrent requests on this account (default 4)")
 	fs.IntVar(&priority, "priority", 0, "higher is preferred")
+	fs.StringVar(&proxy, "proxy", "", proxyHelp)
 	sf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -242,6 +247,7 @@ func accountsAdd(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []s
 		MaxConcurrency:    int32(maxConc),
 		Priority:          int32(priority),
 		UpstreamAccountId: upstreamID,
+		EgressProxy:       proxy,
 	}))
 	if err != nil {
 		return rpcError("add account", err)
@@ -256,10 +262,12 @@ func accountsAdd(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []s
 func accountsSet(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []string, e env) error {
 	var (
 		label, baseURL, upstreamID string
+		proxy                      string
 		maxConc, priority          int
 		sf                         secretFlags
 	)
 	fs.StringVar(&label, "label", "", "new label")
+	fs.StringVar(&proxy, "proxy", "", proxyHelp+`; "" follows the default`)
 	fs.StringVar(&upstreamID, "upstream-account-id", "", "codex: the ChatGPT account id")
 	fs.StringVar(&baseURL, "base-url", "", "new upstream base URL")
 	fs.IntVar(&maxConc, "max-concurrency", 0, "new concurrency cap")
@@ -290,6 +298,9 @@ func accountsSet(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []s
 		case "upstream-account-id":
 			req.UpstreamAccountId = upstreamID
 			req.UpdateMask.Paths = append(req.UpdateMask.Paths, "upstream_account_id")
+		case "proxy":
+			req.EgressProxy = proxy
+			req.UpdateMask.Paths = append(req.UpdateMask.Paths, "egress_proxy")
 		}
 	})
 	if sf.given() {
@@ -456,6 +467,27 @@ func printUsage(w io.Writer, r *weirv1.RefreshUsageResponse, now time.Time) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", u.Window, used, until(u.ResetsAt, now), u.Source, ago(u.ObservedAt, now))
 	}
 	tw.Flush()
+}
+
+// proxyHelp is --proxy's.
+const proxyHelp = "the account's egress proxy: http://, https://, socks5:// or socks5h://[user:pass@]host:port, " +
+	"or direct to bypass the default (weir settings set egress_proxy=URL); sealed like the credential, shown as scheme://host:port"
+
+// printEgress says what the account's traffic goes through (`weir
+// accounts get`): its proxy by scheme://host:port, never its credentials.
+func printEgress(w io.Writer, a *weirv1.Account) {
+	var line string
+	switch {
+	case a.EgressProxy == "direct":
+		line = "direct (bypasses the default)"
+	case a.EgressProxy != "":
+		line = a.EgressProxy
+	case a.EgressVia != "":
+		line = a.EgressVia + " (the default)"
+	default:
+		line = "direct"
+	}
+	fmt.Fprintf(w, "egress: %s\n", line)
 }
 
 // printIdentity says which upstream account an account is (`weir accounts

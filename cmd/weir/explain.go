@@ -258,6 +258,11 @@ func timelineRows(recs []*weirv1.AttemptRecord, accounts map[string]string) []ti
 		if r.TransportCause != weirv1.TransportCause_TRANSPORT_CAUSE_UNSPECIFIED {
 			// The error of an attempt that got no answer is its cause.
 			errText = shortEnum(r.TransportCause.String(), "TRANSPORT_CAUSE_")
+			if r.TransportCause == weirv1.TransportCause_TRANSPORT_CAUSE_PROXY && r.TransportError != "" {
+				// It names the proxy: "egress proxy socks5://10.0.0.7:1080
+				// could not be reached (connection refused)".
+				errText = r.TransportError
+			}
 		}
 		row.account, row.cols, row.reason = accountName(accounts, r.AccountId), [4]string{outcome, status, orDash(errText), action}, reason
 		rows = append(rows, row)

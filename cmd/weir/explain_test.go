@@ -114,3 +114,39 @@ func TestFoldTimelineCycles(t *testing.T) {
 		t.Errorf("folded wait %+v", w)
 	}
 }
+
+// TestExplainNamesTheProxy: an attempt that failed at its egress proxy
+// reads as the proxy's failure, naming it by host; any other transport
+// failure reads as its cause.
+func TestExplainNamesTheProxy(t *testing.T) {
+	t.Parallel()
+	at := durationpb.New(0)
+	proxyErr := "egress proxy socks5://10.0.0.7:1080 could not be reached (connection refused)"
+	ev := &weirv1.RouteEvent{RequestId: "weir_p", Model: "claude-sonnet-4-5", Status: 200, Attempts: 3, AttemptRecords: []*weirv1.AttemptRecord{
+		{At: at, AccountId: "a", Class: weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, Action: weirv1.Action_ACTION_FAILOVER,
+			TransportCause: weirv1.TransportCause_TRANSPORT_CAUSE_PROXY, TransportError: proxyErr},
+		{At: at, AccountId: "b", Class: weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, Action: weirv1.Action_ACTION_FAILOVER,
+			TransportCause: weirv1.TransportCause_TRANSPORT_CAUSE_DNS, TransportError: "no such host"},
+		{At: at, AccountId: "c", Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200, Action: weirv1.Action_ACTION_RESPOND},
+	}}
+	var out bytes.Buffer
+	if err := printExplain(&out, ev, map[string]string{"a": "behind-proxy", "b": "gone", "c": "ok"}, nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(out.String(), "\n")
+	var proxyLine, dnsLine string
+	for _, l := range lines {
+		switch {
+		case strings.Contains(l, "behind-proxy"):
+			proxyLine = l
+		case strings.Contains(l, "gone"):
+			dnsLine = l
+		}
+	}
+	if !strings.Contains(proxyLine, proxyErr) {
+		t.Errorf("the proxy's attempt reads %q, want it to name the proxy", proxyLine)
+	}
+	if !strings.Contains(dnsLine, "dns") || strings.Contains(dnsLine, "proxy") {
+		t.Errorf("the dns attempt reads %q", dnsLine)
+	}
+}

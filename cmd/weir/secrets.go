@@ -50,27 +50,43 @@ func runSecrets(ctx context.Context, args []string, e env) error {
 	rep, err := controlplane.Reseal(ctx, pool, current, previous, *dryRun)
 	var unreadable *controlplane.UnreadableError
 	if errors.As(err, &unreadable) {
-		fmt.Fprintf(e.stderr, "these accounts' credentials open with none of the keys (WEIR_SECRET_KEY, WEIR_SECRET_KEY_PREVIOUS):\n")
-		tw := table(e.stderr)
-		fmt.Fprintln(tw, "  ID\tLABEL")
-		for _, a := range unreadable.Accounts {
-			fmt.Fprintf(tw, "  %s\t%s\n", a.ID, a.Label)
+		if len(unreadable.Accounts) > 0 {
+			fmt.Fprintf(e.stderr, "these accounts' credentials open with none of the keys (WEIR_SECRET_KEY, WEIR_SECRET_KEY_PREVIOUS):\n")
+			tw := table(e.stderr)
+			fmt.Fprintln(tw, "  ID\tLABEL")
+			for _, a := range unreadable.Accounts {
+				fmt.Fprintf(tw, "  %s\t%s\n", a.ID, a.Label)
+			}
+			tw.Flush() //nolint:errcheck // stderr
 		}
-		tw.Flush() //nolint:errcheck // stderr
+		for _, name := range unreadable.Settings {
+			fmt.Fprintf(e.stderr, "the setting %s opens with none of the keys (set it again: weir settings set %s=…)\n", name, name)
+		}
+		if len(unreadable.Settings) > 0 {
+			return fmt.Errorf("weir secrets rotate: %d account(s) and %d setting(s) unreadable; nothing was re-sealed (add the key that sealed them to WEIR_SECRET_KEY_PREVIOUS, or enter them again)",
+				len(unreadable.Accounts), len(unreadable.Settings))
+		}
 		return fmt.Errorf("weir secrets rotate: %d account(s) unreadable; nothing was re-sealed (add the key that sealed them to WEIR_SECRET_KEY_PREVIOUS, or re-enter their credentials)", len(unreadable.Accounts))
 	}
 	if err != nil {
 		return fmt.Errorf("weir secrets rotate: %w", err)
 	}
 	switch {
-	case rep.Stale == 0:
+	case rep.Stale == 0 && rep.StaleSettings == 0:
 		fmt.Fprintf(e.stdout, "all %d account(s) are sealed under the current key %s: nothing to do\n", rep.Accounts, rep.KeyID)
 	case *dryRun:
-		fmt.Fprintf(e.stdout, "dry run: %d of %d account(s) would be re-sealed under key %s\n", rep.Stale, rep.Accounts, rep.KeyID)
+		also := ""
+		if rep.StaleSettings > 0 {
+			also = ", and the default egress proxy"
+		}
+		fmt.Fprintf(e.stdout, "dry run: %d of %d account(s) would be re-sealed under key %s%s\n", rep.Stale, rep.Accounts, rep.KeyID, also)
 	default:
 		fmt.Fprintf(e.stdout, "re-sealed %d of %d account(s) under key %s (%d already were)\n", rep.Resealed, rep.Accounts, rep.KeyID, rep.Accounts-rep.Resealed)
 		if rep.Resealed < rep.Stale {
 			fmt.Fprintf(e.stdout, "%d account(s) changed while rotating (a token refresh, a deletion): run it again to confirm\n", rep.Stale-rep.Resealed)
+		}
+		if rep.ResealedSettings > 0 {
+			fmt.Fprintf(e.stdout, "re-sealed the default egress proxy (the setting egress_proxy)\n")
 		}
 	}
 	targets, err := controlplane.ResealTargets(ctx, pool, current, previous, *dryRun)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ import (
 const settingsUsage = `Usage:
   weir settings get                                            show the settings in effect
   weir settings set capacity_hold=5m [request_deadline=25m]    change them
+  weir settings set egress_proxy URL                           (one setting may also be KEY VALUE)
   weir settings history [--limit N]                            who changed what, when (newest first)
 
   capacity_hold        how long a request may wait for capacity (0s to 6h; 0 fails fast)
@@ -51,6 +53,11 @@ const settingsUsage = `Usage:
                        1 to this many of them can serve now (0 to 100, default 1; 0 never reports low)
   breaker_notify_after notifications: how long an overload breaker stays open before breaker_open_long
                        (0s to 24h, default 5m)
+  egress_proxy         the egress proxy of every account that names none of its own (weir accounts
+                       set L --proxy; an account set to direct bypasses it): http://, https://,
+                       socks5:// or socks5h://[user:pass@]host:port, or "" for none. Inference,
+                       usage reads, token refreshes and profile reads go through it. Sealed like a
+                       credential; shown as scheme://host:port
 
 Data planes pick changes up without restart. Every command takes --json,
 --controlplane and --data-dir.
@@ -60,7 +67,7 @@ Data planes pick changes up without restart. Every command takes --json,
 // update_mask spells them.
 var settingKeys = []string{"capacity_hold", "unreachable_hold", "request_deadline", "quota_response_mode", "metered_accounts",
 	"body_buffer_bytes", "body_buffer_per_key_bytes", "route_events_retention", "usage_retention", "budget_time_zone",
-	"pool_low_accounts", "breaker_notify_after"}
+	"pool_low_accounts", "breaker_notify_after", "egress_proxy"}
 
 func runSettings(ctx context.Context, args []string, e env) error {
 	if len(args) == 0 {
@@ -156,6 +163,10 @@ func settingsUpdate(pairs []string) (*weirv1.UpdateSettingsRequest, error) {
 	if len(pairs) == 0 {
 		return nil, fmt.Errorf("name at least one KEY=VALUE (keys: %s)", strings.Join(settingKeys, ", "))
 	}
+	if len(pairs) == 2 && !strings.Contains(pairs[0], "=") && slices.Contains(settingKeys, pairs[0]) {
+		// One setting as KEY VALUE: a URL reads better apart.
+		pairs = []string{pairs[0] + "=" + pairs[1]}
+	}
 	req := &weirv1.UpdateSettingsRequest{Settings: &weirv1.Settings{}, UpdateMask: fieldMask()}
 	seen := map[string]bool{}
 	for _, p := range pairs {
@@ -201,6 +212,9 @@ func settingsUpdate(pairs []string) (*weirv1.UpdateSettingsRequest, error) {
 				return nil, fmt.Errorf("metered_accounts: %q is not a mode (normal, last_resort or never)", value)
 			}
 			req.Settings.MeteredAccounts = m
+		case "egress_proxy":
+			// The control plane checks it (and never quotes it back).
+			req.Settings.EgressProxy = value
 		case "body_buffer_bytes", "body_buffer_per_key_bytes":
 			n, err := bytesize.Parse(value)
 			if err != nil {
@@ -261,6 +275,11 @@ func printSettings(w io.Writer, st *weirv1.Settings) error {
 		fmt.Fprintf(tw, "pool_low_accounts\t%s\n", low)
 		fmt.Fprintf(tw, "breaker_notify_after\t%s\n", shortDuration(b.AsDuration()))
 	}
+	proxy := st.GetEgressProxy()
+	if proxy == "" {
+		proxy = "none (accounts without a proxy of their own go direct)"
+	}
+	fmt.Fprintf(tw, "egress_proxy\t%s\n", proxy)
 	return tw.Flush()
 }
 

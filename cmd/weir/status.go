@@ -321,7 +321,10 @@ func accountProblems(a *weirv1.Account, now time.Time) []statusProblem {
 func unreachableProblem(label string, u *weirv1.Unreachable, now time.Time) statusProblem {
 	cause := shortEnum(u.Cause.String(), "TRANSPORT_CAUSE_")
 	detail := cause
-	if u.Error != "" {
+	switch {
+	case u.Cause == weirv1.TransportCause_TRANSPORT_CAUSE_PROXY && u.Error != "":
+		detail = u.Error // "egress proxy socks5://10.0.0.7:1080 could not be reached (…)"
+	case u.Error != "":
 		detail += " " + u.Error
 	}
 	if u.Host != "" {

@@ -18,6 +18,9 @@ type accountView struct {
 	// Identity is what identifies the credential without revealing it:
 	// the masked hint, and the ChatGPT account id for Codex.
 	Identity []string
+	// Egress is what the account's traffic goes through, by
+	// scheme://host:port: "" when direct and nothing else was asked.
+	Egress string
 	// State is active, cooling, paused or broken.
 	State       string
 	BrokenWhy   string
@@ -77,6 +80,7 @@ func accountViews(accts []*weirv1.Account) []accountView {
 		if a.UpstreamAccountId != "" {
 			v.Identity = append(v.Identity, "account "+a.UpstreamAccountId)
 		}
+		v.Egress = egressText(a)
 		if c := a.Cooldown; c != nil {
 			cv := &cooldownView{Reason: enumText(c.Reason.String(), "COOLDOWN_REASON_"), Evidence: c.Evidence,
 				Until: c.Until.AsTime(), Transient: c.Transient}
@@ -107,6 +111,19 @@ func accountViews(accts []*weirv1.Account) []accountView {
 		out = append(out, v)
 	}
 	return out
+}
+
+// egressText is an account's egress as its row shows it.
+func egressText(a *weirv1.Account) string {
+	switch {
+	case a.EgressProxy == "direct":
+		return "direct (bypasses the default proxy)"
+	case a.EgressProxy != "":
+		return a.EgressProxy
+	case a.EgressVia != "":
+		return a.EgressVia + " (default)"
+	}
+	return ""
 }
 
 func windowOrder(w string) int {

@@ -243,6 +243,10 @@ func (h *Handler) explainPage(w http.ResponseWriter, r *http.Request, s session)
 			if a.TransportCause != weirv1.TransportCause_TRANSPORT_CAUSE_UNSPECIFIED {
 				// The error of an attempt that got no answer is its cause.
 				st.Error = enumText(a.TransportCause.String(), "TRANSPORT_CAUSE_")
+				if a.TransportCause == weirv1.TransportCause_TRANSPORT_CAUSE_PROXY && a.TransportError != "" {
+					// It names the proxy (scheme://host:port).
+					st.Error = a.TransportError
+				}
 			}
 			if a.Rung != "" {
 				st.Reason = "429 ladder: " + strings.ReplaceAll(a.Rung, "_", " ")

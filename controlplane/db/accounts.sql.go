@@ -16,12 +16,14 @@ import (
 const createAccount = `-- name: CreateAccount :one
 INSERT INTO accounts (
     id, provider, auth_kind, label, base_url, max_concurrency, priority,
-    credential_sealed, credential_hint, upstream_account_id, created_at, updated_at
+    credential_sealed, credential_hint, upstream_account_id, egress_proxy, egress_proxy_sealed,
+    created_at, updated_at
 ) VALUES (
     $1, $2, $3, $4, $5, $6, $7,
-    $8, $9, $10, $11, $11
+    $8, $9, $10, $11, $12,
+    $13, $13
 )
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed
 `
 
 type CreateAccountParams struct {
@@ -35,6 +37,8 @@ type CreateAccountParams struct {
 	CredentialSealed  []byte
 	CredentialHint    string
 	UpstreamAccountID string
+	EgressProxy       string
+	EgressProxySealed []byte
 	Now               time.Time
 }
 
@@ -50,6 +54,8 @@ func (q *Queries) CreateAccount(ctx context.Context, arg CreateAccountParams) (A
 		arg.CredentialSealed,
 		arg.CredentialHint,
 		arg.UpstreamAccountID,
+		arg.EgressProxy,
+		arg.EgressProxySealed,
 		arg.Now,
 	)
 	var i Account
@@ -86,6 +92,8 @@ func (q *Queries) CreateAccount(ctx context.Context, arg CreateAccountParams) (A
 		&i.UpstreamAccountID,
 		&i.Identity,
 		&i.OverloadedAt,
+		&i.EgressProxy,
+		&i.EgressProxySealed,
 	)
 	return i, err
 }
@@ -103,7 +111,7 @@ func (q *Queries) DeleteAccount(ctx context.Context, id uuid.UUID) (int64, error
 }
 
 const getAccount = `-- name: GetAccount :one
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at FROM accounts WHERE id = $1
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed FROM accounts WHERE id = $1
 `
 
 func (q *Queries) GetAccount(ctx context.Context, id uuid.UUID) (Account, error) {
@@ -142,12 +150,14 @@ func (q *Queries) GetAccount(ctx context.Context, id uuid.UUID) (Account, error)
 		&i.UpstreamAccountID,
 		&i.Identity,
 		&i.OverloadedAt,
+		&i.EgressProxy,
+		&i.EgressProxySealed,
 	)
 	return i, err
 }
 
 const getAccountByLabel = `-- name: GetAccountByLabel :one
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at FROM accounts WHERE label = $1
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed FROM accounts WHERE label = $1
 `
 
 func (q *Queries) GetAccountByLabel(ctx context.Context, label string) (Account, error) {
@@ -186,6 +196,8 @@ func (q *Queries) GetAccountByLabel(ctx context.Context, label string) (Account,
 		&i.UpstreamAccountID,
 		&i.Identity,
 		&i.OverloadedAt,
+		&i.EgressProxy,
+		&i.EgressProxySealed,
 	)
 	return i, err
 }
@@ -218,7 +230,7 @@ func (q *Queries) GetLiveCooldown(ctx context.Context, arg GetLiveCooldownParams
 }
 
 const listAccounts = `-- name: ListAccounts :many
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at FROM accounts ORDER BY label
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed FROM accounts ORDER BY label
 `
 
 func (q *Queries) ListAccounts(ctx context.Context) ([]Account, error) {
@@ -263,6 +275,8 @@ func (q *Queries) ListAccounts(ctx context.Context) ([]Account, error) {
 			&i.UpstreamAccountID,
 			&i.Identity,
 			&i.OverloadedAt,
+			&i.EgressProxy,
+			&i.EgressProxySealed,
 		); err != nil {
 			return nil, err
 		}
@@ -398,7 +412,7 @@ UPDATE accounts SET
     broken_at = NULL,
     updated_at = $4
 WHERE id = $5
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed
 `
 
 type ReplaceCredentialParams struct {
@@ -452,6 +466,8 @@ func (q *Queries) ReplaceCredential(ctx context.Context, arg ReplaceCredentialPa
 		&i.UpstreamAccountID,
 		&i.Identity,
 		&i.OverloadedAt,
+		&i.EgressProxy,
+		&i.EgressProxySealed,
 	)
 	return i, err
 }
@@ -466,7 +482,7 @@ UPDATE accounts SET
     overloaded_at = NULL,
     updated_at = $1
 WHERE id = $2
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed
 `
 
 type ResumeAccountParams struct {
@@ -510,12 +526,14 @@ func (q *Queries) ResumeAccount(ctx context.Context, arg ResumeAccountParams) (A
 		&i.UpstreamAccountID,
 		&i.Identity,
 		&i.OverloadedAt,
+		&i.EgressProxy,
+		&i.EgressProxySealed,
 	)
 	return i, err
 }
 
 const routingView = `-- name: RoutingView :many
-SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.priority, a.paused, a.broken_reason, a.broken_at, a.auth_failures, a.credential_sealed, a.credential_revision, a.credential_hint, a.last_used_at, a.last_success_at, a.created_at, a.updated_at, a.quota_backoffs, a.recovery_probe, a.refresh_sealed, a.access_expires_at, a.refreshing_until, a.refresh_failures, a.refresh_blocked_until, a.refresh_rejected_at, a.banked_resets_enabled, a.org_id, a.recovery_probe_seen_at, a.upstream_account_id, a.identity, a.overloaded_at,
+SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.priority, a.paused, a.broken_reason, a.broken_at, a.auth_failures, a.credential_sealed, a.credential_revision, a.credential_hint, a.last_used_at, a.last_success_at, a.created_at, a.updated_at, a.quota_backoffs, a.recovery_probe, a.refresh_sealed, a.access_expires_at, a.refreshing_until, a.refresh_failures, a.refresh_blocked_until, a.refresh_rejected_at, a.banked_resets_enabled, a.org_id, a.recovery_probe_seen_at, a.upstream_account_id, a.identity, a.overloaded_at, a.egress_proxy, a.egress_proxy_sealed,
     (SELECT k.id FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::uuid AS key_id,
     (SELECT k.allowed_models FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::text[] AS key_allowed_models,
     coalesce((SELECT k.pinned FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL), false)::boolean AS key_pinned,
@@ -523,6 +541,7 @@ SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.
      WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::uuid[] AS key_pins,
     coalesce((SELECT k.metered_accounts FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL), '')::text AS key_metered_accounts,
     coalesce((SELECT s.value FROM settings s WHERE s.name = 'metered_accounts'), '')::text AS metered_setting,
+    (SELECT s.sealed FROM settings s WHERE s.name = 'egress_proxy') AS egress_default_sealed,
     (SELECT ma.targets FROM model_aliases ma WHERE ma.alias = $2::text) AS alias_targets,
     ob.open_until AS breaker_open_until,
     (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > $3)::integer AS live,
@@ -585,6 +604,7 @@ type RoutingViewRow struct {
 	KeyPins                    []uuid.UUID
 	KeyMeteredAccounts         string
 	MeteredSetting             string
+	EgressDefaultSealed        []byte
 	AliasTargets               []string
 	BreakerOpenUntil           *time.Time
 	Live                       int32
@@ -671,12 +691,15 @@ func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]Rou
 			&i.Account.UpstreamAccountID,
 			&i.Account.Identity,
 			&i.Account.OverloadedAt,
+			&i.Account.EgressProxy,
+			&i.Account.EgressProxySealed,
 			&i.KeyID,
 			&i.KeyAllowedModels,
 			&i.KeyPinned,
 			&i.KeyPins,
 			&i.KeyMeteredAccounts,
 			&i.MeteredSetting,
+			&i.EgressDefaultSealed,
 			&i.AliasTargets,
 			&i.BreakerOpenUntil,
 			&i.Live,
@@ -710,8 +733,73 @@ func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]Rou
 	return items, nil
 }
 
+const setEgressProxy = `-- name: SetEgressProxy :one
+UPDATE accounts SET
+    egress_proxy = $1,
+    egress_proxy_sealed = $2,
+    updated_at = $3
+WHERE id = $4
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed
+`
+
+type SetEgressProxyParams struct {
+	EgressProxy       string
+	EgressProxySealed []byte
+	Now               time.Time
+	ID                uuid.UUID
+}
+
+// The account's egress proxy: ” (the default), 'direct', or the proxy's
+// scheme://host:port with the whole URL sealed.
+func (q *Queries) SetEgressProxy(ctx context.Context, arg SetEgressProxyParams) (Account, error) {
+	row := q.db.QueryRow(ctx, setEgressProxy,
+		arg.EgressProxy,
+		arg.EgressProxySealed,
+		arg.Now,
+		arg.ID,
+	)
+	var i Account
+	err := row.Scan(
+		&i.ID,
+		&i.Provider,
+		&i.AuthKind,
+		&i.Label,
+		&i.BaseUrl,
+		&i.MaxConcurrency,
+		&i.Priority,
+		&i.Paused,
+		&i.BrokenReason,
+		&i.BrokenAt,
+		&i.AuthFailures,
+		&i.CredentialSealed,
+		&i.CredentialRevision,
+		&i.CredentialHint,
+		&i.LastUsedAt,
+		&i.LastSuccessAt,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.QuotaBackoffs,
+		&i.RecoveryProbe,
+		&i.RefreshSealed,
+		&i.AccessExpiresAt,
+		&i.RefreshingUntil,
+		&i.RefreshFailures,
+		&i.RefreshBlockedUntil,
+		&i.RefreshRejectedAt,
+		&i.BankedResetsEnabled,
+		&i.OrgID,
+		&i.RecoveryProbeSeenAt,
+		&i.UpstreamAccountID,
+		&i.Identity,
+		&i.OverloadedAt,
+		&i.EgressProxy,
+		&i.EgressProxySealed,
+	)
+	return i, err
+}
+
 const setPaused = `-- name: SetPaused :one
-UPDATE accounts SET paused = $1, updated_at = $2 WHERE id = $3 RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at
+UPDATE accounts SET paused = $1, updated_at = $2 WHERE id = $3 RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed
 `
 
 type SetPausedParams struct {
@@ -756,6 +844,8 @@ func (q *Queries) SetPaused(ctx context.Context, arg SetPausedParams) (Account, 
 		&i.UpstreamAccountID,
 		&i.Identity,
 		&i.OverloadedAt,
+		&i.EgressProxy,
+		&i.EgressProxySealed,
 	)
 	return i, err
 }
@@ -769,7 +859,7 @@ UPDATE accounts SET
     upstream_account_id = coalesce($5, upstream_account_id),
     updated_at = $6
 WHERE id = $7
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed
 `
 
 type UpdateAccountParams struct {
@@ -826,6 +916,8 @@ func (q *Queries) UpdateAccount(ctx context.Context, arg UpdateAccountParams) (A
 		&i.UpstreamAccountID,
 		&i.Identity,
 		&i.OverloadedAt,
+		&i.EgressProxy,
+		&i.EgressProxySealed,
 	)
 	return i, err
 }

@@ -38,6 +38,21 @@ func (q *Queries) ClearCredentialCooldown(ctx context.Context, accountID uuid.UU
 	return result.RowsAffected(), nil
 }
 
+const clearDefaultEgressTransportCooldowns = `-- name: ClearDefaultEgressTransportCooldowns :execrows
+DELETE FROM cooldowns c USING accounts a
+WHERE c.account_id = a.id AND c.reason = 'transport' AND a.egress_proxy = ''
+`
+
+// A new default egress proxy voids the verdict on the reachability of
+// the accounts that go through it.
+func (q *Queries) ClearDefaultEgressTransportCooldowns(ctx context.Context) (int64, error) {
+	result, err := q.db.Exec(ctx, clearDefaultEgressTransportCooldowns)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const clearTransportCooldown = `-- name: ClearTransportCooldown :execrows
 DELETE FROM cooldowns WHERE account_id = $1 AND reason = 'transport'
 `

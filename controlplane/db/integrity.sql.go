@@ -283,7 +283,7 @@ func (q *Queries) RepairCooldownsWithoutEvidence(ctx context.Context) (int64, er
 }
 
 const sealedCredentials = `-- name: SealedCredentials :many
-SELECT id, label, credential_revision, credential_sealed, refresh_sealed
+SELECT id, label, credential_revision, credential_sealed, refresh_sealed, egress_proxy_sealed
 FROM accounts ORDER BY label
 `
 
@@ -293,6 +293,7 @@ type SealedCredentialsRow struct {
 	CredentialRevision int64
 	CredentialSealed   []byte
 	RefreshSealed      []byte
+	EgressProxySealed  []byte
 }
 
 // Every sealed credential, for the control plane to check it opens.
@@ -311,6 +312,7 @@ func (q *Queries) SealedCredentials(ctx context.Context) ([]SealedCredentialsRow
 			&i.CredentialRevision,
 			&i.CredentialSealed,
 			&i.RefreshSealed,
+			&i.EgressProxySealed,
 		); err != nil {
 			return nil, err
 		}

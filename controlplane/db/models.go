@@ -43,6 +43,8 @@ type Account struct {
 	UpstreamAccountID   string
 	Identity            string
 	OverloadedAt        *time.Time
+	EgressProxy         string
+	EgressProxySealed   []byte
 }
 
 type AuditEvent struct {
@@ -300,6 +302,7 @@ type Setting struct {
 	Name      string
 	Value     string
 	UpdatedAt time.Time
+	Sealed    []byte
 }
 
 type SettingChange struct {

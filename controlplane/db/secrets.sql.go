@@ -13,7 +13,7 @@ import (
 
 const lockSealedCredentials = `-- name: LockSealedCredentials :many
 
-SELECT id, label, credential_revision, credential_sealed, refresh_sealed
+SELECT id, label, credential_revision, credential_sealed, refresh_sealed, egress_proxy_sealed
 FROM accounts
 WHERE id = ANY($1::uuid[])
 ORDER BY id
@@ -26,6 +26,7 @@ type LockSealedCredentialsRow struct {
 	CredentialRevision int64
 	CredentialSealed   []byte
 	RefreshSealed      []byte
+	EgressProxySealed  []byte
 }
 
 // Key rotation ('weir secrets rotate', controlplane/reseal.go).
@@ -47,6 +48,7 @@ func (q *Queries) LockSealedCredentials(ctx context.Context, ids []uuid.UUID) ([
 			&i.CredentialRevision,
 			&i.CredentialSealed,
 			&i.RefreshSealed,
+			&i.EgressProxySealed,
 		); err != nil {
 			return nil, err
 		}
@@ -61,19 +63,22 @@ func (q *Queries) LockSealedCredentials(ctx context.Context, ids []uuid.UUID) ([
 const resealCredentials = `-- name: ResealCredentials :execrows
 UPDATE accounts a SET
     credential_sealed = r.credential_sealed,
-    refresh_sealed = r.refresh_sealed
+    refresh_sealed = r.refresh_sealed,
+    egress_proxy_sealed = r.egress_proxy_sealed
 FROM ROWS FROM (
     unnest($1::uuid[]), unnest($2::bigint[]),
-    unnest($3::bytea[]), unnest($4::bytea[])
-) AS r(id, revision, credential_sealed, refresh_sealed)
+    unnest($3::bytea[]), unnest($4::bytea[]),
+    unnest($5::bytea[])
+) AS r(id, revision, credential_sealed, refresh_sealed, egress_proxy_sealed)
 WHERE a.id = r.id AND a.credential_revision = r.revision
 `
 
 type ResealCredentialsParams struct {
-	Ids              []uuid.UUID
-	Revisions        []int64
-	CredentialSealed [][]byte
-	RefreshSealed    [][]byte
+	Ids               []uuid.UUID
+	Revisions         []int64
+	CredentialSealed  [][]byte
+	RefreshSealed     [][]byte
+	EgressProxySealed [][]byte
 }
 
 // Writes re-sealed credentials over the revision they were sealed for.
@@ -85,6 +90,7 @@ func (q *Queries) ResealCredentials(ctx context.Context, arg ResealCredentialsPa
 		arg.Revisions,
 		arg.CredentialSealed,
 		arg.RefreshSealed,
+		arg.EgressProxySealed,
 	)
 	if err != nil {
 		return 0, err

@@ -10,6 +10,23 @@ import (
 	"time"
 )
 
+const egressDefault = `-- name: EgressDefault :one
+SELECT value, sealed FROM settings WHERE name = 'egress_proxy'
+`
+
+type EgressDefaultRow struct {
+	Value  string
+	Sealed []byte
+}
+
+// The default egress proxy, sealed; no row when it was never set.
+func (q *Queries) EgressDefault(ctx context.Context) (EgressDefaultRow, error) {
+	row := q.db.QueryRow(ctx, egressDefault)
+	var i EgressDefaultRow
+	err := row.Scan(&i.Value, &i.Sealed)
+	return i, err
+}
+
 const listSettingChanges = `-- name: ListSettingChanges :many
 SELECT id, name, old_value, new_value, actor, changed_at FROM setting_changes ORDER BY changed_at DESC, id DESC LIMIT $1
 `
@@ -42,7 +59,7 @@ func (q *Queries) ListSettingChanges(ctx context.Context, maxRows int32) ([]Sett
 }
 
 const listSettings = `-- name: ListSettings :many
-SELECT name, value, updated_at FROM settings
+SELECT name, value, updated_at, sealed FROM settings
 `
 
 func (q *Queries) ListSettings(ctx context.Context) ([]Setting, error) {
@@ -54,7 +71,12 @@ func (q *Queries) ListSettings(ctx context.Context) ([]Setting, error) {
 	items := []Setting{}
 	for rows.Next() {
 		var i Setting
-		if err := rows.Scan(&i.Name, &i.Value, &i.UpdatedAt); err != nil {
+		if err := rows.Scan(
+			&i.Name,
+			&i.Value,
+			&i.UpdatedAt,
+			&i.Sealed,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -63,6 +85,60 @@ func (q *Queries) ListSettings(ctx context.Context) ([]Setting, error) {
 		return nil, err
 	}
 	return items, nil
+}
+
+const lockSealedSettings = `-- name: LockSealedSettings :many
+SELECT name, sealed FROM settings WHERE sealed IS NOT NULL ORDER BY name FOR UPDATE
+`
+
+type LockSealedSettingsRow struct {
+	Name   string
+	Sealed []byte
+}
+
+// The sealed settings, for a key rotation (controlplane/reseal.go), locked.
+func (q *Queries) LockSealedSettings(ctx context.Context) ([]LockSealedSettingsRow, error) {
+	rows, err := q.db.Query(ctx, lockSealedSettings)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LockSealedSettingsRow{}
+	for rows.Next() {
+		var i LockSealedSettingsRow
+		if err := rows.Scan(&i.Name, &i.Sealed); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const putSealedSetting = `-- name: PutSealedSetting :exec
+INSERT INTO settings (name, value, sealed, updated_at) VALUES ($1, $2, $3, $4)
+ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value, sealed = EXCLUDED.sealed, updated_at = EXCLUDED.updated_at
+`
+
+type PutSealedSettingParams struct {
+	Name   string
+	Value  string
+	Sealed []byte
+	Now    time.Time
+}
+
+// A setting whose value is a secret: value is what operators see, sealed
+// the whole (controlplane/settings.go).
+func (q *Queries) PutSealedSetting(ctx context.Context, arg PutSealedSettingParams) error {
+	_, err := q.db.Exec(ctx, putSealedSetting,
+		arg.Name,
+		arg.Value,
+		arg.Sealed,
+		arg.Now,
+	)
+	return err
 }
 
 const putSetting = `-- name: PutSetting :exec
@@ -103,4 +179,50 @@ func (q *Queries) RecordSettingChange(ctx context.Context, arg RecordSettingChan
 		arg.Now,
 	)
 	return err
+}
+
+const resealSetting = `-- name: ResealSetting :execrows
+UPDATE settings SET sealed = $1 WHERE name = $2 AND sealed IS NOT NULL
+`
+
+type ResealSettingParams struct {
+	Sealed []byte
+	Name   string
+}
+
+func (q *Queries) ResealSetting(ctx context.Context, arg ResealSettingParams) (int64, error) {
+	result, err := q.db.Exec(ctx, resealSetting, arg.Sealed, arg.Name)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const sealedSettings = `-- name: SealedSettings :many
+SELECT name, sealed FROM settings WHERE sealed IS NOT NULL ORDER BY name
+`
+
+type SealedSettingsRow struct {
+	Name   string
+	Sealed []byte
+}
+
+func (q *Queries) SealedSettings(ctx context.Context) ([]SealedSettingsRow, error) {
+	rows, err := q.db.Query(ctx, sealedSettings)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SealedSettingsRow{}
+	for rows.Next() {
+		var i SealedSettingsRow
+		if err := rows.Scan(&i.Name, &i.Sealed); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

@@ -139,6 +139,26 @@ func refreshAD(account uuid.UUID, revision int64) []byte {
 	return append([]byte(refreshADPrefix), sealAD(account, revision)...)
 }
 
+// proxyADPrefix sets egress proxy URLs apart from credentials and refresh
+// tokens. A proxy URL has no revision of its own: it is bound to its
+// owner, an account or, for the default, uuid.Nil.
+const proxyADPrefix = "weir-egress-proxy\x00"
+
+func proxyAD(owner uuid.UUID) []byte {
+	return append([]byte(proxyADPrefix), owner[:]...)
+}
+
+// SealProxy seals an egress proxy URL (it may hold a password) for owner:
+// an account, or uuid.Nil for the default every other account uses.
+func (s *Sealer) SealProxy(owner uuid.UUID, url string) []byte {
+	return s.sealWith(proxyAD(owner), url)
+}
+
+// OpenProxy opens a proxy URL sealed by SealProxy for the same owner.
+func (s *Sealer) OpenProxy(owner uuid.UUID, sealed []byte) (string, error) {
+	return s.openWith(proxyAD(owner), sealed)
+}
+
 // Seal seals an account's credential (its access token or API key) at a
 // credential revision.
 func (s *Sealer) Seal(account uuid.UUID, revision int64, plaintext string) []byte {

@@ -371,3 +371,46 @@ func TestSealTargetBindsTargetAndField(t *testing.T) {
 		t.Errorf("an account seal opened as a target's: %v", err)
 	}
 }
+
+// TestSealProxyBindsOwner: a proxy URL opens for its owner only, never as
+// a credential or refresh token (nor one as a proxy URL), and under a
+// previous key too.
+func TestSealProxyBindsOwner(t *testing.T) {
+	t.Parallel()
+	oldKey := randBytes(32)
+	s, err := New(oldKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := uuid.New()
+	url := "socks5://user:" + randHex(12) + "@127.0.0.1:1080"
+	sealed := s.SealProxy(id, url)
+	if bytes.Contains(sealed, []byte(url)) {
+		t.Fatal("sealed bytes hold the plaintext")
+	}
+	if got, err := s.OpenProxy(id, sealed); err != nil || got != url {
+		t.Fatalf("open: %v", err)
+	}
+	def := s.SealProxy(uuid.Nil, url)
+	if got, err := s.OpenProxy(uuid.Nil, def); err != nil || got != url {
+		t.Fatalf("open the default: %v", err)
+	}
+	for name, open := range map[string]func() (string, error){
+		"other owner":         func() (string, error) { return s.OpenProxy(uuid.New(), sealed) },
+		"the default's owner": func() (string, error) { return s.OpenProxy(uuid.Nil, sealed) },
+		"as a credential":     func() (string, error) { return s.Open(id, 0, sealed) },
+		"as a refresh token":  func() (string, error) { return s.OpenRefresh(id, 0, sealed) },
+		"a credential":        func() (string, error) { return s.OpenProxy(id, s.Seal(id, 0, url)) },
+	} {
+		if got, err := open(); err != ErrUnseal || got != "" {
+			t.Errorf("%s: opened (%d bytes), %v", name, len(got), err)
+		}
+	}
+	rotated, err := New(randBytes(32), oldKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := rotated.OpenProxy(id, sealed); err != nil || got != url || rotated.Current(sealed) {
+		t.Errorf("under a previous key: %v, current %v", err, rotated.Current(sealed))
+	}
+}

@@ -60,6 +60,12 @@ type account struct {
 	// baseURL, when set, replaces the simulator's (a real address that
 	// does not answer, say).
 	baseURL string
+	// proxy is the account's egress proxy (CreateAccountRequest's: a URL,
+	// "direct", or "" for the default).
+	proxy string
+	// refreshable gives an oauth account a refresh token, and an access
+	// token that expires within the control plane's refresh horizon.
+	refreshable bool
 }
 
 // options shape one test's topology; zero values are the defaults.
@@ -169,7 +175,9 @@ type env struct {
 	ids    map[string]string // label → account id
 	labels map[string]string // account id → label
 	creds  map[string]string // label → upstream credential
-	opts   options
+	// refreshTokens are the refreshable accounts' refresh tokens, by label.
+	refreshTokens map[string]string
+	opts          options
 }
 
 func randHex(n int) string {
@@ -193,7 +201,8 @@ func setup(t *testing.T, opts options) *env {
 			opts.leaseTTL = time.Hour
 		}
 	}
-	e := &env{t: t, opts: opts, ids: map[string]string{}, labels: map[string]string{}, creds: map[string]string{}}
+	e := &env{t: t, opts: opts, ids: map[string]string{}, labels: map[string]string{}, creds: map[string]string{},
+		refreshTokens: map[string]string{}}
 	pool := opts.db
 	if pool == nil {
 		pool = pgtest.NewPool(t)
@@ -218,6 +227,10 @@ func setup(t *testing.T, opts options) *env {
 		case a.oauth:
 			as.Kind, as.Credential = sim.KindOAuth, "sk-ant-oat01-e2e-"+a.label+"-"+randHex(8)
 			as.Windows = a.windows
+			if a.refreshable {
+				as.RefreshToken = "sk-ant-ort01-e2e-" + a.label + "-" + randHex(8)
+				e.refreshTokens[a.label] = as.RefreshToken
+			}
 		}
 		e.creds[a.label] = as.Credential
 		script.Accounts = append(script.Accounts, as)
@@ -253,6 +266,15 @@ func setup(t *testing.T, opts options) *env {
 			BaseUrl:        e.simSrv.URL,
 			MaxConcurrency: a.maxConc,
 			Priority:       a.priority,
+			EgressProxy:    a.proxy,
+		}
+		if rt := e.refreshTokens[a.label]; rt != "" {
+			now := time.Now
+			if opts.now != nil {
+				now = opts.now
+			}
+			req.Credential = fmt.Sprintf(`{"access_token":%q,"refresh_token":%q,"expires_at":%q}`,
+				e.creds[a.label], rt, now().Add(time.Minute).UTC().Format(time.RFC3339))
 		}
 		switch {
 		case a.provider == "codex":
@@ -677,6 +699,8 @@ type recorder struct {
 }
 
 type exchange struct {
+	// remote is the address the request came from.
+	remote                 string
 	method, path, rawQuery string
 	reqHeader              http.Header
 	reqBody                []byte
@@ -687,6 +711,7 @@ type exchange struct {
 
 // upstreamExchange is a snapshot of one exchange.
 type upstreamExchange struct {
+	remote                 string
 	method, path, rawQuery string
 	reqHeader              http.Header
 	reqBody                []byte
@@ -702,7 +727,7 @@ func (rc *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rc.next.ServeHTTP(w, r)
 		return
 	}
-	x := &exchange{method: r.Method, path: r.URL.Path, rawQuery: r.URL.RawQuery, reqHeader: r.Header.Clone()}
+	x := &exchange{remote: r.RemoteAddr, method: r.Method, path: r.URL.Path, rawQuery: r.URL.RawQuery, reqHeader: r.Header.Clone()}
 	if r.Body != nil {
 		x.reqBody, _ = io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(x.reqBody))
@@ -762,7 +787,7 @@ func (rc *recorder) exchanges() []upstreamExchange {
 	out := make([]upstreamExchange, 0, len(rc.xs))
 	for _, x := range rc.xs {
 		out = append(out, upstreamExchange{
-			method: x.method, path: x.path, rawQuery: x.rawQuery, reqHeader: x.reqHeader, reqBody: x.reqBody,
+			remote: x.remote, method: x.method, path: x.path, rawQuery: x.rawQuery, reqHeader: x.reqHeader, reqBody: x.reqBody,
 			status: x.status, header: x.header.Clone(), body: bytes.Clone(x.body.Bytes()),
 		})
 	}

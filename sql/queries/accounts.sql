@@ -1,10 +1,12 @@
 -- name: CreateAccount :one
 INSERT INTO accounts (
     id, provider, auth_kind, label, base_url, max_concurrency, priority,
-    credential_sealed, credential_hint, upstream_account_id, created_at, updated_at
+    credential_sealed, credential_hint, upstream_account_id, egress_proxy, egress_proxy_sealed,
+    created_at, updated_at
 ) VALUES (
     @id, @provider, @auth_kind, @label, @base_url, @max_concurrency, @priority,
-    @credential_sealed, @credential_hint, @upstream_account_id, @now, @now
+    @credential_sealed, @credential_hint, @upstream_account_id, @egress_proxy, @egress_proxy_sealed,
+    @now, @now
 )
 RETURNING *;
 
@@ -36,6 +38,16 @@ UPDATE accounts SET
     max_concurrency = coalesce(sqlc.narg('max_concurrency'), max_concurrency),
     priority = coalesce(sqlc.narg('priority'), priority),
     upstream_account_id = coalesce(sqlc.narg('upstream_account_id'), upstream_account_id),
+    updated_at = @now
+WHERE id = @id
+RETURNING *;
+
+-- The account's egress proxy: '' (the default), 'direct', or the proxy's
+-- scheme://host:port with the whole URL sealed.
+-- name: SetEgressProxy :one
+UPDATE accounts SET
+    egress_proxy = @egress_proxy,
+    egress_proxy_sealed = @egress_proxy_sealed,
     updated_at = @now
 WHERE id = @id
 RETURNING *;
@@ -102,6 +114,7 @@ SELECT sqlc.embed(a),
      WHERE k.key_hash = @key_hash::text AND k.revoked_at IS NULL)::uuid[] AS key_pins,
     coalesce((SELECT k.metered_accounts FROM client_keys k WHERE k.key_hash = @key_hash::text AND k.revoked_at IS NULL), '')::text AS key_metered_accounts,
     coalesce((SELECT s.value FROM settings s WHERE s.name = 'metered_accounts'), '')::text AS metered_setting,
+    (SELECT s.sealed FROM settings s WHERE s.name = 'egress_proxy') AS egress_default_sealed,
     (SELECT ma.targets FROM model_aliases ma WHERE ma.alias = @model::text) AS alias_targets,
     ob.open_until AS breaker_open_until,
     (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > @now)::integer AS live,

@@ -87,3 +87,9 @@ WHERE c.reason = 'transport'
 -- A new base URL voids the verdict on the old one's reachability.
 -- name: ClearTransportCooldown :execrows
 DELETE FROM cooldowns WHERE account_id = @account_id AND reason = 'transport';
+
+-- A new default egress proxy voids the verdict on the reachability of
+-- the accounts that go through it.
+-- name: ClearDefaultEgressTransportCooldowns :execrows
+DELETE FROM cooldowns c USING accounts a
+WHERE c.account_id = a.id AND c.reason = 'transport' AND a.egress_proxy = '';

@@ -65,7 +65,7 @@ ORDER BY label;
 
 -- Every sealed credential, for the control plane to check it opens.
 -- name: SealedCredentials :many
-SELECT id, label, credential_revision, credential_sealed, refresh_sealed
+SELECT id, label, credential_revision, credential_sealed, refresh_sealed, egress_proxy_sealed
 FROM accounts ORDER BY label;
 
 -- Marks broken, with @reason, the accounts whose credential a replica

@@ -4,7 +4,7 @@
 -- operator's credential change waits for the rotation's transaction (or
 -- the rotation for theirs) and nothing sealed in between is overwritten.
 -- name: LockSealedCredentials :many
-SELECT id, label, credential_revision, credential_sealed, refresh_sealed
+SELECT id, label, credential_revision, credential_sealed, refresh_sealed, egress_proxy_sealed
 FROM accounts
 WHERE id = ANY(@ids::uuid[])
 ORDER BY id
@@ -16,9 +16,11 @@ FOR UPDATE;
 -- name: ResealCredentials :execrows
 UPDATE accounts a SET
     credential_sealed = r.credential_sealed,
-    refresh_sealed = r.refresh_sealed
+    refresh_sealed = r.refresh_sealed,
+    egress_proxy_sealed = r.egress_proxy_sealed
 FROM ROWS FROM (
     unnest(@ids::uuid[]), unnest(@revisions::bigint[]),
-    unnest(@credential_sealed::bytea[]), unnest(@refresh_sealed::bytea[])
-) AS r(id, revision, credential_sealed, refresh_sealed)
+    unnest(@credential_sealed::bytea[]), unnest(@refresh_sealed::bytea[]),
+    unnest(@egress_proxy_sealed::bytea[])
+) AS r(id, revision, credential_sealed, refresh_sealed, egress_proxy_sealed)
 WHERE a.id = r.id AND a.credential_revision = r.revision;

@@ -87,7 +87,15 @@ type Account struct {
 	Unreachable *Unreachable `protobuf:"bytes,36,opt,name=unreachable,proto3" json:"unreachable,omitempty"`
 	// When the account last answered overloaded (529, 503, an overloaded
 	// or at-capacity event); unset once it succeeded since.
-	OverloadedAt  *timestamppb.Timestamp `protobuf:"bytes,37,opt,name=overloaded_at,json=overloadedAt,proto3" json:"overloaded_at,omitempty"`
+	OverloadedAt *timestamppb.Timestamp `protobuf:"bytes,37,opt,name=overloaded_at,json=overloadedAt,proto3" json:"overloaded_at,omitempty"`
+	// The account's own egress proxy, as scheme://host:port (never its
+	// credentials); "direct" when the account bypasses the default
+	// (Settings.egress_proxy); "" when it follows the default.
+	EgressProxy string `protobuf:"bytes,38,opt,name=egress_proxy,json=egressProxy,proto3" json:"egress_proxy,omitempty"`
+	// What the account's traffic goes through now, as scheme://host:port:
+	// its own proxy, else the default's; "" when it goes direct. Inference,
+	// usage reads, token refreshes and profile reads alike.
+	EgressVia     string `protobuf:"bytes,39,opt,name=egress_via,json=egressVia,proto3" json:"egress_via,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -325,6 +333,20 @@ func (x *Account) GetOverloadedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Account) GetEgressProxy() string {
+	if x != nil {
+		return x.EgressProxy
+	}
+	return ""
+}
+
+func (x *Account) GetEgressVia() string {
+	if x != nil {
+		return x.EgressVia
+	}
+	return ""
+}
+
 // Forecast is one usage window's burn rate and predicted exhaustion, from
 // the usage snapshots of the window's current period: a least-squares fit
 // over the last hours (one for five_hour, six for the weekly windows).
@@ -489,8 +511,13 @@ type CreateAccountRequest struct {
 	// Codex: the ChatGPT account id; taken from the credential when it is
 	// Codex's auth.json.
 	UpstreamAccountId string `protobuf:"bytes,8,opt,name=upstream_account_id,json=upstreamAccountId,proto3" json:"upstream_account_id,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The account's egress proxy: an http://, https://, socks5:// or
+	// socks5h:// URL (user:pass@ when it needs them), sealed at rest like
+	// the credential and never returned whole; "direct" bypasses the
+	// default (Settings.egress_proxy); "" follows it.
+	EgressProxy   string `protobuf:"bytes,9,opt,name=egress_proxy,json=egressProxy,proto3" json:"egress_proxy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateAccountRequest) Reset() {
@@ -575,6 +602,13 @@ func (x *CreateAccountRequest) GetPriority() int32 {
 func (x *CreateAccountRequest) GetUpstreamAccountId() string {
 	if x != nil {
 		return x.UpstreamAccountId
+	}
+	return ""
+}
+
+func (x *CreateAccountRequest) GetEgressProxy() string {
+	if x != nil {
+		return x.EgressProxy
 	}
 	return ""
 }
@@ -859,7 +893,8 @@ type UpdateAccountRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Fields to change: label, base_url, max_concurrency, priority,
-	// credential, banked_resets_enabled, org_id, upstream_account_id.
+	// credential, banked_resets_enabled, org_id, upstream_account_id,
+	// egress_proxy.
 	UpdateMask     *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	Label          string                 `protobuf:"bytes,3,opt,name=label,proto3" json:"label,omitempty"`
 	BaseUrl        string                 `protobuf:"bytes,4,opt,name=base_url,json=baseUrl,proto3" json:"base_url,omitempty"`
@@ -871,8 +906,11 @@ type UpdateAccountRequest struct {
 	BankedResetsEnabled bool   `protobuf:"varint,30,opt,name=banked_resets_enabled,json=bankedResetsEnabled,proto3" json:"banked_resets_enabled,omitempty"`
 	OrgId               string `protobuf:"bytes,31,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
 	UpstreamAccountId   string `protobuf:"bytes,32,opt,name=upstream_account_id,json=upstreamAccountId,proto3" json:"upstream_account_id,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// As CreateAccountRequest.egress_proxy: a URL, "direct", or "" to
+	// follow the default.
+	EgressProxy   string `protobuf:"bytes,33,opt,name=egress_proxy,json=egressProxy,proto3" json:"egress_proxy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateAccountRequest) Reset() {
@@ -971,6 +1009,13 @@ func (x *UpdateAccountRequest) GetOrgId() string {
 func (x *UpdateAccountRequest) GetUpstreamAccountId() string {
 	if x != nil {
 		return x.UpstreamAccountId
+	}
+	return ""
+}
+
+func (x *UpdateAccountRequest) GetEgressProxy() string {
+	if x != nil {
+		return x.EgressProxy
 	}
 	return ""
 }
@@ -1796,7 +1841,7 @@ var File_weir_v1_account_proto protoreflect.FileDescriptor
 
 const file_weir_v1_account_proto_rawDesc = "" +
 	"\n" +
-	"\x15weir/v1/account.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"\xad\n" +
+	"\x15weir/v1/account.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"\xef\n" +
 	"\n" +
 	"\aAccount\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
@@ -1831,7 +1876,10 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"\vrefreshable\x18# \x01(\bR\vrefreshable\x12/\n" +
 	"\tforecasts\x18\x15 \x03(\v2\x11.weir.v1.ForecastR\tforecasts\x126\n" +
 	"\vunreachable\x18$ \x01(\v2\x14.weir.v1.UnreachableR\vunreachable\x12?\n" +
-	"\roverloaded_at\x18% \x01(\v2\x1a.google.protobuf.TimestampR\foverloadedAt\"\x98\x01\n" +
+	"\roverloaded_at\x18% \x01(\v2\x1a.google.protobuf.TimestampR\foverloadedAt\x12!\n" +
+	"\fegress_proxy\x18& \x01(\tR\vegressProxy\x12\x1d\n" +
+	"\n" +
+	"egress_via\x18' \x01(\tR\tegressVia\"\x98\x01\n" +
 	"\bForecast\x12\x16\n" +
 	"\x06window\x18\x01 \x01(\tR\x06window\x12\"\n" +
 	"\rburn_per_hour\x18\x02 \x01(\x01R\vburnPerHour\x12@\n" +
@@ -1845,7 +1893,7 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"\x06source\x18\x04 \x01(\tR\x06source\x12;\n" +
 	"\vobserved_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"observedAtB\x0e\n" +
-	"\f_utilization\"\xbb\x02\n" +
+	"\f_utilization\"\xde\x02\n" +
 	"\x14CreateAccountRequest\x12-\n" +
 	"\bprovider\x18\x01 \x01(\x0e2\x11.weir.v1.ProviderR\bprovider\x12.\n" +
 	"\tauth_kind\x18\x02 \x01(\x0e2\x11.weir.v1.AuthKindR\bauthKind\x12\x14\n" +
@@ -1856,7 +1904,8 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"\bbase_url\x18\x05 \x01(\tR\abaseUrl\x12'\n" +
 	"\x0fmax_concurrency\x18\x06 \x01(\x05R\x0emaxConcurrency\x12\x1a\n" +
 	"\bpriority\x18\a \x01(\x05R\bpriority\x12.\n" +
-	"\x13upstream_account_id\x18\b \x01(\tR\x11upstreamAccountId\"C\n" +
+	"\x13upstream_account_id\x18\b \x01(\tR\x11upstreamAccountId\x12!\n" +
+	"\fegress_proxy\x18\t \x01(\tR\vegressProxy\"C\n" +
 	"\x15CreateAccountResponse\x12*\n" +
 	"\aaccount\x18\x01 \x01(\v2\x10.weir.v1.AccountR\aaccount\"T\n" +
 	"\x10DuplicateAccount\x12\x0e\n" +
@@ -1869,7 +1918,7 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"\x11GetAccountRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"@\n" +
 	"\x12GetAccountResponse\x12*\n" +
-	"\aaccount\x18\x01 \x01(\v2\x10.weir.v1.AccountR\aaccount\"\xf4\x02\n" +
+	"\aaccount\x18\x01 \x01(\v2\x10.weir.v1.AccountR\aaccount\"\x97\x03\n" +
 	"\x14UpdateAccountRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12;\n" +
 	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
@@ -1883,7 +1932,8 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"credential\x122\n" +
 	"\x15banked_resets_enabled\x18\x1e \x01(\bR\x13bankedResetsEnabled\x12\x15\n" +
 	"\x06org_id\x18\x1f \x01(\tR\x05orgId\x12.\n" +
-	"\x13upstream_account_id\x18  \x01(\tR\x11upstreamAccountId\"C\n" +
+	"\x13upstream_account_id\x18  \x01(\tR\x11upstreamAccountId\x12!\n" +
+	"\fegress_proxy\x18! \x01(\tR\vegressProxy\"C\n" +
 	"\x15UpdateAccountResponse\x12*\n" +
 	"\aaccount\x18\x01 \x01(\v2\x10.weir.v1.AccountR\aaccount\"%\n" +
 	"\x13PauseAccountRequest\x12\x0e\n" +

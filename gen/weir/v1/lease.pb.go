@@ -926,8 +926,11 @@ type Lease struct {
 	// because no subscription account that serves the surface could take
 	// the request (cooling, out of quota, gated, at capacity, tried, paused).
 	SpilledToMetered bool `protobuf:"varint,14,opt,name=spilled_to_metered,json=spilledToMetered,proto3" json:"spilled_to_metered,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The egress proxy the upstream request goes through, whole (its
+	// credentials too, for the request only); empty: direct.
+	EgressProxy   string `protobuf:"bytes,15,opt,name=egress_proxy,json=egressProxy,proto3" json:"egress_proxy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Lease) Reset() {
@@ -1056,6 +1059,13 @@ func (x *Lease) GetSpilledToMetered() bool {
 		return x.SpilledToMetered
 	}
 	return false
+}
+
+func (x *Lease) GetEgressProxy() string {
+	if x != nil {
+		return x.EgressProxy
+	}
+	return ""
 }
 
 type NoAccount struct {
@@ -2343,10 +2353,13 @@ type AttemptRecord struct {
 	// What the attempt used (Outcome.usage), unset when it reported
 	// nothing, and the model it was sent upstream as (the alias's target
 	// when the client named an alias): usage is priced by it.
-	Usage         *TokenUsage `protobuf:"bytes,12,opt,name=usage,proto3" json:"usage,omitempty"`
-	Model         string      `protobuf:"bytes,13,opt,name=model,proto3" json:"model,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Usage *TokenUsage `protobuf:"bytes,12,opt,name=usage,proto3" json:"usage,omitempty"`
+	Model string      `protobuf:"bytes,13,opt,name=model,proto3" json:"model,omitempty"`
+	// For a transport error: what failed, without secrets (an egress
+	// proxy's failure names the proxy as scheme://host:port).
+	TransportError string `protobuf:"bytes,14,opt,name=transport_error,json=transportError,proto3" json:"transport_error,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AttemptRecord) Reset() {
@@ -2466,6 +2479,13 @@ func (x *AttemptRecord) GetUsage() *TokenUsage {
 func (x *AttemptRecord) GetModel() string {
 	if x != nil {
 		return x.Model
+	}
+	return ""
+}
+
+func (x *AttemptRecord) GetTransportError() string {
+	if x != nil {
+		return x.TransportError
 	}
 	return ""
 }
@@ -2713,7 +2733,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x05lease\x18\x01 \x01(\v2\x0e.weir.v1.LeaseH\x00R\x05lease\x123\n" +
 	"\n" +
 	"no_account\x18\x02 \x01(\v2\x12.weir.v1.NoAccountH\x00R\tnoAccountB\b\n" +
-	"\x06result\"\xa4\x04\n" +
+	"\x06result\"\xc7\x04\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -2734,7 +2754,8 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\vreuse_until\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"reuseUntil\x12\x14\n" +
 	"\x05probe\x18\r \x01(\bR\x05probe\x12,\n" +
-	"\x12spilled_to_metered\x18\x0e \x01(\bR\x10spilledToMetered\"\x94\x03\n" +
+	"\x12spilled_to_metered\x18\x0e \x01(\bR\x10spilledToMetered\x12!\n" +
+	"\fegress_proxy\x18\x0f \x01(\tR\vegressProxy\"\x94\x03\n" +
 	"\tNoAccount\x120\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x18.weir.v1.NoAccountReasonR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x125\n" +
@@ -2848,7 +2869,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\vsession_key\x18\x19 \x01(\tR\n" +
 	"sessionKey\x12)\n" +
 	"\x05usage\x18\x1a \x01(\v2\x13.weir.v1.TokenUsageR\x05usage\x12\x19\n" +
-	"\bcost_usd\x18\x1b \x01(\x01R\acostUsd\"\x83\x04\n" +
+	"\bcost_usd\x18\x1b \x01(\x01R\acostUsd\"\xac\x04\n" +
 	"\rAttemptRecord\x12)\n" +
 	"\x02at\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x02at\x12\x1d\n" +
 	"\n" +
@@ -2866,7 +2887,8 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	" \x01(\bR\x10spilledToMetered\x12@\n" +
 	"\x0ftransport_cause\x18\v \x01(\x0e2\x17.weir.v1.TransportCauseR\x0etransportCause\x12)\n" +
 	"\x05usage\x18\f \x01(\v2\x13.weir.v1.TokenUsageR\x05usage\x12\x14\n" +
-	"\x05model\x18\r \x01(\tR\x05model\"u\n" +
+	"\x05model\x18\r \x01(\tR\x05model\x12'\n" +
+	"\x0ftransport_error\x18\x0e \x01(\tR\x0etransportError\"u\n" +
 	"\x13ReportRoutesRequest\x12+\n" +
 	"\x06events\x18\x01 \x03(\v2\x13.weir.v1.RouteEventR\x06events\x121\n" +
 	"\brefusals\x18\x02 \x03(\v2\x15.weir.v1.RefusalCountR\brefusals\"\xb3\x01\n" +

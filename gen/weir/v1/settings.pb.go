@@ -109,7 +109,8 @@ type UpdateSettingsRequest struct {
 	// Fields to change: capacity_hold, unreachable_hold, request_deadline,
 	// quota_response_mode, metered_accounts, body_buffer_bytes,
 	// body_buffer_per_key_bytes, route_events_retention, usage_retention,
-	// budget_time_zone, pool_low_accounts, breaker_notify_after.
+	// budget_time_zone, pool_low_accounts, breaker_notify_after,
+	// egress_proxy.
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

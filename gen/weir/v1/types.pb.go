@@ -532,6 +532,11 @@ const (
 	// Anything else: an answer that is broken (not JSON, a malformed event,
 	// over its cap), a base URL no request can be built on.
 	TransportCause_TRANSPORT_CAUSE_OTHER TransportCause = 6
+	// The account's egress proxy could not be reached (refused, no such
+	// host, a timeout) or refused the request (its credentials, the tunnel
+	// to the upstream): the upstream was never asked. The text names the
+	// proxy by scheme://host:port, never its credentials.
+	TransportCause_TRANSPORT_CAUSE_PROXY TransportCause = 7
 )
 
 // Enum value maps for TransportCause.
@@ -544,6 +549,7 @@ var (
 		4: "TRANSPORT_CAUSE_TIMEOUT",
 		5: "TRANSPORT_CAUSE_RESET",
 		6: "TRANSPORT_CAUSE_OTHER",
+		7: "TRANSPORT_CAUSE_PROXY",
 	}
 	TransportCause_value = map[string]int32{
 		"TRANSPORT_CAUSE_UNSPECIFIED": 0,
@@ -553,6 +559,7 @@ var (
 		"TRANSPORT_CAUSE_TIMEOUT":     4,
 		"TRANSPORT_CAUSE_RESET":       5,
 		"TRANSPORT_CAUSE_OTHER":       6,
+		"TRANSPORT_CAUSE_PROXY":       7,
 	}
 )
 
@@ -1048,8 +1055,14 @@ type Settings struct {
 	// Notifications: how long an overload breaker stays open before
 	// breaker_open_long is raised. Default 5m.
 	BreakerNotifyAfter *durationpb.Duration `protobuf:"bytes,12,opt,name=breaker_notify_after,json=breakerNotifyAfter,proto3" json:"breaker_notify_after,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The egress proxy of every account that names none of its own (an
+	// account set to "direct" bypasses it): an http://, https://, socks5://
+	// or socks5h:// URL, with user:pass@ when the proxy needs them. In
+	// UpdateSettings the whole URL ("" for none); it is sealed at rest like
+	// a credential, and every answer holds its scheme://host:port only.
+	EgressProxy   string `protobuf:"bytes,13,opt,name=egress_proxy,json=egressProxy,proto3" json:"egress_proxy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Settings) Reset() {
@@ -1164,6 +1177,13 @@ func (x *Settings) GetBreakerNotifyAfter() *durationpb.Duration {
 		return x.BreakerNotifyAfter
 	}
 	return nil
+}
+
+func (x *Settings) GetEgressProxy() string {
+	if x != nil {
+		return x.EgressProxy
+	}
+	return ""
 }
 
 // Cooldown is a live exclusion of an account from routing.
@@ -1734,7 +1754,7 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\x04host\x18\x03 \x01(\tR\x04host\x120\n" +
 	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x123\n" +
 	"\alast_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x06lastAt\x12\x1a\n" +
-	"\battempts\x18\x06 \x01(\x05R\battempts\"\x85\x06\n" +
+	"\battempts\x18\x06 \x01(\x05R\battempts\"\xa8\x06\n" +
 	"\bSettings\x12>\n" +
 	"\rcapacity_hold\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\fcapacityHold\x12D\n" +
 	"\x10request_deadline\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0frequestDeadline\x12J\n" +
@@ -1748,7 +1768,8 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\x10budget_time_zone\x18\n" +
 	" \x01(\tR\x0ebudgetTimeZone\x12*\n" +
 	"\x11pool_low_accounts\x18\v \x01(\x05R\x0fpoolLowAccounts\x12K\n" +
-	"\x14breaker_notify_after\x18\f \x01(\v2\x19.google.protobuf.DurationR\x12breakerNotifyAfter\"\x90\x02\n" +
+	"\x14breaker_notify_after\x18\f \x01(\v2\x19.google.protobuf.DurationR\x12breakerNotifyAfter\x12!\n" +
+	"\fegress_proxy\x18\r \x01(\tR\vegressProxy\"\x90\x02\n" +
 	"\bCooldown\x12/\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x17.weir.v1.CooldownReasonR\x06reason\x120\n" +
 	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x129\n" +
@@ -1839,7 +1860,7 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\"COOLDOWN_REASON_INVALID_CREDENTIAL\x10\x03\x12\x1e\n" +
 	"\x1aCOOLDOWN_REASON_OVERLOADED\x10\x04\x12#\n" +
 	"\x1fCOOLDOWN_REASON_QUOTA_EXHAUSTED\x10\x05\x12\"\n" +
-	"\x1eCOOLDOWN_REASON_OUT_OF_CREDITS\x10\x06*\xd3\x01\n" +
+	"\x1eCOOLDOWN_REASON_OUT_OF_CREDITS\x10\x06*\xee\x01\n" +
 	"\x0eTransportCause\x12\x1f\n" +
 	"\x1bTRANSPORT_CAUSE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13TRANSPORT_CAUSE_DNS\x10\x01\x12\x1b\n" +
@@ -1847,7 +1868,8 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\x13TRANSPORT_CAUSE_TLS\x10\x03\x12\x1b\n" +
 	"\x17TRANSPORT_CAUSE_TIMEOUT\x10\x04\x12\x19\n" +
 	"\x15TRANSPORT_CAUSE_RESET\x10\x05\x12\x19\n" +
-	"\x15TRANSPORT_CAUSE_OTHER\x10\x06*\xed\x02\n" +
+	"\x15TRANSPORT_CAUSE_OTHER\x10\x06\x12\x19\n" +
+	"\x15TRANSPORT_CAUSE_PROXY\x10\a*\xed\x02\n" +
 	"\fOutcomeClass\x12\x1d\n" +
 	"\x19OUTCOME_CLASS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15OUTCOME_CLASS_SUCCESS\x10\x01\x12\x1e\n" +
