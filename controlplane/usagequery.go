@@ -237,3 +237,7 @@ func (u usageService) DeletePrice(ctx context.Context, req *connect.Request[weir
 	}
 	return connect.NewResponse(&weirv1.DeletePriceResponse{}), nil
 }
+
+func (u usageService) ExplainCache(ctx context.Context, req *connect.Request[weirv1.ExplainCacheRequest]) (*connect.Response[weirv1.ExplainCacheResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("ExplainCache: not yet"))
+}

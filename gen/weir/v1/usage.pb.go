@@ -9,6 +9,7 @@ package weirv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -21,6 +22,399 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+type ExplainCacheRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this key's sessions (id or name).
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// Only this session.
+	SessionKey string `protobuf:"bytes,2,opt,name=session_key,json=sessionKey,proto3" json:"session_key,omitempty"`
+	// The range, by when requests started: [since, until); since defaults
+	// to 24 hours before until, until to now. Within the route events'
+	// retention.
+	Since *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
+	Until *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=until,proto3" json:"until,omitempty"`
+	// At most this many sessions (default 50, at most 1000), those with the
+	// most uncached input first.
+	Limit         int32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainCacheRequest) Reset() {
+	*x = ExplainCacheRequest{}
+	mi := &file_weir_v1_usage_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainCacheRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainCacheRequest) ProtoMessage() {}
+
+func (x *ExplainCacheRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_usage_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainCacheRequest.ProtoReflect.Descriptor instead.
+func (*ExplainCacheRequest) Descriptor() ([]byte, []int) {
+	return file_weir_v1_usage_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ExplainCacheRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ExplainCacheRequest) GetSessionKey() string {
+	if x != nil {
+		return x.SessionKey
+	}
+	return ""
+}
+
+func (x *ExplainCacheRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *ExplainCacheRequest) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *ExplainCacheRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ExplainCacheResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sessions      []*SessionCache        `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainCacheResponse) Reset() {
+	*x = ExplainCacheResponse{}
+	mi := &file_weir_v1_usage_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainCacheResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainCacheResponse) ProtoMessage() {}
+
+func (x *ExplainCacheResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_usage_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainCacheResponse.ProtoReflect.Descriptor instead.
+func (*ExplainCacheResponse) Descriptor() ([]byte, []int) {
+	return file_weir_v1_usage_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ExplainCacheResponse) GetSessions() []*SessionCache {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+// SessionCache is one session's prompt cache over the range.
+type SessionCache struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	SessionKey          string                 `protobuf:"bytes,1,opt,name=session_key,json=sessionKey,proto3" json:"session_key,omitempty"`
+	KeyId               string                 `protobuf:"bytes,2,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	KeyName             string                 `protobuf:"bytes,3,opt,name=key_name,json=keyName,proto3" json:"key_name,omitempty"`
+	FirstAt             *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=first_at,json=firstAt,proto3" json:"first_at,omitempty"`
+	LastAt              *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_at,json=lastAt,proto3" json:"last_at,omitempty"`
+	Requests            int64                  `protobuf:"varint,6,opt,name=requests,proto3" json:"requests,omitempty"`
+	InputTokens         int64                  `protobuf:"varint,7,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	CacheReadTokens     int64                  `protobuf:"varint,8,opt,name=cache_read_tokens,json=cacheReadTokens,proto3" json:"cache_read_tokens,omitempty"`
+	CacheCreationTokens int64                  `protobuf:"varint,9,opt,name=cache_creation_tokens,json=cacheCreationTokens,proto3" json:"cache_creation_tokens,omitempty"`
+	// cache_read_tokens over all input.
+	CacheHitRatio float64 `protobuf:"fixed64,10,opt,name=cache_hit_ratio,json=cacheHitRatio,proto3" json:"cache_hit_ratio,omitempty"`
+	// The requests that should have read the cache and did not, oldest
+	// first (at most 200 per session).
+	Misses []*CacheMiss `protobuf:"bytes,11,rep,name=misses,proto3" json:"misses,omitempty"`
+	// How many misses of each cause: moved, expired, prefix_changed.
+	Causes        map[string]int32 `protobuf:"bytes,12,rep,name=causes,proto3" json:"causes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionCache) Reset() {
+	*x = SessionCache{}
+	mi := &file_weir_v1_usage_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionCache) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionCache) ProtoMessage() {}
+
+func (x *SessionCache) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_usage_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionCache.ProtoReflect.Descriptor instead.
+func (*SessionCache) Descriptor() ([]byte, []int) {
+	return file_weir_v1_usage_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SessionCache) GetSessionKey() string {
+	if x != nil {
+		return x.SessionKey
+	}
+	return ""
+}
+
+func (x *SessionCache) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *SessionCache) GetKeyName() string {
+	if x != nil {
+		return x.KeyName
+	}
+	return ""
+}
+
+func (x *SessionCache) GetFirstAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FirstAt
+	}
+	return nil
+}
+
+func (x *SessionCache) GetLastAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastAt
+	}
+	return nil
+}
+
+func (x *SessionCache) GetRequests() int64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+func (x *SessionCache) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *SessionCache) GetCacheReadTokens() int64 {
+	if x != nil {
+		return x.CacheReadTokens
+	}
+	return 0
+}
+
+func (x *SessionCache) GetCacheCreationTokens() int64 {
+	if x != nil {
+		return x.CacheCreationTokens
+	}
+	return 0
+}
+
+func (x *SessionCache) GetCacheHitRatio() float64 {
+	if x != nil {
+		return x.CacheHitRatio
+	}
+	return 0
+}
+
+func (x *SessionCache) GetMisses() []*CacheMiss {
+	if x != nil {
+		return x.Misses
+	}
+	return nil
+}
+
+func (x *SessionCache) GetCauses() map[string]int32 {
+	if x != nil {
+		return x.Causes
+	}
+	return nil
+}
+
+// CacheMiss is a request of a session that read nothing from the prompt
+// cache although the session's previous request had cached its prompt.
+type CacheMiss struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// moved: served by another account than the session's previous request
+	// (a provider's cache is per account); expired: the cache's lifetime
+	// passed since the previous request; prefix_changed: same account,
+	// within the lifetime, and still nothing read (the prompt's start
+	// changed: a new system prompt or tools, a compacted conversation).
+	Cause string `protobuf:"bytes,3,opt,name=cause,proto3" json:"cause,omitempty"`
+	// One line: why it moved (failover from an account and its answer, a
+	// hold, the bound account at its cap or out, the binding lapsed), or the
+	// gap for expired.
+	Why                  string `protobuf:"bytes,4,opt,name=why,proto3" json:"why,omitempty"`
+	AccountId            string `protobuf:"bytes,5,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	AccountLabel         string `protobuf:"bytes,6,opt,name=account_label,json=accountLabel,proto3" json:"account_label,omitempty"`
+	PreviousAccountId    string `protobuf:"bytes,7,opt,name=previous_account_id,json=previousAccountId,proto3" json:"previous_account_id,omitempty"`
+	PreviousAccountLabel string `protobuf:"bytes,8,opt,name=previous_account_label,json=previousAccountLabel,proto3" json:"previous_account_label,omitempty"`
+	// The time since the session's previous request.
+	Gap *durationpb.Duration `protobuf:"bytes,9,opt,name=gap,proto3" json:"gap,omitempty"`
+	// The input the request sent uncached (input + cache creation): what
+	// the miss cost.
+	UncachedInputTokens int64 `protobuf:"varint,10,opt,name=uncached_input_tokens,json=uncachedInputTokens,proto3" json:"uncached_input_tokens,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *CacheMiss) Reset() {
+	*x = CacheMiss{}
+	mi := &file_weir_v1_usage_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CacheMiss) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CacheMiss) ProtoMessage() {}
+
+func (x *CacheMiss) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_usage_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CacheMiss.ProtoReflect.Descriptor instead.
+func (*CacheMiss) Descriptor() ([]byte, []int) {
+	return file_weir_v1_usage_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CacheMiss) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *CacheMiss) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *CacheMiss) GetCause() string {
+	if x != nil {
+		return x.Cause
+	}
+	return ""
+}
+
+func (x *CacheMiss) GetWhy() string {
+	if x != nil {
+		return x.Why
+	}
+	return ""
+}
+
+func (x *CacheMiss) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *CacheMiss) GetAccountLabel() string {
+	if x != nil {
+		return x.AccountLabel
+	}
+	return ""
+}
+
+func (x *CacheMiss) GetPreviousAccountId() string {
+	if x != nil {
+		return x.PreviousAccountId
+	}
+	return ""
+}
+
+func (x *CacheMiss) GetPreviousAccountLabel() string {
+	if x != nil {
+		return x.PreviousAccountLabel
+	}
+	return ""
+}
+
+func (x *CacheMiss) GetGap() *durationpb.Duration {
+	if x != nil {
+		return x.Gap
+	}
+	return nil
+}
+
+func (x *CacheMiss) GetUncachedInputTokens() int64 {
+	if x != nil {
+		return x.UncachedInputTokens
+	}
+	return 0
+}
 
 type QueryUsageRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -43,7 +437,7 @@ type QueryUsageRequest struct {
 
 func (x *QueryUsageRequest) Reset() {
 	*x = QueryUsageRequest{}
-	mi := &file_weir_v1_usage_proto_msgTypes[0]
+	mi := &file_weir_v1_usage_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -55,7 +449,7 @@ func (x *QueryUsageRequest) String() string {
 func (*QueryUsageRequest) ProtoMessage() {}
 
 func (x *QueryUsageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_usage_proto_msgTypes[0]
+	mi := &file_weir_v1_usage_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -68,7 +462,7 @@ func (x *QueryUsageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryUsageRequest.ProtoReflect.Descriptor instead.
 func (*QueryUsageRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_usage_proto_rawDescGZIP(), []int{0}
+	return file_weir_v1_usage_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *QueryUsageRequest) GetGroupBy() []string {
@@ -126,7 +520,7 @@ type QueryUsageResponse struct {
 
 func (x *QueryUsageResponse) Reset() {
 	*x = QueryUsageResponse{}
-	mi := &file_weir_v1_usage_proto_msgTypes[1]
+	mi := &file_weir_v1_usage_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -138,7 +532,7 @@ func (x *QueryUsageResponse) String() string {
 func (*QueryUsageResponse) ProtoMessage() {}
 
 func (x *QueryUsageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_usage_proto_msgTypes[1]
+	mi := &file_weir_v1_usage_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -151,7 +545,7 @@ func (x *QueryUsageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryUsageResponse.ProtoReflect.Descriptor instead.
 func (*QueryUsageResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_usage_proto_rawDescGZIP(), []int{1}
+	return file_weir_v1_usage_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *QueryUsageResponse) GetRows() []*UsageRow {
@@ -206,7 +600,7 @@ type UsageRow struct {
 
 func (x *UsageRow) Reset() {
 	*x = UsageRow{}
-	mi := &file_weir_v1_usage_proto_msgTypes[2]
+	mi := &file_weir_v1_usage_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -218,7 +612,7 @@ func (x *UsageRow) String() string {
 func (*UsageRow) ProtoMessage() {}
 
 func (x *UsageRow) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_usage_proto_msgTypes[2]
+	mi := &file_weir_v1_usage_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -231,7 +625,7 @@ func (x *UsageRow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageRow.ProtoReflect.Descriptor instead.
 func (*UsageRow) Descriptor() ([]byte, []int) {
-	return file_weir_v1_usage_proto_rawDescGZIP(), []int{2}
+	return file_weir_v1_usage_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *UsageRow) GetKeyId() string {
@@ -365,7 +759,7 @@ type ModelPrice struct {
 
 func (x *ModelPrice) Reset() {
 	*x = ModelPrice{}
-	mi := &file_weir_v1_usage_proto_msgTypes[3]
+	mi := &file_weir_v1_usage_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -377,7 +771,7 @@ func (x *ModelPrice) String() string {
 func (*ModelPrice) ProtoMessage() {}
 
 func (x *ModelPrice) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_usage_proto_msgTypes[3]
+	mi := &file_weir_v1_usage_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -390,7 +784,7 @@ func (x *ModelPrice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelPrice.ProtoReflect.Descriptor instead.
 func (*ModelPrice) Descriptor() ([]byte, []int) {
-	return file_weir_v1_usage_proto_rawDescGZIP(), []int{3}
+	return file_weir_v1_usage_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ModelPrice) GetPattern() string {
@@ -450,7 +844,7 @@ type ListPricesRequest struct {
 
 func (x *ListPricesRequest) Reset() {
 	*x = ListPricesRequest{}
-	mi := &file_weir_v1_usage_proto_msgTypes[4]
+	mi := &file_weir_v1_usage_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -462,7 +856,7 @@ func (x *ListPricesRequest) String() string {
 func (*ListPricesRequest) ProtoMessage() {}
 
 func (x *ListPricesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_usage_proto_msgTypes[4]
+	mi := &file_weir_v1_usage_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -475,7 +869,7 @@ func (x *ListPricesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPricesRequest.ProtoReflect.Descriptor instead.
 func (*ListPricesRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_usage_proto_rawDescGZIP(), []int{4}
+	return file_weir_v1_usage_proto_rawDescGZIP(), []int{8}
 }
 
 type ListPricesResponse struct {
@@ -489,7 +883,7 @@ type ListPricesResponse struct {
 
 func (x *ListPricesResponse) Reset() {
 	*x = ListPricesResponse{}
-	mi := &file_weir_v1_usage_proto_msgTypes[5]
+	mi := &file_weir_v1_usage_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -501,7 +895,7 @@ func (x *ListPricesResponse) String() string {
 func (*ListPricesResponse) ProtoMessage() {}
 
 func (x *ListPricesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_usage_proto_msgTypes[5]
+	mi := &file_weir_v1_usage_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -514,7 +908,7 @@ func (x *ListPricesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPricesResponse.ProtoReflect.Descriptor instead.
 func (*ListPricesResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_usage_proto_rawDescGZIP(), []int{5}
+	return file_weir_v1_usage_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListPricesResponse) GetPrices() []*ModelPrice {
@@ -540,7 +934,7 @@ type SetPriceRequest struct {
 
 func (x *SetPriceRequest) Reset() {
 	*x = SetPriceRequest{}
-	mi := &file_weir_v1_usage_proto_msgTypes[6]
+	mi := &file_weir_v1_usage_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -552,7 +946,7 @@ func (x *SetPriceRequest) String() string {
 func (*SetPriceRequest) ProtoMessage() {}
 
 func (x *SetPriceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_usage_proto_msgTypes[6]
+	mi := &file_weir_v1_usage_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -565,7 +959,7 @@ func (x *SetPriceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPriceRequest.ProtoReflect.Descriptor instead.
 func (*SetPriceRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_usage_proto_rawDescGZIP(), []int{6}
+	return file_weir_v1_usage_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetPriceRequest) GetPrice() *ModelPrice {
@@ -584,7 +978,7 @@ type SetPriceResponse struct {
 
 func (x *SetPriceResponse) Reset() {
 	*x = SetPriceResponse{}
-	mi := &file_weir_v1_usage_proto_msgTypes[7]
+	mi := &file_weir_v1_usage_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -596,7 +990,7 @@ func (x *SetPriceResponse) String() string {
 func (*SetPriceResponse) ProtoMessage() {}
 
 func (x *SetPriceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_usage_proto_msgTypes[7]
+	mi := &file_weir_v1_usage_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -609,7 +1003,7 @@ func (x *SetPriceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPriceResponse.ProtoReflect.Descriptor instead.
 func (*SetPriceResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_usage_proto_rawDescGZIP(), []int{7}
+	return file_weir_v1_usage_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetPriceResponse) GetPrice() *ModelPrice {
@@ -628,7 +1022,7 @@ type DeletePriceRequest struct {
 
 func (x *DeletePriceRequest) Reset() {
 	*x = DeletePriceRequest{}
-	mi := &file_weir_v1_usage_proto_msgTypes[8]
+	mi := &file_weir_v1_usage_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +1034,7 @@ func (x *DeletePriceRequest) String() string {
 func (*DeletePriceRequest) ProtoMessage() {}
 
 func (x *DeletePriceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_usage_proto_msgTypes[8]
+	mi := &file_weir_v1_usage_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +1047,7 @@ func (x *DeletePriceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePriceRequest.ProtoReflect.Descriptor instead.
 func (*DeletePriceRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_usage_proto_rawDescGZIP(), []int{8}
+	return file_weir_v1_usage_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeletePriceRequest) GetPattern() string {
@@ -671,7 +1065,7 @@ type DeletePriceResponse struct {
 
 func (x *DeletePriceResponse) Reset() {
 	*x = DeletePriceResponse{}
-	mi := &file_weir_v1_usage_proto_msgTypes[9]
+	mi := &file_weir_v1_usage_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -683,7 +1077,7 @@ func (x *DeletePriceResponse) String() string {
 func (*DeletePriceResponse) ProtoMessage() {}
 
 func (x *DeletePriceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_usage_proto_msgTypes[9]
+	mi := &file_weir_v1_usage_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -696,14 +1090,56 @@ func (x *DeletePriceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePriceResponse.ProtoReflect.Descriptor instead.
 func (*DeletePriceResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_usage_proto_rawDescGZIP(), []int{9}
+	return file_weir_v1_usage_proto_rawDescGZIP(), []int{13}
 }
 
 var File_weir_v1_usage_proto protoreflect.FileDescriptor
 
 const file_weir_v1_usage_proto_rawDesc = "" +
 	"\n" +
-	"\x13weir/v1/usage.proto\x12\aweir.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd7\x01\n" +
+	"\x13weir/v1/usage.proto\x12\aweir.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc2\x01\n" +
+	"\x13ExplainCacheRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
+	"\vsession_key\x18\x02 \x01(\tR\n" +
+	"sessionKey\x120\n" +
+	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
+	"\x05until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\x05R\x05limit\"I\n" +
+	"\x14ExplainCacheResponse\x121\n" +
+	"\bsessions\x18\x01 \x03(\v2\x15.weir.v1.SessionCacheR\bsessions\"\xb6\x04\n" +
+	"\fSessionCache\x12\x1f\n" +
+	"\vsession_key\x18\x01 \x01(\tR\n" +
+	"sessionKey\x12\x15\n" +
+	"\x06key_id\x18\x02 \x01(\tR\x05keyId\x12\x19\n" +
+	"\bkey_name\x18\x03 \x01(\tR\akeyName\x125\n" +
+	"\bfirst_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\afirstAt\x123\n" +
+	"\alast_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x06lastAt\x12\x1a\n" +
+	"\brequests\x18\x06 \x01(\x03R\brequests\x12!\n" +
+	"\finput_tokens\x18\a \x01(\x03R\vinputTokens\x12*\n" +
+	"\x11cache_read_tokens\x18\b \x01(\x03R\x0fcacheReadTokens\x122\n" +
+	"\x15cache_creation_tokens\x18\t \x01(\x03R\x13cacheCreationTokens\x12&\n" +
+	"\x0fcache_hit_ratio\x18\n" +
+	" \x01(\x01R\rcacheHitRatio\x12*\n" +
+	"\x06misses\x18\v \x03(\v2\x12.weir.v1.CacheMissR\x06misses\x129\n" +
+	"\x06causes\x18\f \x03(\v2!.weir.v1.SessionCache.CausesEntryR\x06causes\x1a9\n" +
+	"\vCausesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x98\x03\n" +
+	"\tCacheMiss\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x129\n" +
+	"\n" +
+	"started_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12\x14\n" +
+	"\x05cause\x18\x03 \x01(\tR\x05cause\x12\x10\n" +
+	"\x03why\x18\x04 \x01(\tR\x03why\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x05 \x01(\tR\taccountId\x12#\n" +
+	"\raccount_label\x18\x06 \x01(\tR\faccountLabel\x12.\n" +
+	"\x13previous_account_id\x18\a \x01(\tR\x11previousAccountId\x124\n" +
+	"\x16previous_account_label\x18\b \x01(\tR\x14previousAccountLabel\x12+\n" +
+	"\x03gap\x18\t \x01(\v2\x19.google.protobuf.DurationR\x03gap\x122\n" +
+	"\x15uncached_input_tokens\x18\n" +
+	" \x01(\x03R\x13uncachedInputTokens\"\xd7\x01\n" +
 	"\x11QueryUsageRequest\x12\x19\n" +
 	"\bgroup_by\x18\x01 \x03(\tR\agroupBy\x120\n" +
 	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
@@ -757,14 +1193,15 @@ const file_weir_v1_usage_proto_rawDesc = "" +
 	"\x05price\x18\x01 \x01(\v2\x13.weir.v1.ModelPriceR\x05price\".\n" +
 	"\x12DeletePriceRequest\x12\x18\n" +
 	"\apattern\x18\x01 \x01(\tR\apattern\"\x15\n" +
-	"\x13DeletePriceResponse2\xb5\x02\n" +
+	"\x13DeletePriceResponse2\x87\x03\n" +
 	"\fUsageService\x12J\n" +
 	"\n" +
 	"QueryUsage\x12\x1a.weir.v1.QueryUsageRequest\x1a\x1b.weir.v1.QueryUsageResponse\"\x03\x90\x02\x01\x12J\n" +
 	"\n" +
 	"ListPrices\x12\x1a.weir.v1.ListPricesRequest\x1a\x1b.weir.v1.ListPricesResponse\"\x03\x90\x02\x01\x12A\n" +
 	"\bSetPrice\x12\x18.weir.v1.SetPriceRequest\x1a\x19.weir.v1.SetPriceResponse\"\x00\x12J\n" +
-	"\vDeletePrice\x12\x1b.weir.v1.DeletePriceRequest\x1a\x1c.weir.v1.DeletePriceResponse\"\x00B\x81\x01\n" +
+	"\vDeletePrice\x12\x1b.weir.v1.DeletePriceRequest\x1a\x1c.weir.v1.DeletePriceResponse\"\x00\x12P\n" +
+	"\fExplainCache\x12\x1c.weir.v1.ExplainCacheRequest\x1a\x1d.weir.v1.ExplainCacheResponse\"\x03\x90\x02\x01B\x81\x01\n" +
 	"\vcom.weir.v1B\n" +
 	"UsageProtoP\x01Z)github.com/weirhq/weir/gen/weir/v1;weirv1\xa2\x02\x03WXX\xaa\x02\aWeir.V1\xca\x02\aWeir\\V1\xe2\x02\x13Weir\\V1\\GPBMetadata\xea\x02\bWeir::V1b\x06proto3"
 
@@ -780,42 +1217,59 @@ func file_weir_v1_usage_proto_rawDescGZIP() []byte {
 	return file_weir_v1_usage_proto_rawDescData
 }
 
-var file_weir_v1_usage_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_weir_v1_usage_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_weir_v1_usage_proto_goTypes = []any{
-	(*QueryUsageRequest)(nil),     // 0: weir.v1.QueryUsageRequest
-	(*QueryUsageResponse)(nil),    // 1: weir.v1.QueryUsageResponse
-	(*UsageRow)(nil),              // 2: weir.v1.UsageRow
-	(*ModelPrice)(nil),            // 3: weir.v1.ModelPrice
-	(*ListPricesRequest)(nil),     // 4: weir.v1.ListPricesRequest
-	(*ListPricesResponse)(nil),    // 5: weir.v1.ListPricesResponse
-	(*SetPriceRequest)(nil),       // 6: weir.v1.SetPriceRequest
-	(*SetPriceResponse)(nil),      // 7: weir.v1.SetPriceResponse
-	(*DeletePriceRequest)(nil),    // 8: weir.v1.DeletePriceRequest
-	(*DeletePriceResponse)(nil),   // 9: weir.v1.DeletePriceResponse
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*ExplainCacheRequest)(nil),   // 0: weir.v1.ExplainCacheRequest
+	(*ExplainCacheResponse)(nil),  // 1: weir.v1.ExplainCacheResponse
+	(*SessionCache)(nil),          // 2: weir.v1.SessionCache
+	(*CacheMiss)(nil),             // 3: weir.v1.CacheMiss
+	(*QueryUsageRequest)(nil),     // 4: weir.v1.QueryUsageRequest
+	(*QueryUsageResponse)(nil),    // 5: weir.v1.QueryUsageResponse
+	(*UsageRow)(nil),              // 6: weir.v1.UsageRow
+	(*ModelPrice)(nil),            // 7: weir.v1.ModelPrice
+	(*ListPricesRequest)(nil),     // 8: weir.v1.ListPricesRequest
+	(*ListPricesResponse)(nil),    // 9: weir.v1.ListPricesResponse
+	(*SetPriceRequest)(nil),       // 10: weir.v1.SetPriceRequest
+	(*SetPriceResponse)(nil),      // 11: weir.v1.SetPriceResponse
+	(*DeletePriceRequest)(nil),    // 12: weir.v1.DeletePriceRequest
+	(*DeletePriceResponse)(nil),   // 13: weir.v1.DeletePriceResponse
+	nil,                           // 14: weir.v1.SessionCache.CausesEntry
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 16: google.protobuf.Duration
 }
 var file_weir_v1_usage_proto_depIdxs = []int32{
-	10, // 0: weir.v1.QueryUsageRequest.since:type_name -> google.protobuf.Timestamp
-	10, // 1: weir.v1.QueryUsageRequest.until:type_name -> google.protobuf.Timestamp
-	2,  // 2: weir.v1.QueryUsageResponse.rows:type_name -> weir.v1.UsageRow
-	10, // 3: weir.v1.UsageRow.period_start:type_name -> google.protobuf.Timestamp
-	10, // 4: weir.v1.ModelPrice.updated_at:type_name -> google.protobuf.Timestamp
-	3,  // 5: weir.v1.ListPricesResponse.prices:type_name -> weir.v1.ModelPrice
-	3,  // 6: weir.v1.SetPriceRequest.price:type_name -> weir.v1.ModelPrice
-	3,  // 7: weir.v1.SetPriceResponse.price:type_name -> weir.v1.ModelPrice
-	0,  // 8: weir.v1.UsageService.QueryUsage:input_type -> weir.v1.QueryUsageRequest
-	4,  // 9: weir.v1.UsageService.ListPrices:input_type -> weir.v1.ListPricesRequest
-	6,  // 10: weir.v1.UsageService.SetPrice:input_type -> weir.v1.SetPriceRequest
-	8,  // 11: weir.v1.UsageService.DeletePrice:input_type -> weir.v1.DeletePriceRequest
-	1,  // 12: weir.v1.UsageService.QueryUsage:output_type -> weir.v1.QueryUsageResponse
-	5,  // 13: weir.v1.UsageService.ListPrices:output_type -> weir.v1.ListPricesResponse
-	7,  // 14: weir.v1.UsageService.SetPrice:output_type -> weir.v1.SetPriceResponse
-	9,  // 15: weir.v1.UsageService.DeletePrice:output_type -> weir.v1.DeletePriceResponse
-	12, // [12:16] is the sub-list for method output_type
-	8,  // [8:12] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	15, // 0: weir.v1.ExplainCacheRequest.since:type_name -> google.protobuf.Timestamp
+	15, // 1: weir.v1.ExplainCacheRequest.until:type_name -> google.protobuf.Timestamp
+	2,  // 2: weir.v1.ExplainCacheResponse.sessions:type_name -> weir.v1.SessionCache
+	15, // 3: weir.v1.SessionCache.first_at:type_name -> google.protobuf.Timestamp
+	15, // 4: weir.v1.SessionCache.last_at:type_name -> google.protobuf.Timestamp
+	3,  // 5: weir.v1.SessionCache.misses:type_name -> weir.v1.CacheMiss
+	14, // 6: weir.v1.SessionCache.causes:type_name -> weir.v1.SessionCache.CausesEntry
+	15, // 7: weir.v1.CacheMiss.started_at:type_name -> google.protobuf.Timestamp
+	16, // 8: weir.v1.CacheMiss.gap:type_name -> google.protobuf.Duration
+	15, // 9: weir.v1.QueryUsageRequest.since:type_name -> google.protobuf.Timestamp
+	15, // 10: weir.v1.QueryUsageRequest.until:type_name -> google.protobuf.Timestamp
+	6,  // 11: weir.v1.QueryUsageResponse.rows:type_name -> weir.v1.UsageRow
+	15, // 12: weir.v1.UsageRow.period_start:type_name -> google.protobuf.Timestamp
+	15, // 13: weir.v1.ModelPrice.updated_at:type_name -> google.protobuf.Timestamp
+	7,  // 14: weir.v1.ListPricesResponse.prices:type_name -> weir.v1.ModelPrice
+	7,  // 15: weir.v1.SetPriceRequest.price:type_name -> weir.v1.ModelPrice
+	7,  // 16: weir.v1.SetPriceResponse.price:type_name -> weir.v1.ModelPrice
+	4,  // 17: weir.v1.UsageService.QueryUsage:input_type -> weir.v1.QueryUsageRequest
+	8,  // 18: weir.v1.UsageService.ListPrices:input_type -> weir.v1.ListPricesRequest
+	10, // 19: weir.v1.UsageService.SetPrice:input_type -> weir.v1.SetPriceRequest
+	12, // 20: weir.v1.UsageService.DeletePrice:input_type -> weir.v1.DeletePriceRequest
+	0,  // 21: weir.v1.UsageService.ExplainCache:input_type -> weir.v1.ExplainCacheRequest
+	5,  // 22: weir.v1.UsageService.QueryUsage:output_type -> weir.v1.QueryUsageResponse
+	9,  // 23: weir.v1.UsageService.ListPrices:output_type -> weir.v1.ListPricesResponse
+	11, // 24: weir.v1.UsageService.SetPrice:output_type -> weir.v1.SetPriceResponse
+	13, // 25: weir.v1.UsageService.DeletePrice:output_type -> weir.v1.DeletePriceResponse
+	1,  // 26: weir.v1.UsageService.ExplainCache:output_type -> weir.v1.ExplainCacheResponse
+	22, // [22:27] is the sub-list for method output_type
+	17, // [17:22] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_usage_proto_init() }
@@ -829,7 +1283,7 @@ func file_weir_v1_usage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_usage_proto_rawDesc), len(file_weir_v1_usage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

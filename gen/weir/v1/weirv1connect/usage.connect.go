@@ -42,6 +42,9 @@ const (
 	// UsageServiceDeletePriceProcedure is the fully-qualified name of the UsageService's DeletePrice
 	// RPC.
 	UsageServiceDeletePriceProcedure = "/weir.v1.UsageService/DeletePrice"
+	// UsageServiceExplainCacheProcedure is the fully-qualified name of the UsageService's ExplainCache
+	// RPC.
+	UsageServiceExplainCacheProcedure = "/weir.v1.UsageService/ExplainCache"
 )
 
 // UsageServiceClient is a client for the weir.v1.UsageService service.
@@ -56,6 +59,10 @@ type UsageServiceClient interface {
 	// DeletePrice removes an operator's price: the shipped one, if any,
 	// applies again.
 	DeletePrice(context.Context, *connect.Request[v1.DeletePriceRequest]) (*connect.Response[v1.DeletePriceResponse], error)
+	// ExplainCache is the prompt cache per session: its hit ratio, and
+	// every request that should have read the cache and did not, with the
+	// cause.
+	ExplainCache(context.Context, *connect.Request[v1.ExplainCacheRequest]) (*connect.Response[v1.ExplainCacheResponse], error)
 }
 
 // NewUsageServiceClient constructs a client for the weir.v1.UsageService service. By default, it
@@ -95,15 +102,23 @@ func NewUsageServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(usageServiceMethods.ByName("DeletePrice")),
 			connect.WithClientOptions(opts...),
 		),
+		explainCache: connect.NewClient[v1.ExplainCacheRequest, v1.ExplainCacheResponse](
+			httpClient,
+			baseURL+UsageServiceExplainCacheProcedure,
+			connect.WithSchema(usageServiceMethods.ByName("ExplainCache")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // usageServiceClient implements UsageServiceClient.
 type usageServiceClient struct {
-	queryUsage  *connect.Client[v1.QueryUsageRequest, v1.QueryUsageResponse]
-	listPrices  *connect.Client[v1.ListPricesRequest, v1.ListPricesResponse]
-	setPrice    *connect.Client[v1.SetPriceRequest, v1.SetPriceResponse]
-	deletePrice *connect.Client[v1.DeletePriceRequest, v1.DeletePriceResponse]
+	queryUsage   *connect.Client[v1.QueryUsageRequest, v1.QueryUsageResponse]
+	listPrices   *connect.Client[v1.ListPricesRequest, v1.ListPricesResponse]
+	setPrice     *connect.Client[v1.SetPriceRequest, v1.SetPriceResponse]
+	deletePrice  *connect.Client[v1.DeletePriceRequest, v1.DeletePriceResponse]
+	explainCache *connect.Client[v1.ExplainCacheRequest, v1.ExplainCacheResponse]
 }
 
 // QueryUsage calls weir.v1.UsageService.QueryUsage.
@@ -126,6 +141,11 @@ func (c *usageServiceClient) DeletePrice(ctx context.Context, req *connect.Reque
 	return c.deletePrice.CallUnary(ctx, req)
 }
 
+// ExplainCache calls weir.v1.UsageService.ExplainCache.
+func (c *usageServiceClient) ExplainCache(ctx context.Context, req *connect.Request[v1.ExplainCacheRequest]) (*connect.Response[v1.ExplainCacheResponse], error) {
+	return c.explainCache.CallUnary(ctx, req)
+}
+
 // UsageServiceHandler is an implementation of the weir.v1.UsageService service.
 type UsageServiceHandler interface {
 	QueryUsage(context.Context, *connect.Request[v1.QueryUsageRequest]) (*connect.Response[v1.QueryUsageResponse], error)
@@ -138,6 +158,10 @@ type UsageServiceHandler interface {
 	// DeletePrice removes an operator's price: the shipped one, if any,
 	// applies again.
 	DeletePrice(context.Context, *connect.Request[v1.DeletePriceRequest]) (*connect.Response[v1.DeletePriceResponse], error)
+	// ExplainCache is the prompt cache per session: its hit ratio, and
+	// every request that should have read the cache and did not, with the
+	// cause.
+	ExplainCache(context.Context, *connect.Request[v1.ExplainCacheRequest]) (*connect.Response[v1.ExplainCacheResponse], error)
 }
 
 // NewUsageServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -173,6 +197,13 @@ func NewUsageServiceHandler(svc UsageServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(usageServiceMethods.ByName("DeletePrice")),
 		connect.WithHandlerOptions(opts...),
 	)
+	usageServiceExplainCacheHandler := connect.NewUnaryHandler(
+		UsageServiceExplainCacheProcedure,
+		svc.ExplainCache,
+		connect.WithSchema(usageServiceMethods.ByName("ExplainCache")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/weir.v1.UsageService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case UsageServiceQueryUsageProcedure:
@@ -183,6 +214,8 @@ func NewUsageServiceHandler(svc UsageServiceHandler, opts ...connect.HandlerOpti
 			usageServiceSetPriceHandler.ServeHTTP(w, r)
 		case UsageServiceDeletePriceProcedure:
 			usageServiceDeletePriceHandler.ServeHTTP(w, r)
+		case UsageServiceExplainCacheProcedure:
+			usageServiceExplainCacheHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -206,4 +239,8 @@ func (UnimplementedUsageServiceHandler) SetPrice(context.Context, *connect.Reque
 
 func (UnimplementedUsageServiceHandler) DeletePrice(context.Context, *connect.Request[v1.DeletePriceRequest]) (*connect.Response[v1.DeletePriceResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.UsageService.DeletePrice is not implemented"))
+}
+
+func (UnimplementedUsageServiceHandler) ExplainCache(context.Context, *connect.Request[v1.ExplainCacheRequest]) (*connect.Response[v1.ExplainCacheResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.UsageService.ExplainCache is not implemented"))
 }
