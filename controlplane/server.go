@@ -217,7 +217,7 @@ func (s *Server) rpcHandler() (http.Handler, []string) {
 	handle(weirv1connect.NewOpsServiceHandler(opsService{q: s.q}, opts))
 	handle(weirv1connect.NewDashboardServiceHandler(s.dashboardService(), opts))
 	handle(weirv1connect.NewAuditServiceHandler(auditService{q: s.q}, opts))
-	handle(weirv1connect.NewUsageServiceHandler(usageService{store: s.store, now: s.now}, opts))
+	handle(weirv1connect.NewUsageServiceHandler(usageService{store: s.store, now: s.now, sessionTTL: s.cfg.SessionTTL}, opts))
 	handle(weirv1connect.NewNotifyServiceHandler(s.notifyService(), opts))
 	return mux, paths
 }

@@ -23,6 +23,9 @@ type usageService struct {
 	weirv1connect.UnimplementedUsageServiceHandler
 	store
 	now func() time.Time
+	// sessionTTL is how long an idle session stays bound to its account
+	// (Config.SessionTTL): a later request's move is its binding lapsing.
+	sessionTTL time.Duration
 }
 
 // usageGroupings are QueryUsageRequest.group_by's names.
@@ -236,8 +239,4 @@ func (u usageService) DeletePrice(ctx context.Context, req *connect.Request[weir
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no price of the operator's for %q", req.Msg.GetPattern()))
 	}
 	return connect.NewResponse(&weirv1.DeletePriceResponse{}), nil
-}
-
-func (u usageService) ExplainCache(ctx context.Context, req *connect.Request[weirv1.ExplainCacheRequest]) (*connect.Response[weirv1.ExplainCacheResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("ExplainCache: not yet"))
 }

@@ -85,7 +85,7 @@ var commands = []command{
 	{name: "keys", synopsis: "create|update|list|revoke", summary: "manage client API keys", run: runKeys, operator: true},
 	{name: "teams", synopsis: "create|update|list|rm", summary: "teams of keys and their budgets", run: runTeams, operator: true},
 	{name: "routes", synopsis: "[--limit N] [--held | --refusals]", summary: "recent requests and where they went, the ones held now, or the refused ones' counts", run: runRoutes, operator: true},
-	{name: "usage", synopsis: "[--by key|account|model|session|day] [--since D]", summary: "who used what: tokens, cache hits and cost per key, account, model, session and day", run: runUsage, operator: true},
+	{name: "usage", synopsis: "[--by key|account|model|session|day] [--since D] [--cache]", summary: "who used what: tokens, cache hits and cost per key, account, model, session and day", run: runUsage, operator: true},
 	{name: "prices", synopsis: "list|set|rm", summary: "the prices usage is counted at (a dated table, an operator's over it)", run: runPrices, operator: true},
 	{name: "explain", synopsis: "REQUEST_ID", summary: "one request's attempts and holds", run: runExplain, operator: true},
 	{name: "settings", synopsis: "get|set|history [KEY=VALUE ...]", summary: "runtime settings: holds, deadline, quota answers, metered accounts, body buffer", run: runSettings, operator: true},

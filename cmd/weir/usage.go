@@ -43,6 +43,8 @@ func runUsage(ctx context.Context, args []string, e env) error {
 	key := fs.String("key", "", "only this key's usage (name or id)")
 	tz := fs.String("tz", "", "the time zone days begin in for --by day (default UTC), e.g. Europe/Berlin")
 	asCSV := fs.Bool("csv", false, "print CSV")
+	cache := fs.Bool("cache", false, "the prompt cache per session: hit ratio, and each request that should have read the cache and did not, with the cause")
+	session := fs.String("session", "", "with --cache: only this session")
 	limit := fs.Int("limit", 1000, "at most this many rows")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -67,6 +69,10 @@ func runUsage(ctx context.Context, args []string, e env) error {
 	c, err := af.clients()
 	if err != nil {
 		return err
+	}
+	if *cache {
+		return printCache(ctx, c, e, af.json, &weirv1.ExplainCacheRequest{Key: *key, SessionKey: *session,
+			Since: req.Since, Until: req.Until, Limit: int32(min(*limit, 1000))})
 	}
 	resp, err := c.usage.QueryUsage(ctx, connect.NewRequest(req))
 	if err != nil {
@@ -306,4 +312,48 @@ func runPrices(ctx context.Context, args []string, e env) error {
 		return nil
 	}
 	return fmt.Errorf("unknown subcommand %q (list, set, rm)", args[0])
+}
+
+// printCache prints the prompt cache per session (UsageService.ExplainCache).
+func printCache(ctx context.Context, c *clients, e env, asJSON bool, req *weirv1.ExplainCacheRequest) error {
+	resp, err := c.usage.ExplainCache(ctx, connect.NewRequest(req))
+	if err != nil {
+		return rpcError("explain the prompt cache", err)
+	}
+	if asJSON {
+		return printJSON(e.stdout, resp.Msg)
+	}
+	if len(resp.Msg.Sessions) == 0 {
+		fmt.Fprintln(e.stdout, "no sessions in the range (a session is a Claude Code or Codex conversation weir saw)")
+		return nil
+	}
+	now := time.Now()
+	tw := table(e.stdout)
+	fmt.Fprintln(tw, "SESSION\tKEY\tREQUESTS\tCACHE HIT\tMISSES\tMOVED\tEXPIRED\tPREFIX CHANGED\tLAST")
+	for _, s := range resp.Msg.Sessions {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f%%\t%d\t%d\t%d\t%d\t%s\n", shortSession(s.SessionKey), orDash(orID(s.KeyName, s.KeyId)),
+			s.Requests, s.CacheHitRatio*100, len(s.Misses), s.Causes["moved"], s.Causes["expired"], s.Causes["prefix_changed"], ago(s.LastAt, now))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, s := range resp.Msg.Sessions {
+		if len(s.Misses) == 0 {
+			continue
+		}
+		fmt.Fprintf(e.stdout, "\n%s: %d misses\n", shortSession(s.SessionKey), len(s.Misses))
+		for _, m := range s.Misses {
+			fmt.Fprintf(e.stdout, "  %s  %s  %-14s %s (%s uncached)\n", ago(m.StartedAt, now), m.RequestId, m.Cause, m.Why,
+				humanCount(m.UncachedInputTokens))
+		}
+	}
+	return nil
+}
+
+// shortSession shortens a long session key for a table.
+func shortSession(s string) string {
+	if len(s) > 40 {
+		return s[:37] + "..."
+	}
+	return s
 }

@@ -294,3 +294,79 @@ func (q *Queries) QueryUsage(ctx context.Context, arg QueryUsageParams) ([]Query
 	}
 	return items, nil
 }
+
+const sessionEvents = `-- name: SessionEvents :many
+SELECT request_id, key_id, account_id, surface, session_key, started_at, status, input_tokens,
+    cache_read_tokens, cache_creation_tokens, hold_count, attempts_json
+FROM route_events
+WHERE session_key <> '' AND pending_until IS NULL
+  AND started_at >= $1::timestamptz AND started_at < $2::timestamptz
+  AND ($3::uuid IS NULL OR key_id = $3)
+  AND ($4::text = '' OR session_key = $4::text)
+ORDER BY session_key, started_at
+LIMIT $5
+`
+
+type SessionEventsParams struct {
+	Since      time.Time
+	Until      time.Time
+	KeyID      uuid.NullUUID
+	SessionKey string
+	MaxRows    int32
+}
+
+type SessionEventsRow struct {
+	RequestID           string
+	KeyID               uuid.NullUUID
+	AccountID           uuid.NullUUID
+	Surface             string
+	SessionKey          string
+	StartedAt           time.Time
+	Status              int32
+	InputTokens         int64
+	CacheReadTokens     int64
+	CacheCreationTokens int64
+	HoldCount           int32
+	AttemptsJson        []byte
+}
+
+// The finished requests of sessions that started in [@since, @until), by
+// session and start, for the prompt-cache account (ExplainCache).
+func (q *Queries) SessionEvents(ctx context.Context, arg SessionEventsParams) ([]SessionEventsRow, error) {
+	rows, err := q.db.Query(ctx, sessionEvents,
+		arg.Since,
+		arg.Until,
+		arg.KeyID,
+		arg.SessionKey,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SessionEventsRow{}
+	for rows.Next() {
+		var i SessionEventsRow
+		if err := rows.Scan(
+			&i.RequestID,
+			&i.KeyID,
+			&i.AccountID,
+			&i.Surface,
+			&i.SessionKey,
+			&i.StartedAt,
+			&i.Status,
+			&i.InputTokens,
+			&i.CacheReadTokens,
+			&i.CacheCreationTokens,
+			&i.HoldCount,
+			&i.AttemptsJson,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -86,3 +86,16 @@ WITH doomed AS (
     RETURNING 1
 )
 SELECT count(*)::bigint AS deleted FROM gone;
+
+-- The finished requests of sessions that started in [@since, @until), by
+-- session and start, for the prompt-cache account (ExplainCache).
+-- name: SessionEvents :many
+SELECT request_id, key_id, account_id, surface, session_key, started_at, status, input_tokens,
+    cache_read_tokens, cache_creation_tokens, hold_count, attempts_json
+FROM route_events
+WHERE session_key <> '' AND pending_until IS NULL
+  AND started_at >= @since::timestamptz AND started_at < @until::timestamptz
+  AND (sqlc.narg('key_id')::uuid IS NULL OR key_id = sqlc.narg('key_id'))
+  AND (@session_key::text = '' OR session_key = @session_key::text)
+ORDER BY session_key, started_at
+LIMIT @max_rows;
