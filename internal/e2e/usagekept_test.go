@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/rpcclient"
+	"github.com/weirhq/weir/internal/sim"
 )
 
 // usageSum is tokens as a client or the simulator counted them.
@@ -186,5 +188,52 @@ func TestUsageKeptAcrossRestarts(t *testing.T) {
 	}
 	if told[names[0]].cacheRead == 0 {
 		t.Errorf("no request read the cache: the test did not exercise cache reads")
+	}
+}
+
+// TestCacheMissAttributedToFailover: a Claude Code session reads its
+// prompt cache on its account until that account is overloaded; the turn
+// that fails over to another account misses the cache there, and
+// ExplainCache says so: moved, by a failover from the overloaded account.
+func TestCacheMissAttributedToFailover(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{accounts: []account{{label: "a", maxConc: 4, priority: 10}, {label: "b", maxConc: 4}}})
+	ctx := t.Context()
+	turn := func(n int) response {
+		body := fmt.Sprintf(`{"model":"%s","max_tokens":64,"system":[{"type":"text","text":"You are a careful coding agent.","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"step %d"}]}`, model, n)
+		r := e.do(http.MethodPost, "/v1/messages", body, func(r *http.Request) { r.Header.Set("X-Claude-Code-Session-Id", "cc-session-1") })
+		if r.status != 200 {
+			t.Fatalf("turn %d: %d %s", n, r.status, r.body)
+		}
+		return r
+	}
+	turn(1)
+	turn(2)
+	if err := e.sim.AddFaults("a", sim.Fault{Kind: sim.FaultOverloaded, Times: 5}); err != nil {
+		t.Fatal(err)
+	}
+	moved := turn(3).header.Get("Weir-Request-Id")
+	usage := weirv1connect.NewUsageServiceClient(rpcclient.HTTPClient(), e.cpSrv.URL, connect.WithInterceptors(rpcclient.Token(e.admin)))
+	var sc *weirv1.SessionCache
+	eventually(t, "the session's three turns stored", func() bool {
+		resp, err := usage.ExplainCache(ctx, connect.NewRequest(&weirv1.ExplainCacheRequest{SessionKey: "cc-session-1"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Msg.Sessions) == 1 && resp.Msg.Sessions[0].Requests == 3 {
+			sc = resp.Msg.Sessions[0]
+		}
+		return sc != nil
+	})
+	if sc.CacheReadTokens == 0 {
+		t.Errorf("turn 2 read nothing from the cache: %v", sc)
+	}
+	if len(sc.Misses) != 1 {
+		t.Fatalf("misses: %v", sc.Misses)
+	}
+	m := sc.Misses[0]
+	if m.RequestId != moved || m.Cause != "moved" || m.PreviousAccountLabel != "a" || m.AccountLabel != "b" ||
+		!strings.Contains(m.Why, "failover: a answered 529 overloaded_error") {
+		t.Errorf("the miss: %v", m)
 	}
 }
