@@ -25,7 +25,9 @@ func TestMissCause(t *testing.T) {
 		return "max-b"
 	}
 	prev := cacheEvent{account: a, at: epoch, cacheCreation: 5000}
-	at := func(d time.Duration, acct uuid.UUID) cacheEvent { return cacheEvent{account: acct, at: epoch.Add(d), cacheCreation: 5000} }
+	at := func(d time.Duration, acct uuid.UUID) cacheEvent {
+		return cacheEvent{account: acct, at: epoch.Add(d), cacheCreation: 5000}
+	}
 	failover := at(time.Minute, b)
 	failover.attempts = []*weirv1.AttemptRecord{{AccountId: a.String(), Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, Status: 529, ErrorType: "overloaded_error"}, {AccountId: b.String(), Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200}}
 	held := at(time.Minute, b)
@@ -73,12 +75,12 @@ func TestExplainCache(t *testing.T) {
 	}
 	write := &weirv1.TokenUsage{InputTokens: 10, CacheCreationTokens: 20000, OutputTokens: 100}
 	read := &weirv1.TokenUsage{InputTokens: 10, CacheReadTokens: 20000, CacheCreationTokens: 300, OutputTokens: 100}
-	report("s1", a.Id, 0, 200, write)                     // first: writes
-	report("s1", a.Id, time.Minute, 200, read)            // hit
+	report("s1", a.Id, 0, 200, write)                      // first: writes
+	report("s1", a.Id, time.Minute, 200, read)             // hit
 	moved := report("s1", b.Id, 2*time.Minute, 200, write, // failover from a
 		&weirv1.AttemptRecord{AccountId: a.Id, Status: 529, Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, ErrorType: "overloaded_error", Action: weirv1.Action_ACTION_FAILOVER},
 		&weirv1.AttemptRecord{At: durationpb.New(time.Second), AccountId: b.Id, Status: 200, Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Usage: write})
-	report("s1", b.Id, 3*time.Minute, 529, nil)            // not served: no miss
+	report("s1", b.Id, 3*time.Minute, 529, nil) // not served: no miss
 	expired := report("s1", b.Id, 20*time.Minute, 200, write)
 	report("s2", a.Id, 0, 200, write)
 	prefix := report("s2", a.Id, time.Minute, 200, write)
