@@ -177,22 +177,10 @@ func (u usageService) ExplainCache(ctx context.Context, req *connect.Request[wei
 	case limit > maxCacheSessionsLimit:
 		limit = maxCacheSessionsLimit
 	}
-	p := db.SessionEventsParams{Until: u.now(), SessionKey: m.GetSessionKey(), MaxRows: maxCacheEvents}
-	if t := m.GetUntil(); t != nil {
-		if t.CheckValid() != nil {
-			return nil, invalidf("until: not a valid time")
-		}
-		p.Until = t.AsTime()
-	}
-	p.Since = p.Until.Add(-24 * time.Hour)
-	if t := m.GetSince(); t != nil {
-		if t.CheckValid() != nil {
-			return nil, invalidf("since: not a valid time")
-		}
-		p.Since = t.AsTime()
-	}
-	if !p.Since.Before(p.Until) {
-		return nil, invalidf("since: must be before until")
+	p := db.SessionEventsParams{SessionKey: m.GetSessionKey(), MaxRows: maxCacheEvents}
+	var err error
+	if p.Since, p.Until, err = timeRange(m.GetSince(), m.GetUntil(), u.now()); err != nil {
+		return nil, err
 	}
 	if ref := m.GetKey(); ref != "" {
 		k, err := u.findKey(ctx, ref)

@@ -77,23 +77,11 @@ func (u usageService) QueryUsage(ctx context.Context, req *connect.Request[weirv
 		}
 		p.Tz = tz
 	}
-	p.Until = u.now()
-	if t := m.GetUntil(); t != nil {
-		if t.CheckValid() != nil {
-			return nil, invalidf("until: not a valid time")
-		}
-		p.Until = t.AsTime()
-	}
-	p.Since = p.Until.Add(-24 * time.Hour)
-	if t := m.GetSince(); t != nil {
-		if t.CheckValid() != nil {
-			return nil, invalidf("since: not a valid time")
-		}
-		p.Since = t.AsTime()
+	var err error
+	if p.Since, p.Until, err = timeRange(m.GetSince(), m.GetUntil(), u.now()); err != nil {
+		return nil, err
 	}
 	switch {
-	case !p.Since.Before(p.Until):
-		return nil, invalidf("since: must be before until")
 	case p.Until.Sub(p.Since) > maxUsageRange:
 		return nil, invalidf("since: at most ten years before until")
 	}
@@ -239,4 +227,27 @@ func (u usageService) DeletePrice(ctx context.Context, req *connect.Request[weir
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no price of the operator's for %q", req.Msg.GetPattern()))
 	}
 	return connect.NewResponse(&weirv1.DeletePriceResponse{}), nil
+}
+
+// timeRange reads a request's [since, until): until defaults to now,
+// since to a day before until, and since must come first.
+func timeRange(since, until *timestamppb.Timestamp, now time.Time) (time.Time, time.Time, error) {
+	to := now
+	if until != nil {
+		if until.CheckValid() != nil {
+			return time.Time{}, time.Time{}, invalidf("until: not a valid time")
+		}
+		to = until.AsTime()
+	}
+	from := to.Add(-24 * time.Hour)
+	if since != nil {
+		if since.CheckValid() != nil {
+			return time.Time{}, time.Time{}, invalidf("since: not a valid time")
+		}
+		from = since.AsTime()
+	}
+	if !from.Before(to) {
+		return time.Time{}, time.Time{}, invalidf("since: must be before until")
+	}
+	return from, to, nil
 }
