@@ -686,3 +686,24 @@ func TestOwnedAccountsSettingRefusals(t *testing.T) {
 		t.Errorf("owned_accounts %v after set", st.OwnedAccounts)
 	}
 }
+
+// TestDashboardShowsOwner: the accounts page shows whose seat an account
+// is, and nothing for an account without an owner.
+func TestDashboardShowsOwner(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	seat := e.createSeat("alice-max", 0, 2)
+	e.createSeat("shared-pro", 0, 2)
+	e.createKey("alice")
+	e.mustSetOwner(seat.Id, weirv1.OwnerKind_OWNER_KIND_KEY, "alice")
+	b := e.browser()
+	b.login(e.cfg.AdminToken)
+	p := b.get("/dashboard/")
+	wantStatus(t, "accounts page", p, 200)
+	if !strings.Contains(p.body, `seat of <strong>key alice</strong>`) {
+		t.Errorf("the accounts page does not show alice-max's owner:\n%s", p.body)
+	}
+	if n := strings.Count(p.body, "seat of"); n != 1 {
+		t.Errorf("%d owners on the page, want 1", n)
+	}
+}

@@ -329,8 +329,8 @@ func seatProblems(seats []seatStatus, accts []*weirv1.Account, ownersOnly bool) 
 	var out []statusProblem
 	for _, s := range seats {
 		if s.Revoked {
-			out = append(out, statusProblem{Kind: "seats", Detail: fmt.Sprintf("%s is revoked: its %s serve no one under owners_only "+
-				"(give them another owner with weir accounts set LABEL --owner, or remove them)", s.Owner, plural(len(s.Seats), "seat"))})
+			out = append(out, statusProblem{Kind: "seats", Detail: fmt.Sprintf("%s is revoked: its %s no one under owners_only "+
+				"(give them another owner with weir accounts set LABEL --owner, or remove them)", s.Owner, plural(len(s.Seats), "seat serves", "seats serve"))})
 			continue
 		}
 		if s.Active > 0 {
@@ -360,8 +360,8 @@ func seatProblems(seats []seatStatus, accts []*weirv1.Account, ownersOnly bool) 
 		if sharedTotal[p] > 0 {
 			what = fmt.Sprintf("none of the %d shared accounts", sharedTotal[p])
 		}
-		out = append(out, statusProblem{Kind: "seats", Detail: fmt.Sprintf("%s: %s can serve now, and %s kept for their owners (owners_only): "+
-			"keys without a seat have nothing left to use", p, what, plural(kept[p], "seat is", "seats are"))})
+		out = append(out, statusProblem{Kind: "seats", Detail: fmt.Sprintf("%s: %s can serve now, and %s (owners_only): "+
+			"keys without a seat have nothing left to use", p, what, plural(kept[p], "seat is kept for its owner", "seats are kept for their owners"))})
 	}
 	return out
 }
