@@ -667,10 +667,10 @@ func gateOnReset(g *Gate) bool {
 
 // QuotaBlock says whether every eligible account for the request (the
 // whole pool under the same filters as selection: provider,
-// metered_accounts=never, owned_accounts=owners_only; an open breaker does not take an account out,
-// since it serves again when the breaker closes; not
-// the accounts paused, broken or holding a rejected credential, which are
-// not eligible at all) is blocked by quota evidence, and if so describes
+// metered_accounts=never, owned_accounts=owners_only; an open breaker does
+// not take an account out, since it serves again when the breaker closes;
+// not the accounts paused, broken or holding a rejected credential, which
+// are not eligible at all) is blocked by quota evidence, and if so describes
 // the one that reopens first: the earliest known reset, or when none is
 // known, the first account. Any account that could serve, is busy, or is
 // out for another reason means no.
