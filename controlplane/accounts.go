@@ -192,6 +192,7 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 	provider := enumValue[weirv1.Provider](row.Provider)
 	var newCredential *credentialInput
 	var newProxy *egressInput
+	var newOwner *db.SetAccountOwnerParams
 	banked := db.SetBankedResetsParams{ID: row.ID}
 	for _, path := range paths {
 		switch path {
@@ -236,6 +237,13 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 				return nil, err
 			}
 			newProxy = &in
+		case "owner":
+			o, err := a.resolveOwner(ctx, row, m.GetOwner())
+			if err != nil {
+				return nil, err
+			}
+			o.ID, o.Now = row.ID, p.Now
+			newOwner = &o
 		default:
 			return nil, invalidf("update_mask: unknown field %q", path)
 		}
@@ -294,6 +302,11 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 				}
 			}
 		}
+		if newOwner != nil {
+			if row, err = q.SetAccountOwner(ctx, *newOwner); err != nil {
+				return storeErr(err)
+			}
+		}
 		if newCredential == nil {
 			return nil
 		}
@@ -324,6 +337,13 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 	}
 	if newProxy != nil {
 		a.log.InfoContext(ctx, "account egress proxy set", "account_id", row.ID, "egress_proxy", row.EgressProxy)
+	}
+	if newOwner != nil {
+		a.log.InfoContext(ctx, "account owner set", "account_id", row.ID,
+			"owner_key_id", row.OwnerKeyID.UUID, "owner_team_id", row.OwnerTeamID.UUID)
+		// Workers drop the account's reused leases before this returns (a
+		// key that may no longer use it must not keep reusing it).
+		a.watch.announce(ctx)
 	}
 	acct, err := a.views.accountView(ctx, row)
 	if err != nil {
@@ -415,6 +435,8 @@ type liveAccounts struct {
 	forecasts map[uuid.UUID][]*weirv1.Forecast
 	// egressDefault is the default egress proxy as operators see it.
 	egressDefault string
+	// owners are the keys and teams that own accounts, by id.
+	owners map[uuid.UUID]db.AccountOwnerNamesRow
 }
 
 // liveState reads live lease counts, cooldowns, family gates and usage
@@ -448,6 +470,10 @@ func (v accountViews) liveState(ctx context.Context, now time.Time) (liveAccount
 	if err != nil {
 		return liveAccounts{}, err
 	}
+	owners, err := v.q.AccountOwnerNames(ctx)
+	if err != nil {
+		return liveAccounts{}, err
+	}
 	st := liveAccounts{
 		live:    make(map[uuid.UUID]int32, len(counts)),
 		cooling: make(map[uuid.UUID]db.Cooldown, len(cds)),
@@ -457,6 +483,10 @@ func (v accountViews) liveState(ctx context.Context, now time.Time) (liveAccount
 
 		forecasts:     forecasts,
 		egressDefault: egressShown,
+		owners:        make(map[uuid.UUID]db.AccountOwnerNamesRow, len(owners)),
+	}
+	for _, o := range owners {
+		st.owners[o.ID] = o
 	}
 	for _, c := range counts {
 		st.live[c.AccountID] = c.Live
@@ -489,7 +519,70 @@ func (st liveAccounts) account(r db.Account) *weirv1.Account {
 	st.usage[r.ID].fill(a)
 	a.Forecasts = st.forecasts[r.ID]
 	a.EgressVia = egressVia(r, st.egressDefault)
+	a.Owner = st.owner(r)
 	return a
+}
+
+// owner is r's owner as operators see it; nil when it has none.
+func (st liveAccounts) owner(r db.Account) *weirv1.AccountOwner {
+	var id uuid.UUID
+	kind := weirv1.OwnerKind_OWNER_KIND_KEY
+	switch {
+	case r.OwnerKeyID.Valid:
+		id = r.OwnerKeyID.UUID
+	case r.OwnerTeamID.Valid:
+		id, kind = r.OwnerTeamID.UUID, weirv1.OwnerKind_OWNER_KIND_TEAM
+	default:
+		return nil
+	}
+	o := st.owners[id]
+	return &weirv1.AccountOwner{Kind: kind, Id: id.String(), Name: o.Name, Revoked: o.Revoked}
+}
+
+// resolveOwner checks an UpdateAccount's owner for account row: a live
+// key or a team, by name or id, of an OAuth account; none clears it.
+func (st store) resolveOwner(ctx context.Context, row db.Account, o *weirv1.AccountOwner) (db.SetAccountOwnerParams, error) {
+	var out db.SetAccountOwnerParams
+	kind := o.GetKind()
+	if kind == weirv1.OwnerKind_OWNER_KIND_UNSPECIFIED {
+		if o.GetName() != "" {
+			return out, invalidf("owner.kind: required with owner.name %q (key or team)", o.GetName())
+		}
+		return out, nil // no owner
+	}
+	if row.AuthKind != enumName(weirv1.AuthKind_AUTH_KIND_OAUTH) {
+		return out, invalidf("owner: account %q is an API key; metered keys are not seats, only an OAuth subscription account (a Claude or ChatGPT login) can have an owner", row.Label)
+	}
+	if o.GetName() == "" {
+		return out, invalidf("owner.name: required (the key's or team's name or id)")
+	}
+	switch kind {
+	case weirv1.OwnerKind_OWNER_KIND_KEY:
+		k, err := st.findKey(ctx, o.GetName())
+		if errors.Is(err, ErrNotFound) {
+			return out, invalidf("owner.name: no key %q", o.GetName())
+		}
+		if err != nil {
+			return out, err
+		}
+		if k.RevokedAt != nil {
+			return out, invalidf("owner.name: key %q is revoked", k.Name)
+		}
+		out.OwnerKeyID = uuid.NullUUID{UUID: k.ID, Valid: true}
+	case weirv1.OwnerKind_OWNER_KIND_TEAM:
+		t, err := st.findTeam(ctx, o.GetName())
+		if err != nil {
+			var ce *connect.Error
+			if errors.As(err, &ce) && ce.Code() == connect.CodeNotFound {
+				return out, invalidf("owner.name: no team %q", o.GetName())
+			}
+			return out, err
+		}
+		out.OwnerTeamID = uuid.NullUUID{UUID: t.ID, Valid: true}
+	default:
+		return out, invalidf("owner.kind: unknown value %d; want key or team, or unspecified for none", int32(kind))
+	}
+	return out, nil
 }
 
 func (v accountViews) accountView(ctx context.Context, row db.Account) (*weirv1.Account, error) {

@@ -58,7 +58,7 @@ const (
 // mutating admin procedure has an entry naming real fields.
 var auditFields = map[protoreflect.FullName][]protoreflect.Name{
 	"weir.v1.CreateAccountRequest":   {"provider", "auth_kind", "label", "base_url", "max_concurrency", "priority", "upstream_account_id", "egress_proxy"},
-	"weir.v1.UpdateAccountRequest":   {"id", "update_mask", "label", "base_url", "max_concurrency", "priority", "banked_resets_enabled", "org_id", "upstream_account_id", "egress_proxy"},
+	"weir.v1.UpdateAccountRequest":   {"id", "update_mask", "label", "base_url", "max_concurrency", "priority", "banked_resets_enabled", "org_id", "upstream_account_id", "egress_proxy", "owner"},
 	"weir.v1.PauseAccountRequest":    {"id"},
 	"weir.v1.ResumeAccountRequest":   {"id"},
 	"weir.v1.DeleteAccountRequest":   {"id"},

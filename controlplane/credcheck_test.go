@@ -174,7 +174,7 @@ func TestStartMarksUnreadable(t *testing.T) {
 			t.Fatalf("lease on %s", l.AccountLabel)
 		}
 	}
-	if strings.Contains(e.logs.String(), "credential unreadable") {
+	if strings.Contains(e.logs.String(), "credential or egress proxy unreadable") {
 		t.Error("Acquire tried a broken account")
 	}
 }
@@ -293,9 +293,9 @@ func TestAcquireUnreadable(t *testing.T) {
 	if row := e.accountRow(lost.Id); row.CredentialRevision != rev {
 		t.Errorf("revision %d → %d", rev, row.CredentialRevision)
 	}
-	tried := strings.Count(e.logs.String(), "credential unreadable")
+	tried := strings.Count(e.logs.String(), "credential or egress proxy unreadable")
 	e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash})
-	if n := strings.Count(e.logs.String(), "credential unreadable"); n != tried {
+	if n := strings.Count(e.logs.String(), "credential or egress proxy unreadable"); n != tried {
 		t.Errorf("the next Acquire tried the marked account again")
 	}
 }

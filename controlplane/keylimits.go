@@ -109,6 +109,17 @@ type keyGrant struct {
 	// own (byKey), else the global one.
 	metered weirv1.MeteredAccounts
 	byKey   bool
+	// team is the key's team (uuid.Nil: none): the key owns the seats
+	// owned by it or by its team. owned is the owned_accounts setting.
+	team  uuid.UUID
+	owned weirv1.OwnedAccounts
+}
+
+// withOwned is k with its team and the owned_accounts setting (its
+// stored name; "" is the default, shared).
+func (k keyGrant) withOwned(team uuid.UUID, setting string) keyGrant {
+	k.team, k.owned = team, enumValue[weirv1.OwnedAccounts](setting)
+	return k
 }
 
 // withMetered is k with the metered_accounts setting in force: the key's
@@ -122,9 +133,15 @@ func (k keyGrant) withMetered(own, global string) keyGrant {
 	return k
 }
 
-// route is rr under the key's metered_accounts setting.
+// route is rr under the key's metered_accounts setting, as the key (and
+// its team) under owned_accounts: policy.Route keeps other owners' seats
+// out under owners_only, and ranks the key's own seats first. Pinning
+// (pinnedOnly) narrows the candidates before that, so the two compose: a
+// pinned key routes among the accounts it is pinned to that are not
+// another owner's seat under owners_only. A pin never grants a seat.
 func (k keyGrant) route(rr policy.RouteRequest) policy.RouteRequest {
 	rr.Metered, rr.MeteredByKey = k.metered, k.byKey
+	rr.Key, rr.Team, rr.Owned = k.id, k.team, k.owned
 	return rr
 }
 
@@ -146,10 +163,12 @@ func (k keyGrant) pinnedOnly(cands []policy.Candidate) []policy.Candidate {
 }
 
 // pinnedNone rewords a "none configured" answer for a pinned key: the
-// pin, not the pool, is why, and only an operator can change it.
+// pin, not the pool, is why, and only an operator can change it. An
+// answer that names a setting (metered_accounts=never,
+// owned_accounts=owners_only) already says why.
 func (k keyGrant) pinnedNone(none *weirv1.NoAccount) {
 	if !k.pinned || none == nil || none.Reason != weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED ||
-		strings.Contains(none.Message, policy.MeteredNever) {
+		strings.Contains(none.Message, policy.MeteredNever) || strings.Contains(none.Message, policy.OwnersOnly) {
 		return
 	}
 	if len(k.pins) == 0 {

@@ -127,7 +127,7 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (re
 		default:
 			// Nothing to route: the global metered setting does not matter.
 			key = keyGrant{id: row.KeyID, models: row.AllowedModels, pinned: row.Pinned, pins: row.Pins}.
-				withMetered(orZero(row.MeteredAccounts), "")
+				withMetered(orZero(row.MeteredAccounts), "").withOwned(row.TeamID.UUID, "")
 			aliasTargets = row.AliasTargets
 		}
 	}
@@ -558,7 +558,7 @@ func (l leaseService) routingView(ctx context.Context, keyHash, model, sessionKe
 	v := view{cands: make([]policy.Candidate, 0, len(rows)), accounts: make(map[uuid.UUID]db.Account, len(rows))}
 	for _, r := range rows {
 		v.key = keyGrant{id: r.KeyID, models: r.KeyAllowedModels, pinned: r.KeyPinned, pins: r.KeyPins}.
-			withMetered(r.KeyMeteredAccounts, r.MeteredSetting)
+			withMetered(r.KeyMeteredAccounts, r.MeteredSetting).withOwned(r.KeyTeamID, r.OwnedSetting)
 		v.aliasTargets = r.AliasTargets
 		v.egressDefault = r.EgressDefaultSealed
 		if r.BreakerOpenUntil != nil {
@@ -775,7 +775,10 @@ func (l leaseService) PoolQuota(ctx context.Context, req *connect.Request[weirv1
 	if err != nil {
 		return nil, err
 	}
-	kg := keyGrant{pinned: key.Pinned, pins: key.Pins}.withMetered(orZero(key.MeteredAccounts), enumName(st.MeteredAccounts))
+	// As Acquire sees the pool for this key: its pins, and under
+	// owners_only the seats it owns and none of another owner's.
+	kg := keyGrant{id: key.KeyID, pinned: key.Pinned, pins: key.Pins}.withMetered(orZero(key.MeteredAccounts), enumName(st.MeteredAccounts)).
+		withOwned(key.TeamID.UUID, enumName(st.OwnedAccounts))
 	now := l.now()
 	var first *weirv1.QuotaBlock
 	for _, model := range models {

@@ -26,6 +26,8 @@ func policyAccount(a db.Account) policy.Account {
 		Priority:       a.Priority,
 		LastUsedAt:     a.LastUsedAt,
 		OverloadedAt:   a.OverloadedAt,
+		OwnerKey:       a.OwnerKeyID.UUID,
+		OwnerTeam:      a.OwnerTeamID.UUID,
 	}
 }
 

@@ -82,7 +82,7 @@ func TestWrongSecretKey(t *testing.T) {
 	if n := e.count(`SELECT count(*) FROM leases`); n != 0 {
 		t.Errorf("%d leases left behind", n)
 	}
-	if !strings.Contains(other.logs.String(), "credential unreadable") {
+	if !strings.Contains(other.logs.String(), "credential or egress proxy unreadable") {
 		t.Error("the unreadable credential was not logged")
 	}
 

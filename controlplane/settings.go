@@ -25,13 +25,15 @@ import (
 
 // Names of the rows in the settings table. Durations are stored as Go
 // duration strings ("20m0s"), the modes by their short names
-// ("retryable", "usage_limit"; "normal", "last_resort", "never").
+// ("retryable", "usage_limit"; "normal", "last_resort", "never"; "shared",
+// "owners_only").
 const (
 	settingCapacityHold      = "capacity_hold"
 	settingUnreachableHold   = "unreachable_hold"
 	settingRequestDeadline   = "request_deadline"
 	settingQuotaResponseMode = "quota_response_mode"
 	settingMeteredAccounts   = "metered_accounts"
+	settingOwnedAccounts     = "owned_accounts"
 	settingBodyBuffer        = "body_buffer_bytes"
 	settingBodyBufferPerKey  = "body_buffer_per_key_bytes"
 	settingRouteRetention    = "route_events_retention"
@@ -47,7 +49,7 @@ const (
 // settingNames are the fields UpdateSettings takes, as errors list them.
 const settingNames = "capacity_hold, unreachable_hold, request_deadline, quota_response_mode, metered_accounts, " +
 	"body_buffer_bytes, body_buffer_per_key_bytes, route_events_retention, usage_retention, budget_time_zone, " +
-	"pool_low_accounts, breaker_notify_after or egress_proxy"
+	"pool_low_accounts, breaker_notify_after, egress_proxy or owned_accounts"
 
 // settingsActor names who changes settings in the audit: the admin token
 // is the one credential allowed to.
@@ -221,6 +223,13 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 				return nil, err
 			}
 			value = mode
+		case settingOwnedAccounts:
+			mode, err := enumSetting("settings.owned_accounts", m.GetSettings().GetOwnedAccounts(),
+				weirv1.OwnedAccounts_OWNED_ACCOUNTS_SHARED, weirv1.OwnedAccounts_OWNED_ACCOUNTS_OWNERS_ONLY)
+			if err != nil {
+				return nil, err
+			}
+			value = mode
 		case settingBodyBuffer, settingBodyBufferPerKey:
 			n := m.GetSettings().GetBodyBufferBytes()
 			if path == settingBodyBufferPerKey {
@@ -295,7 +304,7 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 		"route_events_retention", st.RouteEventsRetention.AsDuration(), "usage_retention", st.UsageRetention.AsDuration(),
 		"budget_time_zone", st.BudgetTimeZone,
 		"pool_low_accounts", st.PoolLowAccounts, "breaker_notify_after", st.BreakerNotifyAfter.AsDuration(),
-		"egress_proxy", st.EgressProxy)
+		"egress_proxy", st.EgressProxy, "owned_accounts", enumName(st.OwnedAccounts))
 	return connect.NewResponse(&weirv1.UpdateSettingsResponse{Settings: st}), nil
 }
 
@@ -334,6 +343,7 @@ func (ss settingsSource) from(rows []db.Setting) (*weirv1.Settings, error) {
 	poolLow, breakerAfter := int32(defaultPoolLow), defaultBreakerAfter
 	mode := weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_RETRYABLE
 	metered := weirv1.MeteredAccounts_METERED_ACCOUNTS_NORMAL
+	owned := weirv1.OwnedAccounts_OWNED_ACCOUNTS_SHARED
 	bodyBuffer, bodyBufferPerKey := ss.bodyBuffer, ss.bodyBufferPerKey
 	usageRetention, tz := defaultUsageRetention, "UTC"
 	var egressProxy string
@@ -381,6 +391,11 @@ func (ss settingsSource) from(rows []db.Setting) (*weirv1.Settings, error) {
 				return nil, fmt.Errorf("setting %s: unknown value %q", r.Name, r.Value)
 			}
 			continue
+		case settingOwnedAccounts:
+			if owned = enumValue[weirv1.OwnedAccounts](r.Value); owned == weirv1.OwnedAccounts_OWNED_ACCOUNTS_UNSPECIFIED {
+				return nil, fmt.Errorf("setting %s: unknown value %q", r.Name, r.Value)
+			}
+			continue
 		case settingBodyBuffer, settingBodyBufferPerKey:
 			n, err := bytesize.Parse(r.Value)
 			if err == nil && (n < minBodyBuffer || n > maxBodyBuffer) {
@@ -418,7 +433,7 @@ func (ss settingsSource) from(rows []db.Setting) (*weirv1.Settings, error) {
 		BodyBufferBytes: bodyBuffer, BodyBufferPerKeyBytes: bodyBufferPerKey, RouteEventsRetention: durationpb.New(retention),
 		UsageRetention: durationpb.New(usageRetention), BudgetTimeZone: tz,
 		PoolLowAccounts: poolLow, BreakerNotifyAfter: durationpb.New(breakerAfter),
-		EgressProxy: egressProxy}, nil
+		EgressProxy: egressProxy, OwnedAccounts: owned}, nil
 }
 
 // RouteRetention is the route_events_retention setting in effect (the

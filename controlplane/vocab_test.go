@@ -70,6 +70,8 @@ func TestEnumRoundTrip(t *testing.T) {
 		checkEnum[weirv1.BudgetPeriod](t):         true,
 		checkEnum[weirv1.NotifyTargetKind](t):     true,
 		checkEnum[weirv1.NotifyDeliveryStatus](t): true,
+		checkEnum[weirv1.OwnedAccounts](t):        true,
+		checkEnum[weirv1.OwnerKind](t):            true,
 	}
 	// Every enum the package defines is in the list above.
 	n := 0

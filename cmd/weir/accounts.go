@@ -32,9 +32,12 @@ const accountsUsage = `Usage:
   weir accounts resume ID|LABEL
   weir accounts rm ID|LABEL
   weir accounts set ID|LABEL [--label L] [--base-url U] [--max-concurrency N] [--priority N] [--secret-stdin | --secret-file F]
-      [--banked-resets=on|off] [--org ORG] [--upstream-account-id ID] [--proxy URL|direct|""]   (also: weir accounts update)
+      [--banked-resets=on|off] [--org ORG] [--upstream-account-id ID] [--proxy URL|direct|""]
+      [--owner key:NAME|team:NAME|none]   (also: weir accounts update)
       --proxy: the account's egress proxy, http://, https://, socks5:// or socks5h://[user:pass@]host:port;
       direct bypasses the default (weir settings set egress_proxy=URL); "" follows it
+      --owner: keep an OAuth subscription (a seat) for one key, or for every key of a team;
+      weir settings set owned_accounts=owners_only makes it theirs alone (default shared: theirs first)
   weir accounts grants ID|LABEL     list an OAuth account's banked-reset grants and claims
   weir accounts claim-grant ID|LABEL GRANT   claim a grant now (at most one claim an hour)
   weir accounts usage ID|LABEL      read an OAuth account's usage now, if its read budget allows
@@ -123,6 +126,7 @@ func runAccounts(ctx context.Context, args []string, e env) error {
 		if sub == "get" {
 			printIdentity(e.stdout, acct)
 			printEgress(e.stdout, acct)
+			printOwner(e.stdout, acct)
 			printForecasts(e.stdout, acct, time.Now())
 		}
 		return nil
@@ -262,11 +266,12 @@ func accountsAdd(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []s
 func accountsSet(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []string, e env) error {
 	var (
 		label, baseURL, upstreamID string
-		proxy                      string
+		proxy, owner               string
 		maxConc, priority          int
 		sf                         secretFlags
 	)
 	fs.StringVar(&label, "label", "", "new label")
+	fs.StringVar(&owner, "owner", "", "key:NAME or team:NAME to keep this OAuth subscription for a key or a team, none for no owner")
 	fs.StringVar(&proxy, "proxy", "", proxyHelp+`; "" follows the default`)
 	fs.StringVar(&upstreamID, "upstream-account-id", "", "codex: the ChatGPT account id")
 	fs.StringVar(&baseURL, "base-url", "", "new upstream base URL")
@@ -280,6 +285,7 @@ func accountsSet(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []s
 		return err
 	}
 	req := &weirv1.UpdateAccountRequest{Id: ref, UpdateMask: &fieldmaskpb.FieldMask{}}
+	var ownerErr error
 	fs.Visit(func(f *flag.Flag) {
 		bf.apply(f.Name, req)
 		switch f.Name {
@@ -301,8 +307,14 @@ func accountsSet(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []s
 		case "proxy":
 			req.EgressProxy = proxy
 			req.UpdateMask.Paths = append(req.UpdateMask.Paths, "egress_proxy")
+		case "owner":
+			req.Owner, ownerErr = parseOwner(owner)
+			req.UpdateMask.Paths = append(req.UpdateMask.Paths, "owner")
 		}
 	})
+	if ownerErr != nil {
+		return fmt.Errorf("weir accounts set: %w", ownerErr)
+	}
 	if sf.given() {
 		secret, err := sf.read(e.stdin)
 		if err != nil {
@@ -327,6 +339,41 @@ func accountsSet(ctx context.Context, fs *flag.FlagSet, af *adminFlags, args []s
 	}
 	printAccounts(e.stdout, []*weirv1.Account{resp.Msg.Account}, time.Now())
 	return nil
+}
+
+// parseOwner reads --owner: key:NAME, team:NAME (a name or an id), or
+// none (nil: no owner).
+func parseOwner(v string) (*weirv1.AccountOwner, error) {
+	if v == "none" {
+		return nil, nil
+	}
+	kind, name, ok := strings.Cut(v, ":")
+	if ok && name != "" {
+		switch kind {
+		case "key":
+			return &weirv1.AccountOwner{Kind: weirv1.OwnerKind_OWNER_KIND_KEY, Name: name}, nil
+		case "team":
+			return &weirv1.AccountOwner{Kind: weirv1.OwnerKind_OWNER_KIND_TEAM, Name: name}, nil
+		}
+	}
+	return nil, fmt.Errorf("--owner %q: want key:NAME, team:NAME or none", v)
+}
+
+// ownerText is an account's owner as the tables show it: key:NAME or
+// team:NAME ("(revoked)" after a revoked key), "-" when it has none.
+func ownerText(o *weirv1.AccountOwner) string {
+	if o == nil {
+		return "-"
+	}
+	name := o.Name
+	if name == "" {
+		name = o.Id
+	}
+	s := shortEnum(o.Kind.String(), "OWNER_KIND_") + ":" + name
+	if o.Revoked {
+		s += " (revoked)"
+	}
+	return s
 }
 
 // parseProvider reads --provider.
@@ -369,7 +416,7 @@ func authKind(flagValue string, provider weirv1.Provider, secret string) (weirv1
 
 func printAccounts(w io.Writer, accts []*weirv1.Account, now time.Time) {
 	tw := table(w)
-	fmt.Fprintln(tw, "LABEL\tPROVIDER\tAUTH\tCREDENTIAL\tSTATE\t5H\t7D\tIN FLIGHT\tLAST SUCCESS\tID")
+	fmt.Fprintln(tw, "LABEL\tPROVIDER\tAUTH\tCREDENTIAL\tSTATE\t5H\t7D\tIN FLIGHT\tLAST SUCCESS\tOWNER\tID")
 	for _, a := range accts {
 		state := shortEnum(a.State.String(), "ACCOUNT_STATE_")
 		var notes []string
@@ -387,9 +434,9 @@ func printAccounts(w io.Writer, accts []*weirv1.Account, now time.Time) {
 		case len(notes) > 0:
 			state = fmt.Sprintf("%s (%s)", state, strings.Join(notes, "; "))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", a.Label, shortEnum(a.Provider.String(), "PROVIDER_"), shortEnum(a.AuthKind.String(), "AUTH_KIND_"),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", a.Label, shortEnum(a.Provider.String(), "PROVIDER_"), shortEnum(a.AuthKind.String(), "AUTH_KIND_"),
 			a.CredentialHint, state, usageCell(a, "five_hour", now), usageCell(a, "seven_day", now),
-			a.InFlight, a.MaxConcurrency, ago(a.LastSuccessAt, now), a.Id)
+			a.InFlight, a.MaxConcurrency, ago(a.LastSuccessAt, now), ownerText(a.Owner), a.Id)
 	}
 	tw.Flush()
 }
@@ -488,6 +535,18 @@ func printEgress(w io.Writer, a *weirv1.Account) {
 		line = "direct"
 	}
 	fmt.Fprintf(w, "egress: %s\n", line)
+}
+
+// printOwner says whose seat the account is (`weir accounts get`).
+func printOwner(w io.Writer, a *weirv1.Account) {
+	line := "none (serves every key)"
+	if o := a.Owner; o != nil {
+		line = ownerText(o)
+		if o.Kind == weirv1.OwnerKind_OWNER_KIND_TEAM {
+			line += " (every key of the team)"
+		}
+	}
+	fmt.Fprintf(w, "owner: %s\n", line)
 }
 
 // printIdentity says which upstream account an account is (`weir accounts

@@ -147,7 +147,7 @@ const teamsUsage = `Usage:
   weir teams create NAME [--budget AMOUNT/PERIOD ...] [--session-budget AMOUNT]
   weir teams update NAME --budget ... | --session-budget ... | --budget none
   weir teams list
-  weir teams rm NAME            (its keys stay, in no team)
+  weir teams rm NAME            (its keys stay, in no team; its seats are left paused, without an owner)
 Put a key in a team with 'weir keys update KEY --team NAME'. A budget is
 AMOUNT/PERIOD: 5usd/day, $100/month, 2000000tok/week; days, weeks (from
 Monday) and months begin in the budget_time_zone setting's zone.

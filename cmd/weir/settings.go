@@ -38,6 +38,10 @@ const settingsUsage = `Usage:
                        login) could serve (Messages, Responses): normal (default) ranks them with
                        the subscriptions; last_resort only when no subscription can serve; never
                        not at all. A key's own setting (weir keys update --metered) wins
+  owned_accounts       how seats (OAuth subscriptions with an owner: weir accounts set L --owner
+                       key:NAME|team:NAME) serve other keys: shared (default) serves anyone, their
+                       owners first; owners_only serves their owners alone (a key owns what is
+                       owned by it or by its team)
   body_buffer_bytes    the request-body bytes one worker buffers at once (reading, and kept while a
                        request may be retried or is held); past it a request gets a 503 with
                        Retry-After before its body is read (1MiB to 1TiB, default 1GiB)
@@ -67,7 +71,7 @@ Data planes pick changes up without restart. Every command takes --json,
 // update_mask spells them.
 var settingKeys = []string{"capacity_hold", "unreachable_hold", "request_deadline", "quota_response_mode", "metered_accounts",
 	"body_buffer_bytes", "body_buffer_per_key_bytes", "route_events_retention", "usage_retention", "budget_time_zone",
-	"pool_low_accounts", "breaker_notify_after", "egress_proxy"}
+	"pool_low_accounts", "breaker_notify_after", "egress_proxy", "owned_accounts"}
 
 func runSettings(ctx context.Context, args []string, e env) error {
 	if len(args) == 0 {
@@ -212,6 +216,12 @@ func settingsUpdate(pairs []string) (*weirv1.UpdateSettingsRequest, error) {
 				return nil, fmt.Errorf("metered_accounts: %q is not a mode (normal, last_resort or never)", value)
 			}
 			req.Settings.MeteredAccounts = m
+		case "owned_accounts":
+			v, ok := weirv1.OwnedAccounts_value["OWNED_ACCOUNTS_"+strings.ToUpper(value)]
+			if !ok || v == 0 || value != strings.ToLower(value) {
+				return nil, fmt.Errorf("owned_accounts: %q is not a mode (shared or owners_only)", value)
+			}
+			req.Settings.OwnedAccounts = weirv1.OwnedAccounts(v)
 		case "egress_proxy":
 			// The control plane checks it (and never quotes it back).
 			req.Settings.EgressProxy = value
@@ -256,6 +266,12 @@ func printSettings(w io.Writer, st *weirv1.Settings) error {
 	}
 	fmt.Fprintf(tw, "quota_response_mode\t%s\n", mode)
 	fmt.Fprintf(tw, "metered_accounts\t%s\n", meteredName(st.GetMeteredAccounts()))
+	switch st.GetOwnedAccounts() {
+	case weirv1.OwnedAccounts_OWNED_ACCOUNTS_OWNERS_ONLY:
+		fmt.Fprintf(tw, "owned_accounts\towners_only  (seats serve their owners alone)\n")
+	case weirv1.OwnedAccounts_OWNED_ACCOUNTS_SHARED:
+		fmt.Fprintf(tw, "owned_accounts\tshared\n")
+	}
 	fmt.Fprintf(tw, "body_buffer_bytes\t%s\n", bytesize.Format(st.GetBodyBufferBytes()))
 	fmt.Fprintf(tw, "body_buffer_per_key_bytes\t%s\n", bytesize.Format(st.GetBodyBufferPerKeyBytes()))
 	if r := st.GetRouteEventsRetention(); r != nil { // nil: a control plane older than the setting

@@ -40,6 +40,29 @@ type poolStatus struct {
 	// Held are the requests held now, per model and reason, the longest
 	// held first.
 	Held []heldStatus `json:"held"`
+	// OwnedAccounts is the owned_accounts setting: shared or owners_only.
+	OwnedAccounts string `json:"owned_accounts"`
+	// Seats are the accounts with an owner, one entry per owner.
+	Seats []seatStatus `json:"seats"`
+}
+
+// seatStatus is one owner's seats (OAuth subscriptions kept for a key, or
+// for every key of a team).
+type seatStatus struct {
+	// Owner is key:NAME or team:NAME.
+	Owner string `json:"owner"`
+	// Revoked: the owning key is revoked.
+	Revoked bool `json:"revoked,omitempty"`
+	// Seats are the accounts' labels with their states, in label order.
+	Seats []seatAccount `json:"seats"`
+	// Active is how many of them can take requests now.
+	Active int `json:"active"`
+}
+
+type seatAccount struct {
+	Label    string `json:"label"`
+	Provider string `json:"provider"`
+	State    string `json:"state"`
 }
 
 // breakerStatus is one open overload breaker.
@@ -174,8 +197,12 @@ func runStatus(ctx context.Context, args []string, e env) error {
 // buildStatus sums up the pool at now.
 func buildStatus(accts []*weirv1.Account, settings *weirv1.Settings, rep *weirv1.IntegrityReport, now time.Time) poolStatus {
 	st := poolStatus{At: now.UTC(), Accounts: len(accts), Problems: []statusProblem{}, Providers: []providerStatus{}, Spills: []spillStatus{},
-		Breakers: []breakerStatus{}, Held: []heldStatus{},
-		QuotaResponseMode: shortEnum(settings.GetQuotaResponseMode().String(), "QUOTA_RESPONSE_MODE_")}
+		Breakers: []breakerStatus{}, Held: []heldStatus{}, Seats: []seatStatus{},
+		QuotaResponseMode: shortEnum(settings.GetQuotaResponseMode().String(), "QUOTA_RESPONSE_MODE_"),
+		OwnedAccounts:     "shared"}
+	if settings.GetOwnedAccounts() == weirv1.OwnedAccounts_OWNED_ACCOUNTS_OWNERS_ONLY {
+		st.OwnedAccounts = "owners_only"
+	}
 	byProvider := map[string]*providerStatus{}
 	windows := map[string]map[string][]*weirv1.UsageWindow{}
 	var order []string
@@ -216,6 +243,8 @@ func buildStatus(accts []*weirv1.Account, settings *weirv1.Settings, rep *weirv1
 		p.Weekly = sumWindow(windows[name]["seven_day"])
 		st.Providers = append(st.Providers, *p)
 	}
+	st.Seats = seatStatuses(accts)
+	st.Problems = append(st.Problems, seatProblems(st.Seats, accts, st.OwnedAccounts == "owners_only")...)
 	if rep != nil {
 		t := rep.RanAt.AsTime().UTC()
 		st.IntegrityRanAt = &t
@@ -234,9 +263,121 @@ func buildStatus(accts []*weirv1.Account, settings *weirv1.Settings, rep *weirv1
 			st.Problems = append(st.Problems, statusProblem{Kind: "integrity", Detail: detail})
 		}
 	}
-	rank := map[string]int{"broken": 0, "integrity": 1, "unreachable": 2, "overloaded": 3, "expiring": 4, "cooling": 5, "gated": 6, "paused": 7}
+	rank := map[string]int{"broken": 0, "integrity": 1, "unreachable": 2, "overloaded": 3, "seats": 4, "expiring": 5, "cooling": 6, "gated": 7, "paused": 8}
 	slices.SortStableFunc(st.Problems, func(a, b statusProblem) int { return rank[a.Kind] - rank[b.Kind] })
 	return st
+}
+
+// seatStatuses are the accounts with an owner, one entry per owner in
+// the order of their names.
+func seatStatuses(accts []*weirv1.Account) []seatStatus {
+	out := []seatStatus{}
+	at := map[string]int{}
+	for _, a := range accts {
+		if a.Owner == nil {
+			continue
+		}
+		owner := ownerText(&weirv1.AccountOwner{Kind: a.Owner.Kind, Name: a.Owner.Name, Id: a.Owner.Id})
+		i, ok := at[owner]
+		if !ok {
+			i, at[owner] = len(out), len(out)
+			out = append(out, seatStatus{Owner: owner, Revoked: a.Owner.Revoked})
+		}
+		out[i].Seats = append(out[i].Seats, seatAccount{Label: a.Label, Provider: shortEnum(a.Provider.String(), "PROVIDER_"),
+			State: shortEnum(a.State.String(), "ACCOUNT_STATE_")})
+		if a.State == weirv1.AccountState_ACCOUNT_STATE_ACTIVE {
+			out[i].Active++
+		}
+	}
+	for i := range out {
+		slices.SortFunc(out[i].Seats, func(a, b seatAccount) int { return strings.Compare(a.Label, b.Label) })
+	}
+	slices.SortFunc(out, func(a, b seatStatus) int { return strings.Compare(a.Owner, b.Owner) })
+	return out
+}
+
+// seatProblems are what owners_only makes worth an operator's look: an
+// owner whose seats are all out while shared accounts of the same
+// provider can serve (its agents then take the shared capacity), a
+// provider whose shared accounts are all out while seats are kept for
+// their owners (the keys without a seat have nothing left to use), and a
+// revoked key's seats (they serve no one). Under shared, seats serve
+// anyone: nothing to say.
+func seatProblems(seats []seatStatus, accts []*weirv1.Account, ownersOnly bool) []statusProblem {
+	if !ownersOnly || len(seats) == 0 {
+		return nil
+	}
+	// Per provider: the shared accounts that can serve now, and the seats.
+	sharedActive, sharedTotal, kept := map[string]int{}, map[string]int{}, map[string]int{}
+	var providers []string
+	for _, a := range accts {
+		p := shortEnum(a.Provider.String(), "PROVIDER_")
+		if _, ok := sharedTotal[p]; !ok {
+			providers = append(providers, p)
+			sharedTotal[p] = 0
+		}
+		switch {
+		case a.Owner != nil:
+			kept[p]++
+		case a.State == weirv1.AccountState_ACCOUNT_STATE_ACTIVE:
+			sharedActive[p]++
+			sharedTotal[p]++
+		default:
+			sharedTotal[p]++
+		}
+	}
+	var out []statusProblem
+	for _, s := range seats {
+		if s.Revoked {
+			out = append(out, statusProblem{Kind: "seats", Detail: fmt.Sprintf("%s is revoked: its %s no one under owners_only "+
+				"(give them another owner with weir accounts set LABEL --owner, or remove them)", s.Owner, plural(len(s.Seats), "seat serves", "seats serve"))})
+			continue
+		}
+		if s.Active > 0 {
+			continue
+		}
+		var labels []string
+		shared := 0
+		seen := map[string]bool{}
+		for _, a := range s.Seats {
+			labels = append(labels, a.Label+" "+a.State)
+			if !seen[a.Provider] {
+				seen[a.Provider] = true
+				shared += sharedActive[a.Provider]
+			}
+		}
+		if shared > 0 {
+			out = append(out, statusProblem{Kind: "seats", Detail: fmt.Sprintf("%s: every seat is out (%s); its requests take the shared accounts meanwhile (%d can serve)",
+				s.Owner, strings.Join(labels, ", "), shared)})
+		}
+	}
+	slices.Sort(providers)
+	for _, p := range providers {
+		if kept[p] == 0 || sharedActive[p] > 0 {
+			continue
+		}
+		what := "no shared account"
+		if sharedTotal[p] > 0 {
+			what = fmt.Sprintf("none of the %d shared accounts", sharedTotal[p])
+		}
+		out = append(out, statusProblem{Kind: "seats", Detail: fmt.Sprintf("%s: %s can serve now, and %s (owners_only): "+
+			"keys without a seat have nothing left to use", p, what, plural(kept[p], "seat is kept for its owner", "seats are kept for their owners"))})
+	}
+	return out
+}
+
+// plural is "1 seat" or "3 seats"; with two forms, "1 seat is", "3 seats are".
+func plural(n int, forms ...string) string {
+	if len(forms) == 2 {
+		if n == 1 {
+			return "1 " + forms[0]
+		}
+		return fmt.Sprintf("%d %s", n, forms[1])
+	}
+	if n == 1 {
+		return "1 " + forms[0]
+	}
+	return fmt.Sprintf("%d %ss", n, forms[0])
 }
 
 // sumSpills sums up the spill events of the last spillWindow before now
@@ -398,6 +539,9 @@ func printStatus(w io.Writer, st poolStatus, color bool) error {
 	if err := printStorm(w, st, paint); err != nil {
 		return err
 	}
+	if err := printSeats(w, st, paint); err != nil {
+		return err
+	}
 	if len(st.Problems) == 0 && len(st.Breakers) == 0 && len(st.Held) == 0 {
 		_, err := fmt.Fprintln(w, paint(ansiGreen, "Nothing is wrong."))
 		return err
@@ -456,6 +600,32 @@ func printStorm(w io.Writer, st poolStatus, paint func(code, s string) string) e
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	_, err := fmt.Fprintln(w)
+	return err
+}
+
+// printSeats prints a line per owner with their seats, when any account
+// has an owner.
+func printSeats(w io.Writer, st poolStatus, paint func(code, s string) string) error {
+	if len(st.Seats) == 0 {
+		return nil
+	}
+	how := "shared: they serve anyone, their owners first"
+	if st.OwnedAccounts == "owners_only" {
+		how = "owners_only: they serve their owners alone"
+	}
+	fmt.Fprintf(w, "%s (owned_accounts=%s)\n", paint(ansiBold, "Seats"), how)
+	for _, s := range st.Seats {
+		var seats []string
+		for _, a := range s.Seats {
+			seats = append(seats, a.Label+" "+a.State)
+		}
+		owner := s.Owner
+		if s.Revoked {
+			owner += " (revoked)"
+		}
+		fmt.Fprintf(w, "  %s: %s, %d active: %s\n", owner, plural(len(s.Seats), "seat"), s.Active, strings.Join(seats, ", "))
 	}
 	_, err := fmt.Fprintln(w)
 	return err

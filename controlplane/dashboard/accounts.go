@@ -21,6 +21,9 @@ type accountView struct {
 	// Egress is what the account's traffic goes through, by
 	// scheme://host:port: "" when direct and nothing else was asked.
 	Egress string
+	// Owner is whose seat the account is: "key NAME" or "team NAME" ("" when
+	// it has none), with "(revoked)" after a revoked key.
+	Owner string
 	// State is active, cooling, paused or broken.
 	State       string
 	BrokenWhy   string
@@ -81,6 +84,7 @@ func accountViews(accts []*weirv1.Account) []accountView {
 			v.Identity = append(v.Identity, "account "+a.UpstreamAccountId)
 		}
 		v.Egress = egressText(a)
+		v.Owner = ownerText(a.Owner)
 		if c := a.Cooldown; c != nil {
 			cv := &cooldownView{Reason: enumText(c.Reason.String(), "COOLDOWN_REASON_"), Evidence: c.Evidence,
 				Until: c.Until.AsTime(), Transient: c.Transient}
@@ -111,6 +115,18 @@ func accountViews(accts []*weirv1.Account) []accountView {
 		out = append(out, v)
 	}
 	return out
+}
+
+// ownerText is an account's owner as its row shows it.
+func ownerText(o *weirv1.AccountOwner) string {
+	if o == nil {
+		return ""
+	}
+	s := enumText(o.Kind.String(), "OWNER_KIND_") + " " + cmp.Or(o.Name, o.Id)
+	if o.Revoked {
+		s += " (revoked)"
+	}
+	return s
 }
 
 // egressText is an account's egress as its row shows it.

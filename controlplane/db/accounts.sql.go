@@ -13,6 +13,50 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const accountOwnerNames = `-- name: AccountOwnerNames :many
+SELECT k.id, 'key'::text AS kind, k.name, (k.revoked_at IS NOT NULL)::boolean AS revoked
+FROM client_keys k
+WHERE EXISTS (SELECT 1 FROM accounts a WHERE a.owner_key_id = k.id)
+UNION ALL
+SELECT t.id, 'team'::text AS kind, t.name, false AS revoked
+FROM teams t
+WHERE EXISTS (SELECT 1 FROM accounts a WHERE a.owner_team_id = t.id)
+`
+
+type AccountOwnerNamesRow struct {
+	ID      uuid.UUID
+	Kind    string
+	Name    string
+	Revoked bool
+}
+
+// The keys and teams that own accounts, for operators: names, and
+// whether an owning key is revoked.
+func (q *Queries) AccountOwnerNames(ctx context.Context) ([]AccountOwnerNamesRow, error) {
+	rows, err := q.db.Query(ctx, accountOwnerNames)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []AccountOwnerNamesRow{}
+	for rows.Next() {
+		var i AccountOwnerNamesRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Kind,
+			&i.Name,
+			&i.Revoked,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const createAccount = `-- name: CreateAccount :one
 INSERT INTO accounts (
     id, provider, auth_kind, label, base_url, max_concurrency, priority,
@@ -23,7 +67,7 @@ INSERT INTO accounts (
     $8, $9, $10, $11, $12,
     $13, $13
 )
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id
 `
 
 type CreateAccountParams struct {
@@ -94,6 +138,8 @@ func (q *Queries) CreateAccount(ctx context.Context, arg CreateAccountParams) (A
 		&i.OverloadedAt,
 		&i.EgressProxy,
 		&i.EgressProxySealed,
+		&i.OwnerKeyID,
+		&i.OwnerTeamID,
 	)
 	return i, err
 }
@@ -111,7 +157,7 @@ func (q *Queries) DeleteAccount(ctx context.Context, id uuid.UUID) (int64, error
 }
 
 const getAccount = `-- name: GetAccount :one
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed FROM accounts WHERE id = $1
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id FROM accounts WHERE id = $1
 `
 
 func (q *Queries) GetAccount(ctx context.Context, id uuid.UUID) (Account, error) {
@@ -152,12 +198,14 @@ func (q *Queries) GetAccount(ctx context.Context, id uuid.UUID) (Account, error)
 		&i.OverloadedAt,
 		&i.EgressProxy,
 		&i.EgressProxySealed,
+		&i.OwnerKeyID,
+		&i.OwnerTeamID,
 	)
 	return i, err
 }
 
 const getAccountByLabel = `-- name: GetAccountByLabel :one
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed FROM accounts WHERE label = $1
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id FROM accounts WHERE label = $1
 `
 
 func (q *Queries) GetAccountByLabel(ctx context.Context, label string) (Account, error) {
@@ -198,6 +246,8 @@ func (q *Queries) GetAccountByLabel(ctx context.Context, label string) (Account,
 		&i.OverloadedAt,
 		&i.EgressProxy,
 		&i.EgressProxySealed,
+		&i.OwnerKeyID,
+		&i.OwnerTeamID,
 	)
 	return i, err
 }
@@ -230,7 +280,7 @@ func (q *Queries) GetLiveCooldown(ctx context.Context, arg GetLiveCooldownParams
 }
 
 const listAccounts = `-- name: ListAccounts :many
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed FROM accounts ORDER BY label
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id FROM accounts ORDER BY label
 `
 
 func (q *Queries) ListAccounts(ctx context.Context) ([]Account, error) {
@@ -277,6 +327,8 @@ func (q *Queries) ListAccounts(ctx context.Context) ([]Account, error) {
 			&i.OverloadedAt,
 			&i.EgressProxy,
 			&i.EgressProxySealed,
+			&i.OwnerKeyID,
+			&i.OwnerTeamID,
 		); err != nil {
 			return nil, err
 		}
@@ -412,7 +464,7 @@ UPDATE accounts SET
     broken_at = NULL,
     updated_at = $4
 WHERE id = $5
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id
 `
 
 type ReplaceCredentialParams struct {
@@ -468,6 +520,8 @@ func (q *Queries) ReplaceCredential(ctx context.Context, arg ReplaceCredentialPa
 		&i.OverloadedAt,
 		&i.EgressProxy,
 		&i.EgressProxySealed,
+		&i.OwnerKeyID,
+		&i.OwnerTeamID,
 	)
 	return i, err
 }
@@ -482,7 +536,7 @@ UPDATE accounts SET
     overloaded_at = NULL,
     updated_at = $1
 WHERE id = $2
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id
 `
 
 type ResumeAccountParams struct {
@@ -528,12 +582,14 @@ func (q *Queries) ResumeAccount(ctx context.Context, arg ResumeAccountParams) (A
 		&i.OverloadedAt,
 		&i.EgressProxy,
 		&i.EgressProxySealed,
+		&i.OwnerKeyID,
+		&i.OwnerTeamID,
 	)
 	return i, err
 }
 
 const routingView = `-- name: RoutingView :many
-SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.priority, a.paused, a.broken_reason, a.broken_at, a.auth_failures, a.credential_sealed, a.credential_revision, a.credential_hint, a.last_used_at, a.last_success_at, a.created_at, a.updated_at, a.quota_backoffs, a.recovery_probe, a.refresh_sealed, a.access_expires_at, a.refreshing_until, a.refresh_failures, a.refresh_blocked_until, a.refresh_rejected_at, a.banked_resets_enabled, a.org_id, a.recovery_probe_seen_at, a.upstream_account_id, a.identity, a.overloaded_at, a.egress_proxy, a.egress_proxy_sealed,
+SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.priority, a.paused, a.broken_reason, a.broken_at, a.auth_failures, a.credential_sealed, a.credential_revision, a.credential_hint, a.last_used_at, a.last_success_at, a.created_at, a.updated_at, a.quota_backoffs, a.recovery_probe, a.refresh_sealed, a.access_expires_at, a.refreshing_until, a.refresh_failures, a.refresh_blocked_until, a.refresh_rejected_at, a.banked_resets_enabled, a.org_id, a.recovery_probe_seen_at, a.upstream_account_id, a.identity, a.overloaded_at, a.egress_proxy, a.egress_proxy_sealed, a.owner_key_id, a.owner_team_id,
     (SELECT k.id FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::uuid AS key_id,
     (SELECT k.allowed_models FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::text[] AS key_allowed_models,
     coalesce((SELECT k.pinned FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL), false)::boolean AS key_pinned,
@@ -541,6 +597,8 @@ SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.
      WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::uuid[] AS key_pins,
     coalesce((SELECT k.metered_accounts FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL), '')::text AS key_metered_accounts,
     coalesce((SELECT s.value FROM settings s WHERE s.name = 'metered_accounts'), '')::text AS metered_setting,
+    (SELECT k.team_id FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::uuid AS key_team_id,
+    coalesce((SELECT s.value FROM settings s WHERE s.name = 'owned_accounts'), '')::text AS owned_setting,
     (SELECT s.sealed FROM settings s WHERE s.name = 'egress_proxy') AS egress_default_sealed,
     (SELECT ma.targets FROM model_aliases ma WHERE ma.alias = $2::text) AS alias_targets,
     ob.open_until AS breaker_open_until,
@@ -604,6 +662,8 @@ type RoutingViewRow struct {
 	KeyPins                    []uuid.UUID
 	KeyMeteredAccounts         string
 	MeteredSetting             string
+	KeyTeamID                  uuid.UUID
+	OwnedSetting               string
 	EgressDefaultSealed        []byte
 	AliasTargets               []string
 	BreakerOpenUntil           *time.Time
@@ -636,7 +696,9 @@ type RoutingViewRow struct {
 // utilization, or a reset already passed) and its provider's overload
 // breaker for the family, and the requests waiting for its places (ahead
 // of this one, and in all); and, the same on every row, the client key's id
-// when the key is live and the model's alias targets when it is an alias.
+// (with its restrictions and its team) when the key is live, the settings
+// routing reads (metered_accounts, owned_accounts, the default egress
+// proxy) and the model's alias targets when it is an alias.
 // The waiters, read only when there are any (the common case: none, one
 // check for the whole query).
 func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]RoutingViewRow, error) {
@@ -693,12 +755,16 @@ func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]Rou
 			&i.Account.OverloadedAt,
 			&i.Account.EgressProxy,
 			&i.Account.EgressProxySealed,
+			&i.Account.OwnerKeyID,
+			&i.Account.OwnerTeamID,
 			&i.KeyID,
 			&i.KeyAllowedModels,
 			&i.KeyPinned,
 			&i.KeyPins,
 			&i.KeyMeteredAccounts,
 			&i.MeteredSetting,
+			&i.KeyTeamID,
+			&i.OwnedSetting,
 			&i.EgressDefaultSealed,
 			&i.AliasTargets,
 			&i.BreakerOpenUntil,
@@ -733,13 +799,79 @@ func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]Rou
 	return items, nil
 }
 
+const setAccountOwner = `-- name: SetAccountOwner :one
+UPDATE accounts SET
+    owner_key_id = $1,
+    owner_team_id = $2,
+    updated_at = $3
+WHERE id = $4
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id
+`
+
+type SetAccountOwnerParams struct {
+	OwnerKeyID  uuid.NullUUID
+	OwnerTeamID uuid.NullUUID
+	Now         time.Time
+	ID          uuid.UUID
+}
+
+// An account's owner: a client key, a team, or neither (both NULL).
+func (q *Queries) SetAccountOwner(ctx context.Context, arg SetAccountOwnerParams) (Account, error) {
+	row := q.db.QueryRow(ctx, setAccountOwner,
+		arg.OwnerKeyID,
+		arg.OwnerTeamID,
+		arg.Now,
+		arg.ID,
+	)
+	var i Account
+	err := row.Scan(
+		&i.ID,
+		&i.Provider,
+		&i.AuthKind,
+		&i.Label,
+		&i.BaseUrl,
+		&i.MaxConcurrency,
+		&i.Priority,
+		&i.Paused,
+		&i.BrokenReason,
+		&i.BrokenAt,
+		&i.AuthFailures,
+		&i.CredentialSealed,
+		&i.CredentialRevision,
+		&i.CredentialHint,
+		&i.LastUsedAt,
+		&i.LastSuccessAt,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.QuotaBackoffs,
+		&i.RecoveryProbe,
+		&i.RefreshSealed,
+		&i.AccessExpiresAt,
+		&i.RefreshingUntil,
+		&i.RefreshFailures,
+		&i.RefreshBlockedUntil,
+		&i.RefreshRejectedAt,
+		&i.BankedResetsEnabled,
+		&i.OrgID,
+		&i.RecoveryProbeSeenAt,
+		&i.UpstreamAccountID,
+		&i.Identity,
+		&i.OverloadedAt,
+		&i.EgressProxy,
+		&i.EgressProxySealed,
+		&i.OwnerKeyID,
+		&i.OwnerTeamID,
+	)
+	return i, err
+}
+
 const setEgressProxy = `-- name: SetEgressProxy :one
 UPDATE accounts SET
     egress_proxy = $1,
     egress_proxy_sealed = $2,
     updated_at = $3
 WHERE id = $4
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id
 `
 
 type SetEgressProxyParams struct {
@@ -794,12 +926,14 @@ func (q *Queries) SetEgressProxy(ctx context.Context, arg SetEgressProxyParams) 
 		&i.OverloadedAt,
 		&i.EgressProxy,
 		&i.EgressProxySealed,
+		&i.OwnerKeyID,
+		&i.OwnerTeamID,
 	)
 	return i, err
 }
 
 const setPaused = `-- name: SetPaused :one
-UPDATE accounts SET paused = $1, updated_at = $2 WHERE id = $3 RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed
+UPDATE accounts SET paused = $1, updated_at = $2 WHERE id = $3 RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id
 `
 
 type SetPausedParams struct {
@@ -846,6 +980,8 @@ func (q *Queries) SetPaused(ctx context.Context, arg SetPausedParams) (Account, 
 		&i.OverloadedAt,
 		&i.EgressProxy,
 		&i.EgressProxySealed,
+		&i.OwnerKeyID,
+		&i.OwnerTeamID,
 	)
 	return i, err
 }
@@ -859,7 +995,7 @@ UPDATE accounts SET
     upstream_account_id = coalesce($5, upstream_account_id),
     updated_at = $6
 WHERE id = $7
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id
 `
 
 type UpdateAccountParams struct {
@@ -918,6 +1054,8 @@ func (q *Queries) UpdateAccount(ctx context.Context, arg UpdateAccountParams) (A
 		&i.OverloadedAt,
 		&i.EgressProxy,
 		&i.EgressProxySealed,
+		&i.OwnerKeyID,
+		&i.OwnerTeamID,
 	)
 	return i, err
 }

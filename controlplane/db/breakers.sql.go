@@ -61,6 +61,11 @@ type CountServingAccountsParams struct {
 // paused, not broken, not cooling, not gated for it): the breaker's
 // measure of "every account that can serve". An account spent for the
 // week does not make a storm on the others look like one account's.
+// Seats (accounts with an owner) count, whoever may use them under
+// owned_accounts: overload is the provider's condition for the family,
+// one breaker for every key, and a seat's overload answers are evidence
+// of it like any other account's. A key kept from a seat (owners_only)
+// never probes it: its probe routes among the accounts it may use.
 func (q *Queries) CountServingAccounts(ctx context.Context, arg CountServingAccountsParams) (int32, error) {
 	row := q.db.QueryRow(ctx, countServingAccounts, arg.Provider, arg.Now, arg.Family)
 	var column_1 int32

@@ -13,7 +13,7 @@ import (
 )
 
 const activeKeyAndAlias = `-- name: ActiveKeyAndAlias :one
-SELECT k.id AS key_id, k.allowed_models, k.pinned, k.metered_accounts,
+SELECT k.id AS key_id, k.allowed_models, k.pinned, k.metered_accounts, k.team_id,
     (SELECT array_agg(ka.account_id) FROM client_key_accounts ka WHERE ka.key_id = k.id)::uuid[] AS pins,
     (SELECT a.targets FROM model_aliases a WHERE a.alias = $1::text) AS alias_targets
 FROM client_keys k
@@ -30,6 +30,7 @@ type ActiveKeyAndAliasRow struct {
 	AllowedModels   []string
 	Pinned          bool
 	MeteredAccounts *string
+	TeamID          uuid.NullUUID
 	Pins            []uuid.UUID
 	AliasTargets    []string
 }
@@ -44,6 +45,7 @@ func (q *Queries) ActiveKeyAndAlias(ctx context.Context, arg ActiveKeyAndAliasPa
 		&i.AllowedModels,
 		&i.Pinned,
 		&i.MeteredAccounts,
+		&i.TeamID,
 		&i.Pins,
 		&i.AliasTargets,
 	)

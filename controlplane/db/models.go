@@ -45,6 +45,8 @@ type Account struct {
 	OverloadedAt        *time.Time
 	EgressProxy         string
 	EgressProxySealed   []byte
+	OwnerKeyID          uuid.NullUUID
+	OwnerTeamID         uuid.NullUUID
 }
 
 type AuditEvent struct {

@@ -21,7 +21,7 @@ WHERE id = $2
   AND (broken_at IS NULL OR (refresh_rejected_at IS NULL AND access_expires_at <= $4::timestamptz))
   AND (refreshing_until IS NULL OR refreshing_until <= $4::timestamptz)
   AND (refresh_blocked_until IS NULL OR refresh_blocked_until <= $4::timestamptz)
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id
 `
 
 type ClaimTokenRefreshParams struct {
@@ -77,6 +77,8 @@ func (q *Queries) ClaimTokenRefresh(ctx context.Context, arg ClaimTokenRefreshPa
 		&i.OverloadedAt,
 		&i.EgressProxy,
 		&i.EgressProxySealed,
+		&i.OwnerKeyID,
+		&i.OwnerTeamID,
 	)
 	return i, err
 }
@@ -210,7 +212,7 @@ UPDATE accounts SET
     refresh_blocked_until = NULL,
     refresh_rejected_at = NULL
 WHERE id = $3 AND credential_revision = $4
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id
 `
 
 type SetOAuthTokensParams struct {
@@ -270,6 +272,8 @@ func (q *Queries) SetOAuthTokens(ctx context.Context, arg SetOAuthTokensParams) 
 		&i.OverloadedAt,
 		&i.EgressProxy,
 		&i.EgressProxySealed,
+		&i.OwnerKeyID,
+		&i.OwnerTeamID,
 	)
 	return i, err
 }
@@ -289,7 +293,7 @@ UPDATE accounts SET
     broken_reason = NULL,
     updated_at = $5
 WHERE id = $6 AND credential_revision = $7
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id
 `
 
 type StoreRefreshedTokensParams struct {
@@ -352,6 +356,8 @@ func (q *Queries) StoreRefreshedTokens(ctx context.Context, arg StoreRefreshedTo
 		&i.OverloadedAt,
 		&i.EgressProxy,
 		&i.EgressProxySealed,
+		&i.OwnerKeyID,
+		&i.OwnerTeamID,
 	)
 	return i, err
 }

@@ -55,6 +55,10 @@ type Account struct {
 	// OverloadedAt is when the account last answered overloaded, nil once
 	// it succeeded since.
 	OverloadedAt *time.Time
+	// OwnerKey and OwnerTeam own the account when it is a seat (an OAuth
+	// subscription kept for a client key, or for every key of a team); at
+	// most one is set, uuid.Nil when none.
+	OwnerKey, OwnerTeam uuid.UUID
 }
 
 // overloadedRecently says whether the account answered overloaded within
@@ -190,7 +194,46 @@ type RouteRequest struct {
 	// (MeteredByKey), else the global one; UNSPECIFIED is normal.
 	Metered      weirv1.MeteredAccounts
 	MeteredByKey bool
+	// Key and Team are the requesting client key and its team (uuid.Nil
+	// when it has none): a key owns the seats owned by it or by its team.
+	// Owned is the owned_accounts setting; UNSPECIFIED is shared.
+	Key, Team uuid.UUID
+	Owned     weirv1.OwnedAccounts
 }
+
+// Where an account ranks for a request by whose seat it is (seatOf), best
+// first.
+const (
+	seatOwn    = iota // the requesting key's own seat
+	seatTeam          // a seat of the key's team
+	seatNone          // an account without an owner
+	seatOthers        // another key's or team's seat
+)
+
+// seatOf is whose account a is, as req sees it.
+func (req RouteRequest) seatOf(a Account) int {
+	switch {
+	case a.OwnerKey == uuid.Nil && a.OwnerTeam == uuid.Nil:
+		return seatNone
+	case a.OwnerKey != uuid.Nil && a.OwnerKey == req.Key:
+		return seatOwn
+	case a.OwnerTeam != uuid.Nil && a.OwnerTeam == req.Team:
+		return seatTeam
+	}
+	return seatOthers
+}
+
+// keptAway says whether owned_accounts=owners_only keeps account a out of
+// this request: another key's or team's seat. Such an account is not in
+// the pool as this request sees it at all: it is neither eligible nor
+// counted in any answer (the reason, the soonest recovery, the quota
+// block, the accounts a held request waits for).
+func (req RouteRequest) keptAway(a Account) bool {
+	return req.Owned == weirv1.OwnedAccounts_OWNED_ACCOUNTS_OWNERS_ONLY && req.seatOf(a) == seatOthers
+}
+
+// OwnersOnly names the setting in an answer it shaped.
+const OwnersOnly = "owned_accounts=owners_only"
 
 // IsMetered says whether an account is pay-per-token (an API key: Anthropic
 // and OpenAI keys) rather than a subscription (an OAuth login).
@@ -235,7 +278,7 @@ const MeteredNever = "metered_accounts=never"
 // at all, in whatever state. len(order) when nothing there is a spill.
 func SpillFrom(cands, order []Candidate, req RouteRequest) int {
 	if !subscriptionSurfaces[req.Surface] || !slices.ContainsFunc(cands, func(c Candidate) bool {
-		return Serves(c.Account.Provider, req.Surface) && !IsMetered(c.Account)
+		return Serves(c.Account.Provider, req.Surface) && !IsMetered(c.Account) && !req.keptAway(c.Account)
 	}) {
 		return len(order)
 	}
@@ -329,6 +372,7 @@ func route(cands []Candidate, req RouteRequest, now time.Time, onFull func(Candi
 		rejected                                int // holding a rejected credential
 		unreadable                              int // holding a credential this replica cannot open
 		withheld                                int // metered, kept out by metered_accounts=never
+		kept                                    int // others' seats, kept out by owned_accounts=owners_only
 		soonest                                 time.Time
 		// unreachable stays true while every recoverable account cools on
 		// a transport failure (or was tried and does not cool: the worker
@@ -346,6 +390,12 @@ func route(cands []Candidate, req RouteRequest, now time.Time, onFull func(Candi
 	for _, c := range cands {
 		a := c.Account
 		if !Serves(a.Provider, req.Surface) {
+			continue
+		}
+		if req.keptAway(a) {
+			// Before anything is counted: another owner's seat is no part
+			// of this request's pool, whatever its state.
+			kept++
 			continue
 		}
 		if req.BreakerOpen[a.Provider] {
@@ -420,9 +470,15 @@ func route(cands []Candidate, req RouteRequest, now time.Time, onFull func(Candi
 		none.RetryAt = timestamppb.New(soonest)
 	}
 	switch {
+	case serving == 0 && withheld == 0 && kept > 0:
+		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED
+		none.Message = fmt.Sprintf("no account this key may use serves this model: %d are seats kept for their owners (%s)", kept, OwnersOnly)
 	case serving == 0 && withheld > 0:
 		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED
 		none.Message = "no subscription account in the pool serves this model"
+		if kept > 0 {
+			none.Message = fmt.Sprintf("no subscription account this key may use serves this model: %d are seats kept for their owners (%s)", kept, OwnersOnly)
+		}
 	case serving == 0:
 		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED
 		none.Message = "no account in the pool serves this model"
@@ -611,10 +667,10 @@ func gateOnReset(g *Gate) bool {
 
 // QuotaBlock says whether every eligible account for the request (the
 // whole pool under the same filters as selection: provider,
-// metered_accounts=never; an open breaker does not take an account out,
-// since it serves again when the breaker closes; not
-// the accounts paused, broken or holding a rejected credential, which are
-// not eligible at all) is blocked by quota evidence, and if so describes
+// metered_accounts=never, owned_accounts=owners_only; an open breaker does
+// not take an account out, since it serves again when the breaker closes;
+// not the accounts paused, broken or holding a rejected credential, which
+// are not eligible at all) is blocked by quota evidence, and if so describes
 // the one that reopens first: the earliest known reset, or when none is
 // known, the first account. Any account that could serve, is busy, or is
 // out for another reason means no.
@@ -629,8 +685,10 @@ func QuotaBlock(cands []Candidate, req RouteRequest, now time.Time) *weirv1.Quot
 		a := c.Account
 		// An account behind an open breaker counts like any other: unless
 		// its own quota is spent, it serves again when the breaker closes,
-		// so the pool is not out of quota.
-		if !Serves(a.Provider, req.Surface) || req.withheld(a) || a.Paused || a.Broken || req.Unreadable[a.ID] {
+		// so the pool is not out of quota. Another owner's seat under
+		// owners_only is not this request's pool: its quota says nothing
+		// of when this request can be served.
+		if !Serves(a.Provider, req.Surface) || req.withheld(a) || req.keptAway(a) || a.Paused || a.Broken || req.Unreadable[a.ID] {
 			continue
 		}
 		if _, blocked, transient := c.blockedUntil(now); blocked && !transient {
@@ -691,6 +749,7 @@ type rankKey struct {
 	// overloaded: it answered overloaded within the last seconds.
 	overloaded bool
 	first      int // 0: the session's, 1: any other
+	seat       int // whose seat it is (seatOf)
 	priority   int32
 	tier       int
 	// weeklyReset and weeklyUtil order tierWeekly; demoted orders
@@ -708,7 +767,7 @@ func rank(cands []Candidate, req RouteRequest, now time.Time) []Candidate {
 	for i, c := range cands {
 		k := rankKey{idx: i, lastResort: req.lastResort(c.Account), first: 1, priority: c.Account.Priority,
 			tier: harvestTier(c, now), live: c.Live, cap: c.Account.MaxConcurrency, lastUsed: c.Account.LastUsedAt,
-			overloaded: c.Account.overloadedRecently(now)}
+			overloaded: c.Account.overloadedRecently(now), seat: req.seatOf(c.Account)}
 		switch {
 		case req.PreferAccount != uuid.Nil && c.Account.ID == req.PreferAccount:
 			k.preferred = true
@@ -738,7 +797,13 @@ func rank(cands []Candidate, req RouteRequest, now time.Time) []Candidate {
 // within the last seconds (a storm on some accounts sends turns to the
 // ones that answer, the session's own included: it would fail over
 // anyway); then the session's own (its prompt cache lives there); then
-// operator priority, an
+// whose seat it is, a tie-break before every key that follows (priority
+// included): the key's own seats, then its team's, then the accounts
+// without an owner, then other owners' seats (reached only under
+// owned_accounts=shared), so that an owner's request takes its own seat
+// first and another key's takes a seat only when the rest is busy or out;
+// it comes after the session's own, so a conversation stays where its
+// prompt cache is, whoever's seat that is; then operator priority, an
 // override applied before HARVEST (an operator who ranks accounts means it,
 // whatever their windows); then one stable partition over the soft
 // demotions at once (near limit: a 5-hour or weekly window at 0.9 or
@@ -770,6 +835,9 @@ func compareRankKeys(x, y rankKey) int {
 		return -1
 	}
 	if c := cmp.Compare(x.first, y.first); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(x.seat, y.seat); c != 0 {
 		return c
 	}
 	if c := cmp.Compare(y.priority, x.priority); c != 0 {

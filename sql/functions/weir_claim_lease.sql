@@ -8,10 +8,14 @@
 -- snapshot, so the live-lease count sees every lease an earlier claim
 -- committed. Expired leases do not count, so a dead worker's lease stops
 -- blocking the account the moment it expires. A recovery probe's account
--- takes one lease at a time. The lease clock (weir_lease_clock) is caught up
--- first: an Acquire can be the first call after an outage, and the leases
--- that were live when it began must hold their places before anything is
--- counted.
+-- takes one lease at a time. A seat (an account with an owner) goes to
+-- another key only while owned_accounts is not owners_only; a key owns
+-- what is owned by it or by its team. The owner is read under the row
+-- lock, which an owner change takes too, so a routing view read before
+-- the change (or before the setting's) cannot hand a seat over. The lease
+-- clock (weir_lease_clock) is caught up first: an Acquire can be the first
+-- call after an outage, and the leases that were live when it began must
+-- hold their places before anything is counted.
 --
 -- This file is the function's one definition. internal/migrate applies it
 -- after the numbered migrations whenever its text changes; edit it here and
@@ -43,6 +47,10 @@ BEGIN
        AND NOT a.paused
        AND a.broken_at IS NULL
        AND NOT EXISTS (SELECT 1 FROM cooldowns c WHERE c.account_id = a.id AND c.until > p_now)
+       AND ((a.owner_key_id IS NULL AND a.owner_team_id IS NULL)
+            OR a.owner_key_id = p_key_id
+            OR a.owner_team_id = (SELECT k.team_id FROM client_keys k WHERE k.id = p_key_id)
+            OR coalesce((SELECT s.value FROM settings s WHERE s.name = 'owned_accounts'), 'shared') <> 'owners_only')
        FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RETURN NULL;

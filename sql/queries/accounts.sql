@@ -52,6 +52,26 @@ UPDATE accounts SET
 WHERE id = @id
 RETURNING *;
 
+-- An account's owner: a client key, a team, or neither (both NULL).
+-- name: SetAccountOwner :one
+UPDATE accounts SET
+    owner_key_id = sqlc.narg('owner_key_id'),
+    owner_team_id = sqlc.narg('owner_team_id'),
+    updated_at = @now
+WHERE id = @id
+RETURNING *;
+
+-- The keys and teams that own accounts, for operators: names, and
+-- whether an owning key is revoked.
+-- name: AccountOwnerNames :many
+SELECT k.id, 'key'::text AS kind, k.name, (k.revoked_at IS NOT NULL)::boolean AS revoked
+FROM client_keys k
+WHERE EXISTS (SELECT 1 FROM accounts a WHERE a.owner_key_id = k.id)
+UNION ALL
+SELECT t.id, 'team'::text AS kind, t.name, false AS revoked
+FROM teams t
+WHERE EXISTS (SELECT 1 FROM accounts a WHERE a.owner_team_id = t.id);
+
 -- A new credential gets a new revision, and wipes the verdicts the old one earned.
 -- name: ReplaceCredential :one
 UPDATE accounts SET
@@ -104,7 +124,9 @@ RETURNING auth_failures, (broken_at IS NOT NULL)::boolean AS broken;
 -- utilization, or a reset already passed) and its provider's overload
 -- breaker for the family, and the requests waiting for its places (ahead
 -- of this one, and in all); and, the same on every row, the client key's id
--- when the key is live and the model's alias targets when it is an alias.
+-- (with its restrictions and its team) when the key is live, the settings
+-- routing reads (metered_accounts, owned_accounts, the default egress
+-- proxy) and the model's alias targets when it is an alias.
 -- name: RoutingView :many
 SELECT sqlc.embed(a),
     (SELECT k.id FROM client_keys k WHERE k.key_hash = @key_hash::text AND k.revoked_at IS NULL)::uuid AS key_id,
@@ -114,6 +136,8 @@ SELECT sqlc.embed(a),
      WHERE k.key_hash = @key_hash::text AND k.revoked_at IS NULL)::uuid[] AS key_pins,
     coalesce((SELECT k.metered_accounts FROM client_keys k WHERE k.key_hash = @key_hash::text AND k.revoked_at IS NULL), '')::text AS key_metered_accounts,
     coalesce((SELECT s.value FROM settings s WHERE s.name = 'metered_accounts'), '')::text AS metered_setting,
+    (SELECT k.team_id FROM client_keys k WHERE k.key_hash = @key_hash::text AND k.revoked_at IS NULL)::uuid AS key_team_id,
+    coalesce((SELECT s.value FROM settings s WHERE s.name = 'owned_accounts'), '')::text AS owned_setting,
     (SELECT s.sealed FROM settings s WHERE s.name = 'egress_proxy') AS egress_default_sealed,
     (SELECT ma.targets FROM model_aliases ma WHERE ma.alias = @model::text) AS alias_targets,
     ob.open_until AS breaker_open_until,

@@ -85,7 +85,7 @@ WHERE id = @id AND (last_used_at IS NULL OR last_used_at < @stale_before::timest
 -- Acquire's first question in one round trip: is the key live, what
 -- restricts it, and is the model an alias (NULL targets: a concrete model).
 -- name: ActiveKeyAndAlias :one
-SELECT k.id AS key_id, k.allowed_models, k.pinned, k.metered_accounts,
+SELECT k.id AS key_id, k.allowed_models, k.pinned, k.metered_accounts, k.team_id,
     (SELECT array_agg(ka.account_id) FROM client_key_accounts ka WHERE ka.key_id = k.id)::uuid[] AS pins,
     (SELECT a.targets FROM model_aliases a WHERE a.alias = @model::text) AS alias_targets
 FROM client_keys k

@@ -95,7 +95,9 @@ type Account struct {
 	// What the account's traffic goes through now, as scheme://host:port:
 	// its own proxy, else the default's; "" when it goes direct. Inference,
 	// usage reads, token refreshes and profile reads alike.
-	EgressVia     string `protobuf:"bytes,39,opt,name=egress_via,json=egressVia,proto3" json:"egress_via,omitempty"`
+	EgressVia string `protobuf:"bytes,39,opt,name=egress_via,json=egressVia,proto3" json:"egress_via,omitempty"`
+	// Who the account is a seat of; absent when it has no owner.
+	Owner         *AccountOwner `protobuf:"bytes,40,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -347,6 +349,88 @@ func (x *Account) GetEgressVia() string {
 	return ""
 }
 
+func (x *Account) GetOwner() *AccountOwner {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
+// AccountOwner is who a seat (an OAuth subscription account) is kept for:
+// a client key or a team (every key of the team). Settings.owned_accounts
+// says whether other keys may use it.
+type AccountOwner struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  OwnerKind              `protobuf:"varint,1,opt,name=kind,proto3,enum=weir.v1.OwnerKind" json:"kind,omitempty"`
+	// The key's or team's name. In UpdateAccountRequest, its name or id.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The key's or team's id (answers only).
+	Id string `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
+	// The owning key is revoked: under owners_only its seats serve no one
+	// (answers only).
+	Revoked       bool `protobuf:"varint,4,opt,name=revoked,proto3" json:"revoked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AccountOwner) Reset() {
+	*x = AccountOwner{}
+	mi := &file_weir_v1_account_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AccountOwner) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AccountOwner) ProtoMessage() {}
+
+func (x *AccountOwner) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_account_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AccountOwner.ProtoReflect.Descriptor instead.
+func (*AccountOwner) Descriptor() ([]byte, []int) {
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *AccountOwner) GetKind() OwnerKind {
+	if x != nil {
+		return x.Kind
+	}
+	return OwnerKind_OWNER_KIND_UNSPECIFIED
+}
+
+func (x *AccountOwner) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AccountOwner) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AccountOwner) GetRevoked() bool {
+	if x != nil {
+		return x.Revoked
+	}
+	return false
+}
+
 // Forecast is one usage window's burn rate and predicted exhaustion, from
 // the usage snapshots of the window's current period: a least-squares fit
 // over the last hours (one for five_hour, six for the weekly windows).
@@ -366,7 +450,7 @@ type Forecast struct {
 
 func (x *Forecast) Reset() {
 	*x = Forecast{}
-	mi := &file_weir_v1_account_proto_msgTypes[1]
+	mi := &file_weir_v1_account_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -378,7 +462,7 @@ func (x *Forecast) String() string {
 func (*Forecast) ProtoMessage() {}
 
 func (x *Forecast) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[1]
+	mi := &file_weir_v1_account_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -391,7 +475,7 @@ func (x *Forecast) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forecast.ProtoReflect.Descriptor instead.
 func (*Forecast) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{1}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Forecast) GetWindow() string {
@@ -433,7 +517,7 @@ type UsageWindow struct {
 
 func (x *UsageWindow) Reset() {
 	*x = UsageWindow{}
-	mi := &file_weir_v1_account_proto_msgTypes[2]
+	mi := &file_weir_v1_account_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -445,7 +529,7 @@ func (x *UsageWindow) String() string {
 func (*UsageWindow) ProtoMessage() {}
 
 func (x *UsageWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[2]
+	mi := &file_weir_v1_account_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -458,7 +542,7 @@ func (x *UsageWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageWindow.ProtoReflect.Descriptor instead.
 func (*UsageWindow) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{2}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *UsageWindow) GetWindow() string {
@@ -522,7 +606,7 @@ type CreateAccountRequest struct {
 
 func (x *CreateAccountRequest) Reset() {
 	*x = CreateAccountRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[3]
+	mi := &file_weir_v1_account_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -534,7 +618,7 @@ func (x *CreateAccountRequest) String() string {
 func (*CreateAccountRequest) ProtoMessage() {}
 
 func (x *CreateAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[3]
+	mi := &file_weir_v1_account_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -547,7 +631,7 @@ func (x *CreateAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAccountRequest.ProtoReflect.Descriptor instead.
 func (*CreateAccountRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{3}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateAccountRequest) GetProvider() Provider {
@@ -622,7 +706,7 @@ type CreateAccountResponse struct {
 
 func (x *CreateAccountResponse) Reset() {
 	*x = CreateAccountResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[4]
+	mi := &file_weir_v1_account_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -634,7 +718,7 @@ func (x *CreateAccountResponse) String() string {
 func (*CreateAccountResponse) ProtoMessage() {}
 
 func (x *CreateAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[4]
+	mi := &file_weir_v1_account_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -647,7 +731,7 @@ func (x *CreateAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAccountResponse.ProtoReflect.Descriptor instead.
 func (*CreateAccountResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{4}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateAccountResponse) GetAccount() *Account {
@@ -671,7 +755,7 @@ type DuplicateAccount struct {
 
 func (x *DuplicateAccount) Reset() {
 	*x = DuplicateAccount{}
-	mi := &file_weir_v1_account_proto_msgTypes[5]
+	mi := &file_weir_v1_account_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -683,7 +767,7 @@ func (x *DuplicateAccount) String() string {
 func (*DuplicateAccount) ProtoMessage() {}
 
 func (x *DuplicateAccount) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[5]
+	mi := &file_weir_v1_account_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -696,7 +780,7 @@ func (x *DuplicateAccount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DuplicateAccount.ProtoReflect.Descriptor instead.
 func (*DuplicateAccount) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{5}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DuplicateAccount) GetId() string {
@@ -728,7 +812,7 @@ type ListAccountsRequest struct {
 
 func (x *ListAccountsRequest) Reset() {
 	*x = ListAccountsRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[6]
+	mi := &file_weir_v1_account_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -740,7 +824,7 @@ func (x *ListAccountsRequest) String() string {
 func (*ListAccountsRequest) ProtoMessage() {}
 
 func (x *ListAccountsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[6]
+	mi := &file_weir_v1_account_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -753,7 +837,7 @@ func (x *ListAccountsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAccountsRequest.ProtoReflect.Descriptor instead.
 func (*ListAccountsRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{6}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{7}
 }
 
 type ListAccountsResponse struct {
@@ -765,7 +849,7 @@ type ListAccountsResponse struct {
 
 func (x *ListAccountsResponse) Reset() {
 	*x = ListAccountsResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[7]
+	mi := &file_weir_v1_account_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -777,7 +861,7 @@ func (x *ListAccountsResponse) String() string {
 func (*ListAccountsResponse) ProtoMessage() {}
 
 func (x *ListAccountsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[7]
+	mi := &file_weir_v1_account_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -790,7 +874,7 @@ func (x *ListAccountsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAccountsResponse.ProtoReflect.Descriptor instead.
 func (*ListAccountsResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{7}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListAccountsResponse) GetAccounts() []*Account {
@@ -810,7 +894,7 @@ type GetAccountRequest struct {
 
 func (x *GetAccountRequest) Reset() {
 	*x = GetAccountRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[8]
+	mi := &file_weir_v1_account_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +906,7 @@ func (x *GetAccountRequest) String() string {
 func (*GetAccountRequest) ProtoMessage() {}
 
 func (x *GetAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[8]
+	mi := &file_weir_v1_account_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +919,7 @@ func (x *GetAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAccountRequest.ProtoReflect.Descriptor instead.
 func (*GetAccountRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{8}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetAccountRequest) GetId() string {
@@ -854,7 +938,7 @@ type GetAccountResponse struct {
 
 func (x *GetAccountResponse) Reset() {
 	*x = GetAccountResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[9]
+	mi := &file_weir_v1_account_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -866,7 +950,7 @@ func (x *GetAccountResponse) String() string {
 func (*GetAccountResponse) ProtoMessage() {}
 
 func (x *GetAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[9]
+	mi := &file_weir_v1_account_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -879,7 +963,7 @@ func (x *GetAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAccountResponse.ProtoReflect.Descriptor instead.
 func (*GetAccountResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{9}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetAccountResponse) GetAccount() *Account {
@@ -894,7 +978,7 @@ type UpdateAccountRequest struct {
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Fields to change: label, base_url, max_concurrency, priority,
 	// credential, banked_resets_enabled, org_id, upstream_account_id,
-	// egress_proxy.
+	// egress_proxy, owner.
 	UpdateMask     *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	Label          string                 `protobuf:"bytes,3,opt,name=label,proto3" json:"label,omitempty"`
 	BaseUrl        string                 `protobuf:"bytes,4,opt,name=base_url,json=baseUrl,proto3" json:"base_url,omitempty"`
@@ -908,14 +992,18 @@ type UpdateAccountRequest struct {
 	UpstreamAccountId   string `protobuf:"bytes,32,opt,name=upstream_account_id,json=upstreamAccountId,proto3" json:"upstream_account_id,omitempty"`
 	// As CreateAccountRequest.egress_proxy: a URL, "direct", or "" to
 	// follow the default.
-	EgressProxy   string `protobuf:"bytes,33,opt,name=egress_proxy,json=egressProxy,proto3" json:"egress_proxy,omitempty"`
+	EgressProxy string `protobuf:"bytes,33,opt,name=egress_proxy,json=egressProxy,proto3" json:"egress_proxy,omitempty"`
+	// The account's owner: a key or a team, by name or id; absent (or kind
+	// unspecified) for none. Only an OAuth account (a subscription) can have
+	// one: an API key is metered, not a seat.
+	Owner         *AccountOwner `protobuf:"bytes,34,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateAccountRequest) Reset() {
 	*x = UpdateAccountRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[10]
+	mi := &file_weir_v1_account_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -927,7 +1015,7 @@ func (x *UpdateAccountRequest) String() string {
 func (*UpdateAccountRequest) ProtoMessage() {}
 
 func (x *UpdateAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[10]
+	mi := &file_weir_v1_account_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -940,7 +1028,7 @@ func (x *UpdateAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAccountRequest.ProtoReflect.Descriptor instead.
 func (*UpdateAccountRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{10}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UpdateAccountRequest) GetId() string {
@@ -1020,6 +1108,13 @@ func (x *UpdateAccountRequest) GetEgressProxy() string {
 	return ""
 }
 
+func (x *UpdateAccountRequest) GetOwner() *AccountOwner {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
 type UpdateAccountResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Account       *Account               `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"`
@@ -1029,7 +1124,7 @@ type UpdateAccountResponse struct {
 
 func (x *UpdateAccountResponse) Reset() {
 	*x = UpdateAccountResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[11]
+	mi := &file_weir_v1_account_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1136,7 @@ func (x *UpdateAccountResponse) String() string {
 func (*UpdateAccountResponse) ProtoMessage() {}
 
 func (x *UpdateAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[11]
+	mi := &file_weir_v1_account_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1149,7 @@ func (x *UpdateAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAccountResponse.ProtoReflect.Descriptor instead.
 func (*UpdateAccountResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{11}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UpdateAccountResponse) GetAccount() *Account {
@@ -1073,7 +1168,7 @@ type PauseAccountRequest struct {
 
 func (x *PauseAccountRequest) Reset() {
 	*x = PauseAccountRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[12]
+	mi := &file_weir_v1_account_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1085,7 +1180,7 @@ func (x *PauseAccountRequest) String() string {
 func (*PauseAccountRequest) ProtoMessage() {}
 
 func (x *PauseAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[12]
+	mi := &file_weir_v1_account_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1098,7 +1193,7 @@ func (x *PauseAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseAccountRequest.ProtoReflect.Descriptor instead.
 func (*PauseAccountRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{12}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PauseAccountRequest) GetId() string {
@@ -1117,7 +1212,7 @@ type PauseAccountResponse struct {
 
 func (x *PauseAccountResponse) Reset() {
 	*x = PauseAccountResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[13]
+	mi := &file_weir_v1_account_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1129,7 +1224,7 @@ func (x *PauseAccountResponse) String() string {
 func (*PauseAccountResponse) ProtoMessage() {}
 
 func (x *PauseAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[13]
+	mi := &file_weir_v1_account_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1142,7 +1237,7 @@ func (x *PauseAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseAccountResponse.ProtoReflect.Descriptor instead.
 func (*PauseAccountResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{13}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PauseAccountResponse) GetAccount() *Account {
@@ -1161,7 +1256,7 @@ type ResumeAccountRequest struct {
 
 func (x *ResumeAccountRequest) Reset() {
 	*x = ResumeAccountRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[14]
+	mi := &file_weir_v1_account_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1268,7 @@ func (x *ResumeAccountRequest) String() string {
 func (*ResumeAccountRequest) ProtoMessage() {}
 
 func (x *ResumeAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[14]
+	mi := &file_weir_v1_account_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1281,7 @@ func (x *ResumeAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeAccountRequest.ProtoReflect.Descriptor instead.
 func (*ResumeAccountRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{14}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ResumeAccountRequest) GetId() string {
@@ -1205,7 +1300,7 @@ type ResumeAccountResponse struct {
 
 func (x *ResumeAccountResponse) Reset() {
 	*x = ResumeAccountResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[15]
+	mi := &file_weir_v1_account_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1217,7 +1312,7 @@ func (x *ResumeAccountResponse) String() string {
 func (*ResumeAccountResponse) ProtoMessage() {}
 
 func (x *ResumeAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[15]
+	mi := &file_weir_v1_account_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1230,7 +1325,7 @@ func (x *ResumeAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeAccountResponse.ProtoReflect.Descriptor instead.
 func (*ResumeAccountResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{15}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ResumeAccountResponse) GetAccount() *Account {
@@ -1249,7 +1344,7 @@ type DeleteAccountRequest struct {
 
 func (x *DeleteAccountRequest) Reset() {
 	*x = DeleteAccountRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[16]
+	mi := &file_weir_v1_account_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1356,7 @@ func (x *DeleteAccountRequest) String() string {
 func (*DeleteAccountRequest) ProtoMessage() {}
 
 func (x *DeleteAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[16]
+	mi := &file_weir_v1_account_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1369,7 @@ func (x *DeleteAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteAccountRequest.ProtoReflect.Descriptor instead.
 func (*DeleteAccountRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{16}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeleteAccountRequest) GetId() string {
@@ -1292,7 +1387,7 @@ type DeleteAccountResponse struct {
 
 func (x *DeleteAccountResponse) Reset() {
 	*x = DeleteAccountResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[17]
+	mi := &file_weir_v1_account_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1304,7 +1399,7 @@ func (x *DeleteAccountResponse) String() string {
 func (*DeleteAccountResponse) ProtoMessage() {}
 
 func (x *DeleteAccountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[17]
+	mi := &file_weir_v1_account_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1317,7 +1412,7 @@ func (x *DeleteAccountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteAccountResponse.ProtoReflect.Descriptor instead.
 func (*DeleteAccountResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{17}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{18}
 }
 
 type RefreshUsageRequest struct {
@@ -1330,7 +1425,7 @@ type RefreshUsageRequest struct {
 
 func (x *RefreshUsageRequest) Reset() {
 	*x = RefreshUsageRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[18]
+	mi := &file_weir_v1_account_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1437,7 @@ func (x *RefreshUsageRequest) String() string {
 func (*RefreshUsageRequest) ProtoMessage() {}
 
 func (x *RefreshUsageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[18]
+	mi := &file_weir_v1_account_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +1450,7 @@ func (x *RefreshUsageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefreshUsageRequest.ProtoReflect.Descriptor instead.
 func (*RefreshUsageRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{18}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RefreshUsageRequest) GetId() string {
@@ -1382,7 +1477,7 @@ type RefreshUsageResponse struct {
 
 func (x *RefreshUsageResponse) Reset() {
 	*x = RefreshUsageResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[19]
+	mi := &file_weir_v1_account_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1394,7 +1489,7 @@ func (x *RefreshUsageResponse) String() string {
 func (*RefreshUsageResponse) ProtoMessage() {}
 
 func (x *RefreshUsageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[19]
+	mi := &file_weir_v1_account_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1407,7 +1502,7 @@ func (x *RefreshUsageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefreshUsageResponse.ProtoReflect.Descriptor instead.
 func (*RefreshUsageResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{19}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RefreshUsageResponse) GetRead() bool {
@@ -1455,7 +1550,7 @@ type ResetGrant struct {
 
 func (x *ResetGrant) Reset() {
 	*x = ResetGrant{}
-	mi := &file_weir_v1_account_proto_msgTypes[20]
+	mi := &file_weir_v1_account_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1467,7 +1562,7 @@ func (x *ResetGrant) String() string {
 func (*ResetGrant) ProtoMessage() {}
 
 func (x *ResetGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[20]
+	mi := &file_weir_v1_account_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1480,7 +1575,7 @@ func (x *ResetGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetGrant.ProtoReflect.Descriptor instead.
 func (*ResetGrant) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{20}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ResetGrant) GetGrantId() string {
@@ -1539,7 +1634,7 @@ type ResetClaim struct {
 
 func (x *ResetClaim) Reset() {
 	*x = ResetClaim{}
-	mi := &file_weir_v1_account_proto_msgTypes[21]
+	mi := &file_weir_v1_account_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1551,7 +1646,7 @@ func (x *ResetClaim) String() string {
 func (*ResetClaim) ProtoMessage() {}
 
 func (x *ResetClaim) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[21]
+	mi := &file_weir_v1_account_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1564,7 +1659,7 @@ func (x *ResetClaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetClaim.ProtoReflect.Descriptor instead.
 func (*ResetClaim) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{21}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ResetClaim) GetId() string {
@@ -1633,7 +1728,7 @@ type ListResetGrantsRequest struct {
 
 func (x *ListResetGrantsRequest) Reset() {
 	*x = ListResetGrantsRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[22]
+	mi := &file_weir_v1_account_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1645,7 +1740,7 @@ func (x *ListResetGrantsRequest) String() string {
 func (*ListResetGrantsRequest) ProtoMessage() {}
 
 func (x *ListResetGrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[22]
+	mi := &file_weir_v1_account_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1658,7 +1753,7 @@ func (x *ListResetGrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResetGrantsRequest.ProtoReflect.Descriptor instead.
 func (*ListResetGrantsRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{22}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListResetGrantsRequest) GetId() string {
@@ -1679,7 +1774,7 @@ type ListResetGrantsResponse struct {
 
 func (x *ListResetGrantsResponse) Reset() {
 	*x = ListResetGrantsResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[23]
+	mi := &file_weir_v1_account_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +1786,7 @@ func (x *ListResetGrantsResponse) String() string {
 func (*ListResetGrantsResponse) ProtoMessage() {}
 
 func (x *ListResetGrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[23]
+	mi := &file_weir_v1_account_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +1799,7 @@ func (x *ListResetGrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResetGrantsResponse.ProtoReflect.Descriptor instead.
 func (*ListResetGrantsResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{23}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListResetGrantsResponse) GetGrants() []*ResetGrant {
@@ -1732,7 +1827,7 @@ type ClaimResetGrantRequest struct {
 
 func (x *ClaimResetGrantRequest) Reset() {
 	*x = ClaimResetGrantRequest{}
-	mi := &file_weir_v1_account_proto_msgTypes[24]
+	mi := &file_weir_v1_account_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1744,7 +1839,7 @@ func (x *ClaimResetGrantRequest) String() string {
 func (*ClaimResetGrantRequest) ProtoMessage() {}
 
 func (x *ClaimResetGrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[24]
+	mi := &file_weir_v1_account_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1757,7 +1852,7 @@ func (x *ClaimResetGrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResetGrantRequest.ProtoReflect.Descriptor instead.
 func (*ClaimResetGrantRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{24}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ClaimResetGrantRequest) GetId() string {
@@ -1788,7 +1883,7 @@ type ClaimResetGrantResponse struct {
 
 func (x *ClaimResetGrantResponse) Reset() {
 	*x = ClaimResetGrantResponse{}
-	mi := &file_weir_v1_account_proto_msgTypes[25]
+	mi := &file_weir_v1_account_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1800,7 +1895,7 @@ func (x *ClaimResetGrantResponse) String() string {
 func (*ClaimResetGrantResponse) ProtoMessage() {}
 
 func (x *ClaimResetGrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_account_proto_msgTypes[25]
+	mi := &file_weir_v1_account_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1813,7 +1908,7 @@ func (x *ClaimResetGrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResetGrantResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResetGrantResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_account_proto_rawDescGZIP(), []int{25}
+	return file_weir_v1_account_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ClaimResetGrantResponse) GetSent() bool {
@@ -1841,8 +1936,7 @@ var File_weir_v1_account_proto protoreflect.FileDescriptor
 
 const file_weir_v1_account_proto_rawDesc = "" +
 	"\n" +
-	"\x15weir/v1/account.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"\xef\n" +
-	"\n" +
+	"\x15weir/v1/account.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"\x9c\v\n" +
 	"\aAccount\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
 	"\bprovider\x18\x02 \x01(\x0e2\x11.weir.v1.ProviderR\bprovider\x12.\n" +
@@ -1879,7 +1973,13 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"\roverloaded_at\x18% \x01(\v2\x1a.google.protobuf.TimestampR\foverloadedAt\x12!\n" +
 	"\fegress_proxy\x18& \x01(\tR\vegressProxy\x12\x1d\n" +
 	"\n" +
-	"egress_via\x18' \x01(\tR\tegressVia\"\x98\x01\n" +
+	"egress_via\x18' \x01(\tR\tegressVia\x12+\n" +
+	"\x05owner\x18( \x01(\v2\x15.weir.v1.AccountOwnerR\x05owner\"t\n" +
+	"\fAccountOwner\x12&\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x12.weir.v1.OwnerKindR\x04kind\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id\x12\x18\n" +
+	"\arevoked\x18\x04 \x01(\bR\arevoked\"\x98\x01\n" +
 	"\bForecast\x12\x16\n" +
 	"\x06window\x18\x01 \x01(\tR\x06window\x12\"\n" +
 	"\rburn_per_hour\x18\x02 \x01(\x01R\vburnPerHour\x12@\n" +
@@ -1918,7 +2018,7 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"\x11GetAccountRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"@\n" +
 	"\x12GetAccountResponse\x12*\n" +
-	"\aaccount\x18\x01 \x01(\v2\x10.weir.v1.AccountR\aaccount\"\x97\x03\n" +
+	"\aaccount\x18\x01 \x01(\v2\x10.weir.v1.AccountR\aaccount\"\xc4\x03\n" +
 	"\x14UpdateAccountRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12;\n" +
 	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
@@ -1933,7 +2033,8 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"\x15banked_resets_enabled\x18\x1e \x01(\bR\x13bankedResetsEnabled\x12\x15\n" +
 	"\x06org_id\x18\x1f \x01(\tR\x05orgId\x12.\n" +
 	"\x13upstream_account_id\x18  \x01(\tR\x11upstreamAccountId\x12!\n" +
-	"\fegress_proxy\x18! \x01(\tR\vegressProxy\"C\n" +
+	"\fegress_proxy\x18! \x01(\tR\vegressProxy\x12+\n" +
+	"\x05owner\x18\" \x01(\v2\x15.weir.v1.AccountOwnerR\x05owner\"C\n" +
 	"\x15UpdateAccountResponse\x12*\n" +
 	"\aaccount\x18\x01 \x01(\v2\x10.weir.v1.AccountR\aaccount\"%\n" +
 	"\x13PauseAccountRequest\x12\x0e\n" +
@@ -2013,105 +2114,110 @@ func file_weir_v1_account_proto_rawDescGZIP() []byte {
 	return file_weir_v1_account_proto_rawDescData
 }
 
-var file_weir_v1_account_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_weir_v1_account_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_weir_v1_account_proto_goTypes = []any{
 	(*Account)(nil),                 // 0: weir.v1.Account
-	(*Forecast)(nil),                // 1: weir.v1.Forecast
-	(*UsageWindow)(nil),             // 2: weir.v1.UsageWindow
-	(*CreateAccountRequest)(nil),    // 3: weir.v1.CreateAccountRequest
-	(*CreateAccountResponse)(nil),   // 4: weir.v1.CreateAccountResponse
-	(*DuplicateAccount)(nil),        // 5: weir.v1.DuplicateAccount
-	(*ListAccountsRequest)(nil),     // 6: weir.v1.ListAccountsRequest
-	(*ListAccountsResponse)(nil),    // 7: weir.v1.ListAccountsResponse
-	(*GetAccountRequest)(nil),       // 8: weir.v1.GetAccountRequest
-	(*GetAccountResponse)(nil),      // 9: weir.v1.GetAccountResponse
-	(*UpdateAccountRequest)(nil),    // 10: weir.v1.UpdateAccountRequest
-	(*UpdateAccountResponse)(nil),   // 11: weir.v1.UpdateAccountResponse
-	(*PauseAccountRequest)(nil),     // 12: weir.v1.PauseAccountRequest
-	(*PauseAccountResponse)(nil),    // 13: weir.v1.PauseAccountResponse
-	(*ResumeAccountRequest)(nil),    // 14: weir.v1.ResumeAccountRequest
-	(*ResumeAccountResponse)(nil),   // 15: weir.v1.ResumeAccountResponse
-	(*DeleteAccountRequest)(nil),    // 16: weir.v1.DeleteAccountRequest
-	(*DeleteAccountResponse)(nil),   // 17: weir.v1.DeleteAccountResponse
-	(*RefreshUsageRequest)(nil),     // 18: weir.v1.RefreshUsageRequest
-	(*RefreshUsageResponse)(nil),    // 19: weir.v1.RefreshUsageResponse
-	(*ResetGrant)(nil),              // 20: weir.v1.ResetGrant
-	(*ResetClaim)(nil),              // 21: weir.v1.ResetClaim
-	(*ListResetGrantsRequest)(nil),  // 22: weir.v1.ListResetGrantsRequest
-	(*ListResetGrantsResponse)(nil), // 23: weir.v1.ListResetGrantsResponse
-	(*ClaimResetGrantRequest)(nil),  // 24: weir.v1.ClaimResetGrantRequest
-	(*ClaimResetGrantResponse)(nil), // 25: weir.v1.ClaimResetGrantResponse
-	(Provider)(0),                   // 26: weir.v1.Provider
-	(AuthKind)(0),                   // 27: weir.v1.AuthKind
-	(AccountState)(0),               // 28: weir.v1.AccountState
-	(*Cooldown)(nil),                // 29: weir.v1.Cooldown
-	(*timestamppb.Timestamp)(nil),   // 30: google.protobuf.Timestamp
-	(*FamilyGate)(nil),              // 31: weir.v1.FamilyGate
-	(*Unreachable)(nil),             // 32: weir.v1.Unreachable
-	(*fieldmaskpb.FieldMask)(nil),   // 33: google.protobuf.FieldMask
+	(*AccountOwner)(nil),            // 1: weir.v1.AccountOwner
+	(*Forecast)(nil),                // 2: weir.v1.Forecast
+	(*UsageWindow)(nil),             // 3: weir.v1.UsageWindow
+	(*CreateAccountRequest)(nil),    // 4: weir.v1.CreateAccountRequest
+	(*CreateAccountResponse)(nil),   // 5: weir.v1.CreateAccountResponse
+	(*DuplicateAccount)(nil),        // 6: weir.v1.DuplicateAccount
+	(*ListAccountsRequest)(nil),     // 7: weir.v1.ListAccountsRequest
+	(*ListAccountsResponse)(nil),    // 8: weir.v1.ListAccountsResponse
+	(*GetAccountRequest)(nil),       // 9: weir.v1.GetAccountRequest
+	(*GetAccountResponse)(nil),      // 10: weir.v1.GetAccountResponse
+	(*UpdateAccountRequest)(nil),    // 11: weir.v1.UpdateAccountRequest
+	(*UpdateAccountResponse)(nil),   // 12: weir.v1.UpdateAccountResponse
+	(*PauseAccountRequest)(nil),     // 13: weir.v1.PauseAccountRequest
+	(*PauseAccountResponse)(nil),    // 14: weir.v1.PauseAccountResponse
+	(*ResumeAccountRequest)(nil),    // 15: weir.v1.ResumeAccountRequest
+	(*ResumeAccountResponse)(nil),   // 16: weir.v1.ResumeAccountResponse
+	(*DeleteAccountRequest)(nil),    // 17: weir.v1.DeleteAccountRequest
+	(*DeleteAccountResponse)(nil),   // 18: weir.v1.DeleteAccountResponse
+	(*RefreshUsageRequest)(nil),     // 19: weir.v1.RefreshUsageRequest
+	(*RefreshUsageResponse)(nil),    // 20: weir.v1.RefreshUsageResponse
+	(*ResetGrant)(nil),              // 21: weir.v1.ResetGrant
+	(*ResetClaim)(nil),              // 22: weir.v1.ResetClaim
+	(*ListResetGrantsRequest)(nil),  // 23: weir.v1.ListResetGrantsRequest
+	(*ListResetGrantsResponse)(nil), // 24: weir.v1.ListResetGrantsResponse
+	(*ClaimResetGrantRequest)(nil),  // 25: weir.v1.ClaimResetGrantRequest
+	(*ClaimResetGrantResponse)(nil), // 26: weir.v1.ClaimResetGrantResponse
+	(Provider)(0),                   // 27: weir.v1.Provider
+	(AuthKind)(0),                   // 28: weir.v1.AuthKind
+	(AccountState)(0),               // 29: weir.v1.AccountState
+	(*Cooldown)(nil),                // 30: weir.v1.Cooldown
+	(*timestamppb.Timestamp)(nil),   // 31: google.protobuf.Timestamp
+	(*FamilyGate)(nil),              // 32: weir.v1.FamilyGate
+	(*Unreachable)(nil),             // 33: weir.v1.Unreachable
+	(OwnerKind)(0),                  // 34: weir.v1.OwnerKind
+	(*fieldmaskpb.FieldMask)(nil),   // 35: google.protobuf.FieldMask
 }
 var file_weir_v1_account_proto_depIdxs = []int32{
-	26, // 0: weir.v1.Account.provider:type_name -> weir.v1.Provider
-	27, // 1: weir.v1.Account.auth_kind:type_name -> weir.v1.AuthKind
-	28, // 2: weir.v1.Account.state:type_name -> weir.v1.AccountState
-	29, // 3: weir.v1.Account.cooldown:type_name -> weir.v1.Cooldown
-	30, // 4: weir.v1.Account.last_used_at:type_name -> google.protobuf.Timestamp
-	30, // 5: weir.v1.Account.last_success_at:type_name -> google.protobuf.Timestamp
-	30, // 6: weir.v1.Account.created_at:type_name -> google.protobuf.Timestamp
-	30, // 7: weir.v1.Account.updated_at:type_name -> google.protobuf.Timestamp
-	31, // 8: weir.v1.Account.family_gates:type_name -> weir.v1.FamilyGate
-	2,  // 9: weir.v1.Account.usage:type_name -> weir.v1.UsageWindow
-	30, // 10: weir.v1.Account.usage_read_at:type_name -> google.protobuf.Timestamp
-	30, // 11: weir.v1.Account.access_expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 12: weir.v1.Account.forecasts:type_name -> weir.v1.Forecast
-	32, // 13: weir.v1.Account.unreachable:type_name -> weir.v1.Unreachable
-	30, // 14: weir.v1.Account.overloaded_at:type_name -> google.protobuf.Timestamp
-	30, // 15: weir.v1.Forecast.exhausts_at:type_name -> google.protobuf.Timestamp
-	30, // 16: weir.v1.UsageWindow.resets_at:type_name -> google.protobuf.Timestamp
-	30, // 17: weir.v1.UsageWindow.observed_at:type_name -> google.protobuf.Timestamp
-	26, // 18: weir.v1.CreateAccountRequest.provider:type_name -> weir.v1.Provider
-	27, // 19: weir.v1.CreateAccountRequest.auth_kind:type_name -> weir.v1.AuthKind
-	0,  // 20: weir.v1.CreateAccountResponse.account:type_name -> weir.v1.Account
-	0,  // 21: weir.v1.ListAccountsResponse.accounts:type_name -> weir.v1.Account
-	0,  // 22: weir.v1.GetAccountResponse.account:type_name -> weir.v1.Account
-	33, // 23: weir.v1.UpdateAccountRequest.update_mask:type_name -> google.protobuf.FieldMask
-	0,  // 24: weir.v1.UpdateAccountResponse.account:type_name -> weir.v1.Account
-	0,  // 25: weir.v1.PauseAccountResponse.account:type_name -> weir.v1.Account
-	0,  // 26: weir.v1.ResumeAccountResponse.account:type_name -> weir.v1.Account
-	30, // 27: weir.v1.RefreshUsageResponse.next_read_allowed_at:type_name -> google.protobuf.Timestamp
-	0,  // 28: weir.v1.RefreshUsageResponse.account:type_name -> weir.v1.Account
-	30, // 29: weir.v1.ResetGrant.expires_at:type_name -> google.protobuf.Timestamp
-	30, // 30: weir.v1.ResetGrant.seen_at:type_name -> google.protobuf.Timestamp
-	30, // 31: weir.v1.ResetClaim.created_at:type_name -> google.protobuf.Timestamp
-	30, // 32: weir.v1.ResetClaim.finished_at:type_name -> google.protobuf.Timestamp
-	20, // 33: weir.v1.ListResetGrantsResponse.grants:type_name -> weir.v1.ResetGrant
-	21, // 34: weir.v1.ListResetGrantsResponse.claims:type_name -> weir.v1.ResetClaim
-	21, // 35: weir.v1.ClaimResetGrantResponse.claim:type_name -> weir.v1.ResetClaim
-	3,  // 36: weir.v1.AccountService.CreateAccount:input_type -> weir.v1.CreateAccountRequest
-	6,  // 37: weir.v1.AccountService.ListAccounts:input_type -> weir.v1.ListAccountsRequest
-	8,  // 38: weir.v1.AccountService.GetAccount:input_type -> weir.v1.GetAccountRequest
-	10, // 39: weir.v1.AccountService.UpdateAccount:input_type -> weir.v1.UpdateAccountRequest
-	12, // 40: weir.v1.AccountService.PauseAccount:input_type -> weir.v1.PauseAccountRequest
-	14, // 41: weir.v1.AccountService.ResumeAccount:input_type -> weir.v1.ResumeAccountRequest
-	16, // 42: weir.v1.AccountService.DeleteAccount:input_type -> weir.v1.DeleteAccountRequest
-	18, // 43: weir.v1.AccountService.RefreshUsage:input_type -> weir.v1.RefreshUsageRequest
-	22, // 44: weir.v1.AccountService.ListResetGrants:input_type -> weir.v1.ListResetGrantsRequest
-	24, // 45: weir.v1.AccountService.ClaimResetGrant:input_type -> weir.v1.ClaimResetGrantRequest
-	4,  // 46: weir.v1.AccountService.CreateAccount:output_type -> weir.v1.CreateAccountResponse
-	7,  // 47: weir.v1.AccountService.ListAccounts:output_type -> weir.v1.ListAccountsResponse
-	9,  // 48: weir.v1.AccountService.GetAccount:output_type -> weir.v1.GetAccountResponse
-	11, // 49: weir.v1.AccountService.UpdateAccount:output_type -> weir.v1.UpdateAccountResponse
-	13, // 50: weir.v1.AccountService.PauseAccount:output_type -> weir.v1.PauseAccountResponse
-	15, // 51: weir.v1.AccountService.ResumeAccount:output_type -> weir.v1.ResumeAccountResponse
-	17, // 52: weir.v1.AccountService.DeleteAccount:output_type -> weir.v1.DeleteAccountResponse
-	19, // 53: weir.v1.AccountService.RefreshUsage:output_type -> weir.v1.RefreshUsageResponse
-	23, // 54: weir.v1.AccountService.ListResetGrants:output_type -> weir.v1.ListResetGrantsResponse
-	25, // 55: weir.v1.AccountService.ClaimResetGrant:output_type -> weir.v1.ClaimResetGrantResponse
-	46, // [46:56] is the sub-list for method output_type
-	36, // [36:46] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	27, // 0: weir.v1.Account.provider:type_name -> weir.v1.Provider
+	28, // 1: weir.v1.Account.auth_kind:type_name -> weir.v1.AuthKind
+	29, // 2: weir.v1.Account.state:type_name -> weir.v1.AccountState
+	30, // 3: weir.v1.Account.cooldown:type_name -> weir.v1.Cooldown
+	31, // 4: weir.v1.Account.last_used_at:type_name -> google.protobuf.Timestamp
+	31, // 5: weir.v1.Account.last_success_at:type_name -> google.protobuf.Timestamp
+	31, // 6: weir.v1.Account.created_at:type_name -> google.protobuf.Timestamp
+	31, // 7: weir.v1.Account.updated_at:type_name -> google.protobuf.Timestamp
+	32, // 8: weir.v1.Account.family_gates:type_name -> weir.v1.FamilyGate
+	3,  // 9: weir.v1.Account.usage:type_name -> weir.v1.UsageWindow
+	31, // 10: weir.v1.Account.usage_read_at:type_name -> google.protobuf.Timestamp
+	31, // 11: weir.v1.Account.access_expires_at:type_name -> google.protobuf.Timestamp
+	2,  // 12: weir.v1.Account.forecasts:type_name -> weir.v1.Forecast
+	33, // 13: weir.v1.Account.unreachable:type_name -> weir.v1.Unreachable
+	31, // 14: weir.v1.Account.overloaded_at:type_name -> google.protobuf.Timestamp
+	1,  // 15: weir.v1.Account.owner:type_name -> weir.v1.AccountOwner
+	34, // 16: weir.v1.AccountOwner.kind:type_name -> weir.v1.OwnerKind
+	31, // 17: weir.v1.Forecast.exhausts_at:type_name -> google.protobuf.Timestamp
+	31, // 18: weir.v1.UsageWindow.resets_at:type_name -> google.protobuf.Timestamp
+	31, // 19: weir.v1.UsageWindow.observed_at:type_name -> google.protobuf.Timestamp
+	27, // 20: weir.v1.CreateAccountRequest.provider:type_name -> weir.v1.Provider
+	28, // 21: weir.v1.CreateAccountRequest.auth_kind:type_name -> weir.v1.AuthKind
+	0,  // 22: weir.v1.CreateAccountResponse.account:type_name -> weir.v1.Account
+	0,  // 23: weir.v1.ListAccountsResponse.accounts:type_name -> weir.v1.Account
+	0,  // 24: weir.v1.GetAccountResponse.account:type_name -> weir.v1.Account
+	35, // 25: weir.v1.UpdateAccountRequest.update_mask:type_name -> google.protobuf.FieldMask
+	1,  // 26: weir.v1.UpdateAccountRequest.owner:type_name -> weir.v1.AccountOwner
+	0,  // 27: weir.v1.UpdateAccountResponse.account:type_name -> weir.v1.Account
+	0,  // 28: weir.v1.PauseAccountResponse.account:type_name -> weir.v1.Account
+	0,  // 29: weir.v1.ResumeAccountResponse.account:type_name -> weir.v1.Account
+	31, // 30: weir.v1.RefreshUsageResponse.next_read_allowed_at:type_name -> google.protobuf.Timestamp
+	0,  // 31: weir.v1.RefreshUsageResponse.account:type_name -> weir.v1.Account
+	31, // 32: weir.v1.ResetGrant.expires_at:type_name -> google.protobuf.Timestamp
+	31, // 33: weir.v1.ResetGrant.seen_at:type_name -> google.protobuf.Timestamp
+	31, // 34: weir.v1.ResetClaim.created_at:type_name -> google.protobuf.Timestamp
+	31, // 35: weir.v1.ResetClaim.finished_at:type_name -> google.protobuf.Timestamp
+	21, // 36: weir.v1.ListResetGrantsResponse.grants:type_name -> weir.v1.ResetGrant
+	22, // 37: weir.v1.ListResetGrantsResponse.claims:type_name -> weir.v1.ResetClaim
+	22, // 38: weir.v1.ClaimResetGrantResponse.claim:type_name -> weir.v1.ResetClaim
+	4,  // 39: weir.v1.AccountService.CreateAccount:input_type -> weir.v1.CreateAccountRequest
+	7,  // 40: weir.v1.AccountService.ListAccounts:input_type -> weir.v1.ListAccountsRequest
+	9,  // 41: weir.v1.AccountService.GetAccount:input_type -> weir.v1.GetAccountRequest
+	11, // 42: weir.v1.AccountService.UpdateAccount:input_type -> weir.v1.UpdateAccountRequest
+	13, // 43: weir.v1.AccountService.PauseAccount:input_type -> weir.v1.PauseAccountRequest
+	15, // 44: weir.v1.AccountService.ResumeAccount:input_type -> weir.v1.ResumeAccountRequest
+	17, // 45: weir.v1.AccountService.DeleteAccount:input_type -> weir.v1.DeleteAccountRequest
+	19, // 46: weir.v1.AccountService.RefreshUsage:input_type -> weir.v1.RefreshUsageRequest
+	23, // 47: weir.v1.AccountService.ListResetGrants:input_type -> weir.v1.ListResetGrantsRequest
+	25, // 48: weir.v1.AccountService.ClaimResetGrant:input_type -> weir.v1.ClaimResetGrantRequest
+	5,  // 49: weir.v1.AccountService.CreateAccount:output_type -> weir.v1.CreateAccountResponse
+	8,  // 50: weir.v1.AccountService.ListAccounts:output_type -> weir.v1.ListAccountsResponse
+	10, // 51: weir.v1.AccountService.GetAccount:output_type -> weir.v1.GetAccountResponse
+	12, // 52: weir.v1.AccountService.UpdateAccount:output_type -> weir.v1.UpdateAccountResponse
+	14, // 53: weir.v1.AccountService.PauseAccount:output_type -> weir.v1.PauseAccountResponse
+	16, // 54: weir.v1.AccountService.ResumeAccount:output_type -> weir.v1.ResumeAccountResponse
+	18, // 55: weir.v1.AccountService.DeleteAccount:output_type -> weir.v1.DeleteAccountResponse
+	20, // 56: weir.v1.AccountService.RefreshUsage:output_type -> weir.v1.RefreshUsageResponse
+	24, // 57: weir.v1.AccountService.ListResetGrants:output_type -> weir.v1.ListResetGrantsResponse
+	26, // 58: weir.v1.AccountService.ClaimResetGrant:output_type -> weir.v1.ClaimResetGrantResponse
+	49, // [49:59] is the sub-list for method output_type
+	39, // [39:49] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_account_proto_init() }
@@ -2120,15 +2226,15 @@ func file_weir_v1_account_proto_init() {
 		return
 	}
 	file_weir_v1_types_proto_init()
-	file_weir_v1_account_proto_msgTypes[1].OneofWrappers = []any{}
 	file_weir_v1_account_proto_msgTypes[2].OneofWrappers = []any{}
+	file_weir_v1_account_proto_msgTypes[3].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_account_proto_rawDesc), len(file_weir_v1_account_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -110,7 +110,7 @@ type UpdateSettingsRequest struct {
 	// quota_response_mode, metered_accounts, body_buffer_bytes,
 	// body_buffer_per_key_bytes, route_events_retention, usage_retention,
 	// budget_time_zone, pool_low_accounts, breaker_notify_after,
-	// egress_proxy.
+	// egress_proxy, owned_accounts.
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -259,6 +259,120 @@ func (MeteredAccounts) EnumDescriptor() ([]byte, []int) {
 	return file_weir_v1_types_proto_rawDescGZIP(), []int{3}
 }
 
+// OwnedAccounts is how seats (OAuth subscription accounts owned by a
+// client key or a team) serve the keys that do not own them. A key owns
+// what is owned by it or by its team; an owner's requests rank its own
+// seats first in either mode (its key's, then its team's).
+type OwnedAccounts int32
+
+const (
+	// As the setting: shared.
+	OwnedAccounts_OWNED_ACCOUNTS_UNSPECIFIED OwnedAccounts = 0
+	// Seats serve anyone, their owners first: another key's request ranks
+	// them after every account without an owner, so it gets a seat only
+	// when the rest is busy or out.
+	OwnedAccounts_OWNED_ACCOUNTS_SHARED OwnedAccounts = 1
+	// Seats serve only their owners' requests: other keys never reach
+	// them, not under holds, not as a breaker's probe, not when the rest of
+	// the pool is spent; they get the pool's usual answer for the accounts
+	// they may use.
+	OwnedAccounts_OWNED_ACCOUNTS_OWNERS_ONLY OwnedAccounts = 2
+)
+
+// Enum value maps for OwnedAccounts.
+var (
+	OwnedAccounts_name = map[int32]string{
+		0: "OWNED_ACCOUNTS_UNSPECIFIED",
+		1: "OWNED_ACCOUNTS_SHARED",
+		2: "OWNED_ACCOUNTS_OWNERS_ONLY",
+	}
+	OwnedAccounts_value = map[string]int32{
+		"OWNED_ACCOUNTS_UNSPECIFIED": 0,
+		"OWNED_ACCOUNTS_SHARED":      1,
+		"OWNED_ACCOUNTS_OWNERS_ONLY": 2,
+	}
+)
+
+func (x OwnedAccounts) Enum() *OwnedAccounts {
+	p := new(OwnedAccounts)
+	*p = x
+	return p
+}
+
+func (x OwnedAccounts) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OwnedAccounts) Descriptor() protoreflect.EnumDescriptor {
+	return file_weir_v1_types_proto_enumTypes[4].Descriptor()
+}
+
+func (OwnedAccounts) Type() protoreflect.EnumType {
+	return &file_weir_v1_types_proto_enumTypes[4]
+}
+
+func (x OwnedAccounts) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OwnedAccounts.Descriptor instead.
+func (OwnedAccounts) EnumDescriptor() ([]byte, []int) {
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{4}
+}
+
+// OwnerKind is what owns a seat.
+type OwnerKind int32
+
+const (
+	// No owner.
+	OwnerKind_OWNER_KIND_UNSPECIFIED OwnerKind = 0
+	// A client key: one person's agents.
+	OwnerKind_OWNER_KIND_KEY OwnerKind = 1
+	// A team: every key of the team.
+	OwnerKind_OWNER_KIND_TEAM OwnerKind = 2
+)
+
+// Enum value maps for OwnerKind.
+var (
+	OwnerKind_name = map[int32]string{
+		0: "OWNER_KIND_UNSPECIFIED",
+		1: "OWNER_KIND_KEY",
+		2: "OWNER_KIND_TEAM",
+	}
+	OwnerKind_value = map[string]int32{
+		"OWNER_KIND_UNSPECIFIED": 0,
+		"OWNER_KIND_KEY":         1,
+		"OWNER_KIND_TEAM":        2,
+	}
+)
+
+func (x OwnerKind) Enum() *OwnerKind {
+	p := new(OwnerKind)
+	*p = x
+	return p
+}
+
+func (x OwnerKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OwnerKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_weir_v1_types_proto_enumTypes[5].Descriptor()
+}
+
+func (OwnerKind) Type() protoreflect.EnumType {
+	return &file_weir_v1_types_proto_enumTypes[5]
+}
+
+func (x OwnerKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OwnerKind.Descriptor instead.
+func (OwnerKind) EnumDescriptor() ([]byte, []int) {
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{5}
+}
+
 // QuotaKind names the upstream evidence that an account's quota is spent.
 type QuotaKind int32
 
@@ -313,11 +427,11 @@ func (x QuotaKind) String() string {
 }
 
 func (QuotaKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[4].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[6].Descriptor()
 }
 
 func (QuotaKind) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[4]
+	return &file_weir_v1_types_proto_enumTypes[6]
 }
 
 func (x QuotaKind) Number() protoreflect.EnumNumber {
@@ -326,7 +440,7 @@ func (x QuotaKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use QuotaKind.Descriptor instead.
 func (QuotaKind) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{4}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 // AuthKind is how weir authenticates to the upstream with an account.
@@ -365,11 +479,11 @@ func (x AuthKind) String() string {
 }
 
 func (AuthKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[5].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[7].Descriptor()
 }
 
 func (AuthKind) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[5]
+	return &file_weir_v1_types_proto_enumTypes[7]
 }
 
 func (x AuthKind) Number() protoreflect.EnumNumber {
@@ -378,7 +492,7 @@ func (x AuthKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AuthKind.Descriptor instead.
 func (AuthKind) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{5}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 // AccountState is what routing sees of an account right now.
@@ -422,11 +536,11 @@ func (x AccountState) String() string {
 }
 
 func (AccountState) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[6].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[8].Descriptor()
 }
 
 func (AccountState) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[6]
+	return &file_weir_v1_types_proto_enumTypes[8]
 }
 
 func (x AccountState) Number() protoreflect.EnumNumber {
@@ -435,7 +549,7 @@ func (x AccountState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AccountState.Descriptor instead.
 func (AccountState) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{6}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{8}
 }
 
 // CooldownReason says why an account is out of routing until a deadline.
@@ -495,11 +609,11 @@ func (x CooldownReason) String() string {
 }
 
 func (CooldownReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[7].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[9].Descriptor()
 }
 
 func (CooldownReason) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[7]
+	return &file_weir_v1_types_proto_enumTypes[9]
 }
 
 func (x CooldownReason) Number() protoreflect.EnumNumber {
@@ -508,7 +622,7 @@ func (x CooldownReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CooldownReason.Descriptor instead.
 func (CooldownReason) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{7}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{9}
 }
 
 // TransportCause is why an attempt got no usable answer from the upstream
@@ -574,11 +688,11 @@ func (x TransportCause) String() string {
 }
 
 func (TransportCause) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[8].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[10].Descriptor()
 }
 
 func (TransportCause) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[8]
+	return &file_weir_v1_types_proto_enumTypes[10]
 }
 
 func (x TransportCause) Number() protoreflect.EnumNumber {
@@ -587,7 +701,7 @@ func (x TransportCause) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TransportCause.Descriptor instead.
 func (TransportCause) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{8}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{10}
 }
 
 // OutcomeClass is the data plane's classification of one upstream attempt.
@@ -660,11 +774,11 @@ func (x OutcomeClass) String() string {
 }
 
 func (OutcomeClass) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[9].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[11].Descriptor()
 }
 
 func (OutcomeClass) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[9]
+	return &file_weir_v1_types_proto_enumTypes[11]
 }
 
 func (x OutcomeClass) Number() protoreflect.EnumNumber {
@@ -673,7 +787,7 @@ func (x OutcomeClass) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OutcomeClass.Descriptor instead.
 func (OutcomeClass) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{9}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{11}
 }
 
 // Action is what the data plane does after an attempt.
@@ -716,11 +830,11 @@ func (x Action) String() string {
 }
 
 func (Action) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[10].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[12].Descriptor()
 }
 
 func (Action) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[10]
+	return &file_weir_v1_types_proto_enumTypes[12]
 }
 
 func (x Action) Number() protoreflect.EnumNumber {
@@ -729,7 +843,7 @@ func (x Action) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Action.Descriptor instead.
 func (Action) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{10}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{12}
 }
 
 // BudgetUnit is what a budget counts: tokens (every token the upstream
@@ -768,11 +882,11 @@ func (x BudgetUnit) String() string {
 }
 
 func (BudgetUnit) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[11].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[13].Descriptor()
 }
 
 func (BudgetUnit) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[11]
+	return &file_weir_v1_types_proto_enumTypes[13]
 }
 
 func (x BudgetUnit) Number() protoreflect.EnumNumber {
@@ -781,7 +895,7 @@ func (x BudgetUnit) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BudgetUnit.Descriptor instead.
 func (BudgetUnit) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{11}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{13}
 }
 
 // BudgetPeriod is when a budget starts again: each calendar day, week
@@ -826,11 +940,11 @@ func (x BudgetPeriod) String() string {
 }
 
 func (BudgetPeriod) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[12].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[14].Descriptor()
 }
 
 func (BudgetPeriod) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[12]
+	return &file_weir_v1_types_proto_enumTypes[14]
 }
 
 func (x BudgetPeriod) Number() protoreflect.EnumNumber {
@@ -839,7 +953,7 @@ func (x BudgetPeriod) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BudgetPeriod.Descriptor instead.
 func (BudgetPeriod) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{12}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{14}
 }
 
 // QuotaEvidence is what an upstream said about a spent quota.
@@ -1060,7 +1174,10 @@ type Settings struct {
 	// or socks5h:// URL, with user:pass@ when the proxy needs them. In
 	// UpdateSettings the whole URL ("" for none); it is sealed at rest like
 	// a credential, and every answer holds its scheme://host:port only.
-	EgressProxy   string `protobuf:"bytes,13,opt,name=egress_proxy,json=egressProxy,proto3" json:"egress_proxy,omitempty"`
+	EgressProxy string `protobuf:"bytes,13,opt,name=egress_proxy,json=egressProxy,proto3" json:"egress_proxy,omitempty"`
+	// How seats (OAuth subscription accounts with an owner) serve other
+	// keys: shared (default) or owners_only. Never UNSPECIFIED when read.
+	OwnedAccounts OwnedAccounts `protobuf:"varint,14,opt,name=owned_accounts,json=ownedAccounts,proto3,enum=weir.v1.OwnedAccounts" json:"owned_accounts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1184,6 +1301,13 @@ func (x *Settings) GetEgressProxy() string {
 		return x.EgressProxy
 	}
 	return ""
+}
+
+func (x *Settings) GetOwnedAccounts() OwnedAccounts {
+	if x != nil {
+		return x.OwnedAccounts
+	}
+	return OwnedAccounts_OWNED_ACCOUNTS_UNSPECIFIED
 }
 
 // Cooldown is a live exclusion of an account from routing.
@@ -1754,7 +1878,7 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\x04host\x18\x03 \x01(\tR\x04host\x120\n" +
 	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x123\n" +
 	"\alast_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x06lastAt\x12\x1a\n" +
-	"\battempts\x18\x06 \x01(\x05R\battempts\"\xa8\x06\n" +
+	"\battempts\x18\x06 \x01(\x05R\battempts\"\xe7\x06\n" +
 	"\bSettings\x12>\n" +
 	"\rcapacity_hold\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\fcapacityHold\x12D\n" +
 	"\x10request_deadline\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0frequestDeadline\x12J\n" +
@@ -1769,7 +1893,8 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	" \x01(\tR\x0ebudgetTimeZone\x12*\n" +
 	"\x11pool_low_accounts\x18\v \x01(\x05R\x0fpoolLowAccounts\x12K\n" +
 	"\x14breaker_notify_after\x18\f \x01(\v2\x19.google.protobuf.DurationR\x12breakerNotifyAfter\x12!\n" +
-	"\fegress_proxy\x18\r \x01(\tR\vegressProxy\"\x90\x02\n" +
+	"\fegress_proxy\x18\r \x01(\tR\vegressProxy\x12=\n" +
+	"\x0eowned_accounts\x18\x0e \x01(\x0e2\x16.weir.v1.OwnedAccountsR\rownedAccounts\"\x90\x02\n" +
 	"\bCooldown\x12/\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x17.weir.v1.CooldownReasonR\x06reason\x120\n" +
 	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x129\n" +
@@ -1834,7 +1959,15 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\x1cMETERED_ACCOUNTS_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17METERED_ACCOUNTS_NORMAL\x10\x01\x12 \n" +
 	"\x1cMETERED_ACCOUNTS_LAST_RESORT\x10\x02\x12\x1a\n" +
-	"\x16METERED_ACCOUNTS_NEVER\x10\x03*\x82\x02\n" +
+	"\x16METERED_ACCOUNTS_NEVER\x10\x03*j\n" +
+	"\rOwnedAccounts\x12\x1e\n" +
+	"\x1aOWNED_ACCOUNTS_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15OWNED_ACCOUNTS_SHARED\x10\x01\x12\x1e\n" +
+	"\x1aOWNED_ACCOUNTS_OWNERS_ONLY\x10\x02*P\n" +
+	"\tOwnerKind\x12\x1a\n" +
+	"\x16OWNER_KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eOWNER_KIND_KEY\x10\x01\x12\x13\n" +
+	"\x0fOWNER_KIND_TEAM\x10\x02*\x82\x02\n" +
 	"\tQuotaKind\x12\x1a\n" +
 	"\x16QUOTA_KIND_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bQUOTA_KIND_ANTHROPIC_WINDOW\x10\x01\x12 \n" +
@@ -1914,70 +2047,73 @@ func file_weir_v1_types_proto_rawDescGZIP() []byte {
 	return file_weir_v1_types_proto_rawDescData
 }
 
-var file_weir_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
+var file_weir_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 15)
 var file_weir_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_weir_v1_types_proto_goTypes = []any{
 	(Provider)(0),                 // 0: weir.v1.Provider
 	(Surface)(0),                  // 1: weir.v1.Surface
 	(QuotaResponseMode)(0),        // 2: weir.v1.QuotaResponseMode
 	(MeteredAccounts)(0),          // 3: weir.v1.MeteredAccounts
-	(QuotaKind)(0),                // 4: weir.v1.QuotaKind
-	(AuthKind)(0),                 // 5: weir.v1.AuthKind
-	(AccountState)(0),             // 6: weir.v1.AccountState
-	(CooldownReason)(0),           // 7: weir.v1.CooldownReason
-	(TransportCause)(0),           // 8: weir.v1.TransportCause
-	(OutcomeClass)(0),             // 9: weir.v1.OutcomeClass
-	(Action)(0),                   // 10: weir.v1.Action
-	(BudgetUnit)(0),               // 11: weir.v1.BudgetUnit
-	(BudgetPeriod)(0),             // 12: weir.v1.BudgetPeriod
-	(*QuotaEvidence)(nil),         // 13: weir.v1.QuotaEvidence
-	(*Unreachable)(nil),           // 14: weir.v1.Unreachable
-	(*Settings)(nil),              // 15: weir.v1.Settings
-	(*Cooldown)(nil),              // 16: weir.v1.Cooldown
-	(*FamilyGate)(nil),            // 17: weir.v1.FamilyGate
-	(*Decision)(nil),              // 18: weir.v1.Decision
-	(*TokenUsage)(nil),            // 19: weir.v1.TokenUsage
-	(*BudgetLimit)(nil),           // 20: weir.v1.BudgetLimit
-	(*Budget)(nil),                // 21: weir.v1.Budget
-	(*BudgetBlock)(nil),           // 22: weir.v1.BudgetBlock
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
+	(OwnedAccounts)(0),            // 4: weir.v1.OwnedAccounts
+	(OwnerKind)(0),                // 5: weir.v1.OwnerKind
+	(QuotaKind)(0),                // 6: weir.v1.QuotaKind
+	(AuthKind)(0),                 // 7: weir.v1.AuthKind
+	(AccountState)(0),             // 8: weir.v1.AccountState
+	(CooldownReason)(0),           // 9: weir.v1.CooldownReason
+	(TransportCause)(0),           // 10: weir.v1.TransportCause
+	(OutcomeClass)(0),             // 11: weir.v1.OutcomeClass
+	(Action)(0),                   // 12: weir.v1.Action
+	(BudgetUnit)(0),               // 13: weir.v1.BudgetUnit
+	(BudgetPeriod)(0),             // 14: weir.v1.BudgetPeriod
+	(*QuotaEvidence)(nil),         // 15: weir.v1.QuotaEvidence
+	(*Unreachable)(nil),           // 16: weir.v1.Unreachable
+	(*Settings)(nil),              // 17: weir.v1.Settings
+	(*Cooldown)(nil),              // 18: weir.v1.Cooldown
+	(*FamilyGate)(nil),            // 19: weir.v1.FamilyGate
+	(*Decision)(nil),              // 20: weir.v1.Decision
+	(*TokenUsage)(nil),            // 21: weir.v1.TokenUsage
+	(*BudgetLimit)(nil),           // 22: weir.v1.BudgetLimit
+	(*Budget)(nil),                // 23: weir.v1.Budget
+	(*BudgetBlock)(nil),           // 24: weir.v1.BudgetBlock
+	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
 }
 var file_weir_v1_types_proto_depIdxs = []int32{
-	4,  // 0: weir.v1.QuotaEvidence.kind:type_name -> weir.v1.QuotaKind
-	23, // 1: weir.v1.QuotaEvidence.resets_at:type_name -> google.protobuf.Timestamp
-	24, // 2: weir.v1.QuotaEvidence.reset_after:type_name -> google.protobuf.Duration
-	8,  // 3: weir.v1.Unreachable.cause:type_name -> weir.v1.TransportCause
-	23, // 4: weir.v1.Unreachable.since:type_name -> google.protobuf.Timestamp
-	23, // 5: weir.v1.Unreachable.last_at:type_name -> google.protobuf.Timestamp
-	24, // 6: weir.v1.Settings.capacity_hold:type_name -> google.protobuf.Duration
-	24, // 7: weir.v1.Settings.request_deadline:type_name -> google.protobuf.Duration
+	6,  // 0: weir.v1.QuotaEvidence.kind:type_name -> weir.v1.QuotaKind
+	25, // 1: weir.v1.QuotaEvidence.resets_at:type_name -> google.protobuf.Timestamp
+	26, // 2: weir.v1.QuotaEvidence.reset_after:type_name -> google.protobuf.Duration
+	10, // 3: weir.v1.Unreachable.cause:type_name -> weir.v1.TransportCause
+	25, // 4: weir.v1.Unreachable.since:type_name -> google.protobuf.Timestamp
+	25, // 5: weir.v1.Unreachable.last_at:type_name -> google.protobuf.Timestamp
+	26, // 6: weir.v1.Settings.capacity_hold:type_name -> google.protobuf.Duration
+	26, // 7: weir.v1.Settings.request_deadline:type_name -> google.protobuf.Duration
 	2,  // 8: weir.v1.Settings.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
 	3,  // 9: weir.v1.Settings.metered_accounts:type_name -> weir.v1.MeteredAccounts
-	24, // 10: weir.v1.Settings.unreachable_hold:type_name -> google.protobuf.Duration
-	24, // 11: weir.v1.Settings.route_events_retention:type_name -> google.protobuf.Duration
-	24, // 12: weir.v1.Settings.usage_retention:type_name -> google.protobuf.Duration
-	24, // 13: weir.v1.Settings.breaker_notify_after:type_name -> google.protobuf.Duration
-	7,  // 14: weir.v1.Cooldown.reason:type_name -> weir.v1.CooldownReason
-	23, // 15: weir.v1.Cooldown.until:type_name -> google.protobuf.Timestamp
-	23, // 16: weir.v1.Cooldown.written_at:type_name -> google.protobuf.Timestamp
-	13, // 17: weir.v1.Cooldown.quota:type_name -> weir.v1.QuotaEvidence
-	23, // 18: weir.v1.FamilyGate.until:type_name -> google.protobuf.Timestamp
-	23, // 19: weir.v1.FamilyGate.written_at:type_name -> google.protobuf.Timestamp
-	10, // 20: weir.v1.Decision.action:type_name -> weir.v1.Action
-	16, // 21: weir.v1.Decision.cooldown:type_name -> weir.v1.Cooldown
-	24, // 22: weir.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	11, // 23: weir.v1.BudgetLimit.unit:type_name -> weir.v1.BudgetUnit
-	12, // 24: weir.v1.BudgetLimit.period:type_name -> weir.v1.BudgetPeriod
-	20, // 25: weir.v1.Budget.limit:type_name -> weir.v1.BudgetLimit
-	23, // 26: weir.v1.Budget.resets_at:type_name -> google.protobuf.Timestamp
-	20, // 27: weir.v1.BudgetBlock.limit:type_name -> weir.v1.BudgetLimit
-	23, // 28: weir.v1.BudgetBlock.resets_at:type_name -> google.protobuf.Timestamp
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	26, // 10: weir.v1.Settings.unreachable_hold:type_name -> google.protobuf.Duration
+	26, // 11: weir.v1.Settings.route_events_retention:type_name -> google.protobuf.Duration
+	26, // 12: weir.v1.Settings.usage_retention:type_name -> google.protobuf.Duration
+	26, // 13: weir.v1.Settings.breaker_notify_after:type_name -> google.protobuf.Duration
+	4,  // 14: weir.v1.Settings.owned_accounts:type_name -> weir.v1.OwnedAccounts
+	9,  // 15: weir.v1.Cooldown.reason:type_name -> weir.v1.CooldownReason
+	25, // 16: weir.v1.Cooldown.until:type_name -> google.protobuf.Timestamp
+	25, // 17: weir.v1.Cooldown.written_at:type_name -> google.protobuf.Timestamp
+	15, // 18: weir.v1.Cooldown.quota:type_name -> weir.v1.QuotaEvidence
+	25, // 19: weir.v1.FamilyGate.until:type_name -> google.protobuf.Timestamp
+	25, // 20: weir.v1.FamilyGate.written_at:type_name -> google.protobuf.Timestamp
+	12, // 21: weir.v1.Decision.action:type_name -> weir.v1.Action
+	18, // 22: weir.v1.Decision.cooldown:type_name -> weir.v1.Cooldown
+	26, // 23: weir.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	13, // 24: weir.v1.BudgetLimit.unit:type_name -> weir.v1.BudgetUnit
+	14, // 25: weir.v1.BudgetLimit.period:type_name -> weir.v1.BudgetPeriod
+	22, // 26: weir.v1.Budget.limit:type_name -> weir.v1.BudgetLimit
+	25, // 27: weir.v1.Budget.resets_at:type_name -> google.protobuf.Timestamp
+	22, // 28: weir.v1.BudgetBlock.limit:type_name -> weir.v1.BudgetLimit
+	25, // 29: weir.v1.BudgetBlock.resets_at:type_name -> google.protobuf.Timestamp
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_types_proto_init() }
@@ -1990,7 +2126,7 @@ func file_weir_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_types_proto_rawDesc), len(file_weir_v1_types_proto_rawDesc)),
-			NumEnums:      13,
+			NumEnums:      15,
 			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
