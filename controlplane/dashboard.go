@@ -48,6 +48,7 @@ func (s *Server) dashboardHandler(rpc http.Handler) http.Handler {
 		Aliases:    weirv1connect.NewAliasServiceClient(hc, base),
 		Dashboard:  weirv1connect.NewDashboardServiceClient(hc, base),
 		Audit:      weirv1connect.NewAuditServiceClient(hc, base),
+		Usage:      weirv1connect.NewUsageServiceClient(hc, base),
 		Now:        s.now,
 		Logger:     s.log,
 	}

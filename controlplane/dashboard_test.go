@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -12,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
+	"golang.org/x/net/html"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -106,6 +108,42 @@ func (b *browser) csrf() string {
 	return m[1]
 }
 
+// voidElements are the HTML elements without an end tag.
+var voidElements = map[string]bool{"area": true, "base": true, "br": true, "col": true, "embed": true, "hr": true,
+	"img": true, "input": true, "link": true, "meta": true, "source": true, "track": true, "wbr": true}
+
+// wellFormed checks that every element of a page the dashboard rendered
+// is closed, in order: the templates close what they open, so a tag left
+// open or closed twice is a broken template (or an escaped value that
+// was not).
+func wellFormed(body string) error {
+	z := html.NewTokenizer(strings.NewReader(body))
+	var open []string
+	for {
+		switch z.Next() {
+		case html.ErrorToken:
+			if z.Err() != io.EOF {
+				return z.Err()
+			}
+			if len(open) > 0 {
+				return fmt.Errorf("unclosed at the end: %v", open)
+			}
+			return nil
+		case html.StartTagToken:
+			name, _ := z.TagName()
+			if !voidElements[string(name)] {
+				open = append(open, string(name))
+			}
+		case html.EndTagToken:
+			name, _ := z.TagName()
+			if len(open) == 0 || open[len(open)-1] != string(name) {
+				return fmt.Errorf("</%s> closes %v", name, open)
+			}
+			open = open[:len(open)-1]
+		}
+	}
+}
+
 func wantStatus(t *testing.T, what string, p page, status int) {
 	t.Helper()
 	if p.status != status {
@@ -124,7 +162,8 @@ func TestDashboardAuth(t *testing.T) {
 	if loc := p.header.Get("Location"); loc != "/dashboard/login?next=%2Fdashboard%2F" {
 		t.Errorf("no session: Location = %q, want the login page", loc)
 	}
-	for _, path := range []string{"/dashboard/requests", "/dashboard/history", "/dashboard/settings", "/dashboard/jobs/"} {
+	for _, path := range []string{"/dashboard/requests", "/dashboard/history", "/dashboard/settings", "/dashboard/jobs/",
+		"/dashboard/usage", "/dashboard/usage.csv", "/dashboard/usage/cache", "/dashboard/usage/prices", "/dashboard/budgets"} {
 		if p := b.get(path); p.status != http.StatusSeeOther || !strings.HasPrefix(p.header.Get("Location"), "/dashboard/login") {
 			t.Errorf("%s without a session: %d %q, want a redirect to the login", path, p.status, p.header.Get("Location"))
 		}
@@ -377,9 +416,14 @@ func TestDashboardPagesKeepSecrets(t *testing.T) {
 		"/dashboard/accounts/" + o.Id + "/clear-cooldown", "/dashboard/history", "/dashboard/history?range=6h",
 		"/dashboard/history?range=7d", "/dashboard/requests", "/dashboard/requests?outcome=success&account=" + a.Id,
 		"/dashboard/fragment/requests?key=" + key.Id, "/dashboard/requests/" + reqID, "/dashboard/settings", "/dashboard/jobs/",
+		"/dashboard/usage", "/dashboard/usage?range=1h&by=session&per=hour", "/dashboard/usage?range=30d&by=account&per=day&tz=Asia/Kolkata",
+		"/dashboard/usage.csv?by=key", "/dashboard/usage/cache", "/dashboard/usage/prices", "/dashboard/budgets", "/dashboard/audit",
 		"/dashboard/login",
 	}
 	secrets := append(e.secrets.all(), e.cfg.AdminToken, e.cfg.DataplaneToken)
+	if wellFormed("<main><p>an unclosed paragraph</main>") == nil || wellFormed("<main></main></div>") == nil {
+		t.Fatal("wellFormed passes a page with a tag left open or closed twice")
+	}
 	for _, path := range pages {
 		p := b.get(path)
 		if path == "/dashboard/login" {
@@ -390,6 +434,11 @@ func TestDashboardPagesKeepSecrets(t *testing.T) {
 		for _, s := range secrets {
 			if strings.Contains(p.body, s) {
 				t.Errorf("%s: a secret (%d characters) appears in the page", path, len(s))
+			}
+		}
+		if strings.HasPrefix(p.header.Get("Content-Type"), "text/html") && p.status == http.StatusOK {
+			if err := wellFormed(p.body); err != nil {
+				t.Errorf("%s: not well formed: %v", path, err)
 			}
 		}
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/usagetable"
 )
 
 // groupings is a repeatable --by flag (also comma-separated).
@@ -84,14 +84,14 @@ func runUsage(ctx context.Context, args []string, e env) error {
 			return fmt.Errorf("--tz: %w", err)
 		}
 	}
-	cols := usageColumns(by)
+	cols := usagetable.Columns(by)
 	switch {
 	case af.json:
 		enc := json.NewEncoder(e.stdout)
 		for _, r := range resp.Msg.Rows {
 			obj := map[string]any{}
 			for _, col := range cols {
-				obj[col] = usageField(r, col, loc)
+				obj[col] = usagetable.Field(r, col, loc)
 			}
 			if err := enc.Encode(obj); err != nil {
 				return err
@@ -99,17 +99,7 @@ func runUsage(ctx context.Context, args []string, e env) error {
 		}
 		return nil
 	case *asCSV:
-		w := csv.NewWriter(e.stdout)
-		w.Write(cols) //nolint:errcheck // the flush reports it
-		for _, r := range resp.Msg.Rows {
-			rec := make([]string, len(cols))
-			for i, col := range cols {
-				rec[i] = fmt.Sprint(usageField(r, col, loc))
-			}
-			w.Write(rec) //nolint:errcheck // the flush reports it
-		}
-		w.Flush()
-		return w.Error()
+		return usagetable.WriteCSV(e.stdout, by, resp.Msg.Rows, loc)
 	}
 	tw := table(e.stdout)
 	head := make([]string, len(cols))
@@ -121,7 +111,7 @@ func runUsage(ctx context.Context, args []string, e env) error {
 	for _, r := range resp.Msg.Rows {
 		cells := make([]string, 0, len(cols)+1)
 		for _, col := range cols {
-			v := usageField(r, col, loc)
+			v := usagetable.Field(r, col, loc)
 			switch x := v.(type) {
 			case int64:
 				v = humanCount(x)
@@ -148,57 +138,6 @@ func runUsage(ctx context.Context, args []string, e env) error {
 	}
 	fmt.Fprintf(e.stdout, "Costs at API-equivalent list prices as of %s ('weir prices list').\n", resp.Msg.PricesAsOf)
 	return nil
-}
-
-// usageColumns are the grouping fields named by --by, then the counts.
-func usageColumns(by []string) []string {
-	var cols []string
-	for _, g := range by {
-		cols = append(cols, strings.ToLower(strings.TrimSpace(g)))
-	}
-	return append(cols, "requests", "input_tokens", "output_tokens", "cache_read_tokens",
-		"cache_creation_tokens", "reasoning_tokens", "cost_usd")
-}
-
-// usageField is one column of a row: a grouping by its name (a key's
-// name, an account's label, falling back to their ids), else a count.
-func usageField(r *weirv1.UsageRow, col string, loc *time.Location) any {
-	switch col {
-	case "key":
-		return orID(r.KeyName, r.KeyId)
-	case "account":
-		return orID(r.AccountLabel, r.AccountId)
-	case "model":
-		return r.Model
-	case "session":
-		return r.SessionKey
-	case "day":
-		return r.PeriodStart.AsTime().In(loc).Format(time.DateOnly)
-	case "hour":
-		return r.PeriodStart.AsTime().In(loc).Format(time.RFC3339)
-	case "requests":
-		return r.Requests
-	case "input_tokens":
-		return r.InputTokens
-	case "output_tokens":
-		return r.OutputTokens
-	case "cache_read_tokens":
-		return r.CacheReadTokens
-	case "cache_creation_tokens":
-		return r.CacheCreationTokens
-	case "reasoning_tokens":
-		return r.ReasoningTokens
-	case "cost_usd":
-		return float64(int64(r.CostUsd*1e6+0.5)) / 1e6
-	}
-	return ""
-}
-
-func orID(name, id string) string {
-	if name != "" {
-		return name
-	}
-	return id
 }
 
 // humanCount renders a token count for a table: 1234567 as 1.23M.

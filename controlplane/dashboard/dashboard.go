@@ -48,6 +48,7 @@ type Config struct {
 	Aliases   weirv1connect.AliasServiceClient
 	Dashboard weirv1connect.DashboardServiceClient
 	Audit     weirv1connect.AuditServiceClient
+	Usage     weirv1connect.UsageServiceClient
 	// Jobs serves River's UI under JobsPrefix; nil when this replica runs
 	// no jobs (the jobs page then says so).
 	Jobs http.Handler
@@ -74,7 +75,8 @@ func New(cfg Config) *Handler {
 		cfg.Logger = slog.Default()
 	}
 	h := &Handler{cfg: cfg, mux: http.NewServeMux(), pages: map[string]*template.Template{}}
-	for _, page := range []string{"login", "accounts", "confirm", "history", "requests", "explain", "settings", "audit", "jobs"} {
+	for _, page := range []string{"login", "accounts", "confirm", "history", "requests", "explain", "settings", "audit", "jobs",
+		"usage", "cache", "prices", "budgets"} {
 		h.pages[page] = template.Must(template.New("layout.html").Funcs(h.funcs()).
 			ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html"))
 	}
@@ -94,6 +96,11 @@ func New(cfg Config) *Handler {
 	h.mux.HandleFunc("GET /dashboard/requests", h.authed(h.requestsPage))
 	h.mux.HandleFunc("GET /dashboard/fragment/requests", h.authed(h.requestsFragment))
 	h.mux.HandleFunc("GET /dashboard/requests/{id}", h.authed(h.explainPage))
+	h.mux.HandleFunc("GET /dashboard/usage", h.authed(h.usagePage))
+	h.mux.HandleFunc("GET /dashboard/usage.csv", h.authed(h.usageCSV))
+	h.mux.HandleFunc("GET /dashboard/usage/cache", h.authed(h.cachePage))
+	h.mux.HandleFunc("GET /dashboard/usage/prices", h.authed(h.pricesPage))
+	h.mux.HandleFunc("GET /dashboard/budgets", h.authed(h.budgetsPage))
 	h.mux.HandleFunc("GET /dashboard/settings", h.authed(h.settingsPage))
 	h.mux.HandleFunc("POST /dashboard/settings", h.authed(h.updateSetting))
 	h.mux.HandleFunc("POST /dashboard/aliases", h.authed(h.setAlias))

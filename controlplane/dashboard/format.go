@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html/template"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,6 +26,9 @@ func (h *Handler) funcs() template.FuncMap {
 		"pct":     func(f float64) string { return fmt.Sprintf("%.0f%%", f*100) },
 		"pctw":    func(f float64) string { return fmt.Sprintf("%.1f", math.Max(0, math.Min(1, f))*100) },
 		"refresh": func() int { return int(refreshEvery / time.Millisecond) },
+		"count":   groupDigits,
+		"usd":     dollars,
+		"lower":   strings.ToLower,
 	}
 }
 
@@ -134,4 +138,33 @@ func windowText(w string) string {
 		return "weekly apps"
 	}
 	return strings.ReplaceAll(w, "_", " ")
+}
+
+// groupDigits is a count with its thousands apart: 1234567 as 1,234,567.
+func groupDigits(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// dollars is an amount in US dollars: cents from a dollar up, else to the
+// hundredth of a cent.
+func dollars(v float64) string {
+	if v != 0 && math.Abs(v) < 1 {
+		return fmt.Sprintf("$%.4f", v)
+	}
+	whole, cents, _ := strings.Cut(fmt.Sprintf("%.2f", v), ".")
+	n, _ := strconv.ParseInt(whole, 10, 64)
+	return "$" + groupDigits(n) + "." + cents
 }
