@@ -270,7 +270,7 @@ func printCache(ctx context.Context, c *clients, e env, asJSON bool, req *weirv1
 	tw := table(e.stdout)
 	fmt.Fprintln(tw, "SESSION\tKEY\tREQUESTS\tCACHE HIT\tMISSES\tMOVED\tEXPIRED\tPREFIX CHANGED\tLAST")
 	for _, s := range resp.Msg.Sessions {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f%%\t%d\t%d\t%d\t%d\t%s\n", shortSession(s.SessionKey), orDash(orID(s.KeyName, s.KeyId)),
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f%%\t%d\t%d\t%d\t%d\t%s\n", shortSession(s.SessionKey), orDash(usagetable.OrID(s.KeyName, s.KeyId)),
 			s.Requests, s.CacheHitRatio*100, len(s.Misses), s.Causes["moved"], s.Causes["expired"], s.Causes["prefix_changed"], ago(s.LastAt, now))
 	}
 	if err := tw.Flush(); err != nil {
