@@ -287,6 +287,13 @@ func TestStandingPoolServes(t *testing.T) {
 		t.Errorf("weekly %+v, want 20%%, resetting in 50h", *week)
 	}
 
+	// A key pinned to the serving account pools that account alone.
+	s, r = e.getStanding(e.pinnedKey(serving), "surface=messages")
+	if m := s.modelOn(t, "sonnet", "messages"); r.status != http.StatusOK || m.Windows.FiveHour == nil ||
+		m.Windows.FiveHour.UsedPercent != 20 || m.Windows.FiveHour.Accounts != 1 {
+		t.Errorf("the pinned key's standing %+v, want its one account's 20%%", m)
+	}
+
 	// A model asked by name: that model only, its family's standing.
 	s, r = e.getStanding(e.key, "model="+model)
 	if r.status != http.StatusOK || len(s.Models) != 1 || s.Models[0].Model != model || !s.Models[0].CanServeNow ||
@@ -446,5 +453,89 @@ func (e *env) refreshUsage(labels ...string) {
 		if err != nil || !res.Msg.Read || res.Msg.Error != "" {
 			e.t.Fatalf("refresh usage: %v %v", res, err)
 		}
+	}
+}
+
+// TestPoolRateLimitsCodex: two ChatGPT logins at 10% and 70% of their
+// five-hour windows, the fuller one serving. On /v1/responses the x-codex-*
+// headers are the pool's 40%, and the stream opens with the pool's
+// codex.rate_limits event; over the Responses WebSocket, which carries no
+// headers, that event is the first message of each response.
+func TestPoolRateLimitsCodex(t *testing.T) {
+	t.Parallel()
+	low, high := "sub-"+randHex(4), "sub-"+randHex(4)
+	e := setup(t, options{accounts: []account{
+		{label: low, provider: "codex", windows: &sim.Windows{
+			FiveHour: &sim.Window{Limit: 10_000_000, Used: 1_000_000, ResetIn: sim.Duration(2 * time.Hour)},
+			SevenDay: &sim.Window{Limit: 10_000_000, Used: 3_000_000, ResetIn: sim.Duration(90 * time.Hour)}}},
+		{label: high, provider: "codex", priority: 10, windows: &sim.Windows{
+			FiveHour: &sim.Window{Limit: 10_000_000, Used: 7_000_000, ResetIn: sim.Duration(4 * time.Hour)},
+			SevenDay: &sim.Window{Limit: 10_000_000, Used: 5_000_000, ResetIn: sim.Duration(60 * time.Hour)}}},
+	}})
+	e.refreshUsage(low, high)
+	soon := e.sim.Now().Add(2 * time.Hour).Unix()
+	var r response
+	eventually(t, "the worker to know the pool's standing", func() bool {
+		r = e.responses(true)
+		if r.status != http.StatusOK {
+			t.Fatalf("status %d: %s", r.status, r.body)
+		}
+		return r.header.Get("X-Codex-Primary-Used-Percent") != ""
+	})
+	e.namesNoAccount(r)
+	h := r.header
+	if h.Get("X-Codex-Primary-Used-Percent") != "40" || h.Get("X-Codex-Primary-Window-Minutes") != "300" ||
+		!nearEpoch(h.Get("X-Codex-Primary-Reset-At"), soon) {
+		t.Errorf("primary %q %q %q, want the pool's 40, 300, %d (the serving account is at 70)", h.Get("X-Codex-Primary-Used-Percent"),
+			h.Get("X-Codex-Primary-Window-Minutes"), h.Get("X-Codex-Primary-Reset-At"), soon)
+	}
+	if h.Get("X-Codex-Secondary-Used-Percent") != "40" || h.Get("X-Codex-Secondary-Window-Minutes") != "10080" {
+		t.Errorf("secondary %q %q, want the pool's 40 and 10080", h.Get("X-Codex-Secondary-Used-Percent"), h.Get("X-Codex-Secondary-Window-Minutes"))
+	}
+	// The stream's first event is the pool's standing.
+	first, _, _ := strings.Cut(string(r.body), "\n\n")
+	_, data, _ := strings.Cut(first, "data: ")
+	checkRateLimitsEvent(t, data, soon)
+	if got := strings.Count(string(r.body), "codex.rate_limits"); got != 2 { // its event: line and its type
+		t.Errorf("the stream carries %d mentions of codex.rate_limits, want one event", got)
+	}
+
+	c, _, err := e.dialResponses(e.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow() //nolint:errcheck // test teardown
+	for range 2 {
+		sendCreate(t, c, "")
+		evs := readResponse(t, c)
+		if len(evs) < 2 || evs[len(evs)-1]["type"] != "response.completed" {
+			t.Fatalf("response events %v", evs)
+		}
+		b, _ := json.Marshal(evs[0])
+		checkRateLimitsEvent(t, string(b), soon)
+	}
+}
+
+// checkRateLimitsEvent checks a codex.rate_limits event's JSON: the pool's
+// 40% of each window, the five-hour one resetting at soon.
+func checkRateLimitsEvent(t *testing.T, data string, soon int64) {
+	t.Helper()
+	var ev struct {
+		Type       string `json:"type"`
+		RateLimits struct {
+			Primary, Secondary *struct {
+				UsedPercent   float64 `json:"used_percent"`
+				WindowMinutes int     `json:"window_minutes"`
+				ResetAt       int64   `json:"reset_at"`
+			}
+		} `json:"rate_limits"`
+	}
+	if err := json.Unmarshal([]byte(data), &ev); err != nil || ev.Type != "codex.rate_limits" {
+		t.Fatalf("first event %s, want codex.rate_limits", data)
+	}
+	p, s := ev.RateLimits.Primary, ev.RateLimits.Secondary
+	if p == nil || s == nil || p.UsedPercent != 40 || p.WindowMinutes != 300 || !near(time.Unix(p.ResetAt, 0), time.Unix(soon, 0)) ||
+		s.UsedPercent != 40 || s.WindowMinutes != 10080 {
+		t.Errorf("rate limits event %s, want the pool's 40%% and 40%%", data)
 	}
 }
