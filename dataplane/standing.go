@@ -227,7 +227,7 @@ func (s *Server) poolHeaders(in *inbound, status int, h http.Header) {
 	ms := s.standings.get(in.keyHash, in.sf.api, in.model)
 	now := s.cfg.Now()
 	if in.sf.wire == wireAnthropic {
-		writeUnifiedHeaders(h, ms, in.poolQuota, status)
+		writeUnifiedHeaders(h, ms, in.poolQuota, modelpattern.Family(in.model), status)
 		return
 	}
 	writeCodexHeaders(h, ms, now)
@@ -245,10 +245,11 @@ const (
 // pool's standing: each pooled window's utilization (a fraction, as the
 // headers give it) and reset; the status "rejected" on a 429 when the
 // pool is out of quota (as this request found it, block, else as the
-// standing says), with its first reset and the window it names, else
-// "allowed" with the more used window as the representative claim. With
-// neither a standing nor a block it writes nothing. Pure.
-func writeUnifiedHeaders(h http.Header, ms *weirv1.ModelStanding, block *weirv1.QuotaBlock, status int) {
+// standing says), with its first reset and the window it names (a model
+// family's weekly window as seven_day_<family>, as Anthropic names it),
+// else "allowed" with the more used window as the representative claim.
+// With neither a standing nor a block it writes nothing. Pure.
+func writeUnifiedHeaders(h http.Header, ms *weirv1.ModelStanding, block *weirv1.QuotaBlock, family string, status int) {
 	five, week := ms.GetFiveHour(), ms.GetSevenDay()
 	window := func(abbrev string, w *weirv1.PooledWindow) {
 		if w.GetResetsAt() == nil {
@@ -266,6 +267,8 @@ func writeUnifiedHeaders(h http.Header, ms *weirv1.ModelStanding, block *weirv1.
 	if status == http.StatusTooManyRequests && (block != nil || ms.GetOutOfQuota()) {
 		h.Set(unifiedPrefix+"Status", "rejected")
 		switch {
+		case block.GetKind() == weirv1.QuotaKind_QUOTA_KIND_FAMILY_WINDOW && (family == "opus" || family == "sonnet"):
+			claim = claimSevenDay + "_" + family
 		case block.GetWindowMinutes() > 0 && block.GetWindowMinutes() < 24*60:
 			claim = claimFiveHour
 		case block.GetWindowMinutes() >= 24*60:

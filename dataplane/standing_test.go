@@ -39,6 +39,7 @@ func TestWriteUnifiedHeaders(t *testing.T) {
 		name   string
 		ms     *weirv1.ModelStanding
 		block  *weirv1.QuotaBlock
+		family string
 		status int
 		want   map[string]string // suffix after the prefix → value
 	}{
@@ -63,6 +64,9 @@ func TestWriteUnifiedHeaders(t *testing.T) {
 			"5h-Utilization": "1", "5h-Reset": itoa64(standingNow.Add(3 * time.Hour).Unix()),
 			"7d-Utilization": "0.4", "7d-Reset": itoa64(standingNow.Add(50 * time.Hour).Unix()),
 		}},
+		{name: "a model family's weekly window, as Anthropic names it", family: "opus", status: 429,
+			block: &weirv1.QuotaBlock{Kind: weirv1.QuotaKind_QUOTA_KIND_FAMILY_WINDOW, WindowMinutes: 10080, ResetsAt: timestamppb.New(standingNow.Add(7 * time.Hour))},
+			want: map[string]string{"Status": "rejected", "Representative-Claim": "seven_day_opus", "Reset": itoa64(standingNow.Add(7 * time.Hour).Unix())}},
 		{name: "a block without a standing still says rejected", block: block, status: 429, want: map[string]string{
 			"Status": "rejected", "Representative-Claim": "seven_day", "Reset": itoa64(standingNow.Add(7 * time.Hour).Unix()),
 		}},
@@ -74,7 +78,7 @@ func TestWriteUnifiedHeaders(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := http.Header{}
-			writeUnifiedHeaders(h, tc.ms, tc.block, tc.status)
+			writeUnifiedHeaders(h, tc.ms, tc.block, tc.family, tc.status)
 			if len(h) != len(tc.want) {
 				t.Errorf("wrote %v, want %v", h, tc.want)
 			}

@@ -455,7 +455,8 @@ type ModelStanding struct {
 	// Set when every account that may serve it is out of quota.
 	OutOfQuota bool `protobuf:"varint,8,opt,name=out_of_quota,json=outOfQuota,proto3" json:"out_of_quota,omitempty"`
 	// The usage windows of the subscription accounts that may serve it,
-	// pooled; unset when none of them has the window.
+	// pooled (policy.PoolWindows); unset when none of them has a current
+	// reading of the window.
 	FiveHour      *PooledWindow `protobuf:"bytes,9,opt,name=five_hour,json=fiveHour,proto3" json:"five_hour,omitempty"`
 	SevenDay      *PooledWindow `protobuf:"bytes,10,opt,name=seven_day,json=sevenDay,proto3" json:"seven_day,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -562,17 +563,18 @@ func (x *ModelStanding) GetSevenDay() *PooledWindow {
 	return nil
 }
 
-// PooledWindow is one usage window across the accounts that may serve a
-// request: the mean utilization (an account without a current reading
-// counts as unused) and the soonest reset among the readings.
+// PooledWindow is one usage window across the subscription accounts that
+// may serve a request: the mean of their utilizations (an account without
+// a current reading counts as unused; one at the spent threshold, or
+// blocked by quota evidence naming the window, as spent) and the soonest
+// reset among them.
 type PooledWindow struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 0..100.
-	UsedPercent float64 `protobuf:"fixed64,1,opt,name=used_percent,json=usedPercent,proto3" json:"used_percent,omitempty"`
-	// The soonest reset among the accounts' readings; unset when none has a
-	// current reading.
-	ResetsAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=resets_at,json=resetsAt,proto3" json:"resets_at,omitempty"`
-	// The accounts pooled, and how many of them had a current reading.
+	UsedPercent float64                `protobuf:"fixed64,1,opt,name=used_percent,json=usedPercent,proto3" json:"used_percent,omitempty"`
+	ResetsAt    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=resets_at,json=resetsAt,proto3" json:"resets_at,omitempty"`
+	// The accounts pooled, and how many of them had a current reading (or
+	// quota evidence) of the window.
 	Accounts      int32 `protobuf:"varint,3,opt,name=accounts,proto3" json:"accounts,omitempty"`
 	Readings      int32 `protobuf:"varint,4,opt,name=readings,proto3" json:"readings,omitempty"`
 	unknownFields protoimpl.UnknownFields
