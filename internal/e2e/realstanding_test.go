@@ -24,17 +24,14 @@ import (
 func TestRealClaudeCodeSeesThePool(t *testing.T) {
 	t.Parallel()
 	bin := clientBinary(t, "WEIR_CLAUDE_BIN", "claude")
+	low, high := "sub-"+randHex(4), "sub-"+randHex(4)
 	e := setup(t, options{accounts: []account{
-		{label: "sub-" + randHex(4), oauth: true, windows: &sim.Windows{
+		{label: low, oauth: true, windows: &sim.Windows{
 			FiveHour: &sim.Window{Limit: 100_000_000, Used: 88_000_000, ResetIn: sim.Duration(4 * time.Hour)}}},
-		{label: "sub-" + randHex(4), oauth: true, priority: 10, windows: &sim.Windows{
+		{label: high, oauth: true, priority: 10, windows: &sim.Windows{
 			FiveHour: &sim.Window{Limit: 100_000_000, Used: 98_000_000, ResetIn: sim.Duration(4*time.Hour + 30*time.Minute)}}},
 	}})
-	var labels []string
-	for l := range e.ids {
-		labels = append(labels, l)
-	}
-	e.refreshUsage(labels...)
+	e.refreshUsage(low, high)
 	// rateEvents runs claude -p in stream-json and returns the rate-limit
 	// states it reported.
 	rateEvents := func(auth string) []map[string]any {
@@ -65,7 +62,7 @@ func TestRealClaudeCodeSeesThePool(t *testing.T) {
 	if last["status"] != "allowed_warning" || last["rateLimitType"] != "five_hour" || math.Abs(u-0.93) > 0.005 {
 		t.Errorf("Claude Code's rate-limit state %v, want a five_hour warning at the pool's 0.93 (the serving account is at 0.98)", last)
 	}
-	want := float64(e.sim.Now().Add(4 * time.Hour).Unix())
+	want := float64(e.simReset(low, false).Unix())
 	if at, _ := last["resetsAt"].(float64); math.Abs(at-want) > 2 {
 		t.Errorf("resetsAt %v, want the pool's soonest reset %v", last["resetsAt"], want)
 	}
@@ -141,7 +138,7 @@ func TestRealCodexSeesThePool(t *testing.T) {
 			if primary == nil || secondary == nil {
 				t.Fatalf("Codex recorded no rate limits in its session:\n%s", out)
 			}
-			soon := e.sim.Now().Add(2 * time.Hour).Unix()
+			soon := e.simReset(low, false).Unix()
 			if primary.UsedPercent != 40 || primary.WindowMinutes != 300 || math.Abs(float64(primary.ResetsAt-soon)) > 2 {
 				t.Errorf("primary %+v, want the pool's 40%% of 300 minutes resetting at %d", *primary, soon)
 			}

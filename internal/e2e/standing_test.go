@@ -280,10 +280,10 @@ func TestStandingPoolServes(t *testing.T) {
 	if five == nil || week == nil {
 		t.Fatalf("windows %+v", m.Windows)
 	}
-	if five.UsedPercent != 60 || five.Accounts != 2 || five.Readings != 2 || !near(*five.ResetsAt, e.sim.Now().Add(3*time.Hour)) {
+	if five.UsedPercent != 60 || five.Accounts != 2 || five.Readings != 2 || !near(*five.ResetsAt, e.simReset(spent, false)) {
 		t.Errorf("five-hour %+v, want 60%% over 2 accounts, resetting in 3h", *five)
 	}
-	if week.UsedPercent != 20 || !near(*week.ResetsAt, e.sim.Now().Add(50*time.Hour)) {
+	if week.UsedPercent != 20 || !near(*week.ResetsAt, e.simReset(serving, true)) {
 		t.Errorf("weekly %+v, want 20%%, resetting in 50h", *week)
 	}
 
@@ -319,10 +319,10 @@ func TestStandingPoolSpent(t *testing.T) {
 	}
 	m := s.modelOn(t, "opus", "messages")
 	if m.CanServeNow || !m.OutOfQuota || m.Reason != "all_cooling" || m.NextAvailableAt == nil ||
-		!near(*m.NextAvailableAt, e.sim.Now().Add(2*time.Hour)) {
+		!near(*m.NextAvailableAt, e.simReset(a, false)) {
 		t.Errorf("opus: %+v, want out of quota until the first reset, 2h away", m)
 	}
-	if w := m.Windows.FiveHour; w == nil || w.UsedPercent != 100 || !near(*w.ResetsAt, e.sim.Now().Add(2*time.Hour)) {
+	if w := m.Windows.FiveHour; w == nil || w.UsedPercent != 100 || !near(*w.ResetsAt, e.simReset(a, false)) {
 		t.Errorf("five-hour %+v, want 100%% resetting in 2h", w)
 	}
 }
@@ -403,7 +403,7 @@ func TestPoolRateLimitHeaders(t *testing.T) {
 	if got := h.Get("Anthropic-Ratelimit-Unified-7d-Utilization"); got != "0.4" {
 		t.Errorf("7d utilization %q, want the pool's 0.4", got)
 	}
-	fiveReset := e.sim.Now().Add(2 * time.Hour).Unix()
+	fiveReset := e.simReset(low, false).Unix()
 	if got := h.Get("Anthropic-Ratelimit-Unified-5h-Reset"); !nearEpoch(got, fiveReset) {
 		t.Errorf("5h reset %q, want the soonest, %d", got, fiveReset)
 	}
@@ -445,6 +445,21 @@ func nearEpoch(got string, want int64) bool {
 	return near(time.Unix(n, 0), time.Unix(want, 0))
 }
 
+// simReset is when an account's five-hour (or weekly) window resets in
+// the simulator.
+func (e *env) simReset(label string, weekly bool) time.Time {
+	e.t.Helper()
+	st, err := e.sim.Windows(label)
+	w := st.FiveHour
+	if weekly {
+		w = st.SevenDay
+	}
+	if err != nil || w == nil {
+		e.t.Fatalf("%s has no such window in the simulator: %v", label, err)
+	}
+	return w.ResetsAt
+}
+
 // refreshUsage reads each account's usage endpoint into the usage view.
 func (e *env) refreshUsage(labels ...string) {
 	e.t.Helper()
@@ -473,7 +488,7 @@ func TestPoolRateLimitsCodex(t *testing.T) {
 			SevenDay: &sim.Window{Limit: 10_000_000, Used: 5_000_000, ResetIn: sim.Duration(60 * time.Hour)}}},
 	}})
 	e.refreshUsage(low, high)
-	soon := e.sim.Now().Add(2 * time.Hour).Unix()
+	soon := e.simReset(low, false).Unix()
 	var r response
 	eventually(t, "the worker to know the pool's standing", func() bool {
 		r = e.responses(true)
