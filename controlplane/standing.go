@@ -159,26 +159,26 @@ type standingEntry struct {
 	// targets are what routing would serve it as: an alias's targets the
 	// key may use, else the model itself.
 	targets []string
+	// surfaces, when set, are the only surfaces it is answered on.
+	surfaces []weirv1.Surface
 }
 
 // standingEntries are the models a standing answers for: those asked
 // (an alias resolved as Acquire resolves it), else the key's allowlist
-// patterns, else, for a key allowed any model, any model of each
-// surface, told apart by Claude family on Messages (each family is gated
-// on its own). A surface is given per entry only when the entry is one of
-// the Claude families, "" otherwise.
-func (l leaseService) standingEntries(ctx context.Context, m *weirv1.KeyStandingRequest, allowed []string) ([]standingEntry, []weirv1.Surface, error) {
+// patterns, else, for a key allowed any model, each Claude family on
+// Messages (each is gated on its own) and any model on the other
+// surfaces.
+func (l leaseService) standingEntries(ctx context.Context, m *weirv1.KeyStandingRequest, allowed []string) ([]standingEntry, error) {
 	var out []standingEntry
-	var only []weirv1.Surface
 	switch {
 	case len(m.Models) > 0:
 		for _, model := range m.Models {
 			row, err := l.q.ActiveKeyAndAlias(ctx, db.ActiveKeyAndAliasParams{KeyHash: m.KeyHash, Model: model})
 			if err != nil {
 				if errors.Is(storeErr(err), ErrNotFound) {
-					return nil, nil, connect.NewError(connect.CodePermissionDenied, errKeyRejected)
+					return nil, connect.NewError(connect.CodePermissionDenied, errKeyRejected)
 				}
-				return nil, nil, err
+				return nil, err
 			}
 			e := standingEntry{model: model, family: policy.ModelFamily(model), targets: []string{model}}
 			if model != "" && row.AliasTargets != nil {
@@ -198,16 +198,13 @@ func (l leaseService) standingEntries(ctx context.Context, m *weirv1.KeyStanding
 		}
 	default:
 		for _, f := range claudeFamilies {
-			out = append(out, standingEntry{model: "*", family: f, targets: []string{f}})
-			only = append(only, weirv1.Surface_SURFACE_MESSAGES)
+			out = append(out, standingEntry{model: "*", family: f, targets: []string{f},
+				surfaces: []weirv1.Surface{weirv1.Surface_SURFACE_MESSAGES}})
 		}
-		out = append(out, standingEntry{model: "*", targets: []string{""}})
-		only = append(only, weirv1.Surface_SURFACE_UNSPECIFIED)
+		out = append(out, standingEntry{model: "*", targets: []string{""},
+			surfaces: []weirv1.Surface{weirv1.Surface_SURFACE_RESPONSES, weirv1.Surface_SURFACE_CHAT_COMPLETIONS}})
 	}
-	for len(only) < len(out) {
-		only = append(only, weirv1.Surface_SURFACE_UNSPECIFIED)
-	}
-	return out, only, nil
+	return out, nil
 }
 
 // patternFamily is the family of an allowlist pattern: a Claude family
@@ -226,7 +223,7 @@ func patternFamily(p string) string {
 // surface asked for is answered even when none does). One routing view is
 // read per family.
 func (l leaseService) modelStandings(ctx context.Context, m *weirv1.KeyStandingRequest, allowed []string, meteredSetting string, now time.Time) ([]*weirv1.ModelStanding, error) {
-	entries, only, err := l.standingEntries(ctx, m, allowed)
+	entries, err := l.standingEntries(ctx, m, allowed)
 	if err != nil {
 		return nil, err
 	}
@@ -256,17 +253,25 @@ func (l leaseService) modelStandings(ctx context.Context, m *weirv1.KeyStandingR
 		return views[family], nil
 	}
 	var out []*weirv1.ModelStanding
-	for i, e := range entries {
-		for _, sf := range surfaces {
-			if only[i] != weirv1.Surface_SURFACE_UNSPECIFIED && only[i] != sf {
-				continue
-			}
-			cands, err := candsFor(e.family)
-			if err != nil {
+	for _, e := range entries {
+		cands, err := candsFor(e.family)
+		if err != nil {
+			return nil, err
+		}
+		// Each target is routed over its own family's view, as Acquire
+		// routes an alias's targets.
+		targets := make([][]policy.Candidate, len(e.targets))
+		for i, t := range e.targets {
+			if targets[i], err = candsFor(policy.ModelFamily(t)); err != nil {
 				return nil, err
 			}
-			ms := modelStanding(e, cands, kg, sf, now)
-			if ms == nil || (!asked && len(ms.Providers) == 0) {
+		}
+		for _, sf := range surfaces {
+			if e.surfaces != nil && !slices.Contains(e.surfaces, sf) {
+				continue
+			}
+			ms := modelStanding(e, cands, targets, kg, sf, now)
+			if !asked && len(ms.Providers) == 0 {
 				continue // no account of the key's pool serves the surface
 			}
 			out = append(out, ms)
@@ -275,13 +280,14 @@ func (l leaseService) modelStandings(ctx context.Context, m *weirv1.KeyStandingR
 	return out, nil
 }
 
-// modelStanding is routing's verdict for e on sf, over cands (the key's
-// pool read for e's family), without leasing anything: available when
-// policy.Route orders any account for one of e's targets, else the answer
-// Acquire would give (for an alias, aliasNoAccount's). An open overload
-// breaker is not weighed: it closes within seconds, and Acquire's probe
-// decides whether it does. Pure.
-func modelStanding(e standingEntry, cands []policy.Candidate, kg keyGrant, sf weirv1.Surface, now time.Time) *weirv1.ModelStanding {
+// modelStanding is routing's verdict for e on sf without leasing
+// anything: available when policy.Route orders any account for one of
+// e's targets (each over its own family's view, targets), else the answer
+// Acquire would give (for an alias, aliasNoAccount's); with the
+// providers and the pooled windows of cands, the key's pool read for e's
+// family. An open overload breaker is not weighed: it closes within
+// seconds, and Acquire's probe decides whether it does. Pure.
+func modelStanding(e standingEntry, cands []policy.Candidate, targets [][]policy.Candidate, kg keyGrant, sf weirv1.Surface, now time.Time) *weirv1.ModelStanding {
 	ms := &weirv1.ModelStanding{Model: e.model, Family: e.family, Surface: sf}
 	base := kg.route(policy.RouteRequest{Surface: sf})
 	ms.Providers = policy.ProvidersServing(cands, base)
@@ -293,10 +299,10 @@ func modelStanding(e standingEntry, cands []policy.Candidate, kg keyGrant, sf we
 		return ms
 	}
 	var nones []*weirv1.NoAccount
-	for _, t := range e.targets {
+	for i, t := range e.targets {
 		rr := base
 		rr.Model = t
-		_, none := policy.Route(cands, rr, now)
+		_, none := policy.Route(targets[i], rr, now)
 		if none == nil {
 			ms.Available = true
 			return ms

@@ -66,7 +66,7 @@ func TestWriteUnifiedHeaders(t *testing.T) {
 		}},
 		{name: "a model family's weekly window, as Anthropic names it", family: "opus", status: 429,
 			block: &weirv1.QuotaBlock{Kind: weirv1.QuotaKind_QUOTA_KIND_FAMILY_WINDOW, WindowMinutes: 10080, ResetsAt: timestamppb.New(standingNow.Add(7 * time.Hour))},
-			want: map[string]string{"Status": "rejected", "Representative-Claim": "seven_day_opus", "Reset": itoa64(standingNow.Add(7 * time.Hour).Unix())}},
+			want:  map[string]string{"Status": "rejected", "Representative-Claim": "seven_day_opus", "Reset": itoa64(standingNow.Add(7 * time.Hour).Unix())}},
 		{name: "a block without a standing still says rejected", block: block, status: 429, want: map[string]string{
 			"Status": "rejected", "Representative-Claim": "seven_day", "Reset": itoa64(standingNow.Add(7 * time.Hour).Unix()),
 		}},

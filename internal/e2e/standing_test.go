@@ -266,6 +266,11 @@ func TestStandingPoolServes(t *testing.T) {
 	if r.status != http.StatusOK {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
+	// A key allowed any model: each Claude family on Messages; nothing on
+	// the surfaces no account of the pool serves.
+	if len(s.Models) != 3 {
+		t.Errorf("%d standings, want opus, sonnet and haiku on messages: %+v", len(s.Models), s.Models)
+	}
 	for _, m := range s.Models {
 		if m.Surface != "messages" {
 			t.Errorf("standing on %s, where no account of the pool serves: %+v", m.Surface, m)
