@@ -219,9 +219,19 @@ func pooledSurface(sf surface) bool {
 // poolHeaders writes the pool's rate-limit headers on a routed request's
 // answer, just before its status goes out: the account's were never
 // copied (accountRateHeader). Like the providers' own, they go on
-// successes and 429s only.
+// successes, and on a 429 only when the pool is out of quota as this
+// request found it: Claude Code words any 429 that carries them as a
+// spent window ("You've hit your session limit · resets …"), which a
+// budget's refusal or a burst is not.
 func (s *Server) poolHeaders(in *inbound, status int, h http.Header) {
-	if !in.routed || !pooledSurface(in.sf) || (status != http.StatusTooManyRequests && (status < 200 || status > 299)) {
+	switch {
+	case !in.routed || !pooledSurface(in.sf):
+		return
+	case status == http.StatusTooManyRequests:
+		if in.poolQuota == nil {
+			return
+		}
+	case status < 200 || status > 299:
 		return
 	}
 	ms := s.standings.get(in.keyHash, in.sf.api, in.model)
@@ -243,13 +253,16 @@ const (
 
 // writeUnifiedHeaders writes Anthropic's unified rate-limit headers from the
 // pool's standing: each pooled window's utilization (a fraction, as the
-// headers give it) and reset; the status "rejected" on a 429 when the
-// pool is out of quota (as this request found it, block, else as the
-// standing says), with its first reset and the window it names (a model
-// family's weekly window as seven_day_<family>, as Anthropic names it),
-// else "allowed" with the more used window as the representative claim.
-// With neither a standing nor a block it writes nothing. Pure.
+// headers give it) and reset; on a 429, the pool out of quota as block
+// says (nothing at all without one): the status "rejected", its first
+// reset (else the standing's recovery) and the window it names (a model
+// family's weekly window as seven_day_<family>, as Anthropic names it);
+// otherwise "allowed" with the more used window as the representative
+// claim. Without a standing it writes the rejection alone. Pure.
 func writeUnifiedHeaders(h http.Header, ms *weirv1.ModelStanding, block *weirv1.QuotaBlock, family string, status int) {
+	if status == http.StatusTooManyRequests && block == nil {
+		return
+	}
 	five, week := ms.GetFiveHour(), ms.GetSevenDay()
 	window := func(abbrev string, w *weirv1.PooledWindow) {
 		if w.GetResetsAt() == nil {
@@ -264,7 +277,7 @@ func writeUnifiedHeaders(h http.Header, ms *weirv1.ModelStanding, block *weirv1.
 	if five.GetResetsAt() != nil && (week.GetResetsAt() == nil || five.GetUsedPercent() >= week.GetUsedPercent()) {
 		claim, reset = claimFiveHour, five.GetResetsAt()
 	}
-	if status == http.StatusTooManyRequests && (block != nil || ms.GetOutOfQuota()) {
+	if status == http.StatusTooManyRequests {
 		h.Set(unifiedPrefix+"Status", "rejected")
 		switch {
 		case block.GetKind() == weirv1.QuotaKind_QUOTA_KIND_FAMILY_WINDOW && (family == "opus" || family == "sonnet"):

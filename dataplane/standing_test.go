@@ -54,12 +54,14 @@ func TestWriteUnifiedHeaders(t *testing.T) {
 			"5h-Utilization": "0.1", "5h-Reset": itoa64(standingNow.Add(2 * time.Hour).Unix()),
 			"7d-Utilization": "0.8", "7d-Reset": itoa64(standingNow.Add(50 * time.Hour).Unix()),
 		}},
-		{name: "a 429 with the pool out of quota: rejected until the standing's recovery", ms: spent, status: 429, want: map[string]string{
-			"Status": "rejected", "Representative-Claim": "five_hour", "Reset": itoa64(standingNow.Add(3 * time.Hour).Unix()),
-			"5h-Utilization": "1", "5h-Reset": itoa64(standingNow.Add(3 * time.Hour).Unix()),
-			"7d-Utilization": "0.4", "7d-Reset": itoa64(standingNow.Add(50 * time.Hour).Unix()),
-		}},
-		{name: "the request's own block wins: its window and reset", ms: spent, block: block, status: 429, want: map[string]string{
+		{name: "a 429 the pool's quota did not cause (a budget, a burst): nothing", ms: spent, status: 429, want: map[string]string{}},
+		{name: "a block naming no reset: the standing's recovery", ms: spent, status: 429,
+			block: &weirv1.QuotaBlock{WindowMinutes: 300}, want: map[string]string{
+				"Status": "rejected", "Representative-Claim": "five_hour", "Reset": itoa64(standingNow.Add(3 * time.Hour).Unix()),
+				"5h-Utilization": "1", "5h-Reset": itoa64(standingNow.Add(3 * time.Hour).Unix()),
+				"7d-Utilization": "0.4", "7d-Reset": itoa64(standingNow.Add(50 * time.Hour).Unix()),
+			}},
+		{name: "a 429 with the pool out of quota: its window and reset", ms: spent, block: block, status: 429, want: map[string]string{
 			"Status": "rejected", "Representative-Claim": "seven_day", "Reset": itoa64(standingNow.Add(7 * time.Hour).Unix()),
 			"5h-Utilization": "1", "5h-Reset": itoa64(standingNow.Add(3 * time.Hour).Unix()),
 			"7d-Utilization": "0.4", "7d-Reset": itoa64(standingNow.Add(50 * time.Hour).Unix()),

@@ -330,6 +330,18 @@ func TestStandingPoolSpent(t *testing.T) {
 	if w := m.Windows.FiveHour; w == nil || w.UsedPercent != 100 || !near(*w.ResetsAt, e.simReset(a, false)) {
 		t.Errorf("five-hour %+v, want 100%% resetting in 2h", w)
 	}
+	// A request is refused as the pool's spent window, in the headers
+	// Claude Code words its limit from.
+	r = e.post(false)
+	e.namesNoAccount(r)
+	h := r.header
+	if r.status != http.StatusTooManyRequests || h.Get("Anthropic-Ratelimit-Unified-Status") != "rejected" ||
+		h.Get("Anthropic-Ratelimit-Unified-Representative-Claim") != "five_hour" ||
+		!nearEpoch(h.Get("Anthropic-Ratelimit-Unified-Reset"), e.simReset(a, false).Unix()) {
+		t.Errorf("%d with status %q claim %q reset %q, want a 429 rejected on five_hour until the first reset: %s", r.status,
+			h.Get("Anthropic-Ratelimit-Unified-Status"), h.Get("Anthropic-Ratelimit-Unified-Representative-Claim"),
+			h.Get("Anthropic-Ratelimit-Unified-Reset"), r.body)
+	}
 }
 
 // TestStandingRefusesBadKeys: a wrong key and a missing one get a 401 in
