@@ -32,12 +32,14 @@ import (
 // account's are never relayed either).
 //
 // Staleness is acceptable because the windows come from the control
-// plane's usage view, which moves at the usage poll's pace (minutes) and
-// with the usage headers of released answers: a reading standingFresh old
-// is as current as any the control plane has. The headers are advice a
-// client shows; whether a request is served is Acquire's to decide on
-// every request, and a pool found out of quota is written from the
-// request's own answer (inbound.poolQuota), not from the cache.
+// plane's usage view, itself as old as its last reading (the usage poll
+// reads every few minutes, released answers' usage headers merge in
+// between): a standing standingFresh old lags it by what a few seconds of
+// traffic add to windows the whole pool shares, a fraction of a point.
+// The headers are advice a client shows; whether a request is served is
+// Acquire's to decide on every request, and a pool found out of quota is
+// written from the request's own answer (inbound.poolQuota), not from the
+// cache.
 const (
 	// standingFresh: an entry older than this is asked for again when a
 	// request of it arrives; standingStale: one older than this is not

@@ -352,7 +352,7 @@ func TestStandingRefusesBadKeys(t *testing.T) {
 	for name, edit := range map[string]func(*http.Request){
 		"wrong key":   func(r *http.Request) { r.Header.Set("X-Api-Key", "wk-not-a-key") },
 		"missing key": func(r *http.Request) { r.Header.Del("X-Api-Key") },
-		"revoked bearer": func(r *http.Request) {
+		"unknown bearer": func(r *http.Request) {
 			r.Header.Del("X-Api-Key")
 			r.Header.Set("Authorization", "Bearer "+e.key+"x")
 		},
