@@ -379,15 +379,7 @@ func (r *responsesEvent) usage() usage {
 // non-response.* events are bookkeeping. An event without an event: line
 // is named by its data's "type".
 func responsesSignal(ev sseEvent) streamSignal {
-	name := ev.name
-	if name == "" || name == "message" {
-		var t struct {
-			Type string `json:"type"`
-		}
-		if json.Unmarshal(ev.data, &t) == nil {
-			name = t.Type
-		}
-	}
+	name := responsesEventName(ev)
 	switch name {
 	case "response.completed", "response.incomplete":
 		// incomplete is a finished response too (max_output_tokens, a
@@ -405,10 +397,23 @@ func responsesSignal(ev sseEvent) streamSignal {
 		return streamSignal{failure: openAIStreamFailure(e), usage: r.usage()}
 	case "error":
 		return streamSignal{failure: openAIStreamFailure(responsesErrorEvent(ev.data))}
-	case "response.created", "response.in_progress", "response.queued", "codex.rate_limits":
+	case "response.created", "response.in_progress", "response.queued", codexRateLimits:
 		return streamSignal{}
 	}
 	return streamSignal{output: strings.HasPrefix(name, "response.")}
+}
+
+// responsesEventName is a Responses stream event's name: its event:
+// line, else its data's "type".
+func responsesEventName(ev sseEvent) string {
+	if ev.name != "" && ev.name != "message" {
+		return ev.name
+	}
+	var t struct {
+		Type string `json:"type"`
+	}
+	json.Unmarshal(ev.data, &t) //nolint:errcheck // unreadable: no name
+	return t.Type
 }
 
 // responsesErrorEvent reads an error event: the error's fields at the top

@@ -63,6 +63,10 @@ type inbound struct {
 	// the key's team.
 	budgeted bool
 	team     string
+	// poolQuota is the pool out of quota, as the last answer that nothing
+	// could serve found it; nil when it was not (the rate-limit headers
+	// say "rejected" from it, poolHeaders).
+	poolQuota *weirv1.QuotaBlock
 }
 
 // letGo drops the body once nothing will replay it, and gives its
@@ -83,6 +87,7 @@ func (s *Server) proxyHandler(sf surface) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		in := &inbound{sf: sf, requestID: newRequestID(), start: s.cfg.Now()}
 		tw := &trackingWriter{ResponseWriter: w, now: s.cfg.Now}
+		tw.beforeHeader = func(status int, h http.Header) { s.poolHeaders(in, status, h) }
 		tw.Header().Set("Weir-Request-Id", in.requestID)
 		s.cors(tw.Header(), r)
 		rec := &weirv1.RouteEvent{RequestId: in.requestID, Surface: surface, StartedAt: timestamppb.New(in.start)}
@@ -185,6 +190,11 @@ func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *wei
 	if apiErr := s.admitModel(in, key); apiErr != nil {
 		refuse(refusalModelForbidden, apiErr)
 		return
+	}
+	if pooledSurface(in.sf) {
+		// Read (off this request's path) by the time its answer's
+		// headers go out, if it was not known already.
+		s.standings.want(in.keyHash, in.sf.api, in.model)
 	}
 	in.routed = true
 	s.route(ctx, w, r, in, rec)
@@ -436,6 +446,7 @@ func (s *Server) acquireFailed(ctx context.Context, rt *routing, err error) (don
 // now: it answers at once what no wait can help, else holds.
 func (s *Server) noAccount(ctx context.Context, rt *routing, none *weirv1.NoAccount) (done bool) {
 	in := rt.in
+	in.poolQuota = none.GetQuotaBlock()
 	now := s.cfg.Now()
 	if b := none.GetBudget(); b != nil {
 		rt.why = none.GetMessage()

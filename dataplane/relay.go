@@ -259,6 +259,12 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 		o.BytesToClient = true
 		in.letGo()
 		body.release()
+		if in.sf.name == surfaceResp.name {
+			// The pool's rate-limit event goes first, as the Codex
+			// backend's does: over the Responses WebSocket it is all Codex
+			// reads of the pool (a WebSocket answer has no headers).
+			held = append(s.poolRateLimitsEvent(in), held...)
+		}
 		if _, err := w.Write(held); err != nil {
 			return err
 		}
@@ -327,8 +333,20 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 		if sig.done {
 			finished = true
 		}
+		raw := ev.raw
+		if in.sf.name == surfaceResp.name && responsesEventName(ev) == codexRateLimits {
+			// The account's standing, never relayed: the commit sends the
+			// pool's first, and it takes the place of every later one
+			// (an event for an event, the stream's framing kept).
+			if !committed {
+				continue
+			}
+			if raw = s.poolRateLimitsEvent(in); raw == nil {
+				continue
+			}
+		}
 		if !committed {
-			held = append(held, ev.raw...)
+			held = append(held, raw...)
 			if !sig.output && !sig.done && sig.failure == nil && len(held) < 1<<20 {
 				continue
 			}
@@ -338,7 +356,7 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 			}
 			continue
 		}
-		if _, err := w.Write(ev.raw); err != nil {
+		if _, err := w.Write(raw); err != nil {
 			o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED
 			return attemptResult{outcome: o}
 		}
@@ -512,18 +530,24 @@ type trackingWriter struct {
 	now       func() time.Time
 	status    int
 	firstByte time.Time
+	// beforeHeader, when set, may add to the headers just before the
+	// status goes out (the pool's rate-limit headers, poolHeaders).
+	beforeHeader func(status int, h http.Header)
 }
 
 func (t *trackingWriter) WriteHeader(code int) {
 	if t.status == 0 {
 		t.status = code
+		if t.beforeHeader != nil {
+			t.beforeHeader(code, t.Header())
+		}
 	}
 	t.ResponseWriter.WriteHeader(code)
 }
 
 func (t *trackingWriter) Write(b []byte) (int, error) {
 	if t.status == 0 {
-		t.status = http.StatusOK
+		t.WriteHeader(http.StatusOK)
 	}
 	if t.firstByte.IsZero() && len(b) > 0 {
 		t.firstByte = t.now()

@@ -48,6 +48,8 @@ type Server struct {
 	tracer  trace.Tracer
 	// egress keeps the clients through egress proxies (egress.go).
 	egress *egress.Clients
+	// standings are the keys' standings the worker knows (standing.go).
+	standings *standings
 }
 
 // New builds a worker.
@@ -87,10 +89,12 @@ func New(cfg Config) (*Server, error) {
 		tracer:  telemetry.TracerProvider(cfg.TracerProvider).Tracer(tracerName),
 		egress:  newEgressClients(cfg),
 	}
+	s.standings = newStandings(s.fetchStanding, cfg.Now)
 	s.refusals = newRefusalCounter(cfg.RefusalInterval, cfg.Now, m.refusals, s.reporter.reportRefusals)
 	s.pool = newLeasePool(leases, cfg.Logger, cfg.Now, cfg.Sleep, m, cfg.LeaseIdle, cfg.ReportInterval, func() {
 		s.keys.forgetAll()
 		s.limited.clear()
+		s.standings.forgetAll()
 	})
 	s.settings = newSettingsPoller(s)
 	return s, nil
@@ -118,6 +122,8 @@ func (s *Server) Handler() http.Handler {
 		responses(w, r)
 	})
 	mux.HandleFunc("/v1/chat/completions", s.method(http.MethodPost, surfaceChat, s.proxyHandler(surfaceChat)))
+	// The key's own standing (standing.go); its errors are Anthropic's.
+	mux.HandleFunc("/v1/weir/usage", s.method(http.MethodGet, surfaceModels, s.serveUsage))
 	if !s.cfg.MetricsApart {
 		mux.Handle("GET /metrics", s.MetricsHandler())
 	}
@@ -214,6 +220,7 @@ func (s *Server) ServeTLS(ctx context.Context, ln net.Listener, tc *tls.Config) 
 // Close flushes queued route events, waiting until ctx ends.
 func (s *Server) Close(ctx context.Context) {
 	s.settings.close()
+	s.standings.close()
 	s.pool.close()
 	s.keeper.close()
 	s.refusals.close()

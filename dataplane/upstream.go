@@ -242,11 +242,12 @@ func relayedResponseHeader(k string) bool {
 }
 
 // copyResponseHeaders copies the upstream's response headers the client
-// should see.
+// should see: never the account's own rate-limit standing
+// (accountRateHeader), for the pool's is written in its place.
 func copyResponseHeaders(dst, src http.Header) {
 	connHeaders := connectionListed(src)
 	for k, vs := range src {
-		if !relayedResponseHeader(k) || connHeaders[k] {
+		if !relayedResponseHeader(k) || connHeaders[k] || accountRateHeader(k) {
 			continue
 		}
 		// Shared, not copied: a stream keeps both maps for as long as it

@@ -228,11 +228,10 @@ func TestCopyResponseHeaders(t *testing.T) {
 	src.Set("Request-Id", "req_011CUp")
 	src.Set("Retry-After", "12")
 	src.Set("X-Should-Retry", "true")
-	src.Set("Anthropic-Ratelimit-Unified-Status", "allowed")
 	src.Set("Anthropic-Ratelimit-Requests-Remaining", "3999")
 	src.Set("Cache-Control", "no-cache")
 	src.Set("X-Ratelimit-Remaining-Requests", "499")
-	src.Set("X-Codex-Primary-Used-Percent", "12")
+	src.Set("X-Codex-Plan-Type", "plus")
 	src.Set("Retry-After-Ms", "1200")
 	// Spare capacity, as a parsed header's values may have.
 	src["X-Request-Id"] = append(make([]string, 0, 4), "1.1 a", "1.1 b")
@@ -245,6 +244,17 @@ func TestCopyResponseHeaders(t *testing.T) {
 	src.Set("Set-Cookie", "__cf_bm=abc; Path=/")
 	src.Set("X-Upstream-Account-Label", "max-alice")
 	src.Set("Via", "1.1 upstream")
+	// Dropped: the serving account's own rate-limit standing (the pool's
+	// is written in its place, poolHeaders).
+	src.Set("Anthropic-Ratelimit-Unified-Status", "allowed")
+	src.Set("Anthropic-Ratelimit-Unified-5h-Utilization", "0.42")
+	src.Set("Anthropic-Ratelimit-Unified-Overage-Disabled-Reason", "org_level_disabled")
+	src.Set("X-Codex-Primary-Used-Percent", "12")
+	src.Set("X-Codex-Secondary-Reset-At", "1893679200")
+	src.Set("X-Codex-Bengalfox-Primary-Used-Percent", "80")
+	src.Set("X-Codex-Bengalfox-Limit-Name", "gpt-5.2-codex-sonic")
+	src.Set("X-Codex-Credits-Balance", "12.5")
+	src.Set("X-Codex-Active-Limit", "codex")
 	src.Set("Server", "cloudflare")
 	src.Set("Connection", "keep-alive, X-Upstream-Hop")
 	src.Set("X-Upstream-Hop", "1")
@@ -266,11 +276,10 @@ func TestCopyResponseHeaders(t *testing.T) {
 		"Request-Id":                             {"req_011CUp"},
 		"Retry-After":                            {"12"},
 		"X-Should-Retry":                         {"true"},
-		"Anthropic-Ratelimit-Unified-Status":     {"allowed"},
 		"Anthropic-Ratelimit-Requests-Remaining": {"3999"},
 		"Cache-Control":                          {"no-cache"},
 		"X-Ratelimit-Remaining-Requests":         {"499"},
-		"X-Codex-Primary-Used-Percent":           {"12"},
+		"X-Codex-Plan-Type":                      {"plus"},
 		"Retry-After-Ms":                         {"1200"},
 		"X-Request-Id":                           {"1.1 a", "1.1 b"},
 	}

@@ -117,6 +117,74 @@ func (q *Queries) DeleteUsageBefore(ctx context.Context, arg DeleteUsageBeforePa
 	return deleted, err
 }
 
+const keyUsageSince = `-- name: KeyUsageSince :many
+SELECT p.n::bigint AS n,
+    coalesce(sum(u.requests), 0)::bigint AS requests,
+    coalesce(sum(u.input_tokens), 0)::bigint AS input_tokens,
+    coalesce(sum(u.output_tokens), 0)::bigint AS output_tokens,
+    coalesce(sum(u.cache_read_tokens), 0)::bigint AS cache_read_tokens,
+    coalesce(sum(u.cache_creation_tokens), 0)::bigint AS cache_creation_tokens,
+    coalesce(sum(u.reasoning_tokens), 0)::bigint AS reasoning_tokens,
+    coalesce(sum(u.cost_nano_usd), 0)::bigint AS cost_nano_usd,
+    coalesce(sum(u.unpriced_tokens), 0)::bigint AS unpriced_tokens
+FROM unnest($1::timestamptz[]) WITH ORDINALITY AS p(start, n)
+LEFT JOIN usage_hourly u ON u.key_id = $2 AND u.hour >= p.start AND u.hour <= $3::timestamptz
+GROUP BY p.n
+ORDER BY p.n
+`
+
+type KeyUsageSinceParams struct {
+	Starts []time.Time
+	KeyID  uuid.UUID
+	Until  time.Time
+}
+
+type KeyUsageSinceRow struct {
+	N                   int64
+	Requests            int64
+	InputTokens         int64
+	OutputTokens        int64
+	CacheReadTokens     int64
+	CacheCreationTokens int64
+	ReasoningTokens     int64
+	CostNanoUsd         int64
+	UnpricedTokens      int64
+}
+
+// A key's usage from each of @starts (its day, week and month, each
+// truncated to the hour: the rollup is by the hour) up to @until, the
+// hour @until is in included: one row per start, in their order, zeros
+// when it used nothing.
+func (q *Queries) KeyUsageSince(ctx context.Context, arg KeyUsageSinceParams) ([]KeyUsageSinceRow, error) {
+	rows, err := q.db.Query(ctx, keyUsageSince, arg.Starts, arg.KeyID, arg.Until)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []KeyUsageSinceRow{}
+	for rows.Next() {
+		var i KeyUsageSinceRow
+		if err := rows.Scan(
+			&i.N,
+			&i.Requests,
+			&i.InputTokens,
+			&i.OutputTokens,
+			&i.CacheReadTokens,
+			&i.CacheCreationTokens,
+			&i.ReasoningTokens,
+			&i.CostNanoUsd,
+			&i.UnpricedTokens,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listModelPrices = `-- name: ListModelPrices :many
 SELECT pattern, input_usd, output_usd, cache_read_usd, cache_write_usd, updated_at FROM model_prices ORDER BY pattern
 `

@@ -2,10 +2,11 @@ package policy
 
 import (
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/weirhq/weir/internal/modelpattern"
 )
 
 // The overload breaker. Overload (503/529, overloaded events) is judged
@@ -82,16 +83,9 @@ func breakerThreshold(serving int32) int {
 	return int(max(min(2, serving), (serving+1)/2))
 }
 
-// ModelFamily groups models that share provider capacity.
-func ModelFamily(model string) string {
-	m := strings.ToLower(model)
-	for _, f := range []string{"opus", "sonnet", "haiku"} {
-		if strings.Contains(m, f) {
-			return f
-		}
-	}
-	return m
-}
+// ModelFamily groups models that share provider capacity
+// (modelpattern.Family, which workers use as well).
+func ModelFamily(model string) string { return modelpattern.Family(model) }
 
 // AfterOverload is the breaker after one more overload answer, from
 // account, with serving accounts of the provider able to serve the family

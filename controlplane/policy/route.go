@@ -682,17 +682,13 @@ func QuotaBlock(cands []Candidate, req RouteRequest, now time.Time) *weirv1.Quot
 		firstUnknown = true
 	)
 	for _, c := range cands {
-		a := c.Account
 		// An account behind an open breaker counts like any other: unless
 		// its own quota is spent, it serves again when the breaker closes,
 		// so the pool is not out of quota. Another owner's seat under
 		// owners_only is not this request's pool: its quota says nothing
 		// of when this request can be served.
-		if !Serves(a.Provider, req.Surface) || req.withheld(a) || req.keptAway(a) || a.Paused || a.Broken || req.Unreadable[a.ID] {
+		if !c.mayServe(req, now) {
 			continue
-		}
-		if _, blocked, transient := c.blockedUntil(now); blocked && !transient {
-			continue // a rejected credential: only an operator brings it back
 		}
 		e, ok := c.quotaUntil(now)
 		if !ok {

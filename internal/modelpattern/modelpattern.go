@@ -1,7 +1,8 @@
 // Package modelpattern is the grammar of a client key's model allowlist,
 // shared by the control plane (which stores and enforces it) and the data
 // plane (which refuses a request before anything is leased): a pattern is
-// an exact model name, or a prefix followed by one trailing *.
+// an exact model name, or a prefix followed by one trailing *. Family is
+// the model families routing goes by, which both planes read as well.
 package modelpattern
 
 import (
@@ -46,4 +47,18 @@ func Match(patterns []string, model string) bool {
 		}
 	}
 	return false
+}
+
+// Family groups models that share provider capacity: Claude's opus,
+// sonnet and haiku (whatever their version), else the model itself,
+// lowercased. Routing's family gates and breakers go by it, and a worker
+// keeps the pool's standing per key and family.
+func Family(model string) string {
+	m := strings.ToLower(model)
+	for _, f := range []string{"opus", "sonnet", "haiku"} {
+		if strings.Contains(m, f) {
+			return f
+		}
+	}
+	return m
 }

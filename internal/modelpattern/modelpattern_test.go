@@ -38,3 +38,15 @@ func TestMatch(t *testing.T) {
 		}
 	}
 }
+
+func TestFamily(t *testing.T) {
+	t.Parallel()
+	for model, want := range map[string]string{
+		"claude-sonnet-4-5-20250929": "sonnet", "claude-opus-4-1": "opus", "Claude-3-5-Haiku": "haiku",
+		"claude-sonnet-*": "sonnet", "gpt-5-codex": "gpt-5-codex", "GPT-5": "gpt-5", "": "",
+	} {
+		if got := Family(model); got != want {
+			t.Errorf("Family(%q) = %q, want %q", model, got, want)
+		}
+	}
+}

@@ -57,6 +57,25 @@ GROUP BY 1, 2, 3, 4, 5
 ORDER BY 5, sum(cost_nano_usd) DESC, sum(requests) DESC, 1, 2, 3, 4
 LIMIT @max_rows;
 
+-- A key's usage from each of @starts (its day, week and month, each
+-- truncated to the hour: the rollup is by the hour) up to @until, the
+-- hour @until is in included: one row per start, in their order, zeros
+-- when it used nothing.
+-- name: KeyUsageSince :many
+SELECT p.n::bigint AS n,
+    coalesce(sum(u.requests), 0)::bigint AS requests,
+    coalesce(sum(u.input_tokens), 0)::bigint AS input_tokens,
+    coalesce(sum(u.output_tokens), 0)::bigint AS output_tokens,
+    coalesce(sum(u.cache_read_tokens), 0)::bigint AS cache_read_tokens,
+    coalesce(sum(u.cache_creation_tokens), 0)::bigint AS cache_creation_tokens,
+    coalesce(sum(u.reasoning_tokens), 0)::bigint AS reasoning_tokens,
+    coalesce(sum(u.cost_nano_usd), 0)::bigint AS cost_nano_usd,
+    coalesce(sum(u.unpriced_tokens), 0)::bigint AS unpriced_tokens
+FROM unnest(@starts::timestamptz[]) WITH ORDINALITY AS p(start, n)
+LEFT JOIN usage_hourly u ON u.key_id = @key_id AND u.hour >= p.start AND u.hour <= @until::timestamptz
+GROUP BY p.n
+ORDER BY p.n;
+
 -- name: ListModelPrices :many
 SELECT * FROM model_prices ORDER BY pattern;
 

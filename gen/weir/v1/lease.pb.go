@@ -148,6 +148,497 @@ func (FailureStage) EnumDescriptor() ([]byte, []int) {
 	return file_weir_v1_lease_proto_rawDescGZIP(), []int{1}
 }
 
+type KeyStandingRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Hex SHA-256 of the client's key, as VerifyKey takes it.
+	KeyHash string `protobuf:"bytes,1,opt,name=key_hash,json=keyHash,proto3" json:"key_hash,omitempty"`
+	// The models to answer for (a request's model, an alias included); each
+	// must be one the key may use. Empty: the key's allowlist patterns, or
+	// for a key allowed any model, the model families on each surface.
+	Models []string `protobuf:"bytes,2,rep,name=models,proto3" json:"models,omitempty"`
+	// The surfaces to answer for; empty: every surface an account of the
+	// key's pool serves.
+	Surfaces []Surface `protobuf:"varint,3,rep,packed,name=surfaces,proto3,enum=weir.v1.Surface" json:"surfaces,omitempty"`
+	// Only the models' standing: no usage, no budgets (a worker's cache of
+	// the pool's windows asks so).
+	PoolOnly      bool `protobuf:"varint,4,opt,name=pool_only,json=poolOnly,proto3" json:"pool_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyStandingRequest) Reset() {
+	*x = KeyStandingRequest{}
+	mi := &file_weir_v1_lease_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyStandingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyStandingRequest) ProtoMessage() {}
+
+func (x *KeyStandingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyStandingRequest.ProtoReflect.Descriptor instead.
+func (*KeyStandingRequest) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *KeyStandingRequest) GetKeyHash() string {
+	if x != nil {
+		return x.KeyHash
+	}
+	return ""
+}
+
+func (x *KeyStandingRequest) GetModels() []string {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
+func (x *KeyStandingRequest) GetSurfaces() []Surface {
+	if x != nil {
+		return x.Surfaces
+	}
+	return nil
+}
+
+func (x *KeyStandingRequest) GetPoolOnly() bool {
+	if x != nil {
+		return x.PoolOnly
+	}
+	return false
+}
+
+type KeyStandingResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	AsOf  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=as_of,json=asOf,proto3" json:"as_of,omitempty"`
+	// The budget_time_zone setting: where a day, a week (from Monday) and a
+	// month begin.
+	TimeZone string `protobuf:"bytes,2,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	// Today, this week and this month, in that order; none when pool_only.
+	Usage []*KeyUsagePeriod `protobuf:"bytes,3,rep,name=usage,proto3" json:"usage,omitempty"`
+	// The key's budgets and its team's, each with its current period's
+	// spend; none when pool_only.
+	Budgets       []*Budget        `protobuf:"bytes,4,rep,name=budgets,proto3" json:"budgets,omitempty"`
+	Models        []*ModelStanding `protobuf:"bytes,5,rep,name=models,proto3" json:"models,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyStandingResponse) Reset() {
+	*x = KeyStandingResponse{}
+	mi := &file_weir_v1_lease_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyStandingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyStandingResponse) ProtoMessage() {}
+
+func (x *KeyStandingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyStandingResponse.ProtoReflect.Descriptor instead.
+func (*KeyStandingResponse) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *KeyStandingResponse) GetAsOf() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AsOf
+	}
+	return nil
+}
+
+func (x *KeyStandingResponse) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
+}
+
+func (x *KeyStandingResponse) GetUsage() []*KeyUsagePeriod {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *KeyStandingResponse) GetBudgets() []*Budget {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
+}
+
+func (x *KeyStandingResponse) GetModels() []*ModelStanding {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
+// KeyUsagePeriod is what a key used in one period, from the hourly usage
+// rollup: the hour the period begins in counts whole, and a request counts
+// once its route event is stored.
+type KeyUsagePeriod struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// day, week or month.
+	Period              string                 `protobuf:"bytes,1,opt,name=period,proto3" json:"period,omitempty"`
+	Start               *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start,proto3" json:"start,omitempty"`
+	ResetsAt            *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=resets_at,json=resetsAt,proto3" json:"resets_at,omitempty"`
+	Requests            int64                  `protobuf:"varint,4,opt,name=requests,proto3" json:"requests,omitempty"`
+	InputTokens         int64                  `protobuf:"varint,5,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	OutputTokens        int64                  `protobuf:"varint,6,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	CacheReadTokens     int64                  `protobuf:"varint,7,opt,name=cache_read_tokens,json=cacheReadTokens,proto3" json:"cache_read_tokens,omitempty"`
+	CacheCreationTokens int64                  `protobuf:"varint,8,opt,name=cache_creation_tokens,json=cacheCreationTokens,proto3" json:"cache_creation_tokens,omitempty"`
+	ReasoningTokens     int64                  `protobuf:"varint,9,opt,name=reasoning_tokens,json=reasoningTokens,proto3" json:"reasoning_tokens,omitempty"`
+	CostUsd             float64                `protobuf:"fixed64,10,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	// Tokens of models the price table does not know (priced at zero).
+	UnpricedTokens int64 `protobuf:"varint,11,opt,name=unpriced_tokens,json=unpricedTokens,proto3" json:"unpriced_tokens,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *KeyUsagePeriod) Reset() {
+	*x = KeyUsagePeriod{}
+	mi := &file_weir_v1_lease_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyUsagePeriod) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyUsagePeriod) ProtoMessage() {}
+
+func (x *KeyUsagePeriod) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyUsagePeriod.ProtoReflect.Descriptor instead.
+func (*KeyUsagePeriod) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *KeyUsagePeriod) GetPeriod() string {
+	if x != nil {
+		return x.Period
+	}
+	return ""
+}
+
+func (x *KeyUsagePeriod) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *KeyUsagePeriod) GetResetsAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResetsAt
+	}
+	return nil
+}
+
+func (x *KeyUsagePeriod) GetRequests() int64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+func (x *KeyUsagePeriod) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *KeyUsagePeriod) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *KeyUsagePeriod) GetCacheReadTokens() int64 {
+	if x != nil {
+		return x.CacheReadTokens
+	}
+	return 0
+}
+
+func (x *KeyUsagePeriod) GetCacheCreationTokens() int64 {
+	if x != nil {
+		return x.CacheCreationTokens
+	}
+	return 0
+}
+
+func (x *KeyUsagePeriod) GetReasoningTokens() int64 {
+	if x != nil {
+		return x.ReasoningTokens
+	}
+	return 0
+}
+
+func (x *KeyUsagePeriod) GetCostUsd() float64 {
+	if x != nil {
+		return x.CostUsd
+	}
+	return 0
+}
+
+func (x *KeyUsagePeriod) GetUnpricedTokens() int64 {
+	if x != nil {
+		return x.UnpricedTokens
+	}
+	return 0
+}
+
+// ModelStanding is the pool's verdict for one model (or allowlist pattern,
+// or model family) on one surface, as routing would give it for this key
+// now (its pins and metered setting applied), without leasing anything.
+type ModelStanding struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// As asked, or the allowlist pattern; "*" for any model of a surface.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// The model family routing's gates and breakers go by.
+	Family  string  `protobuf:"bytes,2,opt,name=family,proto3" json:"family,omitempty"`
+	Surface Surface `protobuf:"varint,3,opt,name=surface,proto3,enum=weir.v1.Surface" json:"surface,omitempty"`
+	// The providers of the accounts that may serve it.
+	Providers []Provider `protobuf:"varint,4,rep,packed,name=providers,proto3,enum=weir.v1.Provider" json:"providers,omitempty"`
+	// Whether a request now would be leased an account.
+	Available bool `protobuf:"varint,5,opt,name=available,proto3" json:"available,omitempty"`
+	// When not available: why, and the soonest the pool may serve again
+	// (unset when no recovery is known, or only an operator can help).
+	Reason      NoAccountReason        `protobuf:"varint,6,opt,name=reason,proto3,enum=weir.v1.NoAccountReason" json:"reason,omitempty"`
+	AvailableAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=available_at,json=availableAt,proto3" json:"available_at,omitempty"`
+	// Set when every account that may serve it is out of quota.
+	OutOfQuota bool `protobuf:"varint,8,opt,name=out_of_quota,json=outOfQuota,proto3" json:"out_of_quota,omitempty"`
+	// The usage windows of the subscription accounts that may serve it,
+	// pooled (policy.PoolWindows); unset when none of them has a current
+	// reading of the window.
+	FiveHour      *PooledWindow `protobuf:"bytes,9,opt,name=five_hour,json=fiveHour,proto3" json:"five_hour,omitempty"`
+	SevenDay      *PooledWindow `protobuf:"bytes,10,opt,name=seven_day,json=sevenDay,proto3" json:"seven_day,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelStanding) Reset() {
+	*x = ModelStanding{}
+	mi := &file_weir_v1_lease_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelStanding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelStanding) ProtoMessage() {}
+
+func (x *ModelStanding) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelStanding.ProtoReflect.Descriptor instead.
+func (*ModelStanding) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ModelStanding) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ModelStanding) GetFamily() string {
+	if x != nil {
+		return x.Family
+	}
+	return ""
+}
+
+func (x *ModelStanding) GetSurface() Surface {
+	if x != nil {
+		return x.Surface
+	}
+	return Surface_SURFACE_UNSPECIFIED
+}
+
+func (x *ModelStanding) GetProviders() []Provider {
+	if x != nil {
+		return x.Providers
+	}
+	return nil
+}
+
+func (x *ModelStanding) GetAvailable() bool {
+	if x != nil {
+		return x.Available
+	}
+	return false
+}
+
+func (x *ModelStanding) GetReason() NoAccountReason {
+	if x != nil {
+		return x.Reason
+	}
+	return NoAccountReason_NO_ACCOUNT_REASON_UNSPECIFIED
+}
+
+func (x *ModelStanding) GetAvailableAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AvailableAt
+	}
+	return nil
+}
+
+func (x *ModelStanding) GetOutOfQuota() bool {
+	if x != nil {
+		return x.OutOfQuota
+	}
+	return false
+}
+
+func (x *ModelStanding) GetFiveHour() *PooledWindow {
+	if x != nil {
+		return x.FiveHour
+	}
+	return nil
+}
+
+func (x *ModelStanding) GetSevenDay() *PooledWindow {
+	if x != nil {
+		return x.SevenDay
+	}
+	return nil
+}
+
+// PooledWindow is one usage window across the subscription accounts that
+// may serve a request: the mean of their utilizations (an account without
+// a current reading counts as unused; one at the spent threshold, or
+// blocked by quota evidence naming the window, as spent) and the soonest
+// reset among them.
+type PooledWindow struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 0..100.
+	UsedPercent float64                `protobuf:"fixed64,1,opt,name=used_percent,json=usedPercent,proto3" json:"used_percent,omitempty"`
+	ResetsAt    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=resets_at,json=resetsAt,proto3" json:"resets_at,omitempty"`
+	// The accounts pooled, and how many of them had a current reading (or
+	// quota evidence) of the window.
+	Accounts      int32 `protobuf:"varint,3,opt,name=accounts,proto3" json:"accounts,omitempty"`
+	Readings      int32 `protobuf:"varint,4,opt,name=readings,proto3" json:"readings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PooledWindow) Reset() {
+	*x = PooledWindow{}
+	mi := &file_weir_v1_lease_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PooledWindow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PooledWindow) ProtoMessage() {}
+
+func (x *PooledWindow) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PooledWindow.ProtoReflect.Descriptor instead.
+func (*PooledWindow) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PooledWindow) GetUsedPercent() float64 {
+	if x != nil {
+		return x.UsedPercent
+	}
+	return 0
+}
+
+func (x *PooledWindow) GetResetsAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResetsAt
+	}
+	return nil
+}
+
+func (x *PooledWindow) GetAccounts() int32 {
+	if x != nil {
+		return x.Accounts
+	}
+	return 0
+}
+
+func (x *PooledWindow) GetReadings() int32 {
+	if x != nil {
+		return x.Readings
+	}
+	return 0
+}
+
 type PoolQuotaRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	KeyHash       string                 `protobuf:"bytes,1,opt,name=key_hash,json=keyHash,proto3" json:"key_hash,omitempty"`
@@ -159,7 +650,7 @@ type PoolQuotaRequest struct {
 
 func (x *PoolQuotaRequest) Reset() {
 	*x = PoolQuotaRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[0]
+	mi := &file_weir_v1_lease_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -171,7 +662,7 @@ func (x *PoolQuotaRequest) String() string {
 func (*PoolQuotaRequest) ProtoMessage() {}
 
 func (x *PoolQuotaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[0]
+	mi := &file_weir_v1_lease_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -184,7 +675,7 @@ func (x *PoolQuotaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolQuotaRequest.ProtoReflect.Descriptor instead.
 func (*PoolQuotaRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{0}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PoolQuotaRequest) GetKeyHash() string {
@@ -219,7 +710,7 @@ type PoolQuotaResponse struct {
 
 func (x *PoolQuotaResponse) Reset() {
 	*x = PoolQuotaResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[1]
+	mi := &file_weir_v1_lease_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -231,7 +722,7 @@ func (x *PoolQuotaResponse) String() string {
 func (*PoolQuotaResponse) ProtoMessage() {}
 
 func (x *PoolQuotaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[1]
+	mi := &file_weir_v1_lease_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -244,7 +735,7 @@ func (x *PoolQuotaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolQuotaResponse.ProtoReflect.Descriptor instead.
 func (*PoolQuotaResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{1}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PoolQuotaResponse) GetQuotaBlock() *QuotaBlock {
@@ -271,7 +762,7 @@ type VerifyKeyRequest struct {
 
 func (x *VerifyKeyRequest) Reset() {
 	*x = VerifyKeyRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[2]
+	mi := &file_weir_v1_lease_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -283,7 +774,7 @@ func (x *VerifyKeyRequest) String() string {
 func (*VerifyKeyRequest) ProtoMessage() {}
 
 func (x *VerifyKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[2]
+	mi := &file_weir_v1_lease_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -296,7 +787,7 @@ func (x *VerifyKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyKeyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyKeyRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{2}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *VerifyKeyRequest) GetKeyHash() string {
@@ -328,7 +819,7 @@ type VerifyKeyResponse struct {
 
 func (x *VerifyKeyResponse) Reset() {
 	*x = VerifyKeyResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[3]
+	mi := &file_weir_v1_lease_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -340,7 +831,7 @@ func (x *VerifyKeyResponse) String() string {
 func (*VerifyKeyResponse) ProtoMessage() {}
 
 func (x *VerifyKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[3]
+	mi := &file_weir_v1_lease_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -353,7 +844,7 @@ func (x *VerifyKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyKeyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyKeyResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{3}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *VerifyKeyResponse) GetKeyId() string {
@@ -412,7 +903,7 @@ type UnreportedSpend struct {
 
 func (x *UnreportedSpend) Reset() {
 	*x = UnreportedSpend{}
-	mi := &file_weir_v1_lease_proto_msgTypes[4]
+	mi := &file_weir_v1_lease_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -424,7 +915,7 @@ func (x *UnreportedSpend) String() string {
 func (*UnreportedSpend) ProtoMessage() {}
 
 func (x *UnreportedSpend) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[4]
+	mi := &file_weir_v1_lease_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -437,7 +928,7 @@ func (x *UnreportedSpend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnreportedSpend.ProtoReflect.Descriptor instead.
 func (*UnreportedSpend) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{4}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UnreportedSpend) GetRequests() []*UnreportedRequest {
@@ -464,7 +955,7 @@ type UnreportedRequest struct {
 
 func (x *UnreportedRequest) Reset() {
 	*x = UnreportedRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[5]
+	mi := &file_weir_v1_lease_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -476,7 +967,7 @@ func (x *UnreportedRequest) String() string {
 func (*UnreportedRequest) ProtoMessage() {}
 
 func (x *UnreportedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[5]
+	mi := &file_weir_v1_lease_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -489,7 +980,7 @@ func (x *UnreportedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnreportedRequest.ProtoReflect.Descriptor instead.
 func (*UnreportedRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{5}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UnreportedRequest) GetRequestId() string {
@@ -543,7 +1034,7 @@ type TakeRequestTokenRequest struct {
 
 func (x *TakeRequestTokenRequest) Reset() {
 	*x = TakeRequestTokenRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[6]
+	mi := &file_weir_v1_lease_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -555,7 +1046,7 @@ func (x *TakeRequestTokenRequest) String() string {
 func (*TakeRequestTokenRequest) ProtoMessage() {}
 
 func (x *TakeRequestTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[6]
+	mi := &file_weir_v1_lease_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -568,7 +1059,7 @@ func (x *TakeRequestTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeRequestTokenRequest.ProtoReflect.Descriptor instead.
 func (*TakeRequestTokenRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{6}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TakeRequestTokenRequest) GetKeyHash() string {
@@ -592,7 +1083,7 @@ type TakeRequestTokenResponse struct {
 
 func (x *TakeRequestTokenResponse) Reset() {
 	*x = TakeRequestTokenResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[7]
+	mi := &file_weir_v1_lease_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +1095,7 @@ func (x *TakeRequestTokenResponse) String() string {
 func (*TakeRequestTokenResponse) ProtoMessage() {}
 
 func (x *TakeRequestTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[7]
+	mi := &file_weir_v1_lease_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +1108,7 @@ func (x *TakeRequestTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeRequestTokenResponse.ProtoReflect.Descriptor instead.
 func (*TakeRequestTokenResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{7}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TakeRequestTokenResponse) GetAdmitted() bool {
@@ -653,7 +1144,7 @@ type ModelNotAllowed struct {
 
 func (x *ModelNotAllowed) Reset() {
 	*x = ModelNotAllowed{}
-	mi := &file_weir_v1_lease_proto_msgTypes[8]
+	mi := &file_weir_v1_lease_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -665,7 +1156,7 @@ func (x *ModelNotAllowed) String() string {
 func (*ModelNotAllowed) ProtoMessage() {}
 
 func (x *ModelNotAllowed) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[8]
+	mi := &file_weir_v1_lease_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -678,7 +1169,7 @@ func (x *ModelNotAllowed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelNotAllowed.ProtoReflect.Descriptor instead.
 func (*ModelNotAllowed) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{8}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ModelNotAllowed) GetModel() string {
@@ -717,7 +1208,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[9]
+	mi := &file_weir_v1_lease_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +1220,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[9]
+	mi := &file_weir_v1_lease_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,7 +1233,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{9}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AcquireRequest) GetKeyHash() string {
@@ -821,7 +1312,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[10]
+	mi := &file_weir_v1_lease_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +1324,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[10]
+	mi := &file_weir_v1_lease_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +1337,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{10}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AcquireResponse) GetResult() isAcquireResponse_Result {
@@ -935,7 +1426,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_weir_v1_lease_proto_msgTypes[11]
+	mi := &file_weir_v1_lease_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -947,7 +1438,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[11]
+	mi := &file_weir_v1_lease_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -960,7 +1451,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{11}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Lease) GetId() string {
@@ -1104,7 +1595,7 @@ type NoAccount struct {
 
 func (x *NoAccount) Reset() {
 	*x = NoAccount{}
-	mi := &file_weir_v1_lease_proto_msgTypes[12]
+	mi := &file_weir_v1_lease_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1116,7 +1607,7 @@ func (x *NoAccount) String() string {
 func (*NoAccount) ProtoMessage() {}
 
 func (x *NoAccount) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[12]
+	mi := &file_weir_v1_lease_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1129,7 +1620,7 @@ func (x *NoAccount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NoAccount.ProtoReflect.Descriptor instead.
 func (*NoAccount) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{12}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NoAccount) GetReason() NoAccountReason {
@@ -1213,7 +1704,7 @@ type QuotaBlock struct {
 
 func (x *QuotaBlock) Reset() {
 	*x = QuotaBlock{}
-	mi := &file_weir_v1_lease_proto_msgTypes[13]
+	mi := &file_weir_v1_lease_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1225,7 +1716,7 @@ func (x *QuotaBlock) String() string {
 func (*QuotaBlock) ProtoMessage() {}
 
 func (x *QuotaBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[13]
+	mi := &file_weir_v1_lease_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1238,7 +1729,7 @@ func (x *QuotaBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuotaBlock.ProtoReflect.Descriptor instead.
 func (*QuotaBlock) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{13}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *QuotaBlock) GetResetsAt() *timestamppb.Timestamp {
@@ -1303,7 +1794,7 @@ type RenewBatchRequest struct {
 
 func (x *RenewBatchRequest) Reset() {
 	*x = RenewBatchRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[14]
+	mi := &file_weir_v1_lease_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1315,7 +1806,7 @@ func (x *RenewBatchRequest) String() string {
 func (*RenewBatchRequest) ProtoMessage() {}
 
 func (x *RenewBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[14]
+	mi := &file_weir_v1_lease_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1328,7 +1819,7 @@ func (x *RenewBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewBatchRequest.ProtoReflect.Descriptor instead.
 func (*RenewBatchRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{14}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RenewBatchRequest) GetLeaseIds() []string {
@@ -1358,7 +1849,7 @@ type RenewBatchResponse struct {
 
 func (x *RenewBatchResponse) Reset() {
 	*x = RenewBatchResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[15]
+	mi := &file_weir_v1_lease_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1861,7 @@ func (x *RenewBatchResponse) String() string {
 func (*RenewBatchResponse) ProtoMessage() {}
 
 func (x *RenewBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[15]
+	mi := &file_weir_v1_lease_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1874,7 @@ func (x *RenewBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewBatchResponse.ProtoReflect.Descriptor instead.
 func (*RenewBatchResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{15}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RenewBatchResponse) GetRenewedLeaseIds() []string {
@@ -1447,7 +1938,7 @@ type Outcome struct {
 
 func (x *Outcome) Reset() {
 	*x = Outcome{}
-	mi := &file_weir_v1_lease_proto_msgTypes[16]
+	mi := &file_weir_v1_lease_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1950,7 @@ func (x *Outcome) String() string {
 func (*Outcome) ProtoMessage() {}
 
 func (x *Outcome) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[16]
+	mi := &file_weir_v1_lease_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1963,7 @@ func (x *Outcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Outcome.ProtoReflect.Descriptor instead.
 func (*Outcome) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{16}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Outcome) GetClass() OutcomeClass {
@@ -1588,7 +2079,7 @@ type WorkerSettingsRequest struct {
 
 func (x *WorkerSettingsRequest) Reset() {
 	*x = WorkerSettingsRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[17]
+	mi := &file_weir_v1_lease_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1600,7 +2091,7 @@ func (x *WorkerSettingsRequest) String() string {
 func (*WorkerSettingsRequest) ProtoMessage() {}
 
 func (x *WorkerSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[17]
+	mi := &file_weir_v1_lease_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1613,7 +2104,7 @@ func (x *WorkerSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSettingsRequest.ProtoReflect.Descriptor instead.
 func (*WorkerSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{17}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{22}
 }
 
 type WorkerSettingsResponse struct {
@@ -1628,7 +2119,7 @@ type WorkerSettingsResponse struct {
 
 func (x *WorkerSettingsResponse) Reset() {
 	*x = WorkerSettingsResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[18]
+	mi := &file_weir_v1_lease_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1640,7 +2131,7 @@ func (x *WorkerSettingsResponse) String() string {
 func (*WorkerSettingsResponse) ProtoMessage() {}
 
 func (x *WorkerSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[18]
+	mi := &file_weir_v1_lease_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1653,7 +2144,7 @@ func (x *WorkerSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSettingsResponse.ProtoReflect.Descriptor instead.
 func (*WorkerSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{18}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WorkerSettingsResponse) GetSettings() *Settings {
@@ -1680,7 +2171,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[19]
+	mi := &file_weir_v1_lease_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1692,7 +2183,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[19]
+	mi := &file_weir_v1_lease_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1705,7 +2196,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{19}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReleaseRequest) GetLeaseId() string {
@@ -1731,7 +2222,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[20]
+	mi := &file_weir_v1_lease_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1743,7 +2234,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[20]
+	mi := &file_weir_v1_lease_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1756,7 +2247,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{20}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReleaseResponse) GetDecision() *Decision {
@@ -1776,7 +2267,7 @@ type ReleaseBatchRequest struct {
 
 func (x *ReleaseBatchRequest) Reset() {
 	*x = ReleaseBatchRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[21]
+	mi := &file_weir_v1_lease_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1788,7 +2279,7 @@ func (x *ReleaseBatchRequest) String() string {
 func (*ReleaseBatchRequest) ProtoMessage() {}
 
 func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[21]
+	mi := &file_weir_v1_lease_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1801,7 +2292,7 @@ func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseBatchRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseBatchRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{21}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReleaseBatchRequest) GetItems() []*ReleaseItem {
@@ -1833,7 +2324,7 @@ type ReleaseItem struct {
 
 func (x *ReleaseItem) Reset() {
 	*x = ReleaseItem{}
-	mi := &file_weir_v1_lease_proto_msgTypes[22]
+	mi := &file_weir_v1_lease_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +2336,7 @@ func (x *ReleaseItem) String() string {
 func (*ReleaseItem) ProtoMessage() {}
 
 func (x *ReleaseItem) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[22]
+	mi := &file_weir_v1_lease_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +2349,7 @@ func (x *ReleaseItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseItem.ProtoReflect.Descriptor instead.
 func (*ReleaseItem) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{22}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReleaseItem) GetLeaseId() string {
@@ -1907,7 +2398,7 @@ type ReleaseBatchResponse struct {
 
 func (x *ReleaseBatchResponse) Reset() {
 	*x = ReleaseBatchResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[23]
+	mi := &file_weir_v1_lease_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1919,7 +2410,7 @@ func (x *ReleaseBatchResponse) String() string {
 func (*ReleaseBatchResponse) ProtoMessage() {}
 
 func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[23]
+	mi := &file_weir_v1_lease_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1932,7 +2423,7 @@ func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseBatchResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseBatchResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{23}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReleaseBatchResponse) GetMissingLeaseIds() []string {
@@ -1950,7 +2441,7 @@ type WatchPoolRequest struct {
 
 func (x *WatchPoolRequest) Reset() {
 	*x = WatchPoolRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[24]
+	mi := &file_weir_v1_lease_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2453,7 @@ func (x *WatchPoolRequest) String() string {
 func (*WatchPoolRequest) ProtoMessage() {}
 
 func (x *WatchPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[24]
+	mi := &file_weir_v1_lease_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2466,7 @@ func (x *WatchPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPoolRequest.ProtoReflect.Descriptor instead.
 func (*WatchPoolRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{24}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{29}
 }
 
 // WatchPoolResponse is one invalidation, or the stream's ready signal.
@@ -1995,7 +2486,7 @@ type WatchPoolResponse struct {
 
 func (x *WatchPoolResponse) Reset() {
 	*x = WatchPoolResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[25]
+	mi := &file_weir_v1_lease_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2007,7 +2498,7 @@ func (x *WatchPoolResponse) String() string {
 func (*WatchPoolResponse) ProtoMessage() {}
 
 func (x *WatchPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[25]
+	mi := &file_weir_v1_lease_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2020,7 +2511,7 @@ func (x *WatchPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPoolResponse.ProtoReflect.Descriptor instead.
 func (*WatchPoolResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{25}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WatchPoolResponse) GetReady() bool {
@@ -2112,7 +2603,7 @@ type RouteEvent struct {
 
 func (x *RouteEvent) Reset() {
 	*x = RouteEvent{}
-	mi := &file_weir_v1_lease_proto_msgTypes[26]
+	mi := &file_weir_v1_lease_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2615,7 @@ func (x *RouteEvent) String() string {
 func (*RouteEvent) ProtoMessage() {}
 
 func (x *RouteEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[26]
+	mi := &file_weir_v1_lease_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2628,7 @@ func (x *RouteEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteEvent.ProtoReflect.Descriptor instead.
 func (*RouteEvent) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{26}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RouteEvent) GetRequestId() string {
@@ -2364,7 +2855,7 @@ type AttemptRecord struct {
 
 func (x *AttemptRecord) Reset() {
 	*x = AttemptRecord{}
-	mi := &file_weir_v1_lease_proto_msgTypes[27]
+	mi := &file_weir_v1_lease_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2376,7 +2867,7 @@ func (x *AttemptRecord) String() string {
 func (*AttemptRecord) ProtoMessage() {}
 
 func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[27]
+	mi := &file_weir_v1_lease_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2389,7 +2880,7 @@ func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptRecord.ProtoReflect.Descriptor instead.
 func (*AttemptRecord) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{27}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AttemptRecord) GetAt() *durationpb.Duration {
@@ -2502,7 +2993,7 @@ type ReportRoutesRequest struct {
 
 func (x *ReportRoutesRequest) Reset() {
 	*x = ReportRoutesRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[28]
+	mi := &file_weir_v1_lease_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2514,7 +3005,7 @@ func (x *ReportRoutesRequest) String() string {
 func (*ReportRoutesRequest) ProtoMessage() {}
 
 func (x *ReportRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[28]
+	mi := &file_weir_v1_lease_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2527,7 +3018,7 @@ func (x *ReportRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRoutesRequest.ProtoReflect.Descriptor instead.
 func (*ReportRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{28}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReportRoutesRequest) GetEvents() []*RouteEvent {
@@ -2575,7 +3066,7 @@ type RefusalCount struct {
 
 func (x *RefusalCount) Reset() {
 	*x = RefusalCount{}
-	mi := &file_weir_v1_lease_proto_msgTypes[29]
+	mi := &file_weir_v1_lease_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2587,7 +3078,7 @@ func (x *RefusalCount) String() string {
 func (*RefusalCount) ProtoMessage() {}
 
 func (x *RefusalCount) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[29]
+	mi := &file_weir_v1_lease_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2600,7 +3091,7 @@ func (x *RefusalCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefusalCount.ProtoReflect.Descriptor instead.
 func (*RefusalCount) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{29}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RefusalCount) GetWorkerId() string {
@@ -2646,7 +3137,7 @@ type ReportRoutesResponse struct {
 
 func (x *ReportRoutesResponse) Reset() {
 	*x = ReportRoutesResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[30]
+	mi := &file_weir_v1_lease_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2658,7 +3149,7 @@ func (x *ReportRoutesResponse) String() string {
 func (*ReportRoutesResponse) ProtoMessage() {}
 
 func (x *ReportRoutesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[30]
+	mi := &file_weir_v1_lease_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2671,14 +3162,56 @@ func (x *ReportRoutesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRoutesResponse.ProtoReflect.Descriptor instead.
 func (*ReportRoutesResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{30}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{35}
 }
 
 var File_weir_v1_lease_proto protoreflect.FileDescriptor
 
 const file_weir_v1_lease_proto_rawDesc = "" +
 	"\n" +
-	"\x13weir/v1/lease.proto\x12\aweir.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\x1a\x13weir/v1/usage.proto\"o\n" +
+	"\x13weir/v1/lease.proto\x12\aweir.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\x1a\x13weir/v1/usage.proto\"\x92\x01\n" +
+	"\x12KeyStandingRequest\x12\x19\n" +
+	"\bkey_hash\x18\x01 \x01(\tR\akeyHash\x12\x16\n" +
+	"\x06models\x18\x02 \x03(\tR\x06models\x12,\n" +
+	"\bsurfaces\x18\x03 \x03(\x0e2\x10.weir.v1.SurfaceR\bsurfaces\x12\x1b\n" +
+	"\tpool_only\x18\x04 \x01(\bR\bpoolOnly\"\xed\x01\n" +
+	"\x13KeyStandingResponse\x12/\n" +
+	"\x05as_of\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04asOf\x12\x1b\n" +
+	"\ttime_zone\x18\x02 \x01(\tR\btimeZone\x12-\n" +
+	"\x05usage\x18\x03 \x03(\v2\x17.weir.v1.KeyUsagePeriodR\x05usage\x12)\n" +
+	"\abudgets\x18\x04 \x03(\v2\x0f.weir.v1.BudgetR\abudgets\x12.\n" +
+	"\x06models\x18\x05 \x03(\v2\x16.weir.v1.ModelStandingR\x06models\"\xc6\x03\n" +
+	"\x0eKeyUsagePeriod\x12\x16\n" +
+	"\x06period\x18\x01 \x01(\tR\x06period\x120\n" +
+	"\x05start\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x127\n" +
+	"\tresets_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bresetsAt\x12\x1a\n" +
+	"\brequests\x18\x04 \x01(\x03R\brequests\x12!\n" +
+	"\finput_tokens\x18\x05 \x01(\x03R\vinputTokens\x12#\n" +
+	"\routput_tokens\x18\x06 \x01(\x03R\foutputTokens\x12*\n" +
+	"\x11cache_read_tokens\x18\a \x01(\x03R\x0fcacheReadTokens\x122\n" +
+	"\x15cache_creation_tokens\x18\b \x01(\x03R\x13cacheCreationTokens\x12)\n" +
+	"\x10reasoning_tokens\x18\t \x01(\x03R\x0freasoningTokens\x12\x19\n" +
+	"\bcost_usd\x18\n" +
+	" \x01(\x01R\acostUsd\x12'\n" +
+	"\x0funpriced_tokens\x18\v \x01(\x03R\x0eunpricedTokens\"\xb3\x03\n" +
+	"\rModelStanding\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
+	"\x06family\x18\x02 \x01(\tR\x06family\x12*\n" +
+	"\asurface\x18\x03 \x01(\x0e2\x10.weir.v1.SurfaceR\asurface\x12/\n" +
+	"\tproviders\x18\x04 \x03(\x0e2\x11.weir.v1.ProviderR\tproviders\x12\x1c\n" +
+	"\tavailable\x18\x05 \x01(\bR\tavailable\x120\n" +
+	"\x06reason\x18\x06 \x01(\x0e2\x18.weir.v1.NoAccountReasonR\x06reason\x12=\n" +
+	"\favailable_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vavailableAt\x12 \n" +
+	"\fout_of_quota\x18\b \x01(\bR\n" +
+	"outOfQuota\x122\n" +
+	"\tfive_hour\x18\t \x01(\v2\x15.weir.v1.PooledWindowR\bfiveHour\x122\n" +
+	"\tseven_day\x18\n" +
+	" \x01(\v2\x15.weir.v1.PooledWindowR\bsevenDay\"\xa2\x01\n" +
+	"\fPooledWindow\x12!\n" +
+	"\fused_percent\x18\x01 \x01(\x01R\vusedPercent\x127\n" +
+	"\tresets_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bresetsAt\x12\x1a\n" +
+	"\baccounts\x18\x03 \x01(\x05R\baccounts\x12\x1a\n" +
+	"\breadings\x18\x04 \x01(\x05R\breadings\"o\n" +
 	"\x10PoolQuotaRequest\x12\x19\n" +
 	"\bkey_hash\x18\x01 \x01(\tR\akeyHash\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12*\n" +
@@ -2911,7 +3444,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\fFailureStage\x12\x1d\n" +
 	"\x19FAILURE_STAGE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bFAILURE_STAGE_BEFORE_OUTPUT\x10\x01\x12\x1e\n" +
-	"\x1aFAILURE_STAGE_AFTER_OUTPUT\x10\x022\x82\x06\n" +
+	"\x1aFAILURE_STAGE_AFTER_OUTPUT\x10\x022\xd1\x06\n" +
 	"\fLeaseService\x12G\n" +
 	"\tVerifyKey\x12\x19.weir.v1.VerifyKeyRequest\x1a\x1a.weir.v1.VerifyKeyResponse\"\x03\x90\x02\x01\x12Y\n" +
 	"\x10TakeRequestToken\x12 .weir.v1.TakeRequestTokenRequest\x1a!.weir.v1.TakeRequestTokenResponse\"\x00\x12>\n" +
@@ -2923,7 +3456,8 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\fReleaseBatch\x12\x1c.weir.v1.ReleaseBatchRequest\x1a\x1d.weir.v1.ReleaseBatchResponse\"\x00\x12F\n" +
 	"\tWatchPool\x12\x19.weir.v1.WatchPoolRequest\x1a\x1a.weir.v1.WatchPoolResponse\"\x000\x01\x12M\n" +
 	"\fReportRoutes\x12\x1c.weir.v1.ReportRoutesRequest\x1a\x1d.weir.v1.ReportRoutesResponse\"\x00\x12G\n" +
-	"\tPoolQuota\x12\x19.weir.v1.PoolQuotaRequest\x1a\x1a.weir.v1.PoolQuotaResponse\"\x03\x90\x02\x01B\x81\x01\n" +
+	"\tPoolQuota\x12\x19.weir.v1.PoolQuotaRequest\x1a\x1a.weir.v1.PoolQuotaResponse\"\x03\x90\x02\x01\x12M\n" +
+	"\vKeyStanding\x12\x1b.weir.v1.KeyStandingRequest\x1a\x1c.weir.v1.KeyStandingResponse\"\x03\x90\x02\x01B\x81\x01\n" +
 	"\vcom.weir.v1B\n" +
 	"LeaseProtoP\x01Z)github.com/weirhq/weir/gen/weir/v1;weirv1\xa2\x02\x03WXX\xaa\x02\aWeir.V1\xca\x02\aWeir\\V1\xe2\x02\x13Weir\\V1\\GPBMetadata\xea\x02\bWeir::V1b\x06proto3"
 
@@ -2940,144 +3474,166 @@ func file_weir_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_weir_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_weir_v1_lease_proto_goTypes = []any{
 	(NoAccountReason)(0),             // 0: weir.v1.NoAccountReason
 	(FailureStage)(0),                // 1: weir.v1.FailureStage
-	(*PoolQuotaRequest)(nil),         // 2: weir.v1.PoolQuotaRequest
-	(*PoolQuotaResponse)(nil),        // 3: weir.v1.PoolQuotaResponse
-	(*VerifyKeyRequest)(nil),         // 4: weir.v1.VerifyKeyRequest
-	(*VerifyKeyResponse)(nil),        // 5: weir.v1.VerifyKeyResponse
-	(*UnreportedSpend)(nil),          // 6: weir.v1.UnreportedSpend
-	(*UnreportedRequest)(nil),        // 7: weir.v1.UnreportedRequest
-	(*TakeRequestTokenRequest)(nil),  // 8: weir.v1.TakeRequestTokenRequest
-	(*TakeRequestTokenResponse)(nil), // 9: weir.v1.TakeRequestTokenResponse
-	(*ModelNotAllowed)(nil),          // 10: weir.v1.ModelNotAllowed
-	(*AcquireRequest)(nil),           // 11: weir.v1.AcquireRequest
-	(*AcquireResponse)(nil),          // 12: weir.v1.AcquireResponse
-	(*Lease)(nil),                    // 13: weir.v1.Lease
-	(*NoAccount)(nil),                // 14: weir.v1.NoAccount
-	(*QuotaBlock)(nil),               // 15: weir.v1.QuotaBlock
-	(*RenewBatchRequest)(nil),        // 16: weir.v1.RenewBatchRequest
-	(*RenewBatchResponse)(nil),       // 17: weir.v1.RenewBatchResponse
-	(*Outcome)(nil),                  // 18: weir.v1.Outcome
-	(*WorkerSettingsRequest)(nil),    // 19: weir.v1.WorkerSettingsRequest
-	(*WorkerSettingsResponse)(nil),   // 20: weir.v1.WorkerSettingsResponse
-	(*ReleaseRequest)(nil),           // 21: weir.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),          // 22: weir.v1.ReleaseResponse
-	(*ReleaseBatchRequest)(nil),      // 23: weir.v1.ReleaseBatchRequest
-	(*ReleaseItem)(nil),              // 24: weir.v1.ReleaseItem
-	(*ReleaseBatchResponse)(nil),     // 25: weir.v1.ReleaseBatchResponse
-	(*WatchPoolRequest)(nil),         // 26: weir.v1.WatchPoolRequest
-	(*WatchPoolResponse)(nil),        // 27: weir.v1.WatchPoolResponse
-	(*RouteEvent)(nil),               // 28: weir.v1.RouteEvent
-	(*AttemptRecord)(nil),            // 29: weir.v1.AttemptRecord
-	(*ReportRoutesRequest)(nil),      // 30: weir.v1.ReportRoutesRequest
-	(*RefusalCount)(nil),             // 31: weir.v1.RefusalCount
-	(*ReportRoutesResponse)(nil),     // 32: weir.v1.ReportRoutesResponse
-	nil,                              // 33: weir.v1.Outcome.HeadersEntry
-	(Surface)(0),                     // 34: weir.v1.Surface
-	(QuotaResponseMode)(0),           // 35: weir.v1.QuotaResponseMode
-	(*durationpb.Duration)(nil),      // 36: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 37: google.protobuf.Timestamp
-	(Provider)(0),                    // 38: weir.v1.Provider
-	(AuthKind)(0),                    // 39: weir.v1.AuthKind
-	(*Unreachable)(nil),              // 40: weir.v1.Unreachable
-	(*BudgetBlock)(nil),              // 41: weir.v1.BudgetBlock
-	(QuotaKind)(0),                   // 42: weir.v1.QuotaKind
-	(OutcomeClass)(0),                // 43: weir.v1.OutcomeClass
-	(*QuotaEvidence)(nil),            // 44: weir.v1.QuotaEvidence
-	(TransportCause)(0),              // 45: weir.v1.TransportCause
-	(*TokenUsage)(nil),               // 46: weir.v1.TokenUsage
-	(*Settings)(nil),                 // 47: weir.v1.Settings
-	(*ModelPrice)(nil),               // 48: weir.v1.ModelPrice
-	(*Decision)(nil),                 // 49: weir.v1.Decision
-	(Action)(0),                      // 50: weir.v1.Action
+	(*KeyStandingRequest)(nil),       // 2: weir.v1.KeyStandingRequest
+	(*KeyStandingResponse)(nil),      // 3: weir.v1.KeyStandingResponse
+	(*KeyUsagePeriod)(nil),           // 4: weir.v1.KeyUsagePeriod
+	(*ModelStanding)(nil),            // 5: weir.v1.ModelStanding
+	(*PooledWindow)(nil),             // 6: weir.v1.PooledWindow
+	(*PoolQuotaRequest)(nil),         // 7: weir.v1.PoolQuotaRequest
+	(*PoolQuotaResponse)(nil),        // 8: weir.v1.PoolQuotaResponse
+	(*VerifyKeyRequest)(nil),         // 9: weir.v1.VerifyKeyRequest
+	(*VerifyKeyResponse)(nil),        // 10: weir.v1.VerifyKeyResponse
+	(*UnreportedSpend)(nil),          // 11: weir.v1.UnreportedSpend
+	(*UnreportedRequest)(nil),        // 12: weir.v1.UnreportedRequest
+	(*TakeRequestTokenRequest)(nil),  // 13: weir.v1.TakeRequestTokenRequest
+	(*TakeRequestTokenResponse)(nil), // 14: weir.v1.TakeRequestTokenResponse
+	(*ModelNotAllowed)(nil),          // 15: weir.v1.ModelNotAllowed
+	(*AcquireRequest)(nil),           // 16: weir.v1.AcquireRequest
+	(*AcquireResponse)(nil),          // 17: weir.v1.AcquireResponse
+	(*Lease)(nil),                    // 18: weir.v1.Lease
+	(*NoAccount)(nil),                // 19: weir.v1.NoAccount
+	(*QuotaBlock)(nil),               // 20: weir.v1.QuotaBlock
+	(*RenewBatchRequest)(nil),        // 21: weir.v1.RenewBatchRequest
+	(*RenewBatchResponse)(nil),       // 22: weir.v1.RenewBatchResponse
+	(*Outcome)(nil),                  // 23: weir.v1.Outcome
+	(*WorkerSettingsRequest)(nil),    // 24: weir.v1.WorkerSettingsRequest
+	(*WorkerSettingsResponse)(nil),   // 25: weir.v1.WorkerSettingsResponse
+	(*ReleaseRequest)(nil),           // 26: weir.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 27: weir.v1.ReleaseResponse
+	(*ReleaseBatchRequest)(nil),      // 28: weir.v1.ReleaseBatchRequest
+	(*ReleaseItem)(nil),              // 29: weir.v1.ReleaseItem
+	(*ReleaseBatchResponse)(nil),     // 30: weir.v1.ReleaseBatchResponse
+	(*WatchPoolRequest)(nil),         // 31: weir.v1.WatchPoolRequest
+	(*WatchPoolResponse)(nil),        // 32: weir.v1.WatchPoolResponse
+	(*RouteEvent)(nil),               // 33: weir.v1.RouteEvent
+	(*AttemptRecord)(nil),            // 34: weir.v1.AttemptRecord
+	(*ReportRoutesRequest)(nil),      // 35: weir.v1.ReportRoutesRequest
+	(*RefusalCount)(nil),             // 36: weir.v1.RefusalCount
+	(*ReportRoutesResponse)(nil),     // 37: weir.v1.ReportRoutesResponse
+	nil,                              // 38: weir.v1.Outcome.HeadersEntry
+	(Surface)(0),                     // 39: weir.v1.Surface
+	(*timestamppb.Timestamp)(nil),    // 40: google.protobuf.Timestamp
+	(*Budget)(nil),                   // 41: weir.v1.Budget
+	(Provider)(0),                    // 42: weir.v1.Provider
+	(QuotaResponseMode)(0),           // 43: weir.v1.QuotaResponseMode
+	(*durationpb.Duration)(nil),      // 44: google.protobuf.Duration
+	(AuthKind)(0),                    // 45: weir.v1.AuthKind
+	(*Unreachable)(nil),              // 46: weir.v1.Unreachable
+	(*BudgetBlock)(nil),              // 47: weir.v1.BudgetBlock
+	(QuotaKind)(0),                   // 48: weir.v1.QuotaKind
+	(OutcomeClass)(0),                // 49: weir.v1.OutcomeClass
+	(*QuotaEvidence)(nil),            // 50: weir.v1.QuotaEvidence
+	(TransportCause)(0),              // 51: weir.v1.TransportCause
+	(*TokenUsage)(nil),               // 52: weir.v1.TokenUsage
+	(*Settings)(nil),                 // 53: weir.v1.Settings
+	(*ModelPrice)(nil),               // 54: weir.v1.ModelPrice
+	(*Decision)(nil),                 // 55: weir.v1.Decision
+	(Action)(0),                      // 56: weir.v1.Action
 }
 var file_weir_v1_lease_proto_depIdxs = []int32{
-	34, // 0: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
-	15, // 1: weir.v1.PoolQuotaResponse.quota_block:type_name -> weir.v1.QuotaBlock
-	35, // 2: weir.v1.PoolQuotaResponse.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	7,  // 3: weir.v1.UnreportedSpend.requests:type_name -> weir.v1.UnreportedRequest
-	36, // 4: weir.v1.TakeRequestTokenResponse.retry_after:type_name -> google.protobuf.Duration
-	34, // 5: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
-	37, // 6: weir.v1.AcquireRequest.waiting_since:type_name -> google.protobuf.Timestamp
-	6,  // 7: weir.v1.AcquireRequest.unreported:type_name -> weir.v1.UnreportedSpend
-	13, // 8: weir.v1.AcquireResponse.lease:type_name -> weir.v1.Lease
-	14, // 9: weir.v1.AcquireResponse.no_account:type_name -> weir.v1.NoAccount
-	38, // 10: weir.v1.Lease.provider:type_name -> weir.v1.Provider
-	39, // 11: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
-	37, // 12: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	36, // 13: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	37, // 14: weir.v1.Lease.reuse_until:type_name -> google.protobuf.Timestamp
-	0,  // 15: weir.v1.NoAccount.reason:type_name -> weir.v1.NoAccountReason
-	37, // 16: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
-	15, // 17: weir.v1.NoAccount.quota_block:type_name -> weir.v1.QuotaBlock
-	35, // 18: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	40, // 19: weir.v1.NoAccount.unreachable:type_name -> weir.v1.Unreachable
-	41, // 20: weir.v1.NoAccount.budget:type_name -> weir.v1.BudgetBlock
-	37, // 21: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
-	38, // 22: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
-	42, // 23: weir.v1.QuotaBlock.kind:type_name -> weir.v1.QuotaKind
-	37, // 24: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
-	43, // 25: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
-	33, // 26: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
-	36, // 27: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
-	36, // 28: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
-	44, // 29: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
-	36, // 30: weir.v1.Outcome.delay:type_name -> google.protobuf.Duration
-	45, // 31: weir.v1.Outcome.transport_cause:type_name -> weir.v1.TransportCause
-	46, // 32: weir.v1.Outcome.usage:type_name -> weir.v1.TokenUsage
-	47, // 33: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
-	48, // 34: weir.v1.WorkerSettingsResponse.prices:type_name -> weir.v1.ModelPrice
-	18, // 35: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
-	49, // 36: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
-	24, // 37: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
-	18, // 38: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
-	37, // 39: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
-	36, // 40: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
-	36, // 41: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
-	37, // 42: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
-	36, // 43: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
-	1,  // 44: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
-	29, // 45: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
-	37, // 46: weir.v1.RouteEvent.held_since:type_name -> google.protobuf.Timestamp
-	37, // 47: weir.v1.RouteEvent.next_try_at:type_name -> google.protobuf.Timestamp
-	46, // 48: weir.v1.RouteEvent.usage:type_name -> weir.v1.TokenUsage
-	36, // 49: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
-	43, // 50: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
-	50, // 51: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
-	36, // 52: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
-	45, // 53: weir.v1.AttemptRecord.transport_cause:type_name -> weir.v1.TransportCause
-	46, // 54: weir.v1.AttemptRecord.usage:type_name -> weir.v1.TokenUsage
-	28, // 55: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
-	31, // 56: weir.v1.ReportRoutesRequest.refusals:type_name -> weir.v1.RefusalCount
-	37, // 57: weir.v1.RefusalCount.interval_start:type_name -> google.protobuf.Timestamp
-	4,  // 58: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
-	8,  // 59: weir.v1.LeaseService.TakeRequestToken:input_type -> weir.v1.TakeRequestTokenRequest
-	11, // 60: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
-	19, // 61: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
-	16, // 62: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
-	21, // 63: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
-	23, // 64: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
-	26, // 65: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
-	30, // 66: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
-	2,  // 67: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
-	5,  // 68: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
-	9,  // 69: weir.v1.LeaseService.TakeRequestToken:output_type -> weir.v1.TakeRequestTokenResponse
-	12, // 70: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
-	20, // 71: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
-	17, // 72: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
-	22, // 73: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
-	25, // 74: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
-	27, // 75: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
-	32, // 76: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
-	3,  // 77: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
-	68, // [68:78] is the sub-list for method output_type
-	58, // [58:68] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	39, // 0: weir.v1.KeyStandingRequest.surfaces:type_name -> weir.v1.Surface
+	40, // 1: weir.v1.KeyStandingResponse.as_of:type_name -> google.protobuf.Timestamp
+	4,  // 2: weir.v1.KeyStandingResponse.usage:type_name -> weir.v1.KeyUsagePeriod
+	41, // 3: weir.v1.KeyStandingResponse.budgets:type_name -> weir.v1.Budget
+	5,  // 4: weir.v1.KeyStandingResponse.models:type_name -> weir.v1.ModelStanding
+	40, // 5: weir.v1.KeyUsagePeriod.start:type_name -> google.protobuf.Timestamp
+	40, // 6: weir.v1.KeyUsagePeriod.resets_at:type_name -> google.protobuf.Timestamp
+	39, // 7: weir.v1.ModelStanding.surface:type_name -> weir.v1.Surface
+	42, // 8: weir.v1.ModelStanding.providers:type_name -> weir.v1.Provider
+	0,  // 9: weir.v1.ModelStanding.reason:type_name -> weir.v1.NoAccountReason
+	40, // 10: weir.v1.ModelStanding.available_at:type_name -> google.protobuf.Timestamp
+	6,  // 11: weir.v1.ModelStanding.five_hour:type_name -> weir.v1.PooledWindow
+	6,  // 12: weir.v1.ModelStanding.seven_day:type_name -> weir.v1.PooledWindow
+	40, // 13: weir.v1.PooledWindow.resets_at:type_name -> google.protobuf.Timestamp
+	39, // 14: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
+	20, // 15: weir.v1.PoolQuotaResponse.quota_block:type_name -> weir.v1.QuotaBlock
+	43, // 16: weir.v1.PoolQuotaResponse.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	12, // 17: weir.v1.UnreportedSpend.requests:type_name -> weir.v1.UnreportedRequest
+	44, // 18: weir.v1.TakeRequestTokenResponse.retry_after:type_name -> google.protobuf.Duration
+	39, // 19: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
+	40, // 20: weir.v1.AcquireRequest.waiting_since:type_name -> google.protobuf.Timestamp
+	11, // 21: weir.v1.AcquireRequest.unreported:type_name -> weir.v1.UnreportedSpend
+	18, // 22: weir.v1.AcquireResponse.lease:type_name -> weir.v1.Lease
+	19, // 23: weir.v1.AcquireResponse.no_account:type_name -> weir.v1.NoAccount
+	42, // 24: weir.v1.Lease.provider:type_name -> weir.v1.Provider
+	45, // 25: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
+	40, // 26: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	44, // 27: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	40, // 28: weir.v1.Lease.reuse_until:type_name -> google.protobuf.Timestamp
+	0,  // 29: weir.v1.NoAccount.reason:type_name -> weir.v1.NoAccountReason
+	40, // 30: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
+	20, // 31: weir.v1.NoAccount.quota_block:type_name -> weir.v1.QuotaBlock
+	43, // 32: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	46, // 33: weir.v1.NoAccount.unreachable:type_name -> weir.v1.Unreachable
+	47, // 34: weir.v1.NoAccount.budget:type_name -> weir.v1.BudgetBlock
+	40, // 35: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
+	42, // 36: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
+	48, // 37: weir.v1.QuotaBlock.kind:type_name -> weir.v1.QuotaKind
+	40, // 38: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
+	49, // 39: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
+	38, // 40: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
+	44, // 41: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
+	44, // 42: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
+	50, // 43: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
+	44, // 44: weir.v1.Outcome.delay:type_name -> google.protobuf.Duration
+	51, // 45: weir.v1.Outcome.transport_cause:type_name -> weir.v1.TransportCause
+	52, // 46: weir.v1.Outcome.usage:type_name -> weir.v1.TokenUsage
+	53, // 47: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
+	54, // 48: weir.v1.WorkerSettingsResponse.prices:type_name -> weir.v1.ModelPrice
+	23, // 49: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
+	55, // 50: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
+	29, // 51: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
+	23, // 52: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
+	40, // 53: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
+	44, // 54: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
+	44, // 55: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
+	40, // 56: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
+	44, // 57: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
+	1,  // 58: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
+	34, // 59: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
+	40, // 60: weir.v1.RouteEvent.held_since:type_name -> google.protobuf.Timestamp
+	40, // 61: weir.v1.RouteEvent.next_try_at:type_name -> google.protobuf.Timestamp
+	52, // 62: weir.v1.RouteEvent.usage:type_name -> weir.v1.TokenUsage
+	44, // 63: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
+	49, // 64: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
+	56, // 65: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
+	44, // 66: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
+	51, // 67: weir.v1.AttemptRecord.transport_cause:type_name -> weir.v1.TransportCause
+	52, // 68: weir.v1.AttemptRecord.usage:type_name -> weir.v1.TokenUsage
+	33, // 69: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
+	36, // 70: weir.v1.ReportRoutesRequest.refusals:type_name -> weir.v1.RefusalCount
+	40, // 71: weir.v1.RefusalCount.interval_start:type_name -> google.protobuf.Timestamp
+	9,  // 72: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
+	13, // 73: weir.v1.LeaseService.TakeRequestToken:input_type -> weir.v1.TakeRequestTokenRequest
+	16, // 74: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
+	24, // 75: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
+	21, // 76: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
+	26, // 77: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
+	28, // 78: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
+	31, // 79: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
+	35, // 80: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
+	7,  // 81: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
+	2,  // 82: weir.v1.LeaseService.KeyStanding:input_type -> weir.v1.KeyStandingRequest
+	10, // 83: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
+	14, // 84: weir.v1.LeaseService.TakeRequestToken:output_type -> weir.v1.TakeRequestTokenResponse
+	17, // 85: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
+	25, // 86: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
+	22, // 87: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
+	27, // 88: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
+	30, // 89: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
+	32, // 90: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
+	37, // 91: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
+	8,  // 92: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
+	3,  // 93: weir.v1.LeaseService.KeyStanding:output_type -> weir.v1.KeyStandingResponse
+	83, // [83:94] is the sub-list for method output_type
+	72, // [72:83] is the sub-list for method input_type
+	72, // [72:72] is the sub-list for extension type_name
+	72, // [72:72] is the sub-list for extension extendee
+	0,  // [0:72] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_lease_proto_init() }
@@ -3087,7 +3643,7 @@ func file_weir_v1_lease_proto_init() {
 	}
 	file_weir_v1_types_proto_init()
 	file_weir_v1_usage_proto_init()
-	file_weir_v1_lease_proto_msgTypes[10].OneofWrappers = []any{
+	file_weir_v1_lease_proto_msgTypes[15].OneofWrappers = []any{
 		(*AcquireResponse_Lease)(nil),
 		(*AcquireResponse_NoAccount)(nil),
 	}
@@ -3097,7 +3653,7 @@ func file_weir_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_lease_proto_rawDesc), len(file_weir_v1_lease_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   32,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

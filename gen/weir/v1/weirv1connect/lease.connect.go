@@ -57,6 +57,9 @@ const (
 	LeaseServiceReportRoutesProcedure = "/weir.v1.LeaseService/ReportRoutes"
 	// LeaseServicePoolQuotaProcedure is the fully-qualified name of the LeaseService's PoolQuota RPC.
 	LeaseServicePoolQuotaProcedure = "/weir.v1.LeaseService/PoolQuota"
+	// LeaseServiceKeyStandingProcedure is the fully-qualified name of the LeaseService's KeyStanding
+	// RPC.
+	LeaseServiceKeyStandingProcedure = "/weir.v1.LeaseService/KeyStanding"
 )
 
 // LeaseServiceClient is a client for the weir.v1.LeaseService service.
@@ -99,6 +102,13 @@ type LeaseServiceClient interface {
 	// a stream already under way ends on a quota error, to word its
 	// terminal event.
 	PoolQuota(context.Context, *connect.Request[v1.PoolQuotaRequest]) (*connect.Response[v1.PoolQuotaResponse], error)
+	// KeyStanding is what one client key may know of its own standing: its
+	// usage today, this week and this month, its budgets and its team's, and
+	// for each model it may use whether the pool can serve it now and the
+	// pool's usage windows. It names no account: a worker serves it to the
+	// key's holder (GET /v1/weir/usage) and writes the pool's rate-limit
+	// headers from it.
+	KeyStanding(context.Context, *connect.Request[v1.KeyStandingRequest]) (*connect.Response[v1.KeyStandingResponse], error)
 }
 
 // NewLeaseServiceClient constructs a client for the weir.v1.LeaseService service. By default, it
@@ -175,6 +185,13 @@ func NewLeaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		keyStanding: connect.NewClient[v1.KeyStandingRequest, v1.KeyStandingResponse](
+			httpClient,
+			baseURL+LeaseServiceKeyStandingProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("KeyStanding")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -190,6 +207,7 @@ type leaseServiceClient struct {
 	watchPool        *connect.Client[v1.WatchPoolRequest, v1.WatchPoolResponse]
 	reportRoutes     *connect.Client[v1.ReportRoutesRequest, v1.ReportRoutesResponse]
 	poolQuota        *connect.Client[v1.PoolQuotaRequest, v1.PoolQuotaResponse]
+	keyStanding      *connect.Client[v1.KeyStandingRequest, v1.KeyStandingResponse]
 }
 
 // VerifyKey calls weir.v1.LeaseService.VerifyKey.
@@ -242,6 +260,11 @@ func (c *leaseServiceClient) PoolQuota(ctx context.Context, req *connect.Request
 	return c.poolQuota.CallUnary(ctx, req)
 }
 
+// KeyStanding calls weir.v1.LeaseService.KeyStanding.
+func (c *leaseServiceClient) KeyStanding(ctx context.Context, req *connect.Request[v1.KeyStandingRequest]) (*connect.Response[v1.KeyStandingResponse], error) {
+	return c.keyStanding.CallUnary(ctx, req)
+}
+
 // LeaseServiceHandler is an implementation of the weir.v1.LeaseService service.
 type LeaseServiceHandler interface {
 	// VerifyKey checks a client key. Workers cache positive answers briefly;
@@ -282,6 +305,13 @@ type LeaseServiceHandler interface {
 	// a stream already under way ends on a quota error, to word its
 	// terminal event.
 	PoolQuota(context.Context, *connect.Request[v1.PoolQuotaRequest]) (*connect.Response[v1.PoolQuotaResponse], error)
+	// KeyStanding is what one client key may know of its own standing: its
+	// usage today, this week and this month, its budgets and its team's, and
+	// for each model it may use whether the pool can serve it now and the
+	// pool's usage windows. It names no account: a worker serves it to the
+	// key's holder (GET /v1/weir/usage) and writes the pool's rate-limit
+	// headers from it.
+	KeyStanding(context.Context, *connect.Request[v1.KeyStandingRequest]) (*connect.Response[v1.KeyStandingResponse], error)
 }
 
 // NewLeaseServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -354,6 +384,13 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	leaseServiceKeyStandingHandler := connect.NewUnaryHandler(
+		LeaseServiceKeyStandingProcedure,
+		svc.KeyStanding,
+		connect.WithSchema(leaseServiceMethods.ByName("KeyStanding")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/weir.v1.LeaseService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LeaseServiceVerifyKeyProcedure:
@@ -376,6 +413,8 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 			leaseServiceReportRoutesHandler.ServeHTTP(w, r)
 		case LeaseServicePoolQuotaProcedure:
 			leaseServicePoolQuotaHandler.ServeHTTP(w, r)
+		case LeaseServiceKeyStandingProcedure:
+			leaseServiceKeyStandingHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -423,4 +462,8 @@ func (UnimplementedLeaseServiceHandler) ReportRoutes(context.Context, *connect.R
 
 func (UnimplementedLeaseServiceHandler) PoolQuota(context.Context, *connect.Request[v1.PoolQuotaRequest]) (*connect.Response[v1.PoolQuotaResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.LeaseService.PoolQuota is not implemented"))
+}
+
+func (UnimplementedLeaseServiceHandler) KeyStanding(context.Context, *connect.Request[v1.KeyStandingRequest]) (*connect.Response[v1.KeyStandingResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.LeaseService.KeyStanding is not implemented"))
 }
