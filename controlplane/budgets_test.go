@@ -20,7 +20,7 @@ func (e *env) spend(keyID, accountID, session string, tokens int64, at time.Time
 	e.t.Helper()
 	id := "req-" + randHex(6)
 	e.report(&weirv1.RouteEvent{RequestId: id, KeyId: keyID, AccountId: accountID, Model: "claude-sonnet-4-5", Status: 200,
-		Attempts: 1, StartedAt: timestamppb.New(at), SessionKey: session,
+		Attempts: 1, StartedAt: timestamppb.New(at), SessionKey: session, Budgeted: true,
 		AttemptRecords: []*weirv1.AttemptRecord{{AccountId: accountID, Model: "claude-sonnet-4-5",
 			Usage: &weirv1.TokenUsage{InputTokens: tokens}}}})
 	return id

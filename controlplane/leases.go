@@ -35,6 +35,8 @@ type leaseService struct {
 	store
 	// notifier announces budget thresholds (budgets.go).
 	notifier *notify.Notifier
+	// prices prices route events (tokens.go).
+	prices *priceCache
 	cfg      Config
 	settings settingsSource
 	seal     *seal.Sealer

@@ -348,7 +348,7 @@ func (l leaseService) storeRoutes(ctx context.Context, events []*weirv1.RouteEve
 		if len(rows) == 0 {
 			return nil
 		}
-		tab, err := priceTable(ctx, q)
+		tab, err := l.prices.get(ctx, q)
 		if err != nil {
 			return err
 		}
@@ -374,6 +374,9 @@ func (l leaseService) storeRoutes(ctx context.Context, events []*weirv1.RouteEve
 				roll.add(rows[i], events[i], priced[i])
 				final[i] = true
 			}
+		}
+		for i, e := range events {
+			final[i] = final[i] && e.GetBudgeted() // spend counts against budgets only for a budgeted key
 		}
 		crossed, err := addSpend(ctx, q, rows, final, now)
 		if err != nil {

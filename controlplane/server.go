@@ -48,6 +48,8 @@ type Server struct {
 	jitter func() float64
 	// notifier raises notifications (notify.go).
 	notifier *notify.Notifier
+	// prices is the price table route events are priced with (tokens.go).
+	prices *priceCache
 	// egress are the clients of calls on an account's behalf, through its
 	// egress proxy (egress.go).
 	egress egressClients
@@ -77,6 +79,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 		watch:    newPoolWatch(pool, cfg.Logger),
 		egress:   newEgressClients(cfg),
 	}
+	s.prices = &priceCache{now: cfg.Now}
 	if s.notifier, err = notify.NewNotifier(pool, cfg.Now); err != nil {
 		return nil, fmt.Errorf("controlplane: %w", err)
 	}
@@ -217,7 +220,7 @@ func (s *Server) rpcHandler() (http.Handler, []string) {
 	handle(weirv1connect.NewOpsServiceHandler(opsService{q: s.q}, opts))
 	handle(weirv1connect.NewDashboardServiceHandler(s.dashboardService(), opts))
 	handle(weirv1connect.NewAuditServiceHandler(auditService{q: s.q}, opts))
-	handle(weirv1connect.NewUsageServiceHandler(usageService{store: s.store, now: s.now, sessionTTL: s.cfg.SessionTTL}, opts))
+	handle(weirv1connect.NewUsageServiceHandler(usageService{store: s.store, now: s.now, sessionTTL: s.cfg.SessionTTL, prices: s.prices}, opts))
 	handle(weirv1connect.NewNotifyServiceHandler(s.notifyService(), opts))
 	return mux, paths
 }
@@ -232,7 +235,7 @@ func (s *Server) accountService() accountService {
 }
 
 func (s *Server) leases() leaseService {
-	return leaseService{store: s.store, notifier: s.notifier, cfg: s.cfg, settings: s.settings, seal: s.seal, log: s.log, now: s.now,
+	return leaseService{store: s.store, notifier: s.notifier, prices: s.prices, cfg: s.cfg, settings: s.settings, seal: s.seal, log: s.log, now: s.now,
 		metrics: s.metrics, watch: s.watch, mergeUsageHeaders: s.mergeUsageHeaders, markUnreadable: s.markUnreadable}
 }
 

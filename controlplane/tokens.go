@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -193,14 +194,47 @@ func (r *usageRollup) params() db.AddUsageHourlyParams {
 	return p
 }
 
-// priceTable is the shipped price table under the operator's prices, read
-// once per batch of route events.
+// priceTable is the shipped price table under the operator's prices.
 func priceTable(ctx context.Context, q *db.Queries) (*pricing.Table, error) {
 	rows, err := q.ListModelPrices(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read model prices: %w", err)
 	}
 	return pricing.NewTable(priceEntries(rows)), nil
+}
+
+// pricesFresh is how long a replica prices route events with the table it
+// read: an operator's price applies on this replica at once (SetPrice
+// drops it) and on the others within this, instead of a read per batch.
+const pricesFresh = 5 * time.Second
+
+// priceCache is this replica's price table, read again when it is older
+// than pricesFresh or an operator changed a price here.
+type priceCache struct {
+	mu     sync.Mutex
+	now    func() time.Time
+	tab    *pricing.Table
+	readAt time.Time
+}
+
+func (c *priceCache) get(ctx context.Context, q *db.Queries) (*pricing.Table, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now := c.now(); c.tab == nil || now.Sub(c.readAt) >= pricesFresh || now.Before(c.readAt) {
+		tab, err := priceTable(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		c.tab, c.readAt = tab, now
+	}
+	return c.tab, nil
+}
+
+// drop makes the next get read the table again.
+func (c *priceCache) drop() {
+	c.mu.Lock()
+	c.tab = nil
+	c.mu.Unlock()
 }
 
 func priceEntries(rows []db.ModelPrice) []pricing.Entry {

@@ -26,6 +26,8 @@ type usageService struct {
 	// sessionTTL is how long an idle session stays bound to its account
 	// (Config.SessionTTL): a later request's move is its binding lapsing.
 	sessionTTL time.Duration
+	// prices is this replica's price table, dropped when a price changes.
+	prices *priceCache
 }
 
 // usageGroupings are QueryUsageRequest.group_by's names.
@@ -215,6 +217,7 @@ func (u usageService) SetPrice(ctx context.Context, req *connect.Request[weirv1.
 	if err != nil {
 		return nil, fmt.Errorf("set price %q: %w", pattern, err)
 	}
+	u.prices.drop()
 	return connect.NewResponse(&weirv1.SetPriceResponse{Price: modelPriceProto(row)}), nil
 }
 
@@ -226,6 +229,7 @@ func (u usageService) DeletePrice(ctx context.Context, req *connect.Request[weir
 	if n == 0 {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no price of the operator's for %q", req.Msg.GetPattern()))
 	}
+	u.prices.drop()
 	return connect.NewResponse(&weirv1.DeletePriceResponse{}), nil
 }
 

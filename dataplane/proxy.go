@@ -186,7 +186,7 @@ func (s *Server) serve(w *trackingWriter, r *http.Request, in *inbound, rec *wei
 		refuse(refusalInvalidBody, apiErr)
 		return
 	}
-	rec.Model, rec.Stream, rec.SessionKey = in.model, in.stream, in.session
+	rec.Model, rec.Stream, rec.SessionKey, rec.Budgeted = in.model, in.stream, in.session, in.budgeted
 	if apiErr := s.admitModel(in, key); apiErr != nil {
 		refuse(refusalModelForbidden, apiErr)
 		return

@@ -2596,7 +2596,12 @@ type RouteEvent struct {
 	// The request's cost at API-equivalent prices, in US dollars: set by
 	// the control plane when it stores the event (the workers report
 	// tokens, not prices).
-	CostUsd       float64 `protobuf:"fixed64,27,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	CostUsd float64 `protobuf:"fixed64,27,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	// The key or its team has a budget (VerifyKeyResponse.budgeted, as the
+	// worker knew it): the control plane counts the request's spend against
+	// budgets only for such events, so that a pool with no budget pays
+	// nothing for them.
+	Budgeted      bool `protobuf:"varint,28,opt,name=budgeted,proto3" json:"budgeted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2818,6 +2823,13 @@ func (x *RouteEvent) GetCostUsd() float64 {
 		return x.CostUsd
 	}
 	return 0
+}
+
+func (x *RouteEvent) GetBudgeted() bool {
+	if x != nil {
+		return x.Budgeted
+	}
+	return false
 }
 
 // AttemptRecord is one upstream attempt, or one hold, of a request.
@@ -3364,7 +3376,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\vaccount_ids\x18\x02 \x03(\tR\n" +
 	"accountIds\x12\x10\n" +
 	"\x03all\x18\x03 \x01(\bR\x03all\x12\x12\n" +
-	"\x04keys\x18\x04 \x01(\bR\x04keys\"\xaa\b\n" +
+	"\x04keys\x18\x04 \x01(\bR\x04keys\"\xc6\b\n" +
 	"\n" +
 	"RouteEvent\x12\x1d\n" +
 	"\n" +
@@ -3402,7 +3414,8 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\vsession_key\x18\x19 \x01(\tR\n" +
 	"sessionKey\x12)\n" +
 	"\x05usage\x18\x1a \x01(\v2\x13.weir.v1.TokenUsageR\x05usage\x12\x19\n" +
-	"\bcost_usd\x18\x1b \x01(\x01R\acostUsd\"\xac\x04\n" +
+	"\bcost_usd\x18\x1b \x01(\x01R\acostUsd\x12\x1a\n" +
+	"\bbudgeted\x18\x1c \x01(\bR\bbudgeted\"\xac\x04\n" +
 	"\rAttemptRecord\x12)\n" +
 	"\x02at\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x02at\x12\x1d\n" +
 	"\n" +
