@@ -36,7 +36,7 @@ type leaseService struct {
 	// notifier announces budget thresholds (budgets.go).
 	notifier *notify.Notifier
 	// prices prices route events (tokens.go).
-	prices *priceCache
+	prices   *priceCache
 	cfg      Config
 	settings settingsSource
 	seal     *seal.Sealer
