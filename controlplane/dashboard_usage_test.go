@@ -79,6 +79,9 @@ func (f usageFixture) event(r used) *weirv1.RouteEvent {
 	return &weirv1.RouteEvent{RequestId: r.id, KeyId: f.keys[r.key], AccountId: f.accounts[r.account], Model: r.model,
 		Surface: "messages", Status: 200, Attempts: 1, StartedAt: timestamppb.New(epoch.Add(r.at)), SessionKey: r.session,
 		Usage: r.u, InputTokens: r.u.InputTokens, OutputTokens: r.u.OutputTokens,
+		// As a worker marks a budgeted key's events (a key without a budget
+		// has none to count against).
+		Budgeted: true,
 		AttemptRecords: []*weirv1.AttemptRecord{{AccountId: f.accounts[r.account], Model: r.model, Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS,
 			Status: 200, Action: weirv1.Action_ACTION_RESPOND, Usage: r.u}}}
 }
