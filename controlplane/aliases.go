@@ -2,8 +2,10 @@ package controlplane
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -98,4 +100,28 @@ func validModelID(field, id string) error {
 		return invalidf("%s: 1 to 200 printable ASCII characters, no spaces or quotes", field)
 	}
 	return nil
+}
+
+// modelNotServed is Acquire's refusal of an alias whose every target is
+// another provider's model than the surface's: weir does not translate
+// between the wires, and sending one would only be refused upstream.
+func modelNotServed(alias string, targets []string, sf weirv1.Surface) error {
+	err := connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
+		"model alias %q resolves to %s, which the %s API does not serve (weir does not translate between the Anthropic and OpenAI wires)",
+		alias, strings.Join(targets, ", "), surfaceWord(sf)))
+	if d, derr := connect.NewErrorDetail(&weirv1.ModelNotServed{Model: alias, Targets: targets}); derr == nil {
+		err.AddDetail(d)
+	}
+	return err
+}
+
+// surfaceWord names a surface for a person.
+func surfaceWord(sf weirv1.Surface) string {
+	switch sf {
+	case weirv1.Surface_SURFACE_RESPONSES:
+		return "Responses"
+	case weirv1.Surface_SURFACE_CHAT_COMPLETIONS:
+		return "Chat Completions"
+	}
+	return "Messages"
 }

@@ -164,6 +164,14 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (re
 			return nil, modelNotAllowed(m.Model)
 		}
 	}
+	// A target of another provider's wire is not sent on this one: a
+	// Claude model to an OpenAI account's /v1/responses would be refused
+	// upstream, and counted against the account.
+	served := slices.DeleteFunc(slices.Clone(aliasTargets), func(t string) bool { return !policy.SurfaceServesModel(m.Surface, t) })
+	if len(served) == 0 {
+		return nil, modelNotServed(m.Model, aliasTargets, m.Surface)
+	}
+	aliasTargets = served
 	// An alias: the first target with an eligible account serves, and the
 	// lease names it for the data plane to send upstream.
 	var nones []*weirv1.NoAccount

@@ -184,3 +184,32 @@ func filterModelList(body []byte, patterns []string) []byte {
 	}
 	return out
 }
+
+// modelNotServedIn reads Acquire's refusal of an alias whose targets the
+// surface does not serve (weirv1.ModelNotServed), returning the alias.
+func modelNotServedIn(err error) (string, bool) {
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeInvalidArgument {
+		return "", false
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if m, ok := v.(*weirv1.ModelNotServed); ok {
+				return m.Model, true
+			}
+		}
+	}
+	return "", false
+}
+
+// errModelNotServed is that refusal for the client: a 400 naming the
+// alias and its targets, final (the request itself is at fault).
+func errModelNotServed(err error) *apiError {
+	var ce *connect.Error
+	msg := err.Error()
+	if errors.As(err, &ce) {
+		msg = ce.Message()
+	}
+	return &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "model_not_served", final: true,
+		message: "weir: " + msg}
+}

@@ -421,6 +421,13 @@ func (s *Server) acquireFailed(ctx context.Context, rt *routing, err error) (don
 		rt.why = "the control plane refused the key"
 		s.fail(rt.w, rt, nil, errAuthentication("invalid API key"))
 		return true
+	case connect.CodeOf(err) == connect.CodeInvalidArgument:
+		if alias, ok := modelNotServedIn(err); ok {
+			in.outcome = outcomeClientError
+			rt.why = "alias " + alias + " resolves only to models this API does not serve"
+			s.fail(rt.w, rt, nil, errModelNotServed(err))
+			return true
+		}
 	case ctx.Err() != nil:
 		return true
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -889,4 +890,40 @@ func compareTimes(x, y *time.Time) int {
 		return 1
 	}
 	return x.Compare(*y)
+}
+
+// modelProviders are the providers whose models a model id names, by its
+// prefix: Claude models are Anthropic's, GPT, o-series and Codex models
+// OpenAI's (served by Codex and OpenAI accounts). An id none of them
+// names may be any OpenAI-compatible endpoint's, so it is not judged.
+var modelProviders = []struct {
+	prefix    string
+	providers []weirv1.Provider
+}{
+	{"claude-", []weirv1.Provider{weirv1.Provider_PROVIDER_ANTHROPIC}},
+	{"gpt-", []weirv1.Provider{weirv1.Provider_PROVIDER_CODEX, weirv1.Provider_PROVIDER_OPENAI}},
+	{"codex-", []weirv1.Provider{weirv1.Provider_PROVIDER_CODEX, weirv1.Provider_PROVIDER_OPENAI}},
+	{"o1", []weirv1.Provider{weirv1.Provider_PROVIDER_CODEX, weirv1.Provider_PROVIDER_OPENAI}},
+	{"o3", []weirv1.Provider{weirv1.Provider_PROVIDER_CODEX, weirv1.Provider_PROVIDER_OPENAI}},
+	{"o4", []weirv1.Provider{weirv1.Provider_PROVIDER_CODEX, weirv1.Provider_PROVIDER_OPENAI}},
+}
+
+// SurfaceServesModel says whether a surface's providers can serve model
+// without translating between wires: false only for a model id that
+// names another provider's model (a Claude model on Responses or Chat
+// Completions, a GPT model on Messages).
+func SurfaceServesModel(sf weirv1.Surface, model string) bool {
+	m := strings.ToLower(model)
+	for _, mp := range modelProviders {
+		if !strings.HasPrefix(m, mp.prefix) {
+			continue
+		}
+		for _, p := range mp.providers {
+			if Serves(p, sf) {
+				return true
+			}
+		}
+		return false
+	}
+	return true
 }

@@ -285,3 +285,27 @@ func TestWaitingFor(t *testing.T) {
 		t.Errorf("waits for %v, want full,promised", got)
 	}
 }
+
+func TestSurfaceServesModel(t *testing.T) {
+	t.Parallel()
+	msg, resp, chat := weirv1.Surface_SURFACE_MESSAGES, weirv1.Surface_SURFACE_RESPONSES, weirv1.Surface_SURFACE_CHAT_COMPLETIONS
+	for _, c := range []struct {
+		sf    weirv1.Surface
+		model string
+		want  bool
+	}{
+		{msg, "claude-sonnet-4-5", true},
+		{msg, "gpt-5.4", false},
+		{msg, "o3-mini", false},
+		{resp, "gpt-5-codex", true},
+		{resp, "claude-opus-4-1", false},
+		{chat, "Claude-3-7-Sonnet", false},
+		{chat, "gpt-4.1", true},
+		{chat, "llama-3.3-70b", true}, // any OpenAI-compatible endpoint's
+		{msg, "my-proxy-model", true},
+	} {
+		if got := SurfaceServesModel(c.sf, c.model); got != c.want {
+			t.Errorf("SurfaceServesModel(%v, %q) = %v, want %v", c.sf, c.model, got, c.want)
+		}
+	}
+}

@@ -1179,6 +1179,65 @@ func (x *ModelNotAllowed) GetModel() string {
 	return ""
 }
 
+// ModelNotServed is the detail of Acquire's INVALID_ARGUMENT for an alias
+// none of whose targets the request's surface serves: each is another
+// provider's model (a Claude model asked on Responses, an OpenAI one on
+// Messages), and weir does not translate between the wires. The request
+// is refused rather than sent to a provider that cannot serve it.
+type ModelNotServed struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The alias as the client asked for it.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// Its targets, none served on the surface.
+	Targets       []string `protobuf:"bytes,2,rep,name=targets,proto3" json:"targets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelNotServed) Reset() {
+	*x = ModelNotServed{}
+	mi := &file_weir_v1_lease_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelNotServed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelNotServed) ProtoMessage() {}
+
+func (x *ModelNotServed) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_lease_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelNotServed.ProtoReflect.Descriptor instead.
+func (*ModelNotServed) Descriptor() ([]byte, []int) {
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ModelNotServed) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ModelNotServed) GetTargets() []string {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
 type AcquireRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	KeyHash string                 `protobuf:"bytes,1,opt,name=key_hash,json=keyHash,proto3" json:"key_hash,omitempty"`
@@ -1208,7 +1267,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[14]
+	mi := &file_weir_v1_lease_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +1279,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[14]
+	mi := &file_weir_v1_lease_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +1292,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{14}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AcquireRequest) GetKeyHash() string {
@@ -1312,7 +1371,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[15]
+	mi := &file_weir_v1_lease_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +1383,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[15]
+	mi := &file_weir_v1_lease_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1396,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{15}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AcquireResponse) GetResult() isAcquireResponse_Result {
@@ -1426,7 +1485,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_weir_v1_lease_proto_msgTypes[16]
+	mi := &file_weir_v1_lease_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1497,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[16]
+	mi := &file_weir_v1_lease_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1510,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{16}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Lease) GetId() string {
@@ -1595,7 +1654,7 @@ type NoAccount struct {
 
 func (x *NoAccount) Reset() {
 	*x = NoAccount{}
-	mi := &file_weir_v1_lease_proto_msgTypes[17]
+	mi := &file_weir_v1_lease_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1666,7 @@ func (x *NoAccount) String() string {
 func (*NoAccount) ProtoMessage() {}
 
 func (x *NoAccount) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[17]
+	mi := &file_weir_v1_lease_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1679,7 @@ func (x *NoAccount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NoAccount.ProtoReflect.Descriptor instead.
 func (*NoAccount) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{17}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NoAccount) GetReason() NoAccountReason {
@@ -1704,7 +1763,7 @@ type QuotaBlock struct {
 
 func (x *QuotaBlock) Reset() {
 	*x = QuotaBlock{}
-	mi := &file_weir_v1_lease_proto_msgTypes[18]
+	mi := &file_weir_v1_lease_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1716,7 +1775,7 @@ func (x *QuotaBlock) String() string {
 func (*QuotaBlock) ProtoMessage() {}
 
 func (x *QuotaBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[18]
+	mi := &file_weir_v1_lease_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1729,7 +1788,7 @@ func (x *QuotaBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuotaBlock.ProtoReflect.Descriptor instead.
 func (*QuotaBlock) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{18}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *QuotaBlock) GetResetsAt() *timestamppb.Timestamp {
@@ -1794,7 +1853,7 @@ type RenewBatchRequest struct {
 
 func (x *RenewBatchRequest) Reset() {
 	*x = RenewBatchRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[19]
+	mi := &file_weir_v1_lease_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +1865,7 @@ func (x *RenewBatchRequest) String() string {
 func (*RenewBatchRequest) ProtoMessage() {}
 
 func (x *RenewBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[19]
+	mi := &file_weir_v1_lease_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +1878,7 @@ func (x *RenewBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewBatchRequest.ProtoReflect.Descriptor instead.
 func (*RenewBatchRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{19}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RenewBatchRequest) GetLeaseIds() []string {
@@ -1849,7 +1908,7 @@ type RenewBatchResponse struct {
 
 func (x *RenewBatchResponse) Reset() {
 	*x = RenewBatchResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[20]
+	mi := &file_weir_v1_lease_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +1920,7 @@ func (x *RenewBatchResponse) String() string {
 func (*RenewBatchResponse) ProtoMessage() {}
 
 func (x *RenewBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[20]
+	mi := &file_weir_v1_lease_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +1933,7 @@ func (x *RenewBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewBatchResponse.ProtoReflect.Descriptor instead.
 func (*RenewBatchResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{20}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RenewBatchResponse) GetRenewedLeaseIds() []string {
@@ -1938,7 +1997,7 @@ type Outcome struct {
 
 func (x *Outcome) Reset() {
 	*x = Outcome{}
-	mi := &file_weir_v1_lease_proto_msgTypes[21]
+	mi := &file_weir_v1_lease_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2009,7 @@ func (x *Outcome) String() string {
 func (*Outcome) ProtoMessage() {}
 
 func (x *Outcome) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[21]
+	mi := &file_weir_v1_lease_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2022,7 @@ func (x *Outcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Outcome.ProtoReflect.Descriptor instead.
 func (*Outcome) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{21}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Outcome) GetClass() OutcomeClass {
@@ -2079,7 +2138,7 @@ type WorkerSettingsRequest struct {
 
 func (x *WorkerSettingsRequest) Reset() {
 	*x = WorkerSettingsRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[22]
+	mi := &file_weir_v1_lease_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2091,7 +2150,7 @@ func (x *WorkerSettingsRequest) String() string {
 func (*WorkerSettingsRequest) ProtoMessage() {}
 
 func (x *WorkerSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[22]
+	mi := &file_weir_v1_lease_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2104,7 +2163,7 @@ func (x *WorkerSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSettingsRequest.ProtoReflect.Descriptor instead.
 func (*WorkerSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{22}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{23}
 }
 
 type WorkerSettingsResponse struct {
@@ -2119,7 +2178,7 @@ type WorkerSettingsResponse struct {
 
 func (x *WorkerSettingsResponse) Reset() {
 	*x = WorkerSettingsResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[23]
+	mi := &file_weir_v1_lease_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2131,7 +2190,7 @@ func (x *WorkerSettingsResponse) String() string {
 func (*WorkerSettingsResponse) ProtoMessage() {}
 
 func (x *WorkerSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[23]
+	mi := &file_weir_v1_lease_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2144,7 +2203,7 @@ func (x *WorkerSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSettingsResponse.ProtoReflect.Descriptor instead.
 func (*WorkerSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{23}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WorkerSettingsResponse) GetSettings() *Settings {
@@ -2171,7 +2230,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[24]
+	mi := &file_weir_v1_lease_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2183,7 +2242,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[24]
+	mi := &file_weir_v1_lease_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2196,7 +2255,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{24}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReleaseRequest) GetLeaseId() string {
@@ -2222,7 +2281,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[25]
+	mi := &file_weir_v1_lease_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2234,7 +2293,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[25]
+	mi := &file_weir_v1_lease_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2247,7 +2306,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{25}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReleaseResponse) GetDecision() *Decision {
@@ -2267,7 +2326,7 @@ type ReleaseBatchRequest struct {
 
 func (x *ReleaseBatchRequest) Reset() {
 	*x = ReleaseBatchRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[26]
+	mi := &file_weir_v1_lease_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2279,7 +2338,7 @@ func (x *ReleaseBatchRequest) String() string {
 func (*ReleaseBatchRequest) ProtoMessage() {}
 
 func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[26]
+	mi := &file_weir_v1_lease_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2292,7 +2351,7 @@ func (x *ReleaseBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseBatchRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseBatchRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{26}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReleaseBatchRequest) GetItems() []*ReleaseItem {
@@ -2324,7 +2383,7 @@ type ReleaseItem struct {
 
 func (x *ReleaseItem) Reset() {
 	*x = ReleaseItem{}
-	mi := &file_weir_v1_lease_proto_msgTypes[27]
+	mi := &file_weir_v1_lease_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2336,7 +2395,7 @@ func (x *ReleaseItem) String() string {
 func (*ReleaseItem) ProtoMessage() {}
 
 func (x *ReleaseItem) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[27]
+	mi := &file_weir_v1_lease_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2349,7 +2408,7 @@ func (x *ReleaseItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseItem.ProtoReflect.Descriptor instead.
 func (*ReleaseItem) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{27}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReleaseItem) GetLeaseId() string {
@@ -2398,7 +2457,7 @@ type ReleaseBatchResponse struct {
 
 func (x *ReleaseBatchResponse) Reset() {
 	*x = ReleaseBatchResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[28]
+	mi := &file_weir_v1_lease_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2410,7 +2469,7 @@ func (x *ReleaseBatchResponse) String() string {
 func (*ReleaseBatchResponse) ProtoMessage() {}
 
 func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[28]
+	mi := &file_weir_v1_lease_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2423,7 +2482,7 @@ func (x *ReleaseBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseBatchResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseBatchResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{28}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReleaseBatchResponse) GetMissingLeaseIds() []string {
@@ -2441,7 +2500,7 @@ type WatchPoolRequest struct {
 
 func (x *WatchPoolRequest) Reset() {
 	*x = WatchPoolRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[29]
+	mi := &file_weir_v1_lease_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2453,7 +2512,7 @@ func (x *WatchPoolRequest) String() string {
 func (*WatchPoolRequest) ProtoMessage() {}
 
 func (x *WatchPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[29]
+	mi := &file_weir_v1_lease_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2466,7 +2525,7 @@ func (x *WatchPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPoolRequest.ProtoReflect.Descriptor instead.
 func (*WatchPoolRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{29}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{30}
 }
 
 // WatchPoolResponse is one invalidation, or the stream's ready signal.
@@ -2486,7 +2545,7 @@ type WatchPoolResponse struct {
 
 func (x *WatchPoolResponse) Reset() {
 	*x = WatchPoolResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[30]
+	mi := &file_weir_v1_lease_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2498,7 +2557,7 @@ func (x *WatchPoolResponse) String() string {
 func (*WatchPoolResponse) ProtoMessage() {}
 
 func (x *WatchPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[30]
+	mi := &file_weir_v1_lease_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2511,7 +2570,7 @@ func (x *WatchPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPoolResponse.ProtoReflect.Descriptor instead.
 func (*WatchPoolResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{30}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WatchPoolResponse) GetReady() bool {
@@ -2608,7 +2667,7 @@ type RouteEvent struct {
 
 func (x *RouteEvent) Reset() {
 	*x = RouteEvent{}
-	mi := &file_weir_v1_lease_proto_msgTypes[31]
+	mi := &file_weir_v1_lease_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2620,7 +2679,7 @@ func (x *RouteEvent) String() string {
 func (*RouteEvent) ProtoMessage() {}
 
 func (x *RouteEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[31]
+	mi := &file_weir_v1_lease_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2633,7 +2692,7 @@ func (x *RouteEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteEvent.ProtoReflect.Descriptor instead.
 func (*RouteEvent) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{31}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RouteEvent) GetRequestId() string {
@@ -2867,7 +2926,7 @@ type AttemptRecord struct {
 
 func (x *AttemptRecord) Reset() {
 	*x = AttemptRecord{}
-	mi := &file_weir_v1_lease_proto_msgTypes[32]
+	mi := &file_weir_v1_lease_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2879,7 +2938,7 @@ func (x *AttemptRecord) String() string {
 func (*AttemptRecord) ProtoMessage() {}
 
 func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[32]
+	mi := &file_weir_v1_lease_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2892,7 +2951,7 @@ func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptRecord.ProtoReflect.Descriptor instead.
 func (*AttemptRecord) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{32}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AttemptRecord) GetAt() *durationpb.Duration {
@@ -3005,7 +3064,7 @@ type ReportRoutesRequest struct {
 
 func (x *ReportRoutesRequest) Reset() {
 	*x = ReportRoutesRequest{}
-	mi := &file_weir_v1_lease_proto_msgTypes[33]
+	mi := &file_weir_v1_lease_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3017,7 +3076,7 @@ func (x *ReportRoutesRequest) String() string {
 func (*ReportRoutesRequest) ProtoMessage() {}
 
 func (x *ReportRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[33]
+	mi := &file_weir_v1_lease_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3030,7 +3089,7 @@ func (x *ReportRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRoutesRequest.ProtoReflect.Descriptor instead.
 func (*ReportRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{33}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReportRoutesRequest) GetEvents() []*RouteEvent {
@@ -3078,7 +3137,7 @@ type RefusalCount struct {
 
 func (x *RefusalCount) Reset() {
 	*x = RefusalCount{}
-	mi := &file_weir_v1_lease_proto_msgTypes[34]
+	mi := &file_weir_v1_lease_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3090,7 +3149,7 @@ func (x *RefusalCount) String() string {
 func (*RefusalCount) ProtoMessage() {}
 
 func (x *RefusalCount) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[34]
+	mi := &file_weir_v1_lease_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3103,7 +3162,7 @@ func (x *RefusalCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefusalCount.ProtoReflect.Descriptor instead.
 func (*RefusalCount) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{34}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RefusalCount) GetWorkerId() string {
@@ -3149,7 +3208,7 @@ type ReportRoutesResponse struct {
 
 func (x *ReportRoutesResponse) Reset() {
 	*x = ReportRoutesResponse{}
-	mi := &file_weir_v1_lease_proto_msgTypes[35]
+	mi := &file_weir_v1_lease_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3161,7 +3220,7 @@ func (x *ReportRoutesResponse) String() string {
 func (*ReportRoutesResponse) ProtoMessage() {}
 
 func (x *ReportRoutesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_lease_proto_msgTypes[35]
+	mi := &file_weir_v1_lease_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3174,7 +3233,7 @@ func (x *ReportRoutesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRoutesResponse.ProtoReflect.Descriptor instead.
 func (*ReportRoutesResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_lease_proto_rawDescGZIP(), []int{35}
+	return file_weir_v1_lease_proto_rawDescGZIP(), []int{36}
 }
 
 var File_weir_v1_lease_proto protoreflect.FileDescriptor
@@ -3259,7 +3318,10 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"retryAfter\x121\n" +
 	"\x15rate_limit_per_minute\x18\x03 \x01(\x05R\x12rateLimitPerMinute\"'\n" +
 	"\x0fModelNotAllowed\x12\x14\n" +
-	"\x05model\x18\x01 \x01(\tR\x05model\"\x84\x03\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\"@\n" +
+	"\x0eModelNotServed\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x18\n" +
+	"\atargets\x18\x02 \x03(\tR\atargets\"\x84\x03\n" +
 	"\x0eAcquireRequest\x12\x19\n" +
 	"\bkey_hash\x18\x01 \x01(\tR\akeyHash\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1f\n" +
@@ -3487,7 +3549,7 @@ func file_weir_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_weir_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_weir_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_weir_v1_lease_proto_goTypes = []any{
 	(NoAccountReason)(0),             // 0: weir.v1.NoAccountReason
 	(FailureStage)(0),                // 1: weir.v1.FailureStage
@@ -3505,141 +3567,142 @@ var file_weir_v1_lease_proto_goTypes = []any{
 	(*TakeRequestTokenRequest)(nil),  // 13: weir.v1.TakeRequestTokenRequest
 	(*TakeRequestTokenResponse)(nil), // 14: weir.v1.TakeRequestTokenResponse
 	(*ModelNotAllowed)(nil),          // 15: weir.v1.ModelNotAllowed
-	(*AcquireRequest)(nil),           // 16: weir.v1.AcquireRequest
-	(*AcquireResponse)(nil),          // 17: weir.v1.AcquireResponse
-	(*Lease)(nil),                    // 18: weir.v1.Lease
-	(*NoAccount)(nil),                // 19: weir.v1.NoAccount
-	(*QuotaBlock)(nil),               // 20: weir.v1.QuotaBlock
-	(*RenewBatchRequest)(nil),        // 21: weir.v1.RenewBatchRequest
-	(*RenewBatchResponse)(nil),       // 22: weir.v1.RenewBatchResponse
-	(*Outcome)(nil),                  // 23: weir.v1.Outcome
-	(*WorkerSettingsRequest)(nil),    // 24: weir.v1.WorkerSettingsRequest
-	(*WorkerSettingsResponse)(nil),   // 25: weir.v1.WorkerSettingsResponse
-	(*ReleaseRequest)(nil),           // 26: weir.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),          // 27: weir.v1.ReleaseResponse
-	(*ReleaseBatchRequest)(nil),      // 28: weir.v1.ReleaseBatchRequest
-	(*ReleaseItem)(nil),              // 29: weir.v1.ReleaseItem
-	(*ReleaseBatchResponse)(nil),     // 30: weir.v1.ReleaseBatchResponse
-	(*WatchPoolRequest)(nil),         // 31: weir.v1.WatchPoolRequest
-	(*WatchPoolResponse)(nil),        // 32: weir.v1.WatchPoolResponse
-	(*RouteEvent)(nil),               // 33: weir.v1.RouteEvent
-	(*AttemptRecord)(nil),            // 34: weir.v1.AttemptRecord
-	(*ReportRoutesRequest)(nil),      // 35: weir.v1.ReportRoutesRequest
-	(*RefusalCount)(nil),             // 36: weir.v1.RefusalCount
-	(*ReportRoutesResponse)(nil),     // 37: weir.v1.ReportRoutesResponse
-	nil,                              // 38: weir.v1.Outcome.HeadersEntry
-	(Surface)(0),                     // 39: weir.v1.Surface
-	(*timestamppb.Timestamp)(nil),    // 40: google.protobuf.Timestamp
-	(*Budget)(nil),                   // 41: weir.v1.Budget
-	(Provider)(0),                    // 42: weir.v1.Provider
-	(QuotaResponseMode)(0),           // 43: weir.v1.QuotaResponseMode
-	(*durationpb.Duration)(nil),      // 44: google.protobuf.Duration
-	(AuthKind)(0),                    // 45: weir.v1.AuthKind
-	(*Unreachable)(nil),              // 46: weir.v1.Unreachable
-	(*BudgetBlock)(nil),              // 47: weir.v1.BudgetBlock
-	(QuotaKind)(0),                   // 48: weir.v1.QuotaKind
-	(OutcomeClass)(0),                // 49: weir.v1.OutcomeClass
-	(*QuotaEvidence)(nil),            // 50: weir.v1.QuotaEvidence
-	(TransportCause)(0),              // 51: weir.v1.TransportCause
-	(*TokenUsage)(nil),               // 52: weir.v1.TokenUsage
-	(*Settings)(nil),                 // 53: weir.v1.Settings
-	(*ModelPrice)(nil),               // 54: weir.v1.ModelPrice
-	(*Decision)(nil),                 // 55: weir.v1.Decision
-	(Action)(0),                      // 56: weir.v1.Action
+	(*ModelNotServed)(nil),           // 16: weir.v1.ModelNotServed
+	(*AcquireRequest)(nil),           // 17: weir.v1.AcquireRequest
+	(*AcquireResponse)(nil),          // 18: weir.v1.AcquireResponse
+	(*Lease)(nil),                    // 19: weir.v1.Lease
+	(*NoAccount)(nil),                // 20: weir.v1.NoAccount
+	(*QuotaBlock)(nil),               // 21: weir.v1.QuotaBlock
+	(*RenewBatchRequest)(nil),        // 22: weir.v1.RenewBatchRequest
+	(*RenewBatchResponse)(nil),       // 23: weir.v1.RenewBatchResponse
+	(*Outcome)(nil),                  // 24: weir.v1.Outcome
+	(*WorkerSettingsRequest)(nil),    // 25: weir.v1.WorkerSettingsRequest
+	(*WorkerSettingsResponse)(nil),   // 26: weir.v1.WorkerSettingsResponse
+	(*ReleaseRequest)(nil),           // 27: weir.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 28: weir.v1.ReleaseResponse
+	(*ReleaseBatchRequest)(nil),      // 29: weir.v1.ReleaseBatchRequest
+	(*ReleaseItem)(nil),              // 30: weir.v1.ReleaseItem
+	(*ReleaseBatchResponse)(nil),     // 31: weir.v1.ReleaseBatchResponse
+	(*WatchPoolRequest)(nil),         // 32: weir.v1.WatchPoolRequest
+	(*WatchPoolResponse)(nil),        // 33: weir.v1.WatchPoolResponse
+	(*RouteEvent)(nil),               // 34: weir.v1.RouteEvent
+	(*AttemptRecord)(nil),            // 35: weir.v1.AttemptRecord
+	(*ReportRoutesRequest)(nil),      // 36: weir.v1.ReportRoutesRequest
+	(*RefusalCount)(nil),             // 37: weir.v1.RefusalCount
+	(*ReportRoutesResponse)(nil),     // 38: weir.v1.ReportRoutesResponse
+	nil,                              // 39: weir.v1.Outcome.HeadersEntry
+	(Surface)(0),                     // 40: weir.v1.Surface
+	(*timestamppb.Timestamp)(nil),    // 41: google.protobuf.Timestamp
+	(*Budget)(nil),                   // 42: weir.v1.Budget
+	(Provider)(0),                    // 43: weir.v1.Provider
+	(QuotaResponseMode)(0),           // 44: weir.v1.QuotaResponseMode
+	(*durationpb.Duration)(nil),      // 45: google.protobuf.Duration
+	(AuthKind)(0),                    // 46: weir.v1.AuthKind
+	(*Unreachable)(nil),              // 47: weir.v1.Unreachable
+	(*BudgetBlock)(nil),              // 48: weir.v1.BudgetBlock
+	(QuotaKind)(0),                   // 49: weir.v1.QuotaKind
+	(OutcomeClass)(0),                // 50: weir.v1.OutcomeClass
+	(*QuotaEvidence)(nil),            // 51: weir.v1.QuotaEvidence
+	(TransportCause)(0),              // 52: weir.v1.TransportCause
+	(*TokenUsage)(nil),               // 53: weir.v1.TokenUsage
+	(*Settings)(nil),                 // 54: weir.v1.Settings
+	(*ModelPrice)(nil),               // 55: weir.v1.ModelPrice
+	(*Decision)(nil),                 // 56: weir.v1.Decision
+	(Action)(0),                      // 57: weir.v1.Action
 }
 var file_weir_v1_lease_proto_depIdxs = []int32{
-	39, // 0: weir.v1.KeyStandingRequest.surfaces:type_name -> weir.v1.Surface
-	40, // 1: weir.v1.KeyStandingResponse.as_of:type_name -> google.protobuf.Timestamp
+	40, // 0: weir.v1.KeyStandingRequest.surfaces:type_name -> weir.v1.Surface
+	41, // 1: weir.v1.KeyStandingResponse.as_of:type_name -> google.protobuf.Timestamp
 	4,  // 2: weir.v1.KeyStandingResponse.usage:type_name -> weir.v1.KeyUsagePeriod
-	41, // 3: weir.v1.KeyStandingResponse.budgets:type_name -> weir.v1.Budget
+	42, // 3: weir.v1.KeyStandingResponse.budgets:type_name -> weir.v1.Budget
 	5,  // 4: weir.v1.KeyStandingResponse.models:type_name -> weir.v1.ModelStanding
-	40, // 5: weir.v1.KeyUsagePeriod.start:type_name -> google.protobuf.Timestamp
-	40, // 6: weir.v1.KeyUsagePeriod.resets_at:type_name -> google.protobuf.Timestamp
-	39, // 7: weir.v1.ModelStanding.surface:type_name -> weir.v1.Surface
-	42, // 8: weir.v1.ModelStanding.providers:type_name -> weir.v1.Provider
+	41, // 5: weir.v1.KeyUsagePeriod.start:type_name -> google.protobuf.Timestamp
+	41, // 6: weir.v1.KeyUsagePeriod.resets_at:type_name -> google.protobuf.Timestamp
+	40, // 7: weir.v1.ModelStanding.surface:type_name -> weir.v1.Surface
+	43, // 8: weir.v1.ModelStanding.providers:type_name -> weir.v1.Provider
 	0,  // 9: weir.v1.ModelStanding.reason:type_name -> weir.v1.NoAccountReason
-	40, // 10: weir.v1.ModelStanding.available_at:type_name -> google.protobuf.Timestamp
+	41, // 10: weir.v1.ModelStanding.available_at:type_name -> google.protobuf.Timestamp
 	6,  // 11: weir.v1.ModelStanding.five_hour:type_name -> weir.v1.PooledWindow
 	6,  // 12: weir.v1.ModelStanding.seven_day:type_name -> weir.v1.PooledWindow
-	40, // 13: weir.v1.PooledWindow.resets_at:type_name -> google.protobuf.Timestamp
-	39, // 14: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
-	20, // 15: weir.v1.PoolQuotaResponse.quota_block:type_name -> weir.v1.QuotaBlock
-	43, // 16: weir.v1.PoolQuotaResponse.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	41, // 13: weir.v1.PooledWindow.resets_at:type_name -> google.protobuf.Timestamp
+	40, // 14: weir.v1.PoolQuotaRequest.surface:type_name -> weir.v1.Surface
+	21, // 15: weir.v1.PoolQuotaResponse.quota_block:type_name -> weir.v1.QuotaBlock
+	44, // 16: weir.v1.PoolQuotaResponse.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
 	12, // 17: weir.v1.UnreportedSpend.requests:type_name -> weir.v1.UnreportedRequest
-	44, // 18: weir.v1.TakeRequestTokenResponse.retry_after:type_name -> google.protobuf.Duration
-	39, // 19: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
-	40, // 20: weir.v1.AcquireRequest.waiting_since:type_name -> google.protobuf.Timestamp
+	45, // 18: weir.v1.TakeRequestTokenResponse.retry_after:type_name -> google.protobuf.Duration
+	40, // 19: weir.v1.AcquireRequest.surface:type_name -> weir.v1.Surface
+	41, // 20: weir.v1.AcquireRequest.waiting_since:type_name -> google.protobuf.Timestamp
 	11, // 21: weir.v1.AcquireRequest.unreported:type_name -> weir.v1.UnreportedSpend
-	18, // 22: weir.v1.AcquireResponse.lease:type_name -> weir.v1.Lease
-	19, // 23: weir.v1.AcquireResponse.no_account:type_name -> weir.v1.NoAccount
-	42, // 24: weir.v1.Lease.provider:type_name -> weir.v1.Provider
-	45, // 25: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
-	40, // 26: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	44, // 27: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	40, // 28: weir.v1.Lease.reuse_until:type_name -> google.protobuf.Timestamp
+	19, // 22: weir.v1.AcquireResponse.lease:type_name -> weir.v1.Lease
+	20, // 23: weir.v1.AcquireResponse.no_account:type_name -> weir.v1.NoAccount
+	43, // 24: weir.v1.Lease.provider:type_name -> weir.v1.Provider
+	46, // 25: weir.v1.Lease.auth_kind:type_name -> weir.v1.AuthKind
+	41, // 26: weir.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	45, // 27: weir.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	41, // 28: weir.v1.Lease.reuse_until:type_name -> google.protobuf.Timestamp
 	0,  // 29: weir.v1.NoAccount.reason:type_name -> weir.v1.NoAccountReason
-	40, // 30: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
-	20, // 31: weir.v1.NoAccount.quota_block:type_name -> weir.v1.QuotaBlock
-	43, // 32: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
-	46, // 33: weir.v1.NoAccount.unreachable:type_name -> weir.v1.Unreachable
-	47, // 34: weir.v1.NoAccount.budget:type_name -> weir.v1.BudgetBlock
-	40, // 35: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
-	42, // 36: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
-	48, // 37: weir.v1.QuotaBlock.kind:type_name -> weir.v1.QuotaKind
-	40, // 38: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
-	49, // 39: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
-	38, // 40: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
-	44, // 41: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
-	44, // 42: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
-	50, // 43: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
-	44, // 44: weir.v1.Outcome.delay:type_name -> google.protobuf.Duration
-	51, // 45: weir.v1.Outcome.transport_cause:type_name -> weir.v1.TransportCause
-	52, // 46: weir.v1.Outcome.usage:type_name -> weir.v1.TokenUsage
-	53, // 47: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
-	54, // 48: weir.v1.WorkerSettingsResponse.prices:type_name -> weir.v1.ModelPrice
-	23, // 49: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
-	55, // 50: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
-	29, // 51: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
-	23, // 52: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
-	40, // 53: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
-	44, // 54: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
-	44, // 55: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
-	40, // 56: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
-	44, // 57: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
+	41, // 30: weir.v1.NoAccount.retry_at:type_name -> google.protobuf.Timestamp
+	21, // 31: weir.v1.NoAccount.quota_block:type_name -> weir.v1.QuotaBlock
+	44, // 32: weir.v1.NoAccount.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
+	47, // 33: weir.v1.NoAccount.unreachable:type_name -> weir.v1.Unreachable
+	48, // 34: weir.v1.NoAccount.budget:type_name -> weir.v1.BudgetBlock
+	41, // 35: weir.v1.QuotaBlock.resets_at:type_name -> google.protobuf.Timestamp
+	43, // 36: weir.v1.QuotaBlock.provider:type_name -> weir.v1.Provider
+	49, // 37: weir.v1.QuotaBlock.kind:type_name -> weir.v1.QuotaKind
+	41, // 38: weir.v1.RenewBatchResponse.expires_at:type_name -> google.protobuf.Timestamp
+	50, // 39: weir.v1.Outcome.class:type_name -> weir.v1.OutcomeClass
+	39, // 40: weir.v1.Outcome.headers:type_name -> weir.v1.Outcome.HeadersEntry
+	45, // 41: weir.v1.Outcome.duration:type_name -> google.protobuf.Duration
+	45, // 42: weir.v1.Outcome.time_to_first_byte:type_name -> google.protobuf.Duration
+	51, // 43: weir.v1.Outcome.quota:type_name -> weir.v1.QuotaEvidence
+	45, // 44: weir.v1.Outcome.delay:type_name -> google.protobuf.Duration
+	52, // 45: weir.v1.Outcome.transport_cause:type_name -> weir.v1.TransportCause
+	53, // 46: weir.v1.Outcome.usage:type_name -> weir.v1.TokenUsage
+	54, // 47: weir.v1.WorkerSettingsResponse.settings:type_name -> weir.v1.Settings
+	55, // 48: weir.v1.WorkerSettingsResponse.prices:type_name -> weir.v1.ModelPrice
+	24, // 49: weir.v1.ReleaseRequest.outcome:type_name -> weir.v1.Outcome
+	56, // 50: weir.v1.ReleaseResponse.decision:type_name -> weir.v1.Decision
+	30, // 51: weir.v1.ReleaseBatchRequest.items:type_name -> weir.v1.ReleaseItem
+	24, // 52: weir.v1.ReleaseItem.outcome:type_name -> weir.v1.Outcome
+	41, // 53: weir.v1.ReleaseItem.admitted_at:type_name -> google.protobuf.Timestamp
+	45, // 54: weir.v1.RouteEvent.duration:type_name -> google.protobuf.Duration
+	45, // 55: weir.v1.RouteEvent.time_to_first_byte:type_name -> google.protobuf.Duration
+	41, // 56: weir.v1.RouteEvent.started_at:type_name -> google.protobuf.Timestamp
+	45, // 57: weir.v1.RouteEvent.held:type_name -> google.protobuf.Duration
 	1,  // 58: weir.v1.RouteEvent.failure_stage:type_name -> weir.v1.FailureStage
-	34, // 59: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
-	40, // 60: weir.v1.RouteEvent.held_since:type_name -> google.protobuf.Timestamp
-	40, // 61: weir.v1.RouteEvent.next_try_at:type_name -> google.protobuf.Timestamp
-	52, // 62: weir.v1.RouteEvent.usage:type_name -> weir.v1.TokenUsage
-	44, // 63: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
-	49, // 64: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
-	56, // 65: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
-	44, // 66: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
-	51, // 67: weir.v1.AttemptRecord.transport_cause:type_name -> weir.v1.TransportCause
-	52, // 68: weir.v1.AttemptRecord.usage:type_name -> weir.v1.TokenUsage
-	33, // 69: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
-	36, // 70: weir.v1.ReportRoutesRequest.refusals:type_name -> weir.v1.RefusalCount
-	40, // 71: weir.v1.RefusalCount.interval_start:type_name -> google.protobuf.Timestamp
+	35, // 59: weir.v1.RouteEvent.attempt_records:type_name -> weir.v1.AttemptRecord
+	41, // 60: weir.v1.RouteEvent.held_since:type_name -> google.protobuf.Timestamp
+	41, // 61: weir.v1.RouteEvent.next_try_at:type_name -> google.protobuf.Timestamp
+	53, // 62: weir.v1.RouteEvent.usage:type_name -> weir.v1.TokenUsage
+	45, // 63: weir.v1.AttemptRecord.at:type_name -> google.protobuf.Duration
+	50, // 64: weir.v1.AttemptRecord.class:type_name -> weir.v1.OutcomeClass
+	57, // 65: weir.v1.AttemptRecord.action:type_name -> weir.v1.Action
+	45, // 66: weir.v1.AttemptRecord.duration:type_name -> google.protobuf.Duration
+	52, // 67: weir.v1.AttemptRecord.transport_cause:type_name -> weir.v1.TransportCause
+	53, // 68: weir.v1.AttemptRecord.usage:type_name -> weir.v1.TokenUsage
+	34, // 69: weir.v1.ReportRoutesRequest.events:type_name -> weir.v1.RouteEvent
+	37, // 70: weir.v1.ReportRoutesRequest.refusals:type_name -> weir.v1.RefusalCount
+	41, // 71: weir.v1.RefusalCount.interval_start:type_name -> google.protobuf.Timestamp
 	9,  // 72: weir.v1.LeaseService.VerifyKey:input_type -> weir.v1.VerifyKeyRequest
 	13, // 73: weir.v1.LeaseService.TakeRequestToken:input_type -> weir.v1.TakeRequestTokenRequest
-	16, // 74: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
-	24, // 75: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
-	21, // 76: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
-	26, // 77: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
-	28, // 78: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
-	31, // 79: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
-	35, // 80: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
+	17, // 74: weir.v1.LeaseService.Acquire:input_type -> weir.v1.AcquireRequest
+	25, // 75: weir.v1.LeaseService.WorkerSettings:input_type -> weir.v1.WorkerSettingsRequest
+	22, // 76: weir.v1.LeaseService.RenewBatch:input_type -> weir.v1.RenewBatchRequest
+	27, // 77: weir.v1.LeaseService.Release:input_type -> weir.v1.ReleaseRequest
+	29, // 78: weir.v1.LeaseService.ReleaseBatch:input_type -> weir.v1.ReleaseBatchRequest
+	32, // 79: weir.v1.LeaseService.WatchPool:input_type -> weir.v1.WatchPoolRequest
+	36, // 80: weir.v1.LeaseService.ReportRoutes:input_type -> weir.v1.ReportRoutesRequest
 	7,  // 81: weir.v1.LeaseService.PoolQuota:input_type -> weir.v1.PoolQuotaRequest
 	2,  // 82: weir.v1.LeaseService.KeyStanding:input_type -> weir.v1.KeyStandingRequest
 	10, // 83: weir.v1.LeaseService.VerifyKey:output_type -> weir.v1.VerifyKeyResponse
 	14, // 84: weir.v1.LeaseService.TakeRequestToken:output_type -> weir.v1.TakeRequestTokenResponse
-	17, // 85: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
-	25, // 86: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
-	22, // 87: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
-	27, // 88: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
-	30, // 89: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
-	32, // 90: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
-	37, // 91: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
+	18, // 85: weir.v1.LeaseService.Acquire:output_type -> weir.v1.AcquireResponse
+	26, // 86: weir.v1.LeaseService.WorkerSettings:output_type -> weir.v1.WorkerSettingsResponse
+	23, // 87: weir.v1.LeaseService.RenewBatch:output_type -> weir.v1.RenewBatchResponse
+	28, // 88: weir.v1.LeaseService.Release:output_type -> weir.v1.ReleaseResponse
+	31, // 89: weir.v1.LeaseService.ReleaseBatch:output_type -> weir.v1.ReleaseBatchResponse
+	33, // 90: weir.v1.LeaseService.WatchPool:output_type -> weir.v1.WatchPoolResponse
+	38, // 91: weir.v1.LeaseService.ReportRoutes:output_type -> weir.v1.ReportRoutesResponse
 	8,  // 92: weir.v1.LeaseService.PoolQuota:output_type -> weir.v1.PoolQuotaResponse
 	3,  // 93: weir.v1.LeaseService.KeyStanding:output_type -> weir.v1.KeyStandingResponse
 	83, // [83:94] is the sub-list for method output_type
@@ -3656,7 +3719,7 @@ func file_weir_v1_lease_proto_init() {
 	}
 	file_weir_v1_types_proto_init()
 	file_weir_v1_usage_proto_init()
-	file_weir_v1_lease_proto_msgTypes[15].OneofWrappers = []any{
+	file_weir_v1_lease_proto_msgTypes[16].OneofWrappers = []any{
 		(*AcquireResponse_Lease)(nil),
 		(*AcquireResponse_NoAccount)(nil),
 	}
@@ -3666,7 +3729,7 @@ func file_weir_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_lease_proto_rawDesc), len(file_weir_v1_lease_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   37,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
