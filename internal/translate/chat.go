@@ -1,0 +1,426 @@
+// Package translate turns a request and its answer from one provider's
+// wire into another's: Anthropic Messages ⇄ OpenAI Chat Completions here.
+// It is pure (bytes in, bytes out) so that every translation is tested
+// on recorded exchanges and fuzzed without a server. What the target
+// cannot carry is refused with an error naming it (Unsupported), never
+// dropped, with one exception documented where it happens: a previous
+// turn's thinking, which no target reads.
+package translate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Unsupported is a request feature the target wire lacks: the client is
+// answered with a 400 naming it.
+type Unsupported struct {
+	Feature string
+}
+
+func (u *Unsupported) Error() string {
+	return "this request uses " + u.Feature + ", which the serving account's API does not support"
+}
+
+func unsupported(format string, args ...any) error {
+	return &Unsupported{Feature: fmt.Sprintf(format, args...)}
+}
+
+// Messages request, as far as translation reads it. Fields weir does not
+// know are refused, not dropped (see knownMessagesFields).
+type messagesRequest struct {
+	Model         string            `json:"model"`
+	MaxTokens     *int64            `json:"max_tokens"`
+	System        json.RawMessage   `json:"system"`
+	Messages      []messagesMessage `json:"messages"`
+	Tools         []messagesTool    `json:"tools"`
+	ToolChoice    *messagesChoice   `json:"tool_choice"`
+	Temperature   *float64          `json:"temperature"`
+	TopP          *float64          `json:"top_p"`
+	StopSequences []string          `json:"stop_sequences"`
+	Stream        bool              `json:"stream"`
+	Metadata      *struct {
+		UserID string `json:"user_id"`
+	} `json:"metadata"`
+}
+
+type messagesMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type messagesBlock struct {
+	Type      string          `json:"type"`
+	Text      string          `json:"text"`
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Input     json.RawMessage `json:"input"`
+	ToolUseID string          `json:"tool_use_id"`
+	Content   json.RawMessage `json:"content"`
+	IsError   bool            `json:"is_error"`
+	Source    *struct {
+		Type      string `json:"type"`
+		MediaType string `json:"media_type"`
+		Data      string `json:"data"`
+		URL       string `json:"url"`
+	} `json:"source"`
+}
+
+type messagesTool struct {
+	Type        string          `json:"type"`
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"input_schema"`
+}
+
+type messagesChoice struct {
+	Type string `json:"type"`
+	Name string `json:"name"`
+}
+
+// knownMessagesFields are the request fields MessagesToChat carries or
+// knows to be weir's to ignore (cache_control lives inside blocks;
+// thinking and its budget have no Chat equivalent but change no answer's
+// shape, see MessagesToChat).
+var knownMessagesFields = map[string]bool{
+	"model": true, "max_tokens": true, "system": true, "messages": true, "tools": true, "tool_choice": true,
+	"temperature": true, "top_p": true, "stop_sequences": true, "stream": true, "metadata": true,
+}
+
+// Chat Completions request as MessagesToChat writes it.
+type chatRequest struct {
+	Model               string         `json:"model"`
+	Messages            []chatMessage  `json:"messages"`
+	Tools               []chatTool     `json:"tools,omitempty"`
+	ToolChoice          any            `json:"tool_choice,omitempty"`
+	MaxCompletionTokens *int64         `json:"max_completion_tokens,omitempty"`
+	Temperature         *float64       `json:"temperature,omitempty"`
+	TopP                *float64       `json:"top_p,omitempty"`
+	Stop                []string       `json:"stop,omitempty"`
+	Stream              bool           `json:"stream,omitempty"`
+	StreamOptions       *streamOptions `json:"stream_options,omitempty"`
+	User                string         `json:"user,omitempty"`
+	PromptCacheKey      string         `json:"prompt_cache_key,omitempty"`
+	ParallelToolCalls   *bool          `json:"parallel_tool_calls,omitempty"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+type chatMessage struct {
+	Role       string         `json:"role"`
+	Content    any            `json:"content,omitempty"`
+	ToolCalls  []chatToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string         `json:"tool_call_id,omitempty"`
+}
+
+type chatPart struct {
+	Type     string        `json:"type"`
+	Text     string        `json:"text,omitempty"`
+	ImageURL *chatImageURL `json:"image_url,omitempty"`
+}
+
+type chatImageURL struct {
+	URL string `json:"url"`
+}
+
+type chatToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Function chatFunction `json:"function"`
+}
+
+type chatFunction struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+type chatTool struct {
+	Type     string           `json:"type"`
+	Function chatToolFunction `json:"function"`
+}
+
+type chatToolFunction struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+}
+
+// MessagesToChat translates a Messages request body into a Chat
+// Completions one for model (the target's). cacheKey, when set, becomes
+// the target's prompt_cache_key (derived from the session, so that a
+// translated session reads the target's cache). A streamed request asks
+// for its usage (stream_options.include_usage), which weir counts.
+//
+// Thinking: a request's own thinking settings ("thinking") and the
+// thinking blocks of earlier assistant turns have no Chat Completions
+// form and change nothing the target must read (a provider discards
+// earlier turns' thinking itself); they are left out. Everything else
+// this package does not know is refused (Unsupported).
+func MessagesToChat(body []byte, model, cacheKey string) ([]byte, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil {
+		return nil, fmt.Errorf("request body: %w", err)
+	}
+	for k := range top {
+		if !knownMessagesFields[k] && k != "thinking" {
+			return nil, unsupported("the %q field", k)
+		}
+	}
+	var req messagesRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, fmt.Errorf("request body: %w", err)
+	}
+	out := chatRequest{Model: model, MaxCompletionTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP,
+		Stop: req.StopSequences, Stream: req.Stream, PromptCacheKey: cacheKey}
+	if req.Stream {
+		out.StreamOptions = &streamOptions{IncludeUsage: true}
+	}
+	if req.Metadata != nil {
+		out.User = req.Metadata.UserID
+	}
+	sys, err := systemText(req.System)
+	if err != nil {
+		return nil, err
+	}
+	if sys != "" {
+		out.Messages = append(out.Messages, chatMessage{Role: "system", Content: sys})
+	}
+	for i, m := range req.Messages {
+		msgs, err := chatMessages(m)
+		if err != nil {
+			return nil, fmt.Errorf("messages[%d]: %w", i, err)
+		}
+		out.Messages = append(out.Messages, msgs...)
+	}
+	for _, t := range req.Tools {
+		if t.Type != "" && t.Type != "custom" {
+			return nil, unsupported("the server tool %q (%s)", t.Name, t.Type)
+		}
+		out.Tools = append(out.Tools, chatTool{Type: "function", Function: chatToolFunction{Name: t.Name,
+			Description: t.Description, Parameters: t.InputSchema}})
+	}
+	if c := req.ToolChoice; c != nil {
+		switch c.Type {
+		case "auto":
+			out.ToolChoice = "auto"
+		case "any":
+			out.ToolChoice = "required"
+		case "none":
+			out.ToolChoice = "none"
+		case "tool":
+			out.ToolChoice = map[string]any{"type": "function", "function": map[string]string{"name": c.Name}}
+		default:
+			return nil, unsupported("tool_choice %q", c.Type)
+		}
+	}
+	return json.Marshal(out)
+}
+
+// systemText is a system prompt as one string: a string, or text blocks
+// joined (their cache_control is the source's own caching, which the
+// target does on its own).
+func systemText(raw json.RawMessage) (string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	var blocks []messagesBlock
+	if err := json.Unmarshal(raw, &blocks); err != nil {
+		return "", errors.New("system: a string or an array of text blocks")
+	}
+	parts := make([]string, 0, len(blocks))
+	for _, b := range blocks {
+		if b.Type != "text" {
+			return "", unsupported("a %q block in the system prompt", b.Type)
+		}
+		parts = append(parts, b.Text)
+	}
+	return strings.Join(parts, "\n\n"), nil
+}
+
+// chatMessages is one Messages message as Chat messages: a user turn's
+// tool results become tool messages (before its other content, in their
+// order), an assistant turn's tool_use blocks its tool_calls, ids kept.
+func chatMessages(m messagesMessage) ([]chatMessage, error) {
+	var text string
+	if json.Unmarshal(m.Content, &text) == nil {
+		return []chatMessage{{Role: m.Role, Content: text}}, nil
+	}
+	var blocks []messagesBlock
+	if err := json.Unmarshal(m.Content, &blocks); err != nil {
+		return nil, errors.New("content: a string or an array of blocks")
+	}
+	switch m.Role {
+	case "user":
+		var out []chatMessage
+		var parts []chatPart
+		for _, b := range blocks {
+			switch b.Type {
+			case "text":
+				parts = append(parts, chatPart{Type: "text", Text: b.Text})
+			case "image":
+				url, err := imageURL(b)
+				if err != nil {
+					return nil, err
+				}
+				parts = append(parts, chatPart{Type: "image_url", ImageURL: &chatImageURL{URL: url}})
+			case "tool_result":
+				content, err := toolResultText(b)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, chatMessage{Role: "tool", ToolCallID: b.ToolUseID, Content: content})
+			default:
+				return nil, unsupported("a %q block in a user turn", b.Type)
+			}
+		}
+		if len(parts) > 0 {
+			out = append(out, chatMessage{Role: "user", Content: parts})
+		}
+		return out, nil
+	case "assistant":
+		msg := chatMessage{Role: "assistant"}
+		var texts []string
+		for _, b := range blocks {
+			switch b.Type {
+			case "text":
+				texts = append(texts, b.Text)
+			case "tool_use":
+				args := string(b.Input)
+				if args == "" {
+					args = "{}"
+				}
+				msg.ToolCalls = append(msg.ToolCalls, chatToolCall{ID: b.ID, Type: "function",
+					Function: chatFunction{Name: b.Name, Arguments: args}})
+			case "thinking", "redacted_thinking":
+				// An earlier turn's thinking: no target reads it (see
+				// MessagesToChat).
+			default:
+				return nil, unsupported("a %q block in an assistant turn", b.Type)
+			}
+		}
+		if len(texts) > 0 {
+			msg.Content = strings.Join(texts, "")
+		}
+		return []chatMessage{msg}, nil
+	}
+	return nil, fmt.Errorf("role %q: user or assistant", m.Role)
+}
+
+// imageURL is an image block as a URL Chat Completions reads: a data URL
+// of base64 data, or the image's own URL.
+func imageURL(b messagesBlock) (string, error) {
+	if b.Source == nil {
+		return "", errors.New("an image block without a source")
+	}
+	switch b.Source.Type {
+	case "base64":
+		return "data:" + b.Source.MediaType + ";base64," + b.Source.Data, nil
+	case "url":
+		return b.Source.URL, nil
+	}
+	return "", unsupported("an image source of type %q", b.Source.Type)
+}
+
+// toolResultText is a tool result's content as the tool message's text.
+// An error result says so in its text: Chat has no is_error.
+func toolResultText(b messagesBlock) (string, error) {
+	var text string
+	if len(b.Content) > 0 && json.Unmarshal(b.Content, &text) != nil {
+		var blocks []messagesBlock
+		if err := json.Unmarshal(b.Content, &blocks); err != nil {
+			return "", errors.New("tool_result content: a string or an array of blocks")
+		}
+		var parts []string
+		for _, c := range blocks {
+			if c.Type != "text" {
+				return "", unsupported("a %q block in a tool result", c.Type)
+			}
+			parts = append(parts, c.Text)
+		}
+		text = strings.Join(parts, "\n")
+	}
+	if b.IsError {
+		text = "Error: " + text
+	}
+	return text, nil
+}
+
+// Chat Completions answer, as ChatToMessages reads it.
+type chatResponse struct {
+	ID      string `json:"id"`
+	Choices []struct {
+		Message struct {
+			Content   *string        `json:"content"`
+			ToolCalls []chatToolCall `json:"tool_calls"`
+			Refusal   *string        `json:"refusal"`
+		} `json:"message"`
+		FinishReason string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *struct {
+		PromptTokens        int64 `json:"prompt_tokens"`
+		CompletionTokens    int64 `json:"completion_tokens"`
+		PromptTokensDetails *struct {
+			CachedTokens int64 `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+}
+
+// StopReason is a Chat finish_reason as a Messages stop_reason.
+func StopReason(finish string) string {
+	switch finish {
+	case "length":
+		return "max_tokens"
+	case "tool_calls", "function_call":
+		return "tool_use"
+	case "content_filter":
+		return "refusal"
+	}
+	return "end_turn"
+}
+
+// ChatToMessages translates a whole (non-streamed) Chat Completions
+// answer into the Messages answer a client of model expects: text, tool
+// calls as tool_use blocks (ids kept, arguments parsed), the stop reason,
+// and usage with cached prompt tokens as cache reads.
+func ChatToMessages(body []byte, model string) ([]byte, error) {
+	var r chatResponse
+	if err := json.Unmarshal(body, &r); err != nil {
+		return nil, fmt.Errorf("upstream answer: %w", err)
+	}
+	if len(r.Choices) == 0 {
+		return nil, errors.New("upstream answer: no choices")
+	}
+	c := r.Choices[0]
+	content := []map[string]any{}
+	if t := c.Message.Content; t != nil && *t != "" {
+		content = append(content, map[string]any{"type": "text", "text": *t})
+	} else if t := c.Message.Refusal; t != nil && *t != "" {
+		content = append(content, map[string]any{"type": "text", "text": *t})
+	}
+	for _, tc := range c.Message.ToolCalls {
+		input := json.RawMessage(tc.Function.Arguments)
+		if !json.Valid(input) || len(bytes.TrimSpace(input)) == 0 {
+			return nil, fmt.Errorf("upstream answer: tool call %s: arguments are not JSON", tc.ID)
+		}
+		content = append(content, map[string]any{"type": "tool_use", "id": tc.ID, "name": tc.Function.Name, "input": input})
+	}
+	usage := map[string]int64{"input_tokens": 0, "output_tokens": 0, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
+	if u := r.Usage; u != nil {
+		var cached int64
+		if u.PromptTokensDetails != nil {
+			cached = min(u.PromptTokensDetails.CachedTokens, u.PromptTokens)
+		}
+		usage["input_tokens"], usage["cache_read_input_tokens"], usage["output_tokens"] = u.PromptTokens-cached, cached, u.CompletionTokens
+	}
+	return json.Marshal(map[string]any{"id": "msg_" + strings.TrimPrefix(r.ID, "chatcmpl-"), "type": "message", "role": "assistant",
+		"model": model, "content": content, "stop_reason": StopReason(c.FinishReason), "stop_sequence": nil, "usage": usage})
+}
