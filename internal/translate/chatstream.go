@@ -1,0 +1,162 @@
+package translate
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// ChatStream turns a Chat Completions stream's chunks into the Messages
+// stream a client expects, in its order: message_start; for each content
+// block, content_block_start, its deltas (text_delta, or input_json_delta
+// for a tool call's arguments) and content_block_stop; then message_delta
+// with the stop reason and usage, and message_stop. A Chat stream may
+// interleave parallel tool calls' argument deltas (by index); Messages
+// blocks do not interleave, so a tool call's block opens when its first
+// delta comes and the previous block closes then: deltas of an earlier
+// call arriving after a later one started are refused as a broken
+// stream rather than reordered.
+type ChatStream struct {
+	model   string
+	started bool
+	done    bool
+	id      string
+	// block is the open content block's index, -1 when none; kind is
+	// "text" or "tool_use"; call is the Chat tool call index it carries.
+	block, blocks int
+	kind          string
+	call          int
+	seenCalls     map[int]bool
+	finish        string
+	usage         map[string]int64
+}
+
+// NewChatStream starts a translation for a client that asked model.
+func NewChatStream(model string) *ChatStream {
+	return &ChatStream{model: model, block: -1, seenCalls: map[int]bool{},
+		usage: map[string]int64{"input_tokens": 0, "output_tokens": 0, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}}
+}
+
+type chatChunk struct {
+	ID      string `json:"id"`
+	Choices []struct {
+		Delta struct {
+			Content   *string `json:"content"`
+			ToolCalls []struct {
+				Index    int    `json:"index"`
+				ID       string `json:"id"`
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *struct {
+		PromptTokens        int64 `json:"prompt_tokens"`
+		CompletionTokens    int64 `json:"completion_tokens"`
+		PromptTokensDetails *struct {
+			CachedTokens int64 `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+}
+
+func event(name string, v any) []byte {
+	b, _ := json.Marshal(v)
+	return []byte("event: " + name + "\ndata: " + string(b) + "\n\n")
+}
+
+// Chunk translates one chunk's data (the JSON after "data: "; "[DONE]"
+// ends the stream) into the Messages events it stands for, concatenated.
+func (s *ChatStream) Chunk(data []byte) ([]byte, error) {
+	if s.done {
+		return nil, errors.New("a chunk after the end of the stream")
+	}
+	if strings.TrimSpace(string(data)) == "[DONE]" {
+		return append(s.start(""), s.finishStream()...), nil
+	}
+	var c chatChunk
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("a chunk that is not JSON: %w", err)
+	}
+	out := s.start(c.ID)
+	if u := c.Usage; u != nil {
+		var cached int64
+		if u.PromptTokensDetails != nil {
+			cached = min(u.PromptTokensDetails.CachedTokens, u.PromptTokens)
+		}
+		s.usage["input_tokens"], s.usage["cache_read_input_tokens"], s.usage["output_tokens"] = u.PromptTokens-cached, cached, u.CompletionTokens
+	}
+	for _, ch := range c.Choices {
+		if t := ch.Delta.Content; t != nil && *t != "" {
+			if s.kind != "text" {
+				out = append(out, s.open("text", -1, map[string]any{"type": "text", "text": ""})...)
+			}
+			out = append(out, event("content_block_delta", map[string]any{"type": "content_block_delta", "index": s.block,
+				"delta": map[string]any{"type": "text_delta", "text": *t}})...)
+		}
+		calls := ch.Delta.ToolCalls
+		sort.SliceStable(calls, func(i, j int) bool { return calls[i].Index < calls[j].Index })
+		for _, tc := range calls {
+			if s.kind != "tool_use" || s.call != tc.Index {
+				if s.seenCalls[tc.Index] {
+					return nil, fmt.Errorf("tool call %d resumed after another began: the stream interleaves calls", tc.Index)
+				}
+				s.seenCalls[tc.Index] = true
+				out = append(out, s.open("tool_use", tc.Index, map[string]any{"type": "tool_use", "id": tc.ID,
+					"name": tc.Function.Name, "input": map[string]any{}})...)
+			}
+			if tc.Function.Arguments != "" {
+				out = append(out, event("content_block_delta", map[string]any{"type": "content_block_delta", "index": s.block,
+					"delta": map[string]any{"type": "input_json_delta", "partial_json": tc.Function.Arguments}})...)
+			}
+		}
+		if ch.FinishReason != nil && *ch.FinishReason != "" {
+			s.finish = *ch.FinishReason
+		}
+	}
+	return out, nil
+}
+
+// start is message_start, the first time only.
+func (s *ChatStream) start(chunkID string) []byte {
+	if s.started {
+		return nil
+	}
+	s.started, s.id = true, "msg_"+strings.TrimPrefix(chunkID, "chatcmpl-")
+	return event("message_start", map[string]any{"type": "message_start", "message": map[string]any{
+		"id": s.id, "type": "message", "role": "assistant", "model": s.model, "content": []any{},
+		"stop_reason": nil, "stop_sequence": nil, "usage": s.usage}})
+}
+
+// open closes the open block, if any, and opens the next.
+func (s *ChatStream) open(kind string, call int, block map[string]any) []byte {
+	out := s.closeBlock()
+	s.block, s.blocks, s.kind, s.call = s.blocks, s.blocks+1, kind, call
+	return append(out, event("content_block_start", map[string]any{"type": "content_block_start", "index": s.block, "content_block": block})...)
+}
+
+func (s *ChatStream) closeBlock() []byte {
+	if s.block < 0 {
+		return nil
+	}
+	b := event("content_block_stop", map[string]any{"type": "content_block_stop", "index": s.block})
+	s.block, s.kind = -1, ""
+	return b
+}
+
+// finishStream ends the Messages stream: the last block, the stop reason
+// and usage, message_stop.
+func (s *ChatStream) finishStream() []byte {
+	s.done = true
+	out := s.closeBlock()
+	out = append(out, event("message_delta", map[string]any{"type": "message_delta",
+		"delta": map[string]any{"stop_reason": StopReason(s.finish), "stop_sequence": nil}, "usage": s.usage})...)
+	return append(out, event("message_stop", map[string]any{"type": "message_stop"})...)
+}
+
+// Done says whether the stream ended ([DONE] came).
+func (s *ChatStream) Done() bool { return s.done }
