@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -26,38 +25,6 @@ const (
 	maxTeamNameLen  = 64
 )
 
-// budgetUnits and budgetPeriods are the stored names of the enums.
-var (
-	budgetUnits = map[weirv1.BudgetUnit]string{
-		weirv1.BudgetUnit_BUDGET_UNIT_TOKENS: "tokens",
-		weirv1.BudgetUnit_BUDGET_UNIT_USD:    "usd",
-	}
-	budgetPeriods = map[weirv1.BudgetPeriod]string{
-		weirv1.BudgetPeriod_BUDGET_PERIOD_DAY:     "day",
-		weirv1.BudgetPeriod_BUDGET_PERIOD_WEEK:    "week",
-		weirv1.BudgetPeriod_BUDGET_PERIOD_MONTH:   "month",
-		weirv1.BudgetPeriod_BUDGET_PERIOD_SESSION: "session",
-	}
-)
-
-func unitOf(name string) weirv1.BudgetUnit {
-	for u, n := range budgetUnits {
-		if n == name {
-			return u
-		}
-	}
-	return weirv1.BudgetUnit_BUDGET_UNIT_UNSPECIFIED
-}
-
-func periodOf(name string) weirv1.BudgetPeriod {
-	for p, n := range budgetPeriods {
-		if n == name {
-			return p
-		}
-	}
-	return weirv1.BudgetPeriod_BUDGET_PERIOD_UNSPECIFIED
-}
-
 // storedBudget is a budget limit as the budgets table holds it.
 type storedBudget struct {
 	unit, period string
@@ -71,14 +38,18 @@ func validBudgets(field string, limits []*weirv1.BudgetLimit) ([]storedBudget, e
 	seen := map[[2]string]bool{}
 	for i, l := range limits {
 		f := fmt.Sprintf("%s[%d]", field, i)
-		unit, ok := budgetUnits[l.GetUnit()]
-		if !ok {
+		switch l.GetUnit() {
+		case weirv1.BudgetUnit_BUDGET_UNIT_TOKENS, weirv1.BudgetUnit_BUDGET_UNIT_USD:
+		default:
 			return nil, invalidf("%s.unit: tokens or usd", f)
 		}
-		period, ok := budgetPeriods[l.GetPeriod()]
-		if !ok {
+		switch l.GetPeriod() {
+		case weirv1.BudgetPeriod_BUDGET_PERIOD_DAY, weirv1.BudgetPeriod_BUDGET_PERIOD_WEEK,
+			weirv1.BudgetPeriod_BUDGET_PERIOD_MONTH, weirv1.BudgetPeriod_BUDGET_PERIOD_SESSION:
+		default:
 			return nil, invalidf("%s.period: day, week, month or session", f)
 		}
+		unit, period := enumName(l.GetUnit()), enumName(l.GetPeriod())
 		a := l.GetAmount()
 		var amount int64
 		switch {
@@ -148,7 +119,7 @@ func periodEnd(start time.Time, period, tz string) time.Time {
 // shows them.
 func budgetProto(scope, name, unit, period string, amount, spentTokens, spentNano int64, start time.Time, tz string) *weirv1.Budget {
 	b := &weirv1.Budget{Scope: scope, ScopeName: name,
-		Limit: &weirv1.BudgetLimit{Unit: unitOf(unit), Period: periodOf(period), Amount: inUnit(unit, amount)}}
+		Limit: &weirv1.BudgetLimit{Unit: enumValue[weirv1.BudgetUnit](unit), Period: enumValue[weirv1.BudgetPeriod](period), Amount: inUnit(unit, amount)}}
 	if period != "session" {
 		spent := spentTokens
 		if unit == "usd" {
@@ -272,7 +243,7 @@ func overBudget(rows []db.KeyBudgetsRow, session string, un unreported) *weirv1.
 			continue
 		}
 		b := &weirv1.BudgetBlock{Scope: scope, ScopeName: name, Spent: inUnit(r.Unit, spent),
-			Limit: &weirv1.BudgetLimit{Unit: unitOf(r.Unit), Period: periodOf(r.Period), Amount: inUnit(r.Unit, r.Amount)}}
+			Limit: &weirv1.BudgetLimit{Unit: enumValue[weirv1.BudgetUnit](r.Unit), Period: enumValue[weirv1.BudgetPeriod](r.Period), Amount: inUnit(r.Unit, r.Amount)}}
 		if r.Period != "session" {
 			b.ResetsAt = timestamppb.New(periodEnd(r.PeriodStart, r.Period, r.TimeZone))
 		}
@@ -299,7 +270,7 @@ func BudgetMessage(b *weirv1.BudgetBlock) string {
 		}
 		return fmt.Sprintf("%.0f tokens", v)
 	}
-	period := strings.TrimPrefix(strings.ToLower(b.GetLimit().GetPeriod().String()), "budget_period_")
+	period := enumName(b.GetLimit().GetPeriod())
 	var who string
 	switch b.GetScope() {
 	case "session":
@@ -320,13 +291,14 @@ func BudgetMessage(b *weirv1.BudgetBlock) string {
 	return msg
 }
 
-// addSpend counts a batch's final events against the budgets of their
-// keys and teams (in the transaction that stores them), and returns the
+// addSpend counts the batch's events that count (those stored as final
+// for the first time, of budgeted keys) against the budgets of their keys
+// and teams, in the transaction that stores them, and returns the
 // thresholds they crossed (80% and 100%), each once per period.
-func addSpend(ctx context.Context, q *db.Queries, rows []db.RouteEvent, final []bool, now time.Time) ([]budgetCrossing, error) {
+func addSpend(ctx context.Context, q *db.Queries, rows []db.RouteEvent, counts []bool, now time.Time) ([]budgetCrossing, error) {
 	var p db.AddBudgetSpendParams
 	for i, r := range rows {
-		if !final[i] || !r.KeyID.Valid {
+		if !counts[i] || !r.KeyID.Valid {
 			continue
 		}
 		tokens := r.InputTokens + r.OutputTokens + r.CacheReadTokens + r.CacheCreationTokens

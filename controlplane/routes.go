@@ -368,17 +368,16 @@ func (l leaseService) storeRoutes(ctx context.Context, events []*weirv1.RouteEve
 		for i, r := range rows {
 			at[r.RequestID] = i
 		}
-		final := make([]bool, len(rows))
+		// Spend counts against budgets once, and only for a budgeted key's
+		// event.
+		budgeted := make([]bool, len(rows))
 		for _, w := range written {
 			if i, ok := at[w.RequestID]; ok && w.Final {
 				roll.add(rows[i], events[i], priced[i])
-				final[i] = true
+				budgeted[i] = events[i].GetBudgeted()
 			}
 		}
-		for i, e := range events {
-			final[i] = final[i] && e.GetBudgeted() // spend counts against budgets only for a budgeted key
-		}
-		crossed, err := addSpend(ctx, q, rows, final, now)
+		crossed, err := addSpend(ctx, q, rows, budgeted, now)
 		if err != nil {
 			return err
 		}

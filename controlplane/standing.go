@@ -96,11 +96,11 @@ func usagePeriods(now time.Time, tz string) []usagePeriod {
 	day := time.Date(l.Year(), l.Month(), l.Day(), 0, 0, 0, 0, loc)
 	week := day.AddDate(0, 0, -((int(day.Weekday()) + 6) % 7))
 	month := time.Date(l.Year(), l.Month(), 1, 0, 0, 0, 0, loc)
-	return []usagePeriod{
-		{name: "day", start: day, end: day.AddDate(0, 0, 1)},
-		{name: "week", start: week, end: week.AddDate(0, 0, 7)},
-		{name: "month", start: month, end: month.AddDate(0, 1, 0)},
+	out := []usagePeriod{{name: "day", start: day}, {name: "week", start: week}, {name: "month", start: month}}
+	for i := range out {
+		out[i].end = periodEnd(out[i].start, out[i].name, tz)
 	}
+	return out
 }
 
 // keyUsage sums the key's hourly rollup over its day, week and month: one

@@ -107,17 +107,10 @@ func priceUsage(u *weirv1.TokenUsage) pricing.Usage {
 // pricedEvent is a final event's usage priced: its totals, its cost, and
 // its attempts' parts for the rollup.
 type pricedEvent struct {
-	total attemptTotal
+	total usageSum // the request's own (requests unused)
 	uses  []attemptUse
 	costs []int64
 	known []bool
-}
-
-// attemptTotal is a request's usage summed over its attempts, and its
-// cost.
-type attemptTotal struct {
-	input, output, cacheRead, cacheCreation, reasoning int64
-	nano                                               int64
 }
 
 // price prices e's attempts with tab.
@@ -127,13 +120,7 @@ func price(tab *pricing.Table, e *weirv1.RouteEvent) pricedEvent {
 		nano, ok := tab.Cost(u.model, priceUsage(u.usage))
 		p.costs = append(p.costs, nano)
 		p.known = append(p.known, ok)
-		p.total.nano += nano
-		t := &p.total
-		t.input += u.usage.GetInputTokens()
-		t.output += u.usage.GetOutputTokens()
-		t.cacheRead += u.usage.GetCacheReadTokens()
-		t.cacheCreation += u.usage.GetCacheCreationTokens()
-		t.reasoning += u.usage.GetReasoningTokens()
+		p.total.add(u.usage, nano, ok)
 	}
 	return p
 }

@@ -8,6 +8,7 @@ import (
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/pricing"
+	"github.com/weirhq/weir/internal/vocab"
 )
 
 // spend is tokens and nano-dollars.
@@ -138,7 +139,7 @@ func writeBudgetLimit(w http.ResponseWriter, sf surface, requestID string, b *we
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Should-Retry", "false")
 	detail := map[string]any{"scope": b.GetScope(), "name": b.GetScopeName(), "spent": b.GetSpent(),
-		"limit": b.GetLimit().GetAmount(), "unit": unitName(b.GetLimit().GetUnit()), "period": periodName(b.GetLimit().GetPeriod())}
+		"limit": b.GetLimit().GetAmount(), "unit": vocab.Name(b.GetLimit().GetUnit()), "period": vocab.Name(b.GetLimit().GetPeriod())}
 	var resets time.Time
 	if r := b.GetResetsAt(); r != nil {
 		resets = r.AsTime()
@@ -164,23 +165,4 @@ func writeBudgetLimit(w http.ResponseWriter, sf surface, requestID string, b *we
 	w.WriteHeader(http.StatusTooManyRequests)
 	w.Write(body)                         //nolint:errcheck // the client may be gone
 	http.NewResponseController(w).Flush() //nolint:errcheck // as above
-}
-
-func unitName(u weirv1.BudgetUnit) string {
-	if u == weirv1.BudgetUnit_BUDGET_UNIT_USD {
-		return "usd"
-	}
-	return "tokens"
-}
-
-func periodName(p weirv1.BudgetPeriod) string {
-	switch p {
-	case weirv1.BudgetPeriod_BUDGET_PERIOD_DAY:
-		return "day"
-	case weirv1.BudgetPeriod_BUDGET_PERIOD_WEEK:
-		return "week"
-	case weirv1.BudgetPeriod_BUDGET_PERIOD_MONTH:
-		return "month"
-	}
-	return "session"
 }
