@@ -365,13 +365,32 @@ type chatResponse struct {
 		} `json:"message"`
 		FinishReason string `json:"finish_reason"`
 	} `json:"choices"`
-	Usage *struct {
-		PromptTokens        int64 `json:"prompt_tokens"`
-		CompletionTokens    int64 `json:"completion_tokens"`
-		PromptTokensDetails *struct {
-			CachedTokens int64 `json:"cached_tokens"`
-		} `json:"prompt_tokens_details"`
-	} `json:"usage"`
+	Usage *chatUsage `json:"usage"`
+}
+
+// chatUsage is a Chat answer's usage.
+type chatUsage struct {
+	PromptTokens        int64 `json:"prompt_tokens"`
+	CompletionTokens    int64 `json:"completion_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+// messagesUsage is it as a Messages usage object: cached prompt tokens
+// are cache reads, and input is the rest of the prompt. A nil usage is
+// all zeros.
+func (u *chatUsage) messagesUsage() map[string]int64 {
+	out := map[string]int64{"input_tokens": 0, "output_tokens": 0, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
+	if u == nil {
+		return out
+	}
+	var cached int64
+	if u.PromptTokensDetails != nil {
+		cached = min(u.PromptTokensDetails.CachedTokens, u.PromptTokens)
+	}
+	out["input_tokens"], out["cache_read_input_tokens"], out["output_tokens"] = u.PromptTokens-cached, cached, u.CompletionTokens
+	return out
 }
 
 // StopReason is a Chat finish_reason as a Messages stop_reason.
@@ -413,14 +432,7 @@ func ChatToMessages(body []byte, model string) ([]byte, error) {
 		}
 		content = append(content, map[string]any{"type": "tool_use", "id": tc.ID, "name": tc.Function.Name, "input": input})
 	}
-	usage := map[string]int64{"input_tokens": 0, "output_tokens": 0, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
-	if u := r.Usage; u != nil {
-		var cached int64
-		if u.PromptTokensDetails != nil {
-			cached = min(u.PromptTokensDetails.CachedTokens, u.PromptTokens)
-		}
-		usage["input_tokens"], usage["cache_read_input_tokens"], usage["output_tokens"] = u.PromptTokens-cached, cached, u.CompletionTokens
-	}
+	usage := r.Usage.messagesUsage()
 	return json.Marshal(map[string]any{"id": "msg_" + strings.TrimPrefix(r.ID, "chatcmpl-"), "type": "message", "role": "assistant",
 		"model": model, "content": content, "stop_reason": StopReason(c.FinishReason), "stop_sequence": nil, "usage": usage})
 }

@@ -35,8 +35,7 @@ type ChatStream struct {
 
 // NewChatStream starts a translation for a client that asked model.
 func NewChatStream(model string) *ChatStream {
-	return &ChatStream{model: model, block: -1, seenCalls: map[int]bool{},
-		usage: map[string]int64{"input_tokens": 0, "output_tokens": 0, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}}
+	return &ChatStream{model: model, block: -1, seenCalls: map[int]bool{}, usage: (*chatUsage)(nil).messagesUsage()}
 }
 
 type chatChunk struct {
@@ -55,13 +54,7 @@ type chatChunk struct {
 		} `json:"delta"`
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
-	Usage *struct {
-		PromptTokens        int64 `json:"prompt_tokens"`
-		CompletionTokens    int64 `json:"completion_tokens"`
-		PromptTokensDetails *struct {
-			CachedTokens int64 `json:"cached_tokens"`
-		} `json:"prompt_tokens_details"`
-	} `json:"usage"`
+	Usage *chatUsage `json:"usage"`
 }
 
 func event(name string, v any) []byte {
@@ -83,12 +76,8 @@ func (s *ChatStream) Chunk(data []byte) ([]byte, error) {
 		return nil, fmt.Errorf("a chunk that is not JSON: %w", err)
 	}
 	out := s.start(c.ID)
-	if u := c.Usage; u != nil {
-		var cached int64
-		if u.PromptTokensDetails != nil {
-			cached = min(u.PromptTokensDetails.CachedTokens, u.PromptTokens)
-		}
-		s.usage["input_tokens"], s.usage["cache_read_input_tokens"], s.usage["output_tokens"] = u.PromptTokens-cached, cached, u.CompletionTokens
+	if c.Usage != nil {
+		s.usage = c.Usage.messagesUsage()
 	}
 	for _, ch := range c.Choices {
 		if t := ch.Delta.Content; t != nil && *t != "" {
