@@ -63,11 +63,11 @@ func (a aliasService) SetAlias(ctx context.Context, req *connect.Request[weirv1.
 			return nil, invalidf("targets: %q appears twice", t)
 		}
 	}
-	row, err := a.q.SetModelAlias(ctx, db.SetModelAliasParams{Alias: m.Alias, Targets: m.Targets, Now: a.now()})
+	row, err := a.q.SetModelAlias(ctx, db.SetModelAliasParams{Alias: m.Alias, Targets: m.Targets, Translate: m.Translate, Now: a.now()})
 	if err != nil {
 		return nil, err
 	}
-	a.log.InfoContext(ctx, "model alias set", "alias", row.Alias, "targets", row.Targets)
+	a.log.InfoContext(ctx, "model alias set", "alias", row.Alias, "targets", row.Targets, "translate", row.Translate)
 	a.watch.announce(ctx)
 	return connect.NewResponse(&weirv1.SetAliasResponse{Alias: aliasProto(row)}), nil
 }
@@ -86,7 +86,7 @@ func (a aliasService) DeleteAlias(ctx context.Context, req *connect.Request[weir
 }
 
 func aliasProto(r db.ModelAlias) *weirv1.Alias {
-	return &weirv1.Alias{Alias: r.Alias, Targets: r.Targets, CreatedAt: timestamppb.New(r.CreatedAt), UpdatedAt: timestamppb.New(r.UpdatedAt)}
+	return &weirv1.Alias{Alias: r.Alias, Targets: r.Targets, Translate: r.Translate, CreatedAt: timestamppb.New(r.CreatedAt), UpdatedAt: timestamppb.New(r.UpdatedAt)}
 }
 
 // validModelID admits what a model id looks like: 1 to 200 printable ASCII
@@ -103,12 +103,12 @@ func validModelID(field, id string) error {
 }
 
 // modelNotServed is Acquire's refusal of an alias whose every target is
-// another provider's model than the surface's: weir does not translate
-// between the wires, and sending one would only be refused upstream.
+// another provider's model than the surface's, and not marked translate:
+// sent on the client's wire it would only be refused upstream.
 func modelNotServed(alias string, targets []string, sf weirv1.Surface) error {
 	err := connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
-		"model alias %q resolves to %s, which the %s API does not serve (weir does not translate between the Anthropic and OpenAI wires)",
-		alias, strings.Join(targets, ", "), surfaceWord(sf)))
+		"model alias %q resolves to %s, which the %s API does not serve without translation, and the alias does not allow it (weir aliases set %s … --translate)",
+		alias, strings.Join(targets, ", "), surfaceWord(sf), alias))
 	if d, derr := connect.NewErrorDetail(&weirv1.ModelNotServed{Model: alias, Targets: targets}); derr == nil {
 		err.AddDetail(d)
 	}

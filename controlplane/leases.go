@@ -117,7 +117,7 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (re
 	if err != nil {
 		return nil, err
 	}
-	key, aliasTargets := v.key, v.aliasTargets
+	key, aliasTargets, translate := v.key, v.aliasTargets, v.aliasTranslate
 	if len(v.cands) == 0 {
 		// No account at all: the view had no row to carry the key's answer.
 		row, err := l.q.ActiveKeyAndAlias(ctx, db.ActiveKeyAndAliasParams{KeyHash: m.KeyHash, Model: m.Model})
@@ -130,7 +130,7 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (re
 			// Nothing to route: the global metered setting does not matter.
 			key = keyGrant{id: row.KeyID, models: row.AllowedModels, pinned: row.Pinned, pins: row.Pins}.
 				withMetered(orZero(row.MeteredAccounts), "").withOwned(row.TeamID.UUID, "")
-			aliasTargets = row.AliasTargets
+			aliasTargets, translate = row.AliasTargets, row.AliasTranslate
 		}
 	}
 	if key.id == uuid.Nil {
@@ -164,20 +164,32 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (re
 			return nil, modelNotAllowed(m.Model)
 		}
 	}
-	// A target of another provider's wire is not sent on this one: a
-	// Claude model to an OpenAI account's /v1/responses would be refused
-	// upstream, and counted against the account.
-	served := slices.DeleteFunc(slices.Clone(aliasTargets), func(t string) bool { return !policy.SurfaceServesModel(m.Surface, t) })
-	if len(served) == 0 {
+	// A target of another provider's wire is served through translation
+	// when the alias allows it (routed as the other wire's surface, for
+	// its providers), else never: a Claude model sent to an OpenAI
+	// account's /v1/responses would be refused upstream, and counted
+	// against the account.
+	type routed struct {
+		model string
+		sf    weirv1.Surface
+	}
+	var targets []routed
+	for _, t := range aliasTargets {
+		if sf, ok := policy.TargetSurface(m.Surface, t, translate); ok {
+			targets = append(targets, routed{t, sf})
+		}
+	}
+	if len(targets) == 0 {
 		return nil, modelNotServed(m.Model, aliasTargets, m.Surface)
 	}
-	aliasTargets = served
 	// An alias: the first target with an eligible account serves, and the
-	// lease names it for the data plane to send upstream.
+	// lease names it for the data plane to send upstream (translated when
+	// the lease's provider speaks the other wire).
 	var nones []*weirv1.NoAccount
-	for _, target := range aliasTargets {
+	for _, t := range targets {
+		target := t.model
 		tm := proto.Clone(m).(*weirv1.AcquireRequest)
-		tm.Model = target
+		tm.Model, tm.Surface = target, t.sf
 		resp, err := l.acquireModel(ctx, key, tm, exclude, prefer, nil)
 		if err != nil {
 			return nil, err
@@ -543,6 +555,9 @@ type view struct {
 	// are read only when the view has a row to carry them.
 	key          keyGrant
 	aliasTargets []string
+	// aliasTranslate: the alias's targets of the other wire may be served
+	// through translation.
+	aliasTranslate bool
 	// breakerOpen names the providers whose breaker for the family is open
 	// or probing: Acquire asks only those.
 	breakerOpen map[weirv1.Provider]bool
@@ -569,7 +584,7 @@ func (l leaseService) routingView(ctx context.Context, keyHash, model, sessionKe
 	for _, r := range rows {
 		v.key = keyGrant{id: r.KeyID, models: r.KeyAllowedModels, pinned: r.KeyPinned, pins: r.KeyPins}.
 			withMetered(r.KeyMeteredAccounts, r.MeteredSetting).withOwned(r.KeyTeamID, r.OwnedSetting)
-		v.aliasTargets = r.AliasTargets
+		v.aliasTargets, v.aliasTranslate = r.AliasTargets, r.AliasTranslate
 		v.egressDefault = r.EgressDefaultSealed
 		if r.BreakerOpenUntil != nil {
 			if v.breakerOpen == nil {
@@ -796,7 +811,13 @@ func (l leaseService) PoolQuota(ctx context.Context, req *connect.Request[weirv1
 		if err != nil {
 			return nil, err
 		}
-		qb := policy.QuotaBlock(kg.pinnedOnly(v.cands), kg.route(policy.RouteRequest{Model: model, Surface: m.Surface}), now)
+		// A target is judged on the surface it is routed as (the other
+		// wire's, translated), and one it cannot be routed as not at all.
+		sf, ok := policy.TargetSurface(m.Surface, model, key.AliasTranslate && key.AliasTargets != nil)
+		if !ok {
+			continue
+		}
+		qb := policy.QuotaBlock(kg.pinnedOnly(v.cands), kg.route(policy.RouteRequest{Model: model, Surface: sf}), now)
 		if qb == nil {
 			return connect.NewResponse(&weirv1.PoolQuotaResponse{}), nil
 		}

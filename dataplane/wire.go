@@ -66,6 +66,11 @@ func (sf surface) upstreamPath(clientPath string, p weirv1.Provider) string {
 // writeError writes e in the client's wire format; nothing may have been
 // written to w before.
 func writeError(w http.ResponseWriter, wr wire, requestID string, e *apiError) {
+	errorResponse(wr, requestID, e).write(w)
+}
+
+// errorResponse is e as an answer in the wire's format.
+func errorResponse(wr wire, requestID string, e *apiError) *bufferedResponse {
 	status, body := e.status, anthropicErrorJSON(e.typ, e.message, requestID)
 	if wr == wireOpenAI {
 		if status == 529 {
@@ -75,15 +80,12 @@ func writeError(w http.ResponseWriter, wr wire, requestID string, e *apiError) {
 		typ, code := openAIErrorKind(e)
 		body = openAIErrorJSON(e.message, typ, code)
 	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
+	h := http.Header{"Content-Type": {"application/json"}}
 	if e.retryAfter > 0 {
 		h.Set("Retry-After", retryAfterSeconds(e.retryAfter))
 	}
 	h.Set("X-Should-Retry", strconv.FormatBool(!e.final))
-	w.WriteHeader(status)
-	w.Write(body)                         //nolint:errcheck // the client may be gone
-	http.NewResponseController(w).Flush() //nolint:errcheck // as above
+	return &bufferedResponse{status: status, header: h, body: body}
 }
 
 // openAIErrorJSON is the OpenAI error body; code is nil when there is none.

@@ -14,12 +14,17 @@ import (
 
 const aliasesUsage = `Usage:
   weir aliases list                      show the model aliases
-  weir aliases set ALIAS MODEL[,MODEL...]  create or replace an alias
+  weir aliases set ALIAS MODEL[,MODEL...] [--translate]
+                                         create or replace an alias
   weir aliases rm ALIAS                  delete an alias
 
 A request naming ALIAS is served on the first MODEL with an eligible
 account, in the order given; the upstream sees that model. A concrete model
-id is never changed. Every command takes --json, --controlplane and
+id is never changed. A MODEL of the other wire's provider (a GPT model for
+Claude Code, a Claude model for Codex) is served only with --translate:
+weir then translates the request and its answer between the Anthropic and
+OpenAI wires (docs/translation.md), and refuses by name what the other
+wire cannot carry. Every command takes --json, --controlplane and
 --data-dir.
 `
 
@@ -33,6 +38,7 @@ func runAliases(ctx context.Context, args []string, e env) error {
 	fs.SetOutput(e.stderr)
 	var af adminFlags
 	af.register(fs, e)
+	translate := fs.Bool("translate", false, "set: serve targets of the other wire's provider through translation")
 	var want int
 	switch sub {
 	case "list", "ls":
@@ -60,7 +66,7 @@ func runAliases(ctx context.Context, args []string, e env) error {
 	switch sub {
 	case "set":
 		targets := splitModels(pos[1])
-		resp, err := c.aliases.SetAlias(ctx, connect.NewRequest(&weirv1.SetAliasRequest{Alias: pos[0], Targets: targets}))
+		resp, err := c.aliases.SetAlias(ctx, connect.NewRequest(&weirv1.SetAliasRequest{Alias: pos[0], Targets: targets, Translate: *translate}))
 		if err != nil {
 			return rpcError("set alias", err)
 		}
@@ -102,9 +108,13 @@ func splitModels(s string) []string {
 
 func printAliases(w io.Writer, as []*weirv1.Alias) {
 	tw := table(w)
-	fmt.Fprintln(tw, "ALIAS\tMODELS (in order)")
+	fmt.Fprintln(tw, "ALIAS\tMODELS (in order)\tTRANSLATE")
 	for _, a := range as {
-		fmt.Fprintf(tw, "%s\t%s\n", a.Alias, strings.Join(a.Targets, ", "))
+		tr := "no"
+		if a.Translate {
+			tr = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", a.Alias, strings.Join(a.Targets, ", "), tr)
 	}
 	tw.Flush()
 }

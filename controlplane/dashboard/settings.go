@@ -138,7 +138,8 @@ func (h *Handler) setAlias(w http.ResponseWriter, r *http.Request, s session) {
 	alias := strings.TrimSpace(r.PostFormValue("alias"))
 	raw := r.PostFormValue("targets")
 	targets := strings.FieldsFunc(raw, func(c rune) bool { return c == ',' || c == ' ' || c == '\n' || c == '\t' || c == '\r' })
-	_, err := h.cfg.Aliases.SetAlias(r.Context(), connect.NewRequest(&weirv1.SetAliasRequest{Alias: alias, Targets: targets}))
+	translate := r.PostFormValue("translate") != ""
+	_, err := h.cfg.Aliases.SetAlias(r.Context(), connect.NewRequest(&weirv1.SetAliasRequest{Alias: alias, Targets: targets, Translate: translate}))
 	if err == nil {
 		http.Redirect(w, r, Prefix+"settings?saved=alias#aliases", http.StatusSeeOther)
 		return

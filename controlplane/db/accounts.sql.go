@@ -601,6 +601,7 @@ SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.
     coalesce((SELECT s.value FROM settings s WHERE s.name = 'owned_accounts'), '')::text AS owned_setting,
     (SELECT s.sealed FROM settings s WHERE s.name = 'egress_proxy') AS egress_default_sealed,
     (SELECT ma.targets FROM model_aliases ma WHERE ma.alias = $2::text) AS alias_targets,
+    coalesce((SELECT ma.translate FROM model_aliases ma WHERE ma.alias = $2::text), false)::boolean AS alias_translate,
     ob.open_until AS breaker_open_until,
     (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > $3)::integer AS live,
     coalesce(wq.ahead, 0)::integer AS waiting_ahead,
@@ -666,6 +667,7 @@ type RoutingViewRow struct {
 	OwnedSetting               string
 	EgressDefaultSealed        []byte
 	AliasTargets               []string
+	AliasTranslate             bool
 	BreakerOpenUntil           *time.Time
 	Live                       int32
 	WaitingAhead               int32
@@ -698,7 +700,8 @@ type RoutingViewRow struct {
 // of this one, and in all); and, the same on every row, the client key's id
 // (with its restrictions and its team) when the key is live, the settings
 // routing reads (metered_accounts, owned_accounts, the default egress
-// proxy) and the model's alias targets when it is an alias.
+// proxy) and the model's alias targets (and whether they may be
+// translated) when it is an alias.
 // The waiters, read only when there are any (the common case: none, one
 // check for the whole query).
 func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]RoutingViewRow, error) {
@@ -767,6 +770,7 @@ func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]Rou
 			&i.OwnedSetting,
 			&i.EgressDefaultSealed,
 			&i.AliasTargets,
+			&i.AliasTranslate,
 			&i.BreakerOpenUntil,
 			&i.Live,
 			&i.WaitingAhead,

@@ -23,7 +23,7 @@ func (q *Queries) DeleteModelAlias(ctx context.Context, alias string) (int64, er
 }
 
 const listModelAliases = `-- name: ListModelAliases :many
-SELECT alias, targets, created_at, updated_at FROM model_aliases ORDER BY alias
+SELECT alias, targets, created_at, updated_at, translate FROM model_aliases ORDER BY alias
 `
 
 func (q *Queries) ListModelAliases(ctx context.Context) ([]ModelAlias, error) {
@@ -40,6 +40,7 @@ func (q *Queries) ListModelAliases(ctx context.Context) ([]ModelAlias, error) {
 			&i.Targets,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.Translate,
 		); err != nil {
 			return nil, err
 		}
@@ -52,26 +53,33 @@ func (q *Queries) ListModelAliases(ctx context.Context) ([]ModelAlias, error) {
 }
 
 const setModelAlias = `-- name: SetModelAlias :one
-INSERT INTO model_aliases (alias, targets, created_at, updated_at)
-VALUES ($1, $2::text[], $3::timestamptz, $3::timestamptz)
-ON CONFLICT (alias) DO UPDATE SET targets = EXCLUDED.targets, updated_at = EXCLUDED.updated_at
-RETURNING alias, targets, created_at, updated_at
+INSERT INTO model_aliases (alias, targets, translate, created_at, updated_at)
+VALUES ($1, $2::text[], $3::boolean, $4::timestamptz, $4::timestamptz)
+ON CONFLICT (alias) DO UPDATE SET targets = EXCLUDED.targets, translate = EXCLUDED.translate, updated_at = EXCLUDED.updated_at
+RETURNING alias, targets, created_at, updated_at, translate
 `
 
 type SetModelAliasParams struct {
-	Alias   string
-	Targets []string
-	Now     time.Time
+	Alias     string
+	Targets   []string
+	Translate bool
+	Now       time.Time
 }
 
 func (q *Queries) SetModelAlias(ctx context.Context, arg SetModelAliasParams) (ModelAlias, error) {
-	row := q.db.QueryRow(ctx, setModelAlias, arg.Alias, arg.Targets, arg.Now)
+	row := q.db.QueryRow(ctx, setModelAlias,
+		arg.Alias,
+		arg.Targets,
+		arg.Translate,
+		arg.Now,
+	)
 	var i ModelAlias
 	err := row.Scan(
 		&i.Alias,
 		&i.Targets,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Translate,
 	)
 	return i, err
 }

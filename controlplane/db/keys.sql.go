@@ -15,7 +15,8 @@ import (
 const activeKeyAndAlias = `-- name: ActiveKeyAndAlias :one
 SELECT k.id AS key_id, k.allowed_models, k.pinned, k.metered_accounts, k.team_id,
     (SELECT array_agg(ka.account_id) FROM client_key_accounts ka WHERE ka.key_id = k.id)::uuid[] AS pins,
-    (SELECT a.targets FROM model_aliases a WHERE a.alias = $1::text) AS alias_targets
+    (SELECT a.targets FROM model_aliases a WHERE a.alias = $1::text) AS alias_targets,
+    coalesce((SELECT a.translate FROM model_aliases a WHERE a.alias = $1::text), false)::boolean AS alias_translate
 FROM client_keys k
 WHERE k.key_hash = $2 AND k.revoked_at IS NULL
 `
@@ -33,6 +34,7 @@ type ActiveKeyAndAliasRow struct {
 	TeamID          uuid.NullUUID
 	Pins            []uuid.UUID
 	AliasTargets    []string
+	AliasTranslate  bool
 }
 
 // Acquire's first question in one round trip: is the key live, what
@@ -48,6 +50,7 @@ func (q *Queries) ActiveKeyAndAlias(ctx context.Context, arg ActiveKeyAndAliasPa
 		&i.TeamID,
 		&i.Pins,
 		&i.AliasTargets,
+		&i.AliasTranslate,
 	)
 	return i, err
 }

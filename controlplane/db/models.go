@@ -162,6 +162,7 @@ type ModelAlias struct {
 	Targets   []string
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	Translate bool
 }
 
 type ModelPrice struct {

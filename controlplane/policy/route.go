@@ -908,6 +908,25 @@ var modelProviders = []struct {
 	{"o4", []weirv1.Provider{weirv1.Provider_PROVIDER_CODEX, weirv1.Provider_PROVIDER_OPENAI}},
 }
 
+// TargetSurface is the surface a request on sf for model is routed as:
+// sf itself when its providers serve the model; else, when translate
+// allows, the other wire's (Messages for a Claude model; Responses, whose
+// providers are Codex's and OpenAI's, for an OpenAI one), the data plane
+// translating the request and its answer. ok is false when neither.
+func TargetSurface(sf weirv1.Surface, model string, translate bool) (target weirv1.Surface, ok bool) {
+	if SurfaceServesModel(sf, model) {
+		return sf, true
+	}
+	if !translate {
+		return sf, false
+	}
+	other := weirv1.Surface_SURFACE_RESPONSES
+	if sf == weirv1.Surface_SURFACE_RESPONSES || sf == weirv1.Surface_SURFACE_CHAT_COMPLETIONS {
+		other = weirv1.Surface_SURFACE_MESSAGES
+	}
+	return other, SurfaceServesModel(other, model)
+}
+
 // SurfaceServesModel says whether a surface's providers can serve model
 // without translating between wires: false only for a model id that
 // names another provider's model (a Claude model on Responses or Chat

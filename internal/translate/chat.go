@@ -1,10 +1,3 @@
-// Package translate turns a request and its answer from one provider's
-// wire into another's: Anthropic Messages ⇄ OpenAI Chat Completions here.
-// It is pure (bytes in, bytes out) so that every translation is tested
-// on recorded exchanges and fuzzed without a server. What the target
-// cannot carry is refused with an error naming it (Unsupported), never
-// dropped, with one exception documented where it happens: a previous
-// turn's thinking, which no target reads.
 package translate
 
 import (
@@ -14,20 +7,6 @@ import (
 	"fmt"
 	"strings"
 )
-
-// Unsupported is a request feature the target wire lacks: the client is
-// answered with a 400 naming it.
-type Unsupported struct {
-	Feature string
-}
-
-func (u *Unsupported) Error() string {
-	return "this request uses " + u.Feature + ", which the serving account's API does not support"
-}
-
-func unsupported(format string, args ...any) error {
-	return &Unsupported{Feature: fmt.Sprintf(format, args...)}
-}
 
 // Messages request, as far as translation reads it. Fields weir does not
 // know are refused, not dropped (see knownMessagesFields).
@@ -161,7 +140,12 @@ type chatToolFunction struct {
 // form and change nothing the target must read (a provider discards
 // earlier turns' thinking itself); they are left out. Everything else
 // this package does not know is refused (Unsupported).
-func MessagesToChat(body []byte, model, cacheKey string) ([]byte, error) {
+func MessagesToChat(body []byte, model, cacheKey string) (Request, error) {
+	b, err := messagesToChat(body, model, cacheKey)
+	return Request{Body: b}, err
+}
+
+func messagesToChat(body []byte, model, cacheKey string) ([]byte, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(body, &top); err != nil {
 		return nil, fmt.Errorf("request body: %w", err)
@@ -410,7 +394,7 @@ func StopReason(finish string) string {
 // answer into the Messages answer a client of model expects: text, tool
 // calls as tool_use blocks (ids kept, arguments parsed), the stop reason,
 // and usage with cached prompt tokens as cache reads.
-func ChatToMessages(body []byte, model string) ([]byte, error) {
+func ChatToMessages(body []byte, model string, _ Request) ([]byte, error) {
 	var r chatResponse
 	if err := json.Unmarshal(body, &r); err != nil {
 		return nil, fmt.Errorf("upstream answer: %w", err)

@@ -36,7 +36,8 @@ func TestMessagesToChatConversation(t *testing.T) {
 	   {"type":"text","text":"Now summarise."},
 	   {"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBOR"}}]}
 	]}`
-	out, err := MessagesToChat([]byte(in), "gpt-4.1", "session-1")
+	req, err := MessagesToChat([]byte(in), "gpt-4.1", "session-1")
+	out := req.Body
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +89,7 @@ func TestChatToMessages(t *testing.T) {
 	in := `{"id":"chatcmpl-abc","choices":[{"message":{"role":"assistant","content":"Two files.","tool_calls":[
 	  {"id":"call_1","type":"function","function":{"name":"Bash","arguments":"{\"command\":\"ls\"}"}}]},"finish_reason":"tool_calls"}],
 	  "usage":{"prompt_tokens":1200,"completion_tokens":30,"prompt_tokens_details":{"cached_tokens":1024}}}`
-	out, err := ChatToMessages([]byte(in), "claude-sonnet-4-5")
+	out, err := ChatToMessages([]byte(in), "claude-sonnet-4-5", Request{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestChatToMessages(t *testing.T) {
 			t.Errorf("StopReason(%q) = %q, want %q", finish, got, stop)
 		}
 	}
-	if _, err := ChatToMessages([]byte(`{"choices":[{"message":{"tool_calls":[{"id":"c","function":{"name":"x","arguments":"{not json"}}]}}]}`), "m"); err == nil {
+	if _, err := ChatToMessages([]byte(`{"choices":[{"message":{"tool_calls":[{"id":"c","function":{"name":"x","arguments":"{not json"}}]}}]}`), "m", Request{}); err == nil {
 		t.Error("tool call arguments that are not JSON accepted")
 	}
 }
@@ -116,7 +117,8 @@ func FuzzMessagesToChat(f *testing.F) {
 	f.Add([]byte(`{"model":"m","system":[{"type":"text","text":"s"}],"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"n","input":{}}]}]}`))
 	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"x"}]}]}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		out, err := MessagesToChat(body, "gpt-4.1", "k")
+		req, err := MessagesToChat(body, "gpt-4.1", "k")
+		out := req.Body
 		if err != nil {
 			return
 		}

@@ -147,5 +147,8 @@ func (s *ChatStream) finishStream() []byte {
 	return append(out, event("message_stop", map[string]any{"type": "message_stop"})...)
 }
 
+// Event is Chunk: a Chat stream's events have no names.
+func (s *ChatStream) Event(_ string, data []byte) ([]byte, error) { return s.Chunk(data) }
+
 // Done says whether the stream ended ([DONE] came).
 func (s *ChatStream) Done() bool { return s.done }

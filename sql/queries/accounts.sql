@@ -126,7 +126,8 @@ RETURNING auth_failures, (broken_at IS NOT NULL)::boolean AS broken;
 -- of this one, and in all); and, the same on every row, the client key's id
 -- (with its restrictions and its team) when the key is live, the settings
 -- routing reads (metered_accounts, owned_accounts, the default egress
--- proxy) and the model's alias targets when it is an alias.
+-- proxy) and the model's alias targets (and whether they may be
+-- translated) when it is an alias.
 -- name: RoutingView :many
 SELECT sqlc.embed(a),
     (SELECT k.id FROM client_keys k WHERE k.key_hash = @key_hash::text AND k.revoked_at IS NULL)::uuid AS key_id,
@@ -140,6 +141,7 @@ SELECT sqlc.embed(a),
     coalesce((SELECT s.value FROM settings s WHERE s.name = 'owned_accounts'), '')::text AS owned_setting,
     (SELECT s.sealed FROM settings s WHERE s.name = 'egress_proxy') AS egress_default_sealed,
     (SELECT ma.targets FROM model_aliases ma WHERE ma.alias = @model::text) AS alias_targets,
+    coalesce((SELECT ma.translate FROM model_aliases ma WHERE ma.alias = @model::text), false)::boolean AS alias_translate,
     ob.open_until AS breaker_open_until,
     (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > @now)::integer AS live,
     coalesce(wq.ahead, 0)::integer AS waiting_ahead,

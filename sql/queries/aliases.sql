@@ -2,9 +2,9 @@
 SELECT * FROM model_aliases ORDER BY alias;
 
 -- name: SetModelAlias :one
-INSERT INTO model_aliases (alias, targets, created_at, updated_at)
-VALUES (@alias, @targets::text[], @now::timestamptz, @now::timestamptz)
-ON CONFLICT (alias) DO UPDATE SET targets = EXCLUDED.targets, updated_at = EXCLUDED.updated_at
+INSERT INTO model_aliases (alias, targets, translate, created_at, updated_at)
+VALUES (@alias, @targets::text[], @translate::boolean, @now::timestamptz, @now::timestamptz)
+ON CONFLICT (alias) DO UPDATE SET targets = EXCLUDED.targets, translate = EXCLUDED.translate, updated_at = EXCLUDED.updated_at
 RETURNING *;
 
 -- name: DeleteModelAlias :execrows

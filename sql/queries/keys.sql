@@ -87,6 +87,7 @@ WHERE id = @id AND (last_used_at IS NULL OR last_used_at < @stale_before::timest
 -- name: ActiveKeyAndAlias :one
 SELECT k.id AS key_id, k.allowed_models, k.pinned, k.metered_accounts, k.team_id,
     (SELECT array_agg(ka.account_id) FROM client_key_accounts ka WHERE ka.key_id = k.id)::uuid[] AS pins,
-    (SELECT a.targets FROM model_aliases a WHERE a.alias = @model::text) AS alias_targets
+    (SELECT a.targets FROM model_aliases a WHERE a.alias = @model::text) AS alias_targets,
+    coalesce((SELECT a.translate FROM model_aliases a WHERE a.alias = @model::text), false)::boolean AS alias_translate
 FROM client_keys k
 WHERE k.key_hash = @key_hash AND k.revoked_at IS NULL;

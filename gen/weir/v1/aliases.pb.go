@@ -27,9 +27,15 @@ type Alias struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Alias string                 `protobuf:"bytes,1,opt,name=alias,proto3" json:"alias,omitempty"`
 	// Concrete model ids, in the order routing tries them.
-	Targets       []string               `protobuf:"bytes,2,rep,name=targets,proto3" json:"targets,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	Targets   []string               `protobuf:"bytes,2,rep,name=targets,proto3" json:"targets,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// The alias may be served through translation: a target of the other
+	// wire's provider (a GPT model for a Messages client, a Claude model
+	// for a Responses or Chat Completions one) is served by translating the
+	// request and its answer. Without it such a target is refused, never
+	// sent on the client's wire to a provider that does not speak it.
+	Translate     bool `protobuf:"varint,5,opt,name=translate,proto3" json:"translate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -90,6 +96,13 @@ func (x *Alias) GetUpdatedAt() *timestamppb.Timestamp {
 		return x.UpdatedAt
 	}
 	return nil
+}
+
+func (x *Alias) GetTranslate() bool {
+	if x != nil {
+		return x.Translate
+	}
+	return false
 }
 
 type ListAliasesRequest struct {
@@ -173,9 +186,11 @@ func (x *ListAliasesResponse) GetAliases() []*Alias {
 }
 
 type SetAliasRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Alias         string                 `protobuf:"bytes,1,opt,name=alias,proto3" json:"alias,omitempty"`
-	Targets       []string               `protobuf:"bytes,2,rep,name=targets,proto3" json:"targets,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Alias   string                 `protobuf:"bytes,1,opt,name=alias,proto3" json:"alias,omitempty"`
+	Targets []string               `protobuf:"bytes,2,rep,name=targets,proto3" json:"targets,omitempty"`
+	// Alias.translate.
+	Translate     bool `protobuf:"varint,3,opt,name=translate,proto3" json:"translate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -222,6 +237,13 @@ func (x *SetAliasRequest) GetTargets() []string {
 		return x.Targets
 	}
 	return nil
+}
+
+func (x *SetAliasRequest) GetTranslate() bool {
+	if x != nil {
+		return x.Translate
+	}
+	return false
 }
 
 type SetAliasResponse struct {
@@ -352,20 +374,22 @@ var File_weir_v1_aliases_proto protoreflect.FileDescriptor
 
 const file_weir_v1_aliases_proto_rawDesc = "" +
 	"\n" +
-	"\x15weir/v1/aliases.proto\x12\aweir.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xad\x01\n" +
+	"\x15weir/v1/aliases.proto\x12\aweir.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcb\x01\n" +
 	"\x05Alias\x12\x14\n" +
 	"\x05alias\x18\x01 \x01(\tR\x05alias\x12\x18\n" +
 	"\atargets\x18\x02 \x03(\tR\atargets\x129\n" +
 	"\n" +
 	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\x14\n" +
+	"updated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x1c\n" +
+	"\ttranslate\x18\x05 \x01(\bR\ttranslate\"\x14\n" +
 	"\x12ListAliasesRequest\"?\n" +
 	"\x13ListAliasesResponse\x12(\n" +
-	"\aaliases\x18\x01 \x03(\v2\x0e.weir.v1.AliasR\aaliases\"A\n" +
+	"\aaliases\x18\x01 \x03(\v2\x0e.weir.v1.AliasR\aaliases\"_\n" +
 	"\x0fSetAliasRequest\x12\x14\n" +
 	"\x05alias\x18\x01 \x01(\tR\x05alias\x12\x18\n" +
-	"\atargets\x18\x02 \x03(\tR\atargets\"8\n" +
+	"\atargets\x18\x02 \x03(\tR\atargets\x12\x1c\n" +
+	"\ttranslate\x18\x03 \x01(\bR\ttranslate\"8\n" +
 	"\x10SetAliasResponse\x12$\n" +
 	"\x05alias\x18\x01 \x01(\v2\x0e.weir.v1.AliasR\x05alias\"*\n" +
 	"\x12DeleteAliasRequest\x12\x14\n" +

@@ -2920,8 +2920,12 @@ type AttemptRecord struct {
 	// For a transport error: what failed, without secrets (an egress
 	// proxy's failure names the proxy as scheme://host:port).
 	TransportError string `protobuf:"bytes,14,opt,name=transport_error,json=transportError,proto3" json:"transport_error,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The attempt was translated between the client's wire and its
+	// account's, named from the one to the other ("messages>responses");
+	// empty when the account speaks the client's wire.
+	Translation   string `protobuf:"bytes,15,opt,name=translation,proto3" json:"translation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AttemptRecord) Reset() {
@@ -3048,6 +3052,13 @@ func (x *AttemptRecord) GetModel() string {
 func (x *AttemptRecord) GetTransportError() string {
 	if x != nil {
 		return x.TransportError
+	}
+	return ""
+}
+
+func (x *AttemptRecord) GetTranslation() string {
+	if x != nil {
+		return x.Translation
 	}
 	return ""
 }
@@ -3477,7 +3488,7 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"sessionKey\x12)\n" +
 	"\x05usage\x18\x1a \x01(\v2\x13.weir.v1.TokenUsageR\x05usage\x12\x19\n" +
 	"\bcost_usd\x18\x1b \x01(\x01R\acostUsd\x12\x1a\n" +
-	"\bbudgeted\x18\x1c \x01(\bR\bbudgeted\"\xac\x04\n" +
+	"\bbudgeted\x18\x1c \x01(\bR\bbudgeted\"\xce\x04\n" +
 	"\rAttemptRecord\x12)\n" +
 	"\x02at\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x02at\x12\x1d\n" +
 	"\n" +
@@ -3496,7 +3507,8 @@ const file_weir_v1_lease_proto_rawDesc = "" +
 	"\x0ftransport_cause\x18\v \x01(\x0e2\x17.weir.v1.TransportCauseR\x0etransportCause\x12)\n" +
 	"\x05usage\x18\f \x01(\v2\x13.weir.v1.TokenUsageR\x05usage\x12\x14\n" +
 	"\x05model\x18\r \x01(\tR\x05model\x12'\n" +
-	"\x0ftransport_error\x18\x0e \x01(\tR\x0etransportError\"u\n" +
+	"\x0ftransport_error\x18\x0e \x01(\tR\x0etransportError\x12 \n" +
+	"\vtranslation\x18\x0f \x01(\tR\vtranslation\"u\n" +
 	"\x13ReportRoutesRequest\x12+\n" +
 	"\x06events\x18\x01 \x03(\v2\x13.weir.v1.RouteEventR\x06events\x121\n" +
 	"\brefusals\x18\x02 \x03(\v2\x15.weir.v1.RefusalCountR\brefusals\"\xb3\x01\n" +
