@@ -188,7 +188,7 @@ func TestCaptureStreamOverloadedEvent(t *testing.T) {
 	rec := httptest.NewRecorder()
 	tw := &trackingWriter{ResponseWriter: rec, now: time.Now}
 	o := &weirv1.Outcome{Status: int32(resp.StatusCode), Headers: decisionHeaders(resp.Header)}
-	res := s.relayStream(t.Context(), tw, resp, &inbound{requestID: "weir_capture", stream: true}, o, idleWatch{}, nil, nil)
+	res := s.relayStream(t.Context(), tw, resp, &inbound{requestID: "weir_capture", stream: true}, o, idleWatch{}, nil, nil, relayed{})
 
 	if tw.status != 0 || rec.Body.Len() != 0 || len(rec.Header()) != 0 || rec.Flushed {
 		t.Errorf("the client got something: status %d headers %v body %q", tw.status, rec.Header(), rec.Body.String())

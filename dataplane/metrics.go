@@ -20,6 +20,8 @@ type metrics struct {
 	holdSeconds   prometheus.Histogram
 	usageLimits   *prometheus.CounterVec
 	meteredSpills *prometheus.CounterVec
+	// translated counts attempts by crossing (translation.go) and class.
+	translated *prometheus.CounterVec
 	leasePool     *prometheus.CounterVec
 	poolReady     prometheus.Gauge
 	poolEvents    *prometheus.CounterVec
@@ -126,6 +128,10 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Name: "weir_dataplane_metered_spills_total",
 			Help: "Requests served by a metered account (an API key) because no subscription account that serves the surface could, by the metered account's provider and surface.",
 		}, []string{"provider", "surface"}),
+		translated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weir_dataplane_translated_attempts_total",
+			Help: "Attempts served by an account of the other wire's provider, translated, by translation (client surface>upstream surface) and outcome class.",
+		}, []string{"translation", "class"}),
 		leasePool: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weir_dataplane_lease_pool_total",
 			Help: "Lease requests by how they were served: reused (a kept lease, no control-plane call), acquired (asked the control plane), retry (a retry asking with the accounts tried), class_probe (one Acquire for every held request parked on a refused model), prefetch (a fresh lease asked off the request path as a busy one nears its reuse deadline), shared_none (a held class's shared no-account answer, no call); queued counts the requests that waited for a lease to come back because their class already had 4 Acquires in flight.",
@@ -194,7 +200,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	for _, sp := range [][2]string{{"anthropic", surfaceMessages.name}, {"openai", surfaceResp.name}} {
 		m.meteredSpills.WithLabelValues(sp[0], sp[1])
 	}
-	reg.MustRegister(m.requests, m.attempts, m.ttfb, m.routesDropped, m.holds, m.holdSeconds, m.usageLimits, m.meteredSpills,
+	reg.MustRegister(m.requests, m.attempts, m.ttfb, m.routesDropped, m.holds, m.holdSeconds, m.usageLimits, m.meteredSpills, m.translated,
 		m.leasePool, m.poolReady, m.poolEvents,
 		m.reportsDropped, m.redelivered, m.bodyBuffered, m.bodyRefused, m.refusals, m.tokens,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -629,6 +629,10 @@ func (s *Server) tryOnce(ctx context.Context, rt *routing, lease *weirv1.Lease) 
 		s.metrics.countTokens(providerName(lease.Provider), modelFamily(model), used)
 	}
 	s.metrics.attempts.WithLabelValues(providerName(lease.Provider), statusClass(int(o.Status)), shortClass(o.Class), causeName(o.TransportCause)).Inc()
+	translation := translationFor(in.sf, lease.Provider).translationName()
+	if translation != "" {
+		s.metrics.translated.WithLabelValues(translation, shortClass(o.Class)).Inc()
+	}
 	d := s.release(actx, in, lease, o, admitted)
 	endAttemptSpan(span, o, d)
 	rt.addRecord(&weirv1.AttemptRecord{
@@ -639,6 +643,7 @@ func (s *Server) tryOnce(ctx context.Context, rt *routing, lease *weirv1.Lease) 
 		Usage:            used,
 		Model:            model,
 		TransportError:   o.TransportError,
+		Translation:      translation,
 	})
 	if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED {
 		rt.overloads = increment(rt.overloads, lease.AccountId)

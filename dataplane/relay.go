@@ -1,11 +1,13 @@
 package dataplane
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -19,6 +21,7 @@ import (
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/egress"
+	"github.com/weirhq/weir/internal/translate"
 )
 
 // maxErrorBody bounds how much of an upstream error body is kept.
@@ -90,7 +93,31 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 		}
 	}()
 
-	req, body, err := upstreamRequest(uctx, r, in.sf, in.body, lease)
+	// An account of the other wire's provider gets the request translated,
+	// and its answer is translated back (translation.go).
+	tr := translationFor(in.sf, lease.Provider)
+	sf := tr.upstreamSurface(in.sf)
+	reqBody := in.body
+	var treq translate.Request
+	if tr != nil {
+		if in.sf.name == surfaceCount.name {
+			// The target has no count: weir estimates, and says so.
+			o.Class, o.Status, o.BytesToClient = weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, http.StatusOK, true
+			writeTokenEstimate(w, in.body)
+			return attemptResult{outcome: o}
+		}
+		var err error
+		if treq, err = tr.request(in.body, cmp.Or(lease.Model, in.model), cacheKeyFor(in.session)); err != nil {
+			// The request itself is at fault: no account of this wire would
+			// do better, and nothing was sent.
+			apiErr := errUntranslatable(tr, err)
+			o.Class, o.Status, o.ErrorType, o.ErrorMessage = weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_ERROR, http.StatusBadRequest, "untranslatable", apiErr.message
+			writeError(w, in.sf.wire, in.requestID, apiErr)
+			return attemptResult{outcome: o}
+		}
+		reqBody = treq.Body
+	}
+	req, body, err := upstreamRequest(uctx, r, sf, reqBody, lease, tr != nil)
 	if err != nil {
 		o.Class, o.TransportCause = weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, weirv1.TransportCause_TRANSPORT_CAUSE_OTHER
 		o.TransportError = "build request: invalid base URL"
@@ -150,7 +177,7 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 			}
 			return attemptResult{outcome: o, failure: fail}
 		}
-		if in.sf.wire == wireOpenAI {
+		if sf.wire == wireOpenAI {
 			f := openAIErrorEvidence(resp.StatusCode, resp.Header, body, s.cfg.Now())
 			o.Class, o.ErrorType, o.ErrorMessage, o.Quota = f.class, f.errorType, f.message, f.quota
 		} else {
@@ -158,6 +185,11 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 			o.Class = classify(resp.StatusCode, "")
 		}
 		fail := &bufferedResponse{status: resp.StatusCode, header: resp.Header.Clone(), body: body}
+		if tr != nil {
+			fail = translatedFailure(in.sf.wire, in.requestID, resp.StatusCode, resp.Header,
+				&eventFailure{class: o.Class, errorType: o.ErrorType, message: o.ErrorMessage, quota: o.Quota})
+			tr.mark(fail.header, treq)
+		}
 		if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_ERROR || o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_UPSTREAM_ERROR {
 			// The request itself is at fault: no other account would do better.
 			fail.write(w)
@@ -172,16 +204,25 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 			// ends minutes later, so that the breaker closes for everyone.
 			served = func() { s.pool.probeServed(lease) }
 		}
-		return s.relayStream(ctx, w, resp, in, o, watch, body, served)
+		return s.relayStream(ctx, w, resp, in, o, watch, body, served, relayed{tr: tr, req: treq, sf: sf})
 	}
-	return s.relayWhole(ctx, w, resp, in, o, watch)
+	return s.relayWhole(ctx, w, resp, in, o, watch, relayed{tr: tr, req: treq, sf: sf})
+}
+
+// relayed is what an answer is relayed as: the surface the upstream
+// speaks (the client's, or the target's of a translation) and the
+// translation back, when there is one.
+type relayed struct {
+	sf  surface
+	tr  *translation
+	req translate.Request
 }
 
 // relayWhole reads a non-streamed answer whole, so that a connection cut
 // mid-body can still fail over, then sends it. An answer that is not
 // JSON, or larger than Config.MaxResponseBytes, is a broken answer: it fails over
 // like a cut connection and never reaches the client.
-func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.Response, in *inbound, o *weirv1.Outcome, idle idleWatch) attemptResult {
+func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.Response, in *inbound, o *weirv1.Outcome, idle idleWatch, rl relayed) attemptResult {
 	var body []byte
 	var err error
 	limit := s.cfg.MaxResponseBytes
@@ -196,7 +237,7 @@ func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.R
 		// (json.Unmarshal checks all of its input before decoding).
 		var u usage
 		var perr error
-		if in.sf.wire == wireOpenAI {
+		if rl.sf.wire == wireOpenAI {
 			u, perr = openAIUsage(body)
 		} else {
 			perr = u.fromMessage(body)
@@ -206,6 +247,13 @@ func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.R
 		}
 		if syn := (*json.SyntaxError)(nil); errors.As(perr, &syn) {
 			err = errMalformedBody
+		}
+		if err == nil && rl.tr != nil {
+			// An answer that does not translate is broken for this client:
+			// another account may answer one that does.
+			if body, perr = rl.tr.whole(body, in.model, rl.req); perr != nil {
+				err = fmt.Errorf("%w: %v", errUntranslatableAnswer, perr)
+			}
 		}
 	}
 	if err != nil {
@@ -221,6 +269,7 @@ func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.R
 	}
 	o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS
 	o.BytesToClient = true
+	rl.tr.mark(w.Header(), rl.req)
 	(&bufferedResponse{status: resp.StatusCode, header: resp.Header, body: body}).write(w)
 	return attemptResult{outcome: o}
 }
@@ -236,12 +285,16 @@ func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.R
 // is let go for the rest of the stream.
 //
 // served, when set, is called once output starts.
-func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.Response, in *inbound, o *weirv1.Outcome, idle idleWatch, body *replayBody, served func()) attemptResult {
+func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.Response, in *inbound, o *weirv1.Outcome, idle idleWatch, body *replayBody, served func(), rl relayed) attemptResult {
 	rc := http.NewResponseController(w)
 	sc := newSSEScanner(resp.Body)
-	signal := in.sf.signal
+	signal := rl.sf.signal
 	if signal == nil {
 		signal = anthropicSignal
+	}
+	var xl translate.Stream
+	if rl.tr != nil {
+		xl = rl.tr.stream(in.model, rl.req)
 	}
 	var (
 		held      []byte
@@ -254,6 +307,7 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 	)
 	commit := func() error {
 		copyResponseHeaders(w.Header(), resp.Header)
+		rl.tr.mark(w.Header(), rl.req)
 		w.WriteHeader(resp.StatusCode)
 		committed = true
 		o.BytesToClient = true
@@ -281,7 +335,7 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 		ev, err := sc.next()
 		idle.pause()
 		err = idle.cause(err)
-		if err == nil && malformedEvent(in.sf, ev) {
+		if err == nil && malformedEvent(rl.sf, ev) {
 			// Garbage is never relayed as if it were an event: before
 			// output the attempt failed like a cut connection; after, the
 			// client gets weir's error event instead of the garbage.
@@ -314,27 +368,44 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 			used.merge(sig.usage)
 			o.Usage = used.proto()
 		}
+		raw := ev.raw
 		if f := sig.failure; f != nil {
 			o.ErrorType, o.ErrorMessage, o.Quota = f.errorType, f.message, f.quota
 			if !committed {
 				o.Class = f.class
-				return attemptResult{outcome: o, failure: s.eventFailureResponse(in, resp, ev, f)}
+				return attemptResult{outcome: o, failure: s.eventFailureResponse(in, resp, ev, f, rl)}
+			}
+			if xl != nil {
+				// The client's own wire's error event, never the target's.
+				raw = streamErrorFor(in.sf, f)
 			}
 			o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR
 			if f.quota != nil {
 				// Output went out, then the quota ran out: the terminal event
 				// may become a usage limit once the pool is known to be spent.
-				return attemptResult{outcome: o, terminal: ev.raw}
+				return attemptResult{outcome: o, terminal: raw}
 			}
 			// The upstream's own error event ends the stream for the client;
 			// weir adds nothing after it.
 			finished = true
+		} else if xl != nil {
+			if raw, err = xl.Event(ev.name, ev.data); err != nil {
+				// An event the translation cannot carry breaks the stream as
+				// garbage would: before output another account may serve.
+				if !committed {
+					setTransport(o, weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, "stream ended before output: ", errUntranslatableAnswer)
+					return attemptResult{outcome: o, failure: gatewayFailure(in, "upstream stream could not be translated")}
+				}
+				setTransport(o, weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR, "stream cut after output: ", errUntranslatableAnswer)
+				w.Write(streamCutEvent(in.sf, "upstream sent an event that could not be translated")) //nolint:errcheck // best effort
+				rc.Flush()                                                                             //nolint:errcheck // best effort
+				break
+			}
 		}
 		if sig.done {
 			finished = true
 		}
-		raw := ev.raw
-		if in.sf.name == surfaceResp.name && responsesEventName(ev) == codexRateLimits {
+		if xl == nil && in.sf.name == surfaceResp.name && responsesEventName(ev) == codexRateLimits {
 			// The account's standing, never relayed: the commit sends the
 			// pool's first, and it takes the place of every later one
 			// (an event for an event, the stream's framing kept).
@@ -356,6 +427,9 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 			}
 			continue
 		}
+		if len(raw) == 0 {
+			continue // an event the client's wire has no place for
+		}
 		if _, err := w.Write(raw); err != nil {
 			o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED
 			return attemptResult{outcome: o}
@@ -374,7 +448,12 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 // eventFailureResponse is the plain error answer for an error event that
 // arrived before any output: nothing was sent, so the client gets the usual
 // shape of an error in its own format.
-func (s *Server) eventFailureResponse(in *inbound, resp *http.Response, ev sseEvent, f *eventFailure) *bufferedResponse {
+func (s *Server) eventFailureResponse(in *inbound, resp *http.Response, ev sseEvent, f *eventFailure, rl relayed) *bufferedResponse {
+	if rl.tr != nil {
+		out := translatedFailure(in.sf.wire, in.requestID, f.status, resp.Header, f)
+		rl.tr.mark(out.header, rl.req)
+		return out
+	}
 	h := http.Header{"Content-Type": {"application/json"}}
 	for _, k := range []string{"Request-Id", "X-Request-Id"} {
 		if v := resp.Header.Values(k); len(v) > 0 {
@@ -412,6 +491,9 @@ var (
 	errBodyTooLarge   = errors.New("answer exceeds MaxResponseBytes")
 	errMalformedBody  = errors.New("answer is not JSON")
 	errMalformedEvent = errors.New("malformed event")
+	// errUntranslatableAnswer: the answer does not translate into the
+	// client's wire (translation.go).
+	errUntranslatableAnswer = errors.New("answer could not be translated")
 )
 
 // malformedEvent reports an event no client could read: a line that is
@@ -481,7 +563,7 @@ func transportFailure(err error) (weirv1.TransportCause, string) {
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
 		return weirv1.TransportCause_TRANSPORT_CAUSE_TIMEOUT, timeoutText(err)
 	case errors.Is(err, errSSETooLarge), errors.Is(err, errBodyTooLarge),
-		errors.Is(err, errMalformedBody), errors.Is(err, errMalformedEvent):
+		errors.Is(err, errMalformedBody), errors.Is(err, errMalformedEvent), errors.Is(err, errUntranslatableAnswer):
 		return weirv1.TransportCause_TRANSPORT_CAUSE_OTHER, err.Error()
 	}
 	return weirv1.TransportCause_TRANSPORT_CAUSE_OTHER, "transport error"

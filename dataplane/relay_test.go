@@ -46,7 +46,7 @@ func relay(t *testing.T, upstream io.Reader) (*httptest.ResponseRecorder, attemp
 		Body: io.NopCloser(upstream),
 	}
 	in := &inbound{requestID: "weir_r", stream: true}
-	res := s.relayStream(t.Context(), tw, resp, in, &weirv1.Outcome{}, idleWatch{}, nil, nil)
+	res := s.relayStream(t.Context(), tw, resp, in, &weirv1.Outcome{}, idleWatch{}, nil, nil, relayed{})
 	return rec, res
 }
 
@@ -276,7 +276,7 @@ func TestRelayStreamIdleCut(t *testing.T) {
 		rec := httptest.NewRecorder()
 		tw := &trackingWriter{ResponseWriter: rec, now: time.Now}
 		start := time.Now()
-		res := s.relayStream(t.Context(), tw, resp, &inbound{requestID: "weir_idle", stream: true}, &weirv1.Outcome{}, watch, nil, nil)
+		res := s.relayStream(t.Context(), tw, resp, &inbound{requestID: "weir_idle", stream: true}, &weirv1.Outcome{}, watch, nil, nil, relayed{})
 		if res.outcome.Class != weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR || !strings.Contains(res.outcome.TransportError, "idle timeout") {
 			t.Errorf("outcome = %v, want a stream error for the idle timeout", res.outcome)
 		}

@@ -38,12 +38,21 @@ var clientOnlyHeaders = map[string]bool{
 // headers unchanged, except its auth, replaced by the lease's, and the
 // body's model when the lease resolved an alias. The body is a
 // replayBody: the attempt releases it once its answer is committed.
-func upstreamRequest(ctx context.Context, in *http.Request, sf surface, body []byte, lease *weirv1.Lease) (*http.Request, *replayBody, error) {
-	target := strings.TrimRight(lease.BaseUrl, "/") + sf.upstreamPath(in.URL.EscapedPath(), lease.Provider)
-	if in.URL.RawQuery != "" {
+//
+// A translated request (sf the target's surface, body already the
+// target's) carries none of the client's headers: they are the other
+// wire's (anthropic-beta, a Codex session id), which the target does not
+// read, and would tell it who the client is.
+func upstreamRequest(ctx context.Context, in *http.Request, sf surface, body []byte, lease *weirv1.Lease, translated bool) (*http.Request, *replayBody, error) {
+	path := sf.upstreamPath(in.URL.EscapedPath(), lease.Provider)
+	if translated && sf.wire == wireAnthropic {
+		path = "/v1/messages"
+	}
+	target := strings.TrimRight(lease.BaseUrl, "/") + path
+	if in.URL.RawQuery != "" && !translated {
 		target += "?" + in.URL.RawQuery
 	}
-	if lease.Model != "" && body != nil {
+	if lease.Model != "" && body != nil && !translated {
 		// The client named an alias: the upstream gets the concrete model.
 		var err error
 		if body, err = withModel(body, lease.Model); err != nil {
@@ -64,12 +73,19 @@ func upstreamRequest(ctx context.Context, in *http.Request, sf surface, body []b
 		// NewRequest knows the length of its own readers only.
 		out.ContentLength, out.GetBody = int64(len(body)), rb.GetBody
 	}
-	connHeaders := connectionListed(in.Header)
-	for k, vs := range in.Header {
-		if hopHeaders[k] || clientOnlyHeaders[k] || connHeaders[k] {
-			continue
+	if translated {
+		out.Header.Set("Content-Type", "application/json")
+		if ua := in.Header.Get("User-Agent"); ua != "" {
+			out.Header.Set("User-Agent", ua)
 		}
-		out.Header[k] = slices.Clip(vs) // shared, as in copyResponseHeaders
+	} else {
+		connHeaders := connectionListed(in.Header)
+		for k, vs := range in.Header {
+			if hopHeaders[k] || clientOnlyHeaders[k] || connHeaders[k] {
+				continue
+			}
+			out.Header[k] = slices.Clip(vs) // shared, as in copyResponseHeaders
+		}
 	}
 	switch lease.Provider {
 	case weirv1.Provider_PROVIDER_OPENAI:

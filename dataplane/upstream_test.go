@@ -58,7 +58,7 @@ func TestUpstreamRequestHeaders(t *testing.T) {
 	in.Header.Set("Anthropic-Beta", "interleaved-thinking-2025-05-14")
 	lease := &weirv1.Lease{BaseUrl: "http://upstream.test:8080/", AuthKind: weirv1.AuthKind_AUTH_KIND_API_KEY, Credential: testAPIKey}
 
-	out, _, err := upstreamRequest(t.Context(), in, surfaceMessages, []byte(body), lease)
+	out, _, err := upstreamRequest(t.Context(), in, surfaceMessages, []byte(body), lease, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestUpstreamRequestOAuth(t *testing.T) {
 				in.Header.Add("Anthropic-Beta", b)
 			}
 			lease := &weirv1.Lease{BaseUrl: "https://api.anthropic.com", AuthKind: weirv1.AuthKind_AUTH_KIND_OAUTH, Credential: testOAuthToken}
-			out, _, err := upstreamRequest(t.Context(), in, surfaceMessages, []byte("{}"), lease)
+			out, _, err := upstreamRequest(t.Context(), in, surfaceMessages, []byte("{}"), lease, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -170,7 +170,7 @@ func TestUpstreamRequestDefaults(t *testing.T) {
 	t.Run("anthropic-version defaulted", func(t *testing.T) {
 		t.Parallel()
 		in := agentRequest(t, "http://weir.internal/v1/messages/count_tokens", "{}")
-		out, _, err := upstreamRequest(t.Context(), in, surfaceMessages, []byte("{}"), &weirv1.Lease{BaseUrl: "http://u.test", Credential: testAPIKey})
+		out, _, err := upstreamRequest(t.Context(), in, surfaceMessages, []byte("{}"), &weirv1.Lease{BaseUrl: "http://u.test", Credential: testAPIKey}, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +189,7 @@ func TestUpstreamRequestDefaults(t *testing.T) {
 		t.Parallel()
 		in := agentRequest(t, "http://weir.internal/v1/messages", "{}")
 		in.Header.Set("Anthropic-Version", "2023-01-01")
-		out, _, err := upstreamRequest(t.Context(), in, surfaceMessages, []byte("{}"), &weirv1.Lease{BaseUrl: "http://u.test", Credential: testAPIKey})
+		out, _, err := upstreamRequest(t.Context(), in, surfaceMessages, []byte("{}"), &weirv1.Lease{BaseUrl: "http://u.test", Credential: testAPIKey}, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -201,7 +201,7 @@ func TestUpstreamRequestDefaults(t *testing.T) {
 		t.Parallel()
 		in := agentRequest(t, "http://weir.internal/v1/models/claude%2Fx?beta=true&after_id=a%20b&limit=5", "")
 		in.Method = http.MethodGet
-		out, _, err := upstreamRequest(t.Context(), in, surfaceMessages, nil, &weirv1.Lease{BaseUrl: "https://proxy.test/anthropic/", Credential: testAPIKey})
+		out, _, err := upstreamRequest(t.Context(), in, surfaceMessages, nil, &weirv1.Lease{BaseUrl: "https://proxy.test/anthropic/", Credential: testAPIKey}, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -215,7 +215,7 @@ func TestUpstreamRequestDefaults(t *testing.T) {
 	t.Run("invalid base URL", func(t *testing.T) {
 		t.Parallel()
 		in := agentRequest(t, "http://weir.internal/v1/messages", "{}")
-		if _, _, err := upstreamRequest(t.Context(), in, surfaceMessages, []byte("{}"), &weirv1.Lease{BaseUrl: "http://bad host\x7f", Credential: testAPIKey}); err == nil {
+		if _, _, err := upstreamRequest(t.Context(), in, surfaceMessages, []byte("{}"), &weirv1.Lease{BaseUrl: "http://bad host\x7f", Credential: testAPIKey}, false); err == nil {
 			t.Error("no error for an invalid base URL")
 		}
 	})

@@ -56,8 +56,9 @@ type messagesTool struct {
 }
 
 type messagesChoice struct {
-	Type string `json:"type"`
-	Name string `json:"name"`
+	Type            string `json:"type"`
+	Name            string `json:"name"`
+	DisableParallel bool   `json:"disable_parallel_tool_use"`
 }
 
 // knownMessagesFields are the request fields MessagesToChat carries or
@@ -200,6 +201,10 @@ func messagesToChat(body []byte, model, cacheKey string) ([]byte, error) {
 			out.ToolChoice = map[string]any{"type": "function", "function": map[string]string{"name": c.Name}}
 		default:
 			return nil, unsupported("tool_choice %q", c.Type)
+		}
+		if c.DisableParallel {
+			f := false
+			out.ParallelToolCalls = &f
 		}
 	}
 	return json.Marshal(out)

@@ -1,0 +1,187 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+// translatedTool is a Messages request that offers a tool, as Claude
+// Code's turns do: the simulator answers it with a call of the tool.
+const translatedTool = `{"name":"Bash","description":"Run a command","input_schema":{"type":"object","properties":{"command":{"type":"string"}},"required":["command"]}}`
+
+// messagesTurn is a Messages request for model with the Bash tool, its
+// conversation msgs (JSON array elements), streamed or not.
+func messagesTurn(model, msgs string, stream bool) string {
+	return `{"model":"` + model + `","max_tokens":1024,"system":[{"type":"text","text":"You are an agent."}],` +
+		`"tools":[` + translatedTool + `],"messages":[` + msgs + `],"stream":` + map[bool]string{true: "true", false: "false"}[stream] + `}`
+}
+
+// A Messages client on an alias that translates is served by a Codex
+// account as Responses and by an OpenAI account as Chat Completions: a
+// multi-turn conversation with a tool call, whole and streamed, gets
+// Messages answers (a tool_use whose id comes back in the next turn's
+// tool_result, then the text), the upstream sees the target model on its
+// own path, and the route event names the translation. Without the
+// alias's consent the same alias is refused.
+func TestTranslatedMessagesTurns(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		provider, target, path, translation string
+	}{
+		{"codex", "gpt-5-codex", "/backend-api/codex/responses", "messages>responses"},
+		{"openai", "gpt-4.1", "/v1/chat/completions", "messages>chat_completions"},
+	} {
+		t.Run(c.provider, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, options{accounts: []account{{label: "up", provider: c.provider}}})
+			ctx := t.Context()
+			set := func(translate bool, targets ...string) {
+				if _, err := e.aliases.SetAlias(ctx, connect.NewRequest(&weirv1.SetAliasRequest{
+					Alias: "coder", Targets: targets, Translate: translate})); err != nil {
+					t.Fatal(err)
+				}
+			}
+			set(false, c.target)
+			r := e.do(http.MethodPost, "/v1/messages", messagesTurn("coder", `{"role":"user","content":"List the files."}`, false), nil)
+			if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), "--translate") {
+				t.Fatalf("an alias that does not translate: %d %s", r.status, r.body)
+			}
+			// The Claude model first: with no Anthropic account, the
+			// alias goes on to the target it translates for.
+			set(true, model, c.target)
+			for _, stream := range []bool{false, true} {
+				first := `{"role":"user","content":"List the files."}`
+				r := e.do(http.MethodPost, "/v1/messages", messagesTurn("coder", first, stream), nil)
+				if r.status != http.StatusOK {
+					t.Fatalf("stream=%v: status %d: %s", stream, r.status, r.body)
+				}
+				if got := r.header.Get("Weir-Translation"); got != c.translation {
+					t.Errorf("Weir-Translation %q, want %q", got, c.translation)
+				}
+				msg := messagesAnswer(t, r.body, stream)
+				if msg.StopReason != "tool_use" || len(msg.Content) == 0 || msg.Content[len(msg.Content)-1].Type != "tool_use" {
+					t.Fatalf("stream=%v: first turn %+v, want a tool call", stream, msg)
+				}
+				call := msg.Content[len(msg.Content)-1]
+				if call.ID == "" || call.Name != "Bash" || !json.Valid(call.Input) {
+					t.Fatalf("stream=%v: tool call %+v", stream, call)
+				}
+				ev := e.routeEvent(r.header.Get("Weir-Request-Id"))
+				if recs := ev.AttemptRecords; len(recs) != 1 || recs[0].Translation != c.translation || recs[0].Model != c.target {
+					t.Errorf("route event records %+v, want one %s attempt on %s", recs, c.translation, c.target)
+				}
+				if ev.Usage.GetInputTokens()+ev.Usage.GetCacheReadTokens() == 0 || ev.Usage.GetOutputTokens() == 0 {
+					t.Errorf("translated usage %+v, want the target's counts", ev.Usage)
+				}
+				// The next turns answer the call by its id, until the
+				// simulator's turn of tool calls is over and it answers text.
+				msgs := first
+				for turn := 2; msg.StopReason == "tool_use"; turn++ {
+					if turn > 6 {
+						t.Fatalf("stream=%v: still calling tools at turn %d", stream, turn)
+					}
+					asst, _ := json.Marshal(map[string]any{"role": "assistant", "content": msg.Content})
+					msgs += `,` + string(asst) + `,{"role":"user","content":[{"type":"tool_result","tool_use_id":"` +
+						msg.Content[len(msg.Content)-1].ID + `","content":"README.md"}]}`
+					r = e.do(http.MethodPost, "/v1/messages", messagesTurn("coder", msgs, stream), nil)
+					if r.status != http.StatusOK {
+						t.Fatalf("stream=%v turn %d: status %d: %s", stream, turn, r.status, r.body)
+					}
+					msg = messagesAnswer(t, r.body, stream)
+				}
+				if msg.StopReason != "end_turn" || len(msg.Content) != 1 || msg.Content[0].Type != "text" || msg.Content[0].Text == "" {
+					t.Errorf("stream=%v: last turn %+v, want text", stream, msg)
+				}
+			}
+			for _, a := range e.sim.Attempts() {
+				if a.Path != c.path || a.Model != c.target || a.Outcome != "ok" {
+					t.Errorf("upstream attempt %+v, want ok on %s as %s", a, c.path, c.target)
+				}
+			}
+			e.leasesReleased()
+		})
+	}
+}
+
+// messageContent is a Messages answer's content block.
+type messageContent struct {
+	Type  string          `json:"type"`
+	Text  string          `json:"text,omitempty"`
+	ID    string          `json:"id,omitempty"`
+	Name  string          `json:"name,omitempty"`
+	Input json.RawMessage `json:"input,omitempty"`
+}
+
+type messageAnswer struct {
+	StopReason string           `json:"stop_reason"`
+	Content    []messageContent `json:"content"`
+}
+
+// messagesAnswer reads a Messages answer, whole or streamed: a stream is
+// put together from its events, each checked to be in the order a
+// Messages client expects.
+func messagesAnswer(t *testing.T, body []byte, stream bool) messageAnswer {
+	t.Helper()
+	var m messageAnswer
+	if !stream {
+		if err := json.Unmarshal(body, &m); err != nil {
+			t.Fatalf("answer %s: %v", body, err)
+		}
+		return m
+	}
+	open := -1
+	var partial []string
+	names := []string{}
+	for _, ev := range sseEvents(t, body) {
+		names = append(names, ev[0])
+		var d struct {
+			Type         string         `json:"type"`
+			Index        int            `json:"index"`
+			ContentBlock messageContent `json:"content_block"`
+			Delta        struct {
+				Type        string `json:"type"`
+				Text        string `json:"text"`
+				PartialJSON string `json:"partial_json"`
+				StopReason  string `json:"stop_reason"`
+			} `json:"delta"`
+		}
+		if err := json.Unmarshal([]byte(ev[1]), &d); err != nil || d.Type != ev[0] {
+			t.Fatalf("event %s %s: type %q, %v", ev[0], ev[1], d.Type, err)
+		}
+		switch ev[0] {
+		case "content_block_start":
+			if open != -1 || d.Index != len(m.Content) {
+				t.Fatalf("block %d opened while %d is open, after %d blocks", d.Index, open, len(m.Content))
+			}
+			open = d.Index
+			m.Content = append(m.Content, d.ContentBlock)
+			partial = append(partial, "")
+		case "content_block_delta":
+			if d.Index != open {
+				t.Fatalf("a delta for block %d while %d is open", d.Index, open)
+			}
+			m.Content[open].Text += d.Delta.Text
+			partial[open] += d.Delta.PartialJSON
+		case "content_block_stop":
+			if d.Index != open {
+				t.Fatalf("block %d closed while %d is open", d.Index, open)
+			}
+			if m.Content[open].Type == "tool_use" {
+				m.Content[open].Input = json.RawMessage(partial[open])
+			}
+			open = -1
+		case "message_delta":
+			m.StopReason = d.Delta.StopReason
+		}
+	}
+	if len(names) < 3 || names[0] != "message_start" || names[len(names)-1] != "message_stop" || open != -1 {
+		t.Fatalf("stream events %v, want message_start … message_stop with every block closed", names)
+	}
+	return m
+}
