@@ -22,9 +22,9 @@ type metrics struct {
 	meteredSpills *prometheus.CounterVec
 	// translated counts attempts by crossing (translation.go) and class.
 	translated *prometheus.CounterVec
-	leasePool     *prometheus.CounterVec
-	poolReady     prometheus.Gauge
-	poolEvents    *prometheus.CounterVec
+	leasePool  *prometheus.CounterVec
+	poolReady  prometheus.Gauge
+	poolEvents *prometheus.CounterVec
 	// The outbox: reports the control plane did not take when sent.
 	reportsDropped *prometheus.CounterVec
 	redelivered    *prometheus.CounterVec

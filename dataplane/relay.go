@@ -398,7 +398,7 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 				}
 				setTransport(o, weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR, "stream cut after output: ", errUntranslatableAnswer)
 				w.Write(streamCutEvent(in.sf, "upstream sent an event that could not be translated")) //nolint:errcheck // best effort
-				rc.Flush()                                                                             //nolint:errcheck // best effort
+				rc.Flush()                                                                            //nolint:errcheck // best effort
 				break
 			}
 		}
