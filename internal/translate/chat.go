@@ -61,13 +61,38 @@ type messagesChoice struct {
 	DisableParallel bool   `json:"disable_parallel_tool_use"`
 }
 
-// knownMessagesFields are the request fields MessagesToChat carries or
-// knows to be weir's to ignore (cache_control lives inside blocks;
-// thinking and its budget have no Chat equivalent but change no answer's
-// shape, see MessagesToChat).
+// knownMessagesFields are the request fields the translators from
+// Messages carry (cache_control lives inside blocks). Any other is
+// refused, but for messagesDroppable's.
 var knownMessagesFields = map[string]bool{
 	"model": true, "max_tokens": true, "system": true, "messages": true, "tools": true, "tool_choice": true,
 	"temperature": true, "top_p": true, "stop_sequences": true, "stream": true, "metadata": true,
+}
+
+// messagesDroppable are the request fields Claude Code sends that a
+// target may have no place for without the answer changing shape: the
+// server's management of earlier turns' thinking and tool results
+// (context_management: a translated request carries no earlier thinking),
+// the thinking setting and the output effort (the target reasons as it
+// does; a translator that can say them does). Left out, they are named
+// in Request.Dropped.
+var messagesDroppable = map[string]bool{"context_management": true, "thinking": true, "output_config": true}
+
+// checkMessagesFields refuses the fields of a Messages request no
+// translator knows, and names the droppable ones present (not null), in
+// a stable order: a translator that carries one takes it off.
+func checkMessagesFields(top map[string]json.RawMessage) (dropped []string, err error) {
+	for k := range top {
+		if !knownMessagesFields[k] && !messagesDroppable[k] {
+			return nil, unsupported("the %q field", k)
+		}
+	}
+	for _, k := range []string{"context_management", "output_config", "thinking"} {
+		if v, ok := top[k]; ok && string(v) != "null" {
+			dropped = append(dropped, k)
+		}
+	}
+	return dropped, nil
 }
 
 // Chat Completions request as MessagesToChat writes it.
@@ -136,29 +161,29 @@ type chatToolFunction struct {
 // translated session reads the target's cache). A streamed request asks
 // for its usage (stream_options.include_usage), which weir counts.
 //
-// Thinking: a request's own thinking settings ("thinking") and the
-// thinking blocks of earlier assistant turns have no Chat Completions
-// form and change nothing the target must read (a provider discards
-// earlier turns' thinking itself); they are left out. Everything else
-// this package does not know is refused (Unsupported).
+// Thinking: a request's own thinking settings ("thinking", and Claude
+// Code's output_config effort) have no form every Chat endpoint takes,
+// and are left out, named (Request.Dropped); the thinking blocks of
+// earlier assistant turns change nothing the target must read (a
+// provider discards earlier turns' thinking itself) and are left out.
+// Everything else this package does not know is refused (Unsupported).
 func MessagesToChat(body []byte, model, cacheKey string) (Request, error) {
-	b, err := messagesToChat(body, model, cacheKey)
-	return Request{Body: b}, err
+	b, dropped, err := messagesToChat(body, model, cacheKey)
+	return Request{Body: b, Dropped: dropped}, err
 }
 
-func messagesToChat(body []byte, model, cacheKey string) ([]byte, error) {
+func messagesToChat(body []byte, model, cacheKey string) ([]byte, []string, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(body, &top); err != nil {
-		return nil, fmt.Errorf("request body: %w", err)
+		return nil, nil, fmt.Errorf("request body: %w", err)
 	}
-	for k := range top {
-		if !knownMessagesFields[k] && k != "thinking" {
-			return nil, unsupported("the %q field", k)
-		}
+	dropped, err := checkMessagesFields(top)
+	if err != nil {
+		return nil, nil, err
 	}
 	var req messagesRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, fmt.Errorf("request body: %w", err)
+		return nil, nil, fmt.Errorf("request body: %w", err)
 	}
 	out := chatRequest{Model: model, MaxCompletionTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP,
 		Stop: req.StopSequences, Stream: req.Stream, PromptCacheKey: cacheKey}
@@ -166,11 +191,13 @@ func messagesToChat(body []byte, model, cacheKey string) ([]byte, error) {
 		out.StreamOptions = &streamOptions{IncludeUsage: true}
 	}
 	if req.Metadata != nil {
-		out.User = req.Metadata.UserID
+		// The client's identity with its own provider (Claude Code's
+		// device and session), not the target's to know.
+		dropped = append(dropped, "metadata")
 	}
 	sys, err := systemText(req.System)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if sys != "" {
 		out.Messages = append(out.Messages, chatMessage{Role: "system", Content: sys})
@@ -178,13 +205,13 @@ func messagesToChat(body []byte, model, cacheKey string) ([]byte, error) {
 	for i, m := range req.Messages {
 		msgs, err := chatMessages(m)
 		if err != nil {
-			return nil, fmt.Errorf("messages[%d]: %w", i, err)
+			return nil, nil, fmt.Errorf("messages[%d]: %w", i, err)
 		}
 		out.Messages = append(out.Messages, msgs...)
 	}
 	for _, t := range req.Tools {
 		if t.Type != "" && t.Type != "custom" {
-			return nil, unsupported("the server tool %q (%s)", t.Name, t.Type)
+			return nil, nil, unsupported("the server tool %q (%s)", t.Name, t.Type)
 		}
 		out.Tools = append(out.Tools, chatTool{Type: "function", Function: chatToolFunction{Name: t.Name,
 			Description: t.Description, Parameters: t.InputSchema}})
@@ -200,14 +227,15 @@ func messagesToChat(body []byte, model, cacheKey string) ([]byte, error) {
 		case "tool":
 			out.ToolChoice = map[string]any{"type": "function", "function": map[string]string{"name": c.Name}}
 		default:
-			return nil, unsupported("tool_choice %q", c.Type)
+			return nil, nil, unsupported("tool_choice %q", c.Type)
 		}
 		if c.DisableParallel {
 			f := false
 			out.ParallelToolCalls = &f
 		}
 	}
-	return json.Marshal(out)
+	b, err := json.Marshal(out)
+	return b, dropped, err
 }
 
 // systemText is a system prompt as one string: a string, or text blocks
@@ -239,6 +267,19 @@ func systemText(raw json.RawMessage) (string, error) {
 // tool results become tool messages (before its other content, in their
 // order), an assistant turn's tool_use blocks its tool_calls, ids kept.
 func chatMessages(m messagesMessage) ([]chatMessage, error) {
+	switch m.Role {
+	case "user", "assistant":
+	case "system":
+		// A system message between the turns (Claude Code's notes to the
+		// model) stays where it stands.
+		text, err := systemText(m.Content)
+		if err != nil {
+			return nil, err
+		}
+		return []chatMessage{{Role: "system", Content: text}}, nil
+	default:
+		return nil, fmt.Errorf("role %q: user, assistant or system", m.Role)
+	}
 	var text string
 	if json.Unmarshal(m.Content, &text) == nil {
 		return []chatMessage{{Role: m.Role, Content: text}}, nil
@@ -247,8 +288,7 @@ func chatMessages(m messagesMessage) ([]chatMessage, error) {
 	if err := json.Unmarshal(m.Content, &blocks); err != nil {
 		return nil, errors.New("content: a string or an array of blocks")
 	}
-	switch m.Role {
-	case "user":
+	if m.Role == "user" {
 		var out []chatMessage
 		var parts []chatPart
 		for _, b := range blocks {
@@ -275,33 +315,31 @@ func chatMessages(m messagesMessage) ([]chatMessage, error) {
 			out = append(out, chatMessage{Role: "user", Content: parts})
 		}
 		return out, nil
-	case "assistant":
-		msg := chatMessage{Role: "assistant"}
-		var texts []string
-		for _, b := range blocks {
-			switch b.Type {
-			case "text":
-				texts = append(texts, b.Text)
-			case "tool_use":
-				args := string(b.Input)
-				if args == "" {
-					args = "{}"
-				}
-				msg.ToolCalls = append(msg.ToolCalls, chatToolCall{ID: b.ID, Type: "function",
-					Function: chatFunction{Name: b.Name, Arguments: args}})
-			case "thinking", "redacted_thinking":
-				// An earlier turn's thinking: no target reads it (see
-				// MessagesToChat).
-			default:
-				return nil, unsupported("a %q block in an assistant turn", b.Type)
-			}
-		}
-		if len(texts) > 0 {
-			msg.Content = strings.Join(texts, "")
-		}
-		return []chatMessage{msg}, nil
 	}
-	return nil, fmt.Errorf("role %q: user or assistant", m.Role)
+	msg := chatMessage{Role: "assistant"}
+	var texts []string
+	for _, b := range blocks {
+		switch b.Type {
+		case "text":
+			texts = append(texts, b.Text)
+		case "tool_use":
+			args := string(b.Input)
+			if args == "" {
+				args = "{}"
+			}
+			msg.ToolCalls = append(msg.ToolCalls, chatToolCall{ID: b.ID, Type: "function",
+				Function: chatFunction{Name: b.Name, Arguments: args}})
+		case "thinking", "redacted_thinking":
+			// An earlier turn's thinking: no target reads it (see
+			// MessagesToChat).
+		default:
+			return nil, unsupported("a %q block in an assistant turn", b.Type)
+		}
+	}
+	if len(texts) > 0 {
+		msg.Content = strings.Join(texts, "")
+	}
+	return []chatMessage{msg}, nil
 }
 
 // imageURL is an image block as a URL Chat Completions reads: a data URL

@@ -41,9 +41,12 @@ func TestMessagesToChatConversation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if want := []string{"thinking", "metadata"}; !reflect.DeepEqual(req.Dropped, want) {
+		t.Errorf("dropped %v, want %v", req.Dropped, want)
+	}
 	got := decode(t, out)
 	want := decode(t, []byte(`{"model":"gpt-4.1","max_completion_tokens":4096,"stream":true,"stream_options":{"include_usage":true},
-	"user":"u1","prompt_cache_key":"session-1","tool_choice":"auto",
+	"prompt_cache_key":"session-1","tool_choice":"auto",
 	"tools":[{"type":"function","function":{"name":"Bash","description":"Run a command","parameters":{"type":"object","properties":{"command":{"type":"string"}},"required":["command"]}}}],
 	"messages":[
 	 {"role":"system","content":"You are Claude Code.\n\nBe brief."},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -75,10 +76,9 @@ func MessagesToResponses(body []byte, model, cacheKey string) (Request, error) {
 	if err := json.Unmarshal(body, &top); err != nil {
 		return Request{}, fmt.Errorf("request body: %w", err)
 	}
-	for k := range top {
-		if !knownMessagesFields[k] && k != "thinking" {
-			return Request{}, unsupported("the %q field", k)
-		}
+	extra, err := checkMessagesFields(top)
+	if err != nil {
+		return Request{}, err
 	}
 	var req messagesRequest
 	if err := json.Unmarshal(body, &req); err != nil {
@@ -93,6 +93,7 @@ func MessagesToResponses(body []byte, model, cacheKey string) (Request, error) {
 			dropped = append(dropped, k)
 		}
 	}
+	dropped = append(dropped, extra...)
 	out := responsesRequest{Model: model, Input: []json.RawMessage{}, Stream: req.Stream, PromptCacheKey: cacheKey}
 	sys, err := systemText(req.System)
 	if err != nil {
@@ -134,18 +135,24 @@ func MessagesToResponses(body []byte, model, cacheKey string) (Request, error) {
 			out.ParallelToolCalls = &f
 		}
 	}
-	if effort, err := thinkingEffort(top["thinking"]); err != nil {
+	effort, err := thinkingEffort(top["thinking"], top["output_config"])
+	if err != nil {
 		return Request{}, err
-	} else if effort != "" {
+	}
+	if effort != "" {
+		// Carried: the target reasons at that effort, with its summary.
 		out.Reasoning = &responsesEffort{Effort: effort, Summary: "auto"}
+		dropped = slices.DeleteFunc(dropped, func(k string) bool { return k == "thinking" || k == "output_config" })
 	}
 	b, err := json.Marshal(out)
 	return Request{Body: b, Dropped: dropped}, err
 }
 
 // thinkingEffort is a Messages thinking setting as a reasoning effort: ""
-// when thinking is off; the budget's size picks low, medium or high.
-func thinkingEffort(raw json.RawMessage) (string, error) {
+// when thinking is off; an output effort (output_config.effort: low,
+// medium, high) when the request names one, else the budget's size picks
+// low, medium or high (adaptive thinking: medium).
+func thinkingEffort(raw, outputConfig json.RawMessage) (string, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", nil
 	}
@@ -159,11 +166,27 @@ func thinkingEffort(raw json.RawMessage) (string, error) {
 	switch t.Type {
 	case "disabled", "":
 		return "", nil
-	case "adaptive":
-		return "medium", nil
-	case "enabled":
+	case "adaptive", "enabled":
 	default:
 		return "", unsupported("thinking of type %q", t.Type)
+	}
+	var oc struct {
+		Effort string `json:"effort"`
+	}
+	if len(outputConfig) > 0 && string(outputConfig) != "null" {
+		if err := json.Unmarshal(outputConfig, &oc); err != nil {
+			return "", errors.New("output_config: an object")
+		}
+	}
+	switch oc.Effort {
+	case "low", "medium", "high":
+		return oc.Effort, nil
+	case "":
+	default:
+		return "", unsupported("the output effort %q", oc.Effort)
+	}
+	if t.Type == "adaptive" {
+		return "medium", nil
 	}
 	switch {
 	case t.BudgetTokens < 4096:
@@ -185,6 +208,16 @@ func responsesItems(m messagesMessage) ([]json.RawMessage, error) {
 		b, _ := json.Marshal(v)
 		items = append(items, b)
 	}
+	if m.Role == "system" {
+		// A system message between the turns (Claude Code's notes to the
+		// model) is the developer's word where it stands.
+		text, err := systemText(m.Content)
+		if err != nil {
+			return nil, err
+		}
+		add(responsesMessage{Type: "message", Role: "developer", Content: []responsesInput{{Type: "input_text", Text: text}}})
+		return items, nil
+	}
 	var text string
 	if json.Unmarshal(m.Content, &text) == nil {
 		switch m.Role {
@@ -193,7 +226,7 @@ func responsesItems(m messagesMessage) ([]json.RawMessage, error) {
 		case "assistant":
 			add(responsesMessage{Type: "message", Role: "assistant", Content: []responsesInput{{Type: "output_text", Text: text}}})
 		default:
-			return nil, fmt.Errorf("role %q: user or assistant", m.Role)
+			return nil, fmt.Errorf("role %q: user, assistant or system", m.Role)
 		}
 		return items, nil
 	}
@@ -253,7 +286,7 @@ func responsesItems(m messagesMessage) ([]json.RawMessage, error) {
 		}
 		flush("assistant")
 	default:
-		return nil, fmt.Errorf("role %q: user or assistant", m.Role)
+		return nil, fmt.Errorf("role %q: user, assistant or system", m.Role)
 	}
 	return items, nil
 }

@@ -1,0 +1,58 @@
+package e2e
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+// translateAlias makes alias a translating alias to targets.
+func (e *env) translateAlias(alias string, targets ...string) {
+	e.t.Helper()
+	if _, err := e.aliases.SetAlias(e.t.Context(), connect.NewRequest(&weirv1.SetAliasRequest{
+		Alias: alias, Targets: targets, Translate: true})); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// The real Claude Code runs a task of three tool calls on a Codex account
+// and on an OpenAI (Chat Completions) account, through a translating
+// alias it is configured to use: it finishes with no error shown, and
+// every answer it got came from the target's own path.
+func TestRealClaudeCodeTranslated(t *testing.T) {
+	t.Parallel()
+	bin := clientBinary(t, "WEIR_CLAUDE_BIN", "claude")
+	for _, c := range []struct{ provider, target, path string }{
+		{"codex", "gpt-5-codex", "/backend-api/codex/responses"},
+		{"openai", "gpt-4.1", "/v1/chat/completions"},
+	} {
+		t.Run(c.provider, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, options{accounts: []account{{label: "up", provider: c.provider}}})
+			e.translateAlias("coder", c.target)
+			out, err := runClient(t, bin, []string{"ANTHROPIC_BASE_URL=" + e.dpSrv.URL, "ANTHROPIC_API_KEY=" + e.key,
+				"ANTHROPIC_MODEL=coder", "ANTHROPIC_SMALL_FAST_MODEL=coder", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1"},
+				"-p", "Run echo three times, then say hello.", "--allowedTools", "Bash(echo:*)")
+			if err != nil || !strings.Contains(out, "weir upstream simulator") {
+				t.Fatalf("claude -p on %s: %v\n%s", c.provider, err, out)
+			}
+			shownNothingWrong(t, "claude on "+c.provider, out)
+			served := 0
+			for _, a := range e.sim.Attempts() {
+				if a.Path != c.path || a.Model != c.target {
+					t.Errorf("upstream attempt %+v, want %s on %s", a, c.target, c.path)
+				}
+				if a.Status == http.StatusOK {
+					served++
+				}
+			}
+			if served < 4 {
+				t.Errorf("%d answers, want three tool calls and the final text", served)
+			}
+		})
+	}
+}
