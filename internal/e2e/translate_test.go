@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -184,4 +185,79 @@ func messagesAnswer(t *testing.T, body []byte, stream bool) messageAnswer {
 		t.Fatalf("stream events %v, want message_start … message_stop with every block closed", names)
 	}
 	return m
+}
+
+// The untranslated path is byte-exact, translating aliases or not: what
+// an Anthropic or Codex account receives is the client's body byte for
+// byte (its spacing, its key order, fields weir does not know, escapes),
+// and every header the client sent but those weir owns (the credential,
+// framing, hop-by-hop, compression) with its values unchanged;
+// anthropic-beta and anthropic-version included. An alias changes the
+// model's value and nothing else.
+func TestUntranslatedPathByteExact(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{accounts: []account{{label: "claude"}, {label: "cx", provider: "codex"}}})
+	e.translateAlias("coder", model, "gpt-5-codex")
+	owned := map[string]bool{"X-Api-Key": true, "Authorization": true, "Content-Length": true, "Accept-Encoding": true,
+		"Connection": true, "Host": true}
+	check := func(x upstreamExchange, sent *http.Request, body string) {
+		t.Helper()
+		if string(x.reqBody) != body {
+			t.Errorf("%s: upstream body\n%s\nwant\n%s", x.path, x.reqBody, body)
+		}
+		for k, vs := range sent.Header {
+			if owned[k] {
+				continue
+			}
+			if got := x.reqHeader.Values(k); !slices.Equal(got, vs) {
+				t.Errorf("%s: header %s upstream %q, client sent %q", x.path, k, got, vs)
+			}
+		}
+	}
+	messages := `{ "model" : "` + model + `",` + "\n\t" + `"max_tokens":64, "messages":[{"role":"user","content":"caf\u00e9 \"quoted\" é"}],` +
+		`"context_management":{"edits":[{"type":"clear_thinking_20251015","keep":"all"}]},"output_config":{"effort":"high"},` +
+		`"some_future_field":[1,2.50,{"z":null,"a":true}] }`
+	var sent *http.Request
+	headers := func(req *http.Request) {
+		req.Header.Set("Anthropic-Beta", "claude-code-20250219, interleaved-thinking-2025-05-14,context-management-2025-06-27")
+		req.Header.Set("Anthropic-Version", "2023-06-01")
+		req.Header.Set("X-Stainless-Retry-Count", "0")
+		req.Header.Add("X-Custom", "a")
+		req.Header.Add("X-Custom", "b")
+		req.Header.Set("X-Claude-Code-Session-Id", "s-1")
+		sent = req
+	}
+	r := e.do(http.MethodPost, "/v1/messages?beta=true", messages, headers)
+	if r.status != http.StatusOK || r.header.Get("Weir-Translation") != "" {
+		t.Fatalf("status %d, translation %q: %s", r.status, r.header.Get("Weir-Translation"), r.body)
+	}
+	xs := e.upstream.exchanges()
+	if len(xs) != 1 || xs[0].rawQuery != "beta=true" {
+		t.Fatalf("upstream saw %+v", xs)
+	}
+	check(xs[0], sent, messages)
+
+	// Through the alias: the same bytes but the model's value.
+	aliased := strings.Replace(messages, `"model" : "`+model+`"`, `"model" : "coder"`, 1)
+	r = e.do(http.MethodPost, "/v1/messages", aliased, headers)
+	if r.status != http.StatusOK {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	xs = e.upstream.exchanges()
+	check(xs[len(xs)-1], sent, messages)
+
+	// A Responses request on the Codex account.
+	resp := `{"model":"` + codexModel + `", "input":"hi","store":false,"stream":false, "prompt_cache_key":"k-1","x_unknown":{"b":1,"a":2}}`
+	r = e.do(http.MethodPost, "/v1/responses", resp, func(req *http.Request) {
+		req.Header.Del("X-Api-Key")
+		req.Header.Set("Authorization", "Bearer "+e.key)
+		req.Header.Set("Session_id", "s-2")
+		req.Header.Set("Originator", "codex_cli_rs")
+		sent = req
+	})
+	if r.status != http.StatusOK {
+		t.Fatalf("responses: status %d: %s", r.status, r.body)
+	}
+	xs = e.upstream.exchanges()
+	check(xs[len(xs)-1], sent, resp)
 }
