@@ -6,10 +6,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/sim"
 )
 
 // translatedTool is a Messages request that offers a tool, as Claude
@@ -260,4 +262,58 @@ func TestUntranslatedPathByteExact(t *testing.T) {
 	}
 	xs = e.upstream.exchanges()
 	check(xs[len(xs)-1], sent, resp)
+}
+
+// A translated turn is held through a storm like any other: two Codex
+// accounts answer overloaded until the storm ends (one of them first with
+// "model at capacity" events before any output), and a Claude Code turn
+// on them through a translating alias is held, replayed with the same
+// translated body on the same model, and served within 3 s of the end
+// of the storm: one clean Messages stream, no error event.
+func TestTranslatedTurnHeldThroughStorm(t *testing.T) {
+	t.Parallel()
+	v := virtualClock()
+	back := v.Now().Add(90 * time.Second)
+	e := setup(t, options{virtual: v, hold: 20 * time.Minute, accounts: []account{
+		{label: "cx-1", provider: "codex", faults: []sim.Fault{{Kind: sim.FaultOverloadedEvent, Times: 2}, {Kind: sim.FaultOverloaded, Until: back}}},
+		{label: "cx-2", provider: "codex", faults: []sim.Fault{{Kind: sim.FaultOverloaded, Until: back}}},
+	}})
+	e.translateAlias("coder", "gpt-5-codex")
+	r := e.do(http.MethodPost, "/v1/messages", messagesTurn("coder", `{"role":"user","content":"List the files."}`, true), nil)
+	if r.status != http.StatusOK {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	msg := messagesAnswer(t, r.body, true) // one clean stream, in order
+	if msg.StopReason != "tool_use" {
+		t.Errorf("answer %+v, want the tool call", msg)
+	}
+	if strings.Contains(string(r.body), "event: error") {
+		t.Errorf("the client saw an error event: %s", r.body)
+	}
+	atts := sameBodyAnd(t, e, "gpt-5-codex")
+	if atts[len(atts)-1].Status != http.StatusOK {
+		t.Fatalf("attempts %v, want the last served", e.attempts())
+	}
+	met := 0
+	for _, a := range atts[:len(atts)-1] {
+		if a.Outcome == "ok" {
+			t.Fatalf("attempts %v: served before the last", e.attempts())
+		}
+		met++
+	}
+	if met < 3 {
+		t.Errorf("attempts %v, want the storm met", e.attempts())
+	}
+	if d := atts[len(atts)-1].Time.Sub(back); d > 3*time.Second {
+		t.Errorf("served %v after the storm ended, want within 3s", d)
+	}
+	ev := heldFor(t, e, r)
+	if ev.HoldCount == 0 || ev.Status != http.StatusOK {
+		t.Errorf("route event: %d holds, status %d", ev.HoldCount, ev.Status)
+	}
+	for _, rec := range ev.AttemptRecords {
+		if rec.AccountId != "" && rec.Translation != "messages>responses" {
+			t.Errorf("attempt record %+v, want it translated", rec)
+		}
+	}
 }
