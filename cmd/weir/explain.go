@@ -253,6 +253,9 @@ func timelineRows(recs []*weirv1.AttemptRecord, accounts map[string]string) []ti
 		if r.Rung != "" {
 			reasons = append(reasons, "429 ladder: "+strings.ReplaceAll(r.Rung, "_", " "))
 		}
+		if r.Translation != "" {
+			reasons = append(reasons, "translated "+strings.ReplaceAll(r.Translation, ">", " → ")+" as "+r.Model)
+		}
 		reason := orDash(strings.Join(reasons, "; "))
 		errText := r.ErrorType
 		if r.TransportCause != weirv1.TransportCause_TRANSPORT_CAUSE_UNSPECIFIED {

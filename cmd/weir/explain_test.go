@@ -150,3 +150,27 @@ func TestExplainNamesTheProxy(t *testing.T) {
 		t.Errorf("the dns attempt reads %q", dnsLine)
 	}
 }
+
+// TestExplainNamesTheTranslation: an attempt served through translation
+// says which, and as which model; one that was not says nothing of it.
+func TestExplainNamesTheTranslation(t *testing.T) {
+	t.Parallel()
+	at := durationpb.New(0)
+	ev := &weirv1.RouteEvent{RequestId: "weir_t", Model: "coder", Status: 200, Attempts: 2, AttemptRecords: []*weirv1.AttemptRecord{
+		{At: at, AccountId: "a", Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, Status: 529, Action: weirv1.Action_ACTION_FAILOVER, Model: "claude-sonnet-4-5"},
+		{At: at, AccountId: "b", Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200, Action: weirv1.Action_ACTION_RESPOND,
+			Model: "gpt-5-codex", Translation: "messages>responses"},
+	}}
+	var out bytes.Buffer
+	if err := printExplain(&out, ev, map[string]string{"a": "claude-max", "b": "codex-pro"}, nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(out.String(), "\n") {
+		switch {
+		case strings.Contains(l, "codex-pro") && !strings.Contains(l, "translated messages → responses as gpt-5-codex"):
+			t.Errorf("the translated attempt reads %q", l)
+		case strings.Contains(l, "claude-max") && strings.Contains(l, "translated"):
+			t.Errorf("the untranslated attempt reads %q", l)
+		}
+	}
+}

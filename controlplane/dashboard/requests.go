@@ -248,9 +248,14 @@ func (h *Handler) explainPage(w http.ResponseWriter, r *http.Request, s session)
 					st.Error = a.TransportError
 				}
 			}
+			var reasons []string
 			if a.Rung != "" {
-				st.Reason = "429 ladder: " + strings.ReplaceAll(a.Rung, "_", " ")
+				reasons = append(reasons, "429 ladder: "+strings.ReplaceAll(a.Rung, "_", " "))
 			}
+			if a.Translation != "" {
+				reasons = append(reasons, "translated "+strings.ReplaceAll(a.Translation, ">", " → ")+" as "+a.Model)
+			}
+			st.Reason = strings.Join(reasons, "; ")
 			if a.Status != 0 {
 				st.Status = fmt.Sprint(a.Status)
 			}
