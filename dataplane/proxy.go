@@ -63,6 +63,9 @@ type inbound struct {
 	// the key's team.
 	budgeted bool
 	team     string
+	// history is the conversation of the Responses WebSocket the request
+	// came on; nil over HTTP.
+	history *wsHistory
 	// poolQuota is the pool out of quota, as the last answer that nothing
 	// could serve found it; nil when it was not (the rate-limit headers
 	// say "rejected" from it, poolHeaders).
@@ -861,7 +864,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, in *inbound) *
 // message's body comes read and reserved already (websocket.go).
 func (s *Server) bodyOf(w http.ResponseWriter, r *http.Request, in *inbound) ([]byte, *apiError) {
 	if pre, ok := r.Context().Value(wsPrereadKey{}).(*wsPreread); ok {
-		in.hold = pre.hold
+		in.hold, in.history = pre.hold, pre.history
 		return pre.body, nil
 	}
 	in.hold = &bodyHold{b: s.bodies, key: in.keyHash, lim: s.settings.get().body}

@@ -106,8 +106,16 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 			writeTokenEstimate(w, in.body)
 			return attemptResult{outcome: o}
 		}
-		var err error
-		if treq, err = tr.request(in.body, cmp.Or(lease.Model, in.model), cacheKeyFor(in.session)); err != nil {
+		src, err := in.body, error(nil)
+		if in.history != nil {
+			// A WebSocket turn carries only its new items: the target
+			// needs the whole conversation.
+			src, err = in.history.expand(in.body)
+		}
+		if err == nil {
+			treq, err = tr.request(src, cmp.Or(lease.Model, in.model), cacheKeyFor(in.session))
+		}
+		if err != nil {
 			// The request itself is at fault: no account of this wire would
 			// do better, and nothing was sent.
 			apiErr := errUntranslatable(tr, err)

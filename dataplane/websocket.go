@@ -143,13 +143,14 @@ func (s *Server) serveResponsesWebSocket(w http.ResponseWriter, r *http.Request)
 	for _, v := range betas {
 		header.Add("Openai-Beta", v)
 	}
+	hist := &wsHistory{}
 	for {
 		select {
 		case <-ctx.Done():
 			c.Close(websocket.StatusNormalClosure, "") //nolint:errcheck // closing
 			return
 		case msg := <-msgs:
-			ok := s.serveWebSocketMessage(ctx, c, r, header, msg)
+			ok := s.serveWebSocketMessage(ctx, c, r, header, msg, hist)
 			msg.hold.release()
 			if !ok {
 				return
@@ -290,11 +291,13 @@ type wsPrereadKey struct{}
 type wsPreread struct {
 	body []byte
 	hold *bodyHold
+	// history is the connection's conversation (wshistory.go).
+	history *wsHistory
 }
 
 // serveWebSocketMessage serves one response.create; false ends the
 // connection.
-func (s *Server) serveWebSocketMessage(ctx context.Context, c *websocket.Conn, r *http.Request, header http.Header, msg wsMessage) bool {
+func (s *Server) serveWebSocketMessage(ctx context.Context, c *websocket.Conn, r *http.Request, header http.Header, msg wsMessage, hist *wsHistory) bool {
 	body, model, warmup, err := wsRequestBody(msg.data)
 	if err != nil {
 		return sendWSError(ctx, c, http.StatusBadRequest, map[string]any{
@@ -303,7 +306,10 @@ func (s *Server) serveWebSocketMessage(ctx context.Context, c *websocket.Conn, r
 	if warmup {
 		return sendWarmup(ctx, c, model) == nil
 	}
-	pctx := context.WithValue(ctx, wsPrereadKey{}, &wsPreread{body: body, hold: msg.hold})
+	// The history's own copy: the message's buffer goes back when it is
+	// served.
+	kept := bytes.Clone(body)
+	pctx := context.WithValue(ctx, wsPrereadKey{}, &wsPreread{body: body, hold: msg.hold, history: hist})
 	req, err := http.NewRequestWithContext(pctx, http.MethodPost, r.URL.Path, http.NoBody)
 	if err != nil {
 		return false
@@ -316,6 +322,9 @@ func (s *Server) serveWebSocketMessage(ctx context.Context, c *websocket.Conn, r
 	s.proxyHandler(surfaceResp)(ww, req)
 	if err := ww.finish(); err != nil {
 		return false
+	}
+	if ww.completed != nil {
+		hist.add(kept, ww.completed)
 	}
 	return ctx.Err() == nil
 }
@@ -506,6 +515,9 @@ type wsResponseWriter struct {
 	buf    bytes.Buffer
 	mu     sync.Mutex
 	err    error
+	// completed is the data of the response.completed event sent, if
+	// one was: the connection's history keeps its output (wsHistory).
+	completed []byte
 }
 
 func (w *wsResponseWriter) Header() http.Header { return w.header }
@@ -554,6 +566,9 @@ func (w *wsResponseWriter) sendEvents() error {
 		w.buf.Next(next)
 		if len(data) == 0 || bytes.Equal(data, []byte("[DONE]")) {
 			continue
+		}
+		if bytes.Contains(data, []byte(`"response.completed"`)) {
+			w.completed = bytes.Clone(data) // add() reads its type
 		}
 		if err := w.c.Write(w.ctx, websocket.MessageText, data); err != nil {
 			return err
