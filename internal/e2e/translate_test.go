@@ -317,3 +317,44 @@ func TestTranslatedTurnHeldThroughStorm(t *testing.T) {
 		}
 	}
 }
+
+// A translated pool out of quota answers as any pool does, in the
+// client's wire: Claude Code on spent Codex accounts, in the usage_limit
+// mode, is told at once that the pool is out of usage quota and when the
+// first account resets (the Codex backend's reset, read from its 429
+// through the translation).
+func TestTranslatedPoolAtUsageLimit(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{hold: 20 * time.Minute, accounts: []account{spentCodex("a", 2*time.Hour), spentCodex("b", 3*time.Hour)}})
+	e.setQuotaMode(weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT)
+	e.translateAlias("coder", "gpt-5-codex")
+	start := time.Now()
+	var r response
+	for range 3 { // the first meets the upstream's 429s; then weir knows
+		r = e.do(http.MethodPost, "/v1/messages", messagesTurn("coder", `{"role":"user","content":"hi"}`, true), nil)
+		if strings.Contains(string(r.body), "reset after") {
+			break
+		}
+	}
+	var body struct {
+		Type  string `json:"type"`
+		Error struct {
+			Type     string `json:"type"`
+			Message  string `json:"message"`
+			ResetsAt int64  `json:"resets_at"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(r.body, &body); err != nil || r.status != http.StatusTooManyRequests || body.Type != "error" ||
+		body.Error.Type != "rate_limit_error" || !strings.Contains(body.Error.Message, "out of usage quota") {
+		t.Fatalf("status %d: %s (%v), want the pool's usage limit in the Messages format", r.status, r.body, err)
+	}
+	if reset := time.Unix(body.Error.ResetsAt, 0); reset.Before(start.Add(2*time.Hour-time.Minute)) || reset.After(start.Add(2*time.Hour+time.Minute)) {
+		t.Errorf("resets_at %v, want the first account's reset, about %v", reset, start.Add(2*time.Hour))
+	}
+	if r.header.Get("X-Should-Retry") != "false" {
+		t.Errorf("X-Should-Retry %q, want false", r.header.Get("X-Should-Retry"))
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Errorf("took %v, want the client told at once", time.Since(start))
+	}
+}
