@@ -54,14 +54,15 @@ type Results struct {
 	GoVersion  string        `json:"go_version"`
 	GOMAXPROCS int           `json:"gomaxprocs"`
 	Config     struct {
-		Rates        []int           `json:"rates"`
-		Duration     time.Duration   `json:"duration_ns"`
-		Warmup       time.Duration   `json:"warmup_ns"`
-		SimLatencies []time.Duration `json:"sim_latencies_ns"`
-		StreamRate   int             `json:"stream_rate"`
-		Streams      []int           `json:"streams"`
-		Seed         uint64          `json:"seed"`
-		NoLeaseReuse bool            `json:"no_lease_reuse,omitempty"`
+		Rates         []int           `json:"rates"`
+		Duration      time.Duration   `json:"duration_ns"`
+		Warmup        time.Duration   `json:"warmup_ns"`
+		SimLatencies  []time.Duration `json:"sim_latencies_ns"`
+		StreamRate    int             `json:"stream_rate"`
+		Streams       []int           `json:"streams"`
+		Seed          uint64          `json:"seed"`
+		NoLeaseReuse  bool            `json:"no_lease_reuse,omitempty"`
+		NoTranslation bool            `json:"no_translation,omitempty"`
 	} `json:"config"`
 	Steps []Step       `json:"steps"`
 	Idle  []IdleResult `json:"idle_streams"`
@@ -97,7 +98,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	res := &Results{Started: time.Now().UTC(), GoVersion: runtime.Version(), GOMAXPROCS: runtime.GOMAXPROCS(0)}
 	res.Config.Rates, res.Config.Duration, res.Config.Warmup = cfg.Rates, cfg.Duration, cfg.Warmup
 	res.Config.SimLatencies, res.Config.StreamRate, res.Config.Streams, res.Config.Seed = cfg.SimLatencies, cfg.StreamRate, cfg.Streams, cfg.Seed
-	res.Config.NoLeaseReuse = cfg.NoLeaseReuse
+	res.Config.NoLeaseReuse, res.Config.NoTranslation = cfg.NoLeaseReuse, cfg.NoTranslation
 	fds := uint64(16384)
 	if len(cfg.Streams) > 0 {
 		fds = max(fds, uint64(slices.Max(cfg.Streams))*fdsPerStream+fdReserve)
@@ -170,6 +171,29 @@ func runLatency(ctx context.Context, cfg Config, res *Results, lat time.Duration
 		for _, t := range ts {
 			if err := step(t, cfg.StreamRate, true); err != nil {
 				return err
+			}
+		}
+	}
+	if !cfg.NoTranslation {
+		// What translation adds: weir onto Chat Completions beside the
+		// simulator's Chat Completions reached directly.
+		tts := st.translatedTargets()
+		for _, t := range tts {
+			clients[t.name] = loadClient()
+			defer clients[t.name].CloseIdleConnections()
+		}
+		for _, rate := range cfg.Rates {
+			for _, t := range tts {
+				if err := step(t, rate, false); err != nil {
+					return err
+				}
+			}
+		}
+		if cfg.StreamRate > 0 {
+			for _, t := range tts {
+				if err := step(t, cfg.StreamRate, true); err != nil {
+					return err
+				}
 			}
 		}
 	}

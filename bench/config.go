@@ -45,6 +45,10 @@ type Config struct {
 	// NoLeaseReuse turns the worker's lease reuse off (every request asks
 	// the control plane): the reference for what the fast path saves.
 	NoLeaseReuse bool
+	// NoTranslation skips the translation steps: a Messages client on
+	// OpenAI accounts through a translating alias, beside the simulator's
+	// Chat Completions reached directly (what translation adds).
+	NoTranslation bool
 	// Workers also measures idle streams through worker children (the
 	// bare proxy and a weir data plane, each in a process of its own,
 	// re-executing this binary): the binary must call ServeChild first.

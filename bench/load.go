@@ -18,12 +18,36 @@ import (
 const benchModel = "claude-sonnet-4-5-20250929"
 
 // requestBody is a small Messages request.
-func requestBody(stream bool) []byte {
-	b := `{"model":"` + benchModel + `","max_tokens":64,"messages":[{"role":"user","content":"Say hello."}]`
+func requestBody(stream bool) []byte { return requestBodyFor(benchModel, stream) }
+
+// requestBodyFor is requestBody for model.
+func requestBodyFor(model string, stream bool) []byte {
+	b := `{"model":"` + model + `","max_tokens":64,"messages":[{"role":"user","content":"Say hello."}]`
 	if stream {
 		b += `,"stream":true`
 	}
 	return []byte(b + "}")
+}
+
+// chatModel is the translation steps' upstream model.
+const chatModel = "gpt-4.1"
+
+// chatBody is the Chat Completions request a translated requestBody
+// becomes (as weir writes it: its usage asked of a stream).
+func chatBody(stream bool) []byte {
+	b := `{"model":"` + chatModel + `","max_completion_tokens":64,"messages":[{"role":"user","content":"Say hello."}]`
+	if stream {
+		b += `,"stream":true,"stream_options":{"include_usage":true}`
+	}
+	return []byte(b + "}")
+}
+
+// bodies are t's request bodies.
+func (t target) bodies() (plain, stream []byte) {
+	if t.plain != nil {
+		return t.plain, t.stream
+	}
+	return plainBody, streamBody
 }
 
 var (
@@ -137,12 +161,20 @@ type result struct {
 }
 
 func newRequest(ctx context.Context, t target, body []byte) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url+"/v1/messages", bytes.NewReader(body))
+	path := "/v1/messages"
+	if t.chat {
+		path = "/v1/chat/completions"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("X-Api-Key", t.key)
-	req.Header.Set("Anthropic-Version", "2023-06-01")
+	if t.chat {
+		req.Header.Set("Authorization", "Bearer "+t.key)
+	} else {
+		req.Header.Set("X-Api-Key", t.key)
+		req.Header.Set("Anthropic-Version", "2023-06-01")
+	}
 	req.Header.Set("Content-Type", "application/json")
 	return req, nil
 }
@@ -150,7 +182,8 @@ func newRequest(ctx context.Context, t target, body []byte) (*http.Request, erro
 func plainOnce(ctx context.Context, c *http.Client, t target, due time.Time) result {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	req, err := newRequest(ctx, t, plainBody)
+	plain, _ := t.bodies()
+	req, err := newRequest(ctx, t, plain)
 	if err != nil {
 		return result{err: err.Error()}
 	}
@@ -172,7 +205,31 @@ func plainOnce(ctx context.Context, c *http.Client, t target, due time.Time) res
 var (
 	deltaLine = []byte("event: content_block_delta")
 	stopLine  = []byte("event: message_stop")
+	// A Chat stream's content chunk (not the role's, whose content is
+	// empty) and its end.
+	chatDelta = []byte(`"delta":{"content":"`)
+	chatStop  = []byte("data: [DONE]")
 )
+
+// isDelta and isStop read a stream's line: a content delta, the end.
+func (t target) isDelta(line []byte) bool {
+	if t.chat {
+		return bytes.Contains(line, chatDelta)
+	}
+	return bytes.HasPrefix(line, deltaLine)
+}
+
+func (t target) isStop(line []byte) bool {
+	if t.chat {
+		return bytes.HasPrefix(line, chatStop)
+	}
+	return bytes.HasPrefix(line, stopLine)
+}
+
+// paced: the simulator paces t's streams as its requests ask. The
+// translation steps' streams have its default pace: a translated request
+// carries no header of the client's, so neither does its reference.
+func (t target) paced() bool { return t.plain == nil }
 
 // streamOnce reads a stream event by event: its time to first token (the
 // first content_block_delta) and how much later than the simulator's pace
@@ -180,11 +237,16 @@ var (
 func streamOnce(ctx context.Context, c *http.Client, t target, due time.Time, pace sim.StreamPace) result {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	req, err := newRequest(ctx, t, streamBody)
+	_, body := t.bodies()
+	req, err := newRequest(ctx, t, body)
 	if err != nil {
 		return result{err: err.Error()}
 	}
-	req.Header.Set(sim.StreamHeader, pace.String())
+	if t.paced() {
+		req.Header.Set(sim.StreamHeader, pace.String())
+	} else {
+		pace = sim.StreamPace{Deltas: simDeltas, Delay: simDeltaDelay}
+	}
 	res, err := c.Do(req)
 	if err != nil {
 		return result{err: err.Error()}
@@ -199,7 +261,7 @@ func streamOnce(ctx context.Context, c *http.Client, t target, due time.Time, pa
 	var last time.Time
 	for {
 		line, err := br.ReadSlice('\n')
-		if bytes.HasPrefix(line, deltaLine) {
+		if t.isDelta(line) {
 			now := time.Now()
 			if last.IsZero() {
 				r.ttfb = now.Sub(due)
@@ -207,7 +269,7 @@ func streamOnce(ctx context.Context, c *http.Client, t target, due time.Time, pa
 				r.gaps = append(r.gaps, now.Sub(last)-pace.Delay)
 			}
 			last = now
-		} else if bytes.HasPrefix(line, stopLine) {
+		} else if t.isStop(line) {
 			r.ok = true
 		}
 		if err == bufio.ErrBufferFull {

@@ -76,6 +76,28 @@ type Report struct {
 	Comparisons []Comparison    `json:"comparisons"`
 	Sustained   []Sustained     `json:"sustained"`
 	Idle        []IdlePerStream `json:"idle_per_stream"`
+	Translation []Translation   `json:"translation,omitempty"`
+}
+
+// Translation is what translation adds at one rate: weir's cost onto the
+// simulator's Chat Completions (weir-translated over direct-chat) less
+// its cost untranslated (weir over direct), the same run and rate. The
+// difference holds what differs between the two paths: the translation
+// both ways, and the Chat answer's own shape.
+type Translation struct {
+	SimLatency time.Duration `json:"sim_latency_ns"`
+	Rate       int           `json:"rate"`
+	Stream     bool          `json:"stream"`
+	// CPUPerRequest is the translated path's CPU over its direct
+	// reference, and Untranslated the same of the untranslated path.
+	CPUPerRequest, Untranslated time.Duration `json:"-"`
+	CPUAdded                    time.Duration `json:"cpu_added_per_request_ns"`
+	// Latency (or, for streams, time to first token) added over each
+	// path's direct reference, p50 and p99.
+	Over, UntranslatedOver Added         `json:"-"`
+	AddedP50               time.Duration `json:"added_p50_ns"`
+	AddedP99               time.Duration `json:"added_p99_ns"`
+	OK                     bool          `json:"ok"`
 }
 
 var thresholds = []int{1, 5, 10}
@@ -118,6 +140,30 @@ func NewReport(r *Results) *Report {
 		}
 	}
 	rep.Idle = idlePerStream(r.Idle)
+	for _, lat := range r.Config.SimLatencies {
+		rates := append(slices.Clone(r.Config.Rates), r.Config.StreamRate)
+		for i, rate := range rates {
+			stream := i == len(rates)-1
+			d, ok1 := find(lat, rate, stream, "direct")
+			w, ok2 := find(lat, rate, stream, "weir")
+			dc, ok3 := find(lat, rate, stream, "direct-chat")
+			wt, ok4 := find(lat, rate, stream, "weir-translated")
+			if !ok1 || !ok2 || !ok3 || !ok4 {
+				continue
+			}
+			x := Translation{SimLatency: lat, Rate: rate, Stream: stream,
+				CPUPerRequest: wt.CPUPerRequest - dc.CPUPerRequest, Untranslated: w.CPUPerRequest - d.CPUPerRequest,
+				OK: w.ok() && wt.ok() && d.ok() && dc.ok()}
+			x.CPUAdded = x.CPUPerRequest - x.Untranslated
+			if stream {
+				x.Over, x.UntranslatedOver = added(wt.TTFB, dc.TTFB), added(w.TTFB, d.TTFB)
+			} else {
+				x.Over, x.UntranslatedOver = added(wt.Latency, dc.Latency), added(w.Latency, d.Latency)
+			}
+			x.AddedP50, x.AddedP99 = x.Over.P50-x.UntranslatedOver.P50, x.Over.P99-x.UntranslatedOver.P99
+			rep.Translation = append(rep.Translation, x)
+		}
+	}
 	return rep
 }
 
@@ -303,6 +349,23 @@ func (rep *Report) Markdown() string {
 			p("\nErrors (direct / bare / weir): %s; CPU µs per stream: bare − direct %s, weir − direct %s (+ Postgres %s).\n\n", errCell(c),
 				us(c.BareCPUPerRequest), us(c.WeirCPUPerRequest), us(c.WeirPGCPUPerRequest))
 		}
+	}
+	if len(rep.Translation) > 0 {
+		p("## Translation\n\n")
+		p("A Messages client served by OpenAI accounts through a translating alias (Messages → Chat Completions and back), beside the untranslated path. ")
+		p("Each path is measured over its own direct reference (the simulator's Messages, its Chat Completions), the same run and rate; *added* is the translated path's less the untranslated one's. ")
+		p("Latency is the whole answer's (non-streaming) or the time to first token (streams), ms p50 / p99; CPU µs per request.\n\n")
+		p("| sim latency | rate/s | | untranslated over direct | translated over direct | added p50 / p99 | CPU untranslated | CPU translated | CPU added |\n|---|---:|---|---|---|---|---:|---:|---:|\n")
+		for _, x := range rep.Translation {
+			kind := "whole"
+			if x.Stream {
+				kind = "TTFB"
+			}
+			p("| %v | %d | %s | %s | %s | %s / %s | %s | %s | %s%s |\n", x.SimLatency, x.Rate, kind,
+				addedTriple(x.UntranslatedOver), addedTriple(x.Over), ms(x.AddedP50), ms(x.AddedP99),
+				us(x.Untranslated), us(x.CPUPerRequest), us(x.CPUAdded), behind(x.OK))
+		}
+		p("\n")
 	}
 	if len(rep.Idle) > 0 {
 		p("## Open idle streams\n\n")

@@ -34,10 +34,15 @@ import (
 
 // target is one thing the load is driven through.
 type target struct {
-	name string // "direct", "bare", "weir"
+	name string // "direct", "bare", "weir"; "direct-chat", "weir-translated"
 	url  string
 	// key is the client's credential (x-api-key).
 	key string
+	// chat: the target is the simulator's Chat Completions, reached
+	// directly (the reference for a translated request's upstream).
+	chat bool
+	// plain and stream are its request bodies; nil: the Messages ones.
+	plain, stream []byte
 }
 
 // listener serves h on a fresh loopback port until closed. h2c adds
@@ -146,9 +151,25 @@ type stackOptions struct {
 	openAI int
 }
 
+// The simulator's stream shape when a request names none (a translated
+// request carries none of the client's headers, sim.StreamHeader
+// included).
+const (
+	simDeltas     = 32
+	simDeltaDelay = 15 * time.Millisecond
+)
+
+// translatedAlias is the bench's translating alias: Messages requests for
+// it go to the OpenAI accounts as Chat Completions.
+const translatedAlias = "bench-translated"
+
 // options are the stack options of a bench run at one simulator latency.
 func (c Config) options(simLatency time.Duration) stackOptions {
-	return stackOptions{logger: c.Logger, simLatency: simLatency, leaseIdle: leaseIdle(c)}
+	o := stackOptions{logger: c.Logger, simLatency: simLatency, leaseIdle: leaseIdle(c)}
+	if !c.NoTranslation {
+		o.openAI = accountCount
+	}
+	return o
 }
 
 // startStack starts everything with one worker; stop tears it down in
@@ -173,7 +194,7 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 		s.openAI = append(s.openAI, cred)
 		script.Accounts = append(script.Accounts, sim.AccountScript{Name: openAIName(i), Kind: sim.KindOpenAIKey, Credential: cred})
 	}
-	s.simSrv = sim.New(sim.Config{Script: script, Latency: o.simLatency, DeltaDelay: 15 * time.Millisecond, Deltas: 32})
+	s.simSrv = sim.New(sim.Config{Script: script, Latency: o.simLatency, DeltaDelay: simDeltaDelay, Deltas: simDeltas})
 	if s.sim, err = serveLoopback(s.simSrv, false); err != nil {
 		return nil, fmt.Errorf("simulator: %w", err)
 	}
@@ -287,6 +308,13 @@ func seed(ctx context.Context, cpURL, admin, simURL string, creds, openAI []stri
 			return "", err
 		}
 	}
+	if len(openAI) > 0 {
+		aliases := weirv1connect.NewAliasServiceClient(hc, cpURL, opt)
+		if _, err := aliases.SetAlias(ctx, connect.NewRequest(&weirv1.SetAliasRequest{
+			Alias: translatedAlias, Targets: []string{chatModel}, Translate: true})); err != nil {
+			return "", fmt.Errorf("set alias: %w", err)
+		}
+	}
 	k, err := keys.CreateKey(ctx, connect.NewRequest(&weirv1.CreateKeyRequest{Name: "bench"}))
 	if err != nil {
 		return "", fmt.Errorf("create key: %w", err)
@@ -299,6 +327,15 @@ func (s *stack) targets() []target {
 		{name: "direct", url: s.sim.url, key: "sk-ant-api03-bench-direct"},
 		{name: "bare", url: s.bare.url, key: "sk-ant-api03-bench-direct"},
 		{name: "weir", url: s.dp.url, key: s.key},
+	}
+}
+
+// translatedTargets are the translation steps' targets: the simulator's
+// Chat Completions directly, and a Messages client through weir onto it.
+func (s *stack) translatedTargets() []target {
+	return []target{
+		{name: "direct-chat", url: s.sim.url, key: "sk-proj-bench-direct", chat: true, plain: chatBody(false), stream: chatBody(true)},
+		{name: "weir-translated", url: s.dp.url, key: s.key, plain: requestBodyFor(translatedAlias, false), stream: requestBodyFor(translatedAlias, true)},
 	}
 }
 

@@ -33,6 +33,7 @@ func runBench(ctx context.Context, args []string, e env) error {
 	stormN := fs.Int("storm", 2000, "requests held in the capacity-storm step (0: skip it)")
 	stormWindow := fs.Duration("storm-window", 10*time.Second, "how long the storm's CPU is measured")
 	noReuse := fs.Bool("no-lease-reuse", false, "turn the worker's lease reuse off: the reference for what the fast path saves")
+	noTranslation := fs.Bool("no-translation", false, "skip the translation steps (a Messages client on OpenAI accounts, beside Chat Completions direct)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -51,7 +52,7 @@ func runBench(ctx context.Context, args []string, e env) error {
 		return writeReport(e, bench.NewReport(old.Results), *from)
 	}
 	cfg := bench.Config{Duration: *duration, Warmup: *warmup, StreamRate: *streamRate, CPUProfile: *cpuProfile,
-		ProfileRate: *profileRate, Seed: *seed, Logger: newLogger(e), NoLeaseReuse: *noReuse,
+		ProfileRate: *profileRate, Seed: *seed, Logger: newLogger(e), NoLeaseReuse: *noReuse, NoTranslation: *noTranslation,
 		Workers: true}
 	if *streamRate == 0 {
 		cfg.StreamRate = -1
