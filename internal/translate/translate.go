@@ -23,6 +23,11 @@ type Request struct {
 	// tool, whose input is one string) by name: the answer's calls of
 	// them go back as custom tool calls, not function calls.
 	CustomTools map[string]bool
+	// IncludeUsage says a Chat Completions client asked its stream's
+	// usage (stream_options.include_usage): the stream then ends with a
+	// usage chunk, which an upstream that always reports usage does not
+	// tell it to send.
+	IncludeUsage bool
 }
 
 // Stream translates an upstream stream into the client's, event by
