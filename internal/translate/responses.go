@@ -12,11 +12,11 @@ import (
 // Responses request as MessagesToResponses writes it for the Codex
 // backend: a stateless turn (store false) whose whole conversation is its
 // input items.
-type responsesRequest struct {
+type toResponsesRequest struct {
 	Model             string            `json:"model"`
 	Instructions      string            `json:"instructions,omitempty"`
 	Input             []json.RawMessage `json:"input"`
-	Tools             []responsesTool   `json:"tools,omitempty"`
+	Tools             []toResponsesTool `json:"tools,omitempty"`
 	ToolChoice        any               `json:"tool_choice,omitempty"`
 	ParallelToolCalls *bool             `json:"parallel_tool_calls,omitempty"`
 	Reasoning         *responsesEffort  `json:"reasoning,omitempty"`
@@ -25,7 +25,7 @@ type responsesRequest struct {
 	PromptCacheKey    string            `json:"prompt_cache_key,omitempty"`
 }
 
-type responsesTool struct {
+type toResponsesTool struct {
 	Type        string          `json:"type"`
 	Name        string          `json:"name"`
 	Description string          `json:"description,omitempty"`
@@ -94,7 +94,7 @@ func MessagesToResponses(body []byte, model, cacheKey string) (Request, error) {
 		}
 	}
 	dropped = append(dropped, extra...)
-	out := responsesRequest{Model: model, Input: []json.RawMessage{}, Stream: req.Stream, PromptCacheKey: cacheKey}
+	out := toResponsesRequest{Model: model, Input: []json.RawMessage{}, Stream: req.Stream, PromptCacheKey: cacheKey}
 	sys, err := systemText(req.System)
 	if err != nil {
 		return Request{}, err
@@ -115,7 +115,7 @@ func MessagesToResponses(body []byte, model, cacheKey string) (Request, error) {
 		if len(params) == 0 || string(params) == "null" {
 			params = json.RawMessage(`{"type":"object","properties":{}}`)
 		}
-		out.Tools = append(out.Tools, responsesTool{Type: "function", Name: t.Name, Description: t.Description, Parameters: params})
+		out.Tools = append(out.Tools, toResponsesTool{Type: "function", Name: t.Name, Description: t.Description, Parameters: params})
 	}
 	if c := req.ToolChoice; c != nil {
 		switch c.Type {
@@ -293,16 +293,16 @@ func responsesItems(m messagesMessage) ([]json.RawMessage, error) {
 
 // Responses answer, as ResponsesToMessages reads it.
 type responsesResponse struct {
-	ID                string          `json:"id"`
-	Status            string          `json:"status"`
-	Output            []responsesItem `json:"output"`
-	Usage             *responsesUsage `json:"usage"`
+	ID                string              `json:"id"`
+	Status            string              `json:"status"`
+	Output            []fromResponsesItem `json:"output"`
+	Usage             *responsesUsage     `json:"usage"`
 	IncompleteDetails *struct {
 		Reason string `json:"reason"`
 	} `json:"incomplete_details"`
 }
 
-type responsesItem struct {
+type fromResponsesItem struct {
 	Type      string `json:"type"`
 	ID        string `json:"id"`
 	CallID    string `json:"call_id"`

@@ -42,10 +42,10 @@ func NewResponsesStream(model string, _ Request) Stream {
 }
 
 type responsesStreamEvent struct {
-	Type        string         `json:"type"`
-	OutputIndex int            `json:"output_index"`
-	Delta       string         `json:"delta"`
-	Item        *responsesItem `json:"item"`
+	Type        string             `json:"type"`
+	OutputIndex int                `json:"output_index"`
+	Delta       string             `json:"delta"`
+	Item        *fromResponsesItem `json:"item"`
 	Response    *struct {
 		ID                string          `json:"id"`
 		Status            string          `json:"status"`
