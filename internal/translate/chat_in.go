@@ -19,9 +19,10 @@ import (
 // translators; responses_in.go holds the Responses client's.
 
 // defaultMaxTokens is max_tokens when the client sets no output cap:
-// Messages requires one, OpenAI has none unless asked. 32000 is the most
-// Claude Opus 4 and 4.1 allow and within later models' larger caps, so an
-// answer is cut no sooner than the model's own cap would cut it there.
+// Messages requires one, OpenAI has none unless asked. 32000 is the
+// largest every Claude 4 model accepts (Opus 4 and 4.1 allow no more,
+// the others 64000 and up): a long answer, which the client did not cap,
+// is cut as late as the target allows without knowing which it is.
 const defaultMaxTokens = 32000
 
 // thinkingBudgets are the thinking budgets (budget_tokens) of OpenAI's
