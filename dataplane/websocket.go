@@ -304,7 +304,11 @@ func (s *Server) serveWebSocketMessage(ctx context.Context, c *websocket.Conn, r
 			"type": "invalid_request_error", "message": err.Error(), "param": nil, "code": nil}, nil) == nil
 	}
 	if warmup {
-		return sendWarmup(ctx, c, model) == nil
+		id, err := sendWarmup(ctx, c, model)
+		// Codex's first turn continues the warm-up, whose input (its
+		// instructions) is the conversation's start.
+		hist.add(bytes.Clone(body), id, nil)
+		return err == nil
 	}
 	// The history's own copy: the message's buffer goes back when it is
 	// served.
@@ -323,8 +327,8 @@ func (s *Server) serveWebSocketMessage(ctx context.Context, c *websocket.Conn, r
 	if err := ww.finish(); err != nil {
 		return false
 	}
-	if ww.completed != nil {
-		hist.add(kept, ww.completed)
+	if id, output, ok := completedResponse(ww.completed); ok {
+		hist.add(kept, id, output)
 	}
 	return ctx.Err() == nil
 }
@@ -339,7 +343,8 @@ func sendAPIError(ctx context.Context, c *websocket.Conn, requestID string, e *a
 
 // wsRequestBody turns a response.create message into the POST body: the
 // same top-level fields, less the envelope, streamed. warmup is a message
-// with "generate": false, which only prepares a connection. The body is
+// with "generate": false, which only prepares a connection (its body is
+// the conversation's start all the same). The body is
 // made in data's own buffer (wsSlack past its end is room enough), so a
 // message costs no second copy of itself.
 func wsRequestBody(data []byte) (body []byte, model string, warmup bool, err error) {
@@ -372,10 +377,7 @@ func wsRequestBody(data []byte) (body []byte, model string, warmup bool, err err
 	if typ != "response.create" {
 		return nil, "", false, errors.New(`unsupported event type; send {"type":"response.create", …}`)
 	}
-	if generate != nil && !*generate {
-		return nil, model, true, nil
-	}
-	return withoutEnvelope(data), model, false, nil
+	return withoutEnvelope(data), model, generate != nil && !*generate, nil
 }
 
 // withoutEnvelope rewrites data, a JSON object scanTop accepted, in
@@ -474,8 +476,8 @@ func valueEnd(b []byte, i int) int {
 // prepare a new connection): a response that generates nothing. It is
 // answered here, not upstream: weir speaks HTTP to the upstream, where a
 // warm-up has no meaning, and it would cost an account a request.
-func sendWarmup(ctx context.Context, c *websocket.Conn, model string) error {
-	id := "resp_" + strings.TrimPrefix(newRequestID(), "weir_")
+func sendWarmup(ctx context.Context, c *websocket.Conn, model string) (id string, err error) {
+	id = "resp_" + strings.TrimPrefix(newRequestID(), "weir_")
 	resp := map[string]any{"id": id, "object": "response", "created_at": 0, "model": model, "output": []any{}}
 	for i, ev := range []struct {
 		typ, status string
@@ -486,10 +488,10 @@ func sendWarmup(ctx context.Context, c *websocket.Conn, model string) error {
 		}
 		b, _ := json.Marshal(map[string]any{"type": ev.typ, "sequence_number": i, "response": resp})
 		if err := c.Write(ctx, websocket.MessageText, b); err != nil {
-			return err
+			return id, err
 		}
 	}
-	return nil
+	return id, nil
 }
 
 // sendWSError sends a wrapped error event, which Codex reads as the HTTP

@@ -36,10 +36,12 @@ const maxWSHistory = 8 << 20
 
 var errHistoryLost = errors.New("this WebSocket request continues a response whose conversation weir no longer holds; start a new conversation, or send the whole conversation over HTTP")
 
-// add records a turn: body (the history's own copy) and the response it
-// got, its completed event's data. A turn whose response did not
-// complete is not a response a later turn can continue.
-func (h *wsHistory) add(body, completed []byte) {
+// completedResponse reads a response.completed event's data: the
+// response's id and output items; ok is false for any other event.
+func completedResponse(data []byte) (id string, output json.RawMessage, ok bool) {
+	if data == nil {
+		return "", nil, false
+	}
 	var ev struct {
 		Type     string `json:"type"`
 		Response struct {
@@ -47,12 +49,20 @@ func (h *wsHistory) add(body, completed []byte) {
 			Output json.RawMessage `json:"output"`
 		} `json:"response"`
 	}
-	if json.Unmarshal(completed, &ev) != nil || ev.Type != "response.completed" || ev.Response.ID == "" {
-		return
+	if json.Unmarshal(data, &ev) != nil || ev.Type != "response.completed" || ev.Response.ID == "" {
+		return "", nil, false
 	}
+	return ev.Response.ID, ev.Response.Output, true
+}
+
+// add records a turn: body (the history's own copy) and the response id
+// and output it got. Only a completed response is one a later turn can
+// continue (completedResponse), and a warm-up, answered by weir with no
+// output.
+func (h *wsHistory) add(body []byte, respID string, output json.RawMessage) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	t := wsTurn{body: body, respID: ev.Response.ID, output: ev.Response.Output}
+	t := wsTurn{body: body, respID: respID, output: output}
 	h.size += len(t.body) + len(t.output)
 	h.turns = append(h.turns, t)
 	for h.size > maxWSHistory && len(h.turns) > 0 {

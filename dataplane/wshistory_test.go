@@ -16,15 +16,22 @@ import (
 func TestWSHistoryExpand(t *testing.T) {
 	t.Parallel()
 	h := &wsHistory{}
-	completed := func(id, output string) []byte {
-		return []byte(`{"sequence_number":9,"response":{"id":"` + id + `","status":"completed","output":` + output + `},"type":"response.completed"}`)
+	add := func(body, completed string) {
+		if id, output, ok := completedResponse([]byte(completed)); ok {
+			h.add([]byte(body), id, output)
+		}
 	}
-	h.add([]byte(`{"model":"m","input":"List the files.","stream":true}`),
+	completed := func(id, output string) string {
+		return `{"sequence_number":9,"response":{"id":"` + id + `","status":"completed","output":` + output + `},"type":"response.completed"}`
+	}
+	// A warm-up: the conversation's start, answered with no output.
+	h.add([]byte(`{"model":"m","input":[{"type":"message","role":"developer","content":[{"type":"input_text","text":"Be brief."}]}]}`), "resp_w", nil)
+	add(`{"model":"m","previous_response_id":"resp_w","input":"List the files.","stream":true}`,
 		completed("resp_1", `[{"type":"function_call","call_id":"c1","name":"shell","arguments":"{}"}]`))
-	h.add([]byte(`{"model":"m","previous_response_id":"resp_1","input":[{"type":"function_call_output","call_id":"c1","output":"a.go"}]}`),
+	add(`{"model":"m","previous_response_id":"resp_1","input":[{"type":"function_call_output","call_id":"c1","output":"a.go"}]}`,
 		completed("resp_2", `[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"a.go"}]}]`))
 	// A response that failed is nothing to continue.
-	h.add([]byte(`{"model":"m","input":"x"}`), []byte(`{"type":"response.failed","response":{"id":"resp_x"}}`))
+	add(`{"model":"m","input":"x"}`, `{"type":"response.failed","response":{"id":"resp_x"}}`)
 	got, err := h.expand([]byte(`{"model":"m","previous_response_id":"resp_2","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"Thanks."}]}],"stream":true}`))
 	if err != nil {
 		t.Fatal(err)
@@ -41,10 +48,10 @@ func TestWSHistoryExpand(t *testing.T) {
 	for _, it := range body.Input {
 		types = append(types, it["type"].(string))
 	}
-	if want := []string{"message", "function_call", "function_call_output", "message", "message"}; !reflect.DeepEqual(types, want) || body.Previous != nil || body.Model != "m" {
+	if want := []string{"message", "message", "function_call", "function_call_output", "message", "message"}; !reflect.DeepEqual(types, want) || body.Previous != nil || body.Model != "m" {
 		t.Errorf("expanded to %s", got)
 	}
-	if first := body.Input[0]["content"].([]any)[0].(map[string]any)["text"]; first != "List the files." {
+	if first := body.Input[1]["content"].([]any)[0].(map[string]any)["text"]; first != "List the files." {
 		t.Errorf("the first turn's string input became %v", first)
 	}
 	same := []byte(`{"model":"m","input":"hi"}`)
@@ -61,7 +68,7 @@ func TestWSHistoryExpand(t *testing.T) {
 	for i := range big {
 		big[i] = 'a'
 	}
-	h.add([]byte(`{"input":"`+string(big)+`"}`), completed("resp_big", `[]`))
+	add(`{"input":"`+string(big)+`"}`, completed("resp_big", `[]`))
 	if _, err := h.expand([]byte(`{"previous_response_id":"resp_2","input":[]}`)); !errors.Is(err, errHistoryLost) {
 		t.Errorf("a continuation past the bound: %v, want errHistoryLost", err)
 	}

@@ -56,3 +56,47 @@ func TestRealClaudeCodeTranslated(t *testing.T) {
 		})
 	}
 }
+
+// The real Codex CLI runs a task of three tool calls on an Anthropic
+// account (a Claude subscription) through a translating alias, over HTTP
+// and over the Responses WebSocket: it finishes with no error shown, and
+// every answer came from the Messages path as the Claude model.
+func TestRealCodexTranslated(t *testing.T) {
+	t.Parallel()
+	bin := clientBinary(t, "WEIR_CODEX_BIN", "codex")
+	for _, ws := range []bool{false, true} {
+		name := "http"
+		if ws {
+			name = "websocket"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, options{accounts: []account{{label: "max", oauth: true}}})
+			e.translateAlias("team-coder", model)
+			out, err := runClient(t, bin, []string{"CODEX_HOME=" + codexHomeModel(t, e.dpSrv.URL, ws, "team-coder"), "WEIR_KEY=" + e.key},
+				"exec", "--skip-git-repo-check", "Run echo three times, then say hello.")
+			if err != nil || !strings.Contains(out, "weir upstream simulator") {
+				t.Fatalf("codex exec on a Claude account: %v\n%s", err, out)
+			}
+			if strings.Contains(out, "failed to connect to Responses WebSocket") {
+				t.Errorf("codex fell back from the WebSocket:\n%s", out)
+			}
+			shownNothingWrong(t, "codex on anthropic", out)
+			if got := strings.Count(out, "weir-sim"); got < 3 {
+				t.Errorf("codex ran the simulator's command %d times, want 3:\n%s", got, out)
+			}
+			served := 0
+			for _, a := range e.sim.Attempts() {
+				if a.Path != "/v1/messages" || a.Model != model {
+					t.Errorf("upstream attempt %+v, want %s on /v1/messages", a, model)
+				}
+				if a.Status == http.StatusOK {
+					served++
+				}
+			}
+			if served < 4 {
+				t.Errorf("%d answers, want three tool calls and the final text", served)
+			}
+		})
+	}
+}

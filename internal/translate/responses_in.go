@@ -49,8 +49,10 @@ type responsesRequest struct {
 }
 
 type responsesTool struct {
-	Type        string          `json:"type"`
-	Name        string          `json:"name"`
+	Type string `json:"type"`
+	Name string `json:"name"`
+	// Tools are a namespace's own.
+	Tools       []responsesTool `json:"tools"`
 	Description string          `json:"description"`
 	Parameters  json.RawMessage `json:"parameters"`
 	Strict      bool            `json:"strict"`
@@ -80,6 +82,12 @@ type responsesPart struct {
 	Refusal  string `json:"refusal"`
 	ImageURL string `json:"image_url"`
 }
+
+// hostedSearch are the Responses tools the provider runs itself to
+// search the web, which Codex offers by default: left out of a translated
+// request and named in Dropped, where any other hosted tool (file
+// search, code interpreter, computer use) is refused.
+var hostedSearch = map[string]bool{"web_search": true, "web_search_preview": true}
 
 // customToolSchema is a custom (freeform) tool's input as a Messages
 // tool's: one string.
@@ -145,11 +153,43 @@ func ResponsesToMessagesRequest(body []byte, model, cacheKey string) (Request, e
 		}
 	}
 	for _, t := range r.Tools {
-		tool, err := b.responsesTool(t)
-		if err != nil {
-			return Request{}, err
+		if hostedSearch[t.Type] {
+			// The provider's own web search, run on its side: the target
+			// has none in this form, and the model does without (named,
+			// never silently).
+			b.drop("tools[" + t.Type + "]")
+			continue
 		}
-		b.body.Tools = append(b.body.Tools, tool)
+		if t.Type != "namespace" {
+			tool, err := b.responsesTool(t)
+			if err != nil {
+				return Request{}, err
+			}
+			b.body.Tools = append(b.body.Tools, tool)
+			continue
+		}
+		// A namespace's tools are tools of their own on the Messages
+		// wire, each under its one name (namespacedName); its
+		// description goes with each.
+		if t.Name == "" {
+			return Request{}, errors.New("a namespace tool without a name")
+		}
+		for _, nt := range t.Tools {
+			flat := namespacedName(t.Name, nt.Name)
+			if b.req.Namespaced == nil {
+				b.req.Namespaced = map[string]ToolName{}
+			}
+			b.req.Namespaced[flat] = ToolName{Namespace: t.Name, Name: nt.Name}
+			nt.Name = flat
+			if t.Description != "" {
+				nt.Description = strings.TrimSpace(t.Description + "\n\n" + nt.Description)
+			}
+			tool, err := b.responsesTool(nt)
+			if err != nil {
+				return Request{}, fmt.Errorf("namespace %s: %w", t.Name, err)
+			}
+			b.body.Tools = append(b.body.Tools, tool)
+		}
 	}
 	if raw := top["tool_choice"]; raw != nil {
 		if b.choice, b.forced, err = toolChoice(raw); err != nil {
@@ -162,7 +202,7 @@ func ResponsesToMessagesRequest(body []byte, model, cacheKey string) (Request, e
 
 func (b *builder) responsesItem(it responsesItem) error {
 	if (it.Type == "function_call" || it.Type == "custom_tool_call") && it.Namespace != "" {
-		return unsupported("a call of a tool in the namespace %q", it.Namespace)
+		it.Name = namespacedName(it.Namespace, it.Name)
 	}
 	switch it.Type {
 	case "message", "":
@@ -287,7 +327,7 @@ func (b *builder) responsesTool(t responsesTool) (block, error) {
 		}
 		return tool, nil
 	case "namespace":
-		return nil, unsupported("namespace tools (%q)", t.Name)
+		return nil, errors.New("a namespace inside a namespace") // responsesTools flattens the first level
 	}
 	return nil, unsupported("the tool type %q", t.Type)
 }
@@ -326,13 +366,21 @@ func reasoningItem(id string, summary []any, sealed string) map[string]any {
 	return it
 }
 
-func functionCallItem(id, callID, name, args, status string) map[string]any {
-	return map[string]any{"type": "function_call", "id": id, "call_id": callID, "name": name, "arguments": args, "status": status}
+func functionCallItem(id, callID string, name ToolName, args, status string) map[string]any {
+	return withNamespace(map[string]any{"type": "function_call", "id": id, "call_id": callID, "name": name.Name, "arguments": args, "status": status}, name)
+}
+
+// withNamespace names a call item's namespace, when it has one.
+func withNamespace(item map[string]any, name ToolName) map[string]any {
+	if name.Namespace != "" {
+		item["namespace"] = name.Namespace
+	}
+	return item
 }
 
 // customCallItem is a custom tool call item (it has no status).
-func customCallItem(id, callID, name, input string) map[string]any {
-	return map[string]any{"type": "custom_tool_call", "id": id, "call_id": callID, "name": name, "input": input}
+func customCallItem(id, callID string, name ToolName, input string) map[string]any {
+	return withNamespace(map[string]any{"type": "custom_tool_call", "id": id, "call_id": callID, "name": name.Name, "input": input}, name)
 }
 
 // customInput is a custom tool's input string out of the tool_use input
@@ -413,13 +461,13 @@ func MessagesToResponsesAnswer(body []byte, model string, req Request) ([]byte, 
 			if err != nil {
 				return nil, err
 			}
-			output = append(output, customCallItem(itemID("ctc", base, n), b.ID, b.Name, input))
+			output = append(output, customCallItem(itemID("ctc", base, n), b.ID, req.clientName(b.Name), input))
 		default:
 			args, err := arguments(b.Input)
 			if err != nil {
 				return nil, err
 			}
-			output = append(output, functionCallItem(itemID("fc", base, n), b.ID, b.Name, args, "completed"))
+			output = append(output, functionCallItem(itemID("fc", base, n), b.ID, req.clientName(b.Name), args, "completed"))
 		}
 	}
 	flush()
@@ -432,6 +480,7 @@ func MessagesToResponsesAnswer(body []byte, model string, req Request) ([]byte, 
 type responsesOutStream struct {
 	r        messagesReader
 	model    string
+	req      Request
 	custom   map[string]bool
 	seq      int
 	id, base string
@@ -458,7 +507,7 @@ type streamItem struct {
 // or response.incomplete for an answer cut short, with every item and the
 // usage.
 func NewMessagesToResponsesStream(model string, req Request) Stream {
-	return &responsesOutStream{model: model, custom: req.CustomTools}
+	return &responsesOutStream{model: model, req: req, custom: req.CustomTools}
 }
 
 func (s *responsesOutStream) Event(name string, data []byte) ([]byte, error) {
@@ -522,7 +571,7 @@ func (s *responsesOutStream) start(cb *answerBlock) []byte {
 	case cb.Type == "tool_use":
 		it.kind, it.id = "function_call", itemID("fc", s.base, n)
 		return s.emit("response.output_item.added", map[string]any{"output_index": n,
-			"item": functionCallItem(it.id, it.callID, it.name, "", "in_progress")})
+			"item": functionCallItem(it.id, it.callID, s.req.clientName(it.name), "", "in_progress")})
 	}
 	it.kind, it.id = "reasoning", itemID("rs", s.base, n)
 	out = s.emit("response.output_item.added", map[string]any{"output_index": n, "item": reasoningItem(it.id, []any{}, "")})
@@ -576,16 +625,16 @@ func (s *responsesOutStream) stop() ([]byte, error) {
 			out, text = s.delta("input_json_delta", "{}"), "{}"
 		}
 		out = append(out, s.emit("response.function_call_arguments.done", s.at(map[string]any{"arguments": text}))...)
-		item = functionCallItem(it.id, it.callID, it.name, text, "completed")
+		item = functionCallItem(it.id, it.callID, s.req.clientName(it.name), text, "completed")
 	case "custom_tool_call":
 		input, err := customInput(json.RawMessage(text))
 		if err != nil {
 			return nil, err
 		}
-		out = s.emit("response.output_item.added", map[string]any{"output_index": it.index, "item": customCallItem(it.id, it.callID, it.name, "")})
+		out = s.emit("response.output_item.added", map[string]any{"output_index": it.index, "item": customCallItem(it.id, it.callID, s.req.clientName(it.name), "")})
 		out = append(out, s.emit("response.custom_tool_call_input.delta", s.at(map[string]any{"delta": input}))...)
 		out = append(out, s.emit("response.custom_tool_call_input.done", s.at(map[string]any{"input": input}))...)
-		item = customCallItem(it.id, it.callID, it.name, input)
+		item = customCallItem(it.id, it.callID, s.req.clientName(it.name), input)
 	default:
 		it.block.Thinking = text
 		summary := []any{}

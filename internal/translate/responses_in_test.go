@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -148,11 +149,9 @@ func TestResponsesToMessagesRequestRefuses(t *testing.T) {
 		{item(`{"type":"item_reference","id":"msg_1"}`), `an input item of type "item_reference"`},
 		{item(`{"type":"compaction","encrypted_content":"x"}`), `an input item of type "compaction"`},
 		{`{"input":[{"type":"additional_tools","role":"developer","tools":[]},{"role":"user","content":"hi"}]}`, `an input item of type "additional_tools"`},
-		{item(`{"type":"function_call","namespace":"functions","name":"wait","call_id":"c","arguments":"{}"}`), `a call of a tool in the namespace "functions"`},
-		{`{"input":"hi","tools":[{"type":"namespace","name":"functions","tools":[]}]}`, `namespace tools ("functions")`},
 		{`{"input":[{"role":"assistant","content":"hello"},{"role":"user","content":"hi"}]}`, "a conversation that starts with an assistant turn"},
 	}
-	for _, typ := range []string{"web_search", "web_search_preview", "local_shell", "file_search", "computer_use_preview", "image_generation", "code_interpreter", "mcp"} {
+	for _, typ := range []string{"local_shell", "file_search", "computer_use_preview", "image_generation", "code_interpreter", "mcp"} {
 		cases = append(cases, struct{ body, feature string }{tool(typ), fmt.Sprintf("the tool type %q", typ)})
 	}
 	for _, c := range cases {
@@ -430,4 +429,110 @@ func FuzzMessagesToResponsesAnswer(f *testing.F) {
 			t.Fatalf("not a response: %s", out)
 		}
 	})
+}
+
+// Codex's namespaced tools (multi_agent_v1, functions) are tools of their
+// own on the Messages wire, each as namespace__name with the namespace's
+// description; an earlier call of one goes back under that name, and the
+// answer's call of one comes back to Codex in its namespace, whole and
+// streamed.
+func TestResponsesNamespacedTools(t *testing.T) {
+	t.Parallel()
+	in := `{"model":"team-coder","input":[{"role":"user","content":"wait"},
+	 {"type":"function_call","namespace":"functions","name":"wait","call_id":"c1","arguments":"{\"ms\":1}"},
+	 {"type":"function_call_output","call_id":"c1","output":"ok"}],
+	 "tools":[{"type":"function","name":"shell","parameters":{"type":"object","properties":{}}},
+	  {"type":"namespace","name":"functions","description":"Helpers.","tools":[
+	   {"type":"function","name":"wait","description":"Wait.","parameters":{"type":"object","properties":{"ms":{"type":"integer"}}}},
+	   {"type":"custom","name":"exec","description":"Run JavaScript."}]}]}`
+	req, err := ResponsesToMessagesRequest([]byte(in), "claude-sonnet-4-5", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body struct {
+		Tools []struct {
+			Name        string `json:"name"`
+			Description string `json:"description"`
+		} `json:"tools"`
+		Messages []struct {
+			Content []map[string]any `json:"content"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(req.Body, &body); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range body.Tools {
+		names = append(names, tl.Name)
+	}
+	if want := []string{"shell", "functions__wait", "functions__exec"}; !reflect.DeepEqual(names, want) {
+		t.Fatalf("tools %v, want %v", names, want)
+	}
+	if d := body.Tools[1].Description; d != "Helpers.\n\nWait." {
+		t.Errorf("namespaced tool description %q", d)
+	}
+	if call := body.Messages[1].Content[0]; call["name"] != "functions__wait" || call["id"] != "c1" {
+		t.Errorf("the earlier call went back as %v", call)
+	}
+	if !req.CustomTools["functions__exec"] || req.Namespaced["functions__exec"] != (ToolName{"functions", "exec"}) {
+		t.Errorf("request %+v", req)
+	}
+	answer := `{"id":"msg_1","type":"message","role":"assistant","content":[
+	 {"type":"tool_use","id":"toolu_1","name":"functions__wait","input":{"ms":2}},
+	 {"type":"tool_use","id":"toolu_2","name":"functions__exec","input":{"input":"1+1"}},
+	 {"type":"tool_use","id":"toolu_3","name":"shell","input":{}}],
+	 "stop_reason":"tool_use","usage":{"input_tokens":1,"output_tokens":1}}`
+	out, err := MessagesToResponsesAnswer([]byte(answer), "team-coder", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp struct {
+		Output []map[string]any `json:"output"`
+	}
+	if err := json.Unmarshal(out, &resp); err != nil {
+		t.Fatal(err)
+	}
+	want := []ToolName{{"functions", "wait"}, {"functions", "exec"}, {"", "shell"}}
+	for i, it := range resp.Output {
+		ns, _ := it["namespace"].(string)
+		if got := (ToolName{ns, it["name"].(string)}); got != want[i] {
+			t.Errorf("output[%d] %v, want %v", i, it, want[i])
+		}
+	}
+	// Streamed: the done items name their namespace too.
+	s := NewMessagesToResponsesStream("team-coder", req)
+	var streamed []byte
+	for _, ev := range [][2]string{
+		{"message_start", `{"type":"message_start","message":{"id":"msg_2","usage":{"input_tokens":1}}}`},
+		{"content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_4","name":"functions__wait","input":{}}}`},
+		{"content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"ms\":3}"}}`},
+		{"content_block_stop", `{"type":"content_block_stop","index":0}`},
+		{"message_delta", `{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":5}}`},
+		{"message_stop", `{"type":"message_stop"}`},
+	} {
+		b, err := s.Event(ev[0], []byte(ev[1]))
+		if err != nil {
+			t.Fatalf("%s: %v", ev[0], err)
+		}
+		streamed = append(streamed, b...)
+	}
+	if !strings.Contains(string(streamed), `"namespace":"functions"`) || strings.Contains(string(streamed), `functions__wait`) {
+		t.Errorf("stream %s, want the call in its namespace", streamed)
+	}
+}
+
+// The provider's own web search, which Codex offers by default, is left
+// out of a translated request and named; the request is served without.
+func TestResponsesHostedSearchDropped(t *testing.T) {
+	t.Parallel()
+	for _, typ := range []string{"web_search", "web_search_preview"} {
+		req, err := ResponsesToMessagesRequest([]byte(`{"input":"hi","tools":[{"type":"`+typ+`"},{"type":"function","name":"shell"}]}`), "claude-sonnet-4-5", "")
+		if err != nil {
+			t.Fatalf("%s: %v", typ, err)
+		}
+		if !slices.Contains(req.Dropped, "tools["+typ+"]") || strings.Contains(string(req.Body), "web_search") ||
+			!strings.Contains(string(req.Body), `"name":"shell"`) {
+			t.Errorf("%s: dropped %v, body %s", typ, req.Dropped, req.Body)
+		}
+	}
 }

@@ -23,6 +23,11 @@ type Request struct {
 	// tool, whose input is one string) by name: the answer's calls of
 	// them go back as custom tool calls, not function calls.
 	CustomTools map[string]bool
+	// Namespaced are the client's tools declared in a namespace (a
+	// Responses "namespace" tool's, as Codex groups some of its tools), by
+	// the one name the target knows each by (namespacedName): the
+	// answer's calls of them go back with their namespace.
+	Namespaced map[string]ToolName
 	// IncludeUsage says a Chat Completions client asked its stream's
 	// usage (stream_options.include_usage): the stream then ends with a
 	// usage chunk, which an upstream that always reports usage does not
@@ -51,4 +56,21 @@ func (u *Unsupported) Error() string {
 
 func unsupported(format string, args ...any) error {
 	return &Unsupported{Feature: fmt.Sprintf(format, args...)}
+}
+
+// ToolName is a client's tool's name, in its namespace ("" for none).
+type ToolName struct{ Namespace, Name string }
+
+// namespacedName is the one name a namespace's tool is known by on a wire
+// without namespaces: namespace__name (tool names may hold letters,
+// digits, _ and -).
+func namespacedName(namespace, name string) string { return namespace + "__" + name }
+
+// clientName is the name, in its namespace, of the tool the target knows
+// as name.
+func (r Request) clientName(name string) ToolName {
+	if tn, ok := r.Namespaced[name]; ok {
+		return tn
+	}
+	return ToolName{Name: name}
 }
