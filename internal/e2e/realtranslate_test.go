@@ -4,10 +4,12 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/sim"
 )
 
 // translateAlias makes alias a translating alias to targets.
@@ -98,5 +100,37 @@ func TestRealCodexTranslated(t *testing.T) {
 				t.Errorf("%d answers, want three tool calls and the final text", served)
 			}
 		})
+	}
+}
+
+// spentClaude is a Claude subscription whose five-hour window is full
+// until resetIn (its extra usage off).
+func spentClaude(label string, resetIn time.Duration) account {
+	return account{label: label, oauth: true, windows: &sim.Windows{
+		FiveHour: &sim.Window{Limit: 1000, Used: 1000, ResetIn: sim.Duration(resetIn)}}}
+}
+
+// The real Codex CLI on a translated pool at its usage limit (two Claude
+// subscriptions spent for hours, the usage_limit mode) stops at once and
+// shows the usage limit with its reset, instead of retrying.
+func TestRealCodexTranslatedUsageLimit(t *testing.T) {
+	t.Parallel()
+	bin := clientBinary(t, "WEIR_CODEX_BIN", "codex")
+	e := setup(t, options{hold: 20 * time.Minute, accounts: []account{spentClaude("a", 2*time.Hour), spentClaude("b", 3*time.Hour)}})
+	e.setQuotaMode(weirv1.QuotaResponseMode_QUOTA_RESPONSE_MODE_USAGE_LIMIT)
+	e.translateAlias("team-coder", model)
+	start := time.Now()
+	out, err := runClient(t, bin, []string{"CODEX_HOME=" + codexHomeModel(t, e.dpSrv.URL, false, "team-coder"), "WEIR_KEY=" + e.key},
+		"exec", "--skip-git-repo-check", "Say hello.")
+	if err == nil || !strings.Contains(strings.ToLower(out), "usage limit") {
+		t.Fatalf("codex exec: %v, want a failure naming the usage limit:\n%s", err, out)
+	}
+	// The reset Codex shows is the first account's, two hours out.
+	reset := start.Add(2 * time.Hour).Local()
+	if !strings.Contains(out, reset.Format("3:04 PM")) && !strings.Contains(out, reset.Format("15:04")) {
+		t.Errorf("codex did not show the reset (%s):\n%s", reset.Format("15:04"), out)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("codex took %v to give up, want it to stop at once", d)
 	}
 }
