@@ -358,3 +358,123 @@ func TestTranslatedPoolAtUsageLimit(t *testing.T) {
 		t.Errorf("took %v, want the client told at once", time.Since(start))
 	}
 }
+
+// A Chat Completions client on an Anthropic account through a
+// translating alias: a turn with a tool is answered with a tool call in
+// the Chat format (whole and streamed, the stream's chunks in order and
+// ending [DONE], its usage when asked), and the tool's result, sent back
+// by the call's id, gets the text.
+func TestTranslatedChatClientOnAnthropic(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{accounts: []account{{label: "claude"}}})
+	e.translateAlias("coder", model)
+	tools := `"tools":[{"type":"function","function":{"name":"Bash","description":"Run","parameters":{"type":"object","properties":{"command":{"type":"string"}},"required":["command"]}}}]`
+	for _, stream := range []bool{false, true} {
+		msgs := `{"role":"system","content":"You are an agent."},{"role":"user","content":"List the files."}`
+		var callID string
+		for turn := 1; ; turn++ {
+			if turn > 6 {
+				t.Fatalf("stream=%v: still calling tools at turn %d", stream, turn)
+			}
+			body := `{"model":"coder","messages":[` + msgs + `],` + tools + `,"stream":` + map[bool]string{true: `true,"stream_options":{"include_usage":true}`, false: "false"}[stream] + `}`
+			r := e.do(http.MethodPost, "/v1/chat/completions", body, bearer(e.key))
+			if r.status != http.StatusOK || r.header.Get("Weir-Translation") != "chat_completions>messages" {
+				t.Fatalf("stream=%v turn %d: %d %q %s", stream, turn, r.status, r.header.Get("Weir-Translation"), r.body)
+			}
+			content, calls, finish, usage := chatAnswer(t, r.body, stream)
+			if finish == "stop" {
+				if content == "" || len(calls) != 0 || (stream && usage == nil) {
+					t.Errorf("stream=%v: last turn %q, calls %v, usage %v", stream, content, calls, usage)
+				}
+				break
+			}
+			if finish != "tool_calls" || len(calls) != 1 || calls[0].Function.Name != "Bash" || !json.Valid([]byte(calls[0].Function.Arguments)) {
+				t.Fatalf("stream=%v turn %d: finish %q calls %+v", stream, turn, finish, calls)
+			}
+			callID = calls[0].ID
+			asst, _ := json.Marshal(map[string]any{"role": "assistant", "content": nil, "tool_calls": calls})
+			msgs += `,` + string(asst) + `,{"role":"tool","tool_call_id":"` + callID + `","content":"README.md"}`
+		}
+		if callID == "" {
+			t.Errorf("stream=%v: no tool call before the text", stream)
+		}
+	}
+	for _, a := range e.sim.Attempts() {
+		if a.Path != "/v1/messages" || a.Model != model || a.Outcome != "ok" {
+			t.Errorf("upstream attempt %+v", a)
+		}
+	}
+}
+
+type chatCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+// chatAnswer reads a Chat answer, whole or streamed (its chunks joined).
+func chatAnswer(t *testing.T, body []byte, stream bool) (content string, calls []chatCall, finish string, usage map[string]any) {
+	t.Helper()
+	if !stream {
+		var c struct {
+			Choices []struct {
+				Message struct {
+					Content   *string    `json:"content"`
+					ToolCalls []chatCall `json:"tool_calls"`
+				} `json:"message"`
+				FinishReason string `json:"finish_reason"`
+			} `json:"choices"`
+			Usage map[string]any `json:"usage"`
+		}
+		if err := json.Unmarshal(body, &c); err != nil || len(c.Choices) != 1 {
+			t.Fatalf("answer %s: %v", body, err)
+		}
+		if c.Choices[0].Message.Content != nil {
+			content = *c.Choices[0].Message.Content
+		}
+		return content, c.Choices[0].Message.ToolCalls, c.Choices[0].FinishReason, c.Usage
+	}
+	lines := strings.Split(strings.TrimSpace(string(body)), "\n\n")
+	if lines[len(lines)-1] != "data: [DONE]" {
+		t.Fatalf("stream does not end with [DONE]: %s", body)
+	}
+	for _, l := range lines[:len(lines)-1] {
+		var c struct {
+			Choices []struct {
+				Delta struct {
+					Content   string `json:"content"`
+					ToolCalls []struct {
+						Index int `json:"index"`
+						chatCall
+					} `json:"tool_calls"`
+				} `json:"delta"`
+				FinishReason *string `json:"finish_reason"`
+			} `json:"choices"`
+			Usage map[string]any `json:"usage"`
+		}
+		d, ok := strings.CutPrefix(l, "data: ")
+		if !ok || json.Unmarshal([]byte(d), &c) != nil {
+			t.Fatalf("chunk %q", l)
+		}
+		if c.Usage != nil {
+			usage = c.Usage
+		}
+		for _, ch := range c.Choices {
+			content += ch.Delta.Content
+			for _, tc := range ch.Delta.ToolCalls {
+				if tc.Index == len(calls) {
+					calls = append(calls, tc.chatCall)
+					continue
+				}
+				calls[tc.Index].Function.Arguments += tc.Function.Arguments
+			}
+			if ch.FinishReason != nil {
+				finish = *ch.FinishReason
+			}
+		}
+	}
+	return content, calls, finish, usage
+}
