@@ -42,7 +42,7 @@ func TestTranslatedMessagesTurns(t *testing.T) {
 	} {
 		t.Run(c.provider, func(t *testing.T) {
 			t.Parallel()
-			e := setup(t, options{accounts: []account{{label: "up", provider: c.provider}}})
+			e := setup(t, options{accounts: []account{{label: "up-1", provider: c.provider}, {label: "up-2", provider: c.provider}}})
 			ctx := t.Context()
 			set := func(translate bool, targets ...string) {
 				if _, err := e.aliases.SetAlias(ctx, connect.NewRequest(&weirv1.SetAliasRequest{
@@ -59,8 +59,11 @@ func TestTranslatedMessagesTurns(t *testing.T) {
 			// alias goes on to the target it translates for.
 			set(true, model, c.target)
 			for _, stream := range []bool{false, true} {
+				// One Claude Code session per conversation: its turns keep
+				// their account, and the target's cache.
+				session := func(r *http.Request) { r.Header.Set("X-Claude-Code-Session-Id", "session-"+map[bool]string{true: "s", false: "w"}[stream]) }
 				first := `{"role":"user","content":"List the files."}`
-				r := e.do(http.MethodPost, "/v1/messages", messagesTurn("coder", first, stream), nil)
+				r := e.do(http.MethodPost, "/v1/messages", messagesTurn("coder", first, stream), session)
 				if r.status != http.StatusOK {
 					t.Fatalf("stream=%v: status %d: %s", stream, r.status, r.body)
 				}
@@ -92,11 +95,16 @@ func TestTranslatedMessagesTurns(t *testing.T) {
 					asst, _ := json.Marshal(map[string]any{"role": "assistant", "content": msg.Content})
 					msgs += `,` + string(asst) + `,{"role":"user","content":[{"type":"tool_result","tool_use_id":"` +
 						msg.Content[len(msg.Content)-1].ID + `","content":"README.md"}]}`
-					r = e.do(http.MethodPost, "/v1/messages", messagesTurn("coder", msgs, stream), nil)
+					r = e.do(http.MethodPost, "/v1/messages", messagesTurn("coder", msgs, stream), session)
 					if r.status != http.StatusOK {
 						t.Fatalf("stream=%v turn %d: status %d: %s", stream, turn, r.status, r.body)
 					}
 					msg = messagesAnswer(t, r.body, stream)
+				}
+				// The last turn read the earlier turns' prefix from the
+				// target's cache, and said so in its usage.
+				if ev := e.routeEvent(r.header.Get("Weir-Request-Id")); ev.Usage.GetCacheReadTokens() == 0 {
+					t.Errorf("stream=%v: the last turn's usage %+v, want cache reads", stream, ev.Usage)
 				}
 				if msg.StopReason != "end_turn" || len(msg.Content) != 1 || msg.Content[0].Type != "text" || msg.Content[0].Text == "" {
 					t.Errorf("stream=%v: last turn %+v, want text", stream, msg)
@@ -105,6 +113,30 @@ func TestTranslatedMessagesTurns(t *testing.T) {
 			for _, a := range e.sim.Attempts() {
 				if a.Path != c.path || a.Model != c.target || a.Outcome != "ok" {
 					t.Errorf("upstream attempt %+v, want ok on %s as %s", a, c.path, c.target)
+				}
+			}
+			// Each session stayed on one account, with one cache key of
+			// weir's own (never the client's session id).
+			accounts, keys := map[string]map[string]bool{}, map[string]map[string]bool{}
+			for _, x := range e.upstream.exchanges() {
+				var b struct {
+					Key string `json:"prompt_cache_key"`
+				}
+				json.Unmarshal(x.reqBody, &b) //nolint:errcheck // checked below
+				stream := strings.Contains(string(x.reqBody), `"stream":true`)
+				k := map[bool]string{true: "s", false: "w"}[stream]
+				if accounts[k] == nil {
+					accounts[k], keys[k] = map[string]bool{}, map[string]bool{}
+				}
+				accounts[k][x.reqHeader.Get("Authorization")] = true
+				keys[k][b.Key] = true
+				if b.Key == "" || strings.Contains(b.Key, "session-") {
+					t.Errorf("prompt_cache_key %q, want weir's own key for the session", b.Key)
+				}
+			}
+			for k := range accounts {
+				if len(accounts[k]) != 1 || len(keys[k]) != 1 {
+					t.Errorf("session %s: %d accounts and %d cache keys, want one of each", k, len(accounts[k]), len(keys[k]))
 				}
 			}
 			e.leasesReleased()
