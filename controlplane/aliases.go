@@ -20,13 +20,15 @@ import (
 // first of its concrete model ids with an eligible account, returning that
 // id in the lease for the data plane to send upstream. Resolution is one
 // level: targets are concrete ids. A model that is no alias never changes.
+// A key may have aliases of its own, which its requests take before the
+// global alias of the same name.
 
 // maxAliasTargets bounds an alias's list.
 const maxAliasTargets = 16
 
 type aliasService struct {
 	weirv1connect.UnimplementedAliasServiceHandler
-	q     *db.Queries
+	store
 	now   func() time.Time
 	log   *slog.Logger
 	watch *poolWatch
@@ -37,9 +39,17 @@ func (a aliasService) ListAliases(ctx context.Context, _ *connect.Request[weirv1
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*weirv1.Alias, 0, len(rows))
+	keyRows, err := a.q.ListKeyAliases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*weirv1.Alias, 0, len(rows)+len(keyRows))
 	for _, r := range rows {
 		out = append(out, aliasProto(r))
+	}
+	for _, r := range keyRows {
+		out = append(out, keyAliasProto(db.KeyAlias{KeyID: r.KeyID, Alias: r.Alias, Targets: r.Targets, Translate: r.Translate,
+			CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}, r.KeyName))
 	}
 	return connect.NewResponse(&weirv1.ListAliasesResponse{Aliases: out}), nil
 }
@@ -63,6 +73,19 @@ func (a aliasService) SetAlias(ctx context.Context, req *connect.Request[weirv1.
 			return nil, invalidf("targets: %q appears twice", t)
 		}
 	}
+	if m.Key != "" {
+		key, err := a.findKey(ctx, m.Key)
+		if err != nil {
+			return nil, err
+		}
+		row, err := a.q.SetKeyAlias(ctx, db.SetKeyAliasParams{KeyID: key.ID, Alias: m.Alias, Targets: m.Targets, Translate: m.Translate, Now: a.now()})
+		if err != nil {
+			return nil, err
+		}
+		a.log.InfoContext(ctx, "key alias set", "key_id", key.ID, "alias", row.Alias, "targets", row.Targets, "translate", row.Translate)
+		a.watch.announce(ctx)
+		return connect.NewResponse(&weirv1.SetAliasResponse{Alias: keyAliasProto(row, key.Name)}), nil
+	}
 	row, err := a.q.SetModelAlias(ctx, db.SetModelAliasParams{Alias: m.Alias, Targets: m.Targets, Translate: m.Translate, Now: a.now()})
 	if err != nil {
 		return nil, err
@@ -73,16 +96,31 @@ func (a aliasService) SetAlias(ctx context.Context, req *connect.Request[weirv1.
 }
 
 func (a aliasService) DeleteAlias(ctx context.Context, req *connect.Request[weirv1.DeleteAliasRequest]) (*connect.Response[weirv1.DeleteAliasResponse], error) {
-	n, err := a.q.DeleteModelAlias(ctx, req.Msg.Alias)
+	var n int64
+	var err error
+	if ref := req.Msg.Key; ref != "" {
+		key, ferr := a.findKey(ctx, ref)
+		if ferr != nil {
+			return nil, ferr
+		}
+		n, err = a.q.DeleteKeyAlias(ctx, db.DeleteKeyAliasParams{KeyID: key.ID, Alias: req.Msg.Alias})
+	} else {
+		n, err = a.q.DeleteModelAlias(ctx, req.Msg.Alias)
+	}
 	if err != nil {
 		return nil, err
 	}
 	if n == 0 {
 		return nil, ErrNotFound
 	}
-	a.log.InfoContext(ctx, "model alias deleted", "alias", req.Msg.Alias)
+	a.log.InfoContext(ctx, "model alias deleted", "alias", req.Msg.Alias, "key", req.Msg.Key)
 	a.watch.announce(ctx)
 	return connect.NewResponse(&weirv1.DeleteAliasResponse{}), nil
+}
+
+func keyAliasProto(r db.KeyAlias, keyName string) *weirv1.Alias {
+	return &weirv1.Alias{Alias: r.Alias, Targets: r.Targets, Translate: r.Translate, KeyId: r.KeyID.String(), KeyName: keyName,
+		CreatedAt: timestamppb.New(r.CreatedAt), UpdatedAt: timestamppb.New(r.UpdatedAt)}
 }
 
 func aliasProto(r db.ModelAlias) *weirv1.Alias {

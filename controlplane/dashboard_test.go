@@ -366,6 +366,23 @@ func TestDashboardSettings(t *testing.T) {
 	if p = b.get("/dashboard/settings"); !strings.Contains(p.body, "<code>claude-haiku-4-5</code> → <code>gpt-5-mini</code>") {
 		t.Errorf("the alias is not listed with its targets in order")
 	}
+	// A translating alias, and a key's own of the same name: listed
+	// apart, and removing the key's leaves the one for every key.
+	wantStatus(t, "set translating alias", b.post("/dashboard/aliases", url.Values{"csrf": {csrf}, "alias": {"fast"},
+		"targets": {"claude-haiku-4-5, gpt-5-mini"}, "translate": {"1"}}), http.StatusSeeOther)
+	key, _ := e.createKey("alias-key")
+	if _, err := e.aliasClient(e.cfg.AdminToken).SetAlias(t.Context(), connect.NewRequest(&weirv1.SetAliasRequest{Alias: "fast", Targets: []string{"gpt-5-mini"}, Key: key.Id})); err != nil {
+		t.Fatal(err)
+	}
+	p = b.get("/dashboard/settings")
+	if !regexp.MustCompile(`(?s)<td data-label="For">every key</td>.*?<td data-label="Translates">yes</td>`).MatchString(p.body) ||
+		!strings.Contains(p.body, `<td data-label="For">key alias-key</td>`) {
+		t.Errorf("the aliases are not listed with whom they are for and whether they translate")
+	}
+	wantStatus(t, "remove the key's alias", b.post("/dashboard/aliases/delete", url.Values{"csrf": {csrf}, "alias": {"fast"}, "key": {key.Id}}), http.StatusSeeOther)
+	if n, m := e.count(`SELECT count(*) FROM key_aliases`), e.count(`SELECT count(*) FROM model_aliases WHERE translate`); n != 0 || m != 1 {
+		t.Errorf("after removing the key's alias: %d key aliases, %d translating global ones; want 0 and 1", n, m)
+	}
 	wantStatus(t, "remove alias", b.post("/dashboard/aliases/delete", url.Values{"csrf": {csrf}, "alias": {"fast"}}), http.StatusSeeOther)
 	if n := e.count(`SELECT count(*) FROM model_aliases`); n != 0 {
 		t.Errorf("%d aliases left after removing", n)

@@ -216,7 +216,7 @@ func (s *Server) rpcHandler() (http.Handler, []string) {
 	handle(leasePath, leaseHandler)
 	handle(weirv1connect.NewRouteServiceHandler(routeService{store: s.store, now: s.now}, opts))
 	handle(weirv1connect.NewSettingsServiceHandler(s.settingsService(), opts))
-	handle(weirv1connect.NewAliasServiceHandler(aliasService{q: s.q, now: s.now, log: s.log, watch: s.watch}, opts))
+	handle(weirv1connect.NewAliasServiceHandler(aliasService{store: s.store, now: s.now, log: s.log, watch: s.watch}, opts))
 	handle(weirv1connect.NewOpsServiceHandler(opsService{q: s.q}, opts))
 	handle(weirv1connect.NewDashboardServiceHandler(s.dashboardService(), opts))
 	handle(weirv1connect.NewAuditServiceHandler(auditService{q: s.q}, opts))

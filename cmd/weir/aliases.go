@@ -14,9 +14,9 @@ import (
 
 const aliasesUsage = `Usage:
   weir aliases list                      show the model aliases
-  weir aliases set ALIAS MODEL[,MODEL...] [--translate]
+  weir aliases set ALIAS MODEL[,MODEL...] [--translate] [--key KEY]
                                          create or replace an alias
-  weir aliases rm ALIAS                  delete an alias
+  weir aliases rm ALIAS [--key KEY]      delete an alias
 
 A request naming ALIAS is served on the first MODEL with an eligible
 account, in the order given; the upstream sees that model. A concrete model
@@ -24,8 +24,9 @@ id is never changed. A MODEL of the other wire's provider (a GPT model for
 Claude Code, a Claude model for Codex) is served only with --translate:
 weir then translates the request and its answer between the Anthropic and
 OpenAI wires (docs/translation.md), and refuses by name what the other
-wire cannot carry. Every command takes --json, --controlplane and
---data-dir.
+wire cannot carry. With --key (a key's id or name) the alias is that key's
+own: its requests take it before the global alias of the same name. Every
+command takes --json, --controlplane and --data-dir.
 `
 
 func runAliases(ctx context.Context, args []string, e env) error {
@@ -39,6 +40,7 @@ func runAliases(ctx context.Context, args []string, e env) error {
 	var af adminFlags
 	af.register(fs, e)
 	translate := fs.Bool("translate", false, "set: serve targets of the other wire's provider through translation")
+	key := fs.String("key", "", "set, rm: the key (id or name) whose own alias it is; empty: the global alias")
 	var want int
 	switch sub {
 	case "list", "ls":
@@ -66,7 +68,7 @@ func runAliases(ctx context.Context, args []string, e env) error {
 	switch sub {
 	case "set":
 		targets := splitModels(pos[1])
-		resp, err := c.aliases.SetAlias(ctx, connect.NewRequest(&weirv1.SetAliasRequest{Alias: pos[0], Targets: targets, Translate: *translate}))
+		resp, err := c.aliases.SetAlias(ctx, connect.NewRequest(&weirv1.SetAliasRequest{Alias: pos[0], Targets: targets, Translate: *translate, Key: *key}))
 		if err != nil {
 			return rpcError("set alias", err)
 		}
@@ -76,7 +78,7 @@ func runAliases(ctx context.Context, args []string, e env) error {
 		printAliases(e.stdout, []*weirv1.Alias{resp.Msg.Alias})
 		return nil
 	case "rm", "delete":
-		if _, err := c.aliases.DeleteAlias(ctx, connect.NewRequest(&weirv1.DeleteAliasRequest{Alias: pos[0]})); err != nil {
+		if _, err := c.aliases.DeleteAlias(ctx, connect.NewRequest(&weirv1.DeleteAliasRequest{Alias: pos[0], Key: *key})); err != nil {
 			return rpcError("delete alias", err)
 		}
 		if af.json {
@@ -108,13 +110,17 @@ func splitModels(s string) []string {
 
 func printAliases(w io.Writer, as []*weirv1.Alias) {
 	tw := table(w)
-	fmt.Fprintln(tw, "ALIAS\tMODELS (in order)\tTRANSLATE")
+	fmt.Fprintln(tw, "ALIAS\tKEY\tMODELS (in order)\tTRANSLATE")
 	for _, a := range as {
 		tr := "no"
 		if a.Translate {
 			tr = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", a.Alias, strings.Join(a.Targets, ", "), tr)
+		key := "(every key)"
+		if a.KeyId != "" {
+			key = a.KeyName
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.Alias, key, strings.Join(a.Targets, ", "), tr)
 	}
 	tw.Flush()
 }

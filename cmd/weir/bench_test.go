@@ -75,6 +75,10 @@ func TestBenchSmoke(t *testing.T) {
 		Sustained []struct {
 			Bare int `json:"bare_10ms"`
 		} `json:"sustained"`
+		Translation []struct {
+			Stream bool  `json:"stream"`
+			CPU    int64 `json:"cpu_added_per_request_ns"`
+		} `json:"translation"`
 	}
 	b, err := os.ReadFile(filepath.Join(out, "results.json"))
 	if err != nil {
@@ -84,8 +88,11 @@ func TestBenchSmoke(t *testing.T) {
 		t.Fatalf("results.json: %v", err)
 	}
 	steps := rep.Results.Steps
-	if len(steps) != 6 {
-		t.Fatalf("%d steps, want 3 targets × (plain, stream)", len(steps))
+	if len(steps) != 10 {
+		t.Fatalf("%d steps, want 3 targets × (plain, stream), then the translation's 2 × (plain, stream)", len(steps))
+	}
+	if len(rep.Translation) != 2 || rep.Translation[0].Stream || !rep.Translation[1].Stream {
+		t.Errorf("translation rows %+v, want the plain step's and the stream's", rep.Translation)
 	}
 	for _, s := range steps {
 		if s.Measured != 50 || s.Latency.N == 0 || s.Latency.P50 <= 0 || s.Latency.P99 < s.Latency.P50 || s.CPUPerRequest <= 0 {
@@ -96,7 +103,7 @@ func TestBenchSmoke(t *testing.T) {
 		}
 		// Successes settle in ReleaseBatch; a reused lease needs no
 		// Acquire, but the first request of a step has none to reuse.
-		if s.Target == "weir" && (s.Acquire.N == 0 || s.Acquire.P50 <= 0 || s.ReleaseBatch.N == 0) {
+		if (s.Target == "weir" || s.Target == "weir-translated") && (s.Acquire.N == 0 || s.Acquire.P50 <= 0 || s.ReleaseBatch.N == 0) {
 			t.Errorf("weir: Acquire %+v, ReleaseBatch %+v", s.Acquire, s.ReleaseBatch)
 		}
 	}

@@ -155,7 +155,7 @@ func (h *Handler) setAlias(w http.ResponseWriter, r *http.Request, s session) {
 }
 
 func (h *Handler) deleteAlias(w http.ResponseWriter, r *http.Request, s session) {
-	_, err := h.cfg.Aliases.DeleteAlias(r.Context(), connect.NewRequest(&weirv1.DeleteAliasRequest{Alias: r.PostFormValue("alias")}))
+	_, err := h.cfg.Aliases.DeleteAlias(r.Context(), connect.NewRequest(&weirv1.DeleteAliasRequest{Alias: r.PostFormValue("alias"), Key: r.PostFormValue("key")}))
 	if err == nil {
 		http.Redirect(w, r, Prefix+"settings?saved=alias#aliases", http.StatusSeeOther)
 		return

@@ -600,8 +600,12 @@ SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.
     (SELECT k.team_id FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::uuid AS key_team_id,
     coalesce((SELECT s.value FROM settings s WHERE s.name = 'owned_accounts'), '')::text AS owned_setting,
     (SELECT s.sealed FROM settings s WHERE s.name = 'egress_proxy') AS egress_default_sealed,
-    (SELECT ma.targets FROM model_aliases ma WHERE ma.alias = $2::text) AS alias_targets,
-    coalesce((SELECT ma.translate FROM model_aliases ma WHERE ma.alias = $2::text), false)::boolean AS alias_translate,
+    coalesce(
+        (SELECT ka.targets FROM key_aliases ka JOIN client_keys kk ON kk.id = ka.key_id WHERE kk.key_hash = $1::text AND ka.alias = $2::text),
+        (SELECT ma.targets FROM model_aliases ma WHERE ma.alias = $2::text))::text[] AS alias_targets,
+    coalesce(
+        (SELECT ka.translate FROM key_aliases ka JOIN client_keys kk ON kk.id = ka.key_id WHERE kk.key_hash = $1::text AND ka.alias = $2::text),
+        (SELECT ma.translate FROM model_aliases ma WHERE ma.alias = $2::text), false)::boolean AS alias_translate,
     ob.open_until AS breaker_open_until,
     (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > $3)::integer AS live,
     coalesce(wq.ahead, 0)::integer AS waiting_ahead,
@@ -701,7 +705,7 @@ type RoutingViewRow struct {
 // (with its restrictions and its team) when the key is live, the settings
 // routing reads (metered_accounts, owned_accounts, the default egress
 // proxy) and the model's alias targets (and whether they may be
-// translated) when it is an alias.
+// translated) when it is an alias: the key's own, else the global one.
 // The waiters, read only when there are any (the common case: none, one
 // check for the whole query).
 func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]RoutingViewRow, error) {

@@ -8,7 +8,26 @@ package db
 import (
 	"context"
 	"time"
+
+	"github.com/google/uuid"
 )
+
+const deleteKeyAlias = `-- name: DeleteKeyAlias :execrows
+DELETE FROM key_aliases WHERE key_id = $1 AND alias = $2
+`
+
+type DeleteKeyAliasParams struct {
+	KeyID uuid.UUID
+	Alias string
+}
+
+func (q *Queries) DeleteKeyAlias(ctx context.Context, arg DeleteKeyAliasParams) (int64, error) {
+	result, err := q.db.Exec(ctx, deleteKeyAlias, arg.KeyID, arg.Alias)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
 
 const deleteModelAlias = `-- name: DeleteModelAlias :execrows
 DELETE FROM model_aliases WHERE alias = $1
@@ -20,6 +39,49 @@ func (q *Queries) DeleteModelAlias(ctx context.Context, alias string) (int64, er
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const listKeyAliases = `-- name: ListKeyAliases :many
+SELECT ka.key_id, ka.alias, ka.targets, ka.translate, ka.created_at, ka.updated_at, k.name AS key_name FROM key_aliases ka JOIN client_keys k ON k.id = ka.key_id
+ORDER BY k.name, ka.alias
+`
+
+type ListKeyAliasesRow struct {
+	KeyID     uuid.UUID
+	Alias     string
+	Targets   []string
+	Translate bool
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	KeyName   string
+}
+
+func (q *Queries) ListKeyAliases(ctx context.Context) ([]ListKeyAliasesRow, error) {
+	rows, err := q.db.Query(ctx, listKeyAliases)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ListKeyAliasesRow{}
+	for rows.Next() {
+		var i ListKeyAliasesRow
+		if err := rows.Scan(
+			&i.KeyID,
+			&i.Alias,
+			&i.Targets,
+			&i.Translate,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.KeyName,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const listModelAliases = `-- name: ListModelAliases :many
@@ -50,6 +112,41 @@ func (q *Queries) ListModelAliases(ctx context.Context) ([]ModelAlias, error) {
 		return nil, err
 	}
 	return items, nil
+}
+
+const setKeyAlias = `-- name: SetKeyAlias :one
+INSERT INTO key_aliases (key_id, alias, targets, translate, created_at, updated_at)
+VALUES ($1, $2, $3::text[], $4::boolean, $5::timestamptz, $5::timestamptz)
+ON CONFLICT (key_id, alias) DO UPDATE SET targets = EXCLUDED.targets, translate = EXCLUDED.translate, updated_at = EXCLUDED.updated_at
+RETURNING key_id, alias, targets, translate, created_at, updated_at
+`
+
+type SetKeyAliasParams struct {
+	KeyID     uuid.UUID
+	Alias     string
+	Targets   []string
+	Translate bool
+	Now       time.Time
+}
+
+func (q *Queries) SetKeyAlias(ctx context.Context, arg SetKeyAliasParams) (KeyAlias, error) {
+	row := q.db.QueryRow(ctx, setKeyAlias,
+		arg.KeyID,
+		arg.Alias,
+		arg.Targets,
+		arg.Translate,
+		arg.Now,
+	)
+	var i KeyAlias
+	err := row.Scan(
+		&i.KeyID,
+		&i.Alias,
+		&i.Targets,
+		&i.Translate,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+	)
+	return i, err
 }
 
 const setModelAlias = `-- name: SetModelAlias :one

@@ -15,15 +15,19 @@ import (
 const activeKeyAndAlias = `-- name: ActiveKeyAndAlias :one
 SELECT k.id AS key_id, k.allowed_models, k.pinned, k.metered_accounts, k.team_id,
     (SELECT array_agg(ka.account_id) FROM client_key_accounts ka WHERE ka.key_id = k.id)::uuid[] AS pins,
-    (SELECT a.targets FROM model_aliases a WHERE a.alias = $1::text) AS alias_targets,
-    coalesce((SELECT a.translate FROM model_aliases a WHERE a.alias = $1::text), false)::boolean AS alias_translate
+    coalesce(
+        (SELECT ka.targets FROM key_aliases ka JOIN client_keys kk ON kk.id = ka.key_id WHERE kk.key_hash = $1 AND ka.alias = $2::text),
+        (SELECT ma.targets FROM model_aliases ma WHERE ma.alias = $2::text))::text[] AS alias_targets,
+    coalesce(
+        (SELECT ka.translate FROM key_aliases ka JOIN client_keys kk ON kk.id = ka.key_id WHERE kk.key_hash = $1 AND ka.alias = $2::text),
+        (SELECT ma.translate FROM model_aliases ma WHERE ma.alias = $2::text), false)::boolean AS alias_translate
 FROM client_keys k
-WHERE k.key_hash = $2 AND k.revoked_at IS NULL
+WHERE k.key_hash = $1 AND k.revoked_at IS NULL
 `
 
 type ActiveKeyAndAliasParams struct {
-	Model   string
 	KeyHash string
+	Model   string
 }
 
 type ActiveKeyAndAliasRow struct {
@@ -38,9 +42,10 @@ type ActiveKeyAndAliasRow struct {
 }
 
 // Acquire's first question in one round trip: is the key live, what
-// restricts it, and is the model an alias (NULL targets: a concrete model).
+// restricts it, and is the model an alias, the key's own or the global one
+// (NULL targets: a concrete model).
 func (q *Queries) ActiveKeyAndAlias(ctx context.Context, arg ActiveKeyAndAliasParams) (ActiveKeyAndAliasRow, error) {
-	row := q.db.QueryRow(ctx, activeKeyAndAlias, arg.Model, arg.KeyHash)
+	row := q.db.QueryRow(ctx, activeKeyAndAlias, arg.KeyHash, arg.Model)
 	var i ActiveKeyAndAliasRow
 	err := row.Scan(
 		&i.KeyID,

@@ -134,6 +134,15 @@ type IntegrityReport struct {
 	Findings []byte
 }
 
+type KeyAlias struct {
+	KeyID     uuid.UUID
+	Alias     string
+	Targets   []string
+	Translate bool
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
 type Lease struct {
 	ID                 uuid.UUID
 	AccountID          uuid.UUID

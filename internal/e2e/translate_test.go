@@ -510,3 +510,53 @@ func chatAnswer(t *testing.T, body []byte, stream bool) (content string, calls [
 	}
 	return content, calls, finish, usage
 }
+
+// A key's own alias comes before the global one of the same name: the
+// team's "coder" is the Claude model, untranslated, while one person's
+// key has its own "coder" that translates onto Codex. Each key's request
+// goes where its alias says; deleting the key's own alias brings that key
+// back to the global one.
+func TestKeyAliasTranslates(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{accounts: []account{{label: "claude"}, {label: "cx", provider: "codex"}}})
+	ctx := t.Context()
+	if _, err := e.aliases.SetAlias(ctx, connect.NewRequest(&weirv1.SetAliasRequest{Alias: "coder", Targets: []string{model}})); err != nil {
+		t.Fatal(err)
+	}
+	alice := e.restrictedKey(&weirv1.CreateKeyRequest{})
+	keys, err := e.keys.ListKeys(ctx, connect.NewRequest(&weirv1.ListKeysRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var aliceID string
+	for _, k := range keys.Msg.Keys {
+		if strings.HasPrefix(k.Name, "restricted-") {
+			aliceID = k.Id
+		}
+	}
+	e.change(func() {
+		if _, err := e.aliases.SetAlias(ctx, connect.NewRequest(&weirv1.SetAliasRequest{Alias: "coder", Targets: []string{"gpt-5-codex"},
+			Translate: true, Key: aliceID})); err != nil {
+			t.Fatal(err)
+		}
+	})
+	as := func(key string) func(*http.Request) { return func(r *http.Request) { r.Header.Set("X-Api-Key", key) } }
+	body := messagesTurn("coder", `{"role":"user","content":"hi"}`, false)
+	if r := e.do(http.MethodPost, "/v1/messages", body, nil); r.status != http.StatusOK || r.header.Get("Weir-Translation") != "" {
+		t.Fatalf("the team's key: %d %q %s", r.status, r.header.Get("Weir-Translation"), r.body)
+	}
+	if r := e.do(http.MethodPost, "/v1/messages", body, as(alice)); r.status != http.StatusOK || r.header.Get("Weir-Translation") != "messages>responses" {
+		t.Fatalf("the key with its own alias: %d %q %s", r.status, r.header.Get("Weir-Translation"), r.body)
+	}
+	if got, want := e.attempts(), []string{"claude:ok:200", "cx:ok:200"}; !slices.Equal(got, want) {
+		t.Errorf("attempts %v, want %v", got, want)
+	}
+	e.change(func() {
+		if _, err := e.aliases.DeleteAlias(ctx, connect.NewRequest(&weirv1.DeleteAliasRequest{Alias: "coder", Key: aliceID})); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if r := e.do(http.MethodPost, "/v1/messages", body, as(alice)); r.status != http.StatusOK || r.header.Get("Weir-Translation") != "" {
+		t.Fatalf("the key after its alias went: %d %q %s", r.status, r.header.Get("Weir-Translation"), r.body)
+	}
+}

@@ -19,23 +19,17 @@ import (
 // call arriving after a later one started are refused as a broken
 // stream rather than reordered.
 type ChatStream struct {
-	model   string
-	started bool
-	done    bool
-	id      string
-	// block is the open content block's index, -1 when none; kind is
-	// "text" or "tool_use"; call is the Chat tool call index it carries.
-	block, blocks int
-	kind          string
-	call          int
-	seenCalls     map[int]bool
-	finish        string
-	usage         map[string]int64
+	out messagesOut
+	// call is the Chat tool call index the open tool_use block carries.
+	call      int
+	seenCalls map[int]bool
+	finish    string
+	usage     map[string]int64
 }
 
 // NewChatStream starts a translation for a client that asked model.
 func NewChatStream(model string) *ChatStream {
-	return &ChatStream{model: model, block: -1, seenCalls: map[int]bool{}, usage: (*chatUsage)(nil).messagesUsage()}
+	return &ChatStream{out: newMessagesOut(model), seenCalls: map[int]bool{}, usage: (*chatUsage)(nil).messagesUsage()}
 }
 
 type chatChunk struct {
@@ -65,42 +59,42 @@ func event(name string, v any) []byte {
 // Chunk translates one chunk's data (the JSON after "data: "; "[DONE]"
 // ends the stream) into the Messages events it stands for, concatenated.
 func (s *ChatStream) Chunk(data []byte) ([]byte, error) {
-	if s.done {
+	m := &s.out
+	if m.done {
 		return nil, errors.New("a chunk after the end of the stream")
 	}
 	if strings.TrimSpace(string(data)) == "[DONE]" {
-		return append(s.start(""), s.finishStream()...), nil
+		return append(m.start("", "chatcmpl-"), m.finish(StopReason(s.finish), s.usage)...), nil
 	}
 	var c chatChunk
 	if err := json.Unmarshal(data, &c); err != nil {
 		return nil, fmt.Errorf("a chunk that is not JSON: %w", err)
 	}
-	out := s.start(c.ID)
+	out := m.start(c.ID, "chatcmpl-")
 	if c.Usage != nil {
 		s.usage = c.Usage.messagesUsage()
 	}
 	for _, ch := range c.Choices {
 		if t := ch.Delta.Content; t != nil && *t != "" {
-			if s.kind != "text" {
-				out = append(out, s.open("text", -1, map[string]any{"type": "text", "text": ""})...)
+			if m.kind != "text" {
+				out = append(out, m.open("text", map[string]any{"type": "text", "text": ""})...)
 			}
-			out = append(out, event("content_block_delta", map[string]any{"type": "content_block_delta", "index": s.block,
-				"delta": map[string]any{"type": "text_delta", "text": *t}})...)
+			out = append(out, m.delta(map[string]any{"type": "text_delta", "text": *t})...)
 		}
 		calls := ch.Delta.ToolCalls
 		sort.SliceStable(calls, func(i, j int) bool { return calls[i].Index < calls[j].Index })
 		for _, tc := range calls {
-			if s.kind != "tool_use" || s.call != tc.Index {
+			if m.kind != "tool_use" || s.call != tc.Index {
 				if s.seenCalls[tc.Index] {
 					return nil, fmt.Errorf("tool call %d resumed after another began: the stream interleaves calls", tc.Index)
 				}
 				s.seenCalls[tc.Index] = true
-				out = append(out, s.open("tool_use", tc.Index, map[string]any{"type": "tool_use", "id": tc.ID,
+				s.call = tc.Index
+				out = append(out, m.open("tool_use", map[string]any{"type": "tool_use", "id": tc.ID,
 					"name": tc.Function.Name, "input": map[string]any{}})...)
 			}
 			if tc.Function.Arguments != "" {
-				out = append(out, event("content_block_delta", map[string]any{"type": "content_block_delta", "index": s.block,
-					"delta": map[string]any{"type": "input_json_delta", "partial_json": tc.Function.Arguments}})...)
+				out = append(out, m.delta(map[string]any{"type": "input_json_delta", "partial_json": tc.Function.Arguments})...)
 			}
 		}
 		if ch.FinishReason != nil && *ch.FinishReason != "" {
@@ -110,45 +104,8 @@ func (s *ChatStream) Chunk(data []byte) ([]byte, error) {
 	return out, nil
 }
 
-// start is message_start, the first time only.
-func (s *ChatStream) start(chunkID string) []byte {
-	if s.started {
-		return nil
-	}
-	s.started, s.id = true, "msg_"+strings.TrimPrefix(chunkID, "chatcmpl-")
-	return event("message_start", map[string]any{"type": "message_start", "message": map[string]any{
-		"id": s.id, "type": "message", "role": "assistant", "model": s.model, "content": []any{},
-		"stop_reason": nil, "stop_sequence": nil, "usage": s.usage}})
-}
-
-// open closes the open block, if any, and opens the next.
-func (s *ChatStream) open(kind string, call int, block map[string]any) []byte {
-	out := s.closeBlock()
-	s.block, s.blocks, s.kind, s.call = s.blocks, s.blocks+1, kind, call
-	return append(out, event("content_block_start", map[string]any{"type": "content_block_start", "index": s.block, "content_block": block})...)
-}
-
-func (s *ChatStream) closeBlock() []byte {
-	if s.block < 0 {
-		return nil
-	}
-	b := event("content_block_stop", map[string]any{"type": "content_block_stop", "index": s.block})
-	s.block, s.kind = -1, ""
-	return b
-}
-
-// finishStream ends the Messages stream: the last block, the stop reason
-// and usage, message_stop.
-func (s *ChatStream) finishStream() []byte {
-	s.done = true
-	out := s.closeBlock()
-	out = append(out, event("message_delta", map[string]any{"type": "message_delta",
-		"delta": map[string]any{"stop_reason": StopReason(s.finish), "stop_sequence": nil}, "usage": s.usage})...)
-	return append(out, event("message_stop", map[string]any{"type": "message_stop"})...)
-}
-
 // Event is Chunk: a Chat stream's events have no names.
 func (s *ChatStream) Event(_ string, data []byte) ([]byte, error) { return s.Chunk(data) }
 
 // Done says whether the stream ended ([DONE] came).
-func (s *ChatStream) Done() bool { return s.done }
+func (s *ChatStream) Done() bool { return s.out.done }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 )
 
 // ResponsesStream turns a Responses stream's events into the Messages
@@ -20,15 +19,9 @@ import (
 // (codex.rate_limits, in-progress markers, the done events that repeat
 // what the deltas said) translate to nothing.
 type ResponsesStream struct {
-	model   string
-	started bool
-	done    bool
-	id      string
-	// block is the open content block's index, -1 when none; item is the
-	// output item (its output_index) it carries, kind its type.
-	block, blocks int
-	item          int
-	kind          string
+	out messagesOut
+	// item is the output item (its output_index) the open block carries.
+	item int
 	// streamed marks the function call items whose arguments came as
 	// deltas (else the done item's arguments are sent whole).
 	streamed map[int]bool
@@ -38,7 +31,7 @@ type ResponsesStream struct {
 
 // NewResponsesStream starts a translation for a client that asked model.
 func NewResponsesStream(model string, _ Request) Stream {
-	return &ResponsesStream{model: model, block: -1, item: -1, streamed: map[int]bool{}, seen: map[int]bool{}}
+	return &ResponsesStream{out: newMessagesOut(model), item: -1, streamed: map[int]bool{}, seen: map[int]bool{}}
 }
 
 type responsesStreamEvent struct {
@@ -59,7 +52,7 @@ type responsesStreamEvent struct {
 // Event translates one Responses event (its type comes in the data; the
 // event: name is the same where there is one).
 func (s *ResponsesStream) Event(_ string, data []byte) ([]byte, error) {
-	if s.done {
+	if s.out.done {
 		return nil, errors.New("an event after the end of the response")
 	}
 	var e responsesStreamEvent
@@ -70,7 +63,7 @@ func (s *ResponsesStream) Event(_ string, data []byte) ([]byte, error) {
 	switch e.Type {
 	case "response.created", "response.in_progress":
 		if e.Response != nil {
-			out = s.start(e.Response.ID)
+			out = s.out.start(e.Response.ID, "resp_")
 		}
 	case "response.output_item.added":
 		if e.Item == nil {
@@ -81,7 +74,7 @@ func (s *ResponsesStream) Event(_ string, data []byte) ([]byte, error) {
 				return nil, err
 			}
 			s.called = true
-			out = append(s.start(""), s.open("tool_use", e.OutputIndex, map[string]any{"type": "tool_use", "id": e.Item.CallID,
+			out = append(s.out.start("", "resp_"), s.open("tool_use", e.OutputIndex, map[string]any{"type": "tool_use", "id": e.Item.CallID,
 				"name": e.Item.Name, "input": map[string]any{}})...)
 		}
 	case "response.output_text.delta", "response.refusal.delta":
@@ -91,31 +84,31 @@ func (s *ResponsesStream) Event(_ string, data []byte) ([]byte, error) {
 		return s.delta(e.OutputIndex, "thinking", map[string]any{"type": "thinking", "thinking": "", "signature": ""},
 			map[string]any{"type": "thinking_delta", "thinking": e.Delta})
 	case "response.function_call_arguments.delta":
-		if s.kind != "tool_use" || s.item != e.OutputIndex {
+		if s.out.kind != "tool_use" || s.item != e.OutputIndex {
 			return nil, fmt.Errorf("arguments for output item %d, which is not the open call", e.OutputIndex)
 		}
 		s.streamed[e.OutputIndex] = true
 		if e.Delta != "" {
-			out = s.blockDelta(map[string]any{"type": "input_json_delta", "partial_json": e.Delta})
+			out = s.out.delta(map[string]any{"type": "input_json_delta", "partial_json": e.Delta})
 		}
 	case "response.output_item.done":
-		if e.Item != nil && e.Item.Type == "function_call" && s.kind == "tool_use" && s.item == e.OutputIndex &&
+		if e.Item != nil && e.Item.Type == "function_call" && s.out.kind == "tool_use" && s.item == e.OutputIndex &&
 			!s.streamed[e.OutputIndex] && e.Item.Arguments != "" {
-			out = s.blockDelta(map[string]any{"type": "input_json_delta", "partial_json": e.Item.Arguments})
+			out = s.out.delta(map[string]any{"type": "input_json_delta", "partial_json": e.Item.Arguments})
 		}
 		if s.item == e.OutputIndex {
-			out = append(out, s.closeBlock()...)
+			out = append(out, s.closeItem()...)
 		}
 	case "response.completed", "response.incomplete":
 		if e.Response == nil {
 			return nil, errors.New(e.Type + " without its response")
 		}
-		out = s.start(e.Response.ID)
+		out = s.out.start(e.Response.ID, "resp_")
 		var incomplete string
 		if e.Response.IncompleteDetails != nil {
 			incomplete = e.Response.IncompleteDetails.Reason
 		}
-		out = append(out, s.finish(responsesStop(e.Response.Status, incomplete, s.called), e.Response.Usage.messagesUsage())...)
+		out = append(out, s.out.finish(responsesStop(e.Response.Status, incomplete, s.called), e.Response.Usage.messagesUsage())...)
 	}
 	return out, nil
 }
@@ -132,60 +125,24 @@ func (s *ResponsesStream) fresh(index int) error {
 // delta is a text or thinking delta of output item index, opening its
 // block first when it is not the open one.
 func (s *ResponsesStream) delta(index int, kind string, block, delta map[string]any) ([]byte, error) {
-	out := s.start("")
-	if s.kind != kind || s.item != index {
+	out := s.out.start("", "resp_")
+	if s.out.kind != kind || s.item != index {
 		if err := s.fresh(index); err != nil {
 			return nil, err
 		}
 		out = append(out, s.open(kind, index, block)...)
 	}
-	return append(out, s.blockDelta(delta)...), nil
+	return append(out, s.out.delta(delta)...), nil
 }
 
-func (s *ResponsesStream) blockDelta(delta map[string]any) []byte {
-	return event("content_block_delta", map[string]any{"type": "content_block_delta", "index": s.block, "delta": delta})
+// open opens output item index's block.
+func (s *ResponsesStream) open(kind string, index int, block map[string]any) []byte {
+	s.item = index
+	return s.out.open(kind, block)
 }
 
-// start is message_start, the first time only.
-func (s *ResponsesStream) start(responseID string) []byte {
-	if s.started {
-		return nil
-	}
-	s.started, s.id = true, "msg_"+strings.TrimPrefix(responseID, "resp_")
-	return event("message_start", map[string]any{"type": "message_start", "message": map[string]any{
-		"id": s.id, "type": "message", "role": "assistant", "model": s.model, "content": []any{},
-		"stop_reason": nil, "stop_sequence": nil, "usage": (*responsesUsage)(nil).messagesUsage()}})
-}
-
-// open closes the open block, if any, and opens the next.
-func (s *ResponsesStream) open(kind string, item int, block map[string]any) []byte {
-	out := s.closeBlock()
-	s.block, s.blocks, s.kind, s.item = s.blocks, s.blocks+1, kind, item
-	return append(out, event("content_block_start", map[string]any{"type": "content_block_start", "index": s.block, "content_block": block})...)
-}
-
-func (s *ResponsesStream) closeBlock() []byte {
-	if s.block < 0 {
-		return nil
-	}
-	var out []byte
-	if s.kind == "thinking" {
-		// A client sends thinking back with its signature; the target's
-		// has none, and none is checked on the way back (earlier turns'
-		// thinking is left out of a translated request).
-		out = s.blockDelta(map[string]any{"type": "signature_delta", "signature": ""})
-	}
-	out = append(out, event("content_block_stop", map[string]any{"type": "content_block_stop", "index": s.block})...)
-	s.block, s.kind, s.item = -1, "", -1
-	return out
-}
-
-// finish ends the Messages stream: the last block, the stop reason and
-// usage, message_stop.
-func (s *ResponsesStream) finish(stop string, usage map[string]int64) []byte {
-	s.done = true
-	out := s.closeBlock()
-	out = append(out, event("message_delta", map[string]any{"type": "message_delta",
-		"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}, "usage": usage})...)
-	return append(out, event("message_stop", map[string]any{"type": "message_stop"})...)
+// closeItem closes the open block, which carries output item index.
+func (s *ResponsesStream) closeItem() []byte {
+	s.item = -1
+	return s.out.closeBlock()
 }

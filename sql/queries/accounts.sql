@@ -127,7 +127,7 @@ RETURNING auth_failures, (broken_at IS NOT NULL)::boolean AS broken;
 -- (with its restrictions and its team) when the key is live, the settings
 -- routing reads (metered_accounts, owned_accounts, the default egress
 -- proxy) and the model's alias targets (and whether they may be
--- translated) when it is an alias.
+-- translated) when it is an alias: the key's own, else the global one.
 -- name: RoutingView :many
 SELECT sqlc.embed(a),
     (SELECT k.id FROM client_keys k WHERE k.key_hash = @key_hash::text AND k.revoked_at IS NULL)::uuid AS key_id,
@@ -140,8 +140,12 @@ SELECT sqlc.embed(a),
     (SELECT k.team_id FROM client_keys k WHERE k.key_hash = @key_hash::text AND k.revoked_at IS NULL)::uuid AS key_team_id,
     coalesce((SELECT s.value FROM settings s WHERE s.name = 'owned_accounts'), '')::text AS owned_setting,
     (SELECT s.sealed FROM settings s WHERE s.name = 'egress_proxy') AS egress_default_sealed,
-    (SELECT ma.targets FROM model_aliases ma WHERE ma.alias = @model::text) AS alias_targets,
-    coalesce((SELECT ma.translate FROM model_aliases ma WHERE ma.alias = @model::text), false)::boolean AS alias_translate,
+    coalesce(
+        (SELECT ka.targets FROM key_aliases ka JOIN client_keys kk ON kk.id = ka.key_id WHERE kk.key_hash = @key_hash::text AND ka.alias = @model::text),
+        (SELECT ma.targets FROM model_aliases ma WHERE ma.alias = @model::text))::text[] AS alias_targets,
+    coalesce(
+        (SELECT ka.translate FROM key_aliases ka JOIN client_keys kk ON kk.id = ka.key_id WHERE kk.key_hash = @key_hash::text AND ka.alias = @model::text),
+        (SELECT ma.translate FROM model_aliases ma WHERE ma.alias = @model::text), false)::boolean AS alias_translate,
     ob.open_until AS breaker_open_until,
     (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > @now)::integer AS live,
     coalesce(wq.ahead, 0)::integer AS waiting_ahead,

@@ -83,11 +83,16 @@ UPDATE client_keys SET last_used_at = @now::timestamptz
 WHERE id = @id AND (last_used_at IS NULL OR last_used_at < @stale_before::timestamptz);
 
 -- Acquire's first question in one round trip: is the key live, what
--- restricts it, and is the model an alias (NULL targets: a concrete model).
+-- restricts it, and is the model an alias, the key's own or the global one
+-- (NULL targets: a concrete model).
 -- name: ActiveKeyAndAlias :one
 SELECT k.id AS key_id, k.allowed_models, k.pinned, k.metered_accounts, k.team_id,
     (SELECT array_agg(ka.account_id) FROM client_key_accounts ka WHERE ka.key_id = k.id)::uuid[] AS pins,
-    (SELECT a.targets FROM model_aliases a WHERE a.alias = @model::text) AS alias_targets,
-    coalesce((SELECT a.translate FROM model_aliases a WHERE a.alias = @model::text), false)::boolean AS alias_translate
+    coalesce(
+        (SELECT ka.targets FROM key_aliases ka JOIN client_keys kk ON kk.id = ka.key_id WHERE kk.key_hash = @key_hash AND ka.alias = @model::text),
+        (SELECT ma.targets FROM model_aliases ma WHERE ma.alias = @model::text))::text[] AS alias_targets,
+    coalesce(
+        (SELECT ka.translate FROM key_aliases ka JOIN client_keys kk ON kk.id = ka.key_id WHERE kk.key_hash = @key_hash AND ka.alias = @model::text),
+        (SELECT ma.translate FROM model_aliases ma WHERE ma.alias = @model::text), false)::boolean AS alias_translate
 FROM client_keys k
 WHERE k.key_hash = @key_hash AND k.revoked_at IS NULL;

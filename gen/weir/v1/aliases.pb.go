@@ -35,7 +35,11 @@ type Alias struct {
 	// for a Responses or Chat Completions one) is served by translating the
 	// request and its answer. Without it such a target is refused, never
 	// sent on the client's wire to a provider that does not speak it.
-	Translate     bool `protobuf:"varint,5,opt,name=translate,proto3" json:"translate,omitempty"`
+	Translate bool `protobuf:"varint,5,opt,name=translate,proto3" json:"translate,omitempty"`
+	// A key's own alias (its id and name), which that key's requests take
+	// before the global alias of the same name; empty for a global alias.
+	KeyId         string `protobuf:"bytes,6,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	KeyName       string `protobuf:"bytes,7,opt,name=key_name,json=keyName,proto3" json:"key_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -103,6 +107,20 @@ func (x *Alias) GetTranslate() bool {
 		return x.Translate
 	}
 	return false
+}
+
+func (x *Alias) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *Alias) GetKeyName() string {
+	if x != nil {
+		return x.KeyName
+	}
+	return ""
 }
 
 type ListAliasesRequest struct {
@@ -190,7 +208,9 @@ type SetAliasRequest struct {
 	Alias   string                 `protobuf:"bytes,1,opt,name=alias,proto3" json:"alias,omitempty"`
 	Targets []string               `protobuf:"bytes,2,rep,name=targets,proto3" json:"targets,omitempty"`
 	// Alias.translate.
-	Translate     bool `protobuf:"varint,3,opt,name=translate,proto3" json:"translate,omitempty"`
+	Translate bool `protobuf:"varint,3,opt,name=translate,proto3" json:"translate,omitempty"`
+	// A key (its id or name): the alias is that key's own. Empty: global.
+	Key           string `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -246,6 +266,13 @@ func (x *SetAliasRequest) GetTranslate() bool {
 	return false
 }
 
+func (x *SetAliasRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
 type SetAliasResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Alias         *Alias                 `protobuf:"bytes,1,opt,name=alias,proto3" json:"alias,omitempty"`
@@ -291,8 +318,10 @@ func (x *SetAliasResponse) GetAlias() *Alias {
 }
 
 type DeleteAliasRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Alias         string                 `protobuf:"bytes,1,opt,name=alias,proto3" json:"alias,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Alias string                 `protobuf:"bytes,1,opt,name=alias,proto3" json:"alias,omitempty"`
+	// A key (its id or name) whose own alias goes; empty: the global one.
+	Key           string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -330,6 +359,13 @@ func (*DeleteAliasRequest) Descriptor() ([]byte, []int) {
 func (x *DeleteAliasRequest) GetAlias() string {
 	if x != nil {
 		return x.Alias
+	}
+	return ""
+}
+
+func (x *DeleteAliasRequest) GetKey() string {
+	if x != nil {
+		return x.Key
 	}
 	return ""
 }
@@ -374,7 +410,7 @@ var File_weir_v1_aliases_proto protoreflect.FileDescriptor
 
 const file_weir_v1_aliases_proto_rawDesc = "" +
 	"\n" +
-	"\x15weir/v1/aliases.proto\x12\aweir.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcb\x01\n" +
+	"\x15weir/v1/aliases.proto\x12\aweir.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfd\x01\n" +
 	"\x05Alias\x12\x14\n" +
 	"\x05alias\x18\x01 \x01(\tR\x05alias\x12\x18\n" +
 	"\atargets\x18\x02 \x03(\tR\atargets\x129\n" +
@@ -382,18 +418,22 @@ const file_weir_v1_aliases_proto_rawDesc = "" +
 	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
 	"updated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x1c\n" +
-	"\ttranslate\x18\x05 \x01(\bR\ttranslate\"\x14\n" +
+	"\ttranslate\x18\x05 \x01(\bR\ttranslate\x12\x15\n" +
+	"\x06key_id\x18\x06 \x01(\tR\x05keyId\x12\x19\n" +
+	"\bkey_name\x18\a \x01(\tR\akeyName\"\x14\n" +
 	"\x12ListAliasesRequest\"?\n" +
 	"\x13ListAliasesResponse\x12(\n" +
-	"\aaliases\x18\x01 \x03(\v2\x0e.weir.v1.AliasR\aaliases\"_\n" +
+	"\aaliases\x18\x01 \x03(\v2\x0e.weir.v1.AliasR\aaliases\"q\n" +
 	"\x0fSetAliasRequest\x12\x14\n" +
 	"\x05alias\x18\x01 \x01(\tR\x05alias\x12\x18\n" +
 	"\atargets\x18\x02 \x03(\tR\atargets\x12\x1c\n" +
-	"\ttranslate\x18\x03 \x01(\bR\ttranslate\"8\n" +
+	"\ttranslate\x18\x03 \x01(\bR\ttranslate\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\tR\x03key\"8\n" +
 	"\x10SetAliasResponse\x12$\n" +
-	"\x05alias\x18\x01 \x01(\v2\x0e.weir.v1.AliasR\x05alias\"*\n" +
+	"\x05alias\x18\x01 \x01(\v2\x0e.weir.v1.AliasR\x05alias\"<\n" +
 	"\x12DeleteAliasRequest\x12\x14\n" +
-	"\x05alias\x18\x01 \x01(\tR\x05alias\"\x15\n" +
+	"\x05alias\x18\x01 \x01(\tR\x05alias\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"\x15\n" +
 	"\x13DeleteAliasResponse2\xec\x01\n" +
 	"\fAliasService\x12M\n" +
 	"\vListAliases\x12\x1b.weir.v1.ListAliasesRequest\x1a\x1c.weir.v1.ListAliasesResponse\"\x03\x90\x02\x01\x12A\n" +
