@@ -61,7 +61,9 @@ func TestTranslatedMessagesTurns(t *testing.T) {
 			for _, stream := range []bool{false, true} {
 				// One Claude Code session per conversation: its turns keep
 				// their account, and the target's cache.
-				session := func(r *http.Request) { r.Header.Set("X-Claude-Code-Session-Id", "session-"+map[bool]string{true: "s", false: "w"}[stream]) }
+				session := func(r *http.Request) {
+					r.Header.Set("X-Claude-Code-Session-Id", "session-"+map[bool]string{true: "s", false: "w"}[stream])
+				}
 				first := `{"role":"user","content":"List the files."}`
 				r := e.do(http.MethodPost, "/v1/messages", messagesTurn("coder", first, stream), session)
 				if r.status != http.StatusOK {
