@@ -238,7 +238,7 @@ func runStep(ctx context.Context, st *stack, c *http.Client, t target, cfg Confi
 		out.CPUPerRequest = cpu.self / time.Duration(s.sent)
 		out.PGCPUPerRequest = cpu.children / time.Duration(s.sent)
 	}
-	if t.name == "weir" {
+	if t.url == st.dp.url { // through weir, translated or not
 		out.Acquire, out.Release = summarize(rpc["Acquire"]), summarize(rpc["Release"])
 		out.ReleaseBatch = summarize(rpc["ReleaseBatch"])
 	}

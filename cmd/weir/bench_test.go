@@ -104,7 +104,7 @@ func TestBenchSmoke(t *testing.T) {
 		// Successes settle in ReleaseBatch; a reused lease needs no
 		// Acquire, but the first request of a step has none to reuse.
 		if (s.Target == "weir" || s.Target == "weir-translated") && (s.Acquire.N == 0 || s.Acquire.P50 <= 0 || s.ReleaseBatch.N == 0) {
-			t.Errorf("weir: Acquire %+v, ReleaseBatch %+v", s.Acquire, s.ReleaseBatch)
+			t.Errorf("%s: Acquire %+v, ReleaseBatch %+v", s.Target, s.Acquire, s.ReleaseBatch)
 		}
 	}
 	// Three targets in this process, then the bare proxy and a weir worker
