@@ -129,3 +129,26 @@ func TestChatStreamEdges(t *testing.T) {
 		t.Errorf("an empty stream: %v", names)
 	}
 }
+
+// Any sequence of chunks yields Messages events whose data is JSON, or an
+// error; never a panic.
+func FuzzChatStream(f *testing.F) {
+	f.Add([]byte(`{"id":"chatcmpl-1","choices":[{"delta":{"content":"hi"}}]}`), []byte(`{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"n","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`), []byte(`[DONE]`))
+	f.Add([]byte(`{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":9}}}`), []byte(`[DONE]`), []byte(`{}`))
+	f.Fuzz(func(t *testing.T, a, b, c []byte) {
+		s := NewChatStream("m")
+		var out []byte
+		for _, ch := range [][]byte{a, b, c} {
+			o, err := s.Chunk(ch)
+			if err != nil {
+				return
+			}
+			out = append(out, o...)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if d, ok := strings.CutPrefix(line, "data: "); ok && !json.Valid([]byte(d)) {
+				t.Fatalf("event data %q is not JSON", d)
+			}
+		}
+	})
+}

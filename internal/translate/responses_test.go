@@ -261,3 +261,29 @@ func FuzzResponsesStream(f *testing.F) {
 		}
 	})
 }
+
+// Any whole answer, Responses or Chat, is either a Messages answer (a
+// message with content, a stop reason and usage) or an error.
+func FuzzAnswersToMessages(f *testing.F) {
+	f.Add([]byte(`{"id":"resp_1","status":"completed","output":[{"type":"function_call","call_id":"c","name":"n","arguments":"{}"}],"usage":{"input_tokens":3}}`), true)
+	f.Add([]byte(`{"id":"chatcmpl-1","choices":[{"message":{"content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1}}`), false)
+	f.Fuzz(func(t *testing.T, body []byte, responses bool) {
+		whole := ChatToMessages
+		if responses {
+			whole = ResponsesToMessages
+		}
+		out, err := whole(body, "m", Request{})
+		if err != nil {
+			return
+		}
+		var m struct {
+			Type       string            `json:"type"`
+			Content    []json.RawMessage `json:"content"`
+			StopReason string            `json:"stop_reason"`
+			Usage      map[string]int64  `json:"usage"`
+		}
+		if json.Unmarshal(out, &m) != nil || m.Type != "message" || m.Content == nil || m.StopReason == "" || m.Usage == nil {
+			t.Fatalf("invalid answer for %q: %s", body, out)
+		}
+	})
+}
