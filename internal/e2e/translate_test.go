@@ -562,3 +562,93 @@ func TestKeyAliasTranslates(t *testing.T) {
 		t.Fatalf("the key after its alias went: %d %q %s", r.status, r.header.Get("Weir-Translation"), r.body)
 	}
 }
+
+// Failures through a translation reach the client in its own wire and
+// its own terms: a request the target cannot carry is a 400 naming what,
+// with nothing sent upstream; the target's refusal a 400 with its
+// message, its rate limit (the hold budget spent) a 429, and an error
+// after output the client's own error event, never the target's.
+func TestTranslatedFailures(t *testing.T) {
+	t.Parallel()
+	turn := func(stream bool) string { return messagesTurn("coder", `{"role":"user","content":"hi"}`, stream) }
+	for _, c := range []struct {
+		name     string
+		fault    *sim.Fault
+		body     string
+		status   int
+		typ      string // the Anthropic error type, or the error event's
+		message  string
+		attempts int
+	}{
+		{"untranslatable", nil, strings.Replace(turn(false), `"max_tokens":1024`, `"max_tokens":1024,"stop_sequences":["END"]`, 1),
+			http.StatusBadRequest, "invalid_request_error", "cannot carry stop_sequences", 0},
+		{"refused upstream", &sim.Fault{Kind: sim.FaultBadRequest}, turn(false), http.StatusBadRequest, "invalid_request_error", "", 1},
+		{"rate limited", &sim.Fault{Kind: sim.FaultRateLimit, RetryAfter: 30}, turn(false), http.StatusTooManyRequests, "rate_limit_error", "", 1},
+		{"at capacity after output", &sim.Fault{Kind: sim.FaultAtCapacityAfterOutput}, turn(true), http.StatusOK, "overloaded_error", "", 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			acct := account{label: "cx", provider: "codex"}
+			if c.fault != nil {
+				acct.faults = []sim.Fault{*c.fault}
+			}
+			e := setup(t, options{accounts: []account{acct}})
+			e.translateAlias("coder", "gpt-5-codex")
+			r := e.do(http.MethodPost, "/v1/messages", c.body, nil)
+			if r.status != c.status {
+				t.Fatalf("status %d, want %d: %s", r.status, c.status, r.body)
+			}
+			if c.status == http.StatusOK {
+				events := sseEvents(t, r.body)
+				last := events[len(events)-1]
+				var ev apiError
+				if last[0] != "error" || json.Unmarshal([]byte(last[1]), &ev) != nil || ev.Error.Type != c.typ {
+					t.Errorf("last event %v, want the Messages error event %s", last, c.typ)
+				}
+				if strings.Contains(string(r.body), "response.failed") {
+					t.Errorf("the target's event reached the client: %s", r.body)
+				}
+			} else {
+				e := decodeError(t, r.body)
+				if e.Error.Type != c.typ || !strings.Contains(e.Error.Message, c.message) {
+					t.Errorf("error %+v, want %s naming %q", e.Error, c.typ, c.message)
+				}
+			}
+			if n := len(e.sim.Attempts()); n != c.attempts {
+				t.Errorf("%d upstream attempts, want %d", n, c.attempts)
+			}
+		})
+	}
+}
+
+// The other way: a Codex client on a Claude account whose stream fails
+// after output gets Responses' own response.failed, never the Messages
+// error event; one the account refuses gets an OpenAI error body.
+func TestTranslatedFailuresToResponses(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		fault  sim.Fault
+		stream bool
+	}{
+		{sim.Fault{Kind: sim.FaultErrorAfterContent}, true},
+		{sim.Fault{Kind: sim.FaultBadRequest}, false},
+	} {
+		t.Run(c.fault.Kind, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, options{accounts: []account{{label: "claude", faults: []sim.Fault{c.fault}}}})
+			e.translateAlias("team-coder", model)
+			body := strings.Replace(responsesBody(c.stream), `"model":"`+codexModel+`"`, `"model":"team-coder"`, 1)
+			r := e.do(http.MethodPost, "/v1/responses", body, bearer(e.key))
+			if !c.stream {
+				if f := errorFields(t, r); r.status != http.StatusBadRequest || f["type"] != "invalid_request_error" || f["message"] == "" {
+					t.Errorf("status %d, error %v; want the OpenAI error body of a 400", r.status, f)
+				}
+				return
+			}
+			if r.status != http.StatusOK || !strings.Contains(string(r.body), "event: response.failed") ||
+				strings.Contains(string(r.body), "event: error") || strings.Contains(string(r.body), "message_start") {
+				t.Errorf("status %d, stream %s; want the Responses stream ending in response.failed", r.status, r.body)
+			}
+		})
+	}
+}
