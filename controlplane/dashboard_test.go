@@ -407,7 +407,8 @@ func TestDashboardPagesKeepSecrets(t *testing.T) {
 			{At: durationpb.New(time.Millisecond), AccountId: a.Id, Class: weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, Action: weirv1.Action_ACTION_FAILOVER,
 				TransportCause: weirv1.TransportCause_TRANSPORT_CAUSE_DNS},
 			{At: durationpb.New(10 * time.Millisecond), HoldReason: "all accounts cooling", Duration: durationpb.New(time.Second)},
-			{At: durationpb.New(time.Second), AccountId: a.Id, Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200, Action: weirv1.Action_ACTION_RESPOND},
+			{At: durationpb.New(time.Second), AccountId: a.Id, Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200, Action: weirv1.Action_ACTION_RESPOND,
+				Model: "gpt-5-codex", Translation: "messages>responses"},
 		},
 	}); err != nil {
 		t.Fatal(err)
@@ -462,7 +463,7 @@ func TestDashboardPagesKeepSecrets(t *testing.T) {
 
 	p := b.get("/dashboard/requests/" + reqID)
 	for _, want := range []string{"secret-oauth", "rate limited", "failover", "all accounts cooling", "respond", "1.0s in 1 hold(s)",
-		`<td data-label="Outcome">transport error</td>`, `<td data-label="Error">dns</td>`} {
+		`<td data-label="Outcome">transport error</td>`, `<td data-label="Error">dns</td>`, "translated messages → responses as gpt-5-codex"} {
 		if !strings.Contains(p.body, want) {
 			t.Errorf("explain page lacks %q", want)
 		}

@@ -652,3 +652,26 @@ func TestTranslatedFailuresToResponses(t *testing.T) {
 		})
 	}
 }
+
+// count_tokens on an alias a Codex account serves is weir's estimate,
+// said so in a header, and costs the upstream nothing.
+func TestTranslatedCountTokensEstimate(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{accounts: []account{{label: "cx", provider: "codex"}}})
+	e.translateAlias("coder", "gpt-5-codex")
+	body := `{"model":"coder","messages":[{"role":"user","content":"` + strings.Repeat("word ", 400) + `"}]}`
+	r := e.do(http.MethodPost, "/v1/messages/count_tokens", body, nil)
+	var got struct {
+		InputTokens int64 `json:"input_tokens"`
+	}
+	if r.status != http.StatusOK || json.Unmarshal(r.body, &got) != nil || r.header.Get("Weir-Token-Count") != "estimate" {
+		t.Fatalf("status %d, Weir-Token-Count %q: %s", r.status, r.header.Get("Weir-Token-Count"), r.body)
+	}
+	// 2,000 bytes of text and a few of field values: about 500 tokens.
+	if got.InputTokens < 450 || got.InputTokens > 550 {
+		t.Errorf("estimate %d tokens, want about 500", got.InputTokens)
+	}
+	if n := len(e.sim.Attempts()); n != 0 {
+		t.Errorf("%d upstream attempts for an estimate", n)
+	}
+}
