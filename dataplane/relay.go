@@ -101,8 +101,9 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 	var treq translate.Request
 	if tr != nil {
 		if in.sf.name == surfaceCount.name {
-			// The target has no count: weir estimates, and says so.
-			o.Class, o.Status, o.BytesToClient = weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, http.StatusOK, true
+			// The target has no count: weir estimates, and says so. The
+			// account was not asked, and proved nothing.
+			o.Class, o.Status, o.BytesToClient = weirv1.OutcomeClass_OUTCOME_CLASS_NOT_SENT, http.StatusOK, true
 			writeTokenEstimate(w, in.body)
 			return attemptResult{outcome: o}
 		}
@@ -119,7 +120,8 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 			// The request itself is at fault: no account of this wire would
 			// do better, and nothing was sent.
 			apiErr := errUntranslatable(tr, err)
-			o.Class, o.Status, o.ErrorType, o.ErrorMessage = weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_ERROR, http.StatusBadRequest, "untranslatable", apiErr.message
+			o.Class, o.Status, o.ErrorType, o.ErrorMessage = weirv1.OutcomeClass_OUTCOME_CLASS_NOT_SENT, http.StatusBadRequest, "untranslatable", apiErr.message
+			in.outcome = outcomeClientError
 			writeError(w, in.sf.wire, in.requestID, apiErr)
 			return attemptResult{outcome: o}
 		}

@@ -200,7 +200,8 @@ func breakerChange(class weirv1.OutcomeClass, overload bool, family string, fres
 	}
 	switch class {
 	case weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, weirv1.OutcomeClass_OUTCOME_CLASS_GATEWAY_ERROR,
-		weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR, weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED:
+		weirv1.OutcomeClass_OUTCOME_CLASS_STREAM_ERROR, weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED,
+		weirv1.OutcomeClass_OUTCOME_CLASS_NOT_SENT:
 		return BreakerFreeProbe
 	}
 	return BreakerClose

@@ -674,4 +674,10 @@ func TestTranslatedCountTokensEstimate(t *testing.T) {
 	if n := len(e.sim.Attempts()); n != 0 {
 		t.Errorf("%d upstream attempts for an estimate", n)
 	}
+	// The account was not asked: its record says so, and proves nothing
+	// of it (no success, no cooldown).
+	ev := e.routeEvent(r.header.Get("Weir-Request-Id"))
+	if recs := ev.AttemptRecords; len(recs) != 1 || recs[0].Class != weirv1.OutcomeClass_OUTCOME_CLASS_NOT_SENT || ev.Status != http.StatusOK {
+		t.Errorf("route event %d, records %+v; want one not-sent attempt", ev.Status, recs)
+	}
 }

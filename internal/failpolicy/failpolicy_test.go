@@ -22,6 +22,7 @@ func TestDefault(t *testing.T) {
 		weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED: weirv1.Action_ACTION_RESPOND,
 		weirv1.OutcomeClass_OUTCOME_CLASS_UPSTREAM_ERROR:  weirv1.Action_ACTION_RESPOND,
 		weirv1.OutcomeClass_OUTCOME_CLASS_GATEWAY_ERROR:   weirv1.Action_ACTION_FAILOVER,
+		weirv1.OutcomeClass_OUTCOME_CLASS_NOT_SENT:        weirv1.Action_ACTION_RESPOND,
 	}
 	values := weirv1.OutcomeClass(0).Descriptor().Values()
 	for i := range values.Len() {

@@ -731,6 +731,10 @@ const (
 	// 502/504: a gateway between weir and the provider failed or timed out.
 	// Transient, and says nothing about the account or the provider's load.
 	OutcomeClass_OUTCOME_CLASS_GATEWAY_ERROR OutcomeClass = 10
+	// Nothing was sent upstream: weir answered on its own (a token count
+	// estimated, a request a translation cannot carry). It says nothing of
+	// the account or the provider: no cooldown, no success.
+	OutcomeClass_OUTCOME_CLASS_NOT_SENT OutcomeClass = 11
 )
 
 // Enum value maps for OutcomeClass.
@@ -747,6 +751,7 @@ var (
 		8:  "OUTCOME_CLASS_CLIENT_CANCELED",
 		9:  "OUTCOME_CLASS_UPSTREAM_ERROR",
 		10: "OUTCOME_CLASS_GATEWAY_ERROR",
+		11: "OUTCOME_CLASS_NOT_SENT",
 	}
 	OutcomeClass_value = map[string]int32{
 		"OUTCOME_CLASS_UNSPECIFIED":     0,
@@ -760,6 +765,7 @@ var (
 		"OUTCOME_CLASS_CLIENT_CANCELED": 8,
 		"OUTCOME_CLASS_UPSTREAM_ERROR":  9,
 		"OUTCOME_CLASS_GATEWAY_ERROR":   10,
+		"OUTCOME_CLASS_NOT_SENT":        11,
 	}
 )
 
@@ -2002,7 +2008,7 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\x17TRANSPORT_CAUSE_TIMEOUT\x10\x04\x12\x19\n" +
 	"\x15TRANSPORT_CAUSE_RESET\x10\x05\x12\x19\n" +
 	"\x15TRANSPORT_CAUSE_OTHER\x10\x06\x12\x19\n" +
-	"\x15TRANSPORT_CAUSE_PROXY\x10\a*\xed\x02\n" +
+	"\x15TRANSPORT_CAUSE_PROXY\x10\a*\x89\x03\n" +
 	"\fOutcomeClass\x12\x1d\n" +
 	"\x19OUTCOME_CLASS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15OUTCOME_CLASS_SUCCESS\x10\x01\x12\x1e\n" +
@@ -2015,7 +2021,8 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\x1dOUTCOME_CLASS_CLIENT_CANCELED\x10\b\x12 \n" +
 	"\x1cOUTCOME_CLASS_UPSTREAM_ERROR\x10\t\x12\x1f\n" +
 	"\x1bOUTCOME_CLASS_GATEWAY_ERROR\x10\n" +
-	"*`\n" +
+	"\x12\x1a\n" +
+	"\x16OUTCOME_CLASS_NOT_SENT\x10\v*`\n" +
 	"\x06Action\x12\x16\n" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eACTION_RESPOND\x10\x01\x12\x13\n" +
