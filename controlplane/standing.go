@@ -157,8 +157,10 @@ func (l leaseService) keyBudgets(ctx context.Context, keyID uuid.UUID, now time.
 type standingEntry struct {
 	model, family string
 	// targets are what routing would serve it as: an alias's targets the
-	// key may use, else the model itself.
-	targets []string
+	// key may use, else the model itself; translate, whether the alias
+	// serves targets of the other wire (as that wire's surface).
+	targets   []string
+	translate bool
 	// surfaces, when set, are the only surfaces it is answered on.
 	surfaces []weirv1.Surface
 }
@@ -182,7 +184,7 @@ func (l leaseService) standingEntries(ctx context.Context, m *weirv1.KeyStanding
 			}
 			e := standingEntry{model: model, family: policy.ModelFamily(model), targets: []string{model}}
 			if model != "" && row.AliasTargets != nil {
-				e.targets = nil
+				e.targets, e.translate = nil, row.AliasTranslate
 				for _, t := range row.AliasTargets {
 					if modelpattern.Match(allowed, t) {
 						e.targets = append(e.targets, t)
@@ -285,34 +287,55 @@ func (l leaseService) modelStandings(ctx context.Context, m *weirv1.KeyStandingR
 // e's targets (each over its own family's view, targets), else the answer
 // Acquire would give (for an alias, aliasNoAccount's); with the
 // providers and the pooled windows of cands, the key's pool read for e's
-// family. An open overload breaker is not weighed: it closes within
+// family (for an alias that translates, those of the other wire's pool
+// that serves it). An open overload breaker is not weighed: it closes within
 // seconds, and Acquire's probe decides whether it does. Pure.
 func modelStanding(e standingEntry, cands []policy.Candidate, targets [][]policy.Candidate, kg keyGrant, sf weirv1.Surface, now time.Time) *weirv1.ModelStanding {
 	ms := &weirv1.ModelStanding{Model: e.model, Family: e.family, Surface: sf}
-	base := kg.route(policy.RouteRequest{Surface: sf})
-	ms.Providers = policy.ProvidersServing(cands, base)
-	five, week := policy.PoolWindows(cands, base, now)
-	ms.FiveHour, ms.SevenDay = pooledProto(five), pooledProto(week)
-	if len(e.targets) == 0 {
-		// An alias none of whose targets the key may use.
-		ms.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED
-		return ms
-	}
+	// The pool a client draws on is that of the target that would serve
+	// it (else of the first it could be routed to): for an alias that
+	// translates onto the other wire, that wire's accounts.
+	pool, poolCands, pooled := sf, cands, false
 	var nones []*weirv1.NoAccount
 	for i, t := range e.targets {
-		rr := base
-		rr.Model = t
-		_, none := policy.Route(targets[i], rr, now)
-		if none == nil {
-			ms.Available = true
-			return ms
+		tsf, ok := policy.TargetSurface(sf, t, e.translate)
+		if !ok {
+			continue // never routed on this surface
 		}
-		nones = append(nones, none)
+		// A target across the wires is read over its own family's view;
+		// otherwise the entry's, as ever.
+		tc := cands
+		if tsf != sf {
+			tc = targets[i]
+		}
+		if !pooled {
+			pool, poolCands, pooled = tsf, tc, true
+		}
+		rr := kg.route(policy.RouteRequest{Surface: tsf})
+		rr.Model = t
+		if _, none := policy.Route(targets[i], rr, now); none != nil {
+			nones = append(nones, none)
+			continue
+		}
+		pool, poolCands, ms.Available = tsf, tc, true
+		break
 	}
-	none := aliasNoAccount(nones)
-	ms.Reason, ms.AvailableAt, ms.OutOfQuota = none.Reason, none.RetryAt, none.QuotaBlock != nil
-	if none.QuotaBlock != nil && none.QuotaBlock.ResetsAt != nil && ms.AvailableAt == nil {
-		ms.AvailableAt = none.QuotaBlock.ResetsAt
+	base := kg.route(policy.RouteRequest{Surface: pool})
+	ms.Providers = policy.ProvidersServing(poolCands, base)
+	five, week := policy.PoolWindows(poolCands, base, now)
+	ms.FiveHour, ms.SevenDay = pooledProto(five), pooledProto(week)
+	switch {
+	case ms.Available:
+	case len(nones) == 0:
+		// An alias none of whose targets the key may use, or none this
+		// surface serves.
+		ms.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED
+	default:
+		none := aliasNoAccount(nones)
+		ms.Reason, ms.AvailableAt, ms.OutOfQuota = none.Reason, none.RetryAt, none.QuotaBlock != nil
+		if none.QuotaBlock != nil && none.QuotaBlock.ResetsAt != nil && ms.AvailableAt == nil {
+			ms.AvailableAt = none.QuotaBlock.ResetsAt
+		}
 	}
 	return ms
 }

@@ -681,3 +681,25 @@ func TestTranslatedCountTokensEstimate(t *testing.T) {
 		t.Errorf("route event %d, records %+v; want one not-sent attempt", ev.Status, recs)
 	}
 }
+
+// A key's standing for an alias that translates is the pool that would
+// serve it: with the Claude subscription spent, the Codex account serves,
+// and the standing (and the rate-limit headers Claude Code reads) are the
+// Codex pool's, not the spent Claude one's.
+func TestStandingOfTranslatedAlias(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{accounts: []account{
+		{label: "claude", oauth: true, windows: &sim.Windows{FiveHour: &sim.Window{Limit: 1000, Used: 1000, ResetIn: sim.Duration(3 * time.Hour)}}},
+		{label: "cx", provider: "codex", windows: &sim.Windows{FiveHour: &sim.Window{Limit: 1000, Used: 300, ResetIn: sim.Duration(4 * time.Hour)}}},
+	}})
+	e.refreshUsage("claude", "cx")
+	e.translateAlias("coder", model, "gpt-5-codex")
+	s, r := e.getStanding(e.key, "model=coder&surface=messages")
+	if r.status != http.StatusOK || len(s.Models) != 1 {
+		t.Fatalf("standing: %d %s", r.status, r.body)
+	}
+	m := s.Models[0]
+	if !m.CanServeNow || !slices.Equal(m.Providers, []string{"codex"}) || m.Windows.FiveHour == nil || m.Windows.FiveHour.UsedPercent != 30 {
+		t.Errorf("standing %+v (five-hour %+v), want served now by the Codex pool at 30%%", m, m.Windows.FiveHour)
+	}
+}
