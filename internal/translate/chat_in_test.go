@@ -480,14 +480,7 @@ func FuzzChatToMessagesRequest(f *testing.F) {
 // Any input is either an error or chunks of JSON (or [DONE]), each framed
 // whole.
 func FuzzMessagesToChatStream(f *testing.F) {
-	for _, name := range []string{"stream_tools.sse", "stream_custom.sse"} {
-		b, err := os.ReadFile(filepath.Join("testdata", "messages", name))
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-	}
-	f.Add([]byte("data: {\"type\":\"message_start\",\"message\":{\"id\":\"m\"}}\n\ndata: {\"type\":\"message_stop\"}\n\n"))
+	seedMessagesStreams(f)
 	f.Fuzz(func(t *testing.T, in []byte) {
 		out, _ := runStream(NewMessagesToChatStream("m", Request{IncludeUsage: true}), in)
 		evs, err := clientEvents(out)
@@ -523,4 +516,17 @@ func FuzzMessagesToChatAnswer(f *testing.F) {
 			t.Fatalf("not a completion: %s", out)
 		}
 	})
+}
+
+// seedMessagesStreams seeds a fuzz target with the recorded Messages
+// streams and the shortest one.
+func seedMessagesStreams(f *testing.F) {
+	for _, name := range []string{"stream_tools.sse", "stream_custom.sse"} {
+		b, err := os.ReadFile(filepath.Join("testdata", "messages", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte("data: {\"type\":\"message_start\",\"message\":{\"id\":\"m\"}}\n\ndata: {\"type\":\"message_stop\"}\n\n"))
 }

@@ -382,14 +382,7 @@ func FuzzResponsesToMessagesRequest(f *testing.F) {
 // Any input is either an error or Responses events, each framed whole,
 // its data a JSON object of its type, numbered in sequence.
 func FuzzMessagesToResponsesStream(f *testing.F) {
-	for _, name := range []string{"stream_tools.sse", "stream_custom.sse"} {
-		b, err := os.ReadFile(filepath.Join("testdata", "messages", name))
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-	}
-	f.Add([]byte("data: {\"type\":\"message_start\",\"message\":{\"id\":\"m\"}}\n\ndata: {\"type\":\"message_stop\"}\n\n"))
+	seedMessagesStreams(f)
 	f.Fuzz(func(t *testing.T, in []byte) {
 		out, _ := runStream(NewMessagesToResponsesStream("m", Request{CustomTools: map[string]bool{"apply_patch": true}}), in)
 		evs, err := clientEvents(out)
