@@ -66,6 +66,9 @@ type inbound struct {
 	// history is the conversation of the Responses WebSocket the request
 	// came on; nil over HTTP.
 	history *wsHistory
+	// xlated is the body's last translation (translation.go), let go
+	// with the body.
+	xlated *translatedBody
 	// poolQuota is the pool out of quota, as the last answer that nothing
 	// could serve found it; nil when it was not (the rate-limit headers
 	// say "rejected" from it, poolHeaders).
@@ -75,7 +78,7 @@ type inbound struct {
 // letGo drops the body once nothing will replay it, and gives its
 // reservation back.
 func (in *inbound) letGo() {
-	in.body = nil
+	in.body, in.xlated = nil, nil
 	in.hold.release()
 }
 

@@ -107,16 +107,8 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 			writeTokenEstimate(w, in.body)
 			return attemptResult{outcome: o}
 		}
-		src, err := in.body, error(nil)
-		if in.history != nil {
-			// A WebSocket turn carries only its new items: the target
-			// needs the whole conversation.
-			src, err = in.history.expand(in.body)
-		}
-		if err == nil {
-			treq, err = tr.request(src, cmp.Or(lease.Model, in.model), cacheKeyFor(in.session))
-		}
-		if err != nil {
+		var err error
+		if treq, err = in.translated(tr, cmp.Or(lease.Model, in.model)); err != nil {
 			// The request itself is at fault: no account of this wire would
 			// do better, and nothing was sent.
 			apiErr := errUntranslatable(tr, err)
@@ -128,6 +120,7 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 		reqBody = treq.Body
 	}
 	req, body, err := upstreamRequest(uctx, r, sf, reqBody, lease, tr != nil)
+	treq.Body = nil // the upstream request holds it until the answer is committed
 	if err != nil {
 		o.Class, o.TransportCause = weirv1.OutcomeClass_OUTCOME_CLASS_TRANSPORT_ERROR, weirv1.TransportCause_TRANSPORT_CAUSE_OTHER
 		o.TransportError = "build request: invalid base URL"

@@ -228,3 +228,34 @@ func estimateTokens(body []byte) int64 {
 	}
 	return max(1, (n+3)/4)
 }
+
+// translated is the request translated by t for model: translated once
+// and kept for the request's next attempts (a held request is replayed
+// many times, on the same target as often as not). A WebSocket turn,
+// which carries only its new items, is put together whole first.
+func (in *inbound) translated(t *translation, model string) (translate.Request, error) {
+	key := t.name + " " + model
+	if in.xlated != nil && in.xlated.key == key {
+		return in.xlated.req, nil
+	}
+	src := in.body
+	if in.history != nil {
+		var err error
+		if src, err = in.history.expand(in.body); err != nil {
+			return translate.Request{}, err
+		}
+	}
+	req, err := t.request(src, model, cacheKeyFor(in.session))
+	if err != nil {
+		return translate.Request{}, err
+	}
+	in.xlated = &translatedBody{key: key, req: req}
+	return req, nil
+}
+
+// translatedBody is a request's last translation, and for which
+// crossing and model.
+type translatedBody struct {
+	key string
+	req translate.Request
+}
