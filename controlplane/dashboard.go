@@ -6,10 +6,13 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"riverqueue.com/riverui"
@@ -155,7 +158,25 @@ func (d dashboardService) SearchRouteEvents(ctx context.Context, req *connect.Re
 	case limit > 1000:
 		limit = 1000
 	}
-	p := db.SearchRouteEventsParams{MaxRows: limit}
+	p := db.SearchRouteEventsParams{MaxRows: limit + 1} // one more says there is a next page
+	if m.PageToken != "" {
+		at, id, err := parsePageToken(m.PageToken)
+		if err != nil {
+			return nil, err
+		}
+		p.BeforeAt, p.BeforeID = &at, pgtype.Int8{Int64: id, Valid: true}
+	}
+	if m.Since != nil {
+		t := m.Since.AsTime()
+		p.Since = &t
+	}
+	if m.Until != nil {
+		t := m.Until.AsTime()
+		p.Until = &t
+	}
+	if m.SessionKey != "" {
+		p.SessionKey = &m.SessionKey
+	}
 	if m.AccountId != "" {
 		acct, err := d.findAccount(ctx, m.AccountId)
 		if err != nil {
@@ -197,11 +218,65 @@ func (d dashboardService) SearchRouteEvents(ctx context.Context, req *connect.Re
 	if err != nil {
 		return nil, err
 	}
+	var next string
+	if len(rows) > int(limit) {
+		rows = rows[:limit]
+		last := rows[len(rows)-1]
+		next = pageToken(last.StartedAt, last.ID)
+	}
 	out, err := routeEventProtos(rows)
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&weirv1.SearchRouteEventsResponse{Events: out}), nil
+	return connect.NewResponse(&weirv1.SearchRouteEventsResponse{Events: out, NextPageToken: next}), nil
+}
+
+// pageToken is a keyset cursor: the last row's start time and id.
+func pageToken(startedAt time.Time, id int64) string {
+	return strconv.FormatInt(startedAt.UnixNano(), 10) + "." + strconv.FormatInt(id, 10)
+}
+
+func parsePageToken(tok string) (time.Time, int64, error) {
+	a, b, ok := strings.Cut(tok, ".")
+	ns, err1 := strconv.ParseInt(a, 10, 64)
+	id, err2 := strconv.ParseInt(b, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return time.Time{}, 0, invalidf("page_token: not one this service gave")
+	}
+	return time.Unix(0, ns), id, nil
+}
+
+// maxFailedRange bounds FailedAttempts' range: it reads every attempt
+// record of the range.
+const maxFailedRange = 7 * 24 * time.Hour
+
+func (d dashboardService) FailedAttempts(ctx context.Context, req *connect.Request[weirv1.FailedAttemptsRequest]) (*connect.Response[weirv1.FailedAttemptsResponse], error) {
+	m := req.Msg
+	until := d.now()
+	if m.Until != nil {
+		until = m.Until.AsTime()
+	}
+	since := until.Add(-time.Hour)
+	if m.Since != nil {
+		since = m.Since.AsTime()
+	}
+	switch {
+	case !since.Before(until):
+		return nil, invalidf("since: must come before until")
+	case until.Sub(since) > maxFailedRange:
+		return nil, invalidf("since: at most %v before until", maxFailedRange)
+	}
+	rows, err := d.q.FailedAttempts(ctx, db.FailedAttemptsParams{Since: since, Until: until})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*weirv1.FailedAttemptCount, 0, len(rows))
+	for _, r := range rows {
+		class := weirv1.OutcomeClass(weirv1.OutcomeClass_value[r.Class]) // an unknown name (a newer worker's) is unspecified
+		out = append(out, &weirv1.FailedAttemptCount{AccountId: r.AccountID.String(), Status: r.Status, Class: class,
+			ErrorType: r.ErrorType, Attempts: r.Attempts, Latest: timestamppb.New(r.Latest)})
+	}
+	return connect.NewResponse(&weirv1.FailedAttemptsResponse{Counts: out}), nil
 }
 
 func (d dashboardService) UsageHistory(ctx context.Context, req *connect.Request[weirv1.UsageHistoryRequest]) (*connect.Response[weirv1.UsageHistoryResponse], error) {

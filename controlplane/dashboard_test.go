@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -562,4 +563,123 @@ func TestDashboardJobsUI(t *testing.T) {
 		r.Header.Set("Sec-Fetch-Site", "cross-site")
 	})
 	wantStatus(t, "cross-site jobs post", cross, http.StatusForbidden)
+}
+
+// SearchRouteEvents pages by start time (newest first, a request recorded
+// late in its start-time place), stable as new requests come; filters by
+// session and start-time range. FailedAttempts counts every failed
+// attempt of a range by account, status, class and error type, those a
+// failover hid included, never holds or successes.
+func TestDashboardRequestsPagesAndFailures(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	a, _ := e.createAccount(acct{label: "pages-a"})
+	b, _ := e.createAccount(acct{label: "pages-b"})
+	now := e.clock.Now()
+	// Seven requests a minute apart, reported out of order; the oldest
+	// two of session s-old.
+	for _, i := range []int{3, 0, 6, 1, 5, 2, 4} {
+		session := "s-new"
+		if i < 2 {
+			session = "s-old"
+		}
+		ev := &weirv1.RouteEvent{RequestId: fmt.Sprintf("p%d", i), Status: 200, SessionKey: session, AccountId: b.Id,
+			StartedAt: timestamppb.New(now.Add(time.Duration(i-10) * time.Minute))}
+		if i == 4 {
+			// A 429 on a, failed over to b: hidden from the client.
+			ev.AttemptRecords = []*weirv1.AttemptRecord{
+				{At: durationpb.New(0), AccountId: a.Id, Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, ErrorType: "rate_limit_error"},
+				{At: durationpb.New(0), HoldReason: "every attempt of the round failed", Duration: durationpb.New(time.Second)},
+				{At: durationpb.New(time.Second), AccountId: b.Id, Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200},
+			}
+		}
+		if i == 6 {
+			ev.Status = 529
+			ev.AttemptRecords = []*weirv1.AttemptRecord{{At: durationpb.New(0), AccountId: b.Id, Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, Status: 529, ErrorType: "overloaded_error"}}
+		}
+		e.report(ev)
+	}
+	dash := e.srv.dashboardService()
+	page := func(req *weirv1.SearchRouteEventsRequest) ([]string, string) {
+		t.Helper()
+		res, err := dash.SearchRouteEvents(t.Context(), connect.NewRequest(req))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, ev := range res.Msg.Events {
+			ids = append(ids, ev.RequestId)
+		}
+		return ids, res.Msg.NextPageToken
+	}
+	ids, next := page(&weirv1.SearchRouteEventsRequest{Limit: 3})
+	if !slices.Equal(ids, []string{"p6", "p5", "p4"}) || next == "" {
+		t.Fatalf("first page %v (next %q), want p6 p5 p4 and more", ids, next)
+	}
+	// A request that starts now comes on the first page, not the second.
+	e.report(&weirv1.RouteEvent{RequestId: "p7", Status: 200, StartedAt: timestamppb.New(now)})
+	if ids, next = page(&weirv1.SearchRouteEventsRequest{Limit: 3, PageToken: next}); !slices.Equal(ids, []string{"p3", "p2", "p1"}) {
+		t.Fatalf("second page %v, want p3 p2 p1", ids)
+	}
+	if ids, next = page(&weirv1.SearchRouteEventsRequest{Limit: 3, PageToken: next}); !slices.Equal(ids, []string{"p0"}) || next != "" {
+		t.Fatalf("last page %v (next %q), want p0 and no more", ids, next)
+	}
+	if ids, _ = page(&weirv1.SearchRouteEventsRequest{SessionKey: "s-old"}); !slices.Equal(ids, []string{"p1", "p0"}) {
+		t.Errorf("session s-old: %v", ids)
+	}
+	if ids, _ = page(&weirv1.SearchRouteEventsRequest{Since: timestamppb.New(now.Add(-5 * time.Minute)), Until: timestamppb.New(now.Add(-3 * time.Minute))}); !slices.Equal(ids, []string{"p6", "p5"}) {
+		t.Errorf("started in [-5m, -3m): %v", ids)
+	}
+	_, err := dash.SearchRouteEvents(t.Context(), connect.NewRequest(&weirv1.SearchRouteEventsRequest{PageToken: "x"}))
+	wantCode(t, toConnect(err), connect.CodeInvalidArgument)
+
+	f, err := dash.FailedAttempts(t.Context(), connect.NewRequest(&weirv1.FailedAttemptsRequest{Since: timestamppb.New(now.Add(-time.Hour))}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		account string
+		status  int32
+		class   weirv1.OutcomeClass
+		errType string
+		n       int64
+	}
+	var got []row
+	for _, c := range f.Msg.Counts {
+		got = append(got, row{c.AccountId, c.Status, c.Class, c.ErrorType, c.Attempts})
+	}
+	slices.SortFunc(got, func(x, y row) int { return int(x.status - y.status) })
+	want := []row{{a.Id, 429, weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, "rate_limit_error", 1}, {b.Id, 529, weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, "overloaded_error", 1}}
+	if !slices.Equal(got, want) {
+		t.Errorf("failed attempts %+v, want %+v", got, want)
+	}
+	_, err = dash.FailedAttempts(t.Context(), connect.NewRequest(&weirv1.FailedAttemptsRequest{Since: timestamppb.New(now.Add(-8 * 24 * time.Hour))}))
+	wantCode(t, toConnect(err), connect.CodeInvalidArgument)
+
+	// The page: the session column links to the session's requests, the
+	// failed attempts are listed, and a page past the first does not
+	// refresh itself (its rows would move).
+	br := e.browser()
+	br.login(e.cfg.AdminToken)
+	p := br.get("/dashboard/requests")
+	for _, want := range []string{`<td data-label="Session"><a href="/dashboard/requests?session=s-new"`, `table class="cards failed"`, `id="live-pause"`} {
+		if !strings.Contains(p.body, want) {
+			i := strings.Index(p.body, `data-label="Session"`)
+			t.Errorf("requests page lacks %q: %.300s", want, p.body[max(i, 0):])
+		}
+	}
+	if p = br.get("/dashboard/requests?range=1h&page=" + url.QueryEscape(next0(t, dash))); strings.Contains(p.body, "data-fragment") || !strings.Contains(p.body, "Newest") {
+		t.Errorf("a later page refreshes itself or has no way back to the newest")
+	}
+	wantStatus(t, "bad range", br.get("/dashboard/requests?range=2y"), http.StatusBadRequest)
+}
+
+// next0 is the token of the first page after a page of one.
+func next0(t *testing.T, dash dashboardService) string {
+	t.Helper()
+	res, err := dash.SearchRouteEvents(t.Context(), connect.NewRequest(&weirv1.SearchRouteEventsRequest{Limit: 1}))
+	if err != nil || res.Msg.NextPageToken == "" {
+		t.Fatalf("no next page: %v", err)
+	}
+	return res.Msg.NextPageToken
 }

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"fmt"
+	"html/template"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -9,29 +10,59 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
 
-// requestFilter is the requests page's query string.
+// requestFilter is the requests page's query string: the filters, the
+// range of start times (a preset, ranges), and the page (a token from the
+// page before).
 type requestFilter struct {
-	Key, Account, Model, Outcome, Status string
+	Key, Account, Model, Outcome, Status, Session, Range, Page string
 }
 
 func parseFilter(q url.Values) requestFilter {
 	return requestFilter{Key: q.Get("key"), Account: q.Get("account"), Model: strings.TrimSpace(q.Get("model")),
-		Outcome: q.Get("outcome"), Status: strings.TrimSpace(q.Get("status"))}
+		Outcome: q.Get("outcome"), Status: strings.TrimSpace(q.Get("status")), Session: q.Get("session"),
+		Range: q.Get("range"), Page: q.Get("page")}
 }
 
-// Query is the filter as a query string, for the fragment's URL.
-func (f requestFilter) Query() string {
+// requestRanges are the requests page's time ranges, back from now; "" is
+// any time (the failed attempts then cover the last hour).
+var requestRanges = map[string]time.Duration{"1h": time.Hour, "6h": 6 * time.Hour, "24h": 24 * time.Hour, "7d": 7 * 24 * time.Hour}
+
+// values is the filter as a query, less the page.
+func (f requestFilter) values() url.Values {
 	v := url.Values{}
-	for k, s := range map[string]string{"key": f.Key, "account": f.Account, "model": f.Model, "outcome": f.Outcome, "status": f.Status} {
+	for k, s := range map[string]string{"key": f.Key, "account": f.Account, "model": f.Model, "outcome": f.Outcome,
+		"status": f.Status, "session": f.Session, "range": f.Range} {
 		if s != "" {
 			v.Set(k, s)
 		}
 	}
+	return v
+}
+
+// Query is the filter as a query string, for the fragment's URL.
+func (f requestFilter) Query() string {
+	v := f.values()
+	if f.Page != "" {
+		v.Set("page", f.Page)
+	}
 	return v.Encode()
+}
+
+// With is the filter's query with one field changed (a link to the next
+// page, to one session's requests); "" drops it.
+func (f requestFilter) With(key, value string) template.URL {
+	v := f.values()
+	if value == "" {
+		v.Del(key)
+	} else {
+		v.Set(key, value)
+	}
+	return template.URL(v.Encode()) //nolint:gosec // url.Values encoded it
 }
 
 var outcomes = map[string]weirv1.RouteOutcome{
@@ -43,6 +74,8 @@ var outcomes = map[string]weirv1.RouteOutcome{
 // eventView is one route event in the list.
 type eventView struct {
 	RequestID, Key, Account, Model, Surface, Error string
+	// Session is the conversation's key; SessionShort its head, shown.
+	Session, SessionShort string
 	Status, Attempts, Holds                        int32
 	Started                                        time.Time
 	Duration, TTFB, Held                           string
@@ -66,7 +99,7 @@ func newEventView(e *weirv1.RouteEvent, n names, now time.Time) eventView {
 		Surface: e.Surface, Error: e.ErrorType, Status: e.Status, Attempts: e.Attempts, Holds: e.HoldCount,
 		Started: e.StartedAt.AsTime(), Duration: durText(e.Duration), TTFB: durText(e.TimeToFirstByte), Held: durText(e.Held),
 		InputTokens: e.InputTokens, OutputTokens: e.OutputTokens, Stream: e.Stream, Pending: e.Pending, Verdict: e.Verdict,
-		StatusText: fmt.Sprint(e.Status),
+		StatusText: fmt.Sprint(e.Status), Session: e.SessionKey, SessionShort: shortSession(e.SessionKey),
 	}
 	cut := e.FailureStage == weirv1.FailureStage_FAILURE_STAGE_AFTER_OUTPUT
 	v.OK = e.Status >= 200 && e.Status < 300 && !cut && !e.Pending
@@ -90,6 +123,15 @@ func newEventView(e *weirv1.RouteEvent, n names, now time.Time) eventView {
 	return v
 }
 
+// shortSession is a session key's head: enough to tell twenty agents
+// of one key apart.
+func shortSession(k string) string {
+	if len(k) > 12 {
+		return k[:12] + "…"
+	}
+	return k
+}
+
 type option struct{ Value, Label string }
 
 type requestsData struct {
@@ -98,6 +140,20 @@ type requestsData struct {
 	Keys     []option
 	Accounts []option
 	Error    string
+	// Next is the token of the next (older) page; "" on the last.
+	Next string
+	// Failed are the failed attempts of the range (the last hour when the
+	// range is any time), and FailedRange names it.
+	Failed      []failedView
+	FailedRange string
+}
+
+// failedView is one row of the failed attempts: an account, a way an
+// attempt failed, how often and when last.
+type failedView struct {
+	Account, AccountID, Status, Class, Error string
+	Attempts                                 int64
+	Latest                                   time.Time
 }
 
 // names maps account and key ids to labels and names.
@@ -152,7 +208,21 @@ func (h *Handler) requestsData(r *http.Request) (requestsData, int, error) {
 		return requestsData{}, 0, err
 	}
 	d := requestsData{Filter: f, Accounts: ao, Keys: ko}
-	req := &weirv1.SearchRouteEventsRequest{Limit: 100, AccountId: f.Account, KeyId: f.Key, Model: f.Model}
+	req := &weirv1.SearchRouteEventsRequest{Limit: 100, AccountId: f.Account, KeyId: f.Key, Model: f.Model,
+		SessionKey: f.Session, PageToken: f.Page}
+	now := h.cfg.Now()
+	since := now.Add(-time.Hour)
+	d.FailedRange = "the last hour"
+	if f.Range != "" {
+		rng, ok := requestRanges[f.Range]
+		if !ok {
+			d.Error = "range: want 1h, 6h, 24h or 7d"
+			return d, http.StatusBadRequest, nil
+		}
+		since = now.Add(-rng)
+		req.Since = timestamppb.New(since)
+		d.FailedRange = "the last " + f.Range
+	}
 	if f.Outcome != "" {
 		o, ok := outcomes[f.Outcome]
 		if !ok {
@@ -178,9 +248,27 @@ func (h *Handler) requestsData(r *http.Request) (requestsData, int, error) {
 		return d, 0, err
 	}
 	for _, e := range res.Msg.Events {
-		d.Events = append(d.Events, newEventView(e, n, h.cfg.Now()))
+		d.Events = append(d.Events, newEventView(e, n, now))
+	}
+	d.Next = res.Msg.NextPageToken
+	failed, err := h.cfg.Dashboard.FailedAttempts(r.Context(), connect.NewRequest(&weirv1.FailedAttemptsRequest{
+		Since: timestamppb.New(since), Until: timestamppb.New(now)}))
+	if err != nil {
+		return d, 0, err
+	}
+	for _, c := range failed.Msg.Counts {
+		d.Failed = append(d.Failed, failedView{Account: n.account(c.AccountId), AccountID: c.AccountId, Status: statusText(c.Status),
+			Class: enumText(c.Class.String(), "OUTCOME_CLASS_"), Error: c.ErrorType, Attempts: c.Attempts, Latest: c.Latest.AsTime()})
 	}
 	return d, http.StatusOK, nil
+}
+
+// statusText is an attempt's status, "-" for none (no answer came).
+func statusText(s int32) string {
+	if s == 0 {
+		return "-"
+	}
+	return strconv.Itoa(int(s))
 }
 
 func (h *Handler) requestsPage(w http.ResponseWriter, r *http.Request, s session) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const clearAccountCooldowns = `-- name: ClearAccountCooldowns :one
@@ -33,6 +34,68 @@ func (q *Queries) ClearAccountCooldowns(ctx context.Context, accountID uuid.UUID
 	var i ClearAccountCooldownsRow
 	err := row.Scan(&i.Cooldowns, &i.Gates)
 	return i, err
+}
+
+const failedAttempts = `-- name: FailedAttempts :many
+SELECT (a.rec->>'accountId')::uuid AS account_id,
+       coalesce((a.rec->>'status')::integer, 0)::integer AS status,
+       coalesce(a.rec->>'class', '')::text AS class,
+       coalesce(a.rec->>'errorType', '')::text AS error_type,
+       count(*)::bigint AS attempts,
+       max(e.started_at)::timestamptz AS latest
+FROM route_events e
+CROSS JOIN LATERAL jsonb_array_elements(e.attempts_json) AS a(rec)
+WHERE e.started_at >= $1::timestamptz AND e.started_at < $2::timestamptz
+  AND a.rec ? 'accountId'
+  AND coalesce(a.rec->>'class', '') NOT IN ('OUTCOME_CLASS_SUCCESS', 'OUTCOME_CLASS_NOT_SENT')
+GROUP BY 1, 2, 3, 4
+ORDER BY attempts DESC, latest DESC
+LIMIT 200
+`
+
+type FailedAttemptsParams struct {
+	Since time.Time
+	Until time.Time
+}
+
+type FailedAttemptsRow struct {
+	AccountID uuid.UUID
+	Status    int32
+	Class     string
+	ErrorType string
+	Attempts  int64
+	Latest    time.Time
+}
+
+// The failed attempts of the requests started in [since, until), by
+// account, status, outcome class and error type, the most frequent first.
+// An attempt record (attempts_json, protojson) names its account; a hold
+// names none, and a success is no failure.
+func (q *Queries) FailedAttempts(ctx context.Context, arg FailedAttemptsParams) ([]FailedAttemptsRow, error) {
+	rows, err := q.db.Query(ctx, failedAttempts, arg.Since, arg.Until)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []FailedAttemptsRow{}
+	for rows.Next() {
+		var i FailedAttemptsRow
+		if err := rows.Scan(
+			&i.AccountID,
+			&i.Status,
+			&i.Class,
+			&i.ErrorType,
+			&i.Attempts,
+			&i.Latest,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const routeEventBuckets = `-- name: RouteEventBuckets :many
@@ -89,34 +152,51 @@ func (q *Queries) RouteEventBuckets(ctx context.Context, arg RouteEventBucketsPa
 
 const searchRouteEvents = `-- name: SearchRouteEvents :many
 SELECT id, request_id, key_id, account_id, surface, model, stream, status, error_type, attempts, duration_ms, ttfb_ms, input_tokens, output_tokens, started_at, recorded_at, held_ms, hold_count, failure_stage, attempts_json, spilled_to_metered, pending_until, held_since, hold_reason, next_try_at, verdict, session_key, cache_read_tokens, cache_creation_tokens, reasoning_tokens, cost_nano_usd FROM route_events
-WHERE ($1::uuid IS NULL OR account_id = $1)
-  AND ($2::uuid IS NULL OR key_id = $2)
-  AND ($3::text IS NULL OR model = $3)
-  AND ($4::integer IS NULL OR status = $4)
-  AND ($5::text IS NULL
-       OR ($5 = 'success' AND status BETWEEN 200 AND 299 AND failure_stage <> 'after_output'
+WHERE ($1::timestamptz IS NULL
+       OR (started_at, id) < ($1::timestamptz, $2::bigint))
+  AND ($3::timestamptz IS NULL OR started_at >= $3::timestamptz)
+  AND ($4::timestamptz IS NULL OR started_at < $4::timestamptz)
+  AND ($5::text IS NULL OR session_key = $5)
+  AND ($6::uuid IS NULL OR account_id = $6)
+  AND ($7::uuid IS NULL OR key_id = $7)
+  AND ($8::text IS NULL OR model = $8)
+  AND ($9::integer IS NULL OR status = $9)
+  AND ($10::text IS NULL
+       OR ($10 = 'success' AND status BETWEEN 200 AND 299 AND failure_stage <> 'after_output'
            AND pending_until IS NULL)
-       OR ($5 = 'error' AND pending_until IS NULL
+       OR ($10 = 'error' AND pending_until IS NULL
            AND (status NOT BETWEEN 200 AND 299 OR failure_stage = 'after_output'))
-       OR ($5 = 'held' AND (hold_count > 0 OR (pending_until IS NOT NULL AND held_since IS NOT NULL))))
-ORDER BY id DESC
-LIMIT $6
+       OR ($10 = 'held' AND (hold_count > 0 OR (pending_until IS NOT NULL AND held_since IS NOT NULL))))
+ORDER BY started_at DESC, id DESC
+LIMIT $11
 `
 
 type SearchRouteEventsParams struct {
-	AccountID uuid.NullUUID
-	KeyID     uuid.NullUUID
-	Model     *string
-	Status    *int32
-	Outcome   *string
-	MaxRows   int32
+	BeforeAt   *time.Time
+	BeforeID   pgtype.Int8
+	Since      *time.Time
+	Until      *time.Time
+	SessionKey *string
+	AccountID  uuid.NullUUID
+	KeyID      uuid.NullUUID
+	Model      *string
+	Status     *int32
+	Outcome    *string
+	MaxRows    int32
 }
 
-// Route events, newest first, each filter applying when set. The outcome
-// is 'success' (2xx, whole), 'error' (anything else, a stream cut after
-// output included) or 'held' (at least one hold, or held now).
+// Route events, the latest started first (then the latest recorded), a
+// page after the cursor (before_at, before_id) when set, each filter
+// applying when set. The outcome is 'success' (2xx, whole), 'error'
+// (anything else, a stream cut after output included) or 'held' (at least
+// one hold, or held now).
 func (q *Queries) SearchRouteEvents(ctx context.Context, arg SearchRouteEventsParams) ([]RouteEvent, error) {
 	rows, err := q.db.Query(ctx, searchRouteEvents,
+		arg.BeforeAt,
+		arg.BeforeID,
+		arg.Since,
+		arg.Until,
+		arg.SessionKey,
 		arg.AccountID,
 		arg.KeyID,
 		arg.Model,

@@ -230,6 +230,14 @@ func TestDashboardInBrowser(t *testing.T) {
 	step("requests", chromedp.Navigate(base+"/dashboard/requests"),
 		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`a[href="/dashboard/requests/%s"]`, failover))))
 	shoot("requests")
+	// The failed attempts of the last hour name the 429 the failover hid.
+	if got := text("failed attempts", "table.failed"); !strings.Contains(got, "api-1") || !strings.Contains(got, "429") || !strings.Contains(got, "rate limited") {
+		t.Errorf("failed attempts = %q, want api-1's 429", got)
+	}
+	// The live refresh pauses, so that rows hold still while read.
+	step("pause the live refresh", chromedp.Click(chromedp.CSS("#live-pause")),
+		chromedp.Poll[chromedp.Void](`document.getElementById("live").dataset.paused === "true" && document.getElementById("live-pause").textContent === "Resume live updates"`,
+			chromedp.WithPollingTimeout(5*time.Second)))
 	step("explain", chromedp.Click(chromedp.CSS(fmt.Sprintf(`a[href="/dashboard/requests/%s"]`, failover))),
 		chromedp.WaitVisible(chromedp.CSS("table.timeline")))
 	tl := text("explain", "table.timeline")

@@ -43,7 +43,7 @@ document.addEventListener("click", (ev) => {
 
 async function refresh(live) {
   const dlg = document.getElementById("confirm");
-  if (document.hidden || (dlg && dlg.open)) return;
+  if (document.hidden || (dlg && dlg.open) || live.dataset.paused === "true") return;
   try {
     const res = await fetch(live.dataset.fragment, { credentials: "same-origin", headers: { "Accept": "text/html" } });
     if (res.status === 401) { window.location.reload(); return; }
@@ -60,5 +60,17 @@ document.addEventListener("DOMContentLoaded", () => {
   const live = document.getElementById("live");
   if (live && live.dataset.fragment) {
     setInterval(() => refresh(live), Number(live.dataset.every) || 5000);
+  }
+  // A pause for the live refresh, so that rows hold still while they are
+  // read.
+  const pause = document.getElementById("live-pause");
+  if (live && pause) {
+    pause.hidden = false;
+    pause.addEventListener("click", () => {
+      const paused = live.dataset.paused !== "true";
+      live.dataset.paused = String(paused);
+      pause.textContent = paused ? "Resume live updates" : "Pause live updates";
+      pause.setAttribute("aria-pressed", String(paused));
+    });
   }
 });

@@ -196,7 +196,14 @@ type SearchRouteEventsRequest struct {
 	Model     string       `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
 	Outcome   RouteOutcome `protobuf:"varint,5,opt,name=outcome,proto3,enum=weir.v1.RouteOutcome" json:"outcome,omitempty"`
 	// The exact status the client saw; 0 means any.
-	Status        int32 `protobuf:"varint,6,opt,name=status,proto3" json:"status,omitempty"`
+	Status int32 `protobuf:"varint,6,opt,name=status,proto3" json:"status,omitempty"`
+	// One conversation (RouteEvent.session_key).
+	SessionKey string `protobuf:"bytes,7,opt,name=session_key,json=sessionKey,proto3" json:"session_key,omitempty"`
+	// Requests started in [since, until); unset bounds are open.
+	Since *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=since,proto3" json:"since,omitempty"`
+	Until *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=until,proto3" json:"until,omitempty"`
+	// The next_page_token of the page before: the page after it.
+	PageToken     string `protobuf:"bytes,10,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -273,9 +280,40 @@ func (x *SearchRouteEventsRequest) GetStatus() int32 {
 	return 0
 }
 
+func (x *SearchRouteEventsRequest) GetSessionKey() string {
+	if x != nil {
+		return x.SessionKey
+	}
+	return ""
+}
+
+func (x *SearchRouteEventsRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *SearchRouteEventsRequest) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *SearchRouteEventsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type SearchRouteEventsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Events        []*RouteEvent          `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Events []*RouteEvent          `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// Set when more events match: pass it as page_token for the next
+	// (older) page. Pages are by start time and stable as new requests come.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -317,6 +355,196 @@ func (x *SearchRouteEventsResponse) GetEvents() []*RouteEvent {
 	return nil
 }
 
+func (x *SearchRouteEventsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type FailedAttemptsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Attempts of requests started in [since, until): at most 7 days.
+	Since         *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=since,proto3" json:"since,omitempty"`
+	Until         *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=until,proto3" json:"until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FailedAttemptsRequest) Reset() {
+	*x = FailedAttemptsRequest{}
+	mi := &file_weir_v1_dashboard_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailedAttemptsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailedAttemptsRequest) ProtoMessage() {}
+
+func (x *FailedAttemptsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_dashboard_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailedAttemptsRequest.ProtoReflect.Descriptor instead.
+func (*FailedAttemptsRequest) Descriptor() ([]byte, []int) {
+	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *FailedAttemptsRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *FailedAttemptsRequest) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+type FailedAttemptsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The most frequent first; at most 200 rows.
+	Counts        []*FailedAttemptCount `protobuf:"bytes,1,rep,name=counts,proto3" json:"counts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FailedAttemptsResponse) Reset() {
+	*x = FailedAttemptsResponse{}
+	mi := &file_weir_v1_dashboard_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailedAttemptsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailedAttemptsResponse) ProtoMessage() {}
+
+func (x *FailedAttemptsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_dashboard_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailedAttemptsResponse.ProtoReflect.Descriptor instead.
+func (*FailedAttemptsResponse) Descriptor() ([]byte, []int) {
+	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *FailedAttemptsResponse) GetCounts() []*FailedAttemptCount {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+// FailedAttemptCount is how many attempts on one account ended one way.
+type FailedAttemptCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AccountId     string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	Status        int32                  `protobuf:"varint,2,opt,name=status,proto3" json:"status,omitempty"`
+	Class         OutcomeClass           `protobuf:"varint,3,opt,name=class,proto3,enum=weir.v1.OutcomeClass" json:"class,omitempty"`
+	ErrorType     string                 `protobuf:"bytes,4,opt,name=error_type,json=errorType,proto3" json:"error_type,omitempty"`
+	Attempts      int64                  `protobuf:"varint,5,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	Latest        *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=latest,proto3" json:"latest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FailedAttemptCount) Reset() {
+	*x = FailedAttemptCount{}
+	mi := &file_weir_v1_dashboard_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailedAttemptCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailedAttemptCount) ProtoMessage() {}
+
+func (x *FailedAttemptCount) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_dashboard_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailedAttemptCount.ProtoReflect.Descriptor instead.
+func (*FailedAttemptCount) Descriptor() ([]byte, []int) {
+	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *FailedAttemptCount) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *FailedAttemptCount) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *FailedAttemptCount) GetClass() OutcomeClass {
+	if x != nil {
+		return x.Class
+	}
+	return OutcomeClass_OUTCOME_CLASS_UNSPECIFIED
+}
+
+func (x *FailedAttemptCount) GetErrorType() string {
+	if x != nil {
+		return x.ErrorType
+	}
+	return ""
+}
+
+func (x *FailedAttemptCount) GetAttempts() int64 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *FailedAttemptCount) GetLatest() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Latest
+	}
+	return nil
+}
+
 type UsageHistoryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// From this long ago until now; between 1 hour and 14 days.
@@ -329,7 +557,7 @@ type UsageHistoryRequest struct {
 
 func (x *UsageHistoryRequest) Reset() {
 	*x = UsageHistoryRequest{}
-	mi := &file_weir_v1_dashboard_proto_msgTypes[4]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -341,7 +569,7 @@ func (x *UsageHistoryRequest) String() string {
 func (*UsageHistoryRequest) ProtoMessage() {}
 
 func (x *UsageHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_dashboard_proto_msgTypes[4]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -354,7 +582,7 @@ func (x *UsageHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageHistoryRequest.ProtoReflect.Descriptor instead.
 func (*UsageHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{4}
+	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *UsageHistoryRequest) GetRange() *durationpb.Duration {
@@ -382,7 +610,7 @@ type UsageHistoryResponse struct {
 
 func (x *UsageHistoryResponse) Reset() {
 	*x = UsageHistoryResponse{}
-	mi := &file_weir_v1_dashboard_proto_msgTypes[5]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -394,7 +622,7 @@ func (x *UsageHistoryResponse) String() string {
 func (*UsageHistoryResponse) ProtoMessage() {}
 
 func (x *UsageHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_dashboard_proto_msgTypes[5]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -407,7 +635,7 @@ func (x *UsageHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageHistoryResponse.ProtoReflect.Descriptor instead.
 func (*UsageHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{5}
+	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UsageHistoryResponse) GetSeries() []*UsageSeries {
@@ -436,7 +664,7 @@ type UsageSeries struct {
 
 func (x *UsageSeries) Reset() {
 	*x = UsageSeries{}
-	mi := &file_weir_v1_dashboard_proto_msgTypes[6]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -448,7 +676,7 @@ func (x *UsageSeries) String() string {
 func (*UsageSeries) ProtoMessage() {}
 
 func (x *UsageSeries) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_dashboard_proto_msgTypes[6]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -461,7 +689,7 @@ func (x *UsageSeries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageSeries.ProtoReflect.Descriptor instead.
 func (*UsageSeries) Descriptor() ([]byte, []int) {
-	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{6}
+	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UsageSeries) GetAccountId() string {
@@ -498,7 +726,7 @@ type UsagePoint struct {
 
 func (x *UsagePoint) Reset() {
 	*x = UsagePoint{}
-	mi := &file_weir_v1_dashboard_proto_msgTypes[7]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +738,7 @@ func (x *UsagePoint) String() string {
 func (*UsagePoint) ProtoMessage() {}
 
 func (x *UsagePoint) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_dashboard_proto_msgTypes[7]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +751,7 @@ func (x *UsagePoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsagePoint.ProtoReflect.Descriptor instead.
 func (*UsagePoint) Descriptor() ([]byte, []int) {
-	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{7}
+	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UsagePoint) GetAt() *timestamppb.Timestamp {
@@ -557,7 +785,7 @@ type RouteStatsRequest struct {
 
 func (x *RouteStatsRequest) Reset() {
 	*x = RouteStatsRequest{}
-	mi := &file_weir_v1_dashboard_proto_msgTypes[8]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -569,7 +797,7 @@ func (x *RouteStatsRequest) String() string {
 func (*RouteStatsRequest) ProtoMessage() {}
 
 func (x *RouteStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_dashboard_proto_msgTypes[8]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -582,7 +810,7 @@ func (x *RouteStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteStatsRequest.ProtoReflect.Descriptor instead.
 func (*RouteStatsRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{8}
+	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RouteStatsRequest) GetRange() *durationpb.Duration {
@@ -603,7 +831,7 @@ type RouteStatsResponse struct {
 
 func (x *RouteStatsResponse) Reset() {
 	*x = RouteStatsResponse{}
-	mi := &file_weir_v1_dashboard_proto_msgTypes[9]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -615,7 +843,7 @@ func (x *RouteStatsResponse) String() string {
 func (*RouteStatsResponse) ProtoMessage() {}
 
 func (x *RouteStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_dashboard_proto_msgTypes[9]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -628,7 +856,7 @@ func (x *RouteStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteStatsResponse.ProtoReflect.Descriptor instead.
 func (*RouteStatsResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{9}
+	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RouteStatsResponse) GetBuckets() []*RouteBucket {
@@ -661,7 +889,7 @@ type RouteBucket struct {
 
 func (x *RouteBucket) Reset() {
 	*x = RouteBucket{}
-	mi := &file_weir_v1_dashboard_proto_msgTypes[10]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -673,7 +901,7 @@ func (x *RouteBucket) String() string {
 func (*RouteBucket) ProtoMessage() {}
 
 func (x *RouteBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_dashboard_proto_msgTypes[10]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -686,7 +914,7 @@ func (x *RouteBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteBucket.ProtoReflect.Descriptor instead.
 func (*RouteBucket) Descriptor() ([]byte, []int) {
-	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{10}
+	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RouteBucket) GetStart() *timestamppb.Timestamp {
@@ -728,13 +956,13 @@ var File_weir_v1_dashboard_proto protoreflect.FileDescriptor
 
 const file_weir_v1_dashboard_proto_rawDesc = "" +
 	"\n" +
-	"\x17weir/v1/dashboard.proto\x12\aweir.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15weir/v1/account.proto\x1a\x13weir/v1/lease.proto\"&\n" +
+	"\x17weir/v1/dashboard.proto\x12\aweir.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15weir/v1/account.proto\x1a\x13weir/v1/lease.proto\x1a\x13weir/v1/types.proto\"&\n" +
 	"\x14ClearCooldownRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x93\x01\n" +
 	"\x15ClearCooldownResponse\x12*\n" +
 	"\aaccount\x18\x01 \x01(\v2\x10.weir.v1.AccountR\aaccount\x12)\n" +
 	"\x10cleared_cooldown\x18\x02 \x01(\bR\x0fclearedCooldown\x12#\n" +
-	"\rcleared_gates\x18\x03 \x01(\x05R\fclearedGates\"\xc5\x01\n" +
+	"\rcleared_gates\x18\x03 \x01(\x05R\fclearedGates\"\xe9\x02\n" +
 	"\x18SearchRouteEventsRequest\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x05R\x05limit\x12\x1d\n" +
 	"\n" +
@@ -742,9 +970,31 @@ const file_weir_v1_dashboard_proto_rawDesc = "" +
 	"\x06key_id\x18\x03 \x01(\tR\x05keyId\x12\x14\n" +
 	"\x05model\x18\x04 \x01(\tR\x05model\x12/\n" +
 	"\aoutcome\x18\x05 \x01(\x0e2\x15.weir.v1.RouteOutcomeR\aoutcome\x12\x16\n" +
-	"\x06status\x18\x06 \x01(\x05R\x06status\"H\n" +
+	"\x06status\x18\x06 \x01(\x05R\x06status\x12\x1f\n" +
+	"\vsession_key\x18\a \x01(\tR\n" +
+	"sessionKey\x120\n" +
+	"\x05since\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
+	"\x05until\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\n" +
+	" \x01(\tR\tpageToken\"p\n" +
 	"\x19SearchRouteEventsResponse\x12+\n" +
-	"\x06events\x18\x01 \x03(\v2\x13.weir.v1.RouteEventR\x06events\"e\n" +
+	"\x06events\x18\x01 \x03(\v2\x13.weir.v1.RouteEventR\x06events\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"{\n" +
+	"\x15FailedAttemptsRequest\x120\n" +
+	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
+	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\"M\n" +
+	"\x16FailedAttemptsResponse\x123\n" +
+	"\x06counts\x18\x01 \x03(\v2\x1b.weir.v1.FailedAttemptCountR\x06counts\"\xe7\x01\n" +
+	"\x12FailedAttemptCount\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\x05R\x06status\x12+\n" +
+	"\x05class\x18\x03 \x01(\x0e2\x15.weir.v1.OutcomeClassR\x05class\x12\x1d\n" +
+	"\n" +
+	"error_type\x18\x04 \x01(\tR\terrorType\x12\x1a\n" +
+	"\battempts\x18\x05 \x01(\x03R\battempts\x122\n" +
+	"\x06latest\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06latest\"e\n" +
 	"\x13UsageHistoryRequest\x12/\n" +
 	"\x05range\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x05range\x12\x1d\n" +
 	"\n" +
@@ -777,10 +1027,11 @@ const file_weir_v1_dashboard_proto_rawDesc = "" +
 	"\x19ROUTE_OUTCOME_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15ROUTE_OUTCOME_SUCCESS\x10\x01\x12\x17\n" +
 	"\x13ROUTE_OUTCOME_ERROR\x10\x02\x12\x16\n" +
-	"\x12ROUTE_OUTCOME_HELD\x10\x032\xe3\x02\n" +
+	"\x12ROUTE_OUTCOME_HELD\x10\x032\xbb\x03\n" +
 	"\x10DashboardService\x12P\n" +
 	"\rClearCooldown\x12\x1d.weir.v1.ClearCooldownRequest\x1a\x1e.weir.v1.ClearCooldownResponse\"\x00\x12_\n" +
-	"\x11SearchRouteEvents\x12!.weir.v1.SearchRouteEventsRequest\x1a\".weir.v1.SearchRouteEventsResponse\"\x03\x90\x02\x01\x12P\n" +
+	"\x11SearchRouteEvents\x12!.weir.v1.SearchRouteEventsRequest\x1a\".weir.v1.SearchRouteEventsResponse\"\x03\x90\x02\x01\x12V\n" +
+	"\x0eFailedAttempts\x12\x1e.weir.v1.FailedAttemptsRequest\x1a\x1f.weir.v1.FailedAttemptsResponse\"\x03\x90\x02\x01\x12P\n" +
 	"\fUsageHistory\x12\x1c.weir.v1.UsageHistoryRequest\x1a\x1d.weir.v1.UsageHistoryResponse\"\x03\x90\x02\x01\x12J\n" +
 	"\n" +
 	"RouteStats\x12\x1a.weir.v1.RouteStatsRequest\x1a\x1b.weir.v1.RouteStatsResponse\"\x03\x90\x02\x01B\x85\x01\n" +
@@ -799,52 +1050,65 @@ func file_weir_v1_dashboard_proto_rawDescGZIP() []byte {
 }
 
 var file_weir_v1_dashboard_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_weir_v1_dashboard_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_weir_v1_dashboard_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_weir_v1_dashboard_proto_goTypes = []any{
 	(RouteOutcome)(0),                 // 0: weir.v1.RouteOutcome
 	(*ClearCooldownRequest)(nil),      // 1: weir.v1.ClearCooldownRequest
 	(*ClearCooldownResponse)(nil),     // 2: weir.v1.ClearCooldownResponse
 	(*SearchRouteEventsRequest)(nil),  // 3: weir.v1.SearchRouteEventsRequest
 	(*SearchRouteEventsResponse)(nil), // 4: weir.v1.SearchRouteEventsResponse
-	(*UsageHistoryRequest)(nil),       // 5: weir.v1.UsageHistoryRequest
-	(*UsageHistoryResponse)(nil),      // 6: weir.v1.UsageHistoryResponse
-	(*UsageSeries)(nil),               // 7: weir.v1.UsageSeries
-	(*UsagePoint)(nil),                // 8: weir.v1.UsagePoint
-	(*RouteStatsRequest)(nil),         // 9: weir.v1.RouteStatsRequest
-	(*RouteStatsResponse)(nil),        // 10: weir.v1.RouteStatsResponse
-	(*RouteBucket)(nil),               // 11: weir.v1.RouteBucket
-	(*Account)(nil),                   // 12: weir.v1.Account
-	(*RouteEvent)(nil),                // 13: weir.v1.RouteEvent
-	(*durationpb.Duration)(nil),       // 14: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 15: google.protobuf.Timestamp
+	(*FailedAttemptsRequest)(nil),     // 5: weir.v1.FailedAttemptsRequest
+	(*FailedAttemptsResponse)(nil),    // 6: weir.v1.FailedAttemptsResponse
+	(*FailedAttemptCount)(nil),        // 7: weir.v1.FailedAttemptCount
+	(*UsageHistoryRequest)(nil),       // 8: weir.v1.UsageHistoryRequest
+	(*UsageHistoryResponse)(nil),      // 9: weir.v1.UsageHistoryResponse
+	(*UsageSeries)(nil),               // 10: weir.v1.UsageSeries
+	(*UsagePoint)(nil),                // 11: weir.v1.UsagePoint
+	(*RouteStatsRequest)(nil),         // 12: weir.v1.RouteStatsRequest
+	(*RouteStatsResponse)(nil),        // 13: weir.v1.RouteStatsResponse
+	(*RouteBucket)(nil),               // 14: weir.v1.RouteBucket
+	(*Account)(nil),                   // 15: weir.v1.Account
+	(*timestamppb.Timestamp)(nil),     // 16: google.protobuf.Timestamp
+	(*RouteEvent)(nil),                // 17: weir.v1.RouteEvent
+	(OutcomeClass)(0),                 // 18: weir.v1.OutcomeClass
+	(*durationpb.Duration)(nil),       // 19: google.protobuf.Duration
 }
 var file_weir_v1_dashboard_proto_depIdxs = []int32{
-	12, // 0: weir.v1.ClearCooldownResponse.account:type_name -> weir.v1.Account
+	15, // 0: weir.v1.ClearCooldownResponse.account:type_name -> weir.v1.Account
 	0,  // 1: weir.v1.SearchRouteEventsRequest.outcome:type_name -> weir.v1.RouteOutcome
-	13, // 2: weir.v1.SearchRouteEventsResponse.events:type_name -> weir.v1.RouteEvent
-	14, // 3: weir.v1.UsageHistoryRequest.range:type_name -> google.protobuf.Duration
-	7,  // 4: weir.v1.UsageHistoryResponse.series:type_name -> weir.v1.UsageSeries
-	14, // 5: weir.v1.UsageHistoryResponse.bucket:type_name -> google.protobuf.Duration
-	8,  // 6: weir.v1.UsageSeries.points:type_name -> weir.v1.UsagePoint
-	15, // 7: weir.v1.UsagePoint.at:type_name -> google.protobuf.Timestamp
-	15, // 8: weir.v1.UsagePoint.resets_at:type_name -> google.protobuf.Timestamp
-	14, // 9: weir.v1.RouteStatsRequest.range:type_name -> google.protobuf.Duration
-	11, // 10: weir.v1.RouteStatsResponse.buckets:type_name -> weir.v1.RouteBucket
-	14, // 11: weir.v1.RouteStatsResponse.bucket:type_name -> google.protobuf.Duration
-	15, // 12: weir.v1.RouteBucket.start:type_name -> google.protobuf.Timestamp
-	1,  // 13: weir.v1.DashboardService.ClearCooldown:input_type -> weir.v1.ClearCooldownRequest
-	3,  // 14: weir.v1.DashboardService.SearchRouteEvents:input_type -> weir.v1.SearchRouteEventsRequest
-	5,  // 15: weir.v1.DashboardService.UsageHistory:input_type -> weir.v1.UsageHistoryRequest
-	9,  // 16: weir.v1.DashboardService.RouteStats:input_type -> weir.v1.RouteStatsRequest
-	2,  // 17: weir.v1.DashboardService.ClearCooldown:output_type -> weir.v1.ClearCooldownResponse
-	4,  // 18: weir.v1.DashboardService.SearchRouteEvents:output_type -> weir.v1.SearchRouteEventsResponse
-	6,  // 19: weir.v1.DashboardService.UsageHistory:output_type -> weir.v1.UsageHistoryResponse
-	10, // 20: weir.v1.DashboardService.RouteStats:output_type -> weir.v1.RouteStatsResponse
-	17, // [17:21] is the sub-list for method output_type
-	13, // [13:17] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	16, // 2: weir.v1.SearchRouteEventsRequest.since:type_name -> google.protobuf.Timestamp
+	16, // 3: weir.v1.SearchRouteEventsRequest.until:type_name -> google.protobuf.Timestamp
+	17, // 4: weir.v1.SearchRouteEventsResponse.events:type_name -> weir.v1.RouteEvent
+	16, // 5: weir.v1.FailedAttemptsRequest.since:type_name -> google.protobuf.Timestamp
+	16, // 6: weir.v1.FailedAttemptsRequest.until:type_name -> google.protobuf.Timestamp
+	7,  // 7: weir.v1.FailedAttemptsResponse.counts:type_name -> weir.v1.FailedAttemptCount
+	18, // 8: weir.v1.FailedAttemptCount.class:type_name -> weir.v1.OutcomeClass
+	16, // 9: weir.v1.FailedAttemptCount.latest:type_name -> google.protobuf.Timestamp
+	19, // 10: weir.v1.UsageHistoryRequest.range:type_name -> google.protobuf.Duration
+	10, // 11: weir.v1.UsageHistoryResponse.series:type_name -> weir.v1.UsageSeries
+	19, // 12: weir.v1.UsageHistoryResponse.bucket:type_name -> google.protobuf.Duration
+	11, // 13: weir.v1.UsageSeries.points:type_name -> weir.v1.UsagePoint
+	16, // 14: weir.v1.UsagePoint.at:type_name -> google.protobuf.Timestamp
+	16, // 15: weir.v1.UsagePoint.resets_at:type_name -> google.protobuf.Timestamp
+	19, // 16: weir.v1.RouteStatsRequest.range:type_name -> google.protobuf.Duration
+	14, // 17: weir.v1.RouteStatsResponse.buckets:type_name -> weir.v1.RouteBucket
+	19, // 18: weir.v1.RouteStatsResponse.bucket:type_name -> google.protobuf.Duration
+	16, // 19: weir.v1.RouteBucket.start:type_name -> google.protobuf.Timestamp
+	1,  // 20: weir.v1.DashboardService.ClearCooldown:input_type -> weir.v1.ClearCooldownRequest
+	3,  // 21: weir.v1.DashboardService.SearchRouteEvents:input_type -> weir.v1.SearchRouteEventsRequest
+	5,  // 22: weir.v1.DashboardService.FailedAttempts:input_type -> weir.v1.FailedAttemptsRequest
+	8,  // 23: weir.v1.DashboardService.UsageHistory:input_type -> weir.v1.UsageHistoryRequest
+	12, // 24: weir.v1.DashboardService.RouteStats:input_type -> weir.v1.RouteStatsRequest
+	2,  // 25: weir.v1.DashboardService.ClearCooldown:output_type -> weir.v1.ClearCooldownResponse
+	4,  // 26: weir.v1.DashboardService.SearchRouteEvents:output_type -> weir.v1.SearchRouteEventsResponse
+	6,  // 27: weir.v1.DashboardService.FailedAttempts:output_type -> weir.v1.FailedAttemptsResponse
+	9,  // 28: weir.v1.DashboardService.UsageHistory:output_type -> weir.v1.UsageHistoryResponse
+	13, // 29: weir.v1.DashboardService.RouteStats:output_type -> weir.v1.RouteStatsResponse
+	25, // [25:30] is the sub-list for method output_type
+	20, // [20:25] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_dashboard_proto_init() }
@@ -854,13 +1118,14 @@ func file_weir_v1_dashboard_proto_init() {
 	}
 	file_weir_v1_account_proto_init()
 	file_weir_v1_lease_proto_init()
+	file_weir_v1_types_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_dashboard_proto_rawDesc), len(file_weir_v1_dashboard_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -39,6 +39,9 @@ const (
 	// DashboardServiceSearchRouteEventsProcedure is the fully-qualified name of the DashboardService's
 	// SearchRouteEvents RPC.
 	DashboardServiceSearchRouteEventsProcedure = "/weir.v1.DashboardService/SearchRouteEvents"
+	// DashboardServiceFailedAttemptsProcedure is the fully-qualified name of the DashboardService's
+	// FailedAttempts RPC.
+	DashboardServiceFailedAttemptsProcedure = "/weir.v1.DashboardService/FailedAttempts"
 	// DashboardServiceUsageHistoryProcedure is the fully-qualified name of the DashboardService's
 	// UsageHistory RPC.
 	DashboardServiceUsageHistoryProcedure = "/weir.v1.DashboardService/UsageHistory"
@@ -52,8 +55,13 @@ type DashboardServiceClient interface {
 	// ClearCooldown deletes an account's live cooldown and family gates. It
 	// does not unpause a paused account nor mend a broken one.
 	ClearCooldown(context.Context, *connect.Request[v1.ClearCooldownRequest]) (*connect.Response[v1.ClearCooldownResponse], error)
-	// SearchRouteEvents lists route events, newest first, with filters.
+	// SearchRouteEvents lists route events, the latest started first, with
+	// filters, a page at a time.
 	SearchRouteEvents(context.Context, *connect.Request[v1.SearchRouteEventsRequest]) (*connect.Response[v1.SearchRouteEventsResponse], error)
+	// FailedAttempts counts the attempts that failed in a time range by
+	// account, status, outcome class and error type: those a failover hid
+	// from the client as well as those it saw.
+	FailedAttempts(context.Context, *connect.Request[v1.FailedAttemptsRequest]) (*connect.Response[v1.FailedAttemptsResponse], error)
 	// UsageHistory is every account's usage windows over time, from the
 	// usage snapshots (taken every 2 minutes, kept 14 days), thinned to at
 	// most one point per bucket.
@@ -86,6 +94,13 @@ func NewDashboardServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		failedAttempts: connect.NewClient[v1.FailedAttemptsRequest, v1.FailedAttemptsResponse](
+			httpClient,
+			baseURL+DashboardServiceFailedAttemptsProcedure,
+			connect.WithSchema(dashboardServiceMethods.ByName("FailedAttempts")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 		usageHistory: connect.NewClient[v1.UsageHistoryRequest, v1.UsageHistoryResponse](
 			httpClient,
 			baseURL+DashboardServiceUsageHistoryProcedure,
@@ -107,6 +122,7 @@ func NewDashboardServiceClient(httpClient connect.HTTPClient, baseURL string, op
 type dashboardServiceClient struct {
 	clearCooldown     *connect.Client[v1.ClearCooldownRequest, v1.ClearCooldownResponse]
 	searchRouteEvents *connect.Client[v1.SearchRouteEventsRequest, v1.SearchRouteEventsResponse]
+	failedAttempts    *connect.Client[v1.FailedAttemptsRequest, v1.FailedAttemptsResponse]
 	usageHistory      *connect.Client[v1.UsageHistoryRequest, v1.UsageHistoryResponse]
 	routeStats        *connect.Client[v1.RouteStatsRequest, v1.RouteStatsResponse]
 }
@@ -119,6 +135,11 @@ func (c *dashboardServiceClient) ClearCooldown(ctx context.Context, req *connect
 // SearchRouteEvents calls weir.v1.DashboardService.SearchRouteEvents.
 func (c *dashboardServiceClient) SearchRouteEvents(ctx context.Context, req *connect.Request[v1.SearchRouteEventsRequest]) (*connect.Response[v1.SearchRouteEventsResponse], error) {
 	return c.searchRouteEvents.CallUnary(ctx, req)
+}
+
+// FailedAttempts calls weir.v1.DashboardService.FailedAttempts.
+func (c *dashboardServiceClient) FailedAttempts(ctx context.Context, req *connect.Request[v1.FailedAttemptsRequest]) (*connect.Response[v1.FailedAttemptsResponse], error) {
+	return c.failedAttempts.CallUnary(ctx, req)
 }
 
 // UsageHistory calls weir.v1.DashboardService.UsageHistory.
@@ -136,8 +157,13 @@ type DashboardServiceHandler interface {
 	// ClearCooldown deletes an account's live cooldown and family gates. It
 	// does not unpause a paused account nor mend a broken one.
 	ClearCooldown(context.Context, *connect.Request[v1.ClearCooldownRequest]) (*connect.Response[v1.ClearCooldownResponse], error)
-	// SearchRouteEvents lists route events, newest first, with filters.
+	// SearchRouteEvents lists route events, the latest started first, with
+	// filters, a page at a time.
 	SearchRouteEvents(context.Context, *connect.Request[v1.SearchRouteEventsRequest]) (*connect.Response[v1.SearchRouteEventsResponse], error)
+	// FailedAttempts counts the attempts that failed in a time range by
+	// account, status, outcome class and error type: those a failover hid
+	// from the client as well as those it saw.
+	FailedAttempts(context.Context, *connect.Request[v1.FailedAttemptsRequest]) (*connect.Response[v1.FailedAttemptsResponse], error)
 	// UsageHistory is every account's usage windows over time, from the
 	// usage snapshots (taken every 2 minutes, kept 14 days), thinned to at
 	// most one point per bucket.
@@ -166,6 +192,13 @@ func NewDashboardServiceHandler(svc DashboardServiceHandler, opts ...connect.Han
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	dashboardServiceFailedAttemptsHandler := connect.NewUnaryHandler(
+		DashboardServiceFailedAttemptsProcedure,
+		svc.FailedAttempts,
+		connect.WithSchema(dashboardServiceMethods.ByName("FailedAttempts")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	dashboardServiceUsageHistoryHandler := connect.NewUnaryHandler(
 		DashboardServiceUsageHistoryProcedure,
 		svc.UsageHistory,
@@ -186,6 +219,8 @@ func NewDashboardServiceHandler(svc DashboardServiceHandler, opts ...connect.Han
 			dashboardServiceClearCooldownHandler.ServeHTTP(w, r)
 		case DashboardServiceSearchRouteEventsProcedure:
 			dashboardServiceSearchRouteEventsHandler.ServeHTTP(w, r)
+		case DashboardServiceFailedAttemptsProcedure:
+			dashboardServiceFailedAttemptsHandler.ServeHTTP(w, r)
 		case DashboardServiceUsageHistoryProcedure:
 			dashboardServiceUsageHistoryHandler.ServeHTTP(w, r)
 		case DashboardServiceRouteStatsProcedure:
@@ -205,6 +240,10 @@ func (UnimplementedDashboardServiceHandler) ClearCooldown(context.Context, *conn
 
 func (UnimplementedDashboardServiceHandler) SearchRouteEvents(context.Context, *connect.Request[v1.SearchRouteEventsRequest]) (*connect.Response[v1.SearchRouteEventsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.DashboardService.SearchRouteEvents is not implemented"))
+}
+
+func (UnimplementedDashboardServiceHandler) FailedAttempts(context.Context, *connect.Request[v1.FailedAttemptsRequest]) (*connect.Response[v1.FailedAttemptsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.DashboardService.FailedAttempts is not implemented"))
 }
 
 func (UnimplementedDashboardServiceHandler) UsageHistory(context.Context, *connect.Request[v1.UsageHistoryRequest]) (*connect.Response[v1.UsageHistoryResponse], error) {
