@@ -75,12 +75,12 @@ var outcomes = map[string]weirv1.RouteOutcome{
 type eventView struct {
 	RequestID, Key, Account, Model, Surface, Error string
 	// Session is the conversation's key; SessionShort its head, shown.
-	Session, SessionShort string
-	Status, Attempts, Holds                        int32
-	Started                                        time.Time
-	Duration, TTFB, Held                           string
-	InputTokens, OutputTokens                      int64
-	Stream, OK                                     bool
+	Session, SessionShort     string
+	Status, Attempts, Holds   int32
+	Started                   time.Time
+	Duration, TTFB, Held      string
+	InputTokens, OutputTokens int64
+	Stream, OK                bool
 	// StatusText is the status as shown: "held" or "in progress" while
 	// the request goes on, "200, failed mid-stream" for a stream cut
 	// after output (a failure, not a 200).
