@@ -139,6 +139,12 @@ func (l leaseService) applyCooldown(ctx context.Context, q *db.Queries, r releas
 	if err != nil {
 		return nil, err
 	}
+	// The account's history keeps every cooldown written, with the
+	// evidence that decided it; the row above keeps only the live one.
+	if err := q.InsertAccountHistory(ctx, db.InsertAccountHistoryParams{AccountID: r.row.AccountID, At: now, Kind: "cooldown",
+		Reason: enumName(cw.Reason), Until: cw.Until, Evidence: jsonObject(evidence)}); err != nil {
+		return nil, err
+	}
 	l.metrics.cooldowns.WithLabelValues(enumName(cw.Reason)).Inc()
 	l.log.InfoContext(ctx, "cooldown written", "account_id", r.row.AccountID,
 		"reason", merged.Reason, "until", merged.Until)
@@ -151,6 +157,14 @@ func (l leaseService) applyCooldown(ctx context.Context, q *db.Queries, r releas
 		}
 	}
 	return &merged, nil
+}
+
+// jsonObject is b, a JSON object, or {} when there is none.
+func jsonObject(b []byte) []byte {
+	if len(b) == 0 {
+		return []byte("{}")
+	}
+	return b
 }
 
 // withQuota adds a cooldown's quota evidence to its write.

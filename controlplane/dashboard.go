@@ -3,6 +3,7 @@ package controlplane
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/weirhq/weir/controlplane/dashboard"
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/policy"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 )
@@ -266,7 +268,16 @@ func (d dashboardService) FailedAttempts(ctx context.Context, req *connect.Reque
 	case until.Sub(since) > maxFailedRange:
 		return nil, invalidf("since: at most %v before until", maxFailedRange)
 	}
-	rows, err := d.q.FailedAttempts(ctx, db.FailedAttemptsParams{Since: since, Until: until})
+	p := db.FailedAttemptsParams{Since: since, Until: until}
+	if m.AccountId != "" {
+		acct, err := d.findAccount(ctx, m.AccountId)
+		if err != nil {
+			return nil, err
+		}
+		id := acct.ID.String()
+		p.AccountID = &id
+	}
+	rows, err := d.q.FailedAttempts(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -339,4 +350,35 @@ func historyRange(d *durationpb.Duration) (rng, bucket time.Duration, err error)
 	}
 	bucket = (rng/historyBuckets + time.Minute - 1).Truncate(time.Minute)
 	return rng, max(bucket, 2*time.Minute), nil
+}
+
+func (d dashboardService) AccountHistory(ctx context.Context, req *connect.Request[weirv1.AccountHistoryRequest]) (*connect.Response[weirv1.AccountHistoryResponse], error) {
+	m := req.Msg
+	acct, err := d.findAccount(ctx, m.AccountId)
+	if err != nil {
+		return nil, err
+	}
+	limit := m.Limit
+	switch {
+	case limit < 0:
+		return nil, invalidf("limit: must not be negative")
+	case limit == 0:
+		limit = 100
+	case limit > 1000:
+		limit = 1000
+	}
+	rows, err := d.q.ListAccountHistory(ctx, db.ListAccountHistoryParams{AccountID: acct.ID, MaxRows: limit})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*weirv1.AccountHistoryEntry, 0, len(rows))
+	for _, r := range rows {
+		e := &weirv1.AccountHistoryEntry{At: timestamppb.New(r.At), Kind: r.Kind, Reason: r.Reason, Until: timestamppb.New(r.Until)}
+		var ev policy.Evidence
+		if json.Unmarshal(r.Evidence, &ev) == nil { // evidence a newer release wrote may say less here
+			e.Class, e.Status, e.ErrorType, e.Rung, e.Cause = ev.Class, ev.Status, ev.ErrorType, string(ev.Rung), ev.Cause
+		}
+		out = append(out, e)
+	}
+	return connect.NewResponse(&weirv1.AccountHistoryResponse{Entries: out}), nil
 }

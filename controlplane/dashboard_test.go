@@ -683,3 +683,43 @@ func next0(t *testing.T, dash dashboardService) string {
 	}
 	return res.Msg.NextPageToken
 }
+
+// The account page: an account given a cooldown by a 429 shows it in its
+// history with the evidence, its failed attempt, its request and the
+// operator's call that named it (a pause); every account row links to it.
+func TestDashboardAccountPage(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	a, _ := e.createAccount(acct{label: "page-acct"})
+	_, keyHash := e.createKey("")
+	l := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: "claude-sonnet-4-5"})
+	e.release(l.Id, &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, ErrorType: "rate_limit_error",
+		Headers: map[string]string{"retry-after": "600"}})
+	e.report(&weirv1.RouteEvent{RequestId: "acct-req", Status: 429, AccountId: a.Id, StartedAt: timestamppb.New(e.clock.Now()),
+		AttemptRecords: []*weirv1.AttemptRecord{{At: durationpb.New(0), AccountId: a.Id, Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, ErrorType: "rate_limit_error"}}})
+	if _, err := e.admin.accounts.PauseAccount(t.Context(), connect.NewRequest(&weirv1.PauseAccountRequest{Id: a.Id})); err != nil {
+		t.Fatal(err)
+	}
+	h, err := e.srv.dashboardService().AccountHistory(t.Context(), connect.NewRequest(&weirv1.AccountHistoryRequest{AccountId: "page-acct"}))
+	if err != nil || len(h.Msg.Entries) != 1 || h.Msg.Entries[0].Kind != "cooldown" || h.Msg.Entries[0].Status != 429 ||
+		h.Msg.Entries[0].Reason != "rate_limited" {
+		t.Fatalf("history %v, %v; want the 429's cooldown", h, err)
+	}
+	b := e.browser()
+	b.login(e.cfg.AdminToken)
+	if p := b.get("/dashboard/"); !strings.Contains(p.body, `<a href="/dashboard/accounts/`+a.Id+`">page-acct</a>`) {
+		t.Error("the account row does not link to its page")
+	}
+	p := b.get("/dashboard/accounts/" + a.Id)
+	wantStatus(t, "account page", p, http.StatusOK)
+	for _, want := range []string{"Account page-acct", "Cooldowns and gates", "rate limited", "429", "rate_limit_error",
+		`href="/dashboard/requests/acct-req"`, "PauseAccount", "paused"} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("account page lacks %q", want)
+		}
+	}
+	if err := wellFormed(p.body); err != nil {
+		t.Errorf("account page not well formed: %v", err)
+	}
+	wantStatus(t, "no such account", b.get("/dashboard/accounts/no-such"), http.StatusNotFound)
+}

@@ -31,6 +31,10 @@ func (l leaseService) applyLadderState(ctx context.Context, q *db.Queries, row d
 		if err != nil {
 			return err
 		}
+		if err := q.InsertAccountHistory(ctx, db.InsertAccountHistoryParams{AccountID: row.AccountID, At: now, Kind: "gate",
+			Reason: g.Family, Until: g.Until, Evidence: jsonObject(g.Evidence)}); err != nil {
+			return err
+		}
 		l.log.InfoContext(ctx, "family gate written", "account_id", row.AccountID, "family", merged.Family, "until", merged.Until)
 	}
 	return nil

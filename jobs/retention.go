@@ -105,8 +105,9 @@ func enforceNotifyRetention(ctx context.Context, d Deps, batch int32, batches in
 	return n, nil
 }
 
-// EnforceRetention deletes route events recorded, and refusal counts of
-// intervals begun, before now less the retention, in batches of
+// EnforceRetention deletes route events recorded, refusal counts of
+// intervals begun, and account history written before now less the
+// retention, in batches of
 // retentionBatch rows, at most retentionBatches of each a run; it
 // returns how many rows of each went. Route events still pending (their
 // request in progress) stay.
@@ -148,9 +149,15 @@ func enforceRetention(ctx context.Context, d Deps, batch int32, batches int) (ev
 	if err != nil {
 		return events, refusals, fmt.Errorf("retention: refusal counts: %w", err)
 	}
-	if events > 0 || refusals > 0 {
+	history, err := inBatches(batch, batches, func() (int64, error) {
+		return d.Queries.DeleteAccountHistoryBefore(ctx, db.DeleteAccountHistoryBeforeParams{Before: before, Batch: batch})
+	})
+	if err != nil {
+		return events, refusals, fmt.Errorf("retention: account history: %w", err)
+	}
+	if events > 0 || refusals > 0 || history > 0 {
 		d.Logger.InfoContext(ctx, "route events past their retention deleted", "route_events", events,
-			"refusal_counts", refusals, "retention", keep)
+			"refusal_counts", refusals, "account_history", history, "retention", keep)
 	}
 	return events, refusals, nil
 }

@@ -75,7 +75,7 @@ func New(cfg Config) *Handler {
 		cfg.Logger = slog.Default()
 	}
 	h := &Handler{cfg: cfg, mux: http.NewServeMux(), pages: map[string]*template.Template{}}
-	for _, page := range []string{"login", "accounts", "confirm", "history", "requests", "explain", "settings", "audit", "jobs",
+	for _, page := range []string{"login", "accounts", "account", "confirm", "history", "requests", "explain", "settings", "audit", "jobs",
 		"usage", "cache", "prices", "budgets"} {
 		h.pages[page] = template.Must(template.New("layout.html").Funcs(h.funcs()).
 			ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html"))
@@ -90,6 +90,7 @@ func New(cfg Config) *Handler {
 	h.mux.HandleFunc("POST /dashboard/logout", h.authed(h.logout))
 	h.mux.HandleFunc("GET /dashboard/{$}", h.authed(h.accountsPage))
 	h.mux.HandleFunc("GET /dashboard/fragment/accounts", h.authed(h.accountsFragment))
+	h.mux.HandleFunc("GET /dashboard/accounts/{id}", h.authed(h.accountPage))
 	h.mux.HandleFunc("GET /dashboard/accounts/{id}/{action}", h.authed(h.confirmPage))
 	h.mux.HandleFunc("POST /dashboard/accounts/{id}/{action}", h.authed(h.accountAction))
 	h.mux.HandleFunc("GET /dashboard/history", h.authed(h.historyPage))

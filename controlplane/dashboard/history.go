@@ -86,45 +86,55 @@ func (h *Handler) historyPage(w http.ResponseWriter, r *http.Request, s session)
 	// reach their exhaustion.
 	ahead := timeAxis{from: past.from, to: now.Add(rng.D / forecastHorizonDivisor)}
 	for _, a := range accts.Msg.Accounts {
-		views := accountViews([]*weirv1.Account{a})[0]
-		if len(byAccount[a.Id]) == 0 && len(views.Usage) == 0 {
+		c, ok := newAccountChart(fmt.Sprint(len(d.Accounts)), a, byAccount[a.Id], ahead, now)
+		if !ok {
 			d.NoHistory = append(d.NoHistory, a.Label)
 			continue
 		}
-		current := map[string]usageView{}
-		for _, u := range views.Usage {
-			current[u.Window] = u
-		}
-		var series []usageSeries
-		class := map[string]int{}
-		classOf := func(w string) int {
-			if c, ok := class[w]; ok {
-				return c
-			}
-			class[w] = len(class) % seriesClasses
-			return class[w]
-		}
-		seen := map[string]bool{}
-		for _, s := range byAccount[a.Id] {
-			win := windowText(s.Window)
-			us := usageSeries{Window: win, Class: classOf(win)}
-			for _, p := range s.Points {
-				us.Points = append(us.Points, usagePoint{At: p.At.AsTime(), Utilization: p.Utilization})
-			}
-			if u, ok := current[win]; ok {
-				us.Now, us.Full = u.Utilization, u.Full
-			}
-			seen[win] = true
-			series = append(series, us)
-		}
-		for _, u := range views.Usage { // windows with a reading but no snapshots yet
-			if !seen[u.Window] {
-				series = append(series, usageSeries{Window: u.Window, Class: classOf(u.Window), Now: u.Utilization, Full: u.Full,
-					Points: []usagePoint{{At: now, Utilization: u.Utilization}}})
-			}
-		}
-		d.Accounts = append(d.Accounts, accountChart{Label: a.Label, Chart: usageChart(fmt.Sprint(len(d.Accounts)), a.Label+" utilization", ahead, now, series),
-			Legend: series, Forecast: views.Usage})
+		d.Accounts = append(d.Accounts, c)
 	}
 	h.render(w, r, http.StatusOK, "history", view{Title: "History", Nav: "history", CSRF: s.csrf, Data: d})
+}
+
+// newAccountChart is an account's usage windows over time (its snapshots'
+// series, and a window with a reading but no snapshot yet as a point at
+// now) on axis; ok is false when it has neither.
+func newAccountChart(id string, a *weirv1.Account, snapshots []*weirv1.UsageSeries, axis timeAxis, now time.Time) (accountChart, bool) {
+	views := accountViews([]*weirv1.Account{a})[0]
+	if len(snapshots) == 0 && len(views.Usage) == 0 {
+		return accountChart{}, false
+	}
+	current := map[string]usageView{}
+	for _, u := range views.Usage {
+		current[u.Window] = u
+	}
+	var series []usageSeries
+	class := map[string]int{}
+	classOf := func(w string) int {
+		if c, ok := class[w]; ok {
+			return c
+		}
+		class[w] = len(class) % seriesClasses
+		return class[w]
+	}
+	seen := map[string]bool{}
+	for _, s := range snapshots {
+		win := windowText(s.Window)
+		us := usageSeries{Window: win, Class: classOf(win)}
+		for _, p := range s.Points {
+			us.Points = append(us.Points, usagePoint{At: p.At.AsTime(), Utilization: p.Utilization})
+		}
+		if u, ok := current[win]; ok {
+			us.Now, us.Full = u.Utilization, u.Full
+		}
+		seen[win] = true
+		series = append(series, us)
+	}
+	for _, u := range views.Usage { // windows with a reading but no snapshots yet
+		if !seen[u.Window] {
+			series = append(series, usageSeries{Window: u.Window, Class: classOf(u.Window), Now: u.Utilization, Full: u.Full,
+				Points: []usagePoint{{At: now, Utilization: u.Utilization}}})
+		}
+	}
+	return accountChart{Label: a.Label, Chart: usageChart(id, a.Label+" utilization", axis, now, series), Legend: series, Forecast: views.Usage}, true
 }

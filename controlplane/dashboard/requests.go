@@ -292,6 +292,7 @@ func (h *Handler) requestsFragment(w http.ResponseWriter, r *http.Request, s ses
 // stepView is one attempt or hold of a request's timeline.
 type stepView struct {
 	At, Account, Outcome, Status, Error, Decision, Duration, Reason string
+	AccountID                                                       string
 	Hold                                                            bool
 }
 
@@ -324,7 +325,7 @@ func (h *Handler) explainPage(w http.ResponseWriter, r *http.Request, s session)
 		if a.AccountId == "" {
 			st.Hold, st.Account, st.Reason = true, "hold", a.HoldReason
 		} else {
-			st.Account = n.account(a.AccountId)
+			st.Account, st.AccountID = n.account(a.AccountId), a.AccountId
 			st.Outcome = enumText(a.Class.String(), "OUTCOME_CLASS_")
 			st.Decision = enumText(a.Action.String(), "ACTION_")
 			st.Error = a.ErrorType

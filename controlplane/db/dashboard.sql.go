@@ -47,6 +47,7 @@ FROM route_events e
 CROSS JOIN LATERAL jsonb_array_elements(e.attempts_json) AS a(rec)
 WHERE e.started_at >= $1::timestamptz AND e.started_at < $2::timestamptz
   AND a.rec ? 'accountId'
+  AND ($3::text IS NULL OR a.rec->>'accountId' = $3)
   AND coalesce(a.rec->>'class', '') NOT IN ('OUTCOME_CLASS_SUCCESS', 'OUTCOME_CLASS_NOT_SENT')
 GROUP BY 1, 2, 3, 4
 ORDER BY attempts DESC, latest DESC
@@ -54,8 +55,9 @@ LIMIT 200
 `
 
 type FailedAttemptsParams struct {
-	Since time.Time
-	Until time.Time
+	Since     time.Time
+	Until     time.Time
+	AccountID *string
 }
 
 type FailedAttemptsRow struct {
@@ -72,7 +74,7 @@ type FailedAttemptsRow struct {
 // An attempt record (attempts_json, protojson) names its account; a hold
 // names none, and a success is no failure.
 func (q *Queries) FailedAttempts(ctx context.Context, arg FailedAttemptsParams) ([]FailedAttemptsRow, error) {
-	rows, err := q.db.Query(ctx, failedAttempts, arg.Since, arg.Until)
+	rows, err := q.db.Query(ctx, failedAttempts, arg.Since, arg.Until, arg.AccountID)
 	if err != nil {
 		return nil, err
 	}

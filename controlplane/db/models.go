@@ -49,6 +49,16 @@ type Account struct {
 	OwnerTeamID         uuid.NullUUID
 }
 
+type AccountHistory struct {
+	ID        int64
+	AccountID uuid.UUID
+	At        time.Time
+	Kind      string
+	Reason    string
+	Until     time.Time
+	Evidence  []byte
+}
+
 type AuditEvent struct {
 	ID         int64
 	At         time.Time

@@ -48,6 +48,7 @@ FROM route_events e
 CROSS JOIN LATERAL jsonb_array_elements(e.attempts_json) AS a(rec)
 WHERE e.started_at >= @since::timestamptz AND e.started_at < @until::timestamptz
   AND a.rec ? 'accountId'
+  AND (sqlc.narg('account_id')::text IS NULL OR a.rec->>'accountId' = sqlc.narg('account_id'))
   AND coalesce(a.rec->>'class', '') NOT IN ('OUTCOME_CLASS_SUCCESS', 'OUTCOME_CLASS_NOT_SENT')
 GROUP BY 1, 2, 3, 4
 ORDER BY attempts DESC, latest DESC

@@ -365,8 +365,10 @@ func (x *SearchRouteEventsResponse) GetNextPageToken() string {
 type FailedAttemptsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Attempts of requests started in [since, until): at most 7 days.
-	Since         *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=since,proto3" json:"since,omitempty"`
-	Until         *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=until,proto3" json:"until,omitempty"`
+	Since *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=since,proto3" json:"since,omitempty"`
+	Until *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=until,proto3" json:"until,omitempty"`
+	// One account's (id or label) only, when set.
+	AccountId     string `protobuf:"bytes,3,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -415,6 +417,225 @@ func (x *FailedAttemptsRequest) GetUntil() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *FailedAttemptsRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+type AccountHistoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The account's id or label.
+	AccountId string `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// At most this many; 0 means 100, capped at 1000.
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AccountHistoryRequest) Reset() {
+	*x = AccountHistoryRequest{}
+	mi := &file_weir_v1_dashboard_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AccountHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AccountHistoryRequest) ProtoMessage() {}
+
+func (x *AccountHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_dashboard_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AccountHistoryRequest.ProtoReflect.Descriptor instead.
+func (*AccountHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *AccountHistoryRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *AccountHistoryRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type AccountHistoryResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*AccountHistoryEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AccountHistoryResponse) Reset() {
+	*x = AccountHistoryResponse{}
+	mi := &file_weir_v1_dashboard_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AccountHistoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AccountHistoryResponse) ProtoMessage() {}
+
+func (x *AccountHistoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_dashboard_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AccountHistoryResponse.ProtoReflect.Descriptor instead.
+func (*AccountHistoryResponse) Descriptor() ([]byte, []int) {
+	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *AccountHistoryResponse) GetEntries() []*AccountHistoryEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// AccountHistoryEntry is one cooldown or family gate written on an account.
+type AccountHistoryEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	At    *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
+	// "cooldown" or "gate".
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// A cooldown's reason (rate_limited, quota_exhausted, …), or the gated
+	// model family.
+	Reason string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Until  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=until,proto3" json:"until,omitempty"`
+	// The evidence that decided it: the attempt's outcome class, status,
+	// error type, the 429 ladder's rung, a transport failure's cause.
+	Class         string `protobuf:"bytes,5,opt,name=class,proto3" json:"class,omitempty"`
+	Status        int32  `protobuf:"varint,6,opt,name=status,proto3" json:"status,omitempty"`
+	ErrorType     string `protobuf:"bytes,7,opt,name=error_type,json=errorType,proto3" json:"error_type,omitempty"`
+	Rung          string `protobuf:"bytes,8,opt,name=rung,proto3" json:"rung,omitempty"`
+	Cause         string `protobuf:"bytes,9,opt,name=cause,proto3" json:"cause,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AccountHistoryEntry) Reset() {
+	*x = AccountHistoryEntry{}
+	mi := &file_weir_v1_dashboard_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AccountHistoryEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AccountHistoryEntry) ProtoMessage() {}
+
+func (x *AccountHistoryEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_weir_v1_dashboard_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AccountHistoryEntry.ProtoReflect.Descriptor instead.
+func (*AccountHistoryEntry) Descriptor() ([]byte, []int) {
+	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *AccountHistoryEntry) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *AccountHistoryEntry) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *AccountHistoryEntry) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *AccountHistoryEntry) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *AccountHistoryEntry) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *AccountHistoryEntry) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *AccountHistoryEntry) GetErrorType() string {
+	if x != nil {
+		return x.ErrorType
+	}
+	return ""
+}
+
+func (x *AccountHistoryEntry) GetRung() string {
+	if x != nil {
+		return x.Rung
+	}
+	return ""
+}
+
+func (x *AccountHistoryEntry) GetCause() string {
+	if x != nil {
+		return x.Cause
+	}
+	return ""
+}
+
 type FailedAttemptsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The most frequent first; at most 200 rows.
@@ -425,7 +646,7 @@ type FailedAttemptsResponse struct {
 
 func (x *FailedAttemptsResponse) Reset() {
 	*x = FailedAttemptsResponse{}
-	mi := &file_weir_v1_dashboard_proto_msgTypes[5]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -437,7 +658,7 @@ func (x *FailedAttemptsResponse) String() string {
 func (*FailedAttemptsResponse) ProtoMessage() {}
 
 func (x *FailedAttemptsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_dashboard_proto_msgTypes[5]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -450,7 +671,7 @@ func (x *FailedAttemptsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedAttemptsResponse.ProtoReflect.Descriptor instead.
 func (*FailedAttemptsResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{5}
+	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FailedAttemptsResponse) GetCounts() []*FailedAttemptCount {
@@ -475,7 +696,7 @@ type FailedAttemptCount struct {
 
 func (x *FailedAttemptCount) Reset() {
 	*x = FailedAttemptCount{}
-	mi := &file_weir_v1_dashboard_proto_msgTypes[6]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -487,7 +708,7 @@ func (x *FailedAttemptCount) String() string {
 func (*FailedAttemptCount) ProtoMessage() {}
 
 func (x *FailedAttemptCount) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_dashboard_proto_msgTypes[6]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -500,7 +721,7 @@ func (x *FailedAttemptCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedAttemptCount.ProtoReflect.Descriptor instead.
 func (*FailedAttemptCount) Descriptor() ([]byte, []int) {
-	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{6}
+	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FailedAttemptCount) GetAccountId() string {
@@ -557,7 +778,7 @@ type UsageHistoryRequest struct {
 
 func (x *UsageHistoryRequest) Reset() {
 	*x = UsageHistoryRequest{}
-	mi := &file_weir_v1_dashboard_proto_msgTypes[7]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -569,7 +790,7 @@ func (x *UsageHistoryRequest) String() string {
 func (*UsageHistoryRequest) ProtoMessage() {}
 
 func (x *UsageHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_dashboard_proto_msgTypes[7]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -582,7 +803,7 @@ func (x *UsageHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageHistoryRequest.ProtoReflect.Descriptor instead.
 func (*UsageHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{7}
+	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UsageHistoryRequest) GetRange() *durationpb.Duration {
@@ -610,7 +831,7 @@ type UsageHistoryResponse struct {
 
 func (x *UsageHistoryResponse) Reset() {
 	*x = UsageHistoryResponse{}
-	mi := &file_weir_v1_dashboard_proto_msgTypes[8]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +843,7 @@ func (x *UsageHistoryResponse) String() string {
 func (*UsageHistoryResponse) ProtoMessage() {}
 
 func (x *UsageHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_dashboard_proto_msgTypes[8]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +856,7 @@ func (x *UsageHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageHistoryResponse.ProtoReflect.Descriptor instead.
 func (*UsageHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{8}
+	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UsageHistoryResponse) GetSeries() []*UsageSeries {
@@ -664,7 +885,7 @@ type UsageSeries struct {
 
 func (x *UsageSeries) Reset() {
 	*x = UsageSeries{}
-	mi := &file_weir_v1_dashboard_proto_msgTypes[9]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -676,7 +897,7 @@ func (x *UsageSeries) String() string {
 func (*UsageSeries) ProtoMessage() {}
 
 func (x *UsageSeries) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_dashboard_proto_msgTypes[9]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -689,7 +910,7 @@ func (x *UsageSeries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageSeries.ProtoReflect.Descriptor instead.
 func (*UsageSeries) Descriptor() ([]byte, []int) {
-	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{9}
+	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UsageSeries) GetAccountId() string {
@@ -726,7 +947,7 @@ type UsagePoint struct {
 
 func (x *UsagePoint) Reset() {
 	*x = UsagePoint{}
-	mi := &file_weir_v1_dashboard_proto_msgTypes[10]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +959,7 @@ func (x *UsagePoint) String() string {
 func (*UsagePoint) ProtoMessage() {}
 
 func (x *UsagePoint) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_dashboard_proto_msgTypes[10]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +972,7 @@ func (x *UsagePoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsagePoint.ProtoReflect.Descriptor instead.
 func (*UsagePoint) Descriptor() ([]byte, []int) {
-	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{10}
+	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UsagePoint) GetAt() *timestamppb.Timestamp {
@@ -785,7 +1006,7 @@ type RouteStatsRequest struct {
 
 func (x *RouteStatsRequest) Reset() {
 	*x = RouteStatsRequest{}
-	mi := &file_weir_v1_dashboard_proto_msgTypes[11]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -797,7 +1018,7 @@ func (x *RouteStatsRequest) String() string {
 func (*RouteStatsRequest) ProtoMessage() {}
 
 func (x *RouteStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_dashboard_proto_msgTypes[11]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -810,7 +1031,7 @@ func (x *RouteStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteStatsRequest.ProtoReflect.Descriptor instead.
 func (*RouteStatsRequest) Descriptor() ([]byte, []int) {
-	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{11}
+	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RouteStatsRequest) GetRange() *durationpb.Duration {
@@ -831,7 +1052,7 @@ type RouteStatsResponse struct {
 
 func (x *RouteStatsResponse) Reset() {
 	*x = RouteStatsResponse{}
-	mi := &file_weir_v1_dashboard_proto_msgTypes[12]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -843,7 +1064,7 @@ func (x *RouteStatsResponse) String() string {
 func (*RouteStatsResponse) ProtoMessage() {}
 
 func (x *RouteStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_dashboard_proto_msgTypes[12]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -856,7 +1077,7 @@ func (x *RouteStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteStatsResponse.ProtoReflect.Descriptor instead.
 func (*RouteStatsResponse) Descriptor() ([]byte, []int) {
-	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{12}
+	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RouteStatsResponse) GetBuckets() []*RouteBucket {
@@ -889,7 +1110,7 @@ type RouteBucket struct {
 
 func (x *RouteBucket) Reset() {
 	*x = RouteBucket{}
-	mi := &file_weir_v1_dashboard_proto_msgTypes[13]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -901,7 +1122,7 @@ func (x *RouteBucket) String() string {
 func (*RouteBucket) ProtoMessage() {}
 
 func (x *RouteBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_weir_v1_dashboard_proto_msgTypes[13]
+	mi := &file_weir_v1_dashboard_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -914,7 +1135,7 @@ func (x *RouteBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteBucket.ProtoReflect.Descriptor instead.
 func (*RouteBucket) Descriptor() ([]byte, []int) {
-	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{13}
+	return file_weir_v1_dashboard_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RouteBucket) GetStart() *timestamppb.Timestamp {
@@ -980,10 +1201,29 @@ const file_weir_v1_dashboard_proto_rawDesc = "" +
 	" \x01(\tR\tpageToken\"p\n" +
 	"\x19SearchRouteEventsResponse\x12+\n" +
 	"\x06events\x18\x01 \x03(\v2\x13.weir.v1.RouteEventR\x06events\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"{\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x9a\x01\n" +
 	"\x15FailedAttemptsRequest\x120\n" +
 	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
-	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\"M\n" +
+	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x03 \x01(\tR\taccountId\"L\n" +
+	"\x15AccountHistoryRequest\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"P\n" +
+	"\x16AccountHistoryResponse\x126\n" +
+	"\aentries\x18\x01 \x03(\v2\x1c.weir.v1.AccountHistoryEntryR\aentries\"\x96\x02\n" +
+	"\x13AccountHistoryEntry\x12*\n" +
+	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x120\n" +
+	"\x05until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x14\n" +
+	"\x05class\x18\x05 \x01(\tR\x05class\x12\x16\n" +
+	"\x06status\x18\x06 \x01(\x05R\x06status\x12\x1d\n" +
+	"\n" +
+	"error_type\x18\a \x01(\tR\terrorType\x12\x12\n" +
+	"\x04rung\x18\b \x01(\tR\x04rung\x12\x14\n" +
+	"\x05cause\x18\t \x01(\tR\x05cause\"M\n" +
 	"\x16FailedAttemptsResponse\x123\n" +
 	"\x06counts\x18\x01 \x03(\v2\x1b.weir.v1.FailedAttemptCountR\x06counts\"\xe7\x01\n" +
 	"\x12FailedAttemptCount\x12\x1d\n" +
@@ -1027,11 +1267,12 @@ const file_weir_v1_dashboard_proto_rawDesc = "" +
 	"\x19ROUTE_OUTCOME_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15ROUTE_OUTCOME_SUCCESS\x10\x01\x12\x17\n" +
 	"\x13ROUTE_OUTCOME_ERROR\x10\x02\x12\x16\n" +
-	"\x12ROUTE_OUTCOME_HELD\x10\x032\xbb\x03\n" +
+	"\x12ROUTE_OUTCOME_HELD\x10\x032\x93\x04\n" +
 	"\x10DashboardService\x12P\n" +
 	"\rClearCooldown\x12\x1d.weir.v1.ClearCooldownRequest\x1a\x1e.weir.v1.ClearCooldownResponse\"\x00\x12_\n" +
 	"\x11SearchRouteEvents\x12!.weir.v1.SearchRouteEventsRequest\x1a\".weir.v1.SearchRouteEventsResponse\"\x03\x90\x02\x01\x12V\n" +
-	"\x0eFailedAttempts\x12\x1e.weir.v1.FailedAttemptsRequest\x1a\x1f.weir.v1.FailedAttemptsResponse\"\x03\x90\x02\x01\x12P\n" +
+	"\x0eFailedAttempts\x12\x1e.weir.v1.FailedAttemptsRequest\x1a\x1f.weir.v1.FailedAttemptsResponse\"\x03\x90\x02\x01\x12V\n" +
+	"\x0eAccountHistory\x12\x1e.weir.v1.AccountHistoryRequest\x1a\x1f.weir.v1.AccountHistoryResponse\"\x03\x90\x02\x01\x12P\n" +
 	"\fUsageHistory\x12\x1c.weir.v1.UsageHistoryRequest\x1a\x1d.weir.v1.UsageHistoryResponse\"\x03\x90\x02\x01\x12J\n" +
 	"\n" +
 	"RouteStats\x12\x1a.weir.v1.RouteStatsRequest\x1a\x1b.weir.v1.RouteStatsResponse\"\x03\x90\x02\x01B\x85\x01\n" +
@@ -1050,7 +1291,7 @@ func file_weir_v1_dashboard_proto_rawDescGZIP() []byte {
 }
 
 var file_weir_v1_dashboard_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_weir_v1_dashboard_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_weir_v1_dashboard_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_weir_v1_dashboard_proto_goTypes = []any{
 	(RouteOutcome)(0),                 // 0: weir.v1.RouteOutcome
 	(*ClearCooldownRequest)(nil),      // 1: weir.v1.ClearCooldownRequest
@@ -1058,57 +1299,65 @@ var file_weir_v1_dashboard_proto_goTypes = []any{
 	(*SearchRouteEventsRequest)(nil),  // 3: weir.v1.SearchRouteEventsRequest
 	(*SearchRouteEventsResponse)(nil), // 4: weir.v1.SearchRouteEventsResponse
 	(*FailedAttemptsRequest)(nil),     // 5: weir.v1.FailedAttemptsRequest
-	(*FailedAttemptsResponse)(nil),    // 6: weir.v1.FailedAttemptsResponse
-	(*FailedAttemptCount)(nil),        // 7: weir.v1.FailedAttemptCount
-	(*UsageHistoryRequest)(nil),       // 8: weir.v1.UsageHistoryRequest
-	(*UsageHistoryResponse)(nil),      // 9: weir.v1.UsageHistoryResponse
-	(*UsageSeries)(nil),               // 10: weir.v1.UsageSeries
-	(*UsagePoint)(nil),                // 11: weir.v1.UsagePoint
-	(*RouteStatsRequest)(nil),         // 12: weir.v1.RouteStatsRequest
-	(*RouteStatsResponse)(nil),        // 13: weir.v1.RouteStatsResponse
-	(*RouteBucket)(nil),               // 14: weir.v1.RouteBucket
-	(*Account)(nil),                   // 15: weir.v1.Account
-	(*timestamppb.Timestamp)(nil),     // 16: google.protobuf.Timestamp
-	(*RouteEvent)(nil),                // 17: weir.v1.RouteEvent
-	(OutcomeClass)(0),                 // 18: weir.v1.OutcomeClass
-	(*durationpb.Duration)(nil),       // 19: google.protobuf.Duration
+	(*AccountHistoryRequest)(nil),     // 6: weir.v1.AccountHistoryRequest
+	(*AccountHistoryResponse)(nil),    // 7: weir.v1.AccountHistoryResponse
+	(*AccountHistoryEntry)(nil),       // 8: weir.v1.AccountHistoryEntry
+	(*FailedAttemptsResponse)(nil),    // 9: weir.v1.FailedAttemptsResponse
+	(*FailedAttemptCount)(nil),        // 10: weir.v1.FailedAttemptCount
+	(*UsageHistoryRequest)(nil),       // 11: weir.v1.UsageHistoryRequest
+	(*UsageHistoryResponse)(nil),      // 12: weir.v1.UsageHistoryResponse
+	(*UsageSeries)(nil),               // 13: weir.v1.UsageSeries
+	(*UsagePoint)(nil),                // 14: weir.v1.UsagePoint
+	(*RouteStatsRequest)(nil),         // 15: weir.v1.RouteStatsRequest
+	(*RouteStatsResponse)(nil),        // 16: weir.v1.RouteStatsResponse
+	(*RouteBucket)(nil),               // 17: weir.v1.RouteBucket
+	(*Account)(nil),                   // 18: weir.v1.Account
+	(*timestamppb.Timestamp)(nil),     // 19: google.protobuf.Timestamp
+	(*RouteEvent)(nil),                // 20: weir.v1.RouteEvent
+	(OutcomeClass)(0),                 // 21: weir.v1.OutcomeClass
+	(*durationpb.Duration)(nil),       // 22: google.protobuf.Duration
 }
 var file_weir_v1_dashboard_proto_depIdxs = []int32{
-	15, // 0: weir.v1.ClearCooldownResponse.account:type_name -> weir.v1.Account
+	18, // 0: weir.v1.ClearCooldownResponse.account:type_name -> weir.v1.Account
 	0,  // 1: weir.v1.SearchRouteEventsRequest.outcome:type_name -> weir.v1.RouteOutcome
-	16, // 2: weir.v1.SearchRouteEventsRequest.since:type_name -> google.protobuf.Timestamp
-	16, // 3: weir.v1.SearchRouteEventsRequest.until:type_name -> google.protobuf.Timestamp
-	17, // 4: weir.v1.SearchRouteEventsResponse.events:type_name -> weir.v1.RouteEvent
-	16, // 5: weir.v1.FailedAttemptsRequest.since:type_name -> google.protobuf.Timestamp
-	16, // 6: weir.v1.FailedAttemptsRequest.until:type_name -> google.protobuf.Timestamp
-	7,  // 7: weir.v1.FailedAttemptsResponse.counts:type_name -> weir.v1.FailedAttemptCount
-	18, // 8: weir.v1.FailedAttemptCount.class:type_name -> weir.v1.OutcomeClass
-	16, // 9: weir.v1.FailedAttemptCount.latest:type_name -> google.protobuf.Timestamp
-	19, // 10: weir.v1.UsageHistoryRequest.range:type_name -> google.protobuf.Duration
-	10, // 11: weir.v1.UsageHistoryResponse.series:type_name -> weir.v1.UsageSeries
-	19, // 12: weir.v1.UsageHistoryResponse.bucket:type_name -> google.protobuf.Duration
-	11, // 13: weir.v1.UsageSeries.points:type_name -> weir.v1.UsagePoint
-	16, // 14: weir.v1.UsagePoint.at:type_name -> google.protobuf.Timestamp
-	16, // 15: weir.v1.UsagePoint.resets_at:type_name -> google.protobuf.Timestamp
-	19, // 16: weir.v1.RouteStatsRequest.range:type_name -> google.protobuf.Duration
-	14, // 17: weir.v1.RouteStatsResponse.buckets:type_name -> weir.v1.RouteBucket
-	19, // 18: weir.v1.RouteStatsResponse.bucket:type_name -> google.protobuf.Duration
-	16, // 19: weir.v1.RouteBucket.start:type_name -> google.protobuf.Timestamp
-	1,  // 20: weir.v1.DashboardService.ClearCooldown:input_type -> weir.v1.ClearCooldownRequest
-	3,  // 21: weir.v1.DashboardService.SearchRouteEvents:input_type -> weir.v1.SearchRouteEventsRequest
-	5,  // 22: weir.v1.DashboardService.FailedAttempts:input_type -> weir.v1.FailedAttemptsRequest
-	8,  // 23: weir.v1.DashboardService.UsageHistory:input_type -> weir.v1.UsageHistoryRequest
-	12, // 24: weir.v1.DashboardService.RouteStats:input_type -> weir.v1.RouteStatsRequest
-	2,  // 25: weir.v1.DashboardService.ClearCooldown:output_type -> weir.v1.ClearCooldownResponse
-	4,  // 26: weir.v1.DashboardService.SearchRouteEvents:output_type -> weir.v1.SearchRouteEventsResponse
-	6,  // 27: weir.v1.DashboardService.FailedAttempts:output_type -> weir.v1.FailedAttemptsResponse
-	9,  // 28: weir.v1.DashboardService.UsageHistory:output_type -> weir.v1.UsageHistoryResponse
-	13, // 29: weir.v1.DashboardService.RouteStats:output_type -> weir.v1.RouteStatsResponse
-	25, // [25:30] is the sub-list for method output_type
-	20, // [20:25] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	19, // 2: weir.v1.SearchRouteEventsRequest.since:type_name -> google.protobuf.Timestamp
+	19, // 3: weir.v1.SearchRouteEventsRequest.until:type_name -> google.protobuf.Timestamp
+	20, // 4: weir.v1.SearchRouteEventsResponse.events:type_name -> weir.v1.RouteEvent
+	19, // 5: weir.v1.FailedAttemptsRequest.since:type_name -> google.protobuf.Timestamp
+	19, // 6: weir.v1.FailedAttemptsRequest.until:type_name -> google.protobuf.Timestamp
+	8,  // 7: weir.v1.AccountHistoryResponse.entries:type_name -> weir.v1.AccountHistoryEntry
+	19, // 8: weir.v1.AccountHistoryEntry.at:type_name -> google.protobuf.Timestamp
+	19, // 9: weir.v1.AccountHistoryEntry.until:type_name -> google.protobuf.Timestamp
+	10, // 10: weir.v1.FailedAttemptsResponse.counts:type_name -> weir.v1.FailedAttemptCount
+	21, // 11: weir.v1.FailedAttemptCount.class:type_name -> weir.v1.OutcomeClass
+	19, // 12: weir.v1.FailedAttemptCount.latest:type_name -> google.protobuf.Timestamp
+	22, // 13: weir.v1.UsageHistoryRequest.range:type_name -> google.protobuf.Duration
+	13, // 14: weir.v1.UsageHistoryResponse.series:type_name -> weir.v1.UsageSeries
+	22, // 15: weir.v1.UsageHistoryResponse.bucket:type_name -> google.protobuf.Duration
+	14, // 16: weir.v1.UsageSeries.points:type_name -> weir.v1.UsagePoint
+	19, // 17: weir.v1.UsagePoint.at:type_name -> google.protobuf.Timestamp
+	19, // 18: weir.v1.UsagePoint.resets_at:type_name -> google.protobuf.Timestamp
+	22, // 19: weir.v1.RouteStatsRequest.range:type_name -> google.protobuf.Duration
+	17, // 20: weir.v1.RouteStatsResponse.buckets:type_name -> weir.v1.RouteBucket
+	22, // 21: weir.v1.RouteStatsResponse.bucket:type_name -> google.protobuf.Duration
+	19, // 22: weir.v1.RouteBucket.start:type_name -> google.protobuf.Timestamp
+	1,  // 23: weir.v1.DashboardService.ClearCooldown:input_type -> weir.v1.ClearCooldownRequest
+	3,  // 24: weir.v1.DashboardService.SearchRouteEvents:input_type -> weir.v1.SearchRouteEventsRequest
+	5,  // 25: weir.v1.DashboardService.FailedAttempts:input_type -> weir.v1.FailedAttemptsRequest
+	6,  // 26: weir.v1.DashboardService.AccountHistory:input_type -> weir.v1.AccountHistoryRequest
+	11, // 27: weir.v1.DashboardService.UsageHistory:input_type -> weir.v1.UsageHistoryRequest
+	15, // 28: weir.v1.DashboardService.RouteStats:input_type -> weir.v1.RouteStatsRequest
+	2,  // 29: weir.v1.DashboardService.ClearCooldown:output_type -> weir.v1.ClearCooldownResponse
+	4,  // 30: weir.v1.DashboardService.SearchRouteEvents:output_type -> weir.v1.SearchRouteEventsResponse
+	9,  // 31: weir.v1.DashboardService.FailedAttempts:output_type -> weir.v1.FailedAttemptsResponse
+	7,  // 32: weir.v1.DashboardService.AccountHistory:output_type -> weir.v1.AccountHistoryResponse
+	12, // 33: weir.v1.DashboardService.UsageHistory:output_type -> weir.v1.UsageHistoryResponse
+	16, // 34: weir.v1.DashboardService.RouteStats:output_type -> weir.v1.RouteStatsResponse
+	29, // [29:35] is the sub-list for method output_type
+	23, // [23:29] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_dashboard_proto_init() }
@@ -1125,7 +1374,7 @@ func file_weir_v1_dashboard_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_dashboard_proto_rawDesc), len(file_weir_v1_dashboard_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

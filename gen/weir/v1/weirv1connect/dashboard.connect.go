@@ -42,6 +42,9 @@ const (
 	// DashboardServiceFailedAttemptsProcedure is the fully-qualified name of the DashboardService's
 	// FailedAttempts RPC.
 	DashboardServiceFailedAttemptsProcedure = "/weir.v1.DashboardService/FailedAttempts"
+	// DashboardServiceAccountHistoryProcedure is the fully-qualified name of the DashboardService's
+	// AccountHistory RPC.
+	DashboardServiceAccountHistoryProcedure = "/weir.v1.DashboardService/AccountHistory"
 	// DashboardServiceUsageHistoryProcedure is the fully-qualified name of the DashboardService's
 	// UsageHistory RPC.
 	DashboardServiceUsageHistoryProcedure = "/weir.v1.DashboardService/UsageHistory"
@@ -62,6 +65,9 @@ type DashboardServiceClient interface {
 	// account, status, outcome class and error type: those a failover hid
 	// from the client as well as those it saw.
 	FailedAttempts(context.Context, *connect.Request[v1.FailedAttemptsRequest]) (*connect.Response[v1.FailedAttemptsResponse], error)
+	// AccountHistory is what one account has been through: every cooldown
+	// and family gate written, the latest first, with its evidence.
+	AccountHistory(context.Context, *connect.Request[v1.AccountHistoryRequest]) (*connect.Response[v1.AccountHistoryResponse], error)
 	// UsageHistory is every account's usage windows over time, from the
 	// usage snapshots (taken every 2 minutes, kept 14 days), thinned to at
 	// most one point per bucket.
@@ -101,6 +107,13 @@ func NewDashboardServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		accountHistory: connect.NewClient[v1.AccountHistoryRequest, v1.AccountHistoryResponse](
+			httpClient,
+			baseURL+DashboardServiceAccountHistoryProcedure,
+			connect.WithSchema(dashboardServiceMethods.ByName("AccountHistory")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 		usageHistory: connect.NewClient[v1.UsageHistoryRequest, v1.UsageHistoryResponse](
 			httpClient,
 			baseURL+DashboardServiceUsageHistoryProcedure,
@@ -123,6 +136,7 @@ type dashboardServiceClient struct {
 	clearCooldown     *connect.Client[v1.ClearCooldownRequest, v1.ClearCooldownResponse]
 	searchRouteEvents *connect.Client[v1.SearchRouteEventsRequest, v1.SearchRouteEventsResponse]
 	failedAttempts    *connect.Client[v1.FailedAttemptsRequest, v1.FailedAttemptsResponse]
+	accountHistory    *connect.Client[v1.AccountHistoryRequest, v1.AccountHistoryResponse]
 	usageHistory      *connect.Client[v1.UsageHistoryRequest, v1.UsageHistoryResponse]
 	routeStats        *connect.Client[v1.RouteStatsRequest, v1.RouteStatsResponse]
 }
@@ -140,6 +154,11 @@ func (c *dashboardServiceClient) SearchRouteEvents(ctx context.Context, req *con
 // FailedAttempts calls weir.v1.DashboardService.FailedAttempts.
 func (c *dashboardServiceClient) FailedAttempts(ctx context.Context, req *connect.Request[v1.FailedAttemptsRequest]) (*connect.Response[v1.FailedAttemptsResponse], error) {
 	return c.failedAttempts.CallUnary(ctx, req)
+}
+
+// AccountHistory calls weir.v1.DashboardService.AccountHistory.
+func (c *dashboardServiceClient) AccountHistory(ctx context.Context, req *connect.Request[v1.AccountHistoryRequest]) (*connect.Response[v1.AccountHistoryResponse], error) {
+	return c.accountHistory.CallUnary(ctx, req)
 }
 
 // UsageHistory calls weir.v1.DashboardService.UsageHistory.
@@ -164,6 +183,9 @@ type DashboardServiceHandler interface {
 	// account, status, outcome class and error type: those a failover hid
 	// from the client as well as those it saw.
 	FailedAttempts(context.Context, *connect.Request[v1.FailedAttemptsRequest]) (*connect.Response[v1.FailedAttemptsResponse], error)
+	// AccountHistory is what one account has been through: every cooldown
+	// and family gate written, the latest first, with its evidence.
+	AccountHistory(context.Context, *connect.Request[v1.AccountHistoryRequest]) (*connect.Response[v1.AccountHistoryResponse], error)
 	// UsageHistory is every account's usage windows over time, from the
 	// usage snapshots (taken every 2 minutes, kept 14 days), thinned to at
 	// most one point per bucket.
@@ -199,6 +221,13 @@ func NewDashboardServiceHandler(svc DashboardServiceHandler, opts ...connect.Han
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	dashboardServiceAccountHistoryHandler := connect.NewUnaryHandler(
+		DashboardServiceAccountHistoryProcedure,
+		svc.AccountHistory,
+		connect.WithSchema(dashboardServiceMethods.ByName("AccountHistory")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	dashboardServiceUsageHistoryHandler := connect.NewUnaryHandler(
 		DashboardServiceUsageHistoryProcedure,
 		svc.UsageHistory,
@@ -221,6 +250,8 @@ func NewDashboardServiceHandler(svc DashboardServiceHandler, opts ...connect.Han
 			dashboardServiceSearchRouteEventsHandler.ServeHTTP(w, r)
 		case DashboardServiceFailedAttemptsProcedure:
 			dashboardServiceFailedAttemptsHandler.ServeHTTP(w, r)
+		case DashboardServiceAccountHistoryProcedure:
+			dashboardServiceAccountHistoryHandler.ServeHTTP(w, r)
 		case DashboardServiceUsageHistoryProcedure:
 			dashboardServiceUsageHistoryHandler.ServeHTTP(w, r)
 		case DashboardServiceRouteStatsProcedure:
@@ -244,6 +275,10 @@ func (UnimplementedDashboardServiceHandler) SearchRouteEvents(context.Context, *
 
 func (UnimplementedDashboardServiceHandler) FailedAttempts(context.Context, *connect.Request[v1.FailedAttemptsRequest]) (*connect.Response[v1.FailedAttemptsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.DashboardService.FailedAttempts is not implemented"))
+}
+
+func (UnimplementedDashboardServiceHandler) AccountHistory(context.Context, *connect.Request[v1.AccountHistoryRequest]) (*connect.Response[v1.AccountHistoryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.v1.DashboardService.AccountHistory is not implemented"))
 }
 
 func (UnimplementedDashboardServiceHandler) UsageHistory(context.Context, *connect.Request[v1.UsageHistoryRequest]) (*connect.Response[v1.UsageHistoryResponse], error) {
