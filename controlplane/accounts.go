@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/weirhq/weir/controlplane/db"
@@ -37,6 +38,9 @@ type accountService struct {
 	// (banked.go).
 	readUsage   func(context.Context, uuid.UUID) (usageResult, error)
 	bankedReset func(ctx context.Context, id uuid.UUID, grant string) (bankedOutcome, error)
+	// enqueueCheck enqueues a credential's check in the transaction that
+	// stores it (accountcheck.go).
+	enqueueCheck func(ctx context.Context, tx pgx.Tx, id uuid.UUID, revision int64) error
 }
 
 // accountViews builds accounts as operators see them: the row with its
@@ -93,7 +97,8 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 	}
 	id := uuid.New()
 	var row db.Account
-	err = a.tx(ctx, func(q *db.Queries) error {
+	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+		q := a.q.WithTx(tx)
 		if err := findDuplicate(ctx, q, provider, db.Account{}, names...); err != nil {
 			return err
 		}
@@ -121,11 +126,12 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 				return err
 			}
 		}
-		if cred.refresh == "" && cred.expiresAt == nil {
-			return nil
+		if cred.refresh != "" || cred.expiresAt != nil {
+			if row, err = setOAuthTokens(ctx, q, a.seal, id, row.CredentialRevision, cred); err != nil {
+				return err
+			}
 		}
-		row, err = setOAuthTokens(ctx, q, a.seal, id, row.CredentialRevision, cred)
-		return err
+		return a.enqueueCheck(ctx, tx, id, row.CredentialRevision)
 	})
 	if isIdentityConflict(err) {
 		// A concurrent create of the same upstream account won.
@@ -265,7 +271,8 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 		newIdentity = &h
 	}
 	oldBase := row.BaseUrl
-	err = a.tx(ctx, func(q *db.Queries) error {
+	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+		q := a.q.WithTx(tx)
 		var err error
 		if newIdentity != nil && *newIdentity != row.Identity {
 			if err := findDuplicate(ctx, q, row.Provider, row, *newIdentity); err != nil {
@@ -326,8 +333,10 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 			return err
 		}
 		// The old credential's verdict does not bind the new one.
-		_, err = q.ClearCredentialCooldown(ctx, row.ID)
-		return err
+		if _, err = q.ClearCredentialCooldown(ctx, row.ID); err != nil {
+			return err
+		}
+		return a.enqueueCheck(ctx, tx, row.ID, row.CredentialRevision)
 	})
 	if dup := (errDuplicate{}); errors.As(err, &dup) {
 		return nil, dup.connectErr()
@@ -626,6 +635,8 @@ func accountProto(r db.Account, cd *db.Cooldown, inFlight int32) *weirv1.Account
 	if cd != nil {
 		a.Cooldown = cooldownProto(*cd)
 	}
+	a.Check, a.CheckReason = accountCheck(r)
+	a.CheckedAt = timestampOrNil(r.CheckedAt)
 	switch {
 	case r.BrokenAt != nil:
 		a.State = weirv1.AccountState_ACCOUNT_STATE_BROKEN
