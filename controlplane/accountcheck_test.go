@@ -147,3 +147,27 @@ func TestAccountCheckOnboard(t *testing.T) {
 		t.Fatalf("GetAccount after the check: %v, %v; want good", got, err)
 	}
 }
+
+// An account whose credential this replica cannot open shows broken at
+// once, with the reason its next credential check would write, not active
+// until then.
+func TestAccountCheckUnreadableShowsBroken(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.createAccount(acct{label: "fine"})
+	e.unreadableAccount(acct{label: "sealed-elsewhere"})
+	list, err := e.admin.accounts.ListAccounts(t.Context(), connect.NewRequest(&weirv1.ListAccountsRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range list.Msg.Accounts {
+		unreadable := a.Label == "sealed-elsewhere"
+		broken := a.State == weirv1.AccountState_ACCOUNT_STATE_BROKEN && a.Check == weirv1.AccountCheck_ACCOUNT_CHECK_BROKEN
+		if a.CredentialUnreadable != unreadable || broken != unreadable {
+			t.Errorf("%s: unreadable %v, state %v, check %v", a.Label, a.CredentialUnreadable, a.State, a.Check)
+		}
+		if unreadable && a.BrokenReason != unreadableReason {
+			t.Errorf("%s: broken_reason %q, want the unreadable reason", a.Label, a.BrokenReason)
+		}
+	}
+}

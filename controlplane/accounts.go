@@ -48,7 +48,9 @@ type accountService struct {
 // forecasts.
 type accountViews struct {
 	store
-	now       func() time.Time
+	now func() time.Time
+	// opens says whether this replica's keys open an account's credential.
+	opens     func(db.Account) bool
 	forecasts func(context.Context, time.Time) (map[uuid.UUID][]*weirv1.Forecast, error)
 }
 
@@ -446,6 +448,8 @@ type liveAccounts struct {
 	egressDefault string
 	// owners are the keys and teams that own accounts, by id.
 	owners map[uuid.UUID]db.AccountOwnerNamesRow
+	// opens says whether this replica opens an account's credential.
+	opens func(db.Account) bool
 }
 
 // liveState reads live lease counts, cooldowns, family gates and usage
@@ -493,6 +497,7 @@ func (v accountViews) liveState(ctx context.Context, now time.Time) (liveAccount
 		forecasts:     forecasts,
 		egressDefault: egressShown,
 		owners:        make(map[uuid.UUID]db.AccountOwnerNamesRow, len(owners)),
+		opens:         v.opens,
 	}
 	for _, o := range owners {
 		st.owners[o.ID] = o
@@ -518,7 +523,13 @@ func (st liveAccounts) account(r db.Account) *weirv1.Account {
 	if c, ok := st.cooling[r.ID]; ok {
 		cd = &c
 	}
+	if !st.opens(r) && r.BrokenAt == nil {
+		// Broken for this replica now, not at its next credential check.
+		r.BrokenAt, r.BrokenReason = &r.UpdatedAt, new(string)
+		*r.BrokenReason = unreadableReason
+	}
 	a := accountProto(r, cd, st.live[r.ID])
+	a.CredentialUnreadable = !st.opens(r)
 	for _, g := range st.gates[r.ID] {
 		a.FamilyGates = append(a.FamilyGates, familyGateProto(g))
 	}

@@ -259,7 +259,7 @@ func (s *Server) dashboardService() dashboardService {
 }
 
 func (s *Server) accountViews() accountViews {
-	return accountViews{store: s.store, now: s.now, forecasts: s.forecasts}
+	return accountViews{store: s.store, now: s.now, forecasts: s.forecasts, opens: s.opens}
 }
 
 // store is the database: the pool, its queries, and the lookups the

@@ -106,9 +106,13 @@ type Account struct {
 	// not decided yet (empty while it has not run).
 	CheckReason string `protobuf:"bytes,42,opt,name=check_reason,json=checkReason,proto3" json:"check_reason,omitempty"`
 	// When the provider last took the credential in a check.
-	CheckedAt     *timestamppb.Timestamp `protobuf:"bytes,43,opt,name=checked_at,json=checkedAt,proto3" json:"checked_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CheckedAt *timestamppb.Timestamp `protobuf:"bytes,43,opt,name=checked_at,json=checkedAt,proto3" json:"checked_at,omitempty"`
+	// This control plane replica's keys do not open the stored credential:
+	// it cannot lease the account (credcheck.go marks it broken on its next
+	// check). The account is shown broken meanwhile.
+	CredentialUnreadable bool `protobuf:"varint,44,opt,name=credential_unreadable,json=credentialUnreadable,proto3" json:"credential_unreadable,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Account) Reset() {
@@ -384,6 +388,13 @@ func (x *Account) GetCheckedAt() *timestamppb.Timestamp {
 		return x.CheckedAt
 	}
 	return nil
+}
+
+func (x *Account) GetCredentialUnreadable() bool {
+	if x != nil {
+		return x.CredentialUnreadable
+	}
+	return false
 }
 
 // AccountOwner is who a seat (an OAuth subscription account) is kept for:
@@ -1966,7 +1977,7 @@ var File_weir_v1_account_proto protoreflect.FileDescriptor
 
 const file_weir_v1_account_proto_rawDesc = "" +
 	"\n" +
-	"\x15weir/v1/account.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"\xa7\f\n" +
+	"\x15weir/v1/account.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"\xdc\f\n" +
 	"\aAccount\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
 	"\bprovider\x18\x02 \x01(\x0e2\x11.weir.v1.ProviderR\bprovider\x12.\n" +
@@ -2008,7 +2019,8 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"\x05check\x18) \x01(\x0e2\x15.weir.v1.AccountCheckR\x05check\x12!\n" +
 	"\fcheck_reason\x18* \x01(\tR\vcheckReason\x129\n" +
 	"\n" +
-	"checked_at\x18+ \x01(\v2\x1a.google.protobuf.TimestampR\tcheckedAt\"t\n" +
+	"checked_at\x18+ \x01(\v2\x1a.google.protobuf.TimestampR\tcheckedAt\x123\n" +
+	"\x15credential_unreadable\x18, \x01(\bR\x14credentialUnreadable\"t\n" +
 	"\fAccountOwner\x12&\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x12.weir.v1.OwnerKindR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x0e\n" +
