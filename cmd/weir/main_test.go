@@ -230,3 +230,28 @@ func TestCommandErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestErrorPrefixOnce: every command's error reads "weir COMMAND: …" once,
+// whether the command names itself in its error or not.
+func TestErrorPrefixOnce(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"settings", "set", "--data-dir", "/nonexistent", "capacity_hold=1s"},
+		{"accounts", "list", "--data-dir", "/nonexistent"},
+		{"status", "extra"},
+		{"keys", "revoke", "--data-dir", "/nonexistent"},
+		{"controlplane"},
+		{"explain", "--data-dir", "/nonexistent", "weir_1"},
+	} {
+		e, _, _ := testEnv(nil, "")
+		err := run(t.Context(), args, e)
+		if err == nil {
+			t.Fatalf("%v: want an error", args)
+		}
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "weir "+args[0]) || strings.Count(msg, "weir "+args[0]+":")+strings.Count(msg, "weir "+args[0]+" ") > 1 ||
+			strings.Contains(msg, ": weir ") || strings.HasPrefix(msg, "weir:") {
+			t.Errorf("%v: %q; want one %q prefix", args, msg, "weir "+args[0])
+		}
+	}
+}
