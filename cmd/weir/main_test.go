@@ -255,3 +255,28 @@ func TestErrorPrefixOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestFindDevThroughPointer: a 'weir dev' started with its own data dir is
+// found without --data-dir, through the pointer it leaves.
+func TestFindDevThroughPointer(t *testing.T) {
+	t.Parallel()
+	run, dataDir := t.TempDir(), t.TempDir()
+	e, _, _ := testEnv(map[string]string{"XDG_RUNTIME_DIR": run}, "")
+	if err := writeDevInfo(dataDir, devInfo{ControlplaneURL: "http://127.0.0.1:7001", AdminToken: "admin-x"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := findDev(e, filepath.Join(run, "elsewhere")); err == nil {
+		t.Fatal("found a dev without a pointer")
+	}
+	if err := writeDevPointer(e, devPointer{ControlplaneURL: "http://127.0.0.1:7001", DataDir: dataDir}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := findDev(e, filepath.Join(run, "elsewhere"))
+	if err != nil || d.ControlplaneURL != "http://127.0.0.1:7001" || d.AdminToken != "admin-x" {
+		t.Fatalf("findDev = %+v, %v", d, err)
+	}
+	b, _ := os.ReadFile(devPointerPath(e))
+	if strings.Contains(string(b), "admin-x") {
+		t.Errorf("the pointer holds the admin token: %s", b)
+	}
+}
