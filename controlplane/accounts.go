@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/weirhq/weir/controlplane/db"
@@ -37,6 +38,9 @@ type accountService struct {
 	// (banked.go).
 	readUsage   func(context.Context, uuid.UUID) (usageResult, error)
 	bankedReset func(ctx context.Context, id uuid.UUID, grant string) (bankedOutcome, error)
+	// enqueueCheck enqueues a credential's check in the transaction that
+	// stores it (accountcheck.go).
+	enqueueCheck func(ctx context.Context, tx pgx.Tx, id uuid.UUID, revision int64) error
 }
 
 // accountViews builds accounts as operators see them: the row with its
@@ -44,7 +48,9 @@ type accountService struct {
 // forecasts.
 type accountViews struct {
 	store
-	now       func() time.Time
+	now func() time.Time
+	// opens says whether this replica's keys open an account's credential.
+	opens     func(db.Account) bool
 	forecasts func(context.Context, time.Time) (map[uuid.UUID][]*weirv1.Forecast, error)
 }
 
@@ -93,7 +99,8 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 	}
 	id := uuid.New()
 	var row db.Account
-	err = a.tx(ctx, func(q *db.Queries) error {
+	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+		q := a.q.WithTx(tx)
 		if err := findDuplicate(ctx, q, provider, db.Account{}, names...); err != nil {
 			return err
 		}
@@ -121,11 +128,12 @@ func (a accountService) CreateAccount(ctx context.Context, req *connect.Request[
 				return err
 			}
 		}
-		if cred.refresh == "" && cred.expiresAt == nil {
-			return nil
+		if cred.refresh != "" || cred.expiresAt != nil {
+			if row, err = setOAuthTokens(ctx, q, a.seal, id, row.CredentialRevision, cred); err != nil {
+				return err
+			}
 		}
-		row, err = setOAuthTokens(ctx, q, a.seal, id, row.CredentialRevision, cred)
-		return err
+		return a.enqueueCheck(ctx, tx, id, row.CredentialRevision)
 	})
 	if isIdentityConflict(err) {
 		// A concurrent create of the same upstream account won.
@@ -265,7 +273,8 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 		newIdentity = &h
 	}
 	oldBase := row.BaseUrl
-	err = a.tx(ctx, func(q *db.Queries) error {
+	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+		q := a.q.WithTx(tx)
 		var err error
 		if newIdentity != nil && *newIdentity != row.Identity {
 			if err := findDuplicate(ctx, q, row.Provider, row, *newIdentity); err != nil {
@@ -326,8 +335,10 @@ func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[
 			return err
 		}
 		// The old credential's verdict does not bind the new one.
-		_, err = q.ClearCredentialCooldown(ctx, row.ID)
-		return err
+		if _, err = q.ClearCredentialCooldown(ctx, row.ID); err != nil {
+			return err
+		}
+		return a.enqueueCheck(ctx, tx, row.ID, row.CredentialRevision)
 	})
 	if dup := (errDuplicate{}); errors.As(err, &dup) {
 		return nil, dup.connectErr()
@@ -437,6 +448,8 @@ type liveAccounts struct {
 	egressDefault string
 	// owners are the keys and teams that own accounts, by id.
 	owners map[uuid.UUID]db.AccountOwnerNamesRow
+	// opens says whether this replica opens an account's credential.
+	opens func(db.Account) bool
 }
 
 // liveState reads live lease counts, cooldowns, family gates and usage
@@ -484,6 +497,7 @@ func (v accountViews) liveState(ctx context.Context, now time.Time) (liveAccount
 		forecasts:     forecasts,
 		egressDefault: egressShown,
 		owners:        make(map[uuid.UUID]db.AccountOwnerNamesRow, len(owners)),
+		opens:         v.opens,
 	}
 	for _, o := range owners {
 		st.owners[o.ID] = o
@@ -509,7 +523,13 @@ func (st liveAccounts) account(r db.Account) *weirv1.Account {
 	if c, ok := st.cooling[r.ID]; ok {
 		cd = &c
 	}
+	if !st.opens(r) && r.BrokenAt == nil {
+		// Broken for this replica now, not at its next credential check.
+		r.BrokenAt, r.BrokenReason = &r.UpdatedAt, new(string)
+		*r.BrokenReason = unreadableReason
+	}
 	a := accountProto(r, cd, st.live[r.ID])
+	a.CredentialUnreadable = !st.opens(r)
 	for _, g := range st.gates[r.ID] {
 		a.FamilyGates = append(a.FamilyGates, familyGateProto(g))
 	}
@@ -626,6 +646,8 @@ func accountProto(r db.Account, cd *db.Cooldown, inFlight int32) *weirv1.Account
 	if cd != nil {
 		a.Cooldown = cooldownProto(*cd)
 	}
+	a.Check, a.CheckReason = accountCheck(r)
+	a.CheckedAt = timestampOrNil(r.CheckedAt)
 	switch {
 	case r.BrokenAt != nil:
 		a.State = weirv1.AccountState_ACCOUNT_STATE_BROKEN

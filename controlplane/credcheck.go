@@ -111,6 +111,12 @@ func (s *Server) markUnreadable(ctx context.Context, refs []sealedRef) error {
 	return nil
 }
 
+// opens says whether this replica's keys open r's credential.
+func (s *Server) opens(r db.Account) bool {
+	_, err := s.seal.Open(r.ID, r.CredentialRevision, r.CredentialSealed)
+	return err == nil
+}
+
 func refColumns(refs []sealedRef) (ids []uuid.UUID, revisions []int64) {
 	for _, r := range refs {
 		ids = append(ids, r.id)

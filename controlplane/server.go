@@ -38,6 +38,9 @@ type Server struct {
 	metrics  *metrics
 	integ    *integrityMetrics
 	river    *river.Client[pgx.Tx]
+	// jobsOut inserts jobs without working them (jobs or not, a replica
+	// enqueues: another works them).
+	jobsOut *river.Client[pgx.Tx]
 	// watch feeds WatchPool from Postgres notifications.
 	watch *poolWatch
 	// creds checks the stored credentials with this replica's keys.
@@ -83,6 +86,9 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 	if s.notifier, err = notify.NewNotifier(pool, cfg.Now); err != nil {
 		return nil, fmt.Errorf("controlplane: %w", err)
 	}
+	if s.jobsOut, err = river.NewClient(riverpgxv5.New(pool), &river.Config{}); err != nil {
+		return nil, fmt.Errorf("controlplane: river: %w", err)
+	}
 	cfg.Registry.MustRegister(newPoolCollector(s))
 	if !cfg.DisableJobs {
 		workers := river.NewWorkers()
@@ -99,6 +105,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 			Tokens:         s,
 			Banked:         s,
 			Creds:          s,
+			Checks:         s,
 			Findings:       s.integ.count,
 			Notify:         s,
 			NotifyRetry:    cfg.notifyRetry,
@@ -231,7 +238,7 @@ func (s *Server) accountService() accountService {
 	return accountService{store: s.store, now: s.now, log: s.log, seal: s.seal, watch: s.watch,
 		views:      s.accountViews(),
 		identities: identities{q: s.q, seal: s.seal, log: s.log, profile: s.cfg.ProfileClient, proxied: s.egress.profile},
-		readUsage:  s.readUsage, bankedReset: s.bankedReset}
+		readUsage:  s.readUsage, bankedReset: s.bankedReset, enqueueCheck: s.enqueueCheck}
 }
 
 func (s *Server) leases() leaseService {
@@ -252,7 +259,7 @@ func (s *Server) dashboardService() dashboardService {
 }
 
 func (s *Server) accountViews() accountViews {
-	return accountViews{store: s.store, now: s.now, forecasts: s.forecasts}
+	return accountViews{store: s.store, now: s.now, forecasts: s.forecasts, opens: s.opens}
 }
 
 // store is the database: the pool, its queries, and the lookups the

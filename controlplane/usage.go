@@ -256,7 +256,7 @@ func (s *Server) mergeUsageHeaders(ctx context.Context, q *db.Queries, accountID
 func (s *Server) fetchUsage(ctx context.Context, acct db.Account) ([]usageReading, *[]resetGrant, time.Duration, error) {
 	token, err := s.seal.Open(acct.ID, acct.CredentialRevision, acct.CredentialSealed)
 	if err != nil {
-		return nil, nil, 0, errors.New("credential unreadable under this secret key")
+		return nil, nil, 0, errCredentialUnreadable
 	}
 	client, release, err := s.clientFor(ctx, s.egress.usage, s.cfg.UsageClient, acct)
 	if err != nil {

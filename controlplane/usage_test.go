@@ -788,6 +788,7 @@ func TestUsageReadsOnlyThroughTheBudget(t *testing.T) {
 	// The one function each name may appear in, besides its declaration.
 	only := map[string]string{
 		"fetchUsage":         "readUsage",
+		"ReadModels":         "checkRead",
 		"ReadAnthropicUsage": "fetchUsage",
 		"ReadCodexUsage":     "fetchUsage",
 		"AnthropicUsagePath": "ReadAnthropicUsage",

@@ -52,6 +52,8 @@ type Deps struct {
 	// NotifyRetry is the wait after a failed delivery's attempt; nil is
 	// notify.RetryDelay.
 	NotifyRetry func(attempt int) time.Duration
+	// Checks checks new credentials; nil leaves the check out.
+	Checks AccountChecker
 	// Findings counts the integrity check's findings (a metrics hook:
 	// kind, repaired|reported, how many); nil counts nothing.
 	Findings func(kind, action string, n int)
@@ -80,6 +82,9 @@ func Register(workers *river.Workers, d Deps) []*river.PeriodicJob {
 		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(UsagePollInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return UsagePollArgs{}, nil },
 			&river.PeriodicJobOpts{RunOnStart: true}))
+	}
+	if d.Checks != nil {
+		river.AddWorker(workers, &AccountCheckWorker{deps: d})
 	}
 	if d.Banked != nil {
 		river.AddWorker(workers, &BankedResetWorker{deps: d})
@@ -116,6 +121,6 @@ func Kinds() []string {
 	return []string{
 		LeaseReaperArgs{}.Kind(), UsageSnapshotArgs{}.Kind(), IntegrityArgs{}.Kind(),
 		UsagePollArgs{}.Kind(), BankedResetArgs{}.Kind(), TokenRefreshArgs{}.Kind(), RetentionArgs{}.Kind(),
-		notify.DeliveryArgs{}.Kind(), NotifyWatchArgs{}.Kind(),
+		notify.DeliveryArgs{}.Kind(), NotifyWatchArgs{}.Kind(), AccountCheckArgs{}.Kind(),
 	}
 }

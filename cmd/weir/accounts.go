@@ -416,7 +416,7 @@ func authKind(flagValue string, provider weirv1.Provider, secret string) (weirv1
 
 func printAccounts(w io.Writer, accts []*weirv1.Account, now time.Time) {
 	tw := table(w)
-	fmt.Fprintln(tw, "LABEL\tPROVIDER\tAUTH\tCREDENTIAL\tSTATE\t5H\t7D\tIN FLIGHT\tLAST SUCCESS\tOWNER\tID")
+	fmt.Fprintln(tw, "LABEL\tPROVIDER\tAUTH\tCREDENTIAL\tSTATE\t5H\t7D\tCHECK\tIN FLIGHT\tLAST SUCCESS\tOWNER\tID")
 	for _, a := range accts {
 		state := shortEnum(a.State.String(), "ACCOUNT_STATE_")
 		var notes []string
@@ -434,11 +434,21 @@ func printAccounts(w io.Writer, accts []*weirv1.Account, now time.Time) {
 		case len(notes) > 0:
 			state = fmt.Sprintf("%s (%s)", state, strings.Join(notes, "; "))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", a.Label, shortEnum(a.Provider.String(), "PROVIDER_"), shortEnum(a.AuthKind.String(), "AUTH_KIND_"),
-			a.CredentialHint, state, usageCell(a, "five_hour", now), usageCell(a, "seven_day", now),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", a.Label, shortEnum(a.Provider.String(), "PROVIDER_"), shortEnum(a.AuthKind.String(), "AUTH_KIND_"),
+			a.CredentialHint, state, usageCell(a, "five_hour", now), usageCell(a, "seven_day", now), checkCell(a),
 			a.InFlight, a.MaxConcurrency, ago(a.LastSuccessAt, now), ownerText(a.Owner), a.Id)
 	}
 	tw.Flush()
+}
+
+// checkCell is what the check made when the account was added found:
+// good, broken (the reason is the state's), or unverified and why.
+func checkCell(a *weirv1.Account) string {
+	c := shortEnum(a.Check.String(), "ACCOUNT_CHECK_")
+	if a.Check == weirv1.AccountCheck_ACCOUNT_CHECK_UNVERIFIED && a.CheckReason != "" {
+		c += ": " + a.CheckReason
+	}
+	return c
 }
 
 // usageCell renders one usage window as "45% ↺3h": the share used and the

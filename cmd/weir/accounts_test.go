@@ -65,7 +65,7 @@ func columns(header, row string) map[string]string {
 	cell := func(from, to int) string { return strings.TrimSpace(string(r[from:min(to, len(r))])) }
 	return map[string]string{
 		"5H": cell(at("5H"), at("7D")),
-		"7D": cell(at("7D"), at("IN FLIGHT")),
+		"7D": cell(at("7D"), at("CHECK")),
 	}
 }
 

@@ -55,6 +55,57 @@ func readDevInfo(dataDir string) (devInfo, error) {
 	return d, json.Unmarshal(b, &d)
 }
 
+// devPointer is what a running `weir dev` leaves at devPointerPath: where
+// it runs, no secret (its data dir's dev.json holds the tokens).
+type devPointer struct {
+	ControlplaneURL string `json:"controlplane_url"`
+	DataDir         string `json:"data_dir"`
+}
+
+// devPointerPath is the per-user place of the pointer:
+// $XDG_RUNTIME_DIR/weir/dev.json, else $XDG_STATE_HOME/weir/dev.json
+// (~/.local/state by default).
+func devPointerPath(e env) string {
+	if d := e.getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "weir", "dev.json")
+	}
+	if d := e.getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "weir", "dev.json")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "weir", "dev.json")
+	}
+	return filepath.Join(home, ".local", "state", "weir", "dev.json")
+}
+
+func writeDevPointer(e env, p devPointer) error {
+	path := devPointerPath(e)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o600)
+}
+
+// findDev reads the running `weir dev`'s dev.json: in dataDir, else in the
+// data dir the pointer names.
+func findDev(e env, dataDir string) (devInfo, error) {
+	d, err := readDevInfo(dataDir)
+	if err == nil {
+		return d, nil
+	}
+	b, perr := os.ReadFile(devPointerPath(e))
+	var p devPointer
+	if perr != nil || json.Unmarshal(b, &p) != nil || p.DataDir == "" {
+		return d, err
+	}
+	return readDevInfo(p.DataDir)
+}
+
 // adminFlags are shared by every operator command.
 type adminFlags struct {
 	env          env
@@ -108,7 +159,7 @@ type clients struct {
 func (a *adminFlags) clients() (*clients, error) {
 	url, token := a.controlplane, a.token
 	if url == "" || token == "" {
-		if d, err := readDevInfo(a.dataDir); err == nil {
+		if d, err := findDev(a.env, a.dataDir); err == nil {
 			if url == "" {
 				url = d.ControlplaneURL
 			}
@@ -118,7 +169,8 @@ func (a *adminFlags) clients() (*clients, error) {
 		}
 	}
 	if url == "" {
-		return nil, errors.New("no control plane: set --controlplane or WEIR_CONTROLPLANE_URL (or start 'weir dev')")
+		return nil, errors.New("no control plane: set --controlplane or WEIR_CONTROLPLANE_URL with WEIR_ADMIN_TOKEN, " +
+			"or --data-dir or WEIR_DATA_DIR to a running 'weir dev''s data directory (or start 'weir dev')")
 	}
 	if token == "" {
 		return nil, errors.New("no admin token: set WEIR_ADMIN_TOKEN")

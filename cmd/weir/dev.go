@@ -225,6 +225,12 @@ func runDev(ctx context.Context, args []string, e env) error {
 	if err := writeDevInfo(*dataDir, info); err != nil {
 		log.Warn("write dev.json", "err", err)
 	}
+	// Operator commands without --data-dir find this data dir through it.
+	if err := writeDevPointer(e, devPointer{ControlplaneURL: cpURL, DataDir: *dataDir}); err != nil {
+		log.Warn("write the dev pointer", "path", devPointerPath(e), "err", err)
+	} else {
+		defer os.Remove(devPointerPath(e))
+	}
 
 	dpCfg := dataplane.Config{ControlPlaneURL: cpURL, Token: secrets.dataplane, Logger: log, TracerProvider: dpTP}
 	dpDone := make(chan error, 1)

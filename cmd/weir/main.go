@@ -28,7 +28,7 @@ func main() {
 	stop()
 	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) && !errors.Is(err, errUsageShown) {
-			fmt.Fprintln(os.Stderr, "weir:", err)
+			fmt.Fprintln(os.Stderr, err) // prefixed once, by run
 		}
 		os.Exit(exitCode(err))
 	}
@@ -120,6 +120,18 @@ Run 'weir COMMAND -h' for a command's flags.
 	return b.String()
 }()
 
+// prefixed is a command's error as it is printed: "weir NAME: …" once,
+// whether the command named itself ("weir settings set: …") or not.
+func prefixed(name string, err error) error {
+	if err == nil || errors.Is(err, flag.ErrHelp) || errors.Is(err, errUsageShown) {
+		return err
+	}
+	if strings.HasPrefix(err.Error(), "weir "+name) {
+		return err
+	}
+	return fmt.Errorf("weir %s: %w", name, err)
+}
+
 func run(ctx context.Context, args []string, e env) error {
 	if len(args) == 0 {
 		fmt.Fprint(e.stderr, usage)
@@ -128,7 +140,7 @@ func run(ctx context.Context, args []string, e env) error {
 	cmd, rest := args[0], args[1:]
 	for _, c := range commands {
 		if c.name == cmd {
-			return c.run(ctx, rest, e)
+			return prefixed(c.name, c.run(ctx, rest, e))
 		}
 	}
 	if cmd == "help" || cmd == "-h" || cmd == "--help" {

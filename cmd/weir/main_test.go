@@ -230,3 +230,53 @@ func TestCommandErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestErrorPrefixOnce: every command's error reads "weir COMMAND: …" once,
+// whether the command names itself in its error or not.
+func TestErrorPrefixOnce(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"settings", "set", "--data-dir", "/nonexistent", "capacity_hold=1s"},
+		{"accounts", "list", "--data-dir", "/nonexistent"},
+		{"status", "extra"},
+		{"keys", "revoke", "--data-dir", "/nonexistent"},
+		{"controlplane"},
+		{"explain", "--data-dir", "/nonexistent", "weir_1"},
+	} {
+		e, _, _ := testEnv(nil, "")
+		err := run(t.Context(), args, e)
+		if err == nil {
+			t.Fatalf("%v: want an error", args)
+		}
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "weir "+args[0]) || strings.Count(msg, "weir "+args[0]+":")+strings.Count(msg, "weir "+args[0]+" ") > 1 ||
+			strings.Contains(msg, ": weir ") || strings.HasPrefix(msg, "weir:") {
+			t.Errorf("%v: %q; want one %q prefix", args, msg, "weir "+args[0])
+		}
+	}
+}
+
+// TestFindDevThroughPointer: a 'weir dev' started with its own data dir is
+// found without --data-dir, through the pointer it leaves.
+func TestFindDevThroughPointer(t *testing.T) {
+	t.Parallel()
+	run, dataDir := t.TempDir(), t.TempDir()
+	e, _, _ := testEnv(map[string]string{"XDG_RUNTIME_DIR": run}, "")
+	if err := writeDevInfo(dataDir, devInfo{ControlplaneURL: "http://127.0.0.1:7001", AdminToken: "admin-x"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := findDev(e, filepath.Join(run, "elsewhere")); err == nil {
+		t.Fatal("found a dev without a pointer")
+	}
+	if err := writeDevPointer(e, devPointer{ControlplaneURL: "http://127.0.0.1:7001", DataDir: dataDir}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := findDev(e, filepath.Join(run, "elsewhere"))
+	if err != nil || d.ControlplaneURL != "http://127.0.0.1:7001" || d.AdminToken != "admin-x" {
+		t.Fatalf("findDev = %+v, %v", d, err)
+	}
+	b, _ := os.ReadFile(devPointerPath(e))
+	if strings.Contains(string(b), "admin-x") {
+		t.Errorf("the pointer holds the admin token: %s", b)
+	}
+}

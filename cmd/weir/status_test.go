@@ -101,3 +101,34 @@ func TestStatusShowsAStorm(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusNamesBrokenAndUnreadable: an account its check found broken,
+// and one whose credential this control plane cannot open (shown broken
+// by the control plane at once), are what is wrong; not "Nothing is
+// wrong".
+func TestStatusNamesBrokenAndUnreadable(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	const rejected = "credential rejected by the upstream (checked when added: models endpoint answered 401)"
+	accts := []*weirv1.Account{
+		{Label: "fine", Provider: weirv1.Provider_PROVIDER_ANTHROPIC, State: weirv1.AccountState_ACCOUNT_STATE_ACTIVE, Check: weirv1.AccountCheck_ACCOUNT_CHECK_GOOD},
+		{Label: "revoked", Provider: weirv1.Provider_PROVIDER_ANTHROPIC, State: weirv1.AccountState_ACCOUNT_STATE_BROKEN,
+			Check: weirv1.AccountCheck_ACCOUNT_CHECK_BROKEN, BrokenReason: rejected, CheckReason: rejected},
+		{Label: "sealed-elsewhere", Provider: weirv1.Provider_PROVIDER_OPENAI, State: weirv1.AccountState_ACCOUNT_STATE_BROKEN,
+			Check: weirv1.AccountCheck_ACCOUNT_CHECK_BROKEN, CredentialUnreadable: true,
+			BrokenReason: "unreadable_credential: the sealed credential opens with none of a control plane's secret keys"},
+	}
+	var b strings.Builder
+	if err := printStatus(&b, buildStatus(accts, &weirv1.Settings{}, nil, now), false); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"revoked: " + rejected, "sealed-elsewhere: unreadable_credential"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "Nothing is wrong") || strings.Contains(out, "fine:") {
+		t.Errorf("status:\n%s", out)
+	}
+}

@@ -25,15 +25,18 @@ type accountView struct {
 	// it has none), with "(revoked)" after a revoked key.
 	Owner string
 	// State is active, cooling, paused or broken.
-	State       string
-	BrokenWhy   string
-	Cooldown    *cooldownView
-	Usage       []usageView
-	Gates       []gateView
-	InFlight    int32
-	MaxConc     int32
-	LastSuccess *time.Time
-	LastUsed    *time.Time
+	State     string
+	BrokenWhy string
+	// Check is the check's verdict (good, unverified, broken); CheckWhy
+	// why an unverified one is not decided yet.
+	Check, CheckWhy string
+	Cooldown        *cooldownView
+	Usage           []usageView
+	Gates           []gateView
+	InFlight        int32
+	MaxConc         int32
+	LastSuccess     *time.Time
+	LastUsed        *time.Time
 	// Actions offered: pause or resume, and clear cooldown.
 	Paused   bool
 	CanClear bool
@@ -70,6 +73,7 @@ func accountViews(accts []*weirv1.Account) []accountView {
 			AuthKind:    enumText(a.AuthKind.String(), "AUTH_KIND_"),
 			State:       enumText(a.State.String(), "ACCOUNT_STATE_"),
 			BrokenWhy:   a.BrokenReason,
+			Check:       enumText(a.Check.String(), "ACCOUNT_CHECK_"),
 			InFlight:    a.InFlight,
 			MaxConc:     a.MaxConcurrency,
 			LastSuccess: tsPtr(a.LastSuccessAt),
@@ -82,6 +86,9 @@ func accountViews(accts []*weirv1.Account) []accountView {
 		}
 		if a.UpstreamAccountId != "" {
 			v.Identity = append(v.Identity, "account "+a.UpstreamAccountId)
+		}
+		if a.Check == weirv1.AccountCheck_ACCOUNT_CHECK_UNVERIFIED {
+			v.CheckWhy = a.CheckReason
 		}
 		v.Egress = egressText(a)
 		v.Owner = ownerText(a.Owner)

@@ -67,7 +67,7 @@ INSERT INTO accounts (
     $8, $9, $10, $11, $12,
     $13, $13
 )
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id, check_state, check_note, checked_at
 `
 
 type CreateAccountParams struct {
@@ -140,6 +140,9 @@ func (q *Queries) CreateAccount(ctx context.Context, arg CreateAccountParams) (A
 		&i.EgressProxySealed,
 		&i.OwnerKeyID,
 		&i.OwnerTeamID,
+		&i.CheckState,
+		&i.CheckNote,
+		&i.CheckedAt,
 	)
 	return i, err
 }
@@ -157,7 +160,7 @@ func (q *Queries) DeleteAccount(ctx context.Context, id uuid.UUID) (int64, error
 }
 
 const getAccount = `-- name: GetAccount :one
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id FROM accounts WHERE id = $1
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id, check_state, check_note, checked_at FROM accounts WHERE id = $1
 `
 
 func (q *Queries) GetAccount(ctx context.Context, id uuid.UUID) (Account, error) {
@@ -200,12 +203,15 @@ func (q *Queries) GetAccount(ctx context.Context, id uuid.UUID) (Account, error)
 		&i.EgressProxySealed,
 		&i.OwnerKeyID,
 		&i.OwnerTeamID,
+		&i.CheckState,
+		&i.CheckNote,
+		&i.CheckedAt,
 	)
 	return i, err
 }
 
 const getAccountByLabel = `-- name: GetAccountByLabel :one
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id FROM accounts WHERE label = $1
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id, check_state, check_note, checked_at FROM accounts WHERE label = $1
 `
 
 func (q *Queries) GetAccountByLabel(ctx context.Context, label string) (Account, error) {
@@ -248,6 +254,9 @@ func (q *Queries) GetAccountByLabel(ctx context.Context, label string) (Account,
 		&i.EgressProxySealed,
 		&i.OwnerKeyID,
 		&i.OwnerTeamID,
+		&i.CheckState,
+		&i.CheckNote,
+		&i.CheckedAt,
 	)
 	return i, err
 }
@@ -280,7 +289,7 @@ func (q *Queries) GetLiveCooldown(ctx context.Context, arg GetLiveCooldownParams
 }
 
 const listAccounts = `-- name: ListAccounts :many
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id FROM accounts ORDER BY label
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id, check_state, check_note, checked_at FROM accounts ORDER BY label
 `
 
 func (q *Queries) ListAccounts(ctx context.Context) ([]Account, error) {
@@ -329,6 +338,9 @@ func (q *Queries) ListAccounts(ctx context.Context) ([]Account, error) {
 			&i.EgressProxySealed,
 			&i.OwnerKeyID,
 			&i.OwnerTeamID,
+			&i.CheckState,
+			&i.CheckNote,
+			&i.CheckedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -444,6 +456,46 @@ func (q *Queries) RecordAuthFailure(ctx context.Context, arg RecordAuthFailurePa
 	return i, err
 }
 
+const recordCheckGood = `-- name: RecordCheckGood :execrows
+UPDATE accounts SET check_state = 'good', check_note = NULL, checked_at = $1::timestamptz
+WHERE id = $2 AND credential_revision = $3
+`
+
+type RecordCheckGoodParams struct {
+	Now                time.Time
+	ID                 uuid.UUID
+	CredentialRevision int64
+}
+
+// The provider took the credential at this revision in a check.
+func (q *Queries) RecordCheckGood(ctx context.Context, arg RecordCheckGoodParams) (int64, error) {
+	result, err := q.db.Exec(ctx, recordCheckGood, arg.Now, arg.ID, arg.CredentialRevision)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const recordCheckNote = `-- name: RecordCheckNote :execrows
+UPDATE accounts SET check_note = $1::text
+WHERE id = $2 AND credential_revision = $3 AND check_state = 'unverified'
+`
+
+type RecordCheckNoteParams struct {
+	Note               string
+	ID                 uuid.UUID
+	CredentialRevision int64
+}
+
+// Why a check of the credential at this revision has not decided yet.
+func (q *Queries) RecordCheckNote(ctx context.Context, arg RecordCheckNoteParams) (int64, error) {
+	result, err := q.db.Exec(ctx, recordCheckNote, arg.Note, arg.ID, arg.CredentialRevision)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const recordQuotaBackoff = `-- name: RecordQuotaBackoff :exec
 UPDATE accounts SET quota_backoffs = quota_backoffs + 1 WHERE id = $1
 `
@@ -462,9 +514,11 @@ UPDATE accounts SET
     auth_failures = 0,
     broken_reason = NULL,
     broken_at = NULL,
+    check_state = 'unverified',
+    check_note = NULL,
     updated_at = $4
 WHERE id = $5
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id, check_state, check_note, checked_at
 `
 
 type ReplaceCredentialParams struct {
@@ -522,6 +576,9 @@ func (q *Queries) ReplaceCredential(ctx context.Context, arg ReplaceCredentialPa
 		&i.EgressProxySealed,
 		&i.OwnerKeyID,
 		&i.OwnerTeamID,
+		&i.CheckState,
+		&i.CheckNote,
+		&i.CheckedAt,
 	)
 	return i, err
 }
@@ -536,7 +593,7 @@ UPDATE accounts SET
     overloaded_at = NULL,
     updated_at = $1
 WHERE id = $2
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id, check_state, check_note, checked_at
 `
 
 type ResumeAccountParams struct {
@@ -584,12 +641,15 @@ func (q *Queries) ResumeAccount(ctx context.Context, arg ResumeAccountParams) (A
 		&i.EgressProxySealed,
 		&i.OwnerKeyID,
 		&i.OwnerTeamID,
+		&i.CheckState,
+		&i.CheckNote,
+		&i.CheckedAt,
 	)
 	return i, err
 }
 
 const routingView = `-- name: RoutingView :many
-SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.priority, a.paused, a.broken_reason, a.broken_at, a.auth_failures, a.credential_sealed, a.credential_revision, a.credential_hint, a.last_used_at, a.last_success_at, a.created_at, a.updated_at, a.quota_backoffs, a.recovery_probe, a.refresh_sealed, a.access_expires_at, a.refreshing_until, a.refresh_failures, a.refresh_blocked_until, a.refresh_rejected_at, a.banked_resets_enabled, a.org_id, a.recovery_probe_seen_at, a.upstream_account_id, a.identity, a.overloaded_at, a.egress_proxy, a.egress_proxy_sealed, a.owner_key_id, a.owner_team_id,
+SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.priority, a.paused, a.broken_reason, a.broken_at, a.auth_failures, a.credential_sealed, a.credential_revision, a.credential_hint, a.last_used_at, a.last_success_at, a.created_at, a.updated_at, a.quota_backoffs, a.recovery_probe, a.refresh_sealed, a.access_expires_at, a.refreshing_until, a.refresh_failures, a.refresh_blocked_until, a.refresh_rejected_at, a.banked_resets_enabled, a.org_id, a.recovery_probe_seen_at, a.upstream_account_id, a.identity, a.overloaded_at, a.egress_proxy, a.egress_proxy_sealed, a.owner_key_id, a.owner_team_id, a.check_state, a.check_note, a.checked_at,
     (SELECT k.id FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::uuid AS key_id,
     (SELECT k.allowed_models FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::text[] AS key_allowed_models,
     coalesce((SELECT k.pinned FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL), false)::boolean AS key_pinned,
@@ -764,6 +824,9 @@ func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]Rou
 			&i.Account.EgressProxySealed,
 			&i.Account.OwnerKeyID,
 			&i.Account.OwnerTeamID,
+			&i.Account.CheckState,
+			&i.Account.CheckNote,
+			&i.Account.CheckedAt,
 			&i.KeyID,
 			&i.KeyAllowedModels,
 			&i.KeyPinned,
@@ -813,7 +876,7 @@ UPDATE accounts SET
     owner_team_id = $2,
     updated_at = $3
 WHERE id = $4
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id, check_state, check_note, checked_at
 `
 
 type SetAccountOwnerParams struct {
@@ -869,6 +932,9 @@ func (q *Queries) SetAccountOwner(ctx context.Context, arg SetAccountOwnerParams
 		&i.EgressProxySealed,
 		&i.OwnerKeyID,
 		&i.OwnerTeamID,
+		&i.CheckState,
+		&i.CheckNote,
+		&i.CheckedAt,
 	)
 	return i, err
 }
@@ -879,7 +945,7 @@ UPDATE accounts SET
     egress_proxy_sealed = $2,
     updated_at = $3
 WHERE id = $4
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id, check_state, check_note, checked_at
 `
 
 type SetEgressProxyParams struct {
@@ -936,12 +1002,15 @@ func (q *Queries) SetEgressProxy(ctx context.Context, arg SetEgressProxyParams) 
 		&i.EgressProxySealed,
 		&i.OwnerKeyID,
 		&i.OwnerTeamID,
+		&i.CheckState,
+		&i.CheckNote,
+		&i.CheckedAt,
 	)
 	return i, err
 }
 
 const setPaused = `-- name: SetPaused :one
-UPDATE accounts SET paused = $1, updated_at = $2 WHERE id = $3 RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id
+UPDATE accounts SET paused = $1, updated_at = $2 WHERE id = $3 RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id, check_state, check_note, checked_at
 `
 
 type SetPausedParams struct {
@@ -990,6 +1059,9 @@ func (q *Queries) SetPaused(ctx context.Context, arg SetPausedParams) (Account, 
 		&i.EgressProxySealed,
 		&i.OwnerKeyID,
 		&i.OwnerTeamID,
+		&i.CheckState,
+		&i.CheckNote,
+		&i.CheckedAt,
 	)
 	return i, err
 }
@@ -1003,7 +1075,7 @@ UPDATE accounts SET
     upstream_account_id = coalesce($5, upstream_account_id),
     updated_at = $6
 WHERE id = $7
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id, check_state, check_note, checked_at
 `
 
 type UpdateAccountParams struct {
@@ -1064,6 +1136,9 @@ func (q *Queries) UpdateAccount(ctx context.Context, arg UpdateAccountParams) (A
 		&i.EgressProxySealed,
 		&i.OwnerKeyID,
 		&i.OwnerTeamID,
+		&i.CheckState,
+		&i.CheckNote,
+		&i.CheckedAt,
 	)
 	return i, err
 }

@@ -262,7 +262,7 @@ UPDATE accounts SET
     banked_resets_enabled = coalesce($1, banked_resets_enabled),
     org_id = coalesce($2, org_id)
 WHERE id = $3
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id, check_state, check_note, checked_at
 `
 
 type SetBankedResetsParams struct {
@@ -311,6 +311,9 @@ func (q *Queries) SetBankedResets(ctx context.Context, arg SetBankedResetsParams
 		&i.EgressProxySealed,
 		&i.OwnerKeyID,
 		&i.OwnerTeamID,
+		&i.CheckState,
+		&i.CheckNote,
+		&i.CheckedAt,
 	)
 	return i, err
 }

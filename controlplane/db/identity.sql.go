@@ -12,7 +12,7 @@ import (
 )
 
 const accountsWithoutIdentity = `-- name: AccountsWithoutIdentity :many
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id FROM accounts WHERE provider = $1 AND identity = '' ORDER BY created_at, id
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id, check_state, check_note, checked_at FROM accounts WHERE provider = $1 AND identity = '' ORDER BY created_at, id
 `
 
 // Accounts created before identities, whose identity the control plane
@@ -63,6 +63,9 @@ func (q *Queries) AccountsWithoutIdentity(ctx context.Context, provider string) 
 			&i.EgressProxySealed,
 			&i.OwnerKeyID,
 			&i.OwnerTeamID,
+			&i.CheckState,
+			&i.CheckNote,
+			&i.CheckedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -75,7 +78,7 @@ func (q *Queries) AccountsWithoutIdentity(ctx context.Context, provider string) 
 }
 
 const getAccountByIdentity = `-- name: GetAccountByIdentity :one
-SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id FROM accounts WHERE provider = $1 AND identity = $2
+SELECT id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id, check_state, check_note, checked_at FROM accounts WHERE provider = $1 AND identity = $2
 `
 
 type GetAccountByIdentityParams struct {
@@ -123,12 +126,15 @@ func (q *Queries) GetAccountByIdentity(ctx context.Context, arg GetAccountByIden
 		&i.EgressProxySealed,
 		&i.OwnerKeyID,
 		&i.OwnerTeamID,
+		&i.CheckState,
+		&i.CheckNote,
+		&i.CheckedAt,
 	)
 	return i, err
 }
 
 const setAccountIdentity = `-- name: SetAccountIdentity :one
-UPDATE accounts SET identity = $1 WHERE id = $2 RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id
+UPDATE accounts SET identity = $1 WHERE id = $2 RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id, check_state, check_note, checked_at
 `
 
 type SetAccountIdentityParams struct {
@@ -176,6 +182,9 @@ func (q *Queries) SetAccountIdentity(ctx context.Context, arg SetAccountIdentity
 		&i.EgressProxySealed,
 		&i.OwnerKeyID,
 		&i.OwnerTeamID,
+		&i.CheckState,
+		&i.CheckNote,
+		&i.CheckedAt,
 	)
 	return i, err
 }

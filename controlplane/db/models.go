@@ -47,6 +47,9 @@ type Account struct {
 	EgressProxySealed   []byte
 	OwnerKeyID          uuid.NullUUID
 	OwnerTeamID         uuid.NullUUID
+	CheckState          string
+	CheckNote           *string
+	CheckedAt           *time.Time
 }
 
 type AccountHistory struct {

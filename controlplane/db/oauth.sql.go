@@ -21,7 +21,7 @@ WHERE id = $2
   AND (broken_at IS NULL OR (refresh_rejected_at IS NULL AND access_expires_at <= $4::timestamptz))
   AND (refreshing_until IS NULL OR refreshing_until <= $4::timestamptz)
   AND (refresh_blocked_until IS NULL OR refresh_blocked_until <= $4::timestamptz)
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id, check_state, check_note, checked_at
 `
 
 type ClaimTokenRefreshParams struct {
@@ -79,6 +79,9 @@ func (q *Queries) ClaimTokenRefresh(ctx context.Context, arg ClaimTokenRefreshPa
 		&i.EgressProxySealed,
 		&i.OwnerKeyID,
 		&i.OwnerTeamID,
+		&i.CheckState,
+		&i.CheckNote,
+		&i.CheckedAt,
 	)
 	return i, err
 }
@@ -212,7 +215,7 @@ UPDATE accounts SET
     refresh_blocked_until = NULL,
     refresh_rejected_at = NULL
 WHERE id = $3 AND credential_revision = $4
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id, check_state, check_note, checked_at
 `
 
 type SetOAuthTokensParams struct {
@@ -274,6 +277,9 @@ func (q *Queries) SetOAuthTokens(ctx context.Context, arg SetOAuthTokensParams) 
 		&i.EgressProxySealed,
 		&i.OwnerKeyID,
 		&i.OwnerTeamID,
+		&i.CheckState,
+		&i.CheckNote,
+		&i.CheckedAt,
 	)
 	return i, err
 }
@@ -293,7 +299,7 @@ UPDATE accounts SET
     broken_reason = NULL,
     updated_at = $5
 WHERE id = $6 AND credential_revision = $7
-RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id
+RETURNING id, provider, auth_kind, label, base_url, max_concurrency, priority, paused, broken_reason, broken_at, auth_failures, credential_sealed, credential_revision, credential_hint, last_used_at, last_success_at, created_at, updated_at, quota_backoffs, recovery_probe, refresh_sealed, access_expires_at, refreshing_until, refresh_failures, refresh_blocked_until, refresh_rejected_at, banked_resets_enabled, org_id, recovery_probe_seen_at, upstream_account_id, identity, overloaded_at, egress_proxy, egress_proxy_sealed, owner_key_id, owner_team_id, check_state, check_note, checked_at
 `
 
 type StoreRefreshedTokensParams struct {
@@ -358,6 +364,9 @@ func (q *Queries) StoreRefreshedTokens(ctx context.Context, arg StoreRefreshedTo
 		&i.EgressProxySealed,
 		&i.OwnerKeyID,
 		&i.OwnerTeamID,
+		&i.CheckState,
+		&i.CheckNote,
+		&i.CheckedAt,
 	)
 	return i, err
 }

@@ -74,13 +74,26 @@ func getUsage(ctx context.Context, client *http.Client, target, token string, he
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxUsageBody))
 	if resp.StatusCode != http.StatusOK {
-		return nil, retryAfter(resp.Header.Get("retry-after")), fmt.Errorf("usage endpoint answered %d", resp.StatusCode)
+		return nil, retryAfter(resp.Header.Get("retry-after")), &StatusError{Endpoint: "usage endpoint", Code: resp.StatusCode}
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("usage endpoint: read answer: %w", Scrub(err, token))
 	}
 	return body, 0, nil
 }
+
+// StatusError is an endpoint's answer other than 200, by its status
+// alone: the body may echo what was sent.
+type StatusError struct {
+	Endpoint string
+	Code     int
+}
+
+func (e *StatusError) Error() string { return fmt.Sprintf("%s answered %d", e.Endpoint, e.Code) }
+
+// Rejected says whether the answer refused the credential itself: a 401.
+// A 403 may be a token's scope or a key's permissions, not the credential.
+func (e *StatusError) Rejected() bool { return e.Code == http.StatusUnauthorized }
 
 // transportErr is a failed call's error without the url.Error around it.
 func transportErr(err error) error {

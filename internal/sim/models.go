@@ -25,8 +25,14 @@ var models = []model{
 	{Type: "model", ID: "claude-sonnet-4-20250514", DisplayName: "Claude Sonnet 4", CreatedAt: "2025-05-22T00:00:00Z"},
 }
 
-// handleModels serves GET /v1/models.
+// handleModels serves GET /v1/models: Anthropic's list, or OpenAI's for
+// an API key sent as a bearer without the OAuth beta (the one path both
+// providers list their models at).
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
+	if _, bearer := bearerToken(r.Header.Get("Authorization")); bearer && r.Header.Get("x-api-key") == "" && !hasBeta(r.Header, oauthBeta) {
+		s.handleOpenAIModels(w, r)
+		return
+	}
 	x, ok := s.admit(w, r)
 	if !ok {
 		return
@@ -37,4 +43,33 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 		FirstID: models[0].ID,
 		LastID:  models[len(models)-1].ID,
 	})
+}
+
+// openAIModel is one entry of OpenAI's GET /v1/models.
+type openAIModel struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+type openAIModelList struct {
+	Object string        `json:"object"`
+	Data   []openAIModel `json:"data"`
+}
+
+// handleOpenAIModels serves OpenAI's models list to an OpenAI API key.
+func (s *Server) handleOpenAIModels(w http.ResponseWriter, r *http.Request) {
+	x := &exchange{s: s, w: w, r: r, wire: surfaceChat.toolWire()}
+	acct, outcome, code, message := s.authenticateOpenAI(r.Header, surfaceChat)
+	x.acct = acct
+	if outcome != "" {
+		x.failOpenAI(outcome, http.StatusUnauthorized, "invalid_request_error", code, message)
+		return
+	}
+	x.record(outcomeOK, http.StatusOK)
+	writeJSON(w, http.StatusOK, openAIModelList{Object: "list", Data: []openAIModel{
+		{ID: "gpt-5", Object: "model", Created: 1754425777, OwnedBy: "system"},
+		{ID: "gpt-5-mini", Object: "model", Created: 1754425928, OwnedBy: "system"},
+	}})
 }

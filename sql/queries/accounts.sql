@@ -81,6 +81,8 @@ UPDATE accounts SET
     auth_failures = 0,
     broken_reason = NULL,
     broken_at = NULL,
+    check_state = 'unverified',
+    check_note = NULL,
     updated_at = @now
 WHERE id = @id
 RETURNING *;
@@ -187,3 +189,13 @@ LEFT JOIN LATERAL (
       AND w.seen_at > @waiters_seen_since AND w.request_id <> @request_id::text
 ) wq ON true
 ORDER BY a.label;
+
+-- The provider took the credential at this revision in a check.
+-- name: RecordCheckGood :execrows
+UPDATE accounts SET check_state = 'good', check_note = NULL, checked_at = @now::timestamptz
+WHERE id = @id AND credential_revision = @credential_revision;
+
+-- Why a check of the credential at this revision has not decided yet.
+-- name: RecordCheckNote :execrows
+UPDATE accounts SET check_note = @note::text
+WHERE id = @id AND credential_revision = @credential_revision AND check_state = 'unverified';

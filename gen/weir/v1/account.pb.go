@@ -97,9 +97,22 @@ type Account struct {
 	// usage reads, token refreshes and profile reads alike.
 	EgressVia string `protobuf:"bytes,39,opt,name=egress_via,json=egressVia,proto3" json:"egress_via,omitempty"`
 	// Who the account is a seat of; absent when it has no owner.
-	Owner         *AccountOwner `protobuf:"bytes,40,opt,name=owner,proto3" json:"owner,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Owner *AccountOwner `protobuf:"bytes,40,opt,name=owner,proto3" json:"owner,omitempty"`
+	// What the check made when the account was added (or its credential
+	// replaced) found: unverified until the provider answered, good, or
+	// broken (its credential rejected, or unreadable by the control plane).
+	Check AccountCheck `protobuf:"varint,41,opt,name=check,proto3,enum=weir.v1.AccountCheck" json:"check,omitempty"`
+	// Why: broken_reason when broken; when unverified, why the check has
+	// not decided yet (empty while it has not run).
+	CheckReason string `protobuf:"bytes,42,opt,name=check_reason,json=checkReason,proto3" json:"check_reason,omitempty"`
+	// When the provider last took the credential in a check.
+	CheckedAt *timestamppb.Timestamp `protobuf:"bytes,43,opt,name=checked_at,json=checkedAt,proto3" json:"checked_at,omitempty"`
+	// This control plane replica's keys do not open the stored credential:
+	// it cannot lease the account (credcheck.go marks it broken on its next
+	// check). The account is shown broken meanwhile.
+	CredentialUnreadable bool `protobuf:"varint,44,opt,name=credential_unreadable,json=credentialUnreadable,proto3" json:"credential_unreadable,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Account) Reset() {
@@ -354,6 +367,34 @@ func (x *Account) GetOwner() *AccountOwner {
 		return x.Owner
 	}
 	return nil
+}
+
+func (x *Account) GetCheck() AccountCheck {
+	if x != nil {
+		return x.Check
+	}
+	return AccountCheck_ACCOUNT_CHECK_UNSPECIFIED
+}
+
+func (x *Account) GetCheckReason() string {
+	if x != nil {
+		return x.CheckReason
+	}
+	return ""
+}
+
+func (x *Account) GetCheckedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CheckedAt
+	}
+	return nil
+}
+
+func (x *Account) GetCredentialUnreadable() bool {
+	if x != nil {
+		return x.CredentialUnreadable
+	}
+	return false
 }
 
 // AccountOwner is who a seat (an OAuth subscription account) is kept for:
@@ -1936,7 +1977,7 @@ var File_weir_v1_account_proto protoreflect.FileDescriptor
 
 const file_weir_v1_account_proto_rawDesc = "" +
 	"\n" +
-	"\x15weir/v1/account.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"\x9c\v\n" +
+	"\x15weir/v1/account.proto\x12\aweir.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13weir/v1/types.proto\"\xdc\f\n" +
 	"\aAccount\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
 	"\bprovider\x18\x02 \x01(\x0e2\x11.weir.v1.ProviderR\bprovider\x12.\n" +
@@ -1974,7 +2015,12 @@ const file_weir_v1_account_proto_rawDesc = "" +
 	"\fegress_proxy\x18& \x01(\tR\vegressProxy\x12\x1d\n" +
 	"\n" +
 	"egress_via\x18' \x01(\tR\tegressVia\x12+\n" +
-	"\x05owner\x18( \x01(\v2\x15.weir.v1.AccountOwnerR\x05owner\"t\n" +
+	"\x05owner\x18( \x01(\v2\x15.weir.v1.AccountOwnerR\x05owner\x12+\n" +
+	"\x05check\x18) \x01(\x0e2\x15.weir.v1.AccountCheckR\x05check\x12!\n" +
+	"\fcheck_reason\x18* \x01(\tR\vcheckReason\x129\n" +
+	"\n" +
+	"checked_at\x18+ \x01(\v2\x1a.google.protobuf.TimestampR\tcheckedAt\x123\n" +
+	"\x15credential_unreadable\x18, \x01(\bR\x14credentialUnreadable\"t\n" +
 	"\fAccountOwner\x12&\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x12.weir.v1.OwnerKindR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x0e\n" +
@@ -2150,8 +2196,9 @@ var file_weir_v1_account_proto_goTypes = []any{
 	(*timestamppb.Timestamp)(nil),   // 31: google.protobuf.Timestamp
 	(*FamilyGate)(nil),              // 32: weir.v1.FamilyGate
 	(*Unreachable)(nil),             // 33: weir.v1.Unreachable
-	(OwnerKind)(0),                  // 34: weir.v1.OwnerKind
-	(*fieldmaskpb.FieldMask)(nil),   // 35: google.protobuf.FieldMask
+	(AccountCheck)(0),               // 34: weir.v1.AccountCheck
+	(OwnerKind)(0),                  // 35: weir.v1.OwnerKind
+	(*fieldmaskpb.FieldMask)(nil),   // 36: google.protobuf.FieldMask
 }
 var file_weir_v1_account_proto_depIdxs = []int32{
 	27, // 0: weir.v1.Account.provider:type_name -> weir.v1.Provider
@@ -2170,54 +2217,56 @@ var file_weir_v1_account_proto_depIdxs = []int32{
 	33, // 13: weir.v1.Account.unreachable:type_name -> weir.v1.Unreachable
 	31, // 14: weir.v1.Account.overloaded_at:type_name -> google.protobuf.Timestamp
 	1,  // 15: weir.v1.Account.owner:type_name -> weir.v1.AccountOwner
-	34, // 16: weir.v1.AccountOwner.kind:type_name -> weir.v1.OwnerKind
-	31, // 17: weir.v1.Forecast.exhausts_at:type_name -> google.protobuf.Timestamp
-	31, // 18: weir.v1.UsageWindow.resets_at:type_name -> google.protobuf.Timestamp
-	31, // 19: weir.v1.UsageWindow.observed_at:type_name -> google.protobuf.Timestamp
-	27, // 20: weir.v1.CreateAccountRequest.provider:type_name -> weir.v1.Provider
-	28, // 21: weir.v1.CreateAccountRequest.auth_kind:type_name -> weir.v1.AuthKind
-	0,  // 22: weir.v1.CreateAccountResponse.account:type_name -> weir.v1.Account
-	0,  // 23: weir.v1.ListAccountsResponse.accounts:type_name -> weir.v1.Account
-	0,  // 24: weir.v1.GetAccountResponse.account:type_name -> weir.v1.Account
-	35, // 25: weir.v1.UpdateAccountRequest.update_mask:type_name -> google.protobuf.FieldMask
-	1,  // 26: weir.v1.UpdateAccountRequest.owner:type_name -> weir.v1.AccountOwner
-	0,  // 27: weir.v1.UpdateAccountResponse.account:type_name -> weir.v1.Account
-	0,  // 28: weir.v1.PauseAccountResponse.account:type_name -> weir.v1.Account
-	0,  // 29: weir.v1.ResumeAccountResponse.account:type_name -> weir.v1.Account
-	31, // 30: weir.v1.RefreshUsageResponse.next_read_allowed_at:type_name -> google.protobuf.Timestamp
-	0,  // 31: weir.v1.RefreshUsageResponse.account:type_name -> weir.v1.Account
-	31, // 32: weir.v1.ResetGrant.expires_at:type_name -> google.protobuf.Timestamp
-	31, // 33: weir.v1.ResetGrant.seen_at:type_name -> google.protobuf.Timestamp
-	31, // 34: weir.v1.ResetClaim.created_at:type_name -> google.protobuf.Timestamp
-	31, // 35: weir.v1.ResetClaim.finished_at:type_name -> google.protobuf.Timestamp
-	21, // 36: weir.v1.ListResetGrantsResponse.grants:type_name -> weir.v1.ResetGrant
-	22, // 37: weir.v1.ListResetGrantsResponse.claims:type_name -> weir.v1.ResetClaim
-	22, // 38: weir.v1.ClaimResetGrantResponse.claim:type_name -> weir.v1.ResetClaim
-	4,  // 39: weir.v1.AccountService.CreateAccount:input_type -> weir.v1.CreateAccountRequest
-	7,  // 40: weir.v1.AccountService.ListAccounts:input_type -> weir.v1.ListAccountsRequest
-	9,  // 41: weir.v1.AccountService.GetAccount:input_type -> weir.v1.GetAccountRequest
-	11, // 42: weir.v1.AccountService.UpdateAccount:input_type -> weir.v1.UpdateAccountRequest
-	13, // 43: weir.v1.AccountService.PauseAccount:input_type -> weir.v1.PauseAccountRequest
-	15, // 44: weir.v1.AccountService.ResumeAccount:input_type -> weir.v1.ResumeAccountRequest
-	17, // 45: weir.v1.AccountService.DeleteAccount:input_type -> weir.v1.DeleteAccountRequest
-	19, // 46: weir.v1.AccountService.RefreshUsage:input_type -> weir.v1.RefreshUsageRequest
-	23, // 47: weir.v1.AccountService.ListResetGrants:input_type -> weir.v1.ListResetGrantsRequest
-	25, // 48: weir.v1.AccountService.ClaimResetGrant:input_type -> weir.v1.ClaimResetGrantRequest
-	5,  // 49: weir.v1.AccountService.CreateAccount:output_type -> weir.v1.CreateAccountResponse
-	8,  // 50: weir.v1.AccountService.ListAccounts:output_type -> weir.v1.ListAccountsResponse
-	10, // 51: weir.v1.AccountService.GetAccount:output_type -> weir.v1.GetAccountResponse
-	12, // 52: weir.v1.AccountService.UpdateAccount:output_type -> weir.v1.UpdateAccountResponse
-	14, // 53: weir.v1.AccountService.PauseAccount:output_type -> weir.v1.PauseAccountResponse
-	16, // 54: weir.v1.AccountService.ResumeAccount:output_type -> weir.v1.ResumeAccountResponse
-	18, // 55: weir.v1.AccountService.DeleteAccount:output_type -> weir.v1.DeleteAccountResponse
-	20, // 56: weir.v1.AccountService.RefreshUsage:output_type -> weir.v1.RefreshUsageResponse
-	24, // 57: weir.v1.AccountService.ListResetGrants:output_type -> weir.v1.ListResetGrantsResponse
-	26, // 58: weir.v1.AccountService.ClaimResetGrant:output_type -> weir.v1.ClaimResetGrantResponse
-	49, // [49:59] is the sub-list for method output_type
-	39, // [39:49] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	34, // 16: weir.v1.Account.check:type_name -> weir.v1.AccountCheck
+	31, // 17: weir.v1.Account.checked_at:type_name -> google.protobuf.Timestamp
+	35, // 18: weir.v1.AccountOwner.kind:type_name -> weir.v1.OwnerKind
+	31, // 19: weir.v1.Forecast.exhausts_at:type_name -> google.protobuf.Timestamp
+	31, // 20: weir.v1.UsageWindow.resets_at:type_name -> google.protobuf.Timestamp
+	31, // 21: weir.v1.UsageWindow.observed_at:type_name -> google.protobuf.Timestamp
+	27, // 22: weir.v1.CreateAccountRequest.provider:type_name -> weir.v1.Provider
+	28, // 23: weir.v1.CreateAccountRequest.auth_kind:type_name -> weir.v1.AuthKind
+	0,  // 24: weir.v1.CreateAccountResponse.account:type_name -> weir.v1.Account
+	0,  // 25: weir.v1.ListAccountsResponse.accounts:type_name -> weir.v1.Account
+	0,  // 26: weir.v1.GetAccountResponse.account:type_name -> weir.v1.Account
+	36, // 27: weir.v1.UpdateAccountRequest.update_mask:type_name -> google.protobuf.FieldMask
+	1,  // 28: weir.v1.UpdateAccountRequest.owner:type_name -> weir.v1.AccountOwner
+	0,  // 29: weir.v1.UpdateAccountResponse.account:type_name -> weir.v1.Account
+	0,  // 30: weir.v1.PauseAccountResponse.account:type_name -> weir.v1.Account
+	0,  // 31: weir.v1.ResumeAccountResponse.account:type_name -> weir.v1.Account
+	31, // 32: weir.v1.RefreshUsageResponse.next_read_allowed_at:type_name -> google.protobuf.Timestamp
+	0,  // 33: weir.v1.RefreshUsageResponse.account:type_name -> weir.v1.Account
+	31, // 34: weir.v1.ResetGrant.expires_at:type_name -> google.protobuf.Timestamp
+	31, // 35: weir.v1.ResetGrant.seen_at:type_name -> google.protobuf.Timestamp
+	31, // 36: weir.v1.ResetClaim.created_at:type_name -> google.protobuf.Timestamp
+	31, // 37: weir.v1.ResetClaim.finished_at:type_name -> google.protobuf.Timestamp
+	21, // 38: weir.v1.ListResetGrantsResponse.grants:type_name -> weir.v1.ResetGrant
+	22, // 39: weir.v1.ListResetGrantsResponse.claims:type_name -> weir.v1.ResetClaim
+	22, // 40: weir.v1.ClaimResetGrantResponse.claim:type_name -> weir.v1.ResetClaim
+	4,  // 41: weir.v1.AccountService.CreateAccount:input_type -> weir.v1.CreateAccountRequest
+	7,  // 42: weir.v1.AccountService.ListAccounts:input_type -> weir.v1.ListAccountsRequest
+	9,  // 43: weir.v1.AccountService.GetAccount:input_type -> weir.v1.GetAccountRequest
+	11, // 44: weir.v1.AccountService.UpdateAccount:input_type -> weir.v1.UpdateAccountRequest
+	13, // 45: weir.v1.AccountService.PauseAccount:input_type -> weir.v1.PauseAccountRequest
+	15, // 46: weir.v1.AccountService.ResumeAccount:input_type -> weir.v1.ResumeAccountRequest
+	17, // 47: weir.v1.AccountService.DeleteAccount:input_type -> weir.v1.DeleteAccountRequest
+	19, // 48: weir.v1.AccountService.RefreshUsage:input_type -> weir.v1.RefreshUsageRequest
+	23, // 49: weir.v1.AccountService.ListResetGrants:input_type -> weir.v1.ListResetGrantsRequest
+	25, // 50: weir.v1.AccountService.ClaimResetGrant:input_type -> weir.v1.ClaimResetGrantRequest
+	5,  // 51: weir.v1.AccountService.CreateAccount:output_type -> weir.v1.CreateAccountResponse
+	8,  // 52: weir.v1.AccountService.ListAccounts:output_type -> weir.v1.ListAccountsResponse
+	10, // 53: weir.v1.AccountService.GetAccount:output_type -> weir.v1.GetAccountResponse
+	12, // 54: weir.v1.AccountService.UpdateAccount:output_type -> weir.v1.UpdateAccountResponse
+	14, // 55: weir.v1.AccountService.PauseAccount:output_type -> weir.v1.PauseAccountResponse
+	16, // 56: weir.v1.AccountService.ResumeAccount:output_type -> weir.v1.ResumeAccountResponse
+	18, // 57: weir.v1.AccountService.DeleteAccount:output_type -> weir.v1.DeleteAccountResponse
+	20, // 58: weir.v1.AccountService.RefreshUsage:output_type -> weir.v1.RefreshUsageResponse
+	24, // 59: weir.v1.AccountService.ListResetGrants:output_type -> weir.v1.ListResetGrantsResponse
+	26, // 60: weir.v1.AccountService.ClaimResetGrant:output_type -> weir.v1.ClaimResetGrantResponse
+	51, // [51:61] is the sub-list for method output_type
+	41, // [41:51] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_weir_v1_account_proto_init() }

@@ -552,6 +552,62 @@ func (AccountState) EnumDescriptor() ([]byte, []int) {
 	return file_weir_v1_types_proto_rawDescGZIP(), []int{8}
 }
 
+// AccountCheck is whether an account's credential is known to work.
+type AccountCheck int32
+
+const (
+	AccountCheck_ACCOUNT_CHECK_UNSPECIFIED AccountCheck = 0
+	// Not checked yet, or the check could not reach a verdict.
+	AccountCheck_ACCOUNT_CHECK_UNVERIFIED AccountCheck = 1
+	// The provider took the credential.
+	AccountCheck_ACCOUNT_CHECK_GOOD AccountCheck = 2
+	// The account is broken: see broken_reason.
+	AccountCheck_ACCOUNT_CHECK_BROKEN AccountCheck = 3
+)
+
+// Enum value maps for AccountCheck.
+var (
+	AccountCheck_name = map[int32]string{
+		0: "ACCOUNT_CHECK_UNSPECIFIED",
+		1: "ACCOUNT_CHECK_UNVERIFIED",
+		2: "ACCOUNT_CHECK_GOOD",
+		3: "ACCOUNT_CHECK_BROKEN",
+	}
+	AccountCheck_value = map[string]int32{
+		"ACCOUNT_CHECK_UNSPECIFIED": 0,
+		"ACCOUNT_CHECK_UNVERIFIED":  1,
+		"ACCOUNT_CHECK_GOOD":        2,
+		"ACCOUNT_CHECK_BROKEN":      3,
+	}
+)
+
+func (x AccountCheck) Enum() *AccountCheck {
+	p := new(AccountCheck)
+	*p = x
+	return p
+}
+
+func (x AccountCheck) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AccountCheck) Descriptor() protoreflect.EnumDescriptor {
+	return file_weir_v1_types_proto_enumTypes[9].Descriptor()
+}
+
+func (AccountCheck) Type() protoreflect.EnumType {
+	return &file_weir_v1_types_proto_enumTypes[9]
+}
+
+func (x AccountCheck) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AccountCheck.Descriptor instead.
+func (AccountCheck) EnumDescriptor() ([]byte, []int) {
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{9}
+}
+
 // CooldownReason says why an account is out of routing until a deadline.
 type CooldownReason int32
 
@@ -609,11 +665,11 @@ func (x CooldownReason) String() string {
 }
 
 func (CooldownReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[9].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[10].Descriptor()
 }
 
 func (CooldownReason) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[9]
+	return &file_weir_v1_types_proto_enumTypes[10]
 }
 
 func (x CooldownReason) Number() protoreflect.EnumNumber {
@@ -622,7 +678,7 @@ func (x CooldownReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CooldownReason.Descriptor instead.
 func (CooldownReason) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{9}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{10}
 }
 
 // TransportCause is why an attempt got no usable answer from the upstream
@@ -688,11 +744,11 @@ func (x TransportCause) String() string {
 }
 
 func (TransportCause) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[10].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[11].Descriptor()
 }
 
 func (TransportCause) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[10]
+	return &file_weir_v1_types_proto_enumTypes[11]
 }
 
 func (x TransportCause) Number() protoreflect.EnumNumber {
@@ -701,7 +757,7 @@ func (x TransportCause) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TransportCause.Descriptor instead.
 func (TransportCause) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{10}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{11}
 }
 
 // OutcomeClass is the data plane's classification of one upstream attempt.
@@ -780,11 +836,11 @@ func (x OutcomeClass) String() string {
 }
 
 func (OutcomeClass) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[11].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[12].Descriptor()
 }
 
 func (OutcomeClass) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[11]
+	return &file_weir_v1_types_proto_enumTypes[12]
 }
 
 func (x OutcomeClass) Number() protoreflect.EnumNumber {
@@ -793,7 +849,7 @@ func (x OutcomeClass) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OutcomeClass.Descriptor instead.
 func (OutcomeClass) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{11}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{12}
 }
 
 // Action is what the data plane does after an attempt.
@@ -836,11 +892,11 @@ func (x Action) String() string {
 }
 
 func (Action) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[12].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[13].Descriptor()
 }
 
 func (Action) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[12]
+	return &file_weir_v1_types_proto_enumTypes[13]
 }
 
 func (x Action) Number() protoreflect.EnumNumber {
@@ -849,7 +905,7 @@ func (x Action) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Action.Descriptor instead.
 func (Action) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{12}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{13}
 }
 
 // BudgetUnit is what a budget counts: tokens (every token the upstream
@@ -888,11 +944,11 @@ func (x BudgetUnit) String() string {
 }
 
 func (BudgetUnit) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[13].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[14].Descriptor()
 }
 
 func (BudgetUnit) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[13]
+	return &file_weir_v1_types_proto_enumTypes[14]
 }
 
 func (x BudgetUnit) Number() protoreflect.EnumNumber {
@@ -901,7 +957,7 @@ func (x BudgetUnit) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BudgetUnit.Descriptor instead.
 func (BudgetUnit) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{13}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{14}
 }
 
 // BudgetPeriod is when a budget starts again: each calendar day, week
@@ -946,11 +1002,11 @@ func (x BudgetPeriod) String() string {
 }
 
 func (BudgetPeriod) Descriptor() protoreflect.EnumDescriptor {
-	return file_weir_v1_types_proto_enumTypes[14].Descriptor()
+	return file_weir_v1_types_proto_enumTypes[15].Descriptor()
 }
 
 func (BudgetPeriod) Type() protoreflect.EnumType {
-	return &file_weir_v1_types_proto_enumTypes[14]
+	return &file_weir_v1_types_proto_enumTypes[15]
 }
 
 func (x BudgetPeriod) Number() protoreflect.EnumNumber {
@@ -959,7 +1015,7 @@ func (x BudgetPeriod) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BudgetPeriod.Descriptor instead.
 func (BudgetPeriod) EnumDescriptor() ([]byte, []int) {
-	return file_weir_v1_types_proto_rawDescGZIP(), []int{14}
+	return file_weir_v1_types_proto_rawDescGZIP(), []int{15}
 }
 
 // QuotaEvidence is what an upstream said about a spent quota.
@@ -1991,7 +2047,12 @@ const file_weir_v1_types_proto_rawDesc = "" +
 	"\x14ACCOUNT_STATE_ACTIVE\x10\x01\x12\x18\n" +
 	"\x14ACCOUNT_STATE_PAUSED\x10\x02\x12\x19\n" +
 	"\x15ACCOUNT_STATE_COOLING\x10\x03\x12\x18\n" +
-	"\x14ACCOUNT_STATE_BROKEN\x10\x04*\x83\x02\n" +
+	"\x14ACCOUNT_STATE_BROKEN\x10\x04*}\n" +
+	"\fAccountCheck\x12\x1d\n" +
+	"\x19ACCOUNT_CHECK_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18ACCOUNT_CHECK_UNVERIFIED\x10\x01\x12\x16\n" +
+	"\x12ACCOUNT_CHECK_GOOD\x10\x02\x12\x18\n" +
+	"\x14ACCOUNT_CHECK_BROKEN\x10\x03*\x83\x02\n" +
 	"\x0eCooldownReason\x12\x1f\n" +
 	"\x1bCOOLDOWN_REASON_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19COOLDOWN_REASON_TRANSPORT\x10\x01\x12 \n" +
@@ -2054,7 +2115,7 @@ func file_weir_v1_types_proto_rawDescGZIP() []byte {
 	return file_weir_v1_types_proto_rawDescData
 }
 
-var file_weir_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 15)
+var file_weir_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 16)
 var file_weir_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_weir_v1_types_proto_goTypes = []any{
 	(Provider)(0),                 // 0: weir.v1.Provider
@@ -2066,56 +2127,57 @@ var file_weir_v1_types_proto_goTypes = []any{
 	(QuotaKind)(0),                // 6: weir.v1.QuotaKind
 	(AuthKind)(0),                 // 7: weir.v1.AuthKind
 	(AccountState)(0),             // 8: weir.v1.AccountState
-	(CooldownReason)(0),           // 9: weir.v1.CooldownReason
-	(TransportCause)(0),           // 10: weir.v1.TransportCause
-	(OutcomeClass)(0),             // 11: weir.v1.OutcomeClass
-	(Action)(0),                   // 12: weir.v1.Action
-	(BudgetUnit)(0),               // 13: weir.v1.BudgetUnit
-	(BudgetPeriod)(0),             // 14: weir.v1.BudgetPeriod
-	(*QuotaEvidence)(nil),         // 15: weir.v1.QuotaEvidence
-	(*Unreachable)(nil),           // 16: weir.v1.Unreachable
-	(*Settings)(nil),              // 17: weir.v1.Settings
-	(*Cooldown)(nil),              // 18: weir.v1.Cooldown
-	(*FamilyGate)(nil),            // 19: weir.v1.FamilyGate
-	(*Decision)(nil),              // 20: weir.v1.Decision
-	(*TokenUsage)(nil),            // 21: weir.v1.TokenUsage
-	(*BudgetLimit)(nil),           // 22: weir.v1.BudgetLimit
-	(*Budget)(nil),                // 23: weir.v1.Budget
-	(*BudgetBlock)(nil),           // 24: weir.v1.BudgetBlock
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
+	(AccountCheck)(0),             // 9: weir.v1.AccountCheck
+	(CooldownReason)(0),           // 10: weir.v1.CooldownReason
+	(TransportCause)(0),           // 11: weir.v1.TransportCause
+	(OutcomeClass)(0),             // 12: weir.v1.OutcomeClass
+	(Action)(0),                   // 13: weir.v1.Action
+	(BudgetUnit)(0),               // 14: weir.v1.BudgetUnit
+	(BudgetPeriod)(0),             // 15: weir.v1.BudgetPeriod
+	(*QuotaEvidence)(nil),         // 16: weir.v1.QuotaEvidence
+	(*Unreachable)(nil),           // 17: weir.v1.Unreachable
+	(*Settings)(nil),              // 18: weir.v1.Settings
+	(*Cooldown)(nil),              // 19: weir.v1.Cooldown
+	(*FamilyGate)(nil),            // 20: weir.v1.FamilyGate
+	(*Decision)(nil),              // 21: weir.v1.Decision
+	(*TokenUsage)(nil),            // 22: weir.v1.TokenUsage
+	(*BudgetLimit)(nil),           // 23: weir.v1.BudgetLimit
+	(*Budget)(nil),                // 24: weir.v1.Budget
+	(*BudgetBlock)(nil),           // 25: weir.v1.BudgetBlock
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 27: google.protobuf.Duration
 }
 var file_weir_v1_types_proto_depIdxs = []int32{
 	6,  // 0: weir.v1.QuotaEvidence.kind:type_name -> weir.v1.QuotaKind
-	25, // 1: weir.v1.QuotaEvidence.resets_at:type_name -> google.protobuf.Timestamp
-	26, // 2: weir.v1.QuotaEvidence.reset_after:type_name -> google.protobuf.Duration
-	10, // 3: weir.v1.Unreachable.cause:type_name -> weir.v1.TransportCause
-	25, // 4: weir.v1.Unreachable.since:type_name -> google.protobuf.Timestamp
-	25, // 5: weir.v1.Unreachable.last_at:type_name -> google.protobuf.Timestamp
-	26, // 6: weir.v1.Settings.capacity_hold:type_name -> google.protobuf.Duration
-	26, // 7: weir.v1.Settings.request_deadline:type_name -> google.protobuf.Duration
+	26, // 1: weir.v1.QuotaEvidence.resets_at:type_name -> google.protobuf.Timestamp
+	27, // 2: weir.v1.QuotaEvidence.reset_after:type_name -> google.protobuf.Duration
+	11, // 3: weir.v1.Unreachable.cause:type_name -> weir.v1.TransportCause
+	26, // 4: weir.v1.Unreachable.since:type_name -> google.protobuf.Timestamp
+	26, // 5: weir.v1.Unreachable.last_at:type_name -> google.protobuf.Timestamp
+	27, // 6: weir.v1.Settings.capacity_hold:type_name -> google.protobuf.Duration
+	27, // 7: weir.v1.Settings.request_deadline:type_name -> google.protobuf.Duration
 	2,  // 8: weir.v1.Settings.quota_response_mode:type_name -> weir.v1.QuotaResponseMode
 	3,  // 9: weir.v1.Settings.metered_accounts:type_name -> weir.v1.MeteredAccounts
-	26, // 10: weir.v1.Settings.unreachable_hold:type_name -> google.protobuf.Duration
-	26, // 11: weir.v1.Settings.route_events_retention:type_name -> google.protobuf.Duration
-	26, // 12: weir.v1.Settings.usage_retention:type_name -> google.protobuf.Duration
-	26, // 13: weir.v1.Settings.breaker_notify_after:type_name -> google.protobuf.Duration
+	27, // 10: weir.v1.Settings.unreachable_hold:type_name -> google.protobuf.Duration
+	27, // 11: weir.v1.Settings.route_events_retention:type_name -> google.protobuf.Duration
+	27, // 12: weir.v1.Settings.usage_retention:type_name -> google.protobuf.Duration
+	27, // 13: weir.v1.Settings.breaker_notify_after:type_name -> google.protobuf.Duration
 	4,  // 14: weir.v1.Settings.owned_accounts:type_name -> weir.v1.OwnedAccounts
-	9,  // 15: weir.v1.Cooldown.reason:type_name -> weir.v1.CooldownReason
-	25, // 16: weir.v1.Cooldown.until:type_name -> google.protobuf.Timestamp
-	25, // 17: weir.v1.Cooldown.written_at:type_name -> google.protobuf.Timestamp
-	15, // 18: weir.v1.Cooldown.quota:type_name -> weir.v1.QuotaEvidence
-	25, // 19: weir.v1.FamilyGate.until:type_name -> google.protobuf.Timestamp
-	25, // 20: weir.v1.FamilyGate.written_at:type_name -> google.protobuf.Timestamp
-	12, // 21: weir.v1.Decision.action:type_name -> weir.v1.Action
-	18, // 22: weir.v1.Decision.cooldown:type_name -> weir.v1.Cooldown
-	26, // 23: weir.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	13, // 24: weir.v1.BudgetLimit.unit:type_name -> weir.v1.BudgetUnit
-	14, // 25: weir.v1.BudgetLimit.period:type_name -> weir.v1.BudgetPeriod
-	22, // 26: weir.v1.Budget.limit:type_name -> weir.v1.BudgetLimit
-	25, // 27: weir.v1.Budget.resets_at:type_name -> google.protobuf.Timestamp
-	22, // 28: weir.v1.BudgetBlock.limit:type_name -> weir.v1.BudgetLimit
-	25, // 29: weir.v1.BudgetBlock.resets_at:type_name -> google.protobuf.Timestamp
+	10, // 15: weir.v1.Cooldown.reason:type_name -> weir.v1.CooldownReason
+	26, // 16: weir.v1.Cooldown.until:type_name -> google.protobuf.Timestamp
+	26, // 17: weir.v1.Cooldown.written_at:type_name -> google.protobuf.Timestamp
+	16, // 18: weir.v1.Cooldown.quota:type_name -> weir.v1.QuotaEvidence
+	26, // 19: weir.v1.FamilyGate.until:type_name -> google.protobuf.Timestamp
+	26, // 20: weir.v1.FamilyGate.written_at:type_name -> google.protobuf.Timestamp
+	13, // 21: weir.v1.Decision.action:type_name -> weir.v1.Action
+	19, // 22: weir.v1.Decision.cooldown:type_name -> weir.v1.Cooldown
+	27, // 23: weir.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	14, // 24: weir.v1.BudgetLimit.unit:type_name -> weir.v1.BudgetUnit
+	15, // 25: weir.v1.BudgetLimit.period:type_name -> weir.v1.BudgetPeriod
+	23, // 26: weir.v1.Budget.limit:type_name -> weir.v1.BudgetLimit
+	26, // 27: weir.v1.Budget.resets_at:type_name -> google.protobuf.Timestamp
+	23, // 28: weir.v1.BudgetBlock.limit:type_name -> weir.v1.BudgetLimit
+	26, // 29: weir.v1.BudgetBlock.resets_at:type_name -> google.protobuf.Timestamp
 	30, // [30:30] is the sub-list for method output_type
 	30, // [30:30] is the sub-list for method input_type
 	30, // [30:30] is the sub-list for extension type_name
@@ -2133,7 +2195,7 @@ func file_weir_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weir_v1_types_proto_rawDesc), len(file_weir_v1_types_proto_rawDesc)),
-			NumEnums:      15,
+			NumEnums:      16,
 			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
