@@ -72,6 +72,7 @@ func TestEnumRoundTrip(t *testing.T) {
 		checkEnum[weirv1.NotifyDeliveryStatus](t): true,
 		checkEnum[weirv1.OwnedAccounts](t):        true,
 		checkEnum[weirv1.OwnerKind](t):            true,
+		checkEnum[weirv1.AccountCheck](t):         true,
 	}
 	// Every enum the package defines is in the list above.
 	n := 0
