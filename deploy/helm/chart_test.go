@@ -19,6 +19,8 @@ import (
 
 	"helm.sh/helm/v4/pkg/chart/common"
 	chartutil "helm.sh/helm/v4/pkg/chart/common/util"
+	"helm.sh/helm/v4/pkg/chart/v2/lint"
+	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	"helm.sh/helm/v4/pkg/engine"
 	appsv1 "k8s.io/api/apps/v1"
@@ -37,6 +39,7 @@ var secretValues = map[string]any{
 	"dataplaneToken": "dp-" + strings.Repeat("b", 24),
 	"secretKey":      strings.Repeat("0", 64),
 	"databaseURL":    "postgres://weir:weir@db:5432/weir?sslmode=require",
+	"metricsToken":   "metrics-" + strings.Repeat("c", 24), // used with metrics.token only
 }
 
 // manifests is one rendering, decoded into the typed objects.
@@ -148,9 +151,14 @@ type serviceMonitor struct {
 			MatchLabels map[string]string `json:"matchLabels"`
 		} `json:"selector"`
 		Endpoints []struct {
-			Port        string `json:"port"`
-			Path        string `json:"path"`
-			Interval    string `json:"interval"`
+			Port     string `json:"port"`
+			Path     string `json:"path"`
+			Interval string `json:"interval"`
+			// The bearer token, when metrics.token is on.
+			Authorization *struct {
+				Type        string                   `json:"type"`
+				Credentials corev1.SecretKeySelector `json:"credentials"`
+			} `json:"authorization,omitempty"`
 			Relabelings []struct {
 				TargetLabel string `json:"targetLabel"`
 				Replacement string `json:"replacement"`
@@ -193,8 +201,29 @@ func TestChartDefaults(t *testing.T) {
 			t.Errorf("%s: %d replicas by default, docs/deploy.md sizes 2", c, got)
 		}
 	}
+	for c, d := range m.deployments {
+		if _, ok := envOf(d)["WEIR_METRICS_TOKEN"]; ok {
+			t.Errorf("%s: WEIR_METRICS_TOKEN set though metrics.token is off", c)
+		}
+	}
+	if len(m.secrets[0].StringData) != 4 {
+		t.Errorf("the Secret holds %d keys, want the four the processes read", len(m.secrets[0].StringData))
+	}
 	if len(m.serviceMonitors)+len(m.rules)+len(m.configMaps) != 0 {
 		t.Error("monitoring objects rendered though their values are off by default")
+	}
+}
+
+// TestChartLint runs `helm lint`'s rules (Chart.yaml, values, templates)
+// over a minimal install.
+func TestChartLint(t *testing.T) {
+	l := lint.RunAll(chartDir, map[string]any{"secrets": secretValues}, "weir")
+	for _, msg := range l.Messages {
+		if msg.Severity > support.InfoSev {
+			t.Error(msg)
+		} else {
+			t.Log(msg)
+		}
 	}
 }
 
@@ -241,12 +270,18 @@ func TestChartOverrides(t *testing.T) {
 			"env":     map[string]any{"WEIR_LOG_LEVEL": "debug"}},
 		"controlplane": map[string]any{"replicas": 3, "metricsPort": 9091,
 			"env": map[string]any{"WEIR_CAPACITY_HOLD": "10m", "WEIR_METRICS_ACCOUNT_LABELS_MAX": 0}},
-		"metrics":    map[string]any{"serviceMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "prom"}}},
+		"metrics": map[string]any{"token": true,
+			"serviceMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "prom"}}},
 		"monitoring": map[string]any{"dashboard": map[string]any{"enabled": true}, "prometheusRule": map[string]any{"enabled": true}},
 	})
 	checkWiring(t, m)
 	if *m.deployments["dataplane"].Spec.Replicas != 5 || *m.deployments["controlplane"].Spec.Replicas != 3 {
 		t.Error("replicas not taken from values")
+	}
+	for c, d := range m.deployments {
+		if r := envOf(d)["WEIR_METRICS_TOKEN"].ValueFrom; r == nil || r.SecretKeyRef == nil {
+			t.Errorf("%s: metrics.token on, but WEIR_METRICS_TOKEN does not come from the Secret", c)
+		}
 	}
 	env := envOf(m.deployments["controlplane"])
 	if env["WEIR_METRICS_ACCOUNT_LABELS_MAX"].Value != "0" || env["WEIR_CAPACITY_HOLD"].Value != "10m" {
@@ -305,6 +340,12 @@ func TestChartOverrides(t *testing.T) {
 		if job := sm.Spec.Endpoints[0].Relabelings[0]; job.TargetLabel != "job" || job.Replacement != "weir-"+c ||
 			!strings.Contains(readFile(t, "../../docs/monitoring/alerts.yml"), job.Replacement) {
 			t.Errorf("ServiceMonitor %s: job %+v is not one alerts.yml names", sm.Metadata.Name, job)
+		}
+		// It sends the token the processes read, from the same Secret key.
+		a := sm.Spec.Endpoints[0].Authorization
+		tok := envOf(m.deployments[c])["WEIR_METRICS_TOKEN"].ValueFrom.SecretKeyRef
+		if a == nil || a.Type != "Bearer" || a.Credentials.Name != tok.Name || a.Credentials.Key != tok.Key {
+			t.Errorf("ServiceMonitor %s: authorization %+v, want the Bearer token in %s/%s", sm.Metadata.Name, a, tok.Name, tok.Key)
 		}
 		if p := svcs[0].Spec.Ports[0]; p.TargetPort != intstr.FromString("metrics") ||
 			containerPort(t, m.deployments[c], "metrics") != metricsPortOf(t, m.deployments[c]) {
