@@ -6,82 +6,84 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"go.yaml.in/yaml/v3"
+	"github.com/compose-spec/compose-go/v2/loader"
+	"github.com/compose-spec/compose-go/v2/types"
 
 	"github.com/weirhq/weir/internal/pgtest"
 )
 
-// composeFile is the part of compose.yaml the test runs.
-type composeFile struct {
-	Services map[string]struct {
-		Command     []string          `yaml:"command"`
-		Environment map[string]string `yaml:"environment"`
-		Healthcheck struct {
-			Test []string `yaml:"test"`
-		} `yaml:"healthcheck"`
-		DependsOn map[string]struct {
-			Condition string `yaml:"condition"`
-		} `yaml:"depends_on"`
-	} `yaml:"services"`
-}
+// The weir services of compose.yaml, in the order its depends_on starts
+// them.
+var (
+	composeControlPlanes = []string{"controlplane-1", "controlplane-2"}
+	composeDataPlanes    = []string{"dataplane-1", "dataplane-2", "dataplane-3"}
+)
 
-// TestComposeTopology runs compose.yaml's weir services (the control plane,
-// both data planes and the simulator) as the file describes them: their
-// commands and environment, with only the addresses a container network
-// would provide rewritten, and waits on their own health checks. Then an
-// agent's request goes through each data plane. No Docker engine is needed:
-// the file is checked against the binary it starts.
+// TestComposeTopology runs compose.yaml's weir services (both control
+// planes, the three data planes and the simulator) as the compose loader
+// reads them: their commands and environment, with only the addresses a
+// container network would provide rewritten, and waits on their own
+// health checks. Then an agent's request goes through each data plane. No
+// Docker engine is needed: the file is checked against the binary it
+// starts.
 func TestComposeTopology(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../../compose.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cf composeFile
-	if err := yaml.Unmarshal(raw, &cf); err != nil {
-		t.Fatalf("compose.yaml: %v", err)
-	}
-	for _, name := range []string{"postgres", "controlplane", "dataplane-1", "dataplane-2", "sim"} {
-		if _, ok := cf.Services[name]; !ok {
-			t.Fatalf("compose.yaml has no service %q", name)
-		}
-	}
-	for _, dp := range []string{"dataplane-1", "dataplane-2"} {
-		if cf.Services[dp].DependsOn["controlplane"].Condition != "service_healthy" {
-			t.Errorf("%s does not wait for a healthy control plane", dp)
-		}
-	}
-
-	// What a container network provides: the hosts, and one port per
-	// service (here each process gets its own loopback port).
-	ports := map[string]string{}
-	for _, name := range []string{"controlplane", "dataplane-1", "dataplane-2", "sim"} {
-		ports[name] = freePort(t)
-	}
 	secrets := map[string]string{
 		"WEIR_ADMIN_TOKEN":     "compose-admin-" + randomHex(12),
 		"WEIR_DATAPLANE_TOKEN": "compose-dp-" + randomHex(12),
 		"WEIR_SECRET_KEY":      randomHex(32),
 	}
-	dbURL := pgtest.NewURL(t)
-	required := regexp.MustCompile(`^\$\{(\w+):\?[^}]*\}$`)
-	rewrite := func(service, v string) string {
-		if m := required.FindStringSubmatch(v); m != nil {
-			s, ok := secrets[m[1]]
-			if !ok {
-				t.Fatalf("%s needs %s, which the test does not know", service, m[1])
-			}
-			return s
+	project := loadCompose(t, secrets)
+	services := map[string]types.ServiceConfig{}
+	for _, name := range append(append([]string{"postgres", "sim"}, composeControlPlanes...), composeDataPlanes...) {
+		svc, err := project.GetService(name)
+		if err != nil {
+			t.Fatalf("compose.yaml: %v", err)
 		}
+		services[name] = svc
+	}
+	// One address for every control plane: the alias Docker's DNS answers
+	// with all of them.
+	for _, cp := range composeControlPlanes {
+		if n := services[cp].Networks["default"]; n == nil || !slices.Contains(n.Aliases, "controlplane") {
+			t.Errorf("%s is not reachable as controlplane", cp)
+		}
+		if services[cp].DependsOn["postgres"].Condition != types.ServiceConditionHealthy {
+			t.Errorf("%s does not wait for a healthy Postgres", cp)
+		}
+	}
+	for _, dp := range composeDataPlanes {
+		for _, cp := range composeControlPlanes {
+			if services[dp].DependsOn[cp].Condition != types.ServiceConditionHealthy {
+				t.Errorf("%s does not wait for a healthy %s", dp, cp)
+			}
+		}
+	}
+
+	// What a container network provides: the hosts, and one port per
+	// service (here each process gets its own loopback port). The alias
+	// controlplane resolves to either control plane; here the data planes
+	// take them in turn, so both serve leases.
+	ports := map[string]string{}
+	for name := range services {
+		if name != "postgres" { // the test's own cluster stands in for it
+			ports[name] = freePort(t)
+		}
+	}
+	dbURL := pgtest.NewURL(t)
+	rewrite := func(service, v string) string {
 		if strings.HasPrefix(v, "postgres://") {
 			return dbURL
 		}
-		v = strings.ReplaceAll(v, "http://controlplane:7481", "http://127.0.0.1:"+ports["controlplane"])
+		if i := slices.Index(composeDataPlanes, service); i >= 0 {
+			cp := composeControlPlanes[i%len(composeControlPlanes)]
+			v = strings.ReplaceAll(v, "http://controlplane:7481", "http://127.0.0.1:"+ports[cp])
+		}
 		for _, p := range []string{"7480", "7481", "7482"} {
 			v = strings.ReplaceAll(v, "0.0.0.0:"+p, "127.0.0.1:"+ports[service])
 			v = strings.ReplaceAll(v, "127.0.0.1:"+p+"/", "127.0.0.1:"+ports[service]+"/")
@@ -92,10 +94,13 @@ func TestComposeTopology(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := map[string]chan error{}
 	start := func(name string) {
-		svc := cf.Services[name]
+		svc := services[name]
 		vars := map[string]string{}
 		for k, v := range svc.Environment {
-			vars[k] = rewrite(name, v)
+			if v == nil {
+				t.Fatalf("%s: %s has no value", name, k)
+			}
+			vars[k] = rewrite(name, *v)
 		}
 		var args []string
 		for _, a := range svc.Command {
@@ -106,7 +111,10 @@ func TestComposeTopology(t *testing.T) {
 		done[name] = ch
 		go func() { ch <- run(ctx, args, e) }()
 		// The service's own health check, as compose runs it.
-		check := svc.Healthcheck.Test
+		if svc.HealthCheck == nil {
+			t.Fatalf("%s has no health check", name)
+		}
+		check := svc.HealthCheck.Test
 		if len(check) < 4 || check[0] != "CMD" || check[1] != "/usr/local/bin/weir" || check[2] != "health" {
 			t.Fatalf("%s: health check %q is not `weir health URL`", name, check)
 		}
@@ -139,12 +147,12 @@ func TestComposeTopology(t *testing.T) {
 		}
 	})
 	// The order compose's depends_on gives.
-	for _, name := range []string{"sim", "controlplane", "dataplane-1", "dataplane-2"} {
+	for _, name := range append(append([]string{"sim"}, composeControlPlanes...), composeDataPlanes...) {
 		start(name)
 	}
 
 	// An operator adds an account pointed at the simulator, and a key.
-	admin := map[string]string{"WEIR_CONTROLPLANE_URL": "http://127.0.0.1:" + ports["controlplane"],
+	admin := map[string]string{"WEIR_CONTROLPLANE_URL": "http://127.0.0.1:" + ports["controlplane-1"],
 		"WEIR_ADMIN_TOKEN": secrets["WEIR_ADMIN_TOKEN"]}
 	e, _, errOut := testEnv(admin, "sk-ant-api03-compose-"+randomHex(8))
 	if err := run(ctx, []string{"accounts", "add", "--label", "compose", "--secret-stdin",
@@ -161,12 +169,31 @@ func TestComposeTopology(t *testing.T) {
 	if !strings.HasPrefix(key, "weir_sk_") {
 		t.Fatalf("no key in %s", out.String())
 	}
-	for _, dp := range []string{"dataplane-1", "dataplane-2"} {
+	for _, dp := range composeDataPlanes {
 		resp, body := postMessage(t, "http://127.0.0.1:"+ports[dp], key, hello)
 		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "weir upstream simulator") {
 			t.Errorf("%s: %d %s", dp, resp.StatusCode, body)
 		}
 	}
+}
+
+// loadCompose loads compose.yaml as `docker compose --profile simulate`
+// would, with the secrets in its environment.
+func loadCompose(t *testing.T, env map[string]string) *types.Project {
+	t.Helper()
+	raw, err := os.ReadFile("../../compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	project, err := loader.LoadWithContext(t.Context(), types.ConfigDetails{
+		WorkingDir:  "../..",
+		ConfigFiles: []types.ConfigFile{{Filename: "compose.yaml", Content: raw}},
+		Environment: env,
+	}, func(o *loader.Options) { o.Profiles = []string{"simulate"} })
+	if err != nil {
+		t.Fatalf("compose.yaml: %v", err)
+	}
+	return project
 }
 
 func freePort(t *testing.T) string {
