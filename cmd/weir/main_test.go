@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -33,9 +34,22 @@ func TestMain(m *testing.M) {
 // syncBuffer is a command's output, written while a test reads it.
 type syncBuffer = syncbuf.Buffer
 
-// testEnv isolates a command from the developer's own WEIR_* settings.
+// testEnv isolates a command from the developer's own WEIR_* settings,
+// and from the user's own place for `weir dev`'s pointer (devPointerPath):
+// each env has a runtime directory of its own unless vars names one.
 func testEnv(vars map[string]string, stdin string) (env, *syncBuffer, *syncBuffer) {
 	out, errOut := &syncBuffer{}, &syncBuffer{}
+	if vars["XDG_RUNTIME_DIR"] == "" {
+		dir, err := os.MkdirTemp("", "weir-test-runtime-")
+		if err != nil {
+			panic(err)
+		}
+		vars = maps.Clone(vars)
+		if vars == nil {
+			vars = map[string]string{}
+		}
+		vars["XDG_RUNTIME_DIR"] = dir
+	}
 	return env{
 		getenv: func(k string) string { return vars[k] },
 		stdin:  strings.NewReader(stdin),
