@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -44,10 +43,10 @@ func testEnv(vars map[string]string, stdin string) (env, *syncBuffer, *syncBuffe
 		if err != nil {
 			panic(err)
 		}
-		vars = maps.Clone(vars)
 		if vars == nil {
 			vars = map[string]string{}
 		}
+		// In place: a test may change vars after, for the env to see.
 		vars["XDG_RUNTIME_DIR"] = dir
 	}
 	return env{
