@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/poolstatus"
 )
 
 const accountsUsage = `Usage:
@@ -359,23 +360,6 @@ func parseOwner(v string) (*weirv1.AccountOwner, error) {
 	return nil, fmt.Errorf("--owner %q: want key:NAME, team:NAME or none", v)
 }
 
-// ownerText is an account's owner as the tables show it: key:NAME or
-// team:NAME ("(revoked)" after a revoked key), "-" when it has none.
-func ownerText(o *weirv1.AccountOwner) string {
-	if o == nil {
-		return "-"
-	}
-	name := o.Name
-	if name == "" {
-		name = o.Id
-	}
-	s := shortEnum(o.Kind.String(), "OWNER_KIND_") + ":" + name
-	if o.Revoked {
-		s += " (revoked)"
-	}
-	return s
-}
-
 // parseProvider reads --provider.
 func parseProvider(name string) (weirv1.Provider, error) {
 	switch strings.ToLower(name) {
@@ -436,7 +420,7 @@ func printAccounts(w io.Writer, accts []*weirv1.Account, now time.Time) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", a.Label, shortEnum(a.Provider.String(), "PROVIDER_"), shortEnum(a.AuthKind.String(), "AUTH_KIND_"),
 			a.CredentialHint, state, usageCell(a, "five_hour", now), usageCell(a, "seven_day", now), checkCell(a),
-			a.InFlight, a.MaxConcurrency, ago(a.LastSuccessAt, now), ownerText(a.Owner), a.Id)
+			a.InFlight, a.MaxConcurrency, ago(a.LastSuccessAt, now), poolstatus.OwnerText(a.Owner), a.Id)
 	}
 	tw.Flush()
 }
@@ -551,7 +535,7 @@ func printEgress(w io.Writer, a *weirv1.Account) {
 func printOwner(w io.Writer, a *weirv1.Account) {
 	line := "none (serves every key)"
 	if o := a.Owner; o != nil {
-		line = ownerText(o)
+		line = poolstatus.OwnerText(o)
 		if o.Kind == weirv1.OwnerKind_OWNER_KIND_TEAM {
 			line += " (every key of the team)"
 		}

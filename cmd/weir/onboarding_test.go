@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weirhq/weir/internal/poolstatus"
 )
 
 func writeFile(t *testing.T, name, content string) string {
@@ -442,7 +444,7 @@ func TestStatus(t *testing.T) {
 	if err != nil {
 		t.Fatalf("status --json: %v\n%s", err, out)
 	}
-	var st poolStatus
+	var st poolstatus.Status
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("status --json: %v\n%s", err, out)
 	}
@@ -472,7 +474,7 @@ func TestStatus(t *testing.T) {
 func TestStatusColors(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	st := poolStatus{At: now, Problems: []statusProblem{{Kind: "broken", Account: "a", Detail: "refresh token rejected"}}}
+	st := poolstatus.Status{At: now, Problems: []poolstatus.Problem{{Kind: "broken", Account: "a", Detail: "refresh token rejected"}}}
 	var b strings.Builder
 	if err := printStatus(&b, st, true); err != nil {
 		t.Fatal(err)

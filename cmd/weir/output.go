@@ -10,6 +10,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/weirhq/weir/internal/poolstatus"
 )
 
 func printJSON(w io.Writer, m proto.Message) error {
@@ -53,14 +55,4 @@ func until(t *timestamppb.Timestamp, now time.Time) string {
 	return "in " + roundDuration(d).String()
 }
 
-func roundDuration(d time.Duration) time.Duration {
-	switch {
-	case d > time.Hour:
-		return d.Round(time.Minute)
-	case d > time.Minute:
-		return d.Round(time.Second)
-	case d > time.Second:
-		return d.Round(100 * time.Millisecond)
-	}
-	return d.Round(time.Millisecond)
-}
+func roundDuration(d time.Duration) time.Duration { return poolstatus.RoundDuration(d) }

@@ -13,6 +13,7 @@ import (
 	"github.com/weirhq/weir/controlplane"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/internal/poolstatus"
 )
 
 // TestSeatCommands: weir accounts set --owner gives an OAuth account an
@@ -137,7 +138,7 @@ func TestStatusSeats(t *testing.T) {
 		{Label: "gone-max", Provider: anthropic, State: active, Owner: &weirv1.AccountOwner{Kind: weirv1.OwnerKind_OWNER_KIND_KEY, Name: "gone", Revoked: true}},
 	}
 	ownersOnly := &weirv1.Settings{OwnedAccounts: weirv1.OwnedAccounts_OWNED_ACCOUNTS_OWNERS_ONLY}
-	st := buildStatus(accts, ownersOnly, nil, now)
+	st := poolstatus.Build(accts, ownersOnly, nil, now)
 	var b strings.Builder
 	if err := printStatus(&b, st, false); err != nil {
 		t.Fatal(err)
@@ -160,7 +161,7 @@ func TestStatusSeats(t *testing.T) {
 		t.Errorf("anthropic has a shared account serving, yet status says it has none:\n%s", b.String())
 	}
 
-	st = buildStatus(accts, &weirv1.Settings{}, nil, now)
+	st = poolstatus.Build(accts, &weirv1.Settings{}, nil, now)
 	b.Reset()
 	if err := printStatus(&b, st, false); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/poolstatus"
 )
 
 // TestStatusSpills: the spills of the last day, summed per account and
@@ -30,8 +31,8 @@ func TestStatusSpills(t *testing.T) {
 		ev("id-oai", "responses", 25*time.Hour, true),
 		ev("gone", "responses", time.Minute, true),
 	}
-	got := sumSpills(events, accts, now)
-	want := []spillStatus{
+	got := poolstatus.Spills(events, accts, now)
+	want := []poolstatus.Spill{
 		{Account: "oai", Surface: "responses", Requests: 2, Latest: now.Add(-3 * time.Minute)},
 		{Account: "team-key", Surface: "messages", Requests: 1, Latest: now.Add(-time.Hour)},
 		{Account: "(deleted account)", Surface: "responses", Requests: 1, Latest: now.Add(-time.Minute)},
@@ -40,7 +41,7 @@ func TestStatusSpills(t *testing.T) {
 		t.Fatalf("spills %+v, want %+v", got, want)
 	}
 	var b strings.Builder
-	if err := printStatus(&b, poolStatus{At: now, Spills: got}, false); err != nil {
+	if err := printStatus(&b, poolstatus.Status{At: now, Spills: got}, false); err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range []string{
@@ -52,7 +53,7 @@ func TestStatusSpills(t *testing.T) {
 		}
 	}
 	b.Reset()
-	if err := printStatus(&b, poolStatus{At: now}, false); err != nil {
+	if err := printStatus(&b, poolstatus.Status{At: now}, false); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(b.String(), "No spills to metered accounts in the last 24h.") {
@@ -71,15 +72,15 @@ func TestStatusShowsAStorm(t *testing.T) {
 		{Label: "max-1", Provider: weirv1.Provider_PROVIDER_ANTHROPIC, State: weirv1.AccountState_ACCOUNT_STATE_ACTIVE, OverloadedAt: ago(3 * time.Second)},
 		{Label: "max-2", Provider: weirv1.Provider_PROVIDER_ANTHROPIC, State: weirv1.AccountState_ACCOUNT_STATE_ACTIVE, OverloadedAt: ago(time.Hour)},
 	}
-	st := buildStatus(accts, &weirv1.Settings{}, nil, now)
+	st := poolstatus.Build(accts, &weirv1.Settings{}, nil, now)
 	const why = "the provider is overloaded for sonnet models; weir is probing it before sending more"
-	st.Held = sumHeld([]*weirv1.RouteEvent{
+	st.Held = poolstatus.HeldNow([]*weirv1.RouteEvent{
 		{RequestId: "weir_1", Model: "claude-sonnet-4-5", Pending: true, HeldSince: ago(20 * time.Second), HoldReason: why},
 		{RequestId: "weir_2", Model: "claude-sonnet-4-5", Pending: true, HeldSince: ago(50 * time.Second), HoldReason: why},
 		{RequestId: "weir_3", Model: "claude-opus-4-1", Pending: true, HeldSince: ago(5 * time.Second), HoldReason: "all 2 eligible accounts were tried for this request"},
 		{RequestId: "weir_4", Model: "claude-opus-4-1", Pending: true}, // in progress, not held
 	}, now)
-	st.Breakers = breakerStatuses([]*weirv1.Breaker{{Provider: "anthropic", Family: "sonnet", NextProbeAt: timestamppb.New(now.Add(time.Second)),
+	st.Breakers = poolstatus.Breakers([]*weirv1.Breaker{{Provider: "anthropic", Family: "sonnet", NextProbeAt: timestamppb.New(now.Add(time.Second)),
 		ProbeEvery: durationpb.New(time.Second), Overloads: 7}})
 	if len(st.Held) != 2 || st.Held[0].Requests != 2 || st.Held[0].Longest != 50*time.Second || st.Held[0].Request != "weir_2" {
 		t.Errorf("held %+v, want sonnet's two first, the longest 50s (weir_2)", st.Held)
@@ -119,7 +120,7 @@ func TestStatusNamesBrokenAndUnreadable(t *testing.T) {
 			BrokenReason: "unreadable_credential: the sealed credential opens with none of a control plane's secret keys"},
 	}
 	var b strings.Builder
-	if err := printStatus(&b, buildStatus(accts, &weirv1.Settings{}, nil, now), false); err != nil {
+	if err := printStatus(&b, poolstatus.Build(accts, &weirv1.Settings{}, nil, now), false); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()

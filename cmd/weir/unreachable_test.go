@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/poolstatus"
 )
 
 // TestStatusUnreachable: an account whose upstream stays unreachable is
@@ -26,7 +27,7 @@ func TestStatusUnreachable(t *testing.T) {
 			Since: timestamppb.New(since), LastAt: timestamppb.New(now.Add(-5 * time.Second)), Attempts: 14}}
 	limited := &weirv1.Account{Label: "limited", Provider: weirv1.Provider_PROVIDER_ANTHROPIC, State: weirv1.AccountState_ACCOUNT_STATE_COOLING,
 		Cooldown: &weirv1.Cooldown{Reason: weirv1.CooldownReason_COOLDOWN_REASON_RATE_LIMITED, Until: timestamppb.New(now.Add(time.Minute)), Evidence: "rate_limited, status 429"}}
-	st := buildStatus([]*weirv1.Account{limited, gone}, &weirv1.Settings{}, nil, now)
+	st := poolstatus.Build([]*weirv1.Account{limited, gone}, &weirv1.Settings{}, nil, now)
 	if len(st.Problems) != 2 {
 		t.Fatalf("problems %+v, want one each", st.Problems)
 	}
