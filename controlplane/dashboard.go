@@ -54,6 +54,7 @@ func (s *Server) dashboardHandler(rpc http.Handler) http.Handler {
 		Dashboard:  weirv1connect.NewDashboardServiceClient(hc, base),
 		Audit:      weirv1connect.NewAuditServiceClient(hc, base),
 		Usage:      weirv1connect.NewUsageServiceClient(hc, base),
+		Ops:        weirv1connect.NewOpsServiceClient(hc, base),
 		Now:        s.now,
 		Logger:     s.log,
 	}

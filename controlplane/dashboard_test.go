@@ -723,3 +723,32 @@ func TestDashboardAccountPage(t *testing.T) {
 	}
 	wantStatus(t, "no such account", b.get("/dashboard/accounts/no-such"), http.StatusNotFound)
 }
+
+// The accounts page opens on the pool as `weir status` sums it up: how
+// many accounts of each provider can serve now, the next one back, what
+// is wrong with a link to each account concerned; the live fragment
+// carries it too.
+func TestDashboardPoolHeader(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ok, _ := e.createAccount(acct{label: "hdr-ok"})
+	cool, _ := e.createAccount(acct{label: "hdr-cool"})
+	_, keyHash := e.createKey("")
+	// hdr-cool meets a 429 while hdr-ok is paused, then hdr-ok comes back.
+	e.pause(ok.Id)
+	l := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash, Model: "claude-sonnet-4-5"})
+	e.release(l.Id, &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_RATE_LIMITED, Status: 429, Headers: map[string]string{"retry-after": "600"}})
+	e.resume(ok.Id)
+	b := e.browser()
+	b.login(e.cfg.AdminToken)
+	for _, path := range []string{"/dashboard/", "/dashboard/fragment/accounts"} {
+		p := b.get(path)
+		for _, want := range []string{`class="pool-header"`, "<strong>anthropic</strong>", "1 / 2</span> can serve now",
+			"Next back: <strong>hdr-cool</strong>", `<a href="/dashboard/accounts/` + cool.Id + `">hdr-cool</a>`, "No request held now."} {
+			if !strings.Contains(p.body, want) {
+				i := strings.Index(p.body, "pool-header")
+				t.Errorf("%s lacks %q: %.600s", path, want, p.body[max(i, 0):])
+			}
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/poolstatus"
 )
 
 // accountView is one account as the accounts page shows it.
@@ -161,17 +162,103 @@ func windowOrder(w string) int {
 
 type accountsData struct {
 	Accounts []accountView
+	Pool     poolHeader
 	Flash    string
 	Error    string
 	Now      time.Time
 }
 
 func (h *Handler) accountsData(r *http.Request) (accountsData, error) {
-	res, err := h.cfg.Accounts.ListAccounts(r.Context(), connect.NewRequest(&weirv1.ListAccountsRequest{}))
+	ctx := r.Context()
+	res, err := h.cfg.Accounts.ListAccounts(ctx, connect.NewRequest(&weirv1.ListAccountsRequest{}))
 	if err != nil {
 		return accountsData{}, err
 	}
-	return accountsData{Accounts: accountViews(res.Msg.Accounts), Now: h.cfg.Now()}, nil
+	now := h.cfg.Now()
+	d := accountsData{Accounts: accountViews(res.Msg.Accounts), Now: now}
+	// The pool header: what `weir status` says, from the same answers.
+	settings, err := h.cfg.Settings.GetSettings(ctx, connect.NewRequest(&weirv1.GetSettingsRequest{}))
+	if err != nil {
+		return d, err
+	}
+	integrity, err := h.cfg.Ops.LastIntegrityReport(ctx, connect.NewRequest(&weirv1.LastIntegrityReportRequest{}))
+	if err != nil {
+		return d, err
+	}
+	held, err := h.cfg.Routes.ListRouteEvents(ctx, connect.NewRequest(&weirv1.ListRouteEventsRequest{Limit: 1000, HeldOnly: true}))
+	if err != nil {
+		return d, err
+	}
+	breakers, err := h.cfg.Ops.ListBreakers(ctx, connect.NewRequest(&weirv1.ListBreakersRequest{}))
+	if err != nil {
+		return d, err
+	}
+	st := poolstatus.Build(res.Msg.Accounts, settings.Msg.Settings, integrity.Msg.Report, now)
+	st.Held = poolstatus.HeldNow(held.Msg.Events, now)
+	st.Breakers = poolstatus.Breakers(breakers.Msg.Breakers)
+	d.Pool = newPoolHeader(st, res.Msg.Accounts, d.Accounts)
+	return d, nil
+}
+
+// poolHeader is the accounts page's first lines: what can serve now per
+// provider, the next recovery, the pooled windows with their runway, the
+// requests held now, the open breakers, and what is wrong.
+type poolHeader struct {
+	Providers []providerLine
+	// NextBack is the soonest a cooling account comes back; zero when none
+	// is cooling.
+	NextBack      time.Time
+	NextBackLabel string
+	Held          int
+	HeldLongest   time.Duration
+	Breakers      []poolstatus.Breaker
+	Problems      []problemLine
+}
+
+type providerLine struct {
+	poolstatus.Provider
+	// Runway is when the first of its active accounts' five-hour or weekly
+	// window fills at its current burn (the forecast); zero when none does.
+	Runway time.Time
+}
+
+type problemLine struct {
+	poolstatus.Problem
+	// AccountID links the problem to its account's page.
+	AccountID string
+}
+
+func newPoolHeader(st poolstatus.Status, accts []*weirv1.Account, views []accountView) poolHeader {
+	ph := poolHeader{Breakers: st.Breakers}
+	ids := map[string]string{}
+	for _, a := range accts {
+		ids[a.Label] = a.Id
+	}
+	runway := map[string]time.Time{}
+	for _, v := range views {
+		if v.Cooldown != nil && (ph.NextBack.IsZero() || v.Cooldown.Until.Before(ph.NextBack)) {
+			ph.NextBack, ph.NextBackLabel = v.Cooldown.Until, v.Label
+		}
+		if v.State != "active" {
+			continue
+		}
+		for _, u := range v.Usage {
+			if u.Full != nil && (runway[v.Provider].IsZero() || u.Full.Before(runway[v.Provider])) {
+				runway[v.Provider] = *u.Full
+			}
+		}
+	}
+	for _, p := range st.Providers {
+		ph.Providers = append(ph.Providers, providerLine{Provider: p, Runway: runway[p.Provider]})
+	}
+	for _, hs := range st.Held {
+		ph.Held += hs.Requests
+		ph.HeldLongest = max(ph.HeldLongest, poolstatus.RoundDuration(hs.Longest))
+	}
+	for _, p := range st.Problems {
+		ph.Problems = append(ph.Problems, problemLine{Problem: p, AccountID: ids[p.Account]})
+	}
+	return ph
 }
 
 func (h *Handler) accountsPage(w http.ResponseWriter, r *http.Request, s session) {

@@ -49,6 +49,7 @@ type Config struct {
 	Dashboard weirv1connect.DashboardServiceClient
 	Audit     weirv1connect.AuditServiceClient
 	Usage     weirv1connect.UsageServiceClient
+	Ops       weirv1connect.OpsServiceClient
 	// Jobs serves River's UI under JobsPrefix; nil when this replica runs
 	// no jobs (the jobs page then says so).
 	Jobs http.Handler
