@@ -433,7 +433,7 @@ func TestDashboardPagesKeepSecrets(t *testing.T) {
 	pages := []string{
 		"/dashboard/", "/dashboard/fragment/accounts", "/dashboard/accounts/" + a.Id + "/pause",
 		"/dashboard/accounts/" + o.Id + "/clear-cooldown", "/dashboard/history", "/dashboard/history?range=6h",
-		"/dashboard/history?range=7d", "/dashboard/requests", "/dashboard/requests?outcome=success&account=" + a.Id,
+		"/dashboard/history?range=7d", "/dashboard/history?range=1h", "/dashboard/requests", "/dashboard/requests?outcome=success&account=" + a.Id,
 		"/dashboard/fragment/requests?key=" + key.Id, "/dashboard/requests/" + reqID, "/dashboard/settings", "/dashboard/jobs/",
 		"/dashboard/usage", "/dashboard/usage?range=1h&by=session&per=hour", "/dashboard/usage?range=30d&by=account&per=day&tz=Asia/Kolkata",
 		"/dashboard/usage.csv?by=key", "/dashboard/usage/cache", "/dashboard/usage/prices", "/dashboard/budgets", "/dashboard/audit",

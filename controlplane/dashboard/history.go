@@ -16,7 +16,7 @@ import (
 var ranges = []struct {
 	Name string
 	D    time.Duration
-}{{"6h", 6 * time.Hour}, {"24h", 24 * time.Hour}, {"7d", 7 * 24 * time.Hour}}
+}{{"1h", time.Hour}, {"6h", 6 * time.Hour}, {"24h", 24 * time.Hour}, {"7d", 7 * 24 * time.Hour}}
 
 type accountChart struct {
 	Label    string
@@ -39,7 +39,7 @@ type historyData struct {
 
 func (h *Handler) historyPage(w http.ResponseWriter, r *http.Request, s session) {
 	name := r.URL.Query().Get("range")
-	rng := ranges[1]
+	rng := ranges[2] // 24h
 	for _, c := range ranges {
 		if c.Name == name {
 			rng = c
@@ -67,7 +67,15 @@ func (h *Handler) historyPage(w http.ResponseWriter, r *http.Request, s session)
 		d.Ranges = append(d.Ranges, c.Name)
 	}
 
-	past := timeAxis{from: now.Add(-rng.D), to: now}
+	// One time axis for every chart of the page: from the range's start,
+	// or its first data when that came later (a pool a few minutes old is
+	// not drawn as a sliver at the end of a day), to a quarter of the range
+	// ahead of now, where the usage forecasts reach.
+	from := now.Add(-rng.D)
+	if first, ok := firstData(usage.Msg.Series, stats.Msg.Buckets); ok && first.After(from) {
+		from = first.Add(-stats.Msg.Bucket.AsDuration())
+	}
+	axis := timeAxis{from: from, to: now.Add(rng.D / forecastHorizonDivisor)}
 	var buckets []poolBucket
 	for _, k := range stats.Msg.Buckets {
 		pb := poolBucket{Start: k.Start.AsTime(), Requests: k.Requests, Holds: k.Holds, Errors: k.Errors}
@@ -76,17 +84,14 @@ func (h *Handler) historyPage(w http.ResponseWriter, r *http.Request, s session)
 		d.Totals.Holds += pb.Holds
 		d.Totals.Errors += pb.Errors
 	}
-	d.Pool = poolChart(past, stats.Msg.Bucket.AsDuration(), now, buckets)
+	d.Pool = poolChart(axis, stats.Msg.Bucket.AsDuration(), now, buckets)
 
 	byAccount := map[string][]*weirv1.UsageSeries{}
 	for _, s := range usage.Msg.Series {
 		byAccount[s.AccountId] = append(byAccount[s.AccountId], s)
 	}
-	// The usage charts look a quarter of the range ahead, where forecasts
-	// reach their exhaustion.
-	ahead := timeAxis{from: past.from, to: now.Add(rng.D / forecastHorizonDivisor)}
 	for _, a := range accts.Msg.Accounts {
-		c, ok := newAccountChart(fmt.Sprint(len(d.Accounts)), a, byAccount[a.Id], ahead, now)
+		c, ok := newAccountChart(fmt.Sprint(len(d.Accounts)), a, byAccount[a.Id], axis, now)
 		if !ok {
 			d.NoHistory = append(d.NoHistory, a.Label)
 			continue
@@ -137,4 +142,25 @@ func newAccountChart(id string, a *weirv1.Account, snapshots []*weirv1.UsageSeri
 		}
 	}
 	return accountChart{Label: a.Label, Chart: usageChart(id, a.Label+" utilization", axis, now, series), Legend: series, Forecast: views.Usage}, true
+}
+
+// firstData is the time of the earliest usage point or request bucket.
+func firstData(series []*weirv1.UsageSeries, buckets []*weirv1.RouteBucket) (time.Time, bool) {
+	var first time.Time
+	see := func(t time.Time) {
+		if first.IsZero() || t.Before(first) {
+			first = t
+		}
+	}
+	for _, s := range series {
+		for _, p := range s.Points {
+			see(p.At.AsTime())
+		}
+	}
+	for _, b := range buckets {
+		if b.Requests > 0 || b.Holds > 0 {
+			see(b.Start.AsTime())
+		}
+	}
+	return first, !first.IsZero()
 }
