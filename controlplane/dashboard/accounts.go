@@ -5,10 +5,12 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/weirhq/weir/controlplane/policy"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/poolstatus"
 )
@@ -41,6 +43,9 @@ type accountView struct {
 	// Actions offered: pause or resume, and clear cooldown.
 	Paused   bool
 	CanClear bool
+	// PauseWarning says which surfaces a pause would leave with no account
+	// that can serve (pauseWarning); "" when none.
+	PauseWarning string
 }
 
 type cooldownView struct {
@@ -120,6 +125,7 @@ func accountViews(accts []*weirv1.Account) []accountView {
 			v.Usage = append(v.Usage, uv)
 		}
 		slices.SortFunc(v.Usage, func(a, b usageView) int { return cmp.Compare(windowOrder(a.Window), windowOrder(b.Window)) })
+		v.PauseWarning = pauseWarning(accts, a.Id)
 		out = append(out, v)
 	}
 	return out
@@ -313,7 +319,9 @@ var actions = map[string]action{
 type confirmData struct {
 	Account            accountView
 	Action, Verb, What string
-	Error              string
+	// Warning is what the action leaves without an account (pauseWarning).
+	Warning string
+	Error   string
 }
 
 // confirmPage asks before an action: the no-JavaScript path, and where the
@@ -329,8 +337,16 @@ func (h *Handler) confirmPage(w http.ResponseWriter, r *http.Request, s session)
 		h.fail(w, r, err)
 		return
 	}
-	h.render(w, r, http.StatusOK, "confirm", view{Title: a.verb, Nav: "accounts", CSRF: s.csrf, Data: confirmData{
-		Account: accountViews([]*weirv1.Account{res.Msg.Account})[0], Action: r.PathValue("action"), Verb: a.verb, What: a.what}})
+	d := confirmData{Account: accountViews([]*weirv1.Account{res.Msg.Account})[0], Action: r.PathValue("action"), Verb: a.verb, What: a.what}
+	if d.Action == "pause" {
+		all, err := h.cfg.Accounts.ListAccounts(r.Context(), connect.NewRequest(&weirv1.ListAccountsRequest{}))
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		d.Warning = pauseWarning(all.Msg.Accounts, res.Msg.Account.Id)
+	}
+	h.render(w, r, http.StatusOK, "confirm", view{Title: a.verb, Nav: "accounts", CSRF: s.csrf, Data: d})
 }
 
 func (h *Handler) accountAction(w http.ResponseWriter, r *http.Request, s session) {
@@ -354,4 +370,48 @@ func (h *Handler) accountAction(w http.ResponseWriter, r *http.Request, s sessio
 	}
 	h.cfg.Logger.InfoContext(r.Context(), "dashboard action", "action", name, "account_id", acct.Id)
 	http.Redirect(w, r, Prefix+"?done="+name+"&account="+url.QueryEscape(acct.Label), http.StatusSeeOther)
+}
+
+// surfaceNames name the client surfaces for an operator.
+var surfaceNames = []struct {
+	sf   weirv1.Surface
+	name string
+}{
+	{weirv1.Surface_SURFACE_MESSAGES, "Messages (Claude Code)"},
+	{weirv1.Surface_SURFACE_RESPONSES, "Responses (Codex)"},
+	{weirv1.Surface_SURFACE_CHAT_COMPLETIONS, "Chat Completions"},
+}
+
+// pauseWarning says which surfaces pausing the account id would leave
+// with no account that can serve now ("" when none): it is the last
+// active account of every provider serving them.
+func pauseWarning(accts []*weirv1.Account, id string) string {
+	var target *weirv1.Account
+	for _, a := range accts {
+		if a.Id == id {
+			target = a
+		}
+	}
+	if target == nil || target.State != weirv1.AccountState_ACCOUNT_STATE_ACTIVE {
+		return ""
+	}
+	var left []string
+	for _, s := range surfaceNames {
+		if !policy.Serves(target.Provider, s.sf) {
+			continue
+		}
+		others := 0
+		for _, a := range accts {
+			if a.Id != id && a.State == weirv1.AccountState_ACCOUNT_STATE_ACTIVE && policy.Serves(a.Provider, s.sf) {
+				others++
+			}
+		}
+		if others == 0 {
+			left = append(left, s.name)
+		}
+	}
+	if len(left) == 0 {
+		return ""
+	}
+	return "It is the last account that can serve " + strings.Join(left, " and ") + " now: those clients get no account until another recovers or is resumed."
 }

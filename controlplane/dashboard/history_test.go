@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -24,5 +25,31 @@ func TestFirstData(t *testing.T) {
 	}
 	if got, ok := firstData(series, buckets); !ok || !got.Equal(now.Add(-20*time.Minute)) {
 		t.Errorf("first %v %v, want 20 minutes ago (the empty bucket an hour ago is no data)", got, ok)
+	}
+}
+
+// Pausing warns when it leaves a surface with no account that can serve
+// now: the last active Codex login leaves Responses to the OpenAI key,
+// so no warning; the last active Anthropic account leaves Messages bare.
+func TestPauseWarning(t *testing.T) {
+	t.Parallel()
+	active, cooling := weirv1.AccountState_ACCOUNT_STATE_ACTIVE, weirv1.AccountState_ACCOUNT_STATE_COOLING
+	accts := []*weirv1.Account{
+		{Id: "claude-1", Provider: weirv1.Provider_PROVIDER_ANTHROPIC, State: active},
+		{Id: "claude-2", Provider: weirv1.Provider_PROVIDER_ANTHROPIC, State: cooling},
+		{Id: "codex-1", Provider: weirv1.Provider_PROVIDER_CODEX, State: active},
+		{Id: "oai-1", Provider: weirv1.Provider_PROVIDER_OPENAI, State: active},
+	}
+	if w := pauseWarning(accts, "claude-1"); !strings.Contains(w, "Messages") {
+		t.Errorf("the last active Anthropic account: %q", w)
+	}
+	if w := pauseWarning(accts, "codex-1"); w != "" {
+		t.Errorf("a Codex login beside an OpenAI key: %q", w)
+	}
+	if w := pauseWarning(accts, "oai-1"); !strings.Contains(w, "Chat Completions") || strings.Contains(w, "Responses") {
+		t.Errorf("the only OpenAI key: %q, want Chat Completions alone (Codex still serves Responses)", w)
+	}
+	if w := pauseWarning(accts, "claude-2"); w != "" {
+		t.Errorf("a cooling account: %q", w)
 	}
 }
