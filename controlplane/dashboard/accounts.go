@@ -126,6 +126,19 @@ func accountViews(accts []*weirv1.Account) []accountView {
 		}
 		slices.SortFunc(v.Usage, func(a, b usageView) int { return cmp.Compare(windowOrder(a.Window), windowOrder(b.Window)) })
 		v.PauseWarning = pauseWarning(accts, a.Id)
+		switch a.State {
+		case weirv1.AccountState_ACCOUNT_STATE_BROKEN:
+			// A broken account serves nothing until an operator acts: its
+			// windows, gates and cooldown are beside the point.
+			v.Usage, v.Gates, v.Cooldown = nil, nil, nil
+		case weirv1.AccountState_ACCOUNT_STATE_PAUSED:
+		default:
+			if c := a.Cooldown; c != nil && spentReason(c.Reason) {
+				// Out of quota: "spent" says it plainly, its cooldown when
+				// it is back.
+				v.State = "spent"
+			}
+		}
 		out = append(out, v)
 	}
 	return out
@@ -414,4 +427,9 @@ func pauseWarning(accts []*weirv1.Account, id string) string {
 		return ""
 	}
 	return "It is the last account that can serve " + strings.Join(left, " and ") + " now: those clients get no account until another recovers or is resumed."
+}
+
+// spentReason says whether a cooldown is the account's quota running out.
+func spentReason(r weirv1.CooldownReason) bool {
+	return r == weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED || r == weirv1.CooldownReason_COOLDOWN_REASON_OUT_OF_CREDITS
 }

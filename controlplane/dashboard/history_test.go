@@ -53,3 +53,31 @@ func TestPauseWarning(t *testing.T) {
 		t.Errorf("a cooling account: %q", w)
 	}
 }
+
+// An account out of quota reads "spent", with the cooldown that says when
+// it is back; a broken one shows only why it is broken, no usage windows,
+// gates or cooldown beside the point; a rate-limited one is cooling.
+func TestAccountViewsStates(t *testing.T) {
+	t.Parallel()
+	until := timestamppb.New(time.Date(2030, 1, 1, 14, 0, 0, 0, time.UTC))
+	used := 0.08
+	win := []*weirv1.UsageWindow{{Window: "five_hour", Utilization: &used}}
+	vs := accountViews([]*weirv1.Account{
+		{Id: "a", State: weirv1.AccountState_ACCOUNT_STATE_COOLING, Usage: win,
+			Cooldown: &weirv1.Cooldown{Reason: weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED, Until: until}},
+		{Id: "b", State: weirv1.AccountState_ACCOUNT_STATE_BROKEN, BrokenReason: "401 invalid x-api-key", Usage: win,
+			Cooldown: &weirv1.Cooldown{Reason: weirv1.CooldownReason_COOLDOWN_REASON_INVALID_CREDENTIAL, Until: until},
+			FamilyGates: []*weirv1.FamilyGate{{Family: "opus", Until: until}}},
+		{Id: "c", State: weirv1.AccountState_ACCOUNT_STATE_COOLING,
+			Cooldown: &weirv1.Cooldown{Reason: weirv1.CooldownReason_COOLDOWN_REASON_RATE_LIMITED, Until: until}},
+	})
+	if vs[0].State != "spent" || vs[0].Cooldown == nil {
+		t.Errorf("out of quota: %+v", vs[0])
+	}
+	if v := vs[1]; v.State != "broken" || v.BrokenWhy == "" || v.Usage != nil || v.Gates != nil || v.Cooldown != nil {
+		t.Errorf("broken: %+v", v)
+	}
+	if vs[2].State != "cooling" {
+		t.Errorf("rate limited: %+v", vs[2])
+	}
+}
