@@ -66,7 +66,7 @@ func TestAccountViewsStates(t *testing.T) {
 		{Id: "a", State: weirv1.AccountState_ACCOUNT_STATE_COOLING, Usage: win,
 			Cooldown: &weirv1.Cooldown{Reason: weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED, Until: until}},
 		{Id: "b", State: weirv1.AccountState_ACCOUNT_STATE_BROKEN, BrokenReason: "401 invalid x-api-key", Usage: win,
-			Cooldown: &weirv1.Cooldown{Reason: weirv1.CooldownReason_COOLDOWN_REASON_INVALID_CREDENTIAL, Until: until},
+			Cooldown:    &weirv1.Cooldown{Reason: weirv1.CooldownReason_COOLDOWN_REASON_INVALID_CREDENTIAL, Until: until},
 			FamilyGates: []*weirv1.FamilyGate{{Family: "opus", Until: until}}},
 		{Id: "c", State: weirv1.AccountState_ACCOUNT_STATE_COOLING,
 			Cooldown: &weirv1.Cooldown{Reason: weirv1.CooldownReason_COOLDOWN_REASON_RATE_LIMITED, Until: until}},
