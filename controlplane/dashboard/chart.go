@@ -55,6 +55,23 @@ type usageSeries struct {
 type usagePoint struct {
 	At          time.Time
 	Utilization float64
+	// ResetsAt is when the window the reading was of resets (zero when
+	// unknown): the chart marks each reset.
+	ResetsAt time.Time
+}
+
+// resets are the distinct resets a series' readings name within the
+// axis, in order.
+func (s usageSeries) resets(ax timeAxis) []time.Time {
+	var out []time.Time
+	for _, p := range s.Points {
+		r := p.ResetsAt
+		if r.IsZero() || r.Before(ax.from) || r.After(ax.to) || (len(out) > 0 && out[len(out)-1].Equal(r)) {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // usageChart draws utilization 0..100% over [from, to] with a "now" line
@@ -84,6 +101,10 @@ func usageChart(id, title string, ax timeAxis, now time.Time, series []usageSeri
 			fmt.Fprintf(&b, `<line class="forecast s%d" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f"><title>%s full %s</title></line>`,
 				s.Class, ax.x(now), yFrac(s.Now), ax.x(*s.Full), yFrac(1), template.HTMLEscapeString(s.Window), utc(*s.Full))
 		}
+		for _, r := range s.resets(ax) {
+			fmt.Fprintf(&b, `<line class="reset s%d" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f"><title>%s resets %s</title></line>`,
+				s.Class, ax.x(r), plotT, ax.x(r), plotB, template.HTMLEscapeString(s.Window), utc(r))
+		}
 	}
 	b.WriteString(`</g></svg>`)
 	return template.HTML(b.String()) //nolint:gosec // built from numbers and escaped text
@@ -111,34 +132,42 @@ type poolBucket struct {
 	Requests, Holds, Errors int64
 }
 
-// poolChart draws requests per bucket as bars, the errors among them in
-// front, and the holds as dots.
+// poolChart draws requests per bucket as bars on the left axis, and the
+// errors (a line) and holds (dots) on an axis of their own on the right:
+// a handful of errors beside thousands of requests would not show on one.
 func poolChart(ax timeAxis, bucket time.Duration, now time.Time, buckets []poolBucket) template.HTML {
-	var top int64 = 1
+	var top, topR int64 = 1, 1
 	for _, k := range buckets {
-		top = max(top, k.Requests, k.Holds)
+		top = max(top, k.Requests)
+		topR = max(topR, k.Errors, k.Holds)
 	}
-	top = niceCeil(top)
+	top, topR = niceCeil(top), niceCeil(topR)
 	y := func(n float64) float64 { return plotB - (plotB-plotT)*n/float64(top) }
+	yR := func(n float64) float64 { return plotB - (plotB-plotT)*n/float64(topR) }
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %.0f %.0f" role="img" aria-label="requests, errors and holds over time">`, chartW, chartH)
 	for _, n := range []float64{0, float64(top) / 2, float64(top)} {
 		fmt.Fprintf(&b, `<line class="grid" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f"/>`, plotL, y(n), plotR, y(n))
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="end" %s>%g</text>`, plotL-4, y(n)+4, chartFontAttrs, n)
 	}
+	for _, n := range []float64{float64(topR) / 2, float64(topR)} {
+		fmt.Fprintf(&b, `<text class="axis-right" x="%.1f" y="%.1f" text-anchor="end" %s>%g</text>`, plotR-2, yR(n)-3, chartFontAttrs, n)
+	}
 	timeTicks(&b, ax, now)
 	w := math.Max(1, ax.x(ax.from.Add(bucket))-ax.x(ax.from)-1)
+	var errLine []string
 	for _, k := range buckets {
 		x := ax.x(k.Start)
-		req, errs, holds := float64(k.Requests), float64(k.Errors), float64(k.Holds)
+		req := float64(k.Requests)
 		fmt.Fprintf(&b, `<rect class="req-bar" x="%.1f" y="%.1f" width="%.1f" height="%.1f"><title>%s: %d requests, %d errors, %d holds</title></rect>`,
 			x, y(req), w, plotB-y(req), utc(k.Start), k.Requests, k.Errors, k.Holds)
-		if k.Errors > 0 {
-			fmt.Fprintf(&b, `<rect class="err-bar" x="%.1f" y="%.1f" width="%.1f" height="%.1f"/>`, x, y(errs), w, plotB-y(errs))
-		}
+		errLine = append(errLine, fmt.Sprintf("%.1f,%.1f", x+w/2, yR(float64(k.Errors))))
 		if k.Holds > 0 {
-			fmt.Fprintf(&b, `<circle class="hold-dot" cx="%.1f" cy="%.1f" r="3.5"/>`, x+w/2, y(holds))
+			fmt.Fprintf(&b, `<circle class="hold-dot" cx="%.1f" cy="%.1f" r="3.5"/>`, x+w/2, yR(float64(k.Holds)))
 		}
+	}
+	if len(errLine) > 1 {
+		fmt.Fprintf(&b, `<polyline class="err-line" points="%s"/>`, strings.Join(errLine, " "))
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String()) //nolint:gosec // built from numbers

@@ -127,7 +127,11 @@ func newAccountChart(id string, a *weirv1.Account, snapshots []*weirv1.UsageSeri
 		win := windowText(s.Window)
 		us := usageSeries{Window: win, Class: classOf(win)}
 		for _, p := range s.Points {
-			us.Points = append(us.Points, usagePoint{At: p.At.AsTime(), Utilization: p.Utilization})
+			pt := usagePoint{At: p.At.AsTime(), Utilization: p.Utilization}
+			if p.ResetsAt != nil {
+				pt.ResetsAt = p.ResetsAt.AsTime()
+			}
+			us.Points = append(us.Points, pt)
 		}
 		if u, ok := current[win]; ok {
 			us.Now, us.Full = u.Utilization, u.Full

@@ -81,3 +81,36 @@ func TestAccountViewsStates(t *testing.T) {
 		t.Errorf("rate limited: %+v", vs[2])
 	}
 }
+
+// The usage chart marks each reset a window's readings name (once, and
+// only within the axis); the pool chart puts errors and holds on an axis
+// of their own, so a few errors beside many requests still show.
+func TestChartsResetsAndRightAxis(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	ax := timeAxis{from: now.Add(-6 * time.Hour), to: now.Add(90 * time.Minute)}
+	reset, later := now.Add(-2*time.Hour), now.Add(3*time.Hour)
+	s := usageSeries{Window: "5h", Points: []usagePoint{
+		{At: now.Add(-4 * time.Hour), Utilization: 0.9, ResetsAt: reset},
+		{At: now.Add(-3 * time.Hour), Utilization: 0.95, ResetsAt: reset},
+		{At: now.Add(-time.Hour), Utilization: 0.1, ResetsAt: later},
+	}}
+	if got := s.resets(ax); len(got) != 1 || !got[0].Equal(reset) {
+		t.Errorf("resets %v, want the one within the axis once", got)
+	}
+	if svg := string(usageChart("t", "t", ax, now, []usageSeries{s})); strings.Count(svg, `class="reset s0"`) != 1 {
+		t.Errorf("usage chart has %d reset marks, want 1", strings.Count(svg, `class="reset s0"`))
+	}
+	svg := string(poolChart(ax, 10*time.Minute, now, []poolBucket{
+		{Start: now.Add(-time.Hour), Requests: 5000, Errors: 3, Holds: 1},
+		{Start: now.Add(-50 * time.Minute), Requests: 4000, Errors: 1},
+	}))
+	if !strings.Contains(svg, `class="err-line"`) || !strings.Contains(svg, `class="axis-right"`) || !strings.Contains(svg, `class="hold-dot"`) {
+		t.Errorf("pool chart lacks its right axis, error line or hold dots: %s", svg)
+	}
+	// Three errors of a right axis up to 5 stand at 3/5 of the plot's
+	// height (y 89.2), though requests are a thousand times more.
+	if !strings.Contains(svg, `,89.2 `) {
+		t.Errorf("the errors are not on their own axis: %s", svg)
+	}
+}
