@@ -183,6 +183,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	step("sign in", chromedp.SetValue(chromedp.CSS("#token"), e.admin),
 		chromedp.Click(chromedp.CSS(`.login button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("table.accounts")))
 
+	// The pool header: what can serve now, what is wrong.
+	if got := text("pool header", "section.pool-header"); !strings.Contains(got, "can serve now") || !strings.Contains(got, "What is wrong") ||
+		!strings.Contains(got, "api-1") || !strings.Contains(got, "Next back: api-1") {
+		t.Errorf("pool header = %q, want what can serve, api-1 cooling and next back", got)
+	}
 	// Accounts, with the real state the requests left.
 	api := `tr[data-account="api-1"]`
 	max := `tr[data-account="max-1"]`
@@ -247,6 +252,18 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 	}
 	shoot("explain")
+
+	// The account the failover left cooling: its page, linked from the
+	// explain view, keeps the cooldown with its evidence.
+	step("account page", chromedp.Click(chromedp.CSS(`table.timeline a[href^="/dashboard/accounts/"]`)),
+		chromedp.WaitVisible(chromedp.CSS("table.history")))
+	if got := text("account page", "h1"); got != "Account api-1" {
+		t.Errorf("account page heading %q", got)
+	}
+	if got := text("account history", "table.history"); !strings.Contains(got, "cooldown") || !strings.Contains(got, "rate limited") || !strings.Contains(got, "429") {
+		t.Errorf("api-1's history = %q, want its rate-limit cooldown with the 429", got)
+	}
+	shoot("account")
 
 	// History.
 	step("history", chromedp.Navigate(base+"/dashboard/history?range=6h"), chromedp.WaitVisible(chromedp.CSS("figure.pool svg.chart")))
