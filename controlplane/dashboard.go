@@ -152,14 +152,9 @@ func (d dashboardService) ClearCooldown(ctx context.Context, req *connect.Reques
 
 func (d dashboardService) SearchRouteEvents(ctx context.Context, req *connect.Request[weirv1.SearchRouteEventsRequest]) (*connect.Response[weirv1.SearchRouteEventsResponse], error) {
 	m := req.Msg
-	limit := m.Limit
-	switch {
-	case limit < 0:
-		return nil, invalidf("limit: must not be negative")
-	case limit == 0:
-		limit = 50
-	case limit > 1000:
-		limit = 1000
+	limit, err := pageLimit("limit", m.Limit, 50, 1000)
+	if err != nil {
+		return nil, err
 	}
 	p := db.SearchRouteEventsParams{MaxRows: limit + 1} // one more says there is a next page
 	if m.PageToken != "" {
@@ -359,14 +354,9 @@ func (d dashboardService) AccountHistory(ctx context.Context, req *connect.Reque
 	if err != nil {
 		return nil, err
 	}
-	limit := m.Limit
-	switch {
-	case limit < 0:
-		return nil, invalidf("limit: must not be negative")
-	case limit == 0:
-		limit = 100
-	case limit > 1000:
-		limit = 1000
+	limit, err := pageLimit("limit", m.Limit, 100, 1000)
+	if err != nil {
+		return nil, err
 	}
 	rows, err := d.q.ListAccountHistory(ctx, db.ListAccountHistoryParams{AccountID: acct.ID, MaxRows: limit})
 	if err != nil {

@@ -36,14 +36,9 @@ type routeService struct {
 }
 
 func (r routeService) ListRouteEvents(ctx context.Context, req *connect.Request[weirv1.ListRouteEventsRequest]) (*connect.Response[weirv1.ListRouteEventsResponse], error) {
-	limit := req.Msg.Limit
-	switch {
-	case limit < 0:
-		return nil, invalidf("limit: must not be negative")
-	case limit == 0:
-		limit = 50
-	case limit > 1000:
-		limit = 1000
+	limit, err := pageLimit("limit", req.Msg.Limit, 50, 1000)
+	if err != nil {
+		return nil, err
 	}
 	p := db.ListRouteEventsParams{MaxRows: limit, SpilledOnly: req.Msg.SpilledOnly, HeldOnly: req.Msg.HeldOnly}
 	if req.Msg.AccountId != "" {
@@ -278,14 +273,9 @@ func refusalColumns(counts []*weirv1.RefusalCount, now time.Time) (*db.UpsertRef
 
 // ListRefusals sums the workers' refusal counts.
 func (r routeService) ListRefusals(ctx context.Context, req *connect.Request[weirv1.ListRefusalsRequest]) (*connect.Response[weirv1.ListRefusalsResponse], error) {
-	limit := req.Msg.GetLimit()
-	switch {
-	case limit < 0:
-		return nil, invalidf("limit: must not be negative")
-	case limit == 0:
-		limit = 100
-	case limit > 1000:
-		limit = 1000
+	limit, err := pageLimit("limit", req.Msg.GetLimit(), 100, 1000)
+	if err != nil {
+		return nil, err
 	}
 	since := r.now().Add(-time.Hour)
 	if s := req.Msg.GetSince(); s != nil {
