@@ -196,14 +196,14 @@ func (s *Server) Handler() http.Handler {
 
 // rpcHandler serves every Connect service: the network's calls and, in
 // process, the dashboard's, through the same interceptors (token, then
-// audit, then errors), and the services' paths.
+// audit, then roles, then errors), and the services' paths.
 func (s *Server) rpcHandler() (http.Handler, []string) {
 	opts := connect.WithHandlerOptions(
 		connect.WithInterceptors(tokenInterceptor{
 			admin:     []byte(s.cfg.AdminToken),
 			dataplane: []byte(s.cfg.DataplaneToken),
 			refused:   s.metrics.unauthenticated,
-		}, auditInterceptor{q: s.q, now: s.now, log: s.log, failed: s.metrics.auditFailures.Inc}, errorInterceptor(s.log)),
+		}, auditInterceptor{q: s.q, now: s.now, log: s.log, failed: s.metrics.auditFailures.Inc}, roleInterceptor{}, errorInterceptor(s.log)),
 		// Leases and decisions are a few hundred bytes: gzip would cost
 		// both sides CPU on every call and save nothing worth having.
 		connect.WithCompressMinBytes(16<<10),
