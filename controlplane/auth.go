@@ -15,14 +15,18 @@ import (
 )
 
 // tokenInterceptor admits LeaseService calls with the data-plane token and
-// every other call with the admin token, as the admin role, or in process
-// with the principal the dashboard's session put in the context (no
-// network request can carry a context value). Neither token opens the
+// every other call with the admin token, as the admin role; or with a
+// person's OpenID ID token, as their role (person); or in process with the
+// principal the dashboard's session put in the context (no network
+// request can carry a context value). Neither token opens the
 // other's services: a leaked worker token cannot read or change the pool.
 // A refused call is counted by service, never written to the audit log.
 type tokenInterceptor struct {
 	admin, dataplane []byte
 	refused          *prometheus.CounterVec
+	// person finds the principal of a bearer token that is not the admin
+	// token: a person's ID token (Server.personOf).
+	person func(ctx context.Context, token string) (principal, bool)
 }
 
 var errUnauthenticated = errors.New("missing or invalid bearer token")
@@ -42,6 +46,11 @@ func (t tokenInterceptor) authenticate(ctx context.Context, procedure string, he
 		want = t.dataplane
 	}
 	token, ok := strings.CutPrefix(header.Get("Authorization"), "Bearer ")
+	if ok && !lease && t.person != nil && subtle.ConstantTimeCompare([]byte(token), want) != 1 {
+		if p, ok := t.person(ctx, token); ok {
+			return withPrincipal(ctx, p), nil
+		}
+	}
 	if !ok || subtle.ConstantTimeCompare([]byte(token), want) != 1 {
 		if t.refused != nil {
 			service, _, _ := strings.Cut(strings.TrimPrefix(procedure, "/"), "/")
@@ -77,6 +86,26 @@ func (t tokenInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc
 		}
 		return next(ctx, conn)
 	}
+}
+
+// personOf is the principal of an ID token from the OpenID provider, with
+// the role the mapping gives its email; false for anything else. Only a
+// token shaped like a JWT is tried: a mistyped admin token costs no call
+// to the provider.
+func (s *Server) personOf(ctx context.Context, token string) (principal, bool) {
+	if s.oidc == nil || strings.Count(token, ".") != 2 {
+		return principal{}, false
+	}
+	email, err := s.oidc.VerifyBearer(ctx, token, s.now)
+	if err != nil {
+		s.log.DebugContext(ctx, "oidc bearer refused", "err", err)
+		return principal{}, false
+	}
+	role := s.cfg.oidcRoles.RoleOf(email)
+	if role == people.None {
+		return principal{}, false
+	}
+	return principal{name: email, credential: people.CredentialOIDC, role: role}, true
 }
 
 var errNoClientCert = errors.New("LeaseService needs a client certificate (mTLS)")

@@ -48,6 +48,7 @@ func (s *Server) dashboardHandler(rpc http.Handler) http.Handler {
 		AdminToken:     s.cfg.AdminToken,
 		Sessions:       sessionStore{q: s.q},
 		Roles:          s.cfg.oidcRoles,
+		OIDC:           s.oidc,
 		TrustedProxies: s.cfg.TrustedProxies,
 		Accounts:       weirv1connect.NewAccountServiceClient(hc, base),
 		Keys:           weirv1connect.NewKeyServiceClient(hc, base),
@@ -60,10 +61,6 @@ func (s *Server) dashboardHandler(rpc http.Handler) http.Handler {
 		Ops:            weirv1connect.NewOpsServiceClient(hc, base),
 		Now:            s.now,
 		Logger:         s.log,
-	}
-	if s.cfg.OIDCIssuer != "" {
-		cfg.OIDC = &dashboard.OIDC{Name: s.cfg.OIDCName, Issuer: s.cfg.OIDCIssuer, ClientID: s.cfg.OIDCClientID,
-			ClientSecret: s.cfg.OIDCClientSecret, RedirectURL: s.cfg.OIDCRedirectURL, Client: s.cfg.OIDCClient}
 	}
 	if s.river != nil {
 		jobs, err := riverui.NewHandler(&riverui.HandlerOpts{

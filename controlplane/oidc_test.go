@@ -445,3 +445,54 @@ func TestDashboardSecureBehindTrustedProxy(t *testing.T) {
 		}
 	}
 }
+
+// TestOIDCBearerOnAdminAPI: a person's ID token is a bearer token on the
+// admin API, with their role; a spoiled one is no credential.
+func TestOIDCBearerOnAdminAPI(t *testing.T) {
+	t.Parallel()
+	e, idp := setupOIDC(t)
+	a, _ := e.createAccount(acct{label: "bearer-acct"})
+	claims := func(email string) map[string]any {
+		now := e.clock.Now()
+		return map[string]any{"iss": idp.srv.URL, "sub": "sub-" + email, "aud": "weir-dashboard", "iat": now.Unix(),
+			"exp": now.Add(5 * time.Minute).Unix(), "email": email, "email_verified": true}
+	}
+	olga := e.adminAPI(idp.sign(claims("olga@example.com")), "claimed-name")
+	if _, err := olga.accounts.ListAccounts(t.Context(), connect.NewRequest(&weirv1.ListAccountsRequest{})); err != nil {
+		t.Fatalf("operator reads: %v", err)
+	}
+	if _, err := olga.accounts.PauseAccount(t.Context(), connect.NewRequest(&weirv1.PauseAccountRequest{Id: a.Id})); err != nil {
+		t.Fatalf("operator pauses: %v", err)
+	}
+	_, err := olga.settings.UpdateSettings(t.Context(), connect.NewRequest(&weirv1.UpdateSettingsRequest{
+		Settings:   &weirv1.Settings{RequestDeadline: durationpb.New(30 * time.Minute)},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"request_deadline"}}}))
+	wantRoleCode(t, "operator changes settings", err, connect.CodePermissionDenied)
+
+	rows := e.auditRows(e.adminAPI(e.cfg.AdminToken, "test"), &weirv1.ListAuditEventsRequest{})
+	var paused, refused bool
+	for _, r := range rows {
+		if r.Actor == "olga@example.com" && r.Credential == "oidc" {
+			paused = paused || (strings.HasSuffix(r.Procedure, "/PauseAccount") && r.Outcome == "ok")
+			refused = refused || (strings.HasSuffix(r.Procedure, "/UpdateSettings") && r.Outcome == connect.CodePermissionDenied.String())
+		}
+	}
+	if !paused || !refused {
+		t.Errorf("the audit does not name olga's pause (%v) and refused change (%v): %v", paused, refused, rows)
+	}
+
+	for name, spoil := range map[string]func(map[string]any){
+		"expired":        func(c map[string]any) { c["exp"] = e.clock.Now().Add(-time.Minute).Unix() },
+		"wrong audience": func(c map[string]any) { c["aud"] = "someone-else" },
+		"wrong issuer":   func(c map[string]any) { c["iss"] = "https://evil.example" },
+		"unmapped":       func(c map[string]any) { c["email"] = "eve@elsewhere.org" },
+	} {
+		c := claims("alice@example.com")
+		spoil(c)
+		_, err := e.adminAPI(idp.sign(c), "").accounts.ListAccounts(t.Context(), connect.NewRequest(&weirv1.ListAccountsRequest{}))
+		wantRoleCode(t, name, err, connect.CodeUnauthenticated)
+	}
+	idp.tamper = true
+	_, err = e.adminAPI(idp.sign(claims("alice@example.com")), "").accounts.ListAccounts(t.Context(), connect.NewRequest(&weirv1.ListAccountsRequest{}))
+	wantRoleCode(t, "tampered", err, connect.CodeUnauthenticated)
+}
