@@ -28,15 +28,16 @@ type Config struct {
 	// OIDCIssuer turns on OpenID Connect sign-in to the dashboard: the
 	// provider's issuer URL (its /.well-known/openid-configuration is read
 	// on the first sign-in). People then sign in as themselves, with the
-	// role OIDCRoles gives their verified email; the admin token still
-	// signs in as admin, for automation and 'weir dev'. Default: off.
+	// role WEIR_OIDC_ROLES gives their verified email, and the admin API
+	// takes their ID token as a bearer token; the admin token still signs
+	// in as admin, for automation and 'weir dev'. Default: off.
 	// Env: WEIR_OIDC_ISSUER.
 	OIDCIssuer string
 	// OIDCName names the provider on the login page's button ("Sign in
 	// with …"). Default: the issuer's host. Env: WEIR_OIDC_NAME.
 	OIDCName string
 	// OIDCClientID is weir's client id at the provider; the ID token's
-	// audience must be it. Required with OIDCIssuer.
+	// audience must be it. Required with WEIR_OIDC_ISSUER.
 	// Env: WEIR_OIDC_CLIENT_ID.
 	OIDCClientID string
 	// OIDCClientSecret is weir's client secret at the provider; empty for
@@ -45,7 +46,7 @@ type Config struct {
 	OIDCClientSecret string
 	// OIDCRedirectURL is the dashboard's callback as browsers reach it,
 	// https://weir.example.com/dashboard/oidc/callback, registered with the
-	// provider. Required with OIDCIssuer. Env: WEIR_OIDC_REDIRECT_URL.
+	// provider. Required with WEIR_OIDC_ISSUER. Env: WEIR_OIDC_REDIRECT_URL.
 	OIDCRedirectURL string
 	// OIDCRoles gives each role (viewer < operator < admin) the emails
 	// holding it, a role's list after "role=", roles apart by ";":
@@ -54,7 +55,7 @@ type Config struct {
 	// role wins). A verified email, not a provider's group claim: every
 	// provider issues one, and the whole access list stays in weir's
 	// environment. Read on every request, so removing someone ends their
-	// sessions' access. Required with OIDCIssuer. Env: WEIR_OIDC_ROLES.
+	// sessions' access. Required with WEIR_OIDC_ISSUER. Env: WEIR_OIDC_ROLES.
 	OIDCRoles string
 	// oidcRoles is OIDCRoles parsed (Validate).
 	oidcRoles people.Mapping
