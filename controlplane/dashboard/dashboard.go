@@ -1,7 +1,8 @@
 // Package dashboard is the operator dashboard the control plane serves at
 // /dashboard/: server-rendered pages over the control plane's Connect
-// services (called in process), a session cookie keyed by the admin token,
-// inline SVG charts and a little vanilla JavaScript for live refresh and
+// services (called in process), sign-in with the admin token or OpenID
+// Connect into a server-side session, a role per page and action, inline
+// SVG charts and a little vanilla JavaScript for live refresh and
 // countdowns. It loads nothing from the network.
 package dashboard
 
