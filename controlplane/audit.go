@@ -38,11 +38,11 @@ import (
 // call instead would report a change as not made while it was.
 
 const (
-	// ActorHeader carries who the caller says they are. It is
-	// self-declared: the credential is what the control plane checked.
+	// ActorHeader carries who an admin-token caller says they are. It is
+	// self-declared: the credential is what the control plane checked. A
+	// person signed in with OpenID Connect is named by their verified
+	// email instead.
 	ActorHeader = "Weir-Actor"
-	// adminCredential names the one credential admin services accept.
-	adminCredential = "admin_token"
 	// maxActorLen bounds the declared actor kept in a row.
 	maxActorLen = 128
 	// auditWriteTimeout bounds the write, which outlives a cancelled call.
@@ -155,10 +155,11 @@ func (a auditInterceptor) record(ctx context.Context, req connect.AnyRequest, re
 	}
 	msg, _ := req.Any().(proto.Message)
 	out, _ := resp.(proto.Message)
+	who, _ := principalOf(ctx) // the token interceptor set it: audited calls are admin calls
 	row := db.RecordAuditEventParams{
 		At:         a.now(),
-		Actor:      cleanActor(req.Header().Get(ActorHeader)),
-		Credential: adminCredential,
+		Actor:      who.name,
+		Credential: who.credential,
 		Procedure:  spec.Procedure,
 		Target:     auditTarget(msg, out),
 		Summary:    auditSummary(msg),

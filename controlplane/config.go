@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"slices"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/weirhq/weir/controlplane/notify"
+	"github.com/weirhq/weir/controlplane/people"
 	"github.com/weirhq/weir/controlplane/upstream"
 	"github.com/weirhq/weir/internal/defaults"
 )
@@ -22,6 +25,50 @@ type Config struct {
 	// AdminToken authenticates operator RPCs (accounts, keys, routes).
 	// Required, at least 16 characters. Env: WEIR_ADMIN_TOKEN.
 	AdminToken string
+	// OIDCIssuer turns on OpenID Connect sign-in to the dashboard: the
+	// provider's issuer URL (its /.well-known/openid-configuration is read
+	// on the first sign-in). People then sign in as themselves, with the
+	// role WEIR_OIDC_ROLES gives their verified email, and the admin API
+	// takes their ID token as a bearer token; the admin token still signs
+	// in as admin, for automation and 'weir dev'. Default: off.
+	// Env: WEIR_OIDC_ISSUER.
+	OIDCIssuer string
+	// OIDCName names the provider on the login page's button ("Sign in
+	// with …"). Default: the issuer's host. Env: WEIR_OIDC_NAME.
+	OIDCName string
+	// OIDCClientID is weir's client id at the provider; the ID token's
+	// audience must be it. Required with WEIR_OIDC_ISSUER.
+	// Env: WEIR_OIDC_CLIENT_ID.
+	OIDCClientID string
+	// OIDCClientSecret is weir's client secret at the provider; empty for
+	// a public client (PKCE is used either way).
+	// Env: WEIR_OIDC_CLIENT_SECRET.
+	OIDCClientSecret string
+	// OIDCRedirectURL is the dashboard's callback as browsers reach it,
+	// https://weir.example.com/dashboard/oidc/callback, registered with the
+	// provider. Required with WEIR_OIDC_ISSUER. Env: WEIR_OIDC_REDIRECT_URL.
+	OIDCRedirectURL string
+	// OIDCRoles gives each role (viewer < operator < admin) the emails
+	// holding it, a role's list after "role=", roles apart by ";":
+	// admin=alice@example.com,ops@example.com;operator=bob@example.com;viewer=*@example.com
+	// ("*@domain" is every address of the domain; the highest matching
+	// role wins). A verified email, not a provider's group claim: every
+	// provider issues one, and the whole access list stays in weir's
+	// environment. Read on every request, so removing someone ends their
+	// sessions' access. Required with WEIR_OIDC_ISSUER. Env: WEIR_OIDC_ROLES.
+	OIDCRoles string
+	// oidcRoles is OIDCRoles parsed (Validate).
+	oidcRoles people.Mapping
+	// OIDCClient makes the discovery, JWKS and token calls. Default: a
+	// client with a 10s overall timeout.
+	OIDCClient *http.Client
+	// TrustedProxies are the proxies (CIDRs, comma-separated in the
+	// environment) whose X-Forwarded-Proto and X-Forwarded-For the
+	// dashboard believes: behind one saying https, its cookies are Secure
+	// and it sends HSTS (as it does over its own TLS), and the failed
+	// sign-in limit counts the browser's address, not the proxy's.
+	// Default none. Env: WEIR_TRUSTED_PROXIES.
+	TrustedProxies []netip.Prefix
 	// DataplaneToken authenticates data-plane workers on LeaseService.
 	// Required, at least 16 characters, different from AdminToken.
 	// Env: WEIR_DATAPLANE_TOKEN.
@@ -182,6 +229,28 @@ func (c *Config) Validate() error {
 	case c.RequestDeadline < 0:
 		return errors.New("controlplane: RequestDeadline (WEIR_REQUEST_DEADLINE) must not be negative")
 	}
+	return c.validateOIDC()
+}
+
+// validateOIDC checks the OpenID settings when an issuer is set, and
+// parses the role mapping.
+func (c *Config) validateOIDC() error {
+	if c.OIDCIssuer == "" {
+		return nil
+	}
+	switch {
+	case validBaseURL(c.OIDCIssuer) != nil:
+		return errors.New("controlplane: OIDCIssuer (WEIR_OIDC_ISSUER) must be an http(s) URL")
+	case c.OIDCClientID == "":
+		return errors.New("controlplane: OIDCClientID (WEIR_OIDC_CLIENT_ID) is required with WEIR_OIDC_ISSUER")
+	case c.OIDCRedirectURL == "" || validBaseURL(c.OIDCRedirectURL) != nil:
+		return errors.New("controlplane: OIDCRedirectURL (WEIR_OIDC_REDIRECT_URL) must be the dashboard's http(s) callback URL")
+	}
+	m, err := people.ParseMapping(c.OIDCRoles)
+	if err != nil {
+		return fmt.Errorf("controlplane: OIDCRoles (WEIR_OIDC_ROLES): %w", err)
+	}
+	c.oidcRoles = m
 	return nil
 }
 
@@ -257,6 +326,14 @@ func (c *Config) setDefaults() {
 	}
 	if c.notifyRetry == nil {
 		c.notifyRetry = notify.RetryDelay
+	}
+	if c.OIDCClient == nil {
+		c.OIDCClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	if c.OIDCIssuer != "" && c.OIDCName == "" {
+		if u, err := url.Parse(c.OIDCIssuer); err == nil {
+			c.OIDCName = u.Host
+		}
 	}
 	if c.ProfileClient == nil {
 		c.ProfileClient = &http.Client{Timeout: profileTimeout}

@@ -42,21 +42,25 @@ const (
 // services through rpc in process: the same interceptors as the CLI's, so
 // its changes are audited, with its session as the actor.
 func (s *Server) dashboardHandler(rpc http.Handler) http.Handler {
-	hc := &http.Client{Transport: inProcess{h: rpc, token: s.cfg.AdminToken}}
+	hc := &http.Client{Transport: inProcess{h: rpc}}
 	const base = "http://in-process"
 	cfg := dashboard.Config{
-		AdminToken: s.cfg.AdminToken,
-		Accounts:   weirv1connect.NewAccountServiceClient(hc, base),
-		Keys:       weirv1connect.NewKeyServiceClient(hc, base),
-		Routes:     weirv1connect.NewRouteServiceClient(hc, base),
-		Settings:   weirv1connect.NewSettingsServiceClient(hc, base),
-		Aliases:    weirv1connect.NewAliasServiceClient(hc, base),
-		Dashboard:  weirv1connect.NewDashboardServiceClient(hc, base),
-		Audit:      weirv1connect.NewAuditServiceClient(hc, base),
-		Usage:      weirv1connect.NewUsageServiceClient(hc, base),
-		Ops:        weirv1connect.NewOpsServiceClient(hc, base),
-		Now:        s.now,
-		Logger:     s.log,
+		AdminToken:     s.cfg.AdminToken,
+		Sessions:       sessionStore{q: s.q},
+		Roles:          s.cfg.oidcRoles,
+		OIDC:           s.oidc,
+		TrustedProxies: s.cfg.TrustedProxies,
+		Accounts:       weirv1connect.NewAccountServiceClient(hc, base),
+		Keys:           weirv1connect.NewKeyServiceClient(hc, base),
+		Routes:         weirv1connect.NewRouteServiceClient(hc, base),
+		Settings:       weirv1connect.NewSettingsServiceClient(hc, base),
+		Aliases:        weirv1connect.NewAliasServiceClient(hc, base),
+		Dashboard:      weirv1connect.NewDashboardServiceClient(hc, base),
+		Audit:          weirv1connect.NewAuditServiceClient(hc, base),
+		Usage:          weirv1connect.NewUsageServiceClient(hc, base),
+		Ops:            weirv1connect.NewOpsServiceClient(hc, base),
+		Now:            s.now,
+		Logger:         s.log,
 	}
 	if s.river != nil {
 		jobs, err := riverui.NewHandler(&riverui.HandlerOpts{
@@ -75,21 +79,24 @@ func (s *Server) dashboardHandler(rpc http.Handler) http.Handler {
 }
 
 // inProcess serves a client's request with h, in this process: no socket,
-// no second token. It carries the admin token (the dashboard's login is
-// that token) and the dashboard session's actor and browser address.
+// no token. It carries the dashboard session's principal (who, how signed
+// in, their role) in the context, where the token interceptor takes it,
+// and the browser's address. A call outside a dashboard request carries
+// no principal and is refused.
 type inProcess struct {
-	h     http.Handler
-	token string
+	h http.Handler
 }
 
 func (t inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+t.token)
-	r.RemoteAddr = "in-process"
-	if actor, peer, ok := dashboard.CallerOf(r.Context()); ok {
-		r.Header.Set(ActorHeader, actor)
-		r.RemoteAddr = peer
+	ctx := r.Context()
+	peer := "in-process"
+	if c, ok := dashboard.CallerOf(ctx); ok {
+		ctx = withPrincipal(ctx, principal{name: cleanActor(c.Actor), credential: c.Credential, role: c.Role})
+		peer = c.Peer
 	}
+	r = r.Clone(ctx)
+	r.Header.Del("Authorization")
+	r.RemoteAddr = peer
 	r.RequestURI = r.URL.RequestURI()
 	if r.Body == nil {
 		r.Body = http.NoBody

@@ -18,6 +18,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/weirhq/weir/controlplane/dashboard"
 	"github.com/weirhq/weir/controlplane/db"
 	"github.com/weirhq/weir/controlplane/notify"
 	"github.com/weirhq/weir/controlplane/seal"
@@ -56,6 +57,8 @@ type Server struct {
 	// egress are the clients of calls on an account's behalf, through its
 	// egress proxy (egress.go).
 	egress egressClients
+	// oidc is the OpenID provider people sign in with; nil when off.
+	oidc *dashboard.OIDC
 }
 
 // New builds a replica over a migrated database.
@@ -83,6 +86,10 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 		egress:   newEgressClients(cfg),
 	}
 	s.prices = &priceCache{now: cfg.Now}
+	if cfg.OIDCIssuer != "" {
+		s.oidc = &dashboard.OIDC{Name: cfg.OIDCName, Issuer: cfg.OIDCIssuer, ClientID: cfg.OIDCClientID,
+			ClientSecret: cfg.OIDCClientSecret, RedirectURL: cfg.OIDCRedirectURL, Client: cfg.OIDCClient}
+	}
 	if s.notifier, err = notify.NewNotifier(pool, cfg.Now); err != nil {
 		return nil, fmt.Errorf("controlplane: %w", err)
 	}
@@ -196,14 +203,15 @@ func (s *Server) Handler() http.Handler {
 
 // rpcHandler serves every Connect service: the network's calls and, in
 // process, the dashboard's, through the same interceptors (token, then
-// audit, then errors), and the services' paths.
+// audit, then roles, then errors), and the services' paths.
 func (s *Server) rpcHandler() (http.Handler, []string) {
 	opts := connect.WithHandlerOptions(
 		connect.WithInterceptors(tokenInterceptor{
 			admin:     []byte(s.cfg.AdminToken),
 			dataplane: []byte(s.cfg.DataplaneToken),
 			refused:   s.metrics.unauthenticated,
-		}, auditInterceptor{q: s.q, now: s.now, log: s.log, failed: s.metrics.auditFailures.Inc}, errorInterceptor(s.log)),
+			person:    s.personOf,
+		}, auditInterceptor{q: s.q, now: s.now, log: s.log, failed: s.metrics.auditFailures.Inc}, roleInterceptor{}, errorInterceptor(s.log)),
 		// Leases and decisions are a few hundred bytes: gzip would cost
 		// both sides CPU on every call and save nothing worth having.
 		connect.WithCompressMinBytes(16<<10),

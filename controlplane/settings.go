@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/people"
 	"github.com/weirhq/weir/controlplane/seal"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
@@ -51,9 +52,15 @@ const settingNames = "capacity_hold, unreachable_hold, request_deadline, quota_r
 	"body_buffer_bytes, body_buffer_per_key_bytes, route_events_retention, usage_retention, budget_time_zone, " +
 	"pool_low_accounts, breaker_notify_after, egress_proxy or owned_accounts"
 
-// settingsActor names who changes settings in the audit: the admin token
-// is the one credential allowed to.
-const settingsActor = "admin"
+// settingsActor names who changes settings in their history: the person
+// signed in, else "admin" (the admin token's callers declare themselves,
+// which the audit log keeps).
+func settingsActor(ctx context.Context) string {
+	if p, ok := principalOf(ctx); ok && p.credential == people.CredentialOIDC {
+		return p.name
+	}
+	return "admin"
+}
 
 // Bounds an operator may set. A deadline under a minute would fail ordinary
 // long generations; beyond six hours a request is abandoned, not held.
@@ -281,7 +288,7 @@ func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Reques
 				continue
 			}
 			if err := q.RecordSettingChange(ctx, db.RecordSettingChangeParams{
-				Name: p.Name, OldValue: old[p.Name], NewValue: p.Value, Actor: settingsActor, Now: now,
+				Name: p.Name, OldValue: old[p.Name], NewValue: p.Value, Actor: settingsActor(ctx), Now: now,
 			}); err != nil {
 				return fmt.Errorf("audit setting %s: %w", p.Name, err)
 			}

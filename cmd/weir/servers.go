@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -111,6 +112,9 @@ func controlPlaneConfig(e env, log *slog.Logger) (controlplane.Config, error) {
 		return cfg, err
 	}
 	if err := metricsConfig(e, &cfg); err != nil {
+		return cfg, err
+	}
+	if err := peopleConfig(e, &cfg); err != nil {
 		return cfg, err
 	}
 	cfg.MetricsToken = e.getenv("WEIR_METRICS_TOKEN")
@@ -232,6 +236,34 @@ func metricsConfig(e env, cfg *controlplane.Config) error {
 		n = -1 // Config reads 0 as "the default"
 	}
 	cfg.MetricsAccountLabelsMax = n
+	return nil
+}
+
+// peopleConfig reads the OpenID Connect sign-in (WEIR_OIDC_*; off without
+// WEIR_OIDC_ISSUER) and WEIR_TRUSTED_PROXIES, comma-separated CIDRs (a
+// bare address is its /32 or /128).
+func peopleConfig(e env, cfg *controlplane.Config) error {
+	cfg.OIDCIssuer = e.getenv("WEIR_OIDC_ISSUER")
+	cfg.OIDCName = e.getenv("WEIR_OIDC_NAME")
+	cfg.OIDCClientID = e.getenv("WEIR_OIDC_CLIENT_ID")
+	cfg.OIDCClientSecret = e.getenv("WEIR_OIDC_CLIENT_SECRET")
+	cfg.OIDCRedirectURL = e.getenv("WEIR_OIDC_REDIRECT_URL")
+	cfg.OIDCRoles = e.getenv("WEIR_OIDC_ROLES")
+	for raw := range strings.SplitSeq(e.getenv("WEIR_TRUSTED_PROXIES"), ",") {
+		raw = strings.TrimSpace(raw)
+		if raw == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(raw)
+		if err != nil {
+			a, aerr := netip.ParseAddr(raw)
+			if aerr != nil {
+				return fmt.Errorf("WEIR_TRUSTED_PROXIES: want CIDRs like 10.0.0.0/8, got %q", raw)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		cfg.TrustedProxies = append(cfg.TrustedProxies, p.Masked())
+	}
 	return nil
 }
 

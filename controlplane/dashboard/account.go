@@ -115,5 +115,5 @@ func (h *Handler) accountPage(w http.ResponseWriter, r *http.Request, s session)
 			d.Audit = append(d.Audit, auditLine{At: e.At.AsTime(), Actor: e.Actor, Procedure: e.Procedure, Outcome: e.Outcome})
 		}
 	}
-	h.render(w, r, http.StatusOK, "account", view{Title: "Account " + a.Label, Nav: "accounts", CSRF: s.csrf, Data: d})
+	h.render(w, r, http.StatusOK, "account", view{Title: "Account " + a.Label, Nav: "accounts", CSRF: s.csrf, Role: s.role, Data: d})
 }

@@ -292,7 +292,7 @@ func (h *Handler) accountsPage(w http.ResponseWriter, r *http.Request, s session
 			d.Flash = a.done + " " + label + "."
 		}
 	}
-	h.render(w, r, http.StatusOK, "accounts", view{Title: "Accounts", Nav: "accounts", CSRF: s.csrf, Data: d})
+	h.render(w, r, http.StatusOK, "accounts", view{Title: "Accounts", Nav: "accounts", CSRF: s.csrf, Role: s.role, Data: d})
 }
 
 func (h *Handler) accountsFragment(w http.ResponseWriter, r *http.Request, s session) {
@@ -301,7 +301,7 @@ func (h *Handler) accountsFragment(w http.ResponseWriter, r *http.Request, s ses
 		h.fail(w, r, err)
 		return
 	}
-	h.execute(w, r, http.StatusOK, "accounts", "accounts-table", view{CSRF: s.csrf, Data: d})
+	h.execute(w, r, http.StatusOK, "accounts", "accounts-table", view{CSRF: s.csrf, Role: s.role, Data: d})
 }
 
 // action is an operator action on an account.
@@ -359,7 +359,7 @@ func (h *Handler) confirmPage(w http.ResponseWriter, r *http.Request, s session)
 		}
 		d.Warning = pauseWarning(all.Msg.Accounts, res.Msg.Account.Id)
 	}
-	h.render(w, r, http.StatusOK, "confirm", view{Title: a.verb, Nav: "accounts", CSRF: s.csrf, Data: d})
+	h.render(w, r, http.StatusOK, "confirm", view{Title: a.verb, Nav: "accounts", CSRF: s.csrf, Role: s.role, Data: d})
 }
 
 func (h *Handler) accountAction(w http.ResponseWriter, r *http.Request, s session) {
@@ -377,7 +377,7 @@ func (h *Handler) accountAction(w http.ResponseWriter, r *http.Request, s sessio
 	}
 	acct := res.Msg.Account
 	if err := a.call(h, r, acct.Id); err != nil {
-		h.render(w, r, http.StatusUnprocessableEntity, "confirm", view{Title: a.verb, Nav: "accounts", CSRF: s.csrf, Data: confirmData{
+		h.render(w, r, http.StatusUnprocessableEntity, "confirm", view{Title: a.verb, Nav: "accounts", CSRF: s.csrf, Role: s.role, Data: confirmData{
 			Account: accountViews([]*weirv1.Account{acct})[0], Action: name, Verb: a.verb, What: a.what, Error: rpcMessage(err)}})
 		return
 	}

@@ -26,5 +26,5 @@ func (h *Handler) auditPage(w http.ResponseWriter, r *http.Request, s session) {
 		return
 	}
 	d.Events, d.Next = res.Msg.Events, res.Msg.NextPageToken
-	h.render(w, r, http.StatusOK, "audit", view{Title: "Audit", Nav: "audit", CSRF: s.csrf, Data: d})
+	h.render(w, r, http.StatusOK, "audit", view{Title: "Audit", Nav: "audit", CSRF: s.csrf, Role: s.role, Data: d})
 }

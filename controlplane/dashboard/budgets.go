@@ -68,7 +68,7 @@ func (h *Handler) budgetsPage(w http.ResponseWriter, r *http.Request, s session)
 	}
 	slices.SortFunc(d.Teams, func(a, b teamView) int { return cmp.Compare(a.Name, b.Name) })
 	slices.SortFunc(d.Keys, func(a, b keyBudgetView) int { return cmp.Compare(a.Name, b.Name) })
-	h.render(w, r, http.StatusOK, "budgets", view{Title: "Budgets", Nav: "budgets", CSRF: s.csrf, Data: d})
+	h.render(w, r, http.StatusOK, "budgets", view{Title: "Budgets", Nav: "budgets", CSRF: s.csrf, Role: s.role, Data: d})
 }
 
 func budgetViews(bs []*weirv1.Budget) []budgetView {

@@ -127,7 +127,7 @@ func (h *Handler) cachePage(w http.ResponseWriter, r *http.Request, s session) {
 	c.timeRange, err = parseRange(q, h.cfg.Now(), "24h")
 	d := cacheData{Q: c, Limit: cacheSessions}
 	page := func(status int) {
-		h.render(w, r, status, "cache", view{Title: "Prompt cache", Nav: "usage", CSRF: s.csrf, Data: d})
+		h.render(w, r, status, "cache", view{Title: "Prompt cache", Nav: "usage", CSRF: s.csrf, Role: s.role, Data: d})
 	}
 	if err != nil {
 		d.Error = err.Error()

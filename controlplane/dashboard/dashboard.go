@@ -1,7 +1,8 @@
 // Package dashboard is the operator dashboard the control plane serves at
 // /dashboard/: server-rendered pages over the control plane's Connect
-// services (called in process), a session cookie keyed by the admin token,
-// inline SVG charts and a little vanilla JavaScript for live refresh and
+// services (called in process), sign-in with the admin token or OpenID
+// Connect into a server-side session, a role per page and action, inline
+// SVG charts and a little vanilla JavaScript for live refresh and
 // countdowns. It loads nothing from the network.
 package dashboard
 
@@ -13,10 +14,12 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/weirhq/weir/controlplane/people"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 )
 
@@ -40,6 +43,16 @@ type Config struct {
 	// AdminToken is the operator's token: the login compares against it and
 	// keys the session and CSRF MACs. Required.
 	AdminToken string
+	// Sessions stores the sessions. Required.
+	Sessions SessionStore
+	// OIDC is the OpenID provider people sign in with; nil offers the
+	// admin token only.
+	OIDC *OIDC
+	// Roles maps a signed-in person's email to their role.
+	Roles people.Mapping
+	// TrustedProxies are the proxies whose X-Forwarded-Proto and
+	// X-Forwarded-For are believed (trust.go).
+	TrustedProxies []netip.Prefix
 	// The control plane's services; in process, their handlers.
 	Accounts  weirv1connect.AccountServiceClient
 	Keys      weirv1connect.KeyServiceClient
@@ -61,9 +74,10 @@ type Config struct {
 
 // Handler serves the dashboard.
 type Handler struct {
-	cfg   Config
-	mux   *http.ServeMux
-	pages map[string]*template.Template
+	cfg      Config
+	mux      *http.ServeMux
+	pages    map[string]*template.Template
+	failures *failures
 }
 
 // New builds the dashboard. Templates are parsed here: a broken template
@@ -75,12 +89,13 @@ func New(cfg Config) *Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	h := &Handler{cfg: cfg, mux: http.NewServeMux(), pages: map[string]*template.Template{}}
+	h := &Handler{cfg: cfg, mux: http.NewServeMux(), pages: map[string]*template.Template{}, failures: newFailures(cfg.Now, cfg.Logger)}
 	for _, page := range []string{"login", "accounts", "account", "confirm", "history", "requests", "explain", "settings", "audit", "jobs",
 		"usage", "cache", "prices", "budgets"} {
 		h.pages[page] = template.Must(template.New("layout.html").Funcs(h.funcs()).
 			ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html"))
 	}
+	h.pages["continue"] = template.Must(template.ParseFS(templateFS, "templates/continue.html"))
 	static, err := fs.Sub(staticFS, "static")
 	if err != nil {
 		panic(err) // embedded at build time
@@ -88,30 +103,40 @@ func New(cfg Config) *Handler {
 	h.mux.Handle("GET /dashboard/static/", http.StripPrefix("/dashboard/static/", http.FileServerFS(static)))
 	h.mux.HandleFunc("GET /dashboard/login", h.loginPage)
 	h.mux.HandleFunc("POST /dashboard/login", h.login)
-	h.mux.HandleFunc("POST /dashboard/logout", h.authed(h.logout))
-	h.mux.HandleFunc("GET /dashboard/{$}", h.authed(h.accountsPage))
-	h.mux.HandleFunc("GET /dashboard/fragment/accounts", h.authed(h.accountsFragment))
-	h.mux.HandleFunc("GET /dashboard/accounts/{id}", h.authed(h.accountPage))
-	h.mux.HandleFunc("GET /dashboard/accounts/{id}/{action}", h.authed(h.confirmPage))
-	h.mux.HandleFunc("POST /dashboard/accounts/{id}/{action}", h.authed(h.accountAction))
-	h.mux.HandleFunc("GET /dashboard/history", h.authed(h.historyPage))
-	h.mux.HandleFunc("GET /dashboard/requests", h.authed(h.requestsPage))
-	h.mux.HandleFunc("GET /dashboard/fragment/requests", h.authed(h.requestsFragment))
-	h.mux.HandleFunc("GET /dashboard/requests/{id}", h.authed(h.explainPage))
-	h.mux.HandleFunc("GET /dashboard/usage", h.authed(h.usagePage))
-	h.mux.HandleFunc("GET /dashboard/usage.csv", h.authed(h.usageCSV))
-	h.mux.HandleFunc("GET /dashboard/usage/cache", h.authed(h.cachePage))
-	h.mux.HandleFunc("GET /dashboard/usage/prices", h.authed(h.pricesPage))
-	h.mux.HandleFunc("GET /dashboard/budgets", h.authed(h.budgetsPage))
-	h.mux.HandleFunc("GET /dashboard/settings", h.authed(h.settingsPage))
-	h.mux.HandleFunc("POST /dashboard/settings", h.authed(h.updateSetting))
-	h.mux.HandleFunc("POST /dashboard/aliases", h.authed(h.setAlias))
-	h.mux.HandleFunc("POST /dashboard/aliases/delete", h.authed(h.deleteAlias))
-	h.mux.HandleFunc("GET /dashboard/audit", h.authed(h.auditPage))
+	if cfg.OIDC != nil {
+		h.mux.HandleFunc("GET /dashboard/oidc/start", h.oidcStart)
+		h.mux.HandleFunc("GET /dashboard/oidc/callback", h.oidcCallback)
+	}
+	// Each page and action names the role it needs: reads the viewer's,
+	// account actions the operator's, settings and aliases the admin's (the
+	// same roles the services check again, roles.go in the control plane).
+	viewer := func(f func(http.ResponseWriter, *http.Request, session)) http.HandlerFunc {
+		return h.authed(people.Viewer, f)
+	}
+	h.mux.HandleFunc("POST /dashboard/logout", viewer(h.logout))
+	h.mux.HandleFunc("GET /dashboard/{$}", viewer(h.accountsPage))
+	h.mux.HandleFunc("GET /dashboard/fragment/accounts", viewer(h.accountsFragment))
+	h.mux.HandleFunc("GET /dashboard/accounts/{id}", viewer(h.accountPage))
+	h.mux.HandleFunc("GET /dashboard/accounts/{id}/{action}", h.authed(people.Operator, h.confirmPage))
+	h.mux.HandleFunc("POST /dashboard/accounts/{id}/{action}", h.authed(people.Operator, h.accountAction))
+	h.mux.HandleFunc("GET /dashboard/history", viewer(h.historyPage))
+	h.mux.HandleFunc("GET /dashboard/requests", viewer(h.requestsPage))
+	h.mux.HandleFunc("GET /dashboard/fragment/requests", viewer(h.requestsFragment))
+	h.mux.HandleFunc("GET /dashboard/requests/{id}", viewer(h.explainPage))
+	h.mux.HandleFunc("GET /dashboard/usage", viewer(h.usagePage))
+	h.mux.HandleFunc("GET /dashboard/usage.csv", viewer(h.usageCSV))
+	h.mux.HandleFunc("GET /dashboard/usage/cache", viewer(h.cachePage))
+	h.mux.HandleFunc("GET /dashboard/usage/prices", viewer(h.pricesPage))
+	h.mux.HandleFunc("GET /dashboard/budgets", viewer(h.budgetsPage))
+	h.mux.HandleFunc("GET /dashboard/settings", viewer(h.settingsPage))
+	h.mux.HandleFunc("POST /dashboard/settings", h.authed(people.Admin, h.updateSetting))
+	h.mux.HandleFunc("POST /dashboard/aliases", h.authed(people.Admin, h.setAlias))
+	h.mux.HandleFunc("POST /dashboard/aliases/delete", h.authed(people.Admin, h.deleteAlias))
+	h.mux.HandleFunc("GET /dashboard/audit", viewer(h.auditPage))
 	h.mux.HandleFunc("GET /dashboard/jobs", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, JobsPrefix+"/", http.StatusMovedPermanently)
 	})
-	h.mux.HandleFunc(JobsPrefix+"/", h.authed(h.jobs))
+	h.mux.HandleFunc(JobsPrefix+"/", viewer(h.jobs))
 	return h
 }
 
@@ -119,6 +144,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Frame-Options", "DENY")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Referrer-Policy", "same-origin")
+	if h.secure(r) {
+		w.Header().Set("Strict-Transport-Security", "max-age=31536000")
+	}
 	h.mux.ServeHTTP(w, r)
 }
 
@@ -128,9 +156,16 @@ type view struct {
 	// Nav is the page's entry in the navigation.
 	Nav  string
 	CSRF string
+	// Role decides which actions the page offers.
+	Role people.Role
 	// Data is the page's own.
 	Data any
 }
+
+// CanOperate and CanAdminister say whether to show the operator's and
+// the admin's buttons; the handlers refuse them all the same.
+func (v view) CanOperate() bool    { return v.Role >= people.Operator }
+func (v view) CanAdminister() bool { return v.Role >= people.Admin }
 
 // render writes a page with status.
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, page string, v view) {
@@ -181,7 +216,12 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 
 func (h *Handler) jobs(w http.ResponseWriter, r *http.Request, s session) {
 	if h.cfg.Jobs == nil {
-		h.render(w, r, http.StatusOK, "jobs", view{Title: "Jobs", Nav: "jobs", CSRF: s.csrf})
+		h.render(w, r, http.StatusOK, "jobs", view{Title: "Jobs", Nav: "jobs", CSRF: s.csrf, Role: s.role})
+		return
+	}
+	// River's UI changes jobs (cancel, retry, delete): the admin's.
+	if !safeMethod(r.Method) && s.role < people.Admin {
+		http.Error(w, "your role ("+s.role.String()+") may not do this; it needs admin", http.StatusForbidden)
 		return
 	}
 	// River's UI posts with its own JavaScript, which cannot send our CSRF

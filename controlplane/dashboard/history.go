@@ -98,7 +98,7 @@ func (h *Handler) historyPage(w http.ResponseWriter, r *http.Request, s session)
 		}
 		d.Accounts = append(d.Accounts, c)
 	}
-	h.render(w, r, http.StatusOK, "history", view{Title: "History", Nav: "history", CSRF: s.csrf, Data: d})
+	h.render(w, r, http.StatusOK, "history", view{Title: "History", Nav: "history", CSRF: s.csrf, Role: s.role, Data: d})
 }
 
 // newAccountChart is an account's usage windows over time (its snapshots'

@@ -45,5 +45,5 @@ func (h *Handler) pricesPage(w http.ResponseWriter, r *http.Request, s session) 
 			d.Operator = append(d.Operator, v)
 		}
 	}
-	h.render(w, r, http.StatusOK, "prices", view{Title: "Prices", Nav: "usage", CSRF: s.csrf, Data: d})
+	h.render(w, r, http.StatusOK, "prices", view{Title: "Prices", Nav: "usage", CSRF: s.csrf, Role: s.role, Data: d})
 }

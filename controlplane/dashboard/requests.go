@@ -277,7 +277,7 @@ func (h *Handler) requestsPage(w http.ResponseWriter, r *http.Request, s session
 		h.fail(w, r, err)
 		return
 	}
-	h.render(w, r, status, "requests", view{Title: "Requests", Nav: "requests", CSRF: s.csrf, Data: d})
+	h.render(w, r, status, "requests", view{Title: "Requests", Nav: "requests", CSRF: s.csrf, Role: s.role, Data: d})
 }
 
 func (h *Handler) requestsFragment(w http.ResponseWriter, r *http.Request, s session) {
@@ -286,7 +286,7 @@ func (h *Handler) requestsFragment(w http.ResponseWriter, r *http.Request, s ses
 		h.fail(w, r, err)
 		return
 	}
-	h.execute(w, r, status, "requests", "requests-table", view{CSRF: s.csrf, Data: d})
+	h.execute(w, r, status, "requests", "requests-table", view{CSRF: s.csrf, Role: s.role, Data: d})
 }
 
 // stepView is one attempt or hold of a request's timeline.
@@ -351,5 +351,5 @@ func (h *Handler) explainPage(w http.ResponseWriter, r *http.Request, s session)
 		}
 		d.Steps = append(d.Steps, st)
 	}
-	h.render(w, r, http.StatusOK, "explain", view{Title: "Request " + e.RequestId, Nav: "requests", CSRF: s.csrf, Data: d})
+	h.render(w, r, http.StatusOK, "explain", view{Title: "Request " + e.RequestId, Nav: "requests", CSRF: s.csrf, Role: s.role, Data: d})
 }

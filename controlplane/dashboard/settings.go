@@ -76,7 +76,7 @@ func (h *Handler) settingsPage(w http.ResponseWriter, r *http.Request, s session
 		h.fail(w, r, err)
 		return
 	}
-	h.render(w, r, http.StatusOK, "settings", view{Title: "Settings", Nav: "settings", CSRF: s.csrf, Data: d})
+	h.render(w, r, http.StatusOK, "settings", view{Title: "Settings", Nav: "settings", CSRF: s.csrf, Role: s.role, Data: d})
 }
 
 // updateSetting changes one setting through SettingsService, which does
@@ -129,7 +129,7 @@ func (h *Handler) updateSetting(w http.ResponseWriter, r *http.Request, s sessio
 	d.Saved = ""
 	d.Values[name] = value
 	d.Errors[name] = inputErr
-	h.render(w, r, http.StatusUnprocessableEntity, "settings", view{Title: "Settings", Nav: "settings", CSRF: s.csrf, Data: d})
+	h.render(w, r, http.StatusUnprocessableEntity, "settings", view{Title: "Settings", Nav: "settings", CSRF: s.csrf, Role: s.role, Data: d})
 }
 
 // setAlias creates or replaces an alias; targets are separated by commas
@@ -151,7 +151,7 @@ func (h *Handler) setAlias(w http.ResponseWriter, r *http.Request, s session) {
 	}
 	d.Saved = ""
 	d.AliasName, d.AliasTargets, d.AliasError = alias, raw, rpcMessage(err)
-	h.render(w, r, http.StatusUnprocessableEntity, "settings", view{Title: "Settings", Nav: "settings", CSRF: s.csrf, Data: d})
+	h.render(w, r, http.StatusUnprocessableEntity, "settings", view{Title: "Settings", Nav: "settings", CSRF: s.csrf, Role: s.role, Data: d})
 }
 
 func (h *Handler) deleteAlias(w http.ResponseWriter, r *http.Request, s session) {
@@ -167,5 +167,5 @@ func (h *Handler) deleteAlias(w http.ResponseWriter, r *http.Request, s session)
 	}
 	d.Saved = ""
 	d.AliasError = rpcMessage(err)
-	h.render(w, r, http.StatusUnprocessableEntity, "settings", view{Title: "Settings", Nav: "settings", CSRF: s.csrf, Data: d})
+	h.render(w, r, http.StatusUnprocessableEntity, "settings", view{Title: "Settings", Nav: "settings", CSRF: s.csrf, Role: s.role, Data: d})
 }

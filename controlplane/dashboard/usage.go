@@ -169,19 +169,19 @@ func (h *Handler) usagePage(w http.ResponseWriter, r *http.Request, s session) {
 	d := usageData{Q: q, Bys: usageBys, Pers: usagePers, TableRows: usageTableRows}
 	if err != nil {
 		d.Error = err.Error()
-		h.render(w, r, http.StatusBadRequest, "usage", view{Title: "Usage", Nav: "usage", CSRF: s.csrf, Data: d})
+		h.render(w, r, http.StatusBadRequest, "usage", view{Title: "Usage", Nav: "usage", CSRF: s.csrf, Role: s.role, Data: d})
 		return
 	}
 	if err := h.usageData(r, &d); err != nil {
 		if connect.CodeOf(err) == connect.CodeInvalidArgument || connect.CodeOf(err) == connect.CodeNotFound {
 			d.Error = rpcMessage(err)
-			h.render(w, r, http.StatusBadRequest, "usage", view{Title: "Usage", Nav: "usage", CSRF: s.csrf, Data: d})
+			h.render(w, r, http.StatusBadRequest, "usage", view{Title: "Usage", Nav: "usage", CSRF: s.csrf, Role: s.role, Data: d})
 			return
 		}
 		h.fail(w, r, err)
 		return
 	}
-	h.render(w, r, http.StatusOK, "usage", view{Title: "Usage", Nav: "usage", CSRF: s.csrf, Data: d})
+	h.render(w, r, http.StatusOK, "usage", view{Title: "Usage", Nav: "usage", CSRF: s.csrf, Role: s.role, Data: d})
 }
 
 // usageData fills d from three queries: the table's, the totals' (no

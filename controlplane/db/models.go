@@ -133,6 +133,15 @@ type Cooldown struct {
 	QuotaMessage       string
 }
 
+type DashboardSession struct {
+	IDHash     []byte
+	Person     string
+	Credential string
+	CreatedAt  time.Time
+	ExpiresAt  time.Time
+	RevokedAt  *time.Time
+}
+
 type FamilyGate struct {
 	AccountID uuid.UUID
 	Family    string

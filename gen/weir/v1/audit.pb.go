@@ -170,11 +170,13 @@ type AuditEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	At    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
-	// Who the caller said they are: the CLI sends $WEIR_ACTOR or user@host
-	// (Weir-Actor header), the dashboard its session. Self-declared: only
-	// the credential was checked.
+	// Who acted: with the admin token, who the caller said they are (the
+	// CLI sends $WEIR_ACTOR or user@host in the Weir-Actor header, the
+	// dashboard its session), self-declared; with "oidc", the person's
+	// verified email.
 	Actor string `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
-	// The credential that was checked: "admin_token".
+	// The credential that was checked: "admin_token" or "oidc" (a person
+	// signed in with OpenID Connect, or their ID token as the bearer).
 	Credential string `protobuf:"bytes,4,opt,name=credential,proto3" json:"credential,omitempty"`
 	Procedure  string `protobuf:"bytes,5,opt,name=procedure,proto3" json:"procedure,omitempty"`
 	// The account, key or alias the call named, when known.
