@@ -354,6 +354,40 @@ func TestChartOverrides(t *testing.T) {
 	}
 }
 
+// TestChartOIDC: with an issuer, the control planes read the sign-in
+// settings (checkWiring holds every name to the ones weir reads) and the
+// client secret from the Secret; the data planes read none of them; an
+// issuer without a client id does not render.
+func TestChartOIDC(t *testing.T) {
+	sv := map[string]any{}
+	for k, v := range secretValues {
+		sv[k] = v
+	}
+	sv["oidcClientSecret"] = "client-secret-" + strings.Repeat("x", 8)
+	m := render(t, map[string]any{"secrets": sv, "oidc": map[string]any{
+		"issuer": "https://id.example.com", "clientID": "weir", "clientSecret": true,
+		"redirectURL": "https://weir.example.com/dashboard/oidc/callback", "roles": "admin=alice@example.com",
+		"trustedProxies": []any{"10.0.0.0/8", "192.168.0.0/16"}}})
+	checkWiring(t, m)
+	env := envOf(m.deployments["controlplane"])
+	if env["WEIR_OIDC_ISSUER"].Value != "https://id.example.com" || env["WEIR_OIDC_CLIENT_ID"].Value != "weir" ||
+		env["WEIR_OIDC_ROLES"].Value != "admin=alice@example.com" || env["WEIR_TRUSTED_PROXIES"].Value != "10.0.0.0/8,192.168.0.0/16" {
+		t.Errorf("control plane's sign-in env: %v", env)
+	}
+	if r := env["WEIR_OIDC_CLIENT_SECRET"].ValueFrom; r == nil || r.SecretKeyRef == nil {
+		t.Error("the client secret does not come from the Secret")
+	}
+	for k := range envOf(m.deployments["dataplane"]) {
+		if strings.HasPrefix(k, "WEIR_OIDC_") {
+			t.Errorf("the data plane reads %s", k)
+		}
+	}
+	if _, err := renderRaw(map[string]any{"secrets": secretValues, "oidc": map[string]any{"issuer": "https://id.example.com"}}); err == nil ||
+		!strings.Contains(err.Error(), "oidc.clientID is required") {
+		t.Errorf("an issuer without a client id: %v", err)
+	}
+}
+
 // TestChartMonitoringCopies: Helm reads only files inside the chart, so it
 // ships copies of docs/monitoring; they must not drift from the originals.
 func TestChartMonitoringCopies(t *testing.T) {
