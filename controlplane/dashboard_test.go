@@ -326,6 +326,14 @@ func TestDashboardSettings(t *testing.T) {
 
 	wantStatus(t, "setting without CSRF", b.post("/dashboard/settings", url.Values{"name": {"request_deadline"}, "value": {"30m"}}), http.StatusForbidden)
 
+	// The holds ask before they are saved as 0 (the dialog the page's
+	// script opens), the deadline, which cannot be 0, does not.
+	page := b.get("/dashboard/settings").body
+	if !strings.Contains(page, `id="setting-capacity_hold" data-confirm-zero="With a capacity hold of 0`) ||
+		!strings.Contains(page, `id="setting-unreachable_hold" data-confirm-zero=`) || strings.Contains(page, `id="setting-request_deadline" data-confirm-zero`) {
+		t.Error("the hold settings do not ask before 0")
+	}
+
 	// The RPC's own validation message, next to the field, with the value
 	// the operator typed kept in it.
 	p := b.post("/dashboard/settings", url.Values{"csrf": {csrf}, "name": {"request_deadline"}, "value": {"10s"}})

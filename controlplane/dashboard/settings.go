@@ -13,14 +13,18 @@ import (
 	"github.com/weirhq/weir/internal/quotamode"
 )
 
-// durationField is the form of one duration setting.
-type durationField struct{ Name, Label, Help string }
+// durationField is the form of one duration setting. ZeroWarning, when
+// set, is asked before the setting is saved as 0 (a page with scripts
+// asks in a dialog).
+type durationField struct{ Name, Label, Help, ZeroWarning string }
 
 // durationFields are the duration settings' forms, in page order.
 var durationFields = []durationField{
-	{"capacity_hold", "Capacity hold", "How long a request may wait for capacity when every account is cooling or busy; 0s disables holding. Up to 6h."},
-	{"unreachable_hold", "Unreachable hold", "How long a request may wait while every account that could serve it is unreachable (refused, no such host, TLS, timeouts); then a 503 that names the cause. The capacity hold caps it. Up to 6h."},
-	{"request_deadline", "Request deadline", "A request's whole budget from arrival to its first byte, holds included. 1m to 6h."},
+	{"capacity_hold", "Capacity hold", "How long a request may wait for capacity when every account is cooling or busy; 0s disables holding. Up to 6h.",
+		"With a capacity hold of 0, no request waits: every overload blip and every busy moment reaches the agents as an error, and a turn dies on the first one. Save 0 anyway?"},
+	{"unreachable_hold", "Unreachable hold", "How long a request may wait while every account that could serve it is unreachable (refused, no such host, TLS, timeouts); then a 503 that names the cause. The capacity hold caps it. Up to 6h.",
+		"With an unreachable hold of 0, a network blip between weir and a provider fails every request at once. Save 0 anyway?"},
+	{"request_deadline", "Request deadline", "A request's whole budget from arrival to its first byte, holds included. 1m to 6h.", ""},
 }
 
 type settingsData struct {

@@ -41,6 +41,14 @@ document.addEventListener("click", (ev) => {
   if (sub && !window.confirm(sub.dataset.confirmSubmit)) ev.preventDefault();
 });
 
+// A setting saved as 0 that would leave agents without holds asks first.
+document.addEventListener("submit", (ev) => {
+  const form = ev.target.closest("form[data-confirm-zero]");
+  if (!form) return;
+  const v = (form.querySelector("input[name=value]") || {}).value || "";
+  if (/^\s*0(s|ms|m|h)?\s*$/.test(v) && !window.confirm(form.dataset.confirmZero)) ev.preventDefault();
+});
+
 async function refresh(live) {
   const dlg = document.getElementById("confirm");
   if (document.hidden || (dlg && dlg.open) || live.dataset.paused === "true") return;
