@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/chromedp/chromedp"
+	"github.com/google/uuid"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/sim"
@@ -122,55 +124,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	for _, c := range e.creds {
 		secrets = append(secrets, c)
 	}
-	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(bctx, browserStep)
-		defer cancel()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			html, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.documentElement.outerHTML`))
-			t.Fatalf("%s: %v\npage:\n%.3000s", what, err, html)
-		}
-	}
-	text := func(what, sel string) string {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(bctx, browserStep)
-		defer cancel()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("%s: text of %s: %v", what, sel, err)
-		}
-		return s
-	}
-	// shoot saves the page at both sizes and checks it holds no secret.
-	shoot := func(name string) {
-		t.Helper()
-		for _, vp := range viewports {
-			ctx, cancel := context.WithTimeout(bctx, browserStep)
-			if err := chromedp.Do(ctx, chromedp.EmulateViewport(vp[0], vp[1])); err != nil {
-				cancel()
-				t.Fatalf("viewport %v: %v", vp, err)
-			}
-			png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-			cancel()
-			if err != nil {
-				t.Fatalf("screenshot %s: %v", name, err)
-			}
-			file := filepath.Join(shots, fmt.Sprintf("%s-%dx%d.png", name, vp[0], vp[1]))
-			if err := os.WriteFile(file, png, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		step("back to the laptop size", chromedp.EmulateViewport(viewports[0][0], viewports[0][1]))
-		html, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.documentElement.outerHTML`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range secrets {
-			if strings.Contains(html, s) {
-				t.Errorf("page %s: a secret (%d characters) is in the DOM", name, len(s))
-			}
-		}
-	}
+	b := &browser{t: t, ctx: bctx, shots: shots, secrets: secrets}
+	step, text, shoot := b.step, b.text, b.shoot
 
 	// Login: the dashboard sends us there; a wrong token is refused inline.
 	step("open the dashboard", chromedp.Navigate(base+"/dashboard/"), chromedp.WaitVisible(chromedp.CSS("#token")))
@@ -291,4 +246,129 @@ func TestDashboardInBrowser(t *testing.T) {
 	step("jobs", chromedp.Navigate(base+"/dashboard/jobs/"), chromedp.WaitVisible(chromedp.CSS("main h1")))
 	shoot("jobs")
 	t.Logf("screenshots in %s", shots)
+}
+
+// browser is one test's headless Chromium: steps within a time bound,
+// the text of an element, and screenshots at every viewport, each page
+// checked to hold no secret.
+type browser struct {
+	t       *testing.T
+	ctx     context.Context
+	shots   string
+	secrets []string
+}
+
+func (b *browser) step(what string, actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, browserStep)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		html, _ := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.documentElement.outerHTML`))
+		b.t.Fatalf("%s: %v\npage:\n%.3000s", what, err, html)
+	}
+}
+
+func (b *browser) text(what, sel string) string {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, browserStep)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		b.t.Fatalf("%s: text of %s: %v", what, sel, err)
+	}
+	return s
+}
+
+// shoot saves the page at both sizes and checks it holds no secret.
+func (b *browser) shoot(name string) {
+	b.t.Helper()
+	for _, vp := range viewports {
+		ctx, cancel := context.WithTimeout(b.ctx, browserStep)
+		if err := chromedp.Do(ctx, chromedp.EmulateViewport(vp[0], vp[1])); err != nil {
+			cancel()
+			b.t.Fatalf("viewport %v: %v", vp, err)
+		}
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		cancel()
+		if err != nil {
+			b.t.Fatalf("screenshot %s: %v", name, err)
+		}
+		file := filepath.Join(b.shots, fmt.Sprintf("%s-%dx%d.png", name, vp[0], vp[1]))
+		if err := os.WriteFile(file, png, 0o644); err != nil {
+			b.t.Fatal(err)
+		}
+	}
+	b.step("back to the laptop size", chromedp.EmulateViewport(viewports[0][0], viewports[0][1]))
+	html, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.documentElement.outerHTML`))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	for _, s := range b.secrets {
+		if strings.Contains(html, s) {
+			b.t.Errorf("page %s: a secret (%d characters) is in the DOM", name, len(s))
+		}
+	}
+}
+
+// TestDashboardStatesInBrowser: a pool in trouble as a real Chromium
+// shows it, at laptop and phone widths (the screenshots are kept): a
+// subscription spent for hours reads "spent" with when it is back, a
+// revoked key reads "broken" with why and nothing beside the point (no
+// usage bars, no countdown), the pool header names both under what is
+// wrong, and the broken account's page shows what it went through.
+func TestDashboardStatesInBrowser(t *testing.T) {
+	t.Parallel()
+	bctx := headless(t)
+	e := setup(t, options{accounts: []account{
+		{label: "spent-1", oauth: true, priority: 10, windows: &sim.Windows{
+			FiveHour: &sim.Window{Limit: 1000, Used: 1000, ResetIn: sim.Duration(2 * time.Hour)}}},
+		{label: "broken-1", priority: 5, revoked: true},
+		{label: "ok-1", priority: 1},
+	}})
+	// A request meets the spent window and the revoked key, and fails over
+	// to ok-1; the revoked key's check (the job a new account gets) breaks
+	// it.
+	if r := e.post(false); r.status != http.StatusOK {
+		t.Fatalf("request: %d %s", r.status, r.body)
+	}
+	bk := e.account("broken-1")
+	if _, err := e.cp.CheckAccount(t.Context(), uuid.MustParse(bk.Id), bk.CredentialRevision); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.account("broken-1").State; st != weirv1.AccountState_ACCOUNT_STATE_BROKEN {
+		t.Fatalf("broken-1 is %v after its check", st)
+	}
+	if c := e.account("spent-1").Cooldown; c == nil || c.Reason != weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED {
+		t.Fatalf("spent-1's cooldown %v, want quota exhausted", c)
+	}
+	secrets := []string{e.admin, e.dpToken, e.key}
+	for _, c := range e.creds {
+		secrets = append(secrets, c)
+	}
+	b := &browser{t: t, ctx: bctx, shots: artifactsDir(t), secrets: secrets}
+	base := e.cpSrv.URL
+	b.step("sign in", chromedp.Navigate(base+"/dashboard/"), chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SetValue(chromedp.CSS("#token"), e.admin), chromedp.Click(chromedp.CSS(`.login button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS("table.accounts")))
+	spent, broken := `tr[data-account="spent-1"]`, `tr[data-account="broken-1"]`
+	if got := b.text("spent", spent+" .badge"); got != "spent" {
+		t.Errorf("spent-1 badge %q, want spent", got)
+	}
+	if got := b.text("spent", spent); !strings.Contains(got, "back") {
+		t.Errorf("spent-1 row %q, want when it is back", got)
+	}
+	if got := b.text("broken", broken); !strings.Contains(got, "broken") || strings.Contains(got, "resets") || strings.Contains(got, "cooling") {
+		t.Errorf("broken-1 row %q, want broken with why, and nothing beside the point", got)
+	}
+	if got := b.text("pool header", "section.pool-header"); !strings.Contains(got, "spent-1") || !strings.Contains(got, "broken-1") ||
+		!strings.Contains(got, "1 / 3") {
+		t.Errorf("pool header %q, want 1 of 3 serving, and both named under what is wrong", got)
+	}
+	b.shoot("states-accounts")
+	b.step("broken account's page", chromedp.Click(chromedp.CSS(broken+` a[href^="/dashboard/accounts/"]`)),
+		chromedp.WaitVisible(chromedp.CSS("h1")))
+	if got := b.text("broken page", "main"); !strings.Contains(got, "Account broken-1") || !strings.Contains(got, "401") {
+		t.Errorf("broken-1's page %q, want its 401s", got)
+	}
+	b.shoot("states-broken-account")
 }

@@ -66,6 +66,8 @@ type account struct {
 	// refreshable gives an oauth account a refresh token, and an access
 	// token that expires within the control plane's refresh horizon.
 	refreshable bool
+	// revoked: the simulator answers every request of the account 401.
+	revoked bool
 }
 
 // options shape one test's topology; zero values are the defaults.
@@ -217,7 +219,8 @@ func setup(t *testing.T, opts options) *env {
 
 	script := sim.Script{AcceptUnknown: true}
 	for _, a := range opts.accounts {
-		as := sim.AccountScript{Name: a.label, Kind: sim.KindAPIKey, Credential: "sk-ant-api03-e2e-" + a.label + "-" + randHex(8), Faults: a.faults}
+		as := sim.AccountScript{Name: a.label, Kind: sim.KindAPIKey, Credential: "sk-ant-api03-e2e-" + a.label + "-" + randHex(8), Faults: a.faults,
+			Revoked: a.revoked}
 		switch {
 		case a.provider == "codex":
 			as.Kind, as.Credential = sim.KindChatGPT, "chatgpt-access-e2e-"+a.label+"-"+randHex(8)
