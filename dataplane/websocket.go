@@ -565,12 +565,13 @@ func (w *wsResponseWriter) sendEvents() error {
 			return nil
 		}
 		data := sseData(raw[:end])
+		completed := sseName(raw[:end]) == "response.completed"
 		w.buf.Next(next)
 		if len(data) == 0 || bytes.Equal(data, []byte("[DONE]")) {
 			continue
 		}
-		if bytes.Contains(data, []byte(`"response.completed"`)) {
-			w.completed = bytes.Clone(data) // add() reads its type
+		if completed {
+			w.completed = bytes.Clone(data) // the connection's history keeps its output
 		}
 		if err := w.c.Write(w.ctx, websocket.MessageText, data); err != nil {
 			return err
@@ -589,6 +590,22 @@ func eventEnd(b []byte) (end, next int) {
 		return crlf, crlf + 4
 	}
 	return lf, lf + 2
+}
+
+// sseName is an event's event: field ("" when it has none): read from the
+// event's head, so that no event's data is searched.
+func sseName(ev []byte) string {
+	for len(ev) > 0 {
+		line, rest, _ := bytes.Cut(ev, []byte("\n"))
+		if v, ok := bytes.CutPrefix(bytes.TrimSuffix(line, []byte("\r")), []byte("event:")); ok {
+			return string(bytes.TrimSpace(v))
+		}
+		if bytes.HasPrefix(line, []byte("data:")) {
+			return "" // Responses streams name an event before its data
+		}
+		ev = rest
+	}
+	return ""
 }
 
 // sseData joins an event's data: lines.

@@ -71,6 +71,7 @@ type gateView struct {
 
 func accountViews(accts []*weirv1.Account) []accountView {
 	out := make([]accountView, 0, len(accts))
+	serving := servingNow(accts)
 	for _, a := range accts {
 		v := accountView{
 			ID:          a.Id,
@@ -125,7 +126,7 @@ func accountViews(accts []*weirv1.Account) []accountView {
 			v.Usage = append(v.Usage, uv)
 		}
 		slices.SortFunc(v.Usage, func(a, b usageView) int { return cmp.Compare(windowOrder(a.Window), windowOrder(b.Window)) })
-		v.PauseWarning = pauseWarning(accts, a.Id)
+		v.PauseWarning = pauseWarning(a, serving)
 		switch a.State {
 		case weirv1.AccountState_ACCOUNT_STATE_BROKEN:
 			// A broken account serves nothing until an operator acts: its
@@ -357,7 +358,7 @@ func (h *Handler) confirmPage(w http.ResponseWriter, r *http.Request, s session)
 			h.fail(w, r, err)
 			return
 		}
-		d.Warning = pauseWarning(all.Msg.Accounts, res.Msg.Account.Id)
+		d.Warning = pauseWarning(res.Msg.Account, servingNow(all.Msg.Accounts))
 	}
 	h.render(w, r, http.StatusOK, "confirm", view{Title: a.verb, Nav: "accounts", CSRF: s.csrf, Role: s.role, Data: d})
 }
@@ -395,31 +396,33 @@ var surfaceNames = []struct {
 	{weirv1.Surface_SURFACE_CHAT_COMPLETIONS, "Chat Completions"},
 }
 
-// pauseWarning says which surfaces pausing the account id would leave
-// with no account that can serve now ("" when none): it is the last
-// active account of every provider serving them.
-func pauseWarning(accts []*weirv1.Account, id string) string {
-	var target *weirv1.Account
+// servingNow counts, per surface, the active accounts of the providers
+// serving it.
+func servingNow(accts []*weirv1.Account) map[weirv1.Surface]int {
+	n := map[weirv1.Surface]int{}
 	for _, a := range accts {
-		if a.Id == id {
-			target = a
+		if a.State != weirv1.AccountState_ACCOUNT_STATE_ACTIVE {
+			continue
+		}
+		for _, s := range surfaceNames {
+			if policy.Serves(a.Provider, s.sf) {
+				n[s.sf]++
+			}
 		}
 	}
-	if target == nil || target.State != weirv1.AccountState_ACCOUNT_STATE_ACTIVE {
+	return n
+}
+
+// pauseWarning says which surfaces pausing a would leave with no account
+// that can serve now ("" when none), given servingNow's counts: it is the
+// last active account of every provider serving them.
+func pauseWarning(a *weirv1.Account, serving map[weirv1.Surface]int) string {
+	if a.State != weirv1.AccountState_ACCOUNT_STATE_ACTIVE {
 		return ""
 	}
 	var left []string
 	for _, s := range surfaceNames {
-		if !policy.Serves(target.Provider, s.sf) {
-			continue
-		}
-		others := 0
-		for _, a := range accts {
-			if a.Id != id && a.State == weirv1.AccountState_ACCOUNT_STATE_ACTIVE && policy.Serves(a.Provider, s.sf) {
-				others++
-			}
-		}
-		if others == 0 {
+		if policy.Serves(a.Provider, s.sf) && serving[s.sf] == 1 {
 			left = append(left, s.name)
 		}
 	}

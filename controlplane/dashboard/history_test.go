@@ -40,16 +40,17 @@ func TestPauseWarning(t *testing.T) {
 		{Id: "codex-1", Provider: weirv1.Provider_PROVIDER_CODEX, State: active},
 		{Id: "oai-1", Provider: weirv1.Provider_PROVIDER_OPENAI, State: active},
 	}
-	if w := pauseWarning(accts, "claude-1"); !strings.Contains(w, "Messages") {
+	serving := servingNow(accts)
+	if w := pauseWarning(accts[0], serving); !strings.Contains(w, "Messages") {
 		t.Errorf("the last active Anthropic account: %q", w)
 	}
-	if w := pauseWarning(accts, "codex-1"); w != "" {
+	if w := pauseWarning(accts[2], serving); w != "" {
 		t.Errorf("a Codex login beside an OpenAI key: %q", w)
 	}
-	if w := pauseWarning(accts, "oai-1"); !strings.Contains(w, "Chat Completions") || strings.Contains(w, "Responses") {
+	if w := pauseWarning(accts[3], serving); !strings.Contains(w, "Chat Completions") || strings.Contains(w, "Responses") {
 		t.Errorf("the only OpenAI key: %q, want Chat Completions alone (Codex still serves Responses)", w)
 	}
-	if w := pauseWarning(accts, "claude-2"); w != "" {
+	if w := pauseWarning(accts[1], serving); w != "" {
 		t.Errorf("a cooling account: %q", w)
 	}
 }

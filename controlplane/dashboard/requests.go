@@ -201,7 +201,10 @@ func (n names) key(id string) string {
 	return id
 }
 
-func (h *Handler) requestsData(r *http.Request) (requestsData, int, error) {
+// requestsData reads the page's requests; with failed, the failed attempts
+// of its range too: the page reads them once, the live fragment (every few
+// seconds) does not read a range's attempt records again.
+func (h *Handler) requestsData(r *http.Request, failed bool) (requestsData, int, error) {
 	f := parseFilter(r.URL.Query())
 	n, ao, ko, err := h.names(r)
 	if err != nil {
@@ -251,12 +254,15 @@ func (h *Handler) requestsData(r *http.Request) (requestsData, int, error) {
 		d.Events = append(d.Events, newEventView(e, n, now))
 	}
 	d.Next = res.Msg.NextPageToken
-	failed, err := h.cfg.Dashboard.FailedAttempts(r.Context(), connect.NewRequest(&weirv1.FailedAttemptsRequest{
+	if !failed {
+		return d, http.StatusOK, nil
+	}
+	counts, err := h.cfg.Dashboard.FailedAttempts(r.Context(), connect.NewRequest(&weirv1.FailedAttemptsRequest{
 		Since: timestamppb.New(since), Until: timestamppb.New(now)}))
 	if err != nil {
 		return d, 0, err
 	}
-	for _, c := range failed.Msg.Counts {
+	for _, c := range counts.Msg.Counts {
 		d.Failed = append(d.Failed, failedView{Account: n.account(c.AccountId), AccountID: c.AccountId, Status: statusText(c.Status),
 			Class: enumText(c.Class.String(), "OUTCOME_CLASS_"), Error: c.ErrorType, Attempts: c.Attempts, Latest: c.Latest.AsTime()})
 	}
@@ -272,7 +278,7 @@ func statusText(s int32) string {
 }
 
 func (h *Handler) requestsPage(w http.ResponseWriter, r *http.Request, s session) {
-	d, status, err := h.requestsData(r)
+	d, status, err := h.requestsData(r, true)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -281,7 +287,7 @@ func (h *Handler) requestsPage(w http.ResponseWriter, r *http.Request, s session
 }
 
 func (h *Handler) requestsFragment(w http.ResponseWriter, r *http.Request, s session) {
-	d, status, err := h.requestsData(r)
+	d, status, err := h.requestsData(r, false)
 	if err != nil {
 		h.fail(w, r, err)
 		return

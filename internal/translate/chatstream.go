@@ -106,6 +106,3 @@ func (s *ChatStream) Chunk(data []byte) ([]byte, error) {
 
 // Event is Chunk: a Chat stream's events have no names.
 func (s *ChatStream) Event(_ string, data []byte) ([]byte, error) { return s.Chunk(data) }
-
-// Done says whether the stream ended ([DONE] came).
-func (s *ChatStream) Done() bool { return s.out.done }

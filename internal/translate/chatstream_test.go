@@ -58,7 +58,7 @@ func TestChatStream(t *testing.T) {
 		}
 		out = append(out, b...)
 	}
-	if !s.Done() {
+	if !s.out.done {
 		t.Error("not done after [DONE]")
 	}
 	names, data := sseEvents(t, out)
