@@ -419,11 +419,11 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("no %s row:\n%s", provider, out)
 		return nil
 	}
-	// PROVIDER TOTAL ACTIVE COOLING PAUSED BROKEN IN-FLIGHT …
-	if f := row("anthropic"); strings.Join(f[1:6], " ") != "3 1 1 1 0" || f[6] != "0/8" {
-		t.Errorf("anthropic row %v, want 3 total, 1 active, 1 cooling, 1 paused, 0/8 in flight:\n%s", f, out)
+	// PROVIDER TOTAL SERVING OVERLOADED COOLING PAUSED BROKEN IN-FLIGHT …
+	if f := row("anthropic"); strings.Join(f[1:7], " ") != "3 1 0 1 1 0" || f[7] != "0/8" {
+		t.Errorf("anthropic row %v, want 3 total, 1 serving, 1 cooling, 1 paused, 0/8 in flight:\n%s", f, out)
 	}
-	if f := row("codex"); strings.Join(f[1:3], " ") != "2 2" || !strings.Contains(f[7], "%/") {
+	if f := row("codex"); strings.Join(f[1:3], " ") != "2 2" || !strings.Contains(f[8], "%/") {
 		t.Errorf("codex row %v:\n%s", f, out)
 	}
 	for _, want := range []string{

@@ -87,13 +87,18 @@ func printStatus(w io.Writer, st poolstatus.Status, color bool) error {
 	}
 	fmt.Fprintf(w, "%s: %d accounts; quota response mode %s\n\n", paint(ansiBold, "weir pool"), st.Accounts, st.QuotaResponseMode)
 	tw := table(w)
-	fmt.Fprintln(tw, "PROVIDER\tTOTAL\tACTIVE\tCOOLING\tPAUSED\tBROKEN\tIN FLIGHT\t5H USED min/med\t5H RESET\tWEEK USED min/med\tWEEK RESET")
+	fmt.Fprintln(tw, "PROVIDER\tTOTAL\tSERVING\tOVERLOADED\tCOOLING\tPAUSED\tBROKEN\tIN FLIGHT\t5H USED min/med\t5H RESET\tWEEK USED min/med\tWEEK RESET")
 	for _, p := range st.Providers {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\n", p.Provider, p.Total, p.Active, p.Cooling, p.Paused, p.Broken,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\n", p.Provider, p.Total, p.Serving, p.Overloaded, p.Cooling, p.Paused, p.Broken,
 			p.InFlight, p.Capacity, windowUsed(p.FiveHour), windowReset(p.FiveHour, st.At), windowUsed(p.Weekly), windowReset(p.Weekly, st.At))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, p := range st.Providers {
+		for _, f := range p.Families {
+			fmt.Fprintf(w, "  %s %s: %d of %d can serve it (%d gated)\n", p.Provider, f.Family, f.Serving, p.Total, f.Gated)
+		}
 	}
 	fmt.Fprintln(w)
 	if err := printSpills(w, st, paint); err != nil {

@@ -53,7 +53,7 @@ func (h *Handler) accountPage(w http.ResponseWriter, r *http.Request, s session)
 	}
 	a := res.Msg.Account
 	now := h.cfg.Now()
-	d := accountData{Account: accountViews([]*weirv1.Account{a})[0]}
+	d := accountData{Account: accountViews([]*weirv1.Account{a}, now)[0]}
 	usage, err := h.cfg.Dashboard.UsageHistory(ctx, connect.NewRequest(&weirv1.UsageHistoryRequest{Range: durationpb.New(accountRange), AccountId: a.Id}))
 	if err != nil {
 		h.fail(w, r, err)

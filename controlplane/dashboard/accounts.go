@@ -27,9 +27,12 @@ type accountView struct {
 	// Owner is whose seat the account is: "key NAME" or "team NAME" ("" when
 	// it has none), with "(revoked)" after a revoked key.
 	Owner string
-	// State is active, cooling, paused or broken.
-	State     string
-	BrokenWhy string
+	// State is active, cooling, paused or broken; spent for one cooling
+	// out of quota, overloaded for an active one whose last answer was
+	// overloaded (OverloadedAt).
+	State        string
+	OverloadedAt *time.Time
+	BrokenWhy    string
 	// Check is the check's verdict (good, unverified, broken); CheckWhy
 	// why an unverified one is not decided yet.
 	Check, CheckWhy string
@@ -69,7 +72,7 @@ type gateView struct {
 	Until            time.Time
 }
 
-func accountViews(accts []*weirv1.Account) []accountView {
+func accountViews(accts []*weirv1.Account, now time.Time) []accountView {
 	out := make([]accountView, 0, len(accts))
 	serving := servingNow(accts)
 	for _, a := range accts {
@@ -138,6 +141,9 @@ func accountViews(accts []*weirv1.Account) []accountView {
 				// Out of quota: "spent" says it plainly, its cooldown when
 				// it is back.
 				v.State = "spent"
+			} else if a.State == weirv1.AccountState_ACCOUNT_STATE_ACTIVE && poolstatus.Overloaded(a, now) {
+				// Active, but its last answer was overloaded: not green.
+				v.State, v.OverloadedAt = "overloaded", tsPtr(a.OverloadedAt)
 			}
 		}
 		out = append(out, v)
@@ -195,7 +201,7 @@ func (h *Handler) accountsData(r *http.Request) (accountsData, error) {
 		return accountsData{}, err
 	}
 	now := h.cfg.Now()
-	d := accountsData{Accounts: accountViews(res.Msg.Accounts), Now: now}
+	d := accountsData{Accounts: accountViews(res.Msg.Accounts, now), Now: now}
 	// The pool header: what `weir status` says, from the same answers.
 	settings, err := h.cfg.Settings.GetSettings(ctx, connect.NewRequest(&weirv1.GetSettingsRequest{}))
 	if err != nil {
@@ -351,7 +357,7 @@ func (h *Handler) confirmPage(w http.ResponseWriter, r *http.Request, s session)
 		h.fail(w, r, err)
 		return
 	}
-	d := confirmData{Account: accountViews([]*weirv1.Account{res.Msg.Account})[0], Action: r.PathValue("action"), Verb: a.verb, What: a.what}
+	d := confirmData{Account: accountViews([]*weirv1.Account{res.Msg.Account}, h.cfg.Now())[0], Action: r.PathValue("action"), Verb: a.verb, What: a.what}
 	if d.Action == "pause" {
 		all, err := h.cfg.Accounts.ListAccounts(r.Context(), connect.NewRequest(&weirv1.ListAccountsRequest{}))
 		if err != nil {
@@ -379,7 +385,7 @@ func (h *Handler) accountAction(w http.ResponseWriter, r *http.Request, s sessio
 	acct := res.Msg.Account
 	if err := a.call(h, r, acct.Id); err != nil {
 		h.render(w, r, http.StatusUnprocessableEntity, "confirm", view{Title: a.verb, Nav: "accounts", CSRF: s.csrf, Role: s.role, Data: confirmData{
-			Account: accountViews([]*weirv1.Account{acct})[0], Action: name, Verb: a.verb, What: a.what, Error: rpcMessage(err)}})
+			Account: accountViews([]*weirv1.Account{acct}, h.cfg.Now())[0], Action: name, Verb: a.verb, What: a.what, Error: rpcMessage(err)}})
 		return
 	}
 	h.cfg.Logger.InfoContext(r.Context(), "dashboard action", "action", name, "account_id", acct.Id)

@@ -105,7 +105,7 @@ func (h *Handler) historyPage(w http.ResponseWriter, r *http.Request, s session)
 // series, and a window with a reading but no snapshot yet as a point at
 // now) on axis; ok is false when it has neither.
 func newAccountChart(id string, a *weirv1.Account, snapshots []*weirv1.UsageSeries, axis timeAxis, now time.Time) (accountChart, bool) {
-	views := accountViews([]*weirv1.Account{a})[0]
+	views := accountViews([]*weirv1.Account{a}, now)[0]
 	if len(snapshots) == 0 && len(views.Usage) == 0 {
 		return accountChart{}, false
 	}

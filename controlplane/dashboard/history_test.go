@@ -57,9 +57,12 @@ func TestPauseWarning(t *testing.T) {
 
 // An account out of quota reads "spent", with the cooldown that says when
 // it is back; a broken one shows only why it is broken, no usage windows,
-// gates or cooldown beside the point; a rate-limited one is cooling.
+// gates or cooldown beside the point; a rate-limited one is cooling; an
+// active one whose last answer, seconds ago, was overloaded reads
+// overloaded, and one overloaded an hour ago active.
 func TestAccountViewsStates(t *testing.T) {
 	t.Parallel()
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
 	until := timestamppb.New(time.Date(2030, 1, 1, 14, 0, 0, 0, time.UTC))
 	used := 0.08
 	win := []*weirv1.UsageWindow{{Window: "five_hour", Utilization: &used}}
@@ -71,7 +74,9 @@ func TestAccountViewsStates(t *testing.T) {
 			FamilyGates: []*weirv1.FamilyGate{{Family: "opus", Until: until}}},
 		{Id: "c", State: weirv1.AccountState_ACCOUNT_STATE_COOLING,
 			Cooldown: &weirv1.Cooldown{Reason: weirv1.CooldownReason_COOLDOWN_REASON_RATE_LIMITED, Until: until}},
-	})
+		{Id: "d", State: weirv1.AccountState_ACCOUNT_STATE_ACTIVE, OverloadedAt: timestamppb.New(now.Add(-5 * time.Second))},
+		{Id: "e", State: weirv1.AccountState_ACCOUNT_STATE_ACTIVE, OverloadedAt: timestamppb.New(now.Add(-time.Hour))},
+	}, now)
 	if vs[0].State != "spent" || vs[0].Cooldown == nil {
 		t.Errorf("out of quota: %+v", vs[0])
 	}
@@ -80,6 +85,12 @@ func TestAccountViewsStates(t *testing.T) {
 	}
 	if vs[2].State != "cooling" {
 		t.Errorf("rate limited: %+v", vs[2])
+	}
+	if v := vs[3]; v.State != "overloaded" || v.OverloadedAt == nil {
+		t.Errorf("overloaded 5s ago: %+v", v)
+	}
+	if vs[4].State != "active" {
+		t.Errorf("overloaded an hour ago: %+v", vs[4])
 	}
 }
 

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -371,4 +372,115 @@ func TestDashboardStatesInBrowser(t *testing.T) {
 		t.Errorf("broken-1's page %q, want its 401s", got)
 	}
 	b.shoot("states-broken-account")
+}
+
+// TestDashboardHoldInBrowser: a storm over every account that could serve
+// and one account gated for the request's family, as a real Chromium
+// shows it while a request waits it out: the pool header counts the
+// request held now and names the overloaded and gated accounts, the gated
+// account's row reads its gate with when it lifts, and the Requests page
+// and the request's own page say it is held and why. When the storm ends
+// the held request is served and the header says nothing is held.
+func TestDashboardHoldInBrowser(t *testing.T) {
+	t.Parallel()
+	bctx := headless(t)
+	storm := []sim.Fault{{Kind: sim.FaultOverloaded, For: sim.Duration(10 * time.Minute)}}
+	e := setup(t, options{hold: 5 * time.Minute, accounts: []account{
+		{label: "gated-1", oauth: true, priority: 10, windows: &sim.Windows{
+			FiveHour: &sim.Window{Limit: 1000, Used: 100, ResetIn: sim.Duration(4 * time.Hour)},
+			Families: map[string]sim.FamilyWindow{"sonnet": {Window: sim.Window{Limit: 1000, Used: 1000, ResetIn: sim.Duration(3 * time.Hour)}}}}},
+		{label: "storm-1", priority: 5, faults: storm},
+		{label: "storm-2", priority: 1, faults: storm},
+	}})
+
+	// The request meets the gate and the storm, and is held.
+	type result struct {
+		status int
+		id     string
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, e.dpSrv.URL+"/v1/messages", strings.NewReader(messagesBody(false)))
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		req.Header.Set("X-Api-Key", e.key)
+		req.Header.Set("Anthropic-Version", "2023-06-01")
+		req.Header.Set("Content-Type", "application/json")
+		res, err := e.client.Do(req)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer res.Body.Close()
+		_, err = io.Copy(io.Discard, res.Body)
+		done <- result{status: res.StatusCode, id: res.Header.Get("Weir-Request-Id"), err: err}
+	}()
+	var held *weirv1.RouteEvent
+	eventually(t, "a request held", func() bool {
+		res, err := e.routes.ListRouteEvents(t.Context(), connect.NewRequest(&weirv1.ListRouteEventsRequest{Limit: 10, HeldOnly: true}))
+		if err != nil || len(res.Msg.Events) == 0 || res.Msg.Events[0].HeldSince == nil {
+			return false
+		}
+		held = res.Msg.Events[0]
+		return true
+	})
+	eventually(t, "gated-1's sonnet gate", func() bool { return len(e.account("gated-1").FamilyGates) > 0 })
+	eventually(t, "the storm met on both accounts", func() bool {
+		return e.account("storm-1").OverloadedAt != nil && e.account("storm-2").OverloadedAt != nil
+	})
+
+	secrets := []string{e.admin, e.dpToken, e.key}
+	for _, c := range e.creds {
+		secrets = append(secrets, c)
+	}
+	b := &browser{t: t, ctx: bctx, shots: artifactsDir(t), secrets: secrets}
+	base := e.cpSrv.URL
+	b.step("sign in", chromedp.Navigate(base+"/dashboard/"), chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SetValue(chromedp.CSS("#token"), e.admin), chromedp.Click(chromedp.CSS(`.login button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS("table.accounts")))
+	header := b.text("pool header", "section.pool-header")
+	for _, want := range []string{"1 / 3 can serve now", "2 overloaded", "sonnet: 0 / 3 can serve it (1 gated)", "1 request held now",
+		"storm-1", "storm-2", "gated-1", "sonnet gated"} {
+		if !strings.Contains(header, want) {
+			t.Errorf("pool header %q: want %q", header, want)
+		}
+	}
+	if got := b.text("gated row", `tr[data-account="gated-1"] .gate`); !strings.Contains(got, "sonnet") {
+		t.Errorf("gated-1's gate reads %q, want its family", got)
+	}
+	if got := b.text("storm row", `tr[data-account="storm-1"] .badge`); got != "overloaded" {
+		t.Errorf("storm-1's badge %q during the storm, want overloaded", got)
+	}
+	b.shoot("hold-accounts")
+
+	b.step("requests page", chromedp.Navigate(base+"/dashboard/requests"), chromedp.WaitVisible(chromedp.CSS("table")))
+	if got := b.text("held row", "table.requests tbody"); !strings.Contains(got, "held") {
+		t.Errorf("requests page %q, want the request held", got)
+	}
+	b.shoot("hold-requests")
+
+	b.step("the held request's page", chromedp.Navigate(base+"/dashboard/requests/"+held.RequestId), chromedp.WaitVisible(chromedp.CSS("h1")))
+	if got := b.text("explain", "main"); !strings.Contains(got, "Held now") || !strings.Contains(got, "attempts so far") {
+		t.Errorf("the held request's page %q, want how long it is held and why", got)
+	}
+	b.shoot("hold-explain")
+
+	// The storm ends: the held request is served, and nothing is held.
+	e.sim.Reset()
+	select {
+	case r := <-done:
+		if r.err != nil || r.status != http.StatusOK || r.id != held.RequestId {
+			t.Fatalf("the held request: %d %q %v, want 200 for %s", r.status, r.id, r.err, held.RequestId)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the held request was not served within a minute of the storm's end")
+	}
+	b.step("accounts again", chromedp.Navigate(base+"/dashboard/"), chromedp.WaitVisible(chromedp.CSS("section.pool-header")))
+	if got := b.text("pool header", "section.pool-header"); !strings.Contains(got, "No request held now") {
+		t.Errorf("pool header after the storm %q, want nothing held", got)
+	}
+	b.shoot("hold-after")
 }

@@ -103,16 +103,34 @@ type Spill struct {
 type Provider struct {
 	Provider string `json:"provider"`
 	Total    int    `json:"total"`
-	Active   int    `json:"active"`
-	Cooling  int    `json:"cooling"`
-	Paused   int    `json:"paused"`
-	Broken   int    `json:"broken"`
-	InFlight int32  `json:"in_flight"`
+	// Active are the accounts in the active state; Serving are those of
+	// them that can serve now: not Overloaded, that is not answering
+	// overloaded within the last minute with no success since.
+	Active     int   `json:"active"`
+	Serving    int   `json:"serving"`
+	Overloaded int   `json:"overloaded"`
+	Cooling    int   `json:"cooling"`
+	Paused     int   `json:"paused"`
+	Broken     int   `json:"broken"`
+	InFlight   int32 `json:"in_flight"`
 	// Capacity is the concurrency of the accounts that can take requests
 	// now (active ones).
 	Capacity int32   `json:"capacity"`
 	FiveHour *Window `json:"five_hour,omitempty"`
 	Weekly   *Window `json:"weekly,omitempty"`
+	// Families are the model families some account of the provider is
+	// gated for, in name order: for each, how many can serve it now. A
+	// family not listed can be served by all Serving accounts.
+	Families []Family `json:"families,omitempty"`
+}
+
+// Family is what can serve one model family of a provider now.
+type Family struct {
+	Family string `json:"family"`
+	// Serving are the provider's serving accounts not gated for it.
+	Serving int `json:"serving"`
+	// Gated are the accounts gated for it (whatever their state).
+	Gated int `json:"gated"`
 }
 
 // Window sums up one usage window over a provider's accounts with a
@@ -166,6 +184,11 @@ func Build(accts []*weirv1.Account, settings *weirv1.Settings, rep *weirv1.Integ
 		case weirv1.AccountState_ACCOUNT_STATE_ACTIVE:
 			p.Active++
 			p.Capacity += a.MaxConcurrency
+			if Overloaded(a, now) {
+				p.Overloaded++
+			} else {
+				p.Serving++
+			}
 		case weirv1.AccountState_ACCOUNT_STATE_COOLING:
 			p.Cooling++
 		case weirv1.AccountState_ACCOUNT_STATE_PAUSED:
@@ -184,6 +207,7 @@ func Build(accts []*weirv1.Account, settings *weirv1.Settings, rep *weirv1.Integ
 	slices.Sort(order)
 	for _, name := range order {
 		p := byProvider[name]
+		p.Families = familiesOf(name, p.Serving, accts, now)
 		p.FiveHour = SumWindow(windows[name]["five_hour"])
 		p.Weekly = SumWindow(windows[name]["seven_day"])
 		st.Providers = append(st.Providers, *p)
@@ -211,6 +235,40 @@ func Build(accts []*weirv1.Account, settings *weirv1.Settings, rep *weirv1.Integ
 	rank := map[string]int{"broken": 0, "integrity": 1, "unreachable": 2, "overloaded": 3, "seats": 4, "expiring": 5, "cooling": 6, "gated": 7, "paused": 8}
 	slices.SortStableFunc(st.Problems, func(a, b Problem) int { return rank[a.Kind] - rank[b.Kind] })
 	return st
+}
+
+// Overloaded: the account answered overloaded within the last minute,
+// with no success since.
+func Overloaded(a *weirv1.Account, now time.Time) bool {
+	return a.OverloadedAt != nil && now.Sub(a.OverloadedAt.AsTime()) < overloadedShown
+}
+
+// familiesOf are the families provider's accounts are gated for now, each
+// with how many of its serving accounts are not gated for it.
+func familiesOf(provider string, serving int, accts []*weirv1.Account, now time.Time) []Family {
+	var out []Family
+	at := map[string]int{}
+	for _, a := range accts {
+		if shortEnum(a.Provider.String(), "PROVIDER_") != provider {
+			continue
+		}
+		for _, g := range a.FamilyGates {
+			if !g.Until.AsTime().After(now) {
+				continue
+			}
+			i, ok := at[g.Family]
+			if !ok {
+				i, at[g.Family] = len(out), len(out)
+				out = append(out, Family{Family: g.Family, Serving: serving})
+			}
+			out[i].Gated++
+			if a.State == weirv1.AccountState_ACCOUNT_STATE_ACTIVE && !Overloaded(a, now) {
+				out[i].Serving--
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Family) int { return strings.Compare(a.Family, b.Family) })
+	return out
 }
 
 // SeatsOf are the accounts with an owner, one entry per owner in
@@ -372,7 +430,7 @@ func AccountProblems(a *weirv1.Account, now time.Time) []Problem {
 	if u != nil {
 		out = append(out, UnreachableProblem(a.Label, u, now))
 	}
-	if o := a.OverloadedAt; o != nil && now.Sub(o.AsTime()) < overloadedShown {
+	if o := a.OverloadedAt; Overloaded(a, now) {
 		out = append(out, Problem{Kind: "overloaded", Account: a.Label,
 			Detail: "answered overloaded " + RelTime(o.AsTime(), now) + ", no success since", Since: at(o)})
 	}

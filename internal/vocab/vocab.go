@@ -6,6 +6,7 @@
 package vocab
 
 import (
+	"strconv"
 	"strings"
 	"sync"
 
@@ -22,8 +23,13 @@ type Enum interface {
 // Name is "rate_limited" for COOLDOWN_REASON_RATE_LIMITED.
 func Name[E Enum](v E) string {
 	d := v.Descriptor()
-	full := string(d.Values().ByNumber(v.Number()).Name())
-	return strings.ToLower(strings.TrimPrefix(full, Prefix(d)))
+	ev := d.Values().ByNumber(v.Number())
+	if ev == nil {
+		// A value this build does not know (a newer peer's): its number,
+		// not a panic.
+		return strconv.Itoa(int(v.Number()))
+	}
+	return strings.ToLower(strings.TrimPrefix(string(ev.Name()), Prefix(d)))
 }
 
 // Value parses a short name back; unknown names give the zero value. A
