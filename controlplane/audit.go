@@ -296,7 +296,10 @@ func (h auditService) ListAuditEvents(ctx context.Context, req *connect.Request[
 	case size > 500:
 		size = 500
 	}
-	p := db.ListAuditEventsParams{MaxRows: size + 1}
+	p := db.ListAuditEventsParams{MaxRows: size + 1, Targets: m.Targets}
+	if p.Targets == nil {
+		p.Targets = []string{}
+	}
 	if m.Since != nil {
 		t := m.Since.AsTime()
 		p.Since = &t

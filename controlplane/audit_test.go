@@ -421,6 +421,46 @@ func TestListAuditEventsPagesAndFilters(t *testing.T) {
 	if n := count(&weirv1.ListAuditEventsRequest{Since: timestamppb.New(epoch.Add(2 * time.Minute)), Until: timestamppb.New(epoch.Add(4 * time.Minute))}); n != 2 {
 		t.Errorf("since/until: %d, want 2", n)
 	}
+	// Targets: the calls that named an account, by its id or its label,
+	// whichever the call was given; another account's are not among them.
+	var ids []string
+	for _, label := range []string{"acct-x", "acct-x2"} {
+		cred := apiKey()
+		e.secrets.add(cred)
+		created, err := bob.accounts.CreateAccount(ctx, connect.NewRequest(&weirv1.CreateAccountRequest{
+			Provider: weirv1.Provider_PROVIDER_ANTHROPIC, AuthKind: weirv1.AuthKind_AUTH_KIND_API_KEY, Label: label, Credential: cred}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := created.Msg.Account.Id
+		ids = append(ids, id)
+		if _, err := bob.accounts.PauseAccount(ctx, connect.NewRequest(&weirv1.PauseAccountRequest{Id: id})); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bob.accounts.ResumeAccount(ctx, connect.NewRequest(&weirv1.ResumeAccountRequest{Id: label})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	byTargets := func(targets ...string) []string {
+		var out []string
+		for _, ev := range e.auditRows(alice, &weirv1.ListAuditEventsRequest{Targets: targets}) {
+			out = append(out, ev.Procedure+" "+ev.Target)
+		}
+		return out
+	}
+	if got := byTargets(ids[0], "acct-x"); len(got) != 3 || strings.Contains(strings.Join(got, ","), ids[1]) {
+		t.Errorf("acct-x by id and label: %q, want its create, pause and resume only", got)
+	}
+	// Resumed by its label, the call's target is the label alone.
+	if got := byTargets(ids[0]); len(got) != 2 {
+		t.Errorf("acct-x by id: %q, want its create and pause", got)
+	}
+	if got := byTargets("acct-x2"); len(got) != 3 || strings.Contains(strings.Join(got, ","), ids[0]) {
+		t.Errorf("acct-x2 by label: %q, want 3 of its own", got)
+	}
+	if got := byTargets("acct"); len(got) != 0 {
+		t.Errorf("a prefix of a label: %q, want none", got)
+	}
 	_, err := alice.audit.ListAuditEvents(ctx, connect.NewRequest(&weirv1.ListAuditEventsRequest{PageToken: "nope"}))
 	wantCode(t, err, connect.CodeInvalidArgument)
 }

@@ -22,6 +22,7 @@ func runAudit(ctx context.Context, args []string, e env) error {
 	since := fs.Duration("since", 0, "only the last DURATION (e.g. 24h); default all")
 	actor := fs.String("actor", "", "only this actor, as recorded")
 	procedure := fs.String("procedure", "", "only this call (CreateKey, or /weir.v1.KeyService/CreateKey)")
+	target := fs.String("target", "", "only calls that named this: an id or a name (an account's id and label, comma-separated, give all of its)")
 	limit := fs.Int("limit", 50, "how many, newest first (max 500)")
 	page := fs.String("page", "", "continue after an earlier page (the token it printed)")
 	pos, err := parsePositional(fs, args)
@@ -40,6 +41,11 @@ func runAudit(ctx context.Context, args []string, e env) error {
 	}
 	now := time.Now()
 	req := &weirv1.ListAuditEventsRequest{Actor: *actor, Procedure: *procedure, PageSize: int32(*limit), PageToken: *page}
+	for t := range strings.SplitSeq(*target, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			req.Targets = append(req.Targets, t)
+		}
+	}
 	if *since > 0 {
 		req.Since = timestamppb.New(now.Add(-*since))
 	}

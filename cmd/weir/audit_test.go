@@ -68,6 +68,10 @@ func TestAuditCommand(t *testing.T) {
 	if n := len(strings.Split(strings.TrimSpace(out), "\n")); n != 2 {
 		t.Errorf("audit --procedure SetAlias: %d lines, want the header and one row:\n%s", n, out)
 	}
+	out = cli(alice, "audit", "--target", "quick, audited-key")
+	if n := len(strings.Split(strings.TrimSpace(out), "\n")); n != 3 || !strings.Contains(out, "SetAlias") || !strings.Contains(out, "CreateKey") {
+		t.Errorf("audit --target quick,audited-key: want the header and the two calls that named them:\n%s", out)
+	}
 	out = cli(alice, "audit", "--limit", "1")
 	tok := regexp.MustCompile(`older: the same command with --page (\S+)`).FindStringSubmatch(out)
 	if tok == nil {

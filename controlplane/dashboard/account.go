@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"net/http"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -16,9 +15,9 @@ import (
 // its failed attempts.
 const accountRange = 24 * time.Hour
 
-// accountPageAudits is how many of the latest audit entries the account
-// page looks through for those that name it.
-const accountPageAudits = 500
+// accountPageAudits is how many of the audit entries that name the
+// account its page shows, the latest first; the audit log has the rest.
+const accountPageAudits = 50
 
 type accountData struct {
 	Account accountView
@@ -27,6 +26,8 @@ type accountData struct {
 	Failed  []failedView
 	Events  []eventView
 	Audit   []auditLine
+	// AuditMore: older entries name it too (the audit log, filtered).
+	AuditMore bool
 }
 
 // historyView is one cooldown or gate the account was given.
@@ -103,17 +104,17 @@ func (h *Handler) accountPage(w http.ResponseWriter, r *http.Request, s session)
 	for _, e := range events.Msg.Events {
 		d.Events = append(d.Events, newEventView(e, n, now))
 	}
-	audit, err := h.cfg.Audit.ListAuditEvents(ctx, connect.NewRequest(&weirv1.ListAuditEventsRequest{PageSize: accountPageAudits}))
+	// A call's target is the id it named, with the label when known
+	// ("ID (label)"), or the label alone.
+	audit, err := h.cfg.Audit.ListAuditEvents(ctx, connect.NewRequest(&weirv1.ListAuditEventsRequest{
+		PageSize: accountPageAudits, Targets: []string{a.Id, a.Label}}))
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
 	for _, e := range audit.Msg.Events {
-		// A call's target is the id it named, with the label when known
-		// ("ID (label)"), or the label alone.
-		if strings.HasPrefix(e.Target, a.Id) || e.Target == a.Label {
-			d.Audit = append(d.Audit, auditLine{At: e.At.AsTime(), Actor: e.Actor, Procedure: e.Procedure, Outcome: e.Outcome})
-		}
+		d.Audit = append(d.Audit, auditLine{At: e.At.AsTime(), Actor: e.Actor, Procedure: e.Procedure, Outcome: e.Outcome})
 	}
+	d.AuditMore = audit.Msg.NextPageToken != ""
 	h.render(w, r, http.StatusOK, "account", view{Title: "Account " + a.Label, Nav: "accounts", CSRF: s.csrf, Role: s.role, Data: d})
 }

@@ -29,6 +29,9 @@ func (h *Handler) funcs() template.FuncMap {
 		"count":   groupDigits,
 		"usd":     dollars,
 		"lower":   strings.ToLower,
+		// accountOf is the account id an audit entry's target names, ""
+		// when it names none.
+		"accountOf": accountTarget,
 	}
 }
 

@@ -19,10 +19,13 @@ WHERE ($1::timestamptz IS NULL OR at >= $1)
   AND ($3::text IS NULL OR actor = $3)
   AND ($4::text IS NULL OR procedure = $4
        OR procedure LIKE '%/' || $4)
-  AND ($5::bigint IS NULL
-       OR (at, id) < ($6::timestamptz, $5::bigint))
+  AND (cardinality($5::text[]) = 0 OR target = ANY($5::text[])
+       OR split_part(target, ' (', 1) = ANY($5::text[])
+       OR (target LIKE '% (%)' AND substring(target FROM ' \((.*)\)$') = ANY($5::text[])))
+  AND ($6::bigint IS NULL
+       OR (at, id) < ($7::timestamptz, $6::bigint))
 ORDER BY at DESC, id DESC
-LIMIT $7
+LIMIT $8
 `
 
 type ListAuditEventsParams struct {
@@ -30,6 +33,7 @@ type ListAuditEventsParams struct {
 	Until     *time.Time
 	Actor     *string
 	Procedure *string
+	Targets   []string
 	BeforeID  pgtype.Int8
 	BeforeAt  *time.Time
 	MaxRows   int32
@@ -42,6 +46,7 @@ func (q *Queries) ListAuditEvents(ctx context.Context, arg ListAuditEventsParams
 		arg.Until,
 		arg.Actor,
 		arg.Procedure,
+		arg.Targets,
 		arg.BeforeID,
 		arg.BeforeAt,
 		arg.MaxRows,

@@ -368,10 +368,17 @@ func TestDashboardStatesInBrowser(t *testing.T) {
 	b.shoot("states-accounts")
 	b.step("broken account's page", chromedp.Click(chromedp.CSS(broken+` a[href^="/dashboard/accounts/"]`)),
 		chromedp.WaitVisible(chromedp.CSS("h1")))
-	if got := b.text("broken page", "main"); !strings.Contains(got, "Account broken-1") || !strings.Contains(got, "401") {
-		t.Errorf("broken-1's page %q, want its 401s", got)
+	if got := b.text("broken page", "main"); !strings.Contains(got, "Account broken-1") || !strings.Contains(got, "401") ||
+		!strings.Contains(got, "CreateAccount") {
+		t.Errorf("broken-1's page %q, want its 401s and the call that created it", got)
 	}
 	b.shoot("states-broken-account")
+	// The audit log links an account's calls to its page.
+	b.step("audit log", chromedp.Navigate(base+"/dashboard/audit?procedure=CreateAccount"), chromedp.WaitVisible(chromedp.CSS("table.audit")),
+		chromedp.Click(chromedp.CSS(`table.audit a[href="/dashboard/accounts/`+bk.Id+`"]`)), chromedp.WaitVisible(chromedp.CSS("h1")))
+	if got := b.text("from the audit log", "h1"); !strings.Contains(got, "broken-1") {
+		t.Errorf("the audit log's link led to %q, want broken-1's page", got)
+	}
 }
 
 // TestDashboardHoldInBrowser: a storm over every account that could serve

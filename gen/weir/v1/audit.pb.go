@@ -35,7 +35,12 @@ type ListAuditEventsRequest struct {
 	// At most this many (default 50, at most 500).
 	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// next_page_token of the previous page; "" for the first.
-	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only events whose target is one of these: an id or a name, matching a
+	// target that is it alone, "ID (name)" with it as the id, or "… (NAME)"
+	// with it as the name. An account's id and label give every call that
+	// named the account.
+	Targets       []string `protobuf:"bytes,7,rep,name=targets,proto3" json:"targets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -110,6 +115,13 @@ func (x *ListAuditEventsRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListAuditEventsRequest) GetTargets() []string {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
 }
 
 type ListAuditEventsResponse struct {
@@ -289,7 +301,7 @@ var File_weir_v1_audit_proto protoreflect.FileDescriptor
 
 const file_weir_v1_audit_proto_rawDesc = "" +
 	"\n" +
-	"\x13weir/v1/audit.proto\x12\aweir.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xec\x01\n" +
+	"\x13weir/v1/audit.proto\x12\aweir.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x86\x02\n" +
 	"\x16ListAuditEventsRequest\x120\n" +
 	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
 	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x14\n" +
@@ -297,7 +309,8 @@ const file_weir_v1_audit_proto_rawDesc = "" +
 	"\tprocedure\x18\x04 \x01(\tR\tprocedure\x12\x1b\n" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x06 \x01(\tR\tpageToken\"n\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\x12\x18\n" +
+	"\atargets\x18\a \x03(\tR\atargets\"n\n" +
 	"\x17ListAuditEventsResponse\x12+\n" +
 	"\x06events\x18\x01 \x03(\v2\x13.weir.v1.AuditEventR\x06events\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xfc\x01\n" +
