@@ -311,6 +311,21 @@ func (b *browser) shoot(name string) {
 	}
 }
 
+// signedIn is a browser on e's dashboard, signed in with the admin token,
+// on the accounts page; it fails the test if a page shows any of e's
+// secrets.
+func signedIn(t *testing.T, bctx context.Context, e *env) *browser {
+	secrets := []string{e.admin, e.dpToken, e.key}
+	for _, c := range e.creds {
+		secrets = append(secrets, c)
+	}
+	b := &browser{t: t, ctx: bctx, shots: artifactsDir(t), secrets: secrets}
+	b.step("sign in", chromedp.Navigate(e.cpSrv.URL+"/dashboard/"), chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SetValue(chromedp.CSS("#token"), e.admin), chromedp.Click(chromedp.CSS(`.login button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS("table.accounts")))
+	return b
+}
+
 // TestDashboardStatesInBrowser: a pool in trouble as a real Chromium
 // shows it, at laptop and phone widths (the screenshots are kept): a
 // subscription spent for hours reads "spent" with when it is back, a
@@ -342,15 +357,8 @@ func TestDashboardStatesInBrowser(t *testing.T) {
 	if c := e.account("spent-1").Cooldown; c == nil || c.Reason != weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED {
 		t.Fatalf("spent-1's cooldown %v, want quota exhausted", c)
 	}
-	secrets := []string{e.admin, e.dpToken, e.key}
-	for _, c := range e.creds {
-		secrets = append(secrets, c)
-	}
-	b := &browser{t: t, ctx: bctx, shots: artifactsDir(t), secrets: secrets}
+	b := signedIn(t, bctx, e)
 	base := e.cpSrv.URL
-	b.step("sign in", chromedp.Navigate(base+"/dashboard/"), chromedp.WaitVisible(chromedp.CSS("#token")),
-		chromedp.SetValue(chromedp.CSS("#token"), e.admin), chromedp.Click(chromedp.CSS(`.login button[type="submit"]`)),
-		chromedp.WaitVisible(chromedp.CSS("table.accounts")))
 	spent, broken := `tr[data-account="spent-1"]`, `tr[data-account="broken-1"]`
 	if got := b.text("spent", spent+" .badge"); got != "spent" {
 		t.Errorf("spent-1 badge %q, want spent", got)
@@ -439,15 +447,8 @@ func TestDashboardHoldInBrowser(t *testing.T) {
 		return e.account("storm-1").OverloadedAt != nil && e.account("storm-2").OverloadedAt != nil
 	})
 
-	secrets := []string{e.admin, e.dpToken, e.key}
-	for _, c := range e.creds {
-		secrets = append(secrets, c)
-	}
-	b := &browser{t: t, ctx: bctx, shots: artifactsDir(t), secrets: secrets}
+	b := signedIn(t, bctx, e)
 	base := e.cpSrv.URL
-	b.step("sign in", chromedp.Navigate(base+"/dashboard/"), chromedp.WaitVisible(chromedp.CSS("#token")),
-		chromedp.SetValue(chromedp.CSS("#token"), e.admin), chromedp.Click(chromedp.CSS(`.login button[type="submit"]`)),
-		chromedp.WaitVisible(chromedp.CSS("table.accounts")))
 	header := b.text("pool header", "section.pool-header")
 	for _, want := range []string{"1 / 3 can serve now", "2 overloaded", "sonnet: 0 / 3 can serve it (1 gated)", "1 request held now",
 		"storm-1", "storm-2", "gated-1", "sonnet gated"} {
