@@ -71,8 +71,9 @@ type Config struct {
 	// ReleaseBatch calls, at least this far apart: under load each call
 	// carries everything queued since the last, so Postgres commits a few
 	// large batches instead of one per request. A report after a quiet
-	// spell goes at once. Default 20ms; negative sends whenever a call can
-	// go.
+	// spell goes at once, and nothing that waits on the control plane's
+	// answer is paced: a failure's Release, a probe's, a budgeted key's
+	// spend. Default 100ms; negative sends whenever a call can go.
 	ReportInterval time.Duration
 	// CapacityHold, UnreachableHold and RequestDeadline apply until the
 	// control plane's settings arrive (and whenever it cannot be reached).
@@ -209,7 +210,7 @@ func (c *Config) setDefaults() {
 	}
 	switch {
 	case c.ReportInterval == 0:
-		c.ReportInterval = 20 * time.Millisecond
+		c.ReportInterval = 100 * time.Millisecond
 	case c.ReportInterval < 0:
 		c.ReportInterval = 0
 	}

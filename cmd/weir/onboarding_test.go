@@ -355,6 +355,19 @@ func TestStatus(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
+	// Its route event reaches the control plane with the worker's next
+	// report.
+	for tick := time.NewTicker(20 * time.Millisecond); ; {
+		if out, _ := admin("", "status", "--json"); strings.Contains(out, `"account": "demo-api-key"`) {
+			tick.Stop()
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-t.Context().Done():
+			t.Fatal("the spill was never recorded")
+		}
+	}
 	// Then it meets a long rate limit; a failed request is no spill.
 	resp, err := http.Post(dev.SimulatorURL+"/_sim/accounts/demo-api-key/faults", "application/json",
 		strings.NewReader(`[{"kind":"rate_limit","retry_after":600}]`))
