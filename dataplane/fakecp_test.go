@@ -157,8 +157,14 @@ type fakeCP struct {
 	nextID   int
 	watchers map[*fakeWatcher]struct{}
 
+	// afterLease, when set, runs (under the lock) after each lease is
+	// granted: a test's way to change the pool between an Acquire and the
+	// attempt's Release.
+	afterLease func(f *fakeCP, l *weirv1.Lease)
+
 	// What the workers sent.
 	acquires    []*weirv1.AcquireRequest
+	acquiredAt  []time.Time
 	releases    []*weirv1.ReleaseRequest
 	batches     [][]*weirv1.ReleaseItem
 	routes      []*weirv1.RouteEvent
@@ -259,6 +265,7 @@ func (f *fakeCP) Acquire(_ context.Context, req *connect.Request[weirv1.AcquireR
 		return nil, errFakeDown
 	}
 	f.acquires = append(f.acquires, proto.CloneOf(req.Msg))
+	f.acquiredAt = append(f.acquiredAt, time.Now())
 	resp := f.acquireLocked(req.Msg, time.Now())
 	if none := resp.GetNoAccount(); none != nil && none.QuotaBlock != nil {
 		none.QuotaResponseMode = f.settings.GetQuotaResponseMode()
@@ -333,6 +340,9 @@ func (f *fakeCP) acquireLocked(m *weirv1.AcquireRequest, now time.Time) *weirv1.
 			l.ReuseUntil = timestamppb.New(now.Add(f.reuse))
 		}
 		f.leases[l.Id] = l
+		if f.afterLease != nil {
+			f.afterLease(f, l)
+		}
 		return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_Lease{Lease: proto.CloneOf(l)}}
 	}
 	none := &weirv1.NoAccount{Permanent: recoverable == 0}
@@ -612,4 +622,13 @@ func (r *rig) attempts() int { return len(r.sim.Attempts()) }
 func (r *rig) at(d time.Duration, fn func()) {
 	timer := time.AfterFunc(d-time.Since(r.start), fn)
 	r.t.Cleanup(func() { timer.Stop() })
+}
+
+// verifyKey has the worker verify the test's key now (a later request
+// finds it cached, as a client's does while the control plane is away).
+func (r *rig) verifyKey() {
+	r.t.Helper()
+	if _, err := r.s.keys.verify(context.Background(), hashKey(testClientKey)); err != nil {
+		r.t.Fatal(err)
+	}
 }
