@@ -59,25 +59,37 @@ func TestPartsRoute(t *testing.T) {
 		accounts: healthy("a", "b"),
 		status:   200, upstream: []string{"a"},
 	}, {
-		name:     "a 429 fails over to another account",
-		accounts: func(t0 time.Time) []*fakeAccount { return []*fakeAccount{{id: "a", recoverAt: t0.Add(time.Hour)}, {id: "b"}} },
-		faults:   func(time.Time) map[string][]sim.Fault { return map[string][]sim.Fault{"a": {{Kind: sim.FaultRateLimit}}} },
-		status:   200, upstream: []string{"a", "b"},
+		name: "a 429 fails over to another account",
+		accounts: func(t0 time.Time) []*fakeAccount {
+			return []*fakeAccount{{id: "a", recoverAt: t0.Add(time.Hour)}, {id: "b"}}
+		},
+		faults: func(time.Time) map[string][]sim.Fault {
+			return map[string][]sim.Fault{"a": {{Kind: sim.FaultRateLimit}}}
+		},
+		status: 200, upstream: []string{"a", "b"},
 	}, {
-		name:     "a 529 fails over to another account",
-		accounts: func(t0 time.Time) []*fakeAccount { return []*fakeAccount{{id: "a", recoverAt: t0.Add(time.Minute)}, {id: "b"}} },
-		faults:   func(time.Time) map[string][]sim.Fault { return map[string][]sim.Fault{"a": {{Kind: sim.FaultOverloaded}}} },
-		status:   200, upstream: []string{"a", "b"},
+		name: "a 529 fails over to another account",
+		accounts: func(t0 time.Time) []*fakeAccount {
+			return []*fakeAccount{{id: "a", recoverAt: t0.Add(time.Minute)}, {id: "b"}}
+		},
+		faults: func(time.Time) map[string][]sim.Fault {
+			return map[string][]sim.Fault{"a": {{Kind: sim.FaultOverloaded}}}
+		},
+		status: 200, upstream: []string{"a", "b"},
 	}, {
 		name:     "a 529 retries the same account after the decision's wait",
 		accounts: func(time.Time) []*fakeAccount { return []*fakeAccount{{id: "a", retrySame: true}, {id: "b"}} },
-		faults:   func(time.Time) map[string][]sim.Fault { return map[string][]sim.Fault{"a": {{Kind: sim.FaultOverloaded}}} },
-		status:   200, upstream: []string{"a", "a"}, from: time.Second,
+		faults: func(time.Time) map[string][]sim.Fault {
+			return map[string][]sim.Fault{"a": {{Kind: sim.FaultOverloaded}}}
+		},
+		status: 200, upstream: []string{"a", "a"}, from: time.Second,
 	}, {
 		name:     "a burst 429 retries the same account",
 		accounts: func(time.Time) []*fakeAccount { return []*fakeAccount{{id: "a", retrySame: true}, {id: "b"}} },
-		faults:   func(time.Time) map[string][]sim.Fault { return map[string][]sim.Fault{"a": {{Kind: sim.FaultRateLimit}}} },
-		status:   200, upstream: []string{"a", "a"}, from: time.Second,
+		faults: func(time.Time) map[string][]sim.Fault {
+			return map[string][]sim.Fault{"a": {{Kind: sim.FaultRateLimit}}}
+		},
+		status: 200, upstream: []string{"a", "a"}, from: time.Second,
 	}, {
 		name: "a same-account retry that fails again fails over",
 		accounts: func(t0 time.Time) []*fakeAccount {
@@ -236,7 +248,7 @@ func TestPartsRoute(t *testing.T) {
 			r.verifyKey()
 			r.cp.setDown(true)
 		},
-		status:   503, in: []string{"control plane unavailable"}, from: 40 * time.Second, to: time.Minute,
+		status: 503, in: []string{"control plane unavailable"}, from: 40 * time.Second, to: time.Minute,
 		check: func(t *testing.T, r *rig, got answer) {
 			if got.header.Get("Retry-After") != "2" || got.header.Get("X-Should-Retry") != "true" {
 				t.Errorf("Retry-After %q X-Should-Retry %q", got.header.Get("Retry-After"), got.header.Get("X-Should-Retry"))
