@@ -161,6 +161,8 @@ type fakeCP struct {
 	// granted: a test's way to change the pool between an Acquire and the
 	// attempt's Release.
 	afterLease func(f *fakeCP, l *weirv1.Lease)
+	// hold, when set, keeps every Acquire waiting until it is closed.
+	hold chan struct{}
 
 	// What the workers sent.
 	acquires    []*weirv1.AcquireRequest
@@ -258,8 +260,19 @@ func (f *fakeCP) WorkerSettings(context.Context, *connect.Request[weirv1.WorkerS
 	return connect.NewResponse(&weirv1.WorkerSettingsResponse{Settings: proto.CloneOf(f.settings)}), nil
 }
 
-func (f *fakeCP) Acquire(_ context.Context, req *connect.Request[weirv1.AcquireRequest]) (*connect.Response[weirv1.AcquireResponse], error) {
+func (f *fakeCP) Acquire(ctx context.Context, req *connect.Request[weirv1.AcquireRequest]) (*connect.Response[weirv1.AcquireResponse], error) {
 	f.mu.Lock()
+	if hold := f.hold; hold != nil {
+		f.acquiredAt = append(f.acquiredAt, time.Now()) // counted while it waits
+		f.mu.Unlock()
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		f.mu.Lock()
+		f.acquiredAt = f.acquiredAt[:len(f.acquiredAt)-1]
+	}
 	defer f.mu.Unlock()
 	if f.downLocked() {
 		return nil, errFakeDown
