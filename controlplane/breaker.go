@@ -81,3 +81,22 @@ func (l leaseService) breakerGate(ctx context.Context, provider, family string, 
 	}
 	return nil, false, nil, err
 }
+
+// breakers reads the open breakers of the family for providers (open, from
+// the routing view, names those that are open or probing: only they are
+// asked) and folds them into the request's gate (policy.GateBreakers). On
+// an error the gate holds the probes claimed before it, to give back.
+func (l leaseService) breakers(ctx context.Context, providers []weirv1.Provider, open map[weirv1.Provider]bool, family string) (policy.BreakerGate, error) {
+	var verdicts []policy.BreakerVerdict
+	for _, p := range providers {
+		if !open[p] {
+			continue
+		}
+		none, probe, probed, err := l.breakerGate(ctx, enumName(p), family, l.now())
+		if err != nil {
+			return policy.GateBreakers(providers, verdicts), err
+		}
+		verdicts = append(verdicts, policy.BreakerVerdict{Provider: p, None: none, Probe: probe, Probed: probed})
+	}
+	return policy.GateBreakers(providers, verdicts), nil
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"maps"
 	"slices"
 	"time"
 
@@ -236,72 +235,41 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		}
 		first = &v
 	}
-	var breakerOpen map[weirv1.Provider]bool
-	// probing names the providers whose breaker probe this request holds:
-	// a probe reports back once, so its lease is never reused.
-	probing := map[weirv1.Provider]bool{}
-	// avoid names the accounts a probe already failed on since the
-	// breaker opened: the probe goes elsewhere while it can.
-	var avoid map[uuid.UUID]bool
-	// breakerNone is the soonest open breaker's answer, when one keeps
-	// a provider's accounts out of this Acquire.
-	var breakerNone *weirv1.NoAccount
+	// The family's open breakers: a provider's accounts kept out, or this
+	// request holding its probe.
+	var gate policy.BreakerGate
 	// newRound: every account was probed in this round, and this probe
 	// begins the next.
 	var newRound bool
 	if m.Model != "" {
-		// Each provider of the surface has its own breaker per family: an
-		// overloaded Codex backend does not stop OpenAI keys, and the
-		// reverse. The view says which are open; only those are asked.
-		providers := policy.ProvidersFor(m.Surface)
-		for _, p := range providers {
+		// On an error, the probes claimed before it go back all the same.
+		var gerr error
+		gate, gerr = l.breakers(ctx, policy.ProvidersFor(m.Surface), first.breakerOpen, family)
+		for p := range gate.Probing {
 			provider := enumName(p)
-			if !first.breakerOpen[p] {
-				continue
-			}
-			none, probe, probed, err := l.breakerGate(ctx, provider, family, l.now())
-			if err != nil {
-				return nil, err
-			}
-			if none != nil {
-				if breakerOpen == nil {
-					breakerOpen = map[weirv1.Provider]bool{}
-				}
-				breakerOpen[p] = true
-				if breakerNone == nil || none.RetryAt.AsTime().Before(breakerNone.RetryAt.AsTime()) {
-					breakerNone = none
-				}
-				continue
-			}
-			if probe {
-				probing[p] = true
-				for _, id := range probed {
-					if avoid == nil {
-						avoid = map[uuid.UUID]bool{}
+			defer func() {
+				if lease := resp.GetLease(); lease != nil && lease.Provider == p {
+					// The next probe, which may go before this one
+					// answers, goes to another account.
+					id, _ := uuid.Parse(lease.AccountId)
+					if merr := l.q.MarkProbed(context.WithoutCancel(ctx), db.MarkProbedParams{Provider: provider, Family: family,
+						AccountID: id, Restart: newRound, Now: l.now()}); merr != nil {
+						l.log.ErrorContext(ctx, "mark probed", "family", family, "err", merr)
 					}
-					avoid[id] = true
+					return
 				}
-				defer func() {
-					if lease := resp.GetLease(); lease != nil && lease.Provider == p {
-						// The next probe, which may go before this one
-						// answers, goes to another account.
-						id, _ := uuid.Parse(lease.AccountId)
-						if merr := l.q.MarkProbed(context.WithoutCancel(ctx), db.MarkProbedParams{Provider: provider, Family: family,
-							AccountID: id, Restart: newRound, Now: l.now()}); merr != nil {
-							l.log.ErrorContext(ctx, "mark probed", "family", family, "err", merr)
-						}
-						return
-					}
-					// No account of this provider to probe with: the slot
-					// goes back at once.
-					if ferr := l.q.FreeProbe(context.WithoutCancel(ctx), db.FreeProbeParams{Provider: provider, Family: family, Now: l.now()}); ferr != nil {
-						l.log.ErrorContext(ctx, "free probe slot", "family", family, "err", ferr)
-					}
-				}()
-			}
+				// No account of this provider to probe with: the slot
+				// goes back at once.
+				if ferr := l.q.FreeProbe(context.WithoutCancel(ctx), db.FreeProbeParams{Provider: provider, Family: family, Now: l.now()}); ferr != nil {
+					l.log.ErrorContext(ctx, "free probe slot", "family", family, "err", ferr)
+				}
+			}()
 		}
-		if breakerNone != nil && len(breakerOpen) == len(providers) {
-			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: breakerNone}}, nil
+		if gerr != nil {
+			return nil, gerr
+		}
+		if gate.Closed {
+			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: gate.None}}, nil
 		}
 	}
 	v := first
@@ -320,18 +288,12 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		}
 		// A pinned key routes among its pinned accounts only: a session
 		// bound to another account is not followed there.
-		rr := key.route(policy.RouteRequest{Model: m.Model, Surface: m.Surface, BreakerOpen: breakerOpen,
+		rr := key.route(policy.RouteRequest{Model: m.Model, Surface: m.Surface, BreakerOpen: gate.Open,
 			Exclude: exclude, Unreadable: unreadable, SessionAccount: v.session, PreferAccount: prefer})
 		cands := key.pinnedOnly(v.cands)
-		order, none := policy.Route(cands, withAvoided(rr, avoid), now)
-		if none != nil && avoid != nil {
-			// Every account left was probed already: round the pool again.
-			order, none = policy.Route(cands, rr, now)
-			newRound = true
-		}
-		if none != nil && breakerNone != nil {
-			none = withBreaker(none, breakerNone)
-		}
+		var order []policy.Candidate
+		var none *weirv1.NoAccount
+		order, none, newRound = policy.RouteGated(cands, rr, gate, now)
 		if none != nil {
 			if none.Reason == weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY && m.RequestId != "" && m.WaitingSince != nil {
 				// A held request waits for a place, in turn with every
@@ -350,7 +312,7 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 			a := v.accounts[c.Account.ID]
 			// While requests wait for the account's places, its lease is not
 			// kept for reuse: a worker would hand it to a later arrival.
-			lease, err := l.claim(ctx, a, v.egressDefault, key.id, m, now, reusable(m) && c.Waiting == 0, probing[c.Account.Provider])
+			lease, err := l.claim(ctx, a, v.egressDefault, key.id, m, now, reusable(m) && c.Waiting == 0, gate.Probing[c.Account.Provider])
 			if errors.Is(err, seal.ErrUnseal) {
 				// Unusable until an operator re-enters the credential under
 				// this key; the rest of the pool can still serve. When none
@@ -429,37 +391,6 @@ func (l leaseService) waitFor(ctx context.Context, m *weirv1.AcquireRequest, acc
 		since = t
 	}
 	return l.q.WaitFor(ctx, db.WaitForParams{AccountIds: accounts, RequestID: m.RequestId, Since: since, Now: now})
-}
-
-// withBreaker is the answer when the other providers' accounts cannot
-// serve and an open breaker keeps one provider's out: the breaker's when
-// the rest cannot recover on their own (none of them serves the model, or
-// only an operator can help), since the breaker's accounts serve again
-// once it closes; else the rest's answer, retried no later than the
-// breaker's next probe.
-func withBreaker(none, breaker *weirv1.NoAccount) *weirv1.NoAccount {
-	if none.Permanent || none.Reason == weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED {
-		return breaker
-	}
-	if none.RetryAt == nil || breaker.RetryAt.AsTime().Before(none.RetryAt.AsTime()) {
-		none = proto.CloneOf(none)
-		none.RetryAt = breaker.RetryAt
-	}
-	return none
-}
-
-// withAvoided is rr with the avoided accounts excluded as well.
-func withAvoided(rr policy.RouteRequest, avoid map[uuid.UUID]bool) policy.RouteRequest {
-	if len(avoid) == 0 {
-		return rr
-	}
-	ex := maps.Clone(rr.Exclude)
-	if ex == nil {
-		ex = map[uuid.UUID]bool{}
-	}
-	maps.Copy(ex, avoid)
-	rr.Exclude = ex
-	return rr
 }
 
 // reusable says whether a lease for m may be offered for reuse: not for a

@@ -365,29 +365,49 @@ func Route(cands []Candidate, req RouteRequest, now time.Time) ([]Candidate, *we
 
 // route is Route; onFull, when set, is told each account it counts full.
 func route(cands []Candidate, req RouteRequest, now time.Time, onFull func(Candidate)) ([]Candidate, *weirv1.NoAccount) {
+	eligible, t := tallyOf(cands, req, now, onFull)
+	if len(eligible) > 0 {
+		return rank(eligible, req, now), nil
+	}
+	none := t.explain(req, now)
+	none.QuotaBlock = QuotaBlock(cands, req, now)
+	return nil, none
+}
+
+// tally is why the accounts of a request's pool are out, counted: what
+// routing knows of a pool with no eligible account before it says so.
+type tally struct {
+	serving, disabled, tried, full, cooling int
+	gated                                   int // cooling for the request's family only
+	recoverable                             int // could serve again without an operator
+	rejected                                int // holding a rejected credential
+	unreadable                              int // holding a credential this replica cannot open
+	withheld                                int // metered, kept out by metered_accounts=never
+	kept                                    int // others' seats, kept out by owned_accounts=owners_only
+	// soonest is when the first account that cools and recovers on its own
+	// recovers (tried accounts count too: the request will come back to
+	// them); zero when none does.
+	soonest time.Time
+	// unreachable stays true while every recoverable account cools on a
+	// transport failure (or was tried and does not cool: the worker
+	// judges those by its own attempts); run is the one written last.
+	unreachable bool
+	run         *Candidate
+	// againNow: an account this request tried answered, and nothing keeps
+	// it out: it may serve the next round, so no cooling account's
+	// deadline is the pool's soonest recovery.
+	againNow bool
+	// ahead counts the places at full accounts promised to requests held
+	// longer.
+	ahead int32
+}
+
+// tallyOf sorts the pool's accounts into the eligible ones and the counts
+// of why the others are out; onFull, when set, is told each account it
+// counts full. Pure.
+func tallyOf(cands []Candidate, req RouteRequest, now time.Time, onFull func(Candidate)) ([]Candidate, tally) {
 	eligible := make([]Candidate, 0, len(cands))
-	var (
-		serving, disabled, tried, full, cooling int
-		gated                                   int // cooling for the request's family only
-		recoverable                             int // could serve again without an operator
-		rejected                                int // holding a rejected credential
-		unreadable                              int // holding a credential this replica cannot open
-		withheld                                int // metered, kept out by metered_accounts=never
-		kept                                    int // others' seats, kept out by owned_accounts=owners_only
-		soonest                                 time.Time
-		// unreachable stays true while every recoverable account cools on
-		// a transport failure (or was tried and does not cool: the worker
-		// judges those by its own attempts); run is the one written last.
-		unreachable = true
-		run         *Candidate
-		// againNow: an account this request tried answered, and nothing
-		// keeps it out: it may serve the next round, so no cooling
-		// account's deadline is the pool's soonest recovery.
-		againNow bool
-		// ahead counts the places at full accounts promised to requests
-		// held longer.
-		ahead int32
-	)
+	t := tally{unreachable: true}
 	for _, c := range cands {
 		a := c.Account
 		if !Serves(a.Provider, req.Surface) {
@@ -396,60 +416,59 @@ func route(cands []Candidate, req RouteRequest, now time.Time, onFull func(Candi
 		if req.keptAway(a) {
 			// Before anything is counted: another owner's seat is no part
 			// of this request's pool, whatever its state.
-			kept++
+			t.kept++
 			continue
 		}
 		if req.BreakerOpen[a.Provider] {
 			// Its accounts answer, overloaded: the pool is not unreachable.
-			unreachable = false
+			t.unreachable = false
 			continue
 		}
 		if req.withheld(a) {
-			withheld++
+			t.withheld++
 			continue
 		}
-		serving++
+		t.serving++
 		if a.Paused || a.Broken {
-			disabled++
+			t.disabled++
 			continue
 		}
 		if req.Unreadable[a.ID] {
-			unreadable++
+			t.unreadable++
 			continue
 		}
 		back, coolingNow, transient := c.blockedUntil(now)
 		if !coolingNow || transient {
-			recoverable++
+			t.recoverable++
 			switch {
 			case c.transportCooling(now):
-				if run == nil || c.Cooldown.WrittenAt.After(run.Cooldown.WrittenAt) {
-					run = &c
+				if t.run == nil || c.Cooldown.WrittenAt.After(t.run.Cooldown.WrittenAt) {
+					t.run = &c
 				}
 			case req.Exclude[a.ID] && !coolingNow:
 			default:
-				unreachable = false
+				t.unreachable = false
 			}
 		} else {
-			rejected++
+			t.rejected++
 		}
-		if coolingNow && transient && (soonest.IsZero() || back.Before(soonest)) {
-			// Tried accounts count too: the request will come back to them.
-			soonest = back
+		if coolingNow && transient && (t.soonest.IsZero() || back.Before(t.soonest)) {
+			t.soonest = back
 		}
 		switch {
 		case req.Exclude[a.ID]:
-			tried++
-			againNow = againNow || !coolingNow
+			t.tried++
+			t.againNow = t.againNow || !coolingNow
 		case coolingNow:
-			cooling++
+			t.cooling++
 			if (c.Cooldown == nil || !c.Cooldown.Until.After(now)) && c.spentUntil(now).IsZero() {
-				gated++
+				t.gated++
 			}
 		case c.Live+c.WaitingAhead >= c.capacity():
 			// At its cap, counting the places of the requests held longer:
 			// a place that frees goes to the one that waited longest.
-			full++
-			ahead += c.WaitingAhead
+			t.full++
+			t.ahead += c.WaitingAhead
 			if onFull != nil {
 				onFull(c)
 			}
@@ -457,81 +476,86 @@ func route(cands []Candidate, req RouteRequest, now time.Time, onFull func(Candi
 			eligible = append(eligible, c)
 		}
 	}
-	if len(eligible) > 0 {
-		return rank(eligible, req, now), nil
+	return eligible, t
+}
+
+// explain is the answer a tally with no eligible account gives: why
+// nothing can serve, in words, whether only an operator can help, whether
+// the pool is unreachable, and when the first account may serve again.
+// The pool's quota block is the caller's (QuotaBlock). Pure.
+func (t tally) explain(req RouteRequest, now time.Time) *weirv1.NoAccount {
+	none := &weirv1.NoAccount{Permanent: t.recoverable == 0}
+	if t.unreachable && t.run != nil {
+		none.Unreachable = Unreachable(*t.run.Cooldown, t.run.Account.BaseURL)
 	}
-	none := &weirv1.NoAccount{Permanent: recoverable == 0, QuotaBlock: QuotaBlock(cands, req, now)}
-	if unreachable && run != nil {
-		none.Unreachable = Unreachable(*run.Cooldown, run.Account.BaseURL)
-	}
-	if !soonest.IsZero() && !againNow {
+	if !t.soonest.IsZero() && !t.againNow {
 		// The pool's verdict, never one account's: the soonest any account
 		// that could serve recovers. A tried account that does not cool
 		// recovers after the worker's backoff, whatever the others wait for.
-		none.RetryAt = timestamppb.New(soonest)
+		none.RetryAt = timestamppb.New(t.soonest)
 	}
 	switch {
-	case serving == 0 && withheld == 0 && kept > 0:
+	case t.serving == 0 && t.withheld == 0 && t.kept > 0:
 		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED
-		none.Message = fmt.Sprintf("no account this key may use serves this model: %d are seats kept for their owners (%s)", kept, OwnersOnly)
-	case serving == 0 && withheld > 0:
+		none.Message = fmt.Sprintf("no account this key may use serves this model: %d are seats kept for their owners (%s)", t.kept, OwnersOnly)
+	case t.serving == 0 && t.withheld > 0:
 		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED
 		none.Message = "no subscription account in the pool serves this model"
-		if kept > 0 {
-			none.Message = fmt.Sprintf("no subscription account this key may use serves this model: %d are seats kept for their owners (%s)", kept, OwnersOnly)
+		if t.kept > 0 {
+			none.Message = fmt.Sprintf("no subscription account this key may use serves this model: %d are seats kept for their owners (%s)", t.kept, OwnersOnly)
 		}
-	case serving == 0:
+	case t.serving == 0:
 		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_NONE_CONFIGURED
 		none.Message = "no account in the pool serves this model"
-	case full > 0:
+	case t.full > 0:
 		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY
-		none.Message = fmt.Sprintf("all %d eligible accounts are at their concurrency cap", full)
-		if ahead > 0 {
-			none.Message += fmt.Sprintf("; %d requests held longer wait for their places first", ahead)
+		none.Message = fmt.Sprintf("all %d eligible accounts are at their concurrency cap", t.full)
+		if t.ahead > 0 {
+			none.Message += fmt.Sprintf("; %d requests held longer wait for their places first", t.ahead)
 		}
 		none.RetryAt = timestamppb.New(now.Add(WaitPoll))
-	case tried > 0:
+	case t.tried > 0:
 		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_TRIED
-		none.Message = fmt.Sprintf("all %d eligible accounts were tried for this request", tried)
-	case cooling > 0:
+		none.Message = fmt.Sprintf("all %d eligible accounts were tried for this request", t.tried)
+	case t.cooling > 0:
 		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_COOLING
-		none.Message = fmt.Sprintf("all %d accounts are cooling down", cooling)
-		if gated > 0 {
-			none.Message += fmt.Sprintf(" (%d gated for %s models only)", gated, ModelFamily(req.Model))
+		none.Message = fmt.Sprintf("all %d accounts are cooling down", t.cooling)
+		if t.gated > 0 {
+			none.Message += fmt.Sprintf(" (%d gated for %s models only)", t.gated, ModelFamily(req.Model))
 		}
 		if none.Permanent {
 			none.Message += " with rejected credentials"
 		}
-	case unreadable > 0:
+	case t.unreadable > 0:
 		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_DISABLED
-		none.Message = fmt.Sprintf("no account can serve: %d with a credential this control plane cannot decrypt", unreadable)
-		if disabled > 0 {
-			none.Message += fmt.Sprintf(", %d paused or broken", disabled)
+		none.Message = fmt.Sprintf("no account can serve: %d with a credential this control plane cannot decrypt", t.unreadable)
+		if t.disabled > 0 {
+			none.Message += fmt.Sprintf(", %d paused or broken", t.disabled)
 		}
 	default:
 		none.Reason = weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_DISABLED
-		none.Message = fmt.Sprintf("all %d accounts are paused or broken", disabled)
+		none.Message = fmt.Sprintf("all %d accounts are paused or broken", t.disabled)
 	}
-	if none.Permanent && rejected > 0 {
-		none.Message = fmt.Sprintf("no account can serve until an operator acts: %d paused or broken, %d with a credential the upstream rejected", disabled, rejected)
-		if unreadable > 0 {
-			none.Message += fmt.Sprintf(", %d with a credential this control plane cannot decrypt", unreadable)
+	if none.Permanent && t.rejected > 0 {
+		none.Message = fmt.Sprintf("no account can serve until an operator acts: %d paused or broken, %d with a credential the upstream rejected", t.disabled, t.rejected)
+		if t.unreadable > 0 {
+			none.Message += fmt.Sprintf(", %d with a credential this control plane cannot decrypt", t.unreadable)
 		}
 	}
-	if none.Permanent && unreadable > 0 {
+	if none.Permanent && t.unreadable > 0 {
 		none.Message += unreadableFix
 	}
-	if withheld > 0 {
+	if t.withheld > 0 {
 		whose := "the pool's setting"
 		if req.MeteredByKey {
 			whose = "this key's setting"
 		}
-		none.Message += fmt.Sprintf("; %d metered accounts are not used where a subscription can serve (%s, %s)", withheld, MeteredNever, whose)
+		none.Message += fmt.Sprintf("; %d metered accounts are not used where a subscription can serve (%s, %s)", t.withheld, MeteredNever, whose)
 	}
 	if none.RetryAt != nil && none.Reason != weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY {
 		none.Message += "; the first recovers at " + none.RetryAt.AsTime().UTC().Format(time.RFC3339)
 	}
-	return nil, none
+	return none
 }
 
 // unreadableFix ends a permanent answer when credentials do not open: the
