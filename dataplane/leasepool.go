@@ -266,7 +266,9 @@ func (p *leasePool) releaseNow(ctx context.Context, req *weirv1.ReleaseRequest) 
 	return nil, err
 }
 
-// giveBack releases idle leases the pool dropped, with the next batch.
+// giveBack releases idle leases the pool dropped, in a batch that does
+// not wait for the pace: each holds a slot of its account's cap that
+// another worker may be waiting for.
 func (p *leasePool) giveBack(ids []string) {
 	if len(ids) == 0 {
 		return
@@ -275,7 +277,7 @@ func (p *leasePool) giveBack(ids []string) {
 	for i, id := range ids {
 		items[i] = &weirv1.ReleaseItem{LeaseId: id}
 	}
-	p.settle.put(items...)
+	p.settle.putNow(items...)
 }
 
 // settleBatch sends one ReleaseBatch. A lease kept on a success that was

@@ -60,8 +60,11 @@ type outbox[T any] struct {
 	stop context.CancelFunc
 	done chan struct{}
 	// urgent: something queued must not wait for the pace (a budgeted
-	// key's spend, which other workers' Acquires count).
+	// key's spend, which other workers' Acquires count; a lease given
+	// back, whose slot another worker may be waiting for). hurry cuts a
+	// pace already being waited out short.
 	urgent atomic.Bool
+	hurry  chan struct{}
 }
 
 // outboxSendTimeout bounds one call.
@@ -70,6 +73,7 @@ const outboxSendTimeout = 5 * time.Second
 // start starts the loop; o's fields are set.
 func (o *outbox[T]) start() *outbox[T] {
 	o.kick = make(chan struct{}, 1)
+	o.hurry = make(chan struct{}, 1)
 	o.life, o.stop = context.WithCancel(context.Background())
 	o.done = make(chan struct{})
 	go o.run()
@@ -93,6 +97,33 @@ func (o *outbox[T]) put(items ...T) {
 func (o *outbox[T]) putNow(items ...T) {
 	o.urgent.Store(true)
 	o.put(items...)
+	select {
+	case o.hurry <- struct{}{}:
+	default:
+	}
+}
+
+// paced waits until pace has passed since last, or until something
+// urgent is queued; false when the outbox closes meanwhile.
+func (o *outbox[T]) paced(last time.Time) bool {
+	if o.urgent.Swap(false) {
+		return true
+	}
+	d := time.Until(last.Add(o.pace))
+	if d <= 0 {
+		return o.life.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-o.hurry:
+		o.urgent.Store(false)
+		return true
+	case <-o.life.Done():
+		return false
+	}
 }
 
 func (o *outbox[T]) wake() {
@@ -150,7 +181,7 @@ func (o *outbox[T]) run() {
 			case <-o.life.Done():
 				closing = true
 			}
-			if !full && !closing && !o.urgent.Swap(false) && !sleepCtx(o.life, time.Until(last.Add(o.pace))) {
+			if !full && !closing && !o.paced(last) {
 				closing = true
 			}
 		}

@@ -134,6 +134,34 @@ func TestOutboxBatchesAndPaces(t *testing.T) {
 	})
 }
 
+// TestOutboxUrgentCutsThePace: an urgent item goes at once, even while
+// the pace after the last call is being waited out, and takes what is
+// queued with it; the pace then holds for what follows.
+func TestOutboxUrgentCutsThePace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const pace = time.Second
+		ot := newOutboxTest(10, 100, pace)
+		ot.out.put(1)
+		synctest.Wait()
+		ot.out.put(2) // waits out the pace
+		time.Sleep(pace / 4)
+		ot.out.putNow(3)
+		synctest.Wait()
+		ot.out.put(4)
+		synctest.Wait()
+		time.Sleep(2 * pace)
+		ot.out.close(t.Context())
+		want := []outboxCall{
+			{at: 0, items: []int{1}},
+			{at: pace / 4, items: []int{2, 3}}, // cut short
+			{at: pace/4 + pace, items: []int{4}},
+		}
+		if got := ot.sent(); !slices.EqualFunc(got, want, sameCall) {
+			t.Errorf("calls %v, want %v", got, want)
+		}
+	})
+}
+
 func sameCall(a, b outboxCall) bool {
 	return a.at == b.at && slices.Equal(a.items, b.items) && errors.Is(a.err, b.err)
 }
