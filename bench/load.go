@@ -89,6 +89,8 @@ type stepSamples struct {
 	gaps    []time.Duration // streams: each gap between deltas minus the pace's delay
 	sent    int
 	errors  int64
+	// served counts every request answered in full, warm-up included.
+	served int
 	// firstError says why the first failed request failed.
 	firstError string
 	// measured is how many requests were due after the warm-up.
@@ -105,6 +107,7 @@ func drive(ctx context.Context, clk clock, c *http.Client, t target, rate int, w
 		wg       sync.WaitGroup
 		inFlight atomic.Int64
 		errs     atomic.Int64
+		served   atomic.Int64
 	)
 	out.sent = p.run(ctx, clk, func(i int, due time.Time) {
 		if inFlight.Load() >= maxInFlight {
@@ -126,6 +129,9 @@ func drive(ctx context.Context, clk clock, c *http.Client, t target, rate int, w
 				r = streamOnce(ctx, c, t, due, streamPace(seed, i))
 			} else {
 				r = plainOnce(ctx, c, t, due)
+			}
+			if r.ok {
+				served.Add(1)
 			}
 			if i < warm {
 				return
@@ -150,6 +156,7 @@ func drive(ctx context.Context, clk clock, c *http.Client, t target, rate int, w
 	})
 	wg.Wait()
 	out.errors = errs.Load()
+	out.served = int(served.Load())
 	return out
 }
 
@@ -169,9 +176,15 @@ func newRequest(ctx context.Context, t target, body []byte) (*http.Request, erro
 	if err != nil {
 		return nil, err
 	}
-	if t.chat {
+	switch {
+	case t.header != nil:
+		req.Header.Set("Anthropic-Version", "2023-06-01")
+		for k, vs := range t.header {
+			req.Header[k] = vs
+		}
+	case t.chat:
 		req.Header.Set("Authorization", "Bearer "+t.key)
-	} else {
+	default:
 		req.Header.Set("X-Api-Key", t.key)
 		req.Header.Set("Anthropic-Version", "2023-06-01")
 	}

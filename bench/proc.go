@@ -42,29 +42,19 @@ const clockTick = 100
 // exit are counted by the postmaster.
 func descendantsCPU(pid int) time.Duration {
 	t := readProcTable()
+	return ticksDuration(t.tree(pid) - t.ticks[pid])
+}
+
+// tree is the ticks of root's whole process tree, with what each process
+// has reaped from its own children: what a target has used.
+func (t procTable) tree(root int) int64 {
 	var total int64
 	for p, ticks := range t.ticks {
-		if p != pid && t.under(p, pid) {
+		if t.under(p, root) {
 			total += ticks
 		}
 	}
-	return ticksDuration(total)
-}
-
-// treeCPU is descendantsCPU of each root with the root's own time added:
-// what a target's whole process tree has used, reaped children included.
-func treeCPU(roots ...int) time.Duration {
-	t := readProcTable()
-	var total int64
-	for p, ticks := range t.ticks {
-		for _, r := range roots {
-			if t.under(p, r) {
-				total += ticks
-				break
-			}
-		}
-	}
-	return ticksDuration(total)
+	return total
 }
 
 func ticksDuration(ticks int64) time.Duration { return time.Duration(ticks) * time.Second / clockTick }
