@@ -64,7 +64,7 @@ func (p *proc) pid() int { return p.cmd.Process.Pid }
 // stop asks the process to end (stdin closed, SIGTERM: weir stops its
 // Postgres cleanly on it), and kills it after 20 s.
 func (p *proc) stop() {
-	p.stdin.Close()                         //nolint:errcheck // a bench child ends on EOF
+	p.stdin.Close()                       //nolint:errcheck // a bench child ends on EOF
 	p.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // it may be gone
 	select {
 	case <-p.done:
