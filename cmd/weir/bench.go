@@ -120,6 +120,12 @@ func (p *peerFlags) Set(s string) error {
 // runBenchApart runs the apart mode: the simulator, each target and the
 // load generator as processes of their own (docs/performance.md).
 func runBenchApart(ctx context.Context, args []string, e env) error {
+	return runBenchApartWith(ctx, args, e, nil)
+}
+
+// runBenchApartWith is runBenchApart with procEnv added to the environment
+// of every weir process (a test binary made to run as weir).
+func runBenchApartWith(ctx context.Context, args []string, e env, procEnv []string) error {
 	fs := flag.NewFlagSet("weir bench apart", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	rates := fs.String("rates", "200,1000", "non-streaming request rates per second, one step per target each")
@@ -154,7 +160,7 @@ func runBenchApart(ctx context.Context, args []string, e env) error {
 		return writeApartReport(e, bench.NewApartReport(old.Results), *from)
 	}
 	cfg := bench.ApartConfig{Duration: *duration, Warmup: *warmup, StreamRate: *streamRate, Seed: *seed, Peers: peers,
-		Accounts: *accounts, Binary: *binary, SimAddr: *simListen, LogDir: *logDir, Logger: newLogger(e)}
+		Accounts: *accounts, Binary: *binary, SimAddr: *simListen, LogDir: *logDir, Logger: newLogger(e), Env: procEnv}
 	if *streamRate == 0 {
 		cfg.StreamRate = -1
 	}
