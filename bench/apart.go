@@ -200,18 +200,9 @@ type ApartStep struct {
 	Target string `json:"target"`
 	Rate   int    `json:"rate"`
 	Stream bool   `json:"stream"`
-	// Sent counts every request fired, warm-up included, and Served those
-	// answered in full; Measured those due after the warm-up, of which
-	// Errors failed.
-	Sent       int    `json:"sent"`
-	Served     int    `json:"served"`
-	Measured   int    `json:"measured"`
-	Errors     int64  `json:"errors"`
-	FirstError string `json:"first_error,omitempty"`
-	// Latency, TTFB and Gap are as in Step.
-	Latency Summary `json:"latency"`
-	TTFB    Summary `json:"ttfb,omitzero"`
-	Gap     Summary `json:"gap,omitzero"`
+	stepLoad
+	// Served counts the requests answered in full, warm-up included.
+	Served int `json:"served"`
 	// CPU is the target's whole process tree over the step (warm-up and
 	// the wait for idle after it included); CPUPerRequest that over Served.
 	CPU           time.Duration `json:"cpu_ns"`
@@ -224,9 +215,6 @@ type ApartStep struct {
 	GeneratorCPUPerRequest time.Duration `json:"generator_cpu_per_request_ns"`
 	SimCPUPerRequest       time.Duration `json:"sim_cpu_per_request_ns"`
 }
-
-// ok says the step kept up, as Step.ok.
-func (s ApartStep) ok() bool { return s.Measured > 0 && s.Errors*1000 <= int64(s.Measured) }
 
 // ApartResults is one apart run.
 type ApartResults struct {
@@ -363,8 +351,7 @@ func runApartStep(ctx context.Context, cfg ApartConfig, t *apartTarget, simPid, 
 	}
 	quiesceOn(ctx, idle)
 	after := readProcTable()
-	s := ApartStep{Target: t.name, Rate: rate, Stream: stream, Sent: lr.Sent, Served: lr.Served, Measured: lr.Measured,
-		Errors: lr.Errors, FirstError: lr.FirstError, Latency: summarize(lr.Latency), TTFB: summarize(lr.TTFB), Gap: summarize(lr.Gaps)}
+	s := ApartStep{Target: t.name, Rate: rate, Stream: stream, stepLoad: lr.load(), Served: lr.Served}
 	per := func(d time.Duration) time.Duration {
 		if s.Served == 0 {
 			return 0

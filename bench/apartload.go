@@ -33,18 +33,11 @@ type loadJob struct {
 	Seed     uint64        `json:"seed"`
 }
 
-// loadResult is what the generator measured: every request's latency
-// (from its due time), and its own CPU over the step.
+// loadResult is what the generator measured, and its own CPU over the
+// step.
 type loadResult struct {
-	Sent       int             `json:"sent"`
-	Measured   int             `json:"measured"`
-	Served     int             `json:"served"`
-	Errors     int64           `json:"errors"`
-	FirstError string          `json:"first_error,omitempty"`
-	Latency    []time.Duration `json:"latency_ns"`
-	TTFB       []time.Duration `json:"ttfb_ns,omitempty"`
-	Gaps       []time.Duration `json:"gaps_ns,omitempty"`
-	CPU        time.Duration   `json:"cpu_ns"`
+	stepSamples
+	CPU time.Duration `json:"cpu_ns"`
 }
 
 // serveLoad is the generator child: one job in, one result out.
@@ -61,8 +54,7 @@ func serveLoad(in io.Reader, out io.Writer) error {
 	t := target{name: "load", url: job.URL, key: job.Key, header: job.Header}
 	before := readCPU().self
 	s := drive(context.Background(), realClock{}, c, t, job.Rate, job.Warmup, job.Duration, job.Stream, job.Seed)
-	return json.NewEncoder(out).Encode(loadResult{Sent: s.sent, Measured: s.measured, Served: s.served, Errors: s.errors,
-		FirstError: s.firstError, Latency: s.latency, TTFB: s.ttfb, Gaps: s.gaps, CPU: readCPU().self - before})
+	return json.NewEncoder(out).Encode(loadResult{stepSamples: *s, CPU: readCPU().self - before})
 }
 
 // runLoad runs one step in a fresh generator process.

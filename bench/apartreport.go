@@ -1,10 +1,7 @@
 package bench
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -48,24 +45,7 @@ func NewApartReport(r *ApartResults) *ApartReport {
 
 // WriteFiles writes results.md, results.json and apart.svg into dir.
 func (rep *ApartReport) WriteFiles(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	js, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
-	}
-	files := map[string][]byte{
-		"results.json": append(js, '\n'),
-		"results.md":   []byte(rep.Markdown()),
-		"apart.svg":    []byte(rep.SVG()),
-	}
-	for name, b := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
+	return writeResults(dir, rep, map[string]string{"results.md": rep.Markdown(), "apart.svg": rep.SVG()})
 }
 
 // parts is a step's CPU split by process, in µs per request.

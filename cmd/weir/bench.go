@@ -44,13 +44,9 @@ func runBench(ctx context.Context, args []string, e env) error {
 		return fmt.Errorf("weir bench: unexpected argument %q", fs.Arg(0))
 	}
 	if *from != "" {
-		b, err := os.ReadFile(filepath.Join(*from, "results.json"))
-		if err != nil {
-			return fmt.Errorf("weir bench: %w", err)
-		}
 		var old struct{ Results *bench.Results }
-		if err := json.Unmarshal(b, &old); err != nil || old.Results == nil {
-			return fmt.Errorf("weir bench: %s/results.json is not a weir bench report", *from)
+		if err := readResults(*from, &old, func() bool { return old.Results != nil }); err != nil {
+			return fmt.Errorf("weir bench: %w", err)
 		}
 		return writeReport(e, bench.NewReport(old.Results), *from)
 	}
@@ -104,6 +100,18 @@ func runBench(ctx context.Context, args []string, e env) error {
 	return writeReport(e, bench.NewReport(res), dir)
 }
 
+// readResults reads dir/results.json into report; ok says it was one.
+func readResults(dir string, report any, ok func() bool) error {
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, report); err != nil || !ok() {
+		return fmt.Errorf("%s/results.json is not a report of this mode", dir)
+	}
+	return nil
+}
+
 // peerFlags collect repeated --peer specs.
 type peerFlags []bench.Peer
 
@@ -149,13 +157,9 @@ func runBenchApartWith(ctx context.Context, args []string, e env, procEnv []stri
 		return fmt.Errorf("weir bench apart: unexpected argument %q", fs.Arg(0))
 	}
 	if *from != "" {
-		b, err := os.ReadFile(filepath.Join(*from, "results.json"))
-		if err != nil {
-			return fmt.Errorf("weir bench apart: %w", err)
-		}
 		var old struct{ Results *bench.ApartResults }
-		if err := json.Unmarshal(b, &old); err != nil || old.Results == nil {
-			return fmt.Errorf("weir bench apart: %s/results.json is not a weir bench apart report", *from)
+		if err := readResults(*from, &old, func() bool { return old.Results != nil }); err != nil {
+			return fmt.Errorf("weir bench apart: %w", err)
 		}
 		return writeApartReport(e, bench.NewApartReport(old.Results), *from)
 	}
