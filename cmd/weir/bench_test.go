@@ -208,8 +208,14 @@ func TestBenchApartSmoke(t *testing.T) {
 		if want := targets[i%len(targets)]; r.Target != want || r.Stream != (i >= len(targets)) {
 			t.Errorf("row %d is %s (stream %v), want %s", i, r.Target, r.Stream, want)
 		}
-		if r.Served <= 0 || r.Measured != r.Latency.N || r.Errors != 0 || r.Latency.P50 <= 0 || r.Latency.P99 < r.Latency.P50 ||
-			r.CPU <= 0 || r.Generator <= 0 || len(r.Parts) != parts[r.Target] {
+		// The bare proxy cuts the odd request short (an unexpected EOF, see
+		// docs/performance.md, "What is left"); weir retries what it meets.
+		allowed := int64(0)
+		if strings.HasPrefix(r.Target, "bare") {
+			allowed = 2
+		}
+		if r.Served <= 0 || int64(r.Measured) != int64(r.Latency.N)+r.Errors || r.Errors > allowed || r.Latency.P50 <= 0 ||
+			r.Latency.P99 < r.Latency.P50 || r.CPU <= 0 || r.Generator <= 0 || len(r.Parts) != parts[r.Target] {
 			t.Errorf("%s (stream %v): served %d, measured %d, errors %d, latency %+v, cpu %d (%v), generator %d",
 				r.Target, r.Stream, r.Served, r.Measured, r.Errors, r.Latency, r.CPU, r.Parts, r.Generator)
 		}
