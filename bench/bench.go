@@ -17,6 +17,22 @@ type Step struct {
 	Target     string        `json:"target"`
 	Rate       int           `json:"rate"`
 	Stream     bool          `json:"stream"`
+	stepLoad
+	// CPUPerRequest is this process's CPU over the step divided by Sent;
+	// PGCPUPerRequest the same for its child processes (Postgres).
+	CPUPerRequest   time.Duration `json:"cpu_per_request_ns"`
+	PGCPUPerRequest time.Duration `json:"pg_cpu_per_request_ns"`
+	// Acquire and Release are the LeaseService calls as the data plane
+	// timed them (weir only).
+	Acquire Summary `json:"acquire,omitzero"`
+	Release Summary `json:"release,omitzero"`
+	// ReleaseBatch is the batched settlement of successes (lease fast
+	// path); its N against Sent is the batching.
+	ReleaseBatch Summary `json:"release_batch,omitzero"`
+}
+
+// stepLoad is what one step's load generator measured, in either mode.
+type stepLoad struct {
 	// Sent counts every request fired, warm-up included; Measured those
 	// due after the warm-up, of which Errors failed (transport error,
 	// non-200, a stream cut short, or dropped past maxInFlight).
@@ -31,21 +47,10 @@ type Step struct {
 	Latency Summary `json:"latency"`
 	TTFB    Summary `json:"ttfb,omitzero"`
 	Gap     Summary `json:"gap,omitzero"`
-	// CPUPerRequest is this process's CPU over the step divided by Sent;
-	// PGCPUPerRequest the same for its child processes (Postgres).
-	CPUPerRequest   time.Duration `json:"cpu_per_request_ns"`
-	PGCPUPerRequest time.Duration `json:"pg_cpu_per_request_ns"`
-	// Acquire and Release are the LeaseService calls as the data plane
-	// timed them (weir only).
-	Acquire Summary `json:"acquire,omitzero"`
-	Release Summary `json:"release,omitzero"`
-	// ReleaseBatch is the batched settlement of successes (lease fast
-	// path); its N against Sent is the batching.
-	ReleaseBatch Summary `json:"release_batch,omitzero"`
 }
 
 // ok says the step kept up: at most 0.1% of its requests failed.
-func (s Step) ok() bool { return s.Measured > 0 && s.Errors*1000 <= int64(s.Measured) }
+func (s stepLoad) ok() bool { return s.Measured > 0 && s.Errors*1000 <= int64(s.Measured) }
 
 // Results is one run.
 type Results struct {
@@ -232,11 +237,10 @@ func runStep(ctx context.Context, st *stack, c *http.Client, t target, cfg Confi
 	quiesce(ctx)
 	cpu := readCPU().sub(before)
 	rpc := st.rpc.take()
-	out := Step{Target: t.name, Rate: rate, Stream: stream, Sent: s.sent, Measured: s.measured, Errors: s.errors, FirstError: s.firstError,
-		Latency: summarize(s.latency), TTFB: summarize(s.ttfb), Gap: summarize(s.gaps)}
-	if s.sent > 0 {
-		out.CPUPerRequest = cpu.self / time.Duration(s.sent)
-		out.PGCPUPerRequest = cpu.children / time.Duration(s.sent)
+	out := Step{Target: t.name, Rate: rate, Stream: stream, stepLoad: s.load()}
+	if s.Sent > 0 {
+		out.CPUPerRequest = cpu.self / time.Duration(s.Sent)
+		out.PGCPUPerRequest = cpu.children / time.Duration(s.Sent)
 	}
 	if t.url == st.dp.url { // through weir, translated or not
 		out.Acquire, out.Release = summarize(rpc["Acquire"]), summarize(rpc["Release"])

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,6 +49,9 @@ func ServeChild() {
 }
 
 func serveChild(role string) error {
+	if role == roleLoad {
+		return serveLoad(os.Stdin, os.Stdout)
+	}
 	var h http.Handler
 	switch role {
 	case "bare":
@@ -76,7 +80,8 @@ func serveChild(role string) error {
 		json.NewEncoder(w).Encode(collectGo()) //nolint:errcheck // the parent sees a short body
 	})
 	mux.Handle("/", h)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// A peer started by command line names its address in advance.
+	ln, err := net.Listen("tcp", cmp.Or(os.Getenv("WEIR_BENCH_LISTEN"), "127.0.0.1:0"))
 	if err != nil {
 		return err
 	}

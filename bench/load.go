@@ -82,36 +82,45 @@ func streamPace(seed uint64, i int) sim.StreamPace {
 }
 
 // stepSamples is what one step measured; only requests due after the
-// warm-up count.
+// warm-up count. The apart mode's generator sends it as JSON.
 type stepSamples struct {
-	latency []time.Duration // whole response, from the due time
-	ttfb    []time.Duration // streams: first content_block_delta, from the due time
-	gaps    []time.Duration // streams: each gap between deltas minus the pace's delay
-	sent    int
-	errors  int64
-	// firstError says why the first failed request failed.
-	firstError string
-	// measured is how many requests were due after the warm-up.
-	measured int
+	Latency []time.Duration `json:"latency_ns"`        // whole response, from the due time
+	TTFB    []time.Duration `json:"ttfb_ns,omitempty"` // streams: first content_block_delta, from the due time
+	Gaps    []time.Duration `json:"gaps_ns,omitempty"` // streams: each gap between deltas minus the pace's delay
+	Sent    int             `json:"sent"`
+	Errors  int64           `json:"errors"`
+	// Served counts every request answered in full, warm-up included.
+	Served int `json:"served"`
+	// FirstError says why the first failed request failed.
+	FirstError string `json:"first_error,omitempty"`
+	// Measured is how many requests were due after the warm-up.
+	Measured int `json:"measured"`
+}
+
+// load reduces the samples to what a report shows.
+func (s *stepSamples) load() stepLoad {
+	return stepLoad{Sent: s.Sent, Measured: s.Measured, Errors: s.Errors, FirstError: s.FirstError,
+		Latency: summarize(s.Latency), TTFB: summarize(s.TTFB), Gap: summarize(s.Gaps)}
 }
 
 // drive runs one open-loop step against t and waits for its requests.
 func drive(ctx context.Context, clk clock, c *http.Client, t target, rate int, warmup, d time.Duration, stream bool, seed uint64) *stepSamples {
 	p := newPlan(clk.Now().Add(10*time.Millisecond), rate, warmup+d)
 	warm := int(warmup / p.interval)
-	out := &stepSamples{measured: p.n - warm}
+	out := &stepSamples{Measured: p.n - warm}
 	var (
 		mu       sync.Mutex
 		wg       sync.WaitGroup
 		inFlight atomic.Int64
 		errs     atomic.Int64
+		served   atomic.Int64
 	)
-	out.sent = p.run(ctx, clk, func(i int, due time.Time) {
+	out.Sent = p.run(ctx, clk, func(i int, due time.Time) {
 		if inFlight.Load() >= maxInFlight {
 			if i >= warm {
 				errs.Add(1)
 				mu.Lock()
-				out.firstError = cmp.Or(out.firstError, "dropped: too many requests in flight")
+				out.FirstError = cmp.Or(out.FirstError, "dropped: too many requests in flight")
 				mu.Unlock()
 			}
 			return
@@ -127,29 +136,33 @@ func drive(ctx context.Context, clk clock, c *http.Client, t target, rate int, w
 			} else {
 				r = plainOnce(ctx, c, t, due)
 			}
+			if r.ok {
+				served.Add(1)
+			}
 			if i < warm {
 				return
 			}
 			if !r.ok {
 				errs.Add(1)
 				mu.Lock()
-				if out.firstError == "" {
-					out.firstError = r.err
+				if out.FirstError == "" {
+					out.FirstError = r.err
 				}
 				mu.Unlock()
 				return
 			}
 			mu.Lock()
-			out.latency = append(out.latency, r.latency)
+			out.Latency = append(out.Latency, r.latency)
 			if stream {
-				out.ttfb = append(out.ttfb, r.ttfb)
-				out.gaps = append(out.gaps, r.gaps...)
+				out.TTFB = append(out.TTFB, r.ttfb)
+				out.Gaps = append(out.Gaps, r.gaps...)
 			}
 			mu.Unlock()
 		}()
 	})
 	wg.Wait()
-	out.errors = errs.Load()
+	out.Errors = errs.Load()
+	out.Served = int(served.Load())
 	return out
 }
 
@@ -169,9 +182,15 @@ func newRequest(ctx context.Context, t target, body []byte) (*http.Request, erro
 	if err != nil {
 		return nil, err
 	}
-	if t.chat {
+	switch {
+	case t.header != nil:
+		req.Header.Set("Anthropic-Version", "2023-06-01")
+		for k, vs := range t.header {
+			req.Header[k] = vs
+		}
+	case t.chat:
 		req.Header.Set("Authorization", "Bearer "+t.key)
-	} else {
+	default:
 		req.Header.Set("X-Api-Key", t.key)
 		req.Header.Set("Anthropic-Version", "2023-06-01")
 	}

@@ -41,29 +41,54 @@ const clockTick = 100
 // with what each has reaped from its own children: Postgres backends that
 // exit are counted by the postmaster.
 func descendantsCPU(pid int) time.Duration {
+	t := readProcTable()
+	return ticksDuration(t.tree(pid) - t.ticks[pid])
+}
+
+// tree is the ticks of root's whole process tree, with what each process
+// has reaped from its own children: what a target has used.
+func (t procTable) tree(root int) int64 {
+	var total int64
+	for p, ticks := range t.ticks {
+		if t.under(p, root) {
+			total += ticks
+		}
+	}
+	return total
+}
+
+func ticksDuration(ticks int64) time.Duration { return time.Duration(ticks) * time.Second / clockTick }
+
+// procTable is every process's parent and CPU ticks, read at once.
+type procTable struct {
+	parent map[int]int
+	ticks  map[int]int64
+}
+
+func readProcTable() procTable {
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	parent := map[int]int{}
-	ticks := map[int]int64{}
+	t := procTable{parent: map[int]int{}, ticks: map[int]int64{}}
 	for _, path := range stats {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			continue
 		}
-		p, pp, t, ok := parseStat(b)
+		p, pp, n, ok := parseStat(b)
 		if ok {
-			parent[p], ticks[p] = pp, t
+			t.parent[p], t.ticks[p] = pp, n
 		}
 	}
-	var total int64
-	for p, t := range ticks {
-		for a := parent[p]; a > 1; a = parent[a] {
-			if a == pid {
-				total += t
-				break
-			}
+	return t
+}
+
+// under says p is root or one of its descendants.
+func (t procTable) under(p, root int) bool {
+	for a := p; a > 1; a = t.parent[a] {
+		if a == root {
+			return true
 		}
 	}
-	return time.Duration(total) * time.Second / clockTick
+	return false
 }
 
 // parseStat reads pid, ppid and utime+stime+cutime+cstime from a
@@ -164,9 +189,17 @@ func raiseFileLimit(want uint64) (uint64, error) {
 // counted in that step, not the next. It polls CPU time; there is no
 // event for "idle".
 func quiesce(ctx context.Context) {
+	quiesceOn(ctx, func() time.Duration {
+		c := readCPU()
+		return c.self + c.children
+	})
+}
+
+// quiesceOn is quiesce for whatever processes used reads the CPU of.
+func quiesceOn(ctx context.Context, used func() time.Duration) {
 	const window = 100 * time.Millisecond
 	deadline := time.Now().Add(15 * time.Second)
-	prev := readCPU()
+	prev := used()
 	tick := time.NewTicker(window)
 	defer tick.Stop()
 	for time.Now().Before(deadline) {
@@ -175,9 +208,8 @@ func quiesce(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		cur := readCPU()
-		used := cur.sub(prev)
-		if used.self+used.children < window/5 {
+		cur := used()
+		if cur-prev < window/5 {
 			return
 		}
 		prev = cur

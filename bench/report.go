@@ -248,6 +248,11 @@ func idlePerStream(rs []IdleResult) []IdlePerStream {
 
 // WriteFiles writes results.md, results.json and latency.svg into dir.
 func (rep *Report) WriteFiles(dir string) error {
+	return writeResults(dir, rep, map[string]string{"results.md": rep.Markdown(), "latency.svg": rep.SVG()})
+}
+
+// writeResults writes rep as results.json into dir, and the other files.
+func writeResults(dir string, rep any, files map[string]string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -255,13 +260,9 @@ func (rep *Report) WriteFiles(dir string) error {
 	if err != nil {
 		return err
 	}
-	files := map[string][]byte{
-		"results.json": append(js, '\n'),
-		"results.md":   []byte(rep.Markdown()),
-		"latency.svg":  []byte(rep.SVG()),
-	}
+	files["results.json"] = string(js) + "\n"
 	for name, b := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(b), 0o644); err != nil {
 			return err
 		}
 	}

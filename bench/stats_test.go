@@ -49,8 +49,8 @@ func TestSummarize(t *testing.T) {
 func TestAddedAndSustained(t *testing.T) {
 	t.Parallel()
 	step := func(name string, rate int, p50, p99, maxMs float64, errs int64) Step {
-		return Step{Target: name, Rate: rate, Measured: 1000, Errors: errs,
-			Latency: Summary{N: 1000, P50: ms2d(p50), P99: ms2d(p99), Max: ms2d(maxMs)}}
+		return Step{Target: name, Rate: rate, stepLoad: stepLoad{Measured: 1000, Errors: errs,
+			Latency: Summary{N: 1000, P50: ms2d(p50), P99: ms2d(p99), Max: ms2d(maxMs)}}}
 	}
 	a := added(step("weir", 100, 1.5, 4, 9, 0).Latency, step("direct", 100, 1, 2, 3, 0).Latency)
 	if a.P50 != ms2d(0.5) || a.P99 != ms2d(2) || a.Max != ms2d(6) {

@@ -17,8 +17,8 @@ func TestSVGIsXMLWithEverySeries(t *testing.T) {
 	for _, lat := range r.Config.SimLatencies {
 		for _, rate := range r.Config.Rates {
 			for i, name := range targetNames {
-				r.Steps = append(r.Steps, Step{SimLatency: lat, Target: name, Rate: rate, Measured: 10,
-					Latency: Summary{N: 10, P50: time.Duration(i+1) * time.Millisecond, P99: time.Duration(i+2) * time.Millisecond}})
+				r.Steps = append(r.Steps, Step{SimLatency: lat, Target: name, Rate: rate, stepLoad: stepLoad{Measured: 10,
+					Latency: Summary{N: 10, P50: time.Duration(i+1) * time.Millisecond, P99: time.Duration(i+2) * time.Millisecond}}})
 			}
 		}
 	}

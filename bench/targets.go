@@ -43,6 +43,9 @@ type target struct {
 	chat bool
 	// plain and stream are its request bodies; nil: the Messages ones.
 	plain, stream []byte
+	// header, when set, is how the client authenticates instead of key
+	// (a peer gateway's own scheme, e.g. Authorization: Bearer).
+	header http.Header
 }
 
 // listener serves h on a fresh loopback port until closed. h2c adds

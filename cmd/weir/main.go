@@ -74,7 +74,7 @@ var commands = []command{
 	{name: "secrets", synopsis: "rotate [--dry-run]", summary: "re-seal credentials under the current WEIR_SECRET_KEY", run: runSecrets},
 	{name: "sim", synopsis: "[--listen ADDR] [--script F]", summary: "run the upstream simulator", run: runSim},
 	{name: "health", synopsis: "URL", summary: "exit 0 when URL answers 2xx (container health checks)", run: runHealth},
-	{name: "bench", synopsis: "[--rates R,R] [--duration D]", summary: "load harness: weir against a bare proxy (docs/performance.md)", run: runBench},
+	{name: "bench", synopsis: "[apart] [--rates R,R] [--duration D]", summary: "load harness: weir against a bare proxy, apart: each in processes of its own (docs/performance.md)", run: runBench},
 	{name: "soak", synopsis: "[--duration 10m] [--rate 100]", summary: "bounded soak under mixed traffic and storms: do goroutines, FDs, memory, leases grow?", run: runSoak},
 	{name: "holds", synopsis: "[--runs N] [--storm 20s] [--recovery 15s]", summary: "hold scenarios against a running weir dev --simulate: how long turns wait", run: runHolds},
 	{name: "chaos", synopsis: "[--seeds 1-100] [--duration 15s]", summary: "seeded fault runs (kills, pauses, cuts, upstream faults), invariants checked", run: runChaos},

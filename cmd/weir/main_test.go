@@ -20,6 +20,11 @@ import (
 // and the shared weir dev (sharedDev).
 func TestMain(m *testing.M) {
 	bench.ServeChild() // the bench test re-executes this binary as its workers
+	if os.Getenv(asWeirEnv) != "" {
+		// The apart bench test runs `weir sim`, `weir dev`… from this binary.
+		main()
+		os.Exit(0)
+	}
 	code := pgtest.Run(m)
 	if err := stopSharedDev(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -29,6 +34,9 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(code)
 }
+
+// asWeirEnv, set, makes this test binary the weir binary: its main.
+const asWeirEnv = "WEIR_TEST_AS_WEIR"
 
 // syncBuffer is a command's output, written while a test reads it.
 type syncBuffer = syncbuf.Buffer

@@ -262,6 +262,10 @@ func (c *Cluster) socketURL(database string) string {
 	return u.String()
 }
 
+// Pid is the postmaster's process id: its process tree is the cluster's
+// (a load harness bills its CPU to the service using it).
+func (c *Cluster) Pid() int { return c.pm.proc.Pid }
+
 // Done is closed when the postmaster exits, whether by Stop or by a crash.
 func (c *Cluster) Done() <-chan struct{} { return c.pm.done }
 
