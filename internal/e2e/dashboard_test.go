@@ -280,6 +280,27 @@ func (b *browser) text(what, sel string) string {
 	return s
 }
 
+// until loads url until the text of sel contains want (a state that
+// comes and goes, such as a request between two tries of its hold), and
+// returns that text; the test fails after browserStep.
+func (b *browser) until(what, url, sel, want string) string {
+	b.t.Helper()
+	deadline := time.Now().Add(browserStep)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		b.step(what, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(sel)))
+		got := b.text(what, sel)
+		if strings.Contains(got, want) {
+			return got
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("%s: %q never showed %q", what, got, want)
+		}
+		<-tick.C
+	}
+}
+
 // shoot saves the page at both sizes and checks it holds no secret.
 func (b *browser) shoot(name string) {
 	b.t.Helper()
@@ -449,7 +470,7 @@ func TestDashboardHoldInBrowser(t *testing.T) {
 
 	b := signedIn(t, bctx, e)
 	base := e.cpSrv.URL
-	header := b.text("pool header", "section.pool-header")
+	header := b.until("pool header", base+"/dashboard/", "section.pool-header", "1 request held now")
 	for _, want := range []string{"1 / 3 can serve now", "2 overloaded", "sonnet: 0 / 3 can serve it (1 gated)", "1 request held now",
 		"storm-1", "storm-2", "gated-1", "sonnet gated"} {
 		if !strings.Contains(header, want) {
@@ -464,14 +485,12 @@ func TestDashboardHoldInBrowser(t *testing.T) {
 	}
 	b.shoot("hold-accounts")
 
-	b.step("requests page", chromedp.Navigate(base+"/dashboard/requests"), chromedp.WaitVisible(chromedp.CSS("table")))
-	if got := b.text("held row", "table.requests tbody"); !strings.Contains(got, "held") {
-		t.Errorf("requests page %q, want the request held", got)
-	}
+	// Between two tries of its hold the request reads "in progress": each
+	// page is loaded until it is held again.
+	b.until("requests page", base+"/dashboard/requests", "table.requests tbody", "held")
 	b.shoot("hold-requests")
 
-	b.step("the held request's page", chromedp.Navigate(base+"/dashboard/requests/"+held.RequestId), chromedp.WaitVisible(chromedp.CSS("h1")))
-	if got := b.text("explain", "main"); !strings.Contains(got, "Held now") || !strings.Contains(got, "attempts so far") {
+	if got := b.until("the held request's page", base+"/dashboard/requests/"+held.RequestId, "main", "Held now"); !strings.Contains(got, "attempts so far") {
 		t.Errorf("the held request's page %q, want how long it is held and why", got)
 	}
 	b.shoot("hold-explain")
