@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -24,13 +25,36 @@ func main() {
 	// weir chaos re-executes it as its control planes, workers and simulator.
 	chaos.ServeChild()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	stopProfile := cpuProfile(os.Getenv("WEIR_CPU_PROFILE"))
 	err := run(ctx, os.Args[1:], env{getenv: os.Getenv, stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr})
+	stopProfile()
 	stop()
 	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) && !errors.Is(err, errUsageShown) {
 			fmt.Fprintln(os.Stderr, err) // prefixed once, by run
 		}
 		os.Exit(exitCode(err))
+	}
+}
+
+// cpuProfile writes a CPU profile of the whole process to path (when it
+// is set) until the function it returns is called: what a process
+// spends, as it runs in production, for go tool pprof.
+func cpuProfile(path string) (stop func()) {
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "weir: WEIR_CPU_PROFILE:", err)
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
 	}
 }
 
