@@ -17,11 +17,11 @@ import (
 )
 
 // Benchmarks of the control plane's pure decisions: selection over pools
-// of 10, 100 and 1,000 accounts, the pool-wide quota block, and the 429
+// of 10, 100, 1,000 and 10,000 accounts, the pool-wide quota block, and the 429
 // ladder and Decide() on representative answers. No database. Results and
 // method: docs/benchmarks.md.
 
-var benchPoolSizes = []int{10, 100, 1000}
+var benchPoolSizes = []int{10, 100, 1000, 10000}
 
 // benchPool is a mixed pool of n Anthropic accounts as the routing view
 // shows it: of every ten, one cooling, one gated for opus, one at its cap,

@@ -110,17 +110,17 @@ func (w *Window) live(now time.Time) bool { return w != nil && w.ResetsAt.After(
 
 // spentUntil is the latest reset among the account's spent account-wide
 // windows (both must pass before it can serve), or zero when none is spent.
-func (c Candidate) spentUntil(now time.Time) time.Time { return c.latestResetAtOrAbove(SpentAt, now) }
+func (c *Candidate) spentUntil(now time.Time) time.Time { return c.latestResetAtOrAbove(SpentAt, now) }
 
 // nearUntil is when the account stops being near its limit: the latest
 // reset among its windows at nearLimitAt or above; zero when it is not near.
-func (c Candidate) nearUntil(now time.Time) time.Time {
+func (c *Candidate) nearUntil(now time.Time) time.Time {
 	return c.latestResetAtOrAbove(nearLimitAt, now)
 }
 
 // latestResetAtOrAbove is the latest reset among the live 5-hour and weekly
 // readings at or above utilization u; zero when none is.
-func (c Candidate) latestResetAtOrAbove(u float64, now time.Time) time.Time {
+func (c *Candidate) latestResetAtOrAbove(u float64, now time.Time) time.Time {
 	var until time.Time
 	for _, w := range []*Window{c.FiveHour, c.SevenDay} {
 		if w.live(now) && w.Utilization >= u && w.ResetsAt.After(until) {
@@ -145,7 +145,7 @@ const (
 
 // reserveUntil is when the account's reserve is released (its weekly reset
 // less reserveRelease); zero when it is not held in reserve.
-func (c Candidate) reserveUntil(now time.Time) time.Time {
+func (c *Candidate) reserveUntil(now time.Time) time.Time {
 	w := c.SevenDay
 	if !w.live(now) || w.Utilization <= 1-reserveHeadroom {
 		return time.Time{}
@@ -159,7 +159,7 @@ func (c Candidate) reserveUntil(now time.Time) time.Time {
 
 // demotedUntil is when the account stops being softly demoted (near its
 // limit or held in reserve): the later of the two; zero when it is not.
-func (c Candidate) demotedUntil(now time.Time) time.Time {
+func (c *Candidate) demotedUntil(now time.Time) time.Time {
 	near, reserve := c.nearUntil(now), c.reserveUntil(now)
 	if reserve.After(near) {
 		return reserve
@@ -169,7 +169,7 @@ func (c Candidate) demotedUntil(now time.Time) time.Time {
 
 // capacity is the account's concurrency cap as the claim enforces it: one
 // lease while a recovery probe is out.
-func (c Candidate) capacity() int32 {
+func (c *Candidate) capacity() int32 {
 	if c.Account.RecoveryProbe {
 		return 1
 	}
@@ -212,7 +212,7 @@ const (
 )
 
 // seatOf is whose account a is, as req sees it.
-func (req RouteRequest) seatOf(a Account) int {
+func (req *RouteRequest) seatOf(a *Account) int {
 	switch {
 	case a.OwnerKey == uuid.Nil && a.OwnerTeam == uuid.Nil:
 		return seatNone
@@ -229,7 +229,7 @@ func (req RouteRequest) seatOf(a Account) int {
 // the pool as this request sees it at all: it is neither eligible nor
 // counted in any answer (the reason, the soonest recovery, the quota
 // block, the accounts a held request waits for).
-func (req RouteRequest) keptAway(a Account) bool {
+func (req *RouteRequest) keptAway(a *Account) bool {
 	return req.Owned == weirv1.OwnedAccounts_OWNED_ACCOUNTS_OWNERS_ONLY && req.seatOf(a) == seatOthers
 }
 
@@ -258,14 +258,14 @@ var subscriptionSurfaces = func() map[weirv1.Surface]bool {
 
 // withheld says whether metered_accounts=never keeps account a out of
 // this request: a metered account, on a surface a subscription can serve.
-func (req RouteRequest) withheld(a Account) bool {
-	return req.Metered == weirv1.MeteredAccounts_METERED_ACCOUNTS_NEVER && IsMetered(a) && subscriptionSurfaces[req.Surface]
+func (req *RouteRequest) withheld(a *Account) bool {
+	return req.Metered == weirv1.MeteredAccounts_METERED_ACCOUNTS_NEVER && IsMetered(*a) && subscriptionSurfaces[req.Surface]
 }
 
 // lastResort says whether metered_accounts=last_resort ranks account a
 // below every subscription for this request.
-func (req RouteRequest) lastResort(a Account) bool {
-	return req.Metered == weirv1.MeteredAccounts_METERED_ACCOUNTS_LAST_RESORT && IsMetered(a) && subscriptionSurfaces[req.Surface]
+func (req *RouteRequest) lastResort(a *Account) bool {
+	return req.Metered == weirv1.MeteredAccounts_METERED_ACCOUNTS_LAST_RESORT && IsMetered(*a) && subscriptionSurfaces[req.Surface]
 }
 
 // MeteredNever names the setting in a refusal it caused.
@@ -279,7 +279,7 @@ const MeteredNever = "metered_accounts=never"
 // at all, in whatever state. len(order) when nothing there is a spill.
 func SpillFrom(cands, order []Candidate, req RouteRequest) int {
 	if !subscriptionSurfaces[req.Surface] || !slices.ContainsFunc(cands, func(c Candidate) bool {
-		return Serves(c.Account.Provider, req.Surface) && !IsMetered(c.Account) && !req.keptAway(c.Account)
+		return Serves(c.Account.Provider, req.Surface) && !IsMetered(c.Account) && !req.keptAway(&c.Account)
 	}) {
 		return len(order)
 	}
@@ -408,8 +408,11 @@ type tally struct {
 func tallyOf(cands []Candidate, req RouteRequest, now time.Time, onFull func(Candidate)) ([]Candidate, tally) {
 	eligible := make([]Candidate, 0, len(cands))
 	t := tally{unreachable: true}
-	for _, c := range cands {
-		a := c.Account
+	for i := range cands {
+		// By pointer: a Candidate is large, and this runs over every
+		// account of the pool on every Acquire.
+		c := &cands[i]
+		a := &c.Account
 		if !Serves(a.Provider, req.Surface) {
 			continue
 		}
@@ -443,7 +446,7 @@ func tallyOf(cands []Candidate, req RouteRequest, now time.Time, onFull func(Can
 			switch {
 			case c.transportCooling(now):
 				if t.run == nil || c.Cooldown.WrittenAt.After(t.run.Cooldown.WrittenAt) {
-					t.run = &c
+					t.run = c
 				}
 			case req.Exclude[a.ID] && !coolingNow:
 			default:
@@ -470,10 +473,10 @@ func tallyOf(cands []Candidate, req RouteRequest, now time.Time, onFull func(Can
 			t.full++
 			t.ahead += c.WaitingAhead
 			if onFull != nil {
-				onFull(c)
+				onFull(*c)
 			}
 		default:
-			eligible = append(eligible, c)
+			eligible = append(eligible, *c)
 		}
 	}
 	return eligible, t
@@ -568,7 +571,7 @@ const unreadableFix = " (WEIR_SECRET_KEY is not the key they were sealed with: s
 // that shows its 5-hour or weekly window spent), whether that passes on
 // its own, and when it is expected to: the latest of the deadlines, since
 // all must pass.
-func (c Candidate) blockedUntil(now time.Time) (until time.Time, blocked, transient bool) {
+func (c *Candidate) blockedUntil(now time.Time) (until time.Time, blocked, transient bool) {
 	transient = true
 	if c.Cooldown != nil && c.Cooldown.Until.After(now) {
 		until, blocked, transient = c.Cooldown.Until, true, c.Cooldown.Transient
@@ -622,7 +625,7 @@ func (e quotaEvidence) text() string {
 // windows and family gate, as blockedUntil reads them). A cooldown that
 // outlasts its quota (a backoff, a burst's Retry-After) is not covered:
 // waiting for the quota would not be enough.
-func (c Candidate) quotaUntil(now time.Time) (quotaEvidence, bool) {
+func (c *Candidate) quotaUntil(now time.Time) (quotaEvidence, bool) {
 	until, blocked, transient := c.blockedUntil(now)
 	if !blocked || !transient {
 		return quotaEvidence{}, false
@@ -786,9 +789,9 @@ type rankKey struct {
 func rank(cands []Candidate, req RouteRequest, now time.Time) []Candidate {
 	keys := make([]rankKey, len(cands))
 	for i, c := range cands {
-		k := rankKey{idx: i, lastResort: req.lastResort(c.Account), first: 1, priority: c.Account.Priority,
+		k := rankKey{idx: i, lastResort: req.lastResort(&c.Account), first: 1, priority: c.Account.Priority,
 			tier: harvestTier(c, now), live: c.Live, cap: c.Account.MaxConcurrency, lastUsed: c.Account.LastUsedAt,
-			overloaded: c.Account.overloadedRecently(now), seat: req.seatOf(c.Account)}
+			overloaded: c.Account.overloadedRecently(now), seat: req.seatOf(&c.Account)}
 		switch {
 		case req.PreferAccount != uuid.Nil && c.Account.ID == req.PreferAccount:
 			k.preferred = true
@@ -803,10 +806,22 @@ func rank(cands []Candidate, req RouteRequest, now time.Time) []Candidate {
 		}
 		keys[i] = k
 	}
-	slices.SortStableFunc(keys, compareRankKeys)
+	// The keys are large: sort their indices, which swap cheaply, with the
+	// index as the last key, so an unstable sort (O(n log n)) gives the
+	// stable order.
+	order := make([]int32, len(keys))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(x, y int32) int {
+		if c := compareRankKeys(&keys[x], &keys[y]); c != 0 {
+			return c
+		}
+		return int(x - y)
+	})
 	out := make([]Candidate, len(cands))
-	for i, k := range keys {
-		out[i] = cands[k.idx]
+	for i, k := range order {
+		out[i] = cands[k]
 	}
 	return out
 }
@@ -836,7 +851,7 @@ func rank(cands []Candidate, req RouteRequest, now time.Time) []Candidate {
 // never a 5-hour term; then accounts without evidence; demoted accounts
 // by when they stop being demoted. Then the most free share of the
 // concurrency cap, then the least recently used.
-func compareRankKeys(x, y rankKey) int {
+func compareRankKeys(x, y *rankKey) int {
 	if x.lastResort != y.lastResort {
 		if x.lastResort {
 			return 1

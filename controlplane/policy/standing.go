@@ -83,7 +83,7 @@ func (pw PooledWindow) mean() *PooledWindow {
 // spent, and until when: the evidence that blocks the account (quotaUntil:
 // a 429 that named the window, a spent reading), when it names a reset
 // and is not a model family's gate; zero for a window it does not name.
-func (c Candidate) windowSpentUntil(now time.Time) (fiveHour, sevenDay time.Time) {
+func (c *Candidate) windowSpentUntil(now time.Time) (fiveHour, sevenDay time.Time) {
 	e, ok := c.quotaUntil(now)
 	if !ok || e.resetsAt.IsZero() || e.kind == weirv1.QuotaKind_QUOTA_KIND_FAMILY_WINDOW {
 		return time.Time{}, time.Time{}
@@ -103,8 +103,8 @@ func (c Candidate) windowSpentUntil(now time.Time) (fiveHour, sevenDay time.Time
 // and no operator must act first (paused, broken, a
 // credential this replica cannot open or the upstream rejected). An open
 // breaker or a cooldown does not take it out: it serves again on its own.
-func (c Candidate) mayServe(req RouteRequest, now time.Time) bool {
-	a := c.Account
+func (c *Candidate) mayServe(req RouteRequest, now time.Time) bool {
+	a := &c.Account
 	if !Serves(a.Provider, req.Surface) || req.withheld(a) || req.keptAway(a) || a.Paused || a.Broken || req.Unreadable[a.ID] {
 		return false
 	}
@@ -119,7 +119,7 @@ func ProvidersServing(cands []Candidate, req RouteRequest) []weirv1.Provider {
 	var out []weirv1.Provider
 	for _, p := range ProvidersFor(req.Surface) {
 		for _, c := range cands {
-			if c.Account.Provider == p && !req.withheld(c.Account) {
+			if c.Account.Provider == p && !req.withheld(&c.Account) {
 				out = append(out, p)
 				break
 			}

@@ -80,7 +80,7 @@ func host(baseURL string) string {
 
 // transportCooling says whether c is out of routing by a live transport
 // cooldown and by nothing else (no spent window, no family gate).
-func (c Candidate) transportCooling(now time.Time) bool {
+func (c *Candidate) transportCooling(now time.Time) bool {
 	return c.Cooldown != nil && c.Cooldown.Until.After(now) &&
 		c.Cooldown.Reason == weirv1.CooldownReason_COOLDOWN_REASON_TRANSPORT &&
 		c.spentUntil(now).IsZero() && (c.Gate == nil || !c.Gate.Until.After(now))
