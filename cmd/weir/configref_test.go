@@ -45,7 +45,7 @@ var reference = []configdoc.Var{
 	{Name: "WEIR_DATAPLANE_CLIENT_KEY", UsedBy: "dataplane", Meaning: "PEM private key of `WEIR_DATAPLANE_CLIENT_CERT`"},
 	{Name: "WEIR_DATAPLANE_TLS_CERT", UsedBy: "dataplane", Meaning: "PEM certificate (chain) the data plane serves agents TLS with, with `WEIR_DATAPLANE_TLS_KEY`; re-read when the files change. Default: cleartext"},
 	{Name: "WEIR_DATAPLANE_TLS_KEY", UsedBy: "dataplane", Meaning: "PEM private key of `WEIR_DATAPLANE_TLS_CERT`"},
-	{Name: "WEIR_CPU_PROFILE", UsedBy: "all", Meaning: "a file the process writes a Go CPU profile of itself to, from start until it exits (for `go tool pprof`); default: none"},
+	{Name: "WEIR_CPU_PROFILE", UsedBy: "all", Meaning: "a file the process writes a Go CPU profile of itself to, from start until it exits (for `go tool pprof`); `%p` in it is the process id, for processes that share the variable; default: none"},
 	{Name: "WEIR_LOG_LEVEL", UsedBy: "all", Meaning: "`debug`, `info` (default), `warn`, `error`"},
 	{Name: "WEIR_DATAPLANE_METRICS_ADDR", UsedBy: "dataplane", Meaning: "an address of its own for the data plane's `/metrics` (e.g. `127.0.0.1:9480`, or a private interface's); when set, `/metrics` is served there only, never on the agents' port. Default: unset, `/metrics` on the agents' port, open to anyone who reaches it (see docs/deploy.md)"},
 	{Name: "WEIR_CONTROLPLANE_METRICS_ADDR", UsedBy: "controlplane", Meaning: "an address of its own for the control plane's `/metrics`, whose series name accounts by label; when set, `/metrics` is served there only. Default: unset, `/metrics` on the RPC port, open"},

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -38,13 +39,15 @@ func main() {
 }
 
 // cpuProfile writes a CPU profile of the whole process to path (when it
-// is set) until the function it returns is called: what a process
-// spends, as it runs in production, for go tool pprof.
+// is set; %p in it is the process id, so that processes sharing the
+// variable write files of their own) until the function it returns is
+// called: what a process spends, as it runs in production, for go tool
+// pprof.
 func cpuProfile(path string) (stop func()) {
 	if path == "" {
 		return func() {}
 	}
-	f, err := os.Create(path)
+	f, err := os.Create(strings.ReplaceAll(path, "%p", strconv.Itoa(os.Getpid())))
 	if err == nil {
 		err = pprof.StartCPUProfile(f)
 	}
