@@ -28,6 +28,7 @@ import (
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/migrate"
 	"github.com/weirhq/weir/internal/pgembed"
+	"github.com/weirhq/weir/internal/pgxuuid"
 	"github.com/weirhq/weir/internal/rpcclient"
 	"github.com/weirhq/weir/internal/sim"
 )
@@ -216,7 +217,12 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded postgres: %w", err)
 	}
-	if s.pool, err = pgxpool.New(ctx, s.cluster.URL()); err != nil {
+	pcfg, err := pgxpool.ParseConfig(s.cluster.URL())
+	if err != nil {
+		return nil, fmt.Errorf("connect to postgres: %w", err)
+	}
+	pcfg.AfterConnect = pgxuuid.AfterConnect // as weir's own pools
+	if s.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
 	if err := migrate.Up(ctx, s.pool); err != nil {

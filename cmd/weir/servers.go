@@ -23,6 +23,7 @@ import (
 	"github.com/weirhq/weir/dataplane"
 	"github.com/weirhq/weir/internal/bytesize"
 	"github.com/weirhq/weir/internal/migrate"
+	"github.com/weirhq/weir/internal/pgxuuid"
 	"github.com/weirhq/weir/internal/serve"
 	"github.com/weirhq/weir/internal/sim"
 	"github.com/weirhq/weir/internal/telemetry"
@@ -61,6 +62,7 @@ func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, errors.New("database URL is not valid") // the URL may hold a password: never echo it
 	}
+	cfg.AfterConnect = pgxuuid.AfterConnect
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to database: %w", err)

@@ -29,6 +29,7 @@ import (
 
 	"github.com/weirhq/weir/internal/migrate"
 	"github.com/weirhq/weir/internal/pgembed"
+	"github.com/weirhq/weir/internal/pgxuuid"
 )
 
 // externalURLEnv names an existing server to use instead of a private
@@ -91,7 +92,12 @@ func Run(m *testing.M) int {
 func NewPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	dbURL := NewURL(t)
-	pool, err := pgxpool.New(context.Background(), dbURL)
+	cfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		t.Fatalf("pgtest: pool config: %v", err)
+	}
+	cfg.AfterConnect = pgxuuid.AfterConnect // as weir's own pools
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("pgtest: open pool: %v", err)
 	}
