@@ -5,8 +5,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/jobs"
 )
 
 // reportBatch sends events as one ReportRoutes batch.
@@ -90,5 +92,48 @@ func TestPendingRouteEvents(t *testing.T) {
 	e.reportBatch(final("weir_held", 200))
 	if ev := e.getEvent("weir_held"); ev.ErrorType != "" || ev.Status != 200 {
 		t.Errorf("the final event did not replace worker_lost: %v", ev)
+	}
+}
+
+// TestPendingAcrossMidnight: route events are partitioned by the day
+// (UTC) their request started; a request that started before midnight
+// and ended after it is still recorded once: its final event replaces
+// its pending one in the partition of its start, whether the worker sent
+// the start (it always does) or the control plane dated the first event
+// it got. Its usage is rolled up once, in the hour it started.
+func TestPendingAcrossMidnight(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := t.Context()
+	now := e.clock.Now().UTC()
+	midnight := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
+	e.clock.AdvanceTo(midnight.Add(-10 * time.Second))
+	if _, err := jobs.MaintainPartitions(ctx, jobs.Deps{Queries: e.q, Logger: e.cfg.Logger, Now: e.clock.Now}); err != nil {
+		t.Fatal(err)
+	}
+	start := timestamppb.New(midnight.Add(-20 * time.Second))
+	e.reportBatch(
+		&weirv1.RouteEvent{RequestId: "weir_sent", Model: "m", Surface: "messages", Stream: true, Pending: true, StartedAt: start},
+		&weirv1.RouteEvent{RequestId: "weir_dated", Model: "m", Surface: "messages", Stream: true, Pending: true})
+	e.advanceAlive(40 * time.Second)
+	e.reportBatch(
+		&weirv1.RouteEvent{RequestId: "weir_sent", Model: "m", Surface: "messages", Stream: true, Status: 200, Attempts: 1,
+			StartedAt: start, InputTokens: 7},
+		&weirv1.RouteEvent{RequestId: "weir_dated", Model: "m", Surface: "messages", Stream: true, Status: 200, Attempts: 1,
+			InputTokens: 5})
+	day := "route_events_p" + midnight.Add(-time.Second).Format("20060102")
+	for _, id := range []string{"weir_sent", "weir_dated"} {
+		if n := e.count(`SELECT count(*) FROM route_events WHERE request_id = $1`, id); n != 1 {
+			t.Errorf("%s: %d route events, want 1", id, n)
+		}
+		if ev := e.getEvent(id); ev.Pending || ev.Status != 200 || ev.StartedAt.AsTime().After(midnight) {
+			t.Errorf("%s stored as %v, want the final event started before midnight", id, ev)
+		}
+		if n := e.count(`SELECT count(*) FROM `+day+` WHERE request_id = $1`, id); n != 1 {
+			t.Errorf("%s is not in %s, its start's partition", id, day)
+		}
+	}
+	if n := e.count(`SELECT coalesce(sum(requests), 0)::int FROM usage_hourly WHERE hour = $1`, midnight.Add(-time.Hour)); n != 2 {
+		t.Errorf("%d requests rolled up in the hour before midnight, want 2", n)
 	}
 }

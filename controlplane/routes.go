@@ -342,6 +342,9 @@ func (l leaseService) storeRoutes(ctx context.Context, events []*weirv1.RouteEve
 		if err != nil {
 			return err
 		}
+		if err := knownStarts(ctx, q, events, rows); err != nil {
+			return err
+		}
 		priced := make([]pricedEvent, len(rows))
 		for i, e := range events {
 			priced[i] = price(tab, e)
@@ -390,6 +393,37 @@ func (l leaseService) storeRoutes(ctx context.Context, events []*weirv1.RouteEve
 	})
 	if err != nil {
 		return err
+	}
+	return nil
+}
+
+// knownStarts gives an event sent without its request's start (a worker
+// always sends one) the start of its request's stored event, if any: an
+// event replaces the stored one only under the same started_at, the
+// partition key (0036_partitioned_events.sql), so its final event must
+// not take the control plane's clock a second time.
+func knownStarts(ctx context.Context, q *db.Queries, events []*weirv1.RouteEvent, rows []db.RouteEvent) error {
+	var ids []string
+	for i, e := range events {
+		if e.StartedAt == nil {
+			ids = append(ids, rows[i].RequestID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	stored, err := q.RouteEventStarts(ctx, ids)
+	if err != nil {
+		return err
+	}
+	start := make(map[string]time.Time, len(stored))
+	for _, s := range stored {
+		start[s.RequestID] = s.StartedAt
+	}
+	for i, e := range events {
+		if at, ok := start[rows[i].RequestID]; ok && e.StartedAt == nil {
+			rows[i].StartedAt = at
+		}
 	}
 	return nil
 }

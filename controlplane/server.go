@@ -145,6 +145,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.settleCredentials(ctx); err != nil {
 		return fmt.Errorf("controlplane: refusing to start: %w", err)
 	}
+	s.maintainPartitions(ctx)
 	s.watch.start(ctx)
 	if s.river != nil {
 		if err := s.river.Start(ctx); err != nil {
@@ -154,6 +155,19 @@ func (s *Server) Start(ctx context.Context) error {
 	s.startCredentialWatch(ctx)
 	s.startLeaseClock(ctx)
 	return nil
+}
+
+// maintainPartitions makes the time-partitioned tables' partitions of
+// today and the days ahead now, before the first write and whether or not
+// this replica runs jobs: a fresh database has them before the retention
+// job first runs. It only logs a failure: a write with no partition of its
+// own lands in the default partition, and the retention job tries again.
+func (s *Server) maintainPartitions(ctx context.Context) {
+	_, err := jobs.MaintainPartitions(ctx, jobs.Deps{Queries: s.q, Logger: s.log, Now: s.now,
+		Retention: s.RouteRetention, UsageRetention: s.UsageRetention})
+	if err != nil {
+		s.log.WarnContext(ctx, "partition maintenance at start failed; the retention job tries again", "error", err)
+	}
 }
 
 // Stop stops the credential check and the listener, ending every

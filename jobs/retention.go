@@ -11,22 +11,25 @@ import (
 	"github.com/weirhq/weir/controlplane/notify"
 )
 
-// RetentionInterval is how often route events and refusal counts older
-// than the route_events_retention setting, and notification events older
-// than notify.Retention, are deleted.
+// RetentionInterval is how often the time-partitioned tables (route
+// events, account history, the usage rollup) have their partitions made
+// ahead and dropped past retention (partitions.go), and refusal counts
+// older than the route_events_retention setting and notification events
+// older than notify.Retention are deleted.
 const RetentionInterval = 10 * time.Minute
 
 // retentionBatch bounds one delete statement, and retentionBatches one
 // run: a run deletes at most a million rows of each table in statements
 // that each hold their locks for a moment, and a backlog larger than
-// that (a retention just shortened) goes over the next runs.
+// that (a retention just shortened) goes over the next runs. Only the
+// tables that stay unpartitioned are deleted from row by row.
 const (
 	retentionBatch   = 5000
 	retentionBatches = 200
 )
 
-// RetentionArgs is the periodic job that deletes old route events,
-// refusal counts and notification events.
+// RetentionArgs is the periodic job that keeps the partitions and deletes
+// old refusal counts and notification events.
 type RetentionArgs struct{}
 
 // Kind names the job in River's tables and UI.
@@ -43,43 +46,37 @@ type RetentionWorker struct {
 	deps Deps
 }
 
-// Work deletes what is older than the retention.
+// Work maintains the partitions and deletes what is older than the
+// retention.
 func (w *RetentionWorker) Work(ctx context.Context, _ *river.Job[RetentionArgs]) error {
-	if _, _, err := EnforceRetention(ctx, w.deps); err != nil {
+	if _, err := MaintainPartitions(ctx, w.deps); err != nil {
 		return err
 	}
-	if _, err := EnforceUsageRetention(ctx, w.deps); err != nil {
+	if _, err := EnforceRetention(ctx, w.deps); err != nil {
+		return err
+	}
+	if err := EnforceUsageRetention(ctx, w.deps); err != nil {
 		return err
 	}
 	_, err := EnforceNotifyRetention(ctx, w.deps)
 	return err
 }
 
-// EnforceUsageRetention deletes the usage rollup's hours before now less
-// the usage_retention setting, in the same bounded batches; it returns
-// how many rows went.
-func EnforceUsageRetention(ctx context.Context, d Deps) (int64, error) {
+// EnforceUsageRetention deletes the budgets' spend rows not touched since
+// now less the usage_retention setting (the usage rollup itself goes by
+// whole partitions, MaintainPartitions).
+func EnforceUsageRetention(ctx context.Context, d Deps) error {
 	if d.UsageRetention == nil {
-		return 0, nil
+		return nil
 	}
 	keep, err := d.UsageRetention(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("usage retention: read the setting: %w", err)
+		return fmt.Errorf("usage retention: read the setting: %w", err)
 	}
-	before := d.Now().Add(-keep)
-	n, err := inBatches(retentionBatch, retentionBatches, func() (int64, error) {
-		return d.Queries.DeleteUsageBefore(ctx, db.DeleteUsageBeforeParams{Before: before, Batch: retentionBatch})
-	})
-	if err != nil {
-		return n, fmt.Errorf("usage retention: %w", err)
+	if _, err := d.Queries.DeleteBudgetSpendBefore(ctx, d.Now().Add(-keep)); err != nil {
+		return fmt.Errorf("usage retention: budget spend: %w", err)
 	}
-	if n > 0 {
-		d.Logger.InfoContext(ctx, "usage rollup past its retention deleted", "rows", n, "retention", keep)
-	}
-	if _, err := d.Queries.DeleteBudgetSpendBefore(ctx, before); err != nil {
-		return n, fmt.Errorf("usage retention: budget spend: %w", err)
-	}
-	return n, nil
+	return nil
 }
 
 // EnforceNotifyRetention deletes notification events raised before now
@@ -105,13 +102,12 @@ func enforceNotifyRetention(ctx context.Context, d Deps, batch int32, batches in
 	return n, nil
 }
 
-// EnforceRetention deletes route events recorded, refusal counts of
-// intervals begun, and account history written before now less the
-// retention, in batches of
-// retentionBatch rows, at most retentionBatches of each a run; it
-// returns how many rows of each went. Route events still pending (their
-// request in progress) stay.
-func EnforceRetention(ctx context.Context, d Deps) (events, refusals int64, err error) {
+// EnforceRetention deletes refusal counts of intervals begun before now
+// less the route_events_retention setting, in batches of retentionBatch
+// rows, at most retentionBatches a run; it returns how many went. Route
+// events and account history, partitioned, go by whole partitions
+// (MaintainPartitions).
+func EnforceRetention(ctx context.Context, d Deps) (refusals int64, err error) {
 	return enforceRetention(ctx, d, retentionBatch, retentionBatches)
 }
 
@@ -131,33 +127,20 @@ func inBatches(batch int32, batches int, del func() (int64, error)) (int64, erro
 	return total, nil
 }
 
-func enforceRetention(ctx context.Context, d Deps, batch int32, batches int) (events, refusals int64, err error) {
+func enforceRetention(ctx context.Context, d Deps, batch int32, batches int) (refusals int64, err error) {
 	keep, err := d.Retention(ctx)
 	if err != nil {
-		return 0, 0, fmt.Errorf("retention: read the setting: %w", err)
+		return 0, fmt.Errorf("retention: read the setting: %w", err)
 	}
 	before := d.Now().Add(-keep)
-	events, err = inBatches(batch, batches, func() (int64, error) {
-		return d.Queries.DeleteRouteEventsBefore(ctx, db.DeleteRouteEventsBeforeParams{Before: before, Batch: batch})
-	})
-	if err != nil {
-		return events, 0, fmt.Errorf("retention: route events: %w", err)
-	}
 	refusals, err = inBatches(batch, batches, func() (int64, error) {
 		return d.Queries.DeleteRefusalCountsBefore(ctx, db.DeleteRefusalCountsBeforeParams{Before: before, Batch: batch})
 	})
 	if err != nil {
-		return events, refusals, fmt.Errorf("retention: refusal counts: %w", err)
+		return refusals, fmt.Errorf("retention: refusal counts: %w", err)
 	}
-	history, err := inBatches(batch, batches, func() (int64, error) {
-		return d.Queries.DeleteAccountHistoryBefore(ctx, db.DeleteAccountHistoryBeforeParams{Before: before, Batch: batch})
-	})
-	if err != nil {
-		return events, refusals, fmt.Errorf("retention: account history: %w", err)
+	if refusals > 0 {
+		d.Logger.InfoContext(ctx, "refusal counts past their retention deleted", "refusal_counts", refusals, "retention", keep)
 	}
-	if events > 0 || refusals > 0 || history > 0 {
-		d.Logger.InfoContext(ctx, "route events past their retention deleted", "route_events", events,
-			"refusal_counts", refusals, "account_history", history, "retention", keep)
-	}
-	return events, refusals, nil
+	return refusals, nil
 }

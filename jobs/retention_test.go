@@ -13,10 +13,10 @@ import (
 	"github.com/weirhq/weir/controlplane/notify"
 )
 
-// TestRetention: route events recorded, and refusal counts of intervals
-// begun, before the retention are deleted, in batches, at most so many a
-// run (the rest goes in the next); newer rows and pending events (their
-// request still in progress) stay. The setting is read each run.
+// TestRetention: refusal counts of intervals begun before the retention
+// are deleted, in batches, at most so many a run (the rest goes in the
+// next); newer rows stay. The setting is read each run. Route events are
+// not deleted row by row (partitions_test.go).
 func TestRetention(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -25,18 +25,6 @@ func TestRetention(t *testing.T) {
 	d := Deps{Queries: f.q, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return now },
 		Retention: func(context.Context) (time.Duration, error) { return keep, nil }}
 	old, recent := now.Add(-keep-time.Hour), now.Add(-keep+time.Hour)
-	event := func(id string, at time.Time, pending bool) {
-		t.Helper()
-		var until any
-		if pending {
-			until = now.Add(time.Minute)
-		}
-		if _, err := f.pool.Exec(ctx, `INSERT INTO route_events (request_id, surface, model, stream, status, error_type,
-			attempts, duration_ms, input_tokens, output_tokens, started_at, recorded_at, pending_until)
-			VALUES ($1, 'messages', 'm', false, 200, '', 1, 1, 0, 0, $2, $2, $3)`, id, at, until); err != nil {
-			t.Fatal(err)
-		}
-	}
 	refusal := func(at time.Time, reason string) {
 		t.Helper()
 		if _, err := f.pool.Exec(ctx, `INSERT INTO refusal_counts (interval_start, key_id, reason, worker_id, count, recorded_at)
@@ -45,11 +33,8 @@ func TestRetention(t *testing.T) {
 		}
 	}
 	for i := range 12 {
-		event(fmt.Sprintf("old-%d", i), old.Add(-time.Duration(i)*time.Minute), false)
 		refusal(old.Add(-time.Duration(i)*time.Minute), "key_rate_limit")
 	}
-	event("old-pending", old, true)
-	event("recent", recent, false)
 	refusal(recent, "key_rate_limit")
 	count := func(table string) int {
 		t.Helper()
@@ -61,64 +46,20 @@ func TestRetention(t *testing.T) {
 	}
 
 	// Batches of 5, two a run: ten of the twelve old rows go.
-	events, refusals, err := enforceRetention(ctx, d, 5, 2)
-	if err != nil || events != 10 || refusals != 10 {
-		t.Fatalf("first run: %d events, %d refusal counts, %v; want 10 and 10", events, refusals, err)
+	if refusals, err := enforceRetention(ctx, d, 5, 2); err != nil || refusals != 10 {
+		t.Fatalf("first run: %d refusal counts, %v; want 10", refusals, err)
 	}
-	events, refusals, err = enforceRetention(ctx, d, 5, 2)
-	if err != nil || events != 2 || refusals != 2 {
-		t.Fatalf("second run: %d events, %d refusal counts, %v; want the last 2 and 2", events, refusals, err)
+	if refusals, err := enforceRetention(ctx, d, 5, 2); err != nil || refusals != 2 {
+		t.Fatalf("second run: %d refusal counts, %v; want the last 2", refusals, err)
 	}
-	if n, m := count("route_events"), count("refusal_counts"); n != 2 || m != 1 {
-		t.Errorf("%d route events and %d refusal counts left, want the recent and the pending one, and the recent count", n, m)
-	}
-	var ids []string
-	rows, err := f.pool.Query(ctx, "SELECT request_id FROM route_events ORDER BY request_id")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
-	if fmt.Sprint(ids) != "[old-pending recent]" {
-		t.Errorf("left %v", ids)
+	if m := count("refusal_counts"); m != 1 {
+		t.Errorf("%d refusal counts left, want the recent one", m)
 	}
 
 	// A shorter retention takes the recent rows too, at the next run.
 	keep = time.Hour
-	if events, refusals, err := EnforceRetention(ctx, d); err != nil || events != 1 || refusals != 1 {
-		t.Errorf("after shortening: %d events, %d refusal counts, %v; want 1 and 1", events, refusals, err)
-	}
-}
-
-// TestUsageRetention: the usage rollup's hours past usage_retention go,
-// the rest stay; with no setting reader, nothing goes.
-func TestUsageRetention(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	ctx := t.Context()
-	keep := 400 * 24 * time.Hour
-	d := Deps{Queries: f.q, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return now }}
-	for i, at := range []time.Time{now.Add(-keep - 2*time.Hour), now.Add(-keep - time.Hour), now.Add(-keep + time.Hour), now.Truncate(time.Hour)} {
-		if _, err := f.pool.Exec(ctx, `INSERT INTO usage_hourly (hour, key_id, account_id, model, session_key, requests, input_tokens)
-			VALUES ($1, $2, $2, 'm', $3, 1, 10)`, at.Truncate(time.Hour), uuid.Nil, fmt.Sprint(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n, err := EnforceUsageRetention(ctx, d); err != nil || n != 0 {
-		t.Fatalf("no retention reader: %d deleted, %v", n, err)
-	}
-	d.UsageRetention = func(context.Context) (time.Duration, error) { return keep, nil }
-	if n, err := EnforceUsageRetention(ctx, d); err != nil || n != 2 {
-		t.Fatalf("%d rows deleted, %v; want the 2 past the retention", n, err)
-	}
-	var left int
-	if err := f.pool.QueryRow(ctx, `SELECT count(*) FROM usage_hourly`).Scan(&left); err != nil || left != 2 {
-		t.Errorf("%d rows left (%v), want 2", left, err)
+	if refusals, err := EnforceRetention(ctx, d); err != nil || refusals != 1 {
+		t.Errorf("after shortening: %d refusal counts, %v; want 1", refusals, err)
 	}
 }
 

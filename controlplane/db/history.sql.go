@@ -12,28 +12,6 @@ import (
 	"github.com/google/uuid"
 )
 
-const deleteAccountHistoryBefore = `-- name: DeleteAccountHistoryBefore :one
-WITH doomed AS (
-    SELECT id FROM account_history WHERE at < $1::timestamptz ORDER BY at LIMIT $2
-), gone AS (
-    DELETE FROM account_history h USING doomed d WHERE h.id = d.id RETURNING 1
-)
-SELECT count(*)::bigint AS deleted FROM gone
-`
-
-type DeleteAccountHistoryBeforeParams struct {
-	Before time.Time
-	Batch  int32
-}
-
-// Account history written before @before, in batches (the retention job).
-func (q *Queries) DeleteAccountHistoryBefore(ctx context.Context, arg DeleteAccountHistoryBeforeParams) (int64, error) {
-	row := q.db.QueryRow(ctx, deleteAccountHistoryBefore, arg.Before, arg.Batch)
-	var deleted int64
-	err := row.Scan(&deleted)
-	return deleted, err
-}
-
 const insertAccountHistory = `-- name: InsertAccountHistory :exec
 INSERT INTO account_history (account_id, at, kind, reason, until, evidence)
 VALUES ($1, $2::timestamptz, $3, $4, $5::timestamptz, $6::jsonb)

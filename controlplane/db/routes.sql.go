@@ -52,36 +52,12 @@ type DeleteRefusalCountsBeforeParams struct {
 	Batch  int32
 }
 
-// The same for refusal counts of intervals that started before @before.
+// Refusal counts (jobs/retention.go): at most @batch of intervals that
+// started before @before, oldest first; returns how many went. The table
+// holds a row per worker, minute, key and reason, not per request: it
+// stays unpartitioned.
 func (q *Queries) DeleteRefusalCountsBefore(ctx context.Context, arg DeleteRefusalCountsBeforeParams) (int64, error) {
 	row := q.db.QueryRow(ctx, deleteRefusalCountsBefore, arg.Before, arg.Batch)
-	var deleted int64
-	err := row.Scan(&deleted)
-	return deleted, err
-}
-
-const deleteRouteEventsBefore = `-- name: DeleteRouteEventsBefore :one
-WITH doomed AS (
-    SELECT id FROM route_events
-    WHERE recorded_at < $1::timestamptz AND pending_until IS NULL
-    ORDER BY recorded_at
-    LIMIT $2
-), gone AS (
-    DELETE FROM route_events r USING doomed d WHERE r.id = d.id RETURNING 1
-)
-SELECT count(*)::bigint AS deleted FROM gone
-`
-
-type DeleteRouteEventsBeforeParams struct {
-	Before time.Time
-	Batch  int32
-}
-
-// Retention (jobs/retention.go): at most @batch finished route events
-// recorded before @before, oldest first; returns how many went. Pending
-// events (requests in progress) stay.
-func (q *Queries) DeleteRouteEventsBefore(ctx context.Context, arg DeleteRouteEventsBeforeParams) (int64, error) {
-	row := q.db.QueryRow(ctx, deleteRouteEventsBefore, arg.Before, arg.Batch)
 	var deleted int64
 	err := row.Scan(&deleted)
 	return deleted, err
@@ -165,12 +141,12 @@ FROM ROWS FROM (
 LEFT JOIN client_keys k ON k.id = e.key_id
 LEFT JOIN accounts a ON a.id = e.account_id
 ORDER BY e.ord
-ON CONFLICT (request_id) DO UPDATE SET
+ON CONFLICT (request_id, started_at) DO UPDATE SET
     key_id = EXCLUDED.key_id, account_id = EXCLUDED.account_id, surface = EXCLUDED.surface,
     model = EXCLUDED.model, stream = EXCLUDED.stream, status = EXCLUDED.status,
     error_type = EXCLUDED.error_type, attempts = EXCLUDED.attempts, duration_ms = EXCLUDED.duration_ms,
     ttfb_ms = EXCLUDED.ttfb_ms, input_tokens = EXCLUDED.input_tokens, output_tokens = EXCLUDED.output_tokens,
-    started_at = EXCLUDED.started_at, recorded_at = EXCLUDED.recorded_at, held_ms = EXCLUDED.held_ms,
+    recorded_at = EXCLUDED.recorded_at, held_ms = EXCLUDED.held_ms,
     hold_count = EXCLUDED.hold_count, failure_stage = EXCLUDED.failure_stage,
     attempts_json = EXCLUDED.attempts_json, spilled_to_metered = EXCLUDED.spilled_to_metered,
     pending_until = EXCLUDED.pending_until, held_since = EXCLUDED.held_since, hold_reason = EXCLUDED.hold_reason,
@@ -236,6 +212,10 @@ type InsertRouteEventsRow struct {
 // event per request id (the control plane keeps the final one). It
 // returns the rows it wrote, so that usage is rolled up once per request
 // (a redelivered final event writes nothing and returns nothing).
+// route_events is partitioned by started_at (0036_partitioned_events.sql),
+// so a request id is unique with its started_at: every event of a request
+// carries the request's start (RouteEventStarts fills it in for an event
+// sent without one), and its events meet in one partition.
 // A final event replaces a pending one (or the reaper's worker_lost); a
 // pending one, the hold going on, replaces a pending one still open.
 func (q *Queries) InsertRouteEvents(ctx context.Context, arg InsertRouteEventsParams) ([]InsertRouteEventsRow, error) {
@@ -414,6 +394,42 @@ func (q *Queries) ListRouteEvents(ctx context.Context, arg ListRouteEventsParams
 	return items, nil
 }
 
+const maintainPartitions = `-- name: MaintainPartitions :one
+SELECT m.created::integer AS created, m.dropped::integer AS dropped, m.purged::bigint AS purged
+FROM weir_partition_maintain($1::text, $2::text, $3::timestamptz, $4::integer,
+    make_interval(secs => $5::double precision)) AS m
+`
+
+type MaintainPartitionsParams struct {
+	Parent      string
+	Unit        string
+	Now         time.Time
+	Ahead       int32
+	KeepSeconds *float64
+}
+
+type MaintainPartitionsRow struct {
+	Created int32
+	Dropped int32
+	Purged  int64
+}
+
+// Partition maintenance (jobs/partitions.go): creates p_parent's
+// partitions ahead and drops those past retention (a NULL keep_seconds
+// keeps them), 0036_partitioned_events.sql.
+func (q *Queries) MaintainPartitions(ctx context.Context, arg MaintainPartitionsParams) (MaintainPartitionsRow, error) {
+	row := q.db.QueryRow(ctx, maintainPartitions,
+		arg.Parent,
+		arg.Unit,
+		arg.Now,
+		arg.Ahead,
+		arg.KeepSeconds,
+	)
+	var i MaintainPartitionsRow
+	err := row.Scan(&i.Created, &i.Dropped, &i.Purged)
+	return i, err
+}
+
 const renewPendingRoutes = `-- name: RenewPendingRoutes :exec
 UPDATE route_events SET pending_until = $1::timestamptz
 WHERE request_id = ANY($2::text[]) AND pending_until IS NOT NULL
@@ -424,11 +440,43 @@ type RenewPendingRoutesParams struct {
 	RequestIds []string
 }
 
-// Keeps the given requests' pending events open until @until (the
-// worker that serves them renews them with its leases).
 func (q *Queries) RenewPendingRoutes(ctx context.Context, arg RenewPendingRoutesParams) error {
 	_, err := q.db.Exec(ctx, renewPendingRoutes, arg.Until, arg.RequestIds)
 	return err
+}
+
+const routeEventStarts = `-- name: RouteEventStarts :many
+SELECT request_id, started_at FROM route_events WHERE request_id = ANY($1::text[])
+`
+
+type RouteEventStartsRow struct {
+	RequestID string
+	StartedAt time.Time
+}
+
+// Keeps the given requests' pending events open until @until (the
+// worker that serves them renews them with its leases).
+// The start of the given requests' stored events: an event sent without
+// its request's start replaces the stored one only under the same
+// started_at, the partition key.
+func (q *Queries) RouteEventStarts(ctx context.Context, requestIds []string) ([]RouteEventStartsRow, error) {
+	rows, err := q.db.Query(ctx, routeEventStarts, requestIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RouteEventStartsRow{}
+	for rows.Next() {
+		var i RouteEventStartsRow
+		if err := rows.Scan(&i.RequestID, &i.StartedAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const upsertRefusalCounts = `-- name: UpsertRefusalCounts :exec

@@ -88,35 +88,6 @@ func (q *Queries) DeleteModelPrice(ctx context.Context, pattern string) (int64, 
 	return result.RowsAffected(), nil
 }
 
-const deleteUsageBefore = `-- name: DeleteUsageBefore :one
-WITH doomed AS (
-    SELECT hour, key_id, account_id, model, session_key FROM usage_hourly
-    WHERE hour < $1::timestamptz
-    ORDER BY hour
-    LIMIT $2
-), gone AS (
-    DELETE FROM usage_hourly u USING doomed d
-    WHERE u.hour = d.hour AND u.key_id = d.key_id AND u.account_id = d.account_id
-      AND u.model = d.model AND u.session_key = d.session_key
-    RETURNING 1
-)
-SELECT count(*)::bigint AS deleted FROM gone
-`
-
-type DeleteUsageBeforeParams struct {
-	Before time.Time
-	Batch  int32
-}
-
-// Retention (jobs/retention.go): at most @batch rollup rows of hours
-// before @before; returns how many went.
-func (q *Queries) DeleteUsageBefore(ctx context.Context, arg DeleteUsageBeforeParams) (int64, error) {
-	row := q.db.QueryRow(ctx, deleteUsageBefore, arg.Before, arg.Batch)
-	var deleted int64
-	err := row.Scan(&deleted)
-	return deleted, err
-}
-
 const keyUsageSince = `-- name: KeyUsageSince :many
 SELECT p.n::bigint AS n,
     coalesce(sum(u.requests), 0)::bigint AS requests,

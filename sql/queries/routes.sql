@@ -10,6 +10,10 @@
 -- event per request id (the control plane keeps the final one). It
 -- returns the rows it wrote, so that usage is rolled up once per request
 -- (a redelivered final event writes nothing and returns nothing).
+-- route_events is partitioned by started_at (0036_partitioned_events.sql),
+-- so a request id is unique with its started_at: every event of a request
+-- carries the request's start (RouteEventStarts fills it in for an event
+-- sent without one), and its events meet in one partition.
 -- name: InsertRouteEvents :many
 INSERT INTO route_events (
     request_id, key_id, account_id, surface, model, stream, status, error_type,
@@ -45,12 +49,12 @@ FROM ROWS FROM (
 LEFT JOIN client_keys k ON k.id = e.key_id
 LEFT JOIN accounts a ON a.id = e.account_id
 ORDER BY e.ord
-ON CONFLICT (request_id) DO UPDATE SET
+ON CONFLICT (request_id, started_at) DO UPDATE SET
     key_id = EXCLUDED.key_id, account_id = EXCLUDED.account_id, surface = EXCLUDED.surface,
     model = EXCLUDED.model, stream = EXCLUDED.stream, status = EXCLUDED.status,
     error_type = EXCLUDED.error_type, attempts = EXCLUDED.attempts, duration_ms = EXCLUDED.duration_ms,
     ttfb_ms = EXCLUDED.ttfb_ms, input_tokens = EXCLUDED.input_tokens, output_tokens = EXCLUDED.output_tokens,
-    started_at = EXCLUDED.started_at, recorded_at = EXCLUDED.recorded_at, held_ms = EXCLUDED.held_ms,
+    recorded_at = EXCLUDED.recorded_at, held_ms = EXCLUDED.held_ms,
     hold_count = EXCLUDED.hold_count, failure_stage = EXCLUDED.failure_stage,
     attempts_json = EXCLUDED.attempts_json, spilled_to_metered = EXCLUDED.spilled_to_metered,
     pending_until = EXCLUDED.pending_until, held_since = EXCLUDED.held_since, hold_reason = EXCLUDED.hold_reason,
@@ -66,6 +70,12 @@ RETURNING request_id, (pending_until IS NULL)::boolean AS final;
 
 -- Keeps the given requests' pending events open until @until (the
 -- worker that serves them renews them with its leases).
+-- The start of the given requests' stored events: an event sent without
+-- its request's start replaces the stored one only under the same
+-- started_at, the partition key.
+-- name: RouteEventStarts :many
+SELECT request_id, started_at FROM route_events WHERE request_id = ANY(@request_ids::text[]);
+
 -- name: RenewPendingRoutes :exec
 UPDATE route_events SET pending_until = @until::timestamptz
 WHERE request_id = ANY(@request_ids::text[]) AND pending_until IS NOT NULL;
@@ -117,21 +127,18 @@ GROUP BY interval_start, key_id, reason
 ORDER BY interval_start DESC, sum(count) DESC, reason
 LIMIT @max_rows;
 
--- Retention (jobs/retention.go): at most @batch finished route events
--- recorded before @before, oldest first; returns how many went. Pending
--- events (requests in progress) stay.
--- name: DeleteRouteEventsBefore :one
-WITH doomed AS (
-    SELECT id FROM route_events
-    WHERE recorded_at < @before::timestamptz AND pending_until IS NULL
-    ORDER BY recorded_at
-    LIMIT @batch
-), gone AS (
-    DELETE FROM route_events r USING doomed d WHERE r.id = d.id RETURNING 1
-)
-SELECT count(*)::bigint AS deleted FROM gone;
+-- Partition maintenance (jobs/partitions.go): creates p_parent's
+-- partitions ahead and drops those past retention (a NULL keep_seconds
+-- keeps them), 0036_partitioned_events.sql.
+-- name: MaintainPartitions :one
+SELECT m.created::integer AS created, m.dropped::integer AS dropped, m.purged::bigint AS purged
+FROM weir_partition_maintain(@parent::text, @unit::text, @now::timestamptz, @ahead::integer,
+    make_interval(secs => sqlc.narg('keep_seconds')::double precision)) AS m;
 
--- The same for refusal counts of intervals that started before @before.
+-- Refusal counts (jobs/retention.go): at most @batch of intervals that
+-- started before @before, oldest first; returns how many went. The table
+-- holds a row per worker, minute, key and reason, not per request: it
+-- stays unpartitioned.
 -- name: DeleteRefusalCountsBefore :one
 WITH doomed AS (
     SELECT interval_start, key_id, reason, worker_id FROM refusal_counts

@@ -90,22 +90,6 @@ RETURNING *;
 -- name: DeleteModelPrice :execrows
 DELETE FROM model_prices WHERE pattern = @pattern;
 
--- Retention (jobs/retention.go): at most @batch rollup rows of hours
--- before @before; returns how many went.
--- name: DeleteUsageBefore :one
-WITH doomed AS (
-    SELECT hour, key_id, account_id, model, session_key FROM usage_hourly
-    WHERE hour < @before::timestamptz
-    ORDER BY hour
-    LIMIT @batch
-), gone AS (
-    DELETE FROM usage_hourly u USING doomed d
-    WHERE u.hour = d.hour AND u.key_id = d.key_id AND u.account_id = d.account_id
-      AND u.model = d.model AND u.session_key = d.session_key
-    RETURNING 1
-)
-SELECT count(*)::bigint AS deleted FROM gone;
-
 -- The finished requests of sessions that started in [@since, @until), by
 -- session and start, for the prompt-cache account (ExplainCache).
 -- name: SessionEvents :many
