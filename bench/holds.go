@@ -73,11 +73,11 @@ func (c HoldsConfig) Validate() error {
 	case c.ControlplaneURL == "" || c.AdminToken == "":
 		return errors.New("ControlplaneURL and AdminToken are required (a running weir dev --simulate)")
 	case len(c.Accounts) < 2:
-		return errors.New("Accounts: at least two simulator accounts serving the model")
+		return errors.New("holds: accounts: at least two simulator accounts must serve the model")
 	case c.Agents < 1 || c.Turns < 1 || c.Runs < 1:
-		return errors.New("Agents, Turns and Runs must be at least 1")
+		return errors.New("holds: agents, turns and runs must be at least 1")
 	case c.Storm <= 0 || c.Recovery <= 0 || c.Timeout <= 0:
-		return errors.New("Storm, Recovery and Timeout must be positive")
+		return errors.New("holds: storm, recovery and timeout must be positive")
 	}
 	return nil
 }

@@ -186,7 +186,7 @@ func (a accountService) GetAccount(ctx context.Context, req *connect.Request[wei
 	return connect.NewResponse(&weirv1.GetAccountResponse{Account: acct}), nil
 }
 
-func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[weirv1.UpdateAccountRequest]) (*connect.Response[weirv1.UpdateAccountResponse], error) {
+func (a accountService) UpdateAccount(ctx context.Context, req *connect.Request[weirv1.UpdateAccountRequest]) (*connect.Response[weirv1.UpdateAccountResponse], error) { //nolint:gocognit // the update mask applied field by field, each field a small case of its own
 	m := req.Msg
 	row, err := a.findAccount(ctx, m.Id)
 	if err != nil {

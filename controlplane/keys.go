@@ -127,7 +127,7 @@ func (k keyService) CreateKey(ctx context.Context, req *connect.Request[weirv1.C
 // UpdateKey sets or clears the restrictions the mask names, in one
 // transaction. The triggers of 0015_key_limits.sql tell every worker; the
 // call returns once this replica's streams were sent it.
-func (k keyService) UpdateKey(ctx context.Context, req *connect.Request[weirv1.UpdateKeyRequest]) (*connect.Response[weirv1.UpdateKeyResponse], error) {
+func (k keyService) UpdateKey(ctx context.Context, req *connect.Request[weirv1.UpdateKeyRequest]) (*connect.Response[weirv1.UpdateKeyResponse], error) { //nolint:gocognit // the update mask applied field by field, each field a small case of its own
 	m := req.Msg
 	row, err := k.findKey(ctx, m.Id)
 	if err != nil {

@@ -226,7 +226,7 @@ func aliasNoAccount(nones []*weirv1.NoAccount) *weirv1.NoAccount {
 
 // acquireModel leases an account for m.Model, a concrete model. first,
 // when set, is the routing view already read for it.
-func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.AcquireRequest, exclude map[uuid.UUID]bool, prefer uuid.UUID, first *view) (resp *weirv1.AcquireResponse, err error) {
+func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.AcquireRequest, exclude map[uuid.UUID]bool, prefer uuid.UUID, first *view) (resp *weirv1.AcquireResponse, err error) { //nolint:gocognit // the claim loop over routing rounds; each decision in it is policy's (RouteGated, GateBreakers, SpillFrom)
 	family := policy.ModelFamily(m.Model)
 	if first == nil {
 		v, err := l.routingView(ctx, "", "", m.SessionKey, family, waiterOf(m), l.now())

@@ -150,7 +150,7 @@ func (h settingsService) GetSettings(ctx context.Context, _ *connect.Request[wei
 	return connect.NewResponse(&weirv1.GetSettingsResponse{Settings: st}), nil
 }
 
-func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Request[weirv1.UpdateSettingsRequest]) (*connect.Response[weirv1.UpdateSettingsResponse], error) {
+func (h settingsService) UpdateSettings(ctx context.Context, req *connect.Request[weirv1.UpdateSettingsRequest]) (*connect.Response[weirv1.UpdateSettingsResponse], error) { //nolint:gocognit // the update mask applied setting by setting, each a small case of its own
 	m := req.Msg
 	paths := m.GetUpdateMask().GetPaths()
 	if len(paths) == 0 {

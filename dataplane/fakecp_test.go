@@ -134,10 +134,6 @@ func (a *fakeAccount) blockedUntil(now time.Time) (time.Time, bool) {
 	return until, blocked
 }
 
-type fakeLease struct {
-	lease *weirv1.Lease
-}
-
 // fakeCP is a LeaseService over a scripted pool. It does not reimplement
 // policy: it answers Acquire and Release in the shapes the control plane
 // does (controlplane/leases.go, policy.Route, policy.Decide), from states a

@@ -288,7 +288,7 @@ func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.R
 // is let go for the rest of the stream.
 //
 // served, when set, is called once output starts.
-func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.Response, in *inbound, o *weirv1.Outcome, idle idleWatch, body *replayBody, served func(), rl relayed) attemptResult {
+func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.Response, in *inbound, o *weirv1.Outcome, idle idleWatch, body *replayBody, served func(), rl relayed) attemptResult { //nolint:gocognit // one loop over the upstream's events, whose idle, replay and error paths must stay together
 	rc := http.NewResponseController(w)
 	sc := newSSEScanner(resp.Body)
 	signal := rl.sf.signal

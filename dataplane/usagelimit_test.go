@@ -248,7 +248,7 @@ func TestQuotaError(t *testing.T) {
 				t.Errorf("%s: message %q does not say %q", tt.name, body.Error.Message, part)
 			}
 		}
-		if strings.Contains(strings.ToLower(string(w.Body.Bytes())), "overload") {
+		if strings.Contains(strings.ToLower(w.Body.String()), "overload") {
 			t.Errorf("%s: a pool out of quota called overloaded: %s", tt.name, w.Body.Bytes())
 		}
 	}

@@ -229,7 +229,9 @@ func runDev(ctx context.Context, args []string, e env) error {
 	if err := writeDevPointer(e, devPointer{ControlplaneURL: cpURL, DataDir: *dataDir}); err != nil {
 		log.Warn("write the dev pointer", "path", devPointerPath(e), "err", err)
 	} else {
-		defer os.Remove(devPointerPath(e))
+		// A pointer left behind names a data dir whose weir dev is gone:
+		// the CLI then says it cannot reach it.
+		defer os.Remove(devPointerPath(e)) //nolint:errcheck // as above
 	}
 
 	dpCfg := dataplane.Config{ControlPlaneURL: cpURL, Token: secrets.dataplane, Logger: log, TracerProvider: dpTP}

@@ -39,7 +39,7 @@ const notifyUsage = `Usage:
 Every command takes --json, --controlplane and --data-dir.
 `
 
-func runNotify(ctx context.Context, args []string, e env) error {
+func runNotify(ctx context.Context, args []string, e env) error { //nolint:gocognit // a switch over its subcommands, each a few lines of its own
 	if len(args) == 0 {
 		fmt.Fprint(e.stderr, notifyUsage)
 		return errUsageShown

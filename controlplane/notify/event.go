@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -106,8 +105,6 @@ type Event struct {
 	// DedupWindow overrides DefaultDedupWindow (at most MaxDedupWindow).
 	DedupWindow time.Duration
 }
-
-var kindPattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
 
 // check refuses an event Enqueue cannot store as documented.
 func (ev Event) check() error {

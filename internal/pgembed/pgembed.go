@@ -584,7 +584,7 @@ func (c *Cluster) ensureDatabase(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pgembed: connect: %w", err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck // a one-off connection; the server ends it either way
 	var exists bool
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", c.database).Scan(&exists); err != nil {
 		return fmt.Errorf("pgembed: look up database: %w", err)

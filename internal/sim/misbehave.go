@@ -256,7 +256,8 @@ func (x *exchange) longerThanLength(body []byte, junk int) {
 	defer conn.Close()
 	// A client that stops reading must not hold the handler.
 	conn.SetWriteDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck // best effort
-	bw.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n")
+	// Errors surface at Flush.
+	_, _ = bw.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n")
 	bw.Write(body) //nolint:errcheck // see Flush
 	chunk := strings.Repeat("junk after the promised length\n", 1024)
 	for n := 0; n < junk; n += len(chunk) {
