@@ -405,7 +405,7 @@ func TestCodexTokenRefreshRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := e.srv.RefreshDue(t.Context()); n != 1 || err != nil {
+	if n, err := e.srv.acct.RefreshDue(t.Context()); n != 1 || err != nil {
 		t.Fatalf("RefreshDue: %d, %v", n, err)
 	}
 	want := map[string]string{"client_id": upstream.CodexClientID, "grant_type": "refresh_token", "refresh_token": refresh, "scope": "openid profile email"}
@@ -424,12 +424,12 @@ func TestCodexTokenRefreshRequest(t *testing.T) {
 	if r, err := e.srv.seal.OpenRefresh(row.ID, 2, row.RefreshSealed); err != nil || r != nextRefresh {
 		t.Errorf("rotated refresh token not stored: %v", err)
 	}
-	srv := &Server{cfg: Config{OAuthTokenURL: upstream.AnthropicTokenURL, CodexTokenURL: upstream.CodexTokenURL}}
-	if u := srv.tokenURL(row); u != endpoint.URL+"/oauth/token" {
+	refresher := &AccountJobs{cfg: Config{OAuthTokenURL: upstream.AnthropicTokenURL, CodexTokenURL: upstream.CodexTokenURL}}
+	if u := refresher.tokenURL(row); u != endpoint.URL+"/oauth/token" {
 		t.Errorf("token URL %q for a codex account with a base URL", u)
 	}
-	if row.BaseUrl = ""; srv.tokenURL(row) != "https://auth.openai.com/oauth/token" {
-		t.Errorf("default codex token URL %q", srv.tokenURL(row))
+	if row.BaseUrl = ""; refresher.tokenURL(row) != "https://auth.openai.com/oauth/token" {
+		t.Errorf("default codex token URL %q", refresher.tokenURL(row))
 	}
 }
 
@@ -483,7 +483,7 @@ func TestCodexUsagePoll(t *testing.T) {
 	oa := resp.Msg.Account
 
 	// A lone unscheduled account is scheduled now, and read.
-	if n, err := c.srv.ReadDue(t.Context()); n != 1 || err != nil {
+	if n, err := c.srv.acct.ReadDue(t.Context()); n != 1 || err != nil {
 		t.Fatalf("ReadDue: %d, %v (want the codex account alone)", n, err)
 	}
 	var reads int
@@ -511,7 +511,7 @@ func TestCodexUsagePoll(t *testing.T) {
 
 	// Codex's response headers merge into the same windows.
 	reset := c.clock.Now().Add(4 * time.Hour).Truncate(time.Second)
-	if err := c.srv.mergeUsageHeaders(t.Context(), c.q, uuidOf(t, a.Id), 1, map[string]string{
+	if err := c.srv.acct.mergeUsageHeaders(t.Context(), c.q, uuidOf(t, a.Id), 1, map[string]string{
 		"x-codex-primary-used-percent": "50", "x-codex-primary-window-minutes": "300",
 		"x-codex-primary-reset-at": strconv.FormatInt(reset.Unix(), 10),
 	}, c.clock.Now()); err != nil {

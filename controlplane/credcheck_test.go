@@ -190,7 +190,7 @@ func TestPeriodicCredentialCheck(t *testing.T) {
 	ctx := t.Context()
 	e.createAccount(acct{label: "old"})
 	tick := make(chan time.Time)
-	e.srv.creds.tick = tick
+	e.srv.acct.creds.tick = tick
 	if err := e.srv.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -209,9 +209,9 @@ func TestPeriodicCredentialCheck(t *testing.T) {
 	e.wantUnreadable("after the periodic check", "new")
 	// The last tick's check may still run: it must not mark "new" again
 	// after the new replica mends it.
-	e.srv.creds.stop()
+	e.srv.acct.creds.stop()
 
-	if err := next.srv.settleCredentials(ctx); err != nil {
+	if err := next.srv.acct.settleCredentials(ctx); err != nil {
 		t.Fatal(err)
 	}
 	e.wantUnreadable("after the new replica's check")
@@ -231,7 +231,7 @@ func TestReenteredCredentialClearsUnreadable(t *testing.T) {
 	_, keyHash := e.createKey("")
 	e.createAccount(acct{label: "good"})
 	lost := e.unreadableAccount(acct{label: "lost", priority: 10})
-	if err := e.srv.settleCredentials(ctx); err != nil {
+	if err := e.srv.acct.settleCredentials(ctx); err != nil {
 		t.Fatal(err)
 	}
 	e.wantUnreadable("before", "lost")
@@ -250,7 +250,7 @@ func TestReenteredCredentialClearsUnreadable(t *testing.T) {
 	if l := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash}); l.AccountId != lost.Id || l.Credential != fresh {
 		t.Fatalf("lease on %s, want lost with its new credential", l.AccountLabel)
 	}
-	if err := e.srv.settleCredentials(ctx); err != nil {
+	if err := e.srv.acct.settleCredentials(ctx); err != nil {
 		t.Fatal(err)
 	}
 	e.wantUnreadable("after another check")
@@ -308,7 +308,7 @@ func TestMarkUnreadableIsCompareAndSet(t *testing.T) {
 	a, _ := e.createAccount(acct{label: "a"})
 	row := e.accountRow(a.Id)
 	stale := sealedRef{id: uuid.MustParse(a.Id), label: "a", revision: row.CredentialRevision - 1}
-	if err := e.srv.markUnreadable(e.t.Context(), []sealedRef{stale}); err != nil {
+	if err := e.srv.acct.markUnreadable(e.t.Context(), []sealedRef{stale}); err != nil {
 		t.Fatal(err)
 	}
 	e.wantUnreadable("a stale revision")

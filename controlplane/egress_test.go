@@ -190,7 +190,7 @@ func TestEgressProxyUnreadable(t *testing.T) {
 		}
 		e.release(l.Id, &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED})
 	}
-	if got, err := e.srv.CheckCredentials(t.Context()); err != nil || !slices.Equal(got, []string{"bad"}) {
+	if got, err := e.srv.acct.CheckCredentials(t.Context()); err != nil || !slices.Equal(got, []string{"bad"}) {
 		t.Errorf("the check names %v, %v; want bad", got, err)
 	}
 }

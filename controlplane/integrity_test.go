@@ -48,7 +48,7 @@ func TestIntegrityCredentialsAndReport(t *testing.T) {
 		t.Fatalf("data-plane token: %v, want unauthenticated", err)
 	}
 
-	if got, err := e.srv.CheckCredentials(ctx); err != nil || len(got) != 0 {
+	if got, err := e.srv.acct.CheckCredentials(ctx); err != nil || len(got) != 0 {
 		t.Fatalf("right key: unreadable %v, %v; want none", got, err)
 	}
 
@@ -58,7 +58,7 @@ func TestIntegrityCredentialsAndReport(t *testing.T) {
 	cfg.Registry, cfg.Logger = nil, nil
 	other := newEnv(t, e.pool, cfg, e.clock)
 	other.secrets = e.secrets
-	got, err := other.srv.CheckCredentials(ctx)
+	got, err := other.srv.acct.CheckCredentials(ctx)
 	if err != nil || !slices.Equal(got, []string{"api", "fine", "max"}) {
 		t.Fatalf("other key: unreadable %v, %v; want every label", got, err)
 	}
@@ -70,7 +70,7 @@ func TestIntegrityCredentialsAndReport(t *testing.T) {
 	if _, err := e.pool.Exec(ctx, `UPDATE accounts SET refresh_sealed = overlay(refresh_sealed placing '\x00' from 20 for 1) WHERE id = $1`, oauth.Id); err != nil {
 		t.Fatal(err)
 	}
-	got, err = e.srv.CheckCredentials(ctx)
+	got, err = e.srv.acct.CheckCredentials(ctx)
 	if err != nil || !slices.Equal(got, []string{"api", "max"}) {
 		t.Fatalf("corrupted rows: unreadable %v, %v; want api and max", got, err)
 	}
@@ -79,7 +79,7 @@ func TestIntegrityCredentialsAndReport(t *testing.T) {
 	// the metrics count them.
 	if _, err := jobs.RunIntegrityCheck(ctx, jobs.Deps{
 		Queries: e.q, Logger: other.srv.log, Now: e.clock.Now, LeaseGrace: 10 * time.Minute,
-		Creds: other.srv, Findings: other.srv.integ.count,
+		Creds: other.srv.acct, Findings: other.srv.integ.count,
 	}); err != nil {
 		t.Fatalf("integrity check: %v", err)
 	}

@@ -196,7 +196,7 @@ func (u *oauthEnv) tokenCalls() int {
 
 func (u *oauthEnv) refreshDue() int {
 	u.t.Helper()
-	n, err := u.srv.RefreshDue(u.t.Context())
+	n, err := u.srv.acct.RefreshDue(u.t.Context())
 	if err != nil {
 		u.t.Fatalf("RefreshDue: %v", err)
 	}
@@ -392,7 +392,7 @@ func TestTokenRefreshSingleFlightAcrossReplicas(t *testing.T) {
 		}
 		wg.Go(func() {
 			<-start
-			n, err := srv.RefreshDue(t.Context())
+			n, err := srv.acct.RefreshDue(t.Context())
 			if err != nil {
 				t.Errorf("RefreshDue: %v", err)
 			}
@@ -473,7 +473,7 @@ func TestTokenRefreshTransientBackoff(t *testing.T) {
 
 	run := func() {
 		t.Helper()
-		if n, err := e.srv.RefreshDue(t.Context()); n != 0 || err != nil {
+		if n, err := e.srv.acct.RefreshDue(t.Context()); n != 0 || err != nil {
 			t.Fatalf("RefreshDue: %d, %v", n, err)
 		}
 	}
@@ -515,7 +515,7 @@ func TestTokenRefreshLosesToANewCredential(t *testing.T) {
 	a := u.addOAuth(sa, epoch.Add(time.Minute))
 	replacement := oauthToken()
 	u.secrets.add(replacement)
-	u.srv.cfg.OAuthClient = &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+	u.srv.acct.cfg.OAuthClient = &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		// The operator's update lands while the refresh is in flight.
 		if _, err := u.admin.accounts.UpdateAccount(t.Context(), connect.NewRequest(&weirv1.UpdateAccountRequest{
 			Id: a.Id, Credential: replacement, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"credential"}},
@@ -593,7 +593,7 @@ func TestTokenRefreshKeepsTheRefreshTokenWhenNoneComesBack(t *testing.T) {
 	e.secrets.add(refresh)
 	a, _ := e.createAccount(acct{kind: weirv1.AuthKind_AUTH_KIND_OAUTH, baseURL: endpoint.URL,
 		credential: oauthJSON(access, refresh, epoch.Add(-time.Second))})
-	if n, err := e.srv.RefreshDue(t.Context()); n != 1 || err != nil {
+	if n, err := e.srv.acct.RefreshDue(t.Context()); n != 1 || err != nil {
 		t.Fatalf("RefreshDue: %d, %v", n, err)
 	}
 	if got["grant_type"] != "refresh_token" || got["refresh_token"] != refresh || got["client_id"] != upstream.AnthropicClientID {
@@ -609,7 +609,7 @@ func TestTokenRefreshKeepsTheRefreshTokenWhenNoneComesBack(t *testing.T) {
 	if want := epoch.Add(time.Hour); !sameTime(row.AccessExpiresAt, &want) {
 		t.Errorf("expires %v, want %v", row.AccessExpiresAt, want)
 	}
-	if u := (&Server{cfg: Config{OAuthTokenURL: upstream.AnthropicTokenURL}}); u.tokenURL(row) != endpoint.URL+upstream.AnthropicTokenPath {
+	if u := (&AccountJobs{cfg: Config{OAuthTokenURL: upstream.AnthropicTokenURL}}); u.tokenURL(row) != endpoint.URL+upstream.AnthropicTokenPath {
 		t.Errorf("token URL %q for an account with a base URL", u.tokenURL(row))
 	} else if row.BaseUrl = ""; u.tokenURL(row) != "https://platform.claude.com/v1/oauth/token" {
 		t.Errorf("default token URL %q", u.tokenURL(row))

@@ -146,7 +146,7 @@ func TestResealRotatesKey(t *testing.T) {
 	if l := rb.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash}); l.AccountId != api.Id || l.Credential != apiCred {
 		t.Fatalf("lease on %s under key B alone", l.AccountLabel)
 	}
-	if got, err := rb.srv.CheckCredentials(ctx); err != nil || len(got) != 0 {
+	if got, err := rb.srv.acct.CheckCredentials(ctx); err != nil || len(got) != 0 {
 		t.Fatalf("key B alone: unreadable %v, %v", got, err)
 	}
 }

@@ -98,7 +98,7 @@ func TestWrongSecretKey(t *testing.T) {
 	}
 	// And the first replica still reads its own: its check mends it (and
 	// marks the one it cannot open).
-	if err := e.srv.settleCredentials(t.Context()); err != nil {
+	if err := e.srv.acct.settleCredentials(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	e.wantUnreadable("after the first replica's check", "sealed-by-b")

@@ -369,7 +369,7 @@ func TestDashboardStatesInBrowser(t *testing.T) {
 		t.Fatalf("request: %d %s", r.status, r.body)
 	}
 	bk := e.account("broken-1")
-	if _, err := e.cp.CheckAccount(t.Context(), uuid.MustParse(bk.Id), bk.CredentialRevision); err != nil {
+	if _, err := e.cp.AccountJobs().CheckAccount(t.Context(), uuid.MustParse(bk.Id), bk.CredentialRevision); err != nil {
 		t.Fatal(err)
 	}
 	if st := e.account("broken-1").State; st != weirv1.AccountState_ACCOUNT_STATE_BROKEN {

@@ -170,7 +170,7 @@ func TestEgressProxyForAccountCalls(t *testing.T) {
 	if err != nil || !res.Msg.Read || res.Msg.Error != "" {
 		t.Fatalf("usage read: %v %v", res, err)
 	}
-	n, err := e.cp.RefreshDue(t.Context())
+	n, err := e.cp.AccountJobs().RefreshDue(t.Context())
 	if err != nil || n != 1 || e.sim.TokenRefreshes("max") != 1 {
 		t.Fatalf("refreshed %d (the simulator saw %d): %v", n, e.sim.TokenRefreshes("max"), err)
 	}
