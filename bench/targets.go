@@ -2,8 +2,6 @@ package bench
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log"
@@ -28,6 +26,7 @@ import (
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/migrate"
 	"github.com/weirhq/weir/internal/pgembed"
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/rpcclient"
 	"github.com/weirhq/weir/internal/sim"
 )
@@ -188,12 +187,12 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 	// faults on each by name), and accepts the direct targets' key too.
 	script := sim.Script{AcceptUnknown: true}
 	for i := range accountCount {
-		cred := "sk-ant-api03-bench-" + randomHex(12)
+		cred := "sk-ant-api03-bench-" + randid.Hex(12)
 		s.creds = append(s.creds, cred)
 		script.Accounts = append(script.Accounts, sim.AccountScript{Name: accountName(i), Kind: sim.KindAPIKey, Credential: cred})
 	}
 	for i := range o.openAI {
-		cred := "sk-proj-bench-" + randomHex(12)
+		cred := "sk-proj-bench-" + randid.Hex(12)
 		s.openAI = append(s.openAI, cred)
 		script.Accounts = append(script.Accounts, sim.AccountScript{Name: openAIName(i), Kind: sim.KindOpenAIKey, Credential: cred})
 	}
@@ -222,10 +221,9 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 	if err := migrate.Up(ctx, s.pool); err != nil {
 		return nil, err
 	}
-	admin, dpToken := "weir_admin_"+randomHex(16), "weir_dp_"+randomHex(16)
+	admin, dpToken := "weir_admin_"+randid.Hex(16), "weir_dp_"+randid.Hex(16)
 	s.dpToken = dpToken
-	secret := make([]byte, 32)
-	rand.Read(secret) //nolint:errcheck // never fails on Linux
+	secret := randid.Bytes(32)
 	cp, err := controlplane.New(controlplane.Config{
 		AdminToken: admin, DataplaneToken: dpToken, SecretKey: secret,
 		Logger:      slog.New(slog.DiscardHandler),
@@ -373,12 +371,6 @@ func (s *stack) stop() {
 	if s.pgDir != "" {
 		os.RemoveAll(s.pgDir) //nolint:errcheck // a temp dir
 	}
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b) //nolint:errcheck // never fails on Linux
-	return hex.EncodeToString(b)
 }
 
 // rpcTimer times the data plane's LeaseService calls as the worker sees

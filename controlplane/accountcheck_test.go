@@ -12,6 +12,7 @@ import (
 	"github.com/weirhq/weir/controlplane/upstream"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/sim"
 )
 
@@ -45,7 +46,7 @@ func TestAccountCheckOnboard(t *testing.T) {
 	scripts := []sim.AccountScript{
 		{Name: "good", Kind: sim.KindAPIKey, Credential: apiKey()},
 		{Name: "revoked", Kind: sim.KindAPIKey, Credential: apiKey(), Revoked: true},
-		{Name: "openai", Kind: sim.KindOpenAIKey, Credential: "sk-proj-" + randHex(40)},
+		{Name: "openai", Kind: sim.KindOpenAIKey, Credential: "sk-proj-" + randid.Hex(40)},
 		maxAccount("max"),
 	}
 	s := sim.New(sim.Config{Now: clock.Now, Script: sim.Script{Accounts: scripts, AcceptUnknown: true}})

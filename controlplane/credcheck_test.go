@@ -13,6 +13,7 @@ import (
 
 	"github.com/weirhq/weir/controlplane/seal"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/randid"
 )
 
 // sealElsewhere re-seals an account's access token (or, with refresh,
@@ -20,7 +21,7 @@ import (
 func (e *env) sealElsewhere(id, plaintext string, refresh bool) {
 	e.t.Helper()
 	row := e.accountRow(id)
-	s := mustSealer(e.t, randBytes(32))
+	s := mustSealer(e.t, randid.Bytes(32))
 	col, sealed := "credential_sealed", s.Seal(row.ID, row.CredentialRevision, plaintext)
 	if refresh {
 		col, sealed = "refresh_sealed", s.SealRefresh(row.ID, row.CredentialRevision, plaintext)
@@ -97,7 +98,7 @@ func TestStartRefusesWrongKey(t *testing.T) {
 	e.createAccount(acct{label: "one"})
 	e.createAccount(acct{label: "two"})
 
-	wrong := randBytes(32)
+	wrong := randid.Bytes(32)
 	w := e.withKeys(wrong)
 	err := w.srv.Start(ctx)
 	var wk *WrongKeyError
@@ -118,7 +119,7 @@ func TestStartRefusesWrongKey(t *testing.T) {
 	e.wantUnreadable("after the refusal")
 
 	// The key that sealed them, as a previous key, opens them.
-	r := e.withKeys(randBytes(32), e.cfg.SecretKey)
+	r := e.withKeys(randid.Bytes(32), e.cfg.SecretKey)
 	if err := r.srv.Start(ctx); err != nil {
 		t.Fatalf("Start with the sealing key as previous: %v", err)
 	}
@@ -203,7 +204,7 @@ func TestPeriodicCredentialCheck(t *testing.T) {
 	check()
 	e.wantUnreadable("nothing new")
 
-	next := e.withKeys(randBytes(32), e.cfg.SecretKey)
+	next := e.withKeys(randid.Bytes(32), e.cfg.SecretKey)
 	next.createAccount(acct{label: "new"})
 	check()
 	e.wantUnreadable("after the periodic check", "new")
@@ -269,7 +270,7 @@ func TestAcquireUnreadable(t *testing.T) {
 	e.createAccount(acct{label: "b"})
 	e.createAccount(acct{label: "c"})
 
-	w := e.withKeys(randBytes(32))
+	w := e.withKeys(randid.Bytes(32))
 	none := w.mustNoAccount(&weirv1.AcquireRequest{KeyHash: keyHash}, weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_DISABLED)
 	if !none.Permanent || none.RetryAt != nil {
 		t.Errorf("permanent %v, retry at %v; want permanent with no retry", none.Permanent, none.RetryAt)

@@ -12,6 +12,7 @@ import (
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/rpcclient"
 	"github.com/weirhq/weir/jobs"
 )
@@ -54,7 +55,7 @@ func TestIntegrityCredentialsAndReport(t *testing.T) {
 
 	// Another deployment's key opens nothing.
 	cfg := e.cfg
-	cfg.SecretKey = randBytes(32)
+	cfg.SecretKey = randid.Bytes(32)
 	cfg.Registry, cfg.Logger = nil, nil
 	other := newEnv(t, e.pool, cfg, e.clock)
 	other.secrets = e.secrets

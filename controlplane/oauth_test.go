@@ -21,10 +21,11 @@ import (
 	"github.com/weirhq/weir/controlplane/upstream"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/sim"
 )
 
-func refreshToken() string { return "sk-ant-ort01-" + randHex(40) }
+func refreshToken() string { return "sk-ant-ort01-" + randid.Hex(40) }
 
 // oauthJSON is the {"access_token","refresh_token","expires_at"} form.
 func oauthJSON(access, refresh string, expires time.Time) string {
@@ -213,7 +214,7 @@ func TestCreateAccountOAuthJSON(t *testing.T) {
 	for _, in := range []string{claudeCodeJSON(access, refresh, expires), oauthJSON(access, refresh, expires)} {
 		resp, err := e.admin.accounts.CreateAccount(t.Context(), connect.NewRequest(&weirv1.CreateAccountRequest{
 			Provider: weirv1.Provider_PROVIDER_ANTHROPIC, AuthKind: weirv1.AuthKind_AUTH_KIND_OAUTH,
-			Label: "max-" + randHex(3), Credential: in,
+			Label: "max-" + randid.Hex(3), Credential: in,
 		}))
 		if err != nil {
 			t.Fatalf("CreateAccount: %v", err)
@@ -257,7 +258,7 @@ func TestCreateAccountOAuthJSON(t *testing.T) {
 		{weirv1.AuthKind_AUTH_KIND_API_KEY, oauthJSON(access, refresh, expires), "for oauth accounts only"},
 	} {
 		_, err := e.admin.accounts.CreateAccount(t.Context(), connect.NewRequest(&weirv1.CreateAccountRequest{
-			Provider: weirv1.Provider_PROVIDER_ANTHROPIC, AuthKind: tc.kind, Label: "bad-" + randHex(3), Credential: tc.in,
+			Provider: weirv1.Provider_PROVIDER_ANTHROPIC, AuthKind: tc.kind, Label: "bad-" + randid.Hex(3), Credential: tc.in,
 		}))
 		ce := wantCode(t, err, connect.CodeInvalidArgument)
 		if !strings.Contains(ce.Message(), tc.want) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -25,6 +24,7 @@ import (
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/migrate"
 	"github.com/weirhq/weir/internal/pgembed"
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/rpcclient"
 	"github.com/weirhq/weir/internal/sim"
 	"github.com/weirhq/weir/internal/telemetry"
@@ -294,13 +294,13 @@ func devSecrets(e env, dataDir string, prev devInfo) (secretSet, error) {
 		s.admin = prev.AdminToken
 	}
 	if s.admin == "" {
-		s.admin = "weir_admin_" + randomHex(24)
+		s.admin = "weir_admin_" + randid.Hex(24)
 	}
 	if s.dataplane == "" {
 		s.dataplane = prev.DataplaneToken
 	}
 	if s.dataplane == "" {
-		s.dataplane = "weir_dp_" + randomHex(24)
+		s.dataplane = "weir_dp_" + randid.Hex(24)
 	}
 	var err error
 	if s.previous, err = previousSecretKeys(e); err != nil {
@@ -325,18 +325,11 @@ func devSecrets(e env, dataDir string, prev devInfo) (secretSet, error) {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return s, err
 	}
-	s.key = make([]byte, 32)
-	rand.Read(s.key) //nolint:errcheck // crypto/rand.Read never fails on Linux
+	s.key = randid.Bytes(32)
 	if err := os.WriteFile(path, []byte(hex.EncodeToString(s.key)+"\n"), 0o600); err != nil {
 		return s, fmt.Errorf("write %s: %w", path, err)
 	}
 	return s, nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b) //nolint:errcheck // as above
-	return hex.EncodeToString(b)
 }
 
 func writeDevInfo(dataDir string, d devInfo) error {
@@ -386,7 +379,7 @@ func seedDemo(ctx context.Context, cpURL string, secrets secretSet, simURL, prev
 			return prevKey, nil
 		}
 	}
-	resp, err := keys.CreateKey(ctx, connect.NewRequest(&weirv1.CreateKeyRequest{Name: "dev-" + randomHex(3)}))
+	resp, err := keys.CreateKey(ctx, connect.NewRequest(&weirv1.CreateKeyRequest{Name: "dev-" + randid.Hex(3)}))
 	if err != nil {
 		return "", fmt.Errorf("create key: %w", err)
 	}

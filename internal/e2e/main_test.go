@@ -5,8 +5,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +31,7 @@ import (
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/clock"
 	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/rpcclient"
 	"github.com/weirhq/weir/internal/sim"
 )
@@ -182,12 +181,6 @@ type env struct {
 	opts          options
 }
 
-func randHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b) //nolint:errcheck // never fails
-	return hex.EncodeToString(b)
-}
-
 // setup builds a fresh weir for one test. Everything is torn down in
 // t.Cleanup: workers first, then the simulator, the control plane and the
 // database.
@@ -210,28 +203,28 @@ func setup(t *testing.T, opts options) *env {
 		pool = pgtest.NewPool(t)
 	}
 
-	e.admin = "admin-" + randHex(16)
-	e.dpToken = "dataplane-" + randHex(16)
-	e.secretKey = []byte(randHex(16))
+	e.admin = "admin-" + randid.Hex(16)
+	e.dpToken = "dataplane-" + randid.Hex(16)
+	e.secretKey = []byte(randid.Hex(16))
 	e.pool = pool
 	e.startControlPlane("127.0.0.1:0")
 	admin := e.admin
 
 	script := sim.Script{AcceptUnknown: true}
 	for _, a := range opts.accounts {
-		as := sim.AccountScript{Name: a.label, Kind: sim.KindAPIKey, Credential: "sk-ant-api03-e2e-" + a.label + "-" + randHex(8), Faults: a.faults,
+		as := sim.AccountScript{Name: a.label, Kind: sim.KindAPIKey, Credential: "sk-ant-api03-e2e-" + a.label + "-" + randid.Hex(8), Faults: a.faults,
 			Revoked: a.revoked}
 		switch {
 		case a.provider == "codex":
-			as.Kind, as.Credential = sim.KindChatGPT, "chatgpt-access-e2e-"+a.label+"-"+randHex(8)
+			as.Kind, as.Credential = sim.KindChatGPT, "chatgpt-access-e2e-"+a.label+"-"+randid.Hex(8)
 			as.Windows = a.windows
 		case a.provider == "openai":
-			as.Kind, as.Credential = sim.KindOpenAIKey, "sk-proj-e2e-"+a.label+"-"+randHex(8)
+			as.Kind, as.Credential = sim.KindOpenAIKey, "sk-proj-e2e-"+a.label+"-"+randid.Hex(8)
 		case a.oauth:
-			as.Kind, as.Credential = sim.KindOAuth, "sk-ant-oat01-e2e-"+a.label+"-"+randHex(8)
+			as.Kind, as.Credential = sim.KindOAuth, "sk-ant-oat01-e2e-"+a.label+"-"+randid.Hex(8)
 			as.Windows = a.windows
 			if a.refreshable {
-				as.RefreshToken = "sk-ant-ort01-e2e-" + a.label + "-" + randHex(8)
+				as.RefreshToken = "sk-ant-ort01-e2e-" + a.label + "-" + randid.Hex(8)
 				e.refreshTokens[a.label] = as.RefreshToken
 			}
 		}
@@ -302,7 +295,7 @@ func setup(t *testing.T, opts options) *env {
 		e.ids[a.label] = res.Msg.Account.Id
 		e.labels[res.Msg.Account.Id] = a.label
 	}
-	key, err := e.keys.CreateKey(ctx, connect.NewRequest(&weirv1.CreateKeyRequest{Name: "agent-" + randHex(4)}))
+	key, err := e.keys.CreateKey(ctx, connect.NewRequest(&weirv1.CreateKeyRequest{Name: "agent-" + randid.Hex(4)}))
 	if err != nil {
 		t.Fatalf("create key: %v", err)
 	}
