@@ -55,6 +55,9 @@ type Options struct {
 	// stream resets.
 	Sim         *sim.Config
 	SimListener net.Listener
+	// WorkerDrain bounds a worker's drain at Stop; zero is the data
+	// plane's own (Serve's, which lets long streams finish).
+	WorkerDrain time.Duration
 	// Exited, when set, hears of a part that stopped before Stop asked it
 	// to ("control plane", "simulator", "data plane", "postgres"), with
 	// its error (nil when it ended cleanly): the caller decides whether
@@ -208,7 +211,13 @@ func (s *Stack) StartWorker(cfg dataplane.Config, ln net.Listener) (*Worker, err
 	w := &Worker{Server: dp, URL: "http://" + ln.Addr().String()}
 	ctx, cancel := context.WithCancel(context.Background())
 	w.part = s.run("data plane", ctx, cancel, func(ctx context.Context) error {
-		err := dp.Serve(ctx, ln)
+		var err error
+		if s.opts.WorkerDrain > 0 {
+			err = serve.Run(ctx, ln, dp.Handler(), serve.Options{Logger: cfg.Logger,
+				ShutdownTimeout: s.opts.WorkerDrain, ReadHeaderTimeout: cfg.ReadHeaderTimeout})
+		} else {
+			err = dp.Serve(ctx, ln)
+		}
 		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer ccancel()
 		dp.Close(cctx)
