@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,8 +59,16 @@ type Options struct {
 	// WorkerDrain bounds a worker's drain at Stop; zero is the data
 	// plane's own (Serve's, which lets long streams finish).
 	WorkerDrain time.Duration
-	// Exited, when set, hears of a part that stopped before Stop asked it
-	// to ("control plane", "simulator", "data plane", "postgres"), with
+	// Serve, when set, serves each part's handler in place of the
+	// stack's own servers (serve.Run for the control plane and workers,
+	// ServeSim for the simulator): part is "control plane", "simulator"
+	// or "data plane" (ln, when the caller gave one for it, else nil); it
+	// returns the URL the part is reached at and a close that ends its
+	// serving, connections and all. Tests serve through it to watch or
+	// cut the parts' traffic.
+	Serve func(part string, h http.Handler, ln net.Listener) (url string, close func(), err error)
+	// Exited, when set, hears of a part the stack serves that stopped
+	// before Stop asked it to ("control plane", "simulator", "data plane", "postgres"), with
 	// its error (nil when it ended cleanly): the caller decides whether
 	// the rest goes on.
 	Exited func(part string, err error)
@@ -86,8 +95,10 @@ type Stack struct {
 	stopping chan struct{}
 	stopOnce sync.Once
 	cp, sim  *part
-	mu       sync.Mutex
-	workers  []*Worker
+	// cpAddr is where the control plane listened, for a restart.
+	cpAddr  string
+	mu      sync.Mutex
+	workers []*Worker
 }
 
 // Worker is one data plane of the stack, served at URL.
@@ -97,13 +108,11 @@ type Worker struct {
 	part   *part
 }
 
-// part is one served component: its cancel ends it, done closes when it
-// has, err is what it returned.
+// part is one served component; stop ends it, waits for it, and returns
+// what its serving returned, named.
 type part struct {
-	name   string
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    error
+	name string
+	end  func() error
 }
 
 // Start builds and starts the database, the control plane and, with
@@ -134,7 +143,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 			return nil, err
 		}
 	}
-	if err := s.startControlPlane(ctx); err != nil {
+	if err := s.startControlPlane(ctx, o.ControlPlaneListener); err != nil {
 		return nil, err
 	}
 	if o.Sim != nil {
@@ -145,7 +154,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	return s, nil
 }
 
-func (s *Stack) startControlPlane(ctx context.Context) error {
+func (s *Stack) startControlPlane(ctx context.Context, ln net.Listener) error {
 	cfg := s.opts.ControlPlane
 	if cfg.Logger == nil {
 		cfg.Logger = s.log
@@ -154,37 +163,123 @@ func (s *Stack) startControlPlane(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ln, err := listenOr(s.opts.ControlPlaneListener)
-	if err != nil {
-		return fmt.Errorf("control plane: %w", err)
-	}
 	// The replica's life is the part's, not the start's: its pool watch
 	// and River run under it.
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	if err := cp.Start(pctx); err != nil {
 		cancel()
-		ln.Close() //nolint:errcheck // not served
 		return err
 	}
-	s.ControlPlane, s.ControlPlaneURL = cp, "http://"+ln.Addr().String()
-	s.cp = s.run("control plane", pctx, cancel, func(ctx context.Context) error {
-		err := serve.Run(ctx, ln, cp.Handler(), serve.Options{Logger: s.log})
-		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	stopCP := func() error {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer scancel()
-		return errors.Join(err, cp.Stop(sctx))
+		err := cp.Stop(sctx)
+		cancel()
+		return err
+	}
+	url, p, err := s.serve("control plane", cp.Handler(), ln, stopCP, func(ctx context.Context, ln net.Listener) error {
+		return serve.Run(ctx, ln, cp.Handler(), serve.Options{Logger: s.log})
 	})
+	if err != nil {
+		stopCP() //nolint:errcheck // the listen's error is the news
+		return fmt.Errorf("control plane: %w", err)
+	}
+	s.ControlPlane, s.ControlPlaneURL, s.cp = cp, url, p
+	s.cpAddr = strings.TrimPrefix(url, "http://")
 	return nil
 }
 
+// StopControlPlane kills the control plane: its serving ends, then the
+// replica (its pool watch, River). The workers stay, asking a control
+// plane that does not answer until StartControlPlane.
+func (s *Stack) StopControlPlane() error {
+	err := s.cp.stop()
+	s.cp = nil
+	return err
+}
+
+// StartControlPlane starts a control plane again after
+// StopControlPlane, on the address the last one had (with
+// Options.Serve, wherever it serves it).
+func (s *Stack) StartControlPlane(ctx context.Context) error {
+	if s.cp != nil {
+		return errors.New("stack: the control plane is running")
+	}
+	var ln net.Listener
+	if s.opts.Serve == nil {
+		var err error
+		if ln, err = net.Listen("tcp", s.cpAddr); err != nil {
+			return fmt.Errorf("control plane: %w", err)
+		}
+	}
+	return s.startControlPlane(ctx, ln)
+}
+
 func (s *Stack) startSim(cfg *sim.Config) error {
-	ln, err := listenOr(s.opts.SimListener)
+	s.Sim = sim.New(*cfg)
+	url, p, err := s.serve("simulator", s.Sim, s.opts.SimListener, nil, func(ctx context.Context, ln net.Listener) error {
+		return ServeSim(ctx, s.Sim, ln, s.log)
+	})
 	if err != nil {
 		return fmt.Errorf("simulator: %w", err)
 	}
-	s.Sim, s.SimURL = sim.New(*cfg), "http://"+ln.Addr().String()
-	ctx, cancel := context.WithCancel(context.Background())
-	s.sim = s.run("simulator", ctx, cancel, func(ctx context.Context) error { return ServeSim(ctx, s.Sim, ln, s.log) })
+	s.SimURL, s.sim = url, p
 	return nil
+}
+
+// serve serves a part: through Options.Serve when set, else with run in
+// its own goroutine on ln (nil: a fresh loopback port) until the part is
+// stopped. after runs once its serving has ended.
+func (s *Stack) serve(name string, h http.Handler, ln net.Listener, after func() error,
+	run func(context.Context, net.Listener) error) (string, *part, error) {
+	if after == nil {
+		after = func() error { return nil }
+	}
+	named := func(err error) error {
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return nil
+	}
+	if s.opts.Serve != nil {
+		url, closeFn, err := s.opts.Serve(name, h, ln)
+		if err != nil {
+			return "", nil, err
+		}
+		var once sync.Once
+		var stopErr error
+		return url, &part{name: name, end: func() error {
+			once.Do(func() {
+				closeFn()
+				stopErr = named(after())
+			})
+			return stopErr
+		}}, nil
+	}
+	ln, err := listenOr(ln)
+	if err != nil {
+		return "", nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var runErr error
+	go func() {
+		defer close(done)
+		runErr = errors.Join(run(ctx, ln), after())
+		select {
+		case <-s.stopping:
+		case <-ctx.Done():
+		default:
+			if s.opts.Exited != nil {
+				s.opts.Exited(name, runErr)
+			}
+		}
+	}()
+	return "http://" + ln.Addr().String(), &part{name: name, end: func() error {
+		cancel()
+		<-done
+		return named(runErr)
+	}}, nil
 }
 
 // StartWorker starts a data plane with cfg, served on ln (nil: a fresh
@@ -204,25 +299,24 @@ func (s *Stack) StartWorker(cfg dataplane.Config, ln net.Listener) (*Worker, err
 	if err != nil {
 		return nil, err
 	}
-	if ln, err = listenOr(ln); err != nil {
-		dp.Close(context.Background())
-		return nil, fmt.Errorf("data plane: %w", err)
-	}
-	w := &Worker{Server: dp, URL: "http://" + ln.Addr().String()}
-	ctx, cancel := context.WithCancel(context.Background())
-	w.part = s.run("data plane", ctx, cancel, func(ctx context.Context) error {
-		var err error
-		if s.opts.WorkerDrain > 0 {
-			err = serve.Run(ctx, ln, dp.Handler(), serve.Options{Logger: cfg.Logger,
-				ShutdownTimeout: s.opts.WorkerDrain, ReadHeaderTimeout: cfg.ReadHeaderTimeout})
-		} else {
-			err = dp.Serve(ctx, ln)
-		}
-		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	closeDP := func() error {
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer ccancel()
 		dp.Close(cctx)
-		return err
+		return nil
+	}
+	url, p, err := s.serve("data plane", dp.Handler(), ln, closeDP, func(ctx context.Context, ln net.Listener) error {
+		if s.opts.WorkerDrain > 0 {
+			return serve.Run(ctx, ln, dp.Handler(), serve.Options{Logger: cfg.Logger,
+				ShutdownTimeout: s.opts.WorkerDrain, ReadHeaderTimeout: cfg.ReadHeaderTimeout})
+		}
+		return dp.Serve(ctx, ln)
 	})
+	if err != nil {
+		closeDP() //nolint:errcheck // nothing to say
+		return nil, fmt.Errorf("data plane: %w", err)
+	}
+	w := &Worker{Server: dp, URL: url, part: p}
 	s.mu.Lock()
 	s.workers = append(s.workers, w)
 	s.mu.Unlock()
@@ -234,23 +328,6 @@ func (s *Stack) Workers() []*Worker {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]*Worker(nil), s.workers...)
-}
-
-// run serves one part in its own goroutine until cancel.
-func (s *Stack) run(name string, ctx context.Context, cancel context.CancelFunc, serve func(context.Context) error) *part {
-	p := &part{name: name, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(p.done)
-		p.err = serve(ctx)
-		select {
-		case <-s.stopping:
-		default:
-			if s.opts.Exited != nil {
-				s.opts.Exited(name, p.err)
-			}
-		}
-	}()
-	return p
 }
 
 // watchCluster tells Options.Exited when the embedded Postgres exits
@@ -265,17 +342,12 @@ func (s *Stack) watchCluster() {
 	}
 }
 
-// stop ends p and waits for it; its error names it.
+// stop ends p and waits for it; a part not running is nothing to stop.
 func (p *part) stop() error {
 	if p == nil {
 		return nil
 	}
-	p.cancel()
-	<-p.done
-	if p.err != nil {
-		return fmt.Errorf("%s: %w", p.name, p.err)
-	}
-	return nil
+	return p.end()
 }
 
 // Stop ends every part, workers first, then the simulator, the control

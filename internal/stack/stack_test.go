@@ -124,3 +124,43 @@ func TestStackReportsAnEarlyExit(t *testing.T) {
 		t.Fatal("the worker's exit was not reported")
 	}
 }
+
+// TestStackRestartsTheControlPlane: a control plane stopped alone comes
+// back on the address the workers know.
+func TestStackRestartsTheControlPlane(t *testing.T) {
+	t.Parallel()
+	st, err := Start(t.Context(), Options{
+		Pool: pgtest.NewPool(t), Migrated: true,
+		ControlPlane: controlplane.Config{AdminToken: "admin-" + randid.Hex(8), DataplaneToken: "dp-" + randid.Hex(8),
+			SecretKey: randid.Bytes(32), DisableJobs: true},
+	})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer st.Stop(context.Background()) //nolint:errcheck // checked in TestStackServesARequest
+	url := st.ControlPlaneURL
+	if err := st.StopControlPlane(); err != nil {
+		t.Fatalf("StopControlPlane: %v", err)
+	}
+	if c, err := net.DialTimeout("tcp", strings.TrimPrefix(url, "http://"), time.Second); err == nil {
+		c.Close()
+		t.Fatal("the stopped control plane still accepts connections")
+	}
+	if err := st.StartControlPlane(t.Context()); err != nil {
+		t.Fatalf("StartControlPlane: %v", err)
+	}
+	if st.ControlPlaneURL != url {
+		t.Errorf("restarted at %s, want %s", st.ControlPlaneURL, url)
+	}
+	res, err := http.Get(url + "/readyz")
+	if err != nil {
+		t.Fatalf("readyz: %v", err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Errorf("readyz: %d", res.StatusCode)
+	}
+	if err := st.StartControlPlane(t.Context()); err == nil {
+		t.Error("a second StartControlPlane while one runs succeeded")
+	}
+}
