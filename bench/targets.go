@@ -185,7 +185,7 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 		Logger: s.log, PostgresDir: filepath.Join(s.pgDir, "postgres"),
 		// The bench's requests are done when it stops: a handler still
 		// running then is not waited on for long.
-		WorkerDrain: 5 * time.Second,
+		Drain: 5 * time.Second,
 		ControlPlane: controlplane.Config{
 			AdminToken: admin, DataplaneToken: s.dpToken, SecretKey: randid.Bytes(32),
 			Logger:      slog.New(slog.DiscardHandler),

@@ -10,6 +10,7 @@
 package stack
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,9 +57,11 @@ type Options struct {
 	// stream resets.
 	Sim         *sim.Config
 	SimListener net.Listener
-	// WorkerDrain bounds a worker's drain at Stop; zero is the data
-	// plane's own (Serve's, which lets long streams finish).
-	WorkerDrain time.Duration
+	// Drain bounds each served part's drain at Stop, and the control
+	// plane's own stop (River's running jobs) after it; zero is each
+	// part's own: 10 s for the control plane, the data plane's Serve's
+	// for a worker (long streams finish).
+	Drain time.Duration
 	// Serve, when set, serves each part's handler in place of the
 	// stack's own servers (serve.Run for the control plane and workers,
 	// ServeSim for the simulator): part is "control plane", "simulator"
@@ -171,14 +174,14 @@ func (s *Stack) startControlPlane(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	stopCP := func() error {
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		sctx, scancel := context.WithTimeout(context.Background(), cmp.Or(s.opts.Drain, 10*time.Second))
 		defer scancel()
 		err := cp.Stop(sctx)
 		cancel()
 		return err
 	}
 	url, p, err := s.serve("control plane", cp.Handler(), ln, stopCP, func(ctx context.Context, ln net.Listener) error {
-		return serve.Run(ctx, ln, cp.Handler(), serve.Options{Logger: s.log})
+		return serve.Run(ctx, ln, cp.Handler(), serve.Options{Logger: s.log, ShutdownTimeout: s.opts.Drain})
 	})
 	if err != nil {
 		stopCP() //nolint:errcheck // the listen's error is the news
@@ -306,9 +309,9 @@ func (s *Stack) StartWorker(cfg dataplane.Config, ln net.Listener) (*Worker, err
 		return nil
 	}
 	url, p, err := s.serve("data plane", dp.Handler(), ln, closeDP, func(ctx context.Context, ln net.Listener) error {
-		if s.opts.WorkerDrain > 0 {
+		if s.opts.Drain > 0 {
 			return serve.Run(ctx, ln, dp.Handler(), serve.Options{Logger: cfg.Logger,
-				ShutdownTimeout: s.opts.WorkerDrain, ReadHeaderTimeout: cfg.ReadHeaderTimeout})
+				ShutdownTimeout: s.opts.Drain, ReadHeaderTimeout: cfg.ReadHeaderTimeout})
 		}
 		return dp.Serve(ctx, ln)
 	})
