@@ -111,7 +111,7 @@ type Worker struct {
 	part   *part
 }
 
-// part is one served component; stop ends it, waits for it, and returns
+// part is one served component; end ends it, waits for it, and returns
 // what its serving returned, named.
 type part struct {
 	name string
