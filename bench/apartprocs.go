@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/weirhq/weir/internal/pgembed"
+	"github.com/weirhq/weir/internal/randid"
 )
 
 // proc is one process the apart mode started, its stdout and stderr in a
@@ -293,9 +294,9 @@ func startWeirSplit(ctx context.Context, a apartEnv) (_ *apartTarget, err error)
 	if err != nil {
 		return nil, err
 	}
-	admin, dpToken := "weir_admin_"+randomHex(16), "weir_dp_"+randomHex(16)
+	admin, dpToken := "weir_admin_"+randid.Hex(16), "weir_dp_"+randid.Hex(16)
 	cp, err := startProc("weir-split-controlplane", a.cfg.Binary, []string{"controlplane", "--listen", cpAddr},
-		a.env("WEIR_DATABASE_URL="+cluster.URL(), "WEIR_SECRET_KEY="+randomHex(32), "WEIR_ADMIN_TOKEN="+admin, "WEIR_DATAPLANE_TOKEN="+dpToken), a.dir)
+		a.env("WEIR_DATABASE_URL="+cluster.URL(), "WEIR_SECRET_KEY="+randid.Hex(32), "WEIR_ADMIN_TOKEN="+admin, "WEIR_DATAPLANE_TOKEN="+dpToken), a.dir)
 	if err != nil {
 		return nil, err
 	}
@@ -328,7 +329,7 @@ func seedByCLI(ctx context.Context, a apartEnv, env, where []string) (string, er
 	for i := range a.cfg.Accounts {
 		args := append([]string{"accounts", "add", "--label", accountName(i), "--provider", "anthropic", "--auth", "api_key",
 			"--secret-stdin", "--base-url", a.simURL, "--max-concurrency", fmt.Sprint(accountCap)}, where...)
-		if _, err := runCLI(ctx, a.cfg.Binary, env, "sk-ant-api03-bench-"+randomHex(12)+"\n", args...); err != nil {
+		if _, err := runCLI(ctx, a.cfg.Binary, env, "sk-ant-api03-bench-"+randid.Hex(12)+"\n", args...); err != nil {
 			return "", err
 		}
 	}

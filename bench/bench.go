@@ -242,7 +242,7 @@ func runStep(ctx context.Context, st *stack, c *http.Client, t target, cfg Confi
 		out.CPUPerRequest = cpu.self / time.Duration(s.Sent)
 		out.PGCPUPerRequest = cpu.children / time.Duration(s.Sent)
 	}
-	if t.url == st.dp.url { // through weir, translated or not
+	if t.url == st.dpURL { // through weir, translated or not
 		out.Acquire, out.Release = summarize(rpc["Acquire"]), summarize(rpc["Release"])
 		out.ReleaseBatch = summarize(rpc["ReleaseBatch"])
 	}
@@ -290,8 +290,8 @@ func workerIdleStreams(ctx context.Context, cfg Config, st *stack, res *Results)
 		name string
 		env  []string
 	}{
-		{"bare", []string{"WEIR_BENCH_UPSTREAM=" + st.sim.url}},
-		{"weir", []string{"WEIR_CONTROLPLANE_URL=" + st.cp.url, "WEIR_DATAPLANE_TOKEN=" + st.dpToken}},
+		{"bare", []string{"WEIR_BENCH_UPSTREAM=" + st.simURL}},
+		{"weir", []string{"WEIR_CONTROLPLANE_URL=" + st.cpURL, "WEIR_DATAPLANE_TOKEN=" + st.dpToken}},
 	}
 	for _, role := range roles {
 		c, err := startChild(ctx, role.name, role.env...)

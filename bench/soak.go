@@ -243,7 +243,7 @@ func newSoak(st *stack, cfg SoakConfig) *soak {
 	s := &soak{st: st, cfg: cfg, tally: newTally()}
 	for _, w := range st.workers {
 		s.clients = append(s.clients, loadClient())
-		s.targets = append(s.targets, target{name: "weir", url: w.l.url, key: st.key})
+		s.targets = append(s.targets, target{name: "weir", url: w.url, key: st.key})
 	}
 	return s
 }

@@ -2,8 +2,6 @@ package bench
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log"
@@ -26,11 +24,11 @@ import (
 	"github.com/weirhq/weir/dataplane"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
-	"github.com/weirhq/weir/internal/migrate"
 	"github.com/weirhq/weir/internal/pgembed"
-	"github.com/weirhq/weir/internal/pgxuuid"
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/rpcclient"
 	"github.com/weirhq/weir/internal/sim"
+	weirstack "github.com/weirhq/weir/internal/stack"
 )
 
 // target is one thing the load is driven through.
@@ -49,38 +47,17 @@ type target struct {
 	header http.Header
 }
 
-// listener serves h on a fresh loopback port until closed. h2c adds
-// cleartext HTTP/2 (the control plane's Connect clients use it); agents
-// and upstreams speak HTTP/1.1.
-type listener struct {
-	srv *http.Server
-	url string
-}
-
-func serveLoopback(h http.Handler, h2c bool) (*listener, error) {
+// serveLoopback serves h over HTTP/1.1 on a fresh loopback port until
+// closed: the bare proxy, which agents and upstreams reach as they reach
+// weir's worker.
+func serveLoopback(h http.Handler) (*http.Server, string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second, Protocols: new(http.Protocols)}
-	srv.Protocols.SetHTTP1(true)
-	if h2c {
-		srv.Protocols.SetUnencryptedHTTP2(true)
-	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second}
 	go srv.Serve(ln) //nolint:errcheck // ends with Close
-	return &listener{srv: srv, url: "http://" + ln.Addr().String()}, nil
-}
-
-func (l *listener) close() { l.srv.Close() } //nolint:errcheck // teardown
-
-// drain lets in-flight requests finish (up to 5 s) before closing: the
-// data plane's handlers must be done before the data plane is closed.
-func (l *listener) drain() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if l.srv.Shutdown(ctx) != nil {
-		l.close()
-	}
+	return srv, "http://" + ln.Addr().String(), nil
 }
 
 // upstreamTransport is how both proxies reach the simulator: the data
@@ -110,16 +87,17 @@ func bareProxy(simURL string) (http.Handler, error) {
 	return p, nil
 }
 
-// stack is the simulator, the bare proxy and weir, all in this process
-// except Postgres.
+// stack is the simulator, the bare proxy and weir, all in this process:
+// weir (Postgres, control plane, simulator, workers) is an
+// internal/stack, the bare proxy the bench's own.
 type stack struct {
-	sim    *listener
+	w      *weirstack.Stack
 	simSrv *sim.Server
-	bare   *listener
-	cp, dp *listener
-	cpSrv  *controlplane.Server
-	dpSrv  *dataplane.Server
-	// workers are the data planes: workers[0] is dp and dpSrv; the soak
+	bare   *http.Server
+	// simURL, bareURL, cpURL and dpURL are where the simulator, the bare
+	// proxy, the control plane and the first worker serve.
+	simURL, bareURL, cpURL, dpURL string
+	// workers are the data planes: workers[0] serves dpURL; the soak
 	// starts a second.
 	workers []*worker
 	// cpReg holds the control plane's metrics.
@@ -189,81 +167,59 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 	// faults on each by name), and accepts the direct targets' key too.
 	script := sim.Script{AcceptUnknown: true}
 	for i := range accountCount {
-		cred := "sk-ant-api03-bench-" + randomHex(12)
+		cred := "sk-ant-api03-bench-" + randid.Hex(12)
 		s.creds = append(s.creds, cred)
 		script.Accounts = append(script.Accounts, sim.AccountScript{Name: accountName(i), Kind: sim.KindAPIKey, Credential: cred})
 	}
 	for i := range o.openAI {
-		cred := "sk-proj-bench-" + randomHex(12)
+		cred := "sk-proj-bench-" + randid.Hex(12)
 		s.openAI = append(s.openAI, cred)
 		script.Accounts = append(script.Accounts, sim.AccountScript{Name: openAIName(i), Kind: sim.KindOpenAIKey, Credential: cred})
 	}
-	s.simSrv = sim.New(sim.Config{Script: script, Latency: o.simLatency, DeltaDelay: simDeltaDelay, Deltas: simDeltas})
-	if s.sim, err = serveLoopback(s.simSrv, false); err != nil {
-		return nil, fmt.Errorf("simulator: %w", err)
-	}
-	bp, err := bareProxy(s.sim.url)
-	if err != nil {
-		return nil, err
-	}
-	if s.bare, err = serveLoopback(bp, false); err != nil {
-		return nil, fmt.Errorf("bare proxy: %w", err)
-	}
-
 	if s.pgDir, err = os.MkdirTemp("", "weir-bench-pg-"); err != nil {
 		return nil, err
 	}
-	s.cluster, err = pgembed.Start(ctx, pgembed.Config{DataDir: filepath.Join(s.pgDir, "postgres"), Logger: s.log.With("component", "postgres")})
-	if err != nil {
-		return nil, fmt.Errorf("embedded postgres: %w", err)
-	}
-	pcfg, err := pgxpool.ParseConfig(s.cluster.URL())
-	if err != nil {
-		return nil, fmt.Errorf("connect to postgres: %w", err)
-	}
-	pcfg.AfterConnect = pgxuuid.AfterConnect // as weir's own pools
-	if s.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
-		return nil, fmt.Errorf("connect to postgres: %w", err)
-	}
-	if err := migrate.Up(ctx, s.pool); err != nil {
-		return nil, err
-	}
-	admin, dpToken := "weir_admin_"+randomHex(16), "weir_dp_"+randomHex(16)
-	s.dpToken = dpToken
-	secret := make([]byte, 32)
-	rand.Read(secret) //nolint:errcheck // never fails on Linux
-	cp, err := controlplane.New(controlplane.Config{
-		AdminToken: admin, DataplaneToken: dpToken, SecretKey: secret,
-		Logger:      slog.New(slog.DiscardHandler),
-		DisableJobs: true, // River's periodic jobs are not on the request path
-		Registry:    s.cpReg,
-	}, s.pool)
+	s.dpToken = "weir_dp_" + randid.Hex(16)
+	admin := "weir_admin_" + randid.Hex(16)
+	s.w, err = weirstack.Start(ctx, weirstack.Options{
+		Logger: s.log, PostgresDir: filepath.Join(s.pgDir, "postgres"),
+		// The bench's requests are done when it stops: a handler still
+		// running then is not waited on for long.
+		Drain: 5 * time.Second,
+		ControlPlane: controlplane.Config{
+			AdminToken: admin, DataplaneToken: s.dpToken, SecretKey: randid.Bytes(32),
+			Logger:      slog.New(slog.DiscardHandler),
+			DisableJobs: true, // River's periodic jobs are not on the request path
+			Registry:    s.cpReg,
+		},
+		Sim: &sim.Config{Script: script, Latency: o.simLatency, DeltaDelay: simDeltaDelay, Deltas: simDeltas},
+	})
 	if err != nil {
 		return nil, err
 	}
-	// The pool watch, which lease reuse needs (River's jobs stay off).
-	if err := cp.Start(ctx); err != nil {
+	s.simSrv, s.simURL, s.cpURL = s.w.Sim, s.w.SimURL, s.w.ControlPlaneURL
+	s.cluster, s.pool = s.w.Cluster, s.w.Pool
+	bp, err := bareProxy(s.simURL)
+	if err != nil {
 		return nil, err
 	}
-	s.cpSrv = cp
-	if s.cp, err = serveLoopback(cp.Handler(), true); err != nil {
-		return nil, fmt.Errorf("control plane: %w", err)
+	if s.bare, s.bareURL, err = serveLoopback(bp); err != nil {
+		return nil, fmt.Errorf("bare proxy: %w", err)
 	}
-	if s.key, err = seed(ctx, s.cp.url, admin, s.sim.url, s.creds, s.openAI); err != nil {
+	if s.key, err = seed(ctx, s.cpURL, admin, s.simURL, s.creds, s.openAI); err != nil {
 		return nil, err
 	}
 	w, err := s.startWorker(o.leaseIdle)
 	if err != nil {
 		return nil, err
 	}
-	s.dp, s.dpSrv = w.l, w.srv
+	s.dpURL = w.url
 	return s, nil
 }
 
 // worker is one data plane of the stack.
 type worker struct {
-	srv *dataplane.Server
-	l   *listener
+	url string
 	// reg holds its metrics; upstream is its client to the simulator.
 	reg      *prometheus.Registry
 	upstream *http.Client
@@ -275,18 +231,15 @@ func (s *stack) startWorker(leaseIdle time.Duration) (*worker, error) {
 	rpcc := rpcclient.HTTPClient()
 	rpcc.Transport = s.rpc.wrap(rpcc.Transport)
 	w := &worker{reg: prometheus.NewRegistry(), upstream: &http.Client{Transport: upstreamTransport()}}
-	var err error
-	w.srv, err = dataplane.New(dataplane.Config{
-		ControlPlaneURL: s.cp.url, Token: s.dpToken, ControlPlane: rpcc, Upstream: w.upstream,
+	dp, err := s.w.StartWorker(dataplane.Config{
+		ControlPlane: rpcc, Upstream: w.upstream,
 		Logger: slog.New(slog.DiscardHandler), LeaseIdle: leaseIdle, Registry: w.reg,
-	})
+	}, nil)
 	if err != nil {
 		return nil, err
 	}
+	w.url = dp.URL
 	s.workers = append(s.workers, w)
-	if w.l, err = serveLoopback(w.srv.Handler(), false); err != nil {
-		return nil, fmt.Errorf("data plane: %w", err)
-	}
 	return w, nil
 }
 
@@ -333,9 +286,9 @@ func seed(ctx context.Context, cpURL, admin, simURL string, creds, openAI []stri
 
 func (s *stack) targets() []target {
 	return []target{
-		{name: "direct", url: s.sim.url, key: "sk-ant-api03-bench-direct"},
-		{name: "bare", url: s.bare.url, key: "sk-ant-api03-bench-direct"},
-		{name: "weir", url: s.dp.url, key: s.key},
+		{name: "direct", url: s.simURL, key: "sk-ant-api03-bench-direct"},
+		{name: "bare", url: s.bareURL, key: "sk-ant-api03-bench-direct"},
+		{name: "weir", url: s.dpURL, key: s.key},
 	}
 }
 
@@ -343,48 +296,28 @@ func (s *stack) targets() []target {
 // Chat Completions directly, and a Messages client through weir onto it.
 func (s *stack) translatedTargets() []target {
 	return []target{
-		{name: "direct-chat", url: s.sim.url, key: "sk-proj-bench-direct", chat: true, plain: chatBody(false), stream: chatBody(true)},
-		{name: "weir-translated", url: s.dp.url, key: s.key, plain: requestBodyFor(translatedAlias, false), stream: requestBodyFor(translatedAlias, true)},
+		{name: "direct-chat", url: s.simURL, key: "sk-proj-bench-direct", chat: true, plain: chatBody(false), stream: chatBody(true)},
+		{name: "weir-translated", url: s.dpURL, key: s.key, plain: requestBodyFor(translatedAlias, false), stream: requestBodyFor(translatedAlias, true)},
 	}
 }
 
+// stop ends weir (workers first, then the simulator, the control plane
+// and Postgres), then the bare proxy.
 func (s *stack) stop() {
-	for _, w := range s.workers {
-		if w.l != nil {
-			w.l.drain()
+	if s.w != nil {
+		if err := s.w.Stop(context.Background()); err != nil {
+			s.log.Warn("stop weir", "err", err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		w.srv.Close(ctx)
-		cancel()
+	}
+	for _, w := range s.workers {
 		w.upstream.CloseIdleConnections()
 	}
-	if s.cpSrv != nil {
-		s.cpSrv.Stop(context.Background()) //nolint:errcheck // River is off: only the watch stops
-	}
-	for _, l := range []*listener{s.cp, s.bare, s.sim} {
-		if l != nil {
-			l.close()
-		}
-	}
-	if s.pool != nil {
-		s.pool.Close()
-	}
-	if s.cluster != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		if err := s.cluster.Stop(ctx); err != nil {
-			s.log.Warn("stop postgres", "err", err)
-		}
-		cancel()
+	if s.bare != nil {
+		s.bare.Close() //nolint:errcheck // teardown
 	}
 	if s.pgDir != "" {
 		os.RemoveAll(s.pgDir) //nolint:errcheck // a temp dir
 	}
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b) //nolint:errcheck // never fails on Linux
-	return hex.EncodeToString(b)
 }
 
 // rpcTimer times the data plane's LeaseService calls as the worker sees

@@ -70,8 +70,8 @@ func deref(s *string) string {
 // enqueueCheck enqueues the check of account id's credential at revision
 // in tx: it runs once the account is committed, on whichever replica works
 // jobs.
-func (s *Server) enqueueCheck(ctx context.Context, tx pgx.Tx, id uuid.UUID, revision int64) error {
-	if _, err := s.jobsOut.InsertTx(ctx, tx, jobs.AccountCheckArgs{AccountID: id, Revision: revision}, nil); err != nil {
+func (j *AccountJobs) enqueueCheck(ctx context.Context, tx pgx.Tx, id uuid.UUID, revision int64) error {
+	if _, err := j.jobsOut.InsertTx(ctx, tx, jobs.AccountCheckArgs{AccountID: id, Revision: revision}, nil); err != nil {
 		return fmt.Errorf("enqueue account check: %w", err)
 	}
 	return nil
@@ -81,8 +81,8 @@ func (s *Server) enqueueCheck(ctx context.Context, tx pgx.Tx, id uuid.UUID, revi
 // at revision once, and records the verdict. A rejected credential breaks
 // the account at once (RecordAuthFailure at a threshold of one: nothing
 // depends on a new credential yet, and re-entering it clears the mark).
-func (s *Server) CheckAccount(ctx context.Context, id uuid.UUID, revision int64) (time.Time, error) {
-	acct, err := s.q.GetAccount(ctx, id)
+func (j *AccountJobs) CheckAccount(ctx context.Context, id uuid.UUID, revision int64) (time.Time, error) {
+	acct, err := j.q.GetAccount(ctx, id)
 	if errors.Is(storeErr(err), ErrNotFound) {
 		return time.Time{}, nil
 	}
@@ -92,31 +92,31 @@ func (s *Server) CheckAccount(ctx context.Context, id uuid.UUID, revision int64)
 	if acct.CredentialRevision != revision || acct.BrokenAt != nil || acct.CheckState == enumName(weirv1.AccountCheck_ACCOUNT_CHECK_GOOD) {
 		return time.Time{}, nil // another credential's check, or nothing left to learn
 	}
-	readErr, next, err := s.checkRead(ctx, acct)
+	readErr, next, err := j.checkRead(ctx, acct)
 	if err != nil {
 		return time.Time{}, err
 	}
 	if !next.IsZero() {
-		return next, s.noteCheck(ctx, acct, "waiting for the usage read budget")
+		return next, j.noteCheck(ctx, acct, "waiting for the usage read budget")
 	}
 	switch judgeCheck(readErr) {
 	case checkGood:
-		_, err := s.q.RecordCheckGood(ctx, db.RecordCheckGoodParams{ID: id, CredentialRevision: revision, Now: s.now()})
+		_, err := j.q.RecordCheckGood(ctx, db.RecordCheckGoodParams{ID: id, CredentialRevision: revision, Now: j.now()})
 		return time.Time{}, err
 	case checkRejected:
-		r, err := s.q.RecordAuthFailure(ctx, db.RecordAuthFailureParams{
-			ID: id, CredentialRevision: revision, Threshold: 1, Now: s.now(),
+		r, err := j.q.RecordAuthFailure(ctx, db.RecordAuthFailureParams{
+			ID: id, CredentialRevision: revision, Threshold: 1, Now: j.now(),
 			Reason: "credential rejected by the upstream (checked when added: " + readErr.Error() + ")",
 		})
 		if errors.Is(storeErr(err), ErrNotFound) {
 			return time.Time{}, nil // replaced meanwhile
 		}
 		if err == nil && r.Broken {
-			s.log.WarnContext(ctx, "account broken", "account_id", id, "by", "check", "err", readErr)
+			j.log.WarnContext(ctx, "account broken", "account_id", id, "by", "check", "err", readErr)
 		}
 		return time.Time{}, err
 	}
-	if err := s.noteCheck(ctx, acct, readErr.Error()); err != nil {
+	if err := j.noteCheck(ctx, acct, readErr.Error()); err != nil {
 		return time.Time{}, err
 	}
 	if errors.Is(readErr, errCredentialUnreadable) {
@@ -125,17 +125,17 @@ func (s *Server) CheckAccount(ctx context.Context, id uuid.UUID, revision int64)
 	return time.Time{}, fmt.Errorf("check account %s: %w", id, readErr)
 }
 
-func (s *Server) noteCheck(ctx context.Context, acct db.Account, note string) error {
-	_, err := s.q.RecordCheckNote(ctx, db.RecordCheckNoteParams{ID: acct.ID, CredentialRevision: acct.CredentialRevision, Note: note})
+func (j *AccountJobs) noteCheck(ctx context.Context, acct db.Account, note string) error {
+	_, err := j.q.RecordCheckNote(ctx, db.RecordCheckNoteParams{ID: acct.ID, CredentialRevision: acct.CredentialRevision, Note: note})
 	return err
 }
 
 // checkRead makes the check's read, within the usage read budget: the
 // read's error (no secret in it), or when the budget allows it when it
 // does not now; err is the database's.
-func (s *Server) checkRead(ctx context.Context, acct db.Account) (readErr error, next time.Time, err error) {
+func (j *AccountJobs) checkRead(ctx context.Context, acct db.Account) (readErr error, next time.Time, err error) {
 	if acct.AuthKind == enumName(weirv1.AuthKind_AUTH_KIND_OAUTH) {
-		res, err := s.readUsage(ctx, acct.ID)
+		res, err := j.readUsage(ctx, acct.ID)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
@@ -144,20 +144,20 @@ func (s *Server) checkRead(ctx context.Context, acct db.Account) (readErr error,
 		}
 		return res.failure, time.Time{}, nil
 	}
-	now := s.now()
-	_, err = s.q.ClaimUsageRead(ctx, db.ClaimUsageReadParams{AccountID: acct.ID, CredentialRevision: acct.CredentialRevision, Now: now})
+	now := j.now()
+	_, err = j.q.ClaimUsageRead(ctx, db.ClaimUsageReadParams{AccountID: acct.ID, CredentialRevision: acct.CredentialRevision, Now: now})
 	if errors.Is(err, pgx.ErrNoRows) {
-		at, err := s.q.UsageReadAllowedAt(ctx, db.UsageReadAllowedAtParams{AccountID: acct.ID, Now: now})
+		at, err := j.q.UsageReadAllowedAt(ctx, db.UsageReadAllowedAtParams{AccountID: acct.ID, Now: now})
 		return nil, at, storeErr(err)
 	}
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	key, err := s.seal.Open(acct.ID, acct.CredentialRevision, acct.CredentialSealed)
+	key, err := j.seal.Open(acct.ID, acct.CredentialRevision, acct.CredentialSealed)
 	if err != nil {
 		return errCredentialUnreadable, time.Time{}, nil
 	}
-	client, release, err := s.clientFor(ctx, s.egress.usage, s.cfg.UsageClient, acct)
+	client, release, err := j.clientFor(ctx, j.egress.usage, j.cfg.UsageClient, acct)
 	if err != nil {
 		return err, time.Time{}, nil
 	}

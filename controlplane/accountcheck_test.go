@@ -12,6 +12,7 @@ import (
 	"github.com/weirhq/weir/controlplane/upstream"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/sim"
 )
 
@@ -45,7 +46,7 @@ func TestAccountCheckOnboard(t *testing.T) {
 	scripts := []sim.AccountScript{
 		{Name: "good", Kind: sim.KindAPIKey, Credential: apiKey()},
 		{Name: "revoked", Kind: sim.KindAPIKey, Credential: apiKey(), Revoked: true},
-		{Name: "openai", Kind: sim.KindOpenAIKey, Credential: "sk-proj-" + randHex(40)},
+		{Name: "openai", Kind: sim.KindOpenAIKey, Credential: "sk-proj-" + randid.Hex(40)},
 		maxAccount("max"),
 	}
 	s := sim.New(sim.Config{Now: clock.Now, Script: sim.Script{Accounts: scripts, AcceptUnknown: true}})
@@ -80,7 +81,7 @@ func TestAccountCheckOnboard(t *testing.T) {
 		if a.Check != weirv1.AccountCheck_ACCOUNT_CHECK_UNVERIFIED {
 			t.Errorf("%s: check right after adding = %v, want unverified", name, a.Check)
 		}
-		next, err := e.srv.CheckAccount(t.Context(), uuid.MustParse(a.Id), a.CredentialRevision)
+		next, err := e.srv.acct.CheckAccount(t.Context(), uuid.MustParse(a.Id), a.CredentialRevision)
 		if err != nil || !next.IsZero() {
 			t.Fatalf("%s: CheckAccount = %v, %v; want done", name, next, err)
 		}
@@ -133,12 +134,12 @@ func TestAccountCheckOnboard(t *testing.T) {
 	if a.Check != weirv1.AccountCheck_ACCOUNT_CHECK_UNVERIFIED || a.State == weirv1.AccountState_ACCOUNT_STATE_BROKEN {
 		t.Errorf("after a new credential: check %v, state %v; want unverified, not broken", a.Check, a.State)
 	}
-	next, err := e.srv.CheckAccount(t.Context(), uuid.MustParse(a.Id), a.CredentialRevision)
+	next, err := e.srv.acct.CheckAccount(t.Context(), uuid.MustParse(a.Id), a.CredentialRevision)
 	if err != nil || !next.After(clock.Now()) {
 		t.Fatalf("CheckAccount within the budget = %v, %v; want a later time", next, err)
 	}
 	clock.Advance(next.Sub(clock.Now()))
-	if next, err := e.srv.CheckAccount(t.Context(), uuid.MustParse(a.Id), a.CredentialRevision); err != nil || !next.IsZero() {
+	if next, err := e.srv.acct.CheckAccount(t.Context(), uuid.MustParse(a.Id), a.CredentialRevision); err != nil || !next.IsZero() {
 		t.Fatalf("CheckAccount once the budget allows = %v, %v; want done", next, err)
 	}
 	got, err := e.admin.accounts.GetAccount(t.Context(), connect.NewRequest(&weirv1.GetAccountRequest{Id: a.Id}))

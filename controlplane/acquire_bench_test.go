@@ -14,6 +14,7 @@ import (
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/rpcclient"
 )
 
@@ -29,8 +30,8 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		accounts := tc.accounts
 		b.Run(tc.name, func(b *testing.B) {
 			pool := pgtest.NewPool(b)
-			cfg := Config{AdminToken: "admin-" + randHex(16), DataplaneToken: "dataplane-" + randHex(16),
-				SecretKey: randBytes(32), DisableJobs: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			cfg := Config{AdminToken: "admin-" + randid.Hex(16), DataplaneToken: "dataplane-" + randid.Hex(16),
+				SecretKey: randid.Bytes(32), DisableJobs: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 			srv, err := New(cfg, pool)
 			if err != nil {
 				b.Fatal(err)
@@ -50,7 +51,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			for i := range accounts {
 				if _, err := accts.CreateAccount(ctx, connect.NewRequest(&weirv1.CreateAccountRequest{
 					Provider: weirv1.Provider_PROVIDER_ANTHROPIC, AuthKind: weirv1.AuthKind_AUTH_KIND_API_KEY,
-					Label: "bench-" + randHex(3) + "-" + string(rune('a'+i%26)), Credential: apiKey(), MaxConcurrency: 1000,
+					Label: "bench-" + randid.Hex(3) + "-" + string(rune('a'+i%26)), Credential: apiKey(), MaxConcurrency: 1000,
 				})); err != nil {
 					b.Fatal(err)
 				}
@@ -135,8 +136,8 @@ func BenchmarkAcquireQueries(b *testing.B) {
 // benchmarks that call its services directly.
 func benchServer(b *testing.B) *Server {
 	b.Helper()
-	cfg := Config{AdminToken: "admin-" + randHex(16), DataplaneToken: "dataplane-" + randHex(16),
-		SecretKey: randBytes(32), DisableJobs: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	cfg := Config{AdminToken: "admin-" + randid.Hex(16), DataplaneToken: "dataplane-" + randid.Hex(16),
+		SecretKey: randid.Bytes(32), DisableJobs: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	srv, err := New(cfg, pgtest.NewPool(b))
 	if err != nil {
 		b.Fatal(err)
@@ -149,8 +150,8 @@ func benchServer(b *testing.B) *Server {
 // bucket row). VerifyKey, on the same connection, is the scale.
 func BenchmarkTakeRequestToken(b *testing.B) {
 	pool := pgtest.NewPool(b)
-	cfg := Config{AdminToken: "admin-" + randHex(16), DataplaneToken: "dataplane-" + randHex(16),
-		SecretKey: randBytes(32), DisableJobs: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	cfg := Config{AdminToken: "admin-" + randid.Hex(16), DataplaneToken: "dataplane-" + randid.Hex(16),
+		SecretKey: randid.Bytes(32), DisableJobs: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	srv, err := New(cfg, pool)
 	if err != nil {
 		b.Fatal(err)

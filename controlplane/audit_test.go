@@ -17,6 +17,7 @@ import (
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/rpcclient"
 )
 
@@ -246,7 +247,7 @@ func TestAuditKeepsNoSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	access, refresh := oauthToken(), "sk-ant-ort01-"+randHex(40)
+	access, refresh := oauthToken(), "sk-ant-ort01-"+randid.Hex(40)
 	secrets = append(secrets, access)
 	if _, err := create("oauth", weirv1.AuthKind_AUTH_KIND_OAUTH, oauthJSON(access, refresh, epoch.Add(time.Hour))); err != nil {
 		t.Fatal(err)

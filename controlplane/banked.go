@@ -112,18 +112,18 @@ func storeResetGrants(ctx context.Context, q *db.Queries, id uuid.UUID, grants [
 // ApplyBankedResets is the applier's tick (jobs.BankedResetter): for each
 // OAuth account with banked resets enabled, it replays a pending claim or
 // decides on a new one. It says how many claims it sent.
-func (s *Server) ApplyBankedResets(ctx context.Context) (int, error) {
-	ids, err := s.q.BankedResetAccounts(ctx)
+func (j *AccountJobs) ApplyBankedResets(ctx context.Context) (int, error) {
+	ids, err := j.q.BankedResetAccounts(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("banked reset accounts: %w", err)
 	}
 	sent := 0
 	var errs []error
 	for _, id := range ids {
-		out, err := s.bankedReset(ctx, id, "")
+		out, err := j.bankedReset(ctx, id, "")
 		if errors.As(err, new(errInvalid)) {
 			// Not ours to fix (no org_id): said, not retried as a failure.
-			s.log.WarnContext(ctx, "banked resets skipped", "account_id", id, "err", err)
+			j.log.WarnContext(ctx, "banked resets skipped", "account_id", id, "err", err)
 			err = nil
 		}
 		if err != nil {
@@ -149,8 +149,8 @@ type bankedOutcome struct {
 // bankedReset looks at one account: replays its pending claim, or reads
 // its grants (within the usage budget, when stale) and claims one if
 // policy.DecideBankedReset says so. manualGrant is an operator's claim.
-func (s *Server) bankedReset(ctx context.Context, id uuid.UUID, manualGrant string) (bankedOutcome, error) {
-	pending, err := s.q.PendingResetClaim(ctx, id)
+func (j *AccountJobs) bankedReset(ctx context.Context, id uuid.UUID, manualGrant string) (bankedOutcome, error) {
+	pending, err := j.q.PendingResetClaim(ctx, id)
 	switch {
 	case err == nil:
 		// A claim sent before and not answered (a crash, a timeout): the
@@ -159,14 +159,14 @@ func (s *Server) bankedReset(ctx context.Context, id uuid.UUID, manualGrant stri
 		if manualGrant != "" && manualGrant != pending.GrantID {
 			return out, invalidf("a claim of grant %s is still pending", pending.GrantID)
 		}
-		row, err := s.sendResetClaim(ctx, pending)
+		row, err := j.sendResetClaim(ctx, pending)
 		out.sent, out.claim = true, &row
 		return out, err
 	case !errors.Is(err, pgx.ErrNoRows):
 		return bankedOutcome{}, err
 	}
 
-	acct, err := s.q.GetAccount(ctx, id)
+	acct, err := j.q.GetAccount(ctx, id)
 	if err != nil {
 		return bankedOutcome{}, storeErr(err)
 	}
@@ -179,26 +179,26 @@ func (s *Server) bankedReset(ctx context.Context, id uuid.UUID, manualGrant stri
 	if acct.OrgID == nil || *acct.OrgID == "" {
 		return bankedOutcome{why: "no org_id set"}, invalidf("id: the account has no org_id for the claim URL")
 	}
-	grants, err := s.q.ListResetGrants(ctx, id)
+	grants, err := j.q.ListResetGrants(ctx, id)
 	if err != nil {
 		return bankedOutcome{}, err
 	}
-	now := s.now()
-	if s.grantsStale(ctx, id, grants, manualGrant, now) {
+	now := j.now()
+	if j.grantsStale(ctx, id, grants, manualGrant, now) {
 		// The grant status read is a usage read: through the budget.
-		if _, err := s.readUsage(ctx, id); err != nil {
+		if _, err := j.readUsage(ctx, id); err != nil {
 			return bankedOutcome{}, err
 		}
-		if grants, err = s.q.ListResetGrants(ctx, id); err != nil {
+		if grants, err = j.q.ListResetGrants(ctx, id); err != nil {
 			return bankedOutcome{}, err
 		}
-		now = s.now()
+		now = j.now()
 	}
 	in := policy.BankedInput{Now: now, ManualGrant: manualGrant, Grants: policyGrants(grants)}
-	if in.WeeklyLimited, in.SevenDay, err = s.weeklyLimited(ctx, id, now); err != nil {
+	if in.WeeklyLimited, in.SevenDay, err = j.weeklyLimited(ctx, id, now); err != nil {
 		return bankedOutcome{}, err
 	}
-	last, err := s.q.LastResetClaimAt(ctx, id)
+	last, err := j.q.LastResetClaimAt(ctx, id)
 	switch {
 	case err == nil:
 		in.LastClaim = &last
@@ -209,7 +209,7 @@ func (s *Server) bankedReset(ctx context.Context, id uuid.UUID, manualGrant stri
 	if !d.Claim {
 		return bankedOutcome{why: d.Why}, nil
 	}
-	row, err := s.q.InsertResetClaim(ctx, db.InsertResetClaimParams{
+	row, err := j.q.InsertResetClaim(ctx, db.InsertResetClaimParams{
 		AccountID: id, GrantID: d.Grant.ID, Program: d.Grant.Program, RequestID: uuid.New(), Now: now,
 	})
 	if errors.Is(err, pgx.ErrNoRows) || errors.As(storeErr(err), new(errConflict)) {
@@ -219,8 +219,8 @@ func (s *Server) bankedReset(ctx context.Context, id uuid.UUID, manualGrant stri
 	if err != nil {
 		return bankedOutcome{}, err
 	}
-	s.log.InfoContext(ctx, "claiming a reset grant", "account_id", id, "grant_id", row.GrantID, "request_id", row.RequestID, "why", d.Why)
-	row, err = s.sendResetClaim(ctx, row)
+	j.log.InfoContext(ctx, "claiming a reset grant", "account_id", id, "grant_id", row.GrantID, "request_id", row.RequestID, "why", d.Why)
+	row, err = j.sendResetClaim(ctx, row)
 	return bankedOutcome{sent: true, claim: &row, why: d.Why}, err
 }
 
@@ -228,11 +228,11 @@ func (s *Server) bankedReset(ctx context.Context, id uuid.UUID, manualGrant stri
 // last read that answered is older than bankedGrantsStale (or there was
 // none), or an operator names a grant the stored ones do not have. The
 // poller's reads keep them fresh otherwise.
-func (s *Server) grantsStale(ctx context.Context, id uuid.UUID, grants []db.ResetGrant, manualGrant string, now time.Time) bool {
+func (j *AccountJobs) grantsStale(ctx context.Context, id uuid.UUID, grants []db.ResetGrant, manualGrant string, now time.Time) bool {
 	if manualGrant != "" && !slices.ContainsFunc(grants, func(g db.ResetGrant) bool { return g.GrantID == manualGrant }) {
 		return true
 	}
-	p, err := s.q.GetUsagePoll(ctx, id)
+	p, err := j.q.GetUsagePoll(ctx, id)
 	if err != nil || p.LastOkAt == nil {
 		return true
 	}
@@ -241,9 +241,9 @@ func (s *Server) grantsStale(ctx context.Context, id uuid.UUID, grants []db.Rese
 
 // weeklyLimited says whether the account is at its weekly limit
 // (policy.WeeklyLimited), and the usage view's weekly utilization.
-func (s *Server) weeklyLimited(ctx context.Context, id uuid.UUID, now time.Time) (bool, *float64, error) {
+func (j *AccountJobs) weeklyLimited(ctx context.Context, id uuid.UUID, now time.Time) (bool, *float64, error) {
 	var sevenDay *float64
-	rows, err := s.q.AccountWideUsage(ctx, db.AccountWideUsageParams{AccountID: id, Now: now})
+	rows, err := j.q.AccountWideUsage(ctx, db.AccountWideUsageParams{AccountID: id, Now: now})
 	if err != nil {
 		return false, nil, err
 	}
@@ -254,7 +254,7 @@ func (s *Server) weeklyLimited(ctx context.Context, id uuid.UUID, now time.Time)
 		}
 	}
 	var live *policy.Cooldown
-	cd, err := s.q.GetLiveCooldown(ctx, db.GetLiveCooldownParams{AccountID: id, Now: now})
+	cd, err := j.q.GetLiveCooldown(ctx, db.GetLiveCooldownParams{AccountID: id, Now: now})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
@@ -272,18 +272,18 @@ func (s *Server) weeklyLimited(ctx context.Context, id uuid.UUID, now time.Time)
 // answer, a 429 or a 5xx leave it pending for the next tick, which replays
 // it with the same request_id. After a reset, the grant is marked used and
 // the usage read re-armed for now, so the fenced refetch restores capacity.
-func (s *Server) sendResetClaim(ctx context.Context, row db.ResetClaim) (db.ResetClaim, error) {
-	acct, err := s.q.GetAccount(ctx, row.AccountID)
+func (j *AccountJobs) sendResetClaim(ctx context.Context, row db.ResetClaim) (db.ResetClaim, error) {
+	acct, err := j.q.GetAccount(ctx, row.AccountID)
 	if err != nil {
 		return row, storeErr(err)
 	}
-	status, result, err := s.postResetClaim(ctx, acct, row)
+	status, result, err := j.postResetClaim(ctx, acct, row)
 	if err != nil {
-		s.log.WarnContext(ctx, "reset claim unanswered; it stays pending", "account_id", row.AccountID, "request_id", row.RequestID, "err", err)
+		j.log.WarnContext(ctx, "reset claim unanswered; it stays pending", "account_id", row.AccountID, "request_id", row.RequestID, "err", err)
 		return row, nil
 	}
-	now := s.now()
-	err = s.tx(ctx, func(q *db.Queries) error {
+	now := j.now()
+	err = j.tx(ctx, func(q *db.Queries) error {
 		n, err := q.FinishResetClaim(ctx, db.FinishResetClaimParams{Status: status, Result: &result, Now: now, ID: row.ID})
 		if err != nil || n == 0 {
 			// n == 0: another replica finished the same claim first.
@@ -307,7 +307,7 @@ func (s *Server) sendResetClaim(ctx context.Context, row db.ResetClaim) (db.Rese
 	if err != nil {
 		return row, fmt.Errorf("record reset claim: %w", err)
 	}
-	s.log.InfoContext(ctx, "reset claim answered", "account_id", row.AccountID, "grant_id", row.GrantID,
+	j.log.InfoContext(ctx, "reset claim answered", "account_id", row.AccountID, "grant_id", row.GrantID,
 		"request_id", row.RequestID, "status", status, "result", result)
 	row.Status, row.Result, row.FinishedAt = status, &result, &now
 	return row, nil
@@ -315,11 +315,11 @@ func (s *Server) sendResetClaim(ctx context.Context, row db.ResetClaim) (db.Rese
 
 // postResetClaim POSTs the claim. It returns the ledger status and result
 // for an answer, or an error when the claim must stay pending.
-func (s *Server) postResetClaim(ctx context.Context, acct db.Account, row db.ResetClaim) (string, string, error) {
+func (j *AccountJobs) postResetClaim(ctx context.Context, acct db.Account, row db.ResetClaim) (string, string, error) {
 	if acct.OrgID == nil || *acct.OrgID == "" {
 		return "", "", errors.New("the account has no org_id")
 	}
-	token, err := s.seal.Open(acct.ID, acct.CredentialRevision, acct.CredentialSealed)
+	token, err := j.seal.Open(acct.ID, acct.CredentialRevision, acct.CredentialSealed)
 	if err != nil {
 		return "", "", errors.New("credential unreadable under this secret key")
 	}
@@ -336,7 +336,7 @@ func (s *Server) postResetClaim(ctx context.Context, acct db.Account, row db.Res
 	req.Header.Set("anthropic-beta", oauthBeta)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
-	client, release, err := s.clientFor(ctx, s.egress.usage, s.cfg.UsageClient, acct)
+	client, release, err := j.clientFor(ctx, j.egress.usage, j.cfg.UsageClient, acct)
 	if err != nil {
 		return "", "", err
 	}

@@ -95,7 +95,7 @@ func (u *usageEnv) grantStatus(id, grant string) string {
 
 func (u *usageEnv) apply() int {
 	u.t.Helper()
-	n, err := u.srv.ApplyBankedResets(u.t.Context())
+	n, err := u.srv.acct.ApplyBankedResets(u.t.Context())
 	if err != nil {
 		u.t.Fatalf("ApplyBankedResets: %v", err)
 	}
@@ -136,7 +136,7 @@ func TestBankedResetRecoversThroughTheRefetch(t *testing.T) {
 	// It re-armed the read: the poller reads as soon as the budget allows,
 	// and the reading lifts the cooldown.
 	u.clock.Advance(151 * time.Second)
-	if n, err := u.srv.ReadDue(t.Context()); err != nil || n != 1 {
+	if n, err := u.srv.acct.ReadDue(t.Context()); err != nil || n != 1 {
 		t.Fatalf("ReadDue %d, %v", n, err)
 	}
 	if cd := u.cooldownRow(a.Id); cd != nil {
@@ -225,7 +225,7 @@ func TestBankedResetNotLimitedAndHourly(t *testing.T) {
 	if n := u.apply(); n != 0 {
 		t.Fatalf("claims %d on an account with headroom", n)
 	}
-	out, err := u.srv.bankedReset(t.Context(), id, "g1")
+	out, err := u.srv.acct.bankedReset(t.Context(), id, "g1")
 	if err != nil || !out.sent || out.claim == nil || *out.claim.Result != "not_limited" {
 		t.Fatalf("manual claim %+v, %v", out, err)
 	}
@@ -233,11 +233,11 @@ func TestBankedResetNotLimitedAndHourly(t *testing.T) {
 		t.Errorf("grant %q after not_limited, want available", got)
 	}
 	u.clock.Advance(59 * time.Minute)
-	if out, err := u.srv.bankedReset(t.Context(), id, "g1"); err != nil || out.sent {
+	if out, err := u.srv.acct.bankedReset(t.Context(), id, "g1"); err != nil || out.sent {
 		t.Fatalf("a second claim within the hour: %+v, %v", out, err)
 	}
 	u.clock.Advance(time.Minute)
-	if out, err := u.srv.bankedReset(t.Context(), id, "g1"); err != nil || !out.sent {
+	if out, err := u.srv.acct.bankedReset(t.Context(), id, "g1"); err != nil || !out.sent {
 		t.Fatalf("a claim an hour later: %+v, %v", out, err)
 	}
 	if got := u.resetClaims(); got[sim.GrantNotLimited] != 2 {

@@ -12,13 +12,14 @@ import (
 
 	"github.com/weirhq/weir/controlplane/db"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/randid"
 )
 
 // spend reports a finished request of key in session that used tokens
 // (all input) on account, started at at.
 func (e *env) spend(keyID, accountID, session string, tokens int64, at time.Time) string {
 	e.t.Helper()
-	id := "req-" + randHex(6)
+	id := "req-" + randid.Hex(6)
 	e.report(&weirv1.RouteEvent{RequestId: id, KeyId: keyID, AccountId: accountID, Model: "claude-sonnet-4-5", Status: 200,
 		Attempts: 1, StartedAt: timestamppb.New(at), SessionKey: session, Budgeted: true,
 		AttemptRecords: []*weirv1.AttemptRecord{{AccountId: accountID, Model: "claude-sonnet-4-5",

@@ -18,6 +18,7 @@ import (
 	"github.com/weirhq/weir/controlplane/upstream"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/sim"
 )
 
@@ -26,13 +27,13 @@ import (
 func testJWT(claims map[string]any) string {
 	enc := base64.RawURLEncoding
 	payload, _ := json.Marshal(claims)
-	return enc.EncodeToString([]byte(`{"alg":"RS256","typ":"JWT"}`)) + "." + enc.EncodeToString(payload) + "." + randHex(32)
+	return enc.EncodeToString([]byte(`{"alg":"RS256","typ":"JWT"}`)) + "." + enc.EncodeToString(payload) + "." + randid.Hex(32)
 }
 
 // codexAccess is a ChatGPT access token for accountID ("" for none) that
 // expires at exp (zero for no exp claim).
 func codexAccess(accountID string, exp time.Time) string {
-	claims := map[string]any{"iss": "https://auth.openai.com", "jti": randHex(8)}
+	claims := map[string]any{"iss": "https://auth.openai.com", "jti": randid.Hex(8)}
 	if !exp.IsZero() {
 		claims["exp"] = exp.Unix()
 	}
@@ -42,7 +43,7 @@ func codexAccess(accountID string, exp time.Time) string {
 	return testJWT(claims)
 }
 
-func codexRefresh() string { return "rt_" + randHex(32) }
+func codexRefresh() string { return "rt_" + randid.Hex(32) }
 
 func uuidOf(t *testing.T, id string) uuid.UUID {
 	t.Helper()
@@ -146,16 +147,16 @@ func TestCreateAccountProviders(t *testing.T) {
 	}{
 		{anthropic, apiKind, apiKey(), ""},
 		{anthropic, oauth, oauthToken(), ""},
-		{openai, apiKind, "sk-proj-" + randHex(24), ""},
+		{openai, apiKind, "sk-proj-" + randid.Hex(24), ""},
 		{codex, oauth, codexToken, ""},
-		{openai, oauth, "sk-proj-" + randHex(24), "auth_kind: not valid for a openai account"},
-		{codex, apiKind, "sk-proj-" + randHex(24), "auth_kind: not valid for a codex account"},
+		{openai, oauth, "sk-proj-" + randid.Hex(24), "auth_kind: not valid for a openai account"},
+		{codex, apiKind, "sk-proj-" + randid.Hex(24), "auth_kind: not valid for a codex account"},
 		{anthropic, weirv1.AuthKind_AUTH_KIND_UNSPECIFIED, apiKey(), "auth_kind:"},
 		{weirv1.Provider_PROVIDER_UNSPECIFIED, apiKind, apiKey(), "provider: must be anthropic, openai or codex"},
 		{99, apiKind, apiKey(), "provider:"},
 	} {
 		e.secrets.add(tc.cred)
-		label := fmt.Sprintf("%d-%d-%s", tc.provider, tc.kind, randHex(2))
+		label := fmt.Sprintf("%d-%d-%s", tc.provider, tc.kind, randid.Hex(2))
 		resp, err := e.admin.accounts.CreateAccount(t.Context(), connect.NewRequest(&weirv1.CreateAccountRequest{
 			Provider: tc.provider, AuthKind: tc.kind, Label: label, Credential: tc.cred,
 		}))
@@ -405,7 +406,7 @@ func TestCodexTokenRefreshRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := e.srv.RefreshDue(t.Context()); n != 1 || err != nil {
+	if n, err := e.srv.acct.RefreshDue(t.Context()); n != 1 || err != nil {
 		t.Fatalf("RefreshDue: %d, %v", n, err)
 	}
 	want := map[string]string{"client_id": upstream.CodexClientID, "grant_type": "refresh_token", "refresh_token": refresh, "scope": "openid profile email"}
@@ -424,12 +425,12 @@ func TestCodexTokenRefreshRequest(t *testing.T) {
 	if r, err := e.srv.seal.OpenRefresh(row.ID, 2, row.RefreshSealed); err != nil || r != nextRefresh {
 		t.Errorf("rotated refresh token not stored: %v", err)
 	}
-	srv := &Server{cfg: Config{OAuthTokenURL: upstream.AnthropicTokenURL, CodexTokenURL: upstream.CodexTokenURL}}
-	if u := srv.tokenURL(row); u != endpoint.URL+"/oauth/token" {
+	refresher := &AccountJobs{cfg: Config{OAuthTokenURL: upstream.AnthropicTokenURL, CodexTokenURL: upstream.CodexTokenURL}}
+	if u := refresher.tokenURL(row); u != endpoint.URL+"/oauth/token" {
 		t.Errorf("token URL %q for a codex account with a base URL", u)
 	}
-	if row.BaseUrl = ""; srv.tokenURL(row) != "https://auth.openai.com/oauth/token" {
-		t.Errorf("default codex token URL %q", srv.tokenURL(row))
+	if row.BaseUrl = ""; refresher.tokenURL(row) != "https://auth.openai.com/oauth/token" {
+		t.Errorf("default codex token URL %q", refresher.tokenURL(row))
 	}
 }
 
@@ -471,7 +472,7 @@ func TestCodexUsagePoll(t *testing.T) {
 	sa := chatgptAccount("codex")
 	c := newCodexEnv(t, sa)
 	a := c.addCodex(sa)
-	key := "sk-proj-" + randHex(24)
+	key := "sk-proj-" + randid.Hex(24)
 	c.secrets.add(key)
 	resp, err := c.admin.accounts.CreateAccount(t.Context(), connect.NewRequest(&weirv1.CreateAccountRequest{
 		Provider: weirv1.Provider_PROVIDER_OPENAI, AuthKind: weirv1.AuthKind_AUTH_KIND_API_KEY, Label: "openai",
@@ -483,7 +484,7 @@ func TestCodexUsagePoll(t *testing.T) {
 	oa := resp.Msg.Account
 
 	// A lone unscheduled account is scheduled now, and read.
-	if n, err := c.srv.ReadDue(t.Context()); n != 1 || err != nil {
+	if n, err := c.srv.acct.ReadDue(t.Context()); n != 1 || err != nil {
 		t.Fatalf("ReadDue: %d, %v (want the codex account alone)", n, err)
 	}
 	var reads int
@@ -511,7 +512,7 @@ func TestCodexUsagePoll(t *testing.T) {
 
 	// Codex's response headers merge into the same windows.
 	reset := c.clock.Now().Add(4 * time.Hour).Truncate(time.Second)
-	if err := c.srv.mergeUsageHeaders(t.Context(), c.q, uuidOf(t, a.Id), 1, map[string]string{
+	if err := c.srv.acct.mergeUsageHeaders(t.Context(), c.q, uuidOf(t, a.Id), 1, map[string]string{
 		"x-codex-primary-used-percent": "50", "x-codex-primary-window-minutes": "300",
 		"x-codex-primary-reset-at": strconv.FormatInt(reset.Unix(), 10),
 	}, c.clock.Now()); err != nil {

@@ -64,18 +64,18 @@ func (e *WrongKeyError) Error() string {
 // settleCredentials applies the rule once: it marks what this replica
 // cannot open and mends what it can, or returns a *WrongKeyError when it
 // opens nothing. It logs labels only.
-func (s *Server) settleCredentials(ctx context.Context) error {
-	c, err := s.openSealed(ctx)
+func (j *AccountJobs) settleCredentials(ctx context.Context) error {
+	c, err := j.openSealed(ctx)
 	if err != nil {
 		return err
 	}
 	if len(c.opened) == 0 && len(c.unreadable) > 0 {
-		return &WrongKeyError{Accounts: len(c.unreadable), KeyID: seal.KeyID(s.cfg.SecretKey)}
+		return &WrongKeyError{Accounts: len(c.unreadable), KeyID: seal.KeyID(j.cfg.SecretKey)}
 	}
 	if len(c.unreadable) > 0 {
-		s.log.WarnContext(ctx, "credentials this control plane cannot open", "kind", jobs.FindingUnreadableCredential,
+		j.log.WarnContext(ctx, "credentials this control plane cannot open", "kind", jobs.FindingUnreadableCredential,
 			"count", len(c.unreadable), "accounts", labels(c.unreadable))
-		if err := s.markUnreadable(ctx, c.unreadable); err != nil {
+		if err := j.markUnreadable(ctx, c.unreadable); err != nil {
 			return err
 		}
 	}
@@ -83,37 +83,37 @@ func (s *Server) settleCredentials(ctx context.Context) error {
 		return nil
 	}
 	ids, revisions := refColumns(c.opened)
-	mended, err := s.q.MendCredentialsReadable(ctx, db.MendCredentialsReadableParams{
+	mended, err := j.q.MendCredentialsReadable(ctx, db.MendCredentialsReadableParams{
 		Kind: jobs.FindingUnreadableCredential, Ids: ids, Revisions: revisions,
 	})
 	if err != nil {
 		return fmt.Errorf("mend readable credentials: %w", err)
 	}
 	if len(mended) > 0 {
-		s.log.InfoContext(ctx, "accounts mended: this control plane opens their credential", "accounts", mended)
+		j.log.InfoContext(ctx, "accounts mended: this control plane opens their credential", "accounts", mended)
 	}
 	return nil
 }
 
 // markUnreadable marks refs broken with unreadableReason, each at its
 // revision, unless it is broken already.
-func (s *Server) markUnreadable(ctx context.Context, refs []sealedRef) error {
+func (j *AccountJobs) markUnreadable(ctx context.Context, refs []sealedRef) error {
 	ids, revisions := refColumns(refs)
-	marked, err := s.q.MarkCredentialsUnreadable(ctx, db.MarkCredentialsUnreadableParams{
-		Now: s.now(), Reason: unreadableReason, Ids: ids, Revisions: revisions,
+	marked, err := j.q.MarkCredentialsUnreadable(ctx, db.MarkCredentialsUnreadableParams{
+		Now: j.now(), Reason: unreadableReason, Ids: ids, Revisions: revisions,
 	})
 	if err != nil {
 		return fmt.Errorf("mark unreadable credentials: %w", err)
 	}
 	if len(marked) > 0 {
-		s.log.WarnContext(ctx, "accounts marked broken", "reason", jobs.FindingUnreadableCredential, "accounts", marked)
+		j.log.WarnContext(ctx, "accounts marked broken", "reason", jobs.FindingUnreadableCredential, "accounts", marked)
 	}
 	return nil
 }
 
 // opens says whether this replica's keys open r's credential.
-func (s *Server) opens(r db.Account) bool {
-	_, err := s.seal.Open(r.ID, r.CredentialRevision, r.CredentialSealed)
+func (j *AccountJobs) opens(r db.Account) bool {
+	_, err := j.seal.Open(r.ID, r.CredentialRevision, r.CredentialSealed)
 	return err == nil
 }
 
@@ -135,14 +135,14 @@ func labels(refs []sealedRef) []string {
 
 // startCredentialWatch checks again every credentialCheckInterval until
 // ctx ends or Stop.
-func (s *Server) startCredentialWatch(ctx context.Context) {
-	s.creds.start(ctx, credentialCheckInterval, func(ctx context.Context) {
+func (j *AccountJobs) startCredentialWatch(ctx context.Context) {
+	j.creds.start(ctx, credentialCheckInterval, func(ctx context.Context) {
 		var wrong *WrongKeyError
-		switch err := s.settleCredentials(ctx); {
+		switch err := j.settleCredentials(ctx); {
 		case errors.As(err, &wrong):
-			s.log.ErrorContext(ctx, "no stored credential opens with this control plane's secret keys: nothing marked", "err", err)
+			j.log.ErrorContext(ctx, "no stored credential opens with this control plane's secret keys: nothing marked", "err", err)
 		case err != nil && ctx.Err() == nil:
-			s.log.WarnContext(ctx, "credential check failed", "err", err)
+			j.log.WarnContext(ctx, "credential check failed", "err", err)
 		}
 	})
 }

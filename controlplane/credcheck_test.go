@@ -13,6 +13,7 @@ import (
 
 	"github.com/weirhq/weir/controlplane/seal"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/randid"
 )
 
 // sealElsewhere re-seals an account's access token (or, with refresh,
@@ -20,7 +21,7 @@ import (
 func (e *env) sealElsewhere(id, plaintext string, refresh bool) {
 	e.t.Helper()
 	row := e.accountRow(id)
-	s := mustSealer(e.t, randBytes(32))
+	s := mustSealer(e.t, randid.Bytes(32))
 	col, sealed := "credential_sealed", s.Seal(row.ID, row.CredentialRevision, plaintext)
 	if refresh {
 		col, sealed = "refresh_sealed", s.SealRefresh(row.ID, row.CredentialRevision, plaintext)
@@ -97,7 +98,7 @@ func TestStartRefusesWrongKey(t *testing.T) {
 	e.createAccount(acct{label: "one"})
 	e.createAccount(acct{label: "two"})
 
-	wrong := randBytes(32)
+	wrong := randid.Bytes(32)
 	w := e.withKeys(wrong)
 	err := w.srv.Start(ctx)
 	var wk *WrongKeyError
@@ -118,7 +119,7 @@ func TestStartRefusesWrongKey(t *testing.T) {
 	e.wantUnreadable("after the refusal")
 
 	// The key that sealed them, as a previous key, opens them.
-	r := e.withKeys(randBytes(32), e.cfg.SecretKey)
+	r := e.withKeys(randid.Bytes(32), e.cfg.SecretKey)
 	if err := r.srv.Start(ctx); err != nil {
 		t.Fatalf("Start with the sealing key as previous: %v", err)
 	}
@@ -190,7 +191,7 @@ func TestPeriodicCredentialCheck(t *testing.T) {
 	ctx := t.Context()
 	e.createAccount(acct{label: "old"})
 	tick := make(chan time.Time)
-	e.srv.creds.tick = tick
+	e.srv.acct.creds.tick = tick
 	if err := e.srv.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -203,15 +204,15 @@ func TestPeriodicCredentialCheck(t *testing.T) {
 	check()
 	e.wantUnreadable("nothing new")
 
-	next := e.withKeys(randBytes(32), e.cfg.SecretKey)
+	next := e.withKeys(randid.Bytes(32), e.cfg.SecretKey)
 	next.createAccount(acct{label: "new"})
 	check()
 	e.wantUnreadable("after the periodic check", "new")
 	// The last tick's check may still run: it must not mark "new" again
 	// after the new replica mends it.
-	e.srv.creds.stop()
+	e.srv.acct.creds.stop()
 
-	if err := next.srv.settleCredentials(ctx); err != nil {
+	if err := next.srv.acct.settleCredentials(ctx); err != nil {
 		t.Fatal(err)
 	}
 	e.wantUnreadable("after the new replica's check")
@@ -231,7 +232,7 @@ func TestReenteredCredentialClearsUnreadable(t *testing.T) {
 	_, keyHash := e.createKey("")
 	e.createAccount(acct{label: "good"})
 	lost := e.unreadableAccount(acct{label: "lost", priority: 10})
-	if err := e.srv.settleCredentials(ctx); err != nil {
+	if err := e.srv.acct.settleCredentials(ctx); err != nil {
 		t.Fatal(err)
 	}
 	e.wantUnreadable("before", "lost")
@@ -250,7 +251,7 @@ func TestReenteredCredentialClearsUnreadable(t *testing.T) {
 	if l := e.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash}); l.AccountId != lost.Id || l.Credential != fresh {
 		t.Fatalf("lease on %s, want lost with its new credential", l.AccountLabel)
 	}
-	if err := e.srv.settleCredentials(ctx); err != nil {
+	if err := e.srv.acct.settleCredentials(ctx); err != nil {
 		t.Fatal(err)
 	}
 	e.wantUnreadable("after another check")
@@ -269,7 +270,7 @@ func TestAcquireUnreadable(t *testing.T) {
 	e.createAccount(acct{label: "b"})
 	e.createAccount(acct{label: "c"})
 
-	w := e.withKeys(randBytes(32))
+	w := e.withKeys(randid.Bytes(32))
 	none := w.mustNoAccount(&weirv1.AcquireRequest{KeyHash: keyHash}, weirv1.NoAccountReason_NO_ACCOUNT_REASON_ALL_DISABLED)
 	if !none.Permanent || none.RetryAt != nil {
 		t.Errorf("permanent %v, retry at %v; want permanent with no retry", none.Permanent, none.RetryAt)
@@ -308,7 +309,7 @@ func TestMarkUnreadableIsCompareAndSet(t *testing.T) {
 	a, _ := e.createAccount(acct{label: "a"})
 	row := e.accountRow(a.Id)
 	stale := sealedRef{id: uuid.MustParse(a.Id), label: "a", revision: row.CredentialRevision - 1}
-	if err := e.srv.markUnreadable(e.t.Context(), []sealedRef{stale}); err != nil {
+	if err := e.srv.acct.markUnreadable(e.t.Context(), []sealedRef{stale}); err != nil {
 		t.Fatal(err)
 	}
 	e.wantUnreadable("a stale revision")

@@ -22,6 +22,7 @@ import (
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/rpcclient"
 )
 
@@ -171,7 +172,7 @@ func TestDashboardAuth(t *testing.T) {
 	}
 	wantStatus(t, "fragment without a session", b.get("/dashboard/fragment/accounts"), http.StatusUnauthorized)
 
-	wrong := "not-the-admin-token-" + randHex(8)
+	wrong := "not-the-admin-token-" + randid.Hex(8)
 	p = b.login(wrong)
 	wantStatus(t, "wrong token", p, http.StatusUnauthorized)
 	if !strings.Contains(p.body, "That is not the admin token.") || !strings.Contains(p.body, `role="alert"`) {
@@ -406,7 +407,7 @@ func TestDashboardPagesKeepSecrets(t *testing.T) {
 	a, _ := e.createAccount(acct{label: "secret-api"})
 	o, _ := e.createAccount(acct{label: "secret-oauth", credential: oauthToken(), kind: weirv1.AuthKind_AUTH_KIND_OAUTH})
 	key, _ := e.createKey("agent")
-	reqID := "req-" + randHex(6)
+	reqID := "req-" + randid.Hex(6)
 	now := e.clock.Now()
 	if _, err := reportOne(t.Context(), e.dp.leases, &weirv1.RouteEvent{
 		RequestId: reqID, KeyId: key.Id, AccountId: a.Id, Model: "claude-sonnet-4-5", Status: 200, Attempts: 2,

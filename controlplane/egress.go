@@ -132,15 +132,15 @@ func newEgressClients(cfg Config) egressClients {
 // Config's client of that kind). A proxy this replica cannot open, or a
 // client that cannot take one, is an error: the call is not made direct
 // instead.
-func (s *Server) clientFor(ctx context.Context, kind *egress.Clients, base *http.Client, a db.Account) (*http.Client, func(), error) {
+func (j *AccountJobs) clientFor(ctx context.Context, kind *egress.Clients, base *http.Client, a db.Account) (*http.Client, func(), error) {
 	var def []byte
 	if a.EgressProxySealed == nil && a.EgressProxy != egress.Direct {
 		var err error
-		if _, def, err = egressDefault(ctx, s.q); err != nil {
+		if _, def, err = egressDefault(ctx, j.q); err != nil {
 			return nil, nil, err
 		}
 	}
-	raw, err := openEgress(s.seal, a, def)
+	raw, err := openEgress(j.seal, a, def)
 	if err != nil {
 		return nil, nil, errors.New("egress proxy unreadable under this secret key")
 	}

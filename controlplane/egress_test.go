@@ -13,6 +13,7 @@ import (
 
 	"github.com/weirhq/weir/controlplane/seal"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/randid"
 )
 
 // setDefaultProxy sets the egress_proxy setting.
@@ -49,7 +50,7 @@ func TestEgressProxySealedAtRest(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := t.Context()
-	ownPW, defPW := "own-"+randHex(10), "def-"+randHex(10)
+	ownPW, defPW := "own-"+randid.Hex(10), "def-"+randid.Hex(10)
 	e.secrets.add(ownPW)
 	e.secrets.add(defPW)
 	ownURL, defURL := "socks5://user:"+ownPW+"@10.0.0.7:1080", "http://user:"+defPW+"@proxy.internal:3128"
@@ -144,13 +145,13 @@ func egressShown(u string) string {
 func TestEgressProxyRefused(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	pw := "bad-" + randHex(10)
+	pw := "bad-" + randid.Hex(10)
 	e.secrets.add(pw)
 	for _, raw := range []string{
 		"ftp://u:" + pw + "@host:21", "socks5://u:" + pw + "@host:1/x", "http://u:" + pw + "@host:99999",
 		"u:" + pw + "@host:1", "socks4://u:" + pw + "@host:1080", "socks5://u:" + pw + "@",
 	} {
-		_, err := e.createWithProxy("x-"+randHex(3), 0, raw)
+		_, err := e.createWithProxy("x-"+randid.Hex(3), 0, raw)
 		ce := wantCode(t, err, connect.CodeInvalidArgument)
 		if !strings.HasPrefix(ce.Message(), "egress_proxy: ") || strings.Contains(ce.Error(), pw) {
 			t.Errorf("CreateAccount with a bad proxy: %q", ce.Message())
@@ -178,7 +179,7 @@ func TestEgressProxyUnreadable(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.createAccount(acct{label: "good"})
-	other := mustSealer(t, randBytes(32))
+	other := mustSealer(t, randid.Bytes(32))
 	if _, err := e.pool.Exec(t.Context(), `UPDATE accounts SET egress_proxy_sealed = $2 WHERE id = $1`,
 		bad.Id, other.SealProxy(uuid.MustParse(bad.Id), "socks5://127.0.0.1:1080")); err != nil {
 		t.Fatal(err)
@@ -190,7 +191,7 @@ func TestEgressProxyUnreadable(t *testing.T) {
 		}
 		e.release(l.Id, &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED})
 	}
-	if got, err := e.srv.CheckCredentials(t.Context()); err != nil || !slices.Equal(got, []string{"bad"}) {
+	if got, err := e.srv.acct.CheckCredentials(t.Context()); err != nil || !slices.Equal(got, []string{"bad"}) {
 		t.Errorf("the check names %v, %v; want bad", got, err)
 	}
 }
@@ -202,7 +203,7 @@ func TestResealEgressProxies(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := t.Context()
-	a, b := e.cfg.SecretKey, randBytes(32)
+	a, b := e.cfg.SecretKey, randid.Bytes(32)
 	ownURL, defURL := "socks5://u:p1@10.0.0.7:1080", "http://u:p2@proxy.internal:3128"
 	own, err := e.createWithProxy("own", 0, ownURL)
 	if err != nil {
@@ -233,10 +234,10 @@ func TestResealEgressProxies(t *testing.T) {
 	}
 
 	if _, err := e.pool.Exec(ctx, `UPDATE settings SET sealed = $1 WHERE name = 'egress_proxy'`,
-		mustSealer(t, randBytes(32)).SealProxy(uuid.Nil, defURL)); err != nil {
+		mustSealer(t, randid.Bytes(32)).SealProxy(uuid.Nil, defURL)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Reseal(ctx, e.pool, randBytes(32), [][]byte{b}, false)
+	_, err = Reseal(ctx, e.pool, randid.Bytes(32), [][]byte{b}, false)
 	var unreadable *UnreadableError
 	if !errors.As(err, &unreadable) || !slices.Equal(unreadable.Settings, []string{"egress_proxy"}) || len(unreadable.Accounts) != 0 {
 		t.Errorf("an unreadable default: %v", err)
@@ -249,7 +250,7 @@ func TestResealEgressProxies(t *testing.T) {
 func TestDashboardShowsEgress(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	pw, defPW := "dash-"+randHex(10), "dash-def-"+randHex(10)
+	pw, defPW := "dash-"+randid.Hex(10), "dash-def-"+randid.Hex(10)
 	e.secrets.add(pw)
 	e.secrets.add(defPW)
 	for label, proxy := range map[string]string{"own": "socks5h://u:" + pw + "@egress.example:1080", "follows": "", "bypass": "direct"} {

@@ -22,8 +22,8 @@ import (
 // or previous): a key retired before 'weir secrets rotate' re-sealed
 // under its successor, or a corrupted row. It returns
 // labels only; nothing it opened leaves this function.
-func (s *Server) CheckCredentials(ctx context.Context) ([]string, error) {
-	c, err := s.openSealed(ctx)
+func (j *AccountJobs) CheckCredentials(ctx context.Context) ([]string, error) {
+	c, err := j.openSealed(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -45,19 +45,19 @@ type sealedCheck struct {
 // openSealed tries every account's sealed credential, refresh token and
 // egress proxy with this replica's keys and sorts the accounts into those that open
 // and those that do not, by label.
-func (s *Server) openSealed(ctx context.Context) (sealedCheck, error) {
-	rows, err := s.q.SealedCredentials(ctx)
+func (j *AccountJobs) openSealed(ctx context.Context) (sealedCheck, error) {
+	rows, err := j.q.SealedCredentials(ctx)
 	if err != nil {
 		return sealedCheck{}, fmt.Errorf("sealed credentials: %w", err)
 	}
 	var c sealedCheck
 	for _, r := range rows {
-		_, err := s.seal.Open(r.ID, r.CredentialRevision, r.CredentialSealed)
+		_, err := j.seal.Open(r.ID, r.CredentialRevision, r.CredentialSealed)
 		if err == nil && r.RefreshSealed != nil {
-			_, err = s.seal.OpenRefresh(r.ID, r.CredentialRevision, r.RefreshSealed)
+			_, err = j.seal.OpenRefresh(r.ID, r.CredentialRevision, r.RefreshSealed)
 		}
 		if err == nil && r.EgressProxySealed != nil {
-			_, err = s.seal.OpenProxy(r.ID, r.EgressProxySealed)
+			_, err = j.seal.OpenProxy(r.ID, r.EgressProxySealed)
 		}
 		ref := sealedRef{id: r.ID, label: r.Label, revision: r.CredentialRevision}
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/rpcclient"
 	"github.com/weirhq/weir/jobs"
 )
@@ -48,17 +49,17 @@ func TestIntegrityCredentialsAndReport(t *testing.T) {
 		t.Fatalf("data-plane token: %v, want unauthenticated", err)
 	}
 
-	if got, err := e.srv.CheckCredentials(ctx); err != nil || len(got) != 0 {
+	if got, err := e.srv.acct.CheckCredentials(ctx); err != nil || len(got) != 0 {
 		t.Fatalf("right key: unreadable %v, %v; want none", got, err)
 	}
 
 	// Another deployment's key opens nothing.
 	cfg := e.cfg
-	cfg.SecretKey = randBytes(32)
+	cfg.SecretKey = randid.Bytes(32)
 	cfg.Registry, cfg.Logger = nil, nil
 	other := newEnv(t, e.pool, cfg, e.clock)
 	other.secrets = e.secrets
-	got, err := other.srv.CheckCredentials(ctx)
+	got, err := other.srv.acct.CheckCredentials(ctx)
 	if err != nil || !slices.Equal(got, []string{"api", "fine", "max"}) {
 		t.Fatalf("other key: unreadable %v, %v; want every label", got, err)
 	}
@@ -70,7 +71,7 @@ func TestIntegrityCredentialsAndReport(t *testing.T) {
 	if _, err := e.pool.Exec(ctx, `UPDATE accounts SET refresh_sealed = overlay(refresh_sealed placing '\x00' from 20 for 1) WHERE id = $1`, oauth.Id); err != nil {
 		t.Fatal(err)
 	}
-	got, err = e.srv.CheckCredentials(ctx)
+	got, err = e.srv.acct.CheckCredentials(ctx)
 	if err != nil || !slices.Equal(got, []string{"api", "max"}) {
 		t.Fatalf("corrupted rows: unreadable %v, %v; want api and max", got, err)
 	}
@@ -79,7 +80,7 @@ func TestIntegrityCredentialsAndReport(t *testing.T) {
 	// the metrics count them.
 	if _, err := jobs.RunIntegrityCheck(ctx, jobs.Deps{
 		Queries: e.q, Logger: other.srv.log, Now: e.clock.Now, LeaseGrace: 10 * time.Minute,
-		Creds: other.srv, Findings: other.srv.integ.count,
+		Creds: other.srv.acct, Findings: other.srv.integ.count,
 	}); err != nil {
 		t.Fatalf("integrity check: %v", err)
 	}

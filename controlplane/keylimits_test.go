@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/randid"
 )
 
 // createLimitedKey creates a key with restrictions and returns it with
@@ -16,7 +17,7 @@ import (
 func (e *env) createLimitedKey(req *weirv1.CreateKeyRequest) (*weirv1.Key, string) {
 	e.t.Helper()
 	if req.Name == "" {
-		req.Name = "key-" + randHex(4)
+		req.Name = "key-" + randid.Hex(4)
 	}
 	resp, err := e.admin.keys.CreateKey(e.t.Context(), connect.NewRequest(req))
 	if err != nil {
@@ -104,7 +105,7 @@ func TestKeyRestrictionsStored(t *testing.T) {
 		{"negative rate", &weirv1.CreateKeyRequest{RateLimitPerMinute: -1}, "rate_limit_per_minute: must be between 1 and"},
 		{"huge rate", &weirv1.CreateKeyRequest{RateLimitPerMinute: 1 << 30}, "rate_limit_per_minute"},
 	} {
-		tc.req.Name = "bad-" + randHex(3)
+		tc.req.Name = "bad-" + randid.Hex(3)
 		_, err := e.admin.keys.CreateKey(t.Context(), connect.NewRequest(tc.req))
 		if ce := wantCode(t, err, connect.CodeInvalidArgument); ce != nil && !strings.Contains(ce.Message(), tc.field) {
 			t.Errorf("%s: message %q does not say %q", tc.name, ce.Message(), tc.field)

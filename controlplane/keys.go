@@ -2,7 +2,6 @@ package controlplane
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"github.com/weirhq/weir/controlplane/db"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
+	"github.com/weirhq/weir/internal/randid"
 )
 
 // clientKeyPrefix marks weir's client keys so they are recognisable in a
@@ -41,9 +41,7 @@ func HashKey(secret string) string {
 }
 
 func newKeySecret() string {
-	b := make([]byte, 32)
-	rand.Read(b) //nolint:errcheck // crypto/rand.Read never fails on Linux
-	return clientKeyPrefix + hex.EncodeToString(b)
+	return clientKeyPrefix + randid.Hex(32)
 }
 
 func (k keyService) CreateKey(ctx context.Context, req *connect.Request[weirv1.CreateKeyRequest]) (*connect.Response[weirv1.CreateKeyResponse], error) {

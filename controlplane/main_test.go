@@ -2,8 +2,6 @@ package controlplane
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"io"
 	"log/slog"
@@ -26,6 +24,7 @@ import (
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/clock"
 	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/rpcclient"
 	"github.com/weirhq/weir/internal/syncbuf"
 )
@@ -91,9 +90,9 @@ func (s *secretSet) all() []string {
 
 func testConfig(clock *clock.Manual) Config {
 	return Config{
-		AdminToken:     "admin-" + randHex(16),
-		DataplaneToken: "dataplane-" + randHex(16),
-		SecretKey:      randBytes(32),
+		AdminToken:     "admin-" + randid.Hex(16),
+		DataplaneToken: "dataplane-" + randid.Hex(16),
+		SecretKey:      randid.Bytes(32),
 		Now:            clock.Now,
 		DisableJobs:    true,
 	}
@@ -177,19 +176,9 @@ func (e *env) clients(token string, opts ...connect.ClientOption) clients {
 	}
 }
 
-func randBytes(n int) []byte {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic(err)
-	}
-	return b
-}
-
-func randHex(n int) string { return hex.EncodeToString(randBytes(n)) }
-
 // apiKey and oauthToken look like the real thing and are unique per call.
-func apiKey() string     { return "sk-ant-api03-" + randHex(40) }
-func oauthToken() string { return "sk-ant-oat01-" + randHex(40) }
+func apiKey() string     { return "sk-ant-api03-" + randid.Hex(40) }
+func oauthToken() string { return "sk-ant-oat01-" + randid.Hex(40) }
 
 // acct describes an account to create; zero fields take test defaults.
 type acct struct {
@@ -206,7 +195,7 @@ type acct struct {
 func (e *env) createAccount(a acct) (*weirv1.Account, string) {
 	e.t.Helper()
 	if a.label == "" {
-		a.label = "acct-" + randHex(4)
+		a.label = "acct-" + randid.Hex(4)
 	}
 	if a.credential == "" {
 		a.credential = apiKey()
@@ -234,7 +223,7 @@ func (e *env) createAccount(a acct) (*weirv1.Account, string) {
 func (e *env) createKey(name string) (*weirv1.Key, string) {
 	e.t.Helper()
 	if name == "" {
-		name = "key-" + randHex(4)
+		name = "key-" + randid.Hex(4)
 	}
 	resp, err := e.admin.keys.CreateKey(e.t.Context(), connect.NewRequest(&weirv1.CreateKeyRequest{Name: name}))
 	if err != nil {
@@ -248,7 +237,7 @@ func (e *env) createKey(name string) (*weirv1.Key, string) {
 func (e *env) acquire(req *weirv1.AcquireRequest) *weirv1.AcquireResponse {
 	e.t.Helper()
 	if req.RequestId == "" {
-		req.RequestId = "req-" + randHex(4)
+		req.RequestId = "req-" + randid.Hex(4)
 	}
 	resp, err := e.dp.leases.Acquire(e.t.Context(), connect.NewRequest(req))
 	if err != nil {

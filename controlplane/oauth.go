@@ -244,16 +244,16 @@ func setOAuthTokens(ctx context.Context, q *db.Queries, sl *seal.Sealer, id uuid
 // refreshed. It is jobs.TokenRefresher. Every replica may run it at once:
 // each account's refresh is claimed, so one call reaches the token
 // endpoint.
-func (s *Server) RefreshDue(ctx context.Context) (int, error) {
-	now := s.now()
-	due, err := s.q.DueTokenRefreshes(ctx, db.DueTokenRefreshesParams{
+func (j *AccountJobs) RefreshDue(ctx context.Context) (int, error) {
+	now := j.now()
+	due, err := j.q.DueTokenRefreshes(ctx, db.DueTokenRefreshesParams{
 		Before: now.Add(refreshAhead), Now: now, MaxAccounts: refreshesPerRun,
 	})
 	if err != nil {
 		return 0, fmt.Errorf("due token refreshes: %w", err)
 	}
 	return forEachBounded(due, refreshParallelism, func(d db.DueTokenRefreshesRow) (bool, error) {
-		ok, err := s.refreshToken(ctx, d.ID, d.CredentialRevision)
+		ok, err := j.refreshToken(ctx, d.ID, d.CredentialRevision)
 		if err != nil {
 			return ok, fmt.Errorf("refresh token of %s: %w", d.ID, err)
 		}
@@ -265,9 +265,9 @@ func (s *Server) RefreshDue(ctx context.Context) (int, error) {
 // wins the claim. The error is for the database and our own shutdown; the
 // token endpoint's failures are recorded on the account (backoff, or
 // broken when it rejects the refresh token).
-func (s *Server) refreshToken(ctx context.Context, id uuid.UUID, rev int64) (bool, error) {
-	now := s.now()
-	acct, err := s.q.ClaimTokenRefresh(ctx, db.ClaimTokenRefreshParams{
+func (j *AccountJobs) refreshToken(ctx context.Context, id uuid.UUID, rev int64) (bool, error) {
+	now := j.now()
+	acct, err := j.q.ClaimTokenRefresh(ctx, db.ClaimTokenRefreshParams{
 		Until: now.Add(refreshClaim), ID: id, CredentialRevision: rev, Now: now,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -278,43 +278,43 @@ func (s *Server) refreshToken(ctx context.Context, id uuid.UUID, rev int64) (boo
 		return false, fmt.Errorf("claim: %w", err)
 	}
 	var tok upstream.Tokens
-	refresh, err := s.seal.OpenRefresh(acct.ID, acct.CredentialRevision, acct.RefreshSealed)
+	refresh, err := j.seal.OpenRefresh(acct.ID, acct.CredentialRevision, acct.RefreshSealed)
 	if err == nil {
 		// Within the claim, whatever the client's own timeout: a call still
 		// running when the claim lapses could race another replica's.
 		cctx, cancel := context.WithTimeout(ctx, refreshClaim/2)
-		tok, err = s.callTokenEndpoint(cctx, acct, refresh)
+		tok, err = j.callTokenEndpoint(cctx, acct, refresh)
 		cancel()
 	}
-	now = s.now()
+	now = j.now()
 	var rejected upstream.RefreshRejected
 	switch {
 	case err == nil:
 	case errors.Is(err, context.Canceled):
 		// Our shutdown: the claim goes back; the next run tries again.
-		if rerr := s.q.ReleaseTokenRefresh(context.WithoutCancel(ctx), db.ReleaseTokenRefreshParams{ID: id, CredentialRevision: rev}); rerr != nil {
-			s.log.ErrorContext(ctx, "release token refresh claim", "account_id", id, "err", rerr)
+		if rerr := j.q.ReleaseTokenRefresh(context.WithoutCancel(ctx), db.ReleaseTokenRefreshParams{ID: id, CredentialRevision: rev}); rerr != nil {
+			j.log.ErrorContext(ctx, "release token refresh claim", "account_id", id, "err", rerr)
 		}
 		return false, err
 	case errors.As(err, &rejected):
-		n, serr := s.q.RecordRefreshRejected(ctx, db.RecordRefreshRejectedParams{
+		n, serr := j.q.RecordRefreshRejected(ctx, db.RecordRefreshRejectedParams{
 			Now: now, Reason: rejected.Error(), ID: id, CredentialRevision: rev,
 		})
 		if serr != nil {
 			return false, fmt.Errorf("record rejected refresh: %w", serr)
 		}
 		if n > 0 {
-			s.log.WarnContext(ctx, "account broken", "account_id", id, "reason", rejected.Error())
+			j.log.WarnContext(ctx, "account broken", "account_id", id, "reason", rejected.Error())
 		}
 		return false, nil
 	default:
-		failures, serr := s.q.RecordRefreshFailure(ctx, db.RecordRefreshFailureParams{
+		failures, serr := j.q.RecordRefreshFailure(ctx, db.RecordRefreshFailureParams{
 			BlockedUntil: now.Add(refreshBackoff(acct.RefreshFailures + 1)), ID: id, CredentialRevision: rev,
 		})
 		if serr != nil && !errors.Is(serr, pgx.ErrNoRows) {
 			return false, fmt.Errorf("record refresh failure: %w", serr)
 		}
-		s.log.WarnContext(ctx, "token refresh failed", "account_id", id, "failures", failures, "err", scrubbed{scrubbed{err, refresh}, tok.AccessToken})
+		j.log.WarnContext(ctx, "token refresh failed", "account_id", id, "failures", failures, "err", scrubbed{scrubbed{err, refresh}, tok.AccessToken})
 		return false, nil
 	}
 
@@ -336,11 +336,11 @@ func (s *Server) refreshToken(ctx context.Context, id uuid.UUID, rev int64) (boo
 	}
 	next := rev + 1
 	var row db.Account
-	err = s.tx(ctx, func(q *db.Queries) error {
+	err = j.tx(ctx, func(q *db.Queries) error {
 		var err error
 		row, err = q.StoreRefreshedTokens(ctx, db.StoreRefreshedTokensParams{
-			CredentialSealed:   s.seal.Seal(id, next, tok.AccessToken),
-			RefreshSealed:      s.seal.SealRefresh(id, next, newRefresh),
+			CredentialSealed:   j.seal.Seal(id, next, tok.AccessToken),
+			RefreshSealed:      j.seal.SealRefresh(id, next, newRefresh),
 			CredentialHint:     seal.Hint(tok.AccessToken),
 			AccessExpiresAt:    &expires,
 			Now:                now,
@@ -356,15 +356,15 @@ func (s *Server) refreshToken(ctx context.Context, id uuid.UUID, rev int64) (boo
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		// An operator replaced the credential while the call ran: theirs wins.
-		s.log.WarnContext(ctx, "refreshed token dropped: the credential was replaced meanwhile", "account_id", id, "revision", rev)
+		j.log.WarnContext(ctx, "refreshed token dropped: the credential was replaced meanwhile", "account_id", id, "revision", rev)
 		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("store refreshed token: %w", err)
 	}
-	s.log.InfoContext(ctx, "oauth token refreshed", "account_id", id, "revision", row.CredentialRevision, "expires_at", expires)
+	j.log.InfoContext(ctx, "oauth token refreshed", "account_id", id, "revision", row.CredentialRevision, "expires_at", expires)
 	if acct.BrokenAt != nil {
-		s.log.InfoContext(ctx, "account mended by a token refresh", "account_id", id, "was", stringOr(acct.BrokenReason))
+		j.log.InfoContext(ctx, "account mended by a token refresh", "account_id", id, "was", stringOr(acct.BrokenReason))
 	}
 	return true, nil
 }
@@ -376,17 +376,17 @@ func refreshBackoff(failures int32) time.Duration {
 }
 
 // tokenURL is where acct's credential is refreshed.
-func (s *Server) tokenURL(acct db.Account) string {
+func (j *AccountJobs) tokenURL(acct db.Account) string {
 	if acct.Provider == providerCodex {
 		if u, ok := upstream.CodexTokenURLUnder(acct.BaseUrl); acct.BaseUrl != "" && ok {
 			return u
 		}
-		return s.cfg.CodexTokenURL
+		return j.cfg.CodexTokenURL
 	}
 	if acct.BaseUrl != "" {
 		return acct.BaseUrl + upstream.AnthropicTokenPath
 	}
-	return s.cfg.OAuthTokenURL
+	return j.cfg.OAuthTokenURL
 }
 
 // callTokenEndpoint spends refresh for new tokens at acct's provider
@@ -394,16 +394,16 @@ func (s *Server) tokenURL(acct db.Account) string {
 // hold a token:
 // upstream.RefreshRejected when the endpoint refused the refresh token,
 // anything else is transient.
-func (s *Server) callTokenEndpoint(ctx context.Context, acct db.Account, refresh string) (upstream.Tokens, error) {
-	client, release, err := s.clientFor(ctx, s.egress.oauth, s.cfg.OAuthClient, acct)
+func (j *AccountJobs) callTokenEndpoint(ctx context.Context, acct db.Account, refresh string) (upstream.Tokens, error) {
+	client, release, err := j.clientFor(ctx, j.egress.oauth, j.cfg.OAuthClient, acct)
 	if err != nil {
 		return upstream.Tokens{}, err
 	}
 	defer release()
 	if acct.Provider == providerCodex {
-		return upstream.RefreshCodex(ctx, client, s.tokenURL(acct), s.cfg.CodexClientID, refresh)
+		return upstream.RefreshCodex(ctx, client, j.tokenURL(acct), j.cfg.CodexClientID, refresh)
 	}
-	return upstream.RefreshAnthropic(ctx, client, s.tokenURL(acct), s.cfg.OAuthClientID, refresh)
+	return upstream.RefreshAnthropic(ctx, client, j.tokenURL(acct), j.cfg.OAuthClientID, refresh)
 }
 
 func stringOr(s *string) string {

@@ -21,10 +21,11 @@ import (
 	"github.com/weirhq/weir/controlplane/upstream"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/sim"
 )
 
-func refreshToken() string { return "sk-ant-ort01-" + randHex(40) }
+func refreshToken() string { return "sk-ant-ort01-" + randid.Hex(40) }
 
 // oauthJSON is the {"access_token","refresh_token","expires_at"} form.
 func oauthJSON(access, refresh string, expires time.Time) string {
@@ -196,7 +197,7 @@ func (u *oauthEnv) tokenCalls() int {
 
 func (u *oauthEnv) refreshDue() int {
 	u.t.Helper()
-	n, err := u.srv.RefreshDue(u.t.Context())
+	n, err := u.srv.acct.RefreshDue(u.t.Context())
 	if err != nil {
 		u.t.Fatalf("RefreshDue: %v", err)
 	}
@@ -213,7 +214,7 @@ func TestCreateAccountOAuthJSON(t *testing.T) {
 	for _, in := range []string{claudeCodeJSON(access, refresh, expires), oauthJSON(access, refresh, expires)} {
 		resp, err := e.admin.accounts.CreateAccount(t.Context(), connect.NewRequest(&weirv1.CreateAccountRequest{
 			Provider: weirv1.Provider_PROVIDER_ANTHROPIC, AuthKind: weirv1.AuthKind_AUTH_KIND_OAUTH,
-			Label: "max-" + randHex(3), Credential: in,
+			Label: "max-" + randid.Hex(3), Credential: in,
 		}))
 		if err != nil {
 			t.Fatalf("CreateAccount: %v", err)
@@ -257,7 +258,7 @@ func TestCreateAccountOAuthJSON(t *testing.T) {
 		{weirv1.AuthKind_AUTH_KIND_API_KEY, oauthJSON(access, refresh, expires), "for oauth accounts only"},
 	} {
 		_, err := e.admin.accounts.CreateAccount(t.Context(), connect.NewRequest(&weirv1.CreateAccountRequest{
-			Provider: weirv1.Provider_PROVIDER_ANTHROPIC, AuthKind: tc.kind, Label: "bad-" + randHex(3), Credential: tc.in,
+			Provider: weirv1.Provider_PROVIDER_ANTHROPIC, AuthKind: tc.kind, Label: "bad-" + randid.Hex(3), Credential: tc.in,
 		}))
 		ce := wantCode(t, err, connect.CodeInvalidArgument)
 		if !strings.Contains(ce.Message(), tc.want) {
@@ -392,7 +393,7 @@ func TestTokenRefreshSingleFlightAcrossReplicas(t *testing.T) {
 		}
 		wg.Go(func() {
 			<-start
-			n, err := srv.RefreshDue(t.Context())
+			n, err := srv.acct.RefreshDue(t.Context())
 			if err != nil {
 				t.Errorf("RefreshDue: %v", err)
 			}
@@ -473,7 +474,7 @@ func TestTokenRefreshTransientBackoff(t *testing.T) {
 
 	run := func() {
 		t.Helper()
-		if n, err := e.srv.RefreshDue(t.Context()); n != 0 || err != nil {
+		if n, err := e.srv.acct.RefreshDue(t.Context()); n != 0 || err != nil {
 			t.Fatalf("RefreshDue: %d, %v", n, err)
 		}
 	}
@@ -515,7 +516,7 @@ func TestTokenRefreshLosesToANewCredential(t *testing.T) {
 	a := u.addOAuth(sa, epoch.Add(time.Minute))
 	replacement := oauthToken()
 	u.secrets.add(replacement)
-	u.srv.cfg.OAuthClient = &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+	u.srv.acct.cfg.OAuthClient = &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		// The operator's update lands while the refresh is in flight.
 		if _, err := u.admin.accounts.UpdateAccount(t.Context(), connect.NewRequest(&weirv1.UpdateAccountRequest{
 			Id: a.Id, Credential: replacement, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"credential"}},
@@ -593,7 +594,7 @@ func TestTokenRefreshKeepsTheRefreshTokenWhenNoneComesBack(t *testing.T) {
 	e.secrets.add(refresh)
 	a, _ := e.createAccount(acct{kind: weirv1.AuthKind_AUTH_KIND_OAUTH, baseURL: endpoint.URL,
 		credential: oauthJSON(access, refresh, epoch.Add(-time.Second))})
-	if n, err := e.srv.RefreshDue(t.Context()); n != 1 || err != nil {
+	if n, err := e.srv.acct.RefreshDue(t.Context()); n != 1 || err != nil {
 		t.Fatalf("RefreshDue: %d, %v", n, err)
 	}
 	if got["grant_type"] != "refresh_token" || got["refresh_token"] != refresh || got["client_id"] != upstream.AnthropicClientID {
@@ -609,7 +610,7 @@ func TestTokenRefreshKeepsTheRefreshTokenWhenNoneComesBack(t *testing.T) {
 	if want := epoch.Add(time.Hour); !sameTime(row.AccessExpiresAt, &want) {
 		t.Errorf("expires %v, want %v", row.AccessExpiresAt, want)
 	}
-	if u := (&Server{cfg: Config{OAuthTokenURL: upstream.AnthropicTokenURL}}); u.tokenURL(row) != endpoint.URL+upstream.AnthropicTokenPath {
+	if u := (&AccountJobs{cfg: Config{OAuthTokenURL: upstream.AnthropicTokenURL}}); u.tokenURL(row) != endpoint.URL+upstream.AnthropicTokenPath {
 		t.Errorf("token URL %q for an account with a base URL", u.tokenURL(row))
 	} else if row.BaseUrl = ""; u.tokenURL(row) != "https://platform.claude.com/v1/oauth/token" {
 		t.Errorf("default token URL %q", u.tokenURL(row))

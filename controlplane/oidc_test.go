@@ -28,6 +28,7 @@ import (
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/internal/randid"
 )
 
 // TestProcedureRoles fails while an admin procedure that can change
@@ -182,7 +183,7 @@ func setupOIDC(t *testing.T) (*env, *testIdP) {
 	cfg := testConfig(clock)
 	idp := newTestIdP(t, clock.Now, "weir-dashboard")
 	cfg.OIDCIssuer, cfg.OIDCName, cfg.OIDCClientID, cfg.OIDCRedirectURL = idp.srv.URL, "TestIdP", "weir-dashboard", callbackURL
-	cfg.OIDCClientSecret = "client-secret-" + randHex(8)
+	cfg.OIDCClientSecret = "client-secret-" + randid.Hex(8)
 	cfg.OIDCRoles = testRoles
 	e := newEnv(t, pool, cfg, clock)
 	e.secrets.add(cfg.OIDCClientSecret)
@@ -399,10 +400,10 @@ func TestDashboardFailedSignInLimit(t *testing.T) {
 	e := setup(t)
 	b := e.browser()
 	for range 5 {
-		wantStatus(t, "wrong token", b.login("wrong-token-"+randHex(8)), http.StatusUnauthorized)
+		wantStatus(t, "wrong token", b.login("wrong-token-"+randid.Hex(8)), http.StatusUnauthorized)
 	}
 	for range 20 {
-		wantStatus(t, "past the limit", b.login("wrong-token-"+randHex(8)), http.StatusTooManyRequests)
+		wantStatus(t, "past the limit", b.login("wrong-token-"+randid.Hex(8)), http.StatusTooManyRequests)
 	}
 	// Past the limit, even the right token waits: the limit is checked first.
 	wantStatus(t, "right token past the limit", b.login(e.cfg.AdminToken), http.StatusTooManyRequests)
@@ -411,7 +412,7 @@ func TestDashboardFailedSignInLimit(t *testing.T) {
 	}
 	e.clock.Advance(time.Minute)
 	wantStatus(t, "a minute on", b.login(e.cfg.AdminToken), http.StatusSeeOther)
-	wantStatus(t, "a wrong token a minute on", e.browser().login("wrong-"+randHex(8)), http.StatusUnauthorized)
+	wantStatus(t, "a wrong token a minute on", e.browser().login("wrong-"+randid.Hex(8)), http.StatusUnauthorized)
 	if !strings.Contains(e.logs.String(), "count=26") {
 		t.Errorf("the next line does not count the interval's 25 refusals and the new failure:\n%s", e.logs.String())
 	}

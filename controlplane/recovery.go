@@ -39,7 +39,7 @@ func spentWindows(ctx context.Context, q *db.Queries, id uuid.UUID, now time.Tim
 // compare-and-set (the very cooldown read, written before the reading)
 // and marks the account for one recovery probe. A refusal is logged with
 // its reason.
-func (s *Server) recoverQuota(ctx context.Context, q *db.Queries, id uuid.UUID, readings []usageReading, observedAt time.Time) error {
+func (j *AccountJobs) recoverQuota(ctx context.Context, q *db.Queries, id uuid.UUID, readings []usageReading, observedAt time.Time) error {
 	cd, err := q.GetLiveCooldown(ctx, db.GetLiveCooldownParams{AccountID: id, Now: observedAt})
 	if errors.Is(storeErr(err), ErrNotFound) {
 		return nil
@@ -58,7 +58,7 @@ func (s *Server) recoverQuota(ctx context.Context, q *db.Queries, id uuid.UUID, 
 		return nil
 	}
 	if cd.Reason != enumName(weirv1.CooldownReason_COOLDOWN_REASON_QUOTA_EXHAUSTED) {
-		s.log.InfoContext(ctx, "recovery refused: the cooldown is not quota-derived", "account_id", id, "reason", cd.Reason)
+		j.log.InfoContext(ctx, "recovery refused: the cooldown is not quota-derived", "account_id", id, "reason", cd.Reason)
 		return nil
 	}
 	n, err := q.ClearRecoveredQuotaCooldown(ctx, db.ClearRecoveredQuotaCooldownParams{AccountID: id, WrittenAt: cd.WrittenAt, ObservedAt: observedAt})
@@ -66,10 +66,10 @@ func (s *Server) recoverQuota(ctx context.Context, q *db.Queries, id uuid.UUID, 
 		return err
 	}
 	if n == 0 {
-		s.log.InfoContext(ctx, "recovery refused: the cooldown is newer than the reading", "account_id", id,
+		j.log.InfoContext(ctx, "recovery refused: the cooldown is newer than the reading", "account_id", id,
 			"written_at", cd.WrittenAt, "observed_at", observedAt)
 		return nil
 	}
-	s.log.InfoContext(ctx, "quota cooldown lifted by a reading; one recovery probe admitted", "account_id", id, "until_was", cd.Until)
+	j.log.InfoContext(ctx, "quota cooldown lifted by a reading; one recovery probe admitted", "account_id", id, "until_was", cd.Until)
 	return nil
 }

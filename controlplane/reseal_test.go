@@ -15,6 +15,7 @@ import (
 	"github.com/weirhq/weir/controlplane/db"
 	"github.com/weirhq/weir/controlplane/seal"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/randid"
 )
 
 func mustSealer(t *testing.T, current []byte, previous ...[]byte) *seal.Sealer {
@@ -39,7 +40,7 @@ func sealV1(t *testing.T, key []byte, account uuid.UUID, revision int64, plainte
 	if err != nil {
 		t.Fatal(err)
 	}
-	nonce := randBytes(aead.NonceSize())
+	nonce := randid.Bytes(aead.NonceSize())
 	ad := binary.BigEndian.AppendUint64(bytes.Clone(account[:]), uint64(revision))
 	return aead.Seal(append([]byte{1}, nonce...), nonce, []byte(plaintext), ad)
 }
@@ -67,7 +68,7 @@ func TestResealRotatesKey(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := t.Context()
-	a, b := e.cfg.SecretKey, randBytes(32)
+	a, b := e.cfg.SecretKey, randid.Bytes(32)
 	_, keyHash := e.createKey("")
 	api, apiCred := e.createAccount(acct{label: "api", priority: 10})
 	access, refresh := oauthToken(), refreshToken()
@@ -146,7 +147,7 @@ func TestResealRotatesKey(t *testing.T) {
 	if l := rb.mustLease(&weirv1.AcquireRequest{KeyHash: keyHash}); l.AccountId != api.Id || l.Credential != apiCred {
 		t.Fatalf("lease on %s under key B alone", l.AccountLabel)
 	}
-	if got, err := rb.srv.CheckCredentials(ctx); err != nil || len(got) != 0 {
+	if got, err := rb.srv.acct.CheckCredentials(ctx); err != nil || len(got) != 0 {
 		t.Fatalf("key B alone: unreadable %v, %v", got, err)
 	}
 }
@@ -158,11 +159,11 @@ func TestResealUnreadable(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := t.Context()
-	a, b := e.cfg.SecretKey, randBytes(32)
+	a, b := e.cfg.SecretKey, randid.Bytes(32)
 	_, goodCred := e.createAccount(acct{label: "good"})
 	lost, lostCred := e.createAccount(acct{label: "lost"})
 	lostRow := e.accountRow(lost.Id)
-	elsewhere := mustSealer(t, randBytes(32))
+	elsewhere := mustSealer(t, randid.Bytes(32))
 	if _, err := e.pool.Exec(ctx, `UPDATE accounts SET credential_sealed = $2 WHERE id = $1`,
 		lost.Id, elsewhere.Seal(lostRow.ID, lostRow.CredentialRevision, lostCred)); err != nil {
 		t.Fatal(err)
@@ -204,7 +205,7 @@ func TestResealWaitsForConcurrentWrite(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := t.Context()
-	a, b := e.cfg.SecretKey, randBytes(32)
+	a, b := e.cfg.SecretKey, randid.Bytes(32)
 	acc, _ := e.createAccount(acct{label: "busy"})
 	row := e.accountRow(acc.Id)
 	fresh := apiKey()
@@ -269,8 +270,8 @@ func TestResealTargets(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := t.Context()
-	a, b := e.cfg.SecretKey, randBytes(32)
-	hookURL, chatURL := "https://hooks.example.com/h/"+randHex(8), "https://hooks.slack.com/services/"+randHex(8)
+	a, b := e.cfg.SecretKey, randid.Bytes(32)
+	hookURL, chatURL := "https://hooks.example.com/h/"+randid.Hex(8), "https://hooks.slack.com/services/"+randid.Hex(8)
 	hook := e.createTarget(&weirv1.CreateTargetRequest{Name: "hook", Url: hookURL})
 	e.createTarget(&weirv1.CreateTargetRequest{Name: "chat", Kind: weirv1.NotifyTargetKind_NOTIFY_TARGET_KIND_SLACK, Url: chatURL})
 	seals := func() map[string]db.LockNotifyTargetSealsRow {
@@ -313,8 +314,8 @@ func TestResealTargets(t *testing.T) {
 	}
 	// Sealed under a key the rotation lacks.
 	e.exec(`UPDATE notify_targets SET url_sealed = $1 WHERE name = 'chat'`,
-		mustSealer(t, randBytes(32)).SealTarget(after["chat"].ID, targetURLField, chatURL))
-	_, err := ResealTargets(ctx, e.pool, randBytes(32), [][]byte{b}, false)
+		mustSealer(t, randid.Bytes(32)).SealTarget(after["chat"].ID, targetURLField, chatURL))
+	_, err := ResealTargets(ctx, e.pool, randid.Bytes(32), [][]byte{b}, false)
 	if err == nil || !strings.Contains(err.Error(), "(chat)") || strings.Contains(err.Error(), chatURL) {
 		t.Errorf("an unreadable target: %v", err)
 	}

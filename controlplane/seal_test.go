@@ -11,6 +11,7 @@ import (
 
 	"github.com/weirhq/weir/controlplane/seal"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/randid"
 )
 
 // TestSealedCredentialAtRest checks the stored row is sealed for its own
@@ -70,7 +71,7 @@ func TestWrongSecretKey(t *testing.T) {
 	a, credA := e.createAccount(acct{label: "sealed-by-a", priority: 10})
 
 	cfg := e.cfg
-	cfg.SecretKey = randBytes(32)
+	cfg.SecretKey = randid.Bytes(32)
 	cfg.Registry, cfg.Logger = nil, nil
 	other := newEnv(t, e.pool, cfg, e.clock)
 	other.secrets = e.secrets
@@ -98,7 +99,7 @@ func TestWrongSecretKey(t *testing.T) {
 	}
 	// And the first replica still reads its own: its check mends it (and
 	// marks the one it cannot open).
-	if err := e.srv.settleCredentials(t.Context()); err != nil {
+	if err := e.srv.acct.settleCredentials(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	e.wantUnreadable("after the first replica's check", "sealed-by-b")
@@ -110,7 +111,7 @@ func TestWrongSecretKey(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	good := func() Config {
-		return Config{AdminToken: strings.Repeat("a", 16), DataplaneToken: strings.Repeat("d", 16), SecretKey: randBytes(32)}
+		return Config{AdminToken: strings.Repeat("a", 16), DataplaneToken: strings.Repeat("d", 16), SecretKey: randid.Bytes(32)}
 	}
 	if c := good(); c.Validate() != nil {
 		t.Fatalf("good config rejected: %v", c.Validate())
@@ -124,7 +125,7 @@ func TestConfigValidate(t *testing.T) {
 		{"short data-plane token", func(c *Config) { c.DataplaneToken = strings.Repeat("d", 15) }, "DataplaneToken"},
 		{"same tokens", func(c *Config) { c.DataplaneToken = c.AdminToken }, "differ"},
 		{"no key", func(c *Config) { c.SecretKey = nil }, "SecretKey"},
-		{"short key", func(c *Config) { c.SecretKey = randBytes(31) }, "SecretKey"},
+		{"short key", func(c *Config) { c.SecretKey = randid.Bytes(31) }, "SecretKey"},
 		{"sub-second lease ttl", func(c *Config) { c.LeaseTTL = 500e6 }, "LeaseTTL"},
 		{"negative lease ttl", func(c *Config) { c.LeaseTTL = -1 }, "LeaseTTL"},
 		{"negative session ttl", func(c *Config) { c.SessionTTL = -1 }, "SessionTTL"},

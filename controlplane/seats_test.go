@@ -18,6 +18,7 @@ import (
 	"github.com/weirhq/weir/controlplane/db"
 	"github.com/weirhq/weir/controlplane/policy"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/randid"
 )
 
 // seatOracle is what a key may use, said the simplest way: an account it
@@ -529,7 +530,7 @@ func TestOwnersOnlySeatNeverServesOthers(t *testing.T) {
 		t.Helper()
 		row := e.accountRow(seat.Id)
 		id, err := e.q.ClaimLease(ctx, db.ClaimLeaseParams{AccountID: row.ID, Revision: row.CredentialRevision,
-			KeyID: uuid.NullUUID{UUID: uuid.MustParse(keyIDByHash(e, keyHash)), Valid: true}, RequestID: "stale-" + randHex(3),
+			KeyID: uuid.NullUUID{UUID: uuid.MustParse(keyIDByHash(e, keyHash)), Valid: true}, RequestID: "stale-" + randid.Hex(3),
 			Model: model, Now: e.clock.Now(), ExpiresAt: e.clock.Now().Add(time.Minute)})
 		if err != nil {
 			t.Fatal(err)

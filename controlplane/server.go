@@ -28,7 +28,8 @@ import (
 	"github.com/weirhq/weir/jobs"
 )
 
-// Server is one control-plane replica.
+// Server is one control-plane replica: it serves the RPCs and wires the
+// services they are made of, the lease service and the jobs' AccountJobs.
 type Server struct {
 	store
 	cfg      Config
@@ -39,17 +40,13 @@ type Server struct {
 	metrics  *metrics
 	integ    *integrityMetrics
 	river    *river.Client[pgx.Tx]
-	// jobsOut inserts jobs without working them (jobs or not, a replica
-	// enqueues: another works them).
-	jobsOut *river.Client[pgx.Tx]
+	// acct is the jobs' work on accounts, which the account and lease
+	// services share a few parts of.
+	acct *AccountJobs
 	// watch feeds WatchPool from Postgres notifications.
 	watch *poolWatch
-	// creds checks the stored credentials with this replica's keys.
-	creds ticking
 	// clock moves the lease clock (leaseclock.go).
 	clock ticking
-	// jitter spreads usage reads, uniform in [-1, 1).
-	jitter func() float64
 	// notifier raises notifications (notify.go).
 	notifier *notify.Notifier
 	// prices is the price table route events are priced with (tokens.go).
@@ -81,10 +78,11 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 		now:      cfg.Now,
 		metrics:  newMetrics(cfg.Registry),
 		integ:    newIntegrityMetrics(cfg.Registry),
-		jitter:   defaultJitter,
 		watch:    newPoolWatch(pool, cfg.Logger),
 		egress:   newEgressClients(cfg),
 	}
+	s.acct = &AccountJobs{store: s.store, cfg: cfg, seal: sealer, log: cfg.Logger, now: cfg.Now,
+		jitter: defaultJitter, egress: s.egress}
 	s.prices = &priceCache{now: cfg.Now}
 	if cfg.OIDCIssuer != "" {
 		s.oidc = &dashboard.OIDC{Name: cfg.OIDCName, Issuer: cfg.OIDCIssuer, ClientID: cfg.OIDCClientID,
@@ -93,7 +91,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 	if s.notifier, err = notify.NewNotifier(pool, cfg.Now); err != nil {
 		return nil, fmt.Errorf("controlplane: %w", err)
 	}
-	if s.jobsOut, err = river.NewClient(riverpgxv5.New(pool), &river.Config{}); err != nil {
+	if s.acct.jobsOut, err = river.NewClient(riverpgxv5.New(pool), &river.Config{}); err != nil {
 		return nil, fmt.Errorf("controlplane: river: %w", err)
 	}
 	cfg.Registry.MustRegister(newPoolCollector(s))
@@ -108,11 +106,11 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 			Retention:      s.RouteRetention,
 			UsageRetention: s.UsageRetention,
 			SessionTTL:     cfg.SessionTTL,
-			Usage:          s,
-			Tokens:         s,
-			Banked:         s,
-			Creds:          s,
-			Checks:         s,
+			Usage:          s.acct,
+			Tokens:         s.acct,
+			Banked:         s.acct,
+			Creds:          s.acct,
+			Checks:         s.acct,
 			Findings:       s.integ.count,
 			Notify:         s,
 			NotifyRetry:    cfg.notifyRetry,
@@ -134,6 +132,10 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 	return s, nil
 }
 
+// AccountJobs is the jobs' work on accounts, for running one pass of it
+// outside River's schedule (tools, tests).
+func (s *Server) AccountJobs() *AccountJobs { return s.acct }
+
 // Start checks that this replica's secret keys open the stored
 // credentials, refusing to start (a *WrongKeyError) when they open not
 // one, and starts the pool notification listener (WatchPool streams are
@@ -142,7 +144,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 // until Stop, or until ctx ends: the listener then ends the WatchPool
 // streams, so a draining server does not wait on them.
 func (s *Server) Start(ctx context.Context) error {
-	if err := s.settleCredentials(ctx); err != nil {
+	if err := s.acct.settleCredentials(ctx); err != nil {
 		return fmt.Errorf("controlplane: refusing to start: %w", err)
 	}
 	s.maintainPartitions(ctx)
@@ -152,7 +154,7 @@ func (s *Server) Start(ctx context.Context) error {
 			return fmt.Errorf("controlplane: start river: %w", err)
 		}
 	}
-	s.startCredentialWatch(ctx)
+	s.acct.startCredentialWatch(ctx)
 	s.startLeaseClock(ctx)
 	return nil
 }
@@ -173,7 +175,7 @@ func (s *Server) maintainPartitions(ctx context.Context) {
 // Stop stops the credential check and the listener, ending every
 // WatchPool stream, and River, letting running jobs finish until ctx ends.
 func (s *Server) Stop(ctx context.Context) error {
-	s.creds.stop()
+	s.acct.creds.stop()
 	s.clock.stop()
 	s.watch.stop()
 	if s.river == nil {
@@ -260,12 +262,12 @@ func (s *Server) accountService() accountService {
 	return accountService{store: s.store, now: s.now, log: s.log, seal: s.seal, watch: s.watch,
 		views:      s.accountViews(),
 		identities: identities{q: s.q, seal: s.seal, log: s.log, profile: s.cfg.ProfileClient, proxied: s.egress.profile},
-		readUsage:  s.readUsage, bankedReset: s.bankedReset, enqueueCheck: s.enqueueCheck}
+		readUsage:  s.acct.readUsage, bankedReset: s.acct.bankedReset, enqueueCheck: s.acct.enqueueCheck}
 }
 
 func (s *Server) leases() leaseService {
 	return leaseService{store: s.store, notifier: s.notifier, prices: s.prices, cfg: s.cfg, settings: s.settings, seal: s.seal, log: s.log, now: s.now,
-		metrics: s.metrics, watch: s.watch, mergeUsageHeaders: s.mergeUsageHeaders, markUnreadable: s.markUnreadable}
+		metrics: s.metrics, watch: s.watch, mergeUsageHeaders: s.acct.mergeUsageHeaders, markUnreadable: s.acct.markUnreadable}
 }
 
 func (s *Server) keyService() keyService {
@@ -281,7 +283,7 @@ func (s *Server) dashboardService() dashboardService {
 }
 
 func (s *Server) accountViews() accountViews {
-	return accountViews{store: s.store, now: s.now, forecasts: s.forecasts, opens: s.opens}
+	return accountViews{store: s.store, now: s.now, forecasts: s.forecasts, opens: s.acct.opens}
 }
 
 // store is the database: the pool, its queries, and the lookups the

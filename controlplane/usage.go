@@ -96,18 +96,18 @@ type usageResult struct {
 // readings under the epoch it claimed. The error is for what the caller
 // must hear (not found, not OAuth, the database); an upstream failure is
 // recorded, backed off and returned in the result.
-func (s *Server) readUsage(ctx context.Context, id uuid.UUID) (usageResult, error) {
-	acct, err := s.q.GetAccount(ctx, id)
+func (j *AccountJobs) readUsage(ctx context.Context, id uuid.UUID) (usageResult, error) {
+	acct, err := j.q.GetAccount(ctx, id)
 	if err != nil {
 		return usageResult{}, storeErr(err)
 	}
 	if acct.AuthKind != "oauth" || (acct.Provider != providerAnthropic && acct.Provider != providerCodex) {
 		return usageResult{}, errNoUsageEndpoint
 	}
-	now := s.now()
-	claim, err := s.q.ClaimUsageRead(ctx, db.ClaimUsageReadParams{AccountID: id, CredentialRevision: acct.CredentialRevision, Now: now})
+	now := j.now()
+	claim, err := j.q.ClaimUsageRead(ctx, db.ClaimUsageReadParams{AccountID: id, CredentialRevision: acct.CredentialRevision, Now: now})
 	if errors.Is(err, pgx.ErrNoRows) {
-		at, err := s.q.UsageReadAllowedAt(ctx, db.UsageReadAllowedAtParams{AccountID: id, Now: now})
+		at, err := j.q.UsageReadAllowedAt(ctx, db.UsageReadAllowedAtParams{AccountID: id, Now: now})
 		if err != nil {
 			return usageResult{}, storeErr(err)
 		}
@@ -118,8 +118,8 @@ func (s *Server) readUsage(ctx context.Context, id uuid.UUID) (usageResult, erro
 	}
 
 	res := usageResult{read: true}
-	readings, grants, wait, ferr := s.fetchUsage(ctx, acct)
-	now = s.now()
+	readings, grants, wait, ferr := j.fetchUsage(ctx, acct)
+	now = j.now()
 	if ferr != nil {
 		if errors.Is(ferr, context.Canceled) {
 			// Our shutdown, not the endpoint's answer: the claim stands (the
@@ -127,18 +127,18 @@ func (s *Server) readUsage(ctx context.Context, id uuid.UUID) (usageResult, erro
 			return usageResult{}, ferr
 		}
 		blocked := now.Add(usageBackoff(claim.Failures+1, wait))
-		if err := s.q.RecordUsageFailure(ctx, db.RecordUsageFailureParams{
+		if err := j.q.RecordUsageFailure(ctx, db.RecordUsageFailureParams{
 			AccountID: id, LastError: ferr.Error(), BlockedUntil: blocked,
 		}); err != nil {
 			return usageResult{}, err
 		}
-		s.log.WarnContext(ctx, "usage read failed", "account_id", id, "failures", claim.Failures+1, "blocked_until", blocked, "err", ferr)
+		j.log.WarnContext(ctx, "usage read failed", "account_id", id, "failures", claim.Failures+1, "blocked_until", blocked, "err", ferr)
 		res.failure = ferr
-		res.nextAllowed, err = s.q.UsageReadAllowedAt(ctx, db.UsageReadAllowedAtParams{AccountID: id, Now: now})
+		res.nextAllowed, err = j.q.UsageReadAllowedAt(ctx, db.UsageReadAllowedAtParams{AccountID: id, Now: now})
 		return res, storeErr(err)
 	}
-	next := usageCadence(acct.LastUsedAt, now, s.jitter())
-	err = s.tx(ctx, func(q *db.Queries) error {
+	next := usageCadence(acct.LastUsedAt, now, j.jitter())
+	err = j.tx(ctx, func(q *db.Queries) error {
 		present := make(map[string]usageReading, len(readings))
 		for _, r := range readings {
 			present[r.window] = r
@@ -175,17 +175,17 @@ func (s *Server) readUsage(ctx context.Context, id uuid.UUID) (usageResult, erro
 				return err
 			}
 		}
-		return s.recoverQuota(ctx, q, id, readings, now)
+		return j.recoverQuota(ctx, q, id, readings, now)
 	})
 	switch {
 	case errors.Is(err, errStaleUsage):
-		s.log.InfoContext(ctx, "usage reading dropped: epoch moved on", "account_id", id, "epoch", claim.Epoch)
+		j.log.InfoContext(ctx, "usage reading dropped: epoch moved on", "account_id", id, "epoch", claim.Epoch)
 	case err != nil:
 		return usageResult{}, fmt.Errorf("store usage: %w", err)
 	default:
 		res.landed = true
 	}
-	at, err := s.q.UsageReadAllowedAt(ctx, db.UsageReadAllowedAtParams{AccountID: id, Now: now})
+	at, err := j.q.UsageReadAllowedAt(ctx, db.UsageReadAllowedAtParams{AccountID: id, Now: now})
 	if err != nil {
 		return usageResult{}, storeErr(err)
 	}
@@ -200,22 +200,22 @@ var errStaleUsage = errors.New("usage reading is stale")
 // scheduled (at boot, new accounts, new credentials) are first given a
 // read spread over the next 90 s. It is the poller's half of
 // jobs.UsageReader.
-func (s *Server) ReadDue(ctx context.Context) (int, error) {
-	now := s.now()
-	if _, err := s.q.StaggerUnscheduledUsagePolls(ctx, db.StaggerUnscheduledUsagePollsParams{
+func (j *AccountJobs) ReadDue(ctx context.Context) (int, error) {
+	now := j.now()
+	if _, err := j.q.StaggerUnscheduledUsagePolls(ctx, db.StaggerUnscheduledUsagePollsParams{
 		Now: now, SpreadSeconds: usageBootSpread.Seconds(),
 	}); err != nil {
 		return 0, fmt.Errorf("schedule usage reads: %w", err)
 	}
-	due, err := s.q.DueUsagePolls(ctx, db.DueUsagePollsParams{Now: now, MaxReads: usageReadsPerRun})
+	due, err := j.q.DueUsagePolls(ctx, db.DueUsagePollsParams{Now: now, MaxReads: usageReadsPerRun})
 	if err != nil {
 		return 0, fmt.Errorf("due usage reads: %w", err)
 	}
 	return forEachBounded(due, usageReadParallelism, func(id uuid.UUID) (bool, error) {
-		res, err := s.readUsage(ctx, id)
+		res, err := j.readUsage(ctx, id)
 		if err == nil && !res.read {
 			// Someone else read it (another replica, an operator).
-			err = s.q.DeferUsagePoll(ctx, id)
+			err = j.q.DeferUsagePoll(ctx, id)
 		}
 		if err != nil {
 			return res.read, fmt.Errorf("read usage of %s: %w", id, err)
@@ -235,7 +235,7 @@ func rearmUsage(ctx context.Context, q *db.Queries, id uuid.UUID, at time.Time) 
 // mergeUsageHeaders folds the unified rate-limit headers of a released
 // response into the usage view, under the lease's credential revision and
 // the current epoch. Release calls it inside its transaction.
-func (s *Server) mergeUsageHeaders(ctx context.Context, q *db.Queries, accountID uuid.UUID, revision int64, headers map[string]string, now time.Time) error {
+func (j *AccountJobs) mergeUsageHeaders(ctx context.Context, q *db.Queries, accountID uuid.UUID, revision int64, headers map[string]string, now time.Time) error {
 	for _, r := range readingsOf(upstream.HeaderReadings(headers, now)) {
 		if _, err := q.UpsertUsageWindow(ctx, db.UpsertUsageWindowParams{
 			AccountID: accountID, WindowName: r.window, Utilization: r.utilization, ResetsAt: r.resetsAt,
@@ -253,19 +253,19 @@ func (s *Server) mergeUsageHeaders(ctx context.Context, q *db.Queries, accountID
 // banked resets enabled, the reset grants: nil when not asked for or not
 // answered), or an error without the credential in it and how long the
 // endpoint asked us to wait (0: it did not say).
-func (s *Server) fetchUsage(ctx context.Context, acct db.Account) ([]usageReading, *[]resetGrant, time.Duration, error) {
-	token, err := s.seal.Open(acct.ID, acct.CredentialRevision, acct.CredentialSealed)
+func (j *AccountJobs) fetchUsage(ctx context.Context, acct db.Account) ([]usageReading, *[]resetGrant, time.Duration, error) {
+	token, err := j.seal.Open(acct.ID, acct.CredentialRevision, acct.CredentialSealed)
 	if err != nil {
 		return nil, nil, 0, errCredentialUnreadable
 	}
-	client, release, err := s.clientFor(ctx, s.egress.usage, s.cfg.UsageClient, acct)
+	client, release, err := j.clientFor(ctx, j.egress.usage, j.cfg.UsageClient, acct)
 	if err != nil {
 		return nil, nil, 0, err
 	}
 	defer release()
 	base := accountBaseURL(acct.Provider, acct.BaseUrl)
 	if acct.Provider == providerCodex {
-		readings, wait, err := upstream.ReadCodexUsage(ctx, client, base, token, acct.UpstreamAccountID, s.now)
+		readings, wait, err := upstream.ReadCodexUsage(ctx, client, base, token, acct.UpstreamAccountID, j.now)
 		return readingsOf(readings), nil, wait, err
 	}
 	u, wait, err := upstream.ReadAnthropicUsage(ctx, client, base, token, acct.BankedResetsEnabled)

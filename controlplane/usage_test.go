@@ -284,7 +284,7 @@ func TestUsageBudgetHoldsAcrossReplicasAndCallers(t *testing.T) {
 					res = usageResult{read: resp.Msg.Read, nextAllowed: resp.Msg.NextReadAllowedAt.AsTime()}
 				}
 			} else {
-				res, err = s.readUsage(t.Context(), id)
+				res, err = s.acct.readUsage(t.Context(), id)
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -320,7 +320,7 @@ func TestUsageBudgetHoldsAcrossReplicasAndCallers(t *testing.T) {
 	if _, err := u.q.RearmUsagePoll(t.Context(), db.RearmUsagePollParams{AccountID: id, NextReadAt: u.clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := other.srv.ReadDue(t.Context()); err != nil || n != 0 {
+	if n, err := other.srv.acct.ReadDue(t.Context()); err != nil || n != 0 {
 		t.Fatalf("ReadDue at 149 s: %d reads, %v; want none", n, err)
 	}
 	u.clock.Advance(time.Second)
@@ -338,7 +338,7 @@ func TestUsageSurvivesRestart(t *testing.T) {
 	t.Parallel()
 	u, accts := setupUsage(t, maxAccount("max"))
 	id := accts["max"].Id
-	if n, err := u.srv.ReadDue(t.Context()); err != nil || n != 1 {
+	if n, err := u.srv.acct.ReadDue(t.Context()); err != nil || n != 1 {
 		t.Fatalf("first poll: %d reads, %v; want 1", n, err)
 	}
 
@@ -351,7 +351,7 @@ func TestUsageSurvivesRestart(t *testing.T) {
 	if fh := window(a, windowFiveHour); fh == nil || *fh.Utilization != 0.45 || !a.UsageReadAt.AsTime().Equal(epoch) {
 		t.Fatalf("after a restart the view is cold: %v read at %v", a.Usage, a.UsageReadAt)
 	}
-	if n, err := restarted.srv.ReadDue(t.Context()); err != nil || n != 0 {
+	if n, err := restarted.srv.acct.ReadDue(t.Context()); err != nil || n != 0 {
 		t.Fatalf("poll after restart: %d reads, %v; want none", n, err)
 	}
 	resp, err := restarted.admin.accounts.RefreshUsage(t.Context(), connect.NewRequest(&weirv1.RefreshUsageRequest{Id: id}))
@@ -409,14 +409,14 @@ func TestUsageRetryAfter(t *testing.T) {
 	if r := u.refresh("max"); r.Read {
 		t.Fatal("read before the retry-after passed")
 	}
-	if n, err := u.srv.ReadDue(t.Context()); err != nil || n != 0 {
+	if n, err := u.srv.acct.ReadDue(t.Context()); err != nil || n != 0 {
 		t.Fatalf("poller before the retry-after: %d, %v", n, err)
 	}
 	if n := u.usageReads(); n != 2 {
 		t.Fatalf("%d upstream reads, want 2", n)
 	}
 	u.clock.Advance(time.Second)
-	if n, err := u.srv.ReadDue(t.Context()); err != nil || n != 1 {
+	if n, err := u.srv.acct.ReadDue(t.Context()); err != nil || n != 1 {
 		t.Fatalf("poller at the retry-after: %d reads, %v; want 1", n, err)
 	}
 	if p := u.poll(id); p.Failures != 0 || p.BlockedUntil != nil || p.LastError != nil {
@@ -496,7 +496,7 @@ func TestUsageEpochFencing(t *testing.T) {
 			var once sync.Once
 			u.hook = func(*http.Request) { once.Do(func() { tc.bump(u, id) }) }
 
-			res, err := u.srv.readUsage(t.Context(), uuid.MustParse(id))
+			res, err := u.srv.acct.readUsage(t.Context(), uuid.MustParse(id))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -531,7 +531,7 @@ func TestCredentialUpdateBumpsTheEpoch(t *testing.T) {
 	t.Parallel()
 	u, accts := setupUsage(t, maxAccount("max"))
 	id := accts["max"].Id
-	if n, err := u.srv.ReadDue(t.Context()); err != nil || n != 1 {
+	if n, err := u.srv.acct.ReadDue(t.Context()); err != nil || n != 1 {
 		t.Fatalf("poll: %d, %v", n, err)
 	}
 	p := u.poll(id)
@@ -572,7 +572,7 @@ func TestCredentialUpdateBumpsTheEpoch(t *testing.T) {
 func TestReadDueCadence(t *testing.T) {
 	t.Parallel()
 	u, accts := setupUsage(t, maxAccount("a"), maxAccount("b"), maxAccount("c"))
-	u.srv.jitter = func() float64 { return 0 }
+	u.srv.acct.jitter = func() float64 { return 0 }
 	busy := accts["b"].Id
 	if _, err := u.pool.Exec(t.Context(), `UPDATE accounts SET last_used_at = $1 WHERE id = $2`, epoch, uuid.MustParse(busy)); err != nil {
 		t.Fatal(err)
@@ -580,7 +580,7 @@ func TestReadDueCadence(t *testing.T) {
 	// API-key accounts are never scheduled.
 	u.createAccount(acct{label: "team"})
 
-	n, err := u.srv.ReadDue(t.Context())
+	n, err := u.srv.acct.ReadDue(t.Context())
 	if err != nil || n != 1 {
 		t.Fatalf("boot poll: %d reads, %v; want the first of three", n, err)
 	}
@@ -607,7 +607,7 @@ func TestReadDueCadence(t *testing.T) {
 	}
 
 	u.clock.Advance(60 * time.Second)
-	if n, err := u.srv.ReadDue(t.Context()); err != nil || n != 2 {
+	if n, err := u.srv.acct.ReadDue(t.Context()); err != nil || n != 2 {
 		t.Fatalf("poll at +60s: %d reads, %v; want 2", n, err)
 	}
 	// Whichever was read when, each next read follows from its last: the
@@ -717,7 +717,7 @@ func TestMergeUsageHeaders(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := u.srv.mergeUsageHeaders(t.Context(), u.q, id, rev, tc.headers, now); err != nil {
+			if err := u.srv.acct.mergeUsageHeaders(t.Context(), u.q, id, rev, tc.headers, now); err != nil {
 				t.Fatal(err)
 			}
 			w := window(u.getAccount(a.Id), windowFiveHour)

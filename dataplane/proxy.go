@@ -3,8 +3,6 @@ package dataplane
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +22,7 @@ import (
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/failpolicy"
+	"github.com/weirhq/weir/internal/randid"
 )
 
 // inbound is one client request, read whole before the first attempt: the
@@ -83,9 +82,7 @@ func (in *inbound) letGo() {
 }
 
 func newRequestID() string {
-	b := make([]byte, 12)
-	rand.Read(b) //nolint:errcheck // crypto/rand.Read never fails on Linux
-	return "weir_" + hex.EncodeToString(b)
+	return "weir_" + randid.Hex(12)
 }
 
 func (s *Server) proxyHandler(sf surface) http.HandlerFunc {

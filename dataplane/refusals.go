@@ -1,8 +1,6 @@
 package dataplane
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"sync"
 	"time"
 
@@ -10,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/randid"
 )
 
 // Refused requests are counted, not recorded. A request answered before
@@ -68,9 +67,7 @@ type refusalBucket struct {
 }
 
 func newRefusalCounter(every time.Duration, now func() time.Time, metric *prometheus.CounterVec, report func(...*weirv1.RefusalCount)) *refusalCounter {
-	b := make([]byte, 8)
-	rand.Read(b) //nolint:errcheck // crypto/rand.Read never fails on Linux
-	return &refusalCounter{worker: "w_" + hex.EncodeToString(b), every: every, now: now, metric: metric, report: report,
+	return &refusalCounter{worker: "w_" + randid.Hex(8), every: every, now: now, metric: metric, report: report,
 		counts: map[refusalBucket]int64{}}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 
 	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/internal/randid"
 )
 
 // The weir services of compose.yaml, in the order its depends_on starts
@@ -34,9 +35,9 @@ var (
 func TestComposeTopology(t *testing.T) {
 	t.Parallel()
 	secrets := map[string]string{
-		"WEIR_ADMIN_TOKEN":     "compose-admin-" + randomHex(12),
-		"WEIR_DATAPLANE_TOKEN": "compose-dp-" + randomHex(12),
-		"WEIR_SECRET_KEY":      randomHex(32),
+		"WEIR_ADMIN_TOKEN":     "compose-admin-" + randid.Hex(12),
+		"WEIR_DATAPLANE_TOKEN": "compose-dp-" + randid.Hex(12),
+		"WEIR_SECRET_KEY":      randid.Hex(32),
 	}
 	project := loadCompose(t, secrets)
 	services := map[string]types.ServiceConfig{}
@@ -154,7 +155,7 @@ func TestComposeTopology(t *testing.T) {
 	// An operator adds an account pointed at the simulator, and a key.
 	admin := map[string]string{"WEIR_CONTROLPLANE_URL": "http://127.0.0.1:" + ports["controlplane-1"],
 		"WEIR_ADMIN_TOKEN": secrets["WEIR_ADMIN_TOKEN"]}
-	e, _, errOut := testEnv(admin, "sk-ant-api03-compose-"+randomHex(8))
+	e, _, errOut := testEnv(admin, "sk-ant-api03-compose-"+randid.Hex(8))
 	if err := run(ctx, []string{"accounts", "add", "--label", "compose", "--secret-stdin",
 		"--base-url", "http://127.0.0.1:" + ports["sim"]}, e); err != nil {
 		t.Fatalf("accounts add: %v\n%s", err, errOut.String())

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -13,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -23,10 +21,10 @@ import (
 	"github.com/weirhq/weir/dataplane"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
-	"github.com/weirhq/weir/internal/migrate"
-	"github.com/weirhq/weir/internal/pgembed"
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/rpcclient"
 	"github.com/weirhq/weir/internal/sim"
+	"github.com/weirhq/weir/internal/stack"
 	"github.com/weirhq/weir/internal/telemetry"
 )
 
@@ -118,74 +116,34 @@ func runDev(ctx context.Context, args []string, e env) error {
 		defer simLn.Close()
 	}
 
-	dbURL := e.getenv("WEIR_DATABASE_URL")
-	var cluster *pgembed.Cluster
-	if dbURL == "" {
-		fmt.Fprintln(e.stderr, "starting embedded Postgres in", filepath.Join(*dataDir, "postgres"), "…")
-		cluster, err = pgembed.Start(ctx, pgembed.Config{DataDir: filepath.Join(*dataDir, "postgres"), Logger: log.With("component", "postgres")})
+	// Everything stops when the user interrupts or any part fails.
+	ctx, cancelAll := context.WithCancelCause(ctx)
+	defer cancelAll(nil)
+	opts := stack.Options{Logger: log, ControlPlaneListener: cpLn, SimListener: simLn,
+		Exited: func(part string, err error) {
+			if err == nil {
+				err = fmt.Errorf("%s stopped", part)
+			}
+			cancelAll(err)
+		}}
+	if dbURL := e.getenv("WEIR_DATABASE_URL"); dbURL != "" {
+		pool, err := openPool(ctx, dbURL)
 		if err != nil {
 			return fmt.Errorf("weir dev: %w", err)
 		}
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-			defer cancel()
-			if err := cluster.Stop(sctx); err != nil {
-				log.Error("stop postgres", "err", err)
-			}
-		}()
-		dbURL = cluster.URL()
-	}
-	pool, err := openPool(ctx, dbURL)
-	if err != nil {
-		return fmt.Errorf("weir dev: %w", err)
-	}
-	defer pool.Close()
-	if err := migrate.Up(ctx, pool); err != nil {
-		return fmt.Errorf("weir dev: %w", err)
+		defer pool.Close()
+		opts.Pool = pool
+	} else {
+		opts.PostgresDir = filepath.Join(*dataDir, "postgres")
+		fmt.Fprintln(e.stderr, "starting embedded Postgres in", opts.PostgresDir, "…")
 	}
 
-	// Everything stops when the user interrupts or any part fails; the data
-	// plane drains first, since its in-flight requests release leases
-	// through the control plane.
-	ctx, cancelAll := context.WithCancelCause(ctx)
-	defer cancelAll(nil)
-	cpCtx, stopCP := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopCP()
-	var wg sync.WaitGroup
-	var errMu sync.Mutex
-	var errs []error
-	goRun := func(name string, c context.Context, f func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(c); err != nil {
-				errMu.Lock()
-				errs = append(errs, fmt.Errorf("%s: %w", name, err))
-				errMu.Unlock()
-				cancelAll(err)
-			} else if ctx.Err() == nil {
-				cancelAll(fmt.Errorf("%s stopped", name))
-			}
-		}()
-	}
-	if cluster != nil {
-		go func() {
-			select {
-			case <-cluster.Done():
-				cancelAll(errors.New("embedded postgres exited"))
-			case <-ctx.Done():
-			}
-		}()
-	}
-
-	cpURL := "http://" + cpLn.Addr().String()
-	dpURL := "http://" + dpLn.Addr().String()
-	cpCfg := controlplane.Config{AdminToken: secrets.admin, DataplaneToken: secrets.dataplane,
+	opts.ControlPlane = controlplane.Config{AdminToken: secrets.admin, DataplaneToken: secrets.dataplane,
 		SecretKey: secrets.key, PreviousSecretKeys: secrets.previous, Logger: log}
-	if err := capacityConfig(e, &cpCfg); err != nil {
+	if err := capacityConfig(e, &opts.ControlPlane); err != nil {
 		return fmt.Errorf("weir dev: %w", err)
 	}
-	if err := metricsConfig(e, &cpCfg); err != nil {
+	if err := metricsConfig(e, &opts.ControlPlane); err != nil {
 		return fmt.Errorf("weir dev: %w", err)
 	}
 	cpTP, stopCPTracing, err := tracing(ctx, e, telemetry.ServiceControlplane, log)
@@ -193,31 +151,26 @@ func runDev(ctx context.Context, args []string, e env) error {
 		return fmt.Errorf("weir dev: %w", err)
 	}
 	defer stopCPTracing()
-	cpCfg.TracerProvider = cpTP
+	opts.ControlPlane.TracerProvider = cpTP
 	dpTP, stopDPTracing, err := tracing(ctx, e, telemetry.ServiceDataplane, log)
 	if err != nil {
 		return fmt.Errorf("weir dev: %w", err)
 	}
 	defer stopDPTracing()
-	cp, err := startControlPlane(cpCtx, cpCfg, pool)
+	if *simulate {
+		opts.Sim = &sim.Config{Logger: log.With("component", "sim"), Script: demoScript(), DeltaDelay: 30 * time.Millisecond}
+	}
+	st, err := stack.Start(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("weir dev: %w", err)
 	}
-	goRun("control plane", cpCtx, func(c context.Context) error { return serveControlPlane(c, cp, cpLn, nil, log) })
-	simURL := ""
-	if *simulate {
-		simURL = "http://" + simLn.Addr().String()
-		s := sim.New(sim.Config{Logger: log.With("component", "sim"), Script: demoScript(), DeltaDelay: 30 * time.Millisecond})
-		goRun("simulator", cpCtx, func(c context.Context) error { return serveSim(c, s, simLn, log) })
-	}
 
-	info := devInfo{DataplaneURL: dpURL, ControlplaneURL: cpURL, SimulatorURL: simURL, AdminToken: secrets.admin, DataplaneToken: secrets.dataplane}
+	info := devInfo{DataplaneURL: "http://" + dpLn.Addr().String(), ControlplaneURL: st.ControlPlaneURL, SimulatorURL: st.SimURL,
+		AdminToken: secrets.admin, DataplaneToken: secrets.dataplane}
 	if *simulate {
-		key, err := seedDemo(ctx, cpURL, secrets, simURL, prev.ClientKey)
+		key, err := seedDemo(ctx, st.ControlPlaneURL, secrets, st.SimURL, prev.ClientKey)
 		if err != nil {
-			cancelAll(err)
-			stopCP()
-			wg.Wait()
+			st.Stop(ctx) //nolint:errcheck // the seeding's error is the news
 			return fmt.Errorf("weir dev: seed demo: %w", err)
 		}
 		info.ClientKey = key
@@ -226,40 +179,29 @@ func runDev(ctx context.Context, args []string, e env) error {
 		log.Warn("write dev.json", "err", err)
 	}
 	// Operator commands without --data-dir find this data dir through it.
-	if err := writeDevPointer(e, devPointer{ControlplaneURL: cpURL, DataDir: *dataDir}); err != nil {
+	if err := writeDevPointer(e, devPointer{ControlplaneURL: st.ControlPlaneURL, DataDir: *dataDir}); err != nil {
 		log.Warn("write the dev pointer", "path", devPointerPath(e), "err", err)
 	} else {
 		// A pointer left behind names a data dir whose weir dev is gone:
 		// the CLI then says it cannot reach it.
 		defer os.Remove(devPointerPath(e)) //nolint:errcheck // as above
 	}
-
-	dpCfg := dataplane.Config{ControlPlaneURL: cpURL, Token: secrets.dataplane, Logger: log, TracerProvider: dpTP}
-	dpDone := make(chan error, 1)
-	go func() {
-		err := serveDataPlane(ctx, dpCfg, dpLn, nil, nil)
-		if err != nil {
-			cancelAll(err)
-		}
-		dpDone <- err
-	}()
+	if _, err := st.StartWorker(dataplane.Config{TracerProvider: dpTP}, dpLn); err != nil {
+		st.Stop(ctx) //nolint:errcheck // the worker's error is the news
+		return fmt.Errorf("weir dev: %w", err)
+	}
 	printBanner(e.stdout, info, *dataDir)
 
 	<-ctx.Done()
-	// The data plane drains first: its in-flight requests release their
-	// leases through the control plane, which therefore stops last.
-	dpErr := <-dpDone
-	stopCP()
-	wg.Wait()
-	if dpErr != nil {
-		errs = append(errs, fmt.Errorf("data plane: %w", dpErr))
+	// The stack stops the data plane first: its requests in flight
+	// release their leases through the control plane, which stops after.
+	if err := st.Stop(ctx); err != nil {
+		return err
 	}
-	if len(errs) == 0 {
-		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-			return cause
-		}
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // demoScript names the demo accounts in the simulator after their labels,
@@ -296,13 +238,13 @@ func devSecrets(e env, dataDir string, prev devInfo) (secretSet, error) {
 		s.admin = prev.AdminToken
 	}
 	if s.admin == "" {
-		s.admin = "weir_admin_" + randomHex(24)
+		s.admin = "weir_admin_" + randid.Hex(24)
 	}
 	if s.dataplane == "" {
 		s.dataplane = prev.DataplaneToken
 	}
 	if s.dataplane == "" {
-		s.dataplane = "weir_dp_" + randomHex(24)
+		s.dataplane = "weir_dp_" + randid.Hex(24)
 	}
 	var err error
 	if s.previous, err = previousSecretKeys(e); err != nil {
@@ -327,18 +269,11 @@ func devSecrets(e env, dataDir string, prev devInfo) (secretSet, error) {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return s, err
 	}
-	s.key = make([]byte, 32)
-	rand.Read(s.key) //nolint:errcheck // crypto/rand.Read never fails on Linux
+	s.key = randid.Bytes(32)
 	if err := os.WriteFile(path, []byte(hex.EncodeToString(s.key)+"\n"), 0o600); err != nil {
 		return s, fmt.Errorf("write %s: %w", path, err)
 	}
 	return s, nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b) //nolint:errcheck // as above
-	return hex.EncodeToString(b)
 }
 
 func writeDevInfo(dataDir string, d devInfo) error {
@@ -388,7 +323,7 @@ func seedDemo(ctx context.Context, cpURL string, secrets secretSet, simURL, prev
 			return prevKey, nil
 		}
 	}
-	resp, err := keys.CreateKey(ctx, connect.NewRequest(&weirv1.CreateKeyRequest{Name: "dev-" + randomHex(3)}))
+	resp, err := keys.CreateKey(ctx, connect.NewRequest(&weirv1.CreateKeyRequest{Name: "dev-" + randid.Hex(3)}))
 	if err != nil {
 		return "", fmt.Errorf("create key: %w", err)
 	}

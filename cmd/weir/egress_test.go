@@ -11,6 +11,7 @@ import (
 
 	"github.com/weirhq/weir/controlplane"
 	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/internal/randid"
 )
 
 // TestEgressProxyCommands: the operator sets proxies with weir accounts
@@ -24,9 +25,9 @@ func TestEgressProxyCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	admin := "admin-" + randomHex(12)
-	cp, err := controlplane.New(controlplane.Config{AdminToken: admin, DataplaneToken: "dp-" + randomHex(12),
-		SecretKey: []byte(randomHex(16)), DisableJobs: true}, pool)
+	admin := "admin-" + randid.Hex(12)
+	cp, err := controlplane.New(controlplane.Config{AdminToken: admin, DataplaneToken: "dp-" + randid.Hex(12),
+		SecretKey: []byte(randid.Hex(16)), DisableJobs: true}, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +38,7 @@ func TestEgressProxyCommands(t *testing.T) {
 	ts.Start()
 	t.Cleanup(ts.Close)
 
-	ownPW, defPW, badPW := "own-"+randomHex(8), "def-"+randomHex(8), "bad-"+randomHex(8)
+	ownPW, defPW, badPW := "own-"+randid.Hex(8), "def-"+randid.Hex(8), "bad-"+randid.Hex(8)
 	weir := func(stdin string, args ...string) (string, error) {
 		t.Helper()
 		e, out, errOut := testEnv(map[string]string{"WEIR_CONTROLPLANE_URL": ts.URL, "WEIR_ADMIN_TOKEN": admin}, stdin)
@@ -51,7 +52,7 @@ func TestEgressProxyCommands(t *testing.T) {
 		return out.String() + errOut.String(), err
 	}
 
-	key := "sk-ant-api03-" + randomHex(20)
+	key := "sk-ant-api03-" + randid.Hex(20)
 	if out, err := weir(key, "accounts", "add", "--label", "own", "--secret-stdin", "--proxy", "socks5://u:"+ownPW+"@10.0.0.7:1080"); err != nil {
 		t.Fatalf("add: %v\n%s", err, out)
 	}

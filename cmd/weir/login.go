@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -24,6 +23,7 @@ import (
 	"connectrpc.com/connect"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/randid"
 )
 
 // `weir login claude|codex`: the OAuth authorization-code flow with PKCE
@@ -109,7 +109,7 @@ func runLogin(ctx context.Context, args []string, e env) error {
 		return err
 	}
 
-	verifier, state := randomURLSafe(32), randomURLSafe(32)
+	verifier, state := randid.URLSafe(32), randid.URLSafe(32)
 	u, err := url.Parse(*authorizeURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
 		return errors.New("weir login: --authorize-url must be an http(s) URL")
@@ -307,12 +307,6 @@ func (t loginTokens) credential(lp loginProvider, now time.Time) (string, string
 func pkceS256(verifier string) string {
 	sum := sha256.Sum256([]byte(verifier))
 	return base64.RawURLEncoding.EncodeToString(sum[:])
-}
-
-func randomURLSafe(n int) string {
-	b := make([]byte, n)
-	rand.Read(b) //nolint:errcheck // crypto/rand.Read does not fail
-	return base64.RawURLEncoding.EncodeToString(b)
 }
 
 // openBrowser opens url when a person is at a terminal with a display:

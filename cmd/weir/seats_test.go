@@ -14,6 +14,7 @@ import (
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/pgtest"
 	"github.com/weirhq/weir/internal/poolstatus"
+	"github.com/weirhq/weir/internal/randid"
 )
 
 // TestSeatCommands: weir accounts set --owner gives an OAuth account an
@@ -28,9 +29,9 @@ func TestSeatCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	admin := "admin-" + randomHex(12)
-	cp, err := controlplane.New(controlplane.Config{AdminToken: admin, DataplaneToken: "dp-" + randomHex(12),
-		SecretKey: []byte(randomHex(16)), DisableJobs: true}, pool)
+	admin := "admin-" + randid.Hex(12)
+	cp, err := controlplane.New(controlplane.Config{AdminToken: admin, DataplaneToken: "dp-" + randid.Hex(12),
+		SecretKey: []byte(randid.Hex(16)), DisableJobs: true}, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,8 +46,8 @@ func TestSeatCommands(t *testing.T) {
 	upstream := httptest.NewServer(http.NotFoundHandler())
 	t.Cleanup(upstream.Close)
 
-	token := "sk-ant-oat01-" + randomHex(20)
-	apiKey := "sk-ant-api03-" + randomHex(20)
+	token := "sk-ant-oat01-" + randid.Hex(20)
+	apiKey := "sk-ant-api03-" + randid.Hex(20)
 	weir := func(stdin string, args ...string) (string, error) {
 		t.Helper()
 		e, out, errOut := testEnv(map[string]string{"WEIR_CONTROLPLANE_URL": ts.URL, "WEIR_ADMIN_TOKEN": admin}, stdin)

@@ -16,6 +16,7 @@ import (
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/rpcclient"
 )
 
@@ -29,8 +30,8 @@ func sealedUnder(t *testing.T, dbURL, key string, labels ...string) (ids, creds 
 	}
 	defer pool.Close()
 	k, _ := seal.ParseSecretKey(key)
-	admin := "admin-" + randomHex(12)
-	cp, err := controlplane.New(controlplane.Config{AdminToken: admin, DataplaneToken: "dp-" + randomHex(12), SecretKey: k, DisableJobs: true}, pool)
+	admin := "admin-" + randid.Hex(12)
+	cp, err := controlplane.New(controlplane.Config{AdminToken: admin, DataplaneToken: "dp-" + randid.Hex(12), SecretKey: k, DisableJobs: true}, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func sealedUnder(t *testing.T, dbURL, key string, labels ...string) (ids, creds 
 	defer hc.CloseIdleConnections()
 	accounts := weirv1connect.NewAccountServiceClient(hc, ts.URL, connect.WithInterceptors(rpcclient.Token(admin)))
 	for _, label := range labels {
-		cred := "sk-ant-api03-" + randomHex(20)
+		cred := "sk-ant-api03-" + randid.Hex(20)
 		resp, err := accounts.CreateAccount(t.Context(), connect.NewRequest(&weirv1.CreateAccountRequest{
 			Provider: weirv1.Provider_PROVIDER_ANTHROPIC, AuthKind: weirv1.AuthKind_AUTH_KIND_API_KEY, Label: label, Credential: cred,
 		}))
@@ -64,7 +65,7 @@ func sealedUnder(t *testing.T, dbURL, key string, labels ...string) (ids, creds 
 func TestSecretsRotateCommand(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.NewURL(t)
-	keyA, keyB := randomHex(32), randomHex(32)
+	keyA, keyB := randid.Hex(32), randid.Hex(32)
 	ids, creds := sealedUnder(t, dbURL, keyA, "one", "two")
 	rawB, _ := seal.ParseSecretKey(keyB)
 	idB := seal.KeyID(rawB)
@@ -111,7 +112,7 @@ func TestSecretsRotateCommand(t *testing.T) {
 	}
 
 	// Only key A known now: B's seals open with no key.
-	out, errOut, err = rotate(map[string]string{"WEIR_SECRET_KEY": randomHex(32), "WEIR_SECRET_KEY_PREVIOUS": keyA})
+	out, errOut, err = rotate(map[string]string{"WEIR_SECRET_KEY": randid.Hex(32), "WEIR_SECRET_KEY_PREVIOUS": keyA})
 	if err == nil || exitCode(err) != 1 || out != "" {
 		t.Fatalf("unreadable: %v (exit %d)\n%s", err, exitCode(err), out)
 	}
@@ -160,9 +161,9 @@ func errString(err error) string {
 // value.
 func TestPreviousSecretKeysConfig(t *testing.T) {
 	t.Parallel()
-	cur, p1, p2 := randomHex(32), randomHex(32), randomHex(32)
+	cur, p1, p2 := randid.Hex(32), randid.Hex(32), randid.Hex(32)
 	vars := map[string]string{
-		"WEIR_ADMIN_TOKEN": "admin-" + randomHex(12), "WEIR_DATAPLANE_TOKEN": "dp-" + randomHex(12),
+		"WEIR_ADMIN_TOKEN": "admin-" + randid.Hex(12), "WEIR_DATAPLANE_TOKEN": "dp-" + randid.Hex(12),
 		"WEIR_SECRET_KEY": cur, "WEIR_SECRET_KEY_PREVIOUS": p1 + ", " + p2 + ",",
 	}
 	e, _, _ := testEnv(vars, "")
@@ -200,11 +201,11 @@ func keyIDOf(hexKey string) string {
 func TestControlPlaneStartChecksKey(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.NewURL(t)
-	keyA, keyB, wrong := randomHex(32), randomHex(32), randomHex(32)
-	admin := "admin-" + randomHex(12)
+	keyA, keyB, wrong := randid.Hex(32), randid.Hex(32), randid.Hex(32)
+	admin := "admin-" + randid.Hex(12)
 	vars := func(key string) map[string]string {
 		return map[string]string{"WEIR_DATABASE_URL": dbURL, "WEIR_ADMIN_TOKEN": admin,
-			"WEIR_DATAPLANE_TOKEN": "dp-" + randomHex(12), "WEIR_SECRET_KEY": key}
+			"WEIR_DATAPLANE_TOKEN": "dp-" + randid.Hex(12), "WEIR_SECRET_KEY": key}
 	}
 	serve := func(key string) (context.CancelFunc, string) {
 		ctx, cancel := context.WithCancel(t.Context())

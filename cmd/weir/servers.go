@@ -16,7 +16,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/weirhq/weir/controlplane"
 	"github.com/weirhq/weir/controlplane/seal"
@@ -26,6 +25,7 @@ import (
 	"github.com/weirhq/weir/internal/pgxuuid"
 	"github.com/weirhq/weir/internal/serve"
 	"github.com/weirhq/weir/internal/sim"
+	"github.com/weirhq/weir/internal/stack"
 	"github.com/weirhq/weir/internal/telemetry"
 )
 
@@ -483,35 +483,7 @@ func runSim(ctx context.Context, args []string, e env) error {
 	}
 	log.Info("simulator listening", "addr", ln.Addr().String())
 	s := sim.New(sim.Config{Logger: log, Script: sc, DeltaDelay: *delay, ManualClock: *manual})
-	return serveSim(ctx, s, ln, log)
-}
-
-// serveSim serves the simulator over HTTP/1.1 only: its dropped-connection
-// faults close the TCP connection, which HTTP/2 would turn into a stream reset.
-func serveSim(ctx context.Context, s *sim.Server, ln net.Listener, log *slog.Logger) error {
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
-	g.Go(func() error {
-		<-gctx.Done()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(sctx); errors.Is(err, context.DeadlineExceeded) {
-			// A request still in flight at exit (a control plane's read
-			// its own shutdown left unread) is nothing to wait on for a
-			// simulator: it goes with the process.
-			return srv.Close()
-		} else if err != nil {
-			return err
-		}
-		return nil
-	})
-	return g.Wait()
+	return stack.ServeSim(ctx, s, ln, log)
 }
 
 func envOr(e env, key, def string) string {

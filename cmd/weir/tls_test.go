@@ -20,6 +20,7 @@ import (
 	"github.com/weirhq/weir/internal/certs"
 	"github.com/weirhq/weir/internal/certs/certtest"
 	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/rpcclient"
 	"github.com/weirhq/weir/internal/sim"
 )
@@ -95,9 +96,9 @@ func TestTLSEndToEnd(t *testing.T) {
 	t.Cleanup(upstream.Close)
 
 	secrets := map[string]string{
-		"WEIR_ADMIN_TOKEN":     "tls-admin-" + randomHex(12),
-		"WEIR_DATAPLANE_TOKEN": "tls-dp-" + randomHex(12),
-		"WEIR_SECRET_KEY":      randomHex(32),
+		"WEIR_ADMIN_TOKEN":     "tls-admin-" + randid.Hex(12),
+		"WEIR_DATAPLANE_TOKEN": "tls-dp-" + randid.Hex(12),
+		"WEIR_SECRET_KEY":      randid.Hex(32),
 	}
 	cpAddr, dpAddr := "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)
 	cpURL, dpURL := "https://"+cpAddr, "https://"+dpAddr
@@ -128,7 +129,7 @@ func TestTLSEndToEnd(t *testing.T) {
 	// An operator, with the CA but no client certificate.
 	operator := map[string]string{"WEIR_CONTROLPLANE_URL": cpURL, "WEIR_ADMIN_TOKEN": secrets["WEIR_ADMIN_TOKEN"],
 		"WEIR_CONTROLPLANE_CA": serverCAFile, "WEIR_DATA_DIR": dir}
-	credential := "sk-ant-api03-tls-" + randomHex(8)
+	credential := "sk-ant-api03-tls-" + randid.Hex(8)
 	e, _, errOut := testEnv(operator, credential)
 	if err := run(ctx, []string{"accounts", "add", "--label", "tls", "--secret-stdin", "--base-url", upstream.URL}, e); err != nil {
 		t.Fatalf("accounts add over TLS without a client certificate: %v\n%s", err, errOut.String())

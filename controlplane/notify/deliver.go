@@ -3,8 +3,6 @@ package notify
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"github.com/weirhq/weir/internal/backoff"
+	"github.com/weirhq/weir/internal/randid"
 )
 
 // The target kinds, as stored.
@@ -166,7 +165,5 @@ func CheckURL(raw string) error {
 // NewSecret is a webhook target's generated signing secret: 32 random
 // bytes, hex, prefixed so that it is recognisable in a receiver's config.
 func NewSecret() string {
-	b := make([]byte, 32)
-	rand.Read(b) //nolint:errcheck // crypto/rand.Read never fails on Linux
-	return "whsec_" + hex.EncodeToString(b)
+	return "whsec_" + randid.Hex(32)
 }

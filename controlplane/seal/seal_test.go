@@ -2,7 +2,6 @@ package seal
 
 import (
 	"bytes"
-	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
 	"slices"
@@ -11,22 +10,16 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/weirhq/weir/internal/randid"
 )
 
-func randBytes(n int) []byte {
-	b := make([]byte, n)
-	rand.Read(b) //nolint:errcheck // crypto/rand.Read never fails on Linux
-	return b
-}
-
-func randHex(n int) string { return hex.EncodeToString(randBytes(n)) }
-
 // apiKey looks like an Anthropic API key and is unique per call.
-func apiKey() string { return "sk-ant-api03-" + randHex(40) }
+func apiKey() string { return "sk-ant-api03-" + randid.Hex(40) }
 
 func TestSealBindsAccountAndRevision(t *testing.T) {
 	t.Parallel()
-	s, err := New(randBytes(32))
+	s, err := New(randid.Bytes(32))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +39,7 @@ func TestSealBindsAccountAndRevision(t *testing.T) {
 	if bytes.Equal(sealed, s.Seal(id, 3, secret)) {
 		t.Error("two seals of one secret are identical")
 	}
-	other32, _ := New(randBytes(32))
+	other32, _ := New(randid.Bytes(32))
 	tampered := bytes.Clone(sealed)
 	tampered[len(tampered)-1] ^= 1
 	badVersion := bytes.Clone(sealed)
@@ -77,14 +70,14 @@ func TestSealBindsAccountAndRevision(t *testing.T) {
 			}
 		})
 	}
-	if _, err := New(randBytes(16)); err == nil {
+	if _, err := New(randid.Bytes(16)); err == nil {
 		t.Error("New accepted a 16-byte key")
 	}
 }
 
 func TestParseSecretKey(t *testing.T) {
 	t.Parallel()
-	key := randBytes(32)
+	key := randid.Bytes(32)
 	for _, tc := range []struct {
 		name string
 		in   string
@@ -156,7 +149,7 @@ func TestHint(t *testing.T) {
 	prefixes := []string{"", "sk-", "sk-ant-", "sk-ant-api03-", "sk-ant-oat01-", "sk-proj-"}
 	for _, p := range prefixes {
 		for n := 0; n <= 64; n++ {
-			secret := p + randHex(n)[:n]
+			secret := p + randid.Hex(n)[:n]
 			if len(secret) < 8 {
 				continue
 			}
@@ -189,7 +182,7 @@ func sealV1(t *testing.T, key []byte, ad []byte, plaintext string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nonce := randBytes(k.aead.NonceSize())
+	nonce := randid.Bytes(k.aead.NonceSize())
 	return k.aead.Seal(append([]byte{sealVersion1}, nonce...), nonce, []byte(plaintext), ad)
 }
 
@@ -198,7 +191,7 @@ func sealV1(t *testing.T, key []byte, ad []byte, plaintext string) []byte {
 // for a current seal (rotation re-seals it).
 func TestSealVersion1Opens(t *testing.T) {
 	t.Parallel()
-	a, b := randBytes(32), randBytes(32)
+	a, b := randid.Bytes(32), randid.Bytes(32)
 	id := uuid.New()
 	secret := apiKey()
 	old := sealV1(t, a, sealAD(id, 2), secret)
@@ -209,7 +202,7 @@ func TestSealVersion1Opens(t *testing.T) {
 	}{
 		{"as the current key", [][]byte{a}},
 		{"as a previous key", [][]byte{b, a}},
-		{"as the second previous key", [][]byte{b, randBytes(32), a}},
+		{"as the second previous key", [][]byte{b, randid.Bytes(32), a}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := New(tc.keys[0], tc.keys[1:]...)
@@ -240,7 +233,7 @@ func TestSealVersion1Opens(t *testing.T) {
 // it is current, and an unknown or altered key id fails with ErrUnseal.
 func TestSealKeyID(t *testing.T) {
 	t.Parallel()
-	a, b, c := randBytes(32), randBytes(32), randBytes(32)
+	a, b, c := randid.Bytes(32), randid.Bytes(32), randid.Bytes(32)
 	id := uuid.New()
 	secret := apiKey()
 	underA, _ := New(a)
@@ -328,7 +321,7 @@ func mustSealer(t *testing.T, current []byte, previous ...[]byte) *Sealer {
 
 func TestNewSealerRefusesRepeatedKeys(t *testing.T) {
 	t.Parallel()
-	a, b := randBytes(32), randBytes(32)
+	a, b := randid.Bytes(32), randid.Bytes(32)
 	for name, keys := range map[string][][]byte{
 		"previous repeats current": {a, b, bytes.Clone(a)},
 		"previous listed twice":    {a, b, bytes.Clone(b)},
@@ -345,12 +338,12 @@ func TestNewSealerRefusesRepeatedKeys(t *testing.T) {
 // account credential.
 func TestSealTargetBindsTargetAndField(t *testing.T) {
 	t.Parallel()
-	s, err := New(randBytes(32))
+	s, err := New(randid.Bytes(32))
 	if err != nil {
 		t.Fatal(err)
 	}
 	id, other := uuid.New(), uuid.New()
-	url := "https://hooks.example.com/services/" + randHex(16)
+	url := "https://hooks.example.com/services/" + randid.Hex(16)
 	sealed := s.SealTarget(id, "url", url)
 	if bytes.Contains(sealed, []byte(url)) {
 		t.Fatal("sealed bytes hold the plaintext")
@@ -377,13 +370,13 @@ func TestSealTargetBindsTargetAndField(t *testing.T) {
 // previous key too.
 func TestSealProxyBindsOwner(t *testing.T) {
 	t.Parallel()
-	oldKey := randBytes(32)
+	oldKey := randid.Bytes(32)
 	s, err := New(oldKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := uuid.New()
-	url := "socks5://user:" + randHex(12) + "@127.0.0.1:1080"
+	url := "socks5://user:" + randid.Hex(12) + "@127.0.0.1:1080"
 	sealed := s.SealProxy(id, url)
 	if bytes.Contains(sealed, []byte(url)) {
 		t.Fatal("sealed bytes hold the plaintext")
@@ -406,7 +399,7 @@ func TestSealProxyBindsOwner(t *testing.T) {
 			t.Errorf("%s: opened (%d bytes), %v", name, len(got), err)
 		}
 	}
-	rotated, err := New(randBytes(32), oldKey)
+	rotated, err := New(randid.Bytes(32), oldKey)
 	if err != nil {
 		t.Fatal(err)
 	}

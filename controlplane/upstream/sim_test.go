@@ -1,8 +1,6 @@
 package upstream
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -11,14 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/sim"
 )
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b) //nolint:errcheck // crypto/rand.Read never fails on Linux
-	return hex.EncodeToString(b)
-}
 
 // startSim serves accounts from the simulator over real HTTP, on its own
 // clock, which starts at epoch and stands still.
@@ -64,7 +57,7 @@ func simReads(s *sim.Server, path string, status int) int {
 // token is refused, and no error holds a token.
 func TestReadAnthropicUsage(t *testing.T) {
 	t.Parallel()
-	token := "sk-ant-oat01-" + randHex(40)
+	token := "sk-ant-oat01-" + randid.Hex(40)
 	s, base := startSim(t, sim.AccountScript{Name: "max", Kind: sim.KindOAuth, Credential: token,
 		FiveHourUtilization: 0.45, SevenDayUtilization: 0.2, UsageReadsPer10m: 2})
 	c := client(t)
@@ -95,7 +88,7 @@ func TestReadAnthropicUsage(t *testing.T) {
 	}
 	requireNoSecret(t, err, token)
 
-	other := "sk-ant-oat01-" + randHex(40)
+	other := "sk-ant-oat01-" + randid.Hex(40)
 	_, _, err = ReadAnthropicUsage(t.Context(), c, base, other, false)
 	if err == nil || err.Error() != "usage endpoint answered 401" {
 		t.Fatalf("an unknown token: %v", err)
@@ -107,7 +100,7 @@ func TestReadAnthropicUsage(t *testing.T) {
 // id the endpoint refuses.
 func TestReadCodexUsage(t *testing.T) {
 	t.Parallel()
-	token := "cx-" + randHex(40)
+	token := "cx-" + randid.Hex(40)
 	s, base := startSim(t, sim.AccountScript{Name: "codex", Kind: sim.KindChatGPT, Credential: token,
 		FiveHourUtilization: 0.25, SevenDayUtilization: 0.625})
 	id, ok := s.ChatGPTAccountID("codex")
@@ -139,10 +132,10 @@ func TestReadCodexUsage(t *testing.T) {
 // (RefreshRejected), in each provider's way (Anthropic 400, OpenAI 401).
 func TestRefresh(t *testing.T) {
 	t.Parallel()
-	claudeRefresh, codexRefresh := "sk-ant-ort01-"+randHex(40), "rt_"+randHex(32)
+	claudeRefresh, codexRefresh := "sk-ant-ort01-"+randid.Hex(40), "rt_"+randid.Hex(32)
 	s, base := startSim(t,
-		sim.AccountScript{Name: "max", Kind: sim.KindOAuth, Credential: "sk-ant-oat01-" + randHex(40), RefreshToken: claudeRefresh},
-		sim.AccountScript{Name: "codex", Kind: sim.KindChatGPT, Credential: "cx-" + randHex(40), RefreshToken: codexRefresh})
+		sim.AccountScript{Name: "max", Kind: sim.KindOAuth, Credential: "sk-ant-oat01-" + randid.Hex(40), RefreshToken: claudeRefresh},
+		sim.AccountScript{Name: "codex", Kind: sim.KindChatGPT, Credential: "cx-" + randid.Hex(40), RefreshToken: codexRefresh})
 	c := client(t)
 	codexURL, ok := CodexTokenURLUnder(base + "/backend-api")
 	if !ok || codexURL != base+CodexTokenPath {
@@ -194,7 +187,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // failure it was for errors.Is.
 func TestTransportErrorsHoldNoToken(t *testing.T) {
 	t.Parallel()
-	token := "sk-ant-oat01-" + randHex(40)
+	token := "sk-ant-oat01-" + randid.Hex(40)
 	c := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		return nil, errors.Join(errors.New("proxy refused "+strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")+" and "+token), syscall.ECONNREFUSED)
 	})}

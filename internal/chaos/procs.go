@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -20,8 +21,9 @@ import (
 	"github.com/weirhq/weir/controlplane"
 	"github.com/weirhq/weir/dataplane"
 	"github.com/weirhq/weir/internal/childproc"
-	"github.com/weirhq/weir/internal/serve"
+	"github.com/weirhq/weir/internal/pgxuuid"
 	"github.com/weirhq/weir/internal/sim"
+	"github.com/weirhq/weir/internal/stack"
 )
 
 // Every process of a run but the harness and Postgres is this binary
@@ -123,7 +125,12 @@ func serveControlPlane(ctx context.Context, ln net.Listener, log *slog.Logger) e
 	}
 	pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
 	defer pcancel()
-	pool, err := pgxpool.New(pctx, os.Getenv("WEIR_CHAOS_DATABASE_URL"))
+	pcfg, err := pgxpool.ParseConfig(os.Getenv("WEIR_CHAOS_DATABASE_URL"))
+	if err != nil {
+		return errors.New("the database URL is not valid") // it may hold a password: never echoed
+	}
+	pcfg.AfterConnect = pgxuuid.AfterConnect // as weir's own pools
+	pool, err := pgxpool.NewWithConfig(pctx, pcfg)
 	if err != nil {
 		return errors.New("connect to postgres failed")
 	}
@@ -131,24 +138,30 @@ func serveControlPlane(ctx context.Context, ln net.Listener, log *slog.Logger) e
 	if err := pool.Ping(pctx); err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
-	cp, err := controlplane.New(controlplane.Config{
-		AdminToken: os.Getenv("WEIR_CHAOS_ADMIN_TOKEN"), DataplaneToken: os.Getenv("WEIR_CHAOS_DATAPLANE_TOKEN"),
-		SecretKey: key, Logger: log, LeaseTTL: durations["WEIR_CHAOS_LEASE_TTL"],
-		CapacityHold: durations["WEIR_CHAOS_CAPACITY_HOLD"], UnreachableHold: durations["WEIR_CHAOS_UNREACHABLE_HOLD"],
-	}, pool)
+	// The replica alone: the harness migrated the database, and the
+	// simulator and workers are children of their own. A short drain:
+	// the harness kills a child that does not end within 5 s.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	st, err := stack.Start(ctx, stack.Options{
+		Logger: log, Pool: pool, Migrated: true, ControlPlaneListener: ln, Drain: 2 * time.Second,
+		ControlPlane: controlplane.Config{
+			AdminToken: os.Getenv("WEIR_CHAOS_ADMIN_TOKEN"), DataplaneToken: os.Getenv("WEIR_CHAOS_DATAPLANE_TOKEN"),
+			SecretKey: key, Logger: log, LeaseTTL: durations["WEIR_CHAOS_LEASE_TTL"],
+			CapacityHold: durations["WEIR_CHAOS_CAPACITY_HOLD"], UnreachableHold: durations["WEIR_CHAOS_UNREACHABLE_HOLD"],
+		},
+		Exited: func(_ string, err error) { cancel(cmp.Or(err, errors.New("control plane stopped"))) },
+	})
 	if err != nil {
 		return err
 	}
-	// Start's context is the replica's life: its pool watch and River
-	// run under it.
-	if err := cp.Start(ctx); err != nil {
-		return err
-	}
 	announce(ln)
-	err = serve.Run(ctx, ln, cp.Handler(), serve.Options{Logger: log, ShutdownTimeout: 2 * time.Second})
-	sctx, scancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer scancel()
-	return errors.Join(err, cp.Stop(sctx))
+	<-ctx.Done()
+	err = st.Stop(context.WithoutCancel(ctx))
+	if cause := context.Cause(ctx); err == nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return err
 }
 
 // proc is one running child.

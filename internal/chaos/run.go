@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +26,7 @@ import (
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/migrate"
 	"github.com/weirhq/weir/internal/pgembed"
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/rpcclient"
 	"github.com/weirhq/weir/internal/sim"
 )
@@ -211,12 +210,6 @@ type run struct {
 	applied []Applied
 }
 
-func secret(n int) string {
-	b := make([]byte, n)
-	rand.Read(b) //nolint:errcheck // never fails on Linux
-	return hex.EncodeToString(b)
-}
-
 // Run runs one seed: start everything, prime, traffic under the
 // schedule, quiet, collect, check.
 func (r *Runner) Run(ctx context.Context, cfg Config) (*Result, error) {
@@ -304,9 +297,9 @@ func (x *run) execute(ctx context.Context, db string) (*Record, error) {
 	creds := map[string]string{}
 	var script sim.Script
 	for _, a := range pool {
-		kind, cred := sim.KindAPIKey, "sk-ant-api03-chaos-"+secret(12)
+		kind, cred := sim.KindAPIKey, "sk-ant-api03-chaos-"+randid.Hex(12)
 		if !a.Anthropic {
-			kind, cred = sim.KindOpenAIKey, "sk-proj-chaos-"+secret(12)
+			kind, cred = sim.KindOpenAIKey, "sk-proj-chaos-"+randid.Hex(12)
 		}
 		creds[a.Name] = cred
 		script.Accounts = append(script.Accounts, sim.AccountScript{Name: a.Name, Kind: kind, Credential: cred})
@@ -316,10 +309,10 @@ func (x *run) execute(ctx context.Context, db string) (*Record, error) {
 		return nil, err
 	}
 
-	admin, dpToken := "weir_admin_"+secret(16), "weir_dp_"+secret(16)
+	admin, dpToken := "weir_admin_"+randid.Hex(16), "weir_dp_"+randid.Hex(16)
 	cpEnv := []string{
 		"WEIR_CHAOS_DATABASE_URL=" + dbURL.String(), "WEIR_CHAOS_ADMIN_TOKEN=" + admin, "WEIR_CHAOS_DATAPLANE_TOKEN=" + dpToken,
-		"WEIR_CHAOS_SECRET_KEY=" + secret(32), "WEIR_CHAOS_LEASE_TTL=" + cfg.LeaseTTL.String(),
+		"WEIR_CHAOS_SECRET_KEY=" + randid.Hex(32), "WEIR_CHAOS_LEASE_TTL=" + cfg.LeaseTTL.String(),
 		"WEIR_CHAOS_CAPACITY_HOLD=" + cfg.CapacityHold.String(), "WEIR_CHAOS_UNREACHABLE_HOLD=" + cfg.UnreachableHold.String(),
 	}
 	for range numControlPlanes {

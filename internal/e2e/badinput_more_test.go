@@ -24,6 +24,7 @@ import (
 
 	"github.com/weirhq/weir/dataplane"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/randid"
 )
 
 // TestAbsurdMaxTokens: a max_tokens the upstream refuses is the client's
@@ -310,7 +311,7 @@ func TestBadInputLeavesNothing(t *testing.T) {
 			r.Body, r.ContentLength = io.NopCloser(strings.NewReader(big)), -1
 		}), 413, false},
 		{"no key", send("POST", "/v1/messages", messagesBody(false), func(r *http.Request) { r.Header.Del("X-Api-Key") }), 401, false},
-		{"unknown key", send("POST", "/v1/messages", messagesBody(false), func(r *http.Request) { r.Header.Set("X-Api-Key", "weir_sk_"+randHex(32)) }), 401, false},
+		{"unknown key", send("POST", "/v1/messages", messagesBody(false), func(r *http.Request) { r.Header.Set("X-Api-Key", "weir_sk_"+randid.Hex(32)) }), 401, false},
 		{"GET messages", send("GET", "/v1/messages", "", nil), 405, false},
 		{"DELETE responses", send("DELETE", "/v1/responses", "", nil), 405, false},
 		{"unknown path", send("POST", "/v1/nonexistent", messagesBody(false), nil), 404, false},

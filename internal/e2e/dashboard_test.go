@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/sim"
 )
 
@@ -130,7 +131,7 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// Login: the dashboard sends us there; a wrong token is refused inline.
 	step("open the dashboard", chromedp.Navigate(base+"/dashboard/"), chromedp.WaitVisible(chromedp.CSS("#token")))
-	step("wrong token", chromedp.SetValue(chromedp.CSS("#token"), "wrong-token-"+randHex(4)),
+	step("wrong token", chromedp.SetValue(chromedp.CSS("#token"), "wrong-token-"+randid.Hex(4)),
 		chromedp.Click(chromedp.CSS(`.login button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#token-error")))
 	if got := text("login", "#token-error"); !strings.Contains(got, "not the admin token") {
 		t.Errorf("login error = %q", got)
@@ -369,7 +370,7 @@ func TestDashboardStatesInBrowser(t *testing.T) {
 		t.Fatalf("request: %d %s", r.status, r.body)
 	}
 	bk := e.account("broken-1")
-	if _, err := e.cp.CheckAccount(t.Context(), uuid.MustParse(bk.Id), bk.CredentialRevision); err != nil {
+	if _, err := e.cp.AccountJobs().CheckAccount(t.Context(), uuid.MustParse(bk.Id), bk.CredentialRevision); err != nil {
 		t.Fatal(err)
 	}
 	if st := e.account("broken-1").State; st != weirv1.AccountState_ACCOUNT_STATE_BROKEN {

@@ -12,6 +12,7 @@ import (
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/proxytest"
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/rpcclient"
 	"github.com/weirhq/weir/internal/syncbuf"
 )
@@ -20,7 +21,7 @@ import (
 func (e *env) pinnedKey(label string) string {
 	e.t.Helper()
 	res, err := e.keys.CreateKey(e.t.Context(), connect.NewRequest(&weirv1.CreateKeyRequest{
-		Name: "pinned-" + label + "-" + randHex(4), PinnedAccounts: []string{e.ids[label]}}))
+		Name: "pinned-" + label + "-" + randid.Hex(4), PinnedAccounts: []string{e.ids[label]}}))
 	if err != nil {
 		e.t.Fatalf("create a key pinned to %s: %v", label, err)
 	}
@@ -70,8 +71,8 @@ func (e *env) via(from int, proxies map[string]*proxytest.Proxy) map[string][]st
 // accounts show their proxy by host.
 func TestEgressProxyCarriesInference(t *testing.T) {
 	t.Parallel()
-	socks := proxytest.NewSOCKS5(t, "agent", "socks-"+randHex(8))
-	hp := proxytest.NewHTTP(t, "agent", "http-"+randHex(8))
+	socks := proxytest.NewSOCKS5(t, "agent", "socks-"+randid.Hex(8))
+	hp := proxytest.NewHTTP(t, "agent", "http-"+randid.Hex(8))
 	e := setup(t, options{accounts: []account{
 		{label: "via-socks", proxy: socks.URL}, {label: "via-http", proxy: hp.URL}, {label: "direct"},
 	}})
@@ -164,13 +165,13 @@ func TestEgressDefaultProxy(t *testing.T) {
 // added, a usage read and a token refresh. The HTTP proxy sees each.
 func TestEgressProxyForAccountCalls(t *testing.T) {
 	t.Parallel()
-	hp := proxytest.NewHTTP(t, "cp", "pw-"+randHex(8))
+	hp := proxytest.NewHTTP(t, "cp", "pw-"+randid.Hex(8))
 	e := setup(t, options{accounts: []account{{label: "max", oauth: true, refreshable: true, proxy: hp.URL}}})
 	res, err := e.accounts.RefreshUsage(t.Context(), connect.NewRequest(&weirv1.RefreshUsageRequest{Id: "max"}))
 	if err != nil || !res.Msg.Read || res.Msg.Error != "" {
 		t.Fatalf("usage read: %v %v", res, err)
 	}
-	n, err := e.cp.RefreshDue(t.Context())
+	n, err := e.cp.AccountJobs().RefreshDue(t.Context())
 	if err != nil || n != 1 || e.sim.TokenRefreshes("max") != 1 {
 		t.Fatalf("refreshed %d (the simulator saw %d): %v", n, e.sim.TokenRefreshes("max"), err)
 	}
@@ -199,7 +200,7 @@ func TestEgressProxyForAccountCalls(t *testing.T) {
 // another account and succeeds.
 func TestEgressDeadProxyFailsOver(t *testing.T) {
 	t.Parallel()
-	password := "dead-" + randHex(8)
+	password := "dead-" + randid.Hex(8)
 	closed := proxytest.ClosedURL(t, "socks5")
 	dead := strings.Replace(closed, "socks5://", "socks5://u:"+password+"@", 1)
 	e := setup(t, options{accounts: []account{{label: "dead", priority: 10, proxy: dead}, {label: "alive"}}})
@@ -245,7 +246,7 @@ func TestEgressProxyPasswordNeverLeaks(t *testing.T) {
 	logs := &syncbuf.Buffer{}
 	pw := map[string]string{}
 	for _, n := range []string{"own", "default", "update", "dead", "bad"} {
-		pw[n] = "pw-" + n + "-" + randHex(10)
+		pw[n] = "pw-" + n + "-" + randid.Hex(10)
 	}
 	own := proxytest.NewSOCKS5(t, "u", pw["own"])
 	def := proxytest.NewHTTP(t, "u", pw["default"])

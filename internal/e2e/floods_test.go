@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/randid"
 )
 
 // liveHeap is the heap's live bytes after two collections (the second
@@ -248,7 +249,7 @@ func TestRefusalFlood(t *testing.T) {
 				r := e.do(http.MethodPost, "/v1/messages", messagesBody(false), func(r *http.Request) {
 					r.Header.Set("X-Api-Key", key)
 					if g%2 == 1 {
-						r.Header.Set("X-Api-Key", "weir_sk_"+randHex(32))
+						r.Header.Set("X-Api-Key", "weir_sk_"+randid.Hex(32))
 					}
 				})
 				mu.Lock()

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/randid"
 )
 
 // TestBadInput: weir answers malformed, oversized, unauthenticated and
@@ -71,10 +72,10 @@ func TestBadInput(t *testing.T) {
 			r.Body, r.ContentLength = io.NopCloser(io.MultiReader(strings.NewReader(big))), -1
 		}, status: 413, typ: "request_too_large"},
 		{name: "no key", method: "POST", path: "/v1/messages", body: messagesBody(false), edit: func(r *http.Request) { r.Header.Del("X-Api-Key") }, status: 401, typ: "authentication_error"},
-		{name: "unknown key", method: "POST", path: "/v1/messages", body: messagesBody(false), edit: func(r *http.Request) { r.Header.Set("X-Api-Key", "weir_sk_"+randHex(32)) }, status: 401, typ: "authentication_error"},
+		{name: "unknown key", method: "POST", path: "/v1/messages", body: messagesBody(false), edit: func(r *http.Request) { r.Header.Set("X-Api-Key", "weir_sk_"+randid.Hex(32)) }, status: 401, typ: "authentication_error"},
 		{name: "unknown bearer", method: "POST", path: "/v1/messages", body: messagesBody(false), edit: func(r *http.Request) {
 			r.Header.Del("X-Api-Key")
-			r.Header.Set("Authorization", "Bearer weir_sk_"+randHex(32))
+			r.Header.Set("Authorization", "Bearer weir_sk_"+randid.Hex(32))
 		}, status: 401, typ: "authentication_error"},
 		{name: "account credential is not a client key", method: "POST", path: "/v1/messages", body: messagesBody(false), edit: func(r *http.Request) { r.Header.Set("X-Api-Key", e.creds["api-1"]) }, status: 401, typ: "authentication_error"},
 		// Neither control-plane token is a client key.
@@ -333,8 +334,8 @@ func TestHeaderInjection(t *testing.T) {
 		{name: "CRLF in the model, OpenAI surface", req: withBody(respHead(""), respBody(`gpt-5\r\nX-Injected: 1`)), typ: "invalid_request_error", openAI: true},
 		{name: "over-long anthropic-beta", req: withBody(msgHead("Anthropic-Beta: "+strings.Repeat("b", 9<<10)+"\r\n"), body), typ: "invalid_request_error"},
 		{name: "over-long session id header", req: withBody(respHead("Session_id: "+strings.Repeat("s", 9<<10)+"\r\n"), respBody(codexModel)), typ: "invalid_request_error", openAI: true},
-		{name: "two different x-api-key", req: withBody(msgHead("X-Api-Key: weir_sk_"+randHex(32)+"\r\n"), body), typ: "invalid_request_error"},
-		{name: "two different bearers", req: withBody(respHead("Authorization: Bearer weir_sk_"+randHex(32)+"\r\n"), respBody(codexModel)), typ: "invalid_request_error", openAI: true},
+		{name: "two different x-api-key", req: withBody(msgHead("X-Api-Key: weir_sk_"+randid.Hex(32)+"\r\n"), body), typ: "invalid_request_error"},
+		{name: "two different bearers", req: withBody(respHead("Authorization: Bearer weir_sk_"+randid.Hex(32)+"\r\n"), respBody(codexModel)), typ: "invalid_request_error", openAI: true},
 	}
 	for _, tt := range refused {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/randid"
 )
 
 // A client key's own restrictions, end to end over two workers: the model
@@ -35,7 +36,7 @@ func (e *env) twoWorkers() []worker {
 // restrictedKey creates a key with restrictions and returns its secret.
 func (e *env) restrictedKey(req *weirv1.CreateKeyRequest) string {
 	e.t.Helper()
-	req.Name = "restricted-" + randHex(4)
+	req.Name = "restricted-" + randid.Hex(4)
 	res, err := e.keys.CreateKey(e.t.Context(), connect.NewRequest(req))
 	if err != nil {
 		e.t.Fatalf("create key: %v", err)

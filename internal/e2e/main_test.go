@@ -5,8 +5,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,8 +31,10 @@ import (
 	"github.com/weirhq/weir/gen/weir/v1/weirv1connect"
 	"github.com/weirhq/weir/internal/clock"
 	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/rpcclient"
 	"github.com/weirhq/weir/internal/sim"
+	"github.com/weirhq/weir/internal/stack"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -143,6 +143,12 @@ func (o options) holdBudget() time.Duration {
 type env struct {
 	t *testing.T
 
+	// st runs the parts below; cpAddr is where the control plane listens
+	// (a restart keeps the address the workers know); served is the
+	// httptest server of the worker started last.
+	st        *stack.Stack
+	cpAddr    string
+	served    *httptest.Server
 	cp        *controlplane.Server
 	cpSrv     *httptest.Server
 	pool      *pgxpool.Pool
@@ -182,12 +188,6 @@ type env struct {
 	opts          options
 }
 
-func randHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b) //nolint:errcheck // never fails
-	return hex.EncodeToString(b)
-}
-
 // setup builds a fresh weir for one test. Everything is torn down in
 // t.Cleanup: workers first, then the simulator, the control plane and the
 // database.
@@ -210,28 +210,28 @@ func setup(t *testing.T, opts options) *env {
 		pool = pgtest.NewPool(t)
 	}
 
-	e.admin = "admin-" + randHex(16)
-	e.dpToken = "dataplane-" + randHex(16)
-	e.secretKey = []byte(randHex(16))
+	e.admin = "admin-" + randid.Hex(16)
+	e.dpToken = "dataplane-" + randid.Hex(16)
+	e.secretKey = []byte(randid.Hex(16))
 	e.pool = pool
-	e.startControlPlane("127.0.0.1:0")
+	e.cpAddr = "127.0.0.1:0"
 	admin := e.admin
 
 	script := sim.Script{AcceptUnknown: true}
 	for _, a := range opts.accounts {
-		as := sim.AccountScript{Name: a.label, Kind: sim.KindAPIKey, Credential: "sk-ant-api03-e2e-" + a.label + "-" + randHex(8), Faults: a.faults,
+		as := sim.AccountScript{Name: a.label, Kind: sim.KindAPIKey, Credential: "sk-ant-api03-e2e-" + a.label + "-" + randid.Hex(8), Faults: a.faults,
 			Revoked: a.revoked}
 		switch {
 		case a.provider == "codex":
-			as.Kind, as.Credential = sim.KindChatGPT, "chatgpt-access-e2e-"+a.label+"-"+randHex(8)
+			as.Kind, as.Credential = sim.KindChatGPT, "chatgpt-access-e2e-"+a.label+"-"+randid.Hex(8)
 			as.Windows = a.windows
 		case a.provider == "openai":
-			as.Kind, as.Credential = sim.KindOpenAIKey, "sk-proj-e2e-"+a.label+"-"+randHex(8)
+			as.Kind, as.Credential = sim.KindOpenAIKey, "sk-proj-e2e-"+a.label+"-"+randid.Hex(8)
 		case a.oauth:
-			as.Kind, as.Credential = sim.KindOAuth, "sk-ant-oat01-e2e-"+a.label+"-"+randHex(8)
+			as.Kind, as.Credential = sim.KindOAuth, "sk-ant-oat01-e2e-"+a.label+"-"+randid.Hex(8)
 			as.Windows = a.windows
 			if a.refreshable {
-				as.RefreshToken = "sk-ant-ort01-e2e-" + a.label + "-" + randHex(8)
+				as.RefreshToken = "sk-ant-ort01-e2e-" + a.label + "-" + randid.Hex(8)
 				e.refreshTokens[a.label] = as.RefreshToken
 			}
 		}
@@ -242,12 +242,31 @@ func setup(t *testing.T, opts options) *env {
 	if opts.virtual != nil {
 		simCfg.Now = opts.virtual.Now
 	}
-	e.sim = sim.New(simCfg)
-	e.upstream = &recorder{next: e.sim}
-	// HTTP/1.1 only, like `weir sim`: dropped connections must be dropped
-	// TCP connections, not HTTP/2 stream resets.
-	e.simSrv = httptest.NewServer(e.upstream)
-	t.Cleanup(func() { closeServer(e.simSrv) })
+	// The stack serves every part on an httptest server (serveHTTPTest),
+	// which a test can cut, and stops them in order at the end: workers,
+	// simulator, control plane; the database is pgtest's.
+	st, err := stack.Start(context.Background(), stack.Options{
+		Pool: pool, Migrated: true, Logger: opts.logger(),
+		ControlPlane: controlplane.Config{
+			AdminToken:     e.admin,
+			DataplaneToken: e.dpToken,
+			SecretKey:      e.secretKey,
+			LeaseTTL:       opts.leaseTTL,
+			Now:            opts.now,
+			Logger:         opts.logger(),
+			DisableJobs:    !opts.jobs,
+			CapacityHold:   opts.holdBudget(),
+			TracerProvider: opts.cpTracer,
+			Registry:       opts.cpRegistry,
+		},
+		Sim:   &simCfg,
+		Serve: e.serveHTTPTest,
+	})
+	if err != nil {
+		t.Fatalf("start weir: %v", err)
+	}
+	t.Cleanup(func() { st.Stop(context.Background()) }) //nolint:errcheck // teardown
+	e.st, e.cp, e.sim = st, st.ControlPlane, st.Sim
 
 	hc := rpcclient.HTTPClient()
 	adminOpt := connect.WithInterceptors(rpcclient.Token(admin))
@@ -302,7 +321,7 @@ func setup(t *testing.T, opts options) *env {
 		e.ids[a.label] = res.Msg.Account.Id
 		e.labels[res.Msg.Account.Id] = a.label
 	}
-	key, err := e.keys.CreateKey(ctx, connect.NewRequest(&weirv1.CreateKeyRequest{Name: "agent-" + randHex(4)}))
+	key, err := e.keys.CreateKey(ctx, connect.NewRequest(&weirv1.CreateKeyRequest{Name: "agent-" + randid.Hex(4)}))
 	if err != nil {
 		t.Fatalf("create key: %v", err)
 	}
@@ -320,46 +339,47 @@ func setup(t *testing.T, opts options) *env {
 	return e
 }
 
-// startControlPlane starts a control plane on e's database, listening on
-// addr (a restart passes the address the workers know).
+// serveHTTPTest serves a part of the stack on an httptest server, kept
+// in e: the control plane on e.cpAddr over HTTP/1.1 and h2c, the
+// simulator behind e.upstream's recorder over HTTP/1.1 only (dropped
+// connections must be dropped TCP connections, not HTTP/2 stream resets,
+// as with `weir sim`), a worker in e.served.
+func (e *env) serveHTTPTest(part string, h http.Handler, _ net.Listener) (string, func(), error) {
+	var srv *httptest.Server
+	switch part {
+	case "control plane":
+		ln, err := net.Listen("tcp", e.cpAddr)
+		if err != nil {
+			return "", nil, err
+		}
+		srv = httptest.NewUnstartedServer(h)
+		srv.Listener.Close() //nolint:errcheck // replaced
+		srv.Listener = ln
+		srv.Config.Protocols = new(http.Protocols)
+		srv.Config.Protocols.SetHTTP1(true)
+		srv.Config.Protocols.SetUnencryptedHTTP2(true)
+		srv.Start()
+		e.cpSrv = srv
+	case "simulator":
+		e.upstream = &recorder{next: h}
+		srv = httptest.NewServer(e.upstream)
+		e.simSrv = srv
+	default:
+		srv = httptest.NewServer(h)
+		e.served = srv
+	}
+	return srv.URL, func() { closeServer(srv) }, nil
+}
+
+// startControlPlane starts the control plane again on e's database,
+// listening on addr (the address the workers know).
 func (e *env) startControlPlane(addr string) {
 	e.t.Helper()
-	opts := e.opts
-	cp, err := controlplane.New(controlplane.Config{
-		AdminToken:     e.admin,
-		DataplaneToken: e.dpToken,
-		SecretKey:      e.secretKey,
-		LeaseTTL:       opts.leaseTTL,
-		Now:            opts.now,
-		Logger:         opts.logger(),
-		DisableJobs:    !opts.jobs,
-		CapacityHold:   opts.holdBudget(),
-		TracerProvider: opts.cpTracer,
-		Registry:       opts.cpRegistry,
-	}, e.pool)
-	if err != nil {
-		e.t.Fatalf("controlplane.New: %v", err)
-	}
-	// The pool watch (and River, when its jobs are on): workers reuse
-	// leases only while the watch streams.
-	if err := cp.Start(context.Background()); err != nil {
+	e.cpAddr = addr
+	if err := e.st.StartControlPlane(context.Background()); err != nil {
 		e.t.Fatalf("start control plane: %v", err)
 	}
-	e.cp = cp
-	e.t.Cleanup(func() { cp.Stop(context.Background()) }) //nolint:errcheck // teardown
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		e.t.Fatalf("control plane listen on %s: %v", addr, err)
-	}
-	srv := httptest.NewUnstartedServer(cp.Handler())
-	srv.Listener.Close() //nolint:errcheck // replaced
-	srv.Listener = ln
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Start()
-	e.cpSrv = srv
-	e.t.Cleanup(func() { closeServer(srv) })
+	e.cp = e.st.ControlPlane
 }
 
 // stopControlPlane kills the control plane: its connections are cut, its
@@ -367,8 +387,7 @@ func (e *env) startControlPlane(addr string) {
 func (e *env) stopControlPlane() string {
 	e.t.Helper()
 	addr := e.cpSrv.Listener.Addr().String()
-	closeServer(e.cpSrv)
-	e.cp.Stop(context.Background()) //nolint:errcheck // a kill: what it says does not matter
+	e.st.StopControlPlane() //nolint:errcheck // a kill: what it says does not matter
 	return addr
 }
 
@@ -427,18 +446,12 @@ func (e *env) newDataplane(cpClient *http.Client) (*dataplane.Server, *httptest.
 			cfg.Sleep = e.opts.sleep
 		}
 	}
-	dp, err := dataplane.New(cfg)
+	// The stack stops it, before the control plane.
+	w, err := e.st.StartWorker(cfg, nil)
 	if err != nil {
-		e.t.Fatalf("dataplane.New: %v", err)
+		e.t.Fatalf("start worker: %v", err)
 	}
-	srv := httptest.NewServer(dp.Handler())
-	e.t.Cleanup(func() {
-		closeServer(srv)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		dp.Close(ctx)
-	})
-	return dp, srv
+	return w.Server, e.served
 }
 
 // closeServer ends every connection first: Close alone waits for handlers

@@ -14,6 +14,7 @@ import (
 	"github.com/weirhq/weir/controlplane"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 	"github.com/weirhq/weir/internal/clock"
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/rpcclient"
 )
 
@@ -37,7 +38,7 @@ func TestControlPlaneDown(t *testing.T) {
 
 	for name, edit := range map[string]func(*http.Request){
 		"cached key":   nil,
-		"uncached key": func(r *http.Request) { r.Header.Set("X-Api-Key", "weir_sk_"+randHex(32)) },
+		"uncached key": func(r *http.Request) { r.Header.Set("X-Api-Key", "weir_sk_"+randid.Hex(32)) },
 	} {
 		for _, stream := range []bool{false, true} {
 			r := e.do(http.MethodPost, "/v1/messages", messagesBody(stream), edit)
@@ -164,7 +165,7 @@ func TestUnverifiedRefusalRecorded(t *testing.T) {
 	t.Parallel()
 	e := setup(t, options{accounts: []account{{label: "api-1"}}})
 	addr := e.stopControlPlane()
-	r := e.do(http.MethodPost, "/v1/messages", messagesBody(false), func(r *http.Request) { r.Header.Set("X-Api-Key", "weir_sk_"+randHex(32)) })
+	r := e.do(http.MethodPost, "/v1/messages", messagesBody(false), func(r *http.Request) { r.Header.Set("X-Api-Key", "weir_sk_"+randid.Hex(32)) })
 	weirError(t, r, http.StatusServiceUnavailable, "api_error")
 	e.startControlPlane(addr)
 	// Refused before routing, but not for anything the client did: the

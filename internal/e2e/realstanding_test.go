@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/sim"
 )
 
@@ -24,7 +25,7 @@ import (
 func TestRealClaudeCodeSeesThePool(t *testing.T) {
 	t.Parallel()
 	bin := clientBinary(t, "WEIR_CLAUDE_BIN", "claude")
-	low, high := "sub-"+randHex(4), "sub-"+randHex(4)
+	low, high := "sub-"+randid.Hex(4), "sub-"+randid.Hex(4)
 	e := setup(t, options{accounts: []account{
 		{label: low, oauth: true, windows: &sim.Windows{
 			FiveHour: &sim.Window{Limit: 100_000_000, Used: 88_000_000, ResetIn: sim.Duration(4 * time.Hour)}}},
@@ -86,7 +87,7 @@ func TestRealCodexSeesThePool(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			low, high := "sub-"+randHex(4), "sub-"+randHex(4)
+			low, high := "sub-"+randid.Hex(4), "sub-"+randid.Hex(4)
 			e := setup(t, options{accounts: []account{
 				{label: low, provider: "codex", windows: &sim.Windows{
 					FiveHour: &sim.Window{Limit: 10_000_000, Used: 1_000_000, ResetIn: sim.Duration(2 * time.Hour)},

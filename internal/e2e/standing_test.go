@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/sim"
 )
 
@@ -156,7 +157,7 @@ func (s standing) modelOn(t *testing.T, family, surface string) standingModel {
 func TestStandingUsageAndBudgets(t *testing.T) {
 	t.Parallel()
 	v := virtualClock() // Tuesday 2030-01-01 12:00 UTC
-	e := setup(t, options{virtual: v, accounts: []account{{label: "metered-" + randHex(4), maxConc: 4}}})
+	e := setup(t, options{virtual: v, accounts: []account{{label: "metered-" + randid.Hex(4), maxConc: 4}}})
 	ctx := t.Context()
 	if _, err := e.keys.CreateTeam(ctx, connect.NewRequest(&weirv1.CreateTeamRequest{Name: "platform",
 		Budgets: []*weirv1.BudgetLimit{{Unit: weirv1.BudgetUnit_BUDGET_UNIT_USD, Period: weirv1.BudgetPeriod_BUDGET_PERIOD_MONTH, Amount: 50}}})); err != nil {
@@ -252,7 +253,7 @@ func TestStandingUsageAndBudgets(t *testing.T) {
 // resets, and names neither account.
 func TestStandingPoolServes(t *testing.T) {
 	t.Parallel()
-	spent, serving := "sub-"+randHex(4), "sub-"+randHex(4)
+	spent, serving := "sub-"+randid.Hex(4), "sub-"+randid.Hex(4)
 	e := setup(t, options{accounts: []account{
 		{label: spent, oauth: true, windows: &sim.Windows{
 			FiveHour: &sim.Window{Limit: 1000, Used: 1000, ResetIn: sim.Duration(3 * time.Hour)},
@@ -312,7 +313,7 @@ func TestStandingPoolServes(t *testing.T) {
 // reset.
 func TestStandingPoolSpent(t *testing.T) {
 	t.Parallel()
-	a, b := "sub-"+randHex(4), "sub-"+randHex(4)
+	a, b := "sub-"+randid.Hex(4), "sub-"+randid.Hex(4)
 	e := setup(t, options{accounts: []account{
 		{label: a, oauth: true, windows: &sim.Windows{FiveHour: &sim.Window{Limit: 1000, Used: 1000, ResetIn: sim.Duration(2 * time.Hour)}}},
 		{label: b, oauth: true, windows: &sim.Windows{FiveHour: &sim.Window{Limit: 1000, Used: 1000, ResetIn: sim.Duration(4 * time.Hour)}}},
@@ -348,7 +349,7 @@ func TestStandingPoolSpent(t *testing.T) {
 // the Anthropic format; a model outside the key's allowlist a 403.
 func TestStandingRefusesBadKeys(t *testing.T) {
 	t.Parallel()
-	e := setup(t, options{accounts: []account{{label: "a-" + randHex(4)}}})
+	e := setup(t, options{accounts: []account{{label: "a-" + randid.Hex(4)}}})
 	for name, edit := range map[string]func(*http.Request){
 		"wrong key":   func(r *http.Request) { r.Header.Set("X-Api-Key", "wk-not-a-key") },
 		"missing key": func(r *http.Request) { r.Header.Del("X-Api-Key") },
@@ -390,7 +391,7 @@ func TestStandingRefusesBadKeys(t *testing.T) {
 // never reach the client.
 func TestPoolRateLimitHeaders(t *testing.T) {
 	t.Parallel()
-	low, high := "sub-"+randHex(4), "sub-"+randHex(4)
+	low, high := "sub-"+randid.Hex(4), "sub-"+randid.Hex(4)
 	e := setup(t, options{accounts: []account{
 		{label: low, oauth: true, windows: &sim.Windows{
 			FiveHour: &sim.Window{Limit: 10_000_000, Used: 1_000_000, ResetIn: sim.Duration(2 * time.Hour)},
@@ -495,7 +496,7 @@ func (e *env) refreshUsage(labels ...string) {
 // headers, that event is the first message of each response.
 func TestPoolRateLimitsCodex(t *testing.T) {
 	t.Parallel()
-	low, high := "sub-"+randHex(4), "sub-"+randHex(4)
+	low, high := "sub-"+randid.Hex(4), "sub-"+randid.Hex(4)
 	e := setup(t, options{accounts: []account{
 		{label: low, provider: "codex", windows: &sim.Windows{
 			FiveHour: &sim.Window{Limit: 10_000_000, Used: 1_000_000, ResetIn: sim.Duration(2 * time.Hour)},

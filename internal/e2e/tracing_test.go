@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/weirhq/weir/internal/randid"
 	"github.com/weirhq/weir/internal/sim"
 )
 
@@ -170,7 +171,7 @@ func TestTraceCarriesNoSecrets(t *testing.T) {
 		}
 	}
 	if r := e.do(http.MethodPost, "/v1/messages", messagesBody(false), func(r *http.Request) {
-		r.Header.Set("X-Api-Key", "sk-weir-wrong-"+randHex(8))
+		r.Header.Set("X-Api-Key", "sk-weir-wrong-"+randid.Hex(8))
 	}); r.status != http.StatusUnauthorized {
 		t.Fatalf("wrong key: status %d", r.status)
 	}

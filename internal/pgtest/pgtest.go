@@ -14,8 +14,6 @@ package pgtest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/url"
 	"os"
@@ -30,6 +28,7 @@ import (
 	"github.com/weirhq/weir/internal/migrate"
 	"github.com/weirhq/weir/internal/pgembed"
 	"github.com/weirhq/weir/internal/pgxuuid"
+	"github.com/weirhq/weir/internal/randid"
 )
 
 // externalURLEnv names an existing server to use instead of a private
@@ -116,7 +115,7 @@ func NewURL(t testing.TB) string {
 		// Fatal, not Skip: a missing Postgres must not make tests pass.
 		t.Fatalf("pgtest: %v", srv.err)
 	}
-	name := "t_" + randomHex(8)
+	name := "t_" + randid.Hex(8)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	stmt := "CREATE DATABASE " + ident(name) + " TEMPLATE " + ident(srv.template)
@@ -192,7 +191,7 @@ func (s *server) start() error {
 
 	// Random as well as the pid: pids repeat across containers and hosts
 	// sharing one WEIR_TEST_DATABASE_URL server.
-	name := fmt.Sprintf("weir_template_%d_%s", os.Getpid(), randomHex(4))
+	name := fmt.Sprintf("weir_template_%d_%s", os.Getpid(), randid.Hex(4))
 	if _, err := s.admin.Exec(ctx, "CREATE DATABASE "+ident(name)); err != nil {
 		return fmt.Errorf("create template: %w", err)
 	}
@@ -272,9 +271,3 @@ func withDatabase(connString, database string) string {
 }
 
 func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails
-	return hex.EncodeToString(b)
-}
