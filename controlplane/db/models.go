@@ -62,16 +62,6 @@ type AccountHistory struct {
 	Evidence  []byte
 }
 
-type AccountHistoryDefault struct {
-	ID        int64
-	AccountID uuid.UUID
-	At        time.Time
-	Kind      string
-	Reason    string
-	Until     time.Time
-	Evidence  []byte
-}
-
 type AuditEvent struct {
 	ID         int64
 	At         time.Time
@@ -335,40 +325,6 @@ type RouteEvent struct {
 	CostNanoUsd         int64
 }
 
-type RouteEventsDefault struct {
-	ID                  int64
-	RequestID           string
-	KeyID               uuid.NullUUID
-	AccountID           uuid.NullUUID
-	Surface             string
-	Model               string
-	Stream              bool
-	Status              int32
-	ErrorType           string
-	Attempts            int32
-	DurationMs          float64
-	TtfbMs              *float64
-	InputTokens         int64
-	OutputTokens        int64
-	StartedAt           time.Time
-	RecordedAt          time.Time
-	HeldMs              float64
-	HoldCount           int32
-	FailureStage        string
-	AttemptsJson        []byte
-	SpilledToMetered    bool
-	PendingUntil        *time.Time
-	HeldSince           *time.Time
-	HoldReason          string
-	NextTryAt           *time.Time
-	Verdict             string
-	SessionKey          string
-	CacheReadTokens     int64
-	CacheCreationTokens int64
-	ReasoningTokens     int64
-	CostNanoUsd         int64
-}
-
 type SessionBinding struct {
 	SessionKey string
 	AccountID  uuid.UUID
@@ -399,22 +355,6 @@ type Team struct {
 }
 
 type UsageHourly struct {
-	Hour                time.Time
-	KeyID               uuid.UUID
-	AccountID           uuid.UUID
-	Model               string
-	SessionKey          string
-	Requests            int64
-	InputTokens         int64
-	OutputTokens        int64
-	CacheReadTokens     int64
-	CacheCreationTokens int64
-	ReasoningTokens     int64
-	CostNanoUsd         int64
-	UnpricedTokens      int64
-}
-
-type UsageHourlyDefault struct {
 	Hour                time.Time
 	KeyID               uuid.UUID
 	AccountID           uuid.UUID
