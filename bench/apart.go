@@ -214,6 +214,11 @@ type ApartStep struct {
 	// billed to the target, reported so they can be compared.
 	GeneratorCPUPerRequest time.Duration `json:"generator_cpu_per_request_ns"`
 	SimCPUPerRequest       time.Duration `json:"sim_cpu_per_request_ns"`
+	// For a target whose Postgres the harness started (weir-split): the
+	// transactions that wrote and the WAL bytes written, per request
+	// served, over the same span as CPU.
+	WriteXactsPerRequest float64 `json:"write_xacts_per_request,omitempty"`
+	WALBytesPerRequest   float64 `json:"wal_bytes_per_request,omitempty"`
 }
 
 // ApartResults is one apart run.
@@ -344,6 +349,13 @@ func runApartStep(ctx context.Context, cfg ApartConfig, t *apartTarget, simPid, 
 	idle := func() time.Duration { return descendantsCPU(os.Getpid()) }
 	quiesceOn(ctx, idle)
 	before := readProcTable()
+	var wBefore pgWrites
+	if t.db != "" {
+		var err error
+		if wBefore, err = pgWritesAt(ctx, t.db); err != nil {
+			return ApartStep{}, err
+		}
+	}
 	lr, err := runLoad(ctx, loadJob{URL: t.url, Key: t.key, Header: t.header, Rate: rate, Warmup: cfg.Warmup, Duration: cfg.Duration,
 		Stream: stream, Seed: cfg.Seed})
 	if err != nil {
@@ -351,6 +363,12 @@ func runApartStep(ctx context.Context, cfg ApartConfig, t *apartTarget, simPid, 
 	}
 	quiesceOn(ctx, idle)
 	after := readProcTable()
+	var wAfter pgWrites
+	if t.db != "" {
+		if wAfter, err = pgWritesAt(ctx, t.db); err != nil {
+			return ApartStep{}, err
+		}
+	}
 	s := ApartStep{Target: t.name, Rate: rate, Stream: stream, stepLoad: lr.load(), Served: lr.Served}
 	per := func(d time.Duration) time.Duration {
 		if s.Served == 0 {
@@ -369,6 +387,11 @@ func runApartStep(ctx context.Context, cfg ApartConfig, t *apartTarget, simPid, 
 		}
 	}
 	s.CPUPerRequest = per(s.CPU)
+	if t.db != "" && s.Served > 0 {
+		// Less the reading's own transaction.
+		s.WriteXactsPerRequest = float64(wAfter.xacts-wBefore.xacts-1) / float64(s.Served)
+		s.WALBytesPerRequest = float64(wAfter.wal-wBefore.wal) / float64(s.Served)
+	}
 	s.GeneratorCPUPerRequest = per(lr.CPU)
 	s.SimCPUPerRequest = per(ticksDuration(after.tree(simPid) - before.tree(simPid)))
 	return s, nil

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5"
 	"io"
 	"log/slog"
 	"net"
@@ -159,6 +160,29 @@ type apartTarget struct {
 	target
 	parts []cpuPart
 	stops []func()
+	// db is its Postgres, when the harness started it: the step reads
+	// what the target wrote there (pgWritesAt).
+	db string
+}
+
+// pgWrites is how far a database's writes have come: its transaction ids
+// (one per transaction that wrote) and its WAL position in bytes. Both
+// are current the moment they are read, unlike the statistics views.
+type pgWrites struct {
+	xacts, wal int64
+}
+
+// pgWritesAt reads them; the reading itself is one more write transaction
+// (pg_current_xact_id assigns an id), which the caller subtracts.
+func pgWritesAt(ctx context.Context, url string) (pgWrites, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return pgWrites{}, errors.New("connect to the target's postgres failed")
+	}
+	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck // a one-off connection
+	var w pgWrites
+	err = conn.QueryRow(ctx, `SELECT pg_current_xact_id()::text::bigint, (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint`).Scan(&w.xacts, &w.wal)
+	return w, err
 }
 
 func (t *apartTarget) stop() {
@@ -319,6 +343,7 @@ func startWeirSplit(ctx context.Context, a apartEnv) (_ *apartTarget, err error)
 		return nil, err
 	}
 	t.parts = []cpuPart{treePart("dataplane", dp.pid()), treePart("controlplane", cp.pid()), treePart("postgres", cluster.Pid())}
+	t.db = cluster.URL()
 	return t, nil
 }
 

@@ -119,6 +119,21 @@ func (rep *ApartReport) Markdown() string {
 			us(row.GeneratorCPUPerRequest), us(row.SimCPUPerRequest))
 	}
 	p("\n† fell behind (more than 0.1%% of measured requests failed or were dropped).\n\n")
+	writes := false
+	for _, row := range rep.Rows {
+		writes = writes || row.WriteXactsPerRequest > 0
+	}
+	if writes {
+		p("## Postgres writes per request\n\n")
+		p("Where the harness started the target's Postgres: the transactions that wrote (transaction ids assigned) and the WAL bytes written over the step, per request served.\n\n")
+		p("| rate/s | target | streams | write transactions / req | WAL bytes / req |\n|---:|---|---|---:|---:|\n")
+		for _, row := range rep.Rows {
+			if row.WriteXactsPerRequest > 0 {
+				p("| %d | %s | %v | %.3f | %.0f |\n", row.Rate, row.Target, row.Stream, row.WriteXactsPerRequest, row.WALBytesPerRequest)
+			}
+		}
+		p("\n")
+	}
 	first := true
 	for _, row := range rep.Rows {
 		if !row.Stream {

@@ -182,6 +182,8 @@ func TestBenchApartSmoke(t *testing.T) {
 			CPU       int64            `json:"cpu_per_request_ns"`
 			Parts     map[string]int64 `json:"cpu_per_request_parts_ns"`
 			Generator int64            `json:"generator_cpu_per_request_ns"`
+			Xacts     float64          `json:"write_xacts_per_request"`
+			WAL       float64          `json:"wal_bytes_per_request"`
 			Latency   struct {
 				N   int   `json:"n"`
 				P50 int64 `json:"p50_ns"`
@@ -222,9 +224,15 @@ func TestBenchApartSmoke(t *testing.T) {
 		if r.Stream && r.TTFB.P50 <= 0 {
 			t.Errorf("%s stream: no time to first token", r.Target)
 		}
+		// What weir-split wrote to the Postgres the harness started: every
+		// request is recorded, so more than nothing, and no more than a
+		// handful per request (at 50 req/s the reports are not batched much).
+		if r.Target == "weir-split" && (r.Xacts <= 0 || r.Xacts > 8 || r.WAL <= 0) {
+			t.Errorf("weir-split (stream %v): %.3f write transactions and %.0f WAL bytes per request", r.Stream, r.Xacts, r.WAL)
+		}
 	}
 	md, _ := os.ReadFile(filepath.Join(dir, "latest-apart.md"))
-	for _, want := range append(targets, "| 50 |", "## Streams at 20 req/s") {
+	for _, want := range append(targets, "| 50 |", "## Streams at 20 req/s", "## Postgres writes per request") {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("latest-apart.md does not say %q:\n%s", want, md)
 		}
