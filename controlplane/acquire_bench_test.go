@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 	"time"
 
@@ -26,7 +27,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	for _, tc := range []struct {
 		name     string
 		accounts int
-	}{{"accounts=4", 4}, {"accounts=64", 64}} {
+	}{{"accounts=4", 4}, {"accounts=64", 64}, {"accounts=1000", 1000}, {"accounts=10000", 10000}} {
 		accounts := tc.accounts
 		b.Run(tc.name, func(b *testing.B) {
 			pool := pgtest.NewPool(b)
@@ -51,7 +52,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			for i := range accounts {
 				if _, err := accts.CreateAccount(ctx, connect.NewRequest(&weirv1.CreateAccountRequest{
 					Provider: weirv1.Provider_PROVIDER_ANTHROPIC, AuthKind: weirv1.AuthKind_AUTH_KIND_API_KEY,
-					Label: "bench-" + randid.Hex(3) + "-" + string(rune('a'+i%26)), Credential: apiKey(), MaxConcurrency: 1000,
+					Label: "bench-" + randid.Hex(4) + "-" + strconv.Itoa(i), Credential: apiKey(), MaxConcurrency: 1000,
 				})); err != nil {
 					b.Fatal(err)
 				}
