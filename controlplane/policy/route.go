@@ -788,7 +788,8 @@ type rankKey struct {
 // rank orders the eligible Candidates by compareRankKeys, stably.
 func rank(cands []Candidate, req RouteRequest, now time.Time) []Candidate {
 	keys := make([]rankKey, len(cands))
-	for i, c := range cands {
+	for i := range cands {
+		c := &cands[i] // by pointer: a Candidate is large
 		k := rankKey{idx: i, lastResort: req.lastResort(&c.Account), first: 1, priority: c.Account.Priority,
 			tier: harvestTier(c, now), live: c.Live, cap: c.Account.MaxConcurrency, lastUsed: c.Account.LastUsedAt,
 			overloaded: c.Account.overloadedRecently(now), seat: req.seatOf(&c.Account)}
@@ -908,7 +909,7 @@ const (
 	tierDemoted        // near the limit or held in reserve (the soft demotions)
 )
 
-func harvestTier(c Candidate, now time.Time) int {
+func harvestTier(c *Candidate, now time.Time) int {
 	switch {
 	case !c.demotedUntil(now).IsZero():
 		return tierDemoted
