@@ -58,11 +58,10 @@ func listen(addr, what string) (net.Listener, error) {
 }
 
 func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(url)
+	cfg, err := pgxuuid.ParseConfig(url)
 	if err != nil {
 		return nil, errors.New("database URL is not valid") // the URL may hold a password: never echo it
 	}
-	cfg.AfterConnect = pgxuuid.AfterConnect
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to database: %w", err)

@@ -125,11 +125,10 @@ func serveControlPlane(ctx context.Context, ln net.Listener, log *slog.Logger) e
 	}
 	pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
 	defer pcancel()
-	pcfg, err := pgxpool.ParseConfig(os.Getenv("WEIR_CHAOS_DATABASE_URL"))
+	pcfg, err := pgxuuid.ParseConfig(os.Getenv("WEIR_CHAOS_DATABASE_URL"))
 	if err != nil {
 		return errors.New("the database URL is not valid") // it may hold a password: never echoed
 	}
-	pcfg.AfterConnect = pgxuuid.AfterConnect // as weir's own pools
 	pool, err := pgxpool.NewWithConfig(pctx, pcfg)
 	if err != nil {
 		return errors.New("connect to postgres failed")

@@ -91,11 +91,10 @@ func Run(m *testing.M) int {
 func NewPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	dbURL := NewURL(t)
-	cfg, err := pgxpool.ParseConfig(dbURL)
+	cfg, err := pgxuuid.ParseConfig(dbURL)
 	if err != nil {
 		t.Fatalf("pgtest: pool config: %v", err)
 	}
-	cfg.AfterConnect = pgxuuid.AfterConnect // as weir's own pools
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("pgtest: open pool: %v", err)

@@ -12,7 +12,19 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// ParseConfig is pgxpool.ParseConfig with the codec registered on every
+// connection: how every weir pool is configured.
+func ParseConfig(url string) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.AfterConnect = AfterConnect
+	return cfg, nil
+}
 
 // AfterConnect registers the codec on a new connection: a
 // pgxpool.Config's AfterConnect.

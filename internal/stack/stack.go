@@ -137,11 +137,10 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 			return nil, fmt.Errorf("embedded postgres: %w", err)
 		}
 		go s.watchCluster()
-		cfg, err := pgxpool.ParseConfig(s.Cluster.URL())
+		cfg, err := pgxuuid.ParseConfig(s.Cluster.URL())
 		if err != nil {
 			return nil, errors.New("connect to embedded postgres failed")
 		}
-		cfg.AfterConnect = pgxuuid.AfterConnect // as every weir pool
 		if s.Pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 			return nil, errors.New("connect to embedded postgres failed")
 		}
