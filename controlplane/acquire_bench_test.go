@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -62,6 +63,12 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				b.Fatal(err)
 			}
 			hash := HashKey(key.Msg.Secret)
+			// Started, as a replica runs: Acquire routes over the routing
+			// cache, kept true by the pool notifications.
+			if err := srv.Start(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { srv.Stop(context.Background()) }) //nolint:errcheck // jobs are off: nothing to drain
 			var acq, rel time.Duration
 			b.ResetTimer()
 			for b.Loop() {
@@ -115,7 +122,8 @@ func BenchmarkAcquireQueries(b *testing.B) {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		lease, err := l.claim(ctx, v.accounts[v.cands[0].Account.ID], v.egressDefault, v.key.id, &weirv1.AcquireRequest{Model: "claude-sonnet-4-5", RequestId: "q"}, time.Now(), true, false)
+		row, _ := v.snap.row(v.cands[0].Account.ID)
+		lease, err := l.claim(ctx, row, v.egressDefault, v.key.id, &weirv1.AcquireRequest{Model: "claude-sonnet-4-5", RequestId: "q"}, time.Now(), true, false)
 		if err != nil || lease == nil {
 			b.Fatalf("claim: %v", err)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -43,6 +44,8 @@ type leaseService struct {
 	now      func() time.Time
 	metrics  *metrics
 	watch    *poolWatch
+	// routes is the routing cache (routecache.go).
+	routes *routeCache
 	// mergeUsageHeaders folds a released answer's usage headers into the
 	// usage view (usage.go), which the usage poller writes too.
 	mergeUsageHeaders func(ctx context.Context, q *db.Queries, accountID uuid.UUID, revision int64, headers map[string]string, now time.Time) error
@@ -110,28 +113,14 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (re
 			return nil, toConnect(invalidf("prefer_account_id: %q is not an account id", m.PreferAccountId))
 		}
 	}
-	// One round trip answers the key check, the alias question and the
-	// routing view for a concrete model; the lease's claim is the second.
+	// One round trip answers the key check, the alias question and what
+	// changes per request of the routing view for a concrete model (the
+	// rest is the routing cache's); the lease's claim is the second.
 	v, err := l.routingView(ctx, m.KeyHash, m.Model, m.SessionKey, policy.ModelFamily(m.Model), waiterOf(m), l.now())
 	if err != nil {
 		return nil, err
 	}
 	key, aliasTargets, translate := v.key, v.aliasTargets, v.aliasTranslate
-	if len(v.cands) == 0 {
-		// No account at all: the view had no row to carry the key's answer.
-		row, err := l.q.ActiveKeyAndAlias(ctx, db.ActiveKeyAndAliasParams{KeyHash: m.KeyHash, Model: m.Model})
-		switch {
-		case errors.Is(storeErr(err), ErrNotFound):
-			key.id = uuid.Nil
-		case err != nil:
-			return nil, err
-		default:
-			// Nothing to route: the global metered setting does not matter.
-			key = keyGrant{id: row.KeyID, models: row.AllowedModels, pinned: row.Pinned, pins: row.Pins}.
-				withMetered(orZero(row.MeteredAccounts), "").withOwned(row.TeamID.UUID, "")
-			aliasTargets, translate = row.AliasTargets, row.AliasTranslate
-		}
-	}
 	if key.id == uuid.Nil {
 		return nil, connect.NewError(connect.CodePermissionDenied, errKeyRejected)
 	}
@@ -309,7 +298,10 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		}
 		spill := policy.SpillFrom(cands, order, rr)
 		for i, c := range order {
-			a := v.accounts[c.Account.ID]
+			a, ok := v.snap.row(c.Account.ID)
+			if !ok {
+				continue
+			}
 			// While requests wait for the account's places, its lease is not
 			// kept for reuse: a worker would hand it to a later arrival.
 			lease, err := l.claim(ctx, a, v.egressDefault, key.id, m, now, reusable(m) && c.Waiting == 0, gate.Probing[c.Account.Provider])
@@ -323,6 +315,11 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 			}
 			if err != nil {
 				return nil, err
+			}
+			if lease == nil {
+				// Claimed away, or no longer eligible as the cache has it:
+				// the next read has it as it is now.
+				l.routes.invalidate(a.ID)
 			}
 			if lease != nil && m.WaitingSince != nil {
 				// It waited its turn: it waits no more.
@@ -419,7 +416,7 @@ func reuseFor(reuse time.Duration, id uuid.UUID) time.Duration {
 // unopened credential does.
 func (l leaseService) claim(ctx context.Context, a db.Account, egressDefault []byte, keyID uuid.UUID, m *weirv1.AcquireRequest, now time.Time, reuse, breakerProbe bool) (*weirv1.Lease, error) {
 	expires := now.Add(l.cfg.LeaseTTL)
-	leaseID, err := l.q.ClaimLease(ctx, db.ClaimLeaseParams{
+	row, err := l.q.ClaimLease(ctx, db.ClaimLeaseParams{
 		AccountID:  a.ID,
 		Revision:   a.CredentialRevision,
 		KeyID:      uuid.NullUUID{UUID: keyID, Valid: true},
@@ -429,12 +426,18 @@ func (l leaseService) claim(ctx context.Context, a db.Account, egressDefault []b
 		Now:        now,
 		ExpiresAt:  expires,
 	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	if leaseID == uuid.Nil {
-		return nil, nil
-	}
+	leaseID := row.LeaseID
+	// What the lease carries is the account's row as the claim read it,
+	// not the routing cache's.
+	a.Label, a.Provider, a.AuthKind, a.BaseUrl = row.Label, row.Provider, row.AuthKind, row.BaseUrl
+	a.CredentialSealed, a.UpstreamAccountID, a.RecoveryProbe = row.CredentialSealed, row.UpstreamAccountID, row.RecoveryProbe
+	a.EgressProxy, a.EgressProxySealed = row.EgressProxy, row.EgressProxySealed
 	credential, err := l.seal.Open(a.ID, a.CredentialRevision, a.CredentialSealed)
 	var proxy string
 	if err == nil {
@@ -477,13 +480,13 @@ func (l leaseService) claim(ctx context.Context, a db.Account, egressDefault []b
 // view is one read of the routing view.
 type view struct {
 	cands []policy.Candidate
-	// accounts are the candidates' rows, by id: what a claim reads.
-	accounts map[uuid.UUID]db.Account
+	// snap is the routing cache the candidates were read from: a claim
+	// reads the account's row there.
+	snap *routeSnap
 	// session is the account the session is bound to; uuid.Nil when none.
 	session uuid.UUID
 	// key is the client key when it is live (id uuid.Nil: unknown or
-	// revoked); aliasTargets the model's targets when it is an alias. Both
-	// are read only when the view has a row to carry them.
+	// revoked); aliasTargets the model's targets when it is an alias.
 	key          keyGrant
 	aliasTargets []string
 	// aliasTranslate: the alias's targets of the other wire may be served
@@ -497,61 +500,37 @@ type view struct {
 }
 
 // routingView reads every account with its live leases, cooldown and gate
-// for the model family, the account the session is bound to, if it is
-// still bound, the family's breakers, and the key and alias answers: one
-// query.
+// for the model family (the routing cache, with what changes per request
+// read now), the account the session is bound to, if it is still bound,
+// the family's breakers, and the key and alias answers.
 func (l leaseService) routingView(ctx context.Context, keyHash, model, sessionKey, family string, w waiter, now time.Time) (view, error) {
+	snap, err := l.routes.read(ctx)
+	if err != nil {
+		return view{}, err
+	}
 	since := w.since
 	if since.IsZero() {
 		since = now // a request not held yet waits behind every waiter
 	}
-	rows, err := l.q.RoutingView(ctx, db.RoutingViewParams{KeyHash: keyHash, Model: model, Now: now, SessionKey: sessionKey,
+	f, err := l.q.AcquireFacts(ctx, db.AcquireFactsParams{KeyHash: keyHash, Model: model, Now: now, SessionKey: sessionKey,
 		BoundSince: now.Add(-l.cfg.SessionTTL), Family: family, RequestID: w.requestID, WaitingSince: since,
 		WaitersSeenSince: now.Add(-waiterTTL)})
 	if err != nil {
 		return view{}, err
 	}
-	v := view{cands: make([]policy.Candidate, 0, len(rows)), accounts: make(map[uuid.UUID]db.Account, len(rows))}
-	for _, r := range rows {
-		v.key = keyGrant{id: r.KeyID, models: r.KeyAllowedModels, pinned: r.KeyPinned, pins: r.KeyPins}.
-			withMetered(r.KeyMeteredAccounts, r.MeteredSetting).withOwned(r.KeyTeamID, r.OwnedSetting)
-		v.aliasTargets, v.aliasTranslate = r.AliasTargets, r.AliasTranslate
-		v.egressDefault = r.EgressDefaultSealed
-		if r.BreakerOpenUntil != nil {
-			if v.breakerOpen == nil {
-				v.breakerOpen = map[weirv1.Provider]bool{}
-			}
-			v.breakerOpen[enumValue[weirv1.Provider](r.Account.Provider)] = true
+	v := view{cands: snap.candidates(family, now, &f), snap: snap}
+	v.key = keyGrant{id: f.KeyID, models: f.KeyAllowedModels, pinned: f.KeyPinned, pins: f.KeyPins}.
+		withMetered(f.KeyMeteredAccounts, f.MeteredSetting).withOwned(f.KeyTeamID, f.OwnedSetting)
+	v.aliasTargets, v.aliasTranslate = f.AliasTargets, f.AliasTranslate
+	v.egressDefault = f.EgressDefaultSealed
+	for _, p := range f.BreakerOpen {
+		if v.breakerOpen == nil {
+			v.breakerOpen = map[weirv1.Provider]bool{}
 		}
-		c := policy.Candidate{Account: policyAccount(r.Account), Live: r.Live, WaitingAhead: r.WaitingAhead, Waiting: r.Waiting}
-		v.accounts[r.Account.ID] = r.Account
-		if r.CooldownUntil != nil {
-			cd := policyCooldown(db.Cooldown{
-				AccountID: r.Account.ID,
-				Reason:    *r.CooldownReason,
-				Transient: r.CooldownTransient.Bool,
-				Until:     *r.CooldownUntil,
-				WrittenAt: *r.CooldownWrittenAt,
-				Evidence:  r.CooldownEvidence,
-				// The quota evidence behind the deadline, if any.
-				QuotaKind:          r.CooldownQuotaKind,
-				QuotaResetsAt:      r.CooldownQuotaResetsAt,
-				QuotaWindowMinutes: orZero(r.CooldownQuotaWindowMinutes),
-				QuotaMessage:       orZero(r.CooldownQuotaMessage),
-			})
-			c.Cooldown = &cd
-		}
-		if r.GateUntil != nil {
-			g := policyGate(db.FamilyGate{AccountID: r.Account.ID, Family: family, Until: *r.GateUntil,
-				WrittenAt: *r.GateWrittenAt, Evidence: r.GateEvidence})
-			c.Gate = &g
-		}
-		c.FiveHour = policyWindow(r.FiveHourUtilization, r.FiveHourResetsAt)
-		c.SevenDay = policyWindow(r.SevenDayUtilization, r.SevenDayResetsAt)
-		if r.SessionBound && sessionKey != "" {
-			v.session = r.Account.ID
-		}
-		v.cands = append(v.cands, c)
+		v.breakerOpen[enumValue[weirv1.Provider](p)] = true
+	}
+	if _, ok := snap.index[f.SessionAccount]; ok && sessionKey != "" {
+		v.session = f.SessionAccount
 	}
 	return v, nil
 }
@@ -608,11 +587,13 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 		return l.releaseSuccess(ctx, id, o)
 	}
 	var out *weirv1.Decision
+	var account uuid.UUID
 	err = l.tx(ctx, func(q *db.Queries) error {
 		row, err := q.ReleaseLease(ctx, id)
 		if err != nil {
 			return storeErr(err)
 		}
+		account = row.AccountID
 		now := l.now()
 		facts, err := l.releaseFacts(ctx, q, row, o, now)
 		if err != nil {
@@ -625,6 +606,11 @@ func (l leaseService) Release(ctx context.Context, req *connect.Request[weirv1.R
 		out = answers[0]
 		return nil
 	})
+	if account != uuid.Nil {
+		// Committed or not, this replica's next route reads the account
+		// as it is now (its cooldown, gate or overload mark).
+		l.routes.invalidate(account)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -700,6 +686,7 @@ func (l leaseService) releaseSuccess(ctx context.Context, id uuid.UUID, o *weirv
 	if err != nil {
 		return nil, err
 	}
+	l.routes.afterSuccess(row.AccountID, o.GetHeaders(), now)
 	l.metrics.releases.WithLabelValues(enumName(weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS)).Inc()
 	return connect.NewResponse(&weirv1.ReleaseResponse{Decision: answers[0]}), nil
 }

@@ -44,6 +44,12 @@ type poolWatch struct {
 
 	mu   sync.Mutex
 	subs map[*poolSub]struct{}
+	// listeners are told every event as it is published, under mu (the
+	// routing cache's marks).
+	listeners []func(poolEvent)
+	// epoch counts the times the connection started to listen: what was
+	// read while it listened in one epoch is kept true by its events.
+	epoch uint64
 	// syncs are announce's markers awaited, by token.
 	syncs map[string]chan struct{}
 	// up is whether the connection LISTENs now; upCh is closed when it
@@ -157,6 +163,7 @@ func (w *poolWatch) setUp() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.up = true
+	w.epoch++
 	close(w.upCh)
 	if w.everUp {
 		for s := range w.subs {
@@ -178,6 +185,9 @@ func (w *poolWatch) setDown(tell bool) {
 	}
 	w.up = false
 	w.upCh = make(chan struct{})
+	for _, l := range w.listeners {
+		l(poolEvent{lost: true})
+	}
 	if !tell {
 		return
 	}
@@ -231,9 +241,32 @@ func (w *poolWatch) publish(ev poolEvent) {
 		}
 		return
 	}
+	for _, l := range w.listeners {
+		l(ev)
+	}
 	for s := range w.subs {
 		s.add(ev)
 	}
+}
+
+// onEvents tells fn every event from now on, under the watch's lock: fn
+// must only take note.
+func (w *poolWatch) onEvents(fn func(poolEvent)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.listeners = append(w.listeners, fn)
+}
+
+// listening is the current listening epoch, 0 while the connection does
+// not listen: a read made while it listens is kept true by the events
+// that follow, for as long as the epoch lasts.
+func (w *poolWatch) listening() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.up {
+		return 0
+	}
+	return w.epoch
 }
 
 // syncPrefix marks announce's own notifications.

@@ -214,6 +214,9 @@ func (l leaseService) ReleaseBatch(ctx context.Context, req *connect.Request[wei
 	if _, err := l.applyEffects(ctx, l.q, successes, now); err != nil {
 		return nil, err
 	}
+	for _, r := range successes {
+		l.routes.afterSuccess(r.row.AccountID, r.outcome.GetHeaders(), now)
+	}
 	l.metrics.releases.WithLabelValues(enumName(weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS)).Add(float64(len(successes)))
 	return connect.NewResponse(out), nil
 }

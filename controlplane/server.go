@@ -45,6 +45,8 @@ type Server struct {
 	acct *AccountJobs
 	// watch feeds WatchPool from Postgres notifications.
 	watch *poolWatch
+	// routes is the routing cache Acquire routes over (routecache.go).
+	routes *routeCache
 	// clock moves the lease clock (leaseclock.go).
 	clock ticking
 	// notifier raises notifications (notify.go).
@@ -81,6 +83,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 		watch:    newPoolWatch(pool, cfg.Logger),
 		egress:   newEgressClients(cfg),
 	}
+	s.routes = newRouteCache(s.store, s.watch, cfg.Logger, cfg.Now)
 	s.acct = &AccountJobs{store: s.store, cfg: cfg, seal: sealer, log: cfg.Logger, now: cfg.Now,
 		jitter: defaultJitter, egress: s.egress}
 	s.prices = &priceCache{now: cfg.Now}
@@ -149,6 +152,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.maintainPartitions(ctx)
 	s.watch.start(ctx)
+	s.routes.start(ctx)
 	if s.river != nil {
 		if err := s.river.Start(ctx); err != nil {
 			return fmt.Errorf("controlplane: start river: %w", err)
@@ -177,6 +181,7 @@ func (s *Server) maintainPartitions(ctx context.Context) {
 func (s *Server) Stop(ctx context.Context) error {
 	s.acct.creds.stop()
 	s.clock.stop()
+	s.routes.stop()
 	s.watch.stop()
 	if s.river == nil {
 		return nil
@@ -267,7 +272,7 @@ func (s *Server) accountService() accountService {
 
 func (s *Server) leases() leaseService {
 	return leaseService{store: s.store, notifier: s.notifier, prices: s.prices, cfg: s.cfg, settings: s.settings, seal: s.seal, log: s.log, now: s.now,
-		metrics: s.metrics, watch: s.watch, mergeUsageHeaders: s.acct.mergeUsageHeaders, markUnreadable: s.acct.markUnreadable}
+		metrics: s.metrics, watch: s.watch, routes: s.routes, mergeUsageHeaders: s.acct.mergeUsageHeaders, markUnreadable: s.acct.markUnreadable}
 }
 
 func (s *Server) keyService() keyService {

@@ -101,13 +101,13 @@ func (f *integrityFixture) cooldown(t *testing.T, account uuid.UUID, until time.
 
 func (f *integrityFixture) claim(t *testing.T, account uuid.UUID, at time.Time, ttl time.Duration) uuid.UUID {
 	t.Helper()
-	id, err := f.q.ClaimLease(t.Context(), db.ClaimLeaseParams{
+	row, err := f.q.ClaimLease(t.Context(), db.ClaimLeaseParams{
 		AccountID: account, Revision: 1, RequestID: "r", Model: "m", Now: at, ExpiresAt: at.Add(ttl),
 	})
-	if err != nil || id == uuid.Nil {
-		t.Fatalf("claim at %v: %v (id %v)", at, err, id)
+	if err != nil || row.LeaseID == uuid.Nil {
+		t.Fatalf("claim at %v: %v (id %v)", at, err, row.LeaseID)
 	}
-	return id
+	return row.LeaseID
 }
 
 func (f *integrityFixture) run(t *testing.T) map[string]Finding {

@@ -60,14 +60,14 @@ func setup(t *testing.T) *fixture {
 // claim leases the account at a time, for ttl, binding session if set.
 func (f *fixture) claim(t *testing.T, at time.Time, ttl time.Duration, session string) uuid.UUID {
 	t.Helper()
-	id, err := f.q.ClaimLease(t.Context(), db.ClaimLeaseParams{
+	row, err := f.q.ClaimLease(t.Context(), db.ClaimLeaseParams{
 		AccountID: f.account, Revision: 1, RequestID: "r", Model: "m",
 		SessionKey: session, Now: at, ExpiresAt: at.Add(ttl),
 	})
-	if err != nil || id == uuid.Nil {
-		t.Fatalf("claim at %v: %v (id %v)", at, err, id)
+	if err != nil || row.LeaseID == uuid.Nil {
+		t.Fatalf("claim at %v: %v (id %v)", at, err, row.LeaseID)
 	}
-	return id
+	return row.LeaseID
 }
 
 func (f *fixture) leases(t *testing.T) map[uuid.UUID]bool {

@@ -57,6 +57,119 @@ func (q *Queries) AccountOwnerNames(ctx context.Context) ([]AccountOwnerNamesRow
 	return items, nil
 }
 
+const acquireFacts = `-- name: AcquireFacts :one
+SELECT
+    (SELECT k.id FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::uuid AS key_id,
+    (SELECT k.allowed_models FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::text[] AS key_allowed_models,
+    coalesce((SELECT k.pinned FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL), false)::boolean AS key_pinned,
+    (SELECT array_agg(ka.account_id) FROM client_key_accounts ka JOIN client_keys k ON k.id = ka.key_id
+     WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::uuid[] AS key_pins,
+    coalesce((SELECT k.metered_accounts FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL), '')::text AS key_metered_accounts,
+    coalesce((SELECT s.value FROM settings s WHERE s.name = 'metered_accounts'), '')::text AS metered_setting,
+    (SELECT k.team_id FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::uuid AS key_team_id,
+    coalesce((SELECT s.value FROM settings s WHERE s.name = 'owned_accounts'), '')::text AS owned_setting,
+    (SELECT s.sealed FROM settings s WHERE s.name = 'egress_proxy') AS egress_default_sealed,
+    coalesce(
+        (SELECT ka.targets FROM key_aliases ka JOIN client_keys kk ON kk.id = ka.key_id WHERE kk.key_hash = $1::text AND ka.alias = $2::text),
+        (SELECT ma.targets FROM model_aliases ma WHERE ma.alias = $2::text))::text[] AS alias_targets,
+    coalesce(
+        (SELECT ka.translate FROM key_aliases ka JOIN client_keys kk ON kk.id = ka.key_id WHERE kk.key_hash = $1::text AND ka.alias = $2::text),
+        (SELECT ma.translate FROM model_aliases ma WHERE ma.alias = $2::text), false)::boolean AS alias_translate,
+    (SELECT s.account_id FROM session_bindings s
+     WHERE s.session_key = $3 AND $3 <> '' AND s.last_seen_at > $4)::uuid AS session_account,
+    coalesce((SELECT array_agg(ob.provider) FROM overload_breakers ob
+              WHERE ob.family = $5 AND ob.open_until IS NOT NULL), '{}')::text[] AS breaker_open,
+    coalesce(lv.ids, '{}')::uuid[] AS live_ids,
+    coalesce(lv.counts, '{}')::integer[] AS live_counts,
+    coalesce(wq.ids, '{}')::uuid[] AS waiter_ids,
+    coalesce(wq.ahead, '{}')::integer[] AS waiters_ahead,
+    coalesce(wq.waiting, '{}')::integer[] AS waiters
+FROM (SELECT array_agg(x.account_id) AS ids, array_agg(x.n) AS counts
+      FROM (SELECT l.account_id, count(*)::integer AS n FROM leases l
+            WHERE l.expires_at > $6 GROUP BY l.account_id) x) lv,
+     (SELECT array_agg(x.account_id) AS ids, array_agg(x.ahead) AS ahead, array_agg(x.waiting) AS waiting
+      FROM (SELECT w.account_id,
+                   (count(*) FILTER (WHERE w.since < $7::timestamptz
+                       OR (w.since = $7::timestamptz AND w.request_id < $8::text)))::integer AS ahead,
+                   count(*)::integer AS waiting
+            FROM lease_waiters w
+            WHERE w.seen_at > $9 AND w.request_id <> $8::text
+            GROUP BY w.account_id) x) wq
+`
+
+type AcquireFactsParams struct {
+	KeyHash          string
+	Model            string
+	SessionKey       string
+	BoundSince       time.Time
+	Family           string
+	Now              time.Time
+	WaitingSince     time.Time
+	RequestID        string
+	WaitersSeenSince time.Time
+}
+
+type AcquireFactsRow struct {
+	KeyID               uuid.UUID
+	KeyAllowedModels    []string
+	KeyPinned           bool
+	KeyPins             []uuid.UUID
+	KeyMeteredAccounts  string
+	MeteredSetting      string
+	KeyTeamID           uuid.UUID
+	OwnedSetting        string
+	EgressDefaultSealed []byte
+	AliasTargets        []string
+	AliasTranslate      bool
+	SessionAccount      uuid.UUID
+	BreakerOpen         []string
+	LiveIds             []uuid.UUID
+	LiveCounts          []int32
+	WaiterIds           []uuid.UUID
+	WaitersAhead        []int32
+	Waiters             []int32
+}
+
+// What one Acquire reads besides the routing cache, in one round trip:
+// the key and alias answers, the settings routing reads, the account the
+// session is bound to, the providers whose breaker for the family is open
+// or probing, the live leases per account and the waiters per account.
+func (q *Queries) AcquireFacts(ctx context.Context, arg AcquireFactsParams) (AcquireFactsRow, error) {
+	row := q.db.QueryRow(ctx, acquireFacts,
+		arg.KeyHash,
+		arg.Model,
+		arg.SessionKey,
+		arg.BoundSince,
+		arg.Family,
+		arg.Now,
+		arg.WaitingSince,
+		arg.RequestID,
+		arg.WaitersSeenSince,
+	)
+	var i AcquireFactsRow
+	err := row.Scan(
+		&i.KeyID,
+		&i.KeyAllowedModels,
+		&i.KeyPinned,
+		&i.KeyPins,
+		&i.KeyMeteredAccounts,
+		&i.MeteredSetting,
+		&i.KeyTeamID,
+		&i.OwnedSetting,
+		&i.EgressDefaultSealed,
+		&i.AliasTargets,
+		&i.AliasTranslate,
+		&i.SessionAccount,
+		&i.BreakerOpen,
+		&i.LiveIds,
+		&i.LiveCounts,
+		&i.WaiterIds,
+		&i.WaitersAhead,
+		&i.Waiters,
+	)
+	return i, err
+}
+
 const createAccount = `-- name: CreateAccount :one
 INSERT INTO accounts (
     id, provider, auth_kind, label, base_url, max_concurrency, priority,
@@ -648,28 +761,8 @@ func (q *Queries) ResumeAccount(ctx context.Context, arg ResumeAccountParams) (A
 	return i, err
 }
 
-const routingView = `-- name: RoutingView :many
+const routingAccounts = `-- name: RoutingAccounts :many
 SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.priority, a.paused, a.broken_reason, a.broken_at, a.auth_failures, a.credential_sealed, a.credential_revision, a.credential_hint, a.last_used_at, a.last_success_at, a.created_at, a.updated_at, a.quota_backoffs, a.recovery_probe, a.refresh_sealed, a.access_expires_at, a.refreshing_until, a.refresh_failures, a.refresh_blocked_until, a.refresh_rejected_at, a.banked_resets_enabled, a.org_id, a.recovery_probe_seen_at, a.upstream_account_id, a.identity, a.overloaded_at, a.egress_proxy, a.egress_proxy_sealed, a.owner_key_id, a.owner_team_id, a.check_state, a.check_note, a.checked_at,
-    (SELECT k.id FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::uuid AS key_id,
-    (SELECT k.allowed_models FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::text[] AS key_allowed_models,
-    coalesce((SELECT k.pinned FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL), false)::boolean AS key_pinned,
-    (SELECT array_agg(ka.account_id) FROM client_key_accounts ka JOIN client_keys k ON k.id = ka.key_id
-     WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::uuid[] AS key_pins,
-    coalesce((SELECT k.metered_accounts FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL), '')::text AS key_metered_accounts,
-    coalesce((SELECT s.value FROM settings s WHERE s.name = 'metered_accounts'), '')::text AS metered_setting,
-    (SELECT k.team_id FROM client_keys k WHERE k.key_hash = $1::text AND k.revoked_at IS NULL)::uuid AS key_team_id,
-    coalesce((SELECT s.value FROM settings s WHERE s.name = 'owned_accounts'), '')::text AS owned_setting,
-    (SELECT s.sealed FROM settings s WHERE s.name = 'egress_proxy') AS egress_default_sealed,
-    coalesce(
-        (SELECT ka.targets FROM key_aliases ka JOIN client_keys kk ON kk.id = ka.key_id WHERE kk.key_hash = $1::text AND ka.alias = $2::text),
-        (SELECT ma.targets FROM model_aliases ma WHERE ma.alias = $2::text))::text[] AS alias_targets,
-    coalesce(
-        (SELECT ka.translate FROM key_aliases ka JOIN client_keys kk ON kk.id = ka.key_id WHERE kk.key_hash = $1::text AND ka.alias = $2::text),
-        (SELECT ma.translate FROM model_aliases ma WHERE ma.alias = $2::text), false)::boolean AS alias_translate,
-    ob.open_until AS breaker_open_until,
-    (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > $3)::integer AS live,
-    coalesce(wq.ahead, 0)::integer AS waiting_ahead,
-    coalesce(wq.waiting, 0)::integer AS waiting,
     c.reason AS cooldown_reason,
     c.transient AS cooldown_transient,
     c.until AS cooldown_until,
@@ -679,63 +772,28 @@ SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.
     c.quota_resets_at AS cooldown_quota_resets_at,
     c.quota_window_minutes AS cooldown_quota_window_minutes,
     c.quota_message AS cooldown_quota_message,
-    g.until AS gate_until,
-    g.written_at AS gate_written_at,
-    g.evidence AS gate_evidence,
-    coalesce(a.id = (SELECT s.account_id FROM session_bindings s
-                     WHERE s.session_key = $4 AND s.last_seen_at > $5), false)::boolean AS session_bound,
     u5.utilization AS five_hour_utilization,
     u5.resets_at AS five_hour_resets_at,
     u7.utilization AS seven_day_utilization,
     u7.resets_at AS seven_day_resets_at
 FROM accounts a
-LEFT JOIN cooldowns c ON c.account_id = a.id AND c.until > $3
-LEFT JOIN family_gates g ON g.account_id = a.id AND g.family = $6 AND g.until > $3
+LEFT JOIN cooldowns c ON c.account_id = a.id AND c.until > $1
 LEFT JOIN usage_windows u5 ON u5.account_id = a.id AND u5.window_name = 'five_hour'
-    AND u5.utilization IS NOT NULL AND u5.resets_at > $3
+    AND u5.utilization IS NOT NULL AND u5.resets_at > $1
 LEFT JOIN usage_windows u7 ON u7.account_id = a.id AND u7.window_name = 'seven_day'
-    AND u7.utilization IS NOT NULL AND u7.resets_at > $3
-LEFT JOIN overload_breakers ob ON ob.provider = a.provider AND ob.family = $6
-LEFT JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE w.since < $7::timestamptz
-                              OR (w.since = $7::timestamptz AND w.request_id < $8::text)) AS ahead,
-           count(*) AS waiting
-    FROM lease_waiters w
-    WHERE EXISTS (SELECT 1 FROM lease_waiters) AND w.account_id = a.id
-      AND w.seen_at > $9 AND w.request_id <> $8::text
-) wq ON true
-ORDER BY a.label
+    AND u7.utilization IS NOT NULL AND u7.resets_at > $1
+WHERE $2::boolean OR a.id = ANY($3::uuid[])
+ORDER BY a.label, a.id
 `
 
-type RoutingViewParams struct {
-	KeyHash          string
-	Model            string
-	Now              time.Time
-	SessionKey       string
-	BoundSince       time.Time
-	Family           string
-	WaitingSince     time.Time
-	RequestID        string
-	WaitersSeenSince time.Time
+type RoutingAccountsParams struct {
+	Now         time.Time
+	AllAccounts bool
+	Ids         []uuid.UUID
 }
 
-type RoutingViewRow struct {
+type RoutingAccountsRow struct {
 	Account                    Account
-	KeyID                      uuid.UUID
-	KeyAllowedModels           []string
-	KeyPinned                  bool
-	KeyPins                    []uuid.UUID
-	KeyMeteredAccounts         string
-	MeteredSetting             string
-	KeyTeamID                  uuid.UUID
-	OwnedSetting               string
-	EgressDefaultSealed        []byte
-	AliasTargets               []string
-	AliasTranslate             bool
-	BreakerOpenUntil           *time.Time
-	Live                       int32
-	WaitingAhead               int32
-	Waiting                    int32
 	CooldownReason             *string
 	CooldownTransient          pgtype.Bool
 	CooldownUntil              *time.Time
@@ -745,48 +803,25 @@ type RoutingViewRow struct {
 	CooldownQuotaResetsAt      *time.Time
 	CooldownQuotaWindowMinutes *int32
 	CooldownQuotaMessage       *string
-	GateUntil                  *time.Time
-	GateWrittenAt              *time.Time
-	GateEvidence               []byte
-	SessionBound               bool
 	FiveHourUtilization        *float64
 	FiveHourResetsAt           *time.Time
 	SevenDayUtilization        *float64
 	SevenDayResetsAt           *time.Time
 }
 
-// Everything Acquire needs in one round trip: every account with its live
-// lease count, its live cooldown if any, its live gate for the request's
-// model family if any, whether the session is bound to it, its current
-// five_hour and seven_day readings (none when there is no evidence: no
-// utilization, or a reset already passed) and its provider's overload
-// breaker for the family, and the requests waiting for its places (ahead
-// of this one, and in all); and, the same on every row, the client key's id
-// (with its restrictions and its team) when the key is live, the settings
-// routing reads (metered_accounts, owned_accounts, the default egress
-// proxy) and the model's alias targets (and whether they may be
-// translated) when it is an alias: the key's own, else the global one.
-// The waiters, read only when there are any (the common case: none, one
-// check for the whole query).
-func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]RoutingViewRow, error) {
-	rows, err := q.db.Query(ctx, routingView,
-		arg.KeyHash,
-		arg.Model,
-		arg.Now,
-		arg.SessionKey,
-		arg.BoundSince,
-		arg.Family,
-		arg.WaitingSince,
-		arg.RequestID,
-		arg.WaitersSeenSince,
-	)
+// The routing cache's accounts (routecache.go): every account (all), or
+// those named, with its live cooldown and usage windows. What changes on
+// every request (live leases, waiters) and what a request names (its key,
+// alias and session) are AcquireFacts'; a claim re-checks what must hold.
+func (q *Queries) RoutingAccounts(ctx context.Context, arg RoutingAccountsParams) ([]RoutingAccountsRow, error) {
+	rows, err := q.db.Query(ctx, routingAccounts, arg.Now, arg.AllAccounts, arg.Ids)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []RoutingViewRow{}
+	items := []RoutingAccountsRow{}
 	for rows.Next() {
-		var i RoutingViewRow
+		var i RoutingAccountsRow
 		if err := rows.Scan(
 			&i.Account.ID,
 			&i.Account.Provider,
@@ -827,21 +862,6 @@ func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]Rou
 			&i.Account.CheckState,
 			&i.Account.CheckNote,
 			&i.Account.CheckedAt,
-			&i.KeyID,
-			&i.KeyAllowedModels,
-			&i.KeyPinned,
-			&i.KeyPins,
-			&i.KeyMeteredAccounts,
-			&i.MeteredSetting,
-			&i.KeyTeamID,
-			&i.OwnedSetting,
-			&i.EgressDefaultSealed,
-			&i.AliasTargets,
-			&i.AliasTranslate,
-			&i.BreakerOpenUntil,
-			&i.Live,
-			&i.WaitingAhead,
-			&i.Waiting,
 			&i.CooldownReason,
 			&i.CooldownTransient,
 			&i.CooldownUntil,
@@ -851,14 +871,49 @@ func (q *Queries) RoutingView(ctx context.Context, arg RoutingViewParams) ([]Rou
 			&i.CooldownQuotaResetsAt,
 			&i.CooldownQuotaWindowMinutes,
 			&i.CooldownQuotaMessage,
-			&i.GateUntil,
-			&i.GateWrittenAt,
-			&i.GateEvidence,
-			&i.SessionBound,
 			&i.FiveHourUtilization,
 			&i.FiveHourResetsAt,
 			&i.SevenDayUtilization,
 			&i.SevenDayResetsAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const routingGates = `-- name: RoutingGates :many
+SELECT account_id, family, until, written_at, evidence FROM family_gates
+WHERE until > $1 AND ($2::boolean OR account_id = ANY($3::uuid[]))
+`
+
+type RoutingGatesParams struct {
+	Now         time.Time
+	AllAccounts bool
+	Ids         []uuid.UUID
+}
+
+// The routing cache's live family gates: of every account (all), or of
+// those named.
+func (q *Queries) RoutingGates(ctx context.Context, arg RoutingGatesParams) ([]FamilyGate, error) {
+	rows, err := q.db.Query(ctx, routingGates, arg.Now, arg.AllAccounts, arg.Ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []FamilyGate{}
+	for rows.Next() {
+		var i FamilyGate
+		if err := rows.Scan(
+			&i.AccountID,
+			&i.Family,
+			&i.Until,
+			&i.WrittenAt,
+			&i.Evidence,
 		); err != nil {
 			return nil, err
 		}

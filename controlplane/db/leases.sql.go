@@ -13,10 +13,13 @@ import (
 )
 
 const claimLease = `-- name: ClaimLease :one
-SELECT weir_claim_lease(
+SELECT c.lease_id::uuid AS lease_id, a.label, a.provider, a.auth_kind, a.base_url,
+    a.credential_sealed, a.upstream_account_id, a.egress_proxy, a.egress_proxy_sealed, a.recovery_probe
+FROM (SELECT weir_claim_lease(
     $1, $2, $3, $4,
     $5, $6, $7, $8
-)::uuid AS lease_id
+)::uuid AS lease_id) c
+JOIN accounts a ON a.id = $1 AND c.lease_id IS NOT NULL
 `
 
 type ClaimLeaseParams struct {
@@ -30,7 +33,25 @@ type ClaimLeaseParams struct {
 	ExpiresAt  time.Time
 }
 
-func (q *Queries) ClaimLease(ctx context.Context, arg ClaimLeaseParams) (uuid.UUID, error) {
+type ClaimLeaseRow struct {
+	LeaseID           uuid.UUID
+	Label             string
+	Provider          string
+	AuthKind          string
+	BaseUrl           string
+	CredentialSealed  []byte
+	UpstreamAccountID string
+	EgressProxy       string
+	EgressProxySealed []byte
+	RecoveryProbe     bool
+}
+
+// Leases the account if it is still eligible (weir_claim_lease), and
+// reads what the lease carries from the account's row, not from the
+// routing cache the choice was made on: its credential (of the revision
+// claimed), upstream and egress proxy as they are now. No row when the
+// claim failed.
+func (q *Queries) ClaimLease(ctx context.Context, arg ClaimLeaseParams) (ClaimLeaseRow, error) {
 	row := q.db.QueryRow(ctx, claimLease,
 		arg.AccountID,
 		arg.Revision,
@@ -41,9 +62,20 @@ func (q *Queries) ClaimLease(ctx context.Context, arg ClaimLeaseParams) (uuid.UU
 		arg.Now,
 		arg.ExpiresAt,
 	)
-	var lease_id uuid.UUID
-	err := row.Scan(&lease_id)
-	return lease_id, err
+	var i ClaimLeaseRow
+	err := row.Scan(
+		&i.LeaseID,
+		&i.Label,
+		&i.Provider,
+		&i.AuthKind,
+		&i.BaseUrl,
+		&i.CredentialSealed,
+		&i.UpstreamAccountID,
+		&i.EgressProxy,
+		&i.EgressProxySealed,
+		&i.RecoveryProbe,
+	)
+	return i, err
 }
 
 const deleteLeasesExpiredBefore = `-- name: DeleteLeasesExpiredBefore :execrows

@@ -119,19 +119,46 @@ UPDATE accounts SET
 WHERE id = @id AND credential_revision = @credential_revision
 RETURNING auth_failures, (broken_at IS NOT NULL)::boolean AS broken;
 
--- Everything Acquire needs in one round trip: every account with its live
--- lease count, its live cooldown if any, its live gate for the request's
--- model family if any, whether the session is bound to it, its current
--- five_hour and seven_day readings (none when there is no evidence: no
--- utilization, or a reset already passed) and its provider's overload
--- breaker for the family, and the requests waiting for its places (ahead
--- of this one, and in all); and, the same on every row, the client key's id
--- (with its restrictions and its team) when the key is live, the settings
--- routing reads (metered_accounts, owned_accounts, the default egress
--- proxy) and the model's alias targets (and whether they may be
--- translated) when it is an alias: the key's own, else the global one.
--- name: RoutingView :many
+-- The routing cache's accounts (routecache.go): every account (all), or
+-- those named, with its live cooldown and usage windows. What changes on
+-- every request (live leases, waiters) and what a request names (its key,
+-- alias and session) are AcquireFacts'; a claim re-checks what must hold.
+-- name: RoutingAccounts :many
 SELECT sqlc.embed(a),
+    c.reason AS cooldown_reason,
+    c.transient AS cooldown_transient,
+    c.until AS cooldown_until,
+    c.written_at AS cooldown_written_at,
+    c.evidence AS cooldown_evidence,
+    c.quota_kind AS cooldown_quota_kind,
+    c.quota_resets_at AS cooldown_quota_resets_at,
+    c.quota_window_minutes AS cooldown_quota_window_minutes,
+    c.quota_message AS cooldown_quota_message,
+    u5.utilization AS five_hour_utilization,
+    u5.resets_at AS five_hour_resets_at,
+    u7.utilization AS seven_day_utilization,
+    u7.resets_at AS seven_day_resets_at
+FROM accounts a
+LEFT JOIN cooldowns c ON c.account_id = a.id AND c.until > @now
+LEFT JOIN usage_windows u5 ON u5.account_id = a.id AND u5.window_name = 'five_hour'
+    AND u5.utilization IS NOT NULL AND u5.resets_at > @now
+LEFT JOIN usage_windows u7 ON u7.account_id = a.id AND u7.window_name = 'seven_day'
+    AND u7.utilization IS NOT NULL AND u7.resets_at > @now
+WHERE @all_accounts::boolean OR a.id = ANY(@ids::uuid[])
+ORDER BY a.label, a.id;
+
+-- The routing cache's live family gates: of every account (all), or of
+-- those named.
+-- name: RoutingGates :many
+SELECT account_id, family, until, written_at, evidence FROM family_gates
+WHERE until > @now AND (@all_accounts::boolean OR account_id = ANY(@ids::uuid[]));
+
+-- What one Acquire reads besides the routing cache, in one round trip:
+-- the key and alias answers, the settings routing reads, the account the
+-- session is bound to, the providers whose breaker for the family is open
+-- or probing, the live leases per account and the waiters per account.
+-- name: AcquireFacts :one
+SELECT
     (SELECT k.id FROM client_keys k WHERE k.key_hash = @key_hash::text AND k.revoked_at IS NULL)::uuid AS key_id,
     (SELECT k.allowed_models FROM client_keys k WHERE k.key_hash = @key_hash::text AND k.revoked_at IS NULL)::text[] AS key_allowed_models,
     coalesce((SELECT k.pinned FROM client_keys k WHERE k.key_hash = @key_hash::text AND k.revoked_at IS NULL), false)::boolean AS key_pinned,
@@ -148,47 +175,26 @@ SELECT sqlc.embed(a),
     coalesce(
         (SELECT ka.translate FROM key_aliases ka JOIN client_keys kk ON kk.id = ka.key_id WHERE kk.key_hash = @key_hash::text AND ka.alias = @model::text),
         (SELECT ma.translate FROM model_aliases ma WHERE ma.alias = @model::text), false)::boolean AS alias_translate,
-    ob.open_until AS breaker_open_until,
-    (SELECT count(*) FROM leases l WHERE l.account_id = a.id AND l.expires_at > @now)::integer AS live,
-    coalesce(wq.ahead, 0)::integer AS waiting_ahead,
-    coalesce(wq.waiting, 0)::integer AS waiting,
-    c.reason AS cooldown_reason,
-    c.transient AS cooldown_transient,
-    c.until AS cooldown_until,
-    c.written_at AS cooldown_written_at,
-    c.evidence AS cooldown_evidence,
-    c.quota_kind AS cooldown_quota_kind,
-    c.quota_resets_at AS cooldown_quota_resets_at,
-    c.quota_window_minutes AS cooldown_quota_window_minutes,
-    c.quota_message AS cooldown_quota_message,
-    g.until AS gate_until,
-    g.written_at AS gate_written_at,
-    g.evidence AS gate_evidence,
-    coalesce(a.id = (SELECT s.account_id FROM session_bindings s
-                     WHERE s.session_key = @session_key AND s.last_seen_at > @bound_since), false)::boolean AS session_bound,
-    u5.utilization AS five_hour_utilization,
-    u5.resets_at AS five_hour_resets_at,
-    u7.utilization AS seven_day_utilization,
-    u7.resets_at AS seven_day_resets_at
-FROM accounts a
-LEFT JOIN cooldowns c ON c.account_id = a.id AND c.until > @now
-LEFT JOIN family_gates g ON g.account_id = a.id AND g.family = @family AND g.until > @now
-LEFT JOIN usage_windows u5 ON u5.account_id = a.id AND u5.window_name = 'five_hour'
-    AND u5.utilization IS NOT NULL AND u5.resets_at > @now
-LEFT JOIN usage_windows u7 ON u7.account_id = a.id AND u7.window_name = 'seven_day'
-    AND u7.utilization IS NOT NULL AND u7.resets_at > @now
-LEFT JOIN overload_breakers ob ON ob.provider = a.provider AND ob.family = @family
--- The waiters, read only when there are any (the common case: none, one
--- check for the whole query).
-LEFT JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE w.since < @waiting_since::timestamptz
-                              OR (w.since = @waiting_since::timestamptz AND w.request_id < @request_id::text)) AS ahead,
-           count(*) AS waiting
-    FROM lease_waiters w
-    WHERE EXISTS (SELECT 1 FROM lease_waiters) AND w.account_id = a.id
-      AND w.seen_at > @waiters_seen_since AND w.request_id <> @request_id::text
-) wq ON true
-ORDER BY a.label;
+    (SELECT s.account_id FROM session_bindings s
+     WHERE s.session_key = @session_key AND @session_key <> '' AND s.last_seen_at > @bound_since)::uuid AS session_account,
+    coalesce((SELECT array_agg(ob.provider) FROM overload_breakers ob
+              WHERE ob.family = @family AND ob.open_until IS NOT NULL), '{}')::text[] AS breaker_open,
+    coalesce(lv.ids, '{}')::uuid[] AS live_ids,
+    coalesce(lv.counts, '{}')::integer[] AS live_counts,
+    coalesce(wq.ids, '{}')::uuid[] AS waiter_ids,
+    coalesce(wq.ahead, '{}')::integer[] AS waiters_ahead,
+    coalesce(wq.waiting, '{}')::integer[] AS waiters
+FROM (SELECT array_agg(x.account_id) AS ids, array_agg(x.n) AS counts
+      FROM (SELECT l.account_id, count(*)::integer AS n FROM leases l
+            WHERE l.expires_at > @now GROUP BY l.account_id) x) lv,
+     (SELECT array_agg(x.account_id) AS ids, array_agg(x.ahead) AS ahead, array_agg(x.waiting) AS waiting
+      FROM (SELECT w.account_id,
+                   (count(*) FILTER (WHERE w.since < @waiting_since::timestamptz
+                       OR (w.since = @waiting_since::timestamptz AND w.request_id < @request_id::text)))::integer AS ahead,
+                   count(*)::integer AS waiting
+            FROM lease_waiters w
+            WHERE w.seen_at > @waiters_seen_since AND w.request_id <> @request_id::text
+            GROUP BY w.account_id) x) wq;
 
 -- The provider took the credential at this revision in a check.
 -- name: RecordCheckGood :execrows

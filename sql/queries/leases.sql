@@ -1,8 +1,19 @@
+-- Leases the account if it is still eligible (weir_claim_lease), and
+-- reads what the lease carries from the account's row, not from the
+-- routing cache the choice was made on: its credential (of the revision
+-- claimed), upstream and egress proxy as they are now. No row when the
+-- claim failed.
 -- name: ClaimLease :one
-SELECT weir_claim_lease(
-    sqlc.arg(account_id), sqlc.arg(revision), sqlc.narg(key_id), sqlc.arg(request_id),
-    sqlc.arg(model), sqlc.arg(session_key), sqlc.arg(now), sqlc.arg(expires_at)
-)::uuid AS lease_id;
+WITH c AS MATERIALIZED (
+    -- Materialized: the claim runs once, whatever the plan.
+    SELECT weir_claim_lease(
+        sqlc.arg(account_id), sqlc.arg(revision), sqlc.narg(key_id), sqlc.arg(request_id),
+        sqlc.arg(model), sqlc.arg(session_key), sqlc.arg(now), sqlc.arg(expires_at)
+    )::uuid AS lease_id
+)
+SELECT c.lease_id::uuid AS lease_id, a.label, a.provider, a.auth_kind, a.base_url,
+    a.credential_sealed, a.upstream_account_id, a.egress_proxy, a.egress_proxy_sealed, a.recovery_probe
+FROM c JOIN accounts a ON a.id = sqlc.arg(account_id) AND c.lease_id IS NOT NULL;
 
 -- Renews live leases, and lapsed ones while their account has room
 -- (weir_renew_leases, 0021_lease_clock.sql). Returns the ids renewed.

@@ -1,0 +1,243 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
+	"github.com/weirhq/weir/controlplane/db"
+	"github.com/weirhq/weir/controlplane/policy"
+	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+)
+
+// started is e with its replica started: the pool notifications heard,
+// the routing cache in use.
+func (e *env) started() *env {
+	e.t.Helper()
+	if err := e.srv.Start(e.t.Context()); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { e.srv.Stop(context.Background()) }) //nolint:errcheck // teardown
+	return e
+}
+
+// cachedView is the pool as e's routing cache shows it for family at now;
+// freshView as Postgres does.
+func (e *env) cachedView(family string, now time.Time) []policy.Candidate {
+	e.t.Helper()
+	v, err := e.srv.leases().routingView(e.t.Context(), "", "", "", family, waiter{}, now)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return v.cands
+}
+
+func (e *env) freshView(family string, now time.Time) []policy.Candidate {
+	e.t.Helper()
+	rows, gates, err := e.srv.routes.load(e.t.Context(), nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	f, err := e.q.AcquireFacts(e.t.Context(), acquireFactsAt(now))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return newRouteSnap(rows, gates, 0).candidates(family, now, &f)
+}
+
+// acquireFactsAt asks AcquireFacts for no key, session or waiter at now.
+func acquireFactsAt(now time.Time) db.AcquireFactsParams {
+	return db.AcquireFactsParams{Now: now, WaitingSince: now, WaitersSeenSince: now.Add(-waiterTTL), BoundSince: now}
+}
+
+// announced blanks what the cache keeps only as fresh as its periodic
+// read (routeRefreshEvery): the columns no notification announces.
+func announced(cs []policy.Candidate) []policy.Candidate {
+	out := make([]policy.Candidate, len(cs))
+	for i, c := range cs {
+		c.Account.LastUsedAt, c.Account.OverloadedAt = nil, nil
+		c.FiveHour, c.SevenDay = banded(c.FiveHour), banded(c.SevenDay)
+		out[i] = c
+	}
+	return out
+}
+
+// banded is a window as the notifications announce it: its band, none
+// for the lowest (a reading is announced when it enters a band, not when
+// it first appears below them).
+func banded(w *policy.Window) *policy.Window {
+	if w == nil || usageBand(&w.Utilization) == 0 {
+		return nil
+	}
+	return &policy.Window{Utilization: float64(usageBand(&w.Utilization))}
+}
+
+// TestRouteCacheFollowsThePool: over a mixed pool changed at random, by
+// operators' calls and by writes straight to Postgres, on one replica or
+// the other, each replica's routing cache shows what Postgres does, for
+// every family, once the notifications committed before have been heard
+// (what announce waits for). Each write is one a worker, an operator or a
+// job makes; what no notification announces is compared by its band.
+func TestRouteCacheFollowsThePool(t *testing.T) {
+	t.Parallel()
+	e := setup(t).started()
+	r := e.replica().started()
+	replicas := []*env{e, r}
+	rng := rand.New(rand.NewPCG(7, 26))
+	var ids []string
+	made := 0
+	for i := range 6 {
+		made++
+		a, _ := e.createAccount(acct{label: fmt.Sprintf("acct-%02d", i)})
+		ids = append(ids, a.Id)
+	}
+	families := []string{"sonnet", "opus", "haiku"}
+	for step := range 120 {
+		now := e.clock.Now()
+		on := replicas[rng.IntN(2)]
+		id := uuid.MustParse(ids[rng.IntN(len(ids))])
+		var what string
+		switch rng.IntN(9) {
+		case 0:
+			what = "pause"
+			on.pause(id.String())
+		case 1:
+			what = "resume"
+			on.resume(id.String())
+		case 2:
+			what = "cooldown"
+			e.exec(`INSERT INTO cooldowns (account_id, reason, transient, until, written_at, evidence)
+				VALUES ($1, 'rate_limited', true, $2, $3, '{}')
+				ON CONFLICT (account_id) DO UPDATE SET until = EXCLUDED.until`, id, now.Add(time.Duration(1+rng.IntN(60))*time.Second), now)
+		case 3:
+			what = "cooldown lifted"
+			e.exec(`DELETE FROM cooldowns WHERE account_id = $1`, id)
+		case 4:
+			what = "gate"
+			e.exec(`INSERT INTO family_gates (account_id, family, until, written_at, evidence) VALUES ($1, $2, $3, $4, '{}')
+				ON CONFLICT (account_id, family) DO UPDATE SET until = EXCLUDED.until`,
+				id, families[rng.IntN(len(families))], now.Add(time.Duration(1+rng.IntN(3600))*time.Second), now)
+		case 5:
+			what = "usage"
+			u := []float64{0.1, 0.5, 0.85, 0.95, 1.0}[rng.IntN(5)]
+			e.exec(`INSERT INTO usage_windows (account_id, window_name, utilization, resets_at, source, observed_at, credential_revision, poll_epoch)
+				VALUES ($1, $2, $3, $4, 'header', $5, 1, 1)
+				ON CONFLICT (account_id, window_name) DO UPDATE SET utilization = EXCLUDED.utilization, resets_at = EXCLUDED.resets_at`,
+				id, []string{"five_hour", "seven_day"}[rng.IntN(2)], u, now.Add(time.Duration(1+rng.IntN(48))*time.Hour), now)
+		case 6:
+			what = "priority"
+			if _, err := on.admin.accounts.UpdateAccount(t.Context(), connect.NewRequest(&weirv1.UpdateAccountRequest{
+				Id: id.String(), Priority: int32(rng.IntN(3)), UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"priority"}}})); err != nil {
+				t.Fatal(err)
+			}
+		case 7:
+			what = "account added"
+			made++
+			a, _ := on.createAccount(acct{label: fmt.Sprintf("acct-%02d", made)})
+			ids = append(ids, a.Id)
+		case 8:
+			if len(ids) < 3 {
+				continue
+			}
+			what = "account deleted"
+			i := rng.IntN(len(ids))
+			if _, err := on.admin.accounts.DeleteAccount(t.Context(), connect.NewRequest(&weirv1.DeleteAccountRequest{Id: ids[i]})); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids[:i], ids[i+1:]...)
+		}
+		if rng.IntN(4) == 0 {
+			e.clock.Advance(time.Duration(rng.IntN(90)) * time.Second)
+		}
+		now = e.clock.Now()
+		for ri, rep := range replicas {
+			rep.srv.watch.announce(t.Context())
+			for _, family := range families {
+				got, want := announced(rep.cachedView(family, now)), announced(rep.freshView(family, now))
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("step %d (%s on %s), replica %d, %s: the cache shows\n%s\nPostgres\n%s",
+						step, what, id, ri, family, describeCands(got), describeCands(want))
+				}
+			}
+		}
+	}
+}
+
+func describeCands(cs []policy.Candidate) string {
+	var s string
+	for _, c := range cs {
+		s += fmt.Sprintf("  %s paused=%v prio=%d cooldown=%v gate=%v 5h=%v 7d=%v\n", c.Account.Label, c.Account.Paused,
+			c.Account.Priority, c.Cooldown != nil, c.Gate != nil, c.FiveHour, c.SevenDay)
+	}
+	return s
+}
+
+// TestRouteCacheListenerLost: a change made while nothing listened (no
+// notification of it is ever heard) is routed on all the same: reads go
+// to Postgres until the replica listens again, and then read it whole.
+func TestRouteCacheListenerLost(t *testing.T) {
+	t.Parallel()
+	e := setup(t).started()
+	a, _ := e.createAccount(acct{label: "a"})
+	now := e.clock.Now()
+	if v := e.cachedView("sonnet", now); len(v) != 1 || v[0].Gate != nil {
+		t.Fatalf("before: %s", describeCands(v))
+	}
+	if n := e.count(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND query = 'LISTEN weir_pool'`); n != 1 {
+		t.Fatalf("terminated %d listening backends, want 1", n)
+	}
+	// The listener may not have noticed yet: wait until it has, so the
+	// gate below is written while nothing listens.
+	for e.srv.watch.listening() != 0 {
+		time.Sleep(time.Millisecond)
+	}
+	e.exec(`INSERT INTO family_gates (account_id, family, until, written_at, evidence) VALUES ($1, 'sonnet', $2, $3, '{}')`,
+		uuid.MustParse(a.Id), now.Add(time.Hour), now)
+	if v := e.cachedView("sonnet", now); len(v) != 1 || v[0].Gate == nil {
+		t.Fatalf("while nothing listens, the gate is not routed on: %s", describeCands(v))
+	}
+	// Listening again, the cache is read whole: the gate is still there.
+	deadline := time.Now().Add(watchTimeout)
+	for e.srv.watch.listening() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the replica did not listen again")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if v := e.cachedView("sonnet", now); len(v) != 1 || v[0].Gate == nil {
+		t.Fatalf("after listening again, the gate is not routed on: %s", describeCands(v))
+	}
+}
+
+// TestRouteCacheLocalFailure: a failure released on this replica is
+// routed on by its next Acquire, without waiting for its notification:
+// the account answered overloaded, so a turn goes to the other one.
+func TestRouteCacheLocalFailure(t *testing.T) {
+	t.Parallel()
+	e := setup(t).started()
+	e.createAccount(acct{label: "a"})
+	e.createAccount(acct{label: "b"})
+	_, hash := e.createKey("k")
+	req := &weirv1.AcquireRequest{KeyHash: hash, Model: "claude-sonnet-4-5", RequestId: "r1", Surface: weirv1.Surface_SURFACE_MESSAGES}
+	first := e.acquire(req).GetLease()
+	if first == nil {
+		t.Fatal("no lease")
+	}
+	e.release(first.Id, &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_OVERLOADED, Status: 529})
+	for i := range 5 {
+		req.RequestId = fmt.Sprintf("r%d", i+2)
+		next := e.acquire(req).GetLease()
+		if next == nil || next.AccountId == first.AccountId {
+			t.Fatalf("after %s answered overloaded, turn %d went to %v", first.AccountLabel, i, next)
+		}
+		e.release(next.Id, &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200})
+	}
+}
