@@ -146,7 +146,7 @@ func newEnv(t *testing.T, pool *pgxpool.Pool, cfg Config, clock *clock.Manual) *
 }
 
 // startH2C serves h on cleartext HTTP/1.1 and HTTP/2, as the control plane does.
-func startH2C(t *testing.T, h http.Handler) *httptest.Server {
+func startH2C(t testing.TB, h http.Handler) *httptest.Server {
 	t.Helper()
 	ts := httptest.NewUnstartedServer(h)
 	ts.EnableHTTP2 = false
