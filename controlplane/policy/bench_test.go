@@ -111,6 +111,20 @@ func BenchmarkRoute(b *testing.B) {
 		})
 	}
 	for _, n := range benchPoolSizes {
+		// What the claim loop asks for (leases.go): the best 8.
+		cands, session := benchPool(n)
+		req := benchRouteRequest(session)
+		b.Run(fmt.Sprintf("first8/%d", n), func(b *testing.B) {
+			o, none := RouteFirst(cands, req, epoch, 8)
+			if none != nil || len(o.First) != min(8, o.Eligible) || o.First[0].Account.ID != session {
+				b.Fatalf("route: %v, %d of %d", none, len(o.First), o.Eligible)
+			}
+			for b.Loop() {
+				RouteFirst(cands, req, epoch, 8)
+			}
+		})
+	}
+	for _, n := range benchPoolSizes {
 		cands := benchBlockedPool(n)
 		req := benchRouteRequest(uuid.Nil)
 		b.Run(fmt.Sprintf("all_quota_blocked/%d", n), func(b *testing.B) {

@@ -77,15 +77,22 @@ func GateBreakers(providers []weirv1.Provider, verdicts []BreakerVerdict) Breake
 // nothing can serve is joined with the open breakers' (WithBreaker). req
 // carries the gate's Open already. Pure.
 func RouteGated(cands []Candidate, req RouteRequest, g BreakerGate, now time.Time) (order []Candidate, none *weirv1.NoAccount, newRound bool) {
-	order, none = Route(cands, withAvoided(req, g.Avoid), now)
+	o, none, newRound := RouteGatedFirst(cands, req, g, now, 0)
+	return o.First, none, newRound
+}
+
+// RouteGatedFirst is RouteGated ranking only the best k eligible accounts
+// (RouteFirst; k <= 0: all of them). Pure.
+func RouteGatedFirst(cands []Candidate, req RouteRequest, g BreakerGate, now time.Time, k int) (o Order, none *weirv1.NoAccount, newRound bool) {
+	o, none = RouteFirst(cands, withAvoided(req, g.Avoid), now, k)
 	if none != nil && g.Avoid != nil {
-		order, none = Route(cands, req, now)
+		o, none = RouteFirst(cands, req, now, k)
 		newRound = true
 	}
 	if none != nil && g.None != nil {
 		none = WithBreaker(none, g.None)
 	}
-	return order, none, newRound
+	return o, none, newRound
 }
 
 // WithBreaker is the answer when the other providers' accounts cannot

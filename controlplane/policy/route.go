@@ -110,24 +110,39 @@ func (w *Window) live(now time.Time) bool { return w != nil && w.ResetsAt.After(
 
 // spentUntil is the latest reset among the account's spent account-wide
 // windows (both must pass before it can serve), or zero when none is spent.
-func (c *Candidate) spentUntil(now time.Time) time.Time { return c.latestResetAtOrAbove(SpentAt, now) }
+func (c *Candidate) spentUntil(now time.Time) time.Time { return c.usageAt(now).spent }
 
-// nearUntil is when the account stops being near its limit: the latest
-// reset among its windows at nearLimitAt or above; zero when it is not near.
-func (c *Candidate) nearUntil(now time.Time) time.Time {
-	return c.latestResetAtOrAbove(nearLimitAt, now)
+// usage is what an account's live 5-hour and weekly readings say at one
+// instant, each read once: routing asks it of every account of the pool on
+// every Acquire, for its block (spent) and then its rank (near).
+type usage struct {
+	// spent is spentUntil; near is when the account stops being near its
+	// limit: the latest reset among its windows at nearLimitAt or above.
+	// Zero when none is.
+	spent, near time.Time
 }
 
-// latestResetAtOrAbove is the latest reset among the live 5-hour and weekly
-// readings at or above utilization u; zero when none is.
-func (c *Candidate) latestResetAtOrAbove(u float64, now time.Time) time.Time {
-	var until time.Time
-	for _, w := range []*Window{c.FiveHour, c.SevenDay} {
-		if w.live(now) && w.Utilization >= u && w.ResetsAt.After(until) {
-			until = w.ResetsAt
-		}
+// usageAt reads the account's windows at now.
+func (c *Candidate) usageAt(now time.Time) usage {
+	var u usage
+	// The two windows by hand, not a loop over a slice of them.
+	u.read(c.FiveHour, now)
+	u.read(c.SevenDay, now)
+	return u
+}
+
+// read takes one window into u (spent implies near: SpentAt is above
+// nearLimitAt).
+func (u *usage) read(w *Window, now time.Time) {
+	if !w.live(now) || w.Utilization < nearLimitAt {
+		return
 	}
-	return until
+	if w.ResetsAt.After(u.near) {
+		u.near = w.ResetsAt
+	}
+	if w.Utilization >= SpentAt && w.ResetsAt.After(u.spent) {
+		u.spent = w.ResetsAt
+	}
 }
 
 // The pool-liveness reserve: an account whose weekly headroom is below
@@ -158,9 +173,10 @@ func (c *Candidate) reserveUntil(now time.Time) time.Time {
 }
 
 // demotedUntil is when the account stops being softly demoted (near its
-// limit or held in reserve): the later of the two; zero when it is not.
-func (c *Candidate) demotedUntil(now time.Time) time.Time {
-	near, reserve := c.nearUntil(now), c.reserveUntil(now)
+// limit or held in reserve): the later of the two; zero when it is not. u
+// is its usage at now.
+func (c *Candidate) demotedUntil(now time.Time, u usage) time.Time {
+	near, reserve := u.near, c.reserveUntil(now)
 	if reserve.After(near) {
 		return reserve
 	}
@@ -262,10 +278,11 @@ func (req *RouteRequest) withheld(a *Account) bool {
 	return req.Metered == weirv1.MeteredAccounts_METERED_ACCOUNTS_NEVER && IsMetered(*a) && subscriptionSurfaces[req.Surface]
 }
 
-// lastResort says whether metered_accounts=last_resort ranks account a
-// below every subscription for this request.
-func (req *RouteRequest) lastResort(a *Account) bool {
-	return req.Metered == weirv1.MeteredAccounts_METERED_ACCOUNTS_LAST_RESORT && IsMetered(*a) && subscriptionSurfaces[req.Surface]
+// lastResort says whether metered_accounts=last_resort ranks the metered
+// accounts below every subscription for this request: on a surface a
+// subscription can serve.
+func (req *RouteRequest) lastResort() bool {
+	return req.Metered == weirv1.MeteredAccounts_METERED_ACCOUNTS_LAST_RESORT && subscriptionSurfaces[req.Surface]
 }
 
 // MeteredNever names the setting in a refusal it caused.
@@ -326,21 +343,26 @@ func ProvidersFor(sf weirv1.Surface) []weirv1.Provider {
 
 // servedBy is surfaceProviders as sets, built once: Serves runs for every
 // account of every Acquire.
-var servedBy = func() map[weirv1.Surface]map[weirv1.Provider]bool {
-	out := map[weirv1.Surface]map[weirv1.Provider]bool{}
+var servedBy = func() map[weirv1.Surface]providerSet {
+	out := map[weirv1.Surface]providerSet{}
 	for sf, ps := range surfaceProviders {
-		out[sf] = map[weirv1.Provider]bool{}
 		for _, p := range ps {
-			out[sf][p] = true
+			out[sf] |= 1 << p
 		}
 	}
 	out[weirv1.Surface_SURFACE_UNSPECIFIED] = out[weirv1.Surface_SURFACE_MESSAGES]
 	return out
 }()
 
+// providerSet is a set of providers, one bit each: the providers are
+// numbered from 0, far fewer than 64.
+type providerSet uint64
+
+func (s providerSet) has(p weirv1.Provider) bool { return p >= 0 && p < 64 && s&(1<<p) != 0 }
+
 // Serves says whether an account of provider serves a request on surface.
 func Serves(provider weirv1.Provider, sf weirv1.Surface) bool {
-	return servedBy[sf][provider]
+	return servedBy[sf].has(provider)
 }
 
 // WaitPoll is how soon a request refused at capacity asks again: a place
@@ -351,7 +373,7 @@ const WaitPoll = time.Second
 // every eligible account is at its cap: those Route counted full. Pure.
 func WaitingFor(cands []Candidate, req RouteRequest, now time.Time) []uuid.UUID {
 	var out []uuid.UUID
-	route(cands, req, now, func(c Candidate) { out = append(out, c.Account.ID) })
+	route(cands, req, now, 1, func(c *Candidate) { out = append(out, c.Account.ID) })
 	return out
 }
 
@@ -360,18 +382,49 @@ func WaitingFor(cands []Candidate, req RouteRequest, now time.Time) []uuid.UUID 
 // follows re-checks eligibility under a row lock, so a stale view costs a
 // retry, never a broken cap.
 func Route(cands []Candidate, req RouteRequest, now time.Time) ([]Candidate, *weirv1.NoAccount) {
-	return route(cands, req, now, nil)
+	o, none := route(cands, req, now, 0, nil)
+	return o.First, none
 }
 
-// route is Route; onFull, when set, is told each account it counts full.
-func route(cands []Candidate, req RouteRequest, now time.Time, onFull func(Candidate)) ([]Candidate, *weirv1.NoAccount) {
-	eligible, t := tallyOf(cands, req, now, onFull)
-	if len(eligible) > 0 {
-		return rank(eligible, req, now), nil
+// Order is what Route answers when some account may serve.
+type Order struct {
+	// First are the best eligible accounts, best first: every eligible
+	// account when all were asked for, else at most k of them.
+	First []Candidate
+	// Eligible counts every eligible account, ranked or not.
+	Eligible int
+	// SpillFrom is where, in First, leasing a metered account is a spill
+	// (SpillFrom's meaning over the whole order): len(First) when none
+	// in First is, which is so whenever an eligible subscription account
+	// ranks after First.
+	SpillFrom int
+}
+
+// RouteFirst is Route ranking only the best k eligible accounts (k <= 0:
+// all of them). Pure.
+//
+// The claim that follows takes the first account it can, almost always
+// the first: ranking a pool of 10,000 to claim one is waste. The best k
+// are chosen in one pass over the eligible accounts (a bounded heap) and
+// only they are sorted, ties broken by the pool's order as Route's stable
+// sort breaks them, so First is exactly Route's order cut at k.
+func RouteFirst(cands []Candidate, req RouteRequest, now time.Time, k int) (Order, *weirv1.NoAccount) {
+	return route(cands, req, now, k, nil)
+}
+
+// route is RouteFirst; onFull, when set, is told each account it counts
+// full.
+func route(cands []Candidate, req RouteRequest, now time.Time, k int, onFull func(*Candidate)) (Order, *weirv1.NoAccount) {
+	r := ranking{req: req, now: now, lastResort: req.lastResort(), k: k, cands: cands}
+	t := tallyOf(cands, req, now, onFull, &r)
+	if r.eligible > 0 {
+		o := Order{First: r.order(), Eligible: r.eligible}
+		o.SpillFrom = t.spillFrom(o.First, req)
+		return o, nil
 	}
 	none := t.explain(req, now)
 	none.QuotaBlock = QuotaBlock(cands, req, now)
-	return nil, none
+	return Order{}, none
 }
 
 // tally is why the accounts of a request's pool are out, counted: what
@@ -400,20 +453,50 @@ type tally struct {
 	// ahead counts the places at full accounts promised to requests held
 	// longer.
 	ahead int32
+	// subscription: the pool as the request sees it has a subscription
+	// account of a provider serving the surface, in whatever state;
+	// subscriptionsEligible counts those that are eligible (SpillFrom).
+	subscription          bool
+	subscriptionsEligible int
 }
 
-// tallyOf sorts the pool's accounts into the eligible ones and the counts
-// of why the others are out; onFull, when set, is told each account it
-// counts full. Pure.
-func tallyOf(cands []Candidate, req RouteRequest, now time.Time, onFull func(Candidate)) ([]Candidate, tally) {
-	eligible := make([]Candidate, 0, len(cands))
+// spillFrom is SpillFrom over the whole order Route gives, told from its
+// first accounts alone: the tally counted the eligible subscription
+// accounts, so whether one ranks after first is known without ranking it.
+func (t *tally) spillFrom(first []Candidate, req RouteRequest) int {
+	if !t.subscription || !subscriptionSurfaces[req.Surface] {
+		return len(first)
+	}
+	from, subscriptions := 0, 0
+	for i := range first {
+		if !IsMetered(first[i].Account) {
+			from = i + 1
+			subscriptions++
+		}
+	}
+	if subscriptions < t.subscriptionsEligible {
+		return len(first) // a subscription ranks after first: none in it is a spill
+	}
+	return from
+}
+
+// tallyOf sorts the pool's accounts into the eligible ones, which it hands
+// to r as it finds them (while the account is in the cache: the pool is
+// larger than it), and the counts of why the others are out; onFull, when
+// set, is told each account it counts full. Pure.
+func tallyOf(cands []Candidate, req RouteRequest, now time.Time, onFull func(*Candidate), r *ranking) tally {
 	t := tally{unreachable: true}
+	// What is the same for every account, read once: each map lookup here
+	// would otherwise run for every account of the pool on every Acquire.
+	served := servedBy[req.Surface]
+	withhold := req.Metered == weirv1.MeteredAccounts_METERED_ACCOUNTS_NEVER && subscriptionSurfaces[req.Surface] // req.withheld, less the account's part
+	breakerOpen, unreadable, exclude := len(req.BreakerOpen) > 0, len(req.Unreadable) > 0, len(req.Exclude) > 0
 	for i := range cands {
 		// By pointer: a Candidate is large, and this runs over every
 		// account of the pool on every Acquire.
 		c := &cands[i]
 		a := &c.Account
-		if !Serves(a.Provider, req.Surface) {
+		if !served.has(a.Provider) {
 			continue
 		}
 		if req.keptAway(a) {
@@ -422,12 +505,14 @@ func tallyOf(cands []Candidate, req RouteRequest, now time.Time, onFull func(Can
 			t.kept++
 			continue
 		}
-		if req.BreakerOpen[a.Provider] {
+		metered := IsMetered(*a)
+		t.subscription = t.subscription || !metered
+		if breakerOpen && req.BreakerOpen[a.Provider] {
 			// Its accounts answer, overloaded: the pool is not unreachable.
 			t.unreachable = false
 			continue
 		}
-		if req.withheld(a) {
+		if withhold && metered {
 			t.withheld++
 			continue
 		}
@@ -436,11 +521,13 @@ func tallyOf(cands []Candidate, req RouteRequest, now time.Time, onFull func(Can
 			t.disabled++
 			continue
 		}
-		if req.Unreadable[a.ID] {
+		if unreadable && req.Unreadable[a.ID] {
 			t.unreadable++
 			continue
 		}
-		back, coolingNow, transient := c.blockedUntil(now)
+		excluded := exclude && req.Exclude[a.ID]
+		u := c.usageAt(now)
+		back, coolingNow, transient := c.blockedBy(now, u)
 		if !coolingNow || transient {
 			t.recoverable++
 			switch {
@@ -448,7 +535,7 @@ func tallyOf(cands []Candidate, req RouteRequest, now time.Time, onFull func(Can
 				if t.run == nil || c.Cooldown.WrittenAt.After(t.run.Cooldown.WrittenAt) {
 					t.run = c
 				}
-			case req.Exclude[a.ID] && !coolingNow:
+			case excluded && !coolingNow:
 			default:
 				t.unreachable = false
 			}
@@ -459,12 +546,12 @@ func tallyOf(cands []Candidate, req RouteRequest, now time.Time, onFull func(Can
 			t.soonest = back
 		}
 		switch {
-		case req.Exclude[a.ID]:
+		case excluded:
 			t.tried++
 			t.againNow = t.againNow || !coolingNow
 		case coolingNow:
 			t.cooling++
-			if (c.Cooldown == nil || !c.Cooldown.Until.After(now)) && c.spentUntil(now).IsZero() {
+			if (c.Cooldown == nil || !c.Cooldown.Until.After(now)) && u.spent.IsZero() {
 				t.gated++
 			}
 		case c.Live+c.WaitingAhead >= c.capacity():
@@ -473,13 +560,16 @@ func tallyOf(cands []Candidate, req RouteRequest, now time.Time, onFull func(Can
 			t.full++
 			t.ahead += c.WaitingAhead
 			if onFull != nil {
-				onFull(*c)
+				onFull(c)
 			}
 		default:
-			eligible = append(eligible, *c)
+			r.add(c, int32(i), u)
+			if !metered {
+				t.subscriptionsEligible++
+			}
 		}
 	}
-	return eligible, t
+	return t
 }
 
 // explain is the answer a tally with no eligible account gives: why
@@ -572,11 +662,16 @@ const unreadableFix = " (WEIR_SECRET_KEY is not the key they were sealed with: s
 // its own, and when it is expected to: the latest of the deadlines, since
 // all must pass.
 func (c *Candidate) blockedUntil(now time.Time) (until time.Time, blocked, transient bool) {
+	return c.blockedBy(now, c.usageAt(now))
+}
+
+// blockedBy is blockedUntil with the account's usage at now read already.
+func (c *Candidate) blockedBy(now time.Time, u usage) (until time.Time, blocked, transient bool) {
 	transient = true
 	if c.Cooldown != nil && c.Cooldown.Until.After(now) {
 		until, blocked, transient = c.Cooldown.Until, true, c.Cooldown.Transient
 	}
-	if spent := c.spentUntil(now); !spent.IsZero() {
+	if spent := u.spent; !spent.IsZero() {
 		// Routing stops sending into a wall of 429s: a spent window is a
 		// cooldown until its reset, recovering on its own.
 		blocked = true
@@ -764,7 +859,7 @@ func ReopensFirst(a, b *weirv1.QuotaBlock) bool {
 // comparison then reads small values instead of recomputing the usage
 // view's deadlines, and the sort moves indices instead of whole accounts.
 type rankKey struct {
-	idx int
+	idx int32 // the account's index in the pool: the last key, for ties
 	// lastResort: a metered account under metered_accounts=last_resort,
 	// ranked after every subscription.
 	lastResort bool
@@ -785,46 +880,136 @@ type rankKey struct {
 	lastUsed    *time.Time
 }
 
-// rank orders the eligible Candidates by compareRankKeys, stably.
-func rank(cands []Candidate, req RouteRequest, now time.Time) []Candidate {
-	keys := make([]rankKey, len(cands))
-	for i := range cands {
-		c := &cands[i] // by pointer: a Candidate is large
-		k := rankKey{idx: i, lastResort: req.lastResort(&c.Account), first: 1, priority: c.Account.Priority,
-			tier: harvestTier(c, now), live: c.Live, cap: c.Account.MaxConcurrency, lastUsed: c.Account.LastUsedAt,
-			overloaded: c.Account.overloadedRecently(now), seat: req.seatOf(&c.Account)}
-		switch {
-		case req.PreferAccount != uuid.Nil && c.Account.ID == req.PreferAccount:
-			k.preferred = true
-		case req.SessionAccount != uuid.Nil && c.Account.ID == req.SessionAccount:
-			k.first = 0
+// ranking ranks one request's eligible accounts as the tally finds them,
+// in the pool's order: it keeps every one's key, or when only the best k
+// are asked for, the best k in a bounded max-heap (each account is
+// compared with the worst of the best so far, and rarely goes further), so
+// that only those are sorted. Route at 10,000 accounts sorted them all for
+// a caller that claims the first.
+type ranking struct {
+	req        RouteRequest
+	now        time.Time
+	lastResort bool // req.lastResort, read once
+	k          int  // <= 0: all
+	cands      []Candidate
+	// keys are the keys kept: every eligible account's, or the best k as
+	// a max-heap under compareRanked (keys[0] ranks last of them).
+	keys     []rankKey
+	next     rankKey // the key add weighs against keys[0]
+	eligible int
+}
+
+// add ranks c, the pool's eligible account at index i, whose usage at now
+// is u.
+func (r *ranking) add(c *Candidate, i int32, u usage) {
+	r.eligible++
+	if r.keys == nil {
+		// Made at the first eligible account, for as many as may follow:
+		// a pool that cannot serve allocates none.
+		n := len(r.cands) - int(i)
+		if r.k > 0 {
+			n = min(n, r.k)
 		}
-		switch k.tier {
-		case tierWeekly:
-			k.weeklyReset, k.weeklyUtil = c.SevenDay.ResetsAt, c.SevenDay.Utilization
-		case tierDemoted:
-			k.demoted = c.demotedUntil(now)
-		}
-		keys[i] = k
+		r.keys = make([]rankKey, 0, n)
 	}
+	// Each key is written where it goes: it is large.
+	switch {
+	case r.k <= 0 || len(r.keys) < r.k:
+		r.keys = append(r.keys, rankKey{})
+		r.key(&r.keys[len(r.keys)-1], c, i, u)
+		if r.k > 0 {
+			heapUp(r.keys, len(r.keys)-1)
+		}
+	default:
+		if r.key(&r.next, c, i, u); compareRanked(&r.next, &r.keys[0]) < 0 {
+			r.keys[0] = r.next
+			heapDown(r.keys, 0)
+		}
+	}
+}
+
+// order is the accounts kept, best first: compareRankKeys, stably.
+func (r *ranking) order() []Candidate {
 	// The keys are large: sort their indices, which swap cheaply, with the
-	// index as the last key, so an unstable sort (O(n log n)) gives the
-	// stable order.
+	// pool's order as the last key, so an unstable sort (O(n log n))
+	// gives the stable order.
+	keys := r.keys
 	order := make([]int32, len(keys))
-	for i := range order {
-		order[i] = int32(i)
+	for j := range order {
+		order[j] = int32(j)
 	}
-	slices.SortFunc(order, func(x, y int32) int {
-		if c := compareRankKeys(&keys[x], &keys[y]); c != 0 {
-			return c
-		}
-		return int(x - y)
-	})
-	out := make([]Candidate, len(cands))
-	for i, k := range order {
-		out[i] = cands[k]
+	slices.SortFunc(order, func(x, y int32) int { return compareRanked(&keys[x], &keys[y]) })
+	out := make([]Candidate, len(order))
+	for j, x := range order {
+		out[j] = r.cands[keys[x].idx]
 	}
 	return out
+}
+
+// key writes into k the rank key of c, the pool's account at index i,
+// whose usage at now is u.
+func (r *ranking) key(k *rankKey, c *Candidate, i int32, u usage) {
+	req := &r.req
+	*k = rankKey{idx: i, lastResort: r.lastResort && IsMetered(c.Account), first: 1, priority: c.Account.Priority,
+		live: c.Live, cap: c.Account.MaxConcurrency, lastUsed: c.Account.LastUsedAt,
+		overloaded: c.Account.overloadedRecently(r.now), seat: req.seatOf(&c.Account)}
+	switch {
+	case req.PreferAccount != uuid.Nil && c.Account.ID == req.PreferAccount:
+		k.preferred = true
+	case req.SessionAccount != uuid.Nil && c.Account.ID == req.SessionAccount:
+		k.first = 0
+	}
+	// The harvest tier, with the demotion's deadline computed once for
+	// both.
+	k.demoted = c.demotedUntil(r.now, u)
+	switch {
+	case !k.demoted.IsZero():
+		k.tier = tierDemoted
+	case c.SevenDay.live(r.now):
+		k.tier = tierWeekly
+		k.weeklyReset, k.weeklyUtil = c.SevenDay.ResetsAt, c.SevenDay.Utilization
+	default:
+		k.tier = tierUnknown
+	}
+}
+
+// compareRanked is compareRankKeys with the pool's order as the last key:
+// the stable order, as a total one.
+func compareRanked(x, y *rankKey) int {
+	if c := compareRankKeys(x, y); c != 0 {
+		return c
+	}
+	return cmp.Compare(x.idx, y.idx)
+}
+
+// heapUp and heapDown keep h a max-heap under compareRanked (h[0] ranks
+// last) after h[j] was added or replaced.
+func heapUp(h []rankKey, j int) {
+	for j > 0 {
+		parent := (j - 1) / 2
+		if compareRanked(&h[j], &h[parent]) <= 0 {
+			return
+		}
+		h[j], h[parent] = h[parent], h[j]
+		j = parent
+	}
+}
+
+func heapDown(h []rankKey, j int) {
+	for {
+		worst, l := j, 2*j+1
+		if l < len(h) && compareRanked(&h[l], &h[worst]) > 0 {
+			worst = l
+		}
+		if r := l + 1; r < len(h) && compareRanked(&h[r], &h[worst]) > 0 {
+			worst = r
+		}
+		if worst == j {
+			return
+		}
+		h[j], h[worst] = h[worst], h[j]
+		j = worst
+	}
 }
 
 // compareRankKeys ranks: under metered_accounts=last_resort, every
@@ -908,16 +1093,6 @@ const (
 	tierUnknown        // no weekly evidence, not near the limit
 	tierDemoted        // near the limit or held in reserve (the soft demotions)
 )
-
-func harvestTier(c *Candidate, now time.Time) int {
-	switch {
-	case !c.demotedUntil(now).IsZero():
-		return tierDemoted
-	case c.SevenDay.live(now):
-		return tierWeekly
-	}
-	return tierUnknown
-}
 
 // compareTimes orders never-used first, then oldest.
 func compareTimes(x, y *time.Time) int {
