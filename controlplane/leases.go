@@ -24,8 +24,12 @@ import (
 )
 
 // claimAttempts bounds how often one Acquire retries when a candidate was
-// claimed away between the view and the claim.
-const claimAttempts = 4
+// claimed away between the view and the claim; claimRank is how many of
+// the eligible accounts one attempt ranks and tries.
+const (
+	claimAttempts = 4
+	claimRank     = 8
+)
 
 // leaseService is the workers' API: keys, leases, outcomes, route events,
 // settings and the pool's invalidations. It is the request path, so it
@@ -215,7 +219,7 @@ func aliasNoAccount(nones []*weirv1.NoAccount) *weirv1.NoAccount {
 
 // acquireModel leases an account for m.Model, a concrete model. first,
 // when set, is the routing view already read for it.
-func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.AcquireRequest, exclude map[uuid.UUID]bool, prefer uuid.UUID, first *view) (resp *weirv1.AcquireResponse, err error) { //nolint:gocognit // the claim loop over routing rounds; each decision in it is policy's (RouteGated, GateBreakers, SpillFrom)
+func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.AcquireRequest, exclude map[uuid.UUID]bool, prefer uuid.UUID, first *view) (resp *weirv1.AcquireResponse, err error) { //nolint:gocognit // the claim loop over routing rounds; each decision in it is policy's (RouteGatedFirst, GateBreakers, Order.SpillFrom)
 	family := policy.ModelFamily(m.Model)
 	if first == nil {
 		v, err := l.routingView(ctx, "", "", m.SessionKey, family, waiterOf(m), l.now())
@@ -280,9 +284,11 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		rr := key.route(policy.RouteRequest{Model: m.Model, Surface: m.Surface, BreakerOpen: gate.Open,
 			Exclude: exclude, Unreadable: unreadable, SessionAccount: v.session, PreferAccount: prefer})
 		cands := key.pinnedOnly(v.cands)
-		var order []policy.Candidate
+		var order policy.Order
 		var none *weirv1.NoAccount
-		order, none, newRound = policy.RouteGated(cands, rr, gate, now)
+		// Only the best few are ranked: the first is almost always claimed,
+		// and a round that loses them all reads the view again.
+		order, none, newRound = policy.RouteGatedFirst(cands, rr, gate, now, claimRank)
 		if none != nil {
 			if none.Reason == weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY && m.RequestId != "" && m.WaitingSince != nil {
 				// A held request waits for a place, in turn with every
@@ -296,8 +302,7 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 			key.pinnedNone(none)
 			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: none}}, nil
 		}
-		spill := policy.SpillFrom(cands, order, rr)
-		for i, c := range order {
+		for i, c := range order.First {
 			a, ok := v.snap.row(c.Account.ID)
 			if !ok {
 				continue
@@ -330,7 +335,7 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 			if lease != nil {
 				// Metered, because no subscription could serve: a spill,
 				// recorded on the route event and counted by the worker.
-				lease.SpilledToMetered = policy.IsMetered(c.Account) && i >= spill
+				lease.SpilledToMetered = policy.IsMetered(c.Account) && i >= order.SpillFrom
 				if len(unopened) > 0 {
 					// This replica opened a credential, so its keys are
 					// right: those it could not open are marked broken and
