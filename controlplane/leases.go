@@ -124,6 +124,7 @@ func (l leaseService) acquire(ctx context.Context, m *weirv1.AcquireRequest) (re
 	if err != nil {
 		return nil, err
 	}
+	defer v.done()
 	key, aliasTargets, translate := v.key, v.aliasTargets, v.aliasTranslate
 	if key.id == uuid.Nil {
 		return nil, connect.NewError(connect.CodePermissionDenied, errKeyRejected)
@@ -226,6 +227,7 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		if err != nil {
 			return nil, err
 		}
+		defer v.done()
 		first = &v
 	}
 	// The family's open breakers: a provider's accounts kept out, or this
@@ -277,6 +279,7 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 			if err != nil {
 				return nil, err
 			}
+			defer fresh.done()
 			v = &fresh
 		}
 		// A pinned key routes among its pinned accounts only: a session
@@ -325,6 +328,9 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 				// Claimed away, or no longer eligible as the cache has it:
 				// the next read has it as it is now.
 				l.routes.invalidate(a.ID)
+			}
+			if lease != nil {
+				v.snap.leased(a.ID, now)
 			}
 			if lease != nil && m.WaitingSince != nil {
 				// It waited its turn: it waits no more.
@@ -502,6 +508,13 @@ type view struct {
 	breakerOpen map[weirv1.Provider]bool
 	// egressDefault is the default egress proxy, sealed; nil when none.
 	egressDefault []byte
+}
+
+// done gives the view's candidates back for another read's: nothing may
+// read them after.
+func (v *view) done() {
+	recycleCandidates(v.cands)
+	v.cands = nil
 }
 
 // routingView reads every account with its live leases, cooldown and gate

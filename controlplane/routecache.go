@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -94,11 +95,15 @@ type routeSnap struct {
 
 // routeEntry is one account as routing reads it.
 type routeEntry struct {
-	row db.Account
 	// cand is the account's candidate without what a request adds (its
 	// live leases, its waiters, its gate for the request's family).
-	cand  policy.Candidate
-	gates []policy.Gate
+	cand     policy.Candidate
+	revision int64
+	gates    []policy.Gate
+	// usedAt is when this replica last leased the account since it was
+	// read (Unix nanoseconds, 0 when not): routing's last tie-break, the
+	// least recently used, stays exact for this replica's own leases.
+	usedAt atomic.Int64
 }
 
 // onEvent takes a pool notification, under the watch's lock: it only
@@ -153,7 +158,7 @@ func (c *routeCache) afterSuccess(id uuid.UUID, headers map[string]string, now t
 	if e == nil {
 		return
 	}
-	changed := e.row.OverloadedAt != nil || e.row.RecoveryProbe
+	changed := e.cand.Account.OverloadedAt != nil || e.cand.Account.RecoveryProbe
 	for _, r := range readingsOf(upstream.HeaderReadings(headers, now)) {
 		if changed {
 			break
@@ -364,7 +369,7 @@ func newRouteSnap(rows []db.RoutingAccountsRow, gates []db.FamilyGate, epoch uin
 	s := &routeSnap{entries: make([]*routeEntry, 0, len(rows)), epoch: epoch}
 	byAccount := gatesByAccount(gates)
 	for _, r := range rows {
-		s.entries = append(s.entries, newRouteEntry(r, byAccount[r.Account.ID]))
+		s.entries = append(s.entries, newRouteEntry(r, byAccount[r.ID]))
 	}
 	s.reindex()
 	return s
@@ -379,10 +384,12 @@ func gatesByAccount(gates []db.FamilyGate) map[uuid.UUID][]policy.Gate {
 }
 
 func newRouteEntry(r db.RoutingAccountsRow, gates []policy.Gate) *routeEntry {
-	c := policy.Candidate{Account: policyAccount(r.Account)}
+	c := policy.Candidate{Account: policyAccount(db.Account{ID: r.ID, Label: r.Label, Provider: r.Provider, AuthKind: r.AuthKind,
+		BaseUrl: r.BaseUrl, Paused: r.Paused, BrokenAt: r.BrokenAt, RecoveryProbe: r.RecoveryProbe, MaxConcurrency: r.MaxConcurrency,
+		Priority: r.Priority, LastUsedAt: r.LastUsedAt, OverloadedAt: r.OverloadedAt, OwnerKeyID: r.OwnerKeyID, OwnerTeamID: r.OwnerTeamID})}
 	if r.CooldownUntil != nil {
 		cd := policyCooldown(db.Cooldown{
-			AccountID: r.Account.ID,
+			AccountID: r.ID,
 			Reason:    *r.CooldownReason,
 			Transient: r.CooldownTransient.Bool,
 			Until:     *r.CooldownUntil,
@@ -398,20 +405,20 @@ func newRouteEntry(r db.RoutingAccountsRow, gates []policy.Gate) *routeEntry {
 	}
 	c.FiveHour = policyWindow(r.FiveHourUtilization, r.FiveHourResetsAt)
 	c.SevenDay = policyWindow(r.SevenDayUtilization, r.SevenDayResetsAt)
-	return &routeEntry{row: r.Account, cand: c, gates: gates}
+	return &routeEntry{cand: c, revision: r.CredentialRevision, gates: gates}
 }
 
 // reindex sorts the entries as the pool is listed and indexes them.
 func (s *routeSnap) reindex() {
 	slices.SortFunc(s.entries, func(a, b *routeEntry) int {
-		if c := cmp.Compare(a.row.Label, b.row.Label); c != 0 {
+		if c := cmp.Compare(a.cand.Account.Label, b.cand.Account.Label); c != 0 {
 			return c
 		}
-		return slices.Compare(a.row.ID[:], b.row.ID[:])
+		return slices.Compare(a.cand.Account.ID[:], b.cand.Account.ID[:])
 	})
 	s.index = make(map[uuid.UUID]int, len(s.entries))
 	for i, e := range s.entries {
-		s.index[e.row.ID] = i
+		s.index[e.cand.Account.ID] = i
 	}
 }
 
@@ -423,10 +430,10 @@ func (s *routeSnap) with(ids []uuid.UUID, rows []db.RoutingAccountsRow, gates []
 	found := make(map[uuid.UUID]bool, len(rows))
 	reorder := false
 	for _, r := range rows {
-		found[r.Account.ID] = true
-		e := newRouteEntry(r, byAccount[r.Account.ID])
-		i, ok := s.index[r.Account.ID]
-		if !ok || s.entries[i].row.Label != r.Account.Label {
+		found[r.ID] = true
+		e := newRouteEntry(r, byAccount[r.ID])
+		i, ok := s.index[r.ID]
+		if !ok || s.entries[i].cand.Account.Label != r.Label {
 			reorder = true
 		}
 		if ok {
@@ -448,23 +455,37 @@ func (s *routeSnap) with(ids []uuid.UUID, rows []db.RoutingAccountsRow, gates []
 	return out
 }
 
-// row is an account's row as the cache holds it.
+// row is what a claim starts from: the account's id, label and the
+// credential revision routing saw (the claim reads the rest).
 func (s *routeSnap) row(id uuid.UUID) (db.Account, bool) {
 	i, ok := s.index[id]
 	if !ok {
 		return db.Account{}, false
 	}
-	return s.entries[i].row, true
+	e := s.entries[i]
+	return db.Account{ID: id, Label: e.cand.Account.Label, CredentialRevision: e.revision}, true
+}
+
+// leased notes that this replica leased the account at now.
+func (s *routeSnap) leased(id uuid.UUID, now time.Time) {
+	if i, ok := s.index[id]; ok {
+		s.entries[i].usedAt.Store(now.UnixNano())
+	}
 }
 
 // candidates is the pool as one request's routing reads it at now: each
 // account with its live leases and waiters (f), its gate for family, and
 // only what is still live of its cooldown and windows.
 func (s *routeSnap) candidates(family string, now time.Time, f *db.AcquireFactsRow) []policy.Candidate {
-	out := make([]policy.Candidate, len(s.entries))
+	out := candidateBuffer(len(s.entries))
 	for i, e := range s.entries {
 		c := &out[i]
 		*c = e.cand
+		if used := e.usedAt.Load(); used != 0 {
+			if t := time.Unix(0, used); c.Account.LastUsedAt == nil || t.After(*c.Account.LastUsedAt) {
+				c.Account.LastUsedAt = &t
+			}
+		}
 		if c.Cooldown != nil && !c.Cooldown.Until.After(now) {
 			c.Cooldown = nil
 		}
@@ -491,4 +512,26 @@ func (s *routeSnap) candidates(family string, now time.Time, f *db.AcquireFactsR
 		}
 	}
 	return out
+}
+
+// candBufs are the candidate slices of finished reads, for the next ones:
+// at 10,000 accounts a read's is 1.7 MB.
+var candBufs sync.Pool
+
+// candidateBuffer is a slice of n candidates, every one to be written.
+func candidateBuffer(n int) []policy.Candidate {
+	if p, ok := candBufs.Get().(*[]policy.Candidate); ok && cap(*p) >= n {
+		return (*p)[:n]
+	}
+	return make([]policy.Candidate, n)
+}
+
+// recycleCandidates gives a read's candidates back once nothing refers to
+// them (policy's orders are copies).
+func recycleCandidates(cs []policy.Candidate) {
+	if cap(cs) == 0 {
+		return
+	}
+	clear(cs) // no pointer into an old snapshot outlives it here
+	candBufs.Put(&cs)
 }

@@ -42,7 +42,9 @@ func scaleSize(name string, def int) int {
 // The workers share an open-loop rate of Acquires (WEIR_SCALE_RATE a
 // second, 200 by default), each followed by its Release, over b.N
 // requests. It reports Acquire's latency as the workers see it (p50,
-// p99, max), the Postgres write transactions and WAL per request, and,
+// p99, max), the CPU per request of this process (the control plane and
+// the workers' clients; Postgres apart), the Postgres write transactions
+// and WAL per request, and,
 // with the load stopped, the CPU one pool invalidation costs the process
 // (the notification, the routing cache's mark, and the message to each of
 // the 100 streams), and how long the routing cache's whole read takes
@@ -98,7 +100,7 @@ func BenchmarkAcquireAtScale(b *testing.B) {
 	// One warm-up Acquire reads the cache whole.
 	scaleRequest(b, clients[0], hashes[0], "warm-up")
 
-	w0 := pgWrites(b, pool)
+	w0, cpu0 := pgWrites(b, pool), cpuTime()
 	jobs := make(chan int)
 	lat := make([]time.Duration, b.N)
 	var wg sync.WaitGroup
@@ -124,7 +126,7 @@ func BenchmarkAcquireAtScale(b *testing.B) {
 	close(jobs)
 	wg.Wait()
 	b.StopTimer()
-	w1 := pgWrites(b, pool)
+	w1, cpu1 := pgWrites(b, pool), cpuTime()
 
 	// With the load stopped: what an invalidation costs, fanned out to
 	// every stream.
@@ -161,6 +163,7 @@ func BenchmarkAcquireAtScale(b *testing.B) {
 	b.ReportMetric(float64(failed.Load()), "refused")
 	b.ReportMetric(float64(w1.xid-w0.xid)/float64(b.N), "pg-write-tx/req")
 	b.ReportMetric(float64(w1.wal-w0.wal)/float64(b.N), "wal-B/req")
+	b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "cpu-µs/req")
 	b.ReportMetric(float64(fanout.Microseconds())/invalidations, "cpu-µs/invalidation")
 	b.ReportMetric(float64(reload.Microseconds())/1000, "cache-read-ms")
 }

@@ -762,7 +762,9 @@ func (q *Queries) ResumeAccount(ctx context.Context, arg ResumeAccountParams) (A
 }
 
 const routingAccounts = `-- name: RoutingAccounts :many
-SELECT a.id, a.provider, a.auth_kind, a.label, a.base_url, a.max_concurrency, a.priority, a.paused, a.broken_reason, a.broken_at, a.auth_failures, a.credential_sealed, a.credential_revision, a.credential_hint, a.last_used_at, a.last_success_at, a.created_at, a.updated_at, a.quota_backoffs, a.recovery_probe, a.refresh_sealed, a.access_expires_at, a.refreshing_until, a.refresh_failures, a.refresh_blocked_until, a.refresh_rejected_at, a.banked_resets_enabled, a.org_id, a.recovery_probe_seen_at, a.upstream_account_id, a.identity, a.overloaded_at, a.egress_proxy, a.egress_proxy_sealed, a.owner_key_id, a.owner_team_id, a.check_state, a.check_note, a.checked_at,
+SELECT a.id, a.label, a.provider, a.auth_kind, a.base_url, a.paused, a.broken_at, a.recovery_probe,
+    a.max_concurrency, a.priority, a.last_used_at, a.overloaded_at, a.owner_key_id, a.owner_team_id,
+    a.credential_revision,
     c.reason AS cooldown_reason,
     c.transient AS cooldown_transient,
     c.until AS cooldown_until,
@@ -793,7 +795,21 @@ type RoutingAccountsParams struct {
 }
 
 type RoutingAccountsRow struct {
-	Account                    Account
+	ID                         uuid.UUID
+	Label                      string
+	Provider                   string
+	AuthKind                   string
+	BaseUrl                    string
+	Paused                     bool
+	BrokenAt                   *time.Time
+	RecoveryProbe              bool
+	MaxConcurrency             int32
+	Priority                   int32
+	LastUsedAt                 *time.Time
+	OverloadedAt               *time.Time
+	OwnerKeyID                 uuid.NullUUID
+	OwnerTeamID                uuid.NullUUID
+	CredentialRevision         int64
 	CooldownReason             *string
 	CooldownTransient          pgtype.Bool
 	CooldownUntil              *time.Time
@@ -810,7 +826,8 @@ type RoutingAccountsRow struct {
 }
 
 // The routing cache's accounts (routecache.go): every account (all), or
-// those named, with its live cooldown and usage windows. What changes on
+// those named, with what routing reads of it (never its credential: the
+// claim reads that), its live cooldown and usage windows. What changes on
 // every request (live leases, waiters) and what a request names (its key,
 // alias and session) are AcquireFacts'; a claim re-checks what must hold.
 func (q *Queries) RoutingAccounts(ctx context.Context, arg RoutingAccountsParams) ([]RoutingAccountsRow, error) {
@@ -823,45 +840,21 @@ func (q *Queries) RoutingAccounts(ctx context.Context, arg RoutingAccountsParams
 	for rows.Next() {
 		var i RoutingAccountsRow
 		if err := rows.Scan(
-			&i.Account.ID,
-			&i.Account.Provider,
-			&i.Account.AuthKind,
-			&i.Account.Label,
-			&i.Account.BaseUrl,
-			&i.Account.MaxConcurrency,
-			&i.Account.Priority,
-			&i.Account.Paused,
-			&i.Account.BrokenReason,
-			&i.Account.BrokenAt,
-			&i.Account.AuthFailures,
-			&i.Account.CredentialSealed,
-			&i.Account.CredentialRevision,
-			&i.Account.CredentialHint,
-			&i.Account.LastUsedAt,
-			&i.Account.LastSuccessAt,
-			&i.Account.CreatedAt,
-			&i.Account.UpdatedAt,
-			&i.Account.QuotaBackoffs,
-			&i.Account.RecoveryProbe,
-			&i.Account.RefreshSealed,
-			&i.Account.AccessExpiresAt,
-			&i.Account.RefreshingUntil,
-			&i.Account.RefreshFailures,
-			&i.Account.RefreshBlockedUntil,
-			&i.Account.RefreshRejectedAt,
-			&i.Account.BankedResetsEnabled,
-			&i.Account.OrgID,
-			&i.Account.RecoveryProbeSeenAt,
-			&i.Account.UpstreamAccountID,
-			&i.Account.Identity,
-			&i.Account.OverloadedAt,
-			&i.Account.EgressProxy,
-			&i.Account.EgressProxySealed,
-			&i.Account.OwnerKeyID,
-			&i.Account.OwnerTeamID,
-			&i.Account.CheckState,
-			&i.Account.CheckNote,
-			&i.Account.CheckedAt,
+			&i.ID,
+			&i.Label,
+			&i.Provider,
+			&i.AuthKind,
+			&i.BaseUrl,
+			&i.Paused,
+			&i.BrokenAt,
+			&i.RecoveryProbe,
+			&i.MaxConcurrency,
+			&i.Priority,
+			&i.LastUsedAt,
+			&i.OverloadedAt,
+			&i.OwnerKeyID,
+			&i.OwnerTeamID,
+			&i.CredentialRevision,
 			&i.CooldownReason,
 			&i.CooldownTransient,
 			&i.CooldownUntil,

@@ -13,13 +13,16 @@ import (
 )
 
 const claimLease = `-- name: ClaimLease :one
+WITH c AS MATERIALIZED (
+    -- Materialized: the claim runs once, whatever the plan.
+    SELECT weir_claim_lease(
+        $1, $2, $3, $4,
+        $5, $6, $7, $8
+    )::uuid AS lease_id
+)
 SELECT c.lease_id::uuid AS lease_id, a.label, a.provider, a.auth_kind, a.base_url,
     a.credential_sealed, a.upstream_account_id, a.egress_proxy, a.egress_proxy_sealed, a.recovery_probe
-FROM (SELECT weir_claim_lease(
-    $1, $2, $3, $4,
-    $5, $6, $7, $8
-)::uuid AS lease_id) c
-JOIN accounts a ON a.id = $1 AND c.lease_id IS NOT NULL
+FROM c JOIN accounts a ON a.id = $1 AND c.lease_id IS NOT NULL
 `
 
 type ClaimLeaseParams struct {

@@ -120,11 +120,14 @@ WHERE id = @id AND credential_revision = @credential_revision
 RETURNING auth_failures, (broken_at IS NOT NULL)::boolean AS broken;
 
 -- The routing cache's accounts (routecache.go): every account (all), or
--- those named, with its live cooldown and usage windows. What changes on
+-- those named, with what routing reads of it (never its credential: the
+-- claim reads that), its live cooldown and usage windows. What changes on
 -- every request (live leases, waiters) and what a request names (its key,
 -- alias and session) are AcquireFacts'; a claim re-checks what must hold.
 -- name: RoutingAccounts :many
-SELECT sqlc.embed(a),
+SELECT a.id, a.label, a.provider, a.auth_kind, a.base_url, a.paused, a.broken_at, a.recovery_probe,
+    a.max_concurrency, a.priority, a.last_used_at, a.overloaded_at, a.owner_key_id, a.owner_team_id,
+    a.credential_revision,
     c.reason AS cooldown_reason,
     c.transient AS cooldown_transient,
     c.until AS cooldown_until,
