@@ -34,10 +34,10 @@ func randomPool(rng *rand.Rand, pool int) ([]Candidate, RouteRequest) {
 	for i := range n {
 		var opts []func(*Candidate)
 		add := func(o func(*Candidate)) { opts = append(opts, o) }
-		switch r := rng.IntN(20); {
-		case r == 0:
+		switch rng.IntN(20) {
+		case 0:
 			add(provider("openai"))
-		case r == 1:
+		case 1:
 			add(provider("codex"))
 		}
 		if pick(0.5) {
