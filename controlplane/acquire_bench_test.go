@@ -4,8 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
@@ -31,19 +29,9 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	}{{"accounts=4", 4}, {"accounts=64", 64}, {"accounts=1000", 1000}, {"accounts=10000", 10000}} {
 		accounts := tc.accounts
 		b.Run(tc.name, func(b *testing.B) {
-			pool := pgtest.NewPool(b)
-			cfg := Config{AdminToken: "admin-" + randid.Hex(16), DataplaneToken: "dataplane-" + randid.Hex(16),
-				SecretKey: randid.Bytes(32), DisableJobs: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-			srv, err := New(cfg, pool)
-			if err != nil {
-				b.Fatal(err)
-			}
-			ts := httptest.NewUnstartedServer(srv.Handler())
-			ts.Config.Protocols = new(http.Protocols)
-			ts.Config.Protocols.SetHTTP1(true)
-			ts.Config.Protocols.SetUnencryptedHTTP2(true)
-			ts.Start()
-			b.Cleanup(ts.Close)
+			srv := benchServer(b)
+			cfg := srv.cfg
+			ts := startH2C(b, srv.Handler())
 			hc := rpcclient.HTTPClient()
 			admin := connect.WithInterceptors(rpcclient.Token(cfg.AdminToken))
 			accts := weirv1connect.NewAccountServiceClient(hc, ts.URL, admin)
@@ -122,7 +110,7 @@ func BenchmarkAcquireQueries(b *testing.B) {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		row, _ := v.snap.row(v.cands[0].Account.ID)
+		row := v.snap.row(&v.cands[0])
 		lease, err := l.claim(ctx, row, v.egressDefault, v.key.id, &weirv1.AcquireRequest{Model: "claude-sonnet-4-5", RequestId: "q"}, time.Now(), true, false)
 		if err != nil || lease == nil {
 			b.Fatalf("claim: %v", err)
@@ -158,19 +146,9 @@ func benchServer(b *testing.B) *Server {
 // requests: one TakeRequestToken over Connect (one statement on the key's
 // bucket row). VerifyKey, on the same connection, is the scale.
 func BenchmarkTakeRequestToken(b *testing.B) {
-	pool := pgtest.NewPool(b)
-	cfg := Config{AdminToken: "admin-" + randid.Hex(16), DataplaneToken: "dataplane-" + randid.Hex(16),
-		SecretKey: randid.Bytes(32), DisableJobs: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	srv, err := New(cfg, pool)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ts := httptest.NewUnstartedServer(srv.Handler())
-	ts.Config.Protocols = new(http.Protocols)
-	ts.Config.Protocols.SetHTTP1(true)
-	ts.Config.Protocols.SetUnencryptedHTTP2(true)
-	ts.Start()
-	b.Cleanup(ts.Close)
+	srv := benchServer(b)
+	cfg := srv.cfg
+	ts := startH2C(b, srv.Handler())
 	hc := rpcclient.HTTPClient()
 	keys := weirv1connect.NewKeyServiceClient(hc, ts.URL, connect.WithInterceptors(rpcclient.Token(cfg.AdminToken)))
 	leases := weirv1connect.NewLeaseServiceClient(hc, ts.URL, connect.WithInterceptors(rpcclient.Token(cfg.DataplaneToken)))

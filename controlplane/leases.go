@@ -306,10 +306,7 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_NoAccount{NoAccount: none}}, nil
 		}
 		for i, c := range order.First {
-			a, ok := v.snap.row(c.Account.ID)
-			if !ok {
-				continue
-			}
+			a := v.snap.row(&c)
 			// While requests wait for the account's places, its lease is not
 			// kept for reuse: a worker would hand it to a later arrival.
 			lease, err := l.claim(ctx, a, v.egressDefault, key.id, m, now, reusable(m) && c.Waiting == 0, gate.Probing[c.Account.Provider])

@@ -185,9 +185,6 @@ func (w *poolWatch) setDown(tell bool) {
 	}
 	w.up = false
 	w.upCh = make(chan struct{})
-	for _, l := range w.listeners {
-		l(poolEvent{lost: true})
-	}
 	if !tell {
 		return
 	}

@@ -47,8 +47,6 @@ type routeCache struct {
 	watch *poolWatch
 	log   *slog.Logger
 	now   func() time.Time
-	// every is routeRefreshEvery, shorter in tests.
-	every time.Duration
 
 	// fullMu serializes whole reads; dirtyMu the reads of named accounts.
 	fullMu, dirtyMu sync.Mutex
@@ -60,8 +58,6 @@ type routeCache struct {
 	// being read stays dirty.
 	dirty map[uuid.UUID]uint64
 	seq   uint64
-	// stale: read every account again (an "all"), in the background.
-	stale bool
 	// touched are the accounts invalidated or read alone while a whole
 	// read runs (nil when none runs): that read may predate them, so they
 	// are dirty again once it is installed.
@@ -76,8 +72,7 @@ type routeCache struct {
 }
 
 func newRouteCache(s store, watch *poolWatch, log *slog.Logger, now func() time.Time) *routeCache {
-	c := &routeCache{store: s, watch: watch, log: log, now: now, every: routeRefreshEvery,
-		dirty: map[uuid.UUID]uint64{}, kick: make(chan struct{}, 1)}
+	c := &routeCache{store: s, watch: watch, log: log, now: now, dirty: map[uuid.UUID]uint64{}, kick: make(chan struct{}, 1)}
 	watch.onEvents(c.onEvent)
 	return c
 }
@@ -108,17 +103,16 @@ type routeEntry struct {
 }
 
 // onEvent takes a pool notification, under the watch's lock: it only
-// marks.
+// marks. (A lost connection is no event: it ends the listening epoch,
+// which every read checks.)
 func (c *routeCache) onEvent(ev poolEvent) {
-	if ev.keys || ev.sync != "" || ev.lost {
-		// A key's change is AcquireFacts'; a lost connection ends the
-		// epoch, which every read checks.
-		return
+	if ev.keys {
+		return // a key's change is AcquireFacts'
 	}
 	if ev.account == "" {
-		c.mu.Lock()
-		c.stale = true
-		c.mu.Unlock()
+		// Read every account again, in the background: what a pool-wide
+		// event changes (breakers, aliases) is AcquireFacts', so routing
+		// need not wait for it.
 		select {
 		case c.kick <- struct{}{}:
 		default:
@@ -159,11 +153,15 @@ func (c *routeCache) afterSuccess(id uuid.UUID, headers map[string]string, now t
 	if e == nil {
 		return
 	}
-	changed := e.cand.Account.OverloadedAt != nil || e.cand.Account.RecoveryProbe
+	if e.cand.Account.OverloadedAt != nil || e.cand.Account.RecoveryProbe || e.bandMoves(headers, now) {
+		c.invalidate(id)
+	}
+}
+
+// bandMoves says whether an answer's usage headers move one of the
+// account's windows to another band than the cache has it in.
+func (e *routeEntry) bandMoves(headers map[string]string, now time.Time) bool {
 	for _, r := range readingsOf(upstream.HeaderReadings(headers, now)) {
-		if changed {
-			break
-		}
 		var w *policy.Window
 		switch r.window {
 		case upstream.FiveHour:
@@ -177,11 +175,11 @@ func (c *routeCache) afterSuccess(id uuid.UUID, headers map[string]string, now t
 		if w != nil && w.ResetsAt.After(now) {
 			was = &w.Utilization
 		}
-		changed = usageBand(was) != usageBand(r.utilization)
+		if usageBand(was) != usageBand(r.utilization) {
+			return true
+		}
 	}
-	if changed {
-		c.invalidate(id)
-	}
+	return false
 }
 
 // usageBand is weir_usage_band (0012_pool_notify.sql): the bands routing
@@ -227,10 +225,10 @@ func (c *routeCache) stop() {
 const routeReadShare = 40
 
 // run reads the cache whole in the background: on an "all", and every
-// c.every (longer for a pool that takes long to read) while Acquires use
-// it, until ctx ends.
+// routeRefreshEvery (longer for a pool that takes long to read) while
+// Acquires use it, until ctx ends.
 func (c *routeCache) run(ctx context.Context) {
-	wait := c.every
+	wait := routeRefreshEvery
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
@@ -255,7 +253,7 @@ func (c *routeCache) run(ctx context.Context) {
 		if err := c.reload(ctx, epoch, true); err != nil && ctx.Err() == nil {
 			c.log.WarnContext(ctx, "routing cache: read the pool", "err", err)
 		}
-		wait = max(c.every, routeReadShare*time.Since(start))
+		wait = max(routeRefreshEvery, routeReadShare*time.Since(start))
 	}
 }
 
@@ -300,7 +298,7 @@ func (c *routeCache) reload(ctx context.Context, epoch uint64, always bool) erro
 		return nil
 	}
 	c.touched = map[uuid.UUID]bool{}
-	c.stale, c.usedSince = false, false
+	c.usedSince = false
 	c.mu.Unlock()
 	rows, gates, err := c.load(ctx, nil)
 	c.mu.Lock()
@@ -308,7 +306,6 @@ func (c *routeCache) reload(ctx context.Context, epoch uint64, always bool) erro
 	touched := c.touched
 	c.touched = nil
 	if err != nil {
-		c.stale = true
 		return err
 	}
 	c.snap = newRouteSnap(rows, gates, epoch)
@@ -467,15 +464,11 @@ func (s *routeSnap) with(ids []uuid.UUID, rows []db.RoutingAccountsRow, gates []
 	return out
 }
 
-// row is what a claim starts from: the account's id, label and the
-// credential revision routing saw (the claim reads the rest).
-func (s *routeSnap) row(id uuid.UUID) (db.Account, bool) {
-	i, ok := s.index[id]
-	if !ok {
-		return db.Account{}, false
-	}
-	e := s.entries[i]
-	return db.Account{ID: id, Label: e.cand.Account.Label, CredentialRevision: e.revision}, true
+// row is what a claim of one of s's candidates starts from: the account's
+// id, label and the credential revision routing saw (the claim reads the
+// rest).
+func (s *routeSnap) row(c *policy.Candidate) db.Account {
+	return db.Account{ID: c.Account.ID, Label: c.Account.Label, CredentialRevision: s.entries[s.index[c.Account.ID]].revision}
 }
 
 // leased notes that this replica leased the account at now.

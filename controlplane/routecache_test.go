@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"testing"
 	"time"
 
@@ -196,8 +197,12 @@ func TestRouteCacheListenerLost(t *testing.T) {
 	}
 	// The listener may not have noticed yet: wait until it has, so the
 	// gate below is written while nothing listens.
+	deadline := time.Now().Add(watchTimeout)
 	for e.srv.watch.listening() != 0 {
-		time.Sleep(time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatal("the replica did not notice its listening connection was lost")
+		}
+		runtime.Gosched()
 	}
 	e.exec(`INSERT INTO family_gates (account_id, family, until, written_at, evidence) VALUES ($1, 'sonnet', $2, $3, '{}')`,
 		uuid.MustParse(a.Id), now.Add(time.Hour), now)
@@ -205,12 +210,10 @@ func TestRouteCacheListenerLost(t *testing.T) {
 		t.Fatalf("while nothing listens, the gate is not routed on: %s", describeCands(v))
 	}
 	// Listening again, the cache is read whole: the gate is still there.
-	deadline := time.Now().Add(watchTimeout)
-	for e.srv.watch.listening() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the replica did not listen again")
-		}
-		time.Sleep(time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), watchTimeout)
+	defer cancel()
+	if err := e.srv.watch.waitUp(ctx); err != nil {
+		t.Fatalf("the replica did not listen again: %v", err)
 	}
 	if v := e.cachedView("sonnet", now); len(v) != 1 || v[0].Gate == nil {
 		t.Fatalf("after listening again, the gate is not routed on: %s", describeCands(v))

@@ -25,6 +25,14 @@ type Options struct {
 	// TLS, when set, serves TLS (HTTP/2 by ALPN, else HTTP/1.1) instead
 	// of cleartext; it must give a certificate (GetCertificate).
 	TLS *tls.Config
+	// QuietErrors logs the HTTP server's own error lines at debug, not
+	// warn: for a server whose clients hang up as a matter of course
+	// (the upstream simulator).
+	QuietErrors bool
+	// HTTP1Only serves cleartext HTTP/1.1 alone, no h2c: for a server
+	// whose dropped connections must be dropped TCP connections, not
+	// HTTP/2 stream resets (the upstream simulator).
+	HTTP1Only bool
 }
 
 // Run serves h on ln until ctx is done, then shuts down gracefully.
@@ -38,19 +46,23 @@ func Run(ctx context.Context, ln net.Listener, h http.Handler, o Options) error 
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	errorLevel := slog.LevelWarn
+	if o.QuietErrors {
+		errorLevel = slog.LevelDebug
+	}
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
 		IdleTimeout:       2 * time.Minute,
 		Protocols:         new(http.Protocols),
-		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), errorLevel),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	srv.Protocols.SetHTTP1(true)
 	if o.TLS != nil {
 		srv.Protocols.SetHTTP2(true)
 		srv.TLSConfig = o.TLS
-	} else {
+	} else if !o.HTTP1Only {
 		srv.Protocols.SetUnencryptedHTTP2(true)
 	}
 	if o.OnShutdown != nil {

@@ -403,25 +403,9 @@ func listenOr(ln net.Listener) (net.Listener, error) {
 // dropped connections must be dropped TCP connections, not HTTP/2 stream
 // resets.
 func ServeSim(ctx context.Context, s *sim.Server, ln net.Listener, log *slog.Logger) error {
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	err := srv.Shutdown(sctx)
-	if errors.Is(err, context.DeadlineExceeded) {
-		// A request still in flight at exit (a control plane's read its
-		// own shutdown left unread) is nothing to wait on for a
-		// simulator: it goes with the process.
-		err = srv.Close()
-	}
-	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
-		return serr
-	}
-	return err
+	// A request still in flight at exit (a control plane's read its own
+	// shutdown left unread) is nothing to wait on for a simulator: it goes
+	// with the process after a short drain.
+	return serve.Run(ctx, ln, s, serve.Options{ShutdownTimeout: 5 * time.Second, Logger: log,
+		QuietErrors: true, HTTP1Only: true})
 }
