@@ -325,32 +325,29 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 				// Claimed away, or no longer eligible as the cache has it:
 				// the next read has it as it is now.
 				l.routes.invalidate(a.ID)
+				continue
 			}
-			if lease != nil {
-				v.snap.leased(a.ID, now)
-			}
-			if lease != nil && m.WaitingSince != nil {
+			v.snap.leased(a.ID, now)
+			if m.WaitingSince != nil {
 				// It waited its turn: it waits no more.
 				if err := l.q.StopWaiting(context.WithoutCancel(ctx), m.RequestId); err != nil {
 					l.log.ErrorContext(ctx, "stop waiting", "request_id", m.RequestId, "err", err)
 				}
 			}
-			if lease != nil {
-				// Metered, because no subscription could serve: a spill,
-				// recorded on the route event and counted by the worker.
-				lease.SpilledToMetered = policy.IsMetered(c.Account) && i >= order.SpillFrom
-				if len(unopened) > 0 {
-					// This replica opened a credential, so its keys are
-					// right: those it could not open are marked broken and
-					// the next Acquire does not try them (the rule in
-					// credcheck.go). Opening none proves nothing: the
-					// periodic check decides then.
-					if err := l.markUnreadable(ctx, unopened); err != nil {
-						l.log.ErrorContext(ctx, "acquire", "err", err)
-					}
+			// Metered, because no subscription could serve: a spill,
+			// recorded on the route event and counted by the worker.
+			lease.SpilledToMetered = policy.IsMetered(c.Account) && i >= order.SpillFrom
+			if len(unopened) > 0 {
+				// This replica opened a credential, so its keys are right:
+				// those it could not open are marked broken and the next
+				// Acquire does not try them (the rule in credcheck.go).
+				// Opening none proves nothing: the periodic check decides
+				// then.
+				if err := l.markUnreadable(ctx, unopened); err != nil {
+					l.log.ErrorContext(ctx, "acquire", "err", err)
 				}
-				return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_Lease{Lease: lease}}, nil
 			}
+			return &weirv1.AcquireResponse{Result: &weirv1.AcquireResponse_Lease{Lease: lease}}, nil
 		}
 	}
 	// Every candidate was claimed away under us, repeatedly: the pool is full.
