@@ -271,6 +271,9 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 	// unreadable are the candidates whose credential did not open here.
 	unreadable := map[uuid.UUID]bool{}
 	var unopened []sealedRef
+	// caughtUp: a no-account answer was checked against the changes heard
+	// since the view (routeCache.catchUp).
+	var caughtUp bool
 	for attempt := range claimAttempts {
 		now := l.now()
 		if attempt > 0 {
@@ -292,6 +295,14 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		// Only the best few are ranked: the first is almost always claimed,
 		// and a round that loses them all reads the view again.
 		order, none, newRound = policy.RouteGatedFirst(cands, rr, gate, now, claimRank)
+		if none != nil && !caughtUp && attempt < claimAttempts-1 {
+			// Before saying nothing can serve, hear every change committed
+			// so far: route again when one came after the view.
+			caughtUp = true
+			if l.routes.catchUp(ctx, v.snap) {
+				continue
+			}
+		}
 		if none != nil {
 			if none.Reason == weirv1.NoAccountReason_NO_ACCOUNT_REASON_AT_CAPACITY && m.RequestId != "" && m.WaitingSince != nil {
 				// A held request waits for a place, in turn with every
@@ -735,25 +746,44 @@ func (l leaseService) PoolQuota(ctx context.Context, req *connect.Request[weirv1
 	kg := keyGrant{id: key.KeyID, pinned: key.Pinned, pins: key.Pins}.withMetered(orZero(key.MeteredAccounts), enumName(st.MeteredAccounts)).
 		withOwned(key.TeamID.UUID, enumName(st.OwnedAccounts))
 	now := l.now()
-	var first *weirv1.QuotaBlock
+	first, snap, err := l.quotaBlock(ctx, m.Surface, models, key.AliasTranslate && key.AliasTargets != nil, kg, now)
+	if err == nil && first != nil && snap != nil && l.routes.catchUp(ctx, snap) {
+		// A final usage limit is not said on a stale cache: judged again
+		// over the changes heard since.
+		first, _, err = l.quotaBlock(ctx, m.Surface, models, key.AliasTranslate && key.AliasTargets != nil, kg, now)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&weirv1.PoolQuotaResponse{QuotaBlock: first, QuotaResponseMode: st.QuotaResponseMode}), nil
+}
+
+// quotaBlock is PoolQuota's verdict over models for a key (kg): the
+// block that reopens first when every model's pool is blocked by quota,
+// else nil; snap is the routing cache the first view was read from.
+func (l leaseService) quotaBlock(ctx context.Context, sf weirv1.Surface, models []string, translate bool, kg keyGrant, now time.Time) (first *weirv1.QuotaBlock, snap *routeSnap, err error) {
 	for _, model := range models {
-		v, err := l.routingView(ctx, "", "", "", policy.ModelFamily(model), waiter{}, now)
-		if err != nil {
-			return nil, err
-		}
 		// A target is judged on the surface it is routed as (the other
 		// wire's, translated), and one it cannot be routed as not at all.
-		sf, ok := policy.TargetSurface(m.Surface, model, key.AliasTranslate && key.AliasTargets != nil)
+		tsf, ok := policy.TargetSurface(sf, model, translate)
 		if !ok {
 			continue
 		}
-		qb := policy.QuotaBlock(kg.pinnedOnly(v.cands), kg.route(policy.RouteRequest{Model: model, Surface: sf}), now)
+		v, err := l.routingView(ctx, "", "", "", policy.ModelFamily(model), waiter{}, now)
+		if err != nil {
+			return nil, nil, err
+		}
+		if snap == nil {
+			snap = v.snap
+		}
+		qb := policy.QuotaBlock(kg.pinnedOnly(v.cands), kg.route(policy.RouteRequest{Model: model, Surface: tsf}), now)
+		v.done()
 		if qb == nil {
-			return connect.NewResponse(&weirv1.PoolQuotaResponse{}), nil
+			return nil, snap, nil
 		}
 		if first == nil || policy.ReopensFirst(qb, first) {
 			first = qb
 		}
 	}
-	return connect.NewResponse(&weirv1.PoolQuotaResponse{QuotaBlock: first, QuotaResponseMode: st.QuotaResponseMode}), nil
+	return first, snap, nil
 }

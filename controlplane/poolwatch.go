@@ -283,27 +283,8 @@ const announceWait = 2 * time.Second
 func (w *poolWatch) announce(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, announceWait)
 	defer cancel()
-	token := uuid.NewString()
-	ch := make(chan struct{})
-	w.mu.Lock()
-	if !w.up {
-		w.mu.Unlock()
+	if !w.sync(ctx) {
 		return // nothing listens: workers reuse nothing, and ask
-	}
-	w.syncs[token] = ch
-	w.mu.Unlock()
-	defer func() {
-		w.mu.Lock()
-		delete(w.syncs, token)
-		w.mu.Unlock()
-	}()
-	if _, err := w.pool.Exec(ctx, "SELECT pg_notify('"+poolChannel+"', $1)", syncPrefix+token); err != nil {
-		return
-	}
-	select {
-	case <-ch:
-	case <-ctx.Done():
-		return
 	}
 	w.mu.Lock()
 	targets := make(map[*poolSub]uint64, len(w.subs))
@@ -315,6 +296,36 @@ func (w *poolWatch) announce(ctx context.Context) {
 		if !s.waitSent(ctx, target) {
 			return
 		}
+	}
+}
+
+// sync returns once everything committed before the call has been
+// published (to the listeners and the streams' pending sets): a marker
+// notification, seen after every earlier one (Postgres delivers in commit
+// order), says so. False when nothing listens or ctx ended first.
+func (w *poolWatch) sync(ctx context.Context) bool {
+	token := uuid.NewString()
+	ch := make(chan struct{})
+	w.mu.Lock()
+	if !w.up {
+		w.mu.Unlock()
+		return false
+	}
+	w.syncs[token] = ch
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.syncs, token)
+		w.mu.Unlock()
+	}()
+	if _, err := w.pool.Exec(ctx, "SELECT pg_notify('"+poolChannel+"', $1)", syncPrefix+token); err != nil {
+		return false
+	}
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

@@ -286,6 +286,33 @@ func (c *routeCache) read(ctx context.Context) (*routeSnap, error) {
 	return c.snap, nil
 }
 
+// catchUpWait bounds how long an answer that no account can serve waits
+// for the notifications committed before it (catchUp).
+const catchUpWait = 250 * time.Millisecond
+
+// catchUp says whether a route over s may have missed a change committed
+// before now, once every notification committed before now has been
+// heard: this replica stalled (a pause, a GC, a loaded machine) while
+// they queued, or another replica wrote a moment ago. Acquire asks it
+// before answering that no account can serve (a hold, a final usage
+// limit), the answer a stale cache would make wrongly; a lease needs no
+// such care, the claim re-checks what must hold. A snapshot read straight
+// from Postgres missed nothing.
+func (c *routeCache) catchUp(ctx context.Context, s *routeSnap) bool {
+	if s.epoch == 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, catchUpWait)
+	defer cancel()
+	if !c.watch.sync(ctx) {
+		// Not listening any more: the next read goes to Postgres.
+		return c.watch.listening() != s.epoch
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.dirty) > 0 || c.snap != s
+}
+
 // reload reads every account and installs the result. Unless always, it
 // does nothing when a read of the same epoch was installed while this one
 // waited its turn (a synchronous read finds the background one done).

@@ -244,3 +244,51 @@ func TestRouteCacheLocalFailure(t *testing.T) {
 		e.release(next.Id, &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200})
 	}
 }
+
+// TestRouteCacheCatchUp: before an answer that nothing can serve, a
+// route over a snapshot that missed a change committed before it (a
+// replica that stalled while notifications queued) is told to route
+// again; one over a snapshot that missed nothing, or read straight from
+// Postgres, is not.
+func TestRouteCacheCatchUp(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	a, _ := e.createAccount(acct{label: "a"})
+	c := e.srv.routes
+	fresh, err := c.read(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.catchUp(t.Context(), fresh) {
+		t.Error("a snapshot read from Postgres (nothing listening) was told it missed a change")
+	}
+	e.started()
+	if err := e.srv.watch.waitUp(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.read(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.epoch == 0 {
+		t.Fatal("the started replica's read did not come from its cache")
+	}
+	if c.catchUp(t.Context(), s) {
+		t.Error("a snapshot that missed nothing was told to route again")
+	}
+	// Committed, and not yet heard when the route was made.
+	e.pause(a.Id)
+	if !c.catchUp(t.Context(), s) {
+		t.Error("a snapshot that missed a pause was not told to route again")
+	}
+	s, err = c.read(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i, ok := s.index[uuid.MustParse(a.Id)]; !ok || !s.entries[i].cand.Account.Paused {
+		t.Error("the read after catching up does not show the pause")
+	}
+	if c.catchUp(t.Context(), s) {
+		t.Error("the read after catching up was told to route again")
+	}
+}
