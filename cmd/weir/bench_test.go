@@ -179,6 +179,7 @@ func TestBenchApartSmoke(t *testing.T) {
 			Served    int              `json:"served"`
 			Measured  int              `json:"measured"`
 			Errors    int64            `json:"errors"`
+			First     string           `json:"first_error"`
 			CPU       int64            `json:"cpu_per_request_ns"`
 			Parts     map[string]int64 `json:"cpu_per_request_parts_ns"`
 			Generator int64            `json:"generator_cpu_per_request_ns"`
@@ -218,8 +219,8 @@ func TestBenchApartSmoke(t *testing.T) {
 		}
 		if r.Served <= 0 || int64(r.Measured) != int64(r.Latency.N)+r.Errors || r.Errors > allowed || r.Latency.P50 <= 0 ||
 			r.Latency.P99 < r.Latency.P50 || r.CPU <= 0 || r.Generator <= 0 || len(r.Parts) != parts[r.Target] {
-			t.Errorf("%s (stream %v): served %d, measured %d, errors %d, latency %+v, cpu %d (%v), generator %d",
-				r.Target, r.Stream, r.Served, r.Measured, r.Errors, r.Latency, r.CPU, r.Parts, r.Generator)
+			t.Errorf("%s (stream %v): served %d, measured %d, errors %d (first: %q), latency %+v, cpu %d (%v), generator %d",
+				r.Target, r.Stream, r.Served, r.Measured, r.Errors, r.First, r.Latency, r.CPU, r.Parts, r.Generator)
 		}
 		if r.Stream && r.TTFB.P50 <= 0 {
 			t.Errorf("%s stream: no time to first token", r.Target)
