@@ -131,11 +131,13 @@ func freeAddr() (string, error) {
 
 // weirEnv is the environment of the weir processes: this one's without
 // its WEIR_ settings (a database URL or data dir of the user's must not
-// leak into the measured stack), plus extra.
+// leak into the measured stack) but the log level and WEIR_CPU_PROFILE
+// (each measured process profiles itself, `%p` telling them apart), plus
+// extra.
 func weirEnv(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "WEIR_") && !strings.HasPrefix(kv, "WEIR_LOG_LEVEL=") {
+		if strings.HasPrefix(kv, "WEIR_") && !strings.HasPrefix(kv, "WEIR_LOG_LEVEL=") && !strings.HasPrefix(kv, "WEIR_CPU_PROFILE=") {
 			continue
 		}
 		env = append(env, kv)

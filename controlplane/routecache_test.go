@@ -292,3 +292,40 @@ func TestRouteCacheCatchUp(t *testing.T) {
 		t.Error("the read after catching up was told to route again")
 	}
 }
+
+// BenchmarkRouteSnapCandidates is what one Acquire pays to turn the
+// routing cache into its candidates (before policy.RouteFirst ranks
+// them), at 1,000 and 10,000 accounts: a tenth cooling, a tenth gated,
+// half with readings, a few with live leases.
+func BenchmarkRouteSnapCandidates(b *testing.B) {
+	now := time.Now()
+	for _, n := range []int{1000, 10000} {
+		rows := make([]db.RoutingAccountsRow, n)
+		var gates []db.FamilyGate
+		f := db.AcquireFactsRow{}
+		for i := range rows {
+			r := &rows[i]
+			r.ID, r.Label, r.Provider, r.AuthKind, r.MaxConcurrency = uuid.New(), fmt.Sprintf("a-%05d", i), providerAnthropic, "api_key", 4
+			if i%10 == 0 {
+				until, reason := now.Add(time.Hour), "rate_limited"
+				r.CooldownUntil, r.CooldownWrittenAt, r.CooldownReason = &until, &now, &reason
+			}
+			if i%10 == 1 {
+				gates = append(gates, db.FamilyGate{AccountID: r.ID, Family: "sonnet", Until: now.Add(time.Hour), WrittenAt: now})
+			}
+			if i%2 == 0 {
+				u, at := float64(i%97)/100, now.Add(3*time.Hour)
+				r.FiveHourUtilization, r.FiveHourResetsAt, r.SevenDayUtilization, r.SevenDayResetsAt = &u, &at, &u, &at
+			}
+			if i%50 == 0 {
+				f.LiveIds, f.LiveCounts = append(f.LiveIds, r.ID), append(f.LiveCounts, 1)
+			}
+		}
+		s := newRouteSnap(rows, gates, 1)
+		b.Run(fmt.Sprintf("accounts=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				recycleCandidates(s.candidates("sonnet", now, &f))
+			}
+		})
+	}
+}
