@@ -36,7 +36,8 @@ func releasedSuccess(row db.ReleaseLeaseRow, o *weirv1.Outcome, admittedAt time.
 // (continuing a transport run, re-arming the usage read of a quota
 // cooldown), then the ladder's state. Then the successes' records, one
 // per account and model family in one pipelined round trip, and last the
-// usage readings every outcome's headers carry. Release applies a failure
+// usage readings the outcomes' headers carry, folded to one per account
+// and window, in one statement. Release applies a failure
 // inside its transaction (q is the transaction's); successes are applied
 // outside one, on the pool, since a success record that lost a deadlock
 // is run again whole.
@@ -61,13 +62,17 @@ func (l leaseService) applyEffects(ctx context.Context, q *db.Queries, rs []rele
 	if err := l.writeSuccessRecords(ctx, q, successGroups(rs, now)); err != nil {
 		return nil, err
 	}
+	usage := make([]answeredUsage, 0, len(rs))
 	for i, r := range rs {
 		if r.effects.Success {
 			answers[i] = answer(r.effects, nil)
 		}
-		if err := l.mergeUsageHeaders(ctx, q, r.row.AccountID, r.row.CredentialRevision, r.outcome.GetHeaders(), now); err != nil {
-			return nil, err
+		if h := r.outcome.GetHeaders(); len(h) > 0 {
+			usage = append(usage, answeredUsage{account: r.row.AccountID, revision: r.row.CredentialRevision, headers: h})
 		}
+	}
+	if err := l.mergeUsageHeaders(ctx, q, usage, now); err != nil {
+		return nil, err
 	}
 	return answers, nil
 }

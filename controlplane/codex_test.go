@@ -512,10 +512,10 @@ func TestCodexUsagePoll(t *testing.T) {
 
 	// Codex's response headers merge into the same windows.
 	reset := c.clock.Now().Add(4 * time.Hour).Truncate(time.Second)
-	if err := c.srv.acct.mergeUsageHeaders(t.Context(), c.q, uuidOf(t, a.Id), 1, map[string]string{
+	if err := c.srv.acct.mergeUsageHeaders(t.Context(), c.q, []answeredUsage{{account: uuidOf(t, a.Id), revision: 1, headers: map[string]string{
 		"x-codex-primary-used-percent": "50", "x-codex-primary-window-minutes": "300",
 		"x-codex-primary-reset-at": strconv.FormatInt(reset.Unix(), 10),
-	}, c.clock.Now()); err != nil {
+	}}}, c.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if w := window(c.getAccount(a.Id), windowFiveHour); w.GetUtilization() != 0.5 || w.Source != sourceHeader {

@@ -50,9 +50,9 @@ type leaseService struct {
 	watch    *poolWatch
 	// routes is the routing cache (routecache.go).
 	routes *routeCache
-	// mergeUsageHeaders folds a released answer's usage headers into the
+	// mergeUsageHeaders folds released answers' usage headers into the
 	// usage view (usage.go), which the usage poller writes too.
-	mergeUsageHeaders func(ctx context.Context, q *db.Queries, accountID uuid.UUID, revision int64, headers map[string]string, now time.Time) error
+	mergeUsageHeaders func(ctx context.Context, q *db.Queries, answers []answeredUsage, now time.Time) error
 	// markUnreadable marks the credentials this replica cannot open
 	// broken (credcheck.go), as its periodic check does.
 	markUnreadable func(ctx context.Context, refs []sealedRef) error

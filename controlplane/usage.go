@@ -1,10 +1,13 @@
 package controlplane
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -232,19 +235,114 @@ func rearmUsage(ctx context.Context, q *db.Queries, id uuid.UUID, at time.Time) 
 	return epoch, storeErr(err)
 }
 
-// mergeUsageHeaders folds the unified rate-limit headers of a released
-// response into the usage view, under the lease's credential revision and
-// the current epoch. Release calls it inside its transaction.
-func (j *AccountJobs) mergeUsageHeaders(ctx context.Context, q *db.Queries, accountID uuid.UUID, revision int64, headers map[string]string, now time.Time) error {
-	for _, r := range readingsOf(upstream.HeaderReadings(headers, now)) {
-		if _, err := q.UpsertUsageWindow(ctx, db.UpsertUsageWindowParams{
-			AccountID: accountID, WindowName: r.window, Utilization: r.utilization, ResetsAt: r.resetsAt,
-			Source: sourceHeader, Now: now, CredentialRevision: revision,
-		}); err != nil {
-			return fmt.Errorf("merge usage headers: %w", err)
-		}
+// answeredUsage is one released answer's usage headers: the account that
+// answered and the credential revision its lease carried.
+type answeredUsage struct {
+	account  uuid.UUID
+	revision int64
+	headers  map[string]string
+}
+
+// mergeUsageHeaders folds the unified rate-limit headers of released
+// answers into the usage view, under each lease's credential revision and
+// the current epoch, in one statement: a batch's readings of one window
+// are folded into one first (foldReadings), so a batch of successes on a
+// subscription writes each of its windows once, not twice per success.
+// Release and ReleaseBatch call it inside their transaction.
+func (j *AccountJobs) mergeUsageHeaders(ctx context.Context, q *db.Queries, answers []answeredUsage, now time.Time) error {
+	rs := foldReadings(answers, now)
+	if len(rs) == 0 {
+		return nil
+	}
+	p := db.UpsertUsageWindowsParams{Source: sourceHeader, Now: now}
+	for _, r := range rs {
+		p.AccountIds = append(p.AccountIds, r.account)
+		p.CredentialRevisions = append(p.CredentialRevisions, r.revision)
+		p.WindowNames = append(p.WindowNames, r.window)
+		p.HasUtilization = append(p.HasUtilization, r.utilization != nil)
+		p.Utilizations = append(p.Utilizations, valueOr(r.utilization))
+		p.HasResetsAt = append(p.HasResetsAt, r.resetsAt != nil)
+		p.ResetsAts = append(p.ResetsAts, valueOr(r.resetsAt))
+	}
+	if _, err := q.UpsertUsageWindows(ctx, p); err != nil {
+		return fmt.Errorf("merge usage headers: %w", err)
 	}
 	return nil
+}
+
+// valueOr is *p, or T's zero value when p is nil.
+func valueOr[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
+}
+
+// accountReading is one window's reading of one account under one
+// credential revision.
+type accountReading struct {
+	account  uuid.UUID
+	revision int64
+	usageReading
+}
+
+// foldReadings is the readings the answers' headers carry, one per
+// account, credential revision and window: of a batch's readings of one
+// window, in the order the answers came, a reading replaces the one kept
+// by the rule the store applies to a reading of the same revision and
+// epoch (supersedes), so what is stored is what storing them one by one
+// would leave whenever the window's reset only moves forward. Sorted by
+// account and window, the order the store locks their rows in. Pure.
+func foldReadings(answers []answeredUsage, now time.Time) []accountReading {
+	type key struct {
+		account  uuid.UUID
+		revision int64
+		window   string
+	}
+	var out []accountReading
+	var at map[key]int
+	for _, a := range answers {
+		for _, r := range readingsOf(upstream.HeaderReadings(a.headers, now)) {
+			k := key{a.account, a.revision, r.window}
+			if at == nil {
+				at = map[key]int{}
+			}
+			i, ok := at[k]
+			switch {
+			case !ok:
+				at[k] = len(out)
+				out = append(out, accountReading{account: a.account, revision: a.revision, usageReading: r})
+			case supersedes(out[i].usageReading, r):
+				out[i].usageReading = r
+			}
+		}
+	}
+	slices.SortFunc(out, func(x, y accountReading) int {
+		if c := slices.Compare(x.account[:], y.account[:]); c != 0 {
+			return c
+		}
+		if c := strings.Compare(x.window, y.window); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.revision, y.revision)
+	})
+	return out
+}
+
+// supersedes says whether reading x replaces w, a reading of the same
+// window under the same revision and epoch: the store's rule
+// (UpsertUsageWindow). A reading without a reset or a utilization is
+// replaced, as is one whose reset is more than 2 s away (another window);
+// within the same window the higher utilization stays.
+func supersedes(w, x usageReading) bool {
+	switch {
+	case w.resetsAt == nil || x.resetsAt == nil || w.utilization == nil:
+		return true
+	case x.resetsAt.Sub(*w.resetsAt).Abs().Seconds() > 2:
+		return true
+	}
+	return x.utilization != nil && *x.utilization > *w.utilization
 }
 
 // fetchUsage reads the account's usage endpoint (package upstream). Only

@@ -717,7 +717,7 @@ func TestMergeUsageHeaders(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := u.srv.acct.mergeUsageHeaders(t.Context(), u.q, id, rev, tc.headers, now); err != nil {
+			if err := u.srv.acct.mergeUsageHeaders(t.Context(), u.q, []answeredUsage{{account: id, revision: rev, headers: tc.headers}}, now); err != nil {
 				t.Fatal(err)
 			}
 			w := window(u.getAccount(a.Id), windowFiveHour)

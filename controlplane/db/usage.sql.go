@@ -333,6 +333,75 @@ func (q *Queries) UpsertUsageWindow(ctx context.Context, arg UpsertUsageWindowPa
 	return result.RowsAffected(), nil
 }
 
+const upsertUsageWindows = `-- name: UpsertUsageWindows :execrows
+INSERT INTO usage_windows AS w (
+    account_id, window_name, utilization, resets_at, source, observed_at, credential_revision, poll_epoch
+)
+SELECT r.account_id, r.window_name, CASE WHEN r.has_utilization THEN r.utilization END,
+       CASE WHEN r.has_resets_at THEN r.resets_at END, $1::text, $2::timestamptz,
+       p.credential_revision, p.epoch
+FROM ROWS FROM (
+    unnest($3::uuid[]), unnest($4::text[]), unnest($5::boolean[]),
+    unnest($6::double precision[]), unnest($7::boolean[]),
+    unnest($8::timestamptz[]), unnest($9::bigint[])
+) WITH ORDINALITY AS r(account_id, window_name, has_utilization, utilization, has_resets_at, resets_at,
+    credential_revision, ord)
+JOIN usage_polls p ON p.account_id = r.account_id AND p.credential_revision = r.credential_revision
+JOIN accounts a ON a.id = r.account_id
+WHERE a.auth_kind = 'oauth'
+ORDER BY r.ord
+ON CONFLICT (account_id, window_name) DO UPDATE SET
+    utilization = EXCLUDED.utilization,
+    resets_at = EXCLUDED.resets_at,
+    source = EXCLUDED.source,
+    observed_at = EXCLUDED.observed_at,
+    credential_revision = EXCLUDED.credential_revision,
+    poll_epoch = EXCLUDED.poll_epoch
+WHERE (EXCLUDED.credential_revision, EXCLUDED.poll_epoch) > (w.credential_revision, w.poll_epoch)
+   OR ((EXCLUDED.credential_revision, EXCLUDED.poll_epoch) = (w.credential_revision, w.poll_epoch)
+       AND (w.resets_at IS NULL OR EXCLUDED.resets_at IS NULL
+            OR abs(extract(epoch FROM EXCLUDED.resets_at - w.resets_at)) > 2
+            OR w.utilization IS NULL
+            OR EXCLUDED.utilization > w.utilization))
+`
+
+type UpsertUsageWindowsParams struct {
+	Source              string
+	Now                 time.Time
+	AccountIds          []uuid.UUID
+	WindowNames         []string
+	HasUtilization      []bool
+	Utilizations        []float64
+	HasResetsAt         []bool
+	ResetsAts           []time.Time
+	CredentialRevisions []int64
+}
+
+// Stores a batch of readings from released answers' headers, one row per
+// account and window (the caller folds a batch's readings of one window
+// into one, and sorts them by account and window, the order their rows are
+// locked in). Each lands as UpsertUsageWindow's would: only under the
+// account's current credential revision, in its current epoch, and only
+// over an older reading, one of another window, or a lower utilization.
+// A NULL utilization or reset is sent as a false has_ flag.
+func (q *Queries) UpsertUsageWindows(ctx context.Context, arg UpsertUsageWindowsParams) (int64, error) {
+	result, err := q.db.Exec(ctx, upsertUsageWindows,
+		arg.Source,
+		arg.Now,
+		arg.AccountIds,
+		arg.WindowNames,
+		arg.HasUtilization,
+		arg.Utilizations,
+		arg.HasResetsAt,
+		arg.ResetsAts,
+		arg.CredentialRevisions,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const usageReadAllowedAt = `-- name: UsageReadAllowedAt :one
 SELECT greatest($1::timestamptz, last_read_at + interval '150 seconds', blocked_until)::timestamptz AS allowed_at
 FROM usage_polls WHERE account_id = $2

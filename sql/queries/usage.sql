@@ -72,6 +72,44 @@ WHERE (EXCLUDED.credential_revision, EXCLUDED.poll_epoch) > (w.credential_revisi
             OR w.utilization IS NULL
             OR EXCLUDED.utilization > w.utilization));
 
+-- Stores a batch of readings from released answers' headers, one row per
+-- account and window (the caller folds a batch's readings of one window
+-- into one, and sorts them by account and window, the order their rows are
+-- locked in). Each lands as UpsertUsageWindow's would: only under the
+-- account's current credential revision, in its current epoch, and only
+-- over an older reading, one of another window, or a lower utilization.
+-- A NULL utilization or reset is sent as a false has_ flag.
+-- name: UpsertUsageWindows :execrows
+INSERT INTO usage_windows AS w (
+    account_id, window_name, utilization, resets_at, source, observed_at, credential_revision, poll_epoch
+)
+SELECT r.account_id, r.window_name, CASE WHEN r.has_utilization THEN r.utilization END,
+       CASE WHEN r.has_resets_at THEN r.resets_at END, @source::text, sqlc.arg(now)::timestamptz,
+       p.credential_revision, p.epoch
+FROM ROWS FROM (
+    unnest(@account_ids::uuid[]), unnest(@window_names::text[]), unnest(@has_utilization::boolean[]),
+    unnest(@utilizations::double precision[]), unnest(@has_resets_at::boolean[]),
+    unnest(@resets_ats::timestamptz[]), unnest(@credential_revisions::bigint[])
+) WITH ORDINALITY AS r(account_id, window_name, has_utilization, utilization, has_resets_at, resets_at,
+    credential_revision, ord)
+JOIN usage_polls p ON p.account_id = r.account_id AND p.credential_revision = r.credential_revision
+JOIN accounts a ON a.id = r.account_id
+WHERE a.auth_kind = 'oauth'
+ORDER BY r.ord
+ON CONFLICT (account_id, window_name) DO UPDATE SET
+    utilization = EXCLUDED.utilization,
+    resets_at = EXCLUDED.resets_at,
+    source = EXCLUDED.source,
+    observed_at = EXCLUDED.observed_at,
+    credential_revision = EXCLUDED.credential_revision,
+    poll_epoch = EXCLUDED.poll_epoch
+WHERE (EXCLUDED.credential_revision, EXCLUDED.poll_epoch) > (w.credential_revision, w.poll_epoch)
+   OR ((EXCLUDED.credential_revision, EXCLUDED.poll_epoch) = (w.credential_revision, w.poll_epoch)
+       AND (w.resets_at IS NULL OR EXCLUDED.resets_at IS NULL
+            OR abs(extract(epoch FROM EXCLUDED.resets_at - w.resets_at)) > 2
+            OR w.utilization IS NULL
+            OR EXCLUDED.utilization > w.utilization));
+
 -- A poll that reports a window as absent removes what was stored for it.
 -- name: DeleteUsageWindow :exec
 DELETE FROM usage_windows WHERE account_id = @account_id AND window_name = @window_name;
