@@ -16,11 +16,12 @@ import (
 	"github.com/weirhq/weir/controlplane/upstream"
 )
 
-// routeRefreshEvery is how often the routing cache is read again whole
-// while Acquires use it (at least: see routeReadShare): what no
+// routeRefreshEvery is the shortest period in which the routing cache's
+// rolling refresh reads every account again while Acquires use it (longer
+// for a pool that takes long to read: see routeReadShare): what no
 // notification announces (when an account last answered overloaded or
 // another replica last leased it, a usage reading that stays within its
-// band, a label) is about this old at most.
+// band, a label) is about this old at most, give or take a tick.
 const routeRefreshEvery = time.Second
 
 // routeCache is this replica's copy of what routing reads of every
@@ -34,6 +35,11 @@ const routeRefreshEvery = time.Second
 // named is read again before the next Acquire routes, "all" reads every
 // account again, and while nothing listens (before Start, or with the
 // listening connection lost) every read reads the pool afresh, as before.
+// What no notification announces is caught by the rolling refresh
+// (refresh): every routeSliceEvery the background reader reads the next
+// slice of the accounts again, so that the whole pool is read within
+// refreshPeriod; a whole read in one burst (45 ms of CPU at 10,000
+// accounts) queued the Acquires that came during it on a small machine.
 // This replica's own writes invalidate the accounts they touch at once
 // (a released failure, a claim that failed, a success that ended an
 // overload or moved a usage band), so its workers never route on a state
@@ -49,6 +55,9 @@ type routeCache struct {
 	now   func() time.Time
 
 	// fullMu serializes whole reads; dirtyMu the reads of named accounts.
+	// The rolling refresh's slice reads take neither: only the background
+	// reader makes them, one at a time, and they install only what no
+	// other read replaced meanwhile (routeSnap.refreshed).
 	fullMu, dirtyMu sync.Mutex
 
 	mu   sync.Mutex
@@ -62,8 +71,11 @@ type routeCache struct {
 	// read runs (nil when none runs): that read may predate them, so they
 	// are dirty again once it is installed.
 	touched map[uuid.UUID]bool
-	// usedSince: an Acquire read the cache since the last whole read.
+	// usedSince: an Acquire read the cache since the last whole read or
+	// the last rolling cycle began.
 	usedSince bool
+	// roll is where the rolling refresh stands.
+	roll rolling
 	// kick wakes the background reader for an "all".
 	kick chan struct{}
 	// cancel and done stop the background reader.
@@ -218,43 +230,177 @@ func (c *routeCache) stop() {
 	<-c.done
 }
 
-// routeReadShare bounds the share of one core the periodic whole read
-// takes: the next waits at least this many times the last one's length
-// (at 10,000 accounts a read takes about 45 ms: every 1.8 s, not every
-// second).
+// routeReadShare bounds the share of one core the rolling refresh takes:
+// a cycle lasts at least this many times what the last one's reads took
+// (refreshPeriod). At 10,000 accounts the pool's reads take about 45 ms:
+// a cycle of about 1.8 s, 18 slices of some 560 accounts, each an
+// eighteenth of those 45 ms plus its two round trips, 2.5% of a core in
+// all, where the whole read took its 45 ms in one burst.
 const routeReadShare = 40
 
-// run reads the cache whole in the background: on an "all", and every
-// routeRefreshEvery (longer for a pool that takes long to read) while
-// Acquires use it, until ctx ends.
+// routeSliceEvery is the rolling refresh's tick: each reads one slice.
+const routeSliceEvery = 100 * time.Millisecond
+
+// routeSliceMin is the fewest accounts a slice reads (unless the cycle
+// has fewer left): every slice pays its two round trips whatever its
+// size, and with slices of a handful of accounts those would be most of
+// what the cycle's reads take, which lengthens the next cycle
+// (routeReadShare) and shrinks its slices further. Below 100 accounts per
+// tick (pools under 1,000 accounts), a cycle reads in fewer slices than
+// its period has ticks and waits out the rest.
+const routeSliceMin = 100
+
+// refreshPeriod is how long a rolling cycle lasts, the least time in
+// which it reads every account once, when the last cycle's reads took
+// spent in all (or the last whole read did, when no cycle ended since):
+// routeRefreshEvery, or routeReadShare times spent for a pool that takes
+// long to read.
+func refreshPeriod(spent time.Duration) time.Duration {
+	return max(routeRefreshEvery, routeReadShare*spent)
+}
+
+// refreshSlice is how many of a pool's n accounts each tick of a cycle
+// of period reads: the pool spread over the period's ticks, at least
+// routeSliceMin, at most the pool.
+func refreshSlice(n int, period time.Duration) int {
+	ticks := max(int(period/routeSliceEvery), 1)
+	return min(max((n+ticks-1)/ticks, routeSliceMin), n)
+}
+
+// rolling is where the rolling refresh stands: a cycle walks the
+// snapshot's entries in their order, a slice a tick, from its first to
+// its last; the next begins once the period since it began is over and an
+// Acquire read the cache since (usedSince), so a cache no Acquire reads
+// is read once more at most, as the whole reads were. A whole read (a new
+// listening epoch, an "all") ends the cycle and counts as one.
+type rolling struct {
+	// cycle counts the cycles begun and the whole reads: a slice read in
+	// an earlier one moves nothing of this one.
+	cycle  uint64
+	active bool
+	// began is when the cycle, or the last whole read, began.
+	began time.Time
+	// next is where the cycle goes on: the first entry at or after it.
+	// A key rather than a position: accounts added or removed meanwhile
+	// shift positions, not keys.
+	next routeKey
+	// spent is what the cycle's reads have taken so far; cost what the
+	// last cycle's (or whole read's) took, which sets the period.
+	spent, cost time.Duration
+}
+
+// routeKey is an entry's place in a snapshot's order.
+type routeKey struct {
+	label string
+	id    uuid.UUID
+}
+
+func (e *routeEntry) key() routeKey {
+	return routeKey{e.cand.Account.Label, e.cand.Account.ID}
+}
+
+func compareRouteKey(e *routeEntry, k routeKey) int {
+	if c := cmp.Compare(e.cand.Account.Label, k.label); c != 0 {
+		return c
+	}
+	return slices.Compare(e.cand.Account.ID[:], k.id[:])
+}
+
+// run reads the cache in the background until ctx ends: whole on an
+// "all", and a slice every routeSliceEvery (refresh).
 func (c *routeCache) run(ctx context.Context) {
-	wait := routeRefreshEvery
-	t := time.NewTimer(wait)
+	t := time.NewTicker(routeSliceEvery)
 	defer t.Stop()
+	failing := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-c.kick:
-		case <-t.C:
-			t.Reset(wait)
-			c.mu.Lock()
-			used := c.usedSince
-			c.mu.Unlock()
-			if !used {
-				continue
+			epoch := c.watch.listening()
+			if epoch == 0 {
+				continue // reads read afresh until it listens again
 			}
+			if err := c.reload(ctx, epoch, true); err != nil && ctx.Err() == nil {
+				c.log.WarnContext(ctx, "routing cache: read the pool", "err", err)
+			}
+		case <-t.C:
+			err := c.refresh(ctx, time.Now())
+			if err != nil && !failing && ctx.Err() == nil {
+				// Once per run of failures: the tick retries the slice.
+				c.log.WarnContext(ctx, "routing cache: read a slice of the pool", "err", err)
+			}
+			failing = err != nil
 		}
-		epoch := c.watch.listening()
-		if epoch == 0 {
-			continue // reads read afresh until it listens again
-		}
-		start := time.Now()
-		if err := c.reload(ctx, epoch, true); err != nil && ctx.Err() == nil {
-			c.log.WarnContext(ctx, "routing cache: read the pool", "err", err)
-		}
-		wait = max(routeRefreshEvery, routeReadShare*time.Since(start))
 	}
+}
+
+// refresh is one tick of the rolling refresh at now: it reads the cycle's
+// next slice of the accounts again and installs what no other read
+// replaced meanwhile (routeSnap.refreshed), or begins a cycle when one is
+// due. Only the accounts the snapshot holds are walked: a new account is
+// announced (accounts_notify_pool_insert_delete, 0012_pool_notify.sql) and
+// read before the next route, and one deleted has no row when its slice
+// is read, so it leaves the cache then if its notification was missed.
+//
+// It never clears a dirty mark: an account invalidated while its slice
+// is read may be read before the change, and stays dirty, so the next
+// read reads it again (readDirty). Nor does it mark what it read in
+// touched: a whole read running meanwhile installs a new snapshot after
+// it, which the slice's older entries do not outlive, and whose own are
+// no more than a whole read old, as before.
+func (c *routeCache) refresh(ctx context.Context, now time.Time) error {
+	epoch := c.watch.listening()
+	c.mu.Lock()
+	from, r := c.snap, &c.roll
+	if epoch == 0 || from == nil || from.epoch != epoch {
+		c.mu.Unlock()
+		return nil // the next read reads whole, or afresh
+	}
+	if !r.active {
+		if !c.usedSince || now.Sub(r.began) < refreshPeriod(r.cost) {
+			c.mu.Unlock()
+			return nil
+		}
+		c.usedSince = false
+		*r = rolling{cycle: r.cycle + 1, active: true, began: now, cost: r.cost}
+	}
+	cycle := r.cycle
+	i, _ := slices.BinarySearchFunc(from.entries, r.next, compareRouteKey)
+	end := min(i+refreshSlice(len(from.entries), refreshPeriod(r.cost)), len(from.entries))
+	ids := make([]uuid.UUID, 0, end-i)
+	for _, e := range from.entries[i:end] {
+		ids = append(ids, e.cand.Account.ID)
+	}
+	var next routeKey
+	if end < len(from.entries) {
+		next = from.entries[end].key()
+	}
+	c.mu.Unlock()
+
+	var rows []db.RoutingAccountsRow
+	var gates []db.FamilyGate
+	start := time.Now()
+	if len(ids) > 0 {
+		var err error
+		if rows, gates, err = c.load(ctx, ids); err != nil {
+			return err // the cursor stays: the next tick reads the slice again
+		}
+	}
+	took := time.Since(start)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.snap = c.snap.refreshed(from, ids, rows, gates)
+	if r.cycle != cycle {
+		return nil // a whole read ended the cycle meanwhile
+	}
+	r.spent += took
+	if end == len(from.entries) {
+		r.active, r.cost = false, r.spent
+	} else {
+		r.next = next
+	}
+	return nil
 }
 
 // read returns the cache as of now: read whole first when it was never
@@ -297,7 +443,8 @@ const catchUpWait = 250 * time.Millisecond
 // before answering that no account can serve (a hold, a final usage
 // limit), the answer a stale cache would make wrongly; a lease needs no
 // such care, the claim re-checks what must hold. A snapshot read straight
-// from Postgres missed nothing.
+// from Postgres missed nothing. A slice of the rolling refresh installed
+// since counts as a change: it may bring one no notification announced.
 func (c *routeCache) catchUp(ctx context.Context, s *routeSnap) bool {
 	if s.epoch == 0 {
 		return false
@@ -327,7 +474,9 @@ func (c *routeCache) reload(ctx context.Context, epoch uint64, always bool) erro
 	c.touched = map[uuid.UUID]bool{}
 	c.usedSince = false
 	c.mu.Unlock()
+	start := time.Now()
 	rows, gates, err := c.load(ctx, nil)
+	took := time.Since(start)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	touched := c.touched
@@ -336,6 +485,8 @@ func (c *routeCache) reload(ctx context.Context, epoch uint64, always bool) erro
 		return err
 	}
 	c.snap = newRouteSnap(rows, gates, epoch)
+	// A whole read is a rolling cycle read at once.
+	c.roll = rolling{cycle: c.roll.cycle + 1, began: start, cost: took}
 	for id := range touched {
 		c.seq++
 		c.dirty[id] = c.seq
@@ -489,6 +640,32 @@ func (s *routeSnap) with(ids []uuid.UUID, rows []db.RoutingAccountsRow, gates []
 		out.reindex()
 	}
 	return out
+}
+
+// refreshed is s with a slice of the rolling refresh installed: the rows
+// read of ids, which were from's entries. Only the accounts whose entry
+// in s is still the one from had take the rows (or leave, without one):
+// one read again alone since (readDirty) keeps that read, made after its
+// invalidation, and one gone since does not come back. Nothing is
+// installed over a snapshot read whole since (a new epoch, an "all"):
+// every entry of it is newer than from's.
+func (s *routeSnap) refreshed(from *routeSnap, ids []uuid.UUID, rows []db.RoutingAccountsRow, gates []db.FamilyGate) *routeSnap {
+	if s.epoch != from.epoch || len(ids) == 0 {
+		return s
+	}
+	same := make(map[uuid.UUID]bool, len(ids))
+	kept := make([]uuid.UUID, 0, len(ids))
+	for _, id := range ids {
+		if i, ok := s.index[id]; ok && s.entries[i] == from.entries[from.index[id]] {
+			same[id] = true
+			kept = append(kept, id)
+		}
+	}
+	if len(kept) == 0 {
+		return s
+	}
+	rows = slices.DeleteFunc(slices.Clone(rows), func(r db.RoutingAccountsRow) bool { return !same[r.ID] })
+	return s.with(kept, rows, gates)
 }
 
 // row is what a claim of one of s's candidates starts from: the account's

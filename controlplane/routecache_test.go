@@ -11,10 +11,12 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/weirhq/weir/controlplane/db"
 	"github.com/weirhq/weir/controlplane/policy"
+	"github.com/weirhq/weir/controlplane/seal"
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
 
@@ -290,6 +292,208 @@ func TestRouteCacheCatchUp(t *testing.T) {
 	}
 	if c.catchUp(t.Context(), s) {
 		t.Error("the read after catching up was told to route again")
+	}
+}
+
+// TestRefreshPace: the rolling refresh's period and slice at the sizes
+// that matter, the figures routeReadShare's comment gives among them.
+func TestRefreshPace(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		accounts int
+		spent    time.Duration // what the last cycle's reads took
+		period   time.Duration
+		slice    int
+	}{
+		{0, 0, time.Second, 0},
+		{6, time.Millisecond, time.Second, 6},                        // one slice, then the period waits out
+		{300, 3 * time.Millisecond, time.Second, 100},                // routeSliceMin: three slices
+		{1000, 4 * time.Millisecond, time.Second, 100},               // ten slices of a second's ticks
+		{10000, 0, time.Second, 1000},                                // nothing measured yet
+		{10000, 25 * time.Millisecond, time.Second, 1000},            // 40 × 25 ms is the floor
+		{10000, 45 * time.Millisecond, 1800 * time.Millisecond, 556}, // 18 ticks
+		{10000, 53 * time.Millisecond, 2120 * time.Millisecond, 477}, // 21 ticks (a part tick rounds down)
+		{100000, 500 * time.Millisecond, 20 * time.Second, 500},      // 200 ticks
+		{10000, 2 * time.Second, 80 * time.Second, routeSliceMin},    // a pool very slow to read
+		{50, 0, time.Second, 50},                                     // the pool, not more
+	} {
+		period := refreshPeriod(tc.spent)
+		if period != tc.period {
+			t.Errorf("%d accounts read in %v: period %v, want %v", tc.accounts, tc.spent, period, tc.period)
+		}
+		if got := refreshSlice(tc.accounts, period); got != tc.slice {
+			t.Errorf("%d accounts, period %v: slice %d, want %d", tc.accounts, period, got, tc.slice)
+		}
+	}
+}
+
+// TestRouteSnapRefreshed: a slice read installs only over the entries it
+// was read from. An account read again alone meanwhile (readDirty, after
+// its invalidation) keeps that read, one deleted meanwhile does not come
+// back, and a snapshot read whole meanwhile takes nothing of it.
+func TestRouteSnapRefreshed(t *testing.T) {
+	t.Parallel()
+	row := func(id uuid.UUID, label string, prio int32) db.RoutingAccountsRow {
+		return db.RoutingAccountsRow{ID: id, Label: label, Provider: providerAnthropic, AuthKind: "api_key", MaxConcurrency: 4, Priority: prio}
+	}
+	a, b, c, d := uuid.New(), uuid.New(), uuid.New(), uuid.New()
+	from := newRouteSnap([]db.RoutingAccountsRow{row(a, "a", 0), row(b, "b", 0), row(c, "c", 0), row(d, "d", 0)}, nil, 1)
+	// While the slice (a, b, c) is read: b is read again alone after a
+	// change, c is deleted.
+	now := from.with([]uuid.UUID{b, c}, []db.RoutingAccountsRow{row(b, "b", 2)}, nil)
+	// The slice's rows: a changed, b before its change, c before its
+	// deletion.
+	slice := []db.RoutingAccountsRow{row(a, "a", 1), row(b, "b", 0), row(c, "c", 0)}
+	got := now.refreshed(from, []uuid.UUID{a, b, c}, slice, nil)
+	prio := map[uuid.UUID]int32{}
+	for _, e := range got.entries {
+		prio[e.cand.Account.ID] = e.cand.Account.Priority
+	}
+	if want := map[uuid.UUID]int32{a: 1, b: 2, d: 0}; !reflect.DeepEqual(prio, want) {
+		t.Errorf("priorities after the slice: %v, want a 1 (the slice's), b 2 (read alone since), d 0, no c (deleted since); a=%s b=%s c=%s d=%s",
+			prio, a, b, c, d)
+	}
+	if got.entries[got.index[d]] != from.entries[from.index[d]] {
+		t.Error("an account outside the slice was replaced")
+	}
+	// An account the slice finds deleted leaves.
+	if got := from.refreshed(from, []uuid.UUID{a, b}, slice[:1], nil); len(got.entries) != 3 {
+		t.Errorf("the slice found b deleted: the snapshot holds %d entries, want 3", len(got.entries))
+	} else if _, ok := got.index[b]; ok {
+		t.Error("the slice found b deleted: the snapshot still holds it")
+	}
+	// Read whole since, of the same epoch or a new one.
+	for _, epoch := range []uint64{1, 2} {
+		whole := newRouteSnap([]db.RoutingAccountsRow{row(a, "a", 3), row(b, "b", 3), row(d, "d", 3)}, nil, epoch)
+		if got := whole.refreshed(from, []uuid.UUID{a, b, c}, slice, nil); got != whole {
+			t.Errorf("epoch %d: a slice read before a whole read was installed over it", epoch)
+		}
+	}
+}
+
+// TestRouteCacheRollingRefresh: what no notification announces (an
+// overload mark, a last use, a usage reading within its band) reaches the
+// cache through the rolling refresh within one cycle over a pool of
+// several slices, slice by slice in the pool's order; the refresh clears
+// no invalidation, and begins no cycle while no Acquire reads the cache.
+func TestRouteCacheRollingRefresh(t *testing.T) {
+	t.Parallel()
+	e := setup(t).started()
+	ctx := t.Context()
+	c := e.srv.routes
+	c.stop() // the test drives the refresh itself
+	if err := e.srv.watch.waitUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const accounts = 300
+	now := e.clock.Now()
+	ids := make([]uuid.UUID, accounts)
+	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		for i := range ids {
+			ids[i] = uuid.New()
+			cred := apiKey()
+			if _, err := q.CreateAccount(ctx, db.CreateAccountParams{ID: ids[i], Provider: providerAnthropic, AuthKind: "api_key",
+				Label: fmt.Sprintf("roll-%03d", i), MaxConcurrency: 4, CredentialSealed: e.srv.seal.Seal(ids[i], 1, cred),
+				CredentialHint: seal.Hint(cred), Now: now}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.watch.announce(ctx)
+	e.cachedView("sonnet", now) // read whole
+	peek := func(id uuid.UUID) policy.Candidate {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.snap.entries[c.snap.index[id]].cand
+	}
+	first, middle, last := ids[0], ids[accounts/2], ids[accounts-1]
+	e.exec(`UPDATE accounts SET overloaded_at = $2 WHERE id = $1`, first, now)
+	e.exec(`UPDATE accounts SET last_used_at = $2 WHERE id = $1`, middle, now)
+	e.exec(`INSERT INTO usage_windows (account_id, window_name, utilization, resets_at, source, observed_at, credential_revision, poll_epoch)
+		VALUES ($1, 'five_hour', 0.5, $2, 'header', $3, 1, 1)`, last, now.Add(time.Hour), now)
+	e.srv.watch.announce(ctx)
+	e.cachedView("sonnet", now) // an Acquire reads the cache
+	if peek(first).Account.OverloadedAt != nil || peek(middle).Account.LastUsedAt != nil || peek(last).FiveHour != nil {
+		t.Fatal("a change no notification announces reached the cache before the rolling refresh")
+	}
+
+	// A tick past the period: the cycle begins, its first slice read.
+	c.mu.Lock()
+	tick := c.roll.began.Add(refreshPeriod(c.roll.cost))
+	c.mu.Unlock()
+	step := func() {
+		t.Helper()
+		if err := c.refresh(ctx, tick); err != nil {
+			t.Fatal(err)
+		}
+		tick = tick.Add(routeSliceEvery)
+	}
+	// cycle reads the rest of a cycle of which read slices are read, and
+	// says how many it read in all.
+	cycle := func(read int) int {
+		t.Helper()
+		for {
+			c.mu.Lock()
+			active := c.roll.active
+			c.mu.Unlock()
+			if !active {
+				return read
+			}
+			if read == accounts/routeSliceMin {
+				t.Fatalf("the cycle did not end in %d slices of %d accounts", read, routeSliceMin)
+			}
+			step()
+			read++
+		}
+	}
+	step()
+	if peek(first).Account.OverloadedAt == nil {
+		t.Fatal("the first slice did not read the first account's overload mark")
+	}
+	if peek(last).FiveHour != nil {
+		t.Fatal("the first slice read the last account: the pool was read whole")
+	}
+	// An account invalidated while its slice is read stays to be read
+	// again: the slice may predate the change.
+	c.invalidate(middle)
+	if n := cycle(1); n != accounts/routeSliceMin {
+		t.Errorf("the cycle read %d slices, want %d", n, accounts/routeSliceMin)
+	}
+	if peek(middle).Account.LastUsedAt == nil || peek(last).FiveHour == nil {
+		t.Fatal("after a whole cycle, the cache misses a change no notification announced")
+	}
+	c.mu.Lock()
+	_, dirty := c.dirty[middle]
+	c.mu.Unlock()
+	if !dirty {
+		t.Error("the rolling refresh cleared an invalidation")
+	}
+	if got, want := e.cachedView("sonnet", now), e.freshView("sonnet", now); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after a whole cycle the cache shows\n%s\nPostgres\n%s", describeCands(got), describeCands(want))
+	}
+
+	// Read since, the cache is read once more; then, with no Acquire
+	// reading it, no cycle begins.
+	next := func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		tick = c.roll.began.Add(refreshPeriod(c.roll.cost))
+	}
+	next()
+	step()
+	cycle(1)
+	e.exec(`UPDATE accounts SET overloaded_at = NULL WHERE id = $1`, first)
+	next()
+	for range accounts / routeSliceMin {
+		step()
+	}
+	if peek(first).Account.OverloadedAt == nil {
+		t.Error("the rolling refresh read the pool while no Acquire read the cache")
 	}
 }
 

@@ -45,7 +45,8 @@ func scaleSize(name string, def int) int {
 // with the load stopped, the CPU one pool invalidation costs the process
 // (the notification, the routing cache's mark, and the message to each of
 // the 100 streams), and how long the routing cache's whole read takes
-// (routeRefreshEvery). Sizes: WEIR_SCALE_ACCOUNTS, WEIR_SCALE_KEYS,
+// (a new listening epoch, an "all"; the rolling refresh reads as much
+// over each cycle, in slices: routeReadShare). Sizes: WEIR_SCALE_ACCOUNTS, WEIR_SCALE_KEYS,
 // WEIR_SCALE_WORKERS.
 //
 //	go test ./controlplane -run x -bench AcquireAtScale -benchtime 4000x
@@ -134,7 +135,7 @@ func BenchmarkAcquireAtScale(b *testing.B) {
 	stopWatch()
 	watching.Wait()
 
-	// What the periodic whole read of the routing cache costs.
+	// What a whole read of the routing cache costs.
 	const reloads = 5
 	r0 := time.Now()
 	for range reloads {
