@@ -537,19 +537,24 @@ func (c *routeCache) readDirty(ctx context.Context) error {
 // live gates.
 func (c *routeCache) load(ctx context.Context, ids []uuid.UUID) ([]db.RoutingAccountsRow, []db.FamilyGate, error) {
 	now := c.now()
-	all := ids == nil
-	if all {
-		ids = []uuid.UUID{}
+	if ids == nil {
+		rows, err := c.q.RoutingAccounts(ctx, now)
+		if err != nil {
+			return nil, nil, err
+		}
+		gates, err := c.q.RoutingGates(ctx, now)
+		return rows, gates, err
 	}
-	rows, err := c.q.RoutingAccounts(ctx, db.RoutingAccountsParams{Now: now, AllAccounts: all, Ids: ids})
+	of, err := c.q.RoutingAccountsOf(ctx, db.RoutingAccountsOfParams{Now: now, Ids: ids})
 	if err != nil {
 		return nil, nil, err
 	}
-	gates, err := c.q.RoutingGates(ctx, db.RoutingGatesParams{Now: now, AllAccounts: all, Ids: ids})
-	if err != nil {
-		return nil, nil, err
+	rows := make([]db.RoutingAccountsRow, len(of))
+	for i, r := range of {
+		rows[i] = db.RoutingAccountsRow(r)
 	}
-	return rows, gates, nil
+	gates, err := c.q.RoutingGatesOf(ctx, db.RoutingGatesOfParams{Now: now, Ids: ids})
+	return rows, gates, err
 }
 
 func newRouteSnap(rows []db.RoutingAccountsRow, gates []db.FamilyGate, epoch uint64) *routeSnap {

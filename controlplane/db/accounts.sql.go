@@ -784,15 +784,8 @@ LEFT JOIN usage_windows u5 ON u5.account_id = a.id AND u5.window_name = 'five_ho
     AND u5.utilization IS NOT NULL AND u5.resets_at > $1
 LEFT JOIN usage_windows u7 ON u7.account_id = a.id AND u7.window_name = 'seven_day'
     AND u7.utilization IS NOT NULL AND u7.resets_at > $1
-WHERE $2::boolean OR a.id = ANY($3::uuid[])
 ORDER BY a.label, a.id
 `
-
-type RoutingAccountsParams struct {
-	Now         time.Time
-	AllAccounts bool
-	Ids         []uuid.UUID
-}
 
 type RoutingAccountsRow struct {
 	ID                         uuid.UUID
@@ -825,13 +818,13 @@ type RoutingAccountsRow struct {
 	SevenDayResetsAt           *time.Time
 }
 
-// The routing cache's accounts (routecache.go): every account (all), or
-// those named, with what routing reads of it (never its credential: the
-// claim reads that), its live cooldown and usage windows. What changes on
-// every request (live leases, waiters) and what a request names (its key,
-// alias and session) are AcquireFacts'; a claim re-checks what must hold.
-func (q *Queries) RoutingAccounts(ctx context.Context, arg RoutingAccountsParams) ([]RoutingAccountsRow, error) {
-	rows, err := q.db.Query(ctx, routingAccounts, arg.Now, arg.AllAccounts, arg.Ids)
+// The routing cache's accounts (routecache.go): every account, with what
+// routing reads of it (never its credential: the claim reads that), its
+// live cooldown and usage windows. What changes on every request (live
+// leases, waiters) and what a request names (its key, alias and session)
+// are AcquireFacts'; a claim re-checks what must hold.
+func (q *Queries) RoutingAccounts(ctx context.Context, now time.Time) ([]RoutingAccountsRow, error) {
+	rows, err := q.db.Query(ctx, routingAccounts, now)
 	if err != nil {
 		return nil, err
 	}
@@ -879,21 +872,167 @@ func (q *Queries) RoutingAccounts(ctx context.Context, arg RoutingAccountsParams
 	return items, nil
 }
 
-const routingGates = `-- name: RoutingGates :many
-SELECT account_id, family, until, written_at, evidence FROM family_gates
-WHERE until > $1 AND ($2::boolean OR account_id = ANY($3::uuid[]))
+const routingAccountsOf = `-- name: RoutingAccountsOf :many
+SELECT a.id, a.label, a.provider, a.auth_kind, a.base_url, a.paused, a.broken_at, a.recovery_probe,
+    a.max_concurrency, a.priority, a.last_used_at, a.overloaded_at, a.owner_key_id, a.owner_team_id,
+    a.credential_revision,
+    c.reason AS cooldown_reason,
+    c.transient AS cooldown_transient,
+    c.until AS cooldown_until,
+    c.written_at AS cooldown_written_at,
+    c.evidence AS cooldown_evidence,
+    c.quota_kind AS cooldown_quota_kind,
+    c.quota_resets_at AS cooldown_quota_resets_at,
+    c.quota_window_minutes AS cooldown_quota_window_minutes,
+    c.quota_message AS cooldown_quota_message,
+    u5.utilization AS five_hour_utilization,
+    u5.resets_at AS five_hour_resets_at,
+    u7.utilization AS seven_day_utilization,
+    u7.resets_at AS seven_day_resets_at
+FROM accounts a
+LEFT JOIN cooldowns c ON c.account_id = a.id AND c.until > $1
+LEFT JOIN usage_windows u5 ON u5.account_id = a.id AND u5.window_name = 'five_hour'
+    AND u5.utilization IS NOT NULL AND u5.resets_at > $1
+LEFT JOIN usage_windows u7 ON u7.account_id = a.id AND u7.window_name = 'seven_day'
+    AND u7.utilization IS NOT NULL AND u7.resets_at > $1
+WHERE a.id = ANY($2::uuid[])
+ORDER BY a.label, a.id
 `
 
-type RoutingGatesParams struct {
-	Now         time.Time
-	AllAccounts bool
-	Ids         []uuid.UUID
+type RoutingAccountsOfParams struct {
+	Now time.Time
+	Ids []uuid.UUID
 }
 
-// The routing cache's live family gates: of every account (all), or of
-// those named.
-func (q *Queries) RoutingGates(ctx context.Context, arg RoutingGatesParams) ([]FamilyGate, error) {
-	rows, err := q.db.Query(ctx, routingGates, arg.Now, arg.AllAccounts, arg.Ids)
+type RoutingAccountsOfRow struct {
+	ID                         uuid.UUID
+	Label                      string
+	Provider                   string
+	AuthKind                   string
+	BaseUrl                    string
+	Paused                     bool
+	BrokenAt                   *time.Time
+	RecoveryProbe              bool
+	MaxConcurrency             int32
+	Priority                   int32
+	LastUsedAt                 *time.Time
+	OverloadedAt               *time.Time
+	OwnerKeyID                 uuid.NullUUID
+	OwnerTeamID                uuid.NullUUID
+	CredentialRevision         int64
+	CooldownReason             *string
+	CooldownTransient          pgtype.Bool
+	CooldownUntil              *time.Time
+	CooldownWrittenAt          *time.Time
+	CooldownEvidence           []byte
+	CooldownQuotaKind          *string
+	CooldownQuotaResetsAt      *time.Time
+	CooldownQuotaWindowMinutes *int32
+	CooldownQuotaMessage       *string
+	FiveHourUtilization        *float64
+	FiveHourResetsAt           *time.Time
+	SevenDayUtilization        *float64
+	SevenDayResetsAt           *time.Time
+}
+
+// RoutingAccounts of the accounts named (an invalidation, a slice of the
+// rolling refresh). A query of its own, not an "all or these" flag: a
+// prepared statement's generic plan for that OR cannot use the primary
+// key, and read the whole pool for every slice.
+func (q *Queries) RoutingAccountsOf(ctx context.Context, arg RoutingAccountsOfParams) ([]RoutingAccountsOfRow, error) {
+	rows, err := q.db.Query(ctx, routingAccountsOf, arg.Now, arg.Ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RoutingAccountsOfRow{}
+	for rows.Next() {
+		var i RoutingAccountsOfRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Label,
+			&i.Provider,
+			&i.AuthKind,
+			&i.BaseUrl,
+			&i.Paused,
+			&i.BrokenAt,
+			&i.RecoveryProbe,
+			&i.MaxConcurrency,
+			&i.Priority,
+			&i.LastUsedAt,
+			&i.OverloadedAt,
+			&i.OwnerKeyID,
+			&i.OwnerTeamID,
+			&i.CredentialRevision,
+			&i.CooldownReason,
+			&i.CooldownTransient,
+			&i.CooldownUntil,
+			&i.CooldownWrittenAt,
+			&i.CooldownEvidence,
+			&i.CooldownQuotaKind,
+			&i.CooldownQuotaResetsAt,
+			&i.CooldownQuotaWindowMinutes,
+			&i.CooldownQuotaMessage,
+			&i.FiveHourUtilization,
+			&i.FiveHourResetsAt,
+			&i.SevenDayUtilization,
+			&i.SevenDayResetsAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const routingGates = `-- name: RoutingGates :many
+SELECT account_id, family, until, written_at, evidence FROM family_gates
+WHERE until > $1
+`
+
+// The routing cache's live family gates, of every account.
+func (q *Queries) RoutingGates(ctx context.Context, now time.Time) ([]FamilyGate, error) {
+	rows, err := q.db.Query(ctx, routingGates, now)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []FamilyGate{}
+	for rows.Next() {
+		var i FamilyGate
+		if err := rows.Scan(
+			&i.AccountID,
+			&i.Family,
+			&i.Until,
+			&i.WrittenAt,
+			&i.Evidence,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const routingGatesOf = `-- name: RoutingGatesOf :many
+SELECT account_id, family, until, written_at, evidence FROM family_gates
+WHERE until > $1 AND account_id = ANY($2::uuid[])
+`
+
+type RoutingGatesOfParams struct {
+	Now time.Time
+	Ids []uuid.UUID
+}
+
+// The live family gates of the accounts named.
+func (q *Queries) RoutingGatesOf(ctx context.Context, arg RoutingGatesOfParams) ([]FamilyGate, error) {
+	rows, err := q.db.Query(ctx, routingGatesOf, arg.Now, arg.Ids)
 	if err != nil {
 		return nil, err
 	}

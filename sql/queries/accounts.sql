@@ -119,11 +119,11 @@ UPDATE accounts SET
 WHERE id = @id AND credential_revision = @credential_revision
 RETURNING auth_failures, (broken_at IS NOT NULL)::boolean AS broken;
 
--- The routing cache's accounts (routecache.go): every account (all), or
--- those named, with what routing reads of it (never its credential: the
--- claim reads that), its live cooldown and usage windows. What changes on
--- every request (live leases, waiters) and what a request names (its key,
--- alias and session) are AcquireFacts'; a claim re-checks what must hold.
+-- The routing cache's accounts (routecache.go): every account, with what
+-- routing reads of it (never its credential: the claim reads that), its
+-- live cooldown and usage windows. What changes on every request (live
+-- leases, waiters) and what a request names (its key, alias and session)
+-- are AcquireFacts'; a claim re-checks what must hold.
 -- name: RoutingAccounts :many
 SELECT a.id, a.label, a.provider, a.auth_kind, a.base_url, a.paused, a.broken_at, a.recovery_probe,
     a.max_concurrency, a.priority, a.last_used_at, a.overloaded_at, a.owner_key_id, a.owner_team_id,
@@ -147,14 +147,47 @@ LEFT JOIN usage_windows u5 ON u5.account_id = a.id AND u5.window_name = 'five_ho
     AND u5.utilization IS NOT NULL AND u5.resets_at > @now
 LEFT JOIN usage_windows u7 ON u7.account_id = a.id AND u7.window_name = 'seven_day'
     AND u7.utilization IS NOT NULL AND u7.resets_at > @now
-WHERE @all_accounts::boolean OR a.id = ANY(@ids::uuid[])
 ORDER BY a.label, a.id;
 
--- The routing cache's live family gates: of every account (all), or of
--- those named.
+-- RoutingAccounts of the accounts named (an invalidation, a slice of the
+-- rolling refresh). A query of its own, not an "all or these" flag: a
+-- prepared statement's generic plan for that OR cannot use the primary
+-- key, and read the whole pool for every slice.
+-- name: RoutingAccountsOf :many
+SELECT a.id, a.label, a.provider, a.auth_kind, a.base_url, a.paused, a.broken_at, a.recovery_probe,
+    a.max_concurrency, a.priority, a.last_used_at, a.overloaded_at, a.owner_key_id, a.owner_team_id,
+    a.credential_revision,
+    c.reason AS cooldown_reason,
+    c.transient AS cooldown_transient,
+    c.until AS cooldown_until,
+    c.written_at AS cooldown_written_at,
+    c.evidence AS cooldown_evidence,
+    c.quota_kind AS cooldown_quota_kind,
+    c.quota_resets_at AS cooldown_quota_resets_at,
+    c.quota_window_minutes AS cooldown_quota_window_minutes,
+    c.quota_message AS cooldown_quota_message,
+    u5.utilization AS five_hour_utilization,
+    u5.resets_at AS five_hour_resets_at,
+    u7.utilization AS seven_day_utilization,
+    u7.resets_at AS seven_day_resets_at
+FROM accounts a
+LEFT JOIN cooldowns c ON c.account_id = a.id AND c.until > @now
+LEFT JOIN usage_windows u5 ON u5.account_id = a.id AND u5.window_name = 'five_hour'
+    AND u5.utilization IS NOT NULL AND u5.resets_at > @now
+LEFT JOIN usage_windows u7 ON u7.account_id = a.id AND u7.window_name = 'seven_day'
+    AND u7.utilization IS NOT NULL AND u7.resets_at > @now
+WHERE a.id = ANY(@ids::uuid[])
+ORDER BY a.label, a.id;
+
+-- The routing cache's live family gates, of every account.
 -- name: RoutingGates :many
 SELECT account_id, family, until, written_at, evidence FROM family_gates
-WHERE until > @now AND (@all_accounts::boolean OR account_id = ANY(@ids::uuid[]));
+WHERE until > @now;
+
+-- The live family gates of the accounts named.
+-- name: RoutingGatesOf :many
+SELECT account_id, family, until, written_at, evidence FROM family_gates
+WHERE until > @now AND account_id = ANY(@ids::uuid[]);
 
 -- What one Acquire reads besides the routing cache, in one round trip:
 -- the key and alias answers, the settings routing reads, the account the
