@@ -12,14 +12,14 @@ import (
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
 )
 
-// TestAccountLocksLetReferencingInsertsBe: a worker's batch of route events
-// holds KEY SHARE locks on its accounts (the foreign keys) until it
-// commits, taken in the batch's order. A success record and a claim lock
-// an account row too; if either waited for those locks, a success batch
-// locking accounts in id order and a route batch locking them in another
-// deadlocked, and Postgres took a second to break it while every Acquire
-// and Release of those accounts waited. Both go ahead now with the route
-// batch still open.
+// TestAccountLocksLetReferencingInsertsBe: an insert that references an
+// account by foreign key (an account's history row; route events did too
+// until migration 0037) holds a KEY SHARE lock on it until it commits. A
+// success record and a claim lock an account row too; if either waited
+// for such locks, a success batch locking accounts in id order and an
+// insert locking them in another deadlocked, and Postgres took a second
+// to break it while every Acquire and Release of those accounts waited.
+// Both go ahead now with such an insert, and a route batch, still open.
 func TestAccountLocksLetReferencingInsertsBe(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -36,6 +36,10 @@ func TestAccountLocksLetReferencingInsertsBe(t *testing.T) {
 	row := db.RouteEvent{RequestID: "weir_open", AccountID: uuid.NullUUID{UUID: id, Valid: true}, Surface: "messages",
 		Model: "m", Status: 200, StartedAt: now, AttemptsJson: []byte("[]")}
 	if _, err := db.New(tx).InsertRouteEvents(t.Context(), routeColumns([]db.RouteEvent{row}, now, now)); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.New(tx).InsertAccountHistory(t.Context(), db.InsertAccountHistoryParams{AccountID: id, At: now,
+		Kind: "gate", Reason: "sonnet", Until: now.Add(time.Minute), Evidence: []byte("{}")}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -181,7 +181,9 @@ func TestReportRouteTouchesKey(t *testing.T) {
 // TestReportRouteAfterAccountDeleted: the account that served a request
 // can be deleted before the worker reports the route (a request in flight
 // while an operator removes the account). The event must still be stored,
-// detached from the account, as the ON DELETE SET NULL foreign key intends.
+// detached from the account; and the events stored before the deletion
+// are detached too (route events have no foreign key: DeleteAccount does
+// what its ON DELETE SET NULL did).
 func TestReportRouteAfterAccountDeleted(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -199,6 +201,25 @@ func TestReportRouteAfterAccountDeleted(t *testing.T) {
 	}
 	if n := e.count(`SELECT count(*) FROM route_events WHERE request_id = 'in-flight' AND account_id IS NULL`); n != 1 {
 		t.Errorf("event not stored detached (%d rows)", n)
+	}
+
+	b, _ := e.createAccount(acct{})
+	kept, _ := e.createAccount(acct{})
+	for i, id := range []string{b.Id, kept.Id} {
+		if _, err := reportOne(t.Context(), e.dp.leases, &weirv1.RouteEvent{
+			RequestId: fmt.Sprintf("before-%d", i), KeyId: key.Id, AccountId: id, Status: 200, Attempts: 1,
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.admin.accounts.DeleteAccount(t.Context(), connect.NewRequest(&weirv1.DeleteAccountRequest{Id: b.Id})); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(`SELECT count(*) FROM route_events WHERE request_id = 'before-0' AND account_id IS NULL`); n != 1 {
+		t.Errorf("an event stored before its account was deleted still names it (%d detached)", n)
+	}
+	if n := e.count(`SELECT count(*) FROM route_events WHERE request_id = 'before-1' AND account_id = '` + kept.Id + `'`); n != 1 {
+		t.Errorf("another account's event was detached (%d kept)", n)
 	}
 }
 

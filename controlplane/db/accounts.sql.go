@@ -261,9 +261,14 @@ func (q *Queries) CreateAccount(ctx context.Context, arg CreateAccountParams) (A
 }
 
 const deleteAccount = `-- name: DeleteAccount :execrows
-DELETE FROM accounts WHERE id = $1
+WITH gone AS (
+    DELETE FROM accounts a WHERE a.id = $1 RETURNING a.id
+)
+UPDATE route_events SET account_id = NULL WHERE account_id IN (SELECT g.id FROM gone g)
 `
 
+// Deletes an account; its route events keep their rows, without it (route
+// events have no foreign key: migration 0037).
 func (q *Queries) DeleteAccount(ctx context.Context, id uuid.UUID) (int64, error) {
 	result, err := q.db.Exec(ctx, deleteAccount, id)
 	if err != nil {

@@ -102,8 +102,13 @@ UPDATE accounts SET
 WHERE id = @id
 RETURNING *;
 
+-- Deletes an account; its route events keep their rows, without it (route
+-- events have no foreign key: migration 0037).
 -- name: DeleteAccount :execrows
-DELETE FROM accounts WHERE id = @id;
+WITH gone AS (
+    DELETE FROM accounts a WHERE a.id = @id RETURNING a.id
+)
+UPDATE route_events SET account_id = NULL WHERE account_id IN (SELECT g.id FROM gone g);
 
 -- Counts an account-wide quota rejection that carried no usable reset.
 -- name: RecordQuotaBackoff :exec
