@@ -124,12 +124,12 @@ const (
 )
 
 // reportWindow is how long a worker may take to report a request when
-// the control side is well: its report interval (20 ms) and a call's
+// the control side is well: its report interval (250 ms) and a call's
 // round trip, with room for a loaded machine. reportHeldUp is how long a
 // fault on the control side may hold a report up after it ends: the
 // report call's timeout (5 s), past which it is sent again.
 const (
-	reportWindow = 250 * time.Millisecond
+	reportWindow = 500 * time.Millisecond
 	reportHeldUp = 5 * time.Second
 )
 
