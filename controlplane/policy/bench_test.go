@@ -116,8 +116,8 @@ func BenchmarkRoute(b *testing.B) {
 		req := benchRouteRequest(session)
 		b.Run(fmt.Sprintf("first8/%d", n), func(b *testing.B) {
 			o, none := RouteFirst(cands, req, epoch, 8)
-			if none != nil || len(o.First) != min(8, o.Eligible) || o.First[0].Account.ID != session {
-				b.Fatalf("route: %v, %d of %d", none, len(o.First), o.Eligible)
+			if none != nil || len(o.First) != min(8, n) || o.First[0].Account.ID != session {
+				b.Fatalf("route: %v, %d first", none, len(o.First))
 			}
 			for b.Loop() {
 				RouteFirst(cands, req, epoch, 8)
