@@ -39,7 +39,7 @@ func (e *env) cachedView(family string, now time.Time) []policy.Candidate {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return v.cands
+	return v.all()
 }
 
 func (e *env) freshView(family string, now time.Time) []policy.Candidate {
