@@ -25,7 +25,9 @@ import (
 // accounts): live leases only move an account later, and so does a later
 // last use. Accounts are kept apart by provider and by whether they are
 // metered, so that a request walks only the providers its surface
-// reaches.
+// reaches. The walk ranks each eligible account by the request's own key
+// and stops once it holds k whose worst ranks before the next account's
+// index key: that key bounds every account after it.
 //
 // An index is a value: Update makes a new one, and the old one stays
 // valid for whoever holds it. The keys depend on the time (an overload
@@ -61,9 +63,11 @@ type IndexedPool interface {
 }
 
 // Fill writes into c the account at position i of an indexed pool as one
-// request sees it: the pool's Base with the request's live leases,
-// waiters and family gate, and a last use no earlier than the pool's. It
-// may drop a cooldown or a usage window that has passed, nothing else.
+// request sees it: the pool's Base with the request's live leases and
+// waiters (counts, never negative), its family gate, and a last use no
+// earlier than the pool's. It may drop a cooldown or a usage window that
+// has passed by the instant routed at, nothing else: the index's order
+// is the Base's.
 type Fill func(i int, c *Candidate)
 
 // member is one account of an index, immutable: indexes share them.
@@ -181,39 +185,63 @@ func (ix *Index) Update(pool IndexedPool, changed []int, now time.Time) *Index {
 	}
 	out := &Index{at: now, pool: pool, members: slices.Clone(ix.members), parts: slices.Clone(ix.parts),
 		byKey: ix.byKey, byTeam: ix.byTeam, odd: ix.odd}
-	changed = slices.Clone(changed)
-	slices.Sort(changed)
-	changed = slices.Compact(changed)
-	// gone and fresh are the members replaced and their replacements that
-	// are in an order, by part.
-	gone, fresh := map[int][]*member{}, map[int][]*member{}
+	// moved are the positions whose member goes elsewhere in the orders
+	// (or in none), gone how many leave each part's order and fresh the
+	// members that enter it; a member whose key and part are its
+	// predecessor's takes its place (most accounts read again). touched
+	// are the parts whose orders change.
+	moved := map[int]bool{}
+	gone, fresh := map[int]int{}, map[int][]*member{}
+	touched := map[int]bool{}
 	owners := false
 	replace := func(i int) {
 		was := out.members[i]
 		m := newMember(pool.Base(i), i, now)
 		out.members[i] = m
 		owners = owners || seat(&was.c.Account) || seat(&m.c.Account)
-		if j := out.count(was, -1); was.in {
-			gone[j] = append(gone[j], was)
+		jw, jm := out.count(was, -1), out.count(m, 1)
+		if jw == jm && was.in == m.in && compareMembers(was, m) == 0 {
+			if m.in {
+				touched[jm] = true
+			}
+			return
 		}
-		if j := out.count(m, 1); m.in {
-			fresh[j] = append(fresh[j], m)
+		moved[i] = true
+		if was.in {
+			gone[jw]++
+			touched[jw] = true
+		}
+		if m.in {
+			fresh[jm], touched[jm] = append(fresh[jm], m), true
 		}
 	}
-	next := 0
-	for i := range n {
-		for next < len(changed) && changed[next] < i {
-			next++
+	if ix.ValidAt(now) {
+		// Every key holds at now: only the accounts changed are keyed
+		// again, and the instants the index serves only narrow.
+		out.from, out.until = ix.from, ix.until
+		for _, i := range changed {
+			if i >= 0 && i < n && out.members[i] == ix.members[i] {
+				replace(i)
+				out.narrow(out.members[i])
+			}
 		}
-		if (next < len(changed) && changed[next] == i) || !out.members[i].validAt(now) {
-			replace(i)
+	} else {
+		// Some key does not: find which, and bound the instants anew.
+		redo := make([]bool, n)
+		for _, i := range changed {
+			if i >= 0 && i < n {
+				redo[i] = true
+			}
 		}
-		out.narrow(out.members[i])
+		for i := range n {
+			if redo[i] || !out.members[i].validAt(now) {
+				replace(i)
+			}
+			out.narrow(out.members[i])
+		}
 	}
-	for j := range out.parts {
-		if len(gone[j]) > 0 || len(fresh[j]) > 0 {
-			out.parts[j].order = spliced(out.parts[j].order, gone[j], fresh[j])
-		}
+	for j := range touched {
+		out.parts[j].order = spliced(out.parts[j].order, out.members, moved, gone[j], fresh[j])
 	}
 	if owners {
 		out.indexOwners()
@@ -272,34 +300,28 @@ func (ix *Index) indexOwners() {
 	}
 }
 
-// spliced is order less gone plus added, in order: each added member is
-// placed by binary search, and the rest copied once.
-func spliced(order, gone, added []*member) []*member {
-	drop := make([]int, 0, len(gone))
-	for _, m := range gone {
-		// The position is the last key: a member's key is unique.
-		if i, found := slices.BinarySearchFunc(order, m, compareMembers); found && order[i] == m {
-			drop = append(drop, i)
-		} else if i := slices.Index(order, m); i >= 0 {
-			drop = append(drop, i) // not where its key says: never so, but a linear search costs only time
-		}
-	}
-	slices.Sort(drop)
+// spliced is order with each member replaced by its position's in
+// members, less those that moved (gone of them), plus added, in order:
+// each added member is placed by binary search among the old keys, and
+// the rest copied once.
+func spliced(order, members []*member, moved map[int]bool, gone int, added []*member) []*member {
 	slices.SortFunc(added, compareMembers)
 	at := make([]int, len(added))
 	for j, m := range added {
 		at[j], _ = slices.BinarySearchFunc(order, m, compareMembers)
 	}
-	out := make([]*member, 0, len(order)-len(drop)+len(added))
-	d, j := 0, 0
+	out := make([]*member, 0, len(order)-gone+len(added))
+	j := 0
 	for i, m := range order {
 		for j < len(added) && at[j] <= i {
 			out = append(out, added[j])
 			j++
 		}
-		if d < len(drop) && drop[d] == i {
-			d++
-			continue
+		if now := members[m.key.idx]; now != m {
+			if moved[int(m.key.idx)] {
+				continue // gone from here
+			}
+			m = now // the same key, in the same place
 		}
 		out = append(out, m)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -49,6 +50,59 @@ func basesOf(rng *rand.Rand, cands []Candidate) []*Candidate {
 		out[i] = &c
 	}
 	return out
+}
+
+// indexHolds checks what an index keeps of its pool: each account's
+// member is its Base keyed at the index's instant, with its bounds; the
+// index serves no instant at which some member's key does not hold; each
+// part's order is its accounts that may serve, sorted; and the counts and
+// owners are the pool's.
+func indexHolds(ix *Index) error {
+	want := NewIndex(ix.pool, ix.at)
+	for i, m := range ix.members {
+		w := want.members[i]
+		if m.c != ix.pool.Base(i) || compareMembers(m, w) != 0 || m.in != w.in || !m.from.Equal(w.from) || !m.until.Equal(w.until) {
+			return fmt.Errorf("account %d (%s) is not its pool's keyed at %v", i, m.c.Account.Label, ix.at)
+		}
+		if ix.from.Before(m.from) || (!m.until.IsZero() && (ix.until.IsZero() || m.until.Before(ix.until))) {
+			return fmt.Errorf("the index serves [%v, %v), beyond account %d's key's [%v, %v)", ix.from, ix.until, i, m.from, m.until)
+		}
+	}
+	parts := func(x *Index) map[[2]int]indexPart {
+		out := map[[2]int]indexPart{}
+		for _, p := range x.parts {
+			metered := 0
+			if p.metered {
+				metered = 1
+			}
+			out[[2]int{int(p.provider), metered}] = p
+		}
+		return out
+	}
+	have, should := parts(ix), parts(want)
+	for k, p := range should {
+		h := have[k]
+		if h.accounts != p.accounts || h.owned != p.owned || !slices.Equal(h.order, nil) && !slices.IsSortedFunc(h.order, compareMembers) {
+			return fmt.Errorf("part %v: %d accounts, %d owned, want %d, %d", k, h.accounts, h.owned, p.accounts, p.owned)
+		}
+		if len(h.order) != len(p.order) {
+			return fmt.Errorf("part %v: %d accounts in its order, want %d", k, len(h.order), len(p.order))
+		}
+		for j := range h.order {
+			if h.order[j] != ix.members[h.order[j].key.idx] || h.order[j].key.idx != p.order[j].key.idx {
+				return fmt.Errorf("part %v: its order differs at %d", k, j)
+			}
+		}
+	}
+	for k, h := range have {
+		if _, ok := should[k]; !ok && (h.accounts != 0 || len(h.order) != 0) {
+			return fmt.Errorf("part %v: %d accounts, none in the pool", k, h.accounts)
+		}
+	}
+	if ix.odd != want.odd || !reflect.DeepEqual(ix.byKey, want.byKey) || !reflect.DeepEqual(ix.byTeam, want.byTeam) {
+		return fmt.Errorf("caps or owners: %d odd caps, owners %v %v; want %d, %v %v", ix.odd, ix.byKey, ix.byTeam, want.odd, want.byKey, want.byTeam)
+	}
+	return nil
 }
 
 // indexShifts are how far from the instant of the route an index may be
@@ -105,6 +159,9 @@ func TestRouteIndexedIsRouteGatedFirst(t *testing.T) {
 			ix = NewIndex(newSlicePool(earlier), built).Update(newSlicePool(bases), changed, epoch)
 			updated++
 		}
+		if err := indexHolds(ix); err != nil {
+			t.Fatalf("pool %d: %v", pool, err)
+		}
 		if ix.at.Equal(epoch) && !ix.ValidAt(epoch) {
 			t.Fatalf("pool %d: an index keyed or moved to an instant does not serve it (from %v, until %v)", pool, ix.from, ix.until)
 		}
@@ -118,12 +175,18 @@ func TestRouteIndexedIsRouteGatedFirst(t *testing.T) {
 			}
 		}
 		n := len(cands)
+		// Mostly routed at the instant the index was made for, else at
+		// another: it must answer exactly or decline there too.
+		at := epoch
+		if rng.IntN(4) == 0 {
+			at = epoch.Add(indexShifts[rng.IntN(len(indexShifts))])
+		}
 		for _, k := range []int{1, 2, 3, 8, n, n + 5, 0} {
-			want, wantNone, wantRound := RouteGatedFirst(cands, req, g, epoch, k)
-			o, round, ok := RouteIndexed(ix, fill, req, g, epoch, k)
-			where := fmt.Sprintf("pool %d (%d accounts, index keyed at epoch%+v), k=%d", pool, n, ix.at.Sub(epoch), k)
+			want, wantNone, wantRound := RouteGatedFirst(cands, req, g, at, k)
+			o, round, ok := RouteIndexed(ix, fill, req, g, at, k)
+			where := fmt.Sprintf("pool %d (%d accounts, index keyed at epoch%+v, routed at epoch%+v), k=%d", pool, n, ix.at.Sub(epoch), at.Sub(epoch), k)
 			switch {
-			case !ix.ValidAt(epoch):
+			case !ix.ValidAt(at):
 				stale++
 				if ok {
 					t.Fatalf("%s: an index that does not serve the instant answered", where)
