@@ -559,20 +559,13 @@ func (v *view) fill(i int, c *policy.Candidate) {
 	v.snap.fill(i, c, v.family, v.now, v.byPos)
 }
 
-// pool is the accounts key may route to (keyGrant.pinnedOnly of all): a
-// pinned key's pins alone, in the pool's order, without reading the rest.
+// pool is the candidates of the accounts key may route to: every one, or
+// a pinned key's pins alone (keyGrant.pinnedAt), without reading the rest.
 func (v *view) pool(key keyGrant) []policy.Candidate {
 	if !key.pinned {
 		return v.all()
 	}
-	at := make([]int, 0, len(key.pins))
-	for _, id := range key.pins {
-		if i, ok := v.snap.index[id]; ok {
-			at = append(at, i)
-		}
-	}
-	slices.Sort(at)
-	at = slices.Compact(at)
+	at := key.pinnedAt(v.snap.index)
 	out := make([]policy.Candidate, len(at))
 	for j, i := range at {
 		v.fill(i, &out[j])
