@@ -110,7 +110,7 @@ func BenchmarkAcquireQueries(b *testing.B) {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		row := v.snap.row(&v.cands[0])
+		row := v.snap.row(&v.all()[0])
 		lease, err := l.claim(ctx, row, v.egressDefault, v.key.id, &weirv1.AcquireRequest{Model: "claude-sonnet-4-5", RequestId: "q"}, time.Now(), true, false)
 		if err != nil || lease == nil {
 			b.Fatalf("claim: %v", err)

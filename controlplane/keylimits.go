@@ -136,7 +136,7 @@ func (k keyGrant) withMetered(own, global string) keyGrant {
 // route is rr under the key's metered_accounts setting, as the key (and
 // its team) under owned_accounts: policy.Route keeps other owners' seats
 // out under owners_only, and ranks the key's own seats first. Pinning
-// (pinnedOnly) narrows the candidates before that, so the two compose: a
+// (pinnedAt) narrows the candidates before that, so the two compose: a
 // pinned key routes among the accounts it is pinned to that are not
 // another owner's seat under owners_only. A pin never grants a seat.
 func (k keyGrant) route(rr policy.RouteRequest) policy.RouteRequest {
@@ -148,18 +148,18 @@ func (k keyGrant) route(rr policy.RouteRequest) policy.RouteRequest {
 // allows says whether the key may route to account id.
 func (k keyGrant) allows(id uuid.UUID) bool { return !k.pinned || slices.Contains(k.pins, id) }
 
-// pinnedOnly is cands less the accounts the key may not use.
-func (k keyGrant) pinnedOnly(cands []policy.Candidate) []policy.Candidate {
-	if !k.pinned {
-		return cands
-	}
-	out := make([]policy.Candidate, 0, len(k.pins))
-	for _, c := range cands {
-		if k.allows(c.Account.ID) {
-			out = append(out, c)
+// pinnedAt are the positions, in a pool whose accounts' positions are
+// index, of the accounts a pinned key may use (allows), in the pool's
+// order: its pins that are in the pool, once each.
+func (k keyGrant) pinnedAt(index map[uuid.UUID]int) []int {
+	at := make([]int, 0, len(k.pins))
+	for _, id := range k.pins {
+		if i, ok := index[id]; ok {
+			at = append(at, i)
 		}
 	}
-	return out
+	slices.Sort(at)
+	return slices.Compact(at)
 }
 
 // pinnedNone rewords a "none configured" answer for a pinned key: the

@@ -289,12 +289,24 @@ func (l leaseService) acquireModel(ctx context.Context, key keyGrant, m *weirv1.
 		// bound to another account is not followed there.
 		rr := key.route(policy.RouteRequest{Model: m.Model, Surface: m.Surface, BreakerOpen: gate.Open,
 			Exclude: exclude, Unreadable: unreadable, SessionAccount: v.session, PreferAccount: prefer})
-		cands := key.pinnedOnly(v.cands)
 		var order policy.Order
 		var none *weirv1.NoAccount
+		var cands []policy.Candidate
 		// Only the best few are ranked: the first is almost always claimed,
-		// and a round that loses them all reads the view again.
-		order, none, newRound = policy.RouteGatedFirst(cands, rr, gate, now, claimRank)
+		// and a round that loses them all reads the view again. They are
+		// found on the routing cache's index, looking at a few accounts
+		// rather than the pool; when no account can serve, the whole pool
+		// (the key's pins) is ranked, for why.
+		routed := false
+		if !key.pinned {
+			if ix := v.snap.routeIndex(now); ix != nil {
+				order, newRound, routed = policy.RouteIndexed(ix, v.fill, rr, gate, now, claimRank)
+			}
+		}
+		if !routed {
+			cands = v.pool(key)
+			order, none, newRound = policy.RouteGatedFirst(cands, rr, gate, now, claimRank)
+		}
 		if none != nil && !caughtUp && attempt < claimAttempts-1 {
 			// Before saying nothing can serve, hear every change committed
 			// so far: route again when one came after the view.
@@ -495,10 +507,17 @@ func (l leaseService) claim(ctx context.Context, a db.Account, egressDefault []b
 
 // view is one read of the routing view.
 type view struct {
+	// snap is the routing cache the candidates are read from: a claim
+	// reads the account's row there. facts are what this request adds
+	// to it (AcquireFacts), for family at now.
+	snap   *routeSnap
+	facts  db.AcquireFactsRow
+	family string
+	now    time.Time
+	// cands are every account's candidate once asked for (all); byPos the
+	// facts by account position once one account is (fill).
 	cands []policy.Candidate
-	// snap is the routing cache the candidates were read from: a claim
-	// reads the account's row there.
-	snap *routeSnap
+	byPos *requestFacts
 	// session is the account the session is bound to; uuid.Nil when none.
 	session uuid.UUID
 	// key is the client key when it is live (id uuid.Nil: unknown or
@@ -522,6 +541,38 @@ func (v *view) done() {
 	v.cands = nil
 }
 
+// all is every account's candidate (routeSnap.candidates), read once.
+func (v *view) all() []policy.Candidate {
+	if v.cands == nil {
+		v.cands = v.snap.candidates(v.family, v.now, &v.facts)
+	}
+	return v.cands
+}
+
+// fill writes the account at position i as all has it, alone
+// (policy.Fill).
+func (v *view) fill(i int, c *policy.Candidate) {
+	if v.byPos == nil {
+		rf := v.snap.factsOf(&v.facts)
+		v.byPos = &rf
+	}
+	v.snap.fill(i, c, v.family, v.now, v.byPos)
+}
+
+// pool is the candidates of the accounts key may route to: every one, or
+// a pinned key's pins alone (keyGrant.pinnedAt), without reading the rest.
+func (v *view) pool(key keyGrant) []policy.Candidate {
+	if !key.pinned {
+		return v.all()
+	}
+	at := key.pinnedAt(v.snap.index)
+	out := make([]policy.Candidate, len(at))
+	for j, i := range at {
+		v.fill(i, &out[j])
+	}
+	return out
+}
+
 // routingView reads every account with its live leases, cooldown and gate
 // for the model family (the routing cache, with what changes per request
 // read now), the account the session is bound to, if it is still bound,
@@ -541,7 +592,7 @@ func (l leaseService) routingView(ctx context.Context, keyHash, model, sessionKe
 	if err != nil {
 		return view{}, err
 	}
-	v := view{cands: snap.candidates(family, now, &f), snap: snap}
+	v := view{snap: snap, facts: f, family: family, now: now}
 	v.key = keyGrant{id: f.KeyID, models: f.KeyAllowedModels, pinned: f.KeyPinned, pins: f.KeyPins}.
 		withMetered(f.KeyMeteredAccounts, f.MeteredSetting).withOwned(f.KeyTeamID, f.OwnedSetting)
 	v.aliasTargets, v.aliasTranslate = f.AliasTargets, f.AliasTranslate
@@ -776,7 +827,7 @@ func (l leaseService) quotaBlock(ctx context.Context, sf weirv1.Surface, models 
 		if snap == nil {
 			snap = v.snap
 		}
-		qb := policy.QuotaBlock(kg.pinnedOnly(v.cands), kg.route(policy.RouteRequest{Model: model, Surface: tsf}), now)
+		qb := policy.QuotaBlock(v.pool(kg), kg.route(policy.RouteRequest{Model: model, Surface: tsf}), now)
 		v.done()
 		if qb == nil {
 			return nil, snap, nil

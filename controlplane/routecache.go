@@ -99,6 +99,24 @@ type routeSnap struct {
 	// epoch is the notification connection's listening epoch the cache
 	// was read whole in (poolWatch.listening); 0 for a private read.
 	epoch uint64
+
+	// ix is the routing index over the entries (policy.Index), made at
+	// the first route over the snapshot and moved on in time as routes
+	// need (routeIndex); ixMu serializes making it.
+	ix   atomic.Pointer[policy.Index]
+	ixMu sync.Mutex
+	// from is the index of the snapshot this one was made from, with the
+	// positions replaced since: this one's index is that one updated for
+	// them (a few accounts keyed again and moved) rather than a sort of
+	// the pool. Nil when none is (the snapshot was read whole, or accounts
+	// came, went or moved in the order since), or once ix is made.
+	from atomic.Pointer[indexFrom]
+}
+
+// indexFrom is an index to update and the positions to update it for.
+type indexFrom struct {
+	ix      *policy.Index
+	changed []int
 }
 
 // routeEntry is one account as routing reads it.
@@ -621,6 +639,7 @@ func (s *routeSnap) with(ids []uuid.UUID, rows []db.RoutingAccountsRow, gates []
 	byAccount := gatesByAccount(gates)
 	found := make(map[uuid.UUID]bool, len(rows))
 	reorder := false
+	changed := make([]int, 0, len(rows))
 	for _, r := range rows {
 		found[r.ID] = true
 		e := newRouteEntry(r, byAccount[r.ID])
@@ -630,6 +649,7 @@ func (s *routeSnap) with(ids []uuid.UUID, rows []db.RoutingAccountsRow, gates []
 		}
 		if ok {
 			out.entries[i] = e
+			changed = append(changed, i)
 		} else {
 			out.entries = append(out.entries, e)
 		}
@@ -643,8 +663,74 @@ func (s *routeSnap) with(ids []uuid.UUID, rows []db.RoutingAccountsRow, gates []
 	if reorder {
 		out.entries = slices.DeleteFunc(out.entries, func(e *routeEntry) bool { return e == nil })
 		out.reindex()
+		return out // indexed anew at its first route
 	}
+	out.inherit(s, changed)
 	return out
+}
+
+// inherit makes s's index, when it is first needed, s's predecessor's
+// updated for the positions changed since (from), while that costs less
+// than indexing anew.
+func (s *routeSnap) inherit(prev *routeSnap, changed []int) {
+	if s.epoch == 0 {
+		return
+	}
+	// from before ix: routeIndex stores ix before it drops from.
+	f := prev.from.Load()
+	from := &indexFrom{ix: prev.ix.Load(), changed: changed}
+	if from.ix == nil {
+		// The predecessor was never routed over: its own predecessor's,
+		// for both changes.
+		if f == nil {
+			return
+		}
+		from = &indexFrom{ix: f.ix, changed: append(slices.Clone(f.changed), changed...)}
+	}
+	if len(from.changed) > len(s.entries)/4 {
+		return // as dear as a new index: one is made
+	}
+	s.from.Store(from)
+}
+
+// routeIndex is the routing index over s's accounts, serving now: made at
+// the first route (from the predecessor's when there is one: inherit),
+// and moved on when now passes one of its deadlines (an overload mark
+// that expires, a usage window that resets). Nil for a private read,
+// routed once: the whole pool is ranked then, as it always was.
+func (s *routeSnap) routeIndex(now time.Time) *policy.Index {
+	if s.epoch == 0 {
+		return nil
+	}
+	if ix := s.ix.Load(); ix != nil && ix.ValidAt(now) {
+		return ix
+	}
+	s.ixMu.Lock()
+	defer s.ixMu.Unlock()
+	ix := s.ix.Load()
+	switch from := s.from.Load(); {
+	case ix != nil && ix.ValidAt(now):
+		return ix
+	case ix != nil:
+		ix = ix.Update(s, nil, now)
+	case from != nil:
+		ix = from.ix.Update(s, from.changed, now)
+	default:
+		ix = policy.NewIndex(s, now)
+	}
+	s.ix.Store(ix)
+	s.from.Store(nil) // what it was made from may go
+	return ix
+}
+
+// Len, Base and Position make s the pool its index reads
+// (policy.IndexedPool): each entry's candidate without what a request
+// adds.
+func (s *routeSnap) Len() int                     { return len(s.entries) }
+func (s *routeSnap) Base(i int) *policy.Candidate { return &s.entries[i].cand }
+func (s *routeSnap) Position(id uuid.UUID) (int, bool) {
+	i, ok := s.index[id]
+	return i, ok
 }
 
 // refreshed is s with a slice of the rolling refresh installed: the rows
@@ -692,28 +778,8 @@ func (s *routeSnap) leased(id uuid.UUID, now time.Time) {
 // only what is still live of its cooldown and windows.
 func (s *routeSnap) candidates(family string, now time.Time, f *db.AcquireFactsRow) []policy.Candidate {
 	out := candidateBuffer(len(s.entries))
-	for i, e := range s.entries {
-		c := &out[i]
-		*c = e.cand
-		if used := e.usedAt.Load(); used != 0 {
-			if t := time.Unix(0, used); c.Account.LastUsedAt == nil || t.After(*c.Account.LastUsedAt) {
-				c.Account.LastUsedAt = &t
-			}
-		}
-		if c.Cooldown != nil && !c.Cooldown.Until.After(now) {
-			c.Cooldown = nil
-		}
-		if c.FiveHour != nil && !c.FiveHour.ResetsAt.After(now) {
-			c.FiveHour = nil
-		}
-		if c.SevenDay != nil && !c.SevenDay.ResetsAt.After(now) {
-			c.SevenDay = nil
-		}
-		for j := range e.gates {
-			if g := &e.gates[j]; g.Family == family && g.Until.After(now) {
-				c.Gate = g
-			}
-		}
+	for i := range s.entries {
+		s.candidate(i, &out[i], family, now)
 	}
 	for j, id := range f.LiveIds {
 		if i, ok := s.index[id]; ok {
@@ -726,6 +792,66 @@ func (s *routeSnap) candidates(family string, now time.Time, f *db.AcquireFactsR
 		}
 	}
 	return out
+}
+
+// candidate writes the account at position i into c as candidates does,
+// less its live leases and waiters.
+func (s *routeSnap) candidate(i int, c *policy.Candidate, family string, now time.Time) {
+	e := s.entries[i]
+	*c = e.cand
+	if used := e.usedAt.Load(); used != 0 {
+		if t := time.Unix(0, used); c.Account.LastUsedAt == nil || t.After(*c.Account.LastUsedAt) {
+			c.Account.LastUsedAt = &t
+		}
+	}
+	if c.Cooldown != nil && !c.Cooldown.Until.After(now) {
+		c.Cooldown = nil
+	}
+	if c.FiveHour != nil && !c.FiveHour.ResetsAt.After(now) {
+		c.FiveHour = nil
+	}
+	if c.SevenDay != nil && !c.SevenDay.ResetsAt.After(now) {
+		c.SevenDay = nil
+	}
+	for j := range e.gates {
+		if g := &e.gates[j]; g.Family == family && g.Until.After(now) {
+			c.Gate = g
+		}
+	}
+}
+
+// requestFacts is one request's live leases and waiters by account
+// position, for the accounts its route looks at one by one
+// (policy.RouteIndexed's Fill) rather than the whole pool's candidates.
+type requestFacts struct {
+	live    map[int]int32
+	waiters map[int][2]int32 // ahead, every other
+}
+
+// factsOf is f by position in s, each account's last entry winning as in
+// candidates.
+func (s *routeSnap) factsOf(f *db.AcquireFactsRow) requestFacts {
+	out := requestFacts{live: make(map[int]int32, len(f.LiveIds)), waiters: make(map[int][2]int32, len(f.WaiterIds))}
+	for j, id := range f.LiveIds {
+		if i, ok := s.index[id]; ok {
+			out.live[i] = f.LiveCounts[j]
+		}
+	}
+	for j, id := range f.WaiterIds {
+		if i, ok := s.index[id]; ok {
+			out.waiters[i] = [2]int32{f.WaitersAhead[j], f.Waiters[j]}
+		}
+	}
+	return out
+}
+
+// fill writes the account at position i into c exactly as candidates
+// does for the request whose facts these are.
+func (s *routeSnap) fill(i int, c *policy.Candidate, family string, now time.Time, rf *requestFacts) {
+	s.candidate(i, c, family, now)
+	c.Live = rf.live[i]
+	w := rf.waiters[i]
+	c.WaitingAhead, c.Waiting = w[0], w[1]
 }
 
 // candBufs are the candidate slices of finished reads, for the next ones:

@@ -39,7 +39,7 @@ func (e *env) cachedView(family string, now time.Time) []policy.Candidate {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return v.cands
+	return v.all()
 }
 
 func (e *env) freshView(family string, now time.Time) []policy.Candidate {
@@ -529,6 +529,30 @@ func BenchmarkRouteSnapCandidates(b *testing.B) {
 		b.Run(fmt.Sprintf("accounts=%d", n), func(b *testing.B) {
 			for b.Loop() {
 				recycleCandidates(s.candidates("sonnet", now, &f))
+			}
+		})
+		// What Acquire's routing costs over the cache, before and after its
+		// index: every account's candidate and the tally of them all
+		// (whole_route), or the walk over the index, filling the accounts it
+		// looks at (indexed_route).
+		rr := policy.RouteRequest{Model: "claude-sonnet-4-5", Surface: weirv1.Surface_SURFACE_MESSAGES}
+		b.Run(fmt.Sprintf("whole_route/accounts=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				v := view{snap: s, facts: f, family: "sonnet", now: now}
+				policy.RouteGatedFirst(v.all(), rr, policy.BreakerGate{}, now, claimRank)
+				v.done()
+			}
+		})
+		b.Run(fmt.Sprintf("indexed_route/accounts=%d", n), func(b *testing.B) {
+			v := view{snap: s, facts: f, family: "sonnet", now: now}
+			want, _, _ := policy.RouteGatedFirst(v.all(), rr, policy.BreakerGate{}, now, claimRank)
+			if o, _, ok := policy.RouteIndexed(s.routeIndex(now), v.fill, rr, policy.BreakerGate{}, now, claimRank); !ok || !reflect.DeepEqual(o.First, want.First) {
+				b.Fatalf("indexed route: %v %s, want %s", ok, describeCands(o.First), describeCands(want.First))
+			}
+			v.done()
+			for b.Loop() {
+				v := view{snap: s, facts: f, family: "sonnet", now: now}
+				policy.RouteIndexed(s.routeIndex(now), v.fill, rr, policy.BreakerGate{}, now, claimRank)
 			}
 		})
 	}

@@ -131,7 +131,7 @@ func TestSeatRoutingProperty(t *testing.T) {
 			session = cands[r.IntN(n)].Account.ID
 		}
 		rr := k.route(policy.RouteRequest{Model: "claude-sonnet-4-5", Surface: weirv1.Surface_SURFACE_MESSAGES, SessionAccount: session})
-		view := k.pinnedOnly(cands)
+		view := slices.DeleteFunc(slices.Clone(cands), func(c policy.Candidate) bool { return !k.allows(c.Account.ID) })
 		order, none := policy.Route(view, rr, now)
 		fail := func(format string, args ...any) {
 			t.Helper()

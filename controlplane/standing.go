@@ -251,7 +251,7 @@ func (l leaseService) modelStandings(ctx context.Context, m *weirv1.KeyStandingR
 		if err != nil {
 			return nil, err
 		}
-		views[family] = kg.pinnedOnly(v.cands)
+		views[family] = v.pool(kg)
 		return views[family], nil
 	}
 	var out []*weirv1.ModelStanding

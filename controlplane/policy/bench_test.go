@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -115,12 +116,32 @@ func BenchmarkRoute(b *testing.B) {
 		cands, session := benchPool(n)
 		req := benchRouteRequest(session)
 		b.Run(fmt.Sprintf("first8/%d", n), func(b *testing.B) {
+			all, _ := Route(cands, req, epoch)
 			o, none := RouteFirst(cands, req, epoch, 8)
-			if none != nil || len(o.First) != min(8, o.Eligible) || o.First[0].Account.ID != session {
-				b.Fatalf("route: %v, %d of %d", none, len(o.First), o.Eligible)
+			if none != nil || len(o.First) != min(8, len(all)) || o.First[0].Account.ID != session {
+				b.Fatalf("route: %v, %d first", none, len(o.First))
 			}
 			for b.Loop() {
 				RouteFirst(cands, req, epoch, 8)
+			}
+		})
+	}
+	for _, n := range benchPoolSizes {
+		// The same over the pool's index, as Acquire ranks now: the index
+		// is made once per state of the routing cache (BenchmarkRouteIndex
+		// times that), the accounts the walk looks at filled one by one.
+		cands, session := benchPool(n)
+		req := benchRouteRequest(session)
+		ix := NewIndex(newSlicePool(benchBases(cands)), epoch)
+		fill := func(i int, c *Candidate) { *c = cands[i] }
+		b.Run(fmt.Sprintf("indexed8/%d", n), func(b *testing.B) {
+			want, _ := RouteFirst(cands, req, epoch, 8)
+			o, _, ok := RouteIndexed(ix, fill, req, BreakerGate{}, epoch, 8)
+			if !ok || labelsOf(o.First) != labelsOf(want.First) || o.SpillFrom != want.SpillFrom {
+				b.Fatalf("indexed route: %v %s, want %s", ok, labelsOf(o.First), labelsOf(want.First))
+			}
+			for b.Loop() {
+				RouteIndexed(ix, fill, req, BreakerGate{}, epoch, 8)
 			}
 		})
 	}
@@ -133,6 +154,65 @@ func BenchmarkRoute(b *testing.B) {
 			}
 			for b.Loop() {
 				Route(cands, req, epoch)
+			}
+		})
+	}
+}
+
+// benchBases is what an index reads of a bench pool: its accounts
+// without their live leases.
+func benchBases(cands []Candidate) []*Candidate {
+	out := make([]*Candidate, len(cands))
+	for i, c := range cands {
+		c.Live = 0
+		out[i] = &c
+	}
+	return out
+}
+
+// BenchmarkRouteIndex is what keeping a pool's index costs: made anew
+// (build: a whole read of the routing cache, an account added or
+// removed); updated for a slice of accounts read again (the rolling
+// refresh's, an 18th of the pool, every 100 ms: update_slice where a
+// twentieth of them was leased since, which moves it in the order,
+// update_slice_moved where every one moves); and moved past a deadline
+// (advance: the soonest 5-hour reset of the mixed pool, which a tenth of
+// its accounts share).
+func BenchmarkRouteIndex(b *testing.B) {
+	for _, n := range benchPoolSizes[2:] {
+		cands, _ := benchPool(n)
+		bases := benchBases(cands)
+		pool := newSlicePool(bases)
+		b.Run(fmt.Sprintf("build/%d", n), func(b *testing.B) {
+			for b.Loop() {
+				NewIndex(pool, epoch)
+			}
+		})
+		ix := NewIndex(pool, epoch)
+		again, moved := slices.Clone(bases), slices.Clone(bases)
+		var changed []int
+		for i := 0; i < n; i += 18 {
+			c, m := *again[i], *again[i]
+			if len(changed)%20 == 0 {
+				used := epoch.Add(-time.Second)
+				c.Account.LastUsedAt = &used
+			}
+			m.Account.Priority++
+			again[i], moved[i], changed = &c, &m, append(changed, i)
+		}
+		for name, p := range map[string]*slicePool{"update_slice": newSlicePool(again), "update_slice_moved": newSlicePool(moved)} {
+			b.Run(fmt.Sprintf("%s/%d", name, n), func(b *testing.B) {
+				for b.Loop() {
+					ix.Update(p, changed, epoch)
+				}
+			})
+		}
+		b.Run(fmt.Sprintf("advance/%d", n), func(b *testing.B) {
+			if ix.until.IsZero() {
+				b.Fatal("the pool's index has no deadline")
+			}
+			for b.Loop() {
+				ix.Update(pool, nil, ix.until)
 			}
 		})
 	}

@@ -391,8 +391,6 @@ type Order struct {
 	// First are the best eligible accounts, best first: every eligible
 	// account when all were asked for, else at most k of them.
 	First []Candidate
-	// Eligible counts every eligible account, ranked or not.
-	Eligible int
 	// SpillFrom is where, in First, leasing a metered account is a spill
 	// (SpillFrom's meaning over the whole order): len(First) when none
 	// in First is, which is so whenever an eligible subscription account
@@ -418,7 +416,7 @@ func route(cands []Candidate, req RouteRequest, now time.Time, k int, onFull fun
 	r := ranking{req: req, now: now, lastResort: req.lastResort(), k: k, cands: cands}
 	t := tallyOf(cands, req, now, onFull, &r)
 	if r.eligible > 0 {
-		o := Order{First: r.order(), Eligible: r.eligible}
+		o := Order{First: r.order()}
 		o.SpillFrom = t.spillFrom(o.First, req)
 		return o, nil
 	}
@@ -930,6 +928,16 @@ func (r *ranking) add(c *Candidate, i int32, u usage) {
 
 // order is the accounts kept, best first: compareRankKeys, stably.
 func (r *ranking) order() []Candidate {
+	ranked := r.ranked()
+	out := make([]Candidate, len(ranked))
+	for j, i := range ranked {
+		out[j] = r.cands[i]
+	}
+	return out
+}
+
+// ranked is the pool positions of the accounts kept, best first.
+func (r *ranking) ranked() []int32 {
 	// The keys are large: sort their indices, which swap cheaply, with the
 	// pool's order as the last key, so an unstable sort (O(n log n))
 	// gives the stable order.
@@ -939,11 +947,10 @@ func (r *ranking) order() []Candidate {
 		order[j] = int32(j)
 	}
 	slices.SortFunc(order, func(x, y int32) int { return compareRanked(&keys[x], &keys[y]) })
-	out := make([]Candidate, len(order))
 	for j, x := range order {
-		out[j] = r.cands[keys[x].idx]
+		order[j] = keys[x].idx
 	}
-	return out
+	return order
 }
 
 // key writes into k the rank key of c, the pool's account at index i,
