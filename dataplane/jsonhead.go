@@ -19,9 +19,14 @@ import (
 // that is a case variant of a field it reads: what weir checked is then
 // what any upstream reads, whatever its rule for duplicates and case.
 //
-// The scan is one pass of a json.Decoder over the levels weir reads; the
-// values it does not read (the messages, the tools) are skipped whole by
-// the decoder's own scanner, without being decoded.
+// A body is read in one pass of headScan (jsonscan.go), which checks the
+// whole body's syntax as it goes and reads the levels weir reads without
+// copying the body. It gives up on anything but a clean head: a syntax
+// error, a key written with escapes, a duplicate or case-variant key, a
+// field of the wrong type. Those bodies are read again by a json.Decoder
+// (parseHeadDecoder), whose answer, the head or the error the client
+// gets, is the one that stands; the scan only ever agrees with it
+// (FuzzHeadScanAgrees).
 
 // requestHead is what weir reads of a request body.
 type requestHead struct {
@@ -47,6 +52,15 @@ type fieldReader func(dec *json.Decoder) error
 // prompt_cache_key and metadata, and metadata's user_id. Its error is a
 // headError, or the decoder's (invalid JSON, a field of the wrong type).
 func parseHead(body []byte) (requestHead, error) {
+	if h, ok := headScan(body); ok {
+		return h, nil
+	}
+	return parseHeadDecoder(body)
+}
+
+// parseHeadDecoder is parseHead by a json.Decoder: slower (the decoder
+// copies the body), but it names what is wrong with a body.
+func parseHeadDecoder(body []byte) (requestHead, error) {
 	var h requestHead
 	metadata := map[string]fieldReader{"user_id": stringField(&h.userID, "metadata.user_id")}
 	return h, scanTop(body, map[string]fieldReader{

@@ -1,0 +1,336 @@
+package dataplane
+
+import (
+	"bytes"
+	"unicode/utf8"
+)
+
+// headScan reads a request body's head in one pass over the body, without
+// copying it: the fields parseHeadDecoder reads, where they are plain,
+// and every other value checked for JSON syntax and skipped. ok is false
+// wherever it is not sure to read what the decoder reads: invalid JSON, a
+// key written with escapes or not valid UTF-8, a key twice or a case
+// variant of a field at the levels read, a field of the wrong type, a
+// read string with escapes, nesting deeper than maxScanDepth. The caller
+// then asks the decoder, whose answer stands.
+func headScan(body []byte) (h requestHead, ok bool) {
+	sc := jsonScanner{b: body}
+	sc.space()
+	if !sc.take('{') {
+		return h, false
+	}
+	ok = sc.object(headTop, func(field int) bool {
+		switch field {
+		case 0: // model
+			if sc.takeNull() {
+				h.model = nil
+				return true
+			}
+			s, ok := sc.plainString()
+			h.model = &s
+			return ok
+		case 1: // stream
+			switch {
+			case sc.takeLiteral("true"):
+				h.stream = true
+			case sc.takeLiteral("false"):
+				h.stream = false
+			default:
+				return sc.takeNull()
+			}
+			return true
+		case 2: // prompt_cache_key
+			return sc.stringOrNull(&h.promptCacheKey)
+		default: // metadata
+			if sc.takeNull() {
+				return true
+			}
+			if !sc.take('{') {
+				return false
+			}
+			return sc.object(headMetadata, func(int) bool { return sc.stringOrNull(&h.userID) })
+		}
+	})
+	sc.space()
+	return h, ok && sc.i == len(sc.b)
+}
+
+// The fields headScan reads, in the order its switch names them.
+var (
+	headTop      = [][]byte{[]byte("model"), []byte("stream"), []byte("prompt_cache_key"), []byte("metadata")}
+	headMetadata = [][]byte{[]byte("user_id")}
+)
+
+// maxScanDepth is how deep jsonScanner follows nested values before it
+// gives up (encoding/json itself refuses past 10,000).
+const maxScanDepth = 1000
+
+// jsonScanner walks JSON text, checking its syntax as encoding/json's
+// scanner does. Its methods report false where the text is not JSON or
+// not what the caller reads; i is then meaningless.
+type jsonScanner struct {
+	b     []byte
+	i     int
+	depth int
+}
+
+func (sc *jsonScanner) space() {
+	for sc.i < len(sc.b) {
+		switch sc.b[sc.i] {
+		case ' ', '\t', '\n', '\r':
+			sc.i++
+		default:
+			return
+		}
+	}
+}
+
+// take consumes c if it is next.
+func (sc *jsonScanner) take(c byte) bool {
+	if sc.i < len(sc.b) && sc.b[sc.i] == c {
+		sc.i++
+		return true
+	}
+	return false
+}
+
+func (sc *jsonScanner) takeLiteral(lit string) bool {
+	if len(sc.b)-sc.i >= len(lit) && string(sc.b[sc.i:sc.i+len(lit)]) == lit {
+		sc.i += len(lit)
+		return true
+	}
+	return false
+}
+
+func (sc *jsonScanner) takeNull() bool { return sc.takeLiteral("null") }
+
+// object reads the members of an object whose '{' was just taken,
+// through its '}'. A key equal to fields[k] has its value read by
+// read(k), which must take the whole value; other keys' values are
+// skipped. Any key twice, or a case variant of a field, is a give-up.
+func (sc *jsonScanner) object(fields [][]byte, read func(field int) bool) bool {
+	var small [16][]byte
+	keys := small[:0]
+	var many map[string]struct{}
+	sc.space()
+	if sc.take('}') {
+		return true
+	}
+	for {
+		key, escaped, ok := sc.str()
+		if !ok || escaped || !utf8.Valid(key) {
+			return false
+		}
+		if many != nil {
+			if _, dup := many[string(key)]; dup {
+				return false
+			}
+			many[string(key)] = struct{}{}
+		} else {
+			for _, k := range keys {
+				if bytes.Equal(k, key) {
+					return false
+				}
+			}
+			if keys = append(keys, key); len(keys) > 32 { // from here a set, not a quadratic scan
+				many = make(map[string]struct{}, 2*len(keys))
+				for _, k := range keys {
+					many[string(k)] = struct{}{}
+				}
+			}
+		}
+		sc.space()
+		if !sc.take(':') {
+			return false
+		}
+		sc.space()
+		field := -1
+		for k, name := range fields {
+			if bytes.Equal(key, name) {
+				field = k
+				break
+			}
+			if bytes.EqualFold(key, name) {
+				return false
+			}
+		}
+		if field >= 0 && !read(field) || field < 0 && !sc.value() {
+			return false
+		}
+		sc.space()
+		switch {
+		case sc.take(','):
+			sc.space()
+		case sc.take('}'):
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// str takes a string, which must be next, and gives its text as written
+// (escapes undone only if escaped is false, when there were none).
+func (sc *jsonScanner) str() (raw []byte, escaped, ok bool) {
+	if !sc.take('"') {
+		return nil, false, false
+	}
+	start := sc.i
+	for sc.i < len(sc.b) {
+		switch c := sc.b[sc.i]; {
+		case c == '"':
+			raw = sc.b[start:sc.i]
+			sc.i++
+			return raw, escaped, true
+		case c == '\\':
+			escaped = true
+			if !sc.escape() {
+				return nil, false, false
+			}
+		case c < 0x20:
+			return nil, false, false
+		default:
+			sc.i++
+		}
+	}
+	return nil, false, false
+}
+
+// escape takes one escape sequence, its '\' next.
+func (sc *jsonScanner) escape() bool {
+	if sc.i+1 >= len(sc.b) {
+		return false
+	}
+	switch sc.b[sc.i+1] {
+	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		sc.i += 2
+		return true
+	case 'u':
+		if sc.i+6 > len(sc.b) {
+			return false
+		}
+		for _, c := range sc.b[sc.i+2 : sc.i+6] {
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+				return false
+			}
+		}
+		sc.i += 6
+		return true
+	}
+	return false
+}
+
+// plainString takes a string without escapes whose text is valid UTF-8.
+func (sc *jsonScanner) plainString() (string, bool) {
+	raw, escaped, ok := sc.str()
+	if !ok || escaped || !utf8.Valid(raw) {
+		return "", false
+	}
+	return string(raw), true
+}
+
+// stringOrNull takes a plain string into dst, or null (dst unchanged, as
+// encoding/json leaves it).
+func (sc *jsonScanner) stringOrNull(dst *string) bool {
+	if sc.takeNull() {
+		return true
+	}
+	s, ok := sc.plainString()
+	*dst = s
+	return ok
+}
+
+// value takes any JSON value.
+func (sc *jsonScanner) value() bool {
+	if sc.i >= len(sc.b) {
+		return false
+	}
+	switch sc.b[sc.i] {
+	case '"':
+		_, _, ok := sc.str()
+		return ok
+	case '{', '[':
+		return sc.container()
+	case 't':
+		return sc.takeLiteral("true")
+	case 'f':
+		return sc.takeLiteral("false")
+	case 'n':
+		return sc.takeNull()
+	}
+	return sc.number()
+}
+
+// container takes an object or an array, without reading its keys.
+func (sc *jsonScanner) container() bool {
+	if sc.depth++; sc.depth > maxScanDepth {
+		return false
+	}
+	defer func() { sc.depth-- }()
+	object := sc.b[sc.i] == '{'
+	closer := byte(']')
+	if object {
+		closer = '}'
+	}
+	sc.i++
+	sc.space()
+	if sc.take(closer) {
+		return true
+	}
+	for {
+		if object {
+			if _, _, ok := sc.str(); !ok {
+				return false
+			}
+			sc.space()
+			if !sc.take(':') {
+				return false
+			}
+			sc.space()
+		}
+		if !sc.value() {
+			return false
+		}
+		sc.space()
+		switch {
+		case sc.take(','):
+			sc.space()
+		case sc.take(closer):
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// number takes a number as JSON writes one:
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func (sc *jsonScanner) number() bool {
+	sc.take('-')
+	switch {
+	case sc.take('0'):
+	case sc.digits() == 0:
+		return false
+	}
+	if sc.take('.') && sc.digits() == 0 {
+		return false
+	}
+	if sc.take('e') || sc.take('E') {
+		if !sc.take('+') {
+			sc.take('-')
+		}
+		if sc.digits() == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// digits takes a run of decimal digits and says how many.
+func (sc *jsonScanner) digits() int {
+	start := sc.i
+	for sc.i < len(sc.b) && '0' <= sc.b[sc.i] && sc.b[sc.i] <= '9' {
+		sc.i++
+	}
+	return sc.i - start
+}

@@ -1,0 +1,218 @@
+package dataplane
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// headsEqual says whether two heads read the same.
+func headsEqual(a, b requestHead) bool {
+	if (a.model == nil) != (b.model == nil) || a.model != nil && *a.model != *b.model {
+		return false
+	}
+	return a.stream == b.stream && a.userID == b.userID && a.promptCacheKey == b.promptCacheKey
+}
+
+// checkHeadScan fails t where headScan accepts a body the decoder reads
+// otherwise, or refuses, or that is not JSON at all.
+func checkHeadScan(t *testing.T, body []byte) (accepted bool) {
+	t.Helper()
+	h, ok := headScan(body)
+	if !ok {
+		return false
+	}
+	want, err := parseHeadDecoder(body)
+	switch {
+	case err != nil:
+		t.Errorf("headScan accepted %q, the decoder refuses it: %v", body, err)
+	case !headsEqual(h, want):
+		t.Errorf("headScan read %q as %s, the decoder as %s", body, fmtHead(h), fmtHead(want))
+	case !json.Valid(body):
+		t.Errorf("headScan accepted %q, which is not JSON", body)
+	}
+	return true
+}
+
+func fmtHead(h requestHead) string {
+	m := "<nil>"
+	if h.model != nil {
+		m = strconv.Quote(*h.model)
+	}
+	return "{model " + m + " stream " + strconv.FormatBool(h.stream) + " user " + strconv.Quote(h.userID) + " pck " + strconv.Quote(h.promptCacheKey) + "}"
+}
+
+// TestHeadScanAgrees: against the decoder as its oracle, on random
+// request bodies and on each of them broken a byte at a time. Every clean
+// body (plain fields, each key once, any JSON in the rest) is read by the
+// scan itself; a broken one either reads as the decoder reads it or goes
+// to the decoder.
+func TestHeadScanAgrees(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(7, 26))
+	mutants, mutantsScanned := 0, 0
+	for range 3000 {
+		body := []byte(randomHeadBody(rng))
+		if !checkHeadScan(t, body) {
+			t.Fatalf("headScan gave up on a clean body %q", body)
+		}
+		for range 8 {
+			m := mutateJSON(rng, body)
+			mutants++
+			if checkHeadScan(t, m) {
+				mutantsScanned++
+			}
+		}
+	}
+	// Both kinds must occur, or the mutants test nothing of the scan.
+	if mutantsScanned == 0 || mutantsScanned == mutants {
+		t.Fatalf("%d of %d mutants scanned", mutantsScanned, mutants)
+	}
+	t.Logf("%d of %d mutants read by the scan, the rest by the decoder", mutantsScanned, mutants)
+}
+
+// TestParseHeadTakesTheScan: the bodies agents send, from the plain to
+// the hard-to-read, go through the scan; what it gives up on still gets
+// the decoder's answer.
+func TestParseHeadTakesTheScan(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{
+		string(agentBody(64 << 10)),
+		`{"model":"gpt-5-codex","stream":true,"prompt_cache_key":"019a-cache","input":[{"type":"message","content":"h\u00e9\"llo"}]}`,
+		` {"metadata":{"user_id":"u","extra":{"a":[1,-2.5e+3,0.0,true,false,null]}},"model":"m"} `,
+	} {
+		if !checkHeadScan(t, []byte(body)) {
+			t.Errorf("headScan gave up on %.80q", body)
+		}
+	}
+	for _, body := range []string{
+		`{"mod\u0065l":"m"}`,                 // an escaped key
+		`{"model":"m\u0065"}`,                // an escaped value read
+		`{"model":"m","model":"n"}`,          // twice
+		`{"model":"m","Stream":true}`,        // a case variant
+		`{"model":"m"} x`,                    // after the object
+		`{"model":"m","x":[1,}`,              // not JSON
+		`{"model":"m","x":01}`,               // a number JSON does not write
+		`{"model":"m","x":"` + "\x01" + `"}`, // a control character
+		`{"model":"m","x":` + strings.Repeat("[", maxScanDepth+1) + strings.Repeat("]", maxScanDepth+1) + `}`,
+	} {
+		if _, ok := headScan([]byte(body)); ok {
+			t.Errorf("headScan read %.80q; it must leave it to the decoder", body)
+		}
+		checkHeadScan(t, []byte(body))
+	}
+}
+
+// FuzzHeadScan: the scan never reads a body otherwise than the decoder.
+func FuzzHeadScan(f *testing.F) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20 {
+		f.Add([]byte(randomHeadBody(rng)))
+	}
+	f.Add([]byte(`{"model":"m","metadata":{"user_id":"u","USER":"x","session":{"a":1,"a":2}}}`))
+	f.Add([]byte(`{"model":"m","ſtream":true}`))
+	f.Fuzz(func(t *testing.T, body []byte) { checkHeadScan(t, body) })
+}
+
+// randomHeadBody is a request body with the fields weir reads (or some
+// of them, plain, in any order, null now and then) among others holding
+// any JSON, with any white space between tokens.
+func randomHeadBody(rng *rand.Rand) string {
+	type member struct{ key, value string }
+	var ms []member
+	if rng.IntN(8) > 0 {
+		ms = append(ms, member{"model", pick(rng, `"claude-sonnet-4-5"`, `"gpt-5-codex"`, `null`, `""`, `"モデル"`)})
+	}
+	if rng.IntN(2) == 0 {
+		ms = append(ms, member{"stream", pick(rng, "true", "false", "null")})
+	}
+	if rng.IntN(3) == 0 {
+		ms = append(ms, member{"prompt_cache_key", pick(rng, `"019a-cache"`, `null`, `"k é"`)})
+	}
+	if rng.IntN(2) == 0 {
+		meta := pick(rng, `null`, `{}`, `{"user_id":"user_1_account__session_abc"}`, `{"user_id":null,"other":[1,{"user_id":2}]}`)
+		ms = append(ms, member{"metadata", meta})
+	}
+	for i := range rng.IntN(5) {
+		ms = append(ms, member{pick(rng, "messages", "tools", "system", "max_tokens", "input", "temperature") + strconv.Itoa(i), randomJSON(rng, 3)})
+	}
+	rng.Shuffle(len(ms), func(i, j int) { ms[i], ms[j] = ms[j], ms[i] })
+	var b strings.Builder
+	b.WriteString(ws(rng) + "{")
+	for i, m := range ms {
+		if i > 0 {
+			b.WriteString(ws(rng) + ",")
+		}
+		b.WriteString(ws(rng) + strconv.Quote(m.key) + ws(rng) + ":" + ws(rng) + m.value)
+	}
+	b.WriteString(ws(rng) + "}" + ws(rng))
+	return b.String()
+}
+
+// randomJSON is any JSON value, nested at most depth deep.
+func randomJSON(rng *rand.Rand, depth int) string {
+	n := 7
+	if depth == 0 {
+		n = 5
+	}
+	switch rng.IntN(n) {
+	case 0:
+		return pick(rng, "true", "false", "null")
+	case 1:
+		return pick(rng, "0", "-0", "12", "-3.25", "1e9", "2.5E-3", "0.0", "-7e+2")
+	case 2, 3:
+		return pick(rng, `""`, `"plain"`, `"esc \" \\ \/ \b \f \n \r \t"`, `"\u00e9\uD83D\uDE00"`, `"ünï"`, `"{[,:]}"`)
+	case 4:
+		return `"` + strings.Repeat("x", rng.IntN(40)) + `"`
+	case 5:
+		var parts []string
+		for range rng.IntN(4) {
+			parts = append(parts, randomJSON(rng, depth-1))
+		}
+		return "[" + strings.Join(parts, ","+ws(rng)) + "]"
+	default:
+		var parts []string
+		for i := range rng.IntN(4) {
+			key := pick(rng, "a", "model", "Model", "user_id", "k\\u0041") + strconv.Itoa(i%2)
+			parts = append(parts, strconv.Quote(key)+":"+randomJSON(rng, depth-1))
+		}
+		return "{" + strings.Join(parts, ",") + "}"
+	}
+}
+
+func ws(rng *rand.Rand) string { return pick(rng, "", "", "", " ", "\n\t", "\r\n ") }
+
+func pick(rng *rand.Rand, s ...string) string { return s[rng.IntN(len(s))] }
+
+// mutateJSON breaks body in one place: a byte replaced, dropped or
+// inserted (mostly JSON's own), a field made a case variant or doubled,
+// or the body cut short.
+func mutateJSON(rng *rand.Rand, body []byte) []byte {
+	const alphabet = "{}[]\",:\\ 0123456789.eE+-tfnulasMSU\x01\xff"
+	m := []byte(string(body))
+	if len(m) == 0 {
+		return m
+	}
+	i := rng.IntN(len(m))
+	switch rng.IntN(6) {
+	case 0:
+		m[i] = alphabet[rng.IntN(len(alphabet))]
+	case 1:
+		m = append(m[:i], m[i+1:]...)
+	case 2:
+		m = append(m[:i], append([]byte{alphabet[rng.IntN(len(alphabet))]}, m[i:]...)...)
+	case 3:
+		return m[:i]
+	case 4:
+		s := strings.Replace(string(m), pick(rng, `"model"`, `"stream"`, `"user_id"`, `"metadata"`), pick(rng, `"Model"`, `"STREAM"`, `"user_ID"`, `"ſtream"`), 1)
+		return []byte(s)
+	default:
+		if j := strings.IndexByte(string(m), '{'); j >= 0 {
+			s := string(m[:j+1]) + pick(rng, `"model":"x",`, `"stream":true,`, `"metadata":{},`, `"a":1,"a":2,`) + string(m[j+1:])
+			return []byte(s)
+		}
+	}
+	return m
+}
