@@ -539,13 +539,7 @@ func (w *walker) spillFrom(first []Candidate) int {
 	if !subscriptionSurfaces[w.req.Surface] {
 		return len(first)
 	}
-	from, subscriptions := 0, 0
-	for i := range first {
-		if !IsMetered(first[i].Account) {
-			from = i + 1
-			subscriptions++
-		}
-	}
+	from, subscriptions := subscriptionsIn(first)
 	if from == len(first) || w.subscriptions > subscriptions || !w.subscriptionPool() || w.subscriptionAfter() {
 		return len(first)
 	}

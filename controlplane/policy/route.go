@@ -465,17 +465,23 @@ func (t *tally) spillFrom(first []Candidate, req RouteRequest) int {
 	if !t.subscription || !subscriptionSurfaces[req.Surface] {
 		return len(first)
 	}
-	from, subscriptions := 0, 0
+	from, subscriptions := subscriptionsIn(first)
+	if subscriptions < t.subscriptionsEligible {
+		return len(first) // a subscription ranks after first: none in it is a spill
+	}
+	return from
+}
+
+// subscriptionsIn counts the subscription accounts in first and says
+// where the last of them ends (0: none): past it, first is all metered.
+func subscriptionsIn(first []Candidate) (from, subscriptions int) {
 	for i := range first {
 		if !IsMetered(first[i].Account) {
 			from = i + 1
 			subscriptions++
 		}
 	}
-	if subscriptions < t.subscriptionsEligible {
-		return len(first) // a subscription ranks after first: none in it is a spill
-	}
-	return from
+	return from, subscriptions
 }
 
 // tallyOf sorts the pool's accounts into the eligible ones, which it hands
