@@ -46,6 +46,7 @@ var reference = []configdoc.Var{
 	{Name: "WEIR_DATAPLANE_TLS_CERT", UsedBy: "dataplane", Meaning: "PEM certificate (chain) the data plane serves agents TLS with, with `WEIR_DATAPLANE_TLS_KEY`; re-read when the files change. Default: cleartext"},
 	{Name: "WEIR_DATAPLANE_TLS_KEY", UsedBy: "dataplane", Meaning: "PEM private key of `WEIR_DATAPLANE_TLS_CERT`"},
 	{Name: "WEIR_CPU_PROFILE", UsedBy: "all", Meaning: "a file the process writes a Go CPU profile of itself to, from start until it exits (for `go tool pprof`); `%p` in it is the process id, for processes that share the variable; default: none"},
+	{Name: "WEIR_GC_HEAP_FLOOR", UsedBy: "all", Meaning: "the heap below which Go's garbage collector does not run, as `64MiB` or bytes; `0`: the runtime's own pacing (GOGC). Above it the runtime's pacing stands. A process may hold about this much memory before its first collection; a data plane at a few hundred requests a second spends most of its collector's CPU without it. Ignored when `GOGC` is set. Default: `64MiB`"},
 	{Name: "WEIR_LOG_LEVEL", UsedBy: "all", Meaning: "`debug`, `info` (default), `warn`, `error`"},
 	{Name: "WEIR_DATAPLANE_METRICS_ADDR", UsedBy: "dataplane", Meaning: "an address of its own for the data plane's `/metrics` (e.g. `127.0.0.1:9480`, or a private interface's); when set, `/metrics` is served there only, never on the agents' port. Default: unset, `/metrics` on the agents' port, open to anyone who reaches it (see docs/deploy.md)"},
 	{Name: "WEIR_CONTROLPLANE_METRICS_ADDR", UsedBy: "controlplane", Meaning: "an address of its own for the control plane's `/metrics`, whose series name accounts by label; when set, `/metrics` is served there only. Default: unset, `/metrics` on the RPC port, open"},
@@ -134,5 +135,28 @@ func TestConfigurationReference(t *testing.T) {
 	}
 	if string(got) != want {
 		t.Error("docs/configuration.md is stale: run go generate . (or go test ./cmd/weir -run TestConfigurationReference -update)")
+	}
+}
+
+// TestGCFloorSetting: WEIR_GC_HEAP_FLOOR's spellings, its default, a bad
+// value refused, and GOGC taking precedence.
+func TestGCFloorSetting(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want uint64
+		bad  bool
+	}{
+		{env: nil, want: defaultGCFloor},
+		{env: map[string]string{"WEIR_GC_HEAP_FLOOR": "128MiB"}, want: 128 << 20},
+		{env: map[string]string{"WEIR_GC_HEAP_FLOOR": "0"}, want: 0},
+		{env: map[string]string{"WEIR_GC_HEAP_FLOOR": "1000000"}, want: 1000000},
+		{env: map[string]string{"WEIR_GC_HEAP_FLOOR": "lots"}, bad: true},
+		{env: map[string]string{"WEIR_GC_HEAP_FLOOR": "-5"}, bad: true},
+		{env: map[string]string{"GOGC": "200", "WEIR_GC_HEAP_FLOOR": "128MiB"}, want: 0},
+	} {
+		got, err := gcFloor(func(k string) string { return tc.env[k] })
+		if tc.bad != (err != nil) || got != tc.want {
+			t.Errorf("%v: %d, %v; want %d (error: %v)", tc.env, got, err, tc.want, tc.bad)
+		}
 	}
 }

@@ -17,7 +17,9 @@ import (
 	"syscall"
 
 	"github.com/weirhq/weir/bench"
+	"github.com/weirhq/weir/internal/bytesize"
 	"github.com/weirhq/weir/internal/chaos"
+	"github.com/weirhq/weir/internal/gcfloor"
 )
 
 func main() {
@@ -25,9 +27,15 @@ func main() {
 	bench.ServeChild()
 	// weir chaos re-executes it as its control planes, workers and simulator.
 	chaos.ServeChild()
+	floor, err := gcFloor(os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "weir:", err)
+		os.Exit(2)
+	}
+	gcfloor.Start(floor)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	stopProfile := cpuProfile(os.Getenv("WEIR_CPU_PROFILE"))
-	err := run(ctx, os.Args[1:], env{getenv: os.Getenv, stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr})
+	err = run(ctx, os.Args[1:], env{getenv: os.Getenv, stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr})
 	stopProfile()
 	stop()
 	if err != nil {
@@ -36,6 +44,30 @@ func main() {
 		}
 		os.Exit(exitCode(err))
 	}
+}
+
+// defaultGCFloor is the heap below which the garbage collector does not
+// run (internal/gcfloor): a process's RSS may reach about this much
+// before its first collection, and it saves a data plane at a few hundred
+// requests a second most of the collector's CPU.
+const defaultGCFloor = 64 << 20
+
+// gcFloor is the heap floor WEIR_GC_HEAP_FLOOR asks for (0: none), or
+// none when GOGC is set: an operator who set the runtime's own knob has
+// chosen the pacing.
+func gcFloor(getenv func(string) string) (uint64, error) {
+	if getenv("GOGC") != "" {
+		return 0, nil
+	}
+	v := getenv("WEIR_GC_HEAP_FLOOR")
+	if v == "" {
+		return defaultGCFloor, nil
+	}
+	n, err := bytesize.Parse(v)
+	if err != nil {
+		return 0, fmt.Errorf("WEIR_GC_HEAP_FLOOR=%q: %w", v, err)
+	}
+	return uint64(n), nil
 }
 
 // cpuProfile writes a CPU profile of the whole process to path (when it
