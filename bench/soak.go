@@ -394,8 +394,12 @@ func (s *soak) sampleEvery(ctx context.Context) []Sample {
 }
 
 // settle waits, up to d, until the idle process is back within the
-// checks' margins of base (no base: until no lease is live), then takes
-// the full sample. It polls: nothing announces "idle".
+// checks' margins of base (no base: until no lease is live), and returns
+// the full sample taken then. It polls: nothing announces "idle". The
+// full sample must be settled too, or the polling goes on: an idle
+// process still runs its periodic work (the routing cache's slices, the
+// jobs' polls), which may hold a connection at any one instant; a leak
+// holds it until the deadline.
 func (s *soak) settle(ctx context.Context, base *Sample, d time.Duration) (Sample, error) {
 	deadline := time.Now().Add(d)
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -406,8 +410,12 @@ func (s *soak) settle(ctx context.Context, base *Sample, d time.Duration) (Sampl
 		if err != nil {
 			return sm, err
 		}
-		if settled(sm, base) || time.Now().After(deadline) {
-			break
+		if late := time.Now().After(deadline); settled(sm, base) || late {
+			s.closeIdle()
+			full, err := s.sample(ctx, true)
+			if err != nil || settled(full, base) || late {
+				return full, err
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -415,6 +423,4 @@ func (s *soak) settle(ctx context.Context, base *Sample, d time.Duration) (Sampl
 		case <-tick.C:
 		}
 	}
-	s.closeIdle()
-	return s.sample(ctx, true)
 }
