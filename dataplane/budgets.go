@@ -88,6 +88,19 @@ func (l *ledger) unreported(key, team, session string) *weirv1.UnreportedSpend {
 	return out
 }
 
+// noteSpend puts what a budgeted request's attempt has spent so far in
+// the ledger before the client has the answer: a client that sends its
+// next request the moment this one's answer ends must find it counted
+// (Acquire adds the ledger's unreported spend). The request's whole
+// spend replaces it when the request ends.
+func (s *Server) noteSpend(in *inbound, model string, u *weirv1.TokenUsage) {
+	if !in.budgeted || u == nil {
+		return
+	}
+	rec := &weirv1.RouteEvent{Model: model, AttemptRecords: []*weirv1.AttemptRecord{{Usage: u, Model: model}}}
+	s.ledger.add(in.requestID, in.keyID, in.team, in.session, requestSpend(s.settings.get().prices, rec))
+}
+
 // requestSpend is a finished request's spend: every token its attempts
 // reported, priced by the model each was sent as.
 func requestSpend(tab *pricing.Table, rec *weirv1.RouteEvent) spend {

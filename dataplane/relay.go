@@ -207,9 +207,9 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 			// ends minutes later, so that the breaker closes for everyone.
 			served = func() { s.pool.probeServed(lease) }
 		}
-		return s.relayStream(ctx, w, resp, in, o, watch, body, served, relayed{tr: tr, req: treq, sf: sf})
+		return s.relayStream(ctx, w, resp, in, o, watch, body, served, relayed{tr: tr, req: treq, sf: sf, model: cmp.Or(lease.Model, in.model)})
 	}
-	return s.relayWhole(ctx, w, resp, in, o, watch, relayed{tr: tr, req: treq, sf: sf})
+	return s.relayWhole(ctx, w, resp, in, o, watch, relayed{tr: tr, req: treq, sf: sf, model: cmp.Or(lease.Model, in.model)})
 }
 
 // relayed is what an answer is relayed as: the surface the upstream
@@ -219,6 +219,9 @@ type relayed struct {
 	sf  surface
 	tr  *translation
 	req translate.Request
+	// model is the model the attempt went upstream as (an alias's target,
+	// else the client's): what its spend is priced as.
+	model string
 }
 
 // relayWhole reads a non-streamed answer whole, so that a connection cut
@@ -273,6 +276,7 @@ func (s *Server) relayWhole(ctx context.Context, w *trackingWriter, resp *http.R
 	o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS
 	o.BytesToClient = true
 	rl.tr.mark(w.Header(), rl.req)
+	s.noteSpend(in, rl.model, o.Usage)
 	(&bufferedResponse{status: resp.StatusCode, header: resp.Header, body: body}).write(w)
 	return attemptResult{outcome: o}
 }
@@ -370,6 +374,7 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 		if !sig.usage.zero() {
 			used.merge(sig.usage)
 			o.Usage = used.proto()
+			s.noteSpend(in, rl.model, o.Usage)
 		}
 		raw := ev.raw
 		if f := sig.failure; f != nil {
