@@ -60,8 +60,9 @@ func (c realClient) account(label string, priority int32, windows *sim.Windows) 
 }
 
 // badStatus is a 429 or 529 on its own: not part of a longer number,
-// such as Codex's tokens used (41,429) or a temporary directory's.
-var badStatus = regexp.MustCompile(`(^|[^0-9,.])[45]29([^0-9,.]|$)`)
+// such as Codex's tokens used (41,429) or a temporary directory's, nor
+// of an identifier, such as a session id's hex (…-7941-b529-f70b…).
+var badStatus = regexp.MustCompile(`(^|[^0-9A-Za-z,._-])[45]29([^0-9A-Za-z,._-]|$)`)
 
 // shownNothingWrong fails the test if the client's output shows an error,
 // a retry, a limit or an overload.
@@ -274,5 +275,17 @@ func TestRealClientsPartialRecovery(t *testing.T) {
 				logRoutes(t, e)
 			}
 		})
+	}
+}
+
+// TestBadStatus: a status shown on its own is caught; a longer number or
+// an identifier that happens to hold one is not.
+func TestBadStatus(t *testing.T) {
+	t.Parallel()
+	for s, want := range map[string]bool{"529 Overloaded": true, "status 429": true, "(529)": true, "error: 529:": true, "429": true,
+		"session id: 01a248a2-f8ce-7941-b529-f70b68b24218": false, "tokens used 41,429": false, "/tmp/x1529y": false, "req_529abc": false} {
+		if got := badStatus.MatchString(s); got != want {
+			t.Errorf("%q: matched %v, want %v", s, got, want)
+		}
 	}
 }
