@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
 	"sync"
@@ -97,8 +98,7 @@ func (s *Server) noteSpend(in *inbound, model string, u *weirv1.TokenUsage) {
 	if !in.budgeted || u == nil {
 		return
 	}
-	rec := &weirv1.RouteEvent{Model: model, AttemptRecords: []*weirv1.AttemptRecord{{Usage: u, Model: model}}}
-	s.ledger.add(in.requestID, in.keyID, in.team, in.session, requestSpend(s.settings.get().prices, rec))
+	s.ledger.add(in.requestID, in.keyID, in.team, in.session, usageSpend(s.settings.get().prices, model, u))
 }
 
 // requestSpend is a finished request's spend: every token its attempts
@@ -106,20 +106,20 @@ func (s *Server) noteSpend(in *inbound, model string, u *weirv1.TokenUsage) {
 func requestSpend(tab *pricing.Table, rec *weirv1.RouteEvent) spend {
 	var s spend
 	for _, a := range rec.GetAttemptRecords() {
-		u := a.GetUsage()
-		if u == nil {
-			continue
+		if u := a.GetUsage(); u != nil {
+			as := usageSpend(tab, cmp.Or(a.GetModel(), rec.GetModel()), u)
+			s.tokens += as.tokens
+			s.nano += as.nano
 		}
-		s.tokens += u.GetInputTokens() + u.GetOutputTokens() + u.GetCacheReadTokens() + u.GetCacheCreationTokens()
-		model := a.GetModel()
-		if model == "" {
-			model = rec.GetModel()
-		}
-		nano, _ := tab.Cost(model, pricing.Usage{InputTokens: u.GetInputTokens(), OutputTokens: u.GetOutputTokens(),
-			CacheReadTokens: u.GetCacheReadTokens(), CacheCreationTokens: u.GetCacheCreationTokens()})
-		s.nano += nano
 	}
 	return s
+}
+
+// usageSpend is one attempt's usage: every token, priced as model.
+func usageSpend(tab *pricing.Table, model string, u *weirv1.TokenUsage) spend {
+	nano, _ := tab.Cost(model, pricing.Usage{InputTokens: u.GetInputTokens(), OutputTokens: u.GetOutputTokens(),
+		CacheReadTokens: u.GetCacheReadTokens(), CacheCreationTokens: u.GetCacheCreationTokens()})
+	return spend{tokens: u.GetInputTokens() + u.GetOutputTokens() + u.GetCacheReadTokens() + u.GetCacheCreationTokens(), nano: nano}
 }
 
 // priceTable is the shipped table under the operator's prices.

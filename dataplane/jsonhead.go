@@ -26,7 +26,7 @@ import (
 // field of the wrong type. Those bodies are read again by a json.Decoder
 // (parseHeadDecoder), whose answer, the head or the error the client
 // gets, is the one that stands; the scan only ever agrees with it
-// (FuzzHeadScanAgrees).
+// (TestHeadScanAgrees, FuzzHeadScan).
 
 // requestHead is what weir reads of a request body.
 type requestHead struct {

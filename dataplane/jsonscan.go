@@ -11,8 +11,9 @@ import (
 // wherever it is not sure to read what the decoder reads: invalid JSON, a
 // key written with escapes or not valid UTF-8, a key twice or a case
 // variant of a field at the levels read, a field of the wrong type, a
-// read string with escapes, nesting deeper than maxScanDepth. The caller
-// then asks the decoder, whose answer stands.
+// read string with escapes, nesting deeper than maxScanDepth, more than
+// maxScanKeys keys at a level it reads. The caller then asks the decoder,
+// whose answer stands.
 func headScan(body []byte) (h requestHead, ok bool) {
 	sc := jsonScanner{b: body}
 	sc.space()
@@ -60,6 +61,11 @@ var (
 	headTop      = [][]byte{[]byte("model"), []byte("stream"), []byte("prompt_cache_key"), []byte("metadata")}
 	headMetadata = [][]byte{[]byte("user_id")}
 )
+
+// maxScanKeys is how many keys an object read may have: the duplicate
+// check compares each key with those before it, and an agent's body has
+// a dozen at its top. More go to the decoder.
+const maxScanKeys = 32
 
 // maxScanDepth is how deep jsonScanner follows nested values before it
 // gives up (encoding/json itself refuses past 10,000).
@@ -109,9 +115,8 @@ func (sc *jsonScanner) takeNull() bool { return sc.takeLiteral("null") }
 // read(k), which must take the whole value; other keys' values are
 // skipped. Any key twice, or a case variant of a field, is a give-up.
 func (sc *jsonScanner) object(fields [][]byte, read func(field int) bool) bool {
-	var small [16][]byte
-	keys := small[:0]
-	var many map[string]struct{}
+	var seen [maxScanKeys][]byte
+	keys := seen[:0]
 	sc.space()
 	if sc.take('}') {
 		return true
@@ -121,24 +126,15 @@ func (sc *jsonScanner) object(fields [][]byte, read func(field int) bool) bool {
 		if !ok || escaped || !utf8.Valid(key) {
 			return false
 		}
-		if many != nil {
-			if _, dup := many[string(key)]; dup {
+		if len(keys) == maxScanKeys {
+			return false
+		}
+		for _, k := range keys {
+			if bytes.Equal(k, key) {
 				return false
 			}
-			many[string(key)] = struct{}{}
-		} else {
-			for _, k := range keys {
-				if bytes.Equal(k, key) {
-					return false
-				}
-			}
-			if keys = append(keys, key); len(keys) > 32 { // from here a set, not a quadratic scan
-				many = make(map[string]struct{}, 2*len(keys))
-				for _, k := range keys {
-					many[string(k)] = struct{}{}
-				}
-			}
 		}
+		keys = append(keys, key)
 		sc.space()
 		if !sc.take(':') {
 			return false
@@ -169,8 +165,8 @@ func (sc *jsonScanner) object(fields [][]byte, read func(field int) bool) bool {
 	}
 }
 
-// str takes a string, which must be next, and gives its text as written
-// (escapes undone only if escaped is false, when there were none).
+// str takes a string, which must be next, and gives its text as written,
+// and whether it holds escapes (only without them is that its value).
 func (sc *jsonScanner) str() (raw []byte, escaped, ok bool) {
 	if !sc.take('"') {
 		return nil, false, false

@@ -82,6 +82,7 @@ func TestParseHeadTakesTheScan(t *testing.T) {
 		string(agentBody(64 << 10)),
 		`{"model":"gpt-5-codex","stream":true,"prompt_cache_key":"019a-cache","input":[{"type":"message","content":"h\u00e9\"llo"}]}`,
 		` {"metadata":{"user_id":"u","extra":{"a":[1,-2.5e+3,0.0,true,false,null]}},"model":"m"} `,
+		manyKeys(maxScanKeys),
 	} {
 		if !checkHeadScan(t, []byte(body)) {
 			t.Errorf("headScan gave up on %.80q", body)
@@ -97,12 +98,23 @@ func TestParseHeadTakesTheScan(t *testing.T) {
 		`{"model":"m","x":01}`,               // a number JSON does not write
 		`{"model":"m","x":"` + "\x01" + `"}`, // a control character
 		`{"model":"m","x":` + strings.Repeat("[", maxScanDepth+1) + strings.Repeat("]", maxScanDepth+1) + `}`,
+		manyKeys(maxScanKeys + 1), // past the keys it compares
 	} {
 		if _, ok := headScan([]byte(body)); ok {
 			t.Errorf("headScan read %.80q; it must leave it to the decoder", body)
 		}
 		checkHeadScan(t, []byte(body))
 	}
+}
+
+// manyKeys is a body of n top-level keys, model among them.
+func manyKeys(n int) string {
+	var b strings.Builder
+	b.WriteString(`{"model":"m"`)
+	for i := 1; i < n; i++ {
+		b.WriteString(`,"k` + strconv.Itoa(i) + `":1`)
+	}
+	return b.String() + "}"
 }
 
 // FuzzHeadScan: the scan never reads a body otherwise than the decoder.

@@ -200,6 +200,7 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 		}
 		return attemptResult{outcome: o, failure: fail}
 	}
+	rl := relayed{tr: tr, req: treq, sf: sf, model: cmp.Or(lease.Model, in.model)}
 	if isEventStream(resp.Header) {
 		var served func()
 		if lease.Probe {
@@ -207,9 +208,9 @@ func (s *Server) attempt(ctx context.Context, w *trackingWriter, r *http.Request
 			// ends minutes later, so that the breaker closes for everyone.
 			served = func() { s.pool.probeServed(lease) }
 		}
-		return s.relayStream(ctx, w, resp, in, o, watch, body, served, relayed{tr: tr, req: treq, sf: sf, model: cmp.Or(lease.Model, in.model)})
+		return s.relayStream(ctx, w, resp, in, o, watch, body, served, rl)
 	}
-	return s.relayWhole(ctx, w, resp, in, o, watch, relayed{tr: tr, req: treq, sf: sf, model: cmp.Or(lease.Model, in.model)})
+	return s.relayWhole(ctx, w, resp, in, o, watch, rl)
 }
 
 // relayed is what an answer is relayed as: the surface the upstream

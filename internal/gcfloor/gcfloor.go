@@ -10,9 +10,9 @@
 // It works by setting the GC percent after every collection from the live
 // heap the collector measured, so that the next goal is the floor, never
 // less than the runtime's own (and the runtime's own until a collection
-// has measured anything). A
-// cleanup attached to an object made unreachable at once runs after each
-// cycle (runtime.AddCleanup) and re-arms itself.
+// has measured anything). A cleanup attached to an object made
+// unreachable at once runs after each cycle (runtime.AddCleanup) and
+// re-arms itself.
 package gcfloor
 
 import (
@@ -23,8 +23,8 @@ import (
 	"sync/atomic"
 )
 
-// maxPercent bounds the percent set: a live heap of a few KB (a process
-// that has just started) would otherwise ask for an absurd one.
+// maxPercent bounds the percent set whatever the floor asked for (the
+// runtime's minimum goal bounds it first for any floor under 4 GiB).
 const maxPercent = 100_000
 
 // heapMinimum is the runtime's smallest heap goal at GOGC=100, which it
