@@ -179,6 +179,27 @@ func TestCheckOnce(t *testing.T) {
 	r.Applied = []Applied{{Event: Event{Kind: PauseWorker}, From: sec(0.5), To: sec(2.5)}}
 	none(t, Check(r))
 
+	// A request its client gave up on before a loaded worker read it:
+	// the worker dates its event after the client went away.
+	r = record([]Request{gaveUp})
+	r.Events = []RouteEvent{{RequestID: "weir_late", Surface: "messages", Model: messagesModel, StartedAt: at(1.3 + 0.9)}}
+	none(t, Check(r))
+
+	// Two abandoned requests whose events both fit the wider window: the
+	// narrower takes its own first, whatever order they ended in.
+	wide, narrow := req(1, "a", 1, 3), req(2, "b", 1.2, 1.3)
+	for _, q := range []*Request{&wide, &narrow} {
+		q.Outcome, q.RequestID, q.Cancel, q.Status, q.Output = OutcomeCancelled, "", "mid_request", 0, false
+	}
+	for _, order := range [][]Request{{wide, narrow}, {narrow, wide}} {
+		r = record(order)
+		r.Events = []RouteEvent{
+			{RequestID: "weir_narrow", Surface: "messages", Model: messagesModel, StartedAt: at(1.25)},
+			{RequestID: "weir_wide", Surface: "messages", Model: messagesModel, StartedAt: at(2.5)},
+		}
+		none(t, Check(r))
+	}
+
 	// An event no client request accounts for.
 	q := req(1, "a", 1, 2)
 	r = record([]Request{q}, att("anth-1", "a", 1, 2))
