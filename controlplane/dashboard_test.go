@@ -518,6 +518,12 @@ func TestDashboardHistoryRPCs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Started before the range, recorded in it: the buckets count a
+	// request when it started.
+	if _, err := reportOne(t.Context(), e.dp.leases, &weirv1.RouteEvent{
+		RequestId: "h-before", Status: 500, StartedAt: timestamppb.New(now.Add(-7 * time.Hour))}); err != nil {
+		t.Fatal(err)
+	}
 	dash := e.srv.dashboardService()
 	u, err := dash.UsageHistory(t.Context(), connect.NewRequest(&weirv1.UsageHistoryRequest{Range: durationpb.New(6 * time.Hour)}))
 	if err != nil {

@@ -101,13 +101,13 @@ func (q *Queries) FailedAttempts(ctx context.Context, arg FailedAttemptsParams) 
 }
 
 const routeEventBuckets = `-- name: RouteEventBuckets :many
-SELECT date_bin(make_interval(secs => $1::double precision), recorded_at, $2::timestamptz)::timestamptz AS bucket,
+SELECT date_bin(make_interval(secs => $1::double precision), started_at, $2::timestamptz)::timestamptz AS bucket,
        count(*)::bigint AS requests,
        count(*) FILTER (WHERE hold_count > 0)::bigint AS held_requests,
        coalesce(sum(hold_count), 0)::bigint AS holds,
        count(*) FILTER (WHERE status NOT BETWEEN 200 AND 299)::bigint AS errors
 FROM route_events
-WHERE recorded_at >= $2::timestamptz AND pending_until IS NULL
+WHERE started_at >= $2::timestamptz AND pending_until IS NULL
 GROUP BY bucket
 ORDER BY bucket
 `
@@ -125,7 +125,8 @@ type RouteEventBucketsRow struct {
 	Errors       int64
 }
 
-// The pool's requests, holds and errors per bucket of recorded_at.
+// The pool's finished requests, holds and errors per bucket of the time
+// they started (the partition key: the range prunes partitions).
 func (q *Queries) RouteEventBuckets(ctx context.Context, arg RouteEventBucketsParams) ([]RouteEventBucketsRow, error) {
 	rows, err := q.db.Query(ctx, routeEventBuckets, arg.BucketSeconds, arg.Since)
 	if err != nil {

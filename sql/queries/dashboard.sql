@@ -69,14 +69,15 @@ WHERE taken_at >= @since::timestamptz
 GROUP BY account_id, window_name, bucket
 ORDER BY account_id, window_name, bucket;
 
--- The pool's requests, holds and errors per bucket of recorded_at.
+-- The pool's finished requests, holds and errors per bucket of the time
+-- they started (the partition key: the range prunes partitions).
 -- name: RouteEventBuckets :many
-SELECT date_bin(make_interval(secs => @bucket_seconds::double precision), recorded_at, @since::timestamptz)::timestamptz AS bucket,
+SELECT date_bin(make_interval(secs => @bucket_seconds::double precision), started_at, @since::timestamptz)::timestamptz AS bucket,
        count(*)::bigint AS requests,
        count(*) FILTER (WHERE hold_count > 0)::bigint AS held_requests,
        coalesce(sum(hold_count), 0)::bigint AS holds,
        count(*) FILTER (WHERE status NOT BETWEEN 200 AND 299)::bigint AS errors
 FROM route_events
-WHERE recorded_at >= @since::timestamptz AND pending_until IS NULL
+WHERE started_at >= @since::timestamptz AND pending_until IS NULL
 GROUP BY bucket
 ORDER BY bucket;

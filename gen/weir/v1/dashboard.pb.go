@@ -1094,7 +1094,7 @@ func (x *RouteStatsResponse) GetBucket() *durationpb.Duration {
 	return nil
 }
 
-// RouteBucket counts the route events recorded in one bucket.
+// RouteBucket counts the finished requests that started in one bucket.
 type RouteBucket struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Start    *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
