@@ -174,14 +174,13 @@ func (a *anthropicUsage) usage() usage {
 }
 
 // fromMessage reads a non-streamed message's counts; the error is
-// json.Unmarshal's (a *json.SyntaxError: the body is not JSON at all).
+// json.Unmarshal's (a *json.SyntaxError: the body is not JSON at all),
+// though only the usage object is decoded (decodeUsage).
 func (u *usage) fromMessage(body []byte) error {
-	var m struct {
-		Usage anthropicUsage `json:"usage"`
-	}
-	err := json.Unmarshal(body, &m)
+	var a anthropicUsage
+	err := decodeUsage(body, &a)
 	if err == nil {
-		*u = m.Usage.usage()
+		*u = a.usage()
 	}
 	return err
 }

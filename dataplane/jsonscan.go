@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"bytes"
+	"encoding/json"
 	"unicode/utf8"
 )
 
@@ -55,6 +56,46 @@ func headScan(body []byte) (h requestHead, ok bool) {
 	sc.space()
 	return h, ok && sc.i == len(sc.b)
 }
+
+// decodeUsage decodes the value of body's top-level "usage" into dst as
+// json.Unmarshal(body, &struct{ Usage T `json:"usage"` }) would, with an
+// error of the same kind, but decodes that value alone: the rest of the
+// body (an answer's content, tens of KB) is only checked for syntax, in
+// the same pass. Where the scan is not sure (as for headScan) the whole
+// body goes to the decoder. On an error dst is left as it was.
+func decodeUsage[T any](body []byte, dst *T) error {
+	sc := jsonScanner{b: body}
+	var raw []byte // the value's text, nil without the key
+	sc.space()
+	ok := sc.take('{') && sc.object(usageTop, func(int) bool {
+		from := sc.i
+		if !sc.value() {
+			return false
+		}
+		raw = body[from:sc.i]
+		return true
+	})
+	if sc.space(); !ok || sc.i != len(body) {
+		var m struct {
+			Usage T `json:"usage"`
+		}
+		if err := json.Unmarshal(body, &m); err != nil {
+			return err
+		}
+		*dst = m.Usage
+		return nil
+	}
+	var v T
+	if raw != nil {
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return err
+		}
+	}
+	*dst = v
+	return nil
+}
+
+var usageTop = [][]byte{[]byte("usage")}
 
 // The fields headScan reads, in the order its switch names them.
 var (

@@ -2,6 +2,8 @@ package dataplane
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -227,4 +229,153 @@ func mutateJSON(rng *rand.Rand, body []byte) []byte {
 		}
 	}
 	return m
+}
+
+// decodeUsageWhole is decodeUsage's oracle: the whole body through the
+// decoder.
+func decodeUsageWhole[T any](body []byte, dst *T) error {
+	var m struct {
+		Usage T `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &m); err != nil {
+		return err
+	}
+	*dst = m.Usage
+	return nil
+}
+
+// errKind is what callers tell apart in a decoding error.
+func errKind(err error) string {
+	var syn *json.SyntaxError
+	switch {
+	case err == nil:
+		return "none"
+	case errors.As(err, &syn):
+		return "syntax"
+	}
+	return "other"
+}
+
+// checkDecodeUsage fails t where decodeUsage reads body otherwise than
+// the decoder, for both wires' usage objects; it says whether the scan
+// itself read it.
+func checkDecodeUsage(t *testing.T, body []byte) (scanned bool) {
+	t.Helper()
+	seed := anthropicUsage{InputTokens: -9}
+	a, wa := seed, seed
+	ea, wea := decodeUsage(body, &a), decodeUsageWhole(body, &wa)
+	if a != wa || errKind(ea) != errKind(wea) {
+		t.Errorf("decodeUsage(%q) = %+v, %v; the decoder reads %+v, %v", body, a, ea, wa, wea)
+	}
+	var o, wo openAIUsageObject
+	eo, weo := decodeUsage(body, &o), decodeUsageWhole(body, &wo)
+	if o != wo || errKind(eo) != errKind(weo) {
+		t.Errorf("decodeUsage(%q) = %+v, %v; the decoder reads %+v, %v", body, o, eo, wo, weo)
+	}
+	sc := jsonScanner{b: body}
+	sc.space()
+	ok := sc.take('{') && sc.object(usageTop, func(int) bool { return sc.value() })
+	sc.space()
+	return ok && sc.i == len(body)
+}
+
+// randomAnswer is a non-streamed answer of either wire: content of any
+// JSON, and (mostly) a usage object, sometimes of the wrong shape.
+func randomAnswer(rng *rand.Rand) string {
+	type member struct{ key, value string }
+	ms := []member{{"id", `"msg_01"`}, {"content", randomJSON(rng, 3)}}
+	if rng.IntN(6) > 0 {
+		u := pick(rng,
+			`{"input_tokens":25,"cache_read_input_tokens":3,"output_tokens":11}`,
+			`{"input_tokens":12,"cache_creation_input_tokens":1536,"cache_creation":{"ephemeral_5m_input_tokens":1536},"output_tokens":311,"service_tier":"standard"}`,
+			`{"input_tokens":40,"input_tokens_details":{"cached_tokens":8},"output_tokens":5,"output_tokens_details":{"reasoning_tokens":2},"total_tokens":45}`,
+			`{"input_tokens":"x"}`, `{"output_tokens":1e3}`, `null`, `[]`, `7`)
+		ms = append(ms, member{"usage", u})
+	}
+	for i := range rng.IntN(4) {
+		ms = append(ms, member{pick(rng, "model", "stop_reason", "output", "type") + strconv.Itoa(i), randomJSON(rng, 2)})
+	}
+	rng.Shuffle(len(ms), func(i, j int) { ms[i], ms[j] = ms[j], ms[i] })
+	var b strings.Builder
+	b.WriteString(ws(rng) + "{")
+	for i, m := range ms {
+		if i > 0 {
+			b.WriteString(ws(rng) + ",")
+		}
+		b.WriteString(ws(rng) + strconv.Quote(m.key) + ws(rng) + ":" + ws(rng) + m.value)
+	}
+	b.WriteString(ws(rng) + "}" + ws(rng))
+	return b.String()
+}
+
+// TestDecodeUsageAgrees: against the decoder as its oracle, on random
+// answers and each of them broken a byte at a time, or given its usage
+// twice or as a case variant.
+func TestDecodeUsageAgrees(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(26, 7))
+	mutants, mutantsScanned := 0, 0
+	for range 3000 {
+		body := []byte(randomAnswer(rng))
+		if !checkDecodeUsage(t, body) {
+			t.Fatalf("the scan gave up on a clean answer %q", body)
+		}
+		for range 8 {
+			m := mutateJSON(rng, body)
+			switch rng.IntN(4) {
+			case 0:
+				m = []byte(strings.Replace(string(m), `"usage"`, pick(rng, `"Usage"`, `"USAGE"`, `"usage","usage":{}`, `"us\u0061ge"`), 1))
+			case 1:
+				m = []byte(strings.Replace(string(m), `{`, `{"usage":{"output_tokens":99},`, 1))
+			}
+			mutants++
+			if checkDecodeUsage(t, m) {
+				mutantsScanned++
+			}
+		}
+	}
+	if mutantsScanned == 0 || mutantsScanned == mutants {
+		t.Fatalf("%d of %d mutants scanned", mutantsScanned, mutants)
+	}
+	t.Logf("%d of %d mutants read by the scan, the rest by the decoder", mutantsScanned, mutants)
+}
+
+// FuzzDecodeUsage: decodeUsage never reads an answer otherwise than the
+// decoder.
+func FuzzDecodeUsage(f *testing.F) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 20 {
+		f.Add([]byte(randomAnswer(rng)))
+	}
+	f.Add([]byte(`{"usage":{"input_tokens":1},"Usage":{"input_tokens":2}}`))
+	f.Add([]byte(`{"uſage":{"input_tokens":1}}`))
+	f.Fuzz(func(t *testing.T, body []byte) { checkDecodeUsage(t, body) })
+}
+
+// BenchmarkAnswerUsage reads an answer's usage, as relayWhole does, by
+// the scan and by the whole decoder, for a short answer and one of 32 KB.
+func BenchmarkAnswerUsage(b *testing.B) {
+	for _, n := range []int{1, 64} {
+		var content strings.Builder
+		for range n {
+			content.WriteString(`{"type":"text","text":"` + strings.Repeat("lorem ipsum dolor sit amet, ", 18) + `"},`)
+		}
+		body := []byte(`{"id":"msg_01","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[` +
+			strings.TrimSuffix(content.String(), ",") + `],"stop_reason":"end_turn","usage":{"input_tokens":12,"output_tokens":311}}`)
+		for _, how := range []struct {
+			name   string
+			decode func([]byte, *anthropicUsage) error
+		}{{"scan", decodeUsage[anthropicUsage]}, {"decoder", decodeUsageWhole[anthropicUsage]}} {
+			b.Run(fmt.Sprintf("%s/%dB", how.name, len(body)), func(b *testing.B) {
+				b.SetBytes(int64(len(body)))
+				b.ReportAllocs()
+				for b.Loop() {
+					var a anthropicUsage
+					if err := how.decode(body, &a); err != nil || a.OutputTokens != 311 {
+						b.Fatal(a, err)
+					}
+				}
+			})
+		}
+	}
 }

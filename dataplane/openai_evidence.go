@@ -538,13 +538,11 @@ func (o *openAIUsageObject) usage() usage {
 // openAIUsage reads what a non-streamed Responses or Chat Completions
 // body reports it used; the error is json.Unmarshal's.
 func openAIUsage(body []byte) (usage, error) {
-	var m struct {
-		Usage openAIUsageObject `json:"usage"`
-	}
-	if err := json.Unmarshal(body, &m); err != nil {
+	var o openAIUsageObject
+	if err := decodeUsage(body, &o); err != nil {
 		return usage{}, err
 	}
-	return m.Usage.usage(), nil
+	return o.usage(), nil
 }
 
 // secretPattern finds what looks like a credential in an upstream
