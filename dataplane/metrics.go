@@ -3,6 +3,7 @@ package dataplane
 import (
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -32,8 +33,12 @@ type metrics struct {
 	bodyBuffered prometheus.Gauge
 	bodyRefused  *prometheus.CounterVec
 	refusals     *prometheus.CounterVec
-	// tokens are the tokens upstream answers reported using.
-	tokens *prometheus.CounterVec
+	// tokens are the tokens upstream answers reported using;
+	// tokenCounters its counters by provider and family ([2]string →
+	// *[len(tokenKinds)]prometheus.Counter): a label lookup hashes its
+	// values, five times a request.
+	tokens        *prometheus.CounterVec
+	tokenCounters sync.Map
 }
 
 // Token kinds, the label of weir_tokens_total: weirv1.TokenUsage's counts.
@@ -49,16 +54,24 @@ const (
 // (a kind it reported none of at 0, so that the provider and family show
 // all five).
 func (m *metrics) countTokens(provider, family string, u *weirv1.TokenUsage) {
-	for _, k := range []struct {
-		kind string
-		n    int64
-	}{
-		{tokenInput, u.GetInputTokens()}, {tokenOutput, u.GetOutputTokens()}, {tokenCacheRead, u.GetCacheReadTokens()},
-		{tokenCacheCreation, u.GetCacheCreationTokens()}, {tokenReasoning, u.GetReasoningTokens()},
-	} {
-		m.tokens.WithLabelValues(provider, family, k.kind).Add(float64(max(k.n, 0)))
+	key := [2]string{provider, family}
+	c, ok := m.tokenCounters.Load(key)
+	if !ok {
+		var cs [len(tokenKinds)]prometheus.Counter
+		for i, kind := range tokenKinds {
+			cs[i] = m.tokens.WithLabelValues(provider, family, kind)
+		}
+		c, _ = m.tokenCounters.LoadOrStore(key, &cs)
+	}
+	cs := c.(*[len(tokenKinds)]prometheus.Counter)
+	for i, n := range [len(tokenKinds)]int64{u.GetInputTokens(), u.GetOutputTokens(), u.GetCacheReadTokens(),
+		u.GetCacheCreationTokens(), u.GetReasoningTokens()} {
+		cs[i].Add(float64(max(n, 0)))
 	}
 }
+
+// tokenKinds are the kind label's values, in countTokens' order.
+var tokenKinds = [...]string{tokenInput, tokenOutput, tokenCacheRead, tokenCacheCreation, tokenReasoning}
 
 // Request outcomes: how a client request ended, one fixed set.
 const (

@@ -248,11 +248,23 @@ func usageLimitBody(sf surface, requestID string, ul usageLimit) []byte {
 
 // providerName is a provider's short name ("anthropic", "codex").
 func providerName(p weirv1.Provider) string {
-	if p == weirv1.Provider_PROVIDER_UNSPECIFIED {
-		return "unknown"
+	if n, ok := providerNames[p]; ok {
+		return n
 	}
 	return strings.ToLower(strings.TrimPrefix(p.String(), "PROVIDER_"))
 }
+
+// providerNames are the names of the providers weir knows, made once: an
+// enum's String goes through protobuf's reflection, on every request.
+var providerNames = func() map[weirv1.Provider]string {
+	m := map[weirv1.Provider]string{weirv1.Provider_PROVIDER_UNSPECIFIED: "unknown"}
+	for v, name := range weirv1.Provider_name {
+		if p := weirv1.Provider(v); p != weirv1.Provider_PROVIDER_UNSPECIFIED {
+			m[p] = strings.ToLower(strings.TrimPrefix(name, "PROVIDER_"))
+		}
+	}
+	return m
+}()
 
 // CORS: browsers may read weir's answers from any origin (clients
 // authenticate with a bearer key, never a cookie). In the usage_limit mode

@@ -337,3 +337,21 @@ func TestSessionKey(t *testing.T) {
 		}
 	}
 }
+
+// TestProviderNames: the names made once are those of the enum's text,
+// and a value the build does not know still gets one.
+func TestProviderNames(t *testing.T) {
+	t.Parallel()
+	for v, name := range weirv1.Provider_name {
+		want := strings.ToLower(strings.TrimPrefix(name, "PROVIDER_"))
+		if v == 0 {
+			want = "unknown"
+		}
+		if got := providerName(weirv1.Provider(v)); got != want {
+			t.Errorf("providerName(%s) = %q, want %q", name, got, want)
+		}
+	}
+	if got := providerName(weirv1.Provider(99)); got != "99" {
+		t.Errorf("providerName(99) = %q, want %q", got, "99")
+	}
+}
