@@ -340,3 +340,13 @@ func FuzzSSEScanner(f *testing.F) {
 		}
 	})
 }
+
+// TestTrimEOL: as bytes.TrimRight with the cutset "\r\n".
+func TestTrimEOL(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"", "\n", "\r\n", "\r", "\n\r\n\r", "data: x\r\n", "data: x\n", "a\rb\n", "x", " \n"} {
+		if got, want := trimEOL([]byte(s)), bytes.TrimRight([]byte(s), "\r\n"); !bytes.Equal(got, want) {
+			t.Errorf("trimEOL(%q) = %q, want %q", s, got, want)
+		}
+	}
+}
