@@ -1,6 +1,9 @@
 package dataplane
 
 import (
+	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -36,5 +39,86 @@ func TestWithModel(t *testing.T) {
 	in := []byte(`{"model":"fast"}`)
 	if _, err := withModel(in, "claude-haiku-4-5"); err != nil || string(in) != `{"model":"fast"}` {
 		t.Errorf("the client's body changed: %s", in)
+	}
+}
+
+// checkModelSpans fails t where the scan finds the model values
+// otherwise than the decoder, or where the decoder refuses what it read;
+// it says whether the scan read body.
+func checkModelSpans(t *testing.T, body []byte) (scanned bool) {
+	t.Helper()
+	spans, ok := modelSpans(body)
+	if !ok {
+		return false
+	}
+	want, err := modelSpansDecoder(body)
+	switch {
+	case err != nil:
+		t.Errorf("modelSpans read %q, the decoder refuses it: %v", body, err)
+	case !slices.Equal(spans, want):
+		t.Errorf("modelSpans(%q) = %v, the decoder finds %v", body, spans, want)
+	}
+	return true
+}
+
+// TestModelSpansAgree: against the decoder as its oracle, on random
+// request bodies and each of them broken a byte at a time or given an
+// escaped or doubled model.
+func TestModelSpansAgree(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(14, 26))
+	mutants, scanned := 0, 0
+	for range 3000 {
+		body := []byte(randomHeadBody(rng))
+		if !checkModelSpans(t, body) {
+			t.Fatalf("modelSpans gave up on a clean body %q", body)
+		}
+		for range 8 {
+			m := mutateJSON(rng, body)
+			if rng.IntN(4) == 0 {
+				m = []byte(strings.Replace(string(m), `"model"`, pick(rng, `"mod\u0065l"`, `"model","model":1`, `"Model"`), 1))
+			}
+			mutants++
+			if checkModelSpans(t, m) {
+				scanned++
+			}
+		}
+	}
+	if scanned == 0 || scanned == mutants {
+		t.Fatalf("%d of %d mutants scanned", scanned, mutants)
+	}
+}
+
+// FuzzModelSpans: the scan never finds the model values otherwise than
+// the decoder.
+func FuzzModelSpans(f *testing.F) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 20 {
+		f.Add([]byte(randomHeadBody(rng)))
+	}
+	f.Add([]byte(`{"model":"a","mod\u0065l":"b","model":{"model":1}} `))
+	f.Fuzz(func(t *testing.T, body []byte) { checkModelSpans(t, body) })
+}
+
+// BenchmarkWithModel rewrites an agent's 1 MiB body's model, by the scan
+// and by the decoder.
+func BenchmarkWithModel(b *testing.B) {
+	body := agentBody(1 << 20)
+	for _, how := range []struct {
+		name  string
+		spans func([]byte) ([]valueSpan, error)
+	}{
+		{"scan", func(b []byte) ([]valueSpan, error) { s, _ := modelSpans(b); return s, nil }},
+		{"decoder", modelSpansDecoder},
+	} {
+		b.Run(how.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if s, err := how.spans(body); err != nil || len(s) != 1 {
+					b.Fatal(s, err)
+				}
+			}
+		})
 	}
 }
