@@ -332,7 +332,7 @@ func foldReadings(answers []answeredUsage, now time.Time) []accountReading {
 
 // supersedes says whether reading x replaces w, a reading of the same
 // window under the same revision and epoch: the store's rule
-// (UpsertUsageWindow). A reading without a reset or a utilization is
+// (sql/functions/weir_usage_supersedes.sql). A reading without a reset or a utilization is
 // replaced, as is one whose reset is more than 2 s away (another window);
 // within the same window the higher utilization stays.
 func supersedes(w, x usageReading) bool {

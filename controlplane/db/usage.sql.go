@@ -291,12 +291,8 @@ ON CONFLICT (account_id, window_name) DO UPDATE SET
     observed_at = EXCLUDED.observed_at,
     credential_revision = EXCLUDED.credential_revision,
     poll_epoch = EXCLUDED.poll_epoch
-WHERE (EXCLUDED.credential_revision, EXCLUDED.poll_epoch) > (w.credential_revision, w.poll_epoch)
-   OR ((EXCLUDED.credential_revision, EXCLUDED.poll_epoch) = (w.credential_revision, w.poll_epoch)
-       AND (w.resets_at IS NULL OR EXCLUDED.resets_at IS NULL
-            OR abs(extract(epoch FROM EXCLUDED.resets_at - w.resets_at)) > 2
-            OR w.utilization IS NULL
-            OR EXCLUDED.utilization > w.utilization))
+WHERE weir_usage_supersedes(EXCLUDED.credential_revision, EXCLUDED.poll_epoch, EXCLUDED.resets_at, EXCLUDED.utilization,
+    w.credential_revision, w.poll_epoch, w.resets_at, w.utilization)
 `
 
 type UpsertUsageWindowParams struct {
@@ -314,8 +310,8 @@ type UpsertUsageWindowParams struct {
 // credential revision (and, for a poll, the epoch its read was claimed in),
 // and only where it is news: a newer revision or epoch replaces what is
 // stored; under the same one, a different reset (a new window) replaces,
-// and the same window (resets within 2 s) keeps the higher utilization.
-// Only OAuth accounts have usage windows.
+// and the same window (resets within 2 s) keeps the higher utilization
+// (weir_usage_supersedes). Only OAuth accounts have usage windows.
 func (q *Queries) UpsertUsageWindow(ctx context.Context, arg UpsertUsageWindowParams) (int64, error) {
 	result, err := q.db.Exec(ctx, upsertUsageWindow,
 		arg.WindowName,
@@ -357,12 +353,8 @@ ON CONFLICT (account_id, window_name) DO UPDATE SET
     observed_at = EXCLUDED.observed_at,
     credential_revision = EXCLUDED.credential_revision,
     poll_epoch = EXCLUDED.poll_epoch
-WHERE (EXCLUDED.credential_revision, EXCLUDED.poll_epoch) > (w.credential_revision, w.poll_epoch)
-   OR ((EXCLUDED.credential_revision, EXCLUDED.poll_epoch) = (w.credential_revision, w.poll_epoch)
-       AND (w.resets_at IS NULL OR EXCLUDED.resets_at IS NULL
-            OR abs(extract(epoch FROM EXCLUDED.resets_at - w.resets_at)) > 2
-            OR w.utilization IS NULL
-            OR EXCLUDED.utilization > w.utilization))
+WHERE weir_usage_supersedes(EXCLUDED.credential_revision, EXCLUDED.poll_epoch, EXCLUDED.resets_at, EXCLUDED.utilization,
+    w.credential_revision, w.poll_epoch, w.resets_at, w.utilization)
 `
 
 type UpsertUsageWindowsParams struct {

@@ -44,8 +44,8 @@ WHERE account_id = @account_id;
 -- credential revision (and, for a poll, the epoch its read was claimed in),
 -- and only where it is news: a newer revision or epoch replaces what is
 -- stored; under the same one, a different reset (a new window) replaces,
--- and the same window (resets within 2 s) keeps the higher utilization.
--- Only OAuth accounts have usage windows.
+-- and the same window (resets within 2 s) keeps the higher utilization
+-- (weir_usage_supersedes). Only OAuth accounts have usage windows.
 -- name: UpsertUsageWindow :execrows
 INSERT INTO usage_windows AS w (
     account_id, window_name, utilization, resets_at, source, observed_at, credential_revision, poll_epoch
@@ -65,12 +65,8 @@ ON CONFLICT (account_id, window_name) DO UPDATE SET
     observed_at = EXCLUDED.observed_at,
     credential_revision = EXCLUDED.credential_revision,
     poll_epoch = EXCLUDED.poll_epoch
-WHERE (EXCLUDED.credential_revision, EXCLUDED.poll_epoch) > (w.credential_revision, w.poll_epoch)
-   OR ((EXCLUDED.credential_revision, EXCLUDED.poll_epoch) = (w.credential_revision, w.poll_epoch)
-       AND (w.resets_at IS NULL OR EXCLUDED.resets_at IS NULL
-            OR abs(extract(epoch FROM EXCLUDED.resets_at - w.resets_at)) > 2
-            OR w.utilization IS NULL
-            OR EXCLUDED.utilization > w.utilization));
+WHERE weir_usage_supersedes(EXCLUDED.credential_revision, EXCLUDED.poll_epoch, EXCLUDED.resets_at, EXCLUDED.utilization,
+    w.credential_revision, w.poll_epoch, w.resets_at, w.utilization);
 
 -- Stores a batch of readings from released answers' headers, one row per
 -- account and window (the caller folds a batch's readings of one window
@@ -103,12 +99,8 @@ ON CONFLICT (account_id, window_name) DO UPDATE SET
     observed_at = EXCLUDED.observed_at,
     credential_revision = EXCLUDED.credential_revision,
     poll_epoch = EXCLUDED.poll_epoch
-WHERE (EXCLUDED.credential_revision, EXCLUDED.poll_epoch) > (w.credential_revision, w.poll_epoch)
-   OR ((EXCLUDED.credential_revision, EXCLUDED.poll_epoch) = (w.credential_revision, w.poll_epoch)
-       AND (w.resets_at IS NULL OR EXCLUDED.resets_at IS NULL
-            OR abs(extract(epoch FROM EXCLUDED.resets_at - w.resets_at)) > 2
-            OR w.utilization IS NULL
-            OR EXCLUDED.utilization > w.utilization));
+WHERE weir_usage_supersedes(EXCLUDED.credential_revision, EXCLUDED.poll_epoch, EXCLUDED.resets_at, EXCLUDED.utilization,
+    w.credential_revision, w.poll_epoch, w.resets_at, w.utilization);
 
 -- A poll that reports a window as absent removes what was stored for it.
 -- name: DeleteUsageWindow :exec
