@@ -166,6 +166,17 @@ type anthropicUsage struct {
 	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
 }
 
+// scanUsage reads the object next in sc as encoding/json would, where
+// its counts are plain (decodeUsage).
+func (a *anthropicUsage) scanUsage(sc *jsonScanner) bool {
+	counts := [...]*int64{&a.InputTokens, &a.OutputTokens, &a.CacheCreationInputTokens, &a.CacheReadInputTokens}
+	return sc.countsObject(anthropicUsageFields, func(f int) bool { return sc.int64OrNull(counts[f]) })
+}
+
+// anthropicUsageFields are anthropicUsage's keys, in scanUsage's order.
+var anthropicUsageFields = [][]byte{[]byte("input_tokens"), []byte("output_tokens"),
+	[]byte("cache_creation_input_tokens"), []byte("cache_read_input_tokens")}
+
 // usage is the object's counts, which are weir's already (Anthropic's
 // input_tokens leaves the cache out); a negative count is none.
 func (a *anthropicUsage) usage() usage {

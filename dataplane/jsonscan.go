@@ -59,11 +59,15 @@ func headScan(body []byte) (h requestHead, ok bool) {
 
 // decodeUsage decodes the value of body's top-level "usage" into dst as
 // json.Unmarshal(body, &struct{ Usage T `json:"usage"` }) would, with an
-// error of the same kind, but decodes that value alone: the rest of the
-// body (an answer's content, tens of KB) is only checked for syntax, in
-// the same pass. Where the scan is not sure (as for headScan) the whole
-// body goes to the decoder. On an error dst is left as it was.
-func decodeUsage[T any](body []byte, dst *T) error {
+// error of the same kind, in one pass: the rest of the body (an answer's
+// content, tens of KB) is only checked for syntax, and a usage object of
+// plain counts is read by the scan itself (scanUsage). Where the scan is
+// not sure (as for headScan) the decoder answers: for the usage object
+// alone, or for the whole body. On an error dst is left as it was.
+func decodeUsage[T any, PT interface {
+	*T
+	scanUsage(sc *jsonScanner) bool
+}](body []byte, dst PT) error {
 	sc := jsonScanner{b: body}
 	var raw []byte // the value's text, nil without the key
 	sc.space()
@@ -87,12 +91,59 @@ func decodeUsage[T any](body []byte, dst *T) error {
 	}
 	var v T
 	if raw != nil {
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return err
+		if u := (jsonScanner{b: raw}); !PT(&v).scanUsage(&u) || u.i != len(raw) {
+			v = *new(T)
+			if err := json.Unmarshal(raw, &v); err != nil {
+				return err
+			}
 		}
 	}
 	*dst = v
 	return nil
+}
+
+// int64OrNull takes an integer that fits an int64 into dst, or null (dst
+// unchanged): what encoding/json decodes into an int64 field without an
+// error. Anything else (a fraction, an exponent, a string) is false: the
+// decoder answers it.
+func (sc *jsonScanner) int64OrNull(dst *int64) bool {
+	if sc.takeNull() {
+		return true
+	}
+	from := sc.i
+	if !sc.number() {
+		return false
+	}
+	digits := sc.b[from:sc.i]
+	neg := digits[0] == '-'
+	if neg {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 18 { // 18 digits cannot overflow
+		return false
+	}
+	var n int64
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	*dst = n
+	return true
+}
+
+// countsObject takes null (the counts unchanged) or an object whose
+// fields[k] is an integer count into counts[k] (other keys skipped), as
+// encoding/json decodes it into a struct of int64 fields.
+func (sc *jsonScanner) countsObject(fields [][]byte, read func(field int) bool) bool {
+	if sc.takeNull() {
+		return true
+	}
+	return sc.take('{') && sc.object(fields, read)
 }
 
 var usageTop = [][]byte{[]byte("usage")}

@@ -285,12 +285,7 @@ func randomAnswer(rng *rand.Rand) string {
 	type member struct{ key, value string }
 	ms := []member{{"id", `"msg_01"`}, {"content", randomJSON(rng, 3)}}
 	if rng.IntN(6) > 0 {
-		u := pick(rng,
-			`{"input_tokens":25,"cache_read_input_tokens":3,"output_tokens":11}`,
-			`{"input_tokens":12,"cache_creation_input_tokens":1536,"cache_creation":{"ephemeral_5m_input_tokens":1536},"output_tokens":311,"service_tier":"standard"}`,
-			`{"input_tokens":40,"input_tokens_details":{"cached_tokens":8},"output_tokens":5,"output_tokens_details":{"reasoning_tokens":2},"total_tokens":45}`,
-			`{"input_tokens":"x"}`, `{"output_tokens":1e3}`, `null`, `[]`, `7`)
-		ms = append(ms, member{"usage", u})
+		ms = append(ms, member{"usage", randomUsage(rng)})
 	}
 	for i := range rng.IntN(4) {
 		ms = append(ms, member{pick(rng, "model", "stop_reason", "output", "type") + strconv.Itoa(i), randomJSON(rng, 2)})
@@ -308,13 +303,47 @@ func randomAnswer(rng *rand.Rand) string {
 	return b.String()
 }
 
+// randomUsage is a usage object of either wire, or something in its
+// place: counts of every kind (negative, 18 and 19 digits, fractions,
+// exponents, null, strings), details objects, other keys, any order.
+func randomUsage(rng *rand.Rand) string {
+	count := func() string {
+		return pick(rng, "0", "25", "-7", "-0", "1536", "123456789012345678", "-123456789012345678",
+			"1234567890123456789", "9223372036854775808", "1.0", "1e3", "2.5", "null", `"12"`, "true", "[]", "{}")
+	}
+	switch rng.IntN(12) {
+	case 0:
+		return pick(rng, "null", "[]", "7", `"usage"`, "{}")
+	case 1:
+		return pick(rng, `{"cached_tokens":8}`, `{"input_tokens":1,"input_tokens":2}`, `{"Input_Tokens":3}`)
+	}
+	keys := []string{"input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens",
+		"prompt_tokens", "completion_tokens", "total_tokens", "service_tier"}
+	var parts []string
+	for _, k := range keys {
+		if rng.IntN(2) == 0 {
+			parts = append(parts, strconv.Quote(k)+":"+count())
+		}
+	}
+	for _, d := range []struct{ key, inner string }{{"input_tokens_details", "cached_tokens"},
+		{"output_tokens_details", "reasoning_tokens"}, {"prompt_tokens_details", "cached_tokens"},
+		{"completion_tokens_details", "reasoning_tokens"}, {"cache_creation", "ephemeral_5m_input_tokens"}} {
+		if rng.IntN(3) == 0 {
+			parts = append(parts, strconv.Quote(d.key)+":"+pick(rng, "null", "{}", `{"`+d.inner+`":`+count()+`}`,
+				`{"x":[1],"`+d.inner+`":`+count()+`}`, "[]"))
+		}
+	}
+	rng.Shuffle(len(parts), func(i, j int) { parts[i], parts[j] = parts[j], parts[i] })
+	return "{" + strings.Join(parts, ","+ws(rng)) + "}"
+}
+
 // TestDecodeUsageAgrees: against the decoder as its oracle, on random
 // answers and each of them broken a byte at a time, or given its usage
 // twice or as a case variant.
 func TestDecodeUsageAgrees(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(26, 7))
-	mutants, mutantsScanned := 0, 0
+	mutants, mutantsScanned, usageScanned, usageDecoded := 0, 0, 0, 0
 	for range 3000 {
 		body := []byte(randomAnswer(rng))
 		if !checkDecodeUsage(t, body) {
@@ -338,6 +367,27 @@ func TestDecodeUsageAgrees(t *testing.T) {
 		t.Fatalf("%d of %d mutants scanned", mutantsScanned, mutants)
 	}
 	t.Logf("%d of %d mutants read by the scan, the rest by the decoder", mutantsScanned, mutants)
+	// The usage objects themselves: both kinds must occur for each wire.
+	for range 2000 {
+		u := []byte(randomUsage(rng))
+		for _, scanned := range []bool{scanUsageOf(&anthropicUsage{}, u), scanUsageOf(&openAIUsageObject{}, u)} {
+			if scanned {
+				usageScanned++
+			} else {
+				usageDecoded++
+			}
+		}
+		checkDecodeUsage(t, []byte(`{"usage":`+string(u)+`}`))
+	}
+	if usageScanned == 0 || usageDecoded == 0 {
+		t.Fatalf("usage objects: %d scanned, %d decoded", usageScanned, usageDecoded)
+	}
+}
+
+// scanUsageOf says whether scanUsage reads u whole.
+func scanUsageOf(dst interface{ scanUsage(*jsonScanner) bool }, u []byte) bool {
+	sc := jsonScanner{b: u}
+	return dst.scanUsage(&sc) && sc.i == len(u)
 }
 
 // FuzzDecodeUsage: decodeUsage never reads an answer otherwise than the

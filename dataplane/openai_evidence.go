@@ -519,6 +519,34 @@ type openAIUsageObject struct {
 	} `json:"completion_tokens_details"`
 }
 
+// scanUsage reads the object next in sc as encoding/json would, where
+// its counts are plain (decodeUsage).
+func (o *openAIUsageObject) scanUsage(sc *jsonScanner) bool {
+	counts := [...]*int64{&o.InputTokens, &o.OutputTokens, nil, nil, &o.PromptTokens, &o.CompletionTokens, nil, nil}
+	details := [...]*int64{2: &o.InputTokensDetails.CachedTokens, 3: &o.OutputTokensDetails.ReasoningTokens,
+		6: &o.PromptTokensDetails.CachedTokens, 7: &o.CompletionTokensDetails.ReasoningTokens}
+	return sc.countsObject(openAIUsageFields, func(f int) bool {
+		if counts[f] != nil {
+			return sc.int64OrNull(counts[f])
+		}
+		fields := openAICachedFields
+		if f == 3 || f == 7 {
+			fields = openAIReasoningFields
+		}
+		return sc.countsObject(fields, func(int) bool { return sc.int64OrNull(details[f]) })
+	})
+}
+
+// openAIUsageFields are openAIUsageObject's keys, in scanUsage's order;
+// the details objects have one count each.
+var (
+	openAIUsageFields = [][]byte{[]byte("input_tokens"), []byte("output_tokens"), []byte("input_tokens_details"),
+		[]byte("output_tokens_details"), []byte("prompt_tokens"), []byte("completion_tokens"),
+		[]byte("prompt_tokens_details"), []byte("completion_tokens_details")}
+	openAICachedFields    = [][]byte{[]byte("cached_tokens")}
+	openAIReasoningFields = [][]byte{[]byte("reasoning_tokens")}
+)
+
 // usage normalizes the counts: the input less its cached tokens (which
 // are the cache read; OpenAI reports no cache writes), the output with
 // its reasoning. A negative count is none, and a part is never more
