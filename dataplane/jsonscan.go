@@ -148,6 +148,20 @@ func (sc *jsonScanner) countsObject(fields [][]byte, read func(field int) bool) 
 
 var usageTop = [][]byte{[]byte("usage")}
 
+// validJSON is json.Valid by the scan, which is several times faster: a
+// stream's every event is checked. What the scan does not take (not JSON,
+// or nested past maxScanDepth) json.Valid answers.
+func validJSON(b []byte) bool {
+	sc := jsonScanner{b: b}
+	sc.space()
+	if sc.value() {
+		if sc.space(); sc.i == len(b) {
+			return true
+		}
+	}
+	return json.Valid(b)
+}
+
 // The fields headScan reads, in the order its switch names them.
 var (
 	headTop      = [][]byte{[]byte("model"), []byte("stream"), []byte("prompt_cache_key"), []byte("metadata")}

@@ -429,3 +429,39 @@ func BenchmarkAnswerUsage(b *testing.B) {
 		}
 	}
 }
+
+// TestValidJSON: as json.Valid, on random values and their mutants.
+func TestValidJSON(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(9, 26))
+	for range 3000 {
+		v := []byte(ws(rng) + randomJSON(rng, 4) + ws(rng))
+		for _, b := range [][]byte{v, mutateJSON(rng, v), mutateJSON(rng, v)} {
+			if got, want := validJSON(b), json.Valid(b); got != want {
+				t.Errorf("validJSON(%q) = %v, json.Valid %v", b, got, want)
+			}
+		}
+	}
+	deep := strings.Repeat("[", maxScanDepth+1) + strings.Repeat("]", maxScanDepth+1)
+	if !validJSON([]byte(deep)) {
+		t.Errorf("validJSON refuses a value nested past maxScanDepth")
+	}
+}
+
+// BenchmarkValidJSON checks a stream's text delta, as every event is.
+func BenchmarkValidJSON(b *testing.B) {
+	data := []byte(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello! This is the weir upstream simulator, streaming a delta."}}`)
+	for _, how := range []struct {
+		name  string
+		valid func([]byte) bool
+	}{{"scan", validJSON}, {"json.Valid", json.Valid}} {
+		b.Run(how.name, func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			for b.Loop() {
+				if !how.valid(data) {
+					b.Fatal("invalid")
+				}
+			}
+		})
+	}
+}

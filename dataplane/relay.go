@@ -515,7 +515,7 @@ func malformedEvent(sf surface, ev sseEvent) bool {
 		return true
 	case len(ev.data) == 0:
 		return false
-	case !json.Valid(ev.data):
+	case !validJSON(ev.data):
 		return string(ev.data) != "[DONE]"
 	}
 	// "message" is the SSE default for an event without a name.
