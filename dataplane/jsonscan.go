@@ -136,9 +136,9 @@ func (sc *jsonScanner) int64OrNull(dst *int64) bool {
 	return true
 }
 
-// countsObject takes null (the counts unchanged) or an object whose
-// fields[k] is an integer count into counts[k] (other keys skipped), as
-// encoding/json decodes it into a struct of int64 fields.
+// countsObject takes null (a struct left as it was, as encoding/json
+// leaves it) or an object, whose fields[k] read(k) takes (other keys
+// skipped).
 func (sc *jsonScanner) countsObject(fields [][]byte, read func(field int) bool) bool {
 	if sc.takeNull() {
 		return true

@@ -404,8 +404,9 @@ func (v *view) killedUnder(q *Request) (time.Duration, bool) {
 
 // lateStart is how long after its client went away a worker may still
 // start a request (and date its event): the request's head was sent, and
-// a loaded machine runs the worker's connection late. A run under the
-// race detector beside other tests saw more than 100 ms.
+// a loaded machine runs the worker's connection late. With 100 ms, a CI
+// run under the race detector, beside other packages' tests, left such
+// an event (status 0: nothing was answered) standing for no request.
 const lateStart = time.Second
 
 // A taker is a request whose route event nobody saw the id of: cut
