@@ -134,7 +134,6 @@ func FuzzHeadScan(f *testing.F) {
 // of them, plain, in any order, null now and then) among others holding
 // any JSON, with any white space between tokens.
 func randomHeadBody(rng *rand.Rand) string {
-	type member struct{ key, value string }
 	var ms []member
 	if rng.IntN(8) > 0 {
 		ms = append(ms, member{"model", pick(rng, `"claude-sonnet-4-5"`, `"gpt-5-codex"`, `null`, `""`, `"モデル"`)})
@@ -152,6 +151,15 @@ func randomHeadBody(rng *rand.Rand) string {
 	for i := range rng.IntN(5) {
 		ms = append(ms, member{pick(rng, "messages", "tools", "system", "max_tokens", "input", "temperature") + strconv.Itoa(i), randomJSON(rng, 3)})
 	}
+	return randomObject(rng, ms)
+}
+
+// A member is an object's key and its value's JSON text.
+type member struct{ key, value string }
+
+// randomObject writes ms as an object in random order, with any white
+// space between tokens.
+func randomObject(rng *rand.Rand, ms []member) string {
 	rng.Shuffle(len(ms), func(i, j int) { ms[i], ms[j] = ms[j], ms[i] })
 	var b strings.Builder
 	b.WriteString(ws(rng) + "{")
@@ -282,7 +290,6 @@ func checkDecodeUsage(t *testing.T, body []byte) (scanned bool) {
 // randomAnswer is a non-streamed answer of either wire: content of any
 // JSON, and (mostly) a usage object, sometimes of the wrong shape.
 func randomAnswer(rng *rand.Rand) string {
-	type member struct{ key, value string }
 	ms := []member{{"id", `"msg_01"`}, {"content", randomJSON(rng, 3)}}
 	if rng.IntN(6) > 0 {
 		ms = append(ms, member{"usage", randomUsage(rng)})
@@ -290,17 +297,7 @@ func randomAnswer(rng *rand.Rand) string {
 	for i := range rng.IntN(4) {
 		ms = append(ms, member{pick(rng, "model", "stop_reason", "output", "type") + strconv.Itoa(i), randomJSON(rng, 2)})
 	}
-	rng.Shuffle(len(ms), func(i, j int) { ms[i], ms[j] = ms[j], ms[i] })
-	var b strings.Builder
-	b.WriteString(ws(rng) + "{")
-	for i, m := range ms {
-		if i > 0 {
-			b.WriteString(ws(rng) + ",")
-		}
-		b.WriteString(ws(rng) + strconv.Quote(m.key) + ws(rng) + ":" + ws(rng) + m.value)
-	}
-	b.WriteString(ws(rng) + "}" + ws(rng))
-	return b.String()
+	return randomObject(rng, ms)
 }
 
 // randomUsage is a usage object of either wire, or something in its
