@@ -76,15 +76,16 @@ type routeCache struct {
 	usedSince bool
 	// roll is where the rolling refresh stands.
 	roll rolling
-	// kick wakes the background reader for an "all".
-	kick chan struct{}
+	// kick wakes the background reader for an "all"; used wakes it
+	// when an Acquire reads a cache it stopped ticking for (quiet).
+	kick, used chan struct{}
 	// cancel and done stop the background reader.
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
 func newRouteCache(s store, watch *poolWatch, log *slog.Logger, now func() time.Time) *routeCache {
-	c := &routeCache{store: s, watch: watch, log: log, now: now, dirty: map[uuid.UUID]uint64{}, kick: make(chan struct{}, 1)}
+	c := &routeCache{store: s, watch: watch, log: log, now: now, dirty: map[uuid.UUID]uint64{}, kick: make(chan struct{}, 1), used: make(chan struct{}, 1)}
 	watch.onEvents(c.onEvent)
 	return c
 }
@@ -325,10 +326,13 @@ func compareRouteKey(e *routeEntry, k routeKey) int {
 }
 
 // run reads the cache in the background until ctx ends: whole on an
-// "all", and a slice every routeSliceEvery (refresh).
+// "all", and a slice every routeSliceEvery (refresh). While nothing is
+// to be read until an Acquire reads the cache (quiet), it stops ticking,
+// so that an idle control plane does not wake ten times a second.
 func (c *routeCache) run(ctx context.Context) {
 	t := time.NewTicker(routeSliceEvery)
 	defer t.Stop()
+	tick := t.C
 	failing := false
 	for {
 		select {
@@ -342,15 +346,33 @@ func (c *routeCache) run(ctx context.Context) {
 			if err := c.reload(ctx, epoch, true); err != nil && ctx.Err() == nil {
 				c.log.WarnContext(ctx, "routing cache: read the pool", "err", err)
 			}
-		case <-t.C:
+		case <-c.used:
+			if tick == nil {
+				t.Reset(routeSliceEvery)
+				tick = t.C
+			}
+		case <-tick:
 			err := c.refresh(ctx, time.Now())
 			if err != nil && !failing && ctx.Err() == nil {
 				// Once per run of failures: the tick retries the slice.
 				c.log.WarnContext(ctx, "routing cache: read a slice of the pool", "err", err)
 			}
 			failing = err != nil
+			if !failing && c.quiet() {
+				t.Stop()
+				tick = nil
+			}
 		}
 	}
+}
+
+// quiet says whether the rolling refresh has nothing to read until an
+// Acquire reads the cache: no cycle runs, and none read it since the last
+// one began. read wakes run then (used).
+func (c *routeCache) quiet() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.roll.active && !c.usedSince
 }
 
 // refresh is one tick of the rolling refresh at now: it reads the cycle's
@@ -435,8 +457,15 @@ func (c *routeCache) read(ctx context.Context) (*routeSnap, error) {
 	}
 	c.mu.Lock()
 	s := c.snap
+	woke := !c.usedSince
 	c.usedSince = true
 	c.mu.Unlock()
+	if woke {
+		select {
+		case c.used <- struct{}{}:
+		default:
+		}
+	}
 	if s == nil || s.epoch != epoch {
 		if err := c.reload(ctx, epoch, false); err != nil {
 			return nil, err

@@ -495,6 +495,25 @@ func TestRouteCacheRollingRefresh(t *testing.T) {
 	if peek(first).Account.OverloadedAt == nil {
 		t.Error("the rolling refresh read the pool while no Acquire read the cache")
 	}
+
+	// Quiet now: the background reader stops ticking until an Acquire
+	// reads the cache, and that read wakes it.
+	if !c.quiet() {
+		t.Error("no cycle runs and no Acquire read the cache since, yet not quiet")
+	}
+	select {
+	case <-c.used: // an earlier read's, while the reader was stopped
+	default:
+	}
+	e.cachedView("sonnet", now)
+	if c.quiet() {
+		t.Error("an Acquire read the cache, yet quiet")
+	}
+	select {
+	case <-c.used:
+	default:
+		t.Error("an Acquire's read did not wake the background reader")
+	}
 }
 
 // BenchmarkRouteSnapCandidates is what one Acquire pays to turn the

@@ -54,6 +54,9 @@ type classGate struct {
 	// count counts what happened to a request (the lease pool metric's
 	// label: "shared_none", "queued").
 	count func(what string)
+	// made, if set, is told when a class's state is made: the sweep,
+	// which stops while the gate is empty, has work again.
+	made func()
 
 	mu sync.Mutex
 	// gen is bumped by what may make a refused class servable: the
@@ -521,8 +524,19 @@ func (g *classGate) classLocked(cls leaseClass) *gateClass {
 	if c == nil {
 		c = &gateClass{}
 		g.classes[cls] = c
+		if g.made != nil {
+			g.made()
+		}
 	}
 	return c
+}
+
+// empty says whether the gate holds no class's state: the sweep has
+// nothing to do.
+func (g *classGate) empty() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.classes) == 0
 }
 
 // tidyLocked drops cls's state once nothing is in it.

@@ -47,6 +47,8 @@ type leasePool struct {
 	// idleFor is how long a reusable lease may sit unused before it is
 	// returned: an idle worker must not keep slots other workers could use.
 	idleFor time.Duration
+	// sweepWake restarts sweepLoop's ticks (wakeSweep).
+	sweepWake chan struct{}
 	// forgetKeys is called when a client key changed.
 	forgetKeys func()
 
@@ -107,6 +109,8 @@ func newLeasePool(client weirv1connect.LeaseServiceClient, log *slog.Logger, now
 		cache: newReuseCache(now), prefetching: map[leaseClass]int{}, life: ctx, stop: cancel,
 	}
 	p.gate = newClassGate(now, sleep, func(what string) { m.leasePool.WithLabelValues(what).Inc() })
+	p.sweepWake = make(chan struct{}, 1)
+	p.cache.idled, p.gate.made = p.wakeSweep, p.wakeSweep
 	p.client = observedClient{LeaseServiceClient: client, p: p}
 	p.settle = (&outbox[*weirv1.ReleaseItem]{what: "successes", log: log, send: p.settleBatch,
 		dropped: func(n int) { m.reportsDropped.WithLabelValues("success").Add(float64(n)) },
@@ -347,6 +351,10 @@ func (p *leasePool) notReady() {
 	p.gate.invalidate()
 }
 
+// sweepLoop sweeps the cache and the gate every period, and stops
+// ticking while both are empty (an idle worker does not wake twenty
+// times a second for nothing) until either has something again
+// (wakeSweep).
 func (p *leasePool) sweepLoop(ctx context.Context) {
 	defer p.done.Done()
 	period := 100 * time.Millisecond
@@ -355,14 +363,33 @@ func (p *leasePool) sweepLoop(ctx context.Context) {
 	}
 	t := time.NewTicker(period)
 	defer t.Stop()
+	tick := t.C
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-p.sweepWake:
+			if tick == nil {
+				t.Reset(period)
+				tick = t.C
+			}
+		case <-tick:
 			p.giveBack(p.cache.sweep(p.idleFor))
 			p.gate.sweep()
+			if p.cache.empty() && p.gate.empty() {
+				t.Stop()
+				tick = nil
+			}
 		}
+	}
+}
+
+// wakeSweep tells sweepLoop that the cache or the gate has something to
+// sweep; it never blocks (the caller may hold their lock).
+func (p *leasePool) wakeSweep() {
+	select {
+	case p.sweepWake <- struct{}{}:
+	default:
 	}
 }
 

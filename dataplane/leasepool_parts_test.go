@@ -181,3 +181,30 @@ func TestPartsLeasePoolRedeliversAfterOutage(t *testing.T) {
 		}
 	})
 }
+
+// TestPartsLeasePoolSweepsAfterQuiet: the sweep stops ticking while
+// nothing is idle, and a lease that goes idle later still goes back
+// after LeaseIdle.
+func TestPartsLeasePoolSweepsAfterQuiet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := reuseRig(t, &fakeAccount{id: "a"})
+		time.Sleep(time.Minute) // quiet: nothing cached, nothing at the gate
+		synctest.Wait()
+		if !r.s.pool.cache.empty() || !r.s.pool.gate.empty() {
+			t.Fatal("an idle worker's pool holds something to sweep")
+		}
+		if got := r.send(t.Context(), false); got.status != 200 {
+			t.Fatalf("%d %s", got.status, got.body)
+		}
+		time.Sleep(7 * time.Second) // LeaseIdle and a tick
+		synctest.Wait()
+		_, _, batched := r.counts()
+		var given bool
+		for _, it := range batched {
+			given = given || !it.Keep && it.Outcome == nil
+		}
+		if !given || !r.s.pool.cache.empty() {
+			t.Errorf("ReleaseBatch items %v: the idle lease was not given back after LeaseIdle", batched)
+		}
+	})
+}

@@ -37,6 +37,9 @@ type reuseCache struct {
 	sessions   map[string]sessionEntry
 	// rates counts each class's reuses per second.
 	rates map[leaseClass]reuseRate
+	// idled, if set, is told when a lease goes idle: the sweep, which
+	// stops while nothing is idle, has work again.
+	idled func()
 }
 
 // leaseClass is what a reused lease may serve: one key, surface and model,
@@ -204,6 +207,9 @@ func (c *reuseCache) putBack(id string, before func()) (leaseClass, bool) {
 func (c *reuseCache) putIdleLocked(w *warmLease) {
 	w.idleSince = time.Now()
 	c.idle[w.class] = append(c.idle[w.class], w)
+	if c.idled != nil {
+		c.idled()
+	}
 }
 
 // take returns an idle lease that may serve cls (and session), most
@@ -417,4 +423,11 @@ func (c *reuseCache) sweep(idleFor time.Duration) []string {
 		c.setIdleLocked(cls, kept)
 	}
 	return out
+}
+
+// empty says whether no lease is idle: the sweep has nothing to do.
+func (c *reuseCache) empty() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.idle) == 0
 }
