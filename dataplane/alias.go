@@ -48,42 +48,20 @@ type valueSpan struct{ start, end int }
 func modelSpans(body []byte) (spans []valueSpan, ok bool) {
 	sc := jsonScanner{b: body}
 	sc.space()
-	if !sc.take('{') {
-		return nil, false
-	}
-	sc.space()
-	if sc.take('}') {
-		sc.space()
-		return nil, sc.i == len(body)
-	}
-	for {
-		key, escaped, ok := sc.str()
-		if !ok || escaped {
-			return nil, false
-		}
-		sc.space()
-		if !sc.take(':') {
-			return nil, false
-		}
-		sc.space()
+	ok = sc.take('{') && sc.members(func(key []byte, escaped bool) bool {
 		from := sc.i
-		if !sc.value() {
-			return nil, false
+		if escaped || !sc.value() {
+			return false
 		}
 		if string(key) == "model" {
 			spans = append(spans, valueSpan{from, sc.i})
 		}
-		sc.space()
-		switch {
-		case sc.take(','):
-			sc.space()
-		case sc.take('}'):
-			sc.space()
-			return spans, sc.i == len(body)
-		default:
-			return nil, false
-		}
+		return true
+	})
+	if !ok || !sc.end() {
+		return nil, false
 	}
+	return spans, true
 }
 
 // modelSpansDecoder is modelSpans by the decoder, token by token: it

@@ -53,8 +53,7 @@ func headScan(body []byte) (h requestHead, ok bool) {
 			return sc.object(headMetadata, func(int) bool { return sc.stringOrNull(&h.userID) })
 		}
 	})
-	sc.space()
-	return h, ok && sc.i == len(sc.b)
+	return h, ok && sc.end()
 }
 
 // decodeUsage decodes the value of body's top-level "usage" into dst as
@@ -79,7 +78,7 @@ func decodeUsage[T any, PT interface {
 		raw = body[from:sc.i]
 		return true
 	})
-	if sc.space(); !ok || sc.i != len(body) {
+	if !ok || !sc.end() {
 		var m struct {
 			Usage T `json:"usage"`
 		}
@@ -91,7 +90,7 @@ func decodeUsage[T any, PT interface {
 	}
 	var v T
 	if raw != nil {
-		if u := (jsonScanner{b: raw}); !PT(&v).scanUsage(&u) || u.i != len(raw) {
+		if u := (jsonScanner{b: raw}); !PT(&v).scanUsage(&u) || !u.end() {
 			v = *new(T)
 			if err := json.Unmarshal(raw, &v); err != nil {
 				return err
@@ -154,12 +153,7 @@ var usageTop = [][]byte{[]byte("usage")}
 func validJSON(b []byte) bool {
 	sc := jsonScanner{b: b}
 	sc.space()
-	if sc.value() {
-		if sc.space(); sc.i == len(b) {
-			return true
-		}
-	}
-	return json.Valid(b)
+	return sc.value() && sc.end() || json.Valid(b)
 }
 
 // The fields headScan reads, in the order its switch names them.
@@ -216,47 +210,25 @@ func (sc *jsonScanner) takeLiteral(lit string) bool {
 
 func (sc *jsonScanner) takeNull() bool { return sc.takeLiteral("null") }
 
-// object reads the members of an object whose '{' was just taken,
-// through its '}'. A key equal to fields[k] has its value read by
-// read(k), which must take the whole value; other keys' values are
-// skipped. Any key twice, or a case variant of a field, is a give-up.
-func (sc *jsonScanner) object(fields [][]byte, read func(field int) bool) bool {
-	var seen [maxScanKeys][]byte
-	keys := seen[:0]
+// members reads the members of an object whose '{' was just taken,
+// through its '}': for each, its key's text as written and whether it
+// holds escapes, then member, which must take the whole value.
+func (sc *jsonScanner) members(member func(key []byte, escaped bool) bool) bool {
 	sc.space()
 	if sc.take('}') {
 		return true
 	}
 	for {
 		key, escaped, ok := sc.str()
-		if !ok || escaped || !utf8.Valid(key) {
+		if !ok {
 			return false
 		}
-		if len(keys) == maxScanKeys {
-			return false
-		}
-		for _, k := range keys {
-			if bytes.Equal(k, key) {
-				return false
-			}
-		}
-		keys = append(keys, key)
 		sc.space()
 		if !sc.take(':') {
 			return false
 		}
 		sc.space()
-		field := -1
-		for k, name := range fields {
-			if bytes.Equal(key, name) {
-				field = k
-				break
-			}
-			if bytes.EqualFold(key, name) {
-				return false
-			}
-		}
-		if field >= 0 && !read(field) || field < 0 && !sc.value() {
+		if !member(key, escaped) {
 			return false
 		}
 		sc.space()
@@ -269,6 +241,42 @@ func (sc *jsonScanner) object(fields [][]byte, read func(field int) bool) bool {
 			return false
 		}
 	}
+}
+
+// object reads the members of an object whose '{' was just taken,
+// through its '}'. A key equal to fields[k] has its value read by
+// read(k), which must take the whole value; other keys' values are
+// skipped. Any key twice, or a case variant of a field, is a give-up.
+func (sc *jsonScanner) object(fields [][]byte, read func(field int) bool) bool {
+	var seen [maxScanKeys][]byte
+	keys := seen[:0]
+	return sc.members(func(key []byte, escaped bool) bool {
+		if escaped || !utf8.Valid(key) || len(keys) == maxScanKeys {
+			return false
+		}
+		for _, k := range keys {
+			if bytes.Equal(k, key) {
+				return false
+			}
+		}
+		keys = append(keys, key)
+		for k, name := range fields {
+			if bytes.Equal(key, name) {
+				return read(k)
+			}
+			if bytes.EqualFold(key, name) {
+				return false
+			}
+		}
+		return sc.value()
+	})
+}
+
+// end takes the white space after a value and says whether the text ends
+// there.
+func (sc *jsonScanner) end() bool {
+	sc.space()
+	return sc.i == len(sc.b)
 }
 
 // str takes a string, which must be next, and gives its text as written,

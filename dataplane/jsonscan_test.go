@@ -53,26 +53,33 @@ func fmtHead(h requestHead) string {
 // to the decoder.
 func TestHeadScanAgrees(t *testing.T) {
 	t.Parallel()
-	rng := rand.New(rand.NewPCG(7, 26))
-	mutants, mutantsScanned := 0, 0
+	agreesWithDecoder(t, rand.New(rand.NewPCG(7, 26)), randomHeadBody, mutateJSON, checkHeadScan)
+}
+
+// agreesWithDecoder runs a scan's check against the decoder (check says
+// whether the scan itself read the body) on 3,000 clean bodies, which the
+// scan must read, and 8 mutants of each. Both kinds of mutant must
+// occur, or the mutants test nothing of the scan.
+func agreesWithDecoder(t *testing.T, rng *rand.Rand, clean func(*rand.Rand) string,
+	mutate func(*rand.Rand, []byte) []byte, check func(*testing.T, []byte) bool) {
+	t.Helper()
+	mutants, scanned := 0, 0
 	for range 3000 {
-		body := []byte(randomHeadBody(rng))
-		if !checkHeadScan(t, body) {
-			t.Fatalf("headScan gave up on a clean body %q", body)
+		body := []byte(clean(rng))
+		if !check(t, body) {
+			t.Fatalf("the scan gave up on a clean body %q", body)
 		}
 		for range 8 {
-			m := mutateJSON(rng, body)
 			mutants++
-			if checkHeadScan(t, m) {
-				mutantsScanned++
+			if check(t, mutate(rng, body)) {
+				scanned++
 			}
 		}
 	}
-	// Both kinds must occur, or the mutants test nothing of the scan.
-	if mutantsScanned == 0 || mutantsScanned == mutants {
-		t.Fatalf("%d of %d mutants scanned", mutantsScanned, mutants)
+	if scanned == 0 || scanned == mutants {
+		t.Fatalf("%d of %d mutants scanned", scanned, mutants)
 	}
-	t.Logf("%d of %d mutants read by the scan, the rest by the decoder", mutantsScanned, mutants)
+	t.Logf("%d of %d mutants read by the scan, the rest by the decoder", scanned, mutants)
 }
 
 // TestParseHeadTakesTheScan: the bodies agents send, from the plain to
@@ -282,9 +289,7 @@ func checkDecodeUsage(t *testing.T, body []byte) (scanned bool) {
 	}
 	sc := jsonScanner{b: body}
 	sc.space()
-	ok := sc.take('{') && sc.object(usageTop, func(int) bool { return sc.value() })
-	sc.space()
-	return ok && sc.i == len(body)
+	return sc.take('{') && sc.object(usageTop, func(int) bool { return sc.value() }) && sc.end()
 }
 
 // randomAnswer is a non-streamed answer of either wire: content of any
@@ -340,30 +345,17 @@ func randomUsage(rng *rand.Rand) string {
 func TestDecodeUsageAgrees(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(26, 7))
-	mutants, mutantsScanned, usageScanned, usageDecoded := 0, 0, 0, 0
-	for range 3000 {
-		body := []byte(randomAnswer(rng))
-		if !checkDecodeUsage(t, body) {
-			t.Fatalf("the scan gave up on a clean answer %q", body)
+	agreesWithDecoder(t, rng, randomAnswer, func(rng *rand.Rand, body []byte) []byte {
+		m := mutateJSON(rng, body)
+		switch rng.IntN(4) {
+		case 0:
+			m = []byte(strings.Replace(string(m), `"usage"`, pick(rng, `"Usage"`, `"USAGE"`, `"usage","usage":{}`, `"us\u0061ge"`), 1))
+		case 1:
+			m = []byte(strings.Replace(string(m), `{`, `{"usage":{"output_tokens":99},`, 1))
 		}
-		for range 8 {
-			m := mutateJSON(rng, body)
-			switch rng.IntN(4) {
-			case 0:
-				m = []byte(strings.Replace(string(m), `"usage"`, pick(rng, `"Usage"`, `"USAGE"`, `"usage","usage":{}`, `"us\u0061ge"`), 1))
-			case 1:
-				m = []byte(strings.Replace(string(m), `{`, `{"usage":{"output_tokens":99},`, 1))
-			}
-			mutants++
-			if checkDecodeUsage(t, m) {
-				mutantsScanned++
-			}
-		}
-	}
-	if mutantsScanned == 0 || mutantsScanned == mutants {
-		t.Fatalf("%d of %d mutants scanned", mutantsScanned, mutants)
-	}
-	t.Logf("%d of %d mutants read by the scan, the rest by the decoder", mutantsScanned, mutants)
+		return m
+	}, checkDecodeUsage)
+	usageScanned, usageDecoded := 0, 0
 	// The usage objects themselves: both kinds must occur for each wire.
 	for range 2000 {
 		u := []byte(randomUsage(rng))
@@ -384,7 +376,7 @@ func TestDecodeUsageAgrees(t *testing.T) {
 // scanUsageOf says whether scanUsage reads u whole.
 func scanUsageOf(dst interface{ scanUsage(*jsonScanner) bool }, u []byte) bool {
 	sc := jsonScanner{b: u}
-	return dst.scanUsage(&sc) && sc.i == len(u)
+	return dst.scanUsage(&sc) && sc.end()
 }
 
 // FuzzDecodeUsage: decodeUsage never reads an answer otherwise than the
