@@ -103,12 +103,18 @@ type Config struct {
 	// how long a worker serves a class from the accounts routing chose
 	// for it; every change routing must see at once (a cooldown, a pause,
 	// a gate, a usage band crossed) drops the account's leases by
-	// notification anyway. 5 s, not 2: with streams of about half a
-	// second, a 2 s window (renewed from three quarters of it) served two
-	// or three streams a lease, and Acquires cost a stream 0.87 Postgres
-	// write transactions; at 5 s, 0.52, and 3.4 ms of CPU per stream
-	// instead of 4.8 (weir bench apart, 100 streams a second).
-	// Default 5s; negative here (0 in the environment) turns reuse off.
+	// notification anyway, and a held request's wait makes workers give
+	// that account's idle leases back; what the window alone refreshes is
+	// the soft order among eligible accounts (usage within a band, how
+	// busy each is). 15 s, not 5 or 2: a busy class renews
+	// every lease once a window (a fresh Acquire and claim from three
+	// quarters of it, the old lease settled), so at 100 streams of about
+	// half a second a second the renewals were most of the Postgres
+	// writes: 0.87 write transactions a stream at 2 s, 0.44 at 5 s, 0.24
+	// at 15 s; the whole stack's CPU per stream, three alternated runs
+	// each, 3.34 against 2.67 ms for weir dev and 3.25 against 2.82 for
+	// split (weir bench apart, 100 streams a second).
+	// Default 15s; negative here (0 in the environment) turns reuse off.
 	// Env: WEIR_LEASE_REUSE.
 	LeaseReuse time.Duration
 	// SessionTTL is how long an idle session stays bound to its account.
@@ -271,7 +277,7 @@ func (c *Config) setDefaults() {
 	}
 	switch {
 	case c.LeaseReuse == 0:
-		c.LeaseReuse = 5 * time.Second
+		c.LeaseReuse = 15 * time.Second
 	case c.LeaseReuse < 0:
 		c.LeaseReuse = 0 // off
 	}

@@ -20,8 +20,8 @@ func TestLeaseReuseUntil(t *testing.T) {
 	a, _ := e.createAccount(acct{maxConc: 8})
 	now := e.clock.Now()
 	l := e.mustLease(&weirv1.AcquireRequest{KeyHash: key, Model: "claude-sonnet-4-5"})
-	if want := now.Add(reuseFor(5*time.Second, uuid.MustParse(l.Id))); l.ReuseUntil == nil || !l.ReuseUntil.AsTime().Equal(want) {
-		t.Errorf("reuse_until %v, want %v (the default 5s, spread by the id)", l.ReuseUntil, want)
+	if want := now.Add(reuseFor(15*time.Second, uuid.MustParse(l.Id))); l.ReuseUntil == nil || !l.ReuseUntil.AsTime().Equal(want) {
+		t.Errorf("reuse_until %v, want %v (the default 15s, spread by the id)", l.ReuseUntil, want)
 	}
 	for name, req := range map[string]*weirv1.AcquireRequest{
 		"exclude": {KeyHash: key, Model: "claude-sonnet-4-5", ExcludeAccountIds: []string{uuid.NewString()}},
