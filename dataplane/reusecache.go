@@ -98,6 +98,15 @@ const spareRate = 20
 // idle leases.
 const busyIdle = 10
 
+// busyKeep is how many idle leases a busy class keeps while it is busy,
+// however long they sat: the one its next take finds and the spares that
+// take wants left. Swept after busyIdle×idleFor, a busy class's spares
+// went back about once a second, and the next take asked for them again:
+// at 200 requests a second on one key, two Acquires and two claims a
+// second for nothing. A held request's wait on an account still makes
+// the worker give these back (the pool watch names the account).
+const busyKeep = spares + 1
+
 // refill is what a take asks its owner to fetch ahead of the class's next
 // requests.
 type refill int
@@ -397,23 +406,38 @@ func (c *reuseCache) setIdleLocked(cls leaseClass, stack []*warmLease) {
 }
 
 // sweep returns the leases idle for idleFor (on the monotonic clock; a
-// busy class's for busyIdle times that) or past their reuse deadline.
+// busy class's for busyIdle times that) or past their reuse deadline. A
+// busy class keeps its busyKeep most recently used idle leases however
+// long they sat, until the deadline.
 func (c *reuseCache) sweep(idleFor time.Duration) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now, mono := c.now(), time.Now()
 	var out []string
 	for cls, stack := range c.idle {
-		kept := stack[:0]
-		limit := idleFor
+		limit, keep := idleFor, 0
 		if c.busyLocked(cls, mono) {
 			// A busy class's hiccup (a GC, a slow client) needs more leases
 			// at once than its average: kept a while, they absorb it instead
 			// of a burst of Acquires at the slowest moment.
-			limit *= busyIdle
+			limit, keep = limit*busyIdle, busyKeep
 		}
-		for _, w := range stack {
-			if mono.Sub(w.idleSince) >= limit || !now.Before(w.reuseUntil) {
+		// The stack is oldest first: its top is what a take finds.
+		swept := make([]bool, len(stack))
+		for i := len(stack) - 1; i >= 0; i-- {
+			w := stack[i]
+			switch {
+			case !now.Before(w.reuseUntil):
+				swept[i] = true
+			case keep > 0:
+				keep--
+			default:
+				swept[i] = mono.Sub(w.idleSince) >= limit
+			}
+		}
+		kept := stack[:0]
+		for i, w := range stack {
+			if swept[i] {
 				delete(c.reusable, w.lease.Id)
 				out = append(out, w.lease.Id)
 				continue

@@ -150,11 +150,22 @@ func TestReuseCacheSweep(t *testing.T) {
 			t.Errorf("swept %v after idleFor, want [short long]", got)
 		}
 
+		// A busy class: five idle leases, b5 used spareRate times in a
+		// second, b4's reuse over in a second.
 		busy := testClass
 		busy.model = "busy"
-		warm(t, c, busy, "", reusableLease("b", "a", time.Minute))
+		for _, id := range []string{"b1", "b2", "b3", "b4", "b5"} {
+			d := time.Minute
+			if id == "b4" {
+				d = time.Second
+			}
+			warm(t, c, busy, "", reusableLease(id, "a", d))
+		}
 		for range spareRate {
 			w, _ := c.take(busy, "")
+			if w.lease.Id != "b5" {
+				t.Fatalf("took %s, want the most recently used, b5", w.lease.Id)
+			}
 			if _, ok := c.putBack(w.lease.Id, func() {}); !ok {
 				t.Fatal("the busy class's lease was not kept")
 			}
@@ -163,9 +174,21 @@ func TestReuseCacheSweep(t *testing.T) {
 		if got := c.sweep(idleFor); len(got) != 0 {
 			t.Errorf("swept %v of a busy class after idleFor", got)
 		}
+		// Still busy: past busyIdle×idleFor the leases beyond its busyKeep
+		// most recently used go, and a kept one at its reuse deadline.
 		time.Sleep(busyIdle * idleFor)
-		if got := c.sweep(idleFor); !slices.Equal(got, []string{"b"}) {
-			t.Errorf("swept %v of a busy class after busyIdle×idleFor, want [b]", got)
+		if got := c.sweep(idleFor); !slices.Equal(got, []string{"b1", "b4"}) {
+			t.Errorf("swept %v of a busy class after busyIdle×idleFor, want [b1 b4] (busyKeep %d kept)", got, busyKeep)
+		}
+		for _, id := range []string{"b1", "b4"} {
+			if c.reusable[id] != nil {
+				t.Errorf("swept lease %s is still reusable", id)
+			}
+		}
+		// No longer busy (no reuse for two seconds): idleFor again.
+		time.Sleep(time.Second)
+		if got := c.sweep(idleFor); !slices.Equal(got, []string{"b2", "b3", "b5"}) {
+			t.Errorf("swept %v once the class was quiet, want [b2 b3 b5]", got)
 		}
 		if c.has(busy, "") {
 			t.Error("a swept lease is still reusable")
