@@ -422,22 +422,18 @@ func (c *reuseCache) sweep(idleFor time.Duration) []string {
 			// of a burst of Acquires at the slowest moment.
 			limit, keep = limit*busyIdle, busyKeep
 		}
-		// The stack is oldest first: its top is what a take finds.
-		swept := make([]bool, len(stack))
-		for i := len(stack) - 1; i >= 0; i-- {
-			w := stack[i]
-			switch {
-			case !now.Before(w.reuseUntil):
-				swept[i] = true
-			case keep > 0:
+		// The stack is oldest first, its top what a take finds: from
+		// keepFrom on are the ones kept however long they sat.
+		keepFrom := len(stack)
+		for keep > 0 && keepFrom > 0 {
+			keepFrom--
+			if now.Before(stack[keepFrom].reuseUntil) {
 				keep--
-			default:
-				swept[i] = mono.Sub(w.idleSince) >= limit
 			}
 		}
 		kept := stack[:0]
 		for i, w := range stack {
-			if swept[i] {
+			if !now.Before(w.reuseUntil) || i < keepFrom && mono.Sub(w.idleSince) >= limit {
 				delete(c.reusable, w.lease.Id)
 				out = append(out, w.lease.Id)
 				continue
