@@ -17,7 +17,9 @@ import (
 // request path, in batches: whatever is queued when a call can go, up to
 // batch items, in one call. A call starts at most once per pace (unless
 // the last one was full): under load a batch fills meanwhile; after a
-// quiet spell an item goes alone and at once.
+// quiet spell an item goes alone and at once. What is only due (a
+// nudge: a request in progress, whose pending event due adds) goes with
+// the next batch, within a pace, not at once.
 //
 // A batch the control plane did not take (undelivered: it was
 // unreachable, or its database down) stays queued, first, and is sent
@@ -126,6 +128,27 @@ func (o *outbox[T]) paced(last time.Time) bool {
 	}
 }
 
+// awaitDue waits a pace after a nudge, or until something is put or
+// urgent; false when the outbox closes meanwhile. What a nudge announces
+// is due within a pace, not at once: a request that ends before then
+// needs no pending event, and a quiet worker's short request is stored
+// once, not twice.
+func (o *outbox[T]) awaitDue() bool {
+	if o.pace <= 0 {
+		return o.life.Err() == nil
+	}
+	t := time.NewTimer(o.pace)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-o.kick:
+	case <-o.hurry: // urgent stays set: paced lets it go at once
+	case <-o.life.Done():
+		return false
+	}
+	return true
+}
+
 func (o *outbox[T]) wake() {
 	select {
 	case o.kick <- struct{}{}:
@@ -178,6 +201,9 @@ func (o *outbox[T]) run() {
 			select {
 			case <-o.kick:
 			case <-o.nudge:
+				if !o.awaitDue() {
+					closing = true
+				}
 			case <-o.life.Done():
 				closing = true
 			}

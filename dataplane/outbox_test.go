@@ -302,3 +302,74 @@ func TestOutboxDue(t *testing.T) {
 		}
 	})
 }
+
+// TestOutboxNudgeWaitsAPace: what a nudge announces goes a pace later,
+// not at once: a request that ended meanwhile (gone from due) is not
+// sent, what is put meanwhile goes at once, and what is still due goes
+// when the pace is up.
+func TestOutboxNudgeWaitsAPace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const pace = 250 * time.Millisecond
+		nudge := make(chan struct{}, 1)
+		var mu sync.Mutex
+		var due []int
+		type call struct {
+			batch []int
+			at    time.Duration
+		}
+		var calls []call
+		start := time.Now()
+		out := (&outbox[int]{what: "ints", log: slog.New(slog.DiscardHandler), batch: 10, limit: 100, pace: pace,
+			send: func(_ context.Context, batch []int) error {
+				mu.Lock()
+				calls = append(calls, call{slices.Clone(batch), time.Since(start)})
+				mu.Unlock()
+				return nil
+			},
+			due: func(n int) []int {
+				mu.Lock()
+				defer mu.Unlock()
+				out := due[:min(n, len(due))]
+				due = due[len(out):]
+				return out
+			},
+			nudge:   nudge,
+			dropped: func(int) {},
+		}).start()
+		setDue := func(v ...int) {
+			mu.Lock()
+			due = v
+			mu.Unlock()
+		}
+
+		// A request registers and ends 10 ms later: its final event goes
+		// at once, alone.
+		setDue(10)
+		nudge <- struct{}{}
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		if len(calls) != 0 {
+			t.Fatalf("sent %v before the pace was up", calls)
+		}
+		setDue()
+		out.put(1)
+		synctest.Wait()
+
+		// One that runs on is sent a pace after it registered.
+		time.Sleep(time.Second)
+		setDue(11)
+		nudge <- struct{}{}
+		time.Sleep(pace - time.Millisecond)
+		synctest.Wait()
+		if len(calls) != 1 {
+			t.Fatalf("calls %v before the pace was up, want one", calls)
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		out.close(t.Context())
+		want := []call{{[]int{1}, 10 * time.Millisecond}, {[]int{11}, 1010*time.Millisecond + pace}}
+		if !slices.EqualFunc(calls, want, func(a, b call) bool { return slices.Equal(a.batch, b.batch) && a.at == b.at }) {
+			t.Errorf("calls %v, want %v", calls, want)
+		}
+	})
+}

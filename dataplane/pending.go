@@ -19,7 +19,9 @@ import (
 // plane's reaper closes it as "worker_lost" (0021_lease_clock.sql). A
 // request over before the next batch has only its final event: the cost
 // is one more row write for a request that outlives a report interval,
-// nothing for one that does not.
+// nothing for one that does not. On a quiet worker too: the nudge that
+// a request registered sends the next batch within a report interval,
+// not at once (outbox.awaitDue).
 type pendingRequests struct {
 	mu sync.Mutex
 	m  map[string]*pendingRequest
