@@ -153,32 +153,39 @@ func (st store) budgetsByScope(ctx context.Context, now time.Time) (map[uuid.UUI
 // team or the request's session over a budget, counting what the worker
 // spent and has not reported yet? It returns the first budget over (a
 // session cap before a period budget: it is the narrowest), or nil.
+//
+// The spend and which of the unreported requests are stored are read in
+// one snapshot: a report stored between two separate reads would be in
+// neither, not yet in the spend and already stored, and a session at its
+// cap would take one more request.
 func (l leaseService) checkBudgets(ctx context.Context, keyID uuid.UUID, session string, un *weirv1.UnreportedSpend) (*weirv1.BudgetBlock, error) {
-	rows, err := l.q.KeyBudgets(ctx, db.KeyBudgetsParams{KeyID: keyID, Now: l.now(), SessionKey: session})
-	if err != nil {
-		return nil, fmt.Errorf("read budgets: %w", err)
-	}
-	if len(rows) == 0 {
-		return nil, nil
-	}
 	reqs := un.GetRequests()
 	if len(reqs) > maxUnreportedRequests {
 		return nil, invalidf("unreported.requests: at most %d", maxUnreportedRequests)
 	}
-	var stored map[string]bool
-	if len(reqs) > 0 {
-		ids := make([]string, len(reqs))
-		for i, r := range reqs {
-			ids[i] = r.GetRequestId()
+	ids := make([]string, len(reqs))
+	for i, r := range reqs {
+		ids[i] = r.GetRequestId()
+	}
+	var rows []db.KeyBudgetsRow
+	var got []string
+	err := l.snapshot(ctx, func(q *db.Queries) error {
+		var err error
+		if rows, err = q.KeyBudgets(ctx, db.KeyBudgetsParams{KeyID: keyID, Now: l.now(), SessionKey: session}); err != nil {
+			return fmt.Errorf("read budgets: %w", err)
 		}
-		got, err := l.q.StoredRequests(ctx, ids)
-		if err != nil {
-			return nil, err
+		if len(rows) == 0 || len(ids) == 0 {
+			return nil
 		}
-		stored = make(map[string]bool, len(got))
-		for _, id := range got {
-			stored[id] = true
-		}
+		got, err = q.StoredRequests(ctx, ids)
+		return err
+	})
+	if err != nil || len(rows) == 0 {
+		return nil, err
+	}
+	stored := make(map[string]bool, len(got))
+	for _, id := range got {
+		stored[id] = true
 	}
 	return overBudget(rows, session, unreportedSums(reqs, stored)), nil
 }

@@ -249,3 +249,49 @@ func TestOverBudgetRule(t *testing.T) {
 		}
 	}
 }
+
+// TestBudgetCountsARequestStoredMeanwhile: a worker's unreported request
+// whose report the control plane stores while an Acquire checks the
+// budget is counted once, stored or unreported, never by neither: the
+// budget's spend and which requests are stored are read in one snapshot.
+// Each round is a fresh session whose cap is one request, checked while
+// that request's report is stored.
+func TestBudgetCountsARequestStoredMeanwhile(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := t.Context()
+	acctA, _ := e.createAccount(acct{maxConc: 1000})
+	k, hash := e.createKey("runner")
+	const per = 100
+	if _, err := e.admin.keys.UpdateKey(ctx, connect.NewRequest(&weirv1.UpdateKeyRequest{Id: "runner",
+		Budgets:    []*weirv1.BudgetLimit{limit(weirv1.BudgetUnit_BUDGET_UNIT_TOKENS, weirv1.BudgetPeriod_BUDGET_PERIOD_SESSION, per)},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"budgets"}}})); err != nil {
+		t.Fatal(err)
+	}
+	missed := 0
+	const rounds = 150
+	for i := range rounds {
+		session, id := fmt.Sprintf("s%d", i), fmt.Sprintf("req-meanwhile-%d", i)
+		ev := &weirv1.RouteEvent{RequestId: id, KeyId: k.Id, AccountId: acctA.Id, Model: "claude-sonnet-4-5", Status: 200,
+			Attempts: 1, StartedAt: timestamppb.New(e.clock.Now()), SessionKey: session, Budgeted: true,
+			AttemptRecords: []*weirv1.AttemptRecord{{AccountId: acctA.Id, Model: "claude-sonnet-4-5",
+				Usage: &weirv1.TokenUsage{InputTokens: per}}}}
+		un := &weirv1.UnreportedSpend{Requests: []*weirv1.UnreportedRequest{{RequestId: id, Tokens: per, Key: true, Session: true}}}
+		reported := make(chan error, 1)
+		go func() {
+			_, err := reportOne(ctx, e.dp.leases, ev)
+			reported <- err
+		}()
+		resp := e.acquire(&weirv1.AcquireRequest{KeyHash: hash, Model: "claude-sonnet-4-5", SessionKey: session, Unreported: un})
+		if err := <-reported; err != nil {
+			t.Fatalf("ReportRoutes: %v", err)
+		}
+		if l := resp.GetLease(); l != nil {
+			missed++
+			e.release(l.Id, &weirv1.Outcome{Class: weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS, Status: 200})
+		}
+	}
+	if missed > 0 {
+		t.Errorf("%d of %d sessions at their cap were leased: the request stored meanwhile was counted nowhere", missed, rounds)
+	}
+}

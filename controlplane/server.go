@@ -303,6 +303,13 @@ func (st store) tx(ctx context.Context, fn func(q *db.Queries) error) error {
 	return pgx.BeginFunc(ctx, st.pool, func(tx pgx.Tx) error { return fn(st.q.WithTx(tx)) })
 }
 
+// snapshot runs fn's reads in one read-only snapshot (repeatable read):
+// what commits meanwhile is in all of them or in none.
+func (st store) snapshot(ctx context.Context, fn func(q *db.Queries) error) error {
+	return pgx.BeginTxFunc(ctx, st.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
+		func(tx pgx.Tx) error { return fn(st.q.WithTx(tx)) })
+}
+
 // levelFloor drops records below a level before they reach a handler.
 type levelFloor struct {
 	slog.Handler

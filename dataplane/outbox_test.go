@@ -341,6 +341,11 @@ func TestOutboxNudgeWaitsAPace(t *testing.T) {
 			due = v
 			mu.Unlock()
 		}
+		sent := func() []call {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(calls)
+		}
 
 		// A request registers and ends 10 ms later: its final event goes
 		// at once, alone.
@@ -348,8 +353,8 @@ func TestOutboxNudgeWaitsAPace(t *testing.T) {
 		nudge <- struct{}{}
 		time.Sleep(10 * time.Millisecond)
 		synctest.Wait()
-		if len(calls) != 0 {
-			t.Fatalf("sent %v before the pace was up", calls)
+		if got := sent(); len(got) != 0 {
+			t.Fatalf("sent %v before the pace was up", got)
 		}
 		setDue()
 		out.put(1)
@@ -361,15 +366,15 @@ func TestOutboxNudgeWaitsAPace(t *testing.T) {
 		nudge <- struct{}{}
 		time.Sleep(pace - time.Millisecond)
 		synctest.Wait()
-		if len(calls) != 1 {
-			t.Fatalf("calls %v before the pace was up, want one", calls)
+		if got := sent(); len(got) != 1 {
+			t.Fatalf("calls %v before the pace was up, want one", got)
 		}
 		time.Sleep(time.Millisecond)
 		synctest.Wait()
 		out.close(t.Context())
 		want := []call{{[]int{1}, 10 * time.Millisecond}, {[]int{11}, 1010*time.Millisecond + pace}}
-		if !slices.EqualFunc(calls, want, func(a, b call) bool { return slices.Equal(a.batch, b.batch) && a.at == b.at }) {
-			t.Errorf("calls %v, want %v", calls, want)
+		if got := sent(); !slices.EqualFunc(got, want, func(a, b call) bool { return slices.Equal(a.batch, b.batch) && a.at == b.at }) {
+			t.Errorf("calls %v, want %v", got, want)
 		}
 	})
 }
