@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
 
 	weirv1 "github.com/weirhq/weir/gen/weir/v1"
+	"github.com/weirhq/weir/internal/vocab"
 )
 
 // usageLimitMinWait: a pool that reopens within this is answered
@@ -246,25 +246,14 @@ func usageLimitBody(sf surface, requestID string, ul usageLimit) []byte {
 	return body
 }
 
-// providerName is a provider's short name ("anthropic", "codex").
+// providerName is a provider's short name ("anthropic", "codex"), or
+// "unknown" for none.
 func providerName(p weirv1.Provider) string {
-	if n, ok := providerNames[p]; ok {
-		return n
+	if p == weirv1.Provider_PROVIDER_UNSPECIFIED {
+		return "unknown"
 	}
-	return strings.ToLower(strings.TrimPrefix(p.String(), "PROVIDER_"))
+	return vocab.Name(p)
 }
-
-// providerNames are the names of the providers weir knows, made once: an
-// enum's String goes through protobuf's reflection, on every request.
-var providerNames = func() map[weirv1.Provider]string {
-	m := map[weirv1.Provider]string{weirv1.Provider_PROVIDER_UNSPECIFIED: "unknown"}
-	for v, name := range weirv1.Provider_name {
-		if p := weirv1.Provider(v); p != weirv1.Provider_PROVIDER_UNSPECIFIED {
-			m[p] = strings.ToLower(strings.TrimPrefix(name, "PROVIDER_"))
-		}
-	}
-	return m
-}()
 
 // CORS: browsers may read weir's answers from any origin (clients
 // authenticate with a bearer key, never a cookie). In the usage_limit mode

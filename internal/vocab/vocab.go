@@ -20,16 +20,15 @@ type Enum interface {
 	Number() protoreflect.EnumNumber
 }
 
-// Name is "rate_limited" for COOLDOWN_REASON_RATE_LIMITED.
+// Name is "rate_limited" for COOLDOWN_REASON_RATE_LIMITED: one map read
+// (the data plane names a provider and a family on every request).
 func Name[E Enum](v E) string {
-	d := v.Descriptor()
-	ev := d.Values().ByNumber(v.Number())
-	if ev == nil {
-		// A value this build does not know (a newer peer's): its number,
-		// not a panic.
-		return strconv.Itoa(int(v.Number()))
+	if name, ok := table(v.Descriptor()).byNumber[v.Number()]; ok {
+		return name
 	}
-	return strings.ToLower(strings.TrimPrefix(string(ev.Name()), Prefix(d)))
+	// A value this build does not know (a newer peer's): its number, not
+	// a panic.
+	return strconv.Itoa(int(v.Number()))
 }
 
 // Value parses a short name back; unknown names give the zero value. A
@@ -41,7 +40,7 @@ func Value[E Enum](name string) E {
 		return zero
 	}
 	d := zero.Descriptor()
-	if n, ok := stored(d)[name]; ok {
+	if n, ok := table(d).byName[name]; ok {
 		return E(n)
 	}
 	v := d.Values().ByName(protoreflect.Name(Prefix(d) + strings.ToUpper(name)))
@@ -51,20 +50,32 @@ func Value[E Enum](name string) E {
 	return E(v.Number())
 }
 
-// tables holds each enum's values by their stored names, built on first
-// use: protoreflect.FullName → map[string]protoreflect.EnumNumber.
+// tables holds each enum's names both ways, built on first use:
+// protoreflect.FullName → *names.
 var tables sync.Map
 
-func stored(d protoreflect.EnumDescriptor) map[string]protoreflect.EnumNumber {
+// names are an enum's short names by number, and its numbers by short
+// name.
+type names struct {
+	byNumber map[protoreflect.EnumNumber]string
+	byName   map[string]protoreflect.EnumNumber
+}
+
+func table(d protoreflect.EnumDescriptor) *names {
 	if t, ok := tables.Load(d.FullName()); ok {
-		return t.(map[string]protoreflect.EnumNumber)
+		return t.(*names)
 	}
 	vals := d.Values()
-	t := make(map[string]protoreflect.EnumNumber, vals.Len())
+	t := &names{byNumber: make(map[protoreflect.EnumNumber]string, vals.Len()),
+		byName: make(map[string]protoreflect.EnumNumber, vals.Len())}
 	prefix := Prefix(d)
 	for i := range vals.Len() {
 		v := vals.Get(i)
-		t[strings.ToLower(strings.TrimPrefix(string(v.Name()), prefix))] = v.Number()
+		name := strings.ToLower(strings.TrimPrefix(string(v.Name()), prefix))
+		t.byName[name] = v.Number()
+		if _, ok := t.byNumber[v.Number()]; !ok {
+			t.byNumber[v.Number()] = name // an alias names its number's first value, as ByNumber does
+		}
 	}
 	tables.Store(d.FullName(), t)
 	return t
