@@ -115,38 +115,41 @@ func (o *outbox[T]) paced(last time.Time) bool {
 	if d <= 0 {
 		return o.life.Err() == nil
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-o.hurry:
+	hurried, open := o.wait(d, nil)
+	if hurried {
 		o.urgent.Store(false)
-		return true
-	case <-o.life.Done():
-		return false
 	}
+	return open
 }
 
 // awaitDue waits a pace after a nudge, or until something is put or
 // urgent; false when the outbox closes meanwhile. What a nudge announces
 // is due within a pace, not at once: a request that ends before then
 // needs no pending event, and a quiet worker's short request is stored
-// once, not twice.
+// once, not twice. After a hurry urgent stays set: paced lets it go at
+// once.
 func (o *outbox[T]) awaitDue() bool {
 	if o.pace <= 0 {
 		return o.life.Err() == nil
 	}
-	t := time.NewTimer(o.pace)
+	_, open := o.wait(o.pace, o.kick)
+	return open
+}
+
+// wait waits d, or until kick (nil: never) or hurry fires; hurried says
+// it was hurry, open false that the outbox closed meanwhile.
+func (o *outbox[T]) wait(d time.Duration, kick <-chan struct{}) (hurried, open bool) {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-	case <-o.kick:
-	case <-o.hurry: // urgent stays set: paced lets it go at once
+	case <-kick:
+	case <-o.hurry:
+		return true, true
 	case <-o.life.Done():
-		return false
+		return false, false
 	}
-	return true
+	return false, true
 }
 
 func (o *outbox[T]) wake() {
