@@ -38,10 +38,13 @@ type keeper struct {
 	leases map[string]keptLease
 	// ttl is the last lease TTL the control plane granted: a pending
 	// event stays open that long past its renewal.
-	ttl  time.Duration
-	wake chan struct{} // a shorter TTL arrived: re-plan the wait
-	stop context.CancelFunc
-	done chan struct{}
+	ttl time.Duration
+	// every is the wait run last planned (period); a lease whose TTL
+	// needs a shorter one wakes it.
+	every time.Duration
+	wake  chan struct{} // a shorter TTL arrived: re-plan the wait
+	stop  context.CancelFunc
+	done  chan struct{}
 }
 
 // keptLease is one lease the keeper renews.
@@ -73,10 +76,15 @@ func (k *keeper) hold(lease *weirv1.Lease, lost func()) (release func()) {
 	k.mu.Lock()
 	k.leases[lease.Id] = keptLease{ttl: ttl, lost: lost}
 	k.ttl = ttl
+	// A lease like the others changes nothing the wait was planned on:
+	// only a shorter TTL wakes the loop (not every request).
+	sooner := ttl/3 < k.every
 	k.mu.Unlock()
-	select {
-	case k.wake <- struct{}{}:
-	default:
+	if sooner {
+		select {
+		case k.wake <- struct{}{}:
+		default:
+		}
 	}
 	return func() {
 		k.mu.Lock()
@@ -97,6 +105,7 @@ func (k *keeper) period() time.Duration {
 	for _, l := range k.leases {
 		p = min(p, l.ttl/3)
 	}
+	k.every = p
 	return p
 }
 

@@ -47,8 +47,10 @@ type leasePool struct {
 	// idleFor is how long a reusable lease may sit unused before it is
 	// returned: an idle worker must not keep slots other workers could use.
 	idleFor time.Duration
-	// sweepWake restarts sweepLoop's ticks (wakeSweep).
-	sweepWake chan struct{}
+	// sweepWake restarts sweepLoop's ticks (wakeSweep) once sweepPaused
+	// says they stopped.
+	sweepWake   chan struct{}
+	sweepPaused atomic.Bool
 	// forgetKeys is called when a client key changed.
 	forgetKeys func()
 
@@ -376,17 +378,27 @@ func (p *leasePool) sweepLoop(ctx context.Context) {
 		case <-tick:
 			p.giveBack(p.cache.sweep(p.idleFor))
 			p.gate.sweep()
+			// Paused before looking, so that what is put meanwhile
+			// either is seen here or wakes the loop.
+			p.sweepPaused.Store(true)
 			if p.cache.empty() && p.gate.empty() {
 				t.Stop()
 				tick = nil
+			} else {
+				p.sweepPaused.Store(false)
 			}
 		}
 	}
 }
 
-// wakeSweep tells sweepLoop that the cache or the gate has something to
-// sweep; it never blocks (the caller may hold their lock).
+// wakeSweep tells a paused sweepLoop that the cache or the gate has
+// something to sweep; a ticking one is left alone, so that a busy worker's
+// requests do not wake it one by one. It never blocks (the caller may hold
+// their lock).
 func (p *leasePool) wakeSweep() {
+	if !p.sweepPaused.CompareAndSwap(true, false) {
+		return
+	}
 	select {
 	case p.sweepWake <- struct{}{}:
 	default:
