@@ -336,7 +336,24 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 		}
 		return rc.Flush()
 	}
+	// unflushed: events written since the last flush. They are flushed
+	// before any read that may wait, so events that arrived together go
+	// to the client in one write, as they came, and none waits for the
+	// next to arrive.
+	unflushed := false
+	defer func() {
+		if unflushed {
+			rc.Flush() //nolint:errcheck // the client may be gone; the outcome is set
+		}
+	}()
 	for {
+		if unflushed && !sc.eventBuffered() {
+			unflushed = false
+			if err := rc.Flush(); err != nil {
+				o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED
+				return attemptResult{outcome: o}
+			}
+		}
 		// The watch times the upstream only: writing to a slow client does
 		// not count as the upstream going quiet.
 		idle.resume()
@@ -443,10 +460,7 @@ func (s *Server) relayStream(ctx context.Context, w *trackingWriter, resp *http.
 			o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED
 			return attemptResult{outcome: o}
 		}
-		if err := rc.Flush(); err != nil {
-			o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_CLIENT_CANCELED
-			return attemptResult{outcome: o}
-		}
+		unflushed = true
 	}
 	if o.Class == weirv1.OutcomeClass_OUTCOME_CLASS_UNSPECIFIED {
 		o.Class = weirv1.OutcomeClass_OUTCOME_CLASS_SUCCESS

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -287,4 +288,75 @@ func TestRelayStreamIdleCut(t *testing.T) {
 			t.Errorf("client got %q, want the stream's end told in its format", rec.Body.String())
 		}
 	})
+}
+
+// flushLog records what the client had been sent at each flush.
+type flushLog struct {
+	*httptest.ResponseRecorder
+	mu      sync.Mutex
+	flushed []string
+}
+
+func (f *flushLog) Flush() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.flushed = append(f.flushed, f.Body.String())
+}
+
+func (f *flushLog) log() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.flushed)
+}
+
+// TestRelayStreamFlushesBeforeWaiting: events that arrive together go to
+// the client in one flush, and everything relayed is flushed before the
+// relay waits on the upstream again: no event waits for the next one.
+func TestRelayStreamFlushesBeforeWaiting(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := newTestServer(t)
+		pr, pw := io.Pipe()
+		more := make(chan struct{})
+		first := evStart + evBlock + evPing + evDelta + evDelta + evDelta
+		rest := evBStop + evMDel + evStop
+		go func() {
+			io.WriteString(pw, first) //nolint:errcheck // read by the relay
+			<-more
+			io.WriteString(pw, rest) //nolint:errcheck // read by the relay
+			pw.Close()               //nolint:errcheck // test
+		}()
+		resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: pr}
+		fl := &flushLog{ResponseRecorder: httptest.NewRecorder()}
+		tw := &trackingWriter{ResponseWriter: fl, now: time.Now}
+		done := make(chan attemptResult)
+		go func() {
+			done <- s.relayStream(t.Context(), tw, resp, &inbound{requestID: "weir_flush", stream: true}, &weirv1.Outcome{}, idleWatch{}, nil, nil, relayed{})
+		}()
+		synctest.Wait() // the relay waits on the upstream
+		got := fl.log()
+		if len(got) == 0 || got[len(got)-1] != first {
+			t.Fatalf("%d flushes; the client had %d of the %d bytes relayed while the upstream is quiet", len(got), len(lastOf(got)), len(first))
+		}
+		// The commit's flush (the events up to the first delta), then one
+		// for the two deltas that came with them.
+		if len(got) != 2 {
+			t.Errorf("%d flushes for one burst, want 2", len(got))
+		}
+		close(more)
+		res := <-done
+		if res.outcome.Class != classSuccess {
+			t.Fatalf("outcome %v", res.outcome)
+		}
+		if got := fl.log(); len(got) != 3 || got[2] != first+rest {
+			t.Errorf("%d flushes, want a third with the whole stream", len(got))
+		}
+	})
+}
+
+func lastOf(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[len(s)-1]
 }

@@ -107,6 +107,25 @@ func (s *sseScanner) next() (sseEvent, error) {
 	return ev, nil
 }
 
+// eventBuffered says whether next would return without reading: a whole
+// event (a line that is not blank, then a blank one) is buffered already.
+func (s *sseScanner) eventBuffered() bool {
+	b, _ := s.r.Peek(s.r.Buffered())
+	field := false
+	for {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			return false
+		}
+		if len(trimEOL(b[:i])) > 0 {
+			field = true
+		} else if field {
+			return true
+		}
+		b = b[i+1:]
+	}
+}
+
 // trimEOL is line without the line endings at its end: bytes.TrimRight
 // with a cutset, without building the cutset's set for every line.
 func trimEOL(line []byte) []byte {

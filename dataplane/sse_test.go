@@ -3,6 +3,7 @@ package dataplane
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -347,6 +348,80 @@ func TestTrimEOL(t *testing.T) {
 	for _, s := range []string{"", "\n", "\r\n", "\r", "\n\r\n\r", "data: x\r\n", "data: x\n", "a\rb\n", "x", " \n"} {
 		if got, want := trimEOL([]byte(s)), bytes.TrimRight([]byte(s), "\r\n"); !bytes.Equal(got, want) {
 			t.Errorf("trimEOL(%q) = %q, want %q", s, got, want)
+		}
+	}
+}
+
+// stallReader returns its bytes, then errStalled: the stream has nothing
+// more yet. It counts the reads.
+type stallReader struct {
+	b     []byte
+	reads int
+}
+
+var errStalled = errors.New("nothing more yet")
+
+func (r *stallReader) Read(p []byte) (int, error) {
+	r.reads++
+	if len(r.b) == 0 {
+		return 0, errStalled
+	}
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	return n, nil
+}
+
+// FuzzSSEEventBuffered: when eventBuffered says an event is buffered,
+// next returns one without reading: the relay may leave what it wrote
+// unflushed for it and no event waits on the stream's next bytes.
+func FuzzSSEEventBuffered(f *testing.F) {
+	for _, s := range []string{
+		"event: a\ndata: 1\n\nevent: b\ndata: 2\n\n",
+		"event: a\ndata: 1\n\nevent: b\ndata: 2",
+		"event: a\r\ndata: 1\r\n\r\nevent: b\r\n\r\n",
+		": ping\n\nevent: a\n\n",
+		"\n\n\nevent: a\n\n\n",
+		"data: x\n\ndata",
+		"event: a\n" + strings.Repeat("x", 3000) + "\n\nevent: b\n\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		r := &stallReader{b: in}
+		sc := newSSEScanner(r)
+		for n := 0; n <= len(in)+1; n++ {
+			buffered := sc.eventBuffered()
+			before := r.reads
+			_, err := sc.next()
+			if buffered && (err != nil || r.reads != before) {
+				t.Fatalf("after %d events: eventBuffered true, but next read %d more times and returned %v", n, r.reads-before, err)
+			}
+			if err != nil {
+				return
+			}
+		}
+		t.Fatal("the scanner does not make progress")
+	})
+}
+
+// TestSSEEventBufferedBurst: of events that arrived in one read, each but
+// the last finds the next one buffered; the last does not.
+func TestSSEEventBufferedBurst(t *testing.T) {
+	t.Parallel()
+	for _, eol := range []string{"\n", "\r\n"} {
+		burst := ""
+		for i := range 4 {
+			burst += fmt.Sprintf("event: content_block_delta%sdata: {\"i\":%d}%s%s", eol, i, eol, eol)
+		}
+		r := &stallReader{b: []byte(burst)}
+		sc := newSSEScanner(r)
+		for i := range 4 {
+			if _, err := sc.next(); err != nil {
+				t.Fatalf("event %d: %v", i, err)
+			}
+			if got, want := sc.eventBuffered(), i < 3; got != want {
+				t.Errorf("%q: after event %d eventBuffered = %t, want %t", eol, i, got, want)
+			}
 		}
 	}
 }
