@@ -147,15 +147,18 @@ func millisDuration(ms float64) *durationpb.Duration {
 // forms: readable in psql, and protojson keeps enum names and durations
 // stable across releases where a Go struct's JSON would not.
 func encodeAttempts(recs []*weirv1.AttemptRecord) ([]byte, error) {
-	raw := make([]json.RawMessage, 0, len(recs))
-	for _, r := range recs {
-		b, err := protojson.Marshal(r)
-		if err != nil {
+	// protojson writes valid JSON: the array is joined, not re-encoded.
+	b := append(make([]byte, 0, 64+160*len(recs)), '[')
+	for i, r := range recs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var err error
+		if b, err = (protojson.MarshalOptions{}).MarshalAppend(b, r); err != nil {
 			return nil, fmt.Errorf("encode attempt record: %w", err)
 		}
-		raw = append(raw, b)
 	}
-	return json.Marshal(raw)
+	return append(b, ']'), nil
 }
 
 // decodeAttempts reads what encodeAttempts wrote. Fields and enum names
