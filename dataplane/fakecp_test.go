@@ -81,7 +81,7 @@ func (memAddr) String() string  { return "mem" }
 // serveMem serves h on a memListener and returns a client for it. The
 // server and the client's connections end with the test (in the bubble,
 // before it checks that every goroutine ended).
-func serveMem(t *testing.T, h http.Handler) *http.Client {
+func serveMem(t testing.TB, h http.Handler) *http.Client {
 	l := newMemListener()
 	srv := &http.Server{Handler: h, ErrorLog: nil}
 	go srv.Serve(l) //nolint:errcheck // ends with Close
@@ -559,7 +559,7 @@ func credentialOf(account string) string { return "sk-ant-api03-" + account + "-
 // rig is a worker, its fake control plane and its simulated upstream, in
 // one bubble.
 type rig struct {
-	t     *testing.T
+	t     testing.TB
 	cp    *fakeCP
 	sim   *sim.Server
 	s     *Server
@@ -569,7 +569,7 @@ type rig struct {
 
 // newRig builds the rig; call it inside synctest.Test. tweak adjusts the
 // worker's config.
-func newRig(t *testing.T, cp *fakeCP, tweak func(*Config)) *rig {
+func newRig(t testing.TB, cp *fakeCP, tweak func(*Config)) *rig {
 	t.Helper()
 	var accts []sim.AccountScript
 	for _, a := range cp.accounts {
