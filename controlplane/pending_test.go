@@ -19,11 +19,13 @@ func (e *env) reportBatch(events ...*weirv1.RouteEvent) {
 	}
 }
 
-// pendingUntil reads a route event's pending_until; nil when it is final.
+// pendingUntil reads until when a route event is kept open: the later
+// of its pending_until and its last renewal's; nil when it is final.
 func (e *env) pendingUntil(id string) *time.Time {
 	e.t.Helper()
 	var until *time.Time
-	if err := e.pool.QueryRow(e.t.Context(), `SELECT pending_until FROM route_events WHERE request_id = $1`, id).Scan(&until); err != nil {
+	if err := e.pool.QueryRow(e.t.Context(), `SELECT CASE WHEN e.pending_until IS NOT NULL THEN greatest(e.pending_until, r.until) END
+FROM route_events e LEFT JOIN route_pending r USING (request_id) WHERE e.request_id = $1`, id).Scan(&until); err != nil {
 		e.t.Fatalf("route event %s: %v", id, err)
 	}
 	return until
@@ -67,9 +69,19 @@ func TestPendingRouteEvents(t *testing.T) {
 		t.Errorf("%d route events, want one per request (4)", n)
 	}
 
-	// The keeper keeps a pending event open with its renewals.
+	// The keeper keeps a pending event open with its renewals, which
+	// leave the event's row as it is (no new version of it or of its
+	// indexes' entries).
 	e.reportBatch(pending("weir_held"))
+	version := func() string {
+		var xmin string
+		if err := e.pool.QueryRow(t.Context(), `SELECT xmin::text FROM route_events WHERE request_id = 'weir_held'`).Scan(&xmin); err != nil {
+			t.Fatal(err)
+		}
+		return xmin
+	}
 	now := e.advanceAlive(10 * time.Second)
+	stored := version()
 	if _, err := e.dp.leases.RenewBatch(t.Context(), connect.NewRequest(&weirv1.RenewBatchRequest{RequestIds: []string{"weir_held", "weir_later"}})); err != nil {
 		t.Fatal(err)
 	}
@@ -79,12 +91,23 @@ func TestPendingRouteEvents(t *testing.T) {
 	if until := e.pendingUntil("weir_later"); until != nil {
 		t.Errorf("a renewal reopened a final event: pending until %v", until)
 	}
+	if got := version(); got != stored {
+		t.Errorf("the renewal wrote the event's row again (xmin %s, was %s)", got, stored)
+	}
+	// Past its report's until, within its renewal's: still open.
+	e.advanceAlive(e.cfg.LeaseTTL - 5*time.Second)
+	if n, err := e.q.CloseLostRequests(t.Context(), e.clock.Now()); err != nil || n != 0 {
+		t.Fatalf("CloseLostRequests within the renewal = %d, %v; want 0", n, err)
+	}
 
 	// Closed as lost (the reaper's query), then its final event arrives:
-	// its worker was cut off, not dead.
-	e.advanceAlive(e.cfg.LeaseTTL + time.Second)
+	// its worker was cut off, not dead. The renewals past are gone.
+	e.advanceAlive(10 * time.Second)
 	if n, err := e.q.CloseLostRequests(t.Context(), e.clock.Now()); err != nil || n != 1 {
 		t.Fatalf("CloseLostRequests = %d, %v; want 1", n, err)
+	}
+	if n := e.count(`SELECT count(*) FROM route_pending`); n != 0 {
+		t.Errorf("%d renewals left past their until", n)
 	}
 	if ev := e.getEvent("weir_held"); ev.ErrorType != "worker_lost" || ev.Pending {
 		t.Fatalf("closed as %v", ev)

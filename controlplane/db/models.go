@@ -325,6 +325,11 @@ type RouteEvent struct {
 	CostNanoUsd         int64
 }
 
+type RoutePending struct {
+	RequestID string
+	Until     time.Time
+}
+
 type SessionBinding struct {
 	SessionKey string
 	AccountID  uuid.UUID

@@ -13,11 +13,21 @@ import (
 )
 
 const closeLostRequests = `-- name: CloseLostRequests :one
-WITH closed AS (
-    UPDATE route_events SET error_type = 'worker_lost', pending_until = NULL, recorded_at = $1::timestamptz,
-        duration_ms = greatest(extract(epoch FROM pending_until - started_at) * 1000, 0)
-    WHERE pending_until < $1::timestamptz
+WITH open AS (
+    SELECT e.request_id, e.started_at,
+        greatest(e.pending_until, (SELECT r.until FROM route_pending r WHERE r.request_id = e.request_id)) AS until
+    FROM route_events e
+    WHERE e.pending_until < $1::timestamptz -- the later of the two can pass only then
+), closed AS (
+    UPDATE route_events e SET error_type = 'worker_lost', pending_until = NULL, recorded_at = $1::timestamptz,
+        duration_ms = greatest(extract(epoch FROM o.until - e.started_at) * 1000, 0)
+    FROM open o
+    -- pending_until again: a final event stored meanwhile is not closed.
+    WHERE e.request_id = o.request_id AND e.started_at = o.started_at AND o.until < $1::timestamptz
+      AND e.pending_until IS NOT NULL
     RETURNING 1
+), swept AS (
+    DELETE FROM route_pending WHERE until < $1::timestamptz
 )
 SELECT count(*)::bigint AS closed FROM closed
 `
@@ -26,6 +36,8 @@ SELECT count(*)::bigint AS closed FROM closed
 // cut off from every control plane for that long; its final event, when
 // it comes, replaces the record). Each says 'worker_lost', with the time
 // the request was last known to run. Returns how many were closed.
+// A request is open until the later of its event's pending_until and
+// its last renewal's (route_pending); the renewals past are deleted.
 func (q *Queries) CloseLostRequests(ctx context.Context, now time.Time) (int64, error) {
 	row := q.db.QueryRow(ctx, closeLostRequests, now)
 	var closed int64
@@ -431,8 +443,9 @@ func (q *Queries) MaintainPartitions(ctx context.Context, arg MaintainPartitions
 }
 
 const renewPendingRoutes = `-- name: RenewPendingRoutes :exec
-UPDATE route_events SET pending_until = $1::timestamptz
-WHERE request_id = ANY($2::text[]) AND pending_until IS NOT NULL
+INSERT INTO route_pending (request_id, until)
+SELECT id, $1::timestamptz FROM unnest($2::text[]) AS id
+ON CONFLICT (request_id) DO UPDATE SET until = greatest(route_pending.until, EXCLUDED.until)
 `
 
 type RenewPendingRoutesParams struct {
@@ -440,6 +453,10 @@ type RenewPendingRoutesParams struct {
 	RequestIds []string
 }
 
+// A renewal is written to route_pending (0039_route_pending.sql), not
+// to the event: the event's row and indexes stay as they are. A request
+// whose event is final, or not stored yet, gets a row too; it changes
+// nothing and the reaper deletes it.
 func (q *Queries) RenewPendingRoutes(ctx context.Context, arg RenewPendingRoutesParams) error {
 	_, err := q.db.Exec(ctx, renewPendingRoutes, arg.Until, arg.RequestIds)
 	return err

@@ -76,20 +76,37 @@ RETURNING request_id, (pending_until IS NULL)::boolean AS final;
 -- name: RouteEventStarts :many
 SELECT request_id, started_at FROM route_events WHERE request_id = ANY(@request_ids::text[]);
 
+-- A renewal is written to route_pending (0039_route_pending.sql), not
+-- to the event: the event's row and indexes stay as they are. A request
+-- whose event is final, or not stored yet, gets a row too; it changes
+-- nothing and the reaper deletes it.
 -- name: RenewPendingRoutes :exec
-UPDATE route_events SET pending_until = @until::timestamptz
-WHERE request_id = ANY(@request_ids::text[]) AND pending_until IS NOT NULL;
+INSERT INTO route_pending (request_id, until)
+SELECT id, @until::timestamptz FROM unnest(@request_ids::text[]) AS id
+ON CONFLICT (request_id) DO UPDATE SET until = greatest(route_pending.until, EXCLUDED.until);
 
 -- Closes the pending events no worker renewed: their worker died (or was
 -- cut off from every control plane for that long; its final event, when
 -- it comes, replaces the record). Each says 'worker_lost', with the time
 -- the request was last known to run. Returns how many were closed.
+-- A request is open until the later of its event's pending_until and
+-- its last renewal's (route_pending); the renewals past are deleted.
 -- name: CloseLostRequests :one
-WITH closed AS (
-    UPDATE route_events SET error_type = 'worker_lost', pending_until = NULL, recorded_at = @now::timestamptz,
-        duration_ms = greatest(extract(epoch FROM pending_until - started_at) * 1000, 0)
-    WHERE pending_until < @now::timestamptz
+WITH open AS (
+    SELECT e.request_id, e.started_at,
+        greatest(e.pending_until, (SELECT r.until FROM route_pending r WHERE r.request_id = e.request_id)) AS until
+    FROM route_events e
+    WHERE e.pending_until < @now::timestamptz -- the later of the two can pass only then
+), closed AS (
+    UPDATE route_events e SET error_type = 'worker_lost', pending_until = NULL, recorded_at = @now::timestamptz,
+        duration_ms = greatest(extract(epoch FROM o.until - e.started_at) * 1000, 0)
+    FROM open o
+    -- pending_until again: a final event stored meanwhile is not closed.
+    WHERE e.request_id = o.request_id AND e.started_at = o.started_at AND o.until < @now::timestamptz
+      AND e.pending_until IS NOT NULL
     RETURNING 1
+), swept AS (
+    DELETE FROM route_pending WHERE until < @now::timestamptz
 )
 SELECT count(*)::bigint AS closed FROM closed;
 
