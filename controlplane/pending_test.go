@@ -160,3 +160,38 @@ func TestPendingAcrossMidnight(t *testing.T) {
 		t.Errorf("%d requests rolled up in the hour before midnight, want 2", n)
 	}
 }
+
+// TestPendingAcrossOutage: a request kept open by its worker's renewal
+// (its event's own until long past) stays open through an outage of
+// every control plane: the first touch of the lease clock after it keeps
+// the renewal open a TTL more, as it does leases, and the request is
+// closed as lost only once nobody renewed it for a TTL after that.
+func TestPendingAcrossOutage(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.reportBatch(&weirv1.RouteEvent{RequestId: "weir_long", Model: "m", Surface: "messages", Stream: true, Pending: true})
+	e.advanceAlive(20 * time.Second)
+	if _, err := e.dp.leases.RenewBatch(t.Context(), connect.NewRequest(&weirv1.RenewBatchRequest{RequestIds: []string{"weir_long"}})); err != nil {
+		t.Fatal(err)
+	}
+	e.advanceAlive(15 * time.Second) // the event's own until passed; the renewal's not
+	if n, err := e.q.CloseLostRequests(t.Context(), e.clock.Now()); err != nil || n != 0 {
+		t.Fatalf("CloseLostRequests before the outage = %d, %v; want 0", n, err)
+	}
+
+	e.clock.Advance(e.cfg.LeaseTTL + 15*time.Second) // nobody reaches Postgres
+	after := e.advanceAlive(time.Second)             // the first touch after it
+	if until := e.pendingUntil("weir_long"); until == nil || !until.Equal(after.Add(e.cfg.LeaseTTL)) {
+		t.Errorf("after the outage open until %v, want a TTL from its end (%v)", until, after.Add(e.cfg.LeaseTTL))
+	}
+	if n, err := e.q.CloseLostRequests(t.Context(), e.clock.Now()); err != nil || n != 0 {
+		t.Fatalf("CloseLostRequests right after the outage = %d, %v; want 0", n, err)
+	}
+	e.advanceAlive(e.cfg.LeaseTTL + time.Second) // and no renewal since
+	if n, err := e.q.CloseLostRequests(t.Context(), e.clock.Now()); err != nil || n != 1 {
+		t.Fatalf("CloseLostRequests a TTL later = %d, %v; want 1", n, err)
+	}
+	if ev := e.getEvent("weir_long"); ev.ErrorType != "worker_lost" {
+		t.Errorf("closed as %v", ev)
+	}
+}
