@@ -46,6 +46,10 @@ type Server struct {
 	// (keylimits.go).
 	limited *limitedKeys
 	tracer  trace.Tracer
+	// tracing: a tracer provider was configured. Without one no span is
+	// started (nothing would record it, and starting one costs a request
+	// about ten allocations).
+	tracing bool
 	// egress keeps the clients through egress proxies (egress.go).
 	egress *egress.Clients
 	// standings are the keys' standings the worker knows (standing.go).
@@ -87,6 +91,7 @@ func New(cfg Config) (*Server, error) {
 		sockets: &socketCount{m: map[string]int{}},
 		limited: &limitedKeys{m: map[string]limitedKey{}},
 		tracer:  telemetry.TracerProvider(cfg.TracerProvider).Tracer(tracerName),
+		tracing: cfg.TracerProvider != nil,
 		egress:  newEgressClients(cfg),
 	}
 	s.standings = newStandings(s.fetchStanding, cfg.Now)
