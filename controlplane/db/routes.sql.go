@@ -453,10 +453,12 @@ type RenewPendingRoutesParams struct {
 	RequestIds []string
 }
 
-// A renewal is written to route_pending (0039_route_pending.sql), not
-// to the event: the event's row and indexes stay as they are. A request
-// whose event is final, or not stored yet, gets a row too; it changes
-// nothing and the reaper deletes it.
+// Keeps the given requests' pending events open until @until (the
+// worker that serves them renews them with its leases). A renewal is
+// written to route_pending (0039_route_pending.sql), not to the event:
+// the event's row and indexes stay as they are. A request whose event is
+// final, or not stored yet, gets a row too; it changes nothing and the
+// reaper deletes it.
 func (q *Queries) RenewPendingRoutes(ctx context.Context, arg RenewPendingRoutesParams) error {
 	_, err := q.db.Exec(ctx, renewPendingRoutes, arg.Until, arg.RequestIds)
 	return err
@@ -471,8 +473,6 @@ type RouteEventStartsRow struct {
 	StartedAt time.Time
 }
 
-// Keeps the given requests' pending events open until @until (the
-// worker that serves them renews them with its leases).
 // The start of the given requests' stored events: an event sent without
 // its request's start replaces the stored one only under the same
 // started_at, the partition key.

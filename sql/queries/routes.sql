@@ -68,18 +68,18 @@ WHERE (EXCLUDED.pending_until IS NULL
    OR (EXCLUDED.pending_until IS NOT NULL AND route_events.pending_until IS NOT NULL)
 RETURNING request_id, (pending_until IS NULL)::boolean AS final;
 
--- Keeps the given requests' pending events open until @until (the
--- worker that serves them renews them with its leases).
 -- The start of the given requests' stored events: an event sent without
 -- its request's start replaces the stored one only under the same
 -- started_at, the partition key.
 -- name: RouteEventStarts :many
 SELECT request_id, started_at FROM route_events WHERE request_id = ANY(@request_ids::text[]);
 
--- A renewal is written to route_pending (0039_route_pending.sql), not
--- to the event: the event's row and indexes stay as they are. A request
--- whose event is final, or not stored yet, gets a row too; it changes
--- nothing and the reaper deletes it.
+-- Keeps the given requests' pending events open until @until (the
+-- worker that serves them renews them with its leases). A renewal is
+-- written to route_pending (0039_route_pending.sql), not to the event:
+-- the event's row and indexes stay as they are. A request whose event is
+-- final, or not stored yet, gets a row too; it changes nothing and the
+-- reaper deletes it.
 -- name: RenewPendingRoutes :exec
 INSERT INTO route_pending (request_id, until)
 SELECT id, @until::timestamptz FROM unnest(@request_ids::text[]) AS id
