@@ -169,7 +169,7 @@ func (l leaseService) checkBudgets(ctx context.Context, keyID uuid.UUID, session
 	}
 	var rows []db.KeyBudgetsRow
 	var got []string
-	err := l.snapshot(ctx, func(q *db.Queries) error {
+	read := func(q *db.Queries) error {
 		var err error
 		if rows, err = q.KeyBudgets(ctx, db.KeyBudgetsParams{KeyID: keyID, Now: l.now(), SessionKey: session}); err != nil {
 			return fmt.Errorf("read budgets: %w", err)
@@ -179,7 +179,13 @@ func (l leaseService) checkBudgets(ctx context.Context, keyID uuid.UUID, session
 		}
 		got, err = q.StoredRequests(ctx, ids)
 		return err
-	})
+	}
+	var err error
+	if len(ids) == 0 {
+		err = read(l.q) // one read needs no snapshot of its own
+	} else {
+		err = l.snapshot(ctx, read)
+	}
 	if err != nil || len(rows) == 0 {
 		return nil, err
 	}
