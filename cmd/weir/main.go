@@ -27,6 +27,7 @@ func main() {
 	bench.ServeChild()
 	// weir chaos re-executes it as its control planes, workers and simulator.
 	chaos.ServeChild()
+	steadySysmon()
 	floor, err := gcFloor(os.Getenv)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "weir:", err)
