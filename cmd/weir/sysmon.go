@@ -21,7 +21,8 @@ import (
 // longest period the variable takes (about 24.8 days) prints one line at
 // start on a machine up longer than that, and another every 24.8 days.
 // The price is the monitor's steady poll of an idle process, 100 wakes a
-// second (docs/performance.md).
+// second, which left an idle weir dev's CPU where it was: its own timers
+// woke it more often (docs/performance.md).
 const sysmonGODEBUG = "schedtrace=2147483647"
 
 // steadySysmonCommands are the commands that serve requests: each
