@@ -21,13 +21,14 @@ import (
 
 // Apart target names; a peer's is its own.
 const (
-	targetBare      = "bare"
-	targetWeirDev   = "weir-dev"
-	targetWeirSplit = "weir-split"
+	targetBare       = "bare"
+	targetBareSteady = "bare-steady"
+	targetWeirDev    = "weir-dev"
+	targetWeirSplit  = "weir-split"
 )
 
 // apartTargets are the built-in targets, in the order every rate runs them.
-var apartTargets = []string{targetBare, targetWeirDev, targetWeirSplit}
+var apartTargets = []string{targetBare, targetBareSteady, targetWeirDev, targetWeirSplit}
 
 // ApartConfig is one `weir bench apart` run. Zero values take the
 // defaults noted.
@@ -295,7 +296,7 @@ func RunApart(ctx context.Context, cfg ApartConfig) (_ *ApartResults, err error)
 		}
 	}()
 	start := map[string]func(context.Context, apartEnv) (*apartTarget, error){
-		targetBare: startBare, targetWeirDev: startWeirDev, targetWeirSplit: startWeirSplit,
+		targetBare: startBare, targetBareSteady: startBareSteady, targetWeirDev: startWeirDev, targetWeirSplit: startWeirSplit,
 	}
 	for _, name := range cfg.Targets {
 		log.Info("bench apart: starting", "target", name)

@@ -14,12 +14,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/weirhq/weir/internal/pgembed"
 	"github.com/weirhq/weir/internal/randid"
+	"github.com/weirhq/weir/internal/sysmon"
 )
 
 // proc is one process the apart mode started, its stdout and stderr in a
@@ -233,11 +235,27 @@ func startSim(ctx context.Context, cfg ApartConfig, dir string) (*proc, string, 
 // startBare starts the bare proxy: this binary re-executed as a bench
 // child (bench/child.go).
 func startBare(ctx context.Context, a apartEnv) (*apartTarget, error) {
-	c, err := startChild(ctx, "bare", "WEIR_BENCH_UPSTREAM="+a.simURL)
+	return startBareAs(ctx, a, targetBare)
+}
+
+// startBareSteady starts the bare proxy with Go's monitor thread at the
+// steady poll weir's serving commands run with (internal/sysmon): the
+// reference like for like, since any Go proxy gains from the setting.
+func startBareSteady(ctx context.Context, a apartEnv) (*apartTarget, error) {
+	env := sysmon.Env(os.Environ())
+	if env == nil { // GODEBUG names schedtrace already: every process runs with it
+		return startBareAs(ctx, a, targetBareSteady)
+	}
+	i := slices.IndexFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "GODEBUG=") })
+	return startBareAs(ctx, a, targetBareSteady, env[i])
+}
+
+func startBareAs(ctx context.Context, a apartEnv, name string, env ...string) (*apartTarget, error) {
+	c, err := startChild(ctx, "bare", append([]string{"WEIR_BENCH_UPSTREAM=" + a.simURL}, env...)...)
 	if err != nil {
 		return nil, err
 	}
-	return &apartTarget{target: target{name: "bare", url: c.URL, key: "sk-ant-api03-bench-direct"},
+	return &apartTarget{target: target{name: name, url: c.URL, key: "sk-ant-api03-bench-direct"},
 		parts: []cpuPart{treePart("proxy", c.Cmd.Process.Pid)}, stops: []func(){c.stop}}, nil
 }
 

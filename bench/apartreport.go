@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/weirhq/weir/internal/sysmon"
 )
 
 // ApartReport is what an apart run concludes: each step beside the bare
@@ -90,6 +92,8 @@ func (rep *ApartReport) Markdown() string {
 		switch t {
 		case targetBare:
 			ts = append(ts, "**bare** (`httputil.ReverseProxy`, a process of its own)")
+		case targetBareSteady:
+			ts = append(ts, "**bare-steady** (the same proxy with Go's monitor thread at the steady poll weir's serving commands run with, `GODEBUG="+sysmon.Setting+"`)")
 		case targetWeirDev:
 			ts = append(ts, "**weir-dev** (`weir dev`: one process and its embedded Postgres)")
 		case targetWeirSplit:

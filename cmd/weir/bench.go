@@ -140,7 +140,7 @@ func runBenchApartWith(ctx context.Context, args []string, e env, procEnv []stri
 	duration := fs.Duration("duration", 10*time.Second, "measured time per step")
 	warmup := fs.Duration("warmup", 0, "unmeasured time before each step (default 2s, or a fifth of --duration if less)")
 	streamRate := fs.Int("stream-rate", 100, "rate of the streaming step (0: skip it)")
-	targets := fs.String("targets", "bare,weir-dev,weir-split", "built-in targets: bare, weir-dev, weir-split (\"\" for peers only)")
+	targets := fs.String("targets", "bare,bare-steady,weir-dev,weir-split", "built-in targets: bare, bare-steady, weir-dev, weir-split (\"\" for peers only)")
 	var peers peerFlags
 	fs.Var(&peers, "peer", "another gateway beside weir: 'name=N,cmd=PROGRAM ARGS,url=URL[,header=Name: value]'; {sim} in cmd is the simulator's URL (repeatable)")
 	accounts := fs.Int("accounts", 8, "API-key accounts weir serves from, 1000 concurrent each")

@@ -202,7 +202,7 @@ func TestBenchApartSmoke(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatalf("results.json: %v", err)
 	}
-	targets := []string{"bare", "weir-dev", "weir-split", "bare2"}
+	targets := []string{"bare", "bare-steady", "weir-dev", "weir-split", "bare2"}
 	if len(rep.Rows) != 2*len(targets) {
 		t.Fatalf("%d rows, want %d targets × (plain, stream)", len(rep.Rows), len(targets))
 	}

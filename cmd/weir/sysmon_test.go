@@ -10,33 +10,18 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/weirhq/weir/internal/sysmon"
 )
 
-func TestSysmonEnv(t *testing.T) {
-	steady := "GODEBUG=" + sysmonGODEBUG
-	for _, tc := range []struct {
-		name    string
-		args    []string
-		environ []string
-		want    []string // nil: run as it is
-	}{
-		{"no command", nil, []string{"HOME=/h"}, nil},
-		{"an operator command", []string{"keys", "list"}, []string{"HOME=/h"}, nil},
-		{"the simulator", []string{"sim"}, []string{"HOME=/h"}, nil},
-		{"dev without GODEBUG", []string{"dev", "--simulate"}, []string{"HOME=/h", "PATH=/bin"}, []string{"HOME=/h", "PATH=/bin", steady}},
-		{"controlplane", []string{"controlplane"}, nil, []string{steady}},
-		{"dataplane keeps other settings", []string{"dataplane"}, []string{"GODEBUG=madvdontneed=1", "HOME=/h"},
-			[]string{"GODEBUG=madvdontneed=1," + sysmonGODEBUG, "HOME=/h"}},
-		{"an empty GODEBUG", []string{"dataplane"}, []string{"GODEBUG=", "HOME=/h"}, []string{steady, "HOME=/h"}},
-		{"schedtrace=0 keeps the runtime's default", []string{"controlplane"}, []string{"GODEBUG=schedtrace=0"}, nil},
-		{"a schedtrace of the operator's", []string{"dev"}, []string{"GODEBUG=gctrace=1, schedtrace=1000"}, nil},
+func TestServesRequests(t *testing.T) {
+	for args, want := range map[string]bool{
+		"": false, "dev --simulate": true, "controlplane": true, "dataplane": true,
+		"keys list": false, "sim": false, "bench apart": false, "chaos": false, "migrate": false,
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := sysmonEnv(tc.args, tc.environ)
-			if !slices.Equal(got, tc.want) {
-				t.Errorf("sysmonEnv(%q, %q) = %q, want %q", tc.args, tc.environ, got, tc.want)
-			}
-		})
+		if got := servesRequests(strings.Fields(args)); got != want {
+			t.Errorf("servesRequests(%q) = %v, want %v", args, got, want)
+		}
 	}
 }
 
@@ -56,7 +41,7 @@ func TestDataplaneRunsWithSteadySysmon(t *testing.T) {
 	for _, tc := range []struct {
 		godebug, want string
 	}{
-		{"", "GODEBUG=" + sysmonGODEBUG},
+		{"", "GODEBUG=" + sysmon.Setting},
 		{"schedtrace=0", "GODEBUG=schedtrace=0"},
 	} {
 		t.Run("GODEBUG="+tc.godebug, func(t *testing.T) {
