@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -241,13 +240,14 @@ func startBare(ctx context.Context, a apartEnv) (*apartTarget, error) {
 // startBareSteady starts the bare proxy with Go's monitor thread at the
 // steady poll weir's serving commands run with (internal/sysmon): the
 // reference like for like, since any Go proxy gains from the setting.
+// The setting goes last: of settings named twice in GODEBUG, the runtime
+// takes the last, so one of the harness's own environment does not win.
 func startBareSteady(ctx context.Context, a apartEnv) (*apartTarget, error) {
-	env := sysmon.Env(os.Environ())
-	if env == nil { // GODEBUG names schedtrace already: every process runs with it
-		return startBareAs(ctx, a, targetBareSteady)
+	godebug := sysmon.Setting
+	if v := os.Getenv("GODEBUG"); v != "" {
+		godebug = v + "," + sysmon.Setting
 	}
-	i := slices.IndexFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "GODEBUG=") })
-	return startBareAs(ctx, a, targetBareSteady, env[i])
+	return startBareAs(ctx, a, targetBareSteady, "GODEBUG="+godebug)
 }
 
 func startBareAs(ctx context.Context, a apartEnv, name string, env ...string) (*apartTarget, error) {
