@@ -240,14 +240,10 @@ func startBare(ctx context.Context, a apartEnv) (*apartTarget, error) {
 // startBareSteady starts the bare proxy with Go's monitor thread at the
 // steady poll weir's serving commands run with (internal/sysmon): the
 // reference like for like, since any Go proxy gains from the setting.
-// The setting goes last: of settings named twice in GODEBUG, the runtime
-// takes the last, so one of the harness's own environment does not win.
+// The setting goes last (sysmon.With), so a schedtrace in the harness's
+// own environment does not win.
 func startBareSteady(ctx context.Context, a apartEnv) (*apartTarget, error) {
-	godebug := sysmon.Setting
-	if v := os.Getenv("GODEBUG"); v != "" {
-		godebug = v + "," + sysmon.Setting
-	}
-	return startBareAs(ctx, a, targetBareSteady, "GODEBUG="+godebug)
+	return startBareAs(ctx, a, targetBareSteady, "GODEBUG="+sysmon.With(os.Getenv("GODEBUG")))
 }
 
 func startBareAs(ctx context.Context, a apartEnv, name string, env ...string) (*apartTarget, error) {

@@ -45,11 +45,10 @@ type Server struct {
 	// limited remembers, per key hash, until when its rate limit refuses
 	// (keylimits.go).
 	limited *limitedKeys
-	tracer  trace.Tracer
-	// tracing: a tracer provider was configured. Without one no span is
-	// started (nothing would record it, and starting one costs a request
-	// about ten allocations).
-	tracing bool
+	// tracer is nil without a configured tracer provider: no span is
+	// started then (nothing would record it, and starting one costs a
+	// request about ten allocations).
+	tracer trace.Tracer
 	// egress keeps the clients through egress proxies (egress.go).
 	egress *egress.Clients
 	// standings are the keys' standings the worker knows (standing.go).
@@ -90,9 +89,10 @@ func New(cfg Config) (*Server, error) {
 		bodies:  newBodyBudget(m),
 		sockets: &socketCount{m: map[string]int{}},
 		limited: &limitedKeys{m: map[string]limitedKey{}},
-		tracer:  telemetry.TracerProvider(cfg.TracerProvider).Tracer(tracerName),
-		tracing: cfg.TracerProvider != nil,
 		egress:  newEgressClients(cfg),
+	}
+	if cfg.TracerProvider != nil {
+		s.tracer = cfg.TracerProvider.Tracer(tracerName)
 	}
 	s.standings = newStandings(s.fetchStanding, cfg.Now)
 	s.refusals = newRefusalCounter(cfg.RefusalInterval, cfg.Now, m.refusals, s.reporter.reportRefusals)

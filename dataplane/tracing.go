@@ -24,7 +24,7 @@ import (
 const tracerName = "github.com/weirhq/weir/dataplane"
 
 func (s *Server) startRequestSpan(r *http.Request, in *inbound) (context.Context, trace.Span) {
-	if !s.tracing {
+	if s.tracer == nil {
 		return r.Context(), trace.SpanFromContext(r.Context())
 	}
 	// An agent that traces its own calls gets weir's spans in its trace.
@@ -59,7 +59,7 @@ func endRequestSpan(span trace.Span, in *inbound, rec *weirv1.RouteEvent, status
 }
 
 func (s *Server) startAttemptSpan(ctx context.Context, lease *weirv1.Lease, n int) (context.Context, trace.Span) {
-	if !s.tracing {
+	if s.tracer == nil {
 		return ctx, trace.SpanFromContext(ctx)
 	}
 	return s.tracer.Start(ctx, "upstream attempt",

@@ -123,13 +123,16 @@ type command struct {
 	run               func(context.Context, []string, env) error
 	// operator: an operator command (the second block of the usage).
 	operator bool
+	// serves: it serves requests, and runs with Go's monitor thread at a
+	// steady poll (sysmon.go).
+	serves bool
 }
 
 // commands are every command, in the usage's order.
 var commands = []command{
-	{name: "dev", synopsis: "[--simulate] [--data-dir DIR]", summary: "everything in one process on an embedded Postgres", run: runDev},
-	{name: "controlplane", summary: "run a control-plane replica (Connect RPC + River jobs)", run: runControlPlane},
-	{name: "dataplane", summary: "run a data-plane worker (the agents' endpoint)", run: runDataPlane},
+	{name: "dev", synopsis: "[--simulate] [--data-dir DIR]", summary: "everything in one process on an embedded Postgres", run: runDev, serves: true},
+	{name: "controlplane", summary: "run a control-plane replica (Connect RPC + River jobs)", run: runControlPlane, serves: true},
+	{name: "dataplane", summary: "run a data-plane worker (the agents' endpoint)", run: runDataPlane, serves: true},
 	{name: "migrate", summary: "apply database migrations and exit", run: runMigrate},
 	{name: "secrets", synopsis: "rotate [--dry-run]", summary: "re-seal credentials under the current WEIR_SECRET_KEY", run: runSecrets},
 	{name: "sim", synopsis: "[--listen ADDR] [--script F]", summary: "run the upstream simulator", run: runSim},

@@ -48,16 +48,21 @@ func Env(environ []string) []string {
 			}
 		}
 		found = true
-		if v == "" {
-			out = append(out, "GODEBUG="+Setting)
-		} else {
-			out = append(out, "GODEBUG="+v+","+Setting)
-		}
+		out = append(out, "GODEBUG="+With(v))
 	}
 	if !found {
-		out = append(out, "GODEBUG="+Setting)
+		out = append(out, "GODEBUG="+With(""))
 	}
 	return out
+}
+
+// With returns the GODEBUG value godebug with Setting added last: of a
+// setting named twice, the runtime takes the last.
+func With(godebug string) string {
+	if godebug == "" {
+		return Setting
+	}
+	return godebug + "," + Setting
 }
 
 // Reexec re-executes this process (the same process id, arguments and
