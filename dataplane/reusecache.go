@@ -283,8 +283,11 @@ func (c *reuseCache) findLocked(cls leaseClass, session string, now time.Time) (
 	return -1, nil
 }
 
-// countReuseLocked counts a reuse of cls and says whether the class has
-// reused spareRate leases or more this second.
+// countReuseLocked counts a reuse of cls and says whether the class is
+// busy (busyLocked). The second before counts too: each second's count
+// starts from zero, and a class busy by its last second's alone must
+// still refill its spares in the first of the next, or its burst there
+// finds none.
 func (c *reuseCache) countReuseLocked(cls leaseClass) bool {
 	now := time.Now()
 	r := c.rates[cls]
@@ -300,7 +303,7 @@ func (c *reuseCache) countReuseLocked(cls leaseClass) bool {
 		clear(c.rates) // bounded: one entry per key and model in use
 	}
 	c.rates[cls] = r
-	return r.n >= spareRate
+	return r.n >= spareRate || r.last >= spareRate
 }
 
 // busyLocked says whether cls reused spareRate leases or more in its

@@ -237,6 +237,18 @@ func TestReuseCacheRefill(t *testing.T) {
 			}
 			c.putBack(w.lease.Id, func() {})
 		}
+		// Busy by its last second: the first reuse of the next still asks.
+		time.Sleep(time.Second)
+		w, want = c.take(busy, "")
+		if want != refillSpare {
+			t.Errorf("the first reuse of the second after a busy one asked for %v, want a spare", want)
+		}
+		c.putBack(w.lease.Id, func() {})
+		// After a quiet second it is not busy.
+		time.Sleep(2 * time.Second)
+		if _, want = c.take(busy, ""); want != refillNone {
+			t.Errorf("the first reuse after a quiet second asked for %v, want none", want)
+		}
 	})
 }
 
