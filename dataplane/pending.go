@@ -35,12 +35,37 @@ type pendingRequests struct {
 }
 
 type pendingRequest struct {
+	// start is what the pending event says until the request is held:
+	// the few fields it needs, not an event of its own, so that a request
+	// in progress costs a few words here (an event is some 350 bytes); a
+	// batch builds the event when it takes it.
+	start pendingStart
+	// ev is the held request's snapshot (held); nil before any hold.
 	ev       *weirv1.RouteEvent
 	reported bool
 	// queued: in fresh, not yet taken by a batch; queuedAt is when it was
 	// queued last.
 	queued   bool
 	queuedAt time.Time
+}
+
+// pendingStart is what a request's pending event says before any hold:
+// what its record held when it reached routing. The strings share the
+// record's; startedAt is the record's own, never written again.
+type pendingStart struct {
+	requestID, keyID, surface, model, session string
+	stream                                    bool
+	startedAt                                 *timestamppb.Timestamp
+}
+
+// event is the request's pending event as a batch sends it.
+func (r *pendingRequest) event() *weirv1.RouteEvent {
+	if r.ev != nil {
+		return r.ev
+	}
+	st := r.start
+	return &weirv1.RouteEvent{RequestId: st.requestID, KeyId: st.keyID, Surface: st.surface, Model: st.model,
+		Stream: st.stream, SessionKey: st.session, StartedAt: st.startedAt, Pending: true}
 }
 
 // heldReportEvery is how often at most a held request's pending event is
@@ -55,9 +80,8 @@ func newPendingRequests() *pendingRequests {
 // begin registers the request rec describes; what rec holds now (key,
 // surface, model, stream, session, start) is what its pending event says.
 func (p *pendingRequests) begin(rec *weirv1.RouteEvent) {
-	ev := &weirv1.RouteEvent{RequestId: rec.RequestId, KeyId: rec.KeyId, Surface: rec.Surface, Model: rec.Model,
-		Stream: rec.Stream, SessionKey: rec.SessionKey, StartedAt: rec.StartedAt, Pending: true}
-	r := &pendingRequest{ev: ev, queued: true}
+	r := &pendingRequest{start: pendingStart{requestID: rec.RequestId, keyID: rec.KeyId, surface: rec.Surface,
+		model: rec.Model, session: rec.SessionKey, stream: rec.Stream, startedAt: rec.StartedAt}, queued: true}
 	p.mu.Lock()
 	p.m[rec.RequestId] = r
 	p.fresh = append(p.fresh, r)
@@ -81,8 +105,8 @@ func (p *pendingRequests) held(rec *weirv1.RouteEvent, since, next time.Time, wh
 	if r == nil {
 		return
 	}
-	was := r.ev
-	if since.IsZero() && was.HeldSince == nil {
+	wasHeld, wasWhy := r.ev.GetHeldSince() != nil, r.ev.GetHoldReason()
+	if since.IsZero() && !wasHeld {
 		return
 	}
 	ev := proto.CloneOf(rec)
@@ -91,7 +115,7 @@ func (p *pendingRequests) held(rec *weirv1.RouteEvent, since, next time.Time, wh
 		ev.HeldSince, ev.NextTryAt, ev.HoldReason = timestamppb.New(since), timestamppb.New(next), why
 	}
 	r.ev = ev
-	changed := (was.HeldSince == nil) != (ev.HeldSince == nil) || was.HoldReason != ev.HoldReason
+	changed := wasHeld != (ev.HeldSince != nil) || wasWhy != ev.HoldReason
 	if r.queued || (!changed && now.Sub(r.queuedAt) < heldReportEvery) {
 		return
 	}
@@ -126,9 +150,9 @@ func (p *pendingRequests) due(n int) []*weirv1.RouteEvent {
 		}
 		taken++
 		r.queued = false
-		if p.m[r.ev.RequestId] == r { // still in progress
+		if p.m[r.start.requestID] == r { // still in progress
 			r.reported = true
-			out = append(out, r.ev)
+			out = append(out, r.event())
 		}
 	}
 	p.fresh = append(p.fresh[:0], p.fresh[taken:]...)
