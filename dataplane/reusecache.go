@@ -233,7 +233,9 @@ func (c *reuseCache) take(cls leaseClass, session string) (*warmLease, refill) {
 	w := stack[i]
 	now := c.now()
 	c.idle[cls] = append(stack[:i:i], stack[i+1:]...)
-	busy := c.countReuseLocked(cls)
+	mono := time.Now()
+	c.countReuseLocked(cls, mono)
+	busy := c.busyLocked(cls, mono)
 	switch {
 	case cls.sessioned:
 		// A session's lease must be on the session's account, which only
@@ -283,13 +285,8 @@ func (c *reuseCache) findLocked(cls leaseClass, session string, now time.Time) (
 	return -1, nil
 }
 
-// countReuseLocked counts a reuse of cls and says whether the class is
-// busy (busyLocked). The second before counts too: each second's count
-// starts from zero, and a class busy by its last second's alone must
-// still refill its spares in the first of the next, or its burst there
-// finds none.
-func (c *reuseCache) countReuseLocked(cls leaseClass) bool {
-	now := time.Now()
+// countReuseLocked counts a reuse of cls at now (monotonic).
+func (c *reuseCache) countReuseLocked(cls leaseClass, now time.Time) {
 	r := c.rates[cls]
 	if age := now.Sub(r.since); age >= time.Second {
 		last := r.n
@@ -303,11 +300,13 @@ func (c *reuseCache) countReuseLocked(cls leaseClass) bool {
 		clear(c.rates) // bounded: one entry per key and model in use
 	}
 	c.rates[cls] = r
-	return r.n >= spareRate || r.last >= spareRate
 }
 
 // busyLocked says whether cls reused spareRate leases or more in its
-// current second or the one before.
+// current second or the one before. Both the take's spares and the
+// sweep's keeping read it: each second's count starts from zero, and a
+// class busy by its last second's alone must still refill its spares in
+// the first of the next, or its burst there finds none.
 func (c *reuseCache) busyLocked(cls leaseClass, mono time.Time) bool {
 	r := c.rates[cls]
 	age := mono.Sub(r.since)
